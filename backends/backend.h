@@ -1,0 +1,87 @@
+/*
+ * The private backend interface. Each backend is one `static const hd_backend_impl` with
+ * designated initializers, listed in the registry (dispatch/registry.c). The dispatcher checks
+ * every argument, chooses a backend, makes the inputs valid at the backend's place, and then
+ * calls one op slot; a slot therefore sees only well-formed, non-empty problems (rows, m, n,
+ * k >= 1; LoRA rank may be 0) and never aliased GEMM/LoRA outputs.
+ *
+ * A slot returns HD_OK once the work is queued (device backends) or done (CPU), or an error
+ * with the context's message set through hd__error(). HD_ERR_UNSUPPORTED, and any device error,
+ * make the dispatcher try the next backend; so a slot must leave outputs untouched when it
+ * fails. Members marked (optional) may be NULL.
+ */
+#ifndef HD_BACKENDS_BACKEND_H
+#define HD_BACKENDS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+#include "dispatch/tensor.h"
+
+typedef struct hd_gemm_args {
+    bool trans_a, trans_b;
+    float alpha, beta;
+    const hd_tensor *a, *b;
+    hd_tensor *c;
+    size_t m, n, k; /* op(A) is m×k, op(B) k×n, C m×n */
+} hd_gemm_args;
+
+typedef struct hd_lora_args {
+    const hd_tensor *x, *w, *a, *b;
+    float scale;
+    hd_tensor *y;
+    size_t tokens, in, out, rank; /* x tokens×in, W in×out, A in×rank, B rank×out */
+} hd_lora_args;
+
+/* Softmax, layer norm and RMS norm: one row at a time, y may be x. */
+typedef struct hd_row_args {
+    const hd_tensor *x;
+    const hd_tensor *gamma;  /* layer norm: scale; RMS norm: weight; softmax: NULL */
+    const hd_tensor *beta;   /* layer norm: shift; otherwise NULL */
+    float eps;
+    hd_tensor *y;
+    size_t rows, cols;
+} hd_row_args;
+
+/* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
+ * rank), row ops (rows, cols). */
+typedef struct hd_shape {
+    size_t dim[4];
+    bool trans_a, trans_b; /* GEMM only */
+} hd_shape;
+
+typedef struct hd_backend_impl {
+    const char *name;
+    hd_backend id;
+    hd_place place; /* where the backend needs its tensors */
+
+    /* Prepares the backend for ctx. Returns HD_ERR_BACKEND_UNAVAILABLE (with a message) when it
+     * cannot run here, which is not an error for the context. *state is passed to every slot. */
+    hd_status (*probe)(hd_context *ctx, void **state);
+    void (*destroy)(void *state); /* (optional) */
+
+    /* Whether the backend takes this shape; NULL: every shape its slot takes. (optional) */
+    bool (*supports)(void *state, hd_op op, const hd_shape *shape);
+
+    /* Builds or compiles whatever the first call would. (optional) */
+    hd_status (*warmup)(void *state, hd_context *ctx);
+
+    hd_status (*gemm)(void *state, hd_context *ctx, const hd_gemm_args *args);       /* (optional) */
+    hd_status (*lora)(void *state, hd_context *ctx, const hd_lora_args *args);       /* (optional) */
+    hd_status (*softmax)(void *state, hd_context *ctx, const hd_row_args *args);     /* (optional) */
+    hd_status (*layer_norm)(void *state, hd_context *ctx, const hd_row_args *args);  /* (optional) */
+    hd_status (*rms_norm)(void *state, hd_context *ctx, const hd_row_args *args);    /* (optional) */
+} hd_backend_impl;
+
+extern const hd_backend_impl hd__backend_cpu;
+#ifdef HD_HAVE_OPENCL
+extern const hd_backend_impl hd__backend_fused;
+#endif
+#ifdef HD_HAVE_CLBLAST
+extern const hd_backend_impl hd__backend_clblast;
+extern const hd_backend_impl hd__backend_clblast_fused;
+#endif
+
+#endif

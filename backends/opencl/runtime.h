@@ -1,0 +1,84 @@
+/*
+ * The OpenCL runtime shared by the CLBlast and fused backends: one device, one in-order queue
+ * with profiling enabled, a pool of device buffers, and programs built once per context and
+ * kept on disk as binaries. Every OpenCL failure becomes an hd_status with the raw code and
+ * the call's name in the context's message.
+ */
+#ifndef HD_BACKENDS_OPENCL_RUNTIME_H
+#define HD_BACKENDS_OPENCL_RUNTIME_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+/* A device allocation, owned by the runtime's pool. bytes is the size asked for; the cl_mem
+ * may be larger (pooled sizes are rounded up). */
+struct hd_device_buffer {
+    cl_mem mem;
+    size_t bytes;
+    size_t capacity;
+};
+
+typedef struct hd_cl_runtime hd_cl_runtime;
+
+/* Finds the device (spec: NULL for the first GPU, else the first device; an index; or a name
+ * substring), creates the context and queue. Returns HD_ERR_BACKEND_UNAVAILABLE with a message
+ * when there is no OpenCL platform or no matching device. */
+hd_status hd__cl_runtime_create(hd_context *ctx, const char *device_spec, hd_cl_runtime **out);
+void hd__cl_runtime_destroy(hd_cl_runtime *rt); /* waits for the queue; NULL is a no-op */
+
+cl_context hd__cl_context(const hd_cl_runtime *rt);
+cl_device_id hd__cl_device(const hd_cl_runtime *rt);
+cl_command_queue hd__cl_queue(const hd_cl_runtime *rt);
+const char *hd__cl_device_name(const hd_cl_runtime *rt);
+const char *hd__cl_driver_version(const hd_cl_runtime *rt);
+const char *hd__cl_platform_name(const hd_cl_runtime *rt);
+bool hd__cl_device_is_gpu(const hd_cl_runtime *rt);
+
+/* Maps err (not CL_SUCCESS) to a status, recording "<what> failed: CL_... (code)". */
+hd_status hd__cl_error(hd_context *ctx, cl_int err, const char *what);
+const char *hd__cl_error_name(cl_int err);
+
+/* Waits for the queue; a late failure is reported here. */
+hd_status hd__cl_finish(hd_cl_runtime *rt, hd_context *ctx);
+
+/* Device memory from the pool, released back to it. Contents are undefined. */
+hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
+                                struct hd_device_buffer **out);
+void hd__cl_buffer_release(hd_cl_runtime *rt, struct hd_device_buffer *buf);
+
+/* Copies between host and a device buffer. Upload returns once src may be reused; download
+ * waits for the data (and so for all earlier work on the queue). */
+hd_status hd__cl_upload(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                        const void *src, size_t bytes);
+hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                          void *dst, size_t bytes);
+hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                      size_t bytes);
+
+/* Returns the program for (source, options), building it on first use: from the on-disk
+ * binary cache when an entry for this device, driver, source and options is there and loads,
+ * else from source (then stored). The program stays owned by the runtime. A build failure
+ * returns HD_ERR_BUILD with the build log in the context's message. */
+hd_status hd__cl_program(hd_cl_runtime *rt, hd_context *ctx, const char *source,
+                         const char *options, cl_program *out);
+
+/* Kernel from a program built by hd__cl_program(), created once and kept by the runtime. */
+hd_status hd__cl_kernel(hd_cl_runtime *rt, hd_context *ctx, cl_program program,
+                        const char *name, cl_kernel *out);
+
+/*
+ * Event capture, for timing with device events. Between capture_begin and capture_end every
+ * command the backends enqueue passes hd__cl_event_slot(rt) as its event; capture_end waits
+ * and returns the device time from the first command's start to the last one's end.
+ * Outside a capture hd__cl_event_slot() returns NULL.
+ */
+void hd__cl_capture_begin(hd_cl_runtime *rt);
+cl_event *hd__cl_event_slot(hd_cl_runtime *rt);
+hd_status hd__cl_capture_end(hd_cl_runtime *rt, hd_context *ctx, double *seconds);
+
+#endif

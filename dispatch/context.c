@@ -1,0 +1,220 @@
+/* Context lifecycle, forced backends and the environment overrides. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+
+#ifdef HD_HAVE_OPENCL
+#include "backends/opencl/runtime.h"
+#endif
+
+void hd_context_options_init(hd_context_options *opt)
+{
+    if (opt != NULL)
+        memset(opt, 0, sizeof *opt);
+}
+
+static bool env_flag(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+static const char *nonempty(const char *s)
+{
+    return s != NULL && s[0] != '\0' ? s : NULL;
+}
+
+/* Splits "op=backend,op=backend" (or a lone backend name for every op) at commas. Spaces
+ * around names are not allowed: the specification is short and exact. */
+hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
+                                 hd_backend forced[HD_OP_COUNT])
+{
+    hd_backend parsed[HD_OP_COUNT];
+    for (int i = 0; i < HD_OP_COUNT; i++)
+        parsed[i] = forced[i];
+
+    const char *p = spec;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[64];
+        if (len == 0 || len >= sizeof item)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "backend specification '%s': empty or overlong item", spec);
+        memcpy(item, p, len);
+        item[len] = '\0';
+
+        char *eq = strchr(item, '=');
+        hd_backend b;
+        if (eq == NULL) {
+            if (!hd__backend_from_name(item, &b))
+                return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                                 "backend specification '%s': unknown backend '%s' (expected "
+                                 "auto, cpu, clblast, fused or clblast+fused)",
+                                 spec, item);
+            for (int i = 0; i < HD_OP_COUNT; i++)
+                parsed[i] = b;
+        } else {
+            *eq = '\0';
+            hd_op op;
+            if (!hd__op_from_name(item, &op))
+                return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                                 "backend specification '%s': unknown operation '%s' (expected "
+                                 "gemm, lora, softmax, layer_norm or rms_norm)",
+                                 spec, item);
+            if (!hd__backend_from_name(eq + 1, &b))
+                return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                                 "backend specification '%s': unknown backend '%s'", spec,
+                                 eq + 1);
+            parsed[op] = b;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    for (int i = 0; i < HD_OP_COUNT; i++)
+        forced[i] = parsed[i];
+    return HD_OK;
+}
+
+static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
+{
+#ifdef HD_HAVE_OPENCL
+    if (opt->disable_opencl || env_flag("HD_DISABLE_OPENCL"))
+        return HD_OK;
+    const char *spec = nonempty(opt->device) ? opt->device : nonempty(getenv("HD_DEVICE"));
+    hd_status s = hd__cl_runtime_create(ctx, spec, &ctx->cl);
+    if (s == HD_ERR_BACKEND_UNAVAILABLE && spec == NULL)
+        return HD_OK; /* no OpenCL here: the CPU serves alone; the message stays for the curious */
+    return s;
+#else
+    (void)ctx;
+    (void)opt;
+    (void)env_flag;
+    return HD_OK;
+#endif
+}
+
+hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
+{
+    if (out == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    hd_context_options defaults;
+    if (opt == NULL) {
+        hd_context_options_init(&defaults);
+        opt = &defaults;
+    }
+
+    hd_context *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL)
+        return HD_ERR_OUT_OF_MEMORY;
+
+    hd_status s = open_device(ctx, opt);
+    if (s == HD_OK)
+        s = hd__registry_probe(ctx);
+    if (s == HD_OK) {
+        const char *spec = nonempty(opt->backends) ? opt->backends : nonempty(getenv("HD_BACKEND"));
+        if (spec != NULL)
+            s = hd__parse_backend_spec(ctx, spec, ctx->forced);
+    }
+    if (s == HD_OK)
+        s = hd__tune_open(ctx, opt);
+    if (s == HD_OK && opt->warmup)
+        s = hd_context_warmup(ctx);
+    if (s != HD_OK) {
+        hd_context_destroy(ctx);
+        return s;
+    }
+    *out = ctx;
+    return HD_OK;
+}
+
+void hd_context_destroy(hd_context *ctx)
+{
+    if (ctx == NULL)
+        return;
+    hd__tune_close(ctx);
+    hd__registry_destroy(ctx);
+#ifdef HD_HAVE_OPENCL
+    hd__cl_runtime_destroy(ctx->cl);
+#endif
+    free(ctx);
+}
+
+const char *hd_context_device_name(const hd_context *ctx)
+{
+#ifdef HD_HAVE_OPENCL
+    if (ctx != NULL && ctx->cl != NULL)
+        return hd__cl_device_name(ctx->cl);
+#else
+    (void)ctx;
+#endif
+    return "none";
+}
+
+bool hd__backend_usable(const hd_context *ctx, hd_backend b)
+{
+    return (unsigned)b < HD_BACKEND_COUNT && ctx->backends[b] != NULL &&
+           !ctx->backend_unhealthy[b];
+}
+
+bool hd_context_has_backend(const hd_context *ctx, hd_backend b)
+{
+    return ctx != NULL && b != HD_BACKEND_AUTO && hd__backend_usable(ctx, b);
+}
+
+void hd__backend_mark_unhealthy(hd_context *ctx, hd_backend b)
+{
+    if ((unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_CPU)
+        ctx->backend_unhealthy[b] = true;
+}
+
+hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b)
+{
+    if (ctx == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(ctx);
+    if ((unsigned)op >= HD_OP_COUNT)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d", (int)op);
+    if ((unsigned)b >= HD_BACKEND_COUNT)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown backend %d", (int)b);
+    if (b != HD_BACKEND_AUTO && !hd__backend_usable(ctx, b))
+        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
+                         "backend '%s' is not available in this context", hd_backend_name(b));
+    ctx->forced[op] = b;
+    return HD_OK;
+}
+
+hd_backend hd_context_last_backend(const hd_context *ctx)
+{
+    return ctx == NULL ? HD_BACKEND_AUTO : ctx->last_backend;
+}
+
+hd_status hd_context_warmup(hd_context *ctx)
+{
+    if (ctx == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(ctx);
+    for (int b = 0; b < HD_BACKEND_COUNT; b++) {
+        if (!hd__backend_usable(ctx, (hd_backend)b) || ctx->backends[b]->warmup == NULL)
+            continue;
+        hd_status s = ctx->backends[b]->warmup(ctx->backend_state[b], ctx);
+        if (s != HD_OK)
+            return s;
+    }
+    return hd_sync(ctx);
+}
+
+hd_status hd_sync(hd_context *ctx)
+{
+    if (ctx == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+#ifdef HD_HAVE_OPENCL
+    if (ctx->cl != NULL)
+        return hd__cl_finish(ctx->cl, ctx);
+#endif
+    return HD_OK;
+}

@@ -1,0 +1,60 @@
+/* The context: the backends probed on this machine, the OpenCL runtime they share, the forced
+ * choices, the tuning table and the last error. */
+#ifndef HD_DISPATCH_CONTEXT_H
+#define HD_DISPATCH_CONTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+#include "backends/backend.h"
+
+struct hd_cl_runtime;
+struct hd_tune_table;
+
+#define HD_ERROR_CAPACITY 4096
+
+struct hd_context {
+    char last_error[HD_ERROR_CAPACITY];
+
+    /* Indexed by hd_backend; NULL where the backend is not built or not available here. */
+    const hd_backend_impl *backends[HD_BACKEND_COUNT];
+    void *backend_state[HD_BACKEND_COUNT];
+    bool backend_unhealthy[HD_BACKEND_COUNT]; /* its device failed during this context */
+
+    hd_backend forced[HD_OP_COUNT]; /* HD_BACKEND_AUTO: dispatcher chooses */
+    hd_backend last_backend;
+
+    struct hd_cl_runtime *cl;        /* NULL: no OpenCL device */
+    struct hd_tune_table *tune;      /* NULL: no tuning cache */
+    char tune_cache_path[1024];      /* "" when none */
+};
+
+/* Parses a backend specification ("cpu", "fused", "gemm=clblast,softmax=fused") into
+ * forced[], checking names. Used for $HD_BACKEND and hd_context_options.backends. */
+hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
+                                 hd_backend forced[HD_OP_COUNT]);
+
+/* Backend by name ("cpu", "clblast", "fused", "clblast+fused", "auto"); false if unknown. */
+bool hd__backend_from_name(const char *name, hd_backend *b);
+bool hd__op_from_name(const char *name, hd_op *op);
+
+/* Whether backend b is present and healthy in ctx. */
+bool hd__backend_usable(const hd_context *ctx, hd_backend b);
+
+/* Marks b unhealthy after a device failure: the dispatcher stops choosing it. */
+void hd__backend_mark_unhealthy(hd_context *ctx, hd_backend b);
+
+/* Probes every registered backend into ctx, and destroys their states again. */
+hd_status hd__registry_probe(hd_context *ctx);
+void hd__registry_destroy(hd_context *ctx);
+/* The registered backends in fallback order, whether or not they probed successfully. */
+const hd_backend_impl *const *hd__registry_list(size_t *count);
+
+/* Opens the tuning table named by the options or the environment (autotune/table.c). A
+ * damaged file is reported in the last error and ignored: the context works without it. */
+hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt);
+void hd__tune_close(hd_context *ctx);
+
+#endif

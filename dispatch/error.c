@@ -1,0 +1,40 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+
+hd_status hd__error(hd_context *ctx, hd_status status, const char *fmt, ...)
+{
+    if (ctx == NULL)
+        return status;
+    int n = snprintf(ctx->last_error, sizeof ctx->last_error, "%s: ", hd_status_str(status));
+    if (n < 0 || (size_t)n >= sizeof ctx->last_error)
+        return status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->last_error + n, sizeof ctx->last_error - (size_t)n, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void hd__error_append(hd_context *ctx, const char *text)
+{
+    if (ctx == NULL || text == NULL)
+        return;
+    size_t used = strlen(ctx->last_error);
+    if (used + 1 < sizeof ctx->last_error)
+        snprintf(ctx->last_error + used, sizeof ctx->last_error - used, "%s", text);
+}
+
+void hd__error_clear(hd_context *ctx)
+{
+    if (ctx != NULL)
+        ctx->last_error[0] = '\0';
+}
+
+const char *hd_context_last_error(const hd_context *ctx)
+{
+    return ctx == NULL ? "" : ctx->last_error;
+}

@@ -1,0 +1,23 @@
+/* The context's error message: every failure leaves one sentence of detail on the context. */
+#ifndef HD_DISPATCH_ERROR_H
+#define HD_DISPATCH_ERROR_H
+
+#include <hd/dispatch.h>
+
+#if defined(__GNUC__)
+#define HD_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define HD_PRINTF(fmt, args)
+#endif
+
+/* Records "<status text>: <formatted detail>" as the context's last error and returns status,
+ * so that failures read `return hd__error(ctx, HD_ERR_..., "...", ...);`. ctx may be NULL. */
+hd_status hd__error(hd_context *ctx, hd_status status, const char *fmt, ...) HD_PRINTF(3, 4);
+
+/* Appends further detail (a build log, say) to the last error, truncating to the buffer. */
+void hd__error_append(hd_context *ctx, const char *text);
+
+/* Clears the last error: called at the start of every public operation. */
+void hd__error_clear(hd_context *ctx);
+
+#endif

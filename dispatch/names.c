@@ -1,0 +1,85 @@
+/* Names of statuses, backends and operations, each generated from one table. */
+#include <string.h>
+
+#include "dispatch/context.h"
+
+const char *hd_version(void)
+{
+    return HD_VERSION_STRING;
+}
+
+const char *hd_status_str(hd_status s)
+{
+    switch (s) {
+#define HD_STATUS_TEXT(name, code, text)                                                       \
+    case HD_##name:                                                                            \
+        return text;
+        HD_STATUS_MAP(HD_STATUS_TEXT)
+#undef HD_STATUS_TEXT
+    }
+    return "unknown status";
+}
+
+const char *hd_status_name(hd_status s)
+{
+    switch (s) {
+#define HD_STATUS_NAME(name, code, text)                                                       \
+    case HD_##name:                                                                            \
+        return #name;
+        HD_STATUS_MAP(HD_STATUS_NAME)
+#undef HD_STATUS_NAME
+    }
+    return "UNKNOWN";
+}
+
+static const char *const backend_names[HD_BACKEND_COUNT] = {
+    [HD_BACKEND_AUTO] = "auto",
+    [HD_BACKEND_CPU] = "cpu",
+    [HD_BACKEND_CLBLAST] = "clblast",
+    [HD_BACKEND_FUSED] = "fused",
+    [HD_BACKEND_CLBLAST_FUSED] = "clblast+fused",
+};
+
+static const char *const op_names[HD_OP_COUNT] = {
+    [HD_OP_GEMM] = "gemm",
+    [HD_OP_LORA] = "lora",
+    [HD_OP_SOFTMAX] = "softmax",
+    [HD_OP_LAYER_NORM] = "layer_norm",
+    [HD_OP_RMS_NORM] = "rms_norm",
+};
+
+const char *hd_backend_name(hd_backend b)
+{
+    if ((unsigned)b >= HD_BACKEND_COUNT)
+        return "unknown";
+    return backend_names[b];
+}
+
+const char *hd_op_name(hd_op op)
+{
+    if ((unsigned)op >= HD_OP_COUNT)
+        return "unknown";
+    return op_names[op];
+}
+
+bool hd__backend_from_name(const char *name, hd_backend *b)
+{
+    for (int i = 0; i < HD_BACKEND_COUNT; i++) {
+        if (strcmp(name, backend_names[i]) == 0) {
+            *b = (hd_backend)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool hd__op_from_name(const char *name, hd_op *op)
+{
+    for (int i = 0; i < HD_OP_COUNT; i++) {
+        if (strcmp(name, op_names[i]) == 0) {
+            *op = (hd_op)i;
+            return true;
+        }
+    }
+    return false;
+}

@@ -1,0 +1,183 @@
+/* Tensors: creation, host access and lazy migration between host and device. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+#include "dispatch/tensor.h"
+
+#ifdef HD_HAVE_OPENCL
+#include "backends/opencl/runtime.h"
+#endif
+
+static size_t tensor_bytes(const hd_tensor *t)
+{
+    return hd__tensor_count(t) * sizeof(float);
+}
+
+hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor **out)
+{
+    if (out == NULL)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_create: tensor pointer is NULL");
+    *out = NULL;
+    if (ctx == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(ctx);
+    if (cols != 0 && rows > SIZE_MAX / sizeof(float) / cols)
+        return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
+                         "hd_tensor_create: %zu x %zu floats do not fit in memory", rows, cols);
+    hd_tensor *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd_tensor_create: no memory for the tensor");
+    t->ctx = ctx;
+    t->rows = rows;
+    t->cols = cols;
+    *out = t;
+    return HD_OK;
+}
+
+static void release_device(hd_tensor *t)
+{
+#ifdef HD_HAVE_OPENCL
+    if (t->device != NULL)
+        hd__cl_buffer_release(t->ctx->cl, t->device);
+#endif
+    t->device = NULL;
+    t->device_valid = false;
+}
+
+void hd_tensor_destroy(hd_tensor *t)
+{
+    if (t == NULL)
+        return;
+    release_device(t);
+    free(t->host);
+    free(t);
+}
+
+size_t hd_tensor_rows(const hd_tensor *t)
+{
+    return t == NULL ? 0 : t->rows;
+}
+
+size_t hd_tensor_cols(const hd_tensor *t)
+{
+    return t == NULL ? 0 : t->cols;
+}
+
+static hd_status ensure_host_storage(hd_tensor *t)
+{
+    if (t->host != NULL)
+        return HD_OK;
+    /* Zeroed: a tensor never written reads as zeros. At least one element, so that empty
+     * tensors still have an address. */
+    size_t n = hd__tensor_count(t);
+    t->host = calloc(n > 0 ? n : 1, sizeof(float));
+    if (t->host == NULL)
+        return hd__error(t->ctx, HD_ERR_OUT_OF_MEMORY, "no host memory for a %zu x %zu tensor",
+                         t->rows, t->cols);
+    return HD_OK;
+}
+
+hd_status hd__tensor_reserve(hd_tensor *t, hd_place place)
+{
+    if (place == HD_PLACE_HOST)
+        return ensure_host_storage(t);
+#ifdef HD_HAVE_OPENCL
+    if (t->device != NULL)
+        return HD_OK;
+    if (t->ctx->cl == NULL)
+        return hd__error(t->ctx, HD_ERR_BACKEND_UNAVAILABLE, "the context has no OpenCL device");
+    return hd__cl_buffer_acquire(t->ctx->cl, t->ctx, tensor_bytes(t), &t->device);
+#else
+    return hd__error(t->ctx, HD_ERR_BACKEND_UNAVAILABLE, "built without OpenCL");
+#endif
+}
+
+hd_status hd__tensor_to_host(hd_tensor *t)
+{
+    hd_status s = ensure_host_storage(t);
+    if (s != HD_OK || t->host_valid)
+        return s;
+#ifdef HD_HAVE_OPENCL
+    if (t->device_valid) {
+        s = hd__cl_download(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
+        if (s != HD_OK)
+            return s;
+    }
+#endif
+    /* Neither place valid: the calloc'd zeros are the contents. */
+    t->host_valid = true;
+    return HD_OK;
+}
+
+hd_status hd__tensor_to_device(hd_tensor *t)
+{
+    if (t->device_valid)
+        return HD_OK;
+    hd_status s = hd__tensor_reserve(t, HD_PLACE_DEVICE);
+    if (s != HD_OK)
+        return s;
+#ifdef HD_HAVE_OPENCL
+    if (t->host_valid)
+        s = hd__cl_upload(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
+    else
+        s = hd__cl_zero(t->ctx->cl, t->ctx, t->device, tensor_bytes(t));
+    if (s != HD_OK)
+        return s;
+#endif
+    t->device_valid = true;
+    return HD_OK;
+}
+
+hd_status hd__tensor_to_place(hd_tensor *t, hd_place place)
+{
+    return place == HD_PLACE_HOST ? hd__tensor_to_host(t) : hd__tensor_to_device(t);
+}
+
+void hd__tensor_written(hd_tensor *t, hd_place place)
+{
+    t->host_valid = place == HD_PLACE_HOST;
+    t->device_valid = place == HD_PLACE_DEVICE;
+}
+
+size_t hd__tensor_migration_bytes(const hd_tensor *t, hd_place place)
+{
+    bool valid_there = place == HD_PLACE_HOST ? t->host_valid : t->device_valid;
+    bool valid_elsewhere = place == HD_PLACE_HOST ? t->device_valid : t->host_valid;
+    return valid_there || !valid_elsewhere ? 0 : tensor_bytes(t);
+}
+
+hd_status hd_tensor_write(hd_tensor *t, const float *src)
+{
+    if (t == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(t->ctx);
+    if (src == NULL && hd__tensor_count(t) > 0)
+        return hd__error(t->ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_write: source is NULL");
+    hd_status s = ensure_host_storage(t);
+    if (s != HD_OK)
+        return s;
+    if (hd__tensor_count(t) > 0)
+        memcpy(t->host, src, tensor_bytes(t));
+    hd__tensor_written(t, HD_PLACE_HOST);
+    return HD_OK;
+}
+
+hd_status hd_tensor_read(const hd_tensor *t, float *dst)
+{
+    if (t == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd_tensor *mut = (hd_tensor *)t; /* reading may migrate: contents stay the same */
+    hd__error_clear(mut->ctx);
+    if (dst == NULL && hd__tensor_count(t) > 0)
+        return hd__error(mut->ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_read: destination is NULL");
+    if (hd__tensor_count(t) == 0)
+        return HD_OK;
+    hd_status s = hd__tensor_to_host(mut);
+    if (s != HD_OK)
+        return s;
+    memcpy(dst, t->host, tensor_bytes(t));
+    return HD_OK;
+}

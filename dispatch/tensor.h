@@ -1,0 +1,49 @@
+/* Tensors and their residency. A tensor's contents live in up to two places: host memory and
+ * one buffer on the context's OpenCL device. Each place has a valid flag; an operation makes
+ * its inputs valid where it runs (copying lazily), and after writing an output marks that place
+ * the only valid one. A tensor that was never written reads as zeros. */
+#ifndef HD_DISPATCH_TENSOR_H
+#define HD_DISPATCH_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+struct hd_device_buffer; /* owned by the OpenCL runtime */
+
+typedef enum hd_place {
+    HD_PLACE_HOST = 0,
+    HD_PLACE_DEVICE = 1,
+} hd_place;
+
+struct hd_tensor {
+    hd_context *ctx;
+    size_t rows, cols;
+    float *host;                     /* NULL until first needed on the host */
+    struct hd_device_buffer *device; /* NULL until first needed on the device */
+    bool host_valid, device_valid;   /* neither: the tensor holds zeros */
+};
+
+static inline size_t hd__tensor_count(const hd_tensor *t)
+{
+    return t->rows * t->cols; /* cannot overflow: checked at creation */
+}
+
+/* Makes t's contents valid at place (copying, waiting for the device as needed). */
+hd_status hd__tensor_to_host(hd_tensor *t);
+hd_status hd__tensor_to_device(hd_tensor *t);
+hd_status hd__tensor_to_place(hd_tensor *t, hd_place place);
+
+/* Gives t storage at place without making its contents valid there: for an output whose
+ * every element the operation overwrites. */
+hd_status hd__tensor_reserve(hd_tensor *t, hd_place place);
+
+/* Records that an operation wrote t at place: the other place becomes stale. */
+void hd__tensor_written(hd_tensor *t, hd_place place);
+
+/* Bytes that would have to move to make t valid at place: 0 if it already is. Used by the
+ * dispatcher to count migration cost in its choice. */
+size_t hd__tensor_migration_bytes(const hd_tensor *t, hd_place place);
+
+#endif

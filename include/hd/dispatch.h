@@ -1,0 +1,228 @@
+/*
+ * hybrid dispatch: the dense operations of LoRA fine-tuning (GEMM, the LoRA forward pass,
+ * row softmax, layer norm, RMS norm) run on whichever backend is fastest for that operation
+ * and shape on this machine: CLBlast's GEMM on OpenCL, the library's own fused OpenCL kernels,
+ * or OpenBLAS and C kernels on the CPU.
+ *
+ * Conventions that hold for every function below:
+ *
+ * - Tensors are 2-D, row-major, float32. A tensor lives on the host, on the context's OpenCL
+ *   device, or both; the library moves it lazily to wherever the next operation runs. Callers
+ *   only ever see host memory, through hd_tensor_write() and hd_tensor_read().
+ * - Functions that can fail return an hd_status: HD_OK (0) on success, a negative code on error.
+ *   hd_status_str() names a code; hd_context_last_error() gives the detail of the most recent
+ *   failure on a context (the OpenCL error code, the kernel build log, the file path).
+ * - Bad input never crashes and never half-writes: a NULL argument, mismatched shapes, an
+ *   output that aliases an input of GEMM or LoRA, a tensor of another context, or a non-finite
+ *   eps returns an error status, and every output is left exactly as it was.
+ * - Operations are asynchronous when they run on a device: they return once the work is queued.
+ *   hd_tensor_read(), hd_sync(), and any CPU operation that needs a result wait for it. An error
+ *   that the device reports late is returned by the call that waits.
+ * - A context is used by one thread at a time. Separate contexts may be used concurrently from
+ *   separate threads.
+ * - Destroying NULL is a harmless no-op.
+ */
+#ifndef HD_DISPATCH_H
+#define HD_DISPATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/export.h>
+#include <hd/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One table of status codes generates the enum and the strings of hd_status_str() and
+ * hd_status_name(). Codes are stable: new ones are only ever appended. */
+#define HD_STATUS_MAP(X)                                                                       \
+    X(OK, 0, "success")                                                                        \
+    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                            \
+    X(ERR_SHAPE_MISMATCH, -2, "tensor shapes do not match")                                    \
+    X(ERR_SIZE_OVERFLOW, -3, "tensor size overflows the address space")                        \
+    X(ERR_ALIASING, -4, "output tensor aliases an input tensor")                               \
+    X(ERR_WRONG_CONTEXT, -5, "tensor belongs to another context")                              \
+    X(ERR_OUT_OF_MEMORY, -6, "out of host memory")                                             \
+    X(ERR_UNSUPPORTED, -7, "operation or shape not supported by the backend")                  \
+    X(ERR_BACKEND_UNAVAILABLE, -8, "backend not available on this machine")                    \
+    X(ERR_DEVICE, -9, "device error")                                                          \
+    X(ERR_DEVICE_OUT_OF_MEMORY, -10, "out of device memory")                                   \
+    X(ERR_BUILD, -11, "kernel build failed")                                                   \
+    X(ERR_IO, -12, "file input/output failed")                                                 \
+    X(ERR_CACHE_INVALID, -13, "tuning cache file is invalid")                                  \
+    X(ERR_INTERNAL, -14, "internal error")
+
+typedef enum hd_status {
+#define HD_STATUS_ENUM(name, code, text) HD_##name = code,
+    HD_STATUS_MAP(HD_STATUS_ENUM)
+#undef HD_STATUS_ENUM
+} hd_status;
+
+/* The backends an operation can run on. */
+typedef enum hd_backend {
+    HD_BACKEND_AUTO = 0,       /* let the dispatcher choose (tuned table, then cost model) */
+    HD_BACKEND_CPU,            /* OpenBLAS and the library's C kernels */
+    HD_BACKEND_CLBLAST,        /* CLBlast on the OpenCL device */
+    HD_BACKEND_FUSED,          /* the library's own OpenCL kernels, one launch per operation */
+    HD_BACKEND_CLBLAST_FUSED,  /* hybrid plan: CLBlast GEMM, then a fused OpenCL epilogue */
+    HD_BACKEND_COUNT
+} hd_backend;
+
+/* The operations. */
+typedef enum hd_op {
+    HD_OP_GEMM = 0,
+    HD_OP_LORA,
+    HD_OP_SOFTMAX,
+    HD_OP_LAYER_NORM,
+    HD_OP_RMS_NORM,
+    HD_OP_COUNT
+} hd_op;
+
+typedef struct hd_context hd_context; /* devices, queues, caches, tuning table */
+typedef struct hd_tensor hd_tensor;   /* 2-D row-major fp32, lives on host or a device */
+
+/* Options for hd_context_create(). Fill with hd_context_options_init() first, then change
+ * what you need; strings are copied, so they only have to live through the call. Every field
+ * left at its default falls back to the environment variable named beside it. */
+typedef struct hd_context_options {
+    const char *device;     /* OpenCL device: index or name substring; NULL: $HD_DEVICE, else
+                               the first GPU, else the first device */
+    const char *backends;   /* forced backends, as $HD_BACKEND: "cpu" or "gemm=clblast,..." */
+    const char *tune_cache; /* tuning cache path; NULL: $HD_TUNE_CACHE, else the default path
+                               under $XDG_CACHE_HOME or ~/.cache */
+    bool disable_opencl;    /* true: CPU backend only (also $HD_DISABLE_OPENCL=1) */
+    bool no_tune_cache;     /* true: do not read any tuning cache */
+    bool warmup;            /* true: build every kernel at creation (see hd_context_warmup) */
+} hd_context_options;
+
+/* Version of the library this program runs with, as "MAJOR.MINOR.PATCH". The compile-time
+ * version is HD_VERSION_STRING in <hd/version.h>. */
+HD_API const char *hd_version(void);
+
+/* Static English text for a status code, e.g. "tensor shapes do not match". Never NULL;
+ * an unknown code gives "unknown status". */
+HD_API const char *hd_status_str(hd_status s);
+/* The code's name without prefix, e.g. "ERR_SHAPE_MISMATCH". Never NULL. */
+HD_API const char *hd_status_name(hd_status s);
+/* Lower-case name of a backend ("auto", "cpu", "clblast", "fused", "clblast+fused"), of an
+ * operation ("gemm", "lora", "softmax", "layer_norm", "rms_norm"). Never NULL. */
+HD_API const char *hd_backend_name(hd_backend b);
+HD_API const char *hd_op_name(hd_op op);
+
+/* Sets every field of *opt to its default. */
+HD_API void hd_context_options_init(hd_context_options *opt);
+
+/*
+ * Creates a context: discovers the OpenCL devices (unless disabled), probes every backend and
+ * loads the tuning cache for the chosen device. A machine without OpenCL, or with no usable
+ * device, gives a context whose only backend is the CPU; that is not an error. A damaged tuning
+ * cache is reported through hd_context_last_error() and ignored.
+ *
+ * opt may be NULL for the defaults. On success *ctx owns everything it created; free it with
+ * hd_context_destroy(). On failure *ctx is set to NULL.
+ *
+ * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (ctx NULL, a malformed backend or device
+ * specification; the message says which), HD_ERR_OUT_OF_MEMORY.
+ */
+HD_API hd_status hd_context_create(hd_context **ctx, const hd_context_options *opt);
+
+/* Waits for all queued work, then frees the context. Tensors of the context must be destroyed
+ * first. NULL is a no-op. */
+HD_API void hd_context_destroy(hd_context *ctx);
+
+/* The detail of the most recent failure on ctx, or "" if none happened. The string is owned
+ * by the context and valid until its next call. NULL ctx gives "". */
+HD_API const char *hd_context_last_error(const hd_context *ctx);
+
+/* Name of the OpenCL device the context uses, or "none" without one. Owned by the context. */
+HD_API const char *hd_context_device_name(const hd_context *ctx);
+
+/* Whether backend b can run on this context (probed at creation and still healthy). */
+HD_API bool hd_context_has_backend(const hd_context *ctx, hd_backend b);
+
+/*
+ * Forces op to run on backend b from now on (HD_BACKEND_AUTO gives the choice back to the
+ * dispatcher). If the forced backend cannot run a particular call (unsupported shape, failed
+ * device), the call still runs on the next backend; hd_context_last_backend() tells.
+ * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL ctx, unknown op or backend),
+ * HD_ERR_BACKEND_UNAVAILABLE (b cannot run on this machine).
+ */
+HD_API hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b);
+
+/* The backend the last successful operation on ctx ran on; HD_BACKEND_AUTO before any. */
+HD_API hd_backend hd_context_last_backend(const hd_context *ctx);
+
+/* Builds every OpenCL kernel the context may use (the fused kernels and CLBlast's GEMM
+ * kernels), so that the first timed operation does not pay for compilation. Waits.
+ * Returns HD_OK (also without a device), HD_ERR_BUILD, HD_ERR_DEVICE. */
+HD_API hd_status hd_context_warmup(hd_context *ctx);
+
+/* Waits for all queued work on the context. Returns HD_OK, or the error a queued operation
+ * reported late (HD_ERR_DEVICE, HD_ERR_DEVICE_OUT_OF_MEMORY). */
+HD_API hd_status hd_sync(hd_context *ctx);
+
+/*
+ * Creates a rows×cols tensor in ctx, filled with zeros. Memory is taken lazily on first use,
+ * on the host or the device. rows or cols may be 0. On failure *t is set to NULL.
+ * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL), HD_ERR_SIZE_OVERFLOW (rows*cols*4 bytes does
+ * not fit in size_t), HD_ERR_OUT_OF_MEMORY.
+ */
+HD_API hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor **t);
+
+/* Frees t and its host and device memory, after pending work on it. NULL is a no-op. */
+HD_API void hd_tensor_destroy(hd_tensor *t);
+
+HD_API size_t hd_tensor_rows(const hd_tensor *t); /* 0 for NULL */
+HD_API size_t hd_tensor_cols(const hd_tensor *t); /* 0 for NULL */
+
+/* Copies rows*cols floats, row-major, from src into t. src is not kept. Waits for pending work
+ * that reads t. Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL t, or NULL src with a non-empty
+ * tensor), HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE. */
+HD_API hd_status hd_tensor_write(hd_tensor *t, const float *src);
+
+/* Copies t's rows*cols floats, row-major, into dst. Waits for pending work that writes t; an
+ * error from that work is returned here. Returns HD_OK, HD_ERR_INVALID_ARGUMENT,
+ * HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE. */
+HD_API hd_status hd_tensor_read(const hd_tensor *t, float *dst);
+
+/*
+ * C = alpha*op(A)*op(B) + beta*C, where op(X) is X or its transpose. op(A) is m×k, op(B) k×n,
+ * C m×n. With k = 0, C = beta*C; with m or n = 0 nothing happens. As in BLAS, beta = 0 ignores
+ * the contents of C (NaN included) and alpha = 0 ignores A and B.
+ * c must not be a or b. Returns HD_OK, HD_ERR_INVALID_ARGUMENT, HD_ERR_SHAPE_MISMATCH,
+ * HD_ERR_ALIASING, HD_ERR_WRONG_CONTEXT, or a device error. Does not wait.
+ */
+HD_API hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
+                         const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c);
+
+/*
+ * The LoRA forward pass: y = x*W + scale*(x*A)*B, with x T×in, W in×out, A in×r, B r×out and
+ * y T×out. The low-rank product is never formed as an in×out matrix. r = 0 gives y = x*W.
+ * y must not be any input. Returns as hd_gemm(). Does not wait.
+ */
+HD_API hd_status hd_lora_forward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
+                                 const hd_tensor *a, const hd_tensor *b, float scale,
+                                 hd_tensor *y);
+
+/* y[i][j] = exp(x[i][j] - max_j x[i]) / sum_j exp(x[i][j] - max_j x[i]), per row.
+ * y may be x (in place). Returns as hd_gemm(). Does not wait. */
+HD_API hd_status hd_softmax(hd_context *ctx, const hd_tensor *x, hd_tensor *y);
+
+/* y = (x - mean(row)) / sqrt(var(row) + eps) * gamma + beta, per row; gamma and beta are
+ * 1×cols; var is the biased (population) variance. y may be x. eps must be finite and >= 0.
+ * Returns as hd_gemm(). Does not wait. */
+HD_API hd_status hd_layer_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *gamma,
+                               const hd_tensor *beta, float eps, hd_tensor *y);
+
+/* y = x / sqrt(mean(row of x^2) + eps) * weight, per row; weight is 1×cols. y may be x.
+ * eps must be finite and >= 0. Returns as hd_gemm(). Does not wait. */
+HD_API hd_status hd_rms_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *weight,
+                             float eps, hd_tensor *y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HD_DISPATCH_H */

@@ -1,0 +1,277 @@
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tests/testlib.h"
+
+uint64_t hd_test_seed(void)
+{
+    static bool chosen = false;
+    static uint64_t seed;
+    if (!chosen) {
+        const char *env = getenv("HD_TEST_SEED");
+        if (env != NULL && env[0] != '\0') {
+            seed = strtoull(env, NULL, 0);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+        }
+        chosen = true;
+        fprintf(stderr, "# seed %" PRIu64 " (replay with HD_TEST_SEED=%" PRIu64 ")\n", seed,
+                seed);
+    }
+    return seed;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+hd_rng hd_test_rng(uint64_t salt)
+{
+    hd_rng rng = {hd_test_seed() ^ (salt * 0xd1342543de82ef95u)};
+    splitmix(&rng.state);
+    return rng;
+}
+
+float hd_test_uniform(hd_rng *rng, float lo, float hi)
+{
+    double u = (double)(splitmix(&rng->state) >> 11) * 0x1.0p-53;
+    return (float)(lo + (hi - lo) * u);
+}
+
+void hd_test_fill(hd_rng *rng, float *p, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = hd_test_uniform(rng, lo, hi);
+}
+
+float *hd_test_floats(size_t n)
+{
+    float *p = malloc((n > 0 ? n : 1) * sizeof *p);
+    assert_non_null(p);
+    return p;
+}
+
+double *hd_test_doubles(size_t n)
+{
+    double *p = malloc((n > 0 ? n : 1) * sizeof *p);
+    assert_non_null(p);
+    return p;
+}
+
+hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float *data)
+{
+    hd_tensor *t = NULL;
+    hd_status s = hd_tensor_create(ctx, rows, cols, &t);
+    if (s != HD_OK)
+        fail_msg("hd_tensor_create(%zu, %zu): %s", rows, cols, hd_context_last_error(ctx));
+    if (data != NULL && (s = hd_tensor_write(t, data)) != HD_OK)
+        fail_msg("hd_tensor_write: %s", hd_context_last_error(ctx));
+    return t;
+}
+
+float *hd_test_read(const hd_tensor *t)
+{
+    float *p = hd_test_floats(hd_tensor_rows(t) * hd_tensor_cols(t));
+    hd_status s = hd_tensor_read(t, p);
+    if (s != HD_OK)
+        fail_msg("hd_tensor_read: %s (%s)", hd_status_str(s), hd_status_name(s));
+    return p;
+}
+
+hd_context *hd_test_context(bool cpu_only)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.disable_opencl = cpu_only;
+    opt.no_tune_cache = true;
+    hd_context *ctx = NULL;
+    hd_status s = hd_context_create(&ctx, &opt);
+    if (s != HD_OK)
+        fail_msg("hd_context_create: %s", hd_status_str(s));
+    return ctx;
+}
+
+void hd_ref_gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                 const float *a, const float *b, float beta, const float *c, double *out,
+                 double *bound)
+{
+    for (size_t i = 0; i < m; i++) {
+        for (size_t j = 0; j < n; j++) {
+            double sum = 0.0, mag = 0.0;
+            for (size_t p = 0; p < k; p++) {
+                double av = trans_a ? a[p * m + i] : a[i * k + p];
+                double bv = trans_b ? b[j * k + p] : b[p * n + j];
+                sum += av * bv;
+                mag += fabs(av * bv);
+            }
+            double cv = beta == 0.0f ? 0.0 : (double)beta * c[i * n + j];
+            out[i * n + j] = (double)alpha * sum + cv;
+            if (bound != NULL)
+                bound[i * n + j] = fabs((double)alpha) * mag + fabs(cv);
+        }
+    }
+}
+
+void hd_ref_lora(size_t tokens, size_t in, size_t out, size_t rank, const float *x,
+                 const float *w, const float *a, const float *b, float scale, double *y,
+                 double *bound)
+{
+    double *h = hd_test_doubles(tokens * rank);
+    double *hmag = hd_test_doubles(tokens * rank);
+    for (size_t t = 0; t < tokens; t++) {
+        for (size_t r = 0; r < rank; r++) {
+            double sum = 0.0, mag = 0.0;
+            for (size_t p = 0; p < in; p++) {
+                sum += (double)x[t * in + p] * a[p * rank + r];
+                mag += fabs((double)x[t * in + p] * a[p * rank + r]);
+            }
+            h[t * rank + r] = sum;
+            hmag[t * rank + r] = mag;
+        }
+        for (size_t j = 0; j < out; j++) {
+            double sum = 0.0, mag = 0.0, low = 0.0, lowmag = 0.0;
+            for (size_t p = 0; p < in; p++) {
+                sum += (double)x[t * in + p] * w[p * out + j];
+                mag += fabs((double)x[t * in + p] * w[p * out + j]);
+            }
+            for (size_t r = 0; r < rank; r++) {
+                low += h[t * rank + r] * b[r * out + j];
+                lowmag += hmag[t * rank + r] * fabs((double)b[r * out + j]);
+            }
+            y[t * out + j] = sum + (double)scale * low;
+            if (bound != NULL)
+                bound[t * out + j] = mag + fabs((double)scale) * lowmag;
+        }
+    }
+    free(h);
+    free(hmag);
+}
+
+void hd_ref_softmax(size_t rows, size_t cols, const float *x, double *y)
+{
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x + i * cols;
+        double *yr = y + i * cols;
+        double max = xr[0];
+        bool nan = false;
+        for (size_t j = 0; j < cols; j++) {
+            nan |= isnan(xr[j]);
+            max = xr[j] > max ? xr[j] : max;
+        }
+        double sum = 0.0;
+        for (size_t j = 0; j < cols; j++) {
+            yr[j] = exp((double)xr[j] - max);
+            sum += yr[j];
+        }
+        for (size_t j = 0; j < cols; j++)
+            yr[j] = nan ? NAN : yr[j] / sum;
+    }
+}
+
+void hd_ref_layer_norm(size_t rows, size_t cols, const float *x, const float *gamma,
+                       const float *beta, float eps, double *y)
+{
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x + i * cols;
+        double mean = 0.0, var = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            mean += xr[j];
+        mean /= (double)cols;
+        for (size_t j = 0; j < cols; j++)
+            var += ((double)xr[j] - mean) * ((double)xr[j] - mean);
+        var /= (double)cols;
+        double rstd = 1.0 / sqrt(var + eps);
+        for (size_t j = 0; j < cols; j++)
+            y[i * cols + j] = ((double)xr[j] - mean) * rstd * gamma[j] + beta[j];
+    }
+}
+
+void hd_ref_rms_norm(size_t rows, size_t cols, const float *x, const float *weight, float eps,
+                     double *y)
+{
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x + i * cols;
+        double sq = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            sq += (double)xr[j] * xr[j];
+        double r = 1.0 / sqrt(sq / (double)cols + eps);
+        for (size_t j = 0; j < cols; j++)
+            y[i * cols + j] = (double)xr[j] * r * weight[j];
+    }
+}
+
+static bool special_matches(float got, double want)
+{
+    if (isnan(want))
+        return isnan(got);
+    if (isinf(want))
+        return isinf(got) && (got > 0) == (want > 0);
+    return !isnan(got) && !isinf(got);
+}
+
+void hd_test_expect_close(const char *what, const float *got, const double *want, size_t n,
+                          double atol, double rtol)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!special_matches(got[i], want[i]))
+            fail_msg("%s: element %zu is %g, expected %g", what, i, (double)got[i], want[i]);
+        if (isnan(want[i]) || isinf(want[i]))
+            continue;
+        double err = fabs((double)got[i] - want[i]);
+        if (err > atol + rtol * fabs(want[i]))
+            fail_msg("%s: element %zu is %.9g, expected %.9g (error %.3g > %.3g + %.3g*|ref|)",
+                     what, i, (double)got[i], want[i], err, atol, rtol);
+    }
+}
+
+void hd_test_expect_gemm_close(const char *what, const float *got, const double *want,
+                               const double *bound, size_t n, size_t k, double factor)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!special_matches(got[i], want[i]))
+            fail_msg("%s: element %zu is %g, expected %g", what, i, (double)got[i], want[i]);
+        if (isnan(want[i]) || isinf(want[i]))
+            continue;
+        double tol = factor * (double)(k + 1) * FLT_EPSILON * bound[i] + FLT_MIN;
+        double err = fabs((double)got[i] - want[i]);
+        if (err > tol)
+            fail_msg("%s: element %zu is %.9g, expected %.9g (error %.3g > bound %.3g, k = %zu)",
+                     what, i, (double)got[i], want[i], err, tol, k);
+    }
+}
+
+void hd_test_expect_same(const char *what, const float *got, const float *want, size_t n)
+{
+    if (n > 0 && memcmp(got, want, n * sizeof *got) != 0)
+        fail_msg("%s: the output changed although the call failed", what);
+}
+
+const hd_test_matrix_shape hd_test_row_shapes[] = {
+    {1, 1}, {1, 7}, {7, 1}, {3, 5}, {13, 127}, {5, 1031}, {127, 13}, {2, 4099}, {64, 256},
+};
+const size_t hd_test_row_shape_count = sizeof hd_test_row_shapes / sizeof hd_test_row_shapes[0];
+
+const hd_test_gemm_shape hd_test_gemm_shapes[] = {
+    {1, 1, 1}, {1, 13, 7}, {13, 1, 7}, {7, 13, 1}, {1, 127, 131}, {16, 67, 61},
+    {17, 31, 29}, {64, 64, 64}, {127, 13, 1031}, {33, 127, 257},
+};
+const size_t hd_test_gemm_shape_count =
+    sizeof hd_test_gemm_shapes / sizeof hd_test_gemm_shapes[0];
+
+const hd_test_lora_shape hd_test_lora_shapes[] = {
+    {1, 1, 1, 1}, {1, 13, 7, 3}, {1, 127, 131, 8}, {3, 61, 67, 1}, {16, 64, 64, 16},
+    {17, 31, 29, 5}, {33, 257, 127, 64}, {7, 13, 11, 0},
+};
+const size_t hd_test_lora_shape_count =
+    sizeof hd_test_lora_shapes / sizeof hd_test_lora_shapes[0];

@@ -1,0 +1,92 @@
+/*
+ * What every test suite shares: a seeded random source (a fresh seed each run, printed, and
+ * replayable with HD_TEST_SEED), the float64 reference of every operation, tolerance-aware
+ * comparison, and the list of shapes the suites run over.
+ */
+#ifndef HD_TESTS_TESTLIB_H
+#define HD_TESTS_TESTLIB_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <hd/dispatch.h>
+
+/* ---- random inputs ---- */
+
+/* The run's seed: $HD_TEST_SEED if set, else from the clock. Printed once per process, so a
+ * failing run can be replayed. */
+uint64_t hd_test_seed(void);
+typedef struct hd_rng {
+    uint64_t state;
+} hd_rng;
+/* A generator for one test case: the run's seed mixed with salt, so cases differ. */
+hd_rng hd_test_rng(uint64_t salt);
+float hd_test_uniform(hd_rng *rng, float lo, float hi);
+void hd_test_fill(hd_rng *rng, float *p, size_t n, float lo, float hi);
+/* malloc that fails the test instead of returning NULL; n may be 0. */
+float *hd_test_floats(size_t n);
+double *hd_test_doubles(size_t n);
+
+/* A tensor of ctx holding data (rows*cols floats; NULL leaves zeros). Fails the test on error. */
+hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float *data);
+/* The tensor's contents, read into a new buffer (free it). */
+float *hd_test_read(const hd_tensor *t);
+
+/* A context for tests: CPU only when cpu_only, else whatever this machine has (PoCL in CI). */
+hd_context *hd_test_context(bool cpu_only);
+
+/* ---- float64 reference ---- */
+
+/* C = alpha*op(A)*op(B) + beta*C in double; bound[i] = sum_p |alpha*a_ip*b_pj| + |beta*c_ij|,
+ * the magnitude the rounding error of element i scales with. beta = 0 ignores C (NaN too). */
+void hd_ref_gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                 const float *a, const float *b, float beta, const float *c, double *out,
+                 double *bound);
+/* y = x*W + scale*(x*A)*B; bound as for GEMM over both terms. */
+void hd_ref_lora(size_t tokens, size_t in, size_t out, size_t rank, const float *x,
+                 const float *w, const float *a, const float *b, float scale, double *y,
+                 double *bound);
+void hd_ref_softmax(size_t rows, size_t cols, const float *x, double *y);
+void hd_ref_layer_norm(size_t rows, size_t cols, const float *x, const float *gamma,
+                       const float *beta, float eps, double *y);
+void hd_ref_rms_norm(size_t rows, size_t cols, const float *x, const float *weight, float eps,
+                     double *y);
+
+/* ---- comparison ---- */
+
+/* Fails the test unless |got[i] - want[i]| <= atol + rtol*|want[i]| for every i, where a NaN
+ * must meet a NaN and an infinity the same infinity. what names the case in the message. */
+void hd_test_expect_close(const char *what, const float *got, const double *want, size_t n,
+                          double atol, double rtol);
+/* The GEMM bound: |got - want| <= factor * k * FLT_EPSILON * bound[i] (+ a denormal floor). */
+void hd_test_expect_gemm_close(const char *what, const float *got, const double *want,
+                               const double *bound, size_t n, size_t k, double factor);
+/* Fails unless the two buffers are bit-identical (outputs untouched after an error). */
+void hd_test_expect_same(const char *what, const float *got, const float *want, size_t n);
+
+/* ---- shapes ---- */
+
+typedef struct hd_test_matrix_shape {
+    size_t rows, cols;
+} hd_test_matrix_shape;
+typedef struct hd_test_gemm_shape {
+    size_t m, n, k;
+} hd_test_gemm_shape;
+typedef struct hd_test_lora_shape {
+    size_t tokens, in, out, rank;
+} hd_test_lora_shape;
+
+/* Small enough for PoCL on two cores, odd and prime, 1-row and 1-column, and rows longer than
+ * a work-group. Empty shapes are tested separately. */
+extern const hd_test_matrix_shape hd_test_row_shapes[];
+extern const size_t hd_test_row_shape_count;
+extern const hd_test_gemm_shape hd_test_gemm_shapes[];
+extern const size_t hd_test_gemm_shape_count;
+extern const hd_test_lora_shape hd_test_lora_shapes[];
+extern const size_t hd_test_lora_shape_count;
+
+#endif
