@@ -25,7 +25,8 @@ typedef struct hd_gemm_args {
     float alpha, beta;
     const hd_tensor *a, *b;
     hd_tensor *c;
-    size_t m, n, k; /* op(A) is m×k, op(B) k×n, C m×n */
+    size_t m, n, k;      /* op(A) is m×k, op(B) k×n, C m×n */
+    const char *variant; /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
 } hd_gemm_args;
 
 typedef struct hd_lora_args {
@@ -33,6 +34,7 @@ typedef struct hd_lora_args {
     float scale;
     hd_tensor *y;
     size_t tokens, in, out, rank; /* x tokens×in, W in×out, A in×rank, B rank×out */
+    const char *variant;          /* as for GEMM */
 } hd_lora_args;
 
 /* Softmax, layer norm and RMS norm: one row at a time, y may be x. */
@@ -43,6 +45,7 @@ typedef struct hd_row_args {
     float eps;
     hd_tensor *y;
     size_t rows, cols;
+    const char *variant; /* as for GEMM */
 } hd_row_args;
 
 /* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
@@ -64,6 +67,11 @@ typedef struct hd_backend_impl {
 
     /* Whether the backend takes this shape; NULL: every shape its slot takes. (optional) */
     bool (*supports)(void *state, hd_op op, const hd_shape *shape);
+
+    /* Lists up to max kernel-parameter variants worth timing for (op, shape), as strings the
+     * slots accept in args->variant; returns how many. The autotuner times each. (optional) */
+    size_t (*variants)(void *state, hd_op op, const hd_shape *shape, const char **out,
+                       size_t max);
 
     /* Builds or compiles whatever the first call would. (optional) */
     hd_status (*warmup)(void *state, hd_context *ctx);
