@@ -99,8 +99,11 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
 
 hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
 {
-    if (out == NULL)
+    if (out == NULL) {
+        hd__error_keep_create(HD_ERR_INVALID_ARGUMENT,
+                              "invalid argument: hd_context_create: context pointer is NULL");
         return HD_ERR_INVALID_ARGUMENT;
+    }
     *out = NULL;
     hd_context_options defaults;
     if (opt == NULL) {
@@ -109,8 +112,10 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
     }
 
     hd_context *ctx = calloc(1, sizeof *ctx);
-    if (ctx == NULL)
+    if (ctx == NULL) {
+        hd__error_keep_create(HD_ERR_OUT_OF_MEMORY, NULL);
         return HD_ERR_OUT_OF_MEMORY;
+    }
 
     hd_status s = open_device(ctx, opt);
     if (s == HD_OK)
@@ -124,6 +129,7 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
         s = hd__tune_open(ctx, opt);
     if (s == HD_OK && opt->warmup)
         s = hd_context_warmup(ctx);
+    hd__error_keep_create(s, ctx->last_error);
     if (s != HD_OK) {
         hd_context_destroy(ctx);
         return s;

@@ -34,7 +34,22 @@ void hd__error_clear(hd_context *ctx)
         ctx->last_error[0] = '\0';
 }
 
+/* A failed hd_context_create() destroys its context, and with it the message; the message
+ * is kept here instead, one per thread, as contexts are used by one thread at a time. */
+static _Thread_local char create_error[HD_ERROR_CAPACITY];
+
+void hd__error_keep_create(hd_status status, const char *detail)
+{
+    if (status == HD_OK)
+        create_error[0] = '\0';
+    else if (detail != NULL && detail[0] != '\0')
+        snprintf(create_error, sizeof create_error, "%s", detail);
+    else
+        snprintf(create_error, sizeof create_error, "%s: hd_context_create failed",
+                 hd_status_str(status));
+}
+
 const char *hd_context_last_error(const hd_context *ctx)
 {
-    return ctx == NULL ? "" : ctx->last_error;
+    return ctx == NULL ? create_error : ctx->last_error;
 }

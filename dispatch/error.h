@@ -20,4 +20,8 @@ void hd__error_append(hd_context *ctx, const char *text);
 /* Clears the last error: called at the start of every public operation. */
 void hd__error_clear(hd_context *ctx);
 
+/* Records the outcome of hd_context_create() for hd_context_last_error(NULL): HD_OK clears
+ * it; an error keeps detail (the dying context's message; NULL or "": the status text). */
+void hd__error_keep_create(hd_status status, const char *detail);
+
 #endif

@@ -121,7 +121,8 @@ HD_API void hd_context_options_init(hd_context_options *opt);
  * cache is reported through hd_context_last_error() and ignored.
  *
  * opt may be NULL for the defaults. On success *ctx owns everything it created; free it with
- * hd_context_destroy(). On failure *ctx is set to NULL.
+ * hd_context_destroy(). On failure *ctx is set to NULL and hd_context_last_error(NULL) gives
+ * the detail.
  *
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (ctx NULL, a malformed backend or device
  * specification; the message says which), HD_ERR_OUT_OF_MEMORY.
@@ -133,7 +134,9 @@ HD_API hd_status hd_context_create(hd_context **ctx, const hd_context_options *o
 HD_API void hd_context_destroy(hd_context *ctx);
 
 /* The detail of the most recent failure on ctx, or "" if none happened. The string is owned
- * by the context and valid until its next call. NULL ctx gives "". */
+ * by the context and valid until its next call. NULL ctx gives the detail of this thread's
+ * most recent failed hd_context_create() (which has no context left to keep it on), or "" if
+ * the last one succeeded or none was made. */
 HD_API const char *hd_context_last_error(const hd_context *ctx);
 
 /* Name of the OpenCL device the context uses, or "none" without one. Owned by the context. */
