@@ -1,0 +1,155 @@
+/* The benchmark suites as data, and the per-case figures (name, FLOPs, minimum bytes). */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/suites.h"
+
+#define GEMM(m, n, k) {HD_OP_GEMM, {.dim = {(m), (n), (k)}}}
+#define GEMM_T(m, n, k, ta, tb) {HD_OP_GEMM, {.dim = {(m), (n), (k)}, .trans_a = ta, .trans_b = tb}}
+#define LORA(t, in, out, r) {HD_OP_LORA, {.dim = {(t), (in), (out), (r)}}}
+#define ROWS(op, r, c) {op, {.dim = {(r), (c)}}}
+
+/* The shapes of the original comparison: one-token LoRA at three widths, a rank sweep at
+ * 1024², and the row ops on 64×1024. */
+static const hd_bench_case seed_cases[] = {
+    LORA(1, 512, 512, 8),
+    LORA(1, 1024, 1024, 8),
+    LORA(1, 2048, 2048, 8),
+    LORA(1, 1024, 1024, 4),
+    LORA(1, 1024, 1024, 16),
+    LORA(1, 1024, 1024, 32),
+    LORA(1, 1024, 1024, 64),
+    ROWS(HD_OP_SOFTMAX, 64, 1024),
+    ROWS(HD_OP_LAYER_NORM, 64, 1024),
+    ROWS(HD_OP_RMS_NORM, 64, 1024),
+};
+
+static const hd_bench_case train_cases[] = {
+    LORA(4096, 4096, 4096, 16),
+    ROWS(HD_OP_SOFTMAX, 4096, 4096),
+    ROWS(HD_OP_SOFTMAX, 32768, 1024),
+    ROWS(HD_OP_LAYER_NORM, 8192, 4096),
+    ROWS(HD_OP_LAYER_NORM, 32768, 1024),
+    ROWS(HD_OP_RMS_NORM, 8192, 4096),
+    ROWS(HD_OP_RMS_NORM, 32768, 1024),
+};
+
+static const hd_bench_case gemm_cases[] = {
+    GEMM(64, 64, 64),
+    GEMM(128, 128, 128),
+    GEMM(256, 256, 256),
+    GEMM(512, 512, 512),
+    GEMM(1024, 1024, 1024),
+    GEMM(2048, 2048, 2048),
+    GEMM(4096, 4096, 4096),
+    GEMM(8192, 8192, 8192),
+    GEMM(1, 4096, 4096),
+    GEMM(16, 4096, 4096),
+    GEMM(8192, 4096, 4096),
+};
+
+/* Odd and prime sizes, a transposed GEMM, a 1-row op: every op, seconds on PoCL. */
+static const hd_bench_case ci_cases[] = {
+    GEMM(17, 33, 9),
+    GEMM_T(31, 7, 64, true, false),
+    GEMM_T(1, 64, 48, false, true),
+    LORA(1, 64, 48, 4),
+    LORA(5, 37, 29, 3),
+    ROWS(HD_OP_SOFTMAX, 3, 100),
+    ROWS(HD_OP_LAYER_NORM, 7, 129),
+    ROWS(HD_OP_RMS_NORM, 1, 1000),
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static const hd_bench_suite suites[] = {
+    {"seed", "one-token LoRA and 64x1024 row ops (the original comparison)", seed_cases,
+     COUNT(seed_cases)},
+    {"train", "fine-tuning sizes: 4096 tokens, long and many rows", train_cases,
+     COUNT(train_cases)},
+    {"gemm", "square 64..8192 and 1/16/8192 tokens over a 4096x4096 weight", gemm_cases,
+     COUNT(gemm_cases)},
+    {"ci", "small odd shapes for continuous integration", ci_cases, COUNT(ci_cases)},
+};
+
+const hd_bench_suite *hd__bench_suites(size_t *count)
+{
+    if (count != NULL)
+        *count = COUNT(suites);
+    return suites;
+}
+
+const hd_bench_suite *hd__bench_suite_find(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < COUNT(suites); i++)
+        if (strcmp(suites[i].name, name) == 0)
+            return &suites[i];
+    return NULL;
+}
+
+int hd__bench_case_name(const hd_bench_case *c, char *buf, size_t cap)
+{
+    const size_t *d = c->shape.dim;
+    switch (c->op) {
+    case HD_OP_GEMM:
+        if (c->shape.trans_a || c->shape.trans_b)
+            return snprintf(buf, cap, "gemm %zux%zux%zu %c%c", d[0], d[1], d[2],
+                            c->shape.trans_a ? 'T' : 'N', c->shape.trans_b ? 'T' : 'N');
+        return snprintf(buf, cap, "gemm %zux%zux%zu", d[0], d[1], d[2]);
+    case HD_OP_LORA:
+        return snprintf(buf, cap, "lora %zux%zux%zu r%zu", d[0], d[1], d[2], d[3]);
+    default:
+        return snprintf(buf, cap, "%s %zux%zu", hd_op_name(c->op), d[0], d[1]);
+    }
+}
+
+double hd__bench_case_flops(const hd_bench_case *c)
+{
+    double a = (double)c->shape.dim[0], b = (double)c->shape.dim[1];
+    double e = (double)c->shape.dim[2], r = (double)c->shape.dim[3];
+    switch (c->op) {
+    case HD_OP_GEMM:
+        return 2.0 * a * b * e;
+    case HD_OP_LORA: /* x*W, x*A, (xA)*B, and the scaled add */
+        return 2.0 * a * b * e + 2.0 * a * b * r + 2.0 * a * r * e + 2.0 * a * e;
+    case HD_OP_SOFTMAX: /* max, subtract, exp, sum, divide */
+        return 5.0 * a * b;
+    case HD_OP_LAYER_NORM: /* mean, variance, normalise, scale, shift */
+        return 7.0 * a * b;
+    case HD_OP_RMS_NORM:
+        return 4.0 * a * b;
+    default:
+        return 0.0;
+    }
+}
+
+double hd__bench_case_elements(const hd_bench_case *c)
+{
+    double a = (double)c->shape.dim[0], b = (double)c->shape.dim[1];
+    double e = (double)c->shape.dim[2], r = (double)c->shape.dim[3];
+    switch (c->op) {
+    case HD_OP_GEMM: /* A m×k, B k×n, C m×n */
+        return a * e + e * b + a * b;
+    case HD_OP_LORA: /* x T×in, W in×out, A in×r, B r×out, y T×out */
+        return a * b + b * e + b * r + r * e + a * e;
+    case HD_OP_SOFTMAX:
+        return 2.0 * a * b;
+    case HD_OP_LAYER_NORM:
+        return 2.0 * a * b + 2.0 * b;
+    case HD_OP_RMS_NORM:
+        return 2.0 * a * b + b;
+    default:
+        return 0.0;
+    }
+}
+
+double hd__bench_case_bytes(const hd_bench_case *c)
+{
+    /* beta = 0 in the benchmark, so C is written and never read: every tensor moves once. */
+    return 4.0 * hd__bench_case_elements(c);
+}
+
+int hd__bench_case_compute_bound(const hd_bench_case *c)
+{
+    return c->op == HD_OP_GEMM || c->op == HD_OP_LORA;
+}

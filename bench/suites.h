@@ -1,0 +1,57 @@
+/*
+ * The benchmark suites: named lists of cases, data only, shared by dispatch-bench and
+ * dispatch-autotune (and, through `dispatch-bench --list-cases --json`, by the peer scripts).
+ *
+ *   seed   the shapes of the original comparison: LoRA forward with one token, softmax and the
+ *          norms on 64×1024
+ *   train  LoRA fine-tuning sizes: 4096 tokens, 4096-wide rows, 32768 short rows
+ *   gemm   square 64..8192 and the token-count sweep over a 4096×4096 weight
+ *   ci     a few small odd shapes that run in seconds on PoCL
+ *
+ * A case is an operation and its shape, as the dispatcher keys it (backends/backend.h): GEMM
+ * dim = {m, n, k} with transposes (C m×n = op(A) m×k · op(B) k×n); LoRA dim = {tokens, in,
+ * out, rank}; softmax, layer norm and RMS norm dim = {rows, cols}.
+ *
+ * Not part of the library: each tool compiles bench/suites.c into itself (in meson,
+ * `files('../../bench/suites.c')` from autotune/tool/, or the `bench_suites_src` variable).
+ */
+#ifndef HD_BENCH_SUITES_H
+#define HD_BENCH_SUITES_H
+
+#include <stddef.h>
+
+#include "backends/backend.h"
+
+typedef struct hd_bench_case {
+    hd_op op;
+    hd_shape shape;
+} hd_bench_case;
+
+typedef struct hd_bench_suite {
+    const char *name;
+    const char *description;
+    const hd_bench_case *cases;
+    size_t count;
+} hd_bench_suite;
+
+/* Every suite, in the order "seed", "train", "gemm", "ci". */
+const hd_bench_suite *hd__bench_suites(size_t *count);
+/* The suite of that name, or NULL. */
+const hd_bench_suite *hd__bench_suite_find(const char *name);
+
+/* A case's stable name, the key that joins results with peers: "gemm 1x4096x4096" (m×n×k, with
+ * " TN"-style suffix when a side is transposed), "lora 1x1024x1024 r8" (tokens×in×out),
+ * "softmax 64x1024" (rows×cols). Returns what snprintf returns. */
+int hd__bench_case_name(const hd_bench_case *c, char *buf, size_t cap);
+
+/* Floating-point operations of one call (2 per multiply-add; the row ops count their
+ * arithmetic per element): the GFLOP/s figure. */
+double hd__bench_case_flops(const hd_bench_case *c);
+/* The fewest bytes one call must move: each input read once, the output written once. */
+double hd__bench_case_bytes(const hd_bench_case *c);
+/* Floats held by the inputs and the output of one call. */
+double hd__bench_case_elements(const hd_bench_case *c);
+/* Whether the op is reported in GFLOP/s (GEMM, LoRA) rather than only GB/s. */
+int hd__bench_case_compute_bound(const hd_bench_case *c);
+
+#endif
