@@ -1,0 +1,669 @@
+/*
+ * Every operation on the CPU backend (a context with OpenCL disabled) against the float64
+ * reference: the shared shape lists, all four GEMM transposes, BLAS semantics for alpha, beta
+ * and empty shapes, in-place row operations, NaN and infinity propagation, and inputs large
+ * enough that the row kernels split rows across threads.
+ *
+ * Tolerances: GEMM and LoRA use the rounding bound k*FLT_EPSILON*sum|a||b| (factor below).
+ * Softmax: |err| <= 1e-9 + 1e-5*|ref| (exp and the normalisation each lose a few ulps; the
+ * sum is accumulated in double). Layer norm and RMS norm: |err| <= 1e-5 + 1e-5*|ref| for
+ * inputs in [-2, 2] (the mean and 1/sigma are rounded to float once each).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tests/testlib.h"
+
+#define GEMM_FACTOR 1.0
+#define SOFTMAX_ATOL 1e-9
+#define SOFTMAX_RTOL 1e-5
+#define NORM_ATOL 1e-5
+#define NORM_RTOL 1e-5
+#define NORM_EPS 1e-5f
+
+/* More elements than HD_CPU_PARALLEL_ELEMENTS (65536) in backends/cpu/rows.c, over many rows,
+ * so the OpenMP path runs; odd sizes so the rows do not split evenly across threads. */
+#define PARALLEL_ROWS 257
+#define PARALLEL_COLS 521
+
+static int setup(void **state)
+{
+    *state = hd_test_context(true);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    hd_context_destroy(*state);
+    return 0;
+}
+
+static void expect_ok(hd_context *ctx, hd_status s, const char *what)
+{
+    if (s != HD_OK)
+        fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+}
+
+static void fill_nan(float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = NAN;
+}
+
+/* ---- GEMM ---- */
+
+typedef struct gemm_case {
+    bool trans_a, trans_b;
+    size_t m, n, k;
+    float alpha, beta;
+} gemm_case;
+
+/* Runs one GEMM on random data (with optional NaN/Inf planted by poke) and compares. */
+static void check_gemm(hd_context *ctx, const gemm_case *gc, uint64_t salt,
+                       void (*poke)(float *a, float *b, float *c, const gemm_case *gc))
+{
+    size_t na = gc->m * gc->k, nb = gc->k * gc->n, nc = gc->m * gc->n;
+    float *a = hd_test_floats(na), *b = hd_test_floats(nb), *c = hd_test_floats(nc);
+    hd_rng rng = hd_test_rng(salt);
+    hd_test_fill(&rng, a, na, -1.0f, 1.0f);
+    hd_test_fill(&rng, b, nb, -1.0f, 1.0f);
+    hd_test_fill(&rng, c, nc, -1.0f, 1.0f);
+    if (poke != NULL)
+        poke(a, b, c, gc);
+
+    hd_tensor *ta = hd_test_tensor(ctx, gc->trans_a ? gc->k : gc->m,
+                                   gc->trans_a ? gc->m : gc->k, a);
+    hd_tensor *tb = hd_test_tensor(ctx, gc->trans_b ? gc->n : gc->k,
+                                   gc->trans_b ? gc->k : gc->n, b);
+    hd_tensor *tc = hd_test_tensor(ctx, gc->m, gc->n, c);
+
+    char what[160];
+    snprintf(what, sizeof what, "gemm %s%s m=%zu n=%zu k=%zu alpha=%g beta=%g",
+             gc->trans_a ? "T" : "N", gc->trans_b ? "T" : "N", gc->m, gc->n, gc->k,
+             (double)gc->alpha, (double)gc->beta);
+    expect_ok(ctx, hd_gemm(ctx, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc),
+              what);
+
+    double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
+    hd_ref_gemm(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, gc->alpha, a, b, gc->beta, c,
+                want, bound);
+    float *got = hd_test_read(tc);
+    hd_test_expect_gemm_close(what, got, want, bound, nc, gc->k, GEMM_FACTOR);
+
+    free(got);
+    free(want);
+    free(bound);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(tc);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_gemm_matches_reference_on_every_shape_and_transpose(void **state)
+{
+    hd_context *ctx = *state;
+    for (size_t i = 0; i < hd_test_gemm_shape_count; i++) {
+        const hd_test_gemm_shape *s = &hd_test_gemm_shapes[i];
+        for (int t = 0; t < 4; t++) {
+            gemm_case gc = {.trans_a = t & 1, .trans_b = t & 2, .m = s->m, .n = s->n,
+                            .k = s->k, .alpha = 1.0f, .beta = 0.0f};
+            check_gemm(ctx, &gc, i * 4 + (uint64_t)t, NULL);
+        }
+    }
+}
+
+static void test_gemm_matches_reference_for_alpha_and_beta_values(void **state)
+{
+    hd_context *ctx = *state;
+    static const float alphas[] = {1.0f, -1.0f, 0.5f, 2.75f};
+    static const float betas[] = {0.0f, 1.0f, -0.5f, 3.0f};
+    static const hd_test_gemm_shape shapes[] = {{17, 31, 29}, {1, 13, 7}, {13, 1, 7}};
+    uint64_t salt = 1000;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t i = 0; i < sizeof alphas / sizeof alphas[0]; i++)
+            for (size_t j = 0; j < sizeof betas / sizeof betas[0]; j++)
+                for (int t = 0; t < 4; t++) {
+                    gemm_case gc = {.trans_a = t & 1, .trans_b = t & 2, .m = shapes[s].m,
+                                    .n = shapes[s].n, .k = shapes[s].k, .alpha = alphas[i],
+                                    .beta = betas[j]};
+                    check_gemm(ctx, &gc, salt++, NULL);
+                }
+}
+
+static void test_gemm_large_matches_reference(void **state)
+{
+    gemm_case gc = {.m = 203, .n = 257, .k = 311, .alpha = 0.75f, .beta = -1.25f};
+    for (int t = 0; t < 4; t++) {
+        gc.trans_a = t & 1;
+        gc.trans_b = t & 2;
+        check_gemm(*state, &gc, 2000 + (uint64_t)t, NULL);
+    }
+}
+
+/* Runs one GEMM whose result is exactly beta*C (or zeros), whatever A and B hold. */
+static void check_gemm_scale_only(hd_context *ctx, size_t m, size_t n, size_t k, float alpha,
+                                  float beta, bool nan_inputs, bool nan_c, const char *what)
+{
+    hd_rng rng = hd_test_rng(3000 + m * 31 + k);
+    float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n), *c = hd_test_floats(m * n);
+    hd_test_fill(&rng, a, m * k, -1.0f, 1.0f);
+    hd_test_fill(&rng, b, k * n, -1.0f, 1.0f);
+    hd_test_fill(&rng, c, m * n, -1.0f, 1.0f);
+    if (nan_inputs) {
+        fill_nan(a, m * k);
+        if (k * n > 0)
+            b[k * n / 2] = INFINITY;
+    }
+    if (nan_c)
+        fill_nan(c, m * n);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        hd_tensor *xa = hd_test_tensor(ctx, ta ? k : m, ta ? m : k, a);
+        hd_tensor *xb = hd_test_tensor(ctx, tb ? n : k, tb ? k : n, b);
+        hd_tensor *xc = hd_test_tensor(ctx, m, n, c);
+        expect_ok(ctx, hd_gemm(ctx, ta, tb, alpha, xa, xb, beta, xc), what);
+        double *want = hd_test_doubles(m * n);
+        for (size_t i = 0; i < m * n; i++)
+            want[i] = beta == 0.0f ? 0.0 : (double)(beta * c[i]);
+        float *got = hd_test_read(xc);
+        hd_test_expect_close(what, got, want, m * n, 0.0, 0.0);
+        free(got);
+        free(want);
+        hd_tensor_destroy(xa);
+        hd_tensor_destroy(xb);
+        hd_tensor_destroy(xc);
+    }
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_gemm_beta_zero_ignores_nan_in_c(void **state)
+{
+    hd_context *ctx = *state;
+    gemm_case gc = {.m = 16, .n = 67, .k = 61, .alpha = 1.5f, .beta = 0.0f};
+    for (int t = 0; t < 4; t++) {
+        gc.trans_a = t & 1;
+        gc.trans_b = t & 2;
+        /* The reference ignores C when beta = 0, so NaN in C must not reach the result. */
+        check_gemm(ctx, &gc, 4000 + (uint64_t)t, NULL);
+    }
+    hd_rng rng = hd_test_rng(4100);
+    float *a = hd_test_floats(7 * 5), *b = hd_test_floats(5 * 3), *c = hd_test_floats(7 * 3);
+    hd_test_fill(&rng, a, 35, -1.0f, 1.0f);
+    hd_test_fill(&rng, b, 15, -1.0f, 1.0f);
+    fill_nan(c, 21);
+    hd_tensor *ta = hd_test_tensor(ctx, 7, 5, a), *tb = hd_test_tensor(ctx, 5, 3, b);
+    hd_tensor *tc = hd_test_tensor(ctx, 7, 3, c);
+    expect_ok(ctx, hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.0f, tc), "gemm beta=0, NaN in C");
+    double want[21], bound[21];
+    hd_ref_gemm(false, false, 7, 3, 5, 1.0f, a, b, 0.0f, c, want, bound);
+    float *got = hd_test_read(tc);
+    hd_test_expect_gemm_close("gemm beta=0, NaN in C", got, want, bound, 21, 5, GEMM_FACTOR);
+    free(got);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(tc);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_gemm_alpha_zero_ignores_nan_in_a_and_b(void **state)
+{
+    check_gemm_scale_only(*state, 13, 7, 5, 0.0f, -0.5f, true, false, "gemm alpha=0, NaN in A");
+    check_gemm_scale_only(*state, 13, 7, 5, 0.0f, 0.0f, true, true,
+                          "gemm alpha=0 beta=0, NaN everywhere");
+}
+
+static void test_gemm_k_zero_gives_beta_times_c(void **state)
+{
+    check_gemm_scale_only(*state, 13, 7, 0, 1.0f, 2.5f, false, false, "gemm k=0 beta=2.5");
+    check_gemm_scale_only(*state, 1, 1, 0, 1.0f, 1.0f, false, false, "gemm 1x1 k=0 beta=1");
+    check_gemm_scale_only(*state, 5, 3, 0, 1.0f, 0.0f, false, true, "gemm k=0 beta=0, NaN in C");
+}
+
+static void test_gemm_empty_m_or_n_is_a_no_op(void **state)
+{
+    hd_context *ctx = *state;
+    static const hd_test_gemm_shape shapes[] = {{0, 5, 3}, {5, 0, 3}, {0, 0, 3}, {0, 0, 0}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        size_t m = shapes[i].m, n = shapes[i].n, k = shapes[i].k;
+        float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n);
+        hd_rng rng = hd_test_rng(5000 + i);
+        hd_test_fill(&rng, a, m * k, -1.0f, 1.0f);
+        hd_test_fill(&rng, b, k * n, -1.0f, 1.0f);
+        hd_tensor *ta = hd_test_tensor(ctx, m, k, a), *tb = hd_test_tensor(ctx, k, n, b);
+        hd_tensor *tc = hd_test_tensor(ctx, m, n, NULL);
+        assert_int_equal(hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.5f, tc), HD_OK);
+        assert_int_equal(hd_tensor_rows(tc), m);
+        assert_int_equal(hd_tensor_cols(tc), n);
+        /* The inputs are untouched. */
+        float *got_a = hd_test_read(ta), *got_b = hd_test_read(tb);
+        hd_test_expect_same("gemm empty: a", got_a, a, m * k);
+        hd_test_expect_same("gemm empty: b", got_b, b, k * n);
+        free(got_a);
+        free(got_b);
+        hd_tensor_destroy(ta);
+        hd_tensor_destroy(tb);
+        hd_tensor_destroy(tc);
+        free(a);
+        free(b);
+    }
+}
+
+static void poke_nan_inf(float *a, float *b, float *c, const gemm_case *gc)
+{
+    a[0] = NAN;                     /* one element of A: a row (or column) of C turns NaN */
+    b[gc->k * gc->n - 1] = INFINITY; /* one element of B: infinities in one column of C */
+    c[gc->m * gc->n / 2] = -INFINITY;
+}
+
+static void test_gemm_propagates_nan_and_inf_like_reference(void **state)
+{
+    for (int t = 0; t < 4; t++) {
+        gemm_case gc = {.trans_a = t & 1, .trans_b = t & 2, .m = 17, .n = 31, .k = 29,
+                        .alpha = 1.0f, .beta = 1.0f};
+        check_gemm(*state, &gc, 6000 + (uint64_t)t, poke_nan_inf);
+    }
+}
+
+/* ---- LoRA ---- */
+
+static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
+                       float scale, uint64_t salt, bool plant_nan)
+{
+    hd_rng rng = hd_test_rng(salt);
+    float *x = hd_test_floats(tokens * in), *w = hd_test_floats(in * out);
+    float *a = hd_test_floats(in * rank), *b = hd_test_floats(rank * out);
+    float *y = hd_test_floats(tokens * out);
+    hd_test_fill(&rng, x, tokens * in, -1.0f, 1.0f);
+    hd_test_fill(&rng, w, in * out, -1.0f, 1.0f);
+    hd_test_fill(&rng, a, in * rank, -1.0f, 1.0f);
+    hd_test_fill(&rng, b, rank * out, -1.0f, 1.0f);
+    fill_nan(y, tokens * out); /* y is write-only: its old contents never matter */
+    if (plant_nan) {
+        x[0] = NAN;
+        w[in * out - 1] = INFINITY;
+    }
+
+    hd_tensor *tx = hd_test_tensor(ctx, tokens, in, x), *tw = hd_test_tensor(ctx, in, out, w);
+    hd_tensor *ta = hd_test_tensor(ctx, in, rank, a), *tb = hd_test_tensor(ctx, rank, out, b);
+    hd_tensor *ty = hd_test_tensor(ctx, tokens, out, y);
+    char what[160];
+    snprintf(what, sizeof what, "lora tokens=%zu in=%zu out=%zu rank=%zu scale=%g", tokens, in,
+             out, rank, (double)scale);
+    expect_ok(ctx, hd_lora_forward(ctx, tx, tw, ta, tb, scale, ty), what);
+
+    size_t n = tokens * out;
+    double *want = hd_test_doubles(n), *bound = hd_test_doubles(n);
+    hd_ref_lora(tokens, in, out, rank, x, w, a, b, scale, want, bound);
+    float *got = hd_test_read(ty);
+    /* Two chained products: the low-rank path rounds h = x*A, then h*B; in + rank terms. */
+    hd_test_expect_gemm_close(what, got, want, bound, n, in + rank, GEMM_FACTOR);
+
+    free(got);
+    free(want);
+    free(bound);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(tw);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(ty);
+    free(x);
+    free(w);
+    free(a);
+    free(b);
+    free(y);
+}
+
+static void test_lora_matches_reference_on_every_shape(void **state)
+{
+    static const float scales[] = {1.0f, 0.5f, -2.0f};
+    for (size_t i = 0; i < hd_test_lora_shape_count; i++) {
+        const hd_test_lora_shape *s = &hd_test_lora_shapes[i];
+        for (size_t j = 0; j < sizeof scales / sizeof scales[0]; j++)
+            check_lora(*state, s->tokens, s->in, s->out, s->rank, scales[j], 7000 + i * 8 + j,
+                       false);
+    }
+}
+
+static void test_lora_rank_zero_is_x_times_w(void **state)
+{
+    check_lora(*state, 7, 13, 11, 0, 2.0f, 7500, false);
+    check_lora(*state, 1, 1, 1, 0, 1.0f, 7501, false);
+}
+
+static void test_lora_large_matches_reference(void **state)
+{
+    check_lora(*state, 64, 384, 320, 16, 0.25f, 7600, false);
+}
+
+static void test_lora_propagates_nan_and_inf_like_reference(void **state)
+{
+    check_lora(*state, 5, 13, 11, 3, 1.0f, 7700, true);
+}
+
+static void test_lora_in_zero_gives_zeros(void **state)
+{
+    hd_context *ctx = *state;
+    float y[3 * 4];
+    fill_nan(y, 12);
+    float b[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8};
+    hd_tensor *tx = hd_test_tensor(ctx, 3, 0, NULL), *tw = hd_test_tensor(ctx, 0, 4, NULL);
+    hd_tensor *ta = hd_test_tensor(ctx, 0, 2, NULL), *tb = hd_test_tensor(ctx, 2, 4, b);
+    hd_tensor *ty = hd_test_tensor(ctx, 3, 4, y);
+    expect_ok(ctx, hd_lora_forward(ctx, tx, tw, ta, tb, 1.0f, ty), "lora in=0");
+    double want[12] = {0};
+    float *got = hd_test_read(ty);
+    hd_test_expect_close("lora in=0", got, want, 12, 0.0, 0.0);
+    free(got);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(tw);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(ty);
+}
+
+static void test_lora_empty_tokens_or_out_is_a_no_op(void **state)
+{
+    hd_context *ctx = *state;
+    static const hd_test_lora_shape shapes[] = {{0, 5, 4, 2}, {3, 5, 0, 2}, {0, 0, 0, 0}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const hd_test_lora_shape *s = &shapes[i];
+        hd_tensor *tx = hd_test_tensor(ctx, s->tokens, s->in, NULL);
+        hd_tensor *tw = hd_test_tensor(ctx, s->in, s->out, NULL);
+        hd_tensor *ta = hd_test_tensor(ctx, s->in, s->rank, NULL);
+        hd_tensor *tb = hd_test_tensor(ctx, s->rank, s->out, NULL);
+        hd_tensor *ty = hd_test_tensor(ctx, s->tokens, s->out, NULL);
+        assert_int_equal(hd_lora_forward(ctx, tx, tw, ta, tb, 1.0f, ty), HD_OK);
+        assert_int_equal(hd_tensor_rows(ty) * hd_tensor_cols(ty), 0);
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(tw);
+        hd_tensor_destroy(ta);
+        hd_tensor_destroy(tb);
+        hd_tensor_destroy(ty);
+    }
+}
+
+/* ---- row operations ---- */
+
+typedef enum row_op { ROW_SOFTMAX, ROW_LAYER_NORM, ROW_RMS_NORM } row_op;
+
+static const char *const row_op_names[] = {"softmax", "layer_norm", "rms_norm"};
+
+/* x gets values in [lo, hi]; poke may plant specials; in_place runs with y == x. */
+static void check_row_op(hd_context *ctx, row_op op, size_t rows, size_t cols, float lo,
+                         float hi, float eps, bool in_place, uint64_t salt,
+                         void (*poke)(float *x, size_t rows, size_t cols))
+{
+    hd_rng rng = hd_test_rng(salt);
+    size_t n = rows * cols;
+    float *x = hd_test_floats(n), *gamma = hd_test_floats(cols), *beta = hd_test_floats(cols);
+    hd_test_fill(&rng, x, n, lo, hi);
+    hd_test_fill(&rng, gamma, cols, 0.5f, 1.5f);
+    hd_test_fill(&rng, beta, cols, -0.5f, 0.5f);
+    if (poke != NULL)
+        poke(x, rows, cols);
+
+    hd_tensor *tx = hd_test_tensor(ctx, rows, cols, x);
+    hd_tensor *ty = in_place ? tx : hd_test_tensor(ctx, rows, cols, NULL);
+    hd_tensor *tg = hd_test_tensor(ctx, 1, cols, gamma), *tb = hd_test_tensor(ctx, 1, cols, beta);
+    char what[160];
+    snprintf(what, sizeof what, "%s %zu x %zu%s eps=%g", row_op_names[op], rows, cols,
+             in_place ? " in place" : "", (double)eps);
+
+    double *want = hd_test_doubles(n);
+    hd_status s = HD_ERR_INTERNAL;
+    double atol = NORM_ATOL, rtol = NORM_RTOL;
+    switch (op) {
+    case ROW_SOFTMAX:
+        s = hd_softmax(ctx, tx, ty);
+        hd_ref_softmax(rows, cols, x, want);
+        atol = SOFTMAX_ATOL;
+        rtol = SOFTMAX_RTOL;
+        break;
+    case ROW_LAYER_NORM:
+        s = hd_layer_norm(ctx, tx, tg, tb, eps, ty);
+        hd_ref_layer_norm(rows, cols, x, gamma, beta, eps, want);
+        break;
+    case ROW_RMS_NORM:
+        s = hd_rms_norm(ctx, tx, tg, eps, ty);
+        hd_ref_rms_norm(rows, cols, x, gamma, eps, want);
+        break;
+    }
+    expect_ok(ctx, s, what);
+    float *got = hd_test_read(ty);
+    hd_test_expect_close(what, got, want, n, atol, rtol);
+    if (!in_place) { /* the input is untouched */
+        float *got_x = hd_test_read(tx);
+        hd_test_expect_same(what, got_x, x, n);
+        free(got_x);
+    }
+
+    free(got);
+    free(want);
+    if (!in_place)
+        hd_tensor_destroy(ty);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(tg);
+    hd_tensor_destroy(tb);
+    free(x);
+    free(gamma);
+    free(beta);
+}
+
+static void check_row_op_on_every_shape(hd_context *ctx, row_op op, bool in_place)
+{
+    for (size_t i = 0; i < hd_test_row_shape_count; i++) {
+        const hd_test_matrix_shape *s = &hd_test_row_shapes[i];
+        check_row_op(ctx, op, s->rows, s->cols, -2.0f, 2.0f, NORM_EPS, in_place,
+                     8000 + op * 100 + i * 2 + in_place, NULL);
+    }
+}
+
+static void test_softmax_matches_reference_on_every_shape(void **state)
+{
+    check_row_op_on_every_shape(*state, ROW_SOFTMAX, false);
+}
+
+static void test_softmax_in_place_matches_reference(void **state)
+{
+    check_row_op_on_every_shape(*state, ROW_SOFTMAX, true);
+}
+
+static void test_softmax_large_values_are_stable(void **state)
+{
+    /* exp(80) overflows float: only a max-subtracted softmax stays finite here. */
+    check_row_op(*state, ROW_SOFTMAX, 13, 127, 80.0f, 100.0f, 0.0f, false, 8500, NULL);
+    check_row_op(*state, ROW_SOFTMAX, 13, 127, -100.0f, -80.0f, 0.0f, false, 8501, NULL);
+}
+
+static void test_softmax_row_of_one_is_one(void **state)
+{
+    hd_context *ctx = *state;
+    float x[3] = {-50.0f, 0.0f, 1e30f};
+    hd_tensor *tx = hd_test_tensor(ctx, 3, 1, x), *ty = hd_test_tensor(ctx, 3, 1, NULL);
+    expect_ok(ctx, hd_softmax(ctx, tx, ty), "softmax 3 x 1");
+    float *got = hd_test_read(ty);
+    for (int i = 0; i < 3; i++)
+        assert_true(got[i] == 1.0f);
+    free(got);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(ty);
+}
+
+/* Row 0: a NaN; row 1: +inf; row 2: a -inf among finite values; row 3: all -inf; others finite. */
+static void poke_row_specials(float *x, size_t rows, size_t cols)
+{
+    x[0 * cols + cols / 2] = NAN;
+    if (rows > 1)
+        x[1 * cols + cols - 1] = INFINITY;
+    if (rows > 2)
+        x[2 * cols] = -INFINITY;
+    if (rows > 3)
+        for (size_t j = 0; j < cols; j++)
+            x[3 * cols + j] = -INFINITY;
+}
+
+static void test_row_ops_propagate_nan_and_inf_like_reference(void **state)
+{
+    for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
+        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, false, 8600 + op,
+                     poke_row_specials);
+        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, true, 8610 + op,
+                     poke_row_specials);
+    }
+}
+
+static void test_layer_norm_matches_reference_on_every_shape(void **state)
+{
+    check_row_op_on_every_shape(*state, ROW_LAYER_NORM, false);
+}
+
+static void test_layer_norm_in_place_matches_reference(void **state)
+{
+    check_row_op_on_every_shape(*state, ROW_LAYER_NORM, true);
+}
+
+static void test_layer_norm_eps_values_match_reference(void **state)
+{
+    static const float eps[] = {0.0f, 1e-6f, 1e-2f, 1.0f};
+    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
+        check_row_op(*state, ROW_LAYER_NORM, 7, 61, -2.0f, 2.0f, eps[i], false, 8700 + i, NULL);
+}
+
+static void test_layer_norm_large_offset_keeps_precision(void **state)
+{
+    /* Mean 1000, spread 1: E[x^2] - E[x]^2 in float would lose every digit here. */
+    check_row_op(*state, ROW_LAYER_NORM, 13, 1031, 999.0f, 1001.0f, NORM_EPS, false, 8750,
+                 NULL);
+}
+
+static void test_layer_norm_constant_row_gives_beta(void **state)
+{
+    hd_context *ctx = *state;
+    float x[2 * 5] = {3, 3, 3, 3, 3, -7, -7, -7, -7, -7};
+    float gamma[5] = {1, 2, 3, 4, 5}, beta[5] = {0.5f, -1, 2, 0, 7};
+    hd_tensor *tx = hd_test_tensor(ctx, 2, 5, x), *ty = hd_test_tensor(ctx, 2, 5, NULL);
+    hd_tensor *tg = hd_test_tensor(ctx, 1, 5, gamma), *tb = hd_test_tensor(ctx, 1, 5, beta);
+    expect_ok(ctx, hd_layer_norm(ctx, tx, tg, tb, 1e-5f, ty), "layer_norm constant rows");
+    float *got = hd_test_read(ty);
+    for (int i = 0; i < 10; i++)
+        assert_true(got[i] == beta[i % 5]);
+    free(got);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(ty);
+    hd_tensor_destroy(tg);
+    hd_tensor_destroy(tb);
+}
+
+static void test_rms_norm_matches_reference_on_every_shape(void **state)
+{
+    check_row_op_on_every_shape(*state, ROW_RMS_NORM, false);
+}
+
+static void test_rms_norm_in_place_matches_reference(void **state)
+{
+    check_row_op_on_every_shape(*state, ROW_RMS_NORM, true);
+}
+
+static void test_rms_norm_eps_values_match_reference(void **state)
+{
+    static const float eps[] = {0.0f, 1e-6f, 1e-2f, 1.0f};
+    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
+        check_row_op(*state, ROW_RMS_NORM, 7, 61, -2.0f, 2.0f, eps[i], false, 8800 + i, NULL);
+}
+
+static void test_rms_norm_zero_row_gives_zeros(void **state)
+{
+    hd_context *ctx = *state;
+    float x[7] = {0}, w[7] = {1, 2, 3, 4, 5, 6, 7};
+    hd_tensor *tx = hd_test_tensor(ctx, 1, 7, x), *ty = hd_test_tensor(ctx, 1, 7, NULL);
+    hd_tensor *tw = hd_test_tensor(ctx, 1, 7, w);
+    expect_ok(ctx, hd_rms_norm(ctx, tx, tw, 1e-6f, ty), "rms_norm zero row");
+    float *got = hd_test_read(ty);
+    for (int i = 0; i < 7; i++)
+        assert_true(got[i] == 0.0f);
+    free(got);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(ty);
+    hd_tensor_destroy(tw);
+}
+
+static void test_row_ops_parallel_path_matches_reference(void **state)
+{
+    for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
+        check_row_op(*state, op, PARALLEL_ROWS, PARALLEL_COLS, -2.0f, 2.0f, NORM_EPS, false,
+                     8900 + op, NULL);
+        check_row_op(*state, op, PARALLEL_ROWS, PARALLEL_COLS, -2.0f, 2.0f, NORM_EPS, true,
+                     8910 + op, NULL);
+    }
+}
+
+static void test_row_ops_empty_rows_or_cols_are_a_no_op(void **state)
+{
+    hd_context *ctx = *state;
+    static const hd_test_matrix_shape shapes[] = {{0, 7}, {7, 0}, {0, 0}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        size_t rows = shapes[i].rows, cols = shapes[i].cols;
+        hd_tensor *tx = hd_test_tensor(ctx, rows, cols, NULL);
+        hd_tensor *ty = hd_test_tensor(ctx, rows, cols, NULL);
+        hd_tensor *tg = hd_test_tensor(ctx, 1, cols, NULL), *tb = hd_test_tensor(ctx, 1, cols, NULL);
+        assert_int_equal(hd_softmax(ctx, tx, ty), HD_OK);
+        assert_int_equal(hd_softmax(ctx, tx, tx), HD_OK);
+        assert_int_equal(hd_layer_norm(ctx, tx, tg, tb, 1e-5f, ty), HD_OK);
+        assert_int_equal(hd_rms_norm(ctx, tx, tg, 1e-5f, ty), HD_OK);
+        /* The parameters are untouched: still the zeros they were created with. */
+        float *g = hd_test_read(tg);
+        for (size_t j = 0; j < cols; j++)
+            assert_true(g[j] == 0.0f);
+        free(g);
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(ty);
+        hd_tensor_destroy(tg);
+        hd_tensor_destroy(tb);
+    }
+}
+
+int main(void)
+{
+    hd_test_seed();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_matches_reference_on_every_shape_and_transpose),
+        cmocka_unit_test(test_gemm_matches_reference_for_alpha_and_beta_values),
+        cmocka_unit_test(test_gemm_large_matches_reference),
+        cmocka_unit_test(test_gemm_beta_zero_ignores_nan_in_c),
+        cmocka_unit_test(test_gemm_alpha_zero_ignores_nan_in_a_and_b),
+        cmocka_unit_test(test_gemm_k_zero_gives_beta_times_c),
+        cmocka_unit_test(test_gemm_empty_m_or_n_is_a_no_op),
+        cmocka_unit_test(test_gemm_propagates_nan_and_inf_like_reference),
+        cmocka_unit_test(test_lora_matches_reference_on_every_shape),
+        cmocka_unit_test(test_lora_rank_zero_is_x_times_w),
+        cmocka_unit_test(test_lora_large_matches_reference),
+        cmocka_unit_test(test_lora_propagates_nan_and_inf_like_reference),
+        cmocka_unit_test(test_lora_in_zero_gives_zeros),
+        cmocka_unit_test(test_lora_empty_tokens_or_out_is_a_no_op),
+        cmocka_unit_test(test_softmax_matches_reference_on_every_shape),
+        cmocka_unit_test(test_softmax_in_place_matches_reference),
+        cmocka_unit_test(test_softmax_large_values_are_stable),
+        cmocka_unit_test(test_softmax_row_of_one_is_one),
+        cmocka_unit_test(test_row_ops_propagate_nan_and_inf_like_reference),
+        cmocka_unit_test(test_layer_norm_matches_reference_on_every_shape),
+        cmocka_unit_test(test_layer_norm_in_place_matches_reference),
+        cmocka_unit_test(test_layer_norm_eps_values_match_reference),
+        cmocka_unit_test(test_layer_norm_large_offset_keeps_precision),
+        cmocka_unit_test(test_layer_norm_constant_row_gives_beta),
+        cmocka_unit_test(test_rms_norm_matches_reference_on_every_shape),
+        cmocka_unit_test(test_rms_norm_in_place_matches_reference),
+        cmocka_unit_test(test_rms_norm_eps_values_match_reference),
+        cmocka_unit_test(test_rms_norm_zero_row_gives_zeros),
+        cmocka_unit_test(test_row_ops_parallel_path_matches_reference),
+        cmocka_unit_test(test_row_ops_empty_rows_or_cols_are_a_no_op),
+    };
+    return cmocka_run_group_tests_name("cpu_ops", tests, setup, teardown);
+}
