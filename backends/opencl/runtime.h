@@ -25,9 +25,11 @@ struct hd_device_buffer {
 
 typedef struct hd_cl_runtime hd_cl_runtime;
 
-/* Finds the device (spec: NULL for the first GPU, else the first device; an index; or a name
- * substring), creates the context and queue. Returns HD_ERR_BACKEND_UNAVAILABLE with a message
- * when there is no OpenCL platform or no matching device. */
+/* Finds the device over all platforms (spec: NULL for the first GPU, else the first device; an
+ * index into the list of every platform's devices; or a case-insensitive substring of the
+ * device or platform name), creates the context and the in-order profiling queue. Returns
+ * HD_ERR_BACKEND_UNAVAILABLE with a message when spec is NULL and there is no OpenCL device,
+ * HD_ERR_INVALID_ARGUMENT with the list of devices when spec matches none. */
 hd_status hd__cl_runtime_create(hd_context *ctx, const char *device_spec, hd_cl_runtime **out);
 void hd__cl_runtime_destroy(hd_cl_runtime *rt); /* waits for the queue; NULL is a no-op */
 
@@ -63,13 +65,17 @@ hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffe
 /* Returns the program for (source, options), building it on first use: from the on-disk
  * binary cache when an entry for this device, driver, source and options is there and loads,
  * else from source (then stored). The program stays owned by the runtime. A build failure
- * returns HD_ERR_BUILD with the build log in the context's message. */
+ * returns HD_ERR_BUILD with the build log in the context's message.
+ * source is recognised by its address first, so the text at an address must not change while
+ * the runtime lives (the embedded kernel arrays never do); the same text at another address
+ * finds the same program through its hash. options may be NULL. The disk cache lives under
+ * $XDG_CACHE_HOME/hd-dispatch/programs (else ~/.cache/...); $HD_PROGRAM_CACHE=0 turns it off. */
 hd_status hd__cl_program(hd_cl_runtime *rt, hd_context *ctx, const char *source,
                          const char *options, cl_program *out);
 
 /* Kernel from a program built by hd__cl_program(), created once and kept by the runtime. */
-hd_status hd__cl_kernel(hd_cl_runtime *rt, hd_context *ctx, cl_program program,
-                        const char *name, cl_kernel *out);
+hd_status hd__cl_kernel(hd_cl_runtime *rt, hd_context *ctx, cl_program program, const char *name,
+                        cl_kernel *out);
 
 /*
  * Event capture, for timing with device events. Between capture_begin and capture_end every
@@ -80,5 +86,34 @@ hd_status hd__cl_kernel(hd_cl_runtime *rt, hd_context *ctx, cl_program program,
 void hd__cl_capture_begin(hd_cl_runtime *rt);
 cl_event *hd__cl_event_slot(hd_cl_runtime *rt);
 hd_status hd__cl_capture_end(hd_cl_runtime *rt, hd_context *ctx, double *seconds);
+
+/* For calibration and the roofline: device-to-device copy bandwidth over a buffer of bytes
+ * (read plus written bytes per second, median of several copies timed by events), and the
+ * median cost of launching an empty kernel: device time (event start to end) and host time
+ * (enqueue plus finish). Both wait. */
+hd_status hd__cl_copy_bandwidth(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
+                                double *bytes_per_second);
+hd_status hd__cl_launch_latency(hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
+                                double *host_seconds);
+
+/* Counters, for tests and diagnostics. */
+struct hd_cl_pool_counters {
+    size_t allocations; /* clCreateBuffer calls */
+    size_t reuses;      /* acquisitions served from the pool */
+    size_t pooled_bytes;
+};
+struct hd_cl_program_counters {
+    size_t memory_hits;   /* found already built in this runtime */
+    size_t disk_loads;    /* loaded from a binary cache entry */
+    size_t disk_rejects;  /* entries found but ignored: damaged, mismatched, or failed to load */
+    size_t source_builds; /* compiled from source */
+    size_t disk_stores;   /* entries written */
+};
+void hd__cl_pool_counters(const hd_cl_runtime *rt, struct hd_cl_pool_counters *out);
+void hd__cl_program_counters(const hd_cl_runtime *rt, struct hd_cl_program_counters *out);
+/* The cache file that holds (source, options) on this device; false when the disk cache is
+ * off or the path does not fit. */
+bool hd__cl_program_cache_file(const hd_cl_runtime *rt, const char *source, const char *options,
+                               char *path, size_t cap);
 
 #endif

@@ -1,0 +1,263 @@
+/*
+ * Device buffers: a pool keyed by size class, and the copies between host and device.
+ *
+ * Reusing a pooled buffer needs no synchronisation: there is one in-order queue, so every
+ * command that used the buffer before its release runs before any command of its next owner.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/opencl/internal.h"
+#include "dispatch/error.h"
+
+/* Uploads up to this size return before the copy runs, from a host copy of the source: a chain
+ * of device ops then never waits for the queue to drain (a blocking write in an in-order queue
+ * waits for every earlier command). Larger uploads block: the extra host copy would cost about
+ * as much as the wait. */
+#ifndef HD_CL_STAGED_UPLOAD_MAX
+#define HD_CL_STAGED_UPLOAD_MAX ((size_t)4 << 20)
+#endif
+/* Host copies in flight beyond this make the next upload wait for the queue. */
+#ifndef HD_CL_STAGED_BYTES_MAX
+#define HD_CL_STAGED_BYTES_MAX ((size_t)64 << 20)
+#endif
+
+struct hd_cl_pool_entry {
+    struct hd_device_buffer buf; /* first: the pointer handed out converts back */
+    struct hd_cl_pool_entry *next;
+};
+
+struct hd_cl_staging {
+    cl_event done;
+    size_t bytes;
+    struct hd_cl_staging *next;
+    /* the copied bytes follow */
+};
+
+static size_t staged_bytes(const hd_cl_runtime *rt)
+{
+    size_t n = 0;
+    for (const struct hd_cl_staging *s = rt->staging; s != NULL; s = s->next)
+        n += s->bytes;
+    return n;
+}
+
+/* The class of a request and the capacity that class allocates. */
+static size_t size_class(size_t bytes, size_t *capacity)
+{
+    if (bytes <= HD_CL_POOL_MIN_BYTES) {
+        *capacity = HD_CL_POOL_MIN_BYTES;
+        return 0;
+    }
+    unsigned k = 0;
+    while (k < 63 && ((size_t)1 << (k + 1)) <= bytes)
+        k++;
+    size_t step = ((size_t)1 << k) / 4;
+    size_t q = (bytes + step - 1) / step; /* 4..8 */
+    if (q == 8) {
+        k++;
+        q = 4;
+        step *= 2;
+    }
+    *capacity = q * step;
+    return (size_t)(k - 8) * 4 + (q - 4);
+}
+
+static bool allocation_failure(cl_int err)
+{
+    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES;
+}
+
+/* Creates a buffer and touches it. Some drivers (NVIDIA's among them) reserve memory only when
+ * a buffer is first used, so clCreateBuffer succeeds and the failure would surface in a later
+ * kernel launch, far from its cause and after the dispatcher chose the device. A 4-byte fill
+ * makes it surface here, once per allocation (pooled reuses skip it). */
+static cl_int create_touched(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
+{
+    cl_int err;
+    cl_mem mem = clCreateBuffer(rt->context, CL_MEM_READ_WRITE, capacity, NULL, &err);
+    if (mem == NULL)
+        return err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    const cl_uint zero = 0;
+    err = clEnqueueFillBuffer(rt->queue, mem, &zero, sizeof zero, 0, sizeof zero, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(mem);
+        return err;
+    }
+    *out = mem;
+    return CL_SUCCESS;
+}
+
+hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
+                                struct hd_device_buffer **out)
+{
+    *out = NULL;
+    if (rt->max_alloc > 0 && bytes > rt->max_alloc)
+        return hd__error(ctx, HD_ERR_DEVICE_OUT_OF_MEMORY,
+                         "a buffer of %zu bytes exceeds the device's largest allocation "
+                         "(%llu bytes)",
+                         bytes, (unsigned long long)rt->max_alloc);
+    size_t capacity;
+    size_t cls = size_class(bytes, &capacity);
+    struct hd_cl_pool_entry *e = rt->free_lists[cls];
+    if (e != NULL) {
+        rt->free_lists[cls] = e->next;
+        rt->pooled_bytes -= e->buf.capacity;
+        rt->counters.reuses++;
+    } else {
+        if (rt->max_alloc > 0 && capacity > rt->max_alloc)
+            capacity = rt->max_alloc; /* not a class size: released straight to the driver */
+        e = calloc(1, sizeof *e);
+        if (e == NULL)
+            return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for a buffer record");
+        cl_int err = create_touched(rt, capacity, &e->buf.mem);
+        if (err != CL_SUCCESS && allocation_failure(err) && rt->pooled_bytes > 0) {
+            hd__cl_pool_trim(rt); /* idle buffers may be what fills the device */
+            err = create_touched(rt, capacity, &e->buf.mem);
+        }
+        if (err != CL_SUCCESS) {
+            free(e);
+            return hd__cl_error(ctx, err, "clCreateBuffer");
+        }
+        e->buf.capacity = capacity;
+        rt->counters.allocations++;
+    }
+    e->next = NULL;
+    e->buf.bytes = bytes;
+    rt->live_buffers++;
+    *out = &e->buf;
+    return HD_OK;
+}
+
+void hd__cl_buffer_release(hd_cl_runtime *rt, struct hd_device_buffer *buf)
+{
+    if (rt == NULL || buf == NULL)
+        return;
+    struct hd_cl_pool_entry *e = (struct hd_cl_pool_entry *)buf;
+    rt->live_buffers--;
+    size_t capacity;
+    size_t cls = size_class(buf->capacity, &capacity);
+    if (capacity != buf->capacity || rt->pooled_bytes + capacity > rt->pool_cap_bytes) {
+        clReleaseMemObject(buf->mem); /* the driver frees it after the commands that use it */
+        free(e);
+        return;
+    }
+    e->next = rt->free_lists[cls];
+    rt->free_lists[cls] = e;
+    rt->pooled_bytes += capacity;
+}
+
+void hd__cl_pool_trim(hd_cl_runtime *rt)
+{
+    for (size_t c = 0; c < HD_CL_POOL_CLASSES; c++) {
+        while (rt->free_lists[c] != NULL) {
+            struct hd_cl_pool_entry *e = rt->free_lists[c];
+            rt->free_lists[c] = e->next;
+            clReleaseMemObject(e->buf.mem);
+            free(e);
+        }
+    }
+    rt->pooled_bytes = 0;
+}
+
+void hd__cl_pool_counters(const hd_cl_runtime *rt, struct hd_cl_pool_counters *out)
+{
+    *out = rt->counters;
+    out->pooled_bytes = rt->pooled_bytes;
+}
+
+void hd__cl_staging_reclaim(hd_cl_runtime *rt, bool wait)
+{
+    while (rt->staging != NULL) {
+        struct hd_cl_staging *s = rt->staging;
+        cl_int status = CL_COMPLETE;
+        if (wait)
+            clWaitForEvents(1, &s->done);
+        else if (clGetEventInfo(s->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
+                                NULL) != CL_SUCCESS)
+            status = CL_COMPLETE; /* an event we cannot ask about is one we cannot wait on */
+        if (status > CL_COMPLETE)
+            break; /* in order: the later ones are not done either */
+        rt->staging = s->next;
+        clReleaseEvent(s->done);
+        free(s);
+    }
+}
+
+static hd_status check_range(hd_context *ctx, const struct hd_device_buffer *buf, size_t bytes,
+                             const char *what)
+{
+    if (bytes > buf->capacity)
+        return hd__error(ctx, HD_ERR_INTERNAL, "%s: %zu bytes into a buffer of %zu", what, bytes,
+                         buf->capacity);
+    return HD_OK;
+}
+
+/* Copies src aside and enqueues a non-blocking write from the copy; false when there is no
+ * memory for the copy (the caller then writes blocking). */
+static bool upload_staged(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                          const void *src, size_t bytes, hd_status *status)
+{
+    hd__cl_staging_reclaim(rt, staged_bytes(rt) + bytes > HD_CL_STAGED_BYTES_MAX);
+    struct hd_cl_staging *s = malloc(sizeof *s + bytes);
+    if (s == NULL)
+        return false;
+    void *copy = s + 1;
+    memcpy(copy, src, bytes);
+    cl_int err =
+        clEnqueueWriteBuffer(rt->queue, buf->mem, CL_FALSE, 0, bytes, copy, 0, NULL, &s->done);
+    if (err != CL_SUCCESS) {
+        free(s);
+        *status = hd__cl_error(ctx, err, "clEnqueueWriteBuffer");
+        return true;
+    }
+    s->bytes = bytes;
+    s->next = NULL;
+    struct hd_cl_staging **tail = &rt->staging;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = s;
+    *status = HD_OK;
+    return true;
+}
+
+hd_status hd__cl_upload(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                        const void *src, size_t bytes)
+{
+    hd_status s = check_range(ctx, buf, bytes, "upload");
+    if (s != HD_OK || bytes == 0)
+        return s;
+    if (bytes <= HD_CL_STAGED_UPLOAD_MAX && upload_staged(rt, ctx, buf, src, bytes, &s))
+        return s;
+    cl_int err = clEnqueueWriteBuffer(rt->queue, buf->mem, CL_TRUE, 0, bytes, src, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clEnqueueWriteBuffer");
+    return HD_OK;
+}
+
+hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                          void *dst, size_t bytes)
+{
+    hd_status s = check_range(ctx, buf, bytes, "download");
+    if (s != HD_OK || bytes == 0)
+        return s;
+    cl_int err = clEnqueueReadBuffer(rt->queue, buf->mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clEnqueueReadBuffer");
+    hd__cl_staging_reclaim(rt, false);
+    return HD_OK;
+}
+
+hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                      size_t bytes)
+{
+    hd_status s = check_range(ctx, buf, bytes, "zero");
+    if (s != HD_OK || bytes == 0)
+        return s;
+    const cl_uint zero = 0;
+    size_t pattern = bytes % sizeof zero == 0 ? sizeof zero : 1;
+    cl_int err = clEnqueueFillBuffer(rt->queue, buf->mem, &zero, pattern, 0, bytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clEnqueueFillBuffer");
+    return HD_OK;
+}

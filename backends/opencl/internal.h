@@ -1,0 +1,89 @@
+/* The runtime's state, shared by the files of backends/opencl/ and by nothing else. */
+#ifndef HD_BACKENDS_OPENCL_INTERNAL_H
+#define HD_BACKENDS_OPENCL_INTERNAL_H
+
+#include <stdint.h>
+
+#include "backends/opencl/runtime.h"
+
+/* Pool size classes: four per octave (1, 1.25, 1.5, 1.75 times a power of two), so a pooled
+ * buffer wastes at most a fifth of itself; the smallest class is HD_CL_POOL_MIN_BYTES. */
+#define HD_CL_POOL_MIN_BYTES 256u
+#define HD_CL_POOL_CLASSES   (64 * 4)
+
+struct hd_cl_pool_entry; /* a pooled buffer: struct hd_device_buffer plus a link */
+
+struct hd_cl_program_entry {
+    const char *source; /* the caller's pointer: the fast path compares it first */
+    uint64_t source_hash;
+    size_t source_len;
+    char *options;
+    cl_program program;
+    struct hd_cl_program_entry *next;
+};
+
+struct hd_cl_kernel_entry {
+    cl_program program;
+    char *name;
+    cl_kernel kernel;
+    struct hd_cl_kernel_entry *next;
+};
+
+struct hd_cl_staging; /* host copies behind non-blocking uploads */
+
+#define HD_CL_EVENT_CHUNK 64
+struct hd_cl_event_chunk {
+    cl_event events[HD_CL_EVENT_CHUNK];
+    size_t used;
+    struct hd_cl_event_chunk *next;
+};
+
+struct hd_cl_runtime {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context context;
+    cl_command_queue queue;
+    bool is_gpu;
+    cl_ulong max_alloc;
+    char device_name[256];
+    char driver_version[128];
+    char platform_name[256];
+    char platform_version[256];
+
+    /* Buffer pool. */
+    struct hd_cl_pool_entry *free_lists[HD_CL_POOL_CLASSES];
+    size_t pooled_bytes, pool_cap_bytes;
+    size_t live_buffers;
+    struct hd_cl_pool_counters counters;
+
+    struct hd_cl_staging *staging; /* oldest first */
+
+    /* Programs and kernels, built once. */
+    struct hd_cl_program_entry *programs;
+    struct hd_cl_kernel_entry *kernels;
+    bool disk_cache_enabled;
+    char cache_dir[1024]; /* "" when no directory could be named */
+    struct hd_cl_program_counters program_counters;
+
+    /* Event capture. */
+    bool capturing;
+    struct hd_cl_event_chunk *capture_head, *capture_tail;
+};
+
+uint64_t hd__cl_hash(const void *data, size_t len, uint64_t seed);
+#define HD_CL_HASH_SEED 0xcbf29ce484222325ull
+
+/* Drops every pooled (idle) buffer: on destroy, and before retrying an allocation that failed. */
+void hd__cl_pool_trim(hd_cl_runtime *rt);
+/* Frees the host copies of uploads that have completed; all of them when wait is true. */
+void hd__cl_staging_reclaim(hd_cl_runtime *rt, bool wait);
+void hd__cl_programs_destroy(hd_cl_runtime *rt);
+void hd__cl_capture_discard(hd_cl_runtime *rt);
+
+/* The on-disk binary cache (binary_cache.c). load returns a built program or NULL. */
+cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, uint64_t source_hash, const char *options);
+void hd__cl_disk_cache_store(hd_cl_runtime *rt, uint64_t source_hash, const char *options,
+                             cl_program program);
+void hd__cl_disk_cache_init(hd_cl_runtime *rt);
+
+#endif

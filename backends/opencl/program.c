@@ -1,0 +1,191 @@
+/* Programs and kernels, built once per runtime: found in memory, else loaded from the on-disk
+ * binary cache, else compiled from source (and then stored). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/opencl/internal.h"
+#include "dispatch/error.h"
+
+/* FNV-1a, 64 bits: for cache keys and checksums, not for security (a cache entry is checked
+ * against its full key string, so a collision of hashes cannot select a wrong binary). */
+uint64_t hd__cl_hash(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static char *copy_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (c != NULL)
+        memcpy(c, s, n);
+    return c;
+}
+
+static hd_status remember(hd_cl_runtime *rt, hd_context *ctx, const char *source, uint64_t hash,
+                          size_t len, const char *options, cl_program program)
+{
+    struct hd_cl_program_entry *e = calloc(1, sizeof *e);
+    char *opts = copy_string(options);
+    if (e == NULL || opts == NULL) {
+        free(e);
+        free(opts);
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to keep a program");
+    }
+    *e = (struct hd_cl_program_entry){source, hash, len, opts, program, rt->programs};
+    rt->programs = e;
+    return HD_OK;
+}
+
+/* Records the failure with the compiler's log appended. */
+static hd_status build_failed(hd_cl_runtime *rt, hd_context *ctx, cl_program program, cl_int err,
+                              const char *options)
+{
+    hd_status s = hd__cl_error(ctx, err, "clBuildProgram");
+    hd__error_append(ctx, " (options \"");
+    hd__error_append(ctx, options);
+    hd__error_append(ctx, "\"); build log:\n");
+    size_t size = 0;
+    if (clGetProgramBuildInfo(program, rt->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) !=
+            CL_SUCCESS ||
+        size == 0) {
+        hd__error_append(ctx, "(none)");
+        return s;
+    }
+    char *log = malloc(size + 1);
+    if (log == NULL) {
+        hd__error_append(ctx, "(no memory to fetch it)");
+        return s;
+    }
+    if (clGetProgramBuildInfo(program, rt->device, CL_PROGRAM_BUILD_LOG, size, log, NULL) !=
+        CL_SUCCESS)
+        log[0] = '\0';
+    log[size] = '\0';
+    hd__error_append(ctx, log);
+    free(log);
+    return s;
+}
+
+static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const char *source,
+                                   size_t len, const char *options, cl_program *out)
+{
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(rt->context, 1, &source, &len, &err);
+    if (program == NULL)
+        return hd__cl_error(ctx, err, "clCreateProgramWithSource");
+    err = clBuildProgram(program, 1, &rt->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        hd_status s = build_failed(rt, ctx, program, err, options);
+        clReleaseProgram(program);
+        return s;
+    }
+    rt->program_counters.source_builds++;
+    *out = program;
+    return HD_OK;
+}
+
+hd_status hd__cl_program(hd_cl_runtime *rt, hd_context *ctx, const char *source,
+                         const char *options, cl_program *out)
+{
+    *out = NULL;
+    if (source == NULL)
+        return hd__error(ctx, HD_ERR_INTERNAL, "hd__cl_program: source is NULL");
+    if (options == NULL)
+        options = "";
+    for (struct hd_cl_program_entry *e = rt->programs; e != NULL; e = e->next) {
+        if (e->source == source && strcmp(e->options, options) == 0) {
+            rt->program_counters.memory_hits++;
+            *out = e->program;
+            return HD_OK;
+        }
+    }
+    size_t len = strlen(source);
+    uint64_t hash = hd__cl_hash(source, len, HD_CL_HASH_SEED);
+    cl_program program = NULL;
+    for (struct hd_cl_program_entry *e = rt->programs; e != NULL; e = e->next) {
+        if (e->source_hash == hash && e->source_len == len && strcmp(e->options, options) == 0 &&
+            memcmp(e->source, source, len) == 0) {
+            rt->program_counters.memory_hits++;
+            program = e->program;
+            clRetainProgram(program); /* the entry for this address holds its own reference */
+            break;
+        }
+    }
+    if (program == NULL && rt->disk_cache_enabled)
+        program = hd__cl_disk_cache_load(rt, hash, options);
+    if (program == NULL) {
+        hd_status s = build_from_source(rt, ctx, source, len, options, &program);
+        if (s != HD_OK)
+            return s;
+        if (rt->disk_cache_enabled)
+            hd__cl_disk_cache_store(rt, hash, options, program);
+    }
+    hd_status s = remember(rt, ctx, source, hash, len, options, program);
+    if (s != HD_OK) {
+        clReleaseProgram(program);
+        return s;
+    }
+    *out = program;
+    return HD_OK;
+}
+
+hd_status hd__cl_kernel(hd_cl_runtime *rt, hd_context *ctx, cl_program program, const char *name,
+                        cl_kernel *out)
+{
+    *out = NULL;
+    for (struct hd_cl_kernel_entry *e = rt->kernels; e != NULL; e = e->next) {
+        if (e->program == program && strcmp(e->name, name) == 0) {
+            *out = e->kernel;
+            return HD_OK;
+        }
+    }
+    cl_int err;
+    cl_kernel kernel = clCreateKernel(program, name, &err);
+    if (kernel == NULL) {
+        char what[200];
+        snprintf(what, sizeof what, "clCreateKernel(\"%.150s\")", name);
+        return hd__cl_error(ctx, err, what);
+    }
+    struct hd_cl_kernel_entry *e = calloc(1, sizeof *e);
+    char *copy = copy_string(name);
+    if (e == NULL || copy == NULL) {
+        free(e);
+        free(copy);
+        clReleaseKernel(kernel);
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to keep a kernel");
+    }
+    *e = (struct hd_cl_kernel_entry){program, copy, kernel, rt->kernels};
+    rt->kernels = e;
+    *out = kernel;
+    return HD_OK;
+}
+
+void hd__cl_programs_destroy(hd_cl_runtime *rt)
+{
+    while (rt->kernels != NULL) {
+        struct hd_cl_kernel_entry *e = rt->kernels;
+        rt->kernels = e->next;
+        clReleaseKernel(e->kernel);
+        free(e->name);
+        free(e);
+    }
+    while (rt->programs != NULL) {
+        struct hd_cl_program_entry *e = rt->programs;
+        rt->programs = e->next;
+        clReleaseProgram(e->program);
+        free(e->options);
+        free(e);
+    }
+}
+
+void hd__cl_program_counters(const hd_cl_runtime *rt, struct hd_cl_program_counters *out)
+{
+    *out = rt->program_counters;
+}
