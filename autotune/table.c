@@ -1,14 +1,223 @@
-/* The tuning table of a context. */
+/* The tuning table of a context: loads the cache file for this device at context creation and
+ * answers the selection's lookups. A missing file is normal; a file for another device,
+ * driver or library version is a note in the last error; a damaged one is reported there as
+ * an error, and either way the context works without it. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autotune/table.h"
 #include "dispatch/context.h"
+#include "dispatch/error.h"
+
+#ifdef HD_HAVE_OPENCL
+#include "backends/opencl/runtime.h"
+#endif
+#ifdef HD_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
+
+struct hd_tune_table {
+    hd_tune_file file;
+    bool has_calibration;
+};
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key)
+{
+    memset(key, 0, sizeof *key);
+    snprintf(key->library, sizeof key->library, "%s", hd_version());
+    const char *platform = "none", *device = "none", *driver = "none";
+#ifdef HD_HAVE_OPENCL
+    if (ctx->cl != NULL) {
+        platform = hd__cl_platform_name(ctx->cl);
+        device = hd__cl_device_name(ctx->cl);
+        driver = hd__cl_driver_version(ctx->cl);
+    }
+#else
+    (void)ctx;
+#endif
+    snprintf(key->platform, sizeof key->platform, "%s", platform);
+    snprintf(key->device, sizeof key->device, "%s", device);
+    snprintf(key->driver, sizeof key->driver, "%s", driver);
+#if defined(HD_HAVE_CLBLAST) && defined(CLBLAST_VERSION_MAJOR)
+    snprintf(key->clblast, sizeof key->clblast, "%s",
+             STR(CLBLAST_VERSION_MAJOR) "." STR(CLBLAST_VERSION_MINOR) "." STR(
+                 CLBLAST_VERSION_PATCH));
+#else
+    snprintf(key->clblast, sizeof key->clblast, "none");
+#endif
+}
+
+bool hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size)
+{
+    const char *p = opt != NULL ? opt->tune_cache : NULL;
+    if (p == NULL || p[0] == '\0')
+        p = getenv("HD_TUNE_CACHE");
+    if (p != NULL && p[0] != '\0') {
+        int n = snprintf(buf, size, "%s", p);
+        return n > 0 && (size_t)n < size;
+    }
+    return hd__tune_default_path(buf, size);
+}
+
+/* Appends "note: ..." to whatever the probes left in the last error. */
+static void note(hd_context *ctx, const char *fmt, ...) HD_PRINTF(2, 3);
+
+static void note(hd_context *ctx, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (ctx->last_error[0] != '\0')
+        hd__error_append(ctx, "; ");
+    hd__error_append(ctx, buf);
+}
+
+static const char *key_mismatch(const hd_tune_key *file, const hd_tune_key *here)
+{
+    if (strcmp(file->library, here->library) != 0)
+        return "library version";
+    if (strcmp(file->platform, here->platform) != 0)
+        return "platform";
+    if (strcmp(file->device, here->device) != 0)
+        return "device";
+    if (strcmp(file->driver, here->driver) != 0)
+        return "driver version";
+    if (strcmp(file->clblast, here->clblast) != 0)
+        return "CLBlast version";
+    return NULL;
+}
 
 hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
 {
-    (void)ctx;
-    (void)opt;
+    ctx->tune = NULL;
+    ctx->tune_cache_path[0] = '\0';
+    if (opt->no_tune_cache)
+        return HD_OK;
+    if (!hd__tune_resolve_path(opt, ctx->tune_cache_path, sizeof ctx->tune_cache_path)) {
+        ctx->tune_cache_path[0] = '\0';
+        return HD_OK; /* no home directory: run untuned */
+    }
+    const char *path = ctx->tune_cache_path;
+
+    struct hd_tune_table *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for the tuning table");
+    hd__tune_file_init(&t->file);
+    char msg[256];
+    hd_status s = hd__tune_load(path, &t->file, msg, sizeof msg);
+    if (s == HD_ERR_OUT_OF_MEMORY) {
+        free(t);
+        return hd__error(ctx, s, "tuning cache '%s': %s", path, msg);
+    }
+    if (s == HD_ERR_IO) {
+        if (access(path, F_OK) == 0) /* there but unreadable: worth telling */
+            note(ctx, "note: tuning cache not used: %s", msg);
+        free(t);
+        return HD_OK;
+    }
+    if (s != HD_OK) {
+        free(t);
+        hd__error(ctx, HD_ERR_CACHE_INVALID, "tuning cache '%s' ignored: %s", path, msg);
+        return HD_OK;
+    }
+
+    hd_tune_key here;
+    hd__tune_context_key(ctx, &here);
+    const char *differs = key_mismatch(&t->file.key, &here);
+    if (differs != NULL) {
+        note(ctx,
+             "note: tuning cache '%s' was written for another %s (device '%s', driver '%s', "
+             "library %s); its records are ignored: run dispatch-autotune",
+             path, differs, t->file.key.device, t->file.key.driver, t->file.key.library);
+        hd__tune_file_free(&t->file);
+        free(t);
+        return HD_OK;
+    }
+    if (t->file.bad_lines > 0)
+        hd__error(ctx, HD_ERR_CACHE_INVALID,
+                  "tuning cache '%s': %zu bad line(s) ignored, the first at line %zu: %s", path,
+                  t->file.bad_lines, t->file.first_bad_line, t->file.first_problem);
+    const hd_tune_calibration *c = &t->file.cal;
+    t->has_calibration = c->launch_us > 0.0 || c->gemm_gflops > 0.0 || c->host_gbps > 0.0;
+    ctx->tune = t;
     return HD_OK;
 }
 
 void hd__tune_close(hd_context *ctx)
 {
-    (void)ctx;
+    if (ctx == NULL || ctx->tune == NULL)
+        return;
+    hd__tune_file_free(&ctx->tune->file);
+    free(ctx->tune);
+    ctx->tune = NULL;
+}
+
+const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_shape *shape)
+{
+    if (ctx->tune == NULL)
+        return NULL;
+    return hd__tune_find(&ctx->tune->file, op, shape);
+}
+
+static double log_gap(size_t a, size_t b)
+{
+    return fabs(log2(1.0 + (double)a) - log2(1.0 + (double)b));
+}
+
+const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
+                                       double *distance)
+{
+    if (ctx->tune == NULL)
+        return NULL;
+    const hd_tune_file *f = &ctx->tune->file;
+    const hd_tune_record *best = NULL;
+    double best_d = INFINITY;
+    int dims = hd__tune_dim_count(op);
+    for (size_t i = 0; i < f->count; i++) {
+        const hd_tune_record *r = &f->records[i];
+        if (r->op != op)
+            continue;
+        if (op == HD_OP_GEMM &&
+            (r->shape.trans_a != shape->trans_a || r->shape.trans_b != shape->trans_b))
+            continue;
+        double sum = 0.0;
+        bool near = true;
+        for (int d = 0; d < dims && near; d++) {
+            double g = log_gap(r->shape.dim[d], shape->dim[d]);
+            near = g <= HD_TUNE_NEAR_DIM;
+            sum += g;
+        }
+        if (near && sum < best_d) {
+            best = r;
+            best_d = sum;
+        }
+    }
+    if (best != NULL && distance != NULL)
+        *distance = best_d;
+    return best;
+}
+
+const hd_tune_calibration *hd__tune_calibration(const hd_context *ctx)
+{
+    return ctx->tune != NULL && ctx->tune->has_calibration ? &ctx->tune->file.cal : NULL;
+}
+
+const char *hd__tune_param(const hd_context *ctx, hd_backend b, const char *name)
+{
+    if (ctx == NULL || ctx->tune == NULL)
+        return NULL;
+    const hd_tune_file *f = &ctx->tune->file;
+    for (size_t i = 0; i < f->param_count; i++)
+        if (f->params[i].backend == b && strcmp(f->params[i].name, name) == 0)
+            return f->params[i].value;
+    return NULL;
 }

@@ -1,0 +1,801 @@
+/* The tuning cache file: parser, writer and the locked, atomic save. The format is described
+ * in autotune/cache.h. The parser treats its input as hostile: every length is bounded, every
+ * number range-checked, and nothing it rejects is kept. */
+#define _DEFAULT_SOURCE /* flock() */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "autotune/cache.h"
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+
+#define MAX_TOKENS 16
+#define MAX_TIME_US 1e9     /* a quarter of an hour per call is not a tuned op */
+#define MAX_MARGIN_PCT 1e6  /* 10000x slower runner-up */
+#define MAX_CAL_VALUE 1e9   /* µs, GB/s, GFLOP/s: well beyond any device */
+
+void hd__tune_file_init(hd_tune_file *f)
+{
+    memset(f, 0, sizeof *f);
+}
+
+void hd__tune_file_free(hd_tune_file *f)
+{
+    if (f == NULL)
+        return;
+    free(f->records);
+    hd__tune_file_init(f);
+}
+
+int hd__tune_dim_count(hd_op op)
+{
+    switch (op) {
+    case HD_OP_GEMM:
+        return 3;
+    case HD_OP_LORA:
+        return 4;
+    default:
+        return 2;
+    }
+}
+
+bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b)
+{
+    if (a->op != b->op)
+        return false;
+    for (int i = 0; i < hd__tune_dim_count(a->op); i++)
+        if (a->shape.dim[i] != b->shape.dim[i])
+            return false;
+    return a->op != HD_OP_GEMM ||
+           (a->shape.trans_a == b->shape.trans_a && a->shape.trans_b == b->shape.trans_b);
+}
+
+const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_shape *shape)
+{
+    hd_tune_record probe = {.op = op, .shape = *shape};
+    for (size_t i = 0; i < f->count; i++)
+        if (hd__tune_same_key(&f->records[i], &probe))
+            return &f->records[i];
+    return NULL;
+}
+
+hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r)
+{
+    for (size_t i = 0; i < f->count; i++)
+        if (hd__tune_same_key(&f->records[i], r)) {
+            f->records[i] = *r;
+            return HD_OK;
+        }
+    if (f->count >= HD_TUNE_RECORD_MAX)
+        return HD_ERR_CACHE_INVALID;
+    if (f->count == f->capacity) {
+        size_t cap = f->capacity ? f->capacity * 2 : 64;
+        hd_tune_record *p = realloc(f->records, cap * sizeof *p);
+        if (p == NULL)
+            return HD_ERR_OUT_OF_MEMORY;
+        f->records = p;
+        f->capacity = cap;
+    }
+    f->records[f->count++] = *r;
+    return HD_OK;
+}
+
+hd_status hd__tune_put_param(hd_tune_file *f, const hd_tune_param *p)
+{
+    for (size_t i = 0; i < f->param_count; i++)
+        if (f->params[i].backend == p->backend && strcmp(f->params[i].name, p->name) == 0) {
+            f->params[i] = *p;
+            return HD_OK;
+        }
+    if (f->param_count >= HD_TUNE_PARAM_MAX)
+        return HD_ERR_CACHE_INVALID;
+    f->params[f->param_count++] = *p;
+    return HD_OK;
+}
+
+/* ---- tokens ---- */
+
+typedef struct token {
+    const char *text; /* bare token: points into the line; quoted: into the unescaped copy */
+    size_t len;
+    bool quoted;
+} token;
+
+/* Splits line (NUL-terminated, printable ASCII checked by the caller) into tokens; quoted
+ * strings are unescaped into store. Returns the count, or -1 on a malformed string or more
+ * than MAX_TOKENS tokens. */
+static int tokenize(const char *line, token *tok, char *store)
+{
+    int n = 0;
+    const char *p = line;
+    char *out = store;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0')
+            return n;
+        if (n == MAX_TOKENS)
+            return -1;
+        if (*p == '"') {
+            tok[n] = (token){.text = out, .quoted = true};
+            for (p++; *p != '"'; p++) {
+                if (*p == '\0')
+                    return -1; /* unterminated */
+                if (*p == '\\') {
+                    p++;
+                    if (*p != '"' && *p != '\\')
+                        return -1;
+                }
+                *out++ = *p;
+            }
+            p++;
+            tok[n].len = (size_t)(out - tok[n].text);
+            *out++ = '\0';
+            if (*p != ' ' && *p != '\t' && *p != '\0')
+                return -1; /* "abc"def */
+        } else {
+            tok[n] = (token){.text = p};
+            while (*p != '\0' && *p != ' ' && *p != '\t') {
+                if (*p == '"' || *p == '\\')
+                    return -1;
+                p++;
+            }
+            tok[n].len = (size_t)(p - tok[n].text);
+        }
+        n++;
+    }
+}
+
+static bool tok_is(const token *t, const char *word)
+{
+    return !t->quoted && t->len == strlen(word) && memcmp(t->text, word, t->len) == 0;
+}
+
+/* Copies a token into dst (size bytes with the NUL); false when it does not fit or is empty. */
+static bool tok_copy(const token *t, char *dst, size_t size)
+{
+    if (t->len == 0 || t->len >= size)
+        return false;
+    memcpy(dst, t->text, t->len);
+    dst[t->len] = '\0';
+    return true;
+}
+
+static bool tok_size(const token *t, size_t lo, size_t hi, size_t *out)
+{
+    if (t->quoted || t->len == 0 || t->len > 9)
+        return false; /* 9 digits already exceed HD_TUNE_DIM_MAX */
+    size_t v = 0;
+    for (size_t i = 0; i < t->len; i++) {
+        if (t->text[i] < '0' || t->text[i] > '9')
+            return false;
+        v = v * 10 + (size_t)(t->text[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool tok_double(const token *t, double lo, double hi, double *out)
+{
+    char buf[48];
+    if (t->quoted || !tok_copy(t, buf, sizeof buf))
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(buf, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(v) || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool tok_backend(const token *t, hd_backend *out)
+{
+    char buf[32];
+    return !t->quoted && tok_copy(t, buf, sizeof buf) && hd__backend_from_name(buf, out) &&
+           *out != HD_BACKEND_AUTO;
+}
+
+/* A variant: "-" for the default, or a quoted string. */
+static bool tok_variant(const token *t, char *dst, size_t size)
+{
+    if (tok_is(t, "-")) {
+        dst[0] = '\0';
+        return true;
+    }
+    return t->quoted && tok_copy(t, dst, size);
+}
+
+/* ---- lines ---- */
+
+typedef struct parser {
+    hd_tune_file *f;
+    size_t line_no;
+    bool have_cal;
+} parser;
+
+static bool bad_line(parser *ps, const char *fmt, ...) HD_PRINTF(2, 3);
+
+static bool bad_line(parser *ps, const char *fmt, ...)
+{
+    hd_tune_file *f = ps->f;
+    if (f->bad_lines++ == 0) {
+        f->first_bad_line = ps->line_no;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(f->first_problem, sizeof f->first_problem, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+static bool parse_record(parser *ps, hd_op op, const token *tok, int n)
+{
+    int dims = hd__tune_dim_count(op);
+    int want = 1 + dims + (op == HD_OP_GEMM) + 5;
+    if (n != want)
+        return bad_line(ps, "%s record with %d fields, expected %d", hd_op_name(op), n, want);
+    hd_tune_record r = {.op = op};
+    int i = 1;
+    for (int d = 0; d < dims; d++, i++) {
+        size_t lo = op == HD_OP_LORA && d == 3 ? 0 : 1; /* LoRA rank may be 0 */
+        if (!tok_size(&tok[i], lo, HD_TUNE_DIM_MAX, &r.shape.dim[d]))
+            return bad_line(ps, "dimension %d is not a whole number in [%zu, %zu]", d + 1, lo,
+                            HD_TUNE_DIM_MAX);
+    }
+    if (op == HD_OP_GEMM) {
+        const token *t = &tok[i++];
+        if (t->quoted || t->len != 2 || (t->text[0] != 'n' && t->text[0] != 't') ||
+            (t->text[1] != 'n' && t->text[1] != 't'))
+            return bad_line(ps, "transposes must be nn, nt, tn or tt");
+        r.shape.trans_a = t->text[0] == 't';
+        r.shape.trans_b = t->text[1] == 't';
+    }
+    if (!tok_backend(&tok[i++], &r.backend))
+        return bad_line(ps, "unknown backend");
+    if (!tok_variant(&tok[i++], r.variant, sizeof r.variant))
+        return bad_line(ps, "variant must be - or a quoted string under %d bytes",
+                        HD_TUNE_STRING_MAX);
+    if (!tok_double(&tok[i++], 1e-3, MAX_TIME_US, &r.median_us))
+        return bad_line(ps, "median time is not a number of microseconds in (0, 1e9]");
+    if (tok_is(&tok[i], "-") && tok_is(&tok[i + 1], "-")) {
+        r.runner_up = HD_BACKEND_AUTO;
+    } else {
+        if (!tok_backend(&tok[i], &r.runner_up) || r.runner_up == r.backend)
+            return bad_line(ps, "unknown or repeated runner-up backend");
+        if (!tok_double(&tok[i + 1], 0.0, MAX_MARGIN_PCT, &r.margin_pct))
+            return bad_line(ps, "margin is not a percentage in [0, 1e6]");
+    }
+    if (hd__tune_find(ps->f, r.op, &r.shape) != NULL)
+        return bad_line(ps, "duplicate record for the same operation and shape");
+    if (ps->f->count >= HD_TUNE_RECORD_MAX)
+        return bad_line(ps, "more than %d records", HD_TUNE_RECORD_MAX);
+    if (hd__tune_put(ps->f, &r) != HD_OK)
+        return bad_line(ps, "out of memory");
+    return true;
+}
+
+static bool parse_calibration(parser *ps, const token *tok, int n)
+{
+    static const char *const names[] = {"launch_us",   "copy_gbps",  "host_gbps",
+                                        "gemm_gflops", "cpu_gflops", "cpu_gbps"};
+    if (ps->have_cal)
+        return bad_line(ps, "second calibration line");
+    hd_tune_calibration cal = {0};
+    double *fields[] = {&cal.launch_us,  &cal.copy_gbps,  &cal.host_gbps,
+                        &cal.gemm_gflops, &cal.cpu_gflops, &cal.cpu_gbps};
+    for (int i = 1; i < n; i++) {
+        const char *eq = tok[i].quoted ? NULL : memchr(tok[i].text, '=', tok[i].len);
+        if (eq == NULL)
+            return bad_line(ps, "calibration item without '='");
+        size_t name_len = (size_t)(eq - tok[i].text);
+        int which = -1;
+        for (int k = 0; k < 6; k++)
+            if (strlen(names[k]) == name_len && memcmp(names[k], tok[i].text, name_len) == 0)
+                which = k;
+        token value = {.text = eq + 1, .len = tok[i].len - name_len - 1};
+        if (which < 0 || *fields[which] != 0.0 ||
+            !tok_double(&value, 1e-9, MAX_CAL_VALUE, fields[which]))
+            return bad_line(ps, "calibration item %d is unknown, repeated or out of range", i);
+    }
+    ps->have_cal = true;
+    ps->f->cal = cal;
+    return true;
+}
+
+static bool parse_param(parser *ps, const token *tok, int n)
+{
+    hd_tune_param p;
+    if (n != 4 || !tok_backend(&tok[1], &p.backend) || tok[2].quoted ||
+        !tok_copy(&tok[2], p.name, sizeof p.name) || !tok[3].quoted ||
+        !tok_copy(&tok[3], p.value, sizeof p.value))
+        return bad_line(ps, "param line must be: param BACKEND NAME \"VALUE\"");
+    for (size_t i = 0; i < ps->f->param_count; i++)
+        if (ps->f->params[i].backend == p.backend && strcmp(ps->f->params[i].name, p.name) == 0)
+            return bad_line(ps, "duplicate param");
+    if (hd__tune_put_param(ps->f, &p) != HD_OK)
+        return bad_line(ps, "more than %d params", HD_TUNE_PARAM_MAX);
+    return true;
+}
+
+static bool parse_body_line(parser *ps, const token *tok, int n)
+{
+    hd_op op;
+    char word[32];
+    if (tok[0].quoted || !tok_copy(&tok[0], word, sizeof word))
+        return bad_line(ps, "line does not start with a keyword");
+    if (strcmp(word, "calibration") == 0)
+        return parse_calibration(ps, tok, n);
+    if (strcmp(word, "param") == 0)
+        return parse_param(ps, tok, n);
+    if (hd__op_from_name(word, &op))
+        return parse_record(ps, op, tok, n);
+    return bad_line(ps, "unknown keyword");
+}
+
+/* Header line `index` (0..5): returns false with msg set when it is not what must be there. */
+static bool parse_header_line(hd_tune_file *f, int index, const token *tok, int n, char *msg,
+                              size_t size)
+{
+    static const char *const words[] = {"hd-tune", "library", "platform",
+                                        "device",  "driver",  "clblast"};
+    if (n != 2 || !tok_is(&tok[0], words[index])) {
+        snprintf(msg, size, "expected a '%s' line", words[index]);
+        return false;
+    }
+    bool ok = true;
+    switch (index) {
+    case 0:
+        ok = tok_is(&tok[1], "1");
+        if (!ok) {
+            snprintf(msg, size, "format version '%.*s' is not %d", (int)(tok[1].len > 20 ? 20 : tok[1].len),
+                     tok[1].text, HD_TUNE_FORMAT);
+            return false;
+        }
+        break;
+    case 1:
+        ok = tok_copy(&tok[1], f->key.library, sizeof f->key.library);
+        break;
+    case 2:
+        ok = tok[1].quoted && tok_copy(&tok[1], f->key.platform, sizeof f->key.platform);
+        break;
+    case 3:
+        ok = tok[1].quoted && tok_copy(&tok[1], f->key.device, sizeof f->key.device);
+        break;
+    case 4:
+        ok = tok[1].quoted && tok_copy(&tok[1], f->key.driver, sizeof f->key.driver);
+        break;
+    case 5:
+        ok = tok_copy(&tok[1], f->key.clblast, sizeof f->key.clblast);
+        break;
+    }
+    if (!ok)
+        snprintf(msg, size, "malformed '%s' line", words[index]);
+    return ok;
+}
+
+static bool printable(const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if ((p[i] < 0x20 && p[i] != '\t') || p[i] >= 0x7f)
+            return false;
+    return true;
+}
+
+hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *msg, size_t size)
+{
+    parser ps = {.f = f};
+    int header = 0; /* header lines read so far */
+    char line[HD_TUNE_LINE_MAX + 1];
+    char store[HD_TUNE_LINE_MAX + 1];
+    char header_msg[160];
+    token tok[MAX_TOKENS];
+    size_t pos = 0;
+    msg[0] = '\0';
+
+    while (pos < len) {
+        ps.line_no++;
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t line_len = nl ? (size_t)(nl - start) : len - pos;
+        pos += line_len + (nl != NULL);
+        if (line_len > 0 && start[line_len - 1] == '\r')
+            line_len--;
+
+        const char *problem = NULL;
+        if (nl == NULL)
+            problem = "last line is cut short (no newline)";
+        else if (line_len > HD_TUNE_LINE_MAX)
+            problem = "line too long";
+        else if (!printable(start, line_len))
+            problem = "line holds bytes that are not printable ASCII";
+        int n = 0;
+        if (problem == NULL) {
+            memcpy(line, start, line_len);
+            line[line_len] = '\0';
+            n = tokenize(line, tok, store);
+            if (n < 0)
+                problem = "malformed quoted string or too many fields";
+        }
+        if (problem == NULL && (n == 0 || (!tok[0].quoted && tok[0].text[0] == '#')))
+            continue; /* blank or comment */
+
+        if (header < 6) {
+            if (problem == NULL &&
+                !parse_header_line(f, header, tok, n, header_msg, sizeof header_msg))
+                problem = header_msg;
+            if (problem != NULL) {
+                snprintf(msg, size, "line %zu: %s", ps.line_no, problem);
+                hd__tune_file_free(f);
+                return HD_ERR_CACHE_INVALID;
+            }
+            header++;
+            continue;
+        }
+        if (problem != NULL) {
+            bad_line(&ps, "%s", problem);
+            continue;
+        }
+        parse_body_line(&ps, tok, n);
+    }
+    if (header < 6) {
+        snprintf(msg, size, "%s", header == 0 ? "empty file or no 'hd-tune' header"
+                                              : "file ends inside the header");
+        hd__tune_file_free(f);
+        return HD_ERR_CACHE_INVALID;
+    }
+    return HD_OK;
+}
+
+hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        snprintf(msg, size, "cannot open '%s': %s", path, strerror(errno));
+        return HD_ERR_IO;
+    }
+    char *buf = malloc(HD_TUNE_FILE_MAX + 1);
+    if (buf == NULL) {
+        fclose(fp);
+        snprintf(msg, size, "no memory to read '%s'", path);
+        return HD_ERR_OUT_OF_MEMORY;
+    }
+    size_t len = fread(buf, 1, HD_TUNE_FILE_MAX + 1, fp);
+    bool failed = ferror(fp) != 0;
+    fclose(fp);
+    hd_status s;
+    if (failed) {
+        snprintf(msg, size, "cannot read '%s'", path);
+        s = HD_ERR_IO;
+    } else if (len > HD_TUNE_FILE_MAX) {
+        snprintf(msg, size, "'%s' is larger than %zu bytes", path, HD_TUNE_FILE_MAX);
+        s = HD_ERR_CACHE_INVALID;
+    } else {
+        s = hd__tune_parse(buf, len, f, msg, size);
+    }
+    free(buf);
+    return s;
+}
+
+/* ---- writing ---- */
+
+typedef struct text {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) HD_PRINTF(2, 3);
+
+static void put(text *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *p = realloc(t->p, cap);
+        if (p == NULL) {
+            t->failed = true;
+            return;
+        }
+        t->p = p;
+        t->cap = cap;
+    }
+}
+
+/* A string as the format quotes it. Characters the parser would reject become '?', so the
+ * writer never produces a file its reader refuses. */
+static void put_quoted(text *t, const char *s)
+{
+    put(t, "\"");
+    for (; *s != '\0'; s++) {
+        char c = *s;
+        if (c == '"' || c == '\\')
+            put(t, "\\%c", c);
+        else
+            put(t, "%c", c >= 0x20 && c < 0x7f ? c : '?');
+    }
+    put(t, "\"");
+}
+
+static int record_cmp(const void *pa, const void *pb)
+{
+    const hd_tune_record *a = pa, *b = pb;
+    if (a->op != b->op)
+        return a->op < b->op ? -1 : 1;
+    for (int i = 0; i < 4; i++)
+        if (a->shape.dim[i] != b->shape.dim[i])
+            return a->shape.dim[i] < b->shape.dim[i] ? -1 : 1;
+    int ta = a->shape.trans_a * 2 + a->shape.trans_b, tb = b->shape.trans_a * 2 + b->shape.trans_b;
+    return ta - tb;
+}
+
+char *hd__tune_format(const hd_tune_file *f)
+{
+    text t = {.cap = 4096};
+    t.p = malloc(t.cap);
+    if (t.p == NULL)
+        return NULL;
+    t.p[0] = '\0';
+    put(&t, "hd-tune %d\n# written by dispatch-autotune; see README.md, section Autotuning\n",
+        HD_TUNE_FORMAT);
+    put(&t, "library %s\nplatform ", f->key.library[0] ? f->key.library : "unknown");
+    put_quoted(&t, f->key.platform[0] ? f->key.platform : "none");
+    put(&t, "\ndevice ");
+    put_quoted(&t, f->key.device[0] ? f->key.device : "none");
+    put(&t, "\ndriver ");
+    put_quoted(&t, f->key.driver[0] ? f->key.driver : "none");
+    put(&t, "\nclblast %s\n", f->key.clblast[0] ? f->key.clblast : "none");
+
+    const hd_tune_calibration *c = &f->cal;
+    const double vals[] = {c->launch_us,   c->copy_gbps,  c->host_gbps,
+                           c->gemm_gflops, c->cpu_gflops, c->cpu_gbps};
+    static const char *const names[] = {"launch_us",   "copy_gbps",  "host_gbps",
+                                        "gemm_gflops", "cpu_gflops", "cpu_gbps"};
+    bool any = false;
+    for (int i = 0; i < 6; i++)
+        if (vals[i] > 0.0 && isfinite(vals[i])) {
+            put(&t, "%s %s=%.6g", any ? "" : "calibration", names[i], vals[i]);
+            any = true;
+        }
+    if (any)
+        put(&t, "\n");
+
+    for (size_t i = 0; i < f->param_count; i++) {
+        put(&t, "param %s %s ", hd_backend_name(f->params[i].backend), f->params[i].name);
+        put_quoted(&t, f->params[i].value);
+        put(&t, "\n");
+    }
+
+    hd_tune_record *sorted = NULL;
+    if (f->count > 0) {
+        sorted = malloc(f->count * sizeof *sorted);
+        if (sorted == NULL) {
+            free(t.p);
+            return NULL;
+        }
+        memcpy(sorted, f->records, f->count * sizeof *sorted);
+        qsort(sorted, f->count, sizeof *sorted, record_cmp);
+    }
+    for (size_t i = 0; i < f->count; i++) {
+        const hd_tune_record *r = &sorted[i];
+        put(&t, "%s", hd_op_name(r->op));
+        for (int d = 0; d < hd__tune_dim_count(r->op); d++)
+            put(&t, " %zu", r->shape.dim[d]);
+        if (r->op == HD_OP_GEMM)
+            put(&t, " %c%c", r->shape.trans_a ? 't' : 'n', r->shape.trans_b ? 't' : 'n');
+        put(&t, " %s ", hd_backend_name(r->backend));
+        if (r->variant[0] == '\0')
+            put(&t, "-");
+        else
+            put_quoted(&t, r->variant);
+        put(&t, " %.6g", r->median_us);
+        if (r->runner_up == HD_BACKEND_AUTO)
+            put(&t, " - -\n");
+        else
+            put(&t, " %s %.4g\n", hd_backend_name(r->runner_up), r->margin_pct);
+    }
+    free(sorted);
+    if (t.failed) {
+        free(t.p);
+        return NULL;
+    }
+    return t.p;
+}
+
+static bool same_tune_key(const hd_tune_key *a, const hd_tune_key *b)
+{
+    return strcmp(a->library, b->library) == 0 && strcmp(a->platform, b->platform) == 0 &&
+           strcmp(a->device, b->device) == 0 && strcmp(a->driver, b->driver) == 0 &&
+           strcmp(a->clblast, b->clblast) == 0;
+}
+
+/* mkdir -p of the directory part of path. */
+static bool make_parent_dirs(const char *path, char *msg, size_t size)
+{
+    char dir[PATH_MAX];
+    if (strlen(path) >= sizeof dir) {
+        snprintf(msg, size, "path too long");
+        return false;
+    }
+    strcpy(dir, path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir)
+        return true;
+    *slash = '\0';
+    for (char *p = dir + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+                snprintf(msg, size, "cannot create directory '%s': %s", dir, strerror(errno));
+                return false;
+            }
+            *p = saved;
+            if (saved == '\0')
+                return true;
+        }
+    }
+}
+
+static bool write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        p += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+static void fsync_dir_of(const char *path)
+{
+    char dir[PATH_MAX];
+    if (strlen(path) >= sizeof dir)
+        return;
+    strcpy(dir, path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd); /* best effort: some file systems refuse fsync on directories */
+        close(fd);
+    }
+}
+
+/* Merges what is on disk (same key) with f into *out: on-disk first, f's entries win. */
+static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tune_file *out)
+{
+    char ignored[160];
+    hd__tune_file_init(out);
+    hd_tune_file disk;
+    hd__tune_file_init(&disk);
+    if (hd__tune_load(path, &disk, ignored, sizeof ignored) == HD_OK &&
+        same_tune_key(&disk.key, &f->key)) {
+        *out = disk; /* takes the records */
+    } else {
+        hd__tune_file_free(&disk);
+    }
+    out->key = f->key;
+    out->bad_lines = 0;
+    const double *src = &f->cal.launch_us;
+    double *dst = &out->cal.launch_us;
+    for (size_t i = 0; i < sizeof f->cal / sizeof(double); i++)
+        if (src[i] > 0.0)
+            dst[i] = src[i];
+    hd_status s = HD_OK;
+    for (size_t i = 0; i < f->param_count && s == HD_OK; i++)
+        s = hd__tune_put_param(out, &f->params[i]);
+    for (size_t i = 0; i < f->count && s == HD_OK; i++)
+        s = hd__tune_put(out, &f->records[i]);
+    return s;
+}
+
+hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size)
+{
+    msg[0] = '\0';
+    if (!make_parent_dirs(path, msg, size))
+        return HD_ERR_IO;
+    char lock_path[PATH_MAX], tmp_path[PATH_MAX];
+    if (snprintf(lock_path, sizeof lock_path, "%s.lock", path) >= (int)sizeof lock_path ||
+        snprintf(tmp_path, sizeof tmp_path, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp_path) {
+        snprintf(msg, size, "path too long");
+        return HD_ERR_IO;
+    }
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock < 0) {
+        snprintf(msg, size, "cannot open lock file '%s': %s", lock_path, strerror(errno));
+        return HD_ERR_IO;
+    }
+    while (flock(lock, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            snprintf(msg, size, "cannot lock '%s': %s", lock_path, strerror(errno));
+            close(lock);
+            return HD_ERR_IO;
+        }
+    }
+
+    hd_tune_file merged;
+    hd_status s = merge_with_disk(path, f, &merged);
+    char *body = s == HD_OK ? hd__tune_format(&merged) : NULL;
+    hd__tune_file_free(&merged);
+    if (body == NULL) {
+        snprintf(msg, size, "%s", s == HD_ERR_CACHE_INVALID ? "too many records"
+                                                            : "no memory to format the cache");
+        close(lock);
+        return s == HD_OK ? HD_ERR_OUT_OF_MEMORY : s;
+    }
+
+    int fd = mkstemp(tmp_path);
+    if (fd < 0) {
+        snprintf(msg, size, "cannot create '%s': %s", tmp_path, strerror(errno));
+        free(body);
+        close(lock);
+        return HD_ERR_IO;
+    }
+    fchmod(fd, 0644);
+    bool ok = write_all(fd, body, strlen(body)) && fsync(fd) == 0;
+    int err = errno;
+    ok = close(fd) == 0 && ok;
+    free(body);
+    if (ok && rename(tmp_path, path) != 0) {
+        err = errno;
+        ok = false;
+    }
+    if (!ok) {
+        snprintf(msg, size, "cannot write '%s': %s", path, strerror(err));
+        unlink(tmp_path);
+        close(lock);
+        return HD_ERR_IO;
+    }
+    fsync_dir_of(path);
+    close(lock); /* releases the flock */
+    return HD_OK;
+}
+
+bool hd__tune_default_path(char *buf, size_t size)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    int n;
+    if (xdg != NULL && xdg[0] == '/') {
+        n = snprintf(buf, size, "%s/hd-dispatch/tune.txt", xdg);
+    } else {
+        const char *home = getenv("HOME");
+        if (home == NULL || home[0] != '/')
+            return false;
+        n = snprintf(buf, size, "%s/.cache/hd-dispatch/tune.txt", home);
+    }
+    return n > 0 && (size_t)n < size;
+}

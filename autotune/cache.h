@@ -1,0 +1,139 @@
+/*
+ * The tuning cache file: what dispatch-autotune measured on one device, as text a person can
+ * read and diff. The format (version 1), one item per line, '#' starts a comment line:
+ *
+ *   hd-tune 1                                   format version, always the first line
+ *   library 0.1.0                               hd_version() of the writer
+ *   platform "Portable Computing Language"      device key: OpenCL platform,
+ *   device "cpu-haswell-AMD EPYC 7B13"            device name,
+ *   driver "5.0+debian"                           driver version,
+ *   clblast 1.5.3                                 CLBlast version or none
+ *   calibration launch_us=7.5 copy_gbps=2500 host_gbps=24 gemm_gflops=50000 cpu_gflops=90
+ *               cpu_gbps=20                       (one line; any subset, each at most once)
+ *   param clblast Xgemm "KWG=32 KWI=2 ..."     a device-level record for one backend
+ *   gemm 1 4096 4096 nn fused "WPT=4" 41.25 clblast 12.5
+ *   softmax 64 1024 fused - 7.1 cpu 80
+ *
+ * A record is: op, its dims (GEMM m n k and the transposes nn/nt/tn/tt; LoRA tokens in out
+ * rank; row ops rows cols), the winning backend, its variant ("-" for the default, else a
+ * double-quoted string), the median in microseconds, the runner-up backend and the winner's
+ * margin over it in percent ("- -" when nothing else ran). Strings are double-quoted with \"
+ * and \\ as the only escapes and printable ASCII only.
+ *
+ * Trust: the six header lines (hd-tune to clblast, in that order, before anything else but
+ * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown name, malformed or
+ * absurd number, overlong line, duplicate key) is skipped and counted; the rest are used.
+ * Lines are at most HD_TUNE_LINE_MAX bytes and files hold at most HD_TUNE_RECORD_MAX records.
+ */
+#ifndef HD_AUTOTUNE_CACHE_H
+#define HD_AUTOTUNE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+#include "backends/backend.h"
+
+#define HD_TUNE_FORMAT 1
+#define HD_TUNE_LINE_MAX 1024
+#define HD_TUNE_RECORD_MAX 4096
+#define HD_TUNE_PARAM_MAX 16
+#define HD_TUNE_STRING_MAX 256
+#define HD_TUNE_FILE_MAX ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
+#define HD_TUNE_DIM_MAX ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
+
+/* What a file is valid for: it is used only when every field equals the context's. */
+typedef struct hd_tune_key {
+    char library[32];
+    char platform[HD_TUNE_STRING_MAX];
+    char device[HD_TUNE_STRING_MAX];
+    char driver[HD_TUNE_STRING_MAX];
+    char clblast[32];
+} hd_tune_key;
+
+/* The device's measured constants for the cost model; 0 means not measured. */
+typedef struct hd_tune_calibration {
+    double launch_us;   /* one small kernel, enqueue to completion, device events */
+    double copy_gbps;   /* device-to-device copy, GB/s */
+    double host_gbps;   /* host-to-device upload, GB/s */
+    double gemm_gflops; /* best device SGEMM rate seen on a large square GEMM */
+    double cpu_gflops;  /* CPU SGEMM rate */
+    double cpu_gbps;    /* CPU streaming bandwidth (read + write) */
+} hd_tune_calibration;
+
+typedef struct hd_tune_record {
+    hd_op op;
+    hd_shape shape;
+    hd_backend backend;
+    char variant[HD_TUNE_STRING_MAX]; /* "" for the default */
+    double median_us;
+    hd_backend runner_up; /* HD_BACKEND_AUTO: none */
+    double margin_pct;    /* runner-up time / winner time - 1, in percent */
+} hd_tune_record;
+
+/* A device-level setting of one backend, e.g. CLBlast's Xgemm parameters for this device. */
+typedef struct hd_tune_param {
+    hd_backend backend;
+    char name[32];                  /* e.g. "Xgemm", "XgemmDirect" */
+    char value[HD_TUNE_STRING_MAX]; /* e.g. "KWG=32 MWG=64 ..." */
+} hd_tune_param;
+
+typedef struct hd_tune_file {
+    hd_tune_key key;
+    hd_tune_calibration cal;
+    hd_tune_param params[HD_TUNE_PARAM_MAX];
+    size_t param_count;
+    hd_tune_record *records;
+    size_t count, capacity;
+
+    /* What the parser skipped, for the context's message. */
+    size_t bad_lines;
+    size_t first_bad_line;
+    char first_problem[160];
+} hd_tune_file;
+
+void hd__tune_file_init(hd_tune_file *f);
+void hd__tune_file_free(hd_tune_file *f);
+
+/* Whether two records describe the same call (op, dims, transposes). */
+bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b);
+/* The number of dims a record of op carries (GEMM 3, LoRA 4, row ops 2). */
+int hd__tune_dim_count(hd_op op);
+
+/* Adds r, replacing a record with the same key. Returns HD_ERR_OUT_OF_MEMORY or
+ * HD_ERR_CACHE_INVALID when the file already holds HD_TUNE_RECORD_MAX records. */
+hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r);
+/* Sets or replaces the param (backend, name). */
+hd_status hd__tune_put_param(hd_tune_file *f, const hd_tune_param *p);
+const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_shape *shape);
+
+/* Parses len bytes of text (not necessarily NUL-terminated) into *f, which must be freshly
+ * initialised. Returns HD_OK (bad record lines are skipped and counted in f), or
+ * HD_ERR_CACHE_INVALID with the reason in msg when the header is missing or broken; then f
+ * holds no records. HD_ERR_OUT_OF_MEMORY. */
+hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *msg, size_t size);
+
+/* Reads and parses the file at path. HD_ERR_IO (msg says why; a missing file included),
+ * else as hd__tune_parse(). */
+hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size);
+
+/* The file's text in the format above, malloc'd and NUL-terminated; NULL without memory.
+ * Records are sorted by op and dims, so that files diff well. */
+char *hd__tune_format(const hd_tune_file *f);
+
+/*
+ * Writes f's records and params to path, merged with those already there for the same key
+ * (f's win on the same (op, shape)). Holds an flock on "<path>.lock" throughout, writes a
+ * temporary file in the same directory, fsyncs it, renames it over path and fsyncs the
+ * directory, so readers see the old or the new file and concurrent writers lose nothing.
+ * A file there for another key, or a damaged one, is replaced. Creates the directory if
+ * needed. Returns HD_OK, HD_ERR_IO (msg says why), HD_ERR_OUT_OF_MEMORY.
+ */
+hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size);
+
+/* The default cache path: $XDG_CACHE_HOME/hd-dispatch/tune.txt, else
+ * $HOME/.cache/hd-dispatch/tune.txt. false when neither variable is usable. */
+bool hd__tune_default_path(char *buf, size_t size);
+
+#endif

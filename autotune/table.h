@@ -1,0 +1,33 @@
+/* The tuning table of a context: the cache file's records for this device, as the selection
+ * in dispatch/select.c reads them. */
+#ifndef HD_AUTOTUNE_TABLE_H
+#define HD_AUTOTUNE_TABLE_H
+
+#include "autotune/cache.h"
+
+/* Beyond this distance in any one dimension (|log2(1+a) - log2(1+b)|, i.e. about a factor of
+ * two) a tuned shape says nothing about another. */
+#define HD_TUNE_NEAR_DIM 1.0
+
+/* The record for exactly (op, shape), or NULL. */
+const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_shape *shape);
+
+/* The tuned record of op closest to shape in log space (same transposes for GEMM), whose every
+ * dimension is within HD_TUNE_NEAR_DIM; NULL if none. *distance: the sum over dimensions. */
+const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
+                                       double *distance);
+
+/* The device's calibration from the cache, or NULL when it holds none. */
+const hd_tune_calibration *hd__tune_calibration(const hd_context *ctx);
+
+/* A device-level param of backend b (e.g. CLBlast "Xgemm"), or NULL. Backends read theirs
+ * when they first need it: the table opens after the backends are probed. */
+const char *hd__tune_param(const hd_context *ctx, hd_backend b, const char *name);
+
+/* This context's device key: what a cache file must carry to be used here. */
+void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key);
+
+/* The cache path the context would use (options, $HD_TUNE_CACHE, default); false if none. */
+bool hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size);
+
+#endif
