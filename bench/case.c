@@ -1,0 +1,339 @@
+/* Benchmark case instances: random inputs, the measured call, and a sampled float64 check. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/case.h"
+#include "dispatch/error.h"
+
+/* Inputs of all sets together under this size rotate among several sets, so that a timing
+ * is not a figure of data left hot in a cache by the previous run. */
+#define ROTATE_BELOW_BYTES (64.0 * 1024 * 1024)
+#define ROTATE_SETS 3
+/* Rows and columns the reference check samples on large outputs. */
+#define CHECK_ROWS 16
+#define CHECK_COLS 256
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi), nudged off zero so that no input is ever all zeros by chance. */
+static void fill(uint64_t *state, float *p, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(splitmix(state) >> 11) * 0x1.0p-53;
+        float v = (float)(lo + (hi - lo) * u);
+        p[i] = v == 0.0f ? 0.5f * hi : v;
+    }
+}
+
+typedef struct input_spec {
+    size_t rows, cols;
+    float lo, hi;
+} input_spec;
+
+/* The input tensors of a case and the value ranges they are drawn from. */
+static int input_specs(const hd_bench_case *c, input_spec spec[4], size_t *out_rows,
+                       size_t *out_cols)
+{
+    const size_t *d = c->shape.dim;
+    switch (c->op) {
+    case HD_OP_GEMM:
+        spec[0] = c->shape.trans_a ? (input_spec){d[2], d[0], -1, 1} : (input_spec){d[0], d[2], -1, 1};
+        spec[1] = c->shape.trans_b ? (input_spec){d[1], d[2], -1, 1} : (input_spec){d[2], d[1], -1, 1};
+        *out_rows = d[0];
+        *out_cols = d[1];
+        return 2;
+    case HD_OP_LORA:
+        spec[0] = (input_spec){d[0], d[1], -1, 1};
+        spec[1] = (input_spec){d[1], d[2], -1, 1};
+        spec[2] = (input_spec){d[1], d[3], -1, 1};
+        spec[3] = (input_spec){d[3], d[2], -1, 1};
+        *out_rows = d[0];
+        *out_cols = d[2];
+        return 4;
+    case HD_OP_SOFTMAX:
+        spec[0] = (input_spec){d[0], d[1], -4, 4};
+        *out_rows = d[0];
+        *out_cols = d[1];
+        return 1;
+    case HD_OP_LAYER_NORM:
+        spec[0] = (input_spec){d[0], d[1], -2, 3};
+        spec[1] = (input_spec){1, d[1], 0.5f, 1.5f};
+        spec[2] = (input_spec){1, d[1], -0.5f, 0.5f};
+        *out_rows = d[0];
+        *out_cols = d[1];
+        return 3;
+    case HD_OP_RMS_NORM:
+        spec[0] = (input_spec){d[0], d[1], -2, 3};
+        spec[1] = (input_spec){1, d[1], 0.5f, 1.5f};
+        *out_rows = d[0];
+        *out_cols = d[1];
+        return 2;
+    default:
+        return 0;
+    }
+}
+
+static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *state,
+                             hd_tensor **t)
+{
+    hd_status st = hd_tensor_create(ctx, s->rows, s->cols, t);
+    if (st != HD_OK)
+        return st;
+    size_t n = s->rows * s->cols;
+    float *data = malloc((n > 0 ? n : 1) * sizeof *data);
+    if (data == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "benchmark input of %zu floats", n);
+    fill(state, data, n, s->lo, s->hi);
+    st = hd_tensor_write(*t, data);
+    free(data);
+    return st;
+}
+
+void hd__bench_instance_destroy(hd_bench_instance *inst)
+{
+    for (size_t s = 0; s < HD_BENCH_MAX_SETS; s++)
+        for (int i = 0; i < 4; i++)
+            hd_tensor_destroy(inst->in[s][i]);
+    hd_tensor_destroy(inst->out);
+    memset(inst, 0, sizeof *inst);
+}
+
+hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uint64_t seed,
+                                    hd_bench_instance *inst)
+{
+    memset(inst, 0, sizeof *inst);
+    inst->ctx = ctx;
+    inst->c = *c;
+    inst->scale = 0.5f;
+    inst->eps = 1e-5f;
+    input_spec spec[4];
+    size_t out_rows = 0, out_cols = 0;
+    inst->inputs = input_specs(c, spec, &out_rows, &out_cols);
+    if (inst->inputs == 0)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d", (int)c->op);
+    double set_bytes = 4.0 * (hd__bench_case_elements(c) - (double)out_rows * (double)out_cols);
+    inst->sets = set_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES ? ROTATE_SETS : 1;
+
+    uint64_t state = seed;
+    hd_status st = HD_OK;
+    for (size_t s = 0; s < inst->sets && st == HD_OK; s++)
+        for (int i = 0; i < inst->inputs && st == HD_OK; i++)
+            st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i]);
+    if (st == HD_OK)
+        st = hd_tensor_create(ctx, out_rows, out_cols, &inst->out);
+    if (st != HD_OK)
+        hd__bench_instance_destroy(inst);
+    return st;
+}
+
+hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
+{
+    hd_bench_instance *inst = user;
+    hd_tensor **in = inst->in[set < inst->sets ? set : 0];
+    switch (inst->c.op) {
+    case HD_OP_GEMM:
+        return hd_gemm(ctx, inst->c.shape.trans_a, inst->c.shape.trans_b, 1.0f, in[0], in[1],
+                       0.0f, inst->out);
+    case HD_OP_LORA:
+        return hd_lora_forward(ctx, in[0], in[1], in[2], in[3], inst->scale, inst->out);
+    case HD_OP_SOFTMAX:
+        return hd_softmax(ctx, in[0], inst->out);
+    case HD_OP_LAYER_NORM:
+        return hd_layer_norm(ctx, in[0], in[1], in[2], inst->eps, inst->out);
+    case HD_OP_RMS_NORM:
+        return hd_rms_norm(ctx, in[0], in[1], inst->eps, inst->out);
+    default:
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d",
+                         (int)inst->c.op);
+    }
+}
+
+/* The sampled rows or columns: all of them up to max, else max spread evenly, first and last
+ * included. */
+static size_t sample(size_t n, size_t max, size_t j)
+{
+    if (n <= max)
+        return j;
+    return (size_t)((double)j * (double)(n - 1) / (double)(max - 1) + 0.5);
+}
+
+static size_t sample_count(size_t n, size_t max)
+{
+    return n < max ? n : max;
+}
+
+static double ratio(double err, double tol)
+{
+    if (isnan(err))
+        return INFINITY;
+    return err / tol;
+}
+
+static double check_gemm(const hd_bench_case *c, float *const in[4], const float *y)
+{
+    size_t m = c->shape.dim[0], n = c->shape.dim[1], k = c->shape.dim[2];
+    bool ta = c->shape.trans_a, tb = c->shape.trans_b;
+    const float *a = in[0], *b = in[1];
+    double worst = 0.0;
+    for (size_t si = 0; si < sample_count(m, CHECK_ROWS); si++) {
+        size_t i = sample(m, CHECK_ROWS, si);
+        for (size_t sj = 0; sj < sample_count(n, CHECK_COLS); sj++) {
+            size_t j = sample(n, CHECK_COLS, sj);
+            double sum = 0.0, bound = 0.0;
+            for (size_t p = 0; p < k; p++) {
+                double av = ta ? a[p * m + i] : a[i * k + p];
+                double bv = tb ? b[j * k + p] : b[p * n + j];
+                sum += av * bv;
+                bound += fabs(av * bv);
+            }
+            double tol = 2.0 * (double)k * FLT_EPSILON * bound + 1e-30;
+            double r = ratio(fabs((double)y[i * n + j] - sum), tol);
+            worst = r > worst ? r : worst;
+        }
+    }
+    return worst;
+}
+
+static double check_lora(const hd_bench_case *c, float *const in[4], const float *y,
+                         float scale)
+{
+    size_t t = c->shape.dim[0], ni = c->shape.dim[1], no = c->shape.dim[2], r = c->shape.dim[3];
+    const float *x = in[0], *w = in[1], *a = in[2], *b = in[3];
+    double *xa = malloc((r + 1) * sizeof *xa), *xa_abs = malloc((r + 1) * sizeof *xa_abs);
+    if (xa == NULL || xa_abs == NULL) {
+        free(xa);
+        free(xa_abs);
+        return INFINITY;
+    }
+    double worst = 0.0;
+    for (size_t si = 0; si < sample_count(t, CHECK_ROWS); si++) {
+        size_t i = sample(t, CHECK_ROWS, si);
+        for (size_t q = 0; q < r; q++) {
+            xa[q] = xa_abs[q] = 0.0;
+            for (size_t p = 0; p < ni; p++) {
+                xa[q] += (double)x[i * ni + p] * a[p * r + q];
+                xa_abs[q] += fabs((double)x[i * ni + p] * a[p * r + q]);
+            }
+        }
+        for (size_t sj = 0; sj < sample_count(no, CHECK_COLS); sj++) {
+            size_t j = sample(no, CHECK_COLS, sj);
+            double sum = 0.0, bound = 0.0, low = 0.0, low_bound = 0.0;
+            for (size_t p = 0; p < ni; p++) {
+                sum += (double)x[i * ni + p] * w[p * no + j];
+                bound += fabs((double)x[i * ni + p] * w[p * no + j]);
+            }
+            for (size_t q = 0; q < r; q++) {
+                low += xa[q] * b[q * no + j];
+                low_bound += xa_abs[q] * fabs((double)b[q * no + j]);
+            }
+            sum += (double)scale * low;
+            bound += fabs((double)scale) * low_bound;
+            double tol = 2.0 * (double)(ni + r + 1) * FLT_EPSILON * bound + 1e-30;
+            double e = ratio(fabs((double)y[i * no + j] - sum), tol);
+            worst = e > worst ? e : worst;
+        }
+    }
+    free(xa);
+    free(xa_abs);
+    return worst;
+}
+
+/* One row of a row op in double, into want (cols values). */
+static void reference_row(hd_op op, const float *x, const float *g, const float *bt, float eps,
+                          size_t cols, double *want)
+{
+    double mx = -INFINITY, sum = 0.0, sq = 0.0;
+    for (size_t j = 0; j < cols; j++) {
+        mx = x[j] > mx ? x[j] : mx;
+        sum += x[j];
+        sq += (double)x[j] * x[j];
+    }
+    if (op == HD_OP_SOFTMAX) {
+        double total = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            total += want[j] = exp((double)x[j] - mx);
+        for (size_t j = 0; j < cols; j++)
+            want[j] /= total;
+    } else if (op == HD_OP_LAYER_NORM) {
+        double mean = sum / (double)cols, var = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            var += ((double)x[j] - mean) * ((double)x[j] - mean);
+        double inv = 1.0 / sqrt(var / (double)cols + eps);
+        for (size_t j = 0; j < cols; j++)
+            want[j] = ((double)x[j] - mean) * inv * g[j] + bt[j];
+    } else {
+        double inv = 1.0 / sqrt(sq / (double)cols + eps);
+        for (size_t j = 0; j < cols; j++)
+            want[j] = (double)x[j] * inv * g[j];
+    }
+}
+
+static double check_rows(const hd_bench_instance *inst, float *const in[4], const float *y)
+{
+    const hd_bench_case *c = &inst->c;
+    size_t rows = c->shape.dim[0], cols = c->shape.dim[1];
+    double *want = malloc(cols * sizeof *want);
+    if (want == NULL)
+        return INFINITY;
+    /* Softmax values are around 1/cols; the norms' around 1. */
+    double atol = c->op == HD_OP_SOFTMAX ? 1e-6 : 1e-4, rtol = 1e-3;
+    double worst = 0.0;
+    for (size_t si = 0; si < sample_count(rows, CHECK_ROWS); si++) {
+        size_t i = sample(rows, CHECK_ROWS, si);
+        reference_row(c->op, in[0] + i * cols, in[1], in[2], inst->eps, cols, want);
+        for (size_t j = 0; j < cols; j++) {
+            double e = ratio(fabs((double)y[i * cols + j] - want[j]), atol + rtol * fabs(want[j]));
+            worst = e > worst ? e : worst;
+        }
+    }
+    free(want);
+    return worst;
+}
+
+static float *read_all(const hd_tensor *t, hd_status *st)
+{
+    size_t n = hd_tensor_rows(t) * hd_tensor_cols(t);
+    float *p = malloc((n > 0 ? n : 1) * sizeof *p);
+    if (p == NULL) {
+        *st = HD_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if ((*st = hd_tensor_read(t, p)) != HD_OK) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
+{
+    hd_context *ctx = inst->ctx;
+    hd_status st = hd__bench_instance_run(ctx, inst, 0);
+    if (st == HD_OK)
+        st = hd_sync(ctx);
+    if (st != HD_OK)
+        return st;
+    float *in[4] = {NULL, NULL, NULL, NULL}, *y = read_all(inst->out, &st);
+    for (int i = 0; i < inst->inputs && st == HD_OK; i++)
+        in[i] = read_all(inst->in[0][i], &st);
+    if (st == HD_OK) {
+        if (inst->c.op == HD_OP_GEMM)
+            *worst = check_gemm(&inst->c, in, y);
+        else if (inst->c.op == HD_OP_LORA)
+            *worst = check_lora(&inst->c, in, y, inst->scale);
+        else
+            *worst = check_rows(inst, in, y);
+    }
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+    free(y);
+    return st;
+}

@@ -1,0 +1,39 @@
+/* One benchmark case made real: its tensors filled with fresh random data (in several input sets
+ * when they fit in a cache), the call that runs it, and the check of one result against a
+ * float64 reference. */
+#ifndef HD_BENCH_CASE_H
+#define HD_BENCH_CASE_H
+
+#include <stdint.h>
+
+#include "bench/suites.h"
+
+#define HD_BENCH_MAX_SETS 4
+
+typedef struct hd_bench_instance {
+    hd_context *ctx;
+    hd_bench_case c;
+    size_t sets;
+    hd_tensor *in[HD_BENCH_MAX_SETS][4]; /* per op: GEMM A B; LoRA x W A B; rows x gamma beta */
+    int inputs;
+    hd_tensor *out;
+    float scale; /* LoRA */
+    float eps;   /* norms */
+} hd_bench_instance;
+
+/* Creates the tensors of c and fills every input with random values from seed (never zeros):
+ * 3 input sets when all of them together stay under 64 MiB, else 1. On failure everything
+ * made is freed and the context's message says why. */
+hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uint64_t seed,
+                                    hd_bench_instance *inst);
+void hd__bench_instance_destroy(hd_bench_instance *inst);
+
+/* The measured call: runs the case with input set `set`; an hd_measure_fn. */
+hd_status hd__bench_instance_run(hd_context *ctx, void *inst, size_t set);
+
+/* Runs set 0 once, waits, and compares the output with a float64 reference on sampled rows
+ * and columns (every row of small cases). *worst is the largest error divided by its
+ * tolerance: <= 1 passes. Returns HD_OK (whether or not it passed) or the failing status. */
+hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst);
+
+#endif

@@ -1,0 +1,602 @@
+/*
+ * dispatch-bench: every case of the chosen suites on every backend that takes it, on every
+ * hybrid plan and on auto, in the device, sync and chain modes; checked against a float64
+ * reference, judged against the measured roofline, and compared with a peer on request.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "autotune/measure.h"
+#include "bench/case.h"
+#include "bench/compare.h"
+#include "bench/results.h"
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+
+#define MAX_SUITES 8
+
+typedef struct options {
+    const char *suites[MAX_SUITES];
+    int suite_count;
+    bool modes[HD_MEASURE_MODE_COUNT];
+    bool backends[HD_BACKEND_COUNT];
+    unsigned warmup, repeats, max_runs, chain;
+    double budget_ms, peak_gflops, max_elements, case_budget_s;
+    bool csv, list_cases, quiet, cpu_only;
+    const char *json_path, *compare_path, *ours_path, *compare_mode, *device;
+    uint64_t seed;
+} options;
+
+static void usage(FILE *f)
+{
+    fputs(
+        "usage: dispatch-bench [options]\n"
+        "  --suite NAME        seed, train, gemm, ci, or all (= seed,train,gemm); repeatable,\n"
+        "                      or a comma list (default: seed)\n"
+        "  --modes LIST        device,sync,chain (default: all three)\n"
+        "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
+        "  --repeats N         at least N timed runs per mode (default 5)\n"
+        "  --max-runs N        at most N timed runs per mode (default 1000)\n"
+        "  --budget-ms MS      stop repeating a mode after MS milliseconds (default 300)\n"
+        "  --warmup N          untimed calls before timing (default 3, at least one per input set)\n"
+        "  --chain N           ops per chain sample (default: enough for ~2 ms, 4..256)\n"
+        "  --peak-flops GFLOPS compute roof (default: the best GEMM rate measured in this run)\n"
+        "  --max-elements N    skip cases holding more than N floats (says so)\n"
+        "  --case-budget-s S   skip cases estimated to take longer than S seconds in all\n"
+        "                      (default 120 without a GPU, unlimited with one; 0: unlimited)\n"
+        "  --csv               CSV on standard output instead of the table\n"
+        "  --json FILE         also write the results as JSON (schema hd-bench/1)\n"
+        "  --compare PEER.json print the gap table against a peer's results\n"
+        "  --ours OURS.json    with --compare: compare this file instead of running\n"
+        "  --compare-mode M    device, sync or chain (default: per case, the first both have\n"
+        "                      of device, chain, sync)\n"
+        "  --list-cases        list the suites' cases (with --json FILE: as JSON, '-' = stdout)\n"
+        "  --device SPEC       OpenCL device index or name substring\n"
+        "  --cpu-only          no OpenCL: the CPU backend alone\n"
+        "  --seed N            random data seed (default: from the clock)\n"
+        "  --quiet             no progress line\n",
+        f);
+}
+
+static bool parse_list(const char *arg, bool (*item)(const char *, options *), options *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save))
+        if (!item(tok, o))
+            return false;
+    return true;
+}
+
+static bool add_suite(const char *name, options *o)
+{
+    if (strcmp(name, "all") == 0)
+        return add_suite("seed", o) && add_suite("train", o) && add_suite("gemm", o);
+    const hd_bench_suite *s = hd__bench_suite_find(name);
+    if (s == NULL) {
+        fprintf(stderr, "dispatch-bench: unknown suite '%s'\n", name);
+        return false;
+    }
+    for (int i = 0; i < o->suite_count; i++)
+        if (strcmp(o->suites[i], s->name) == 0)
+            return true;
+    if (o->suite_count == MAX_SUITES)
+        return false;
+    o->suites[o->suite_count++] = s->name;
+    return true;
+}
+
+static bool add_mode(const char *name, options *o)
+{
+    hd_measure_mode m;
+    if (!hd__measure_mode_from_name(name, &m)) {
+        fprintf(stderr, "dispatch-bench: unknown mode '%s'\n", name);
+        return false;
+    }
+    o->modes[m] = true;
+    return true;
+}
+
+static bool add_backend(const char *name, options *o)
+{
+    hd_backend b;
+    if (!hd__backend_from_name(name, &b)) {
+        fprintf(stderr, "dispatch-bench: unknown backend '%s'\n", name);
+        return false;
+    }
+    o->backends[b] = true;
+    return true;
+}
+
+static bool parse_number(const char *opt, const char *arg, double *out)
+{
+    char *end;
+    *out = arg ? strtod(arg, &end) : 0.0;
+    if (arg == NULL || end == arg || *end != '\0' || !(*out >= 0)) {
+        fprintf(stderr, "dispatch-bench: %s needs a number >= 0\n", opt);
+        return false;
+    }
+    return true;
+}
+
+/* Returns 0 to go on, 1 for a clean exit (--help), 2 for a usage error. */
+static int parse_options(int argc, char **argv, options *o)
+{
+    *o = (options){.warmup = 3, .repeats = 5, .max_runs = 1000, .budget_ms = 300,
+                   .case_budget_s = -1};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    o->seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double num = 0;
+        bool ok = true, takes = true;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        } else if (strcmp(a, "--suite") == 0 && v) {
+            ok = parse_list(v, add_suite, o);
+        } else if (strcmp(a, "--modes") == 0 && v) {
+            ok = parse_list(v, add_mode, o);
+        } else if (strcmp(a, "--backends") == 0 && v) {
+            ok = parse_list(v, add_backend, o);
+        } else if (strcmp(a, "--repeats") == 0 && (ok = parse_number(a, v, &num))) {
+            o->repeats = (unsigned)num;
+        } else if (strcmp(a, "--max-runs") == 0 && (ok = parse_number(a, v, &num))) {
+            o->max_runs = num < 1 ? 1 : (unsigned)num;
+        } else if (strcmp(a, "--budget-ms") == 0 && (ok = parse_number(a, v, &num))) {
+            o->budget_ms = num;
+        } else if (strcmp(a, "--warmup") == 0 && (ok = parse_number(a, v, &num))) {
+            o->warmup = (unsigned)num;
+        } else if (strcmp(a, "--chain") == 0 && (ok = parse_number(a, v, &num))) {
+            o->chain = (unsigned)num;
+        } else if (strcmp(a, "--peak-flops") == 0 && (ok = parse_number(a, v, &num))) {
+            o->peak_gflops = num;
+        } else if (strcmp(a, "--max-elements") == 0 && (ok = parse_number(a, v, &num))) {
+            o->max_elements = num;
+        } else if (strcmp(a, "--case-budget-s") == 0 && (ok = parse_number(a, v, &num))) {
+            o->case_budget_s = num;
+        } else if (strcmp(a, "--seed") == 0 && (ok = parse_number(a, v, &num))) {
+            o->seed = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--json") == 0 && v) {
+            o->json_path = v;
+        } else if (strcmp(a, "--compare") == 0 && v) {
+            o->compare_path = v;
+        } else if (strcmp(a, "--ours") == 0 && v) {
+            o->ours_path = v;
+        } else if (strcmp(a, "--compare-mode") == 0 && v) {
+            hd_measure_mode m;
+            ok = hd__measure_mode_from_name(v, &m);
+            o->compare_mode = v;
+        } else if (strcmp(a, "--device") == 0 && v) {
+            o->device = v;
+        } else {
+            takes = false;
+            if (strcmp(a, "--csv") == 0)
+                o->csv = true;
+            else if (strcmp(a, "--list-cases") == 0)
+                o->list_cases = true;
+            else if (strcmp(a, "--quiet") == 0)
+                o->quiet = true;
+            else if (strcmp(a, "--cpu-only") == 0)
+                o->cpu_only = true;
+            else
+                ok = false;
+        }
+        if (!ok) {
+            fprintf(stderr, "dispatch-bench: bad or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i += takes;
+    }
+    if (o->suite_count == 0)
+        add_suite("seed", o);
+    bool any = false;
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++)
+        any |= o->modes[m];
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT && !any; m++)
+        o->modes[m] = true;
+    any = false;
+    for (int b = 0; b < HD_BACKEND_COUNT; b++)
+        any |= o->backends[b];
+    for (int b = 0; b < HD_BACKEND_COUNT && !any; b++)
+        o->backends[b] = true;
+    return 0;
+}
+
+static void list_cases(FILE *f)
+{
+    size_t n;
+    const hd_bench_suite *s = hd__bench_suites(&n);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%s: %s\n", s[i].name, s[i].description);
+        for (size_t j = 0; j < s[i].count; j++) {
+            char name[64];
+            hd__bench_case_name(&s[i].cases[j], name, sizeof name);
+            fprintf(f, "  %-26s %10.3g FLOP %10.3g bytes\n", name,
+                    hd__bench_case_flops(&s[i].cases[j]), hd__bench_case_bytes(&s[i].cases[j]));
+        }
+    }
+}
+
+/* ---- progress ---- */
+
+static bool progress_on;
+
+static void progress(const char *fmt, ...) HD_PRINTF(1, 2);
+
+static void progress(const char *fmt, ...)
+{
+    if (!progress_on)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("\r\033[K", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+}
+
+/* ---- calibration: the roofline and the CPU rates the skip estimate uses ---- */
+
+
+/* The CPU backend's GEMM rate on 512³ (sync mode): the compute roof of a CPU-only machine's
+ * estimate, and a lower bound of its peak. 0 when it cannot be measured. */
+static double cpu_gemm_rate(hd_context *ctx, uint64_t seed)
+{
+    hd_bench_case c = {HD_OP_GEMM, {.dim = {512, 512, 512}}};
+    hd_bench_instance inst;
+    double rate = 0.0;
+    if (hd_context_set_backend(ctx, HD_OP_GEMM, HD_BACKEND_CPU) != HD_OK)
+        return 0.0;
+    if (hd__bench_instance_create(ctx, &c, seed, &inst) == HD_OK) {
+        hd_measure_config cfg;
+        hd__measure_config_init(&cfg, HD_MEASURE_SYNC);
+        cfg.budget_s = 0.3;
+        cfg.min_runs = 3;
+        hd_measure_result r;
+        if (hd__measure(ctx, &cfg, hd__bench_instance_run, &inst, &r) == HD_OK &&
+            r.min_s > 0)
+            rate = hd__bench_case_flops(&c) / r.min_s;
+        hd__bench_instance_destroy(&inst);
+    }
+    hd_context_set_backend(ctx, HD_OP_GEMM, HD_BACKEND_AUTO);
+    return rate;
+}
+
+static void calibrate(hd_context *ctx, hd_bench_run *run, const options *o, double *cpu_rate)
+{
+    bool gpu = hd__measure_device_is_gpu(ctx);
+    progress("calibrating: memory bandwidth, CPU GEMM rate");
+    hd__measure_host_bandwidth((size_t)128 << 20, &run->roof.host_bandwidth);
+    if (hd__measure_has_device(ctx) &&
+        hd__measure_device_bandwidth(ctx, (size_t)256 << 20, &run->roof.device_bandwidth) != HD_OK)
+        run->roof.device_bandwidth = 0.0;
+    *cpu_rate = cpu_gemm_rate(ctx, o->seed ^ 0x5eed);
+    if (gpu && run->roof.device_bandwidth > 0) {
+        run->roof.bandwidth = run->roof.device_bandwidth;
+        run->roof.bandwidth_source = "OpenCL copy kernel";
+    } else {
+        run->roof.bandwidth = run->roof.host_bandwidth;
+        run->roof.bandwidth_source = "memcpy";
+    }
+    if (o->peak_gflops > 0) {
+        run->roof.peak_flops = o->peak_gflops * 1e9;
+        run->roof.peak_source = "--peak-flops";
+    } else {
+        run->roof.peak_flops = *cpu_rate;
+        run->roof.peak_source = "best measured GEMM";
+    }
+}
+
+/* After the run: without --peak-flops, the compute roof is the best GEMM or LoRA rate any
+ * forced backend reached. */
+static void settle_peak(hd_bench_run *run, const options *o)
+{
+    if (o->peak_gflops > 0)
+        return;
+    for (size_t i = 0; i < run->count; i++) {
+        const hd_bench_record *r = &run->records[i];
+        if (r->state != HD_BENCH_OK || !hd__bench_case_compute_bound(&r->c))
+            continue;
+        for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++)
+            if (r->have[m] && r->m[m].median_s > 0 &&
+                hd__bench_case_flops(&r->c) / r->m[m].median_s > run->roof.peak_flops)
+                run->roof.peak_flops = hd__bench_case_flops(&r->c) / r->m[m].median_s;
+    }
+}
+
+/* ---- one case ---- */
+
+typedef struct bench_state {
+    hd_context *ctx;
+    const options *o;
+    hd_bench_run *run;
+    bool gpu;
+    double cpu_rate;
+    size_t done, total;
+} bench_state;
+
+static int backend_count(const options *o)
+{
+    int n = 0;
+    for (int b = 0; b < HD_BACKEND_COUNT; b++)
+        n += o->backends[b];
+    return n;
+}
+
+/* Seconds the case would take in all: per backend a check, then per mode the larger of the
+ * time budget and the minimum calls. Ops are estimated from the CPU's GEMM rate and memory
+ * bandwidth, which is what runs them on a machine without a GPU. */
+static double estimate_case_s(const bench_state *st, const hd_bench_case *c)
+{
+    double rate = st->cpu_rate > 0 ? st->cpu_rate : 1e9;
+    double bw = st->run->roof.host_bandwidth > 0 ? st->run->roof.host_bandwidth : 1e9;
+    double op = hd__bench_case_flops(c) / (hd__bench_case_compute_bound(c) ? rate : 4 * rate);
+    if (hd__bench_case_bytes(c) / bw > op)
+        op = hd__bench_case_bytes(c) / bw;
+    double per_backend = op * (1 + st->o->warmup);
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        if (!st->o->modes[m])
+            continue;
+        double calls = st->o->repeats * (m == HD_MEASURE_CHAIN ? 4.0 : 1.0) + st->o->warmup;
+        double t = calls * op;
+        per_backend += t > st->o->budget_ms * 1e-3 ? t : st->o->budget_ms * 1e-3;
+    }
+    return per_backend * backend_count(st->o);
+}
+
+/* A record that says why a case or a backend did not run. */
+static void add_note_record(bench_state *st, const char *suite, const hd_bench_case *c,
+                            const char *name, const char *backend, hd_bench_state state,
+                            const char *note)
+{
+    hd_bench_record *r = hd__bench_record_add(st->run);
+    if (r == NULL)
+        return;
+    r->suite = suite;
+    r->c = *c;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->backend, sizeof r->backend, "%s", backend);
+    r->state = state;
+    snprintf(r->note, sizeof r->note, "%s", note);
+}
+
+static void measure_modes(bench_state *st, hd_bench_instance *inst, hd_bench_record *r,
+                          hd_backend forced)
+{
+    double last_median = 0.0;
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        if (!st->o->modes[m])
+            continue;
+        progress("[%zu/%zu] %s: %s on %s, %s", st->done + 1, st->total, r->suite, r->name,
+                 r->backend, hd__measure_mode_name((hd_measure_mode)m));
+        hd_measure_config cfg;
+        hd__measure_config_init(&cfg, (hd_measure_mode)m);
+        cfg.warmup = st->o->warmup;
+        cfg.min_runs = st->o->repeats;
+        cfg.max_runs = st->o->max_runs;
+        cfg.budget_s = st->o->budget_ms * 1e-3;
+        cfg.chain_length = st->o->chain;
+        /* A chain of slow ops adds nothing but time: two are enough to overlap the wait. */
+        if (m == HD_MEASURE_CHAIN && cfg.chain_length == 0 && last_median > 0.05)
+            cfg.chain_length = 2;
+        cfg.input_sets = inst->sets;
+        hd_status s = hd__measure(st->ctx, &cfg, hd__bench_instance_run, inst, &r->m[m]);
+        if (s != HD_OK) {
+            r->state = HD_BENCH_ERROR;
+            snprintf(r->note, sizeof r->note, "%s mode: %s", hd__measure_mode_name((hd_measure_mode)m),
+                     hd_context_last_error(st->ctx));
+            return;
+        }
+        if (forced != HD_BACKEND_AUTO && r->m[m].ran_on != forced) {
+            r->state = HD_BENCH_NA;
+            snprintf(r->note, sizeof r->note, "fell back to %s while timing",
+                     hd_backend_name(r->m[m].ran_on));
+            return;
+        }
+        r->have[m] = true;
+        last_median = r->m[m].median_s;
+    }
+}
+
+static void run_backend(bench_state *st, hd_bench_instance *inst, const char *suite,
+                        const char *name, hd_backend b)
+{
+    hd_bench_record *r = hd__bench_record_add(st->run);
+    if (r == NULL)
+        return;
+    r->suite = suite;
+    r->c = inst->c;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->backend, sizeof r->backend, "%s", hd_backend_name(b));
+    hd_op op = inst->c.op;
+    if (b != HD_BACKEND_AUTO && !hd_context_has_backend(st->ctx, b)) {
+        r->state = HD_BENCH_NA;
+        snprintf(r->note, sizeof r->note, "not available on this machine");
+        return;
+    }
+    if (hd_context_set_backend(st->ctx, op, b) != HD_OK) {
+        r->state = HD_BENCH_NA;
+        snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
+        return;
+    }
+    progress("[%zu/%zu] %s: %s on %s, check", st->done + 1, st->total, suite, name, r->backend);
+    hd_status s = hd__bench_instance_check(inst, &r->check);
+    r->ran_on = hd_context_last_backend(st->ctx);
+    if (s != HD_OK) {
+        r->state = HD_BENCH_ERROR;
+        snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
+    } else if (b != HD_BACKEND_AUTO && r->ran_on != b) {
+        r->state = HD_BENCH_NA;
+        snprintf(r->note, sizeof r->note, "declined; the call fell back to %s",
+                 hd_backend_name(r->ran_on));
+    } else if (!(r->check <= 1.0)) {
+        r->state = HD_BENCH_WRONG;
+        snprintf(r->note, sizeof r->note, "result off the float64 reference: %.3g x tolerance",
+                 r->check);
+    } else {
+        measure_modes(st, inst, r, b);
+    }
+    hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
+}
+
+static void run_case(bench_state *st, const char *suite, const hd_bench_case *c, size_t index)
+{
+    char name[64], note[192];
+    hd__bench_case_name(c, name, sizeof name);
+    double elements = hd__bench_case_elements(c);
+    if (st->o->max_elements > 0 && elements > st->o->max_elements) {
+        snprintf(note, sizeof note, "%.0f elements > --max-elements %.0f", elements,
+                 st->o->max_elements);
+        add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED, note);
+        return;
+    }
+    double limit = st->o->case_budget_s >= 0 ? st->o->case_budget_s : st->gpu ? 0.0 : 120.0;
+    double est = estimate_case_s(st, c);
+    if (limit > 0 && est > limit) {
+        snprintf(note, sizeof note, "est. %.0f s > budget %.0f s (--case-budget-s)", est, limit);
+        add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED, note);
+        return;
+    }
+    hd_bench_instance inst;
+    progress("[%zu/%zu] %s: %s, making random inputs", st->done + 1, st->total, suite, name);
+    if (hd__bench_instance_create(st->ctx, c, st->o->seed + 0x9e3779b97f4a7c15u * (index + 1),
+                                  &inst) != HD_OK) {
+        snprintf(note, sizeof note, "%.180s", hd_context_last_error(st->ctx));
+        add_note_record(st, suite, c, name, "-", HD_BENCH_ERROR, note);
+        return;
+    }
+    for (int b = HD_BACKEND_AUTO + 1; b < HD_BACKEND_COUNT; b++)
+        if (st->o->backends[b])
+            run_backend(st, &inst, suite, name, (hd_backend)b);
+    if (st->o->backends[HD_BACKEND_AUTO])
+        run_backend(st, &inst, suite, name, HD_BACKEND_AUTO);
+    hd__bench_instance_destroy(&inst);
+}
+
+/* ---- output ---- */
+
+static int compare_with_peer(const hd_bench_run *run, const options *o)
+{
+    char err[512] = "";
+    hd_json *ours = NULL, *peer = hd__json_load(o->compare_path, err, sizeof err);
+    if (peer != NULL && o->ours_path != NULL) {
+        ours = hd__json_load(o->ours_path, err, sizeof err);
+    } else if (peer != NULL) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&text, &len);
+        if (mem != NULL) {
+            hd__bench_write_json(mem, run);
+            fclose(mem);
+            ours = hd__json_parse(text, err, sizeof err);
+        }
+        free(text);
+    }
+    int rc = ours != NULL && peer != NULL
+                 ? hd__bench_compare(stdout, ours, peer, o->compare_mode, err, sizeof err)
+                 : -1;
+    if (rc != 0)
+        fprintf(stderr, "dispatch-bench: --compare: %s\n", err[0] ? err : "out of memory");
+    hd__json_free(ours);
+    hd__json_free(peer);
+    return rc == 0 ? 0 : 1;
+}
+
+static int write_outputs(hd_bench_run *run, const options *o)
+{
+    if (o->csv)
+        hd__bench_write_csv(stdout, run);
+    else
+        hd__bench_write_table(stdout, run);
+    if (o->json_path != NULL) {
+        FILE *f = strcmp(o->json_path, "-") == 0 ? stdout : fopen(o->json_path, "w");
+        if (f == NULL) {
+            fprintf(stderr, "dispatch-bench: cannot write %s\n", o->json_path);
+            return 1;
+        }
+        hd__bench_write_json(f, run);
+        if (f != stdout && fclose(f) != 0) {
+            fprintf(stderr, "dispatch-bench: cannot write %s\n", o->json_path);
+            return 1;
+        }
+    }
+    return o->compare_path != NULL ? compare_with_peer(run, o) : 0;
+}
+
+static int run_suites(const options *o)
+{
+    hd_context_options copt;
+    hd_context_options_init(&copt);
+    copt.device = o->device;
+    copt.disable_opencl = o->cpu_only;
+    hd_context *ctx = NULL;
+    if (hd_context_create(&ctx, &copt) != HD_OK) {
+        fprintf(stderr, "dispatch-bench: cannot create a context: %s\n",
+                hd_context_last_error(NULL));
+        return 1;
+    }
+    progress("building kernels");
+    if (hd_context_warmup(ctx) != HD_OK)
+        fprintf(stderr, "dispatch-bench: warm-up: %s\n", hd_context_last_error(ctx));
+
+    hd_bench_run run = {.warmup = o->warmup, .min_runs = o->repeats, .max_runs = o->max_runs,
+                        .budget_ms = o->budget_ms, .seed = o->seed};
+    memcpy(run.modes, o->modes, sizeof run.modes);
+    run.device_name = hd_context_device_name(ctx);
+    run.device_driver = hd__measure_device_driver(ctx);
+    run.device_platform = hd__measure_device_platform(ctx);
+    bool gpu = hd__measure_device_is_gpu(ctx);
+    run.device_kind = gpu ? "gpu" : hd__measure_has_device(ctx) ? "cpu" : "none";
+    time_t now = time(NULL);
+    strftime(run.date, sizeof run.date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+
+    bench_state st = {.ctx = ctx, .o = o, .run = &run, .gpu = gpu};
+    calibrate(ctx, &run, o, &st.cpu_rate);
+    for (int i = 0; i < o->suite_count; i++)
+        st.total += hd__bench_suite_find(o->suites[i])->count;
+    size_t index = 0;
+    for (int i = 0; i < o->suite_count; i++) {
+        const hd_bench_suite *s = hd__bench_suite_find(o->suites[i]);
+        for (size_t j = 0; j < s->count; j++, st.done++)
+            run_case(&st, s->name, &s->cases[j], index++);
+    }
+    progress("%s", "");
+    settle_peak(&run, o);
+    int rc = write_outputs(&run, o);
+    free(run.records);
+    hd_context_destroy(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
+    progress_on = !o.quiet && isatty(STDERR_FILENO);
+    if (o.list_cases) {
+        if (o.json_path == NULL) {
+            list_cases(stdout);
+            return 0;
+        }
+        FILE *f = strcmp(o.json_path, "-") == 0 ? stdout : fopen(o.json_path, "w");
+        if (f == NULL)
+            return 1;
+        hd__bench_write_cases_json(f);
+        return f != stdout && fclose(f) != 0;
+    }
+    if (o.compare_path != NULL && o.ours_path != NULL)
+        return compare_with_peer(NULL, &o);
+    return run_suites(&o);
+}

@@ -1,0 +1,406 @@
+/* Writing the results: an aligned table for people, CSV for spreadsheets, JSON for peers,
+ * plots and --compare. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "bench/results.h"
+
+hd_bench_record *hd__bench_record_add(hd_bench_run *run)
+{
+    if (run->count == run->capacity) {
+        size_t cap = run->capacity ? 2 * run->capacity : 64;
+        hd_bench_record *r = realloc(run->records, cap * sizeof *r);
+        if (r == NULL)
+            return NULL;
+        run->records = r;
+        run->capacity = cap;
+    }
+    hd_bench_record *rec = &run->records[run->count++];
+    memset(rec, 0, sizeof *rec);
+    rec->check = -1.0;
+    return rec;
+}
+
+const char *hd__bench_state_name(hd_bench_state s)
+{
+    static const char *const names[] = {"ok", "n/a", "skipped", "wrong", "error"};
+    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "unknown";
+}
+
+double hd__bench_roofline_seconds(const hd_bench_roofline *roof, const hd_bench_case *c)
+{
+    double t_mem = roof->bandwidth > 0 ? hd__bench_case_bytes(c) / roof->bandwidth : 0.0;
+    double t_flop = roof->peak_flops > 0 && hd__bench_case_compute_bound(c)
+                        ? hd__bench_case_flops(c) / roof->peak_flops
+                        : 0.0;
+    return t_mem > t_flop ? t_mem : t_flop;
+}
+
+bool hd__bench_regret(const hd_bench_run *run, const hd_bench_record *rec, hd_measure_mode m,
+                      double *percent, const char **best)
+{
+    if (rec->state != HD_BENCH_OK || !rec->have[m])
+        return false;
+    const hd_bench_record *winner = NULL;
+    for (size_t i = 0; i < run->count; i++) {
+        const hd_bench_record *r = &run->records[i];
+        if (r == rec || strcmp(r->name, rec->name) != 0 || strcmp(r->suite, rec->suite) != 0 ||
+            strcmp(r->backend, "auto") == 0 || r->state != HD_BENCH_OK || !r->have[m])
+            continue;
+        if (winner == NULL || r->m[m].median_s < winner->m[m].median_s)
+            winner = r;
+    }
+    if (winner == NULL || winner->m[m].median_s <= 0)
+        return false;
+    *percent = 100.0 * (rec->m[m].median_s / winner->m[m].median_s - 1.0);
+    *best = winner->backend;
+    return true;
+}
+
+/* Time in a readable unit, right-aligned in width 10. */
+static void format_time(char *buf, size_t cap, double s)
+{
+    if (s < 1e-3)
+        snprintf(buf, cap, "%7.1f us", s * 1e6);
+    else if (s < 1.0)
+        snprintf(buf, cap, "%7.2f ms", s * 1e3);
+    else
+        snprintf(buf, cap, "%7.3f s ", s);
+}
+
+typedef struct figures {
+    double gflops, gbs, roof_pct;
+} figures;
+
+static figures figures_of(const hd_bench_run *run, const hd_bench_record *r, hd_measure_mode m)
+{
+    double t = r->m[m].median_s;
+    figures f = {0, 0, 0};
+    if (t <= 0)
+        return f;
+    f.gflops = hd__bench_case_flops(&r->c) / t * 1e-9;
+    f.gbs = hd__bench_case_bytes(&r->c) / t * 1e-9;
+    f.roof_pct = 100.0 * hd__bench_roofline_seconds(&run->roof, &r->c) / t;
+    return f;
+}
+
+static void table_header(FILE *f, const hd_bench_run *run, const char *suite)
+{
+    fprintf(f, "\nsuite %s    roofline: %.1f GB/s (%s), %.1f GFLOP/s (%s)\n", suite,
+            run->roof.bandwidth * 1e-9, run->roof.bandwidth_source, run->roof.peak_flops * 1e-9,
+            run->roof.peak_source);
+    fprintf(f, "%-24s %-14s %-6s %10s %10s %10s %9s %8s %6s  %s\n", "case", "backend", "mode",
+            "median", "min", "max", "GFLOP/s", "GB/s", "%roof", "note");
+}
+
+static void table_row(FILE *f, const hd_bench_run *run, const hd_bench_record *r)
+{
+    if (r->state != HD_BENCH_OK) {
+        fprintf(f, "%-24s %-14s %-6s %10s %10s %10s %9s %8s %6s  %s: %s\n", r->name, r->backend,
+                "-", "-", "-", "-", "-", "-", "-", hd__bench_state_name(r->state), r->note);
+        return;
+    }
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        if (!r->have[m])
+            continue;
+        const hd_measure_result *x = &r->m[m];
+        char med[24], mn[24], mx[24], note[256] = "";
+        format_time(med, sizeof med, x->median_s);
+        format_time(mn, sizeof mn, x->min_s);
+        format_time(mx, sizeof mx, x->max_s);
+        figures fg = figures_of(run, r, (hd_measure_mode)m);
+        size_t used = 0;
+        if (x->host_timed)
+            used += (size_t)snprintf(note + used, sizeof note - used, "host-timed ");
+        if (m == HD_MEASURE_CHAIN)
+            used += (size_t)snprintf(note + used, sizeof note - used, "x%u ", x->chain_length);
+        if (strcmp(r->backend, "auto") == 0) {
+            double regret;
+            const char *best;
+            used += (size_t)snprintf(note + used, sizeof note - used, "-> %s ",
+                                     hd_backend_name(r->ran_on));
+            if (hd__bench_regret(run, r, (hd_measure_mode)m, &regret, &best))
+                used += (size_t)snprintf(note + used, sizeof note - used, "regret %+.1f%% vs %s ",
+                                         regret, best);
+        }
+        if (r->note[0] != '\0' && used < sizeof note)
+            snprintf(note + used, sizeof note - used, "%s", r->note);
+        char gf[16] = "-";
+        if (hd__bench_case_compute_bound(&r->c))
+            snprintf(gf, sizeof gf, "%9.1f", fg.gflops);
+        fprintf(f, "%-24s %-14s %-6s %10s %10s %10s %9s %8.2f %5.0f%%  %s\n", r->name,
+                r->backend, hd__measure_mode_name((hd_measure_mode)m), med, mn, mx, gf, fg.gbs,
+                fg.roof_pct, note);
+    }
+}
+
+void hd__bench_write_table(FILE *f, const hd_bench_run *run)
+{
+    const char *suite = NULL;
+    const char *last_case = NULL;
+    for (size_t i = 0; i < run->count; i++) {
+        const hd_bench_record *r = &run->records[i];
+        if (suite == NULL || strcmp(suite, r->suite) != 0) {
+            suite = r->suite;
+            table_header(f, run, suite);
+            last_case = NULL;
+        } else if (last_case != NULL && strcmp(last_case, r->name) != 0) {
+            fputc('\n', f);
+        }
+        last_case = r->name;
+        table_row(f, run, r);
+    }
+}
+
+static void csv_field(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void hd__bench_write_csv(FILE *f, const hd_bench_run *run)
+{
+    fprintf(f, "suite,case,op,d0,d1,d2,d3,trans_a,trans_b,backend,ran_on,status,mode,median_s,"
+               "min_s,max_s,runs,chain_length,host_timed,gflops,gbs,roofline_pct,regret_pct,"
+               "note\n");
+    for (size_t i = 0; i < run->count; i++) {
+        const hd_bench_record *r = &run->records[i];
+        for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+            bool have = r->state == HD_BENCH_OK && r->have[m];
+            if (!have && (r->state == HD_BENCH_OK || m > 0))
+                continue; /* one row for a case that did not run, one per mode otherwise */
+            const size_t *d = r->c.shape.dim;
+            fprintf(f, "%s,", r->suite);
+            csv_field(f, r->name);
+            fprintf(f, ",%s,%zu,%zu,%zu,%zu,%d,%d,%s,%s,%s,", hd_op_name(r->c.op), d[0], d[1],
+                    d[2], d[3], r->c.shape.trans_a, r->c.shape.trans_b, r->backend,
+                    hd_backend_name(r->ran_on), hd__bench_state_name(r->state));
+            if (have) {
+                const hd_measure_result *x = &r->m[m];
+                figures fg = figures_of(run, r, (hd_measure_mode)m);
+                double regret = 0;
+                const char *best;
+                bool has_regret = strcmp(r->backend, "auto") == 0 &&
+                                  hd__bench_regret(run, r, (hd_measure_mode)m, &regret, &best);
+                fprintf(f, "%s,%.9g,%.9g,%.9g,%u,%u,%d,%.6g,%.6g,%.4g,",
+                        hd__measure_mode_name((hd_measure_mode)m), x->median_s, x->min_s,
+                        x->max_s, x->runs, x->chain_length, x->host_timed, fg.gflops, fg.gbs,
+                        fg.roof_pct);
+                if (has_regret)
+                    fprintf(f, "%.4g", regret);
+                fputc(',', f);
+            } else {
+                fprintf(f, ",,,,,,,,,,,");
+            }
+            csv_field(f, r->note);
+            fputc('\n', f);
+        }
+    }
+}
+
+void hd__bench_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* A number, or null when it is not finite (JSON has no NaN). */
+static void json_number(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.9g", v);
+    else
+        fputs("null", f);
+}
+
+static void cpu_model(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon != NULL) {
+            colon += colon[1] == ' ' ? 2 : 1;
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(buf, cap, "%s", colon);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void json_machine(FILE *f)
+{
+    char host[256] = "unknown", cpu[256];
+    gethostname(host, sizeof host - 1);
+    cpu_model(cpu, sizeof cpu);
+    struct utsname u;
+    char os[600] = "unknown";
+    if (uname(&u) == 0)
+        snprintf(os, sizeof os, "%s %s %s", u.sysname, u.release, u.machine);
+    fputs("  \"machine\": {\"hostname\": ", f);
+    hd__bench_json_string(f, host);
+    fputs(", \"os\": ", f);
+    hd__bench_json_string(f, os);
+    fputs(", \"cpu\": ", f);
+    hd__bench_json_string(f, cpu);
+    fprintf(f, ", \"cores\": %ld},\n", sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+static void json_header(FILE *f, const hd_bench_run *run)
+{
+    fputs("{\n  \"schema\": \"hd-bench/1\",\n  \"tool\": \"dispatch-bench\",\n  \"version\": ", f);
+    hd__bench_json_string(f, hd_version());
+    fputs(",\n  \"date\": ", f);
+    hd__bench_json_string(f, run->date);
+    fputs(",\n", f);
+    json_machine(f);
+    fputs("  \"device\": {\"name\": ", f);
+    hd__bench_json_string(f, run->device_name);
+    fputs(", \"driver\": ", f);
+    hd__bench_json_string(f, run->device_driver);
+    fputs(", \"platform\": ", f);
+    hd__bench_json_string(f, run->device_platform);
+    fputs(", \"kind\": ", f);
+    hd__bench_json_string(f, run->device_kind);
+    fputs("},\n  \"roofline\": {\"bandwidth_gbs\": ", f);
+    json_number(f, run->roof.bandwidth * 1e-9);
+    fputs(", \"bandwidth_source\": ", f);
+    hd__bench_json_string(f, run->roof.bandwidth_source);
+    fputs(", \"peak_gflops\": ", f);
+    json_number(f, run->roof.peak_flops * 1e-9);
+    fputs(", \"peak_source\": ", f);
+    hd__bench_json_string(f, run->roof.peak_source);
+    fputs(", \"host_bandwidth_gbs\": ", f);
+    json_number(f, run->roof.host_bandwidth * 1e-9);
+    fputs(", \"device_bandwidth_gbs\": ", f);
+    json_number(f, run->roof.device_bandwidth * 1e-9);
+    fputs("},\n  \"settings\": {\"modes\": [", f);
+    bool first = true;
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        if (run->modes[m]) {
+            fprintf(f, "%s\"%s\"", first ? "" : ", ", hd__measure_mode_name((hd_measure_mode)m));
+            first = false;
+        }
+    }
+    fprintf(f, "], \"warmup\": %u, \"min_runs\": %u, \"max_runs\": %u, \"seed\": %llu, "
+               "\"budget_ms\": ",
+            run->warmup, run->min_runs, run->max_runs, run->seed);
+    json_number(f, run->budget_ms);
+    fputs("},\n", f);
+}
+
+static void json_modes(FILE *f, const hd_bench_run *run, const hd_bench_record *r)
+{
+    fputs("\"modes\": {", f);
+    bool first = true;
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        if (r->state != HD_BENCH_OK || !r->have[m])
+            continue;
+        const hd_measure_result *x = &r->m[m];
+        figures fg = figures_of(run, r, (hd_measure_mode)m);
+        fprintf(f, "%s\n      \"%s\": {\"median_s\": ", first ? "" : ",",
+                hd__measure_mode_name((hd_measure_mode)m));
+        json_number(f, x->median_s);
+        fputs(", \"min_s\": ", f);
+        json_number(f, x->min_s);
+        fputs(", \"max_s\": ", f);
+        json_number(f, x->max_s);
+        fprintf(f, ", \"runs\": %u, \"chain_length\": %u, \"host_timed\": %s, \"gflops\": ",
+                x->runs, x->chain_length, x->host_timed ? "true" : "false");
+        json_number(f, hd__bench_case_compute_bound(&r->c) ? fg.gflops : NAN);
+        fputs(", \"gbs\": ", f);
+        json_number(f, fg.gbs);
+        fputs(", \"roofline_pct\": ", f);
+        json_number(f, fg.roof_pct);
+        double regret;
+        const char *best;
+        if (strcmp(r->backend, "auto") == 0 &&
+            hd__bench_regret(run, r, (hd_measure_mode)m, &regret, &best)) {
+            fputs(", \"regret_pct\": ", f);
+            json_number(f, regret);
+            fputs(", \"best_backend\": ", f);
+            hd__bench_json_string(f, best);
+        }
+        fputc('}', f);
+        first = false;
+    }
+    fputs(first ? "}" : "\n    }", f);
+}
+
+static void json_case_fields(FILE *f, const hd_bench_case *c, const char *name)
+{
+    fputs("\"case\": ", f);
+    hd__bench_json_string(f, name);
+    const size_t *d = c->shape.dim;
+    fprintf(f, ", \"op\": \"%s\", \"dims\": [%zu, %zu, %zu, %zu], \"trans_a\": %s, "
+               "\"trans_b\": %s, \"flops\": %.17g, \"bytes\": %.17g",
+            hd_op_name(c->op), d[0], d[1], d[2], d[3], c->shape.trans_a ? "true" : "false",
+            c->shape.trans_b ? "true" : "false", hd__bench_case_flops(c),
+            hd__bench_case_bytes(c));
+}
+
+void hd__bench_write_json(FILE *f, const hd_bench_run *run)
+{
+    json_header(f, run);
+    fputs("  \"results\": [", f);
+    for (size_t i = 0; i < run->count; i++) {
+        const hd_bench_record *r = &run->records[i];
+        fprintf(f, "%s\n    {\"suite\": ", i ? "," : "");
+        hd__bench_json_string(f, r->suite);
+        fputs(", ", f);
+        json_case_fields(f, &r->c, r->name);
+        fputs(",\n     \"backend\": ", f);
+        hd__bench_json_string(f, r->backend);
+        fputs(", \"ran_on\": ", f);
+        hd__bench_json_string(f, r->state == HD_BENCH_OK ? hd_backend_name(r->ran_on) : "");
+        fprintf(f, ", \"status\": \"%s\", \"note\": ", hd__bench_state_name(r->state));
+        hd__bench_json_string(f, r->note);
+        fputs(", \"check\": ", f);
+        json_number(f, r->check >= 0 ? r->check : NAN);
+        fputs(",\n     ", f);
+        json_modes(f, run, r);
+        fputc('}', f);
+    }
+    fputs("\n  ]\n}\n", f);
+}
+
+void hd__bench_write_cases_json(FILE *f)
+{
+    size_t n;
+    const hd_bench_suite *s = hd__bench_suites(&n);
+    fputs("{\n  \"schema\": \"hd-bench-cases/1\",\n  \"suites\": [", f);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%s\n    {\"name\": \"%s\", \"description\": ", i ? "," : "", s[i].name);
+        hd__bench_json_string(f, s[i].description);
+        fputs(", \"cases\": [", f);
+        for (size_t j = 0; j < s[i].count; j++) {
+            char name[64];
+            hd__bench_case_name(&s[i].cases[j], name, sizeof name);
+            fprintf(f, "%s\n      {", j ? "," : "");
+            json_case_fields(f, &s[i].cases[j], name);
+            fputc('}', f);
+        }
+        fputs("]}", f);
+    }
+    fputs("\n  ]\n}\n", f);
+}
