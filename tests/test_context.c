@@ -1,0 +1,615 @@
+/*
+ * Context lifecycle and configuration: options, the HD_BACKEND / HD_DISABLE_OPENCL / HD_DEVICE
+ * environment overrides, forcing a backend, the last backend, the last error, names of
+ * statuses, backends and operations, the version, and tensors' own lifecycle.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch/context.h"
+#include "tests/testlib.h"
+
+/* The variables the library reads, saved around each test that changes them so that a
+ * user's own settings neither leak into nor out of the cases. */
+static const char *const env_names[] = {"HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL"};
+#define ENV_COUNT (sizeof env_names / sizeof env_names[0])
+
+static int save_env(void **state)
+{
+    char **saved = calloc(ENV_COUNT, sizeof *saved);
+    if (saved == NULL)
+        return -1;
+    for (size_t i = 0; i < ENV_COUNT; i++) {
+        const char *v = getenv(env_names[i]);
+        saved[i] = v != NULL ? strdup(v) : NULL;
+        unsetenv(env_names[i]);
+    }
+    *state = saved;
+    return 0;
+}
+
+static int restore_env(void **state)
+{
+    char **saved = *state;
+    for (size_t i = 0; i < ENV_COUNT; i++) {
+        if (saved[i] != NULL)
+            setenv(env_names[i], saved[i], 1);
+        else
+            unsetenv(env_names[i]);
+        free(saved[i]);
+    }
+    free(saved);
+    return 0;
+}
+
+static hd_context *create_ok(const hd_context_options *opt)
+{
+    hd_context *ctx = NULL;
+    hd_status s = hd_context_create(&ctx, opt);
+    if (s != HD_OK)
+        fail_msg("hd_context_create: %s (%s)", hd_status_name(s), hd_context_last_error(NULL));
+    assert_non_null(ctx);
+    return ctx;
+}
+
+static hd_context_options cpu_options(void)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.disable_opencl = true;
+    opt.no_tune_cache = true;
+    return opt;
+}
+
+static void expect_cpu_only(const hd_context *ctx)
+{
+    assert_true(hd_context_has_backend(ctx, HD_BACKEND_CPU));
+    assert_false(hd_context_has_backend(ctx, HD_BACKEND_CLBLAST));
+    assert_false(hd_context_has_backend(ctx, HD_BACKEND_FUSED));
+    assert_false(hd_context_has_backend(ctx, HD_BACKEND_CLBLAST_FUSED));
+    assert_string_equal(hd_context_device_name(ctx), "none");
+}
+
+/* Runs a softmax big enough that a device would be chosen if one could be, and returns the
+ * backend it ran on. */
+static hd_backend softmax_backend(hd_context *ctx)
+{
+    float *x = hd_test_floats(64 * 1024);
+    hd_rng rng = hd_test_rng(1);
+    hd_test_fill(&rng, x, 64 * 1024, -1.0f, 1.0f);
+    hd_tensor *tx = hd_test_tensor(ctx, 64, 1024, x);
+    hd_status s = hd_softmax(ctx, tx, tx);
+    if (s != HD_OK)
+        fail_msg("hd_softmax: %s", hd_context_last_error(ctx));
+    hd_tensor_destroy(tx);
+    free(x);
+    return hd_context_last_backend(ctx);
+}
+
+/* ---- lifecycle and options ---- */
+
+static void test_context_create_null_out_is_invalid(void **state)
+{
+    (void)state;
+    assert_int_equal(hd_context_create(NULL, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(NULL), "NULL"));
+}
+
+static void test_context_create_with_defaults_has_the_cpu(void **state)
+{
+    (void)state;
+    hd_context *ctx = create_ok(NULL);
+    assert_true(hd_context_has_backend(ctx, HD_BACKEND_CPU));
+    assert_false(hd_context_has_backend(ctx, HD_BACKEND_AUTO));
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_AUTO);
+    assert_non_null(hd_context_device_name(ctx));
+    assert_string_equal(hd_context_last_error(NULL), ""); /* the last create succeeded */
+    hd_context_destroy(ctx);
+}
+
+static void test_context_options_init_sets_defaults(void **state)
+{
+    (void)state;
+    hd_context_options opt;
+    memset(&opt, 0xa5, sizeof opt);
+    hd_context_options_init(&opt);
+    assert_null(opt.device);
+    assert_null(opt.backends);
+    assert_null(opt.tune_cache);
+    assert_false(opt.disable_opencl);
+    assert_false(opt.no_tune_cache);
+    assert_false(opt.warmup);
+    hd_context_options_init(NULL); /* harmless */
+}
+
+static void test_context_disable_opencl_option_gives_cpu_only(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    expect_cpu_only(ctx);
+    assert_int_equal(softmax_backend(ctx), HD_BACKEND_CPU);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_disable_opencl_env_gives_cpu_only(void **state)
+{
+    (void)state;
+    setenv("HD_DISABLE_OPENCL", "1", 1);
+    hd_context *ctx = create_ok(NULL);
+    expect_cpu_only(ctx);
+    assert_int_equal(softmax_backend(ctx), HD_BACKEND_CPU);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_warmup_option_and_call_succeed_on_cpu(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    opt.warmup = true;
+    hd_context *ctx = create_ok(&opt);
+    assert_int_equal(hd_context_warmup(ctx), HD_OK);
+    assert_int_equal(hd_sync(ctx), HD_OK);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_null_arguments_are_harmless(void **state)
+{
+    (void)state;
+    hd_context_destroy(NULL);
+    hd_tensor_destroy(NULL);
+    assert_int_equal(hd_sync(NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_context_warmup(NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_context_last_backend(NULL), HD_BACKEND_AUTO);
+    assert_false(hd_context_has_backend(NULL, HD_BACKEND_CPU));
+    assert_string_equal(hd_context_device_name(NULL), "none");
+    assert_int_equal(hd_tensor_rows(NULL), 0);
+    assert_int_equal(hd_tensor_cols(NULL), 0);
+}
+
+static void test_context_device_env_is_ignored_without_opencl(void **state)
+{
+    (void)state;
+    setenv("HD_DEVICE", "no-such-device-anywhere", 1);
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    expect_cpu_only(ctx);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_device_spec_matching_nothing_fails(void **state)
+{
+    (void)state;
+#ifdef HD_HAVE_OPENCL
+    /* An explicit device request that cannot be met is an error, not a silent CPU context. */
+    setenv("HD_DEVICE", "no-such-device-anywhere", 1);
+    hd_context *ctx = (hd_context *)&ctx;
+    hd_status s = hd_context_create(&ctx, NULL);
+    assert_int_not_equal(s, HD_OK);
+    assert_null(ctx);
+    assert_true(hd_context_last_error(NULL)[0] != '\0');
+#else
+    /* Without OpenCL there are no devices to name: the variable is ignored. */
+    setenv("HD_DEVICE", "no-such-device-anywhere", 1);
+    hd_context *ctx = create_ok(NULL);
+    expect_cpu_only(ctx);
+    hd_context_destroy(ctx);
+#endif
+}
+
+/* ---- HD_BACKEND and the backends option ---- */
+
+static const char *const bad_specs[] = {
+    "gpu",           "CPU",        "cpu ",     " cpu",        "gemm=",         "=cpu",
+    "gemm=gpu",      "matmul=cpu", ",",        ",cpu",        "gemm=cpu,,lora=cpu",
+    "gemm=cpu=cpu",  "gemm:cpu",   "softmax=fused;gemm=cpu",
+    "gemm=cpu,softmax=clblast,layer_norm=fused,rms_norm=cpu,lora=clblast+fusedd",
+    "an-item-much-longer-than-sixty-four-characters-which-no-real-name-has-at-all",
+};
+
+static void test_context_bad_backend_env_is_rejected(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof bad_specs / sizeof bad_specs[0]; i++) {
+        setenv("HD_BACKEND", bad_specs[i], 1);
+        hd_context *ctx = (hd_context *)&ctx;
+        hd_status s = hd_context_create(&ctx, NULL);
+        if (s != HD_ERR_INVALID_ARGUMENT)
+            fail_msg("HD_BACKEND='%s': got %s", bad_specs[i], hd_status_name(s));
+        assert_null(ctx);
+        const char *msg = hd_context_last_error(NULL);
+        if (strstr(msg, "backend specification") == NULL)
+            fail_msg("HD_BACKEND='%s': message '%s' does not say what was wrong", bad_specs[i],
+                     msg);
+    }
+}
+
+static void test_context_bad_backend_option_is_rejected(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof bad_specs / sizeof bad_specs[0]; i++) {
+        hd_context_options opt = cpu_options();
+        opt.backends = bad_specs[i];
+        hd_context *ctx = (hd_context *)&ctx;
+        hd_status s = hd_context_create(&ctx, &opt);
+        if (s != HD_ERR_INVALID_ARGUMENT)
+            fail_msg("backends='%s': got %s", bad_specs[i], hd_status_name(s));
+        assert_null(ctx);
+        assert_non_null(strstr(hd_context_last_error(NULL), "backend specification"));
+    }
+}
+
+static void test_context_backend_message_names_the_bad_item(void **state)
+{
+    (void)state;
+    setenv("HD_BACKEND", "gemm=cpu,sofmax=fused", 1);
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(NULL), "'sofmax'"));
+    setenv("HD_BACKEND", "gemm=cuda", 1);
+    assert_int_equal(hd_context_create(&ctx, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(NULL), "'cuda'"));
+}
+
+static void test_context_backend_option_overrides_env(void **state)
+{
+    (void)state;
+    setenv("HD_BACKEND", "not-a-backend", 1);
+    hd_context_options opt = cpu_options();
+    opt.backends = "cpu";
+    hd_context *ctx = create_ok(&opt);
+    for (int op = 0; op < HD_OP_COUNT; op++)
+        assert_int_equal(ctx->forced[op], HD_BACKEND_CPU);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_backend_env_cpu_runs_everything_on_the_cpu(void **state)
+{
+    (void)state;
+    setenv("HD_BACKEND", "cpu", 1);
+    hd_context *ctx = create_ok(NULL); /* OpenCL as the machine has it */
+    for (int op = 0; op < HD_OP_COUNT; op++)
+        assert_int_equal(ctx->forced[op], HD_BACKEND_CPU);
+    assert_int_equal(softmax_backend(ctx), HD_BACKEND_CPU);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_backend_spec_parses_per_op_items(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    static const struct {
+        const char *spec;
+        hd_backend want[HD_OP_COUNT]; /* gemm, lora, softmax, layer_norm, rms_norm */
+    } cases[] = {
+        {"cpu", {HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU}},
+        {"auto", {0}},
+        {"gemm=clblast,softmax=fused",
+         {HD_BACKEND_CLBLAST, HD_BACKEND_AUTO, HD_BACKEND_FUSED, HD_BACKEND_AUTO,
+          HD_BACKEND_AUTO}},
+        {"lora=clblast+fused,layer_norm=cpu,rms_norm=fused",
+         {HD_BACKEND_AUTO, HD_BACKEND_CLBLAST_FUSED, HD_BACKEND_AUTO, HD_BACKEND_CPU,
+          HD_BACKEND_FUSED}},
+        /* A lone backend sets every op; later items override earlier ones. */
+        {"cpu,gemm=fused",
+         {HD_BACKEND_FUSED, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU}},
+        {"gemm=fused,gemm=clblast",
+         {HD_BACKEND_CLBLAST, HD_BACKEND_AUTO, HD_BACKEND_AUTO, HD_BACKEND_AUTO,
+          HD_BACKEND_AUTO}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hd_backend forced[HD_OP_COUNT] = {HD_BACKEND_AUTO};
+        hd_status s = hd__parse_backend_spec(ctx, cases[i].spec, forced);
+        if (s != HD_OK)
+            fail_msg("'%s': %s", cases[i].spec, hd_context_last_error(ctx));
+        for (int op = 0; op < HD_OP_COUNT; op++)
+            if (forced[op] != cases[i].want[op])
+                fail_msg("'%s': %s runs on %s, expected %s", cases[i].spec,
+                         hd_op_name((hd_op)op), hd_backend_name(forced[op]),
+                         hd_backend_name(cases[i].want[op]));
+    }
+    /* A rejected specification leaves the previous choice as it was. */
+    hd_backend forced[HD_OP_COUNT] = {HD_BACKEND_FUSED, HD_BACKEND_CPU};
+    assert_int_equal(hd__parse_backend_spec(ctx, "gemm=cpu,bogus", forced),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(forced[HD_OP_GEMM], HD_BACKEND_FUSED);
+    assert_int_equal(forced[HD_OP_LORA], HD_BACKEND_CPU);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_forced_backend_missing_here_falls_back_to_cpu(void **state)
+{
+    (void)state;
+    setenv("HD_BACKEND", "fused", 1);
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    assert_int_equal(softmax_backend(ctx), HD_BACKEND_CPU);
+    hd_context_destroy(ctx);
+}
+
+/* ---- hd_context_set_backend, last backend, last error ---- */
+
+static void test_set_backend_rejects_bad_arguments(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    assert_int_equal(hd_context_set_backend(NULL, HD_OP_GEMM, HD_BACKEND_CPU),
+                     HD_ERR_INVALID_ARGUMENT);
+
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_COUNT, HD_BACKEND_CPU),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "operation"));
+    assert_int_equal(hd_context_set_backend(ctx, (hd_op)-1, HD_BACKEND_CPU),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "operation"));
+
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_GEMM, HD_BACKEND_COUNT),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "backend"));
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_GEMM, (hd_backend)-3),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "backend"));
+
+    static const hd_backend device_backends[] = {HD_BACKEND_CLBLAST, HD_BACKEND_FUSED,
+                                                 HD_BACKEND_CLBLAST_FUSED};
+    for (size_t i = 0; i < 3; i++) {
+        for (int op = 0; op < HD_OP_COUNT; op++) {
+            assert_int_equal(hd_context_set_backend(ctx, (hd_op)op, device_backends[i]),
+                             HD_ERR_BACKEND_UNAVAILABLE);
+            const char *msg = hd_context_last_error(ctx);
+            char quoted[32];
+            snprintf(quoted, sizeof quoted, "'%s'", hd_backend_name(device_backends[i]));
+            if (strstr(msg, quoted) == NULL)
+                fail_msg("message '%s' does not name %s", msg, quoted);
+            assert_int_equal(ctx->forced[op], HD_BACKEND_AUTO); /* unchanged */
+        }
+    }
+    hd_context_destroy(ctx);
+}
+
+static void test_set_backend_cpu_and_auto_are_accepted(void **state)
+{
+    (void)state;
+    hd_context *ctx = create_ok(NULL);
+    for (int op = 0; op < HD_OP_COUNT; op++)
+        assert_int_equal(hd_context_set_backend(ctx, (hd_op)op, HD_BACKEND_CPU), HD_OK);
+    assert_int_equal(softmax_backend(ctx), HD_BACKEND_CPU);
+    for (int op = 0; op < HD_OP_COUNT; op++)
+        assert_int_equal(hd_context_set_backend(ctx, (hd_op)op, HD_BACKEND_AUTO), HD_OK);
+    for (int op = 0; op < HD_OP_COUNT; op++)
+        assert_int_equal(ctx->forced[op], HD_BACKEND_AUTO);
+    /* Every backend the context reports can be forced. */
+    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
+        if (hd_context_has_backend(ctx, (hd_backend)b))
+            assert_int_equal(hd_context_set_backend(ctx, HD_OP_GEMM, (hd_backend)b), HD_OK);
+    hd_context_destroy(ctx);
+}
+
+static void test_last_backend_tracks_successful_calls_only(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_AUTO);
+    hd_tensor *x = hd_test_tensor(ctx, 2, 3, NULL), *y = hd_test_tensor(ctx, 3, 2, NULL);
+    assert_int_equal(hd_softmax(ctx, x, y), HD_ERR_SHAPE_MISMATCH);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_AUTO);
+    assert_int_equal(hd_softmax(ctx, x, x), HD_OK);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
+static void test_last_error_is_cleared_by_the_next_successful_call(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    hd_tensor *x = hd_test_tensor(ctx, 2, 3, NULL), *y = hd_test_tensor(ctx, 3, 2, NULL);
+    assert_int_equal(hd_softmax(ctx, x, y), HD_ERR_SHAPE_MISMATCH);
+    const char *msg = hd_context_last_error(ctx);
+    /* "<status text>: <detail>" */
+    assert_true(strncmp(msg, hd_status_str(HD_ERR_SHAPE_MISMATCH),
+                        strlen(hd_status_str(HD_ERR_SHAPE_MISMATCH))) == 0);
+    assert_int_equal(hd_softmax(ctx, x, x), HD_OK);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
+/* ---- names and version ---- */
+
+static void test_status_strings_cover_every_code(void **state)
+{
+    (void)state;
+    static const struct {
+        hd_status code;
+        const char *name, *text;
+    } table[] = {
+#define ROW(name, code, text) {HD_##name, #name, text},
+        HD_STATUS_MAP(ROW)
+#undef ROW
+    };
+    size_t n = sizeof table / sizeof table[0];
+    assert_int_equal(HD_OK, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            assert_true(table[i].code < 0);
+        assert_string_equal(hd_status_str(table[i].code), table[i].text);
+        assert_string_equal(hd_status_name(table[i].code), table[i].name);
+        assert_true(table[i].text[0] != '\0');
+        assert_string_not_equal(table[i].text, "unknown status");
+        for (size_t j = 0; j < i; j++) {
+            assert_int_not_equal(table[i].code, table[j].code);
+            assert_string_not_equal(table[i].text, table[j].text);
+        }
+    }
+    assert_string_equal(hd_status_str((hd_status)1), "unknown status");
+    assert_string_equal(hd_status_str((hd_status)-9999), "unknown status");
+    assert_string_equal(hd_status_name((hd_status)-9999), "UNKNOWN");
+}
+
+static void test_backend_and_op_names(void **state)
+{
+    (void)state;
+    assert_string_equal(hd_backend_name(HD_BACKEND_AUTO), "auto");
+    assert_string_equal(hd_backend_name(HD_BACKEND_CPU), "cpu");
+    assert_string_equal(hd_backend_name(HD_BACKEND_CLBLAST), "clblast");
+    assert_string_equal(hd_backend_name(HD_BACKEND_FUSED), "fused");
+    assert_string_equal(hd_backend_name(HD_BACKEND_CLBLAST_FUSED), "clblast+fused");
+    assert_string_equal(hd_backend_name(HD_BACKEND_COUNT), "unknown");
+    assert_string_equal(hd_backend_name((hd_backend)-1), "unknown");
+    assert_string_equal(hd_op_name(HD_OP_GEMM), "gemm");
+    assert_string_equal(hd_op_name(HD_OP_LORA), "lora");
+    assert_string_equal(hd_op_name(HD_OP_SOFTMAX), "softmax");
+    assert_string_equal(hd_op_name(HD_OP_LAYER_NORM), "layer_norm");
+    assert_string_equal(hd_op_name(HD_OP_RMS_NORM), "rms_norm");
+    assert_string_equal(hd_op_name(HD_OP_COUNT), "unknown");
+    assert_string_equal(hd_op_name((hd_op)-1), "unknown");
+    /* Names round-trip through the specification parser. */
+    for (int b = 0; b < HD_BACKEND_COUNT; b++) {
+        hd_backend got;
+        assert_true(hd__backend_from_name(hd_backend_name((hd_backend)b), &got));
+        assert_int_equal(got, b);
+    }
+    for (int op = 0; op < HD_OP_COUNT; op++) {
+        hd_op got;
+        assert_true(hd__op_from_name(hd_op_name((hd_op)op), &got));
+        assert_int_equal(got, op);
+    }
+}
+
+static void test_version_matches_the_macros(void **state)
+{
+    (void)state;
+    char want[64];
+    snprintf(want, sizeof want, "%d.%d.%d", HD_VERSION_MAJOR, HD_VERSION_MINOR,
+             HD_VERSION_PATCH);
+    assert_string_equal(hd_version(), want);
+    assert_string_equal(hd_version(), HD_VERSION_STRING);
+}
+
+/* ---- tensors ---- */
+
+static void test_tensor_new_reads_as_zeros_and_round_trips(void **state)
+{
+    (void)state;
+    hd_context *ctx = create_ok(NULL);
+    hd_tensor *t = hd_test_tensor(ctx, 7, 13, NULL);
+    assert_int_equal(hd_tensor_rows(t), 7);
+    assert_int_equal(hd_tensor_cols(t), 13);
+    float *z = hd_test_read(t);
+    for (size_t i = 0; i < 7 * 13; i++)
+        assert_true(z[i] == 0.0f);
+    float data[7 * 13];
+    hd_rng rng = hd_test_rng(2);
+    hd_test_fill(&rng, data, 7 * 13, -1e30f, 1e30f);
+    assert_int_equal(hd_tensor_write(t, data), HD_OK);
+    float *got = hd_test_read(t);
+    hd_test_expect_same("round trip", got, data, 7 * 13);
+    free(z);
+    free(got);
+    hd_tensor_destroy(t);
+    hd_context_destroy(ctx);
+}
+
+static void test_tensor_empty_shapes_are_allowed(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    static const size_t shapes[][2] = {{0, 0}, {0, 5}, {5, 0}};
+    for (size_t i = 0; i < 3; i++) {
+        hd_tensor *t = NULL;
+        assert_int_equal(hd_tensor_create(ctx, shapes[i][0], shapes[i][1], &t), HD_OK);
+        assert_int_equal(hd_tensor_rows(t), shapes[i][0]);
+        assert_int_equal(hd_tensor_cols(t), shapes[i][1]);
+        float sentinel = 42.0f;
+        assert_int_equal(hd_tensor_read(t, &sentinel), HD_OK);
+        assert_true(sentinel == 42.0f);
+        hd_tensor_destroy(t);
+    }
+    hd_context_destroy(ctx);
+}
+
+/* ---- concurrency: separate contexts on separate threads ---- */
+
+static void *thread_body(void *arg)
+{
+    int *ok = arg;
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = NULL;
+    *ok = 0;
+    if (hd_context_create(&ctx, &opt) != HD_OK)
+        return NULL;
+    float x[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, y[12];
+    hd_tensor *t = NULL;
+    bool good = true;
+    for (int iter = 0; iter < 50 && good; iter++) {
+        good = hd_tensor_create(ctx, 3, 4, &t) == HD_OK && hd_tensor_write(t, x) == HD_OK &&
+               hd_softmax(ctx, t, t) == HD_OK && hd_tensor_read(t, y) == HD_OK;
+        for (int r = 0; r < 3 && good; r++) {
+            double sum = (double)y[4 * r] + y[4 * r + 1] + y[4 * r + 2] + y[4 * r + 3];
+            good = sum > 1.0 - 1e-5 && sum < 1.0 + 1e-5 && y[4 * r + 3] > y[4 * r];
+        }
+        hd_tensor_destroy(t);
+    }
+    hd_context_destroy(ctx);
+    *ok = good;
+    return NULL;
+}
+
+static void test_contexts_on_separate_threads_run_concurrently(void **state)
+{
+    (void)state;
+    pthread_t threads[4];
+    int ok[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, thread_body, &ok[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+        assert_true(ok[i]);
+    }
+}
+
+#define WITH_ENV(test) cmocka_unit_test_setup_teardown(test, save_env, restore_env)
+
+int main(void)
+{
+    hd_test_seed();
+    const struct CMUnitTest tests[] = {
+        WITH_ENV(test_context_create_null_out_is_invalid),
+        WITH_ENV(test_context_create_with_defaults_has_the_cpu),
+        WITH_ENV(test_context_options_init_sets_defaults),
+        WITH_ENV(test_context_disable_opencl_option_gives_cpu_only),
+        WITH_ENV(test_context_disable_opencl_env_gives_cpu_only),
+        WITH_ENV(test_context_warmup_option_and_call_succeed_on_cpu),
+        WITH_ENV(test_context_null_arguments_are_harmless),
+        WITH_ENV(test_context_device_env_is_ignored_without_opencl),
+        WITH_ENV(test_context_device_spec_matching_nothing_fails),
+        WITH_ENV(test_context_bad_backend_env_is_rejected),
+        WITH_ENV(test_context_bad_backend_option_is_rejected),
+        WITH_ENV(test_context_backend_message_names_the_bad_item),
+        WITH_ENV(test_context_backend_option_overrides_env),
+        WITH_ENV(test_context_backend_env_cpu_runs_everything_on_the_cpu),
+        WITH_ENV(test_context_backend_spec_parses_per_op_items),
+        WITH_ENV(test_context_forced_backend_missing_here_falls_back_to_cpu),
+        WITH_ENV(test_set_backend_rejects_bad_arguments),
+        WITH_ENV(test_set_backend_cpu_and_auto_are_accepted),
+        WITH_ENV(test_last_backend_tracks_successful_calls_only),
+        WITH_ENV(test_last_error_is_cleared_by_the_next_successful_call),
+        WITH_ENV(test_status_strings_cover_every_code),
+        WITH_ENV(test_backend_and_op_names),
+        WITH_ENV(test_version_matches_the_macros),
+        WITH_ENV(test_tensor_new_reads_as_zeros_and_round_trips),
+        WITH_ENV(test_tensor_empty_shapes_are_allowed),
+        WITH_ENV(test_contexts_on_separate_threads_run_concurrently),
+    };
+    return cmocka_run_group_tests_name("context", tests, NULL, NULL);
+}
