@@ -19,6 +19,7 @@
 
 #include "tests/testlib.h"
 
+#include "backends/opencl/internal.h" /* the pool cap, lowered for a test */
 #include "backends/opencl/runtime.h"
 #include "dispatch/context.h"
 #include "dispatch/tensor.h"
@@ -233,6 +234,26 @@ static void test_pool_reuses_released_buffers(void **state)
     hd__cl_buffer_release(rt, NULL);
     hd__cl_buffer_release(NULL, NULL);
     hd__cl_runtime_destroy(rt); /* frees the pooled buffers */
+    hd_context_destroy(ctx);
+}
+
+static void test_pool_keeps_at_most_its_cap(void **state)
+{
+    (void)state;
+    hd_context *ctx = message_context();
+    hd_cl_runtime *rt = open_runtime(ctx, NULL);
+    rt->pool_cap_bytes = 5000;
+    struct hd_device_buffer *a, *b;
+    assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 3000, &a), HD_OK);
+    assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 3000, &b), HD_OK);
+    size_t capacity = a->capacity;
+    hd__cl_buffer_release(rt, a);
+    hd__cl_buffer_release(rt, b); /* over the cap: freed, not pooled */
+    struct hd_cl_pool_counters c;
+    hd__cl_pool_counters(rt, &c);
+    assert_int_equal(c.pooled_bytes, capacity);
+    assert_true(c.pooled_bytes <= rt->pool_cap_bytes);
+    hd__cl_runtime_destroy(rt);
     hd_context_destroy(ctx);
 }
 
@@ -779,6 +800,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_discovery_no_match_is_an_error_listing_devices),
         cmocka_unit_test(test_discovery_hd_device_environment_selects),
         cmocka_unit_test(test_pool_reuses_released_buffers),
+        cmocka_unit_test(test_pool_keeps_at_most_its_cap),
         cmocka_unit_test(test_pool_too_large_is_device_out_of_memory),
         cmocka_unit_test(test_upload_download_round_trips_odd_sizes),
         cmocka_unit_test(test_uploads_queue_many_then_read_in_order),

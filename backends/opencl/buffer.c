@@ -34,14 +34,6 @@ struct hd_cl_staging {
     /* the copied bytes follow */
 };
 
-static size_t staged_bytes(const hd_cl_runtime *rt)
-{
-    size_t n = 0;
-    for (const struct hd_cl_staging *s = rt->staging; s != NULL; s = s->next)
-        n += s->bytes;
-    return n;
-}
-
 /* The class of a request and the capacity that class allocates. */
 static size_t size_class(size_t bytes, size_t *capacity)
 {
@@ -179,6 +171,9 @@ void hd__cl_staging_reclaim(hd_cl_runtime *rt, bool wait)
         if (status > CL_COMPLETE)
             break; /* in order: the later ones are not done either */
         rt->staging = s->next;
+        if (rt->staging == NULL)
+            rt->staging_tail = NULL;
+        rt->staged_bytes -= s->bytes;
         clReleaseEvent(s->done);
         free(s);
     }
@@ -198,7 +193,7 @@ static hd_status check_range(hd_context *ctx, const struct hd_device_buffer *buf
 static bool upload_staged(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                           const void *src, size_t bytes, hd_status *status)
 {
-    hd__cl_staging_reclaim(rt, staged_bytes(rt) + bytes > HD_CL_STAGED_BYTES_MAX);
+    hd__cl_staging_reclaim(rt, rt->staged_bytes + bytes > HD_CL_STAGED_BYTES_MAX);
     struct hd_cl_staging *s = malloc(sizeof *s + bytes);
     if (s == NULL)
         return false;
@@ -213,10 +208,12 @@ static bool upload_staged(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
     }
     s->bytes = bytes;
     s->next = NULL;
-    struct hd_cl_staging **tail = &rt->staging;
-    while (*tail != NULL)
-        tail = &(*tail)->next;
-    *tail = s;
+    if (rt->staging_tail != NULL)
+        rt->staging_tail->next = s;
+    else
+        rt->staging = s;
+    rt->staging_tail = s;
+    rt->staged_bytes += bytes;
     *status = HD_OK;
     return true;
 }

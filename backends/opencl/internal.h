@@ -56,7 +56,8 @@ struct hd_cl_runtime {
     size_t live_buffers;
     struct hd_cl_pool_counters counters;
 
-    struct hd_cl_staging *staging; /* oldest first */
+    struct hd_cl_staging *staging, *staging_tail; /* oldest first */
+    size_t staged_bytes;
 
     /* Programs and kernels, built once. */
     struct hd_cl_program_entry *programs;
