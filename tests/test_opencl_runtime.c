@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -789,6 +790,31 @@ static void test_no_platform_gives_cpu_only_without_error(void **state)
         fail_msg("no-platform child failed check %d", WEXITSTATUS(status));
 }
 
+/* Removes this run's cache directory: <root>/hd-dispatch/programs/<entries>. */
+static int remove_cache_root(void **state)
+{
+    (void)state;
+    if (cache_root[0] == '\0')
+        return 0;
+    char dir[512], path[1024];
+    snprintf(dir, sizeof dir, "%s/hd-dispatch/programs", cache_root);
+    DIR *d = opendir(dir);
+    if (d != NULL) {
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+    snprintf(dir, sizeof dir, "%s/hd-dispatch", cache_root);
+    rmdir(dir);
+    rmdir(cache_root);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--no-platform-child") == 0)
@@ -816,5 +842,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_disable_opencl_environment_gives_cpu_only),
         cmocka_unit_test(test_no_platform_gives_cpu_only_without_error),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, remove_cache_root);
 }
