@@ -87,7 +87,7 @@ int hd__bench_compare(FILE *out, const hd_json *ours, const hd_json *peer, const
         const char *m = mode;
         for (size_t k = 0; m == NULL && k < sizeof mode_order / sizeof *mode_order; k++)
             if (find_best(mine, name, mode_order[k], 0).seconds > 0 &&
-                find_best(theirs, name, mode_order[k], -1).seconds > 0)
+                find_best(theirs, name, mode_order[k], 0).seconds > 0)
                 m = mode_order[k];
         if (m == NULL) {
             fprintf(out, "%-24s %-6s %12s %-14s %12s %-14s %12s %8s %8s\n", name, "-", "-", "",
@@ -95,7 +95,7 @@ int hd__bench_compare(FILE *out, const hd_json *ours, const hd_json *peer, const
             continue;
         }
         best o = find_best(mine, name, m, 0), a = find_best(mine, name, m, 1);
-        best p = find_best(theirs, name, m, -1);
+        best p = find_best(theirs, name, m, 0);
         char to[32], ta[32], tp[32], r[16] = "-", ra[16] = "-";
         format_time(to, sizeof to, o.seconds);
         format_time(ta, sizeof ta, a.seconds);

@@ -1,0 +1,177 @@
+"""What the peer scripts share: the case list, timing loops, and the hd-bench/1 JSON writer.
+
+The cases come from `dispatch-bench --list-cases --json FILE` (schema hd-bench-cases/1), so
+the peers always run exactly the shapes dispatch-bench runs. The timing follows
+autotune/measure.c: warm-up (at least one call per input set), then samples until the time
+budget is spent and at least `repeats` were taken; median, min and max per op.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROTATE_BELOW_BYTES = 64 * 1024 * 1024
+ROTATE_SETS = 3
+
+
+def add_common_args(p: argparse.ArgumentParser):
+    p.add_argument("--cases", help="cases JSON from `dispatch-bench --list-cases --json FILE`")
+    p.add_argument("--bench", default="dispatch-bench",
+                   help="dispatch-bench binary to ask for the cases when --cases is not given")
+    p.add_argument("--suite", default="seed",
+                   help="seed, train, gemm, ci, all (= seed,train,gemm), or a comma list")
+    p.add_argument("--modes", default=None, help="comma list of modes")
+    p.add_argument("--repeats", type=int, default=5, help="at least this many samples per mode")
+    p.add_argument("--max-runs", type=int, default=1000)
+    p.add_argument("--budget-ms", type=float, default=300.0)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--chain", type=int, default=0, help="ops per chain sample (0: ~2 ms)")
+    p.add_argument("--max-elements", type=float, default=0,
+                   help="skip cases holding more floats than this (recorded as skipped)")
+    p.add_argument("--json", required=True, help="where to write the results")
+    p.add_argument("--seed", type=int, default=None)
+
+
+def load_cases(args):
+    if args.cases:
+        with open(args.cases) as f:
+            doc = json.load(f)
+    else:
+        out = subprocess.run([args.bench, "--list-cases", "--json", "-"], check=True,
+                             capture_output=True, text=True).stdout
+        doc = json.loads(out)
+    if doc.get("schema") != "hd-bench-cases/1":
+        raise SystemExit("cases file: not an hd-bench-cases/1 document")
+    wanted = []
+    for name in args.suite.split(","):
+        wanted += ["seed", "train", "gemm"] if name == "all" else [name]
+    suites = {s["name"]: s for s in doc["suites"]}
+    picked = []
+    for name in wanted:
+        if name not in suites:
+            raise SystemExit(f"unknown suite {name!r}")
+        picked += [(name, c) for c in suites[name]["cases"]]
+    return picked
+
+
+def input_sets(case):
+    """3 sets when all inputs of 3 sets stay under 64 MiB, else 1 (as bench/case.c)."""
+    d = case["dims"]
+    out = {"gemm": d[0] * d[1], "lora": d[0] * d[2]}.get(case["op"], d[0] * d[1])
+    in_bytes = case["bytes"] - 4 * out
+    return ROTATE_SETS if in_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES else 1
+
+
+def measure(run_one, sync, sets, mode, args, device_sample=None):
+    """Times run_one(set) in one mode. sync() waits for queued work; device_sample(set) returns
+    the device time of one op (device mode only)."""
+    for i in range(max(args.warmup, sets, 1)):
+        t0 = time.perf_counter()
+        run_one(i % sets)
+        sync()
+        warm = time.perf_counter() - t0
+    chain = args.chain or min(256, max(4, int(2e-3 / warm) if warm > 0 else 256))
+    if mode == "chain" and not args.chain and warm > 0.05:
+        chain = 2
+    samples, spent, s = [], 0.0, 0
+    while len(samples) < args.max_runs and (len(samples) < args.repeats or
+                                            spent < args.budget_ms * 1e-3):
+        t0 = time.perf_counter()
+        if mode == "device":
+            samples.append(device_sample(s))
+            s = (s + 1) % sets
+        elif mode == "sync":
+            run_one(s)
+            sync()
+            samples.append(time.perf_counter() - t0)
+            s = (s + 1) % sets
+        else:
+            for _ in range(chain):
+                run_one(s)
+                s = (s + 1) % sets
+            sync()
+            samples.append((time.perf_counter() - t0) / chain)
+        spent += time.perf_counter() - t0
+    return {
+        "median_s": statistics.median(samples),
+        "min_s": min(samples),
+        "max_s": max(samples),
+        "runs": len(samples),
+        "chain_length": chain if mode == "chain" else 1,
+        "host_timed": mode != "device",
+    }
+
+
+def add_rates(case, stats):
+    t = stats["median_s"]
+    stats["gflops"] = case["flops"] / t * 1e-9 if case["op"] in ("gemm", "lora") and t > 0 else None
+    stats["gbs"] = case["bytes"] / t * 1e-9 if t > 0 else None
+    stats["roofline_pct"] = None
+    return stats
+
+
+def result(suite, case, backend, status, note="", modes=None, check=None, ran_on=None):
+    r = {k: case[k] for k in ("case", "op", "dims", "trans_a", "trans_b", "flops", "bytes")}
+    r.update({"suite": suite, "backend": backend, "ran_on": ran_on or backend, "status": status,
+              "note": note, "check": check, "modes": modes or {}})
+    return r
+
+
+def progress(text):
+    """A progress line on a terminal, nothing otherwise."""
+    if sys.stderr.isatty():
+        print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write(args, tool, version, device, modes, results):
+    doc = {
+        "schema": "hd-bench/1",
+        "tool": tool,
+        "version": version,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"hostname": socket.gethostname(),
+                    "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+                    "cpu": cpu_model(), "cores": os.cpu_count()},
+        "device": device,
+        "roofline": None,
+        "settings": {"modes": modes, "warmup": args.warmup, "min_runs": args.repeats,
+                     "max_runs": args.max_runs, "seed": args.seed, "budget_ms": args.budget_ms},
+        "results": results,
+    }
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def print_table(results):
+    print(f"{'case':24} {'backend':12} {'mode':6} {'median':>11} {'min':>11} {'max':>11}"
+          f" {'GFLOP/s':>9} {'GB/s':>8}  note")
+    for r in results:
+        if r["status"] != "ok":
+            print(f"{r['case']:24} {r['backend']:12} {'-':6} {'-':>11} {'-':>11} {'-':>11}"
+                  f" {'-':>9} {'-':>8}  {r['status']}: {r['note']}")
+            continue
+        for mode, s in r["modes"].items():
+            def t(x):
+                return (f"{x * 1e6:8.1f} us" if x < 1e-3 else
+                        f"{x * 1e3:8.2f} ms" if x < 1 else f"{x:8.3f} s ")
+            gf = f"{s['gflops']:9.1f}" if s["gflops"] is not None else f"{'-':>9}"
+            print(f"{r['case']:24} {r['backend']:12} {mode:6} {t(s['median_s']):>11}"
+                  f" {t(s['min_s']):>11} {t(s['max_s']):>11} {gf} {s['gbs']:8.2f}")

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""PyTorch peer of dispatch-bench: the same cases through PyTorch eager, on CUDA or the CPU.
+
+On CUDA: GEMM is torch.matmul (cuBLAS) with TF32 off, so it is an fp32 GEMM like ours; softmax,
+layer norm and RMS norm are torch.nn.functional; LoRA is x@W + scale*(x@A)@B as a user writes
+it. Modes: `device` (CUDA events recorded around one op, then the end event waited on),
+`sync` (host wall time of the op plus torch.cuda.synchronize()), `chain` (N ops queued, one
+synchronize, per op). On the CPU (--device cpu) only sync and chain exist.
+Output: schema hd-bench/1, backend "torch-cuda" or "torch-cpu".
+
+    dispatch-bench --list-cases --json cases.json
+    python3 bench/peers/torch_peer.py --cases cases.json --suite all --json torch.json
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit("torch_peer: PyTorch is not installed")
+
+
+def rms_norm(x, w, eps):
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def make_case(case, gen, dev, sets):
+    d = case["dims"]
+    op = case["op"]
+
+    def u(shape, lo=-1.0, hi=1.0):
+        t = torch.rand(shape, generator=gen, dtype=torch.float32)
+        return (t * (hi - lo) + lo).to(dev)
+
+    inputs = []
+    for _ in range(sets):
+        if op == "gemm":
+            m, n, k = d[0], d[1], d[2]
+            a = u((k, m)).t() if case["trans_a"] else u((m, k))
+            b = u((n, k)).t() if case["trans_b"] else u((k, n))
+            inputs.append((a, b))
+        elif op == "lora":
+            t, i, o, r = d
+            inputs.append((u((t, i)), u((i, o)), u((i, r)), u((r, o))))
+        elif op == "softmax":
+            inputs.append((u((d[0], d[1]), -4, 4),))
+        elif op == "layer_norm":
+            inputs.append((u((d[0], d[1]), -2, 3), u((d[1],), 0.5, 1.5), u((d[1],), -0.5, 0.5)))
+        else:
+            inputs.append((u((d[0], d[1]), -2, 3), u((d[1],), 0.5, 1.5)))
+    eps, scale = 1e-5, 0.5
+    holder = {}
+
+    def run(s):
+        x = inputs[s]
+        if op == "gemm":
+            y = torch.matmul(x[0], x[1])
+        elif op == "lora":
+            y = torch.matmul(x[0], x[1]) + scale * torch.matmul(torch.matmul(x[0], x[2]), x[3])
+        elif op == "softmax":
+            y = F.softmax(x[0], dim=-1)
+        elif op == "layer_norm":
+            y = F.layer_norm(x[0], (d[1],), x[1], x[2], eps)
+        else:
+            y = rms_norm(x[0], x[1], eps)
+        holder["y"] = y  # keeps the result alive, so nothing is optimised away
+    return run
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    common.add_common_args(p)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    args = p.parse_args()
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("torch_peer: CUDA is not available (use --device cpu)")
+    modes = (args.modes or ("device,sync,chain" if cuda else "sync,chain")).split(",")
+    if "device" in modes and not cuda:
+        sys.exit("torch_peer: the device mode needs CUDA")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    gen = torch.Generator().manual_seed(args.seed if args.seed is not None else 12345)
+    backend = "torch-cuda" if cuda else "torch-cpu"
+    results = []
+    for suite, case in common.load_cases(args):
+        elements = case["bytes"] / 4
+        if args.max_elements and elements > args.max_elements:
+            results.append(common.result(suite, case, backend, "skipped",
+                                         f"{elements:.0f} elements > --max-elements"))
+            continue
+        common.progress(f"{suite}: {case['case']}")
+        sets = common.input_sets(case)
+        try:
+            run = make_case(case, gen, dev, sets)
+
+            def device_sample(s):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                run(s)
+                end.record()
+                end.synchronize()
+                return start.elapsed_time(end) * 1e-3
+
+            stats = {m: common.add_rates(case, common.measure(run, sync, sets, m, args,
+                                                              device_sample))
+                     for m in modes}
+            results.append(common.result(suite, case, backend, "ok", modes=stats))
+        except (torch.cuda.OutOfMemoryError if cuda else MemoryError, RuntimeError) as e:
+            results.append(common.result(suite, case, backend, "error", str(e)[:180]))
+        if cuda:
+            torch.cuda.empty_cache()
+    common.progress("")
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        device = {"name": props.name, "driver": f"CUDA {torch.version.cuda}",
+                  "platform": f"PyTorch {torch.__version__}", "kind": "gpu"}
+    else:
+        device = {"name": common.cpu_model(), "driver": f"PyTorch {torch.__version__}",
+                  "platform": "PyTorch CPU", "kind": "cpu"}
+    common.write(args, "torch_peer", torch.__version__, device, modes, results)
+    common.print_table(results)
+
+
+if __name__ == "__main__":
+    main()
