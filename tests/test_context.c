@@ -202,9 +202,20 @@ static void test_context_device_spec_matching_nothing_fails(void **state)
 /* ---- HD_BACKEND and the backends option ---- */
 
 static const char *const bad_specs[] = {
-    "gpu",           "CPU",        "cpu ",     " cpu",        "gemm=",         "=cpu",
-    "gemm=gpu",      "matmul=cpu", ",",        ",cpu",        "gemm=cpu,,lora=cpu",
-    "gemm=cpu=cpu",  "gemm:cpu",   "softmax=fused;gemm=cpu",
+    "gpu",
+    "CPU",
+    "cpu ",
+    " cpu",
+    "gemm=",
+    "=cpu",
+    "gemm=gpu",
+    "matmul=cpu",
+    ",",
+    ",cpu",
+    "gemm=cpu,,lora=cpu",
+    "gemm=cpu=cpu",
+    "gemm:cpu",
+    "softmax=fused;gemm=cpu",
     "gemm=cpu,softmax=clblast,layer_norm=fused,rms_norm=cpu,lora=clblast+fusedd",
     "an-item-much-longer-than-sixty-four-characters-which-no-real-name-has-at-all",
 };
@@ -281,38 +292,53 @@ static void test_context_backend_spec_parses_per_op_items(void **state)
     (void)state;
     hd_context_options opt = cpu_options();
     hd_context *ctx = create_ok(&opt);
+    /* Each case: the backend of every op the specification does not name, then up to three
+     * (op, backend) pairs it names. */
     static const struct {
         const char *spec;
-        hd_backend want[HD_OP_COUNT]; /* gemm, lora, softmax, layer_norm, rms_norm */
+        hd_backend rest;
+        struct {
+            hd_op op;
+            hd_backend b;
+        } named[3];
+        int named_count;
     } cases[] = {
-        {"cpu", {HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU}},
-        {"auto", {0}},
+        {"cpu", HD_BACKEND_CPU, {{0}}, 0},
+        {"auto", HD_BACKEND_AUTO, {{0}}, 0},
         {"gemm=clblast,softmax=fused",
-         {HD_BACKEND_CLBLAST, HD_BACKEND_AUTO, HD_BACKEND_FUSED, HD_BACKEND_AUTO,
-          HD_BACKEND_AUTO}},
+         HD_BACKEND_AUTO,
+         {{HD_OP_GEMM, HD_BACKEND_CLBLAST}, {HD_OP_SOFTMAX, HD_BACKEND_FUSED}},
+         2},
         {"lora=clblast+fused,layer_norm=cpu,rms_norm=fused",
-         {HD_BACKEND_AUTO, HD_BACKEND_CLBLAST_FUSED, HD_BACKEND_AUTO, HD_BACKEND_CPU,
-          HD_BACKEND_FUSED}},
+         HD_BACKEND_AUTO,
+         {{HD_OP_LORA, HD_BACKEND_CLBLAST_FUSED},
+          {HD_OP_LAYER_NORM, HD_BACKEND_CPU},
+          {HD_OP_RMS_NORM, HD_BACKEND_FUSED}},
+         3},
         /* A lone backend sets every op; later items override earlier ones. */
-        {"cpu,gemm=fused",
-         {HD_BACKEND_FUSED, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU, HD_BACKEND_CPU}},
-        {"gemm=fused,gemm=clblast",
-         {HD_BACKEND_CLBLAST, HD_BACKEND_AUTO, HD_BACKEND_AUTO, HD_BACKEND_AUTO,
-          HD_BACKEND_AUTO}},
+        {"cpu,gemm=fused", HD_BACKEND_CPU, {{HD_OP_GEMM, HD_BACKEND_FUSED}}, 1},
+        {"gemm=fused,gemm=clblast", HD_BACKEND_AUTO, {{HD_OP_GEMM, HD_BACKEND_CLBLAST}}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hd_backend forced[HD_OP_COUNT] = {HD_BACKEND_AUTO};
+        hd_backend want[HD_OP_COUNT];
+        for (int op = 0; op < HD_OP_COUNT; op++)
+            want[op] = cases[i].rest;
+        for (int j = 0; j < cases[i].named_count; j++)
+            want[cases[i].named[j].op] = cases[i].named[j].b;
+        hd_backend forced[HD_OP_COUNT];
+        for (int op = 0; op < HD_OP_COUNT; op++)
+            forced[op] = HD_BACKEND_AUTO;
         hd_status s = hd__parse_backend_spec(ctx, cases[i].spec, forced);
         if (s != HD_OK)
             fail_msg("'%s': %s", cases[i].spec, hd_context_last_error(ctx));
         for (int op = 0; op < HD_OP_COUNT; op++)
-            if (forced[op] != cases[i].want[op])
-                fail_msg("'%s': %s runs on %s, expected %s", cases[i].spec,
-                         hd_op_name((hd_op)op), hd_backend_name(forced[op]),
-                         hd_backend_name(cases[i].want[op]));
+            if (forced[op] != want[op])
+                fail_msg("'%s': %s runs on %s, expected %s", cases[i].spec, hd_op_name((hd_op)op),
+                         hd_backend_name(forced[op]), hd_backend_name(want[op]));
     }
     /* A rejected specification leaves the previous choice as it was. */
-    hd_backend forced[HD_OP_COUNT] = {HD_BACKEND_FUSED, HD_BACKEND_CPU};
+    hd_backend forced[HD_OP_COUNT] = {
+        [HD_OP_GEMM] = HD_BACKEND_FUSED, [HD_OP_LORA] = HD_BACKEND_CPU};
     assert_int_equal(hd__parse_backend_spec(ctx, "gemm=cpu,bogus", forced),
                      HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(forced[HD_OP_GEMM], HD_BACKEND_FUSED);
@@ -489,8 +515,7 @@ static void test_version_matches_the_macros(void **state)
 {
     (void)state;
     char want[64];
-    snprintf(want, sizeof want, "%d.%d.%d", HD_VERSION_MAJOR, HD_VERSION_MINOR,
-             HD_VERSION_PATCH);
+    snprintf(want, sizeof want, "%d.%d.%d", HD_VERSION_MAJOR, HD_VERSION_MINOR, HD_VERSION_PATCH);
     assert_string_equal(hd_version(), want);
     assert_string_equal(hd_version(), HD_VERSION_STRING);
 }

@@ -15,12 +15,12 @@
 
 #include "tests/testlib.h"
 
-#define GEMM_FACTOR 1.0
+#define GEMM_FACTOR  1.0
 #define SOFTMAX_ATOL 1e-9
 #define SOFTMAX_RTOL 1e-5
-#define NORM_ATOL 1e-5
-#define NORM_RTOL 1e-5
-#define NORM_EPS 1e-5f
+#define NORM_ATOL    1e-5
+#define NORM_RTOL    1e-5
+#define NORM_EPS     1e-5f
 
 /* More elements than HD_CPU_PARALLEL_ELEMENTS (65536) in backends/cpu/rows.c, over many rows,
  * so the OpenMP path runs; odd sizes so the rows do not split evenly across threads. */
@@ -73,22 +73,21 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, uint64_t salt,
     if (poke != NULL)
         poke(a, b, c, gc);
 
-    hd_tensor *ta = hd_test_tensor(ctx, gc->trans_a ? gc->k : gc->m,
-                                   gc->trans_a ? gc->m : gc->k, a);
-    hd_tensor *tb = hd_test_tensor(ctx, gc->trans_b ? gc->n : gc->k,
-                                   gc->trans_b ? gc->k : gc->n, b);
+    hd_tensor *ta =
+        hd_test_tensor(ctx, gc->trans_a ? gc->k : gc->m, gc->trans_a ? gc->m : gc->k, a);
+    hd_tensor *tb =
+        hd_test_tensor(ctx, gc->trans_b ? gc->n : gc->k, gc->trans_b ? gc->k : gc->n, b);
     hd_tensor *tc = hd_test_tensor(ctx, gc->m, gc->n, c);
 
     char what[160];
     snprintf(what, sizeof what, "gemm %s%s m=%zu n=%zu k=%zu alpha=%g beta=%g",
              gc->trans_a ? "T" : "N", gc->trans_b ? "T" : "N", gc->m, gc->n, gc->k,
              (double)gc->alpha, (double)gc->beta);
-    expect_ok(ctx, hd_gemm(ctx, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc),
-              what);
+    expect_ok(ctx, hd_gemm(ctx, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc), what);
 
     double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
-    hd_ref_gemm(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, gc->alpha, a, b, gc->beta, c,
-                want, bound);
+    hd_ref_gemm(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, gc->alpha, a, b, gc->beta, c, want,
+                bound);
     float *got = hd_test_read(tc);
     hd_test_expect_gemm_close(what, got, want, bound, nc, gc->k, GEMM_FACTOR);
 
@@ -109,8 +108,13 @@ static void test_gemm_matches_reference_on_every_shape_and_transpose(void **stat
     for (size_t i = 0; i < hd_test_gemm_shape_count; i++) {
         const hd_test_gemm_shape *s = &hd_test_gemm_shapes[i];
         for (int t = 0; t < 4; t++) {
-            gemm_case gc = {.trans_a = t & 1, .trans_b = t & 2, .m = s->m, .n = s->n,
-                            .k = s->k, .alpha = 1.0f, .beta = 0.0f};
+            gemm_case gc = {.trans_a = t & 1,
+                            .trans_b = t & 2,
+                            .m = s->m,
+                            .n = s->n,
+                            .k = s->k,
+                            .alpha = 1.0f,
+                            .beta = 0.0f};
             check_gemm(ctx, &gc, i * 4 + (uint64_t)t, NULL);
         }
     }
@@ -127,8 +131,12 @@ static void test_gemm_matches_reference_for_alpha_and_beta_values(void **state)
         for (size_t i = 0; i < sizeof alphas / sizeof alphas[0]; i++)
             for (size_t j = 0; j < sizeof betas / sizeof betas[0]; j++)
                 for (int t = 0; t < 4; t++) {
-                    gemm_case gc = {.trans_a = t & 1, .trans_b = t & 2, .m = shapes[s].m,
-                                    .n = shapes[s].n, .k = shapes[s].k, .alpha = alphas[i],
+                    gemm_case gc = {.trans_a = t & 1,
+                                    .trans_b = t & 2,
+                                    .m = shapes[s].m,
+                                    .n = shapes[s].n,
+                                    .k = shapes[s].k,
+                                    .alpha = alphas[i],
                                     .beta = betas[j]};
                     check_gemm(ctx, &gc, salt++, NULL);
                 }
@@ -258,7 +266,7 @@ static void test_gemm_empty_m_or_n_is_a_no_op(void **state)
 
 static void poke_nan_inf(float *a, float *b, float *c, const gemm_case *gc)
 {
-    a[0] = NAN;                     /* one element of A: a row (or column) of C turns NaN */
+    a[0] = NAN;                      /* one element of A: a row (or column) of C turns NaN */
     b[gc->k * gc->n - 1] = INFINITY; /* one element of B: infinities in one column of C */
     c[gc->m * gc->n / 2] = -INFINITY;
 }
@@ -266,8 +274,13 @@ static void poke_nan_inf(float *a, float *b, float *c, const gemm_case *gc)
 static void test_gemm_propagates_nan_and_inf_like_reference(void **state)
 {
     for (int t = 0; t < 4; t++) {
-        gemm_case gc = {.trans_a = t & 1, .trans_b = t & 2, .m = 17, .n = 31, .k = 29,
-                        .alpha = 1.0f, .beta = 1.0f};
+        gemm_case gc = {.trans_a = t & 1,
+                        .trans_b = t & 2,
+                        .m = 17,
+                        .n = 31,
+                        .k = 29,
+                        .alpha = 1.0f,
+                        .beta = 1.0f};
         check_gemm(*state, &gc, 6000 + (uint64_t)t, poke_nan_inf);
     }
 }
@@ -295,8 +308,8 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     hd_tensor *ta = hd_test_tensor(ctx, in, rank, a), *tb = hd_test_tensor(ctx, rank, out, b);
     hd_tensor *ty = hd_test_tensor(ctx, tokens, out, y);
     char what[160];
-    snprintf(what, sizeof what, "lora tokens=%zu in=%zu out=%zu rank=%zu scale=%g", tokens, in,
-             out, rank, (double)scale);
+    snprintf(what, sizeof what, "lora tokens=%zu in=%zu out=%zu rank=%zu scale=%g", tokens, in, out,
+             rank, (double)scale);
     expect_ok(ctx, hd_lora_forward(ctx, tx, tw, ta, tb, scale, ty), what);
 
     size_t n = tokens * out;
@@ -397,8 +410,8 @@ typedef enum row_op { ROW_SOFTMAX, ROW_LAYER_NORM, ROW_RMS_NORM } row_op;
 static const char *const row_op_names[] = {"softmax", "layer_norm", "rms_norm"};
 
 /* x gets values in [lo, hi]; poke may plant specials; in_place runs with y == x. */
-static void check_row_op(hd_context *ctx, row_op op, size_t rows, size_t cols, float lo,
-                         float hi, float eps, bool in_place, uint64_t salt,
+static void check_row_op(hd_context *ctx, row_op op, size_t rows, size_t cols, float lo, float hi,
+                         float eps, bool in_place, uint64_t salt,
                          void (*poke)(float *x, size_t rows, size_t cols))
 {
     hd_rng rng = hd_test_rng(salt);
@@ -513,10 +526,8 @@ static void poke_row_specials(float *x, size_t rows, size_t cols)
 static void test_row_ops_propagate_nan_and_inf_like_reference(void **state)
 {
     for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
-        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, false, 8600 + op,
-                     poke_row_specials);
-        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, true, 8610 + op,
-                     poke_row_specials);
+        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, false, 8600 + op, poke_row_specials);
+        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, true, 8610 + op, poke_row_specials);
     }
 }
 
@@ -540,8 +551,7 @@ static void test_layer_norm_eps_values_match_reference(void **state)
 static void test_layer_norm_large_offset_keeps_precision(void **state)
 {
     /* Mean 1000, spread 1: E[x^2] - E[x]^2 in float would lose every digit here. */
-    check_row_op(*state, ROW_LAYER_NORM, 13, 1031, 999.0f, 1001.0f, NORM_EPS, false, 8750,
-                 NULL);
+    check_row_op(*state, ROW_LAYER_NORM, 13, 1031, 999.0f, 1001.0f, NORM_EPS, false, 8750, NULL);
 }
 
 static void test_layer_norm_constant_row_gives_beta(void **state)
@@ -613,7 +623,8 @@ static void test_row_ops_empty_rows_or_cols_are_a_no_op(void **state)
         size_t rows = shapes[i].rows, cols = shapes[i].cols;
         hd_tensor *tx = hd_test_tensor(ctx, rows, cols, NULL);
         hd_tensor *ty = hd_test_tensor(ctx, rows, cols, NULL);
-        hd_tensor *tg = hd_test_tensor(ctx, 1, cols, NULL), *tb = hd_test_tensor(ctx, 1, cols, NULL);
+        hd_tensor *tg = hd_test_tensor(ctx, 1, cols, NULL),
+                  *tb = hd_test_tensor(ctx, 1, cols, NULL);
         assert_int_equal(hd_softmax(ctx, tx, ty), HD_OK);
         assert_int_equal(hd_softmax(ctx, tx, tx), HD_OK);
         assert_int_equal(hd_layer_norm(ctx, tx, tg, tb, 1e-5f, ty), HD_OK);

@@ -354,9 +354,9 @@ static void test_lora_shape_mismatch_is_rejected(void **state)
         size_t rows, cols;
         int slot; /* 0 x, 1 w, 2 a, 3 b, 4 y */
     } cases[] = {
-        {"lora w rows", "'w'", IN + 1, OUT, 1},  {"lora a rows", "'a'", IN - 1, R, 2},
-        {"lora b rows", "'b'", R + 1, OUT, 3},   {"lora b cols", "'b'", R, OUT + 1, 3},
-        {"lora y rows", "'y'", T + 1, OUT, 4},   {"lora y cols", "'y'", T, OUT - 1, 4},
+        {"lora w rows", "'w'", IN + 1, OUT, 1},   {"lora a rows", "'a'", IN - 1, R, 2},
+        {"lora b rows", "'b'", R + 1, OUT, 3},    {"lora b cols", "'b'", R, OUT + 1, 3},
+        {"lora y rows", "'y'", T + 1, OUT, 4},    {"lora y cols", "'y'", T, OUT - 1, 4},
         {"lora x cols", "columns", T, IN + 2, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -563,11 +563,11 @@ static void test_row_ops_tensor_of_another_context_is_rejected(void **state)
     for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
         char what[64];
         snprintf(what, sizeof what, "%s x elsewhere", row_names[op]);
-        expect_error(ctx, what, call_row(ctx, op, x2.t, g.t, b.t, 1e-5f, y.t),
-                     HD_ERR_WRONG_CONTEXT, "'x'", &y, 1);
+        expect_error(ctx, what, call_row(ctx, op, x2.t, g.t, b.t, 1e-5f, y.t), HD_ERR_WRONG_CONTEXT,
+                     "'x'", &y, 1);
         snprintf(what, sizeof what, "%s y elsewhere", row_names[op]);
-        expect_error(ctx, what, call_row(ctx, op, x.t, g.t, b.t, 1e-5f, y2.t),
-                     HD_ERR_WRONG_CONTEXT, "'y'", &y2, 1);
+        expect_error(ctx, what, call_row(ctx, op, x.t, g.t, b.t, 1e-5f, y2.t), HD_ERR_WRONG_CONTEXT,
+                     "'y'", &y2, 1);
         snprintf(what, sizeof what, "%s in place elsewhere", row_names[op]);
         expect_error(ctx, what, call_row(ctx, op, x2.t, g.t, b.t, 1e-5f, x2.t),
                      HD_ERR_WRONG_CONTEXT, "'x'", &x2, 1);
@@ -614,29 +614,29 @@ static void test_rejected_call_leaves_device_resident_output_intact(void **state
     release(&b);
 }
 
-#define ERROR_TESTS                                                                            \
-    cmocka_unit_test(test_tensor_create_null_context_is_invalid),                              \
-        cmocka_unit_test(test_tensor_create_null_out_is_invalid),                              \
-        cmocka_unit_test(test_tensor_create_size_overflow_is_rejected),                        \
-        cmocka_unit_test(test_tensor_write_null_tensor_is_invalid),                            \
-        cmocka_unit_test(test_tensor_write_null_source_is_invalid),                            \
-        cmocka_unit_test(test_tensor_read_null_tensor_is_invalid),                             \
-        cmocka_unit_test(test_tensor_read_null_destination_is_invalid),                        \
-        cmocka_unit_test(test_tensor_empty_read_and_write_accept_null_buffers),                \
-        cmocka_unit_test(test_gemm_null_context_is_invalid),                                   \
-        cmocka_unit_test(test_gemm_null_tensor_is_invalid),                                    \
-        cmocka_unit_test(test_gemm_shape_mismatch_is_rejected),                                \
-        cmocka_unit_test(test_gemm_output_aliasing_an_input_is_rejected),                      \
-        cmocka_unit_test(test_gemm_tensor_of_another_context_is_rejected),                     \
-        cmocka_unit_test(test_lora_null_context_or_tensor_is_invalid),                         \
-        cmocka_unit_test(test_lora_shape_mismatch_is_rejected),                                \
-        cmocka_unit_test(test_lora_output_aliasing_an_input_is_rejected),                      \
-        cmocka_unit_test(test_lora_tensor_of_another_context_is_rejected),                     \
-        cmocka_unit_test(test_row_ops_null_context_or_tensor_is_invalid),                      \
-        cmocka_unit_test(test_row_ops_shape_mismatch_is_rejected),                             \
-        cmocka_unit_test(test_row_ops_output_aliasing_a_parameter_is_rejected),                \
-        cmocka_unit_test(test_row_ops_bad_eps_is_rejected),                                    \
-        cmocka_unit_test(test_row_ops_tensor_of_another_context_is_rejected),                  \
+#define ERROR_TESTS                                                                                \
+    cmocka_unit_test(test_tensor_create_null_context_is_invalid),                                  \
+        cmocka_unit_test(test_tensor_create_null_out_is_invalid),                                  \
+        cmocka_unit_test(test_tensor_create_size_overflow_is_rejected),                            \
+        cmocka_unit_test(test_tensor_write_null_tensor_is_invalid),                                \
+        cmocka_unit_test(test_tensor_write_null_source_is_invalid),                                \
+        cmocka_unit_test(test_tensor_read_null_tensor_is_invalid),                                 \
+        cmocka_unit_test(test_tensor_read_null_destination_is_invalid),                            \
+        cmocka_unit_test(test_tensor_empty_read_and_write_accept_null_buffers),                    \
+        cmocka_unit_test(test_gemm_null_context_is_invalid),                                       \
+        cmocka_unit_test(test_gemm_null_tensor_is_invalid),                                        \
+        cmocka_unit_test(test_gemm_shape_mismatch_is_rejected),                                    \
+        cmocka_unit_test(test_gemm_output_aliasing_an_input_is_rejected),                          \
+        cmocka_unit_test(test_gemm_tensor_of_another_context_is_rejected),                         \
+        cmocka_unit_test(test_lora_null_context_or_tensor_is_invalid),                             \
+        cmocka_unit_test(test_lora_shape_mismatch_is_rejected),                                    \
+        cmocka_unit_test(test_lora_output_aliasing_an_input_is_rejected),                          \
+        cmocka_unit_test(test_lora_tensor_of_another_context_is_rejected),                         \
+        cmocka_unit_test(test_row_ops_null_context_or_tensor_is_invalid),                          \
+        cmocka_unit_test(test_row_ops_shape_mismatch_is_rejected),                                 \
+        cmocka_unit_test(test_row_ops_output_aliasing_a_parameter_is_rejected),                    \
+        cmocka_unit_test(test_row_ops_bad_eps_is_rejected),                                        \
+        cmocka_unit_test(test_row_ops_tensor_of_another_context_is_rejected),                      \
         cmocka_unit_test(test_rejected_call_leaves_device_resident_output_intact)
 
 int main(void)
@@ -644,7 +644,7 @@ int main(void)
     hd_test_seed();
     const struct CMUnitTest tests[] = {ERROR_TESTS};
     int failed = cmocka_run_group_tests_name("dispatch_errors_cpu", tests, setup_cpu, teardown);
-    failed += cmocka_run_group_tests_name("dispatch_errors_default", tests, setup_default,
-                                          teardown);
+    failed +=
+        cmocka_run_group_tests_name("dispatch_errors_default", tests, setup_default, teardown);
     return failed;
 }
