@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The test command: bash tests/run.sh (as root on a fresh Debian 12 machine, or as a user who
+# has the packages). Installs what is missing, then runs four stages and stops at the first
+# failure:
+#   1. full build (OpenCL, CLBlast, OpenBLAS, OpenMP) and every suite (PoCL gives a device);
+#   2. AddressSanitizer + UndefinedBehaviorSanitizer build without OpenCL: every suite, any
+#      sanitizer report fails;
+#   3. build without OpenBLAS and OpenCL (GEMM takes the plain C path): every suite;
+#   4. install into a temporary prefix, compile the README example through pkg-config against
+#      it, run it and check it against the float64 reference.
+# Ends with "N passed, N failed" over all suites run. Build directories live under
+# $HD_TEST_BUILD_ROOT (default: build-tests/ in the repository) and are reused by later runs.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+builds="${HD_TEST_BUILD_ROOT:-$root/build-tests}"
+packages=(ocl-icd-opencl-dev opencl-headers libclblast-dev libopenblas-dev libcmocka-dev
+          pocl-opencl-icd meson ninja-build pkg-config clang)
+
+passed=0
+failed=0
+stage="setup"
+
+say() { printf '\n==> %s\n' "$*"; }
+tally() { printf '%d passed, %d failed\n' "$passed" "$failed"; }
+die() {
+    printf '\nFAILED in stage "%s": %s\n' "$stage" "$*" >&2
+    tally
+    exit 1
+}
+
+install_missing() {
+    command -v dpkg-query >/dev/null ||
+        die "dpkg-query not found: this script expects Debian 12 (install ${packages[*]} yourself)"
+    local missing=() p
+    for p in "${packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$p")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        say "packages: all present"
+        return
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || die "missing packages (${missing[*]}): run as root"
+        sudo=(sudo)
+    fi
+    say "installing ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q ||
+        die "apt-get update failed"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends "${missing[@]}" || die "apt-get install ${missing[*]} failed"
+}
+
+# build DIR MESON_OPTIONS...: configure (or reconfigure) and compile.
+build() {
+    local dir="$1"
+    shift
+    say "[$stage] configure $dir: $*"
+    if [ -f "$dir/build.ninja" ]; then
+        meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1 ||
+            { cat "$dir.setup.log"; die "meson setup failed"; }
+    else
+        mkdir -p "$(dirname "$dir")"
+        meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 ||
+            { cat "$dir.setup.log"; die "meson setup failed"; }
+    fi
+    sed -n '/^  Backends/,/^$/p' "$dir.setup.log"
+    say "[$stage] compile $dir"
+    ninja -C "$dir" || die "compilation failed in $dir"
+}
+
+# count LOG: adds meson test's summary ("Ok:", "Fail:", ...) to the tally.
+count() {
+    local ok bad
+    ok=$(awk '/^Ok:/ {n += $2} END {print n + 0}' "$1")
+    bad=$(awk '/^(Fail|Unexpected Pass|Timeout):/ {n += $NF} END {print n + 0}' "$1")
+    passed=$((passed + ok))
+    failed=$((failed + bad))
+}
+
+# suites DIR: every suite of the build, with the environment the stage set.
+suites() {
+    local dir="$1" log="$1.test.log" rc
+    say "[$stage] meson test -C $dir"
+    set +e
+    meson test -C "$dir" --print-errorlogs --no-rebuild 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    count "$log"
+    [ "$rc" -eq 0 ] || die "meson test failed in $dir (full log: $dir/meson-logs/testlog.txt)"
+}
+
+install_missing
+mkdir -p "$builds"
+# The tests must not read a tuning cache or PoCL kernel cache from the user's home.
+export XDG_CACHE_HOME="$builds/xdg-cache"
+unset HD_TUNE_CACHE
+
+stage="full"
+export POCL_CACHE_DIR="$builds/pocl-full"
+build "$builds/full" --prefix "$builds/prefix" -Dopencl=enabled -Dclblast=enabled \
+    -Dopenblas=enabled -Dopenmp=enabled -Dtests=true -Dtools=true
+suites "$builds/full"
+
+stage="sanitize"
+export POCL_CACHE_DIR="$builds/pocl-sanitize"
+export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:print_summary=1
+build "$builds/sanitize" -Db_sanitize=address,undefined -Db_lundef=false -Dopencl=disabled \
+    -Dtools=false
+suites "$builds/sanitize"
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+stage="plain-c"
+export POCL_CACHE_DIR="$builds/pocl-plain-c"
+build "$builds/plain-c" -Dopenblas=disabled -Dopencl=disabled -Dtools=false
+suites "$builds/plain-c"
+
+stage="installed"
+export POCL_CACHE_DIR="$builds/pocl-installed"
+prefix="$builds/prefix"
+rm -rf "$prefix"
+say "[$stage] meson install into $prefix"
+meson install -C "$builds/full" --no-rebuild >"$builds/install.log" 2>&1 ||
+    { cat "$builds/install.log"; die "meson install failed"; }
+pc="$(find "$prefix" -name hd-dispatch.pc -print -quit)"
+[ -n "$pc" ] || die "no hd-dispatch.pc under $prefix"
+pcdir="$(dirname "$pc")"
+libdir="$(dirname "$pcdir")"
+flags="$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs hd-dispatch)" ||
+    die "pkg-config --cflags --libs hd-dispatch failed with PKG_CONFIG_PATH=$pcdir"
+example="$builds/readme_example_installed"
+say "[$stage] cc -std=c11 -Wall -Wextra -Werror tests/readme_example.c $flags"
+# shellcheck disable=SC2086 # the flags are words
+cc -std=c11 -Wall -Wextra -Wpedantic -Werror tests/readme_example.c -o "$example" $flags ||
+    die "the README example does not compile against the installed library"
+LD_LIBRARY_PATH="$libdir" ldd "$example" | grep -q "$libdir/libdispatch" ||
+    die "the README example does not load libdispatch from $libdir"
+log="$builds/installed.test.log"
+set +e
+LD_LIBRARY_PATH="$libdir" HD_README="$root/README.md" \
+    HD_README_EXAMPLE_SOURCE="$root/tests/readme_example.c" HD_README_EXAMPLE_BIN="$example" \
+    "$builds/full/tests/test_readme_example" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$((passed + $(awk '/^\[  PASSED  \]/ {n += $4} END {print n + 0}' "$log")))
+failed=$((failed + $(awk '/^\[  FAILED  \] [0-9]/ {n += $4} END {print n + 0}' "$log")))
+[ "$rc" -eq 0 ] || die "the installed README example does not match the reference"
+
+say "all stages passed"
+tally
