@@ -191,6 +191,8 @@ static bool tok_double(const token *t, double lo, double hi, double *out)
     char buf[48];
     if (t->quoted || !tok_copy(t, buf, sizeof buf))
         return false;
+    if (strspn(buf, "0123456789.eE+-") != t->len)
+        return false; /* no hex, inf or nan spellings */
     char *end;
     errno = 0;
     double v = strtod(buf, &end);
@@ -626,6 +628,21 @@ char *hd__tune_format(const hd_tune_file *f)
     return t.p;
 }
 
+/* Empty fields as the writer spells them, so that a key compares equal to its reread self. */
+static void normalize_key(hd_tune_key *k)
+{
+    if (k->library[0] == '\0')
+        strcpy(k->library, "unknown");
+    if (k->platform[0] == '\0')
+        strcpy(k->platform, "none");
+    if (k->device[0] == '\0')
+        strcpy(k->device, "none");
+    if (k->driver[0] == '\0')
+        strcpy(k->driver, "none");
+    if (k->clblast[0] == '\0')
+        strcpy(k->clblast, "none");
+}
+
 static bool same_tune_key(const hd_tune_key *a, const hd_tune_key *b)
 {
     return strcmp(a->library, b->library) == 0 && strcmp(a->platform, b->platform) == 0 &&
@@ -702,13 +719,15 @@ static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tun
     hd__tune_file_init(out);
     hd_tune_file disk;
     hd__tune_file_init(&disk);
+    hd_tune_key key = f->key;
+    normalize_key(&key);
     if (hd__tune_load(path, &disk, ignored, sizeof ignored) == HD_OK &&
-        same_tune_key(&disk.key, &f->key)) {
+        same_tune_key(&disk.key, &key)) {
         *out = disk; /* takes the records */
     } else {
         hd__tune_file_free(&disk);
     }
-    out->key = f->key;
+    out->key = key;
     out->bad_lines = 0;
     const double *src = &f->cal.launch_us;
     double *dst = &out->cal.launch_us;

@@ -117,6 +117,7 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
         return HD_ERR_OUT_OF_MEMORY;
     }
 
+    hd__fault_init(ctx);
     hd_status s = open_device(ctx, opt);
     if (s == HD_OK)
         s = hd__registry_probe(ctx);

@@ -9,6 +9,7 @@
 #include <hd/dispatch.h>
 
 #include "backends/backend.h"
+#include "dispatch/fault.h"
 
 struct hd_cl_runtime;
 struct hd_tune_table;
@@ -29,6 +30,7 @@ struct hd_context {
     struct hd_cl_runtime *cl;        /* NULL: no OpenCL device */
     struct hd_tune_table *tune;      /* NULL: no tuning cache */
     char tune_cache_path[1024];      /* "" when none */
+    hd_fault_spec fault;             /* $HD_FAULT, for tests (dispatch/fault.h) */
 };
 
 /* Parses a backend specification ("cpu", "fused", "gemm=clblast,softmax=fused") into

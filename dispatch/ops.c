@@ -5,6 +5,7 @@
 #include "dispatch/check.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/fault.h"
 #include "dispatch/select.h"
 
 typedef struct hd_call {
@@ -57,10 +58,30 @@ static hd_status place_tensors(const hd_call *call, hd_place place)
     return hd__tensor_reserve(call->io.output, place);
 }
 
+/* The tuned kernel parameters of the backend about to run; NULL for its defaults. */
+static void set_variant(hd_call *call, const char *variant)
+{
+    switch (call->op) {
+    case HD_OP_GEMM:
+        call->args.gemm.variant = variant;
+        break;
+    case HD_OP_LORA:
+        call->args.lora.variant = variant;
+        break;
+    default:
+        call->args.row.variant = variant;
+        break;
+    }
+}
+
 static hd_status run_on(hd_context *ctx, hd_backend b, const hd_call *call)
 {
     const hd_backend_impl *impl = ctx->backends[b];
+    if (hd__fault(ctx, b, "migrate"))
+        return HD_ERR_DEVICE;
     hd_status s = place_tensors(call, impl->place);
+    if (s == HD_OK && hd__fault(ctx, b, "launch"))
+        s = HD_ERR_DEVICE;
     if (s == HD_OK)
         s = run_slot(impl, ctx->backend_state[b], ctx, call);
     if (s == HD_OK) {
@@ -70,7 +91,7 @@ static hd_status run_on(hd_context *ctx, hd_backend b, const hd_call *call)
     return s;
 }
 
-static hd_status dispatch_call(hd_context *ctx, const hd_call *call)
+static hd_status dispatch_call(hd_context *ctx, hd_call *call)
 {
     hd_plan plan;
     hd__select(ctx, call->op, &call->shape, &call->io, &plan);
@@ -82,6 +103,7 @@ static hd_status dispatch_call(hd_context *ctx, const hd_call *call)
     hd_status s = HD_ERR_UNSUPPORTED;
     for (int i = 0; i < plan.count; i++) {
         hd_backend b = plan.order[i];
+        set_variant(call, plan.variant[i]);
         s = run_on(ctx, b, call);
         if (s == HD_OK) {
             if (failures[0] != '\0') /* keep what went wrong for the curious */

@@ -22,6 +22,8 @@ hd_status hd__registry_probe(hd_context *ctx)
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++) {
         const hd_backend_impl *impl = registry[i];
         void *state = NULL;
+        if (hd__fault(ctx, impl->id, "probe"))
+            continue; /* as if the device had failed while probing: the message stays */
         hd_status s = impl->probe(ctx, &state);
         if (s == HD_ERR_BACKEND_UNAVAILABLE)
             continue; /* not on this machine: the message stays in last_error */

@@ -4,10 +4,25 @@
 
 #include "backends/backend.h"
 
+/* Which rule put the first backend of a plan first. */
+typedef enum hd_select_rule {
+    HD_SELECT_NONE = 0, /* nothing takes the call */
+    HD_SELECT_FORCED,   /* hd_context_set_backend() or $HD_BACKEND */
+    HD_SELECT_TUNED,    /* the cache's record for exactly this shape */
+    HD_SELECT_NEAREST,  /* the cache's record for the nearest shape */
+    HD_SELECT_COST,     /* the cost model from the device's calibration */
+    HD_SELECT_DEFAULT,  /* the default order */
+} hd_select_rule;
+
 typedef struct hd_plan {
-    hd_backend order[HD_BACKEND_COUNT]; /* usable backends that take the call, best first */
+    hd_backend order[HD_BACKEND_COUNT];     /* usable backends that take the call, best first */
+    const char *variant[HD_BACKEND_COUNT];  /* for order[i]: tuned kernel parameters, or NULL */
     int count;
-    char reason[160]; /* why the first was chosen, for the explain call */
+    hd_select_rule rule;
+    char reason[512]; /* why the first was chosen, for the explain call */
+    /* Indexed by hd_backend, for the explain call; negative where not estimated. */
+    double model_us[HD_BACKEND_COUNT];   /* cost model, migration included */
+    double migrate_us[HD_BACKEND_COUNT]; /* moving the inputs to the backend's place */
 } hd_plan;
 
 /* The tensors one call reads and writes, for migration costs and residency. */
@@ -18,11 +33,15 @@ typedef struct hd_call_tensors {
     bool output_read; /* the op reads the output's old contents (GEMM with beta != 0) */
 } hd_call_tensors;
 
+/* Plans a call. io may be NULL: then no input needs to move (the explain call). */
 void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_tensors *io,
                 hd_plan *plan);
 
 /* Whether backend b is usable in ctx and takes (op, shape): it has the slot and its
  * supports() agrees. */
 bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape);
+
+/* "gemm 1x4096x4096 nt", "softmax 64x1024": the key of a call in messages. */
+void hd__shape_text(hd_op op, const hd_shape *shape, char *buf, size_t size);
 
 #endif

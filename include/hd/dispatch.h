@@ -157,6 +157,20 @@ HD_API hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b)
 /* The backend the last successful operation on ctx ran on; HD_BACKEND_AUTO before any. */
 HD_API hd_backend hd_context_last_backend(const hd_context *ctx);
 
+/*
+ * Describes in buf, in English (a few lines, NUL-terminated, truncated to size), how the
+ * dispatcher would choose a backend for op on a problem of the given dims: GEMM {m, n, k,
+ * transposes} where transposes is trans_a + 2*trans_b; LoRA {tokens, in, out, rank}; row ops
+ * {rows, cols} (the rest ignored). It names the rule that decided (forced, tuned, nearest,
+ * cost model, default), the tuned record and its variant when one applies, the candidates in
+ * the order they would be tried, and why other backends are out. Inputs are assumed to be
+ * where each backend needs them (no migration cost). Does not run anything.
+ * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL ctx, dims or buf, size 0, unknown op, GEMM
+ * transposes above 3).
+ */
+HD_API hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], char *buf,
+                                    size_t size);
+
 /* Builds every OpenCL kernel the context may use (the fused kernels and CLBlast's GEMM
  * kernels), so that the first timed operation does not pay for compilation. Waits.
  * Returns HD_OK (also without a device), HD_ERR_BUILD, HD_ERR_DEVICE. */

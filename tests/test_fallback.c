@@ -1,0 +1,348 @@
+/*
+ * Fallback: when the chosen backend declines or its device fails, every operation still
+ * succeeds on the next backend, hd_context_last_backend() says which, the message of the
+ * failure is kept, inputs are unchanged and outputs complete; a failed device is marked
+ * unhealthy. Failures come from $HD_FAULT (dispatch/fault.h) at the dispatcher's steps, and
+ * from stand-in backends that return errors. Runs on stand-ins with the real CPU backend, and
+ * on whatever real backends this machine has (PoCL in CI).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/fake_backends.h"
+
+/* Shapes above the "small problem" threshold, so that a device is chosen where there is one. */
+enum { G_M = 33, G_N = 67, G_K = 45 };
+enum { L_T = 5, L_IN = 130, L_OUT = 70, L_R = 3 };
+enum { R_ROWS = 67, R_COLS = 530 };
+
+typedef struct op_run {
+    hd_status status;
+    bool output_untouched; /* after a failure */
+} op_run;
+
+static void expect_unchanged(const char *what, const hd_tensor *t, const float *want)
+{
+    float *got = hd_test_read(t);
+    hd_test_expect_same(what, got, want, hd_tensor_rows(t) * hd_tensor_cols(t));
+    free(got);
+}
+
+/* Runs op on random data; on success checks the result against the float64 reference, and
+ * always checks that the inputs are unchanged and, on failure, that the output is. */
+static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    op_run res = {0};
+    const float sentinel = 123.25f;
+    if (op == HD_OP_GEMM) {
+        size_t na = G_M * G_K, nb = G_K * G_N, nc = G_M * G_N;
+        float *a = hd_test_floats(na), *b = hd_test_floats(nb), *c = hd_test_floats(nc);
+        hd_test_fill(&rng, a, na, -1, 1);
+        hd_test_fill(&rng, b, nb, -1, 1);
+        for (size_t i = 0; i < nc; i++)
+            c[i] = sentinel;
+        hd_tensor *ta = hd_test_tensor(ctx, G_M, G_K, a), *tb = hd_test_tensor(ctx, G_K, G_N, b);
+        hd_tensor *tc = hd_test_tensor(ctx, G_M, G_N, c);
+        res.status = hd_gemm(ctx, false, false, 1.5f, ta, tb, 0.5f, tc);
+        char err[HD_ERROR_CAPACITY];
+        snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
+        if (res.status == HD_OK) {
+            double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
+            hd_ref_gemm(false, false, G_M, G_N, G_K, 1.5f, a, b, 0.5f, c, want, bound);
+            float *got = hd_test_read(tc);
+            hd_test_expect_gemm_close("gemm after fallback", got, want, bound, nc, G_K, 4.0);
+            free(got);
+            free(want);
+            free(bound);
+        } else {
+            expect_unchanged("gemm output after failure", tc, c);
+        }
+        expect_unchanged("gemm input a", ta, a);
+        expect_unchanged("gemm input b", tb, b);
+        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", err);
+        hd_tensor_destroy(ta);
+        hd_tensor_destroy(tb);
+        hd_tensor_destroy(tc);
+        free(a);
+        free(b);
+        free(c);
+        return res;
+    }
+    if (op == HD_OP_LORA) {
+        size_t nx = L_T * L_IN, nw = L_IN * L_OUT, na = L_IN * L_R, nb = L_R * L_OUT;
+        size_t ny = L_T * L_OUT;
+        float *x = hd_test_floats(nx), *w = hd_test_floats(nw), *a = hd_test_floats(na);
+        float *b = hd_test_floats(nb), *y = hd_test_floats(ny);
+        hd_test_fill(&rng, x, nx, -1, 1);
+        hd_test_fill(&rng, w, nw, -1, 1);
+        hd_test_fill(&rng, a, na, -1, 1);
+        hd_test_fill(&rng, b, nb, -1, 1);
+        for (size_t i = 0; i < ny; i++)
+            y[i] = sentinel;
+        hd_tensor *tx = hd_test_tensor(ctx, L_T, L_IN, x), *tw = hd_test_tensor(ctx, L_IN, L_OUT, w);
+        hd_tensor *ta = hd_test_tensor(ctx, L_IN, L_R, a), *tb = hd_test_tensor(ctx, L_R, L_OUT, b);
+        hd_tensor *ty = hd_test_tensor(ctx, L_T, L_OUT, y);
+        res.status = hd_lora_forward(ctx, tx, tw, ta, tb, 0.75f, ty);
+        char err[HD_ERROR_CAPACITY];
+        snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
+        if (res.status == HD_OK) {
+            double *want = hd_test_doubles(ny), *bound = hd_test_doubles(ny);
+            hd_ref_lora(L_T, L_IN, L_OUT, L_R, x, w, a, b, 0.75f, want, bound);
+            float *got = hd_test_read(ty);
+            hd_test_expect_gemm_close("lora after fallback", got, want, bound, ny, L_IN, 8.0);
+            free(got);
+            free(want);
+            free(bound);
+        } else {
+            expect_unchanged("lora output after failure", ty, y);
+        }
+        expect_unchanged("lora input x", tx, x);
+        expect_unchanged("lora input w", tw, w);
+        expect_unchanged("lora input a", ta, a);
+        expect_unchanged("lora input b", tb, b);
+        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", err);
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(tw);
+        hd_tensor_destroy(ta);
+        hd_tensor_destroy(tb);
+        hd_tensor_destroy(ty);
+        free(x);
+        free(w);
+        free(a);
+        free(b);
+        free(y);
+        return res;
+    }
+    size_t n = R_ROWS * R_COLS;
+    float *x = hd_test_floats(n), *g = hd_test_floats(R_COLS), *be = hd_test_floats(R_COLS);
+    float *y = hd_test_floats(n);
+    hd_test_fill(&rng, x, n, -4, 4);
+    hd_test_fill(&rng, g, R_COLS, 0.5f, 1.5f);
+    hd_test_fill(&rng, be, R_COLS, -1, 1);
+    for (size_t i = 0; i < n; i++)
+        y[i] = sentinel;
+    hd_tensor *tx = hd_test_tensor(ctx, R_ROWS, R_COLS, x), *ty = hd_test_tensor(ctx, R_ROWS, R_COLS, y);
+    hd_tensor *tg = hd_test_tensor(ctx, 1, R_COLS, g), *tb = hd_test_tensor(ctx, 1, R_COLS, be);
+    double *want = hd_test_doubles(n);
+    if (op == HD_OP_SOFTMAX) {
+        res.status = hd_softmax(ctx, tx, ty);
+        hd_ref_softmax(R_ROWS, R_COLS, x, want);
+    } else if (op == HD_OP_LAYER_NORM) {
+        res.status = hd_layer_norm(ctx, tx, tg, tb, 1e-5f, ty);
+        hd_ref_layer_norm(R_ROWS, R_COLS, x, g, be, 1e-5f, want);
+    } else {
+        res.status = hd_rms_norm(ctx, tx, tg, 1e-5f, ty);
+        hd_ref_rms_norm(R_ROWS, R_COLS, x, g, 1e-5f, want);
+    }
+    char err[HD_ERROR_CAPACITY];
+    snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
+    if (res.status == HD_OK) {
+        float *got = hd_test_read(ty);
+        hd_test_expect_close(hd_op_name(op), got, want, n, 1e-5, 1e-4);
+        free(got);
+    } else {
+        expect_unchanged("row output after failure", ty, y);
+    }
+    expect_unchanged("row input x", tx, x);
+    expect_unchanged("row input gamma", tg, g);
+    expect_unchanged("row input beta", tb, be);
+    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", err);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(ty);
+    hd_tensor_destroy(tg);
+    hd_tensor_destroy(tb);
+    free(x);
+    free(g);
+    free(be);
+    free(y);
+    free(want);
+    return res;
+}
+
+/* ---- stand-ins with the real CPU ---- */
+
+static void test_fallback_injected_launch_fault_lands_on_the_cpu_for_every_op(void **state)
+{
+    (void)state;
+    setenv("HD_FAULT", "*:launch", 1);
+    for (int op = 0; op < HD_OP_COUNT; op++) {
+        hd_context *ctx = fake_context(true, NULL, NULL);
+        op_run r = run_and_check(ctx, (hd_op)op, 100 + (uint64_t)op);
+        assert_int_equal(r.status, HD_OK);
+        assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+        const char *msg = hd_context_last_error(ctx);
+        if (strstr(msg, "injected fault") == NULL || strstr(msg, "ran on cpu after") == NULL)
+            fail_msg("%s: message not kept: '%s'", hd_op_name((hd_op)op), msg);
+        /* Every stand-in that was tried is now unhealthy; none of them ran. */
+        int tried = 0;
+        for (int b = HD_BACKEND_CPU + 1; b < HD_BACKEND_COUNT; b++) {
+            assert_int_equal(fake_states[b].calls, 0);
+            if (ctx->backend_unhealthy[b]) {
+                tried++;
+                assert_non_null(strstr(msg, hd_backend_name((hd_backend)b)));
+                assert_false(hd_context_has_backend(ctx, (hd_backend)b));
+            }
+        }
+        assert_true(tried >= 1);
+        hd_context_destroy(ctx);
+    }
+    unsetenv("HD_FAULT");
+}
+
+static void test_fallback_injected_migrate_fault_moves_on(void **state)
+{
+    (void)state;
+    setenv("HD_FAULT", "fused:migrate,clblast:migrate,clblast+fused:migrate", 1);
+    for (int op = 0; op < HD_OP_COUNT; op++) {
+        hd_context *ctx = fake_context(true, NULL, NULL);
+        hd_context_set_backend(ctx, (hd_op)op, HD_BACKEND_FUSED);
+        op_run r = run_and_check(ctx, (hd_op)op, 200 + (uint64_t)op);
+        assert_int_equal(r.status, HD_OK);
+        assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+        assert_non_null(strstr(hd_context_last_error(ctx), "fails at migrate"));
+        assert_true(ctx->backend_unhealthy[HD_BACKEND_FUSED]);
+        hd_context_destroy(ctx);
+    }
+    unsetenv("HD_FAULT");
+}
+
+/* A backend that declines (unsupported) is not marked unhealthy; one whose slot reports a
+ * device error is; an error that would fail everywhere is returned at once. */
+static void test_fallback_slot_errors_decide_health(void **state)
+{
+    (void)state;
+    hd_context *ctx = fake_context(true, NULL, NULL);
+    fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_UNSUPPORTED;
+    op_run r = run_and_check(ctx, HD_OP_SOFTMAX, 300);
+    assert_int_equal(r.status, HD_OK);
+    assert_int_equal(fake_states[HD_BACKEND_FUSED].calls, 1);
+    assert_false(ctx->backend_unhealthy[HD_BACKEND_FUSED]);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+    assert_non_null(strstr(hd_context_last_error(ctx), "stand-in backend fails"));
+
+    fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_DEVICE;
+    r = run_and_check(ctx, HD_OP_RMS_NORM, 301);
+    assert_int_equal(r.status, HD_OK);
+    assert_true(ctx->backend_unhealthy[HD_BACKEND_FUSED]);
+    /* Unhealthy: not tried again. */
+    r = run_and_check(ctx, HD_OP_LAYER_NORM, 302);
+    assert_int_equal(r.status, HD_OK);
+    assert_int_equal(fake_states[HD_BACKEND_FUSED].calls, 2);
+    hd_context_destroy(ctx);
+
+    ctx = fake_context(true, NULL, NULL);
+    fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_OUT_OF_MEMORY;
+    r = run_and_check(ctx, HD_OP_SOFTMAX, 303); /* checks the output stayed untouched */
+    assert_int_equal(r.status, HD_ERR_OUT_OF_MEMORY);
+    hd_context_destroy(ctx);
+}
+
+/* ---- the real backends of this machine ---- */
+
+static hd_backend chosen_backend(hd_op op)
+{
+    unsetenv("HD_FAULT");
+    hd_context *ctx = hd_test_context(false);
+    op_run r = run_and_check(ctx, op, 400 + (uint64_t)op);
+    assert_int_equal(r.status, HD_OK);
+    hd_backend b = hd_context_last_backend(ctx);
+    hd_context_destroy(ctx);
+    return b;
+}
+
+static void test_fallback_real_backends_survive_a_launch_fault_for_every_op(void **state)
+{
+    (void)state;
+    for (int op = 0; op < HD_OP_COUNT; op++) {
+        hd_backend first = chosen_backend((hd_op)op);
+        char spec[64];
+        snprintf(spec, sizeof spec, "%s:launch", hd_backend_name(first));
+        setenv("HD_FAULT", spec, 1);
+        hd_context *ctx = hd_test_context(false);
+        unsetenv("HD_FAULT");
+        int others = 0;
+        for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
+            others += b != (int)first && hd_context_has_backend(ctx, (hd_backend)b);
+        op_run r = run_and_check(ctx, (hd_op)op, 500 + (uint64_t)op);
+        const char *msg = hd_context_last_error(ctx);
+        assert_non_null(strstr(msg, "injected fault"));
+        if (first != HD_BACKEND_CPU) {
+            /* The CPU is always there to fall back on. */
+            assert_true(others >= 1);
+            assert_int_equal(r.status, HD_OK);
+            assert_int_not_equal(hd_context_last_backend(ctx), first);
+            assert_false(hd_context_has_backend(ctx, first));
+        } else if (r.status == HD_OK) {
+            assert_int_not_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+        } else {
+            /* Only the CPU takes this op here, and it failed: the error, outputs untouched. */
+            assert_int_equal(r.status, HD_ERR_DEVICE);
+            assert_true(hd_context_has_backend(ctx, HD_BACKEND_CPU));
+        }
+        print_message("# %s: chosen %s, after its fault: %s\n", hd_op_name((hd_op)op),
+                      hd_backend_name(first), hd_status_name(r.status));
+        hd_context_destroy(ctx);
+    }
+}
+
+static void test_fallback_probe_fault_removes_the_backend(void **state)
+{
+    (void)state;
+    hd_context *plain = hd_test_context(false);
+    for (int b = HD_BACKEND_CPU + 1; b < HD_BACKEND_COUNT; b++) {
+        if (!hd_context_has_backend(plain, (hd_backend)b))
+            continue;
+        char spec[64];
+        snprintf(spec, sizeof spec, "%s:probe", hd_backend_name((hd_backend)b));
+        setenv("HD_FAULT", spec, 1);
+        hd_context *ctx = hd_test_context(false);
+        unsetenv("HD_FAULT");
+        assert_false(hd_context_has_backend(ctx, (hd_backend)b));
+        for (int op = 0; op < HD_OP_COUNT; op++)
+            assert_int_equal(run_and_check(ctx, (hd_op)op, 600 + (uint64_t)op).status, HD_OK);
+        hd_context_destroy(ctx);
+    }
+    hd_context_destroy(plain);
+
+    /* Even without any backend, an op fails cleanly. */
+    setenv("HD_FAULT", "cpu:probe,*:probe", 1);
+    hd_context *ctx = hd_test_context(false);
+    unsetenv("HD_FAULT");
+    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
+        assert_false(hd_context_has_backend(ctx, (hd_backend)b));
+    op_run r = run_and_check(ctx, HD_OP_SOFTMAX, 700);
+    assert_int_equal(r.status, HD_ERR_UNSUPPORTED);
+    hd_context_destroy(ctx);
+}
+
+static void test_fallback_fault_spec_ignores_malformed_items(void **state)
+{
+    (void)state;
+    setenv("HD_FAULT", "nonsense,:launch,fused:,cuda:launch,fused:a-step-name-far-too-long,,"
+                       "clblast:build",
+           1);
+    hd_context *ctx = fake_context(true, NULL, NULL);
+    unsetenv("HD_FAULT");
+    assert_int_equal(ctx->fault.count, 1);
+    assert_true(hd__fault(ctx, HD_BACKEND_CLBLAST, "build"));
+    assert_non_null(strstr(hd_context_last_error(ctx), "fails at build"));
+    assert_false(hd__fault(ctx, HD_BACKEND_FUSED, "build"));
+    assert_false(hd__fault(NULL, HD_BACKEND_FUSED, "build"));
+    hd_context_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fallback_injected_launch_fault_lands_on_the_cpu_for_every_op),
+        cmocka_unit_test(test_fallback_injected_migrate_fault_moves_on),
+        cmocka_unit_test(test_fallback_slot_errors_decide_health),
+        cmocka_unit_test(test_fallback_real_backends_survive_a_launch_fault_for_every_op),
+        cmocka_unit_test(test_fallback_probe_fault_removes_the_backend),
+        cmocka_unit_test(test_fallback_fault_spec_ignores_malformed_items),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

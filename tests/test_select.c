@@ -1,0 +1,342 @@
+/* Backend selection: the order of the rules (forced, tuned, nearest, cost model, default),
+ * nearest-shape lookup, migration cost, tuned variants reaching the backend, and the explain
+ * call. Stand-in backends (tests/fake_backends.h) make it independent of the machine. */
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/fake_backends.h"
+
+static char cache_path[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    static char dir[] = "/tmp/hd-select-test-XXXXXX";
+    if (mkdtemp(dir) == NULL)
+        return -1;
+    snprintf(cache_path, sizeof cache_path, "%s/tune.txt", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf \"$(dirname '%s')\"", cache_path);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static hd_plan plan_of(hd_context *ctx, hd_op op, size_t d0, size_t d1, size_t d2, size_t d3,
+                       const hd_call_tensors *io)
+{
+    hd_shape s = {.dim = {d0, d1, d2, d3}};
+    hd_plan plan;
+    hd__select(ctx, op, &s, io, &plan);
+    return plan;
+}
+
+/* A file with one tuned record per rule under test. */
+static void standard_file(hd_tune_file *f)
+{
+    hd__tune_file_init(f);
+    hd_tune_record r[] = {
+        fake_record(HD_OP_SOFTMAX, 64, 1024, 0, 0, HD_BACKEND_CLBLAST_FUSED, 5, HD_BACKEND_AUTO,
+                    0), /* a backend without a softmax slot: never trusted */
+        fake_record(HD_OP_SOFTMAX, 256, 1024, 0, 0, HD_BACKEND_CPU, 5, HD_BACKEND_FUSED, 20),
+        fake_record(HD_OP_LAYER_NORM, 64, 1024, 0, 0, HD_BACKEND_CPU, 5, HD_BACKEND_FUSED, 20),
+        fake_record(HD_OP_GEMM, 1, 4096, 4096, 0, HD_BACKEND_CLBLAST, 40, HD_BACKEND_FUSED, 3),
+        fake_record(HD_OP_LORA, 8, 2048, 2048, 8, HD_BACKEND_CLBLAST_FUSED, 30,
+                    HD_BACKEND_FUSED, 10),
+    };
+    snprintf(r[3].variant, sizeof r[3].variant, "KWG=16 MWG=32");
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+        assert_int_equal(hd__tune_put(f, &r[i]), HD_OK);
+}
+
+static void test_select_forced_beats_tuned(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    standard_file(&f);
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    hd_plan p = plan_of(ctx, HD_OP_LAYER_NORM, 64, 1024, 0, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_TUNED);
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LAYER_NORM, HD_BACKEND_FUSED), HD_OK);
+    p = plan_of(ctx, HD_OP_LAYER_NORM, 64, 1024, 0, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_FORCED);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    assert_int_equal(p.order[p.count - 1], HD_BACKEND_CPU); /* the others stay as fallbacks */
+
+    /* A forced backend that does not take the shape gives way to the next rule. */
+    p = plan_of(ctx, HD_OP_LAYER_NORM, 3, FAKE_MAX_COLS + 1, 0, 0, NULL);
+    assert_int_not_equal(p.rule, HD_SELECT_FORCED);
+    for (int i = 0; i < p.count; i++)
+        assert_int_not_equal(p.order[i], HD_BACKEND_FUSED);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+static void test_select_tuned_beats_nearest_and_carries_its_variant(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    standard_file(&f);
+    hd_tune_record close = fake_record(HD_OP_GEMM, 1, 4000, 4096, 0, HD_BACKEND_FUSED, 30,
+                                       HD_BACKEND_AUTO, 0);
+    assert_int_equal(hd__tune_put(&f, &close), HD_OK);
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    hd_plan p = plan_of(ctx, HD_OP_GEMM, 1, 4096, 4096, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_TUNED);
+    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST);
+    assert_non_null(p.variant[0]);
+    assert_string_equal(p.variant[0], "KWG=16 MWG=32");
+    for (int i = 1; i < p.count; i++)
+        assert_null(p.variant[i]);
+
+    /* Nearest lends its backend, not its variant. */
+    p = plan_of(ctx, HD_OP_GEMM, 1, 4100, 4096, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_NEAREST);
+    assert_null(p.variant[0]);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+static void test_select_nearest_shape_within_the_limit(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    standard_file(&f);
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    /* 200x1000 is near 256x1024 (CPU); 64x1024's record names a backend without the slot. */
+    hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 200, 1000, 0, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_NEAREST);
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+    assert_non_null(strstr(p.reason, "softmax 256x1024"));
+
+    double d = -1;
+    hd_shape s = {.dim = {200, 1000}};
+    const hd_tune_record *r = hd__tune_nearest(ctx, HD_OP_SOFTMAX, &s, &d);
+    assert_non_null(r);
+    assert_true(d > 0.0 && d < 2 * HD_TUNE_NEAR_DIM);
+
+    /* Four times the rows is beyond the limit in one dimension: not trusted. */
+    p = plan_of(ctx, HD_OP_SOFTMAX, 1024, 1024, 0, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+
+    /* GEMM transposes must match. */
+    hd_shape t = {.dim = {1, 4096, 4096}, .trans_a = true};
+    assert_null(hd__tune_nearest(ctx, HD_OP_GEMM, &t, &d));
+    assert_null(hd__tune_exact(ctx, HD_OP_GEMM, &t));
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+static void test_select_unhealthy_backend_is_skipped_by_every_rule(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    standard_file(&f);
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    hd__backend_mark_unhealthy(ctx, HD_BACKEND_CLBLAST);
+    hd_plan p = plan_of(ctx, HD_OP_GEMM, 1, 4096, 4096, 0, NULL);
+    assert_int_not_equal(p.rule, HD_SELECT_TUNED);
+    for (int i = 0; i < p.count; i++)
+        assert_int_not_equal(p.order[i], HD_BACKEND_CLBLAST);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+static void test_select_cost_model_beats_default_order(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    /* A device with a slow launch and a fast CPU: the model sends a large softmax to the CPU,
+     * where the default order would use the fused kernels. */
+    f.cal = (hd_tune_calibration){.launch_us = 5000, .copy_gbps = 10, .host_gbps = 10,
+                                  .gemm_gflops = 100, .cpu_gflops = 1000, .cpu_gbps = 1000};
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 4096, 4096, 0, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_COST);
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+    assert_true(p.model_us[HD_BACKEND_CPU] < p.model_us[HD_BACKEND_FUSED]);
+    assert_true(p.model_us[HD_BACKEND_CLBLAST] < 0.0); /* no softmax slot: not estimated */
+    hd_context_destroy(ctx);
+
+    /* The reverse device: a fast GPU. A large GEMM goes to CLBlast, a one-token GEMM to the
+     * fused GEMV-style kernel, both by the model. */
+    f.cal = (hd_tune_calibration){.launch_us = 5, .copy_gbps = 2000, .host_gbps = 25,
+                                  .gemm_gflops = 50000, .cpu_gflops = 100, .cpu_gbps = 20};
+    ctx = fake_context(false, &f, cache_path);
+    p = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_COST);
+    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST);
+    p = plan_of(ctx, HD_OP_GEMM, 1, 4096, 4096, 0, NULL);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    p = plan_of(ctx, HD_OP_LORA, 512, 2048, 2048, 16, NULL);
+    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST_FUSED);
+    /* Every candidate is in the plan, in model order, CPU included. */
+    for (int i = 1; i < p.count; i++)
+        assert_true(p.model_us[p.order[i - 1]] <= p.model_us[p.order[i]]);
+    assert_int_equal(p.count, 4);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+static void test_select_default_order_without_a_cache(void **state)
+{
+    (void)state;
+    hd_context *ctx = fake_context(false, NULL, cache_path);
+    hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    assert_int_equal(p.order[p.count - 1], HD_BACKEND_CPU);
+    p = plan_of(ctx, HD_OP_SOFTMAX, 4, 4, 0, 0, NULL); /* tiny, on the host: the CPU */
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+    p = plan_of(ctx, HD_OP_LORA, 512, 1024, 1024, 8, NULL);
+    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST_FUSED);
+    p = plan_of(ctx, HD_OP_GEMM, 4, 1024, 1024, 0, NULL);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    hd_context_destroy(ctx);
+}
+
+/* The tuned winner lives on the device, the inputs on the host: over a slow link the CPU,
+ * measured 20% slower with resident inputs, wins once the copy is counted. With the inputs
+ * already on the device the tuned winner stays. */
+static void test_select_migration_cost_changes_the_choice(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    hd_tune_record r = fake_record(HD_OP_SOFTMAX, 512, 512, 0, 0, HD_BACKEND_FUSED, 100,
+                                   HD_BACKEND_CPU, 20);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    f.cal.host_gbps = 1.0; /* 1 MiB takes ~1000 us */
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    fake_fused.place = HD_PLACE_DEVICE;
+
+    hd_tensor x = {.ctx = ctx, .rows = 512, .cols = 512, .host_valid = true};
+    hd_tensor y = {.ctx = ctx, .rows = 512, .cols = 512};
+    hd_call_tensors io = {.inputs = {&x}, .input_count = 1, .output = &y};
+    hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
+    assert_int_equal(p.rule, HD_SELECT_TUNED);
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+    assert_true(p.migrate_us[HD_BACKEND_FUSED] > 500.0);
+    assert_true(p.migrate_us[HD_BACKEND_CPU] == 0.0);
+    assert_non_null(strstr(p.reason, "moving the inputs"));
+
+    x.device_valid = true; /* resident on the device (and the host) */
+    p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    x.host_valid = false; /* only on the device: now the CPU would pay */
+    p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    assert_true(p.migrate_us[HD_BACKEND_CPU] > 500.0);
+    fake_fused.place = HD_PLACE_HOST;
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+/* Through the public call: the tuned backend runs, receives the tuned variant, and
+ * hd_context_last_backend() names it, the hybrid plan included. */
+static void test_select_public_call_runs_the_tuned_backend(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    standard_file(&f);
+    hd_context *ctx = fake_context(false, &f, cache_path);
+
+    hd_tensor *a = hd_test_tensor(ctx, 1, 4096, NULL), *b = hd_test_tensor(ctx, 4096, 4096, NULL);
+    hd_tensor *c = hd_test_tensor(ctx, 1, 4096, NULL);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 0.0f, c), HD_OK);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CLBLAST);
+    assert_int_equal(fake_states[HD_BACKEND_CLBLAST].calls, 1);
+    assert_string_equal(fake_states[HD_BACKEND_CLBLAST].variant, "KWG=16 MWG=32");
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(c);
+
+    hd_tensor *x = hd_test_tensor(ctx, 8, 2048, NULL), *w = hd_test_tensor(ctx, 2048, 2048, NULL);
+    hd_tensor *la = hd_test_tensor(ctx, 2048, 8, NULL), *lb = hd_test_tensor(ctx, 8, 2048, NULL);
+    hd_tensor *y = hd_test_tensor(ctx, 8, 2048, NULL);
+    assert_int_equal(hd_lora_forward(ctx, x, w, la, lb, 0.5f, y), HD_OK);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CLBLAST_FUSED);
+    assert_string_equal(fake_states[HD_BACKEND_CLBLAST_FUSED].variant, "");
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(w);
+    hd_tensor_destroy(la);
+    hd_tensor_destroy(lb);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+static void test_select_explain_names_rule_candidates_and_record(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    standard_file(&f);
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    char buf[2048];
+    const size_t gemm[4] = {1, 4096, 4096, 0};
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, gemm, buf, sizeof buf), HD_OK);
+    assert_non_null(strstr(buf, "gemm 1x4096x4096 nn: chosen clblast by rule 'tuned'"));
+    assert_non_null(strstr(buf, "KWG=16 MWG=32"));
+    assert_non_null(strstr(buf, "3.0% ahead of fused"));
+    assert_non_null(strstr(buf, "candidates in order: clblast"));
+
+    const size_t near[4] = {200, 1000};
+    assert_int_equal(hd_context_explain(ctx, HD_OP_SOFTMAX, near, buf, sizeof buf), HD_OK);
+    assert_non_null(strstr(buf, "rule 'nearest'"));
+    assert_non_null(strstr(buf, "clblast: does not take this shape"));
+
+    const size_t wide[4] = {2, FAKE_MAX_COLS + 1};
+    assert_int_equal(hd_context_explain(ctx, HD_OP_RMS_NORM, wide, buf, sizeof buf), HD_OK);
+    assert_non_null(strstr(buf, "fused: does not take this shape"));
+
+    hd__backend_mark_unhealthy(ctx, HD_BACKEND_FUSED);
+    assert_int_equal(hd_context_explain(ctx, HD_OP_RMS_NORM, near, buf, sizeof buf), HD_OK);
+    assert_non_null(strstr(buf, "fused: unhealthy"));
+
+    /* Truncation is safe; bad arguments are reported. */
+    char tiny[8];
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, gemm, tiny, sizeof tiny), HD_OK);
+    assert_int_equal(strlen(tiny), sizeof tiny - 1);
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, NULL, buf, sizeof buf),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, gemm, NULL, 10),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, gemm, buf, 0), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_context_explain(ctx, HD_OP_COUNT, gemm, buf, sizeof buf),
+                     HD_ERR_INVALID_ARGUMENT);
+    const size_t bad_trans[4] = {1, 1, 1, 4};
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, bad_trans, buf, sizeof buf),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_context_explain(NULL, HD_OP_GEMM, gemm, buf, sizeof buf),
+                     HD_ERR_INVALID_ARGUMENT);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_select_forced_beats_tuned),
+        cmocka_unit_test(test_select_tuned_beats_nearest_and_carries_its_variant),
+        cmocka_unit_test(test_select_nearest_shape_within_the_limit),
+        cmocka_unit_test(test_select_unhealthy_backend_is_skipped_by_every_rule),
+        cmocka_unit_test(test_select_cost_model_beats_default_order),
+        cmocka_unit_test(test_select_default_order_without_a_cache),
+        cmocka_unit_test(test_select_migration_cost_changes_the_choice),
+        cmocka_unit_test(test_select_public_call_runs_the_tuned_backend),
+        cmocka_unit_test(test_select_explain_names_rule_candidates_and_record),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,488 @@
+/* The tuning cache file: parser, writer, merge under concurrent writers, and how a context
+ * treats matching, foreign and damaged files. */
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "autotune/cache.h"
+#include "autotune/table.h"
+#include "dispatch/context.h"
+#include "tests/testlib.h"
+
+#ifndef HD_TEST_DATA
+#error "HD_TEST_DATA must name tests/data"
+#endif
+
+static char tmpdir[256];
+
+static int make_tmpdir(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/hd-tune-test-XXXXXX");
+    return mkdtemp(tmpdir) == NULL ? -1 : 0;
+}
+
+static int remove_tmpdir(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void tmp_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", tmpdir, name);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static hd_tune_record record(hd_op op, size_t d0, size_t d1, size_t d2, size_t d3,
+                             hd_backend b, double us)
+{
+    hd_tune_record r = {.op = op, .shape = {.dim = {d0, d1, d2, d3}}, .backend = b,
+                        .median_us = us, .runner_up = HD_BACKEND_AUTO};
+    return r;
+}
+
+/* A file whose key is this context's, so that the context uses it. */
+static void file_for(hd_context *ctx, hd_tune_file *f)
+{
+    hd__tune_file_init(f);
+    hd__tune_context_key(ctx, &f->key);
+}
+
+static void test_cache_round_trip_keeps_every_field(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    snprintf(f.key.library, sizeof f.key.library, "0.1.0");
+    snprintf(f.key.platform, sizeof f.key.platform, "Plat \"quoted\" \\ back");
+    snprintf(f.key.device, sizeof f.key.device, "NVIDIA H100 80GB HBM3");
+    snprintf(f.key.driver, sizeof f.key.driver, "560.35.03");
+    snprintf(f.key.clblast, sizeof f.key.clblast, "1.5.3");
+    f.cal = (hd_tune_calibration){.launch_us = 7.25, .copy_gbps = 2650, .host_gbps = 24.5,
+                                  .gemm_gflops = 51000, .cpu_gflops = 90, .cpu_gbps = 18};
+    hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "Xgemm"};
+    snprintf(p.value, sizeof p.value, "KWG=32 MWG=128 NWG=128");
+    assert_int_equal(hd__tune_put_param(&f, &p), HD_OK);
+    hd_tune_record g = record(HD_OP_GEMM, 1, 4096, 4096, 0, HD_BACKEND_FUSED, 41.25);
+    g.shape.trans_b = true;
+    snprintf(g.variant, sizeof g.variant, "WPT=4 \"odd\" \\");
+    g.runner_up = HD_BACKEND_CLBLAST;
+    g.margin_pct = 12.5;
+    assert_int_equal(hd__tune_put(&f, &g), HD_OK);
+    hd_tune_record l = record(HD_OP_LORA, 7, 2048, 2048, 0, HD_BACKEND_CLBLAST_FUSED, 90.5);
+    assert_int_equal(hd__tune_put(&f, &l), HD_OK);
+    hd_tune_record s = record(HD_OP_RMS_NORM, 64, 1024, 0, 0, HD_BACKEND_CPU, 3.0);
+    assert_int_equal(hd__tune_put(&f, &s), HD_OK);
+
+    char *text = hd__tune_format(&f);
+    assert_non_null(text);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(text, strlen(text), &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.bad_lines, 0);
+    assert_string_equal(back.key.platform, f.key.platform);
+    assert_string_equal(back.key.device, f.key.device);
+    assert_string_equal(back.key.driver, f.key.driver);
+    assert_string_equal(back.key.clblast, "1.5.3");
+    assert_true(fabs(back.cal.launch_us - 7.25) < 1e-9);
+    assert_true(fabs(back.cal.gemm_gflops - 51000) < 1e-6);
+    assert_int_equal(back.param_count, 1);
+    assert_string_equal(back.params[0].value, p.value);
+    assert_int_equal(back.count, 3);
+    const hd_tune_record *r = hd__tune_find(&back, HD_OP_GEMM, &g.shape);
+    assert_non_null(r);
+    assert_int_equal(r->backend, HD_BACKEND_FUSED);
+    assert_string_equal(r->variant, g.variant);
+    assert_int_equal(r->runner_up, HD_BACKEND_CLBLAST);
+    assert_true(fabs(r->median_us - 41.25) < 1e-4 && fabs(r->margin_pct - 12.5) < 1e-3);
+    hd_shape nn = g.shape;
+    nn.trans_b = false;
+    assert_null(hd__tune_find(&back, HD_OP_GEMM, &nn));
+    r = hd__tune_find(&back, HD_OP_LORA, &l.shape);
+    assert_non_null(r);
+    assert_int_equal(r->backend, HD_BACKEND_CLBLAST_FUSED);
+    assert_int_equal(r->variant[0], '\0');
+    assert_int_equal(r->runner_up, HD_BACKEND_AUTO);
+
+    /* Formatting again gives the same text: files diff well. */
+    char *again = hd__tune_format(&back);
+    assert_string_equal(again, text);
+    free(again);
+    free(text);
+    hd__tune_file_free(&back);
+    hd__tune_file_free(&f);
+}
+
+typedef struct corpus_case {
+    const char *file;
+    hd_status status;
+    size_t records, bad_lines;
+} corpus_case;
+
+static const corpus_case corpus[] = {
+    {"tune_missing_header.txt", HD_ERR_CACHE_INVALID, 0, 0},
+    {"tune_bad_version.txt", HD_ERR_CACHE_INVALID, 0, 0},
+    {"tune_truncated_header.txt", HD_ERR_CACHE_INVALID, 0, 0},
+    {"tune_empty.txt", HD_ERR_CACHE_INVALID, 0, 0},
+    {"tune_header_order.txt", HD_ERR_CACHE_INVALID, 0, 0},
+    {"tune_unquoted_platform.txt", HD_ERR_CACHE_INVALID, 0, 0},
+    {"tune_truncated_record.txt", HD_OK, 2, 1},
+    {"tune_binary.bin", HD_OK, 1, 1},
+    {"tune_huge_numbers.txt", HD_OK, 1, 5},
+    {"tune_negative_nan.txt", HD_OK, 1, 5},
+    {"tune_bad_names.txt", HD_OK, 1, 6},
+    {"tune_overlong_line.txt", HD_OK, 1, 1},
+    {"tune_duplicates.txt", HD_OK, 3, 4},
+    {"tune_absurd_dims.txt", HD_OK, 1, 7},
+    {"tune_bad_quotes.txt", HD_OK, 1, 5},
+    {"tune_field_counts.txt", HD_OK, 1, 5},
+    {"tune_crlf.txt", HD_OK, 1, 0},
+    {"tune_calibration_params.txt", HD_OK, 0, 7},
+    {"tune_too_many_records.txt", HD_OK, HD_TUNE_RECORD_MAX, 4200 - HD_TUNE_RECORD_MAX},
+};
+
+static void test_cache_corpus_of_broken_files_is_rejected_line_by_line(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", HD_TEST_DATA, corpus[i].file);
+        hd_tune_file f;
+        hd__tune_file_init(&f);
+        char msg[160];
+        hd_status s = hd__tune_load(path, &f, msg, sizeof msg);
+        if (s != corpus[i].status || f.count != corpus[i].records ||
+            f.bad_lines != corpus[i].bad_lines)
+            fail_msg("%s: status %s, %zu records, %zu bad lines (first %zu: %s; msg %s); "
+                     "expected %s, %zu, %zu",
+                     corpus[i].file, hd_status_name(s), f.count, f.bad_lines, f.first_bad_line,
+                     f.first_problem, msg, hd_status_name(corpus[i].status), corpus[i].records,
+                     corpus[i].bad_lines);
+        if (s != HD_OK)
+            assert_true(msg[0] != '\0');
+        if (corpus[i].bad_lines > 0)
+            assert_true(f.first_bad_line > 0 && f.first_problem[0] != '\0');
+        /* Whatever was kept is sane. */
+        for (size_t r = 0; r < f.count; r++) {
+            assert_true(f.records[r].median_us > 0.0 && isfinite(f.records[r].median_us));
+            assert_true(f.records[r].backend > HD_BACKEND_AUTO &&
+                        f.records[r].backend < HD_BACKEND_COUNT);
+            assert_true(f.records[r].shape.dim[0] >= 1 &&
+                        f.records[r].shape.dim[0] <= HD_TUNE_DIM_MAX);
+        }
+        hd__tune_file_free(&f);
+    }
+}
+
+static void test_cache_calibration_line_keeps_the_valid_one(void **state)
+{
+    (void)state;
+    char path[512], msg[160];
+    snprintf(path, sizeof path, "%s/tune_calibration_params.txt", HD_TEST_DATA);
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    assert_int_equal(hd__tune_load(path, &f, msg, sizeof msg), HD_OK);
+    assert_true(fabs(f.cal.launch_us - 7.5) < 1e-12 && fabs(f.cal.host_gbps - 12) < 1e-12);
+    assert_true(f.cal.copy_gbps == 0.0);
+    assert_int_equal(f.param_count, 1);
+    assert_string_equal(f.params[0].value, "KWG=32");
+    hd__tune_file_free(&f);
+}
+
+/* Random bytes after a valid header, and random edits of a valid file: never a crash, and
+ * every record kept passes the checks. */
+static void test_cache_parse_random_garbage_never_trusts_it(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(31);
+    const char *valid = "hd-tune 1\nlibrary 0.1.0\nplatform \"p\"\ndevice \"d\"\ndriver \"v\"\n"
+                        "clblast none\ncalibration launch_us=5\n"
+                        "gemm 1 4096 4096 nn fused \"WPT=4\" 41.2 clblast 12.5\n"
+                        "softmax 64 1024 fused - 7.1 cpu 80\n";
+    size_t vlen = strlen(valid);
+    char buf[2048];
+    for (int iter = 0; iter < 3000; iter++) {
+        size_t len;
+        if (iter % 2 == 0) {
+            memcpy(buf, valid, vlen);
+            len = vlen;
+            int edits = 1 + (int)hd_test_uniform(&rng, 0, 6);
+            for (int e = 0; e < edits; e++)
+                buf[(size_t)hd_test_uniform(&rng, 0, (float)vlen - 1)] =
+                    (char)(int)hd_test_uniform(&rng, 0, 255);
+            len = (size_t)hd_test_uniform(&rng, 0, (float)vlen);
+        } else {
+            len = (size_t)hd_test_uniform(&rng, 0, sizeof buf);
+            memcpy(buf, valid, 64);
+            for (size_t i = 64; i < len; i++)
+                buf[i] = (char)(int)hd_test_uniform(&rng, 0, 255);
+        }
+        hd_tune_file f;
+        hd__tune_file_init(&f);
+        char msg[160];
+        hd_status s = hd__tune_parse(buf, len, &f, msg, sizeof msg);
+        assert_true(s == HD_OK || s == HD_ERR_CACHE_INVALID);
+        if (s != HD_OK)
+            assert_int_equal(f.count, 0);
+        for (size_t r = 0; r < f.count; r++)
+            assert_true(f.records[r].median_us > 0.0 && f.records[r].median_us <= 1e9);
+        hd__tune_file_free(&f);
+    }
+}
+
+static void test_cache_save_merges_with_records_on_disk(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "merge/sub/tune.txt"); /* directories are created */
+    hd_tune_file a, b, back;
+    hd__tune_file_init(&a);
+    snprintf(a.key.library, sizeof a.key.library, "0.1.0");
+    snprintf(a.key.device, sizeof a.key.device, "dev");
+    b = a;
+    hd_tune_record r1 = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 1.0);
+    hd_tune_record r2 = record(HD_OP_SOFTMAX, 9, 9, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&a, &r1), HD_OK);
+    assert_int_equal(hd__tune_put(&a, &r2), HD_OK);
+    a.cal.launch_us = 5.0;
+    assert_int_equal(hd__tune_save(path, &a, msg, sizeof msg), HD_OK);
+
+    hd_tune_record r2b = record(HD_OP_SOFTMAX, 9, 9, 0, 0, HD_BACKEND_FUSED, 1.5);
+    hd_tune_record r3 = record(HD_OP_LAYER_NORM, 9, 9, 0, 0, HD_BACKEND_CPU, 2.0);
+    b.records = NULL;
+    b.count = b.capacity = 0;
+    assert_int_equal(hd__tune_put(&b, &r2b), HD_OK);
+    assert_int_equal(hd__tune_put(&b, &r3), HD_OK);
+    b.cal.host_gbps = 12.0;
+    assert_int_equal(hd__tune_save(path, &b, msg, sizeof msg), HD_OK);
+
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.count, 3);
+    assert_int_equal(hd__tune_find(&back, HD_OP_SOFTMAX, &r2.shape)->backend, HD_BACKEND_FUSED);
+    assert_non_null(hd__tune_find(&back, HD_OP_SOFTMAX, &r1.shape));
+    assert_non_null(hd__tune_find(&back, HD_OP_LAYER_NORM, &r3.shape));
+    assert_true(back.cal.launch_us == 5.0 && back.cal.host_gbps == 12.0);
+    hd__tune_file_free(&back);
+
+    /* A writer for another device replaces the file: those records would be ignored. */
+    hd_tune_file c = b;
+    snprintf(c.key.device, sizeof c.key.device, "other");
+    assert_int_equal(hd__tune_save(path, &c, msg, sizeof msg), HD_OK);
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.count, 2);
+    assert_string_equal(back.key.device, "other");
+    hd__tune_file_free(&back);
+    hd__tune_file_free(&a);
+    hd__tune_file_free(&b);
+}
+
+static void test_cache_save_reports_unwritable_path(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "file");
+    write_text(path, "x");
+    char below[600];
+    snprintf(below, sizeof below, "%s/tune.txt", path); /* a directory that is a file */
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    assert_int_equal(hd__tune_save(below, &f, msg, sizeof msg), HD_ERR_IO);
+    assert_true(msg[0] != '\0');
+}
+
+/* Two processes each save many records, one at a time, into the same file: every record of
+ * both survives and the file parses cleanly at the end. */
+static void test_cache_concurrent_writers_keep_every_record(void **state)
+{
+    (void)state;
+    enum { PER_WRITER = 40 };
+    char path[512];
+    tmp_path(path, sizeof path, "concurrent.txt");
+    pid_t pids[2];
+    for (int w = 0; w < 2; w++) {
+        pids[w] = fork();
+        assert_true(pids[w] >= 0);
+        if (pids[w] == 0) {
+            for (int i = 0; i < PER_WRITER; i++) {
+                hd_tune_file f;
+                hd__tune_file_init(&f);
+                snprintf(f.key.library, sizeof f.key.library, "0.1.0");
+                hd_tune_record r = record(w == 0 ? HD_OP_SOFTMAX : HD_OP_RMS_NORM,
+                                          (size_t)i + 1, 64, 0, 0, HD_BACKEND_CPU, 1.0 + i);
+                char msg[256];
+                if (hd__tune_put(&f, &r) != HD_OK || hd__tune_save(path, &f, msg, sizeof msg))
+                    _exit(1);
+                hd__tune_file_free(&f);
+            }
+            _exit(0);
+        }
+    }
+    for (int w = 0; w < 2; w++) {
+        int status = 0;
+        assert_int_equal(waitpid(pids[w], &status, 0), pids[w]);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    char msg[256];
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.bad_lines, 0);
+    assert_int_equal(back.count, 2 * PER_WRITER);
+    for (size_t i = 0; i < PER_WRITER; i++) {
+        hd_shape s = {.dim = {i + 1, 64}};
+        assert_non_null(hd__tune_find(&back, HD_OP_SOFTMAX, &s));
+        assert_non_null(hd__tune_find(&back, HD_OP_RMS_NORM, &s));
+    }
+    hd__tune_file_free(&back);
+    /* No temporary file is left behind. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q tmp", tmpdir);
+    assert_int_not_equal(system(cmd), 0);
+}
+
+static hd_context *context_with_cache(const char *path)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.tune_cache = path;
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
+    return ctx;
+}
+
+static void test_cache_context_uses_a_file_for_its_device(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "ctx-match.txt");
+    hd_context *probe = context_with_cache("/nonexistent/none.txt");
+    hd_tune_file f;
+    file_for(probe, &f);
+    hd_context_destroy(probe);
+    hd_tune_record r = record(HD_OP_SOFTMAX, 5, 7, 0, 0, HD_BACKEND_CPU, 3.5);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+
+    hd_context *ctx = context_with_cache(path);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    assert_non_null(hd__tune_exact(ctx, HD_OP_SOFTMAX, &r.shape));
+    char text[2048];
+    const size_t dims[4] = {5, 7};
+    assert_int_equal(hd_context_explain(ctx, HD_OP_SOFTMAX, dims, text, sizeof text), HD_OK);
+    assert_non_null(strstr(text, "tuned record: softmax 5x7 -> cpu"));
+    hd_context_destroy(ctx);
+}
+
+static void test_cache_context_ignores_another_device_with_a_note(void **state)
+{
+    (void)state;
+    char path[512];
+    tmp_path(path, sizeof path, "ctx-other.txt");
+    write_text(path, "hd-tune 1\nlibrary 0.1.0\nplatform \"Elsewhere\"\ndevice \"Some GPU\"\n"
+                     "driver \"1.0\"\nclblast none\nsoftmax 5 7 cpu - 3.5 - -\n");
+    hd_context *ctx = context_with_cache(path);
+    assert_non_null(strstr(hd_context_last_error(ctx), "note: tuning cache"));
+    assert_null(strstr(hd_context_last_error(ctx), "invalid"));
+    hd_shape s = {.dim = {5, 7}};
+    assert_null(hd__tune_exact(ctx, HD_OP_SOFTMAX, &s));
+    hd_context_destroy(ctx);
+
+    /* Another library version: the same. */
+    write_text(path, "hd-tune 1\nlibrary 0.0.9\nplatform \"none\"\ndevice \"none\"\n"
+                     "driver \"none\"\nclblast none\nsoftmax 5 7 cpu - 3.5 - -\n");
+    ctx = context_with_cache(path);
+    assert_non_null(strstr(hd_context_last_error(ctx), "library version"));
+    assert_null(hd__tune_exact(ctx, HD_OP_SOFTMAX, &s));
+    hd_context_destroy(ctx);
+}
+
+/* Every broken file of the corpus: the context is created, says what is wrong, and runs. */
+static void test_cache_context_survives_every_broken_file(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", HD_TEST_DATA, corpus[i].file);
+        hd_context *ctx = context_with_cache(path);
+        if (corpus[i].status != HD_OK || corpus[i].bad_lines > 0)
+            assert_non_null(strstr(hd_context_last_error(ctx), "tuning cache"));
+        float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
+        hd_tensor *tx = hd_test_tensor(ctx, 2, 3, x);
+        hd_tensor *ty = hd_test_tensor(ctx, 2, 3, NULL);
+        assert_int_equal(hd_softmax(ctx, tx, ty), HD_OK);
+        assert_int_equal(hd_tensor_read(ty, y), HD_OK);
+        assert_true(fabs(y[0] + y[1] + y[2] - 1.0) < 1e-5);
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(ty);
+        hd_context_destroy(ctx);
+    }
+}
+
+static void test_cache_path_follows_option_env_and_default(void **state)
+{
+    (void)state;
+    char buf[1024];
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    setenv("HD_TUNE_CACHE", "/from/env.txt", 1);
+    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_string_equal(buf, "/from/env.txt");
+    opt.tune_cache = "/from/option.txt";
+    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_string_equal(buf, "/from/option.txt");
+    opt.tune_cache = NULL;
+    unsetenv("HD_TUNE_CACHE");
+    setenv("XDG_CACHE_HOME", "/xdg", 1);
+    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_string_equal(buf, "/xdg/hd-dispatch/tune.txt");
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", "/home/someone", 1);
+    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_string_equal(buf, "/home/someone/.cache/hd-dispatch/tune.txt");
+
+    /* no_tune_cache: not even the path is looked at. */
+    opt.no_tune_cache = true;
+    opt.tune_cache = HD_TEST_DATA "/tune_empty.txt";
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
+    assert_null(ctx->tune);
+    assert_null(strstr(hd_context_last_error(ctx), "tuning cache"));
+    hd_context_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cache_round_trip_keeps_every_field),
+        cmocka_unit_test(test_cache_corpus_of_broken_files_is_rejected_line_by_line),
+        cmocka_unit_test(test_cache_calibration_line_keeps_the_valid_one),
+        cmocka_unit_test(test_cache_parse_random_garbage_never_trusts_it),
+        cmocka_unit_test(test_cache_save_merges_with_records_on_disk),
+        cmocka_unit_test(test_cache_save_reports_unwritable_path),
+        cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
+        cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
+        cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
+        cmocka_unit_test(test_cache_context_survives_every_broken_file),
+        cmocka_unit_test(test_cache_path_follows_option_env_and_default),
+    };
+    return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+}
