@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Bar charts of dispatch-bench results: one chart per suite, the cases along x, the median
+time of each backend, auto and the peers side by side on a log scale. PNG and SVG.
+
+    python3 bench/plot.py --mode sync --out results/plots ours.json [peer.json ...]
+
+Each case uses the chosen mode; a bar is missing where a backend did not run (n/a, skipped,
+wrong). Needs matplotlib; without it the script says so and exits with status 2.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def load(paths):
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("schema") != "hd-bench/1":
+            sys.exit(f"plot: {path} is not an hd-bench/1 result file")
+        for r in doc["results"]:
+            rows.append(r)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("files", nargs="+", help="result files (ours first, then peers)")
+    p.add_argument("--mode", default="sync", choices=["device", "sync", "chain"])
+    p.add_argument("--out", default="plots", help="output folder")
+    args = p.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot: matplotlib is not installed (Debian: apt-get install python3-matplotlib);"
+              " no plots written", file=sys.stderr)
+        return 2
+    rows = load(args.files)
+    os.makedirs(args.out, exist_ok=True)
+    suites = []
+    for r in rows:
+        if r["suite"] not in suites:
+            suites.append(r["suite"])
+    written = []
+    for suite in suites:
+        cases, backends, t = [], [], {}
+        for r in rows:
+            if r["suite"] != suite:
+                continue
+            if r["case"] not in cases:
+                cases.append(r["case"])
+            stats = r.get("modes", {}).get(args.mode)
+            if r["status"] != "ok" or not stats:
+                continue
+            name = r["backend"]
+            if name not in backends:
+                backends.append(name)
+            t[(r["case"], name)] = stats["median_s"] * 1e6
+        if not backends:
+            continue
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cases) + 2), 4.5))
+        width = 0.8 / len(backends)
+        for i, b in enumerate(backends):
+            xs = [j + (i - (len(backends) - 1) / 2) * width for j, c in enumerate(cases)
+                  if (c, b) in t]
+            ys = [t[(c, b)] for c in cases if (c, b) in t]
+            ax.bar(xs, ys, width, label=b)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"median time per op, us ({args.mode} mode; lower is better)")
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"dispatch-bench, suite {suite}")
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            path = os.path.join(args.out, f"{suite}-{args.mode}.{ext}")
+            fig.savefig(path, dpi=120)
+            written.append(path)
+        plt.close(fig)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+/* The benchmark's own parts: the suites as the issue lists them, the measurement loop, case
+ * instances and their reference check, the JSON reader and the gap table. The tool itself runs
+ * every suite on PoCL in the bench-* meson tests (bench/meson.build). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autotune/measure.h"
+#include "bench/case.h"
+#include "bench/compare.h"
+#include "bench/json.h"
+#include "bench/suites.h"
+#include "tests/testlib.h"
+
+#ifndef HD_BENCH_TEST_DATA
+#define HD_BENCH_TEST_DATA "tests/data/bench"
+#endif
+
+static void test_suites_match_the_issue(void **state)
+{
+    (void)state;
+    const hd_bench_suite *seed = hd__bench_suite_find("seed");
+    const hd_bench_suite *train = hd__bench_suite_find("train");
+    const hd_bench_suite *gemm = hd__bench_suite_find("gemm");
+    assert_non_null(seed);
+    assert_non_null(train);
+    assert_non_null(gemm);
+    assert_non_null(hd__bench_suite_find("ci"));
+    assert_null(hd__bench_suite_find("nope"));
+    assert_int_equal(seed->count, 10); /* 3 widths + 4 more ranks, 3 row ops */
+    assert_int_equal(train->count, 7);
+    assert_int_equal(gemm->count, 11); /* 64..8192 squares and three token counts */
+    char name[64];
+    hd__bench_case_name(&seed->cases[2], name, sizeof name);
+    assert_string_equal(name, "lora 1x2048x2048 r8");
+    hd__bench_case_name(&train->cases[0], name, sizeof name);
+    assert_string_equal(name, "lora 4096x4096x4096 r16");
+    hd__bench_case_name(&gemm->cases[10], name, sizeof name);
+    assert_string_equal(name, "gemm 8192x4096x4096");
+}
+
+static void test_suites_names_are_unique(void **state)
+{
+    (void)state;
+    size_t n;
+    const hd_bench_suite *s = hd__bench_suites(&n);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < s[i].count; j++)
+            for (size_t k = j + 1; k < s[i].count; k++) {
+                char a[64], b[64];
+                hd__bench_case_name(&s[i].cases[j], a, sizeof a);
+                hd__bench_case_name(&s[i].cases[k], b, sizeof b);
+                assert_string_not_equal(a, b);
+            }
+}
+
+static void test_case_figures_gemm_and_rows(void **state)
+{
+    (void)state;
+    hd_bench_case g = {HD_OP_GEMM, {.dim = {2, 3, 5}}};
+    assert_true(hd__bench_case_flops(&g) == 60.0);
+    assert_true(hd__bench_case_bytes(&g) == 4.0 * (10 + 15 + 6));
+    hd_bench_case s = {HD_OP_SOFTMAX, {.dim = {64, 1024}}};
+    assert_true(hd__bench_case_bytes(&s) == 8.0 * 64 * 1024);
+    hd_bench_case l = {HD_OP_LORA, {.dim = {1, 4, 6, 2}}};
+    assert_true(hd__bench_case_elements(&l) == 4 + 24 + 8 + 12 + 6);
+}
+
+typedef struct counter {
+    unsigned calls;
+    size_t max_set;
+    hd_status fail_at; /* non-OK: returned from call fail_after on */
+    unsigned fail_after;
+} counter;
+
+static hd_status count_call(hd_context *ctx, void *user, size_t set)
+{
+    (void)ctx;
+    counter *c = user;
+    c->calls++;
+    c->max_set = set > c->max_set ? set : c->max_set;
+    if (c->fail_at != HD_OK && c->calls > c->fail_after)
+        return c->fail_at;
+    return HD_OK;
+}
+
+static void test_measure_takes_min_runs_and_warms_every_set(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(true);
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        counter c = {0};
+        hd_measure_config cfg;
+        hd__measure_config_init(&cfg, (hd_measure_mode)m);
+        cfg.warmup = 1;
+        cfg.input_sets = 3;
+        cfg.min_runs = 7;
+        cfg.max_runs = 7;
+        cfg.budget_s = 0.0;
+        cfg.chain_length = 5;
+        hd_measure_result r;
+        assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_OK);
+        assert_int_equal(r.runs, 7);
+        assert_int_equal(r.chain_length, m == HD_MEASURE_CHAIN ? 5 : 1);
+        assert_int_equal(c.calls, 3 + 7 * r.chain_length); /* warm-up covers all 3 sets */
+        assert_int_equal(c.max_set, 2);
+        assert_true(r.min_s <= r.median_s && r.median_s <= r.max_s);
+        assert_true(r.host_timed == (m == HD_MEASURE_DEVICE));
+    }
+    hd_context_destroy(ctx);
+}
+
+static void test_measure_stops_at_budget_after_min_runs(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(true);
+    counter c = {0};
+    hd_measure_config cfg;
+    hd__measure_config_init(&cfg, HD_MEASURE_SYNC);
+    cfg.min_runs = 4;
+    cfg.max_runs = 100000; /* capped */
+    cfg.budget_s = 0.0;
+    hd_measure_result r;
+    assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_OK);
+    assert_int_equal(r.runs, 4);
+    hd_context_destroy(ctx);
+}
+
+static void test_measure_reports_failing_call(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(true);
+    counter c = {.fail_at = HD_ERR_DEVICE, .fail_after = 5};
+    hd_measure_config cfg;
+    hd__measure_config_init(&cfg, HD_MEASURE_CHAIN);
+    hd_measure_result r;
+    assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_ERR_DEVICE);
+    c = (counter){.fail_at = HD_ERR_UNSUPPORTED, .fail_after = 0};
+    assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_ERR_UNSUPPORTED);
+    hd_context_destroy(ctx);
+}
+
+static void test_measure_rejects_bad_arguments(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(true);
+    hd_measure_config cfg;
+    hd__measure_config_init(&cfg, HD_MEASURE_SYNC);
+    hd_measure_result r;
+    counter c = {0};
+    assert_int_equal(hd__measure(NULL, &cfg, count_call, &c, &r), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd__measure(ctx, NULL, count_call, &c, &r), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd__measure(ctx, &cfg, NULL, &c, &r), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, NULL), HD_ERR_INVALID_ARGUMENT);
+    cfg.mode = HD_MEASURE_MODE_COUNT;
+    assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(c.calls, 0);
+    hd_context_destroy(ctx);
+}
+
+static void test_measure_mode_names_round_trip(void **state)
+{
+    (void)state;
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        hd_measure_mode back;
+        assert_true(hd__measure_mode_from_name(hd__measure_mode_name((hd_measure_mode)m), &back));
+        assert_int_equal(back, m);
+    }
+    hd_measure_mode x;
+    assert_false(hd__measure_mode_from_name("wall", &x));
+    assert_false(hd__measure_mode_from_name(NULL, &x));
+    double v[] = {5, 1, 4, 2};
+    assert_true(hd__measure_median(v, 4) == 3.0);
+    assert_true(hd__measure_median(v, 0) == 0.0);
+}
+
+static void test_measure_host_bandwidth_is_positive(void **state)
+{
+    (void)state;
+    double bw = 0;
+    assert_int_equal(hd__measure_host_bandwidth(1 << 20, &bw), HD_OK);
+    assert_true(bw > 1e6);
+    assert_int_equal(hd__measure_host_bandwidth(4, &bw), HD_ERR_INVALID_ARGUMENT);
+}
+
+/* Every ci case on the CPU backend: inputs are random (never zeros), the result passes the
+ * reference check, and the input sets differ. */
+static void test_instance_ci_cases_check_on_cpu(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(true);
+    const hd_bench_suite *ci = hd__bench_suite_find("ci");
+    for (size_t i = 0; i < ci->count; i++) {
+        hd_bench_instance inst;
+        assert_int_equal(hd__bench_instance_create(ctx, &ci->cases[i], hd_test_seed() + i, &inst),
+                         HD_OK);
+        assert_true(inst.sets >= 2); /* small inputs rotate */
+        float *x = hd_test_read(inst.in[0][0]);
+        size_t n = hd_tensor_rows(inst.in[0][0]) * hd_tensor_cols(inst.in[0][0]), zeros = 0;
+        for (size_t j = 0; j < n; j++)
+            zeros += x[j] == 0.0f;
+        assert_int_equal(zeros, 0);
+        free(x);
+        double worst = -1;
+        assert_int_equal(hd__bench_instance_check(&inst, &worst), HD_OK);
+        assert_true(worst >= 0 && worst <= 1.0);
+
+        /* Input sets hold different data: set 1 gives another output than set 0. */
+        float *y = hd_test_read(inst.out);
+        assert_int_equal(hd__bench_instance_run(ctx, &inst, 1), HD_OK);
+        float *y2 = hd_test_read(inst.out);
+        size_t m = hd_tensor_rows(inst.out) * hd_tensor_cols(inst.out), diff = 0;
+        for (size_t j = 0; j < m; j++)
+            diff += y[j] != y2[j];
+        assert_true(diff > 0);
+        free(y);
+        free(y2);
+        hd__bench_instance_destroy(&inst);
+    }
+    hd_context_destroy(ctx);
+}
+
+static void test_json_parses_and_rejects(void **state)
+{
+    (void)state;
+    char err[256];
+    hd_json *v = hd__json_parse("{\"a\": [1, 2.5e3, true, null, \"x\\n\\u0041\"], \"b\": {}}", err,
+                                sizeof err);
+    assert_non_null(v);
+    const hd_json *a = hd__json_get(v, "a");
+    assert_non_null(a);
+    assert_int_equal(a->count, 5);
+    assert_true(a->items[1].number == 2500.0);
+    assert_string_equal(a->items[4].string, "x\nA");
+    assert_int_equal(hd__json_get(v, "b")->type, HD_JSON_OBJECT);
+    assert_null(hd__json_get(v, "c"));
+    hd__json_free(v);
+    const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "\"abc", "[1] x", "{\"a\": tru}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        assert_null(hd__json_parse(bad[i], err, sizeof err));
+        assert_true(strlen(err) > 0);
+    }
+    char deep[300];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = '\0';
+    assert_null(hd__json_parse(deep, err, sizeof err));
+    assert_null(hd__json_load("/nonexistent/file.json", err, sizeof err));
+}
+
+static char *compare_output(const char *ours_path, const char *peer_path, const char *mode,
+                            int *rc)
+{
+    char err[256] = "";
+    hd_json *ours = hd__json_load(ours_path, err, sizeof err);
+    hd_json *peer = hd__json_load(peer_path, err, sizeof err);
+    assert_non_null(ours);
+    assert_non_null(peer);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    *rc = hd__bench_compare(f, ours, peer, mode, err, sizeof err);
+    fclose(f);
+    hd__json_free(ours);
+    hd__json_free(peer);
+    return text;
+}
+
+static void test_compare_known_pair(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = compare_output(HD_BENCH_TEST_DATA "/ours.json", HD_BENCH_TEST_DATA "/peer.json",
+                               NULL, &rc);
+    assert_int_equal(rc, 0);
+    /* gemm: both have sync; ours best 5 us (clblast), auto 6 us, peer 20 us */
+    assert_non_null(strstr(out, "4.00x    3.33x"));
+    /* softmax: device on both sides: 10 us / 8 us */
+    assert_non_null(strstr(out, "1.25x"));
+    assert_non_null(strstr(out, "rms_norm 64x1024         only in the peer file"));
+    assert_non_null(strstr(out, "best 2.24x over 2 cases (faster on 2)"));
+    free(out);
+    out = compare_output(HD_BENCH_TEST_DATA "/ours.json", HD_BENCH_TEST_DATA "/peer.json",
+                         "device", &rc);
+    assert_int_equal(rc, 0);
+    assert_null(strstr(out, "4.00x")); /* the peer has no device time for gemm */
+    free(out);
+    /* a file of another schema is refused */
+    out = compare_output(HD_BENCH_TEST_DATA "/ours.json",
+                         HD_BENCH_TEST_DATA "/other-schema.json", NULL, &rc);
+    assert_int_equal(rc, -1);
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_suites_match_the_issue),
+        cmocka_unit_test(test_suites_names_are_unique),
+        cmocka_unit_test(test_case_figures_gemm_and_rows),
+        cmocka_unit_test(test_measure_takes_min_runs_and_warms_every_set),
+        cmocka_unit_test(test_measure_stops_at_budget_after_min_runs),
+        cmocka_unit_test(test_measure_reports_failing_call),
+        cmocka_unit_test(test_measure_rejects_bad_arguments),
+        cmocka_unit_test(test_measure_mode_names_round_trip),
+        cmocka_unit_test(test_measure_host_bandwidth_is_positive),
+        cmocka_unit_test(test_instance_ci_cases_check_on_cpu),
+        cmocka_unit_test(test_json_parses_and_rejects),
+        cmocka_unit_test(test_compare_known_pair),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
