@@ -29,7 +29,7 @@ typedef struct options {
     unsigned warmup, repeats, max_runs, chain;
     double budget_ms, peak_gflops, max_elements, case_budget_s;
     bool csv, list_cases, quiet, cpu_only;
-    const char *json_path, *compare_path, *ours_path, *compare_mode, *device;
+    const char *json_path, *csv_path, *compare_path, *ours_path, *compare_mode, *device;
     uint64_t seed;
 } options;
 
@@ -51,6 +51,7 @@ static void usage(FILE *f)
         "  --case-budget-s S   skip cases estimated to take longer than S seconds in all\n"
         "                      (default 120 without a GPU, unlimited with one; 0: unlimited)\n"
         "  --csv               CSV on standard output instead of the table\n"
+        "  --csv-out FILE      also write the CSV to FILE\n"
         "  --json FILE         also write the results as JSON (schema hd-bench/1)\n"
         "  --compare PEER.json print the gap table against a peer's results\n"
         "  --ours OURS.json    with --compare: compare this file instead of running\n"
@@ -165,6 +166,8 @@ static int parse_options(int argc, char **argv, options *o)
             o->case_budget_s = num;
         } else if (strcmp(a, "--seed") == 0 && (ok = parse_number(a, v, &num))) {
             o->seed = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--csv-out") == 0 && v) {
+            o->csv_path = v;
         } else if (strcmp(a, "--json") == 0 && v) {
             o->json_path = v;
         } else if (strcmp(a, "--compare") == 0 && v) {
@@ -518,6 +521,15 @@ static int write_outputs(hd_bench_run *run, const options *o)
         hd__bench_write_csv(stdout, run);
     else
         hd__bench_write_table(stdout, run);
+    if (o->csv_path != NULL) {
+        FILE *f = fopen(o->csv_path, "w");
+        if (f != NULL)
+            hd__bench_write_csv(f, run);
+        if (f == NULL || fclose(f) != 0) {
+            fprintf(stderr, "dispatch-bench: cannot write %s\n", o->csv_path);
+            return 1;
+        }
+    }
     if (o->json_path != NULL) {
         FILE *f = strcmp(o->json_path, "-") == 0 ? stdout : fopen(o->json_path, "w");
         if (f == NULL) {
