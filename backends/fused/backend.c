@@ -1,0 +1,183 @@
+/*
+ * The fused-kernel backend: the library's own OpenCL kernels, one launch per operation, on the
+ * context's device. Tensors arrive device-resident; everything is queued, nothing waits.
+ */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "backends/fused/fused.h"
+#include "backends/fused/internal.h"
+
+static bool fits_int(size_t a, size_t b)
+{
+    return b == 0 || a <= (size_t)INT_MAX / b;
+}
+
+static hd_status fused_probe(hd_context *ctx, void **state)
+{
+    *state = NULL;
+    if (ctx->cl == NULL)
+        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "fused: the context has no OpenCL device");
+    hd_fused *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: backend state");
+    cl_int err = clGetDeviceInfo(hd__cl_device(ctx->cl), CL_DEVICE_MAX_WORK_GROUP_SIZE,
+                                 sizeof f->device_max_group, &f->device_max_group, NULL);
+    hd_status s = err == CL_SUCCESS ? hd__fused_sources_create(f)
+                                    : hd__cl_error(ctx, err, "clGetDeviceInfo");
+    if (s != HD_OK) {
+        hd__fused_sources_destroy(f);
+        free(f);
+        return s == HD_ERR_OUT_OF_MEMORY ? hd__error(ctx, s, "fused: kernel sources") : s;
+    }
+    *state = f;
+    return HD_OK;
+}
+
+static void fused_destroy(void *state)
+{
+    hd_fused *f = state;
+    if (f == NULL)
+        return;
+    hd__fused_sources_destroy(f); /* kernels and programs belong to the runtime */
+    free(f);
+}
+
+static bool fused_supports(void *state, hd_op op, const hd_shape *s)
+{
+    switch (op) {
+    case HD_OP_GEMM: /* m, n, k */
+        return s->dim[0] <= 16 && !s->trans_a && !s->trans_b && fits_int(s->dim[2], s->dim[1]) &&
+               fits_int(16, s->dim[1]) && fits_int(16, s->dim[2]);
+    case HD_OP_LORA: /* tokens, in, out, rank */
+        return s->dim[0] <= 16 && s->dim[3] <= 64 && fits_int(s->dim[1], s->dim[2]) &&
+               hd__fused_lora_update_supports(s);
+    case HD_OP_SOFTMAX:
+    case HD_OP_LAYER_NORM:
+    case HD_OP_RMS_NORM:
+        return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX;
+    case HD_OP_COUNT:
+        break;
+    }
+    return false;
+}
+
+/* Row kernels: register variants whose capacity (T * VEC * CACHE elements) holds the row
+ * without being more than four times too large, and looped ones for every length. */
+static size_t row_variants(const hd_fused *f, const hd_shape *s, const char **out, size_t max)
+{
+    static const struct {
+        const char *text;
+        int wg, rows, cache;
+    } all[] = {
+        {"WG=256 ROWS=8 CACHE=2", 256, 8, 2},   {"WG=256 ROWS=8 CACHE=4", 256, 8, 4},
+        {"WG=256 ROWS=4 CACHE=2", 256, 4, 2},   {"WG=256 ROWS=4 CACHE=4", 256, 4, 4},
+        {"WG=128 ROWS=2 CACHE=4", 128, 2, 4},   {"WG=256 ROWS=2 CACHE=4", 256, 2, 4},
+        {"WG=256 ROWS=2 CACHE=8", 256, 2, 8},   {"WG=256 ROWS=1 CACHE=4", 256, 1, 4},
+        {"WG=256 ROWS=1 CACHE=8", 256, 1, 8},   {"WG=512 ROWS=1 CACHE=2", 512, 1, 2},
+        {"WG=512 ROWS=1 CACHE=4", 512, 1, 4},   {"WG=512 ROWS=1 CACHE=8", 512, 1, 8},
+        {"WG=1024 ROWS=1 CACHE=4", 1024, 1, 4}, {"WG=1024 ROWS=1 CACHE=8", 1024, 1, 8},
+        {"WG=256 ROWS=4 CACHE=0", 256, 4, 0},   {"WG=256 ROWS=1 CACHE=0", 256, 1, 0},
+        {"WG=512 ROWS=1 CACHE=0", 512, 1, 0},   {"WG=1024 ROWS=1 CACHE=0", 1024, 1, 0},
+    };
+    size_t cols = s->dim[1], vec = cols % 4 == 0 ? 4 : 1, n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && n < max; i++) {
+        size_t cap = (size_t)(all[i].wg / all[i].rows) * vec * (size_t)all[i].cache;
+        if ((size_t)all[i].wg > f->device_max_group)
+            continue;
+        if (all[i].cache > 0 && (cap < cols || cap / 4 >= cols))
+            continue;
+        out[n++] = all[i].text;
+    }
+    return n;
+}
+
+static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const char **out,
+                             size_t max)
+{
+    static const char *const gemv[] = {
+        "TN=8 KS=32 UNROLL=8",  "TN=8 KS=32 UNROLL=4", "TN=4 KS=64 UNROLL=8",
+        "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4", "TN=16 KS=16 UNROLL=8",
+        "TN=16 KS=32 UNROLL=4", "TN=8 KS=16 UNROLL=8",
+    };
+    const hd_fused *f = state;
+    size_t n = 0;
+    switch (op) {
+    case HD_OP_GEMM:
+    case HD_OP_LORA:
+        for (size_t i = 0; i < sizeof gemv / sizeof gemv[0] && n < max; i++)
+            out[n++] = gemv[i];
+        return n;
+    case HD_OP_SOFTMAX:
+    case HD_OP_LAYER_NORM:
+    case HD_OP_RMS_NORM:
+        return row_variants(f, s, out, max);
+    case HD_OP_COUNT:
+        break;
+    }
+    return 0;
+}
+
+/* Builds the programs of the default parameters for common shapes: rows of 1024 and 4096
+ * floats, one-token GEMM and LoRA, and the epilogue. */
+static hd_status fused_warmup(void *state, hd_context *ctx)
+{
+    static const size_t row_cols[] = {1024, 4096};
+    hd_fused *f = state;
+    hd_status s = HD_OK;
+    for (size_t i = 0; i < 2 && s == HD_OK; i++) {
+        hd_fused_params p;
+        bool cached;
+        s = hd__fused_rows_params(f, ctx, NULL, row_cols[i], &p, &cached);
+        char options[HD_FUSED_OPTIONS_CAPACITY];
+        snprintf(options, sizeof options, "-DWG=%d -DROWS=%d -DVEC=%d -DCACHE=%d", p.wg, p.rows,
+                 p.vec, p.cache);
+        static const char *const names[][2] = {{"softmax_cached", "softmax_looped"},
+                                               {"layer_norm_cached", "layer_norm_looped"},
+                                               {"rms_norm_cached", "rms_norm_looped"}};
+        for (int op = 0; op < 3 && s == HD_OK; op++) {
+            cl_kernel k;
+            s = hd__fused_kernel(f, ctx, (hd_fused_program)(HD_FUSED_SOFTMAX + op), options,
+                                 names[op][cached ? 0 : 1], (size_t)p.wg, &k);
+        }
+    }
+    hd_fused_params p;
+    if (s == HD_OK)
+        s = hd__fused_gemv_params(f, ctx, NULL, 4096, true, &p);
+    if (s == HD_OK) {
+        char options[HD_FUSED_OPTIONS_CAPACITY];
+        snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=1", p.tn,
+                 p.ks, p.vec, p.unroll);
+        cl_kernel k;
+        size_t group = (size_t)p.tn * (size_t)p.ks;
+        s = hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", group, &k);
+        if (s == HD_OK)
+            s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options, "lora_forward", group, &k);
+    }
+    if (s == HD_OK)
+        s = hd__fused_update_params(f, ctx, NULL, 4096, &p);
+    if (s == HD_OK) {
+        char options[HD_FUSED_OPTIONS_CAPACITY];
+        snprintf(options, sizeof options, "-DWG=%d -DVEC=%d -DMR=%d", p.wg, p.vec, p.mr);
+        cl_kernel k;
+        s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update",
+                             (size_t)p.wg, &k);
+    }
+    return s;
+}
+
+const hd_backend_impl hd__backend_fused = {
+    .name = "fused",
+    .id = HD_BACKEND_FUSED,
+    .place = HD_PLACE_DEVICE,
+    .probe = fused_probe,
+    .destroy = fused_destroy,
+    .supports = fused_supports,
+    .variants = fused_variants,
+    .warmup = fused_warmup,
+    .gemm = hd__fused_gemm,
+    .lora = hd__fused_lora,
+    .softmax = hd__fused_softmax,
+    .layer_norm = hd__fused_layer_norm,
+    .rms_norm = hd__fused_rms_norm,
+};

@@ -1,0 +1,40 @@
+/* GEMM for few rows (m <= 16, no transposes): the GEMV-style strip kernel of gemv.cl. */
+#include <stdio.h>
+
+#include "backends/fused/internal.h"
+
+hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
+{
+    hd_fused *f = state;
+    if (g->m > 16 || g->trans_a || g->trans_b)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: GEMM takes at most 16 rows and no transposes");
+    hd_fused_params p;
+    hd_status s = hd__fused_gemv_params(f, ctx, g->variant, g->n, false, &p);
+    if (s != HD_OK)
+        return s;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu", p.tn,
+             p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(g->m));
+    size_t group = (size_t)p.tn * (size_t)p.ks;
+    cl_kernel k;
+    s = hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", group, &k);
+    if (s != HD_OK)
+        return s;
+
+    cl_int m = (cl_int)g->m, n = (cl_int)g->n, kk = (cl_int)g->k;
+    cl_float alpha = g->alpha, beta = g->beta;
+    cl_mem a = hd__fused_mem(g->a), b = hd__fused_mem(g->b), c = hd__fused_mem(g->c);
+    if ((s = hd__fused_set_arg(ctx, k, 0, sizeof m, &m)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 1, sizeof n, &n)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 2, sizeof kk, &kk)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 3, sizeof alpha, &alpha)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 4, sizeof a, &a)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 5, sizeof b, &b)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 6, sizeof beta, &beta)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 7, sizeof c, &c)) != HD_OK)
+        return s;
+    size_t nv = g->n / (size_t)p.vec;
+    size_t groups = (nv + (size_t)p.tn - 1) / (size_t)p.tn;
+    return hd__fused_launch(ctx, k, groups, group);
+}

@@ -1,0 +1,70 @@
+/*
+ * Shared prelude of every fused kernel (the host puts it in front of each kernel file).
+ *
+ * What: the vector type selected by VEC, its horizontal sum and maximum, and work-group
+ * reductions over one "row slot": a work-group of WG work-items is split into ROWS slots of
+ * T = WG / ROWS consecutive work-items, each slot serving one row (or one column strip).
+ * Reductions go through local memory, one tree per slot, log2(T) barriers; every work-item of
+ * the group must call them, also those whose row lies beyond the matrix.
+ *
+ * Tuning parameters (set by the host with -D; defaults here):
+ *   WG    work-items per work-group (a power of two)
+ *   ROWS  rows (slots) per work-group (a power of two dividing WG)
+ *   VEC   elements per load: 4 (float4) when the row length allows it, else 1
+ */
+#ifndef WG
+#define WG 256
+#endif
+#ifndef ROWS
+#define ROWS 1
+#endif
+#ifndef VEC
+#define VEC 4
+#endif
+
+#define T (WG / ROWS)
+
+#if VEC == 4
+typedef float4 floatv;
+#define HSUM(v) (((v).x + (v).y) + ((v).z + (v).w))
+#define HMAX(v) fmax(fmax((v).x, (v).y), fmax((v).z, (v).w))
+#elif VEC == 1
+typedef float floatv;
+#define HSUM(v) (v)
+#define HMAX(v) (v)
+#else
+#error "VEC must be 1 or 4"
+#endif
+
+/* Sum of v over the T work-items of slot `slot`; t is the work-item's index in its slot.
+ * red holds WG floats. */
+inline float slot_sum(float v, __local float *red, int slot, int t)
+{
+    __local float *r = red + slot * T;
+    r[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (t < s)
+            r[t] += r[t + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float out = r[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return out;
+}
+
+/* Maximum as slot_sum; fmax ignores NaN, so a NaN row is caught by the later sums instead. */
+inline float slot_max(float v, __local float *red, int slot, int t)
+{
+    __local float *r = red + slot * T;
+    r[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (t < s)
+            r[t] = fmax(r[t], r[t + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float out = r[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return out;
+}

@@ -1,0 +1,65 @@
+/*
+ * The low-rank prologue shared by the LoRA kernels: h = X * A for the m (<= MR) rows of X a
+ * work-group serves, X mxin (row stride in), A inxr (r <= RMAX = 64), both row-major; h goes
+ * to local memory as MR rows of RMAX floats.
+ *
+ * Work decomposition: the GROUP work-items form rp (r rounded up to a power of two) columns
+ * by GROUP / rp k-slices: work-item (q, s) sums X[i][p] * A[p][q] over p = s, s + GROUP / rp,
+ * ... for every row i (A reads are coalesced across q, X reads are broadcasts), then the
+ * k-slices are added in a tree through local memory, HCH rows at a time.
+ * Reads: A once and X once per work-group (both small, from cache); writes only local memory.
+ * GROUP must be a power of two of at least 64.
+ */
+#ifndef GROUP
+#define GROUP WG
+#endif
+#ifndef MR
+#define MR 1
+#endif
+#define RMAX 64
+#define HCH_FIT (4096 / GROUP)
+#define HCH (MR < HCH_FIT ? MR : HCH_FIT)
+
+inline void lowrank_h(const __global float *x, int m, int in, const __global float *a, int r,
+                      int rp, __local float *h, __local float *red, int lid)
+{
+    const int q = lid % rp, s = lid / rp, ns = GROUP / rp;
+    float acc[MR];
+    int xrow[MR];
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        acc[i] = 0.0f;
+        xrow[i] = min(i, m - 1) * in;
+    }
+    if (q < r) {
+        for (int p = s; p < in; p += ns) {
+            const float av = a[p * r + q];
+#pragma unroll
+            for (int i = 0; i < MR; i++)
+                acc[i] = fma(x[xrow[i] + p], av, acc[i]);
+        }
+    }
+#pragma unroll
+    for (int c0 = 0; c0 < MR; c0 += HCH) {
+#pragma unroll
+        for (int i = 0; i < HCH; i++)
+            if (c0 + i < MR)
+                red[i * GROUP + lid] = acc[c0 + i];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int w = ns / 2; w > 0; w >>= 1) {
+            if (s < w) {
+#pragma unroll
+                for (int i = 0; i < HCH; i++)
+                    red[i * GROUP + lid] += red[i * GROUP + lid + w * rp];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (lid < rp && q < r) {
+#pragma unroll
+            for (int i = 0; i < HCH; i++)
+                if (c0 + i < MR)
+                    h[(c0 + i) * RMAX + q] = red[i * GROUP + q];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}

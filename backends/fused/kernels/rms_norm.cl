@@ -1,0 +1,80 @@
+/*
+ * RMS norm: y[i][j] = x[i][j] / sqrt(mean_j x[i][j]^2 + eps) * w[j].
+ *
+ * Layout: x and y rowsxcols, row-major, y may be x; w is 1xcols. With VEC = 4, cols % 4 == 0
+ * and the buffers start 16-byte aligned.
+ * Work decomposition: one slot of T = WG / ROWS work-items per row, ROWS rows per work-group,
+ * ceil(rows / ROWS) work-groups; work-item t of a slot takes vectors t, t + T, ...
+ *
+ * rms_norm_cached (CACHE > 0, rows of at most T * VEC * CACHE elements): the row is held in
+ * registers: x read once, y written once, w read once per row (from cache): 8 bytes per
+ * element from memory; one slot reduction.
+ * rms_norm_looped (any length): pass 1 sums squares, pass 2 reads x again and writes y.
+ *
+ * Tuning parameters: WG, ROWS, VEC (see common.cl) and CACHE (vectors per work-item held in
+ * registers; 0 builds only the looped kernel).
+ */
+#ifndef CACHE
+#define CACHE 4
+#endif
+
+#if CACHE > 0
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+rms_norm_cached(const __global float *x, const __global float *w, __global float *y, int rows,
+                int cols, float eps)
+{
+    __local float red[WG];
+    const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
+    const int row = (int)get_group_id(0) * ROWS + slot;
+    const bool live = row < rows;
+    const int n = cols / VEC;
+    const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+    const __global floatv *xr = (const __global floatv *)(x + off);
+    const __global floatv *wv = (const __global floatv *)w;
+    __global floatv *yr = (__global floatv *)(y + off);
+
+    floatv v[CACHE];
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CACHE; i++) {
+        const int j = t + i * T;
+        v[i] = live && j < n ? xr[j] : (floatv)(0.0f);
+        sq += HSUM(v[i] * v[i]);
+    }
+    sq = slot_sum(sq, red, slot, t);
+    const float r = 1.0f / sqrt(sq / (float)cols + eps);
+    if (live) {
+#pragma unroll
+        for (int i = 0; i < CACHE; i++) {
+            const int j = t + i * T;
+            if (j < n)
+                yr[j] = v[i] * r * wv[j];
+        }
+    }
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+rms_norm_looped(const __global float *x, const __global float *w, __global float *y, int rows,
+                int cols, float eps)
+{
+    __local float red[WG];
+    const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
+    const int row = (int)get_group_id(0) * ROWS + slot;
+    const bool live = row < rows;
+    const int n = live ? cols / VEC : 0;
+    const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+    const __global floatv *xr = (const __global floatv *)(x + off);
+    const __global floatv *wv = (const __global floatv *)w;
+    __global floatv *yr = (__global floatv *)(y + off);
+
+    float sq = 0.0f;
+    for (int j = t; j < n; j += T) {
+        const floatv v = xr[j];
+        sq += HSUM(v * v);
+    }
+    sq = slot_sum(sq, red, slot, t);
+    const float r = 1.0f / sqrt(sq / (float)cols + eps);
+    for (int j = t; j < n; j += T)
+        yr[j] = xr[j] * r * wv[j];
+}

@@ -1,0 +1,114 @@
+/* The LoRA forward pass for few tokens (lora.cl) and the epilogue y += scale * (x*A) * B for
+ * any number of tokens (lora_update.cl), one launch each. */
+#include <limits.h>
+#include <stdio.h>
+
+#include "backends/fused/fused.h"
+#include "backends/fused/internal.h"
+
+#define HD_FUSED_MAX_RANK 64
+
+/* Both kernels index with 32-bit ints within a matrix (row offsets of x and y in size_t). */
+static bool fits_int(size_t a, size_t b)
+{
+    return b == 0 || a <= (size_t)INT_MAX / b;
+}
+
+bool hd__fused_lora_update_supports(const hd_shape *shape)
+{
+    size_t tokens = shape->dim[0], in = shape->dim[1], out = shape->dim[2], rank = shape->dim[3];
+    return rank <= HD_FUSED_MAX_RANK && tokens <= INT_MAX && fits_int(16, in) &&
+           fits_int(16, out) && fits_int(in, rank) && fits_int(rank, out);
+}
+
+size_t hd__fused_lora_update_variants(const hd_shape *shape, const char **out, size_t max)
+{
+    static const char *const all[] = {
+        "WG=256 MR=8", "WG=256 MR=16", "WG=128 MR=4", "WG=256 MR=4", "WG=512 MR=8",
+        "WG=128 MR=16",
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && n < max; i++)
+        out[n++] = all[i];
+    (void)shape;
+    return n;
+}
+
+/* Arguments common to both kernels: tokens, in, out, r, rp, scale. */
+static hd_status set_sizes(hd_context *ctx, cl_kernel k, const hd_lora_args *l)
+{
+    cl_int v[5] = {(cl_int)l->tokens, (cl_int)l->in, (cl_int)l->out, (cl_int)l->rank,
+                   (cl_int)hd__fused_pow2_ceil(l->rank == 0 ? 1 : l->rank)};
+    hd_status s = HD_OK;
+    for (cl_uint i = 0; i < 5 && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, i, sizeof v[i], &v[i]);
+    cl_float scale = l->scale;
+    if (s == HD_OK)
+        s = hd__fused_set_arg(ctx, k, 5, sizeof scale, &scale);
+    return s;
+}
+
+static hd_status set_mems(hd_context *ctx, cl_kernel k, cl_uint first, const cl_mem *mems,
+                          cl_uint count)
+{
+    hd_status s = HD_OK;
+    for (cl_uint i = 0; i < count && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, first + i, sizeof mems[i], &mems[i]);
+    return s;
+}
+
+hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
+{
+    hd_fused *f = state;
+    if (l->tokens > 16 || l->rank > HD_FUSED_MAX_RANK)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: LoRA forward takes at most 16 tokens and rank 64");
+    hd_fused_params p;
+    hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, true, &p);
+    if (s != HD_OK)
+        return s;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu", p.tn,
+             p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(l->tokens));
+    size_t group = (size_t)p.tn * (size_t)p.ks;
+    cl_kernel k;
+    s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options, "lora_forward", group, &k);
+    if (s != HD_OK)
+        return s;
+    /* Rank 0: A and B hold nothing and may have no device storage; the kernel never reads
+     * them, but every argument needs a valid buffer. */
+    cl_mem w = hd__fused_mem(l->w);
+    cl_mem mems[5] = {hd__fused_mem(l->x), w, l->rank ? hd__fused_mem(l->a) : w,
+                      l->rank ? hd__fused_mem(l->b) : w, hd__fused_mem(l->y)};
+    if ((s = set_sizes(ctx, k, l)) != HD_OK || (s = set_mems(ctx, k, 6, mems, 5)) != HD_OK)
+        return s;
+    size_t nv = l->out / (size_t)p.vec;
+    return hd__fused_launch(ctx, k, (nv + (size_t)p.tn - 1) / (size_t)p.tn, group);
+}
+
+hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lora_args *l)
+{
+    hd_fused *f = fused_state;
+    hd_shape shape = {.dim = {l->tokens, l->in, l->out, l->rank}};
+    if (f == NULL || ctx->cl == NULL)
+        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "fused: no OpenCL device");
+    if (!hd__fused_lora_update_supports(&shape))
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: the LoRA epilogue takes rank <= 64 and 32-bit indexable sizes");
+    hd_fused_params p;
+    hd_status s = hd__fused_update_params(f, ctx, l->variant, l->out, &p);
+    if (s != HD_OK || l->tokens == 0 || l->in == 0 || l->out == 0 || l->rank == 0)
+        return s;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    snprintf(options, sizeof options, "-DWG=%d -DVEC=%d -DMR=%d", p.wg, p.vec, p.mr);
+    cl_kernel k;
+    s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update", (size_t)p.wg, &k);
+    if (s != HD_OK)
+        return s;
+    cl_mem mems[4] = {hd__fused_mem(l->x), hd__fused_mem(l->a), hd__fused_mem(l->b),
+                      hd__fused_mem(l->y)};
+    if ((s = set_sizes(ctx, k, l)) != HD_OK || (s = set_mems(ctx, k, 6, mems, 4)) != HD_OK)
+        return s;
+    size_t groups = (l->tokens + (size_t)p.mr - 1) / (size_t)p.mr;
+    return hd__fused_launch(ctx, k, groups, (size_t)p.wg);
+}

@@ -1,0 +1,221 @@
+/*
+ * Kernel parameters from variant strings. The string is parsed into integers checked against
+ * the values each kernel was written for; only those integers, never the caller's text, reach
+ * the build options. Parameters a variant leaves out get defaults chosen from the shape.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/fused/internal.h"
+
+typedef struct param_spec {
+    const char *name;
+    int min, max;
+    bool pow2;
+    size_t offset; /* into hd_fused_params */
+} param_spec;
+
+#define SPEC(name, min, max, pow2, field) {name, min, max, pow2, offsetof(hd_fused_params, field)}
+
+static const param_spec rows_spec[] = {
+    SPEC("WG", 1, 1024, true, wg),
+    SPEC("ROWS", 1, 1024, true, rows),
+    SPEC("VEC", 1, 4, true, vec),
+    SPEC("CACHE", 0, 16, false, cache),
+};
+static const param_spec gemv_spec[] = {
+    SPEC("TN", 1, 256, true, tn),
+    SPEC("KS", 1, 1024, true, ks),
+    SPEC("VEC", 1, 4, true, vec),
+    SPEC("UNROLL", 1, 16, false, unroll),
+};
+static const param_spec update_spec[] = {
+    SPEC("WG", 64, 1024, true, wg),
+    SPEC("MR", 1, 16, true, mr),
+    SPEC("VEC", 1, 4, true, vec),
+};
+
+static const param_spec *family_spec(hd_fused_family family, size_t *count)
+{
+    switch (family) {
+    case HD_FUSED_FAMILY_ROWS:
+        *count = sizeof rows_spec / sizeof rows_spec[0];
+        return rows_spec;
+    case HD_FUSED_FAMILY_GEMV:
+        *count = sizeof gemv_spec / sizeof gemv_spec[0];
+        return gemv_spec;
+    case HD_FUSED_FAMILY_UPDATE:
+        break;
+    }
+    *count = sizeof update_spec / sizeof update_spec[0];
+    return update_spec;
+}
+
+static bool is_pow2(long v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+size_t hd__fused_pow2_ceil(size_t v)
+{
+    size_t p = 1;
+    while (p < v && p <= SIZE_MAX / 2)
+        p *= 2;
+    return p;
+}
+
+static int *field(hd_fused_params *p, const param_spec *s)
+{
+    return (int *)((char *)p + s->offset);
+}
+
+/* One "NAME=value" token of length len at tok. */
+static hd_status parse_token(hd_context *ctx, const param_spec *spec, size_t count,
+                             const char *tok, size_t len, hd_fused_params *out, bool *seen)
+{
+    const char *eq = memchr(tok, '=', len);
+    size_t name_len = eq ? (size_t)(eq - tok) : 0;
+    size_t digits = eq ? len - name_len - 1 : 0;
+    if (eq == NULL || name_len == 0 || digits == 0 || digits > 5)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: malformed variant token '%.*s' (want NAME=number)",
+                         (int)(len > 40 ? 40 : len), tok);
+    long value = 0;
+    for (size_t i = 0; i < digits; i++) {
+        char c = eq[1 + i];
+        if (c < '0' || c > '9')
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "fused: variant value in '%.*s' is not a number",
+                             (int)(len > 40 ? 40 : len), tok);
+        value = value * 10 + (c - '0');
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (strlen(spec[i].name) != name_len || memcmp(spec[i].name, tok, name_len) != 0)
+            continue;
+        if (seen[i])
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: variant names %s twice",
+                             spec[i].name);
+        if (value < spec[i].min || value > spec[i].max || (spec[i].pow2 && !is_pow2(value)) ||
+            (spec[i].pow2 && strcmp(spec[i].name, "VEC") == 0 && value == 2))
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "fused: variant value %s=%ld is outside %d..%d%s", spec[i].name,
+                             value, spec[i].min, spec[i].max,
+                             spec[i].pow2 ? " (powers of two)" : "");
+        seen[i] = true;
+        *field(out, &spec[i]) = (int)value;
+        return HD_OK;
+    }
+    return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: unknown variant parameter '%.*s'",
+                     (int)(name_len > 40 ? 40 : name_len), tok);
+}
+
+hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,
+                                 hd_fused_params *out)
+{
+    memset(out, 0, sizeof *out);
+    out->cache = -1; /* CACHE=0 is a choice (the looped kernel), so unset is -1 */
+    if (variant == NULL)
+        return HD_OK;
+    size_t count;
+    const param_spec *spec = family_spec(family, &count);
+    bool seen[8] = {false};
+    const char *p = variant;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        if (*p == '\0')
+            return HD_OK;
+        size_t len = strcspn(p, " ");
+        hd_status s = parse_token(ctx, spec, count, p, len, out, seen);
+        if (s != HD_OK)
+            return s;
+        p += len;
+    }
+}
+
+static hd_status too_large_group(hd_fused *f, hd_context *ctx, size_t group)
+{
+    if (group <= f->device_max_group)
+        return HD_OK;
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "fused: work-group of %zu exceeds the device's maximum of %zu", group,
+                     f->device_max_group);
+}
+
+hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *variant, size_t cols,
+                                hd_fused_params *p, bool *cached)
+{
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ROWS, variant, p);
+    if (s != HD_OK)
+        return s;
+    if (p->vec == 0 || cols % 4 != 0)
+        p->vec = cols % 4 == 0 ? 4 : 1;
+    size_t nv = cols / (size_t)p->vec;
+    size_t limit = f->device_max_group < 1024 ? f->device_max_group : 1024;
+    if (p->wg == 0 && p->rows == 0) {
+        /* About four vectors per work-item, at least 256 items per group. */
+        size_t t = hd__fused_pow2_ceil((nv + 3) / 4);
+        if (t > limit)
+            t = hd__fused_pow2_ceil(limit + 1) / 2; /* largest power of two <= limit */
+        size_t wg = t < 256 ? 256 : t;
+        while (wg > limit)
+            wg /= 2;
+        p->wg = (int)wg;
+        p->rows = (int)(wg / t > 0 ? wg / t : 1);
+    } else if (p->wg == 0) {
+        p->wg = p->rows > 256 ? p->rows : 256;
+    } else if (p->rows == 0) {
+        size_t t = hd__fused_pow2_ceil((nv + 3) / 4);
+        p->rows = t >= (size_t)p->wg ? 1 : (int)((size_t)p->wg / t);
+    }
+    if (p->rows > p->wg)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: ROWS=%d exceeds WG=%d", p->rows,
+                         p->wg);
+    size_t t = (size_t)(p->wg / p->rows);
+    size_t need = (nv + t - 1) / t;
+    if (p->cache < 0)
+        p->cache = need <= 8 ? (int)hd__fused_pow2_ceil(need) : 0;
+    *cached = p->cache > 0 && need <= (size_t)p->cache;
+    return too_large_group(f, ctx, (size_t)p->wg);
+}
+
+hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *variant, size_t n,
+                                bool needs_rank, hd_fused_params *p)
+{
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_GEMV, variant, p);
+    if (s != HD_OK)
+        return s;
+    if (p->vec == 0 || n % 4 != 0)
+        p->vec = n % 4 == 0 ? 4 : 1;
+    if (p->tn == 0)
+        p->tn = 8;
+    if (p->ks == 0)
+        p->ks = 256 / p->tn > 0 ? 256 / p->tn : 1;
+    if (p->unroll == 0)
+        p->unroll = 8;
+    long group = (long)p->tn * p->ks;
+    if (group > 1024 || group * p->vec > 4096)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: TN*KS=%ld must be at most 1024 and TN*KS*VEC at most 4096",
+                         group);
+    if (needs_rank && group < 64)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: the LoRA kernel needs TN*KS >= 64 (got %ld)", group);
+    return too_large_group(f, ctx, (size_t)group);
+}
+
+hd_status hd__fused_update_params(hd_fused *f, hd_context *ctx, const char *variant,
+                                  size_t out_cols, hd_fused_params *p)
+{
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_UPDATE, variant, p);
+    if (s != HD_OK)
+        return s;
+    if (p->vec == 0 || out_cols % 4 != 0)
+        p->vec = out_cols % 4 == 0 ? 4 : 1;
+    if (p->wg == 0)
+        p->wg = 256;
+    if (p->mr == 0)
+        p->mr = 8;
+    return too_large_group(f, ctx, (size_t)p->wg);
+}

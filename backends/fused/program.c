@@ -1,0 +1,125 @@
+/*
+ * Program sources, the kernel cache and launches. Each program kind's source is its kernel
+ * files concatenated behind the shared prelude, assembled once per context; built programs
+ * are cached by the OpenCL runtime (memory and disk), and the kernels this backend fetched are
+ * remembered here by (kind, options, name) so a queued op costs one short lookup.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/fused/internal.h"
+
+static const char *const softmax_parts[] = {hd__fused_cl_common, hd__fused_cl_softmax, NULL};
+static const char *const layer_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_layer_norm,
+                                               NULL};
+static const char *const rms_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_rms_norm, NULL};
+static const char *const gemv_parts[] = {hd__fused_cl_common, hd__fused_cl_gemv, NULL};
+static const char *const lora_parts[] = {hd__fused_cl_common, hd__fused_cl_gemv,
+                                         hd__fused_cl_lowrank, hd__fused_cl_lora, NULL};
+static const char *const lora_update_parts[] = {hd__fused_cl_common, hd__fused_cl_lowrank,
+                                                hd__fused_cl_lora_update, NULL};
+static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
+    [HD_FUSED_SOFTMAX] = softmax_parts,   [HD_FUSED_LAYER_NORM] = layer_norm_parts,
+    [HD_FUSED_RMS_NORM] = rms_norm_parts, [HD_FUSED_GEMV] = gemv_parts,
+    [HD_FUSED_LORA] = lora_parts,         [HD_FUSED_LORA_UPDATE] = lora_update_parts,
+};
+
+hd_status hd__fused_sources_create(hd_fused *f)
+{
+    for (int k = 0; k < HD_FUSED_PROGRAM_COUNT; k++) {
+        size_t len = 1;
+        for (const char *const *p = parts[k]; *p != NULL; p++)
+            len += strlen(*p) + 1;
+        char *src = malloc(len);
+        if (src == NULL)
+            return HD_ERR_OUT_OF_MEMORY;
+        char *w = src;
+        for (const char *const *p = parts[k]; *p != NULL; p++) {
+            size_t n = strlen(*p);
+            memcpy(w, *p, n);
+            w += n;
+            *w++ = '\n';
+        }
+        *w = '\0';
+        f->source[k] = src;
+    }
+    return HD_OK;
+}
+
+void hd__fused_sources_destroy(hd_fused *f)
+{
+    for (int k = 0; k < HD_FUSED_PROGRAM_COUNT; k++) {
+        free(f->source[k]);
+        f->source[k] = NULL;
+    }
+}
+
+static hd_status fetch_kernel(hd_fused *f, hd_context *ctx, hd_fused_program program,
+                              const char *options, const char *name,
+                              struct hd_fused_kernel_entry *e)
+{
+    cl_program prog;
+    hd_status s = hd__cl_program(ctx->cl, ctx, f->source[program], options, &prog);
+    if (s == HD_OK)
+        s = hd__cl_kernel(ctx->cl, ctx, prog, name, &e->kernel);
+    if (s != HD_OK)
+        return s;
+    size_t max_group = 0;
+    cl_int err = clGetKernelWorkGroupInfo(e->kernel, hd__cl_device(ctx->cl),
+                                          CL_KERNEL_WORK_GROUP_SIZE, sizeof max_group,
+                                          &max_group, NULL);
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clGetKernelWorkGroupInfo");
+    e->program = program;
+    e->name = name;
+    e->max_group = max_group;
+    return HD_OK;
+}
+
+hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program program,
+                           const char *options, const char *name, size_t group, cl_kernel *out)
+{
+    struct hd_fused_kernel_entry *hit = NULL, fresh;
+    for (size_t i = 0; i < f->kernel_count && hit == NULL; i++) {
+        struct hd_fused_kernel_entry *e = &f->kernels[i];
+        if (e->program == program && strcmp(e->name, name) == 0 &&
+            strcmp(e->options, options) == 0)
+            hit = e;
+    }
+    if (hit == NULL) {
+        if (strlen(options) >= sizeof fresh.options)
+            return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
+        hit = f->kernel_count < HD_FUSED_KERNEL_CACHE ? &f->kernels[f->kernel_count] : &fresh;
+        hd_status s = fetch_kernel(f, ctx, program, options, name, hit);
+        if (s != HD_OK)
+            return s;
+        strcpy(hit->options, options);
+        if (hit != &fresh)
+            f->kernel_count++;
+    }
+    if (group > hit->max_group)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: kernel %s (%s) runs at most %zu work-items per group, not %zu",
+                         name, options, hit->max_group, group);
+    *out = hit->kernel;
+    return HD_OK;
+}
+
+hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t size,
+                            const void *value)
+{
+    cl_int err = clSetKernelArg(k, index, size, value);
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clSetKernelArg");
+    return HD_OK;
+}
+
+hd_status hd__fused_launch(hd_context *ctx, cl_kernel k, size_t groups, size_t group)
+{
+    size_t global = groups * group, local = group;
+    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(ctx->cl), k, 1, NULL, &global, &local, 0,
+                                        NULL, hd__cl_event_slot(ctx->cl));
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
+    return HD_OK;
+}

@@ -1,0 +1,750 @@
+/*
+ * The fused OpenCL kernels (PoCL in CI) against the float64 reference: through the public API
+ * with the fused backend forced for the op (and hd_context_last_backend() checked), and through
+ * the backend's slots directly for every kernel variant it lists, malformed variant strings and
+ * the LoRA epilogue used by the hybrid plan. Shapes are small and odd: rows longer than a
+ * work-group, rows shorter than the vector width, column counts that are not multiples of 4,
+ * 1×1, one token and 16 tokens, ranks 0, 1, a prime and 64.
+ *
+ * Tolerances: GEMM and LoRA use the rounding bound k*FLT_EPSILON*sum|a||b| (factor below).
+ * Softmax and the norms reduce in float through a tree (error ~ log2(cols) ulps of the sum):
+ * softmax |err| <= 1e-9 + 3e-5*|ref|, norms |err| <= 3e-5 + 3e-5*|ref| for inputs in [-2, 2].
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testlib.h"
+
+#include "backends/fused/fused.h"
+#include "dispatch/context.h"
+#include "dispatch/tensor.h"
+
+#define GEMM_FACTOR 2.0
+#define SOFTMAX_ATOL 1e-9
+#define SOFTMAX_RTOL 3e-5
+#define NORM_ATOL 3e-5
+#define NORM_RTOL 3e-5
+#define NORM_EPS 1e-5f
+
+static int setup(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED))
+        fail_msg("no fused backend: %s", hd_context_last_error(ctx));
+    for (int op = 0; op < HD_OP_COUNT; op++)
+        assert_int_equal(hd_context_set_backend(ctx, (hd_op)op, HD_BACKEND_FUSED), HD_OK);
+    *state = ctx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    hd_context_destroy(*state);
+    return 0;
+}
+
+static void expect_fused(hd_context *ctx, hd_status s, const char *what)
+{
+    if (s != HD_OK)
+        fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+    if (hd_context_last_backend(ctx) != HD_BACKEND_FUSED)
+        fail_msg("%s ran on %s: %s", what, hd_backend_name(hd_context_last_backend(ctx)),
+                 hd_context_last_error(ctx));
+}
+
+/* ---- row operations ---- */
+
+static const hd_test_matrix_shape extra_row_shapes[] = {
+    {1, 3},    /* shorter than the vector width */
+    {2, 2},    {300, 8}, /* many short rows per work-group */
+    {3, 1028}, /* aligned, longer than a work-group */
+    {2, 5000}, /* beyond the default register capacity of one row slot: looped or wide */
+    {4, 6},
+};
+
+typedef struct row_data {
+    size_t rows, cols;
+    float *x, *gamma, *beta;
+    double *want;
+} row_data;
+
+static row_data row_data_make(hd_op op, size_t rows, size_t cols, uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    row_data d = {rows, cols, hd_test_floats(rows * cols), hd_test_floats(cols),
+                  hd_test_floats(cols), hd_test_doubles(rows * cols)};
+    hd_test_fill(&rng, d.x, rows * cols, op == HD_OP_SOFTMAX ? -8.0f : -2.0f,
+                 op == HD_OP_SOFTMAX ? 8.0f : 2.0f);
+    hd_test_fill(&rng, d.gamma, cols, 0.5f, 1.5f);
+    hd_test_fill(&rng, d.beta, cols, -1.0f, 1.0f);
+    if (op == HD_OP_SOFTMAX)
+        hd_ref_softmax(rows, cols, d.x, d.want);
+    else if (op == HD_OP_LAYER_NORM)
+        hd_ref_layer_norm(rows, cols, d.x, d.gamma, d.beta, NORM_EPS, d.want);
+    else
+        hd_ref_rms_norm(rows, cols, d.x, d.gamma, NORM_EPS, d.want);
+    return d;
+}
+
+static void row_data_free(row_data *d)
+{
+    free(d->x);
+    free(d->gamma);
+    free(d->beta);
+    free(d->want);
+}
+
+static void expect_row_close(hd_op op, const char *what, const float *got, const row_data *d)
+{
+    size_t n = d->rows * d->cols;
+    if (op == HD_OP_SOFTMAX)
+        hd_test_expect_close(what, got, d->want, n, SOFTMAX_ATOL, SOFTMAX_RTOL);
+    else
+        hd_test_expect_close(what, got, d->want, n, NORM_ATOL, NORM_RTOL);
+}
+
+static hd_status row_call(hd_context *ctx, hd_op op, hd_tensor *x, hd_tensor *g, hd_tensor *b,
+                          hd_tensor *y)
+{
+    if (op == HD_OP_SOFTMAX)
+        return hd_softmax(ctx, x, y);
+    if (op == HD_OP_LAYER_NORM)
+        return hd_layer_norm(ctx, x, g, b, NORM_EPS, y);
+    return hd_rms_norm(ctx, x, g, NORM_EPS, y);
+}
+
+static void check_row_shape(hd_context *ctx, hd_op op, size_t rows, size_t cols, bool in_place,
+                            uint64_t salt)
+{
+    row_data d = row_data_make(op, rows, cols, salt);
+    hd_tensor *x = hd_test_tensor(ctx, rows, cols, d.x);
+    hd_tensor *g = hd_test_tensor(ctx, 1, cols, d.gamma);
+    hd_tensor *b = hd_test_tensor(ctx, 1, cols, d.beta);
+    hd_tensor *y = in_place ? x : hd_test_tensor(ctx, rows, cols, NULL);
+    char what[96];
+    snprintf(what, sizeof what, "%s %zux%zu%s", hd_op_name(op), rows, cols,
+             in_place ? " in place" : "");
+    expect_fused(ctx, row_call(ctx, op, x, g, b, y), what);
+    float *got = hd_test_read(y);
+    expect_row_close(op, what, got, &d);
+    free(got);
+    if (!in_place)
+        hd_tensor_destroy(y);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(g);
+    hd_tensor_destroy(b);
+    row_data_free(&d);
+}
+
+static void check_row_op(hd_context *ctx, hd_op op)
+{
+    for (size_t i = 0; i < hd_test_row_shape_count; i++)
+        check_row_shape(ctx, op, hd_test_row_shapes[i].rows, hd_test_row_shapes[i].cols, false,
+                        100 * op + i);
+    size_t extra = sizeof extra_row_shapes / sizeof extra_row_shapes[0];
+    for (size_t i = 0; i < extra; i++)
+        check_row_shape(ctx, op, extra_row_shapes[i].rows, extra_row_shapes[i].cols, false,
+                        100 * op + 50 + i);
+}
+
+static void test_softmax_matches_reference(void **state)
+{
+    check_row_op(*state, HD_OP_SOFTMAX);
+}
+
+static void test_layer_norm_matches_reference(void **state)
+{
+    check_row_op(*state, HD_OP_LAYER_NORM);
+}
+
+static void test_rms_norm_matches_reference(void **state)
+{
+    check_row_op(*state, HD_OP_RMS_NORM);
+}
+
+static void test_row_ops_in_place(void **state)
+{
+    for (int op = HD_OP_SOFTMAX; op <= HD_OP_RMS_NORM; op++) {
+        check_row_shape(*state, (hd_op)op, 5, 1031, true, 700 + op);
+        check_row_shape(*state, (hd_op)op, 9, 64, true, 710 + op);
+    }
+}
+
+static void test_softmax_nan_row_is_nan_and_others_finite(void **state)
+{
+    hd_context *ctx = *state;
+    float x[2 * 6] = {1, 2, NAN, 4, 5, 6, 1, 2, 3, 4, 5, 6};
+    hd_tensor *t = hd_test_tensor(ctx, 2, 6, x);
+    expect_fused(ctx, hd_softmax(ctx, t, t), "softmax with NaN");
+    float *got = hd_test_read(t);
+    for (int j = 0; j < 6; j++) {
+        assert_true(isnan(got[j]));
+        assert_true(isfinite(got[6 + j]) && got[6 + j] > 0.0f);
+    }
+    free(got);
+    hd_tensor_destroy(t);
+}
+
+/* ---- the backend's slots directly, with variant strings ---- */
+
+static const hd_backend_impl *fused_impl(hd_context *ctx, void **fstate)
+{
+    *fstate = ctx->backend_state[HD_BACKEND_FUSED];
+    assert_non_null(ctx->backends[HD_BACKEND_FUSED]);
+    return ctx->backends[HD_BACKEND_FUSED];
+}
+
+static void to_device(hd_tensor *t)
+{
+    assert_int_equal(hd__tensor_to_device(t), HD_OK);
+}
+
+/* Runs a row op on the fused slot with variant; y is marked written on success. */
+static hd_status row_slot(hd_context *ctx, hd_op op, hd_tensor *x, hd_tensor *g, hd_tensor *b,
+                          hd_tensor *y, const char *variant)
+{
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    to_device(x);
+    to_device(g);
+    to_device(b);
+    assert_int_equal(hd__tensor_to_device(y), HD_OK);
+    hd_row_args args = {.x = x,
+                        .gamma = op == HD_OP_SOFTMAX ? NULL : g,
+                        .beta = op == HD_OP_LAYER_NORM ? b : NULL,
+                        .eps = NORM_EPS,
+                        .y = y,
+                        .rows = x->rows,
+                        .cols = x->cols,
+                        .variant = variant};
+    hd_status s = op == HD_OP_SOFTMAX      ? impl->softmax(fs, ctx, &args)
+                  : op == HD_OP_LAYER_NORM ? impl->layer_norm(fs, ctx, &args)
+                                           : impl->rms_norm(fs, ctx, &args);
+    if (s == HD_OK)
+        hd__tensor_written(y, HD_PLACE_DEVICE);
+    return s;
+}
+
+static void check_row_variants(hd_context *ctx, hd_op op, size_t rows, size_t cols,
+                               const char *const *forced, size_t forced_count)
+{
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_shape shape = {.dim = {rows, cols}};
+    const char *list[32];
+    size_t count = impl->variants(fs, op, &shape, list, 32 - forced_count);
+    assert_true(count > 0);
+    for (size_t i = 0; i < forced_count; i++)
+        list[count++] = forced[i];
+    row_data d = row_data_make(op, rows, cols, 900 + op + cols);
+    hd_tensor *x = hd_test_tensor(ctx, rows, cols, d.x);
+    hd_tensor *g = hd_test_tensor(ctx, 1, cols, d.gamma);
+    hd_tensor *b = hd_test_tensor(ctx, 1, cols, d.beta);
+    hd_tensor *y = hd_test_tensor(ctx, rows, cols, NULL);
+    for (size_t i = 0; i < count; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s %zux%zu [%s]", hd_op_name(op), rows, cols, list[i]);
+        hd_status s = row_slot(ctx, op, x, g, b, y, list[i]);
+        if (s != HD_OK)
+            fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+        float *got = hd_test_read(y);
+        expect_row_close(op, what, got, &d);
+        free(got);
+    }
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(g);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(y);
+    row_data_free(&d);
+}
+
+static void test_row_ops_every_variant(void **state)
+{
+    /* Variants the list leaves out for these lengths: the looped kernels with short rows,
+     * VEC=1 on aligned rows, a register capacity that does not hold the row (runs looped). */
+    static const char *const forced[] = {"WG=64 ROWS=8 CACHE=0", "WG=32 ROWS=2 VEC=1 CACHE=1",
+                                         "WG=128 VEC=1", "ROWS=4", "CACHE=2"};
+    static const size_t cols[] = {1024, 4096, 13, 260};
+    for (int op = HD_OP_SOFTMAX; op <= HD_OP_RMS_NORM; op++)
+        for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+            check_row_variants(*state, (hd_op)op, 3, cols[i], forced,
+                               sizeof forced / sizeof forced[0]);
+}
+
+static void test_variant_malformed_is_rejected(void **state)
+{
+    hd_context *ctx = *state;
+    static const char *const bad[] = {
+        "WG", "WG=", "=4", "WG=abc", "FOO=1", "WG=256 WG=256", "WG=3", "VEC=2", "VEC=8",
+        "WG=2048", "CACHE=17", "WG=256;", "WG=256\t", "-DWG=256", "WG=256 -cl-opt-disable",
+        "WG=0256000", "ROWS=512 WG=256", "TN=8",
+    };
+    float x[3 * 5] = {0};
+    hd_tensor *t = hd_test_tensor(ctx, 3, 5, x);
+    hd_tensor *g = hd_test_tensor(ctx, 1, 5, x);
+    hd_tensor *y = hd_test_tensor(ctx, 3, 5, NULL);
+    float sentinel[3 * 5];
+    for (int i = 0; i < 15; i++)
+        sentinel[i] = (float)i + 0.5f;
+    assert_int_equal(hd_tensor_write(y, sentinel), HD_OK);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        hd_status s = row_slot(ctx, HD_OP_RMS_NORM, t, g, g, y, bad[i]);
+        if (s != HD_ERR_INVALID_ARGUMENT)
+            fail_msg("variant '%s' gave %s", bad[i], hd_status_name(s));
+        assert_true(strlen(hd_context_last_error(ctx)) > 0);
+    }
+    float *got = hd_test_read(y);
+    hd_test_expect_same("output after rejected variants", got, sentinel, 15);
+    free(got);
+
+    /* GEMM parameters are another family: row names are unknown there. */
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_tensor *a = hd_test_tensor(ctx, 1, 5, x), *b = hd_test_tensor(ctx, 5, 3, x);
+    to_device(a);
+    to_device(b);
+    to_device(y);
+    hd_gemm_args ga = {.alpha = 1, .a = a, .b = b, .c = y, .m = 1, .n = 3, .k = 5,
+                       .variant = "ROWS=4"};
+    assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+    ga.variant = "TN=2 KS=2"; /* group of 4: too small for LoRA, fine for GEMM */
+    assert_int_equal(impl->gemm(fs, ctx, &ga), HD_OK);
+    ga.variant = "TN=64 KS=64"; /* group of 4096 */
+    assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_sync(ctx), HD_OK);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(t);
+    hd_tensor_destroy(g);
+    hd_tensor_destroy(y);
+}
+
+/* ---- GEMM ---- */
+
+typedef struct gemm_case {
+    size_t m, n, k;
+    float alpha, beta;
+    bool nan_c;
+} gemm_case;
+
+static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant, uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    size_t m = gc->m, n = gc->n, k = gc->k;
+    float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n), *c = hd_test_floats(m * n);
+    hd_test_fill(&rng, a, m * k, -1, 1);
+    hd_test_fill(&rng, b, k * n, -1, 1);
+    hd_test_fill(&rng, c, m * n, -1, 1);
+    if (gc->nan_c)
+        for (size_t i = 0; i < m * n; i++)
+            c[i] = NAN;
+    double *want = hd_test_doubles(m * n), *bound = hd_test_doubles(m * n);
+    hd_ref_gemm(false, false, m, n, k, gc->alpha, a, b, gc->beta, c, want, bound);
+    hd_tensor *ta = hd_test_tensor(ctx, m, k, a), *tb = hd_test_tensor(ctx, k, n, b);
+    hd_tensor *tc = hd_test_tensor(ctx, m, n, c);
+    char what[128];
+    snprintf(what, sizeof what, "gemm %zux%zux%zu alpha %g beta %g%s [%s]", m, n, k,
+             (double)gc->alpha, (double)gc->beta, gc->nan_c ? " NaN C" : "",
+             variant ? variant : "default");
+    if (variant == NULL) {
+        expect_fused(ctx, hd_gemm(ctx, false, false, gc->alpha, ta, tb, gc->beta, tc), what);
+    } else {
+        void *fs;
+        const hd_backend_impl *impl = fused_impl(ctx, &fs);
+        to_device(ta);
+        to_device(tb);
+        to_device(tc);
+        hd_gemm_args args = {.alpha = gc->alpha, .beta = gc->beta, .a = ta, .b = tb, .c = tc,
+                             .m = m, .n = n, .k = k, .variant = variant};
+        hd_status s = impl->gemm(fs, ctx, &args);
+        if (s != HD_OK)
+            fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+        hd__tensor_written(tc, HD_PLACE_DEVICE);
+    }
+    float *got = hd_test_read(tc);
+    hd_test_expect_gemm_close(what, got, want, bound, m * n, k, GEMM_FACTOR);
+    free(got);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(tc);
+    free(a);
+    free(b);
+    free(c);
+    free(want);
+    free(bound);
+}
+
+static void test_gemm_few_rows_matches_reference(void **state)
+{
+    for (size_t i = 0; i < hd_test_gemm_shape_count; i++) {
+        const hd_test_gemm_shape *s = &hd_test_gemm_shapes[i];
+        if (s->m > 16)
+            continue;
+        gemm_case gc = {s->m, s->n, s->k, 1.0f, 0.0f, false};
+        check_gemm(*state, &gc, NULL, 2000 + i);
+    }
+    static const gemm_case extra[] = {
+        {1, 1, 1, 1.0f, 0.0f, false},     {1, 3, 5, 1.0f, 0.0f, false},
+        {1, 1028, 37, 1.0f, 0.0f, false}, {3, 260, 1001, 1.0f, 0.0f, false},
+        {5, 9, 300, 1.0f, 0.0f, false},   {16, 132, 97, 1.0f, 0.0f, false},
+        {9, 64, 33, 1.0f, 0.0f, false},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        check_gemm(*state, &extra[i], NULL, 2100 + i);
+}
+
+static void test_gemm_alpha_beta_and_nan_c(void **state)
+{
+    static const gemm_case cases[] = {
+        {1, 12, 7, 1.0f, 0.0f, true},     {3, 13, 11, 2.5f, 0.0f, true},
+        {4, 16, 19, -1.5f, 0.5f, false},  {1, 7, 3, 1.0f, 1.0f, false},
+        {16, 20, 40, 0.25f, -2.0f, false}, {2, 3, 1, -1.0f, 1.0f, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_gemm(*state, &cases[i], NULL, 2200 + i);
+}
+
+static void test_gemm_every_variant(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_shape shape = {.dim = {3, 260, 129}};
+    const char *list[32];
+    size_t count = impl->variants(fs, HD_OP_GEMM, &shape, list, 30);
+    assert_true(count > 0);
+    list[count++] = "VEC=1 UNROLL=3";
+    list[count++] = "TN=1 KS=1";
+    for (size_t i = 0; i < count; i++) {
+        gemm_case gc = {3, 260, 129, 1.5f, 0.5f, false};
+        check_gemm(ctx, &gc, list[i], 2300 + i);
+        gemm_case one = {1, 8, 1, 1.0f, 0.0f, true};
+        check_gemm(ctx, &one, list[i], 2350 + i);
+    }
+}
+
+static void test_gemm_outside_design_falls_back(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_shape many = {.dim = {17, 8, 8}}, trans = {.dim = {1, 8, 8}, .trans_b = true};
+    hd_shape huge = {.dim = {1, (size_t)1 << 20, (size_t)1 << 12}};
+    assert_false(impl->supports(fs, HD_OP_GEMM, &many));
+    assert_false(impl->supports(fs, HD_OP_GEMM, &trans));
+    assert_false(impl->supports(fs, HD_OP_GEMM, &huge));
+    hd_rng rng = hd_test_rng(2400);
+    float a[17 * 8], b[8 * 8];
+    hd_test_fill(&rng, a, 17 * 8, -1, 1);
+    hd_test_fill(&rng, b, 64, -1, 1);
+    hd_tensor *ta = hd_test_tensor(ctx, 17, 8, a), *tb = hd_test_tensor(ctx, 8, 8, b);
+    hd_tensor *tc = hd_test_tensor(ctx, 17, 8, NULL);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.0f, tc), HD_OK);
+    assert_int_not_equal(hd_context_last_backend(ctx), HD_BACKEND_FUSED);
+    double want[17 * 8], bound[17 * 8];
+    hd_ref_gemm(false, false, 17, 8, 8, 1.0f, a, b, 0.0f, NULL, want, bound);
+    float *got = hd_test_read(tc);
+    hd_test_expect_gemm_close("gemm 17 rows fallback", got, want, bound, 17 * 8, 8, GEMM_FACTOR);
+    free(got);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(tc);
+}
+
+/* ---- LoRA ---- */
+
+typedef struct lora_data {
+    size_t tokens, in, out, rank;
+    float scale;
+    float *x, *w, *a, *b;
+    double *want, *bound;
+} lora_data;
+
+static lora_data lora_data_make(size_t tokens, size_t in, size_t out, size_t rank,
+                                uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    lora_data d = {tokens, in, out, rank, 0.75f,
+                   hd_test_floats(tokens * in), hd_test_floats(in * out),
+                   hd_test_floats(in * rank), hd_test_floats(rank * out),
+                   hd_test_doubles(tokens * out), hd_test_doubles(tokens * out)};
+    hd_test_fill(&rng, d.x, tokens * in, -1, 1);
+    hd_test_fill(&rng, d.w, in * out, -1, 1);
+    hd_test_fill(&rng, d.a, in * rank, -1, 1);
+    hd_test_fill(&rng, d.b, rank * out, -1, 1);
+    hd_ref_lora(tokens, in, out, rank, d.x, d.w, d.a, d.b, d.scale, d.want, d.bound);
+    return d;
+}
+
+static void lora_data_free(lora_data *d)
+{
+    free(d->x);
+    free(d->w);
+    free(d->a);
+    free(d->b);
+    free(d->want);
+    free(d->bound);
+}
+
+static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
+                       const char *variant, uint64_t salt)
+{
+    lora_data d = lora_data_make(tokens, in, out, rank, salt);
+    hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x), *w = hd_test_tensor(ctx, in, out, d.w);
+    hd_tensor *a = hd_test_tensor(ctx, in, rank, d.a), *b = hd_test_tensor(ctx, rank, out, d.b);
+    hd_tensor *y = hd_test_tensor(ctx, tokens, out, NULL);
+    char what[128];
+    snprintf(what, sizeof what, "lora T=%zu %zux%zu r=%zu [%s]", tokens, in, out, rank,
+             variant ? variant : "default");
+    if (variant == NULL) {
+        expect_fused(ctx, hd_lora_forward(ctx, x, w, a, b, d.scale, y), what);
+    } else {
+        void *fs;
+        const hd_backend_impl *impl = fused_impl(ctx, &fs);
+        to_device(x);
+        to_device(w);
+        to_device(a);
+        to_device(b);
+        assert_int_equal(hd__tensor_reserve(y, HD_PLACE_DEVICE), HD_OK);
+        hd_lora_args args = {.x = x, .w = w, .a = a, .b = b, .scale = d.scale, .y = y,
+                             .tokens = tokens, .in = in, .out = out, .rank = rank,
+                             .variant = variant};
+        hd_status s = impl->lora(fs, ctx, &args);
+        if (s != HD_OK)
+            fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+        hd__tensor_written(y, HD_PLACE_DEVICE);
+    }
+    float *got = hd_test_read(y);
+    hd_test_expect_gemm_close(what, got, d.want, d.bound, tokens * out, in + rank, GEMM_FACTOR);
+    free(got);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(w);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(y);
+    lora_data_free(&d);
+}
+
+static void test_lora_few_tokens_matches_reference(void **state)
+{
+    for (size_t i = 0; i < hd_test_lora_shape_count; i++) {
+        const hd_test_lora_shape *s = &hd_test_lora_shapes[i];
+        if (s->tokens <= 16)
+            check_lora(*state, s->tokens, s->in, s->out, s->rank, NULL, 3000 + i);
+    }
+    static const hd_test_lora_shape extra[] = {
+        {1, 1, 1, 0},    {1, 64, 36, 0},   {1, 37, 12, 1},  {1, 129, 260, 7},
+        {16, 61, 40, 64}, {16, 33, 5, 13}, {1, 300, 64, 64}, {2, 1, 3, 2},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        check_lora(*state, extra[i].tokens, extra[i].in, extra[i].out, extra[i].rank, NULL,
+                   3100 + i);
+}
+
+static void test_lora_every_variant(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_shape shape = {.dim = {1, 100, 68, 8}};
+    const char *list[32];
+    size_t count = impl->variants(fs, HD_OP_LORA, &shape, list, 31);
+    assert_true(count > 0);
+    list[count++] = "VEC=1 TN=2 KS=32 UNROLL=1";
+    for (size_t i = 0; i < count; i++) {
+        check_lora(ctx, 1, 100, 68, 8, list[i], 3200 + i);
+        check_lora(ctx, 3, 45, 20, 64, list[i], 3250 + i);
+    }
+    hd_shape big_rank = {.dim = {1, 8, 8, 65}}, many = {.dim = {17, 8, 8, 4}};
+    assert_false(impl->supports(fs, HD_OP_LORA, &big_rank));
+    assert_false(impl->supports(fs, HD_OP_LORA, &many));
+}
+
+/* The epilogue y += scale * (x*A) * B of the hybrid plan, called directly. */
+static void check_lora_update(hd_context *ctx, size_t tokens, size_t in, size_t out,
+                              size_t rank, const char *variant, uint64_t salt)
+{
+    lora_data d = lora_data_make(tokens, in, out, rank, salt);
+    hd_rng rng = hd_test_rng(salt + 1);
+    float *y0 = hd_test_floats(tokens * out);
+    hd_test_fill(&rng, y0, tokens * out, -1, 1);
+    /* want = y0 + scale * (x*A)*B: the reference with W = 0 plus y0 */
+    float *zero = calloc(in * out + 1, sizeof *zero);
+    assert_non_null(zero);
+    hd_ref_lora(tokens, in, out, rank, d.x, zero, d.a, d.b, d.scale, d.want, d.bound);
+    for (size_t i = 0; i < tokens * out; i++) {
+        d.want[i] += y0[i];
+        d.bound[i] += fabs(y0[i]);
+    }
+    hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x), *a = hd_test_tensor(ctx, in, rank, d.a);
+    hd_tensor *b = hd_test_tensor(ctx, rank, out, d.b), *y = hd_test_tensor(ctx, tokens, out, y0);
+    to_device(x);
+    to_device(a);
+    to_device(b);
+    to_device(y);
+    hd_lora_args args = {.x = x, .a = a, .b = b, .scale = d.scale, .y = y, .tokens = tokens,
+                         .in = in, .out = out, .rank = rank, .variant = variant};
+    char what[128];
+    snprintf(what, sizeof what, "lora update T=%zu %zux%zu r=%zu [%s]", tokens, in, out, rank,
+             variant ? variant : "default");
+    hd_status s = hd__fused_lora_update(ctx->backend_state[HD_BACKEND_FUSED], ctx, &args);
+    if (s != HD_OK)
+        fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+    hd__tensor_written(y, HD_PLACE_DEVICE);
+    float *got = hd_test_read(y);
+    hd_test_expect_gemm_close(what, got, d.want, d.bound, tokens * out, in + rank + 1,
+                              GEMM_FACTOR);
+    free(got);
+    free(y0);
+    free(zero);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(y);
+    lora_data_free(&d);
+}
+
+static void test_lora_update_adds_low_rank_term(void **state)
+{
+    hd_context *ctx = *state;
+    static const hd_test_lora_shape shapes[] = {
+        {37, 29, 31, 5}, {100, 64, 128, 64}, {1, 1, 1, 1}, {19, 40, 8, 1}, {64, 17, 260, 13},
+        {5, 6, 7, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        check_lora_update(ctx, shapes[i].tokens, shapes[i].in, shapes[i].out, shapes[i].rank,
+                          NULL, 3300 + i);
+    hd_shape shape = {.dim = {100, 64, 128, 8}};
+    const char *list[16];
+    size_t count = hd__fused_lora_update_variants(&shape, list, 15);
+    assert_true(count > 0);
+    list[count++] = "WG=64 MR=1 VEC=1";
+    for (size_t i = 0; i < count; i++)
+        check_lora_update(ctx, 33, 20, 36, 9, list[i], 3400 + i);
+}
+
+static void test_lora_update_rejects_bad_input(void **state)
+{
+    hd_context *ctx = *state;
+    hd_shape big = {.dim = {4, 8, 8, 65}};
+    assert_false(hd__fused_lora_update_supports(&big));
+    hd_tensor *x = hd_test_tensor(ctx, 4, 8, NULL), *a = hd_test_tensor(ctx, 8, 65, NULL);
+    hd_tensor *b = hd_test_tensor(ctx, 65, 8, NULL), *y = hd_test_tensor(ctx, 4, 8, NULL);
+    to_device(x);
+    to_device(a);
+    to_device(b);
+    to_device(y);
+    hd_lora_args args = {.x = x, .a = a, .b = b, .scale = 1, .y = y, .tokens = 4, .in = 8,
+                         .out = 8, .rank = 65};
+    void *fs = ctx->backend_state[HD_BACKEND_FUSED];
+    assert_int_equal(hd__fused_lora_update(fs, ctx, &args), HD_ERR_UNSUPPORTED);
+    args.rank = 4;
+    args.variant = "WG=32";
+    assert_int_equal(hd__fused_lora_update(fs, ctx, &args), HD_ERR_INVALID_ARGUMENT);
+    args.variant = "WG=64 MR=3";
+    assert_int_equal(hd__fused_lora_update(fs, ctx, &args), HD_ERR_INVALID_ARGUMENT);
+    args.variant = "MR=4 TN=8";
+    assert_int_equal(hd__fused_lora_update(fs, ctx, &args), HD_ERR_INVALID_ARGUMENT);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(y);
+}
+
+/* ---- chains, migration, warmup ---- */
+
+/* softmax and RMS norm queued on the device, then layer norm on the CPU, then a read: the CPU
+ * op must wait for the device and take its result. */
+static void test_chain_device_then_cpu_then_read(void **state)
+{
+    hd_context *ctx = *state;
+    const size_t rows = 7, cols = 301;
+    hd_rng rng = hd_test_rng(4000);
+    float *x = hd_test_floats(rows * cols), *g = hd_test_floats(cols), *b = hd_test_floats(cols);
+    hd_test_fill(&rng, x, rows * cols, -4, 4);
+    hd_test_fill(&rng, g, cols, 0.5f, 1.5f);
+    hd_test_fill(&rng, b, cols, -1, 1);
+    hd_tensor *tx = hd_test_tensor(ctx, rows, cols, x), *tg = hd_test_tensor(ctx, 1, cols, g);
+    hd_tensor *tb = hd_test_tensor(ctx, 1, cols, b), *t1 = hd_test_tensor(ctx, rows, cols, NULL);
+    expect_fused(ctx, hd_softmax(ctx, tx, t1), "chain softmax");
+    expect_fused(ctx, hd_rms_norm(ctx, t1, tg, NORM_EPS, t1), "chain rms norm");
+    assert_true(t1->device_valid && !t1->host_valid);
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LAYER_NORM, HD_BACKEND_CPU), HD_OK);
+    hd_status s = hd_layer_norm(ctx, t1, tg, tb, NORM_EPS, t1);
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LAYER_NORM, HD_BACKEND_FUSED), HD_OK);
+    assert_int_equal(s, HD_OK);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+
+    double *d1 = hd_test_doubles(rows * cols), *d2 = hd_test_doubles(rows * cols);
+    float *f = hd_test_floats(rows * cols);
+    hd_ref_softmax(rows, cols, x, d1);
+    for (size_t i = 0; i < rows * cols; i++)
+        f[i] = (float)d1[i];
+    hd_ref_rms_norm(rows, cols, f, g, NORM_EPS, d2);
+    for (size_t i = 0; i < rows * cols; i++)
+        f[i] = (float)d2[i];
+    hd_ref_layer_norm(rows, cols, f, g, b, NORM_EPS, d1);
+    float *got = hd_test_read(t1);
+    hd_test_expect_close("device, device, cpu chain", got, d1, rows * cols, 1e-4, 1e-4);
+    free(got);
+    free(f);
+    free(d1);
+    free(d2);
+    free(x);
+    free(g);
+    free(b);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(tg);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(t1);
+}
+
+static void test_warmup_builds_defaults(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_status s = impl->warmup(fs, ctx);
+    if (s != HD_OK)
+        fail_msg("warmup: %s (%s)", hd_status_name(s), hd_context_last_error(ctx));
+    assert_int_equal(hd_context_warmup(ctx), HD_OK);
+}
+
+static void test_probe_without_device_is_unavailable(void **state)
+{
+    hd_context *cpu = hd_test_context(true);
+    void *fs = (void *)1;
+    assert_int_equal(hd__backend_fused.probe(cpu, &fs), HD_ERR_BACKEND_UNAVAILABLE);
+    assert_null(fs);
+    assert_false(hd_context_has_backend(cpu, HD_BACKEND_FUSED));
+    hd_context_destroy(cpu);
+    (void)state;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_softmax_matches_reference),
+        cmocka_unit_test(test_layer_norm_matches_reference),
+        cmocka_unit_test(test_rms_norm_matches_reference),
+        cmocka_unit_test(test_row_ops_in_place),
+        cmocka_unit_test(test_softmax_nan_row_is_nan_and_others_finite),
+        cmocka_unit_test(test_row_ops_every_variant),
+        cmocka_unit_test(test_variant_malformed_is_rejected),
+        cmocka_unit_test(test_gemm_few_rows_matches_reference),
+        cmocka_unit_test(test_gemm_alpha_beta_and_nan_c),
+        cmocka_unit_test(test_gemm_every_variant),
+        cmocka_unit_test(test_gemm_outside_design_falls_back),
+        cmocka_unit_test(test_lora_few_tokens_matches_reference),
+        cmocka_unit_test(test_lora_every_variant),
+        cmocka_unit_test(test_lora_update_adds_low_rank_term),
+        cmocka_unit_test(test_lora_update_rejects_bad_input),
+        cmocka_unit_test(test_chain_device_then_cpu_then_read),
+        cmocka_unit_test(test_warmup_builds_defaults),
+        cmocka_unit_test(test_probe_without_device_is_unavailable),
+    };
+    hd_test_seed();
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
