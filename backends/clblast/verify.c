@@ -1,0 +1,138 @@
+/*
+ * Verification of a CLBlast parameter set: random GEMMs through the indirect path (Xgemm, at a
+ * size just above XGEMM_MIN_INDIRECT_SIZE) and the direct path (XgemmDirect, just below), on
+ * odd sizes that no tile divides, with both transpose flags exercised, alpha != 1 and beta != 0.
+ * The outputs are compared at sampled positions (every corner, then spread pseudo-randomly)
+ * with float64 dot products on the host: a wrong tiling breaks whole tiles, so a sample finds
+ * it without a full float64 GEMM of the indirect size.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backends/clblast/clblast.h"
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+
+#define SAMPLES 128
+
+static uint64_t next_random(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void fill(float *p, size_t n, uint64_t *seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((double)(next_random(seed) >> 11) * 0x1.0p-52 - 1.0);
+}
+
+typedef struct problem {
+    bool trans_a, trans_b;
+    size_t m, n, k;
+    float alpha, beta;
+} problem;
+
+/* Element (i, j) of op(X) where X is stored row-major with ld columns. */
+static double at(const float *x, bool trans, size_t ld, size_t i, size_t j)
+{
+    return trans ? x[j * ld + i] : x[i * ld + j];
+}
+
+static hd_status compare(hd_context *ctx, const problem *pr, const float *a, const float *b,
+                         const float *c0, const float *c, uint64_t *seed)
+{
+    size_t lda = pr->trans_a ? pr->m : pr->k, ldb = pr->trans_b ? pr->k : pr->n;
+    for (size_t s = 0; s < SAMPLES; s++) {
+        size_t i, j;
+        if (s < 4) {
+            i = (s & 1) ? pr->m - 1 : 0;
+            j = (s & 2) ? pr->n - 1 : 0;
+        } else {
+            i = (size_t)(next_random(seed) % pr->m);
+            j = (size_t)(next_random(seed) % pr->n);
+        }
+        double sum = 0.0, bound = 0.0;
+        for (size_t p = 0; p < pr->k; p++) {
+            double t = at(a, pr->trans_a, lda, i, p) * at(b, pr->trans_b, ldb, p, j);
+            sum += t;
+            bound += fabs(t);
+        }
+        double want = (double)pr->alpha * sum + (double)pr->beta * c0[i * pr->n + j];
+        bound = fabs((double)pr->alpha) * bound + fabs((double)pr->beta * c0[i * pr->n + j]);
+        double got = c[i * pr->n + j];
+        double tol = 4.0 * (double)(pr->k + 2) * FLT_EPSILON * bound + 1e-30;
+        if (!(fabs(got - want) <= tol))
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "CLBlast parameter set gives wrong results: %s%s GEMM %zu x %zu x "
+                             "%zu, C[%zu][%zu] = %.9g, expected %.9g",
+                             pr->trans_a ? "T" : "N", pr->trans_b ? "T" : "N", pr->m, pr->n, pr->k,
+                             i, j, got, want);
+    }
+    return HD_OK;
+}
+
+static hd_status run_problem(hd_context *ctx, const problem *pr, uint64_t *seed)
+{
+    size_t na = pr->m * pr->k, nb = pr->k * pr->n, nc = pr->m * pr->n;
+    float *host = malloc((na + nb + 3 * nc) * sizeof *host);
+    if (host == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "verifying CLBlast parameters");
+    float *a = host, *b = a + na, *c0 = b + nb, *c = c0 + nc;
+    fill(a, na + nb + nc, seed);
+
+    struct hd_device_buffer *buf[3] = {NULL, NULL, NULL};
+    size_t bytes[3] = {na * sizeof *a, nb * sizeof *b, nc * sizeof *c};
+    const float *src[3] = {a, b, c0};
+    hd_cl_runtime *rt = ctx->cl;
+    hd_status s = HD_OK;
+    for (int i = 0; i < 3 && s == HD_OK; i++) {
+        s = hd__cl_buffer_acquire(rt, ctx, bytes[i], &buf[i]);
+        if (s == HD_OK)
+            s = hd__cl_upload(rt, ctx, buf[i], src[i], bytes[i]);
+    }
+    if (s == HD_OK)
+        s = hd__clblast_sgemm(ctx, true, pr->trans_a, pr->trans_b, pr->m, pr->n, pr->k, pr->alpha,
+                              buf[0]->mem, 0, pr->trans_a ? pr->m : pr->k, buf[1]->mem, 0,
+                              pr->trans_b ? pr->k : pr->n, pr->beta, buf[2]->mem, 0, pr->n);
+    if (s == HD_OK)
+        s = hd__cl_download(rt, ctx, buf[2], c, bytes[2]);
+    if (s == HD_OK)
+        s = compare(ctx, pr, a, b, c0, c, seed);
+    for (int i = 0; i < 3; i++)
+        if (buf[i] != NULL)
+            hd__cl_buffer_release(rt, buf[i]);
+    free(host);
+    return s;
+}
+
+hd_status hd__clblast_check_results(hd_clblast_state *st, hd_context *ctx,
+                                    const hd_clblast_params *effective)
+{
+    (void)st;
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    size_t t = effective->min_indirect_size;
+    problem list[4];
+    int count = 0;
+    /* Indirect: m*n*k >= t^3. */
+    size_t big = t == 0 ? 40 : t;
+    list[count++] = (problem){false, true, big + 5, big + 3, big + 1, 0.75f, -0.5f};
+    list[count++] = (problem){true, false, big + 3, big + 1, big + 5, -1.25f, 0.25f};
+    /* Direct: m*n*k < t^3, when t leaves room for it. */
+    if (t >= 2) {
+        size_t d = t - 1 < 61 ? t - 1 : 61;
+        list[count++] = (problem){false, true, d, d > 2 ? d - 2 : 1, d > 4 ? d - 4 : 1, 1.5f, 0.5f};
+        list[count++] =
+            (problem){true, false, d > 4 ? d - 4 : 1, d, d > 2 ? d - 2 : 1, -0.5f, 1.0f};
+    }
+    for (int i = 0; i < count; i++) {
+        hd_status s = run_problem(ctx, &list[i], &seed);
+        if (s != HD_OK)
+            return s;
+    }
+    return HD_OK;
+}

@@ -1,0 +1,553 @@
+/*
+ * The CLBlast backend on this machine's OpenCL device (PoCL in CI) against the float64
+ * reference: GEMM in every transpose combination on the shared shapes and across the
+ * direct/indirect threshold, the BLAS rules for alpha = 0 and beta = 0 with NaN around, batched
+ * GEMM on CLBlast and the CPU, the LoRA forward and the CLBlast+fused plan, two contexts in two
+ * threads, and the parameter sets (enumeration, text form, verification, rejection).
+ * CLBlast compiles its kernels on first use (tens of seconds on PoCL): one context serves the
+ * whole suite, and the shapes stay small.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/clblast/clblast.h"
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+#include "tests/testlib.h"
+
+static hd_context *ctx;
+
+static int suite_setup(void **state)
+{
+    (void)state;
+    ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_CLBLAST)) {
+        fprintf(stderr, "no CLBlast backend: %s\n", hd_context_last_error(ctx));
+        return -1;
+    }
+    static const hd_op ops[] = {HD_OP_GEMM, HD_OP_GEMM_BATCHED, HD_OP_LORA};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (hd_context_set_backend(ctx, ops[i], HD_BACKEND_CLBLAST) != HD_OK)
+            return -1;
+    return 0;
+}
+
+static int suite_teardown(void **state)
+{
+    (void)state;
+    hd_context_destroy(ctx);
+    return 0;
+}
+
+static hd_clblast_state *clblast_state(hd_context *c)
+{
+    return c->backend_state[HD_BACKEND_CLBLAST];
+}
+
+/* One GEMM through the public API on backend `want`, checked against the reference. */
+static void check_gemm(hd_context *c, hd_rng *rng, bool ta, bool tb, size_t m, size_t n, size_t k,
+                       float alpha, float beta, hd_backend want)
+{
+    float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n), *c0 = hd_test_floats(m * n);
+    hd_test_fill(rng, a, m * k, -1.0f, 1.0f);
+    hd_test_fill(rng, b, k * n, -1.0f, 1.0f);
+    hd_test_fill(rng, c0, m * n, -1.0f, 1.0f);
+    hd_tensor *ta_ = hd_test_tensor(c, ta ? k : m, ta ? m : k, a);
+    hd_tensor *tb_ = hd_test_tensor(c, tb ? n : k, tb ? k : n, b);
+    hd_tensor *tc = hd_test_tensor(c, m, n, c0);
+    hd_status s = hd_gemm(c, ta, tb, alpha, ta_, tb_, beta, tc);
+    if (s != HD_OK)
+        fail_msg("hd_gemm %zux%zux%zu: %s", m, n, k, hd_context_last_error(c));
+    assert_int_equal(hd_context_last_backend(c), want);
+    float *got = hd_test_read(tc);
+    double *ref = hd_test_doubles(m * n), *bound = hd_test_doubles(m * n);
+    hd_ref_gemm(ta, tb, m, n, k, alpha, a, b, beta, c0, ref, bound);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %c%c %zux%zux%zu", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k);
+    hd_test_expect_gemm_close(what, got, ref, bound, m * n, k, 4.0);
+    free(got), free(ref), free(bound), free(a), free(b), free(c0);
+    hd_tensor_destroy(ta_), hd_tensor_destroy(tb_), hd_tensor_destroy(tc);
+}
+
+static void test_clblast_gemm_all_transposes_match_reference(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(1);
+    for (size_t i = 0; i < hd_test_gemm_shape_count; i++) {
+        const hd_test_gemm_shape *sh = &hd_test_gemm_shapes[i];
+        for (int t = 0; t < 4; t++)
+            check_gemm(ctx, &rng, t & 1, t & 2, sh->m, sh->n, sh->k, 1.25f, -0.5f,
+                       HD_BACKEND_CLBLAST);
+    }
+}
+
+/* Above XGEMM_MIN_INDIRECT_SIZE: the padded, tiled Xgemm path on sizes no tile divides. */
+static void test_clblast_gemm_indirect_path_matches_reference(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(2);
+    size_t t = clblast_state(ctx)->base.min_indirect_size;
+    check_gemm(ctx, &rng, false, true, t + 3, t + 5, t + 1, 0.5f, 2.0f, HD_BACKEND_CLBLAST);
+    check_gemm(ctx, &rng, true, false, t + 1, t + 7, t + 3, -1.0f, 0.0f, HD_BACKEND_CLBLAST);
+}
+
+static void test_clblast_gemm_k_one_and_thin_shapes(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(3);
+    check_gemm(ctx, &rng, false, false, 41, 37, 1, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
+    check_gemm(ctx, &rng, true, true, 1, 53, 1, 2.0f, 1.0f, HD_BACKEND_CLBLAST);
+    check_gemm(ctx, &rng, false, true, 97, 1, 3, -1.0f, 0.5f, HD_BACKEND_CLBLAST);
+}
+
+static void test_clblast_gemm_alpha_zero_ignores_nan_inputs(void **state)
+{
+    (void)state;
+    size_t m = 9, n = 11, k = 5;
+    float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n), *c0 = hd_test_floats(m * n);
+    for (size_t i = 0; i < m * k; i++)
+        a[i] = NAN;
+    for (size_t i = 0; i < k * n; i++)
+        b[i] = NAN;
+    hd_rng rng = hd_test_rng(4);
+    hd_test_fill(&rng, c0, m * n, -1.0f, 1.0f);
+    hd_tensor *ta = hd_test_tensor(ctx, m, k, a), *tb = hd_test_tensor(ctx, k, n, b);
+    hd_tensor *tc = hd_test_tensor(ctx, m, n, c0);
+    assert_int_equal(hd_gemm(ctx, false, false, 0.0f, ta, tb, 3.0f, tc), HD_OK);
+    float *got = hd_test_read(tc);
+    double *want = hd_test_doubles(m * n);
+    for (size_t i = 0; i < m * n; i++)
+        want[i] = 3.0 * c0[i];
+    hd_test_expect_close("alpha = 0", got, want, m * n, 0.0, 1e-6);
+    free(got), free(want), free(a), free(b), free(c0);
+    hd_tensor_destroy(ta), hd_tensor_destroy(tb), hd_tensor_destroy(tc);
+}
+
+/* A first GEMM leaves NaN in C's device buffer; a beta = 0 GEMM into it must not read them, on
+ * the direct and the indirect path. */
+static void test_clblast_gemm_beta_zero_ignores_nan_in_c(void **state)
+{
+    (void)state;
+    size_t t = clblast_state(ctx)->base.min_indirect_size;
+    const size_t sizes[2] = {13, t + 1};
+    hd_rng rng = hd_test_rng(5);
+    for (int p = 0; p < 2; p++) {
+        size_t m = sizes[p], n = sizes[p] + 2, k = sizes[p];
+        float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n),
+              *nan_a = hd_test_floats(m * k);
+        hd_test_fill(&rng, a, m * k, -1.0f, 1.0f);
+        hd_test_fill(&rng, b, k * n, -1.0f, 1.0f);
+        for (size_t i = 0; i < m * k; i++)
+            nan_a[i] = NAN;
+        hd_tensor *ta = hd_test_tensor(ctx, m, k, nan_a), *tb = hd_test_tensor(ctx, k, n, b);
+        hd_tensor *tc = hd_test_tensor(ctx, m, n, NULL);
+        assert_int_equal(hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.0f, tc), HD_OK);
+        float *poisoned = hd_test_read(tc);
+        assert_true(isnan(poisoned[0]) && isnan(poisoned[m * n - 1]));
+        assert_int_equal(hd_tensor_write(ta, a), HD_OK);
+        assert_int_equal(hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.0f, tc), HD_OK);
+        assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CLBLAST);
+        float *got = hd_test_read(tc);
+        double *ref = hd_test_doubles(m * n), *bound = hd_test_doubles(m * n);
+        hd_ref_gemm(false, false, m, n, k, 1.0f, a, b, 0.0f, poisoned, ref, bound);
+        hd_test_expect_gemm_close("beta = 0 over NaN", got, ref, bound, m * n, k, 4.0);
+        free(got), free(ref), free(bound), free(a), free(b), free(nan_a), free(poisoned);
+        hd_tensor_destroy(ta), hd_tensor_destroy(tb), hd_tensor_destroy(tc);
+    }
+}
+
+static void test_clblast_gemm_empty_shapes_are_no_ops(void **state)
+{
+    (void)state;
+    hd_tensor *a = hd_test_tensor(ctx, 0, 5, NULL), *b = hd_test_tensor(ctx, 5, 3, NULL);
+    hd_tensor *c = hd_test_tensor(ctx, 0, 3, NULL);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 0.0f, c), HD_OK);
+    hd_tensor *a2 = hd_test_tensor(ctx, 4, 0, NULL), *b2 = hd_test_tensor(ctx, 0, 3, NULL);
+    float ones[12];
+    for (int i = 0; i < 12; i++)
+        ones[i] = 1.0f;
+    hd_tensor *c2 = hd_test_tensor(ctx, 4, 3, ones);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a2, b2, 2.0f, c2), HD_OK); /* k = 0 */
+    float *got = hd_test_read(c2);
+    for (int i = 0; i < 12; i++)
+        assert_true(got[i] == 2.0f);
+    free(got);
+    hd_tensor_destroy(a), hd_tensor_destroy(b), hd_tensor_destroy(c);
+    hd_tensor_destroy(a2), hd_tensor_destroy(b2), hd_tensor_destroy(c2);
+}
+
+/* A batch through the public API on backend want. */
+static void check_batched(hd_context *c, hd_rng *rng, size_t batch, bool ta, bool tb, size_t m,
+                          size_t n, size_t k, hd_backend want)
+{
+    size_t na = m * k, nb = k * n, nc = m * n;
+    float *a = hd_test_floats(batch * na), *b = hd_test_floats(batch * nb);
+    float *c0 = hd_test_floats(batch * nc);
+    hd_test_fill(rng, a, batch * na, -1.0f, 1.0f);
+    hd_test_fill(rng, b, batch * nb, -1.0f, 1.0f);
+    hd_test_fill(rng, c0, batch * nc, -1.0f, 1.0f);
+    hd_tensor *t_a = hd_test_tensor(c, batch * (ta ? k : m), ta ? m : k, a);
+    hd_tensor *t_b = hd_test_tensor(c, batch * (tb ? n : k), tb ? k : n, b);
+    hd_tensor *t_c = hd_test_tensor(c, batch * m, n, c0);
+    hd_status s = hd_gemm_batched(c, batch, ta, tb, 0.75f, t_a, t_b, -1.5f, t_c);
+    if (s != HD_OK)
+        fail_msg("hd_gemm_batched: %s", hd_context_last_error(c));
+    assert_int_equal(hd_context_last_backend(c), want);
+    float *got = hd_test_read(t_c);
+    double *ref = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
+    for (size_t i = 0; i < batch; i++) {
+        hd_ref_gemm(ta, tb, m, n, k, 0.75f, a + i * na, b + i * nb, -1.5f, c0 + i * nc, ref, bound);
+        char what[96];
+        snprintf(what, sizeof what, "batched %zu/%zu %c%c %zux%zux%zu", i, batch, ta ? 'T' : 'N',
+                 tb ? 'T' : 'N', m, n, k);
+        hd_test_expect_gemm_close(what, got + i * nc, ref, bound, nc, k, 4.0);
+    }
+    free(got), free(ref), free(bound), free(a), free(b), free(c0);
+    hd_tensor_destroy(t_a), hd_tensor_destroy(t_b), hd_tensor_destroy(t_c);
+}
+
+static void test_clblast_gemm_batched_matches_reference(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(6);
+    for (int t = 0; t < 4; t++)
+        check_batched(ctx, &rng, 3, t & 1, t & 2, 17, 13, 11, HD_BACKEND_CLBLAST);
+    check_batched(ctx, &rng, 1, false, false, 5, 7, 3, HD_BACKEND_CLBLAST);
+    check_batched(ctx, &rng, 5, false, true, 1, 9, 1, HD_BACKEND_CLBLAST);
+}
+
+static void test_cpu_gemm_batched_matches_reference(void **state)
+{
+    (void)state;
+    hd_context *cpu = hd_test_context(true);
+    hd_rng rng = hd_test_rng(7);
+    for (int t = 0; t < 4; t++)
+        check_batched(cpu, &rng, 4, t & 1, t & 2, 19, 7, 23, HD_BACKEND_CPU);
+    check_batched(cpu, &rng, 2, true, false, 1, 1, 1, HD_BACKEND_CPU);
+    hd_context_destroy(cpu);
+}
+
+static void test_gemm_batched_rejects_bad_arguments(void **state)
+{
+    (void)state;
+    float c_data[12];
+    for (int i = 0; i < 12; i++)
+        c_data[i] = (float)i;
+    hd_tensor *a = hd_test_tensor(ctx, 6, 4, NULL), *b = hd_test_tensor(ctx, 8, 2, NULL);
+    hd_tensor *c = hd_test_tensor(ctx, 6, 2, c_data);
+    assert_int_equal(hd_gemm_batched(ctx, 4, false, false, 1.0f, a, b, 0.0f, c),
+                     HD_ERR_SHAPE_MISMATCH); /* 4 does not divide 6 */
+    assert_non_null(strstr(hd_context_last_error(ctx), "multiple of the batch"));
+    assert_int_equal(hd_gemm_batched(ctx, 3, false, false, 1.0f, a, b, 0.0f, c),
+                     HD_ERR_SHAPE_MISMATCH);         /* 3 does not divide 8 */
+    hd_tensor *b4 = hd_test_tensor(ctx, 6, 2, NULL); /* 3 x (2x2): inner 4 vs 2 */
+    assert_int_equal(hd_gemm_batched(ctx, 3, false, false, 1.0f, a, b4, 0.0f, c),
+                     HD_ERR_SHAPE_MISMATCH);
+    assert_int_equal(hd_gemm_batched(ctx, 2, false, false, 1.0f, a, b, 0.0f, a), HD_ERR_ALIASING);
+    assert_int_equal(hd_gemm_batched(ctx, 2, false, false, 1.0f, NULL, b, 0.0f, c),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_gemm_batched(NULL, 2, false, false, 1.0f, a, b, 0.0f, c),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_gemm_batched(ctx, 0, false, false, 1.0f, a, b, 0.0f, c), HD_OK);
+    float *got = hd_test_read(c);
+    hd_test_expect_same("outputs untouched", got, c_data, 12);
+    free(got);
+    hd_tensor_destroy(a), hd_tensor_destroy(b), hd_tensor_destroy(b4), hd_tensor_destroy(c);
+}
+
+static void check_lora(hd_backend want, const hd_test_lora_shape *sh, hd_rng *rng)
+{
+    size_t T = sh->tokens, in = sh->in, out = sh->out, r = sh->rank;
+    float *x = hd_test_floats(T * in), *w = hd_test_floats(in * out);
+    float *a = hd_test_floats(in * r), *b = hd_test_floats(r * out);
+    hd_test_fill(rng, x, T * in, -1.0f, 1.0f);
+    hd_test_fill(rng, w, in * out, -1.0f, 1.0f);
+    hd_test_fill(rng, a, in * r, -1.0f, 1.0f);
+    hd_test_fill(rng, b, r * out, -1.0f, 1.0f);
+    hd_tensor *tx = hd_test_tensor(ctx, T, in, x), *tw = hd_test_tensor(ctx, in, out, w);
+    hd_tensor *ta = hd_test_tensor(ctx, in, r, a), *tb = hd_test_tensor(ctx, r, out, b);
+    hd_tensor *ty = hd_test_tensor(ctx, T, out, NULL);
+    hd_status s = hd_lora_forward(ctx, tx, tw, ta, tb, 0.5f, ty);
+    if (s != HD_OK)
+        fail_msg("hd_lora_forward on %s: %s", hd_backend_name(want), hd_context_last_error(ctx));
+    assert_int_equal(hd_context_last_backend(ctx), want);
+    float *got = hd_test_read(ty);
+    double *ref = hd_test_doubles(T * out), *bound = hd_test_doubles(T * out);
+    hd_ref_lora(T, in, out, r, x, w, a, b, 0.5f, ref, bound);
+    char what[96];
+    snprintf(what, sizeof what, "lora %s %zux%zux%zu r%zu", hd_backend_name(want), T, in, out, r);
+    hd_test_expect_gemm_close(what, got, ref, bound, T * out, in + r, 4.0);
+    free(got), free(ref), free(bound), free(x), free(w), free(a), free(b);
+    hd_tensor_destroy(tx), hd_tensor_destroy(tw), hd_tensor_destroy(ta), hd_tensor_destroy(tb);
+    hd_tensor_destroy(ty);
+}
+
+static void test_clblast_lora_matches_reference(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(8);
+    for (size_t i = 0; i < hd_test_lora_shape_count; i++)
+        check_lora(HD_BACKEND_CLBLAST, &hd_test_lora_shapes[i], &rng);
+}
+
+static void test_clblast_fused_lora_matches_reference(void **state)
+{
+    (void)state;
+    assert_true(hd_context_has_backend(ctx, HD_BACKEND_CLBLAST_FUSED));
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA, HD_BACKEND_CLBLAST_FUSED), HD_OK);
+    hd_rng rng = hd_test_rng(9);
+    for (size_t i = 0; i < hd_test_lora_shape_count; i++)
+        check_lora(HD_BACKEND_CLBLAST_FUSED, &hd_test_lora_shapes[i], &rng);
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA, HD_BACKEND_CLBLAST), HD_OK);
+}
+
+/* Each thread: its own context, first CLBlast calls at the same moment, checked results. */
+typedef struct worker {
+    pthread_barrier_t *start;
+    uint64_t salt;
+    int failures;
+    char message[256];
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *wk = arg;
+    hd_context *c = NULL;
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.no_tune_cache = true;
+    opt.backends = "gemm=clblast";
+    hd_status s = hd_context_create(&c, &opt);
+    pthread_barrier_wait(wk->start);
+    if (s != HD_OK) {
+        snprintf(wk->message, sizeof wk->message, "context: %s", hd_status_str(s));
+        wk->failures++;
+        return NULL;
+    }
+    hd_rng rng = hd_test_rng(wk->salt);
+    for (int round = 0; round < 3 && wk->failures == 0; round++) {
+        size_t m = 23 + (size_t)round * 7, n = 19, k = 31;
+        float *a = malloc(m * k * 4), *b = malloc(k * n * 4), *out = malloc(m * n * 4);
+        double *ref = malloc(m * n * 8), *bound = malloc(m * n * 8);
+        hd_test_fill(&rng, a, m * k, -1.0f, 1.0f);
+        hd_test_fill(&rng, b, k * n, -1.0f, 1.0f);
+        hd_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+        hd_tensor_create(c, m, k, &ta), hd_tensor_create(c, k, n, &tb);
+        hd_tensor_create(c, m, n, &tc);
+        hd_tensor_write(ta, a), hd_tensor_write(tb, b);
+        s = hd_gemm(c, false, false, 1.0f, ta, tb, 0.0f, tc);
+        if (s == HD_OK)
+            s = hd_tensor_read(tc, out);
+        if (s != HD_OK || hd_context_last_backend(c) != HD_BACKEND_CLBLAST) {
+            snprintf(wk->message, sizeof wk->message, "gemm: %s on %s: %.180s", hd_status_str(s),
+                     hd_backend_name(hd_context_last_backend(c)), hd_context_last_error(c));
+            wk->failures++;
+        } else {
+            hd_ref_gemm(false, false, m, n, k, 1.0f, a, b, 0.0f, NULL, ref, bound);
+            for (size_t i = 0; i < m * n; i++)
+                if (!(fabs(out[i] - ref[i]) <= 1e-5 * (bound[i] + 1.0))) {
+                    snprintf(wk->message, sizeof wk->message, "element %zu: %g vs %g", i,
+                             (double)out[i], ref[i]);
+                    wk->failures++;
+                    break;
+                }
+        }
+        hd_tensor_destroy(ta), hd_tensor_destroy(tb), hd_tensor_destroy(tc);
+        free(a), free(b), free(out), free(ref), free(bound);
+    }
+    hd_context_destroy(c);
+    return NULL;
+}
+
+static void test_clblast_two_threads_at_once(void **state)
+{
+    (void)state;
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 2);
+    worker wk[2] = {{.start = &start, .salt = 10}, {.start = &start, .salt = 11}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &wk[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&start);
+    for (int i = 0; i < 2; i++)
+        if (wk[i].failures != 0)
+            fail_msg("thread %d: %s", i, wk[i].message);
+}
+
+static void test_clblast_params_enumeration_is_legal_and_deterministic(void **state)
+{
+    (void)state;
+    const hd_clblast_device *dev = &clblast_state(ctx)->dev;
+    static hd_clblast_params first[60], again[60];
+    const size_t max[HD_CLBLAST_KERNEL_COUNT] = {60, 40, 8};
+    for (int k = 0; k < HD_CLBLAST_KERNEL_COUNT; k++) {
+        size_t n = hd__clblast_params_enumerate(dev, (hd_clblast_kernel)k, first, max[k]);
+        assert_int_equal(n, max[k]);
+        assert_int_equal(hd__clblast_params_enumerate(dev, (hd_clblast_kernel)k, again, max[k]), n);
+        hd_clblast_params shipped;
+        hd__clblast_params_shipped(dev, &shipped);
+        for (size_t i = 0; i < n; i++) {
+            char why[200], text[HD_CLBLAST_VARIANT_MAX];
+            if (!hd__clblast_params_legal(&first[i], dev, why, sizeof why))
+                fail_msg("set %zu of %s is illegal: %s", i,
+                         hd__clblast_kernel_name((hd_clblast_kernel)k), why);
+            assert_true(hd__clblast_params_equal(&first[i], &again[i]));
+            assert_true(first[i].has[k]);
+            for (size_t j = 0; j < i; j++)
+                assert_false(hd__clblast_params_equal(&first[i], &first[j]));
+            /* The text form round-trips. */
+            assert_true(hd__clblast_params_format(&first[i], text, sizeof text) <
+                        HD_CLBLAST_VARIANT_MAX);
+            hd_clblast_params back;
+            assert_int_equal(hd__clblast_params_parse(NULL, text, &back), HD_OK);
+            assert_true(hd__clblast_params_equal(&back, &first[i]));
+        }
+    }
+}
+
+static void test_clblast_variant_text_errors_are_reported(void **state)
+{
+    (void)state;
+    hd_clblast_params p;
+    static const char *const bad[] = {
+        "KWG=32",                                              /* the rest of Xgemm missing */
+        "NOPE=1",                                              /* unknown */
+        "XGEMM_MIN_INDIRECT_SIZE=12x",                         /* not a number */
+        "XGEMM_MIN_INDIRECT_SIZE=-1",                          /* negative */
+        "XGEMM_MIN_INDIRECT_SIZE",                             /* no value */
+        "XGEMM_MIN_INDIRECT_SIZE=1 XGEMM_MIN_INDIRECT_SIZE=2", /* repeated */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        hd__error_clear(ctx);
+        assert_int_equal(hd__clblast_params_parse(ctx, bad[i], &p), HD_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(hd_context_last_error(ctx), "CLBlast variant"));
+    }
+    assert_int_equal(hd__clblast_params_parse(ctx, "XGEMM_MIN_INDIRECT_SIZE=64", &p), HD_OK);
+    assert_true(p.has[HD_CLBLAST_GEMM_ROUTINE] && !p.has[HD_CLBLAST_XGEMM]);
+    assert_int_equal(p.min_indirect_size, 64);
+    assert_int_equal(hd__clblast_params_parse(ctx, NULL, &p), HD_OK);
+}
+
+/* An illegal set never reaches CLBlast: the call fails, the base stays, GEMM still works. */
+static void test_clblast_params_illegal_set_is_rejected(void **state)
+{
+    (void)state;
+    hd_clblast_state *st = clblast_state(ctx);
+    hd_clblast_params before = st->base, bad = st->base;
+    bad.has[HD_CLBLAST_XGEMM_DIRECT] = bad.has[HD_CLBLAST_GEMM_ROUTINE] = false;
+    bad.xgemm.kwi = 3; /* KWG = 32 is no multiple of 3 */
+    hd__error_clear(ctx);
+    assert_int_equal(hd__clblast_params_apply(st, ctx, &bad), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "KWI"));
+    assert_true(hd__clblast_params_equal(&st->base, &before));
+
+    hd_clblast_params huge = before;
+    huge.xgemm.sa = huge.xgemm.sb = 1;
+    huge.xgemm.kwg = 1u << 20; /* local memory far beyond the device's */
+    huge.xgemm.kwi = 2;
+    assert_int_equal(hd__clblast_params_apply(st, ctx, &huge), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "local memory"));
+
+    /* A call naming it as its variant is refused the same way, and falls back. */
+    char text[HD_CLBLAST_VARIANT_MAX];
+    hd__clblast_params_format(&bad, text, sizeof text);
+    hd__clblast_lock();
+    hd_status s = hd__clblast_prepare(st, ctx, text);
+    hd__clblast_unlock();
+    assert_int_equal(s, HD_ERR_INVALID_ARGUMENT);
+    hd_rng rng = hd_test_rng(12);
+    check_gemm(ctx, &rng, false, false, 29, 31, 37, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
+}
+
+/* A legal set other than the base is verified against the reference and becomes the base. */
+static void test_clblast_params_verified_set_is_applied(void **state)
+{
+    (void)state;
+    hd_clblast_state *st = clblast_state(ctx);
+    hd_clblast_params sets[8];
+    size_t n = hd__clblast_params_enumerate(&st->dev, HD_CLBLAST_XGEMM_DIRECT, sets, 8);
+    size_t pick = n;
+    for (size_t i = 0; i < n && pick == n; i++) {
+        hd_clblast_params merged = st->base;
+        hd__clblast_params_merge(&merged, &sets[i]);
+        if (!hd__clblast_params_equal(&merged, &st->base))
+            pick = i;
+    }
+    assert_true(pick < n);
+    /* A threshold below the shipped one too, so the new Xgemm program runs on small sizes. */
+    hd_clblast_params set = sets[pick];
+    set.has[HD_CLBLAST_GEMM_ROUTINE] = true;
+    set.min_indirect_size = 64;
+    hd__error_clear(ctx);
+    hd_status s = hd__clblast_params_apply(st, ctx, &set);
+    if (s != HD_OK)
+        fail_msg("apply: %s", hd_context_last_error(ctx));
+    assert_int_equal(st->base.min_indirect_size, 64);
+    assert_true(st->base.direct.wgd == set.direct.wgd && st->base.direct.vwmd == set.direct.vwmd);
+    hd_rng rng = hd_test_rng(13);
+    check_gemm(ctx, &rng, true, false, 67, 71, 73, 1.0f, 0.5f, HD_BACKEND_CLBLAST); /* indirect */
+    check_gemm(ctx, &rng, false, true, 17, 19, 23, 1.0f, 0.5f, HD_BACKEND_CLBLAST); /* direct */
+}
+
+static void test_clblast_status_codes_map_with_name_and_number(void **state)
+{
+    (void)state;
+    static const struct {
+        CLBlastStatusCode code;
+        hd_status want;
+    } cases[] = {
+        {CLBlastOpenCLOutOfResources, HD_ERR_DEVICE_OUT_OF_MEMORY},
+        {CLBlastTempBufferAllocFailure, HD_ERR_DEVICE_OUT_OF_MEMORY},
+        {CLBlastOpenCLOutOfHostMemory, HD_ERR_DEVICE_OUT_OF_MEMORY},
+        {CLBlastOpenCLBuildProgramFailure, HD_ERR_BUILD},
+        {CLBlastInvalidDimension, HD_ERR_INTERNAL},
+        {CLBlastInvalidLocalMemUsage, HD_ERR_UNSUPPORTED},
+        {CLBlastNotImplemented, HD_ERR_UNSUPPORTED},
+        {CLBlastInvalidMemObject, HD_ERR_DEVICE},
+        {(CLBlastStatusCode)-9999, HD_ERR_DEVICE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(hd__clblast_error(ctx, cases[i].code, "test"), cases[i].want);
+        char code[16];
+        snprintf(code, sizeof code, "(%d)", (int)cases[i].code);
+        assert_non_null(strstr(hd_context_last_error(ctx), code));
+    }
+    hd__clblast_error(ctx, CLBlastInvalidLeadDimA, "test");
+    assert_non_null(strstr(hd_context_last_error(ctx), "CLBlastInvalidLeadDimA"));
+}
+
+static void test_clblast_warmup_succeeds(void **state)
+{
+    (void)state;
+    assert_int_equal(hd_context_warmup(ctx), HD_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_clblast_two_threads_at_once),
+        cmocka_unit_test(test_clblast_warmup_succeeds),
+        cmocka_unit_test(test_clblast_gemm_all_transposes_match_reference),
+        cmocka_unit_test(test_clblast_gemm_indirect_path_matches_reference),
+        cmocka_unit_test(test_clblast_gemm_k_one_and_thin_shapes),
+        cmocka_unit_test(test_clblast_gemm_alpha_zero_ignores_nan_inputs),
+        cmocka_unit_test(test_clblast_gemm_beta_zero_ignores_nan_in_c),
+        cmocka_unit_test(test_clblast_gemm_empty_shapes_are_no_ops),
+        cmocka_unit_test(test_clblast_gemm_batched_matches_reference),
+        cmocka_unit_test(test_cpu_gemm_batched_matches_reference),
+        cmocka_unit_test(test_gemm_batched_rejects_bad_arguments),
+        cmocka_unit_test(test_clblast_lora_matches_reference),
+        cmocka_unit_test(test_clblast_fused_lora_matches_reference),
+        cmocka_unit_test(test_clblast_params_enumeration_is_legal_and_deterministic),
+        cmocka_unit_test(test_clblast_variant_text_errors_are_reported),
+        cmocka_unit_test(test_clblast_params_illegal_set_is_rejected),
+        cmocka_unit_test(test_clblast_params_verified_set_is_applied),
+        cmocka_unit_test(test_clblast_status_codes_map_with_name_and_number),
+    };
+    return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
+}
