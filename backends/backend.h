@@ -27,6 +27,8 @@ typedef struct hd_gemm_args {
     hd_tensor *c;
     size_t m, n, k;      /* op(A) is m×k, op(B) k×n, C m×n */
     const char *variant; /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
+    size_t batch;        /* gemm_batched: matrices stacked by rows in each tensor (m, n, k per
+                            matrix); unused by gemm */
 } hd_gemm_args;
 
 typedef struct hd_lora_args {
@@ -77,6 +79,8 @@ typedef struct hd_backend_impl {
     hd_status (*warmup)(void *state, hd_context *ctx);
 
     hd_status (*gemm)(void *state, hd_context *ctx, const hd_gemm_args *args);       /* (optional) */
+    /* hd_gemm_batched(): args->batch matrices per tensor. (optional) */
+    hd_status (*gemm_batched)(void *state, hd_context *ctx, const hd_gemm_args *args);
     hd_status (*lora)(void *state, hd_context *ctx, const hd_lora_args *args);       /* (optional) */
     hd_status (*softmax)(void *state, hd_context *ctx, const hd_row_args *args);     /* (optional) */
     hd_status (*layer_norm)(void *state, hd_context *ctx, const hd_row_args *args);  /* (optional) */

@@ -49,6 +49,48 @@ hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alph
     return HD_OK;
 }
 
+hd_status hd__check_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b,
+                                 float alpha, const hd_tensor *a, const hd_tensor *b, float beta,
+                                 hd_tensor *c, hd_gemm_args *args)
+{
+    static const char fn[] = "hd_gemm_batched";
+    hd_status s;
+    if ((s = check_tensor(ctx, fn, "a", a)) || (s = check_tensor(ctx, fn, "b", b)) ||
+        (s = check_tensor(ctx, fn, "c", c)))
+        return s;
+    if (c == a || c == b)
+        return hd__error(ctx, HD_ERR_ALIASING, "%s: output 'c' is also input '%s'", fn,
+                         c == a ? "a" : "b");
+    *args = (hd_gemm_args){.trans_a = trans_a, .trans_b = trans_b, .alpha = alpha,
+                           .beta = beta, .a = a, .b = b, .c = c, .batch = 0};
+    if (batch == 0)
+        return HD_OK;
+    const hd_tensor *t[] = {a, b, c};
+    static const char *const names[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++)
+        if (t[i]->rows % batch != 0)
+            return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
+                             "%s: '%s' has %zu rows, not a multiple of the batch of %zu", fn,
+                             names[i], t[i]->rows, batch);
+    size_t ra = a->rows / batch, rb = b->rows / batch, rc = c->rows / batch;
+    size_t m = trans_a ? a->cols : ra, k = trans_a ? ra : a->cols;
+    size_t kb = trans_b ? b->cols : rb, n = trans_b ? rb : b->cols;
+    if (kb != k)
+        return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
+                         "%s: each op(a) is %zu x %zu but each op(b) is %zu x %zu (inner "
+                         "dimensions differ)",
+                         fn, m, k, kb, n);
+    if (rc != m || c->cols != n)
+        return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
+                         "%s: each op(a)*op(b) is %zu x %zu but each matrix of 'c' is %zu x %zu",
+                         fn, m, n, rc, c->cols);
+    args->m = m;
+    args->n = n;
+    args->k = k;
+    args->batch = batch;
+    return HD_OK;
+}
+
 hd_status hd__check_lora(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                          const hd_tensor *a, const hd_tensor *b, float scale, hd_tensor *y,
                          hd_lora_args *args)

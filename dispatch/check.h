@@ -9,6 +9,10 @@
 hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
                          const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c,
                          hd_gemm_args *args);
+/* batch = 0 passes (a no-op) once the tensors are valid; args gets per-matrix m, n, k. */
+hd_status hd__check_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b,
+                                 float alpha, const hd_tensor *a, const hd_tensor *b, float beta,
+                                 hd_tensor *c, hd_gemm_args *args);
 hd_status hd__check_lora(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                          const hd_tensor *a, const hd_tensor *b, float scale, hd_tensor *y,
                          hd_lora_args *args);

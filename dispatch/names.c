@@ -46,6 +46,7 @@ static const char *const op_names[HD_OP_COUNT] = {
     [HD_OP_SOFTMAX] = "softmax",
     [HD_OP_LAYER_NORM] = "layer_norm",
     [HD_OP_RMS_NORM] = "rms_norm",
+    [HD_OP_GEMM_BATCHED] = "gemm_batched",
 };
 
 const char *hd_backend_name(hd_backend b)

@@ -33,6 +33,8 @@ static hd_status run_slot(const hd_backend_impl *impl, void *state, hd_context *
         return impl->layer_norm(state, ctx, &call->args.row);
     case HD_OP_RMS_NORM:
         return impl->rms_norm(state, ctx, &call->args.row);
+    case HD_OP_GEMM_BATCHED:
+        return impl->gemm_batched(state, ctx, &call->args.gemm);
     case HD_OP_COUNT:
         break;
     }
@@ -63,6 +65,7 @@ static void set_variant(hd_call *call, const char *variant)
 {
     switch (call->op) {
     case HD_OP_GEMM:
+    case HD_OP_GEMM_BATCHED:
         call->args.gemm.variant = variant;
         break;
     case HD_OP_LORA:
@@ -152,6 +155,31 @@ hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha, cons
     if (g->k == 0 || alpha == 0.0f)
         return gemm_scale_only(ctx, c, beta);
     call.shape = (hd_shape){.dim = {g->m, g->n, g->k}, .trans_a = trans_a, .trans_b = trans_b};
+    call.io = (hd_call_tensors){.inputs = {(hd_tensor *)a, (hd_tensor *)b},
+                                .input_count = 2,
+                                .output = c,
+                                .output_read = beta != 0.0f};
+    return dispatch_call(ctx, &call);
+}
+
+hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b, float alpha,
+                          const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c)
+{
+    if (ctx == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(ctx);
+    hd_call call = {.op = HD_OP_GEMM_BATCHED};
+    hd_status s = hd__check_gemm_batched(ctx, batch, trans_a, trans_b, alpha, a, b, beta, c,
+                                         &call.args.gemm);
+    if (s != HD_OK)
+        return s;
+    const hd_gemm_args *g = &call.args.gemm;
+    if (batch == 0 || g->m == 0 || g->n == 0)
+        return HD_OK;
+    if (g->k == 0 || alpha == 0.0f) /* every C_i = beta*C_i: the whole stack at once */
+        return gemm_scale_only(ctx, c, beta);
+    call.shape = (hd_shape){.dim = {g->m, g->n, g->k, batch}, .trans_a = trans_a,
+                            .trans_b = trans_b};
     call.io = (hd_call_tensors){.inputs = {(hd_tensor *)a, (hd_tensor *)b},
                                 .input_count = 2,
                                 .output = c,

@@ -54,6 +54,9 @@ bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_s
     case HD_OP_RMS_NORM:
         has_slot = impl->rms_norm != NULL;
         break;
+    case HD_OP_GEMM_BATCHED:
+        has_slot = impl->gemm_batched != NULL;
+        break;
     case HD_OP_COUNT:
         break;
     }
@@ -98,6 +101,8 @@ static double work_of(hd_op op, const hd_shape *s)
     case HD_OP_LORA:
         return (double)s->dim[0] * (double)s->dim[1] * ((double)s->dim[2] + (double)s->dim[3]) +
                (double)s->dim[0] * (double)s->dim[3] * (double)s->dim[2];
+    case HD_OP_GEMM_BATCHED: /* m, n, k, batch */
+        return (double)s->dim[0] * (double)s->dim[1] * (double)s->dim[2] * (double)s->dim[3];
     default:
         return (double)s->dim[0] * (double)s->dim[1];
     }
@@ -113,6 +118,8 @@ static double bytes_of(hd_op op, const hd_shape *s)
         return 4.0 * (d0 * d2 + d2 * d1 + d0 * d1);
     case HD_OP_LORA:
         return 4.0 * (d0 * d1 + d1 * d2 + d1 * d3 + d3 * d2 + d0 * d2);
+    case HD_OP_GEMM_BATCHED:
+        return 4.0 * d3 * (d0 * d2 + d2 * d1 + d0 * d1);
     default:
         return 4.0 * (2.0 * d0 * d1 + 2.0 * d1);
     }

@@ -13,6 +13,7 @@ const hd_backend_impl hd__backend_cpu = {
     .place = HD_PLACE_HOST,
     .probe = cpu_probe,
     .gemm = hd__cpu_gemm,
+    .gemm_batched = hd__cpu_gemm_batched,
     .lora = hd__cpu_lora,
     .softmax = hd__cpu_softmax,
     .layer_norm = hd__cpu_layer_norm,

@@ -14,6 +14,7 @@ void hd__cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, flo
                    size_t ldc);
 
 hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);
+hd_status hd__cpu_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *args);
 hd_status hd__cpu_softmax(void *state, hd_context *ctx, const hd_row_args *args);
 hd_status hd__cpu_layer_norm(void *state, hd_context *ctx, const hd_row_args *args);

@@ -77,6 +77,7 @@ typedef enum hd_op {
     HD_OP_SOFTMAX,
     HD_OP_LAYER_NORM,
     HD_OP_RMS_NORM,
+    HD_OP_GEMM_BATCHED, /* hd_gemm_batched() */
     HD_OP_COUNT
 } hd_op;
 
@@ -107,7 +108,8 @@ HD_API const char *hd_status_str(hd_status s);
 /* The code's name without prefix, e.g. "ERR_SHAPE_MISMATCH". Never NULL. */
 HD_API const char *hd_status_name(hd_status s);
 /* Lower-case name of a backend ("auto", "cpu", "clblast", "fused", "clblast+fused"), of an
- * operation ("gemm", "lora", "softmax", "layer_norm", "rms_norm"). Never NULL. */
+ * operation ("gemm", "lora", "softmax", "layer_norm", "rms_norm", "gemm_batched").
+ * Never NULL. */
 HD_API const char *hd_backend_name(hd_backend b);
 HD_API const char *hd_op_name(hd_op op);
 
@@ -213,6 +215,21 @@ HD_API hd_status hd_tensor_read(const hd_tensor *t, float *dst);
  */
 HD_API hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
                          const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c);
+
+/*
+ * A batch of equal GEMMs: C_i = alpha*op(A_i)*op(B_i) + beta*C_i for i < batch, where each
+ * tensor stacks its batch matrices by rows: a is batch*ra × ca with A_i its rows i*ra ..
+ * (i+1)*ra - 1, and likewise b and c. op(A_i) is m×k, op(B_i) k×n, C_i m×n, with the same
+ * transposes for every i. batch = 0 does nothing (after the NULL, context and aliasing checks);
+ * a batch that does not divide every tensor's rows is HD_ERR_SHAPE_MISMATCH. Per matrix, the
+ * rules of hd_gemm() hold (k = 0 gives C = beta*C, beta = 0 ignores C, alpha = 0 ignores A and
+ * B). The library keeps no pointer to the tensors after the call. c must not be a or b.
+ * Returns HD_OK, HD_ERR_INVALID_ARGUMENT, HD_ERR_SHAPE_MISMATCH, HD_ERR_ALIASING,
+ * HD_ERR_WRONG_CONTEXT, or a device error. Does not wait.
+ */
+HD_API hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b,
+                                 float alpha, const hd_tensor *a, const hd_tensor *b, float beta,
+                                 hd_tensor *c);
 
 /*
  * The LoRA forward pass: y = x*W + scale*(x*A)*B, with x T×in, W in×out, A in×r, B r×out and
