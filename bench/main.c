@@ -336,8 +336,22 @@ static int backend_count(const options *o)
     return n;
 }
 
-/* Seconds the case would take in all: per backend a check, then per mode the larger of the
- * time budget and the minimum calls. Ops are estimated from the CPU's GEMM rate and memory
+/* Seconds one backend takes on a case whose op takes op_s: a check, then per mode the larger
+ * of the time budget and the minimum calls. */
+static double estimate_backend_s(const bench_state *st, double op_s)
+{
+    double total = op_s * (1 + st->o->warmup);
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
+        if (!st->o->modes[m])
+            continue;
+        double calls = st->o->repeats * (m == HD_MEASURE_CHAIN ? 2.0 : 1.0) + st->o->warmup;
+        double t = calls * op_s;
+        total += t > st->o->budget_ms * 1e-3 ? t : st->o->budget_ms * 1e-3;
+    }
+    return total;
+}
+
+/* Seconds the case would take in all, its ops estimated from the CPU's GEMM rate and memory
  * bandwidth, which is what runs them on a machine without a GPU. */
 static double estimate_case_s(const bench_state *st, const hd_bench_case *c)
 {
@@ -346,15 +360,12 @@ static double estimate_case_s(const bench_state *st, const hd_bench_case *c)
     double op = hd__bench_case_flops(c) / (hd__bench_case_compute_bound(c) ? rate : 4 * rate);
     if (hd__bench_case_bytes(c) / bw > op)
         op = hd__bench_case_bytes(c) / bw;
-    double per_backend = op * (1 + st->o->warmup);
-    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
-        if (!st->o->modes[m])
-            continue;
-        double calls = st->o->repeats * (m == HD_MEASURE_CHAIN ? 4.0 : 1.0) + st->o->warmup;
-        double t = calls * op;
-        per_backend += t > st->o->budget_ms * 1e-3 ? t : st->o->budget_ms * 1e-3;
-    }
-    return per_backend * backend_count(st->o);
+    return estimate_backend_s(st, op) * backend_count(st->o);
+}
+
+static double case_limit_s(const bench_state *st)
+{
+    return st->o->case_budget_s >= 0 ? st->o->case_budget_s : st->gpu ? 0.0 : 120.0;
 }
 
 /* A record that says why a case or a backend did not run. */
@@ -433,8 +444,14 @@ static void run_backend(bench_state *st, hd_bench_instance *inst, const char *su
         return;
     }
     progress("[%zu/%zu] %s: %s on %s, check", st->done + 1, st->total, suite, name, r->backend);
+    double t0 = hd__measure_now();
     hd_status s = hd__bench_instance_check(inst, &r->check);
+    double check_s = hd__measure_now() - t0;
     r->ran_on = hd_context_last_backend(st->ctx);
+    /* A backend far slower than the estimate (PoCL running CLBlast, say) is caught here, by
+     * the time its checked call really took. */
+    double limit = case_limit_s(st) / backend_count(st->o);
+    double est = estimate_backend_s(st, check_s);
     if (s != HD_OK) {
         r->state = HD_BENCH_ERROR;
         snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
@@ -446,6 +463,11 @@ static void run_backend(bench_state *st, hd_bench_instance *inst, const char *su
         r->state = HD_BENCH_WRONG;
         snprintf(r->note, sizeof r->note, "result off the float64 reference: %.3g x tolerance",
                  r->check);
+    } else if (limit > 0 && est > limit) {
+        r->state = HD_BENCH_SKIPPED;
+        snprintf(r->note, sizeof r->note,
+                 "est. %.0f s > budget %.0f s (one checked call took %.2f s; --case-budget-s)",
+                 est, limit, check_s);
     } else {
         measure_modes(st, inst, r, b);
     }
@@ -463,7 +485,7 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
         add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED, note);
         return;
     }
-    double limit = st->o->case_budget_s >= 0 ? st->o->case_budget_s : st->gpu ? 0.0 : 120.0;
+    double limit = case_limit_s(st);
     double est = estimate_case_s(st, c);
     if (limit > 0 && est > limit) {
         snprintf(note, sizeof note, "est. %.0f s > budget %.0f s (--case-budget-s)", est, limit);
