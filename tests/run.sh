@@ -10,6 +10,7 @@
 #      it, run it and check it against the float64 reference.
 # Ends with "N passed, N failed" over all suites run. Build directories live under
 # $HD_TEST_BUILD_ROOT (default: build-tests/ in the repository) and are reused by later runs.
+# Stage names as arguments run only those: bash tests/run.sh sanitize plain-c
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -93,62 +94,84 @@ suites() {
     [ "$rc" -eq 0 ] || die "meson test failed in $dir (full log: $dir/meson-logs/testlog.txt)"
 }
 
+stage_full() {
+    export POCL_CACHE_DIR="$builds/pocl-full"
+    build "$builds/full" --prefix "$builds/prefix" -Dopencl=enabled -Dclblast=enabled \
+        -Dopenblas=enabled -Dopenmp=enabled -Dtests=true -Dtools=true
+    if [ "${1:-}" != build-only ]; then
+        suites "$builds/full"
+    fi
+}
+
+stage_sanitize() {
+    export POCL_CACHE_DIR="$builds/pocl-sanitize"
+    export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:print_summary=1
+    build "$builds/sanitize" -Db_sanitize=address,undefined -Db_lundef=false \
+        -Dopencl=disabled -Dtools=false
+    suites "$builds/sanitize"
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+}
+
+stage_plain_c() {
+    export POCL_CACHE_DIR="$builds/pocl-plain-c"
+    build "$builds/plain-c" -Dopenblas=disabled -Dopencl=disabled -Dtools=false
+    suites "$builds/plain-c"
+}
+
+stage_installed() {
+    export POCL_CACHE_DIR="$builds/pocl-installed"
+    [ -f "$builds/full/build.ninja" ] || stage_full build-only
+    local prefix="$builds/prefix" pc pcdir libdir flags example log rc
+    rm -rf "$prefix"
+    say "[$stage] meson install into $prefix"
+    meson install -C "$builds/full" >"$builds/install.log" 2>&1 ||
+        { cat "$builds/install.log"; die "meson install failed"; }
+    pc="$(find "$prefix" -name hd-dispatch.pc -print -quit)"
+    [ -n "$pc" ] || die "no hd-dispatch.pc under $prefix"
+    pcdir="$(dirname "$pc")"
+    libdir="$(dirname "$pcdir")"
+    flags="$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs hd-dispatch)" ||
+        die "pkg-config --cflags --libs hd-dispatch failed with PKG_CONFIG_PATH=$pcdir"
+    example="$builds/readme_example_installed"
+    say "[$stage] cc -std=c11 -Wall -Wextra -Wpedantic -Werror tests/readme_example.c $flags"
+    # shellcheck disable=SC2086 # the flags are separate words
+    cc -std=c11 -Wall -Wextra -Wpedantic -Werror tests/readme_example.c -o "$example" $flags ||
+        die "the README example does not compile against the installed library"
+    LD_LIBRARY_PATH="$libdir" ldd "$example" | grep -q "$libdir/libdispatch" ||
+        die "the README example does not load libdispatch from $libdir"
+    log="$builds/installed.test.log"
+    set +e
+    LD_LIBRARY_PATH="$libdir" HD_README="$root/README.md" \
+        HD_README_EXAMPLE_SOURCE="$root/tests/readme_example.c" \
+        HD_README_EXAMPLE_BIN="$example" "$builds/full/tests/test_readme_example" 2>&1 |
+        tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    passed=$((passed + $(awk '/^\[  PASSED  \]/ {n += $4} END {print n + 0}' "$log")))
+    failed=$((failed + $(awk '/^\[  FAILED  \] [0-9]/ {n += $4} END {print n + 0}' "$log")))
+    [ "$rc" -eq 0 ] || die "the installed README example does not match the reference"
+}
+
+all_stages=(full sanitize plain-c installed)
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")
+for stage in "${stages[@]}"; do
+    case " ${all_stages[*]} " in
+    *" $stage "*) ;;
+    *) die "unknown stage '$stage' (stages: ${all_stages[*]})" ;;
+    esac
+done
+
 install_missing
 mkdir -p "$builds"
 # The tests must not read a tuning cache or PoCL kernel cache from the user's home.
 export XDG_CACHE_HOME="$builds/xdg-cache"
 unset HD_TUNE_CACHE
 
-stage="full"
-export POCL_CACHE_DIR="$builds/pocl-full"
-build "$builds/full" --prefix "$builds/prefix" -Dopencl=enabled -Dclblast=enabled \
-    -Dopenblas=enabled -Dopenmp=enabled -Dtests=true -Dtools=true
-suites "$builds/full"
+for stage in "${stages[@]}"; do
+    "stage_${stage//-/_}"
+done
 
-stage="sanitize"
-export POCL_CACHE_DIR="$builds/pocl-sanitize"
-export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:print_summary=1
-build "$builds/sanitize" -Db_sanitize=address,undefined -Db_lundef=false -Dopencl=disabled \
-    -Dtools=false
-suites "$builds/sanitize"
-unset ASAN_OPTIONS UBSAN_OPTIONS
-
-stage="plain-c"
-export POCL_CACHE_DIR="$builds/pocl-plain-c"
-build "$builds/plain-c" -Dopenblas=disabled -Dopencl=disabled -Dtools=false
-suites "$builds/plain-c"
-
-stage="installed"
-export POCL_CACHE_DIR="$builds/pocl-installed"
-prefix="$builds/prefix"
-rm -rf "$prefix"
-say "[$stage] meson install into $prefix"
-meson install -C "$builds/full" --no-rebuild >"$builds/install.log" 2>&1 ||
-    { cat "$builds/install.log"; die "meson install failed"; }
-pc="$(find "$prefix" -name hd-dispatch.pc -print -quit)"
-[ -n "$pc" ] || die "no hd-dispatch.pc under $prefix"
-pcdir="$(dirname "$pc")"
-libdir="$(dirname "$pcdir")"
-flags="$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs hd-dispatch)" ||
-    die "pkg-config --cflags --libs hd-dispatch failed with PKG_CONFIG_PATH=$pcdir"
-example="$builds/readme_example_installed"
-say "[$stage] cc -std=c11 -Wall -Wextra -Werror tests/readme_example.c $flags"
-# shellcheck disable=SC2086 # the flags are words
-cc -std=c11 -Wall -Wextra -Wpedantic -Werror tests/readme_example.c -o "$example" $flags ||
-    die "the README example does not compile against the installed library"
-LD_LIBRARY_PATH="$libdir" ldd "$example" | grep -q "$libdir/libdispatch" ||
-    die "the README example does not load libdispatch from $libdir"
-log="$builds/installed.test.log"
-set +e
-LD_LIBRARY_PATH="$libdir" HD_README="$root/README.md" \
-    HD_README_EXAMPLE_SOURCE="$root/tests/readme_example.c" HD_README_EXAMPLE_BIN="$example" \
-    "$builds/full/tests/test_readme_example" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-set -e
-passed=$((passed + $(awk '/^\[  PASSED  \]/ {n += $4} END {print n + 0}' "$log")))
-failed=$((failed + $(awk '/^\[  FAILED  \] [0-9]/ {n += $4} END {print n + 0}' "$log")))
-[ "$rc" -eq 0 ] || die "the installed README example does not match the reference"
-
-say "all stages passed"
+say "stages passed: ${stages[*]}"
 tally
