@@ -156,8 +156,8 @@ static unsigned chain_length_for(const hd_measure_config *cfg, double op_s)
     return want < 4.0 ? 4u : want > 256.0 ? 256u : (unsigned)want;
 }
 
-hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn,
-                      void *user, hd_measure_result *out)
+hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn, void *user,
+                      hd_measure_result *out)
 {
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;

@@ -54,8 +54,8 @@ typedef struct hd_measure_result {
     double median_s, min_s, max_s; /* per op */
     unsigned runs;                 /* samples taken */
     unsigned chain_length;         /* ops per sample: 1 except in chain mode */
-    bool host_timed;  /* device mode on an op that ran on the CPU: host wall time */
-    hd_backend ran_on; /* hd_context_last_backend() after the last timed call */
+    bool host_timed;               /* device mode on an op that ran on the CPU: host wall time */
+    hd_backend ran_on;             /* hd_context_last_backend() after the last timed call */
 } hd_measure_result;
 
 /* Defaults: 3 warm-up calls, at least 5 and at most 1000 samples, 0.5 s, chain auto, 1 set. */
@@ -66,8 +66,8 @@ void hd__measure_config_init(hd_measure_config *cfg, hd_measure_mode mode);
  * HD_OK with *out filled, HD_ERR_INVALID_ARGUMENT (NULL argument, unknown mode), the first
  * failing status of fn or hd_sync (the context's message says more), or HD_ERR_OUT_OF_MEMORY.
  */
-hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn,
-                      void *user, hd_measure_result *out);
+hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn, void *user,
+                      hd_measure_result *out);
 
 /* "device", "sync", "chain". */
 const char *hd__measure_mode_name(hd_measure_mode mode);

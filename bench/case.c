@@ -10,7 +10,7 @@
 /* Inputs of all sets together under this size rotate among several sets, so that a timing
  * is not a figure of data left hot in a cache by the previous run. */
 #define ROTATE_BELOW_BYTES (64.0 * 1024 * 1024)
-#define ROTATE_SETS 3
+#define ROTATE_SETS        3
 /* Rows and columns the reference check samples on large outputs. */
 #define CHECK_ROWS 16
 #define CHECK_COLS 256
@@ -45,8 +45,10 @@ static int input_specs(const hd_bench_case *c, input_spec spec[4], size_t *out_r
     const size_t *d = c->shape.dim;
     switch (c->op) {
     case HD_OP_GEMM:
-        spec[0] = c->shape.trans_a ? (input_spec){d[2], d[0], -1, 1} : (input_spec){d[0], d[2], -1, 1};
-        spec[1] = c->shape.trans_b ? (input_spec){d[1], d[2], -1, 1} : (input_spec){d[2], d[1], -1, 1};
+        spec[0] =
+            c->shape.trans_a ? (input_spec){d[2], d[0], -1, 1} : (input_spec){d[0], d[2], -1, 1};
+        spec[1] =
+            c->shape.trans_b ? (input_spec){d[1], d[2], -1, 1} : (input_spec){d[2], d[1], -1, 1};
         *out_rows = d[0];
         *out_cols = d[1];
         return 2;
@@ -81,8 +83,7 @@ static int input_specs(const hd_bench_case *c, input_spec spec[4], size_t *out_r
     }
 }
 
-static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *state,
-                             hd_tensor **t)
+static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *state, hd_tensor **t)
 {
     hd_status st = hd_tensor_create(ctx, s->rows, s->cols, t);
     if (st != HD_OK)
@@ -140,8 +141,8 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
     hd_tensor **in = inst->in[set < inst->sets ? set : 0];
     switch (inst->c.op) {
     case HD_OP_GEMM:
-        return hd_gemm(ctx, inst->c.shape.trans_a, inst->c.shape.trans_b, 1.0f, in[0], in[1],
-                       0.0f, inst->out);
+        return hd_gemm(ctx, inst->c.shape.trans_a, inst->c.shape.trans_b, 1.0f, in[0], in[1], 0.0f,
+                       inst->out);
     case HD_OP_LORA:
         return hd_lora_forward(ctx, in[0], in[1], in[2], in[3], inst->scale, inst->out);
     case HD_OP_SOFTMAX:
@@ -151,8 +152,7 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
     case HD_OP_RMS_NORM:
         return hd_rms_norm(ctx, in[0], in[1], inst->eps, inst->out);
     default:
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d",
-                         (int)inst->c.op);
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d", (int)inst->c.op);
     }
 }
 
@@ -202,8 +202,7 @@ static double check_gemm(const hd_bench_case *c, float *const in[4], const float
     return worst;
 }
 
-static double check_lora(const hd_bench_case *c, float *const in[4], const float *y,
-                         float scale)
+static double check_lora(const hd_bench_case *c, float *const in[4], const float *y, float scale)
 {
     size_t t = c->shape.dim[0], ni = c->shape.dim[1], no = c->shape.dim[2], r = c->shape.dim[3];
     const float *x = in[0], *w = in[1], *a = in[2], *b = in[3];

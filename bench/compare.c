@@ -90,8 +90,8 @@ int hd__bench_compare(FILE *out, const hd_json *ours, const hd_json *peer, const
                 find_best(theirs, name, mode_order[k], 0).seconds > 0)
                 m = mode_order[k];
         if (m == NULL) {
-            fprintf(out, "%-24s %-6s %12s %-14s %12s %-14s %12s %8s %8s\n", name, "-", "-", "",
-                    "-", "", "-", "-", "-");
+            fprintf(out, "%-24s %-6s %12s %-14s %12s %-14s %12s %8s %8s\n", name, "-", "-", "", "-",
+                    "", "-", "-", "-");
             continue;
         }
         best o = find_best(mine, name, m, 0), a = find_best(mine, name, m, 1);
@@ -119,8 +119,8 @@ int hd__bench_compare(FILE *out, const hd_json *ours, const hd_json *peer, const
                 strcmp(hd__json_str(&mine->items[j], "backend", ""), "auto") == 0)
                 ran_on = hd__json_str(&mine->items[j], "ran_on", "-");
         snprintf(ab, sizeof ab, "(%s)", a.seconds > 0 ? ran_on : "-");
-        fprintf(out, "%-24s %-6s %12s %-14s %12s %-14s %12s %8s %8s\n", name, m, to, ob, ta, ab,
-                tp, r, ra);
+        fprintf(out, "%-24s %-6s %12s %-14s %12s %-14s %12s %8s %8s\n", name, m, to, ob, ta, ab, tp,
+                r, ra);
     }
     for (size_t i = 0; i < theirs->count; i++) {
         const char *name = hd__json_str(&theirs->items[i], "case", "");
@@ -133,8 +133,8 @@ int hd__bench_compare(FILE *out, const hd_json *ours, const hd_json *peer, const
             fprintf(out, "%-24s only in the peer file\n", name);
     }
     if (n > 0)
-        fprintf(out, "geometric mean ratio: best %.2fx over %d cases (faster on %d)", exp(log_sum / n),
-                n, faster);
+        fprintf(out, "geometric mean ratio: best %.2fx over %d cases (faster on %d)",
+                exp(log_sum / n), n, faster);
     if (n_auto > 0)
         fprintf(out, ", auto %.2fx over %d", exp(log_sum_auto / n_auto), n_auto);
     fputc('\n', out);

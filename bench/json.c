@@ -50,19 +50,34 @@ static char *parse_string(parser *ps)
         if (c == '\\') {
             char e = *ps->p++;
             switch (e) {
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case '"': case '\\': case '/': c = e; break;
+            case 'n':
+                c = '\n';
+                break;
+            case 't':
+                c = '\t';
+                break;
+            case 'r':
+                c = '\r';
+                break;
+            case 'b':
+                c = '\b';
+                break;
+            case 'f':
+                c = '\f';
+                break;
+            case '"':
+            case '\\':
+            case '/':
+                c = e;
+                break;
             case 'u': {
                 unsigned code = 0;
                 for (int i = 0; i < 4; i++) {
                     char h = *ps->p++;
-                    unsigned d = h >= '0' && h <= '9' ? (unsigned)(h - '0')
+                    unsigned d = h >= '0' && h <= '9'   ? (unsigned)(h - '0')
                                  : h >= 'a' && h <= 'f' ? (unsigned)(h - 'a' + 10)
-                                 : h >= 'A' && h <= 'F' ? (unsigned)(h - 'A' + 10) : 16u;
+                                 : h >= 'A' && h <= 'F' ? (unsigned)(h - 'A' + 10)
+                                                        : 16u;
                     if (d > 15) {
                         fail(ps, "bad \\u escape");
                         free(s);

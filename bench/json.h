@@ -21,8 +21,8 @@ struct hd_json {
     hd_json_type type;
     bool boolean;
     double number;
-    char *string;  /* STRING */
-    char *key;     /* member name inside an OBJECT */
+    char *string;   /* STRING */
+    char *key;      /* member name inside an OBJECT */
     hd_json *items; /* ARRAY, OBJECT: count children */
     size_t count;
 };

@@ -35,34 +35,34 @@ typedef struct options {
 
 static void usage(FILE *f)
 {
-    fputs(
-        "usage: dispatch-bench [options]\n"
-        "  --suite NAME        seed, train, gemm, ci, or all (= seed,train,gemm); repeatable,\n"
-        "                      or a comma list (default: seed)\n"
-        "  --modes LIST        device,sync,chain (default: all three)\n"
-        "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
-        "  --repeats N         at least N timed runs per mode (default 5)\n"
-        "  --max-runs N        at most N timed runs per mode (default 1000)\n"
-        "  --budget-ms MS      stop repeating a mode after MS milliseconds (default 300)\n"
-        "  --warmup N          untimed calls before timing (default 3, at least one per input set)\n"
-        "  --chain N           ops per chain sample (default: enough for ~2 ms, 4..256)\n"
-        "  --peak-flops GFLOPS compute roof (default: the best GEMM rate measured in this run)\n"
-        "  --max-elements N    skip cases holding more than N floats (says so)\n"
-        "  --case-budget-s S   skip cases estimated to take longer than S seconds in all\n"
-        "                      (default 120 without a GPU, unlimited with one; 0: unlimited)\n"
-        "  --csv               CSV on standard output instead of the table\n"
-        "  --csv-out FILE      also write the CSV to FILE\n"
-        "  --json FILE         also write the results as JSON (schema hd-bench/1)\n"
-        "  --compare PEER.json print the gap table against a peer's results\n"
-        "  --ours OURS.json    with --compare: compare this file instead of running\n"
-        "  --compare-mode M    device, sync or chain (default: per case, the first both have\n"
-        "                      of device, chain, sync)\n"
-        "  --list-cases        list the suites' cases (with --json FILE: as JSON, '-' = stdout)\n"
-        "  --device SPEC       OpenCL device index or name substring\n"
-        "  --cpu-only          no OpenCL: the CPU backend alone\n"
-        "  --seed N            random data seed (default: from the clock)\n"
-        "  --quiet             no progress line\n",
-        f);
+    fputs("usage: dispatch-bench [options]\n"
+          "  --suite NAME        seed, train, gemm, ci, or all (= seed,train,gemm); repeatable,\n"
+          "                      or a comma list (default: seed)\n"
+          "  --modes LIST        device,sync,chain (default: all three)\n"
+          "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
+          "  --repeats N         at least N timed runs per mode (default 5)\n"
+          "  --max-runs N        at most N timed runs per mode (default 1000)\n"
+          "  --budget-ms MS      stop repeating a mode after MS milliseconds (default 300)\n"
+          "  --warmup N          untimed calls before timing (default 3, at least one per input "
+          "set)\n"
+          "  --chain N           ops per chain sample (default: enough for ~2 ms, 4..256)\n"
+          "  --peak-flops GFLOPS compute roof (default: the best GEMM rate measured in this run)\n"
+          "  --max-elements N    skip cases holding more than N floats (says so)\n"
+          "  --case-budget-s S   skip cases estimated to take longer than S seconds in all\n"
+          "                      (default 120 without a GPU, unlimited with one; 0: unlimited)\n"
+          "  --csv               CSV on standard output instead of the table\n"
+          "  --csv-out FILE      also write the CSV to FILE\n"
+          "  --json FILE         also write the results as JSON (schema hd-bench/1)\n"
+          "  --compare PEER.json print the gap table against a peer's results\n"
+          "  --ours OURS.json    with --compare: compare this file instead of running\n"
+          "  --compare-mode M    device, sync or chain (default: per case, the first both have\n"
+          "                      of device, chain, sync)\n"
+          "  --list-cases        list the suites' cases (with --json FILE: as JSON, '-' = stdout)\n"
+          "  --device SPEC       OpenCL device index or name substring\n"
+          "  --cpu-only          no OpenCL: the CPU backend alone\n"
+          "  --seed N            random data seed (default: from the clock)\n"
+          "  --quiet             no progress line\n",
+          f);
 }
 
 static bool parse_list(const char *arg, bool (*item)(const char *, options *), options *o)
@@ -130,8 +130,8 @@ static bool parse_number(const char *opt, const char *arg, double *out)
 /* Returns 0 to go on, 1 for a clean exit (--help), 2 for a usage error. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    *o = (options){.warmup = 3, .repeats = 5, .max_runs = 1000, .budget_ms = 300,
-                   .case_budget_s = -1};
+    *o = (options){
+        .warmup = 3, .repeats = 5, .max_runs = 1000, .budget_ms = 300, .case_budget_s = -1};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     o->seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
@@ -250,7 +250,6 @@ static void progress(const char *fmt, ...)
 
 /* ---- calibration: the roofline and the CPU rates the skip estimate uses ---- */
 
-
 /* The CPU backend's GEMM rate on 512³ (sync mode): the compute roof of a CPU-only machine's
  * estimate, and a lower bound of its peak. 0 when it cannot be measured. */
 static double cpu_gemm_rate(hd_context *ctx, uint64_t seed)
@@ -266,8 +265,7 @@ static double cpu_gemm_rate(hd_context *ctx, uint64_t seed)
         cfg.budget_s = 0.3;
         cfg.min_runs = 3;
         hd_measure_result r;
-        if (hd__measure(ctx, &cfg, hd__bench_instance_run, &inst, &r) == HD_OK &&
-            r.min_s > 0)
+        if (hd__measure(ctx, &cfg, hd__bench_instance_run, &inst, &r) == HD_OK && r.min_s > 0)
             rate = hd__bench_case_flops(&c) / r.min_s;
         hd__bench_instance_destroy(&inst);
     }
@@ -407,8 +405,8 @@ static void measure_modes(bench_state *st, hd_bench_instance *inst, hd_bench_rec
         hd_status s = hd__measure(st->ctx, &cfg, hd__bench_instance_run, inst, &r->m[m]);
         if (s != HD_OK) {
             r->state = HD_BENCH_ERROR;
-            snprintf(r->note, sizeof r->note, "%s mode: %s", hd__measure_mode_name((hd_measure_mode)m),
-                     hd_context_last_error(st->ctx));
+            snprintf(r->note, sizeof r->note, "%s mode: %s",
+                     hd__measure_mode_name((hd_measure_mode)m), hd_context_last_error(st->ctx));
             return;
         }
         if (forced != HD_BACKEND_AUTO && r->m[m].ran_on != forced) {
@@ -466,8 +464,8 @@ static void run_backend(bench_state *st, hd_bench_instance *inst, const char *su
     } else if (limit > 0 && est > limit) {
         r->state = HD_BENCH_SKIPPED;
         snprintf(r->note, sizeof r->note,
-                 "est. %.0f s > budget %.0f s (one checked call took %.2f s; --case-budget-s)",
-                 est, limit, check_s);
+                 "est. %.0f s > budget %.0f s (one checked call took %.2f s; --case-budget-s)", est,
+                 limit, check_s);
     } else {
         measure_modes(st, inst, r, b);
     }
@@ -583,8 +581,11 @@ static int run_suites(const options *o)
     if (hd_context_warmup(ctx) != HD_OK)
         fprintf(stderr, "dispatch-bench: warm-up: %s\n", hd_context_last_error(ctx));
 
-    hd_bench_run run = {.warmup = o->warmup, .min_runs = o->repeats, .max_runs = o->max_runs,
-                        .budget_ms = o->budget_ms, .seed = o->seed};
+    hd_bench_run run = {.warmup = o->warmup,
+                        .min_runs = o->repeats,
+                        .max_runs = o->max_runs,
+                        .budget_ms = o->budget_ms,
+                        .seed = o->seed};
     memcpy(run.modes, o->modes, sizeof run.modes);
     run.device_name = hd_context_device_name(ctx);
     run.device_driver = hd__measure_device_driver(ctx);

@@ -131,9 +131,9 @@ static void table_row(FILE *f, const hd_bench_run *run, const hd_bench_record *r
         char gf[16] = "-";
         if (hd__bench_case_compute_bound(&r->c))
             snprintf(gf, sizeof gf, "%9.1f", fg.gflops);
-        fprintf(f, "%-24s %-14s %-6s %10s %10s %10s %9s %8.2f %5.0f%%  %s\n", r->name,
-                r->backend, hd__measure_mode_name((hd_measure_mode)m), med, mn, mx, gf, fg.gbs,
-                fg.roof_pct, note);
+        fprintf(f, "%-24s %-14s %-6s %10s %10s %10s %9s %8.2f %5.0f%%  %s\n", r->name, r->backend,
+                hd__measure_mode_name((hd_measure_mode)m), med, mn, mx, gf, fg.gbs, fg.roof_pct,
+                note);
     }
 }
 
@@ -180,8 +180,8 @@ void hd__bench_write_csv(FILE *f, const hd_bench_run *run)
             const size_t *d = r->c.shape.dim;
             fprintf(f, "%s,", r->suite);
             csv_field(f, r->name);
-            fprintf(f, ",%s,%zu,%zu,%zu,%zu,%d,%d,%s,%s,%s,", hd_op_name(r->c.op), d[0], d[1],
-                    d[2], d[3], r->c.shape.trans_a, r->c.shape.trans_b, r->backend,
+            fprintf(f, ",%s,%zu,%zu,%zu,%zu,%d,%d,%s,%s,%s,", hd_op_name(r->c.op), d[0], d[1], d[2],
+                    d[3], r->c.shape.trans_a, r->c.shape.trans_b, r->backend,
                     hd_backend_name(r->ran_on), hd__bench_state_name(r->state));
             if (have) {
                 const hd_measure_result *x = &r->m[m];
@@ -191,9 +191,8 @@ void hd__bench_write_csv(FILE *f, const hd_bench_run *run)
                 bool has_regret = strcmp(r->backend, "auto") == 0 &&
                                   hd__bench_regret(run, r, (hd_measure_mode)m, &regret, &best);
                 fprintf(f, "%s,%.9g,%.9g,%.9g,%u,%u,%d,%.6g,%.6g,%.4g,",
-                        hd__measure_mode_name((hd_measure_mode)m), x->median_s, x->min_s,
-                        x->max_s, x->runs, x->chain_length, x->host_timed, fg.gflops, fg.gbs,
-                        fg.roof_pct);
+                        hd__measure_mode_name((hd_measure_mode)m), x->median_s, x->min_s, x->max_s,
+                        x->runs, x->chain_length, x->host_timed, fg.gflops, fg.gbs, fg.roof_pct);
                 if (has_regret)
                     fprintf(f, "%.4g", regret);
                 fputc(',', f);
@@ -302,8 +301,9 @@ static void json_header(FILE *f, const hd_bench_run *run)
             first = false;
         }
     }
-    fprintf(f, "], \"warmup\": %u, \"min_runs\": %u, \"max_runs\": %u, \"seed\": %llu, "
-               "\"budget_ms\": ",
+    fprintf(f,
+            "], \"warmup\": %u, \"min_runs\": %u, \"max_runs\": %u, \"seed\": %llu, "
+            "\"budget_ms\": ",
             run->warmup, run->min_runs, run->max_runs, run->seed);
     json_number(f, run->budget_ms);
     fputs("},\n", f);
@@ -325,8 +325,9 @@ static void json_modes(FILE *f, const hd_bench_run *run, const hd_bench_record *
         json_number(f, x->min_s);
         fputs(", \"max_s\": ", f);
         json_number(f, x->max_s);
-        fprintf(f, ", \"runs\": %u, \"chain_length\": %u, \"host_timed\": %s, \"gflops\": ",
-                x->runs, x->chain_length, x->host_timed ? "true" : "false");
+        fprintf(f,
+                ", \"runs\": %u, \"chain_length\": %u, \"host_timed\": %s, \"gflops\": ", x->runs,
+                x->chain_length, x->host_timed ? "true" : "false");
         json_number(f, hd__bench_case_compute_bound(&r->c) ? fg.gflops : NAN);
         fputs(", \"gbs\": ", f);
         json_number(f, fg.gbs);
@@ -352,11 +353,11 @@ static void json_case_fields(FILE *f, const hd_bench_case *c, const char *name)
     fputs("\"case\": ", f);
     hd__bench_json_string(f, name);
     const size_t *d = c->shape.dim;
-    fprintf(f, ", \"op\": \"%s\", \"dims\": [%zu, %zu, %zu, %zu], \"trans_a\": %s, "
-               "\"trans_b\": %s, \"flops\": %.17g, \"bytes\": %.17g",
+    fprintf(f,
+            ", \"op\": \"%s\", \"dims\": [%zu, %zu, %zu, %zu], \"trans_a\": %s, "
+            "\"trans_b\": %s, \"flops\": %.17g, \"bytes\": %.17g",
             hd_op_name(c->op), d[0], d[1], d[2], d[3], c->shape.trans_a ? "true" : "false",
-            c->shape.trans_b ? "true" : "false", hd__bench_case_flops(c),
-            hd__bench_case_bytes(c));
+            c->shape.trans_b ? "true" : "false", hd__bench_case_flops(c), hd__bench_case_bytes(c));
 }
 
 void hd__bench_write_json(FILE *f, const hd_bench_run *run)

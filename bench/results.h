@@ -10,18 +10,18 @@
 #include "bench/suites.h"
 
 typedef enum hd_bench_state {
-    HD_BENCH_OK = 0,   /* measured, result checked */
-    HD_BENCH_NA,       /* the backend cannot run this case here (absent, declined, fell back) */
-    HD_BENCH_SKIPPED,  /* not run, and the note says why (estimate over budget, size guard) */
-    HD_BENCH_WRONG,    /* ran, but the result failed the reference check: no timing reported */
-    HD_BENCH_ERROR,    /* a call failed */
+    HD_BENCH_OK = 0,  /* measured, result checked */
+    HD_BENCH_NA,      /* the backend cannot run this case here (absent, declined, fell back) */
+    HD_BENCH_SKIPPED, /* not run, and the note says why (estimate over budget, size guard) */
+    HD_BENCH_WRONG,   /* ran, but the result failed the reference check: no timing reported */
+    HD_BENCH_ERROR,   /* a call failed */
 } hd_bench_state;
 
 typedef struct hd_bench_record {
     const char *suite;
     hd_bench_case c;
     char name[64];
-    char backend[24]; /* "cpu", "clblast", "fused", "clblast+fused", "auto" */
+    char backend[24];  /* "cpu", "clblast", "fused", "clblast+fused", "auto" */
     hd_backend ran_on; /* what the op ran on: the backend itself, or auto's choice */
     hd_bench_state state;
     char note[192];
@@ -31,11 +31,11 @@ typedef struct hd_bench_record {
 } hd_bench_record;
 
 typedef struct hd_bench_roofline {
-    double bandwidth;   /* bytes per second */
+    double bandwidth; /* bytes per second */
     const char *bandwidth_source;
-    double peak_flops;  /* FLOP per second */
+    double peak_flops; /* FLOP per second */
     const char *peak_source;
-    double host_bandwidth; /* memcpy, for the record */
+    double host_bandwidth;   /* memcpy, for the record */
     double device_bandwidth; /* OpenCL copy kernel; 0 without a device */
 } hd_bench_roofline;
 
@@ -61,7 +61,7 @@ double hd__bench_roofline_seconds(const hd_bench_roofline *roof, const hd_bench_
 /* Auto's slowdown against the fastest forced backend of the same case in mode m, in percent;
  * false when either is missing. rec must be an auto record within run. */
 bool hd__bench_regret(const hd_bench_run *run, const hd_bench_record *rec, hd_measure_mode m,
-                     double *percent, const char **best);
+                      double *percent, const char **best);
 
 void hd__bench_write_table(FILE *f, const hd_bench_run *run);
 void hd__bench_write_csv(FILE *f, const hd_bench_run *run);

@@ -4,48 +4,55 @@
 
 #include "bench/suites.h"
 
-#define GEMM(m, n, k) {HD_OP_GEMM, {.dim = {(m), (n), (k)}}}
-#define GEMM_T(m, n, k, ta, tb) {HD_OP_GEMM, {.dim = {(m), (n), (k)}, .trans_a = ta, .trans_b = tb}}
-#define LORA(t, in, out, r) {HD_OP_LORA, {.dim = {(t), (in), (out), (r)}}}
-#define ROWS(op, r, c) {op, {.dim = {(r), (c)}}}
+#define GEMM(m, n, k)                                                                              \
+    {                                                                                              \
+        HD_OP_GEMM,                                                                                \
+        {                                                                                          \
+            .dim = {(m), (n), (k) }                                                                \
+        }                                                                                          \
+    }
+#define GEMM_T(m, n, k, ta, tb)                                                                    \
+    {                                                                                              \
+        HD_OP_GEMM,                                                                                \
+        {                                                                                          \
+            .dim = {(m), (n), (k)}, .trans_a = ta, .trans_b = tb                                   \
+        }                                                                                          \
+    }
+#define LORA(t, in, out, r)                                                                        \
+    {                                                                                              \
+        HD_OP_LORA,                                                                                \
+        {                                                                                          \
+            .dim = {(t), (in), (out), (r) }                                                        \
+        }                                                                                          \
+    }
+#define ROWS(op, r, c)                                                                             \
+    {                                                                                              \
+        op,                                                                                        \
+        {                                                                                          \
+            .dim = {(r), (c) }                                                                     \
+        }                                                                                          \
+    }
 
 /* The shapes of the original comparison: one-token LoRA at three widths, a rank sweep at
  * 1024², and the row ops on 64×1024. */
 static const hd_bench_case seed_cases[] = {
-    LORA(1, 512, 512, 8),
-    LORA(1, 1024, 1024, 8),
-    LORA(1, 2048, 2048, 8),
-    LORA(1, 1024, 1024, 4),
-    LORA(1, 1024, 1024, 16),
-    LORA(1, 1024, 1024, 32),
-    LORA(1, 1024, 1024, 64),
-    ROWS(HD_OP_SOFTMAX, 64, 1024),
-    ROWS(HD_OP_LAYER_NORM, 64, 1024),
+    LORA(1, 512, 512, 8),           LORA(1, 1024, 1024, 8),        LORA(1, 2048, 2048, 8),
+    LORA(1, 1024, 1024, 4),         LORA(1, 1024, 1024, 16),       LORA(1, 1024, 1024, 32),
+    LORA(1, 1024, 1024, 64),        ROWS(HD_OP_SOFTMAX, 64, 1024), ROWS(HD_OP_LAYER_NORM, 64, 1024),
     ROWS(HD_OP_RMS_NORM, 64, 1024),
 };
 
 static const hd_bench_case train_cases[] = {
-    LORA(4096, 4096, 4096, 16),
-    ROWS(HD_OP_SOFTMAX, 4096, 4096),
-    ROWS(HD_OP_SOFTMAX, 32768, 1024),
-    ROWS(HD_OP_LAYER_NORM, 8192, 4096),
-    ROWS(HD_OP_LAYER_NORM, 32768, 1024),
-    ROWS(HD_OP_RMS_NORM, 8192, 4096),
+    LORA(4096, 4096, 4096, 16),          ROWS(HD_OP_SOFTMAX, 4096, 4096),
+    ROWS(HD_OP_SOFTMAX, 32768, 1024),    ROWS(HD_OP_LAYER_NORM, 8192, 4096),
+    ROWS(HD_OP_LAYER_NORM, 32768, 1024), ROWS(HD_OP_RMS_NORM, 8192, 4096),
     ROWS(HD_OP_RMS_NORM, 32768, 1024),
 };
 
 static const hd_bench_case gemm_cases[] = {
-    GEMM(64, 64, 64),
-    GEMM(128, 128, 128),
-    GEMM(256, 256, 256),
-    GEMM(512, 512, 512),
-    GEMM(1024, 1024, 1024),
-    GEMM(2048, 2048, 2048),
-    GEMM(4096, 4096, 4096),
-    GEMM(8192, 8192, 8192),
-    GEMM(1, 4096, 4096),
-    GEMM(16, 4096, 4096),
-    GEMM(8192, 4096, 4096),
+    GEMM(64, 64, 64),       GEMM(128, 128, 128),    GEMM(256, 256, 256),    GEMM(512, 512, 512),
+    GEMM(1024, 1024, 1024), GEMM(2048, 2048, 2048), GEMM(4096, 4096, 4096), GEMM(8192, 8192, 8192),
+    GEMM(1, 4096, 4096),    GEMM(16, 4096, 4096),   GEMM(8192, 4096, 4096),
 };
 
 /* Odd and prime sizes, a transposed GEMM, a 1-row op: every op, seconds on PoCL. */

@@ -249,8 +249,7 @@ static void test_json_parses_and_rejects(void **state)
     assert_null(hd__json_load("/nonexistent/file.json", err, sizeof err));
 }
 
-static char *compare_output(const char *ours_path, const char *peer_path, const char *mode,
-                            int *rc)
+static char *compare_output(const char *ours_path, const char *peer_path, const char *mode, int *rc)
 {
     char err[256] = "";
     hd_json *ours = hd__json_load(ours_path, err, sizeof err);
@@ -272,8 +271,8 @@ static void test_compare_known_pair(void **state)
 {
     (void)state;
     int rc;
-    char *out = compare_output(HD_BENCH_TEST_DATA "/ours.json", HD_BENCH_TEST_DATA "/peer.json",
-                               NULL, &rc);
+    char *out =
+        compare_output(HD_BENCH_TEST_DATA "/ours.json", HD_BENCH_TEST_DATA "/peer.json", NULL, &rc);
     assert_int_equal(rc, 0);
     /* gemm: both have sync; ours best 5 us (clblast), auto 6 us, peer 20 us */
     assert_non_null(strstr(out, "4.00x    3.33x"));
@@ -282,14 +281,14 @@ static void test_compare_known_pair(void **state)
     assert_non_null(strstr(out, "rms_norm 64x1024         only in the peer file"));
     assert_non_null(strstr(out, "best 2.24x over 2 cases (faster on 2)"));
     free(out);
-    out = compare_output(HD_BENCH_TEST_DATA "/ours.json", HD_BENCH_TEST_DATA "/peer.json",
-                         "device", &rc);
+    out = compare_output(HD_BENCH_TEST_DATA "/ours.json", HD_BENCH_TEST_DATA "/peer.json", "device",
+                         &rc);
     assert_int_equal(rc, 0);
     assert_null(strstr(out, "4.00x")); /* the peer has no device time for gemm */
     free(out);
     /* a file of another schema is refused */
-    out = compare_output(HD_BENCH_TEST_DATA "/ours.json",
-                         HD_BENCH_TEST_DATA "/other-schema.json", NULL, &rc);
+    out = compare_output(HD_BENCH_TEST_DATA "/ours.json", HD_BENCH_TEST_DATA "/other-schema.json",
+                         NULL, &rc);
     assert_int_equal(rc, -1);
     free(out);
 }
