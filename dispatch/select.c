@@ -225,7 +225,7 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
     if (!hd__backend_takes(ctx, r->backend, op, shape))
         return false;
     hd_backend first = r->backend;
-    const char *variant = exact ? r->variant : NULL;
+    const char *variant = exact && r->variant[0] != '\0' ? r->variant : NULL;
     double win_us = r->median_us + plan->migrate_us[r->backend];
     char why[96] = "";
     if (r->runner_up != HD_BACKEND_AUTO && hd__backend_takes(ctx, r->runner_up, op, shape)) {

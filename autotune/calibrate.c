@@ -1,0 +1,132 @@
+/* Calibration: the few device constants the cost model in dispatch/select.c runs on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autotune/calibrate.h"
+#include "autotune/measure.h"
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+
+#ifdef HD_HAVE_OPENCL
+#include "backends/opencl/runtime.h"
+#endif
+
+typedef struct gemm_job {
+    hd_tensor *a, *b, *c;
+} gemm_job;
+
+static hd_status run_gemm(hd_context *ctx, void *user, size_t set)
+{
+    (void)set;
+    gemm_job *j = user;
+    return hd_gemm(ctx, false, false, 1.0f, j->a, j->b, 0.0f, j->c);
+}
+
+/* GFLOP/s of backend b on an n³ GEMM of small random values; 0 when b cannot run it. */
+static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budget_s,
+                           double *gflops)
+{
+    *gflops = 0.0;
+    if (!hd_context_has_backend(ctx, b))
+        return HD_OK;
+    gemm_job j = {0};
+    hd_status s = hd_tensor_create(ctx, n, n, &j.a);
+    if (s == HD_OK)
+        s = hd_tensor_create(ctx, n, n, &j.b);
+    if (s == HD_OK)
+        s = hd_tensor_create(ctx, n, n, &j.c);
+    float *data = s == HD_OK ? malloc(n * n * sizeof *data) : NULL;
+    if (s == HD_OK && data == NULL)
+        s = hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "calibration: no memory for a %zu² GEMM", n);
+    if (s == HD_OK) {
+        for (size_t i = 0; i < n * n; i++)
+            data[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        s = hd_tensor_write(j.a, data);
+        if (s == HD_OK)
+            s = hd_tensor_write(j.b, data);
+    }
+    free(data);
+    hd_backend was = ctx->forced[HD_OP_GEMM];
+    if (s == HD_OK)
+        s = hd_context_set_backend(ctx, HD_OP_GEMM, b);
+    hd_measure_result r;
+    if (s == HD_OK) {
+        hd_measure_config cfg;
+        hd__measure_config_init(&cfg, b == HD_BACKEND_CPU ? HD_MEASURE_SYNC : HD_MEASURE_DEVICE);
+        cfg.warmup = 1;
+        cfg.min_runs = 3;
+        cfg.budget_s = budget_s;
+        s = hd__measure(ctx, &cfg, run_gemm, &j, &r);
+    }
+    ctx->forced[HD_OP_GEMM] = was;
+    if (s == HD_OK && r.ran_on == b && r.median_s > 0.0)
+        *gflops = 2.0 * (double)n * (double)n * (double)n / r.median_s * 1e-9;
+    hd_tensor_destroy(j.a);
+    hd_tensor_destroy(j.b);
+    hd_tensor_destroy(j.c);
+    /* A backend that cannot run this GEMM only lacks a figure. */
+    return s == HD_ERR_UNSUPPORTED ? HD_OK : s;
+}
+
+#ifdef HD_HAVE_OPENCL
+static hd_status upload_rate(hd_context *ctx, size_t bytes, double *gbps)
+{
+    *gbps = 0.0;
+    char *src = malloc(bytes);
+    if (src == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "calibration: no memory for the upload");
+    memset(src, 1, bytes);
+    struct hd_device_buffer *buf = NULL;
+    hd_status s = hd__cl_buffer_acquire(ctx->cl, ctx, bytes, &buf);
+    double best = 0.0;
+    for (int i = 0; i < 5 && s == HD_OK; i++) {
+        double t0 = hd__measure_now();
+        s = hd__cl_upload(ctx->cl, ctx, buf, src, bytes);
+        if (s == HD_OK)
+            s = hd__cl_finish(ctx->cl, ctx);
+        double t = hd__measure_now() - t0;
+        if (s == HD_OK && i > 0 && t > 0.0 && (double)bytes / t > best) /* i = 0: warm-up */
+            best = (double)bytes / t;
+    }
+    if (buf != NULL)
+        hd__cl_buffer_release(ctx->cl, buf);
+    free(src);
+    *gbps = best * 1e-9;
+    return s;
+}
+#endif
+
+hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
+{
+    memset(out, 0, sizeof *out);
+    hd_status s = HD_OK;
+    double bps = 0.0;
+#ifdef HD_HAVE_OPENCL
+    if (ctx->cl != NULL) {
+        bool gpu = hd__cl_device_is_gpu(ctx->cl);
+        double dev_s = 0.0, host_s = 0.0;
+        s = hd__cl_launch_latency(ctx->cl, ctx, &dev_s, &host_s);
+        out->launch_us = host_s * 1e6;
+        size_t copy_bytes = gpu ? (quick ? 64u : 256u) << 20 : 16u << 20;
+        if (s == HD_OK)
+            s = hd__cl_copy_bandwidth(ctx->cl, ctx, copy_bytes, &bps);
+        out->copy_gbps = bps * 1e-9;
+        if (s == HD_OK)
+            s = upload_rate(ctx, gpu ? 64u << 20 : 16u << 20, &out->host_gbps);
+        size_t n = gpu ? (quick ? 2048 : 4096) : 512;
+        const hd_backend device_gemms[] = {HD_BACKEND_CLBLAST, HD_BACKEND_FUSED};
+        for (size_t i = 0; i < 2 && s == HD_OK; i++) {
+            double g = 0.0;
+            s = gemm_rate(ctx, device_gemms[i], n, quick ? 0.1 : 0.3, &g);
+            if (g > out->gemm_gflops)
+                out->gemm_gflops = g;
+        }
+    }
+#endif
+    if (s == HD_OK)
+        s = gemm_rate(ctx, HD_BACKEND_CPU, quick ? 256 : 512, quick ? 0.1 : 0.3,
+                      &out->cpu_gflops);
+    if (s == HD_OK && hd__measure_host_bandwidth(64u << 20, &bps) == HD_OK)
+        out->cpu_gbps = bps * 1e-9;
+    return s;
+}

@@ -1,0 +1,23 @@
+/* Calibration of a context's device for the cost model (autotune/cache.h has the fields). */
+#ifndef HD_AUTOTUNE_CALIBRATE_H
+#define HD_AUTOTUNE_CALIBRATE_H
+
+#include <stdbool.h>
+
+#include "autotune/cache.h"
+
+/*
+ * Measures, on ctx:
+ *   launch_us    an empty kernel, enqueue to finish on the host (what one isolated op pays);
+ *   copy_gbps    a device-to-device copy, read plus written bytes, timed by events;
+ *   host_gbps    an upload from host memory, timed on the host to completion;
+ *   gemm_gflops  the best rate of the device GEMM backends on one large square GEMM
+ *                (4096³ on a GPU, 2048³ with quick, 512³ on a CPU device), device events;
+ *   cpu_gflops   the CPU backend on a 512³ GEMM (256³ with quick);
+ *   cpu_gbps     host memcpy bandwidth, read plus written bytes.
+ * Device constants stay 0 without an OpenCL device. Returns HD_OK, or the error of a failed
+ * measurement (the context's message says which).
+ */
+hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out);
+
+#endif

@@ -1,0 +1,130 @@
+/* The cases dispatch-autotune tunes: the benchmark suites or a --shapes file, by --ops. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autotune/tool/tool.h"
+#include "dispatch/context.h"
+
+bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t size)
+{
+    char name[32], trans[8] = "";
+    unsigned long long d[4] = {0, 0, 0, 0};
+    int n = sscanf(text, "%31s %llu %llu %llu %llu", name, &d[0], &d[1], &d[2], &d[3]);
+    hd_op op;
+    if (n < 1 || !hd__op_from_name(name, &op)) {
+        snprintf(why, size, "unknown operation in '%s'", text);
+        return false;
+    }
+    int dims = hd__tune_dim_count(op);
+    if (op == HD_OP_GEMM) {
+        n = sscanf(text, "%31s %llu %llu %llu %7s", name, &d[0], &d[1], &d[2], trans);
+        if (n == 4)
+            strcpy(trans, "nn"), n = 5;
+        if (n != 5 || strlen(trans) != 2 || strspn(trans, "nt") != 2) {
+            snprintf(why, size, "'%s': expected gemm M N K [nn|nt|tn|tt]", text);
+            return false;
+        }
+    } else if (n != 1 + dims) {
+        snprintf(why, size, "'%s': %s takes %d dimensions", text, name, dims);
+        return false;
+    }
+    memset(out, 0, sizeof *out);
+    out->op = op;
+    for (int i = 0; i < dims; i++) {
+        bool rank = op == HD_OP_LORA && i == 3;
+        if ((d[i] == 0 && !rank) || d[i] > HD_TUNE_DIM_MAX) {
+            snprintf(why, size, "'%s': dimension %d out of range", text, i + 1);
+            return false;
+        }
+        out->shape.dim[i] = (size_t)d[i];
+    }
+    out->shape.trans_a = trans[0] == 't';
+    out->shape.trans_b = trans[1] == 't';
+    return true;
+}
+
+static bool add_case(tool_case_list *l, const hd_bench_case *c)
+{
+    for (size_t i = 0; i < l->count; i++) {
+        const hd_bench_case *o = &l->cases[i];
+        if (o->op == c->op && memcmp(o->shape.dim, c->shape.dim, sizeof o->shape.dim) == 0 &&
+            o->shape.trans_a == c->shape.trans_a && o->shape.trans_b == c->shape.trans_b)
+            return true;
+    }
+    if (l->count == l->capacity) {
+        size_t cap = l->capacity ? 2 * l->capacity : 32;
+        hd_bench_case *p = realloc(l->cases, cap * sizeof *p);
+        if (p == NULL)
+            return false;
+        l->cases = p;
+        l->capacity = cap;
+    }
+    l->cases[l->count++] = *c;
+    return true;
+}
+
+static int from_file(const tool_options *o, tool_case_list *l)
+{
+    FILE *f = fopen(o->shapes, "r");
+    if (f == NULL) {
+        fprintf(stderr, "dispatch-autotune: cannot open %s\n", o->shapes);
+        return EXIT_USAGE;
+    }
+    char line[256];
+    int no = 0, rc = EXIT_TUNED;
+    while (rc == EXIT_TUNED && fgets(line, sizeof line, f) != NULL) {
+        no++;
+        line[strcspn(line, "\r\n#")] = '\0';
+        if (strspn(line, " \t") == strlen(line))
+            continue;
+        hd_bench_case c;
+        char why[300];
+        if (!hd__tool_parse_case(line, &c, why, sizeof why)) {
+            fprintf(stderr, "dispatch-autotune: %s:%d: %s\n", o->shapes, no, why);
+            rc = EXIT_USAGE;
+        } else if (o->op_wanted[c.op] && !add_case(l, &c)) {
+            rc = EXIT_USAGE;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+static int from_suites(const tool_options *o, tool_case_list *l)
+{
+    const char *list = o->suites ? o->suites : "seed,train,gemm";
+    const char *p = list;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        char name[32];
+        if (len == 0 || len >= sizeof name) {
+            fprintf(stderr, "dispatch-autotune: bad suite list '%s'\n", list);
+            return EXIT_USAGE;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        const hd_bench_suite *s = hd__bench_suite_find(name);
+        if (s == NULL) {
+            fprintf(stderr, "dispatch-autotune: unknown suite '%s'\n", name);
+            return EXIT_USAGE;
+        }
+        for (size_t i = 0; i < s->count; i++)
+            if (o->op_wanted[s->cases[i].op] && !add_case(l, &s->cases[i]))
+                return EXIT_USAGE;
+        p += len + (p[len] == ',');
+    }
+    return EXIT_TUNED;
+}
+
+int hd__tool_cases(const tool_options *o, tool_case_list *out)
+{
+    memset(out, 0, sizeof *out);
+    return o->shapes ? from_file(o, out) : from_suites(o, out);
+}
+
+void hd__tool_cases_free(tool_case_list *l)
+{
+    free(l->cases);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,378 @@
+/* dispatch-autotune: measures which backend is fastest per operation and shape on this
+ * machine and records it in the tuning cache that every context reads. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autotune/calibrate.h"
+#include "autotune/table.h"
+#include "autotune/tool/tool.h"
+#include "dispatch/context.h"
+
+volatile sig_atomic_t hd__tool_interrupted = 0;
+
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    hd__tool_interrupted = 1;
+}
+
+static const char usage[] =
+    "usage: dispatch-autotune [options]\n"
+    "\n"
+    "Calibrates the OpenCL device, then for each operation and shape times every correct\n"
+    "candidate (each backend, the CLBlast+fused plan, kernel parameter variants, CLBlast\n"
+    "parameter sets), checked against a float64 reference, and records the fastest in the\n"
+    "tuning cache. Records are saved as they are found: an interrupted run resumes where it\n"
+    "stopped.\n"
+    "\n"
+    "  --quick            fewer variants and repeats (about 2 minutes on an H100)\n"
+    "  --full             more variants and repeats\n"
+    "  --suites LIST      benchmark suites to tune (default seed,train,gemm; also ci)\n"
+    "  --shapes FILE      tune these cases instead, one per line: 'gemm M N K [nn|nt|tn|tt]',\n"
+    "                     'lora T IN OUT RANK', 'softmax|layer_norm|rms_norm ROWS COLS'\n"
+    "  --ops LIST         only these operations (gemm,lora,softmax,layer_norm,rms_norm)\n"
+    "  --force            re-tune cases the cache already holds\n"
+    "  --cache PATH       the cache file (default: $HD_TUNE_CACHE, else\n"
+    "                     $XDG_CACHE_HOME/hd-dispatch/tune.txt or ~/.cache/hd-dispatch/tune.txt)\n"
+    "  --device SPEC      OpenCL device: index or name substring (as $HD_DEVICE)\n"
+    "  --dry-run          list the cases and candidates, run nothing\n"
+    "  --show             print the cache as a table and exit\n"
+    "  --explain 'OP DIMS'  print how a context with this cache chooses for one case\n"
+    "  --verbose          every candidate's time or why it was rejected\n"
+    "  --help             this text\n"
+    "\n"
+    "Exit status: 0 every case recorded; 1 some cases had no correct candidate (the others\n"
+    "were recorded); 2 bad command line or shapes file; 3 the library could not start or\n"
+    "calibrate; 4 the cache could not be read or written; 130 interrupted (what was measured\n"
+    "is saved).\n";
+
+tool_effort hd__tool_effort(tool_level level)
+{
+    switch (level) {
+    case LEVEL_QUICK:
+        return (tool_effort){.variants = 2, .budget_s = 0.03, .min_runs = 3,
+                             .case_target_s = 2.0, .cpu_limit_s = 0.02};
+    case LEVEL_FULL:
+        return (tool_effort){.variants = 24, .budget_s = 0.3, .min_runs = 10,
+                             .case_target_s = 120.0, .cpu_limit_s = 2.0};
+    case LEVEL_DEFAULT:
+        break;
+    }
+    return (tool_effort){.variants = 5, .budget_s = 0.08, .min_runs = 5, .case_target_s = 12.0,
+                         .cpu_limit_s = 0.2};
+}
+
+static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])
+{
+    for (int i = 0; i < HD_OP_COUNT; i++)
+        wanted[i] = false;
+    while (*list != '\0') {
+        size_t len = strcspn(list, ",");
+        char name[32];
+        hd_op op;
+        if (len == 0 || len >= sizeof name)
+            return false;
+        memcpy(name, list, len);
+        name[len] = '\0';
+        if (!hd__op_from_name(name, &op))
+            return false;
+        wanted[op] = true;
+        list += len + (list[len] == ',');
+    }
+    return true;
+}
+
+static int parse_args(int argc, char **argv, tool_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->level = LEVEL_DEFAULT;
+    for (int i = 0; i < HD_OP_COUNT; i++)
+        o->op_wanted[i] = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **value = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            exit(EXIT_TUNED);
+        } else if (strcmp(a, "--quick") == 0) {
+            o->level = LEVEL_QUICK;
+        } else if (strcmp(a, "--full") == 0) {
+            o->level = LEVEL_FULL;
+        } else if (strcmp(a, "--force") == 0) {
+            o->force = true;
+        } else if (strcmp(a, "--dry-run") == 0) {
+            o->dry_run = true;
+        } else if (strcmp(a, "--show") == 0) {
+            o->show = true;
+        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+            o->verbose = true;
+        } else if (strcmp(a, "--cache") == 0) {
+            value = &o->cache;
+        } else if (strcmp(a, "--shapes") == 0) {
+            value = &o->shapes;
+        } else if (strcmp(a, "--suites") == 0) {
+            value = &o->suites;
+        } else if (strcmp(a, "--device") == 0) {
+            value = &o->device;
+        } else if (strcmp(a, "--explain") == 0) {
+            value = &o->explain;
+        } else if (strcmp(a, "--ops") == 0) {
+            if (i + 1 >= argc || !parse_ops(argv[++i], o->op_wanted)) {
+                fprintf(stderr, "dispatch-autotune: --ops needs a list of operation names\n");
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "dispatch-autotune: unknown option '%s' (see --help)\n", a);
+            return EXIT_USAGE;
+        }
+        if (value != NULL) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dispatch-autotune: %s needs a value\n", a);
+                return EXIT_USAGE;
+            }
+            *value = argv[++i];
+        }
+    }
+    return EXIT_TUNED;
+}
+
+static hd_context *open_context(const tool_options *o, const char *path, bool use_cache)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.device = o->device;
+    opt.tune_cache = path;
+    opt.no_tune_cache = !use_cache; /* tuning starts from the untuned defaults */
+    hd_context *ctx = NULL;
+    hd_status s = hd_context_create(&ctx, &opt);
+    if (s != HD_OK) {
+        fprintf(stderr, "dispatch-autotune: cannot create a context: %s\n",
+                hd_context_last_error(NULL));
+        return NULL;
+    }
+    return ctx;
+}
+
+static int show(const char *path)
+{
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    char msg[256];
+    hd_status s = hd__tune_load(path, &f, msg, sizeof msg);
+    if (s != HD_OK) {
+        fprintf(stderr, "dispatch-autotune: %s\n", msg);
+        return EXIT_CACHE;
+    }
+    printf("cache    %s\n", path);
+    hd__tool_show(stdout, &f);
+    if (f.bad_lines > 0)
+        printf("%zu bad line(s) ignored, the first at line %zu: %s\n", f.bad_lines,
+               f.first_bad_line, f.first_problem);
+    hd__tune_file_free(&f);
+    return EXIT_TUNED;
+}
+
+static int explain(const tool_options *o, const char *path)
+{
+    hd_bench_case c;
+    char why[300];
+    if (!hd__tool_parse_case(o->explain, &c, why, sizeof why)) {
+        fprintf(stderr, "dispatch-autotune: --explain: %s\n", why);
+        return EXIT_USAGE;
+    }
+    hd_context *ctx = open_context(o, path, true);
+    if (ctx == NULL)
+        return EXIT_NO_CONTEXT;
+    if (hd_context_last_error(ctx)[0] != '\0')
+        printf("context: %s\n", hd_context_last_error(ctx));
+    size_t dims[4] = {c.shape.dim[0], c.shape.dim[1], c.shape.dim[2], c.shape.dim[3]};
+    if (c.op == HD_OP_GEMM)
+        dims[3] = (size_t)c.shape.trans_a + 2u * (size_t)c.shape.trans_b;
+    char text[4096];
+    hd_status s = hd_context_explain(ctx, c.op, dims, text, sizeof text);
+    if (s == HD_OK)
+        fputs(text, stdout);
+    hd_context_destroy(ctx);
+    return s == HD_OK ? EXIT_TUNED : EXIT_USAGE;
+}
+
+/* Saves one record (or none) and the calibration/params of part into the cache. */
+static bool save(const char *path, const hd_tune_file *part)
+{
+    char msg[512];
+    if (hd__tune_save(path, part, msg, sizeof msg) == HD_OK)
+        return true;
+    fprintf(stderr, "dispatch-autotune: cannot save the cache: %s\n", msg);
+    return false;
+}
+
+/* The CLBlast parameter set that won most GEMM cases becomes the device's base set. */
+typedef struct tally {
+    char variant[HD_TUNE_STRING_MAX];
+    unsigned wins;
+} tally;
+
+static void count_win(tally *t, size_t *n, size_t cap, const char *variant)
+{
+    if (variant[0] == '\0')
+        return;
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(t[i].variant, variant) == 0) {
+            t[i].wins++;
+            return;
+        }
+    if (*n < cap) {
+        snprintf(t[*n].variant, sizeof t[*n].variant, "%s", variant);
+        t[(*n)++].wins = 1;
+    }
+}
+
+static int tune(const tool_options *o, const char *path)
+{
+    tool_case_list cases;
+    int rc = hd__tool_cases(o, &cases);
+    if (rc != EXIT_TUNED)
+        return rc;
+    hd_context *ctx = open_context(o, path, false);
+    if (ctx == NULL) {
+        hd__tool_cases_free(&cases);
+        return EXIT_NO_CONTEXT;
+    }
+    hd_tune_file part;
+    hd__tune_file_init(&part);
+    hd__tune_context_key(ctx, &part.key);
+
+    /* What the cache already holds for this device: skipped unless --force. */
+    hd_tune_file have;
+    hd__tune_file_init(&have);
+    char msg[256];
+    if (hd__tune_load(path, &have, msg, sizeof msg) == HD_OK) {
+        hd_tune_key here = part.key;
+        if (strcmp(have.key.device, here.device) != 0 ||
+            strcmp(have.key.driver, here.driver) != 0 ||
+            strcmp(have.key.library, here.library) != 0 ||
+            strcmp(have.key.platform, here.platform) != 0 ||
+            strcmp(have.key.clblast, here.clblast) != 0)
+            hd__tune_file_free(&have);
+    }
+    tool_effort effort = hd__tool_effort(o->level);
+    printf("device: %s; cache: %s; %zu case(s)\n", hd_context_device_name(ctx), path,
+           cases.count);
+
+    if (!o->dry_run) {
+        hd_status s = hd__calibrate(ctx, o->level == LEVEL_QUICK, &part.cal);
+        if (s != HD_OK) {
+            fprintf(stderr, "dispatch-autotune: calibration failed: %s\n",
+                    hd_context_last_error(ctx));
+            rc = EXIT_NO_CONTEXT;
+            goto done;
+        }
+        printf("calibration: launch %.1f us, copy %.1f GB/s, host link %.1f GB/s, "
+               "GEMM %.0f GFLOP/s, CPU GEMM %.0f GFLOP/s, CPU copy %.1f GB/s\n",
+               part.cal.launch_us, part.cal.copy_gbps, part.cal.host_gbps,
+               part.cal.gemm_gflops, part.cal.cpu_gflops, part.cal.cpu_gbps);
+        if (!save(path, &part)) {
+            rc = EXIT_CACHE;
+            goto done;
+        }
+    }
+    memset(&part.cal, 0, sizeof part.cal); /* saved once; later saves keep it by merging */
+
+    tally wins[32];
+    size_t nwins = 0;
+    size_t failed = 0;
+    hd__tool_progress_start(cases.count);
+    for (size_t i = 0; i < cases.count && !hd__tool_interrupted; i++) {
+        const hd_bench_case *c = &cases.cases[i];
+        char name[96], line[1024], why[512], best_clblast[HD_TUNE_STRING_MAX];
+        hd__bench_case_name(c, name, sizeof name);
+        if (!o->force && hd__tune_find(&have, c->op, &c->shape) != NULL) {
+            snprintf(line, sizeof line, "%s: in the cache already (--force re-tunes)", name);
+            hd__tool_progress_done(i, line);
+            continue;
+        }
+        if (o->dry_run)
+            printf("%s:\n", name);
+        hd__tool_progress_case(i, name);
+        hd_tune_record rec;
+        if (!hd__tool_tune_case(ctx, c, &effort, o->verbose, o->dry_run, &rec, best_clblast,
+                                sizeof best_clblast, why, sizeof why)) {
+            if (o->dry_run)
+                continue;
+            failed += !hd__tool_interrupted;
+            snprintf(line, sizeof line, "%s: no record: %s", name, why);
+            hd__tool_progress_done(i, line);
+            continue;
+        }
+        if (c->op == HD_OP_GEMM)
+            count_win(wins, &nwins, sizeof wins / sizeof wins[0], best_clblast);
+        part.count = 0;
+        if (hd__tune_put(&part, &rec) != HD_OK || !save(path, &part)) {
+            rc = EXIT_CACHE;
+            break;
+        }
+        if (rec.runner_up != HD_BACKEND_AUTO)
+            snprintf(line, sizeof line, "%s: %s %.2f us, %.1f%% ahead of %s%s%s", name,
+                     hd_backend_name(rec.backend), rec.median_us, rec.margin_pct,
+                     hd_backend_name(rec.runner_up), rec.variant[0] ? " with " : "",
+                     rec.variant);
+        else
+            snprintf(line, sizeof line, "%s: %s %.2f us (the only candidate)%s%s", name,
+                     hd_backend_name(rec.backend), rec.median_us,
+                     rec.variant[0] ? " with " : "", rec.variant);
+        hd__tool_progress_done(i, line);
+    }
+    if (!o->dry_run)
+        hd__tool_progress_finish();
+
+    if (nwins > 0 && rc == EXIT_TUNED) {
+        size_t top = 0;
+        for (size_t i = 1; i < nwins; i++)
+            if (wins[i].wins > wins[top].wins)
+                top = i;
+        hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "base"};
+        snprintf(p.value, sizeof p.value, "%s", wins[top].variant);
+        part.count = 0;
+        if (hd__tune_put_param(&part, &p) != HD_OK || !save(path, &part))
+            rc = EXIT_CACHE;
+        else
+            printf("CLBlast device parameters (best on %u GEMM case(s)): %s\n", wins[top].wins,
+                   p.value);
+    }
+    if (rc == EXIT_TUNED && hd__tool_interrupted)
+        rc = EXIT_INTERRUPTED;
+    else if (rc == EXIT_TUNED && failed > 0)
+        rc = EXIT_SOME_FAILED;
+done:
+    hd__tune_file_free(&part);
+    hd__tune_file_free(&have);
+    hd__tool_cases_free(&cases);
+    hd_context_destroy(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    tool_options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != EXIT_TUNED)
+        return rc;
+    char path[1024];
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.tune_cache = o.cache;
+    if (!hd__tune_resolve_path(&opt, path, sizeof path)) {
+        fprintf(stderr, "dispatch-autotune: no cache path: set --cache, $HD_TUNE_CACHE or "
+                        "$HOME\n");
+        return EXIT_USAGE;
+    }
+    if (o.show)
+        return show(path);
+    if (o.explain != NULL)
+        return explain(&o, path);
+    signal(SIGINT, on_interrupt);
+    signal(SIGTERM, on_interrupt);
+    return tune(&o, path);
+}

@@ -1,0 +1,46 @@
+#!/bin/sh
+# dispatch-autotune end to end: tune one shape with --quick into a fresh cache, check the
+# file, the resume (a rerun skips the case), --show, --dry-run, usage errors, and that a new
+# context chooses from the tuned record. Usage: selftest.sh TOOL WORKDIR
+set -eu
+tool=$1
+dir=$2
+rm -rf "$dir"
+mkdir -p "$dir"
+cache=$dir/tune.txt
+printf '# one small case\nsoftmax 37 300\n' > "$dir/shapes.txt"
+
+fail() { echo "selftest: $*" >&2; exit 1; }
+
+"$tool" --quick --shapes "$dir/shapes.txt" --cache "$cache" > "$dir/run1.txt" 2>&1 ||
+    { cat "$dir/run1.txt"; fail "the quick run failed"; }
+cat "$dir/run1.txt"
+grep -q '^hd-tune 1$' "$cache" || fail "no header in the cache"
+grep -q '^calibration ' "$cache" || fail "no calibration in the cache"
+grep -q '^softmax 37 300 ' "$cache" || fail "no record for the case"
+
+"$tool" --quick --shapes "$dir/shapes.txt" --cache "$cache" > "$dir/run2.txt" 2>&1 ||
+    fail "the rerun failed"
+grep -q 'in the cache already' "$dir/run2.txt" || fail "the rerun did not resume"
+
+"$tool" --show --cache "$cache" > "$dir/show.txt" || fail "--show failed"
+grep -q '^softmax 37x300 ' "$dir/show.txt" || fail "--show lacks the record"
+
+"$tool" --dry-run --shapes "$dir/shapes.txt" --cache "$dir/none.txt" > "$dir/dry.txt" 2>&1 ||
+    fail "--dry-run failed"
+grep -q 'cpu' "$dir/dry.txt" || fail "--dry-run lists no candidates"
+[ ! -e "$dir/none.txt" ] || fail "--dry-run wrote a cache"
+
+"$tool" --explain 'softmax 37 300' --cache "$cache" > "$dir/explain.txt" ||
+    fail "--explain failed"
+cat "$dir/explain.txt"
+grep -q "rule 'tuned'" "$dir/explain.txt" || fail "the context did not use the tuned record"
+
+set +e
+"$tool" --bogus > /dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option: exit status not 2"
+printf 'softmax 0 3\n' > "$dir/bad.txt"
+"$tool" --shapes "$dir/bad.txt" --cache "$cache" > /dev/null 2>&1
+[ $? -eq 2 ] || fail "bad shapes file: exit status not 2"
+"$tool" --show --cache "$dir/missing.txt" > /dev/null 2>&1
+[ $? -eq 4 ] || fail "--show of a missing cache: exit status not 4"
+echo "selftest: ok"

@@ -1,0 +1,352 @@
+/*
+ * Tuning one case: random inputs, the float64 reference check of every candidate (each backend
+ * that takes the case, with its default parameters and the variants it lists), device-event
+ * timing of the correct ones (median after warm-up), and the record of the winner with its
+ * margin over the best candidate of another backend.
+ *
+ * Candidates run through the backend's op slot directly, as the dispatcher would run them
+ * (argument check, inputs made resident at the backend's place, the variant in the arguments),
+ * so that a variant can be chosen per call without touching the context's selection.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autotune/measure.h"
+#include "autotune/reference.h"
+#include "autotune/tool/tool.h"
+#include "dispatch/check.h"
+#include "dispatch/context.h"
+#include "dispatch/select.h"
+
+#define MAX_VARIANTS 64
+
+typedef struct tune_data {
+    hd_op op;
+    hd_shape shape;
+    float *host[4];
+    size_t rows[4], cols[4];
+    int inputs;
+    hd_tensor *in[4];
+    hd_tensor *out;
+    size_t out_rows, out_cols;
+    hd_ref_inputs ref;
+    union {
+        hd_gemm_args gemm;
+        hd_lora_args lora;
+        hd_row_args row;
+    } args;
+    hd_backend backend; /* the candidate being run */
+    const char *variant;
+} tune_data;
+
+static float rnd(unsigned long long *s, float lo, float hi)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((*s >> 40) & 0xffffff) / 16777216.0f;
+}
+
+static void free_data(tune_data *d)
+{
+    for (int i = 0; i < d->inputs; i++) {
+        hd_tensor_destroy(d->in[i]);
+        free(d->host[i]);
+    }
+    hd_tensor_destroy(d->out);
+    memset(d, 0, sizeof *d);
+}
+
+/* Inputs of the case's shape with fresh random values; checks the arguments as the public
+ * call does, which fills the backend argument struct. */
+static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d)
+{
+    memset(d, 0, sizeof *d);
+    d->op = c->op;
+    d->shape = c->shape;
+    const size_t *s = c->shape.dim;
+    switch (c->op) {
+    case HD_OP_GEMM:
+        d->inputs = 2;
+        d->rows[0] = c->shape.trans_a ? s[2] : s[0];
+        d->cols[0] = c->shape.trans_a ? s[0] : s[2];
+        d->rows[1] = c->shape.trans_b ? s[1] : s[2];
+        d->cols[1] = c->shape.trans_b ? s[2] : s[1];
+        d->out_rows = s[0];
+        d->out_cols = s[1];
+        break;
+    case HD_OP_LORA:
+        d->inputs = 4;
+        d->rows[0] = s[0], d->cols[0] = s[1];
+        d->rows[1] = s[1], d->cols[1] = s[2];
+        d->rows[2] = s[1], d->cols[2] = s[3];
+        d->rows[3] = s[3], d->cols[3] = s[2];
+        d->out_rows = s[0];
+        d->out_cols = s[2];
+        break;
+    default:
+        d->inputs = c->op == HD_OP_LAYER_NORM ? 3 : c->op == HD_OP_RMS_NORM ? 2 : 1;
+        d->rows[0] = s[0], d->cols[0] = s[1];
+        d->rows[1] = d->rows[2] = 1;
+        d->cols[1] = d->cols[2] = s[1];
+        d->out_rows = s[0];
+        d->out_cols = s[1];
+        break;
+    }
+    static unsigned long long seed = 0x5eed;
+    seed += 0x9e3779b97f4a7c15ull;
+    unsigned long long st = seed;
+    hd_status r = HD_OK;
+    for (int i = 0; i < d->inputs && r == HD_OK; i++) {
+        size_t n = d->rows[i] * d->cols[i];
+        d->host[i] = malloc((n ? n : 1) * sizeof(float));
+        if (d->host[i] == NULL)
+            return HD_ERR_OUT_OF_MEMORY;
+        bool scale = c->op >= HD_OP_SOFTMAX && i > 0;
+        for (size_t k = 0; k < n; k++)
+            d->host[i][k] = scale ? rnd(&st, 0.5f, 1.5f) : rnd(&st, -1.0f, 1.0f);
+        r = hd_tensor_create(ctx, d->rows[i], d->cols[i], &d->in[i]);
+        if (r == HD_OK)
+            r = hd_tensor_write(d->in[i], d->host[i]);
+        d->ref.in[i] = d->host[i];
+    }
+    if (r == HD_OK)
+        r = hd_tensor_create(ctx, d->out_rows, d->out_cols, &d->out);
+    if (r != HD_OK)
+        return r;
+    d->ref.alpha = 1.0f;
+    d->ref.beta = 0.0f;
+    d->ref.scale = 0.5f;
+    d->ref.eps = 1e-5f;
+    switch (c->op) {
+    case HD_OP_GEMM:
+        return hd__check_gemm(ctx, c->shape.trans_a, c->shape.trans_b, 1.0f, d->in[0], d->in[1],
+                              0.0f, d->out, &d->args.gemm);
+    case HD_OP_LORA:
+        return hd__check_lora(ctx, d->in[0], d->in[1], d->in[2], d->in[3], 0.5f, d->out,
+                              &d->args.lora);
+    case HD_OP_SOFTMAX:
+        return hd__check_rows(ctx, "softmax", d->in[0], NULL, NULL, false, 0.0f, d->out,
+                              &d->args.row);
+    case HD_OP_LAYER_NORM:
+        return hd__check_rows(ctx, "layer_norm", d->in[0], d->in[1], d->in[2], true, 1e-5f,
+                              d->out, &d->args.row);
+    case HD_OP_RMS_NORM:
+        return hd__check_rows(ctx, "rms_norm", d->in[0], d->in[1], NULL, true, 1e-5f, d->out,
+                              &d->args.row);
+    default:
+        return HD_ERR_UNSUPPORTED;
+    }
+}
+
+/* One call of the candidate, as the dispatcher would make it. */
+static hd_status run_candidate(hd_context *ctx, void *user, size_t set)
+{
+    (void)set;
+    tune_data *d = user;
+    const hd_backend_impl *impl = ctx->backends[d->backend];
+    void *state = ctx->backend_state[d->backend];
+    hd_status s = HD_OK;
+    for (int i = 0; i < d->inputs && s == HD_OK; i++)
+        s = hd__tensor_to_place(d->in[i], impl->place);
+    if (s == HD_OK)
+        s = hd__tensor_reserve(d->out, impl->place);
+    if (s != HD_OK)
+        return s;
+    switch (d->op) {
+    case HD_OP_GEMM:
+        d->args.gemm.variant = d->variant;
+        s = impl->gemm(state, ctx, &d->args.gemm);
+        break;
+    case HD_OP_LORA:
+        d->args.lora.variant = d->variant;
+        s = impl->lora(state, ctx, &d->args.lora);
+        break;
+    case HD_OP_SOFTMAX:
+        d->args.row.variant = d->variant;
+        s = impl->softmax(state, ctx, &d->args.row);
+        break;
+    case HD_OP_LAYER_NORM:
+        d->args.row.variant = d->variant;
+        s = impl->layer_norm(state, ctx, &d->args.row);
+        break;
+    case HD_OP_RMS_NORM:
+        d->args.row.variant = d->variant;
+        s = impl->rms_norm(state, ctx, &d->args.row);
+        break;
+    default:
+        s = HD_ERR_UNSUPPORTED;
+    }
+    if (s == HD_OK) {
+        hd__tensor_written(d->out, impl->place);
+        ctx->last_backend = d->backend;
+    }
+    return s;
+}
+
+/* Runs the candidate once on an output full of NaN and checks the result. */
+static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t size,
+                              double *first_s)
+{
+    size_t n = d->out_rows * d->out_cols;
+    float *buf = malloc((n ? n : 1) * sizeof *buf);
+    if (buf == NULL) {
+        snprintf(why, size, "no memory");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        buf[i] = NAN;
+    hd_status s = hd_tensor_write(d->out, buf);
+    if (s == HD_OK)
+        s = hd_sync(ctx);
+    double t0 = hd__measure_now();
+    if (s == HD_OK)
+        s = run_candidate(ctx, d, 0);
+    if (s == HD_OK)
+        s = hd_sync(ctx);
+    *first_s = hd__measure_now() - t0;
+    if (s == HD_OK)
+        s = hd_tensor_read(d->out, buf);
+    bool ok = false;
+    if (s != HD_OK)
+        snprintf(why, size, "%s: %s", hd_status_name(s), hd_context_last_error(ctx));
+    else
+        ok = hd__ref_check(d->op, &d->shape, &d->ref, buf, why, size);
+    free(buf);
+    return ok;
+}
+
+/* The CPU's time for the case by the model of one GEMM rate, to skip hopeless CPU runs. */
+static double cpu_estimate_s(const hd_bench_case *c)
+{
+    return hd__bench_case_flops(c) / 50e9 + hd__bench_case_bytes(c) / 10e9;
+}
+
+typedef struct candidate {
+    hd_backend backend;
+    const char *variant;
+    double median_s;
+    bool ok;
+} candidate;
+
+bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e,
+                        bool verbose, bool dry_run, hd_tune_record *rec, char *best_clblast,
+                        size_t best_size, char *why, size_t why_size)
+{
+    best_clblast[0] = '\0';
+    why[0] = '\0';
+    candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
+    size_t count = 0;
+    const char *variants[MAX_VARIANTS];
+    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
+        if (!hd__backend_takes(ctx, (hd_backend)b, c->op, &c->shape))
+            continue;
+        if (b == HD_BACKEND_CPU && ctx->cl != NULL && cpu_estimate_s(c) > e->cpu_limit_s)
+            continue;
+        cand[count++] = (candidate){.backend = (hd_backend)b};
+        const hd_backend_impl *impl = ctx->backends[b];
+        size_t max = e->variants > 1 ? e->variants - 1 : 0;
+        if (max > MAX_VARIANTS)
+            max = MAX_VARIANTS;
+        size_t n = impl->variants != NULL && max > 0
+                       ? impl->variants(ctx->backend_state[b], c->op, &c->shape, variants, max)
+                       : 0;
+        for (size_t i = 0; i < n && i < max; i++)
+            cand[count++] = (candidate){.backend = (hd_backend)b, .variant = variants[i]};
+    }
+    if (dry_run) {
+        for (size_t i = 0; i < count; i++)
+            printf("    %-14s %s\n", hd_backend_name(cand[i].backend),
+                   cand[i].variant ? cand[i].variant : "(default parameters)");
+        snprintf(why, why_size, "dry run");
+        return false;
+    }
+    if (count == 0) {
+        snprintf(why, why_size, "no backend takes it");
+        return false;
+    }
+
+    tune_data d;
+    hd_status s = make_data(ctx, c, &d);
+    if (s != HD_OK) {
+        snprintf(why, why_size, "inputs: %s", hd_context_last_error(ctx));
+        free_data(&d);
+        return false;
+    }
+    double case_start = hd__measure_now();
+    int best = -1;
+    for (size_t i = 0; i < count && !hd__tool_interrupted; i++) {
+        /* Past the case's time target only each backend's defaults still run. */
+        if (cand[i].variant != NULL && hd__measure_now() - case_start > e->case_target_s)
+            continue;
+        d.backend = cand[i].backend;
+        d.variant = cand[i].variant;
+        char fail[512];
+        double first_s = 0.0;
+        if (!candidate_correct(ctx, &d, fail, sizeof fail, &first_s)) {
+            if (verbose)
+                fprintf(stderr, "  %s %s: rejected: %s\n", hd_backend_name(d.backend),
+                        d.variant ? d.variant : "-", fail);
+            if (why[0] == '\0')
+                snprintf(why, why_size, "%s: %s", hd_backend_name(d.backend), fail);
+            continue;
+        }
+        /* Far slower than the best so far on its first call: not worth a full timing. */
+        if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05)
+            continue;
+        hd_measure_config cfg;
+        hd__measure_config_init(&cfg, HD_MEASURE_DEVICE);
+        cfg.warmup = 2;
+        cfg.min_runs = e->min_runs;
+        cfg.max_runs = 1000;
+        cfg.budget_s = e->budget_s;
+        hd_measure_result r;
+        s = hd__measure(ctx, &cfg, run_candidate, &d, &r);
+        if (s != HD_OK) {
+            if (verbose)
+                fprintf(stderr, "  %s %s: timing failed: %s\n", hd_backend_name(d.backend),
+                        d.variant ? d.variant : "-", hd_context_last_error(ctx));
+            continue;
+        }
+        cand[i].ok = true;
+        cand[i].median_s = r.median_s;
+        if (verbose)
+            fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d.backend),
+                    r.median_s * 1e6, d.variant ? d.variant : "-");
+        if (best < 0 || r.median_s < cand[best].median_s)
+            best = (int)i;
+    }
+    free_data(&d);
+    if (best < 0) {
+        if (why[0] == '\0')
+            snprintf(why, why_size, "interrupted");
+        return false;
+    }
+
+    /* The runner-up: the best candidate of another backend. */
+    int second = -1, clblast_best = -1;
+    for (size_t i = 0; i < count; i++) {
+        if (!cand[i].ok)
+            continue;
+        if (cand[i].backend != cand[best].backend &&
+            (second < 0 || cand[i].median_s < cand[second].median_s))
+            second = (int)i;
+        if (cand[i].backend == HD_BACKEND_CLBLAST &&
+            (clblast_best < 0 || cand[i].median_s < cand[clblast_best].median_s))
+            clblast_best = (int)i;
+    }
+    memset(rec, 0, sizeof *rec);
+    rec->op = c->op;
+    rec->shape = c->shape;
+    rec->backend = cand[best].backend;
+    snprintf(rec->variant, sizeof rec->variant, "%s",
+             cand[best].variant ? cand[best].variant : "");
+    rec->median_us = fmax(cand[best].median_s * 1e6, 1e-3);
+    rec->runner_up = second >= 0 ? cand[second].backend : HD_BACKEND_AUTO;
+    rec->margin_pct =
+        second >= 0 ? fmin((cand[second].median_s / cand[best].median_s - 1.0) * 100.0, 1e6)
+                    : 0.0;
+    if (clblast_best >= 0 && cand[clblast_best].variant != NULL)
+        snprintf(best_clblast, best_size, "%s", cand[clblast_best].variant);
+    return true;
+}
