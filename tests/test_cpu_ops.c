@@ -285,6 +285,97 @@ static void test_gemm_propagates_nan_and_inf_like_reference(void **state)
     }
 }
 
+/* Batched GEMM: each tensor stacks its batch matrices by rows; each C_i is checked against
+ * the reference of its own A_i, B_i. */
+static void check_gemm_batched(hd_context *ctx, size_t batch, const gemm_case *gc, uint64_t salt,
+                               bool nan_c)
+{
+    size_t na = gc->m * gc->k, nb = gc->k * gc->n, nc = gc->m * gc->n;
+    float *a = hd_test_floats(batch * na), *b = hd_test_floats(batch * nb);
+    float *c = hd_test_floats(batch * nc);
+    hd_rng rng = hd_test_rng(salt);
+    hd_test_fill(&rng, a, batch * na, -1.0f, 1.0f);
+    hd_test_fill(&rng, b, batch * nb, -1.0f, 1.0f);
+    hd_test_fill(&rng, c, batch * nc, -1.0f, 1.0f);
+    if (nan_c)
+        fill_nan(c, batch * nc);
+    size_t ar = gc->trans_a ? gc->k : gc->m, ac = gc->trans_a ? gc->m : gc->k;
+    size_t br = gc->trans_b ? gc->n : gc->k, bc = gc->trans_b ? gc->k : gc->n;
+    hd_tensor *ta = hd_test_tensor(ctx, batch * ar, ac, a);
+    hd_tensor *tb = hd_test_tensor(ctx, batch * br, bc, b);
+    hd_tensor *tc = hd_test_tensor(ctx, batch * gc->m, gc->n, c);
+    char what[160];
+    snprintf(what, sizeof what, "gemm_batched %zu x %s%s m=%zu n=%zu k=%zu alpha=%g beta=%g", batch,
+             gc->trans_a ? "T" : "N", gc->trans_b ? "T" : "N", gc->m, gc->n, gc->k,
+             (double)gc->alpha, (double)gc->beta);
+    expect_ok(
+        ctx, hd_gemm_batched(ctx, batch, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc),
+        what);
+    float *got = hd_test_read(tc);
+    double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
+    for (size_t i = 0; i < batch; i++) {
+        hd_ref_gemm(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, gc->alpha, a + i * na,
+                    b + i * nb, gc->beta, c + i * nc, want, bound);
+        hd_test_expect_gemm_close(what, got + i * nc, want, bound, nc, gc->k, GEMM_FACTOR);
+    }
+    free(got);
+    free(want);
+    free(bound);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(tc);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_gemm_batched_matches_reference(void **state)
+{
+    static const hd_test_gemm_shape shapes[] = {{1, 13, 7}, {7, 5, 3}, {17, 31, 29}, {1, 1, 1}};
+    static const size_t batches[] = {1, 3, 8};
+    uint64_t salt = 9000;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t j = 0; j < sizeof batches / sizeof batches[0]; j++)
+            for (int t = 0; t < 4; t++) {
+                gemm_case gc = {.trans_a = t & 1,
+                                .trans_b = t & 2,
+                                .m = shapes[s].m,
+                                .n = shapes[s].n,
+                                .k = shapes[s].k,
+                                .alpha = 1.25f,
+                                .beta = t == 3 ? 0.0f : -0.5f};
+                check_gemm_batched(*state, batches[j], &gc, salt++, false);
+            }
+}
+
+static void test_gemm_batched_beta_zero_ignores_nan_in_c(void **state)
+{
+    gemm_case gc = {.m = 5, .n = 7, .k = 3, .alpha = 1.0f, .beta = 0.0f};
+    check_gemm_batched(*state, 4, &gc, 9100, true);
+}
+
+static void test_gemm_batched_empty_is_a_no_op(void **state)
+{
+    hd_context *ctx = *state;
+    /* batch 0, and m = 0 within a batch of 3 */
+    hd_tensor *a = hd_test_tensor(ctx, 6, 3, NULL), *b = hd_test_tensor(ctx, 9, 4, NULL);
+    float c_data[6 * 4];
+    for (int i = 0; i < 24; i++)
+        c_data[i] = (float)i;
+    hd_tensor *c = hd_test_tensor(ctx, 6, 4, c_data);
+    assert_int_equal(hd_gemm_batched(ctx, 0, false, false, 1.0f, a, b, 0.0f, c), HD_OK);
+    float *got = hd_test_read(c);
+    hd_test_expect_same("gemm_batched batch=0", got, c_data, 24);
+    free(got);
+    hd_tensor *a0 = hd_test_tensor(ctx, 0, 3, NULL), *c0 = hd_test_tensor(ctx, 0, 4, NULL);
+    assert_int_equal(hd_gemm_batched(ctx, 3, false, false, 1.0f, a0, b, 0.0f, c0), HD_OK);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(c);
+    hd_tensor_destroy(a0);
+    hd_tensor_destroy(c0);
+}
+
 /* ---- LoRA ---- */
 
 static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
@@ -653,6 +744,9 @@ int main(void)
         cmocka_unit_test(test_gemm_k_zero_gives_beta_times_c),
         cmocka_unit_test(test_gemm_empty_m_or_n_is_a_no_op),
         cmocka_unit_test(test_gemm_propagates_nan_and_inf_like_reference),
+        cmocka_unit_test(test_gemm_batched_matches_reference),
+        cmocka_unit_test(test_gemm_batched_beta_zero_ignores_nan_in_c),
+        cmocka_unit_test(test_gemm_batched_empty_is_a_no_op),
         cmocka_unit_test(test_lora_matches_reference_on_every_shape),
         cmocka_unit_test(test_lora_rank_zero_is_x_times_w),
         cmocka_unit_test(test_lora_large_matches_reference),

@@ -299,6 +299,71 @@ static void test_gemm_tensor_of_another_context_is_rejected(void **state)
     release(&c2);
 }
 
+/* ---- batched GEMM: a batch of 3 of the M×K by K×N products above ---- */
+
+enum { BATCH = 3 };
+
+static void test_gemm_batched_bad_arguments_are_rejected(void **state)
+{
+    fixture *f = *state;
+    hd_context *ctx = f->ctx;
+    held a = hold(ctx, BATCH * M, K, 60), b = hold(ctx, BATCH * K, N, 61);
+    held c = hold(ctx, BATCH * M, N, 62);
+    assert_int_equal(hd_gemm_batched(NULL, BATCH, false, false, 1.0f, a.t, b.t, 0.0f, c.t),
+                     HD_ERR_INVALID_ARGUMENT);
+    expect_error(ctx, "gemm_batched a NULL",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, NULL, b.t, 0.0f, c.t),
+                 HD_ERR_INVALID_ARGUMENT, "'a'", &c, 1);
+    expect_error(ctx, "gemm_batched b NULL",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a.t, NULL, 0.0f, c.t),
+                 HD_ERR_INVALID_ARGUMENT, "'b'", &c, 1);
+    expect_error(ctx, "gemm_batched c NULL",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a.t, b.t, 0.0f, NULL),
+                 HD_ERR_INVALID_ARGUMENT, "'c'", (held[]){a, b}, 2);
+
+    /* A batch that does not divide a tensor's rows, for each tensor in turn. */
+    expect_error(ctx, "gemm_batched batch 2",
+                 hd_gemm_batched(ctx, 2, false, false, 1.0f, a.t, b.t, 0.0f, c.t),
+                 HD_ERR_SHAPE_MISMATCH, "'a'", &c, 1);
+    held b_odd = hold(ctx, BATCH * K + 1, N, 63), c_odd = hold(ctx, BATCH * M + 1, N, 64);
+    expect_error(ctx, "gemm_batched b rows",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a.t, b_odd.t, 0.0f, c.t),
+                 HD_ERR_SHAPE_MISMATCH, "'b'", &c, 1);
+    expect_error(ctx, "gemm_batched c rows",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a.t, b.t, 0.0f, c_odd.t),
+                 HD_ERR_SHAPE_MISMATCH, "'c'", &c_odd, 1);
+    /* Divisible, but the per-matrix shapes do not fit. */
+    held b_k = hold(ctx, BATCH * (K + 1), N, 65), c_n = hold(ctx, BATCH * M, N + 1, 66);
+    expect_error(ctx, "gemm_batched inner dimension",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a.t, b_k.t, 0.0f, c.t),
+                 HD_ERR_SHAPE_MISMATCH, "op(b)", &c, 1);
+    expect_error(ctx, "gemm_batched c columns",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a.t, b.t, 0.0f, c_n.t),
+                 HD_ERR_SHAPE_MISMATCH, "'c'", &c_n, 1);
+    expect_error(ctx, "gemm_batched a transposed",
+                 hd_gemm_batched(ctx, BATCH, true, false, 1.0f, a.t, b.t, 0.0f, c.t),
+                 HD_ERR_SHAPE_MISMATCH, "op(", &c, 1);
+
+    /* Aliasing (square matrices, so nothing else is wrong) and other contexts. */
+    held sq = hold(ctx, BATCH * 4, 4, 67), sq2 = hold(ctx, BATCH * 4, 4, 68);
+    expect_error(ctx, "gemm_batched c == a",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, sq.t, sq2.t, 1.0f, sq.t),
+                 HD_ERR_ALIASING, "'a'", (held[]){sq, sq2}, 2);
+    expect_error(ctx, "gemm_batched c == b",
+                 hd_gemm_batched(ctx, BATCH, false, true, 1.0f, sq.t, sq2.t, 1.0f, sq2.t),
+                 HD_ERR_ALIASING, "'b'", (held[]){sq, sq2}, 2);
+    held a2 = hold(f->other, BATCH * M, K, 69), c2 = hold(f->other, BATCH * M, N, 70);
+    expect_error(ctx, "gemm_batched a elsewhere",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a2.t, b.t, 1.0f, c.t),
+                 HD_ERR_WRONG_CONTEXT, "'a'", &c, 1);
+    expect_error(ctx, "gemm_batched c elsewhere",
+                 hd_gemm_batched(ctx, BATCH, false, false, 1.0f, a.t, b.t, 1.0f, c2.t),
+                 HD_ERR_WRONG_CONTEXT, "'c'", &c2, 1);
+    held *all[] = {&a, &b, &c, &b_odd, &c_odd, &b_k, &c_n, &sq, &sq2, &a2, &c2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        release(all[i]);
+}
+
 /* ---- LoRA ---- */
 
 enum { T = 3, IN = 5, OUT = 4, R = 2 };
@@ -614,37 +679,39 @@ static void test_rejected_call_leaves_device_resident_output_intact(void **state
     release(&b);
 }
 
-#define ERROR_TESTS                                                                                \
-    cmocka_unit_test(test_tensor_create_null_context_is_invalid),                                  \
-        cmocka_unit_test(test_tensor_create_null_out_is_invalid),                                  \
-        cmocka_unit_test(test_tensor_create_size_overflow_is_rejected),                            \
-        cmocka_unit_test(test_tensor_write_null_tensor_is_invalid),                                \
-        cmocka_unit_test(test_tensor_write_null_source_is_invalid),                                \
-        cmocka_unit_test(test_tensor_read_null_tensor_is_invalid),                                 \
-        cmocka_unit_test(test_tensor_read_null_destination_is_invalid),                            \
-        cmocka_unit_test(test_tensor_empty_read_and_write_accept_null_buffers),                    \
-        cmocka_unit_test(test_gemm_null_context_is_invalid),                                       \
-        cmocka_unit_test(test_gemm_null_tensor_is_invalid),                                        \
-        cmocka_unit_test(test_gemm_shape_mismatch_is_rejected),                                    \
-        cmocka_unit_test(test_gemm_output_aliasing_an_input_is_rejected),                          \
-        cmocka_unit_test(test_gemm_tensor_of_another_context_is_rejected),                         \
-        cmocka_unit_test(test_lora_null_context_or_tensor_is_invalid),                             \
-        cmocka_unit_test(test_lora_shape_mismatch_is_rejected),                                    \
-        cmocka_unit_test(test_lora_output_aliasing_an_input_is_rejected),                          \
-        cmocka_unit_test(test_lora_tensor_of_another_context_is_rejected),                         \
-        cmocka_unit_test(test_row_ops_null_context_or_tensor_is_invalid),                          \
-        cmocka_unit_test(test_row_ops_shape_mismatch_is_rejected),                                 \
-        cmocka_unit_test(test_row_ops_output_aliasing_a_parameter_is_rejected),                    \
-        cmocka_unit_test(test_row_ops_bad_eps_is_rejected),                                        \
-        cmocka_unit_test(test_row_ops_tensor_of_another_context_is_rejected),                      \
-        cmocka_unit_test(test_rejected_call_leaves_device_resident_output_intact)
+static const struct CMUnitTest error_tests[] = {
+    cmocka_unit_test(test_tensor_create_null_context_is_invalid),
+    cmocka_unit_test(test_tensor_create_null_out_is_invalid),
+    cmocka_unit_test(test_tensor_create_size_overflow_is_rejected),
+    cmocka_unit_test(test_tensor_write_null_tensor_is_invalid),
+    cmocka_unit_test(test_tensor_write_null_source_is_invalid),
+    cmocka_unit_test(test_tensor_read_null_tensor_is_invalid),
+    cmocka_unit_test(test_tensor_read_null_destination_is_invalid),
+    cmocka_unit_test(test_tensor_empty_read_and_write_accept_null_buffers),
+    cmocka_unit_test(test_gemm_null_context_is_invalid),
+    cmocka_unit_test(test_gemm_null_tensor_is_invalid),
+    cmocka_unit_test(test_gemm_shape_mismatch_is_rejected),
+    cmocka_unit_test(test_gemm_output_aliasing_an_input_is_rejected),
+    cmocka_unit_test(test_gemm_tensor_of_another_context_is_rejected),
+    cmocka_unit_test(test_gemm_batched_bad_arguments_are_rejected),
+    cmocka_unit_test(test_lora_null_context_or_tensor_is_invalid),
+    cmocka_unit_test(test_lora_shape_mismatch_is_rejected),
+    cmocka_unit_test(test_lora_output_aliasing_an_input_is_rejected),
+    cmocka_unit_test(test_lora_tensor_of_another_context_is_rejected),
+    cmocka_unit_test(test_row_ops_null_context_or_tensor_is_invalid),
+    cmocka_unit_test(test_row_ops_shape_mismatch_is_rejected),
+    cmocka_unit_test(test_row_ops_output_aliasing_a_parameter_is_rejected),
+    cmocka_unit_test(test_row_ops_bad_eps_is_rejected),
+    cmocka_unit_test(test_row_ops_tensor_of_another_context_is_rejected),
+    cmocka_unit_test(test_rejected_call_leaves_device_resident_output_intact),
+};
 
 int main(void)
 {
     hd_test_seed();
-    const struct CMUnitTest tests[] = {ERROR_TESTS};
-    int failed = cmocka_run_group_tests_name("dispatch_errors_cpu", tests, setup_cpu, teardown);
-    failed +=
-        cmocka_run_group_tests_name("dispatch_errors_default", tests, setup_default, teardown);
+    int failed =
+        cmocka_run_group_tests_name("dispatch_errors_cpu", error_tests, setup_cpu, teardown);
+    failed += cmocka_run_group_tests_name("dispatch_errors_default", error_tests, setup_default,
+                                          teardown);
     return failed;
 }
