@@ -3,6 +3,7 @@
  * context's device. Tensors arrive device-resident; everything is queued, nothing waits.
  */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "backends/fused/fused.h"
@@ -56,7 +57,7 @@ static bool fused_supports(void *state, hd_op op, const hd_shape *s)
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX;
-    case HD_OP_COUNT:
+    default: /* batched GEMM and anything newer: not offered here */
         break;
     }
     return false;
@@ -96,9 +97,9 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
                              size_t max)
 {
     static const char *const gemv[] = {
-        "TN=8 KS=32 UNROLL=8",  "TN=8 KS=32 UNROLL=4", "TN=4 KS=64 UNROLL=8",
-        "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4", "TN=16 KS=16 UNROLL=8",
-        "TN=16 KS=32 UNROLL=4", "TN=8 KS=16 UNROLL=8",
+        "TN=4 KS=64 UNROLL=16", "TN=4 KS=64 UNROLL=8",  "TN=2 KS=128 UNROLL=8",
+        "TN=8 KS=32 UNROLL=8",  "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4",
+        "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4",
     };
     const hd_fused *f = state;
     size_t n = 0;
@@ -112,7 +113,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
         return row_variants(f, s, out, max);
-    case HD_OP_COUNT:
+    default: /* batched GEMM and anything newer: not offered here */
         break;
     }
     return 0;

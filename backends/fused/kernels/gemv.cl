@@ -100,6 +100,7 @@ inline void strip_store(const floatv *acc, __local floatv *red, int m, int nv, i
                 floatv out = alpha * s;
                 if (r > 0) {
                     floatv low = (floatv)(0.0f);
+#pragma unroll 8
                     for (int q = 0; q < r; q++)
                         low = fma((floatv)(h[row * hstride + q]), lb[q * nv + jv], low);
                     out = fma((floatv)(scale), low, out);

@@ -30,6 +30,7 @@ lora_update(int tokens, int in, int out, int r, int rp, float scale, const __glo
 #pragma unroll
         for (int i = 0; i < MR; i++)
             acc[i] = (floatv)(0.0f);
+#pragma unroll 8
         for (int q = 0; q < r; q++) {
             const floatv bq = bv[q * nv + jv];
 #pragma unroll

@@ -32,6 +32,8 @@ inline void lowrank_h(const __global float *x, int m, int in, const __global flo
         xrow[i] = min(i, m - 1) * in;
     }
     if (q < r) {
+        /* unrolled so that several loads of A and x are in flight at once */
+#pragma unroll 8
         for (int p = s; p < in; p += ns) {
             const float av = a[p * r + q];
 #pragma unroll
