@@ -18,10 +18,10 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 
-#define MAX_TOKENS 16
-#define MAX_TIME_US 1e9     /* a quarter of an hour per call is not a tuned op */
-#define MAX_MARGIN_PCT 1e6  /* 10000x slower runner-up */
-#define MAX_CAL_VALUE 1e9   /* µs, GB/s, GFLOP/s: well beyond any device */
+#define MAX_TOKENS     16
+#define MAX_TIME_US    1e9 /* a quarter of an hour per call is not a tuned op */
+#define MAX_MARGIN_PCT 1e6 /* 10000x slower runner-up */
+#define MAX_CAL_VALUE  1e9 /* µs, GB/s, GFLOP/s: well beyond any device */
 
 void hd__tune_file_init(hd_tune_file *f)
 {
@@ -36,12 +36,18 @@ void hd__tune_file_free(hd_tune_file *f)
     hd__tune_file_init(f);
 }
 
+bool hd__tune_has_transposes(hd_op op)
+{
+    return op == HD_OP_GEMM || op == HD_OP_GEMM_BATCHED;
+}
+
 int hd__tune_dim_count(hd_op op)
 {
     switch (op) {
     case HD_OP_GEMM:
         return 3;
     case HD_OP_LORA:
+    case HD_OP_GEMM_BATCHED: /* m, n, k, batch */
         return 4;
     default:
         return 2;
@@ -55,7 +61,7 @@ bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b)
     for (int i = 0; i < hd__tune_dim_count(a->op); i++)
         if (a->shape.dim[i] != b->shape.dim[i])
             return false;
-    return a->op != HD_OP_GEMM ||
+    return !hd__tune_has_transposes(a->op) ||
            (a->shape.trans_a == b->shape.trans_a && a->shape.trans_b == b->shape.trans_b);
 }
 
@@ -245,7 +251,7 @@ static bool bad_line(parser *ps, const char *fmt, ...)
 static bool parse_record(parser *ps, hd_op op, const token *tok, int n)
 {
     int dims = hd__tune_dim_count(op);
-    int want = 1 + dims + (op == HD_OP_GEMM) + 5;
+    int want = 1 + dims + hd__tune_has_transposes(op) + 5;
     if (n != want)
         return bad_line(ps, "%s record with %d fields, expected %d", hd_op_name(op), n, want);
     hd_tune_record r = {.op = op};
@@ -256,7 +262,7 @@ static bool parse_record(parser *ps, hd_op op, const token *tok, int n)
             return bad_line(ps, "dimension %d is not a whole number in [%zu, %zu]", d + 1, lo,
                             HD_TUNE_DIM_MAX);
     }
-    if (op == HD_OP_GEMM) {
+    if (hd__tune_has_transposes(op)) {
         const token *t = &tok[i++];
         if (t->quoted || t->len != 2 || (t->text[0] != 'n' && t->text[0] != 't') ||
             (t->text[1] != 'n' && t->text[1] != 't'))
@@ -295,7 +301,7 @@ static bool parse_calibration(parser *ps, const token *tok, int n)
     if (ps->have_cal)
         return bad_line(ps, "second calibration line");
     hd_tune_calibration cal = {0};
-    double *fields[] = {&cal.launch_us,  &cal.copy_gbps,  &cal.host_gbps,
+    double *fields[] = {&cal.launch_us,   &cal.copy_gbps,  &cal.host_gbps,
                         &cal.gemm_gflops, &cal.cpu_gflops, &cal.cpu_gbps};
     for (int i = 1; i < n; i++) {
         const char *eq = tok[i].quoted ? NULL : memchr(tok[i].text, '=', tok[i].len);
@@ -361,8 +367,8 @@ static bool parse_header_line(hd_tune_file *f, int index, const token *tok, int 
     case 0:
         ok = tok_is(&tok[1], "1");
         if (!ok) {
-            snprintf(msg, size, "format version '%.*s' is not %d", (int)(tok[1].len > 20 ? 20 : tok[1].len),
-                     tok[1].text, HD_TUNE_FORMAT);
+            snprintf(msg, size, "format version '%.*s' is not %d",
+                     (int)(tok[1].len > 20 ? 20 : tok[1].len), tok[1].text, HD_TUNE_FORMAT);
             return false;
         }
         break;
@@ -452,8 +458,8 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
         parse_body_line(&ps, tok, n);
     }
     if (header < 6) {
-        snprintf(msg, size, "%s", header == 0 ? "empty file or no 'hd-tune' header"
-                                              : "file ends inside the header");
+        snprintf(msg, size, "%s",
+                 header == 0 ? "empty file or no 'hd-tune' header" : "file ends inside the header");
         hd__tune_file_free(f);
         return HD_ERR_CACHE_INVALID;
     }
@@ -607,7 +613,7 @@ char *hd__tune_format(const hd_tune_file *f)
         put(&t, "%s", hd_op_name(r->op));
         for (int d = 0; d < hd__tune_dim_count(r->op); d++)
             put(&t, " %zu", r->shape.dim[d]);
-        if (r->op == HD_OP_GEMM)
+        if (hd__tune_has_transposes(r->op))
             put(&t, " %c%c", r->shape.trans_a ? 't' : 'n', r->shape.trans_b ? 't' : 'n');
         put(&t, " %s ", hd_backend_name(r->backend));
         if (r->variant[0] == '\0')
@@ -663,7 +669,7 @@ static bool make_parent_dirs(const char *path, char *msg, size_t size)
     if (slash == NULL || slash == dir)
         return true;
     *slash = '\0';
-    for (char *p = dir + 1; ; p++) {
+    for (char *p = dir + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char saved = *p;
             *p = '\0';
@@ -771,8 +777,8 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     char *body = s == HD_OK ? hd__tune_format(&merged) : NULL;
     hd__tune_file_free(&merged);
     if (body == NULL) {
-        snprintf(msg, size, "%s", s == HD_ERR_CACHE_INVALID ? "too many records"
-                                                            : "no memory to format the cache");
+        snprintf(msg, size, "%s",
+                 s == HD_ERR_CACHE_INVALID ? "too many records" : "no memory to format the cache");
         close(lock);
         return s == HD_OK ? HD_ERR_OUT_OF_MEMORY : s;
     }

@@ -15,15 +15,16 @@
  *   softmax 64 1024 fused - 7.1 cpu 80
  *
  * A record is: op, its dims (GEMM m n k and the transposes nn/nt/tn/tt; LoRA tokens in out
- * rank; row ops rows cols), the winning backend, its variant ("-" for the default, else a
- * double-quoted string), the median in microseconds, the runner-up backend and the winner's
- * margin over it in percent ("- -" when nothing else ran). Strings are double-quoted with \"
- * and \\ as the only escapes and printable ASCII only.
+ * rank; gemm_batched m n k batch and the transposes; row ops rows cols), the winning backend, its
+ * variant ("-" for the default, else a double-quoted string), the median in microseconds, the
+ * runner-up backend and the winner's margin over it in percent ("- -" when nothing else ran).
+ * Strings are double-quoted with \" and \\ as the only escapes and printable ASCII only.
  *
  * Trust: the six header lines (hd-tune to clblast, in that order, before anything else but
- * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown name, malformed or
- * absurd number, overlong line, duplicate key) is skipped and counted; the rest are used.
- * Lines are at most HD_TUNE_LINE_MAX bytes and files hold at most HD_TUNE_RECORD_MAX records.
+ * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown
+ * name, malformed or absurd number, overlong line, duplicate key) is skipped and counted; the rest
+ * are used. Lines are at most HD_TUNE_LINE_MAX bytes and files hold at most HD_TUNE_RECORD_MAX
+ * records.
  */
 #ifndef HD_AUTOTUNE_CACHE_H
 #define HD_AUTOTUNE_CACHE_H
@@ -35,13 +36,13 @@
 
 #include "backends/backend.h"
 
-#define HD_TUNE_FORMAT 1
-#define HD_TUNE_LINE_MAX 1024
+#define HD_TUNE_FORMAT     1
+#define HD_TUNE_LINE_MAX   1024
 #define HD_TUNE_RECORD_MAX 4096
-#define HD_TUNE_PARAM_MAX 16
+#define HD_TUNE_PARAM_MAX  16
 #define HD_TUNE_STRING_MAX 256
-#define HD_TUNE_FILE_MAX ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
-#define HD_TUNE_DIM_MAX ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
+#define HD_TUNE_FILE_MAX   ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
+#define HD_TUNE_DIM_MAX    ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
 
 /* What a file is valid for: it is used only when every field equals the context's. */
 typedef struct hd_tune_key {
@@ -98,8 +99,10 @@ void hd__tune_file_free(hd_tune_file *f);
 
 /* Whether two records describe the same call (op, dims, transposes). */
 bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b);
-/* The number of dims a record of op carries (GEMM 3, LoRA 4, row ops 2). */
+/* The number of dims a record of op carries (GEMM 3, LoRA 4, batched GEMM 4, row ops 2). */
 int hd__tune_dim_count(hd_op op);
+/* Whether op's records carry transposes (GEMM, batched GEMM). */
+bool hd__tune_has_transposes(hd_op op);
 
 /* Adds r, replacing a record with the same key. Returns HD_ERR_OUT_OF_MEMORY or
  * HD_ERR_CACHE_INVALID when the file already holds HD_TUNE_RECORD_MAX records. */

@@ -23,8 +23,7 @@ static hd_status run_gemm(hd_context *ctx, void *user, size_t set)
 }
 
 /* GFLOP/s of backend b on an n³ GEMM of small random values; 0 when b cannot run it. */
-static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budget_s,
-                           double *gflops)
+static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budget_s, double *gflops)
 {
     *gflops = 0.0;
     if (!hd_context_has_backend(ctx, b))
@@ -124,8 +123,7 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
     }
 #endif
     if (s == HD_OK)
-        s = gemm_rate(ctx, HD_BACKEND_CPU, quick ? 256 : 512, quick ? 0.1 : 0.3,
-                      &out->cpu_gflops);
+        s = gemm_rate(ctx, HD_BACKEND_CPU, quick ? 256 : 512, quick ? 0.1 : 0.3, &out->cpu_gflops);
     if (s == HD_OK && hd__measure_host_bandwidth(64u << 20, &bps) == HD_OK)
         out->cpu_gbps = bps * 1e-9;
     return s;

@@ -53,8 +53,7 @@ static elem lora_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size
     return (elem){sum, mag};
 }
 
-static bool close_enough(double got, elem e, double k, char *why, size_t size, size_t i,
-                         size_t j)
+static bool close_enough(double got, elem e, double k, char *why, size_t size, size_t i, size_t j)
 {
     double tol = 8.0 * (k + 2.0) * FLT_EPSILON * e.bound + 1e-30;
     if (isfinite(got) && fabs(got - e.want) <= tol)
@@ -68,9 +67,11 @@ static bool close_enough(double got, elem e, double k, char *why, size_t size, s
 static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, const float *out,
                          char *why, size_t size)
 {
-    size_t rows = s->dim[0], cols = op == HD_OP_GEMM ? s->dim[1] : s->dim[2];
-    double k = op == HD_OP_GEMM ? (double)s->dim[2] : (double)(s->dim[1] + s->dim[3]);
-    size_t total = rows * cols;
+    bool gemm = op != HD_OP_LORA;
+    size_t batch = op == HD_OP_GEMM_BATCHED ? s->dim[3] : 1;
+    size_t rows = s->dim[0], cols = gemm ? s->dim[1] : s->dim[2];
+    double k = gemm ? (double)s->dim[2] : (double)(s->dim[1] + s->dim[3]);
+    size_t total = batch * rows * cols;
     size_t count = total <= HD_REF_FULL ? total : HD_REF_SAMPLES;
     unsigned long long state = 0x9e3779b97f4a7c15ull;
     for (size_t t = 0; t < count; t++) {
@@ -79,8 +80,11 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
             state = state * 6364136223846793005ull + 1442695040888963407ull;
             idx = (size_t)((state >> 17) % total);
         }
-        size_t i = idx / cols, j = idx % cols;
-        elem e = op == HD_OP_GEMM ? gemm_elem(s, in, i, j) : lora_elem(s, in, i, j);
+        size_t bi = idx / (rows * cols), i = idx % (rows * cols) / cols, j = idx % cols;
+        hd_ref_inputs one = *in;
+        one.in[0] += bi * s->dim[0] * s->dim[2]; /* the bi-th matrix of a batch */
+        one.in[1] += bi * s->dim[2] * s->dim[1];
+        elem e = gemm ? gemm_elem(s, &one, i, j) : lora_elem(s, in, i, j);
         if (!close_enough((double)out[idx], e, k, why, size, i, j))
             return false;
     }
@@ -138,6 +142,7 @@ bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, con
     why[0] = '\0';
     switch (op) {
     case HD_OP_GEMM:
+    case HD_OP_GEMM_BATCHED:
     case HD_OP_LORA:
         return check_matmul(op, shape, in, out, why, size);
     case HD_OP_SOFTMAX:

@@ -12,7 +12,7 @@
 
 #include "backends/backend.h"
 
-#define HD_REF_FULL 65536
+#define HD_REF_FULL    65536
 #define HD_REF_SAMPLES 512
 
 typedef struct hd_ref_inputs {

@@ -17,7 +17,7 @@
 #include "backends/opencl/runtime.h"
 #endif
 #ifdef HD_HAVE_CLBLAST
-#include <clblast_c.h>
+#include "backends/clblast/clblast.h"
 #endif
 
 struct hd_tune_table {
@@ -26,7 +26,7 @@ struct hd_tune_table {
 };
 
 #define STR2(x) #x
-#define STR(x) STR2(x)
+#define STR(x)  STR2(x)
 
 void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key)
 {
@@ -46,9 +46,9 @@ void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key)
     snprintf(key->device, sizeof key->device, "%s", device);
     snprintf(key->driver, sizeof key->driver, "%s", driver);
 #if defined(HD_HAVE_CLBLAST) && defined(CLBLAST_VERSION_MAJOR)
-    snprintf(key->clblast, sizeof key->clblast, "%s",
-             STR(CLBLAST_VERSION_MAJOR) "." STR(CLBLAST_VERSION_MINOR) "." STR(
-                 CLBLAST_VERSION_PATCH));
+    snprintf(
+        key->clblast, sizeof key->clblast, "%s",
+        STR(CLBLAST_VERSION_MAJOR) "." STR(CLBLAST_VERSION_MINOR) "." STR(CLBLAST_VERSION_PATCH));
 #else
     snprintf(key->clblast, sizeof key->clblast, "none");
 #endif
@@ -94,6 +94,35 @@ static const char *key_mismatch(const hd_tune_key *file, const hd_tune_key *here
     if (strcmp(file->clblast, here->clblast) != 0)
         return "CLBlast version";
     return NULL;
+}
+
+/* Device-level records: CLBlast's GEMM parameters that won most GEMM cases on this device
+ * become its base set. They are verified on first use; a set that fails there is dropped
+ * by the backend, which then runs CLBlast's shipped values. */
+static void apply_device_params(hd_context *ctx, const char *path)
+{
+#ifdef HD_HAVE_CLBLAST
+    const char *v = hd__tune_param(ctx, HD_BACKEND_CLBLAST, "base");
+    hd_clblast_state *st =
+        ctx->backends[HD_BACKEND_CLBLAST] != NULL ? ctx->backend_state[HD_BACKEND_CLBLAST] : NULL;
+    if (v == NULL || st == NULL)
+        return;
+    hd_clblast_params p;
+    char saved[HD_ERROR_CAPACITY];
+    snprintf(saved, sizeof saved, "%s", ctx->last_error);
+    if (hd__clblast_params_parse(ctx, v, &p) == HD_OK) {
+        hd__clblast_params_merge(&st->base, &p);
+        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
+    } else {
+        char why[512];
+        snprintf(why, sizeof why, "%.500s", ctx->last_error);
+        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
+        note(ctx, "note: tuning cache '%s': CLBlast parameters not used: %s", path, why);
+    }
+#else
+    (void)ctx;
+    (void)path;
+#endif
 }
 
 hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
@@ -149,6 +178,7 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     const hd_tune_calibration *c = &t->file.cal;
     t->has_calibration = c->launch_us > 0.0 || c->gemm_gflops > 0.0 || c->host_gbps > 0.0;
     ctx->tune = t;
+    apply_device_params(ctx, path);
     return HD_OK;
 }
 
@@ -186,7 +216,7 @@ const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd
         const hd_tune_record *r = &f->records[i];
         if (r->op != op)
             continue;
-        if (op == HD_OP_GEMM &&
+        if (hd__tune_has_transposes(op) &&
             (r->shape.trans_a != shape->trans_a || r->shape.trans_b != shape->trans_b))
             continue;
         double sum = 0.0;

@@ -66,7 +66,7 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
         shape.trans_a = (dims[3] & 1) != 0;
         shape.trans_b = (dims[3] & 2) != 0;
         shape.dim[3] = 0;
-    } else if (op != HD_OP_LORA) {
+    } else if (op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED) {
         shape.dim[2] = shape.dim[3] = 0;
     }
 
@@ -81,8 +81,8 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
         say(&o, "no backend of this context takes it\n");
         return HD_OK;
     }
-    say(&o, "chosen %s by rule '%s': %s\n", hd_backend_name(plan.order[0]),
-        rule_name(plan.rule), plan.reason);
+    say(&o, "chosen %s by rule '%s': %s\n", hd_backend_name(plan.order[0]), rule_name(plan.rule),
+        plan.reason);
     if (plan.variant[0] != NULL)
         say(&o, "  variant: %s\n", plan.variant[0]);
     say(&o, "  candidates in order:");

@@ -75,6 +75,10 @@ void hd__shape_text(hd_op op, const hd_shape *s, char *buf, size_t size)
     case HD_OP_LORA:
         snprintf(buf, size, "lora %zux%zux%zu r%zu", s->dim[0], s->dim[1], s->dim[2], s->dim[3]);
         break;
+    case HD_OP_GEMM_BATCHED:
+        snprintf(buf, size, "gemm_batched %zux%zux%zu %c%c x%zu", s->dim[0], s->dim[1], s->dim[2],
+                 s->trans_a ? 't' : 'n', s->trans_b ? 't' : 'n', s->dim[3]);
+        break;
     default:
         snprintf(buf, size, "%s %zux%zu", hd_op_name(op), s->dim[0], s->dim[1]);
         break;
@@ -158,8 +162,7 @@ static double migrate_us(const hd_context *ctx, hd_backend b, const hd_call_tens
  * fused GEMV-style kernels stream the weights at copy bandwidth but are not tuned for large
  * tiles; the hybrid plan is CLBlast plus one epilogue launch.
  */
-static double model_us(const hd_tune_calibration *cal, hd_backend b, hd_op op,
-                       const hd_shape *s)
+static double model_us(const hd_tune_calibration *cal, hd_backend b, hd_op op, const hd_shape *s)
 {
     double flops = 2.0 * work_of(op, s), bytes = bytes_of(op, s);
     double launch = cal->launch_us > 0.0 ? cal->launch_us : DEFAULT_LAUNCH_US;
@@ -167,9 +170,9 @@ static double model_us(const hd_tune_calibration *cal, hd_backend b, hd_op op,
     double dev_gbps = cal->copy_gbps > 0.0 ? cal->copy_gbps : 100.0;
     double cpu_gflops = cal->cpu_gflops > 0.0 ? cal->cpu_gflops : 50.0;
     double cpu_gbps = cal->cpu_gbps > 0.0 ? cal->cpu_gbps : 10.0;
-    bool matmul = op == HD_OP_GEMM || op == HD_OP_LORA;
-    double narrow = fmin((double)s->dim[0], op == HD_OP_GEMM ? (double)s->dim[1]
-                                                             : (double)s->dim[2]);
+    bool matmul = op == HD_OP_GEMM || op == HD_OP_LORA || op == HD_OP_GEMM_BATCHED;
+    double narrow =
+        fmin((double)s->dim[0], op == HD_OP_LORA ? (double)s->dim[2] : (double)s->dim[1]);
     double tile_fill = fmin(1.0, narrow / 64.0);
 
     double launches = 1.0, gflops = dev_gflops, gbps = dev_gbps;
@@ -211,6 +214,10 @@ static void default_order(hd_op op, const hd_shape *shape, hd_backend out[3])
         out[1] = few_rows ? HD_BACKEND_CLBLAST_FUSED : HD_BACKEND_CLBLAST;
         out[2] = few_rows ? HD_BACKEND_CLBLAST : HD_BACKEND_FUSED;
         break;
+    case HD_OP_GEMM_BATCHED:
+        out[0] = HD_BACKEND_CLBLAST;
+        out[1] = HD_BACKEND_FUSED;
+        break;
     default:
         out[0] = HD_BACKEND_FUSED;
         break;
@@ -229,8 +236,8 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
     double win_us = r->median_us + plan->migrate_us[r->backend];
     char why[96] = "";
     if (r->runner_up != HD_BACKEND_AUTO && hd__backend_takes(ctx, r->runner_up, op, shape)) {
-        double run_us = r->median_us * (1.0 + r->margin_pct / 100.0) +
-                        plan->migrate_us[r->runner_up];
+        double run_us =
+            r->median_us * (1.0 + r->margin_pct / 100.0) + plan->migrate_us[r->runner_up];
         if (run_us < win_us) {
             snprintf(why, sizeof why, "; %s instead: moving the inputs costs %.1f us",
                      hd_backend_name(r->runner_up), plan->migrate_us[r->backend]);
@@ -250,16 +257,15 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
                  variant ? "\"" : "", r->median_us, margin, why);
     else
         snprintf(plan->reason, sizeof plan->reason,
-                 "nearest tuned shape (log2 distance %.2f): %s -> %s, %.2f us%s%s", distance,
-                 key, hd_backend_name(r->backend), r->median_us, margin, why);
+                 "nearest tuned shape (log2 distance %.2f): %s -> %s, %.2f us%s%s", distance, key,
+                 hd_backend_name(r->backend), r->median_us, margin, why);
     plan_add(ctx, plan, first, variant, op, shape);
     plan->rule = exact ? HD_SELECT_TUNED : HD_SELECT_NEAREST;
     return true;
 }
 
 /* Rule 4: every candidate by its modelled time, best first. */
-static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op,
-                            const hd_shape *shape)
+static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
     if (cal == NULL)
@@ -305,8 +311,8 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
 
     hd_backend forced = ctx->forced[op];
     if (forced != HD_BACKEND_AUTO) {
-        plan_add(ctx, plan, forced, exact && exact->backend == forced ? exact->variant : NULL,
-                 op, shape);
+        plan_add(ctx, plan, forced, exact && exact->backend == forced ? exact->variant : NULL, op,
+                 shape);
         if (plan->count > 0) {
             plan->rule = HD_SELECT_FORCED;
             snprintf(plan->reason, sizeof plan->reason,

@@ -15,8 +15,8 @@ typedef enum hd_select_rule {
 } hd_select_rule;
 
 typedef struct hd_plan {
-    hd_backend order[HD_BACKEND_COUNT];     /* usable backends that take the call, best first */
-    const char *variant[HD_BACKEND_COUNT];  /* for order[i]: tuned kernel parameters, or NULL */
+    hd_backend order[HD_BACKEND_COUNT];    /* usable backends that take the call, best first */
+    const char *variant[HD_BACKEND_COUNT]; /* for order[i]: tuned kernel parameters, or NULL */
     int count;
     hd_select_rule rule;
     char reason[512]; /* why the first was chosen, for the explain call */

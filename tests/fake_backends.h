@@ -61,24 +61,46 @@ static inline hd_status fake_probe(hd_context *ctx, void **state)
 }
 
 static const hd_backend_impl fake_cpu = {
-    .name = "cpu", .id = HD_BACKEND_CPU, .place = HD_PLACE_HOST, .probe = fake_probe,
-    .gemm = fake_gemm, .lora = fake_lora, .softmax = fake_row, .layer_norm = fake_row,
+    .name = "cpu",
+    .id = HD_BACKEND_CPU,
+    .place = HD_PLACE_HOST,
+    .probe = fake_probe,
+    .gemm = fake_gemm,
+    .gemm_batched = fake_gemm,
+    .lora = fake_lora,
+    .softmax = fake_row,
+    .layer_norm = fake_row,
     .rms_norm = fake_row,
 };
 /* The device stand-ins run on the host: residency is the dispatcher's, not under test here;
  * their place for migration cost is set per test through fake_device_place. */
 static hd_backend_impl fake_fused = {
-    .name = "fused", .id = HD_BACKEND_FUSED, .place = HD_PLACE_HOST, .probe = fake_probe,
-    .supports = fake_fused_supports, .gemm = fake_gemm, .lora = fake_lora,
-    .softmax = fake_row, .layer_norm = fake_row, .rms_norm = fake_row,
+    .name = "fused",
+    .id = HD_BACKEND_FUSED,
+    .place = HD_PLACE_HOST,
+    .probe = fake_probe,
+    .supports = fake_fused_supports,
+    .gemm = fake_gemm,
+    .lora = fake_lora,
+    .softmax = fake_row,
+    .layer_norm = fake_row,
+    .rms_norm = fake_row,
 };
 static hd_backend_impl fake_clblast = {
-    .name = "clblast", .id = HD_BACKEND_CLBLAST, .place = HD_PLACE_HOST, .probe = fake_probe,
-    .gemm = fake_gemm, .lora = fake_lora,
+    .name = "clblast",
+    .id = HD_BACKEND_CLBLAST,
+    .place = HD_PLACE_HOST,
+    .probe = fake_probe,
+    .gemm = fake_gemm,
+    .gemm_batched = fake_gemm,
+    .lora = fake_lora,
 };
 static hd_backend_impl fake_hybrid = {
-    .name = "clblast+fused", .id = HD_BACKEND_CLBLAST_FUSED, .place = HD_PLACE_HOST,
-    .probe = fake_probe, .lora = fake_lora,
+    .name = "clblast+fused",
+    .id = HD_BACKEND_CLBLAST_FUSED,
+    .place = HD_PLACE_HOST,
+    .probe = fake_probe,
+    .lora = fake_lora,
 };
 
 /* A context with the stand-ins (and the real CPU backend when real_cpu), reading a tuning
@@ -91,8 +113,7 @@ static inline hd_context *fake_context(bool real_cpu, const hd_tune_file *f, con
     hd__fault_init(ctx);
     if (real_cpu) {
         ctx->backends[HD_BACKEND_CPU] = &hd__backend_cpu;
-        assert_int_equal(hd__backend_cpu.probe(ctx, &ctx->backend_state[HD_BACKEND_CPU]),
-                         HD_OK);
+        assert_int_equal(hd__backend_cpu.probe(ctx, &ctx->backend_state[HD_BACKEND_CPU]), HD_OK);
     } else {
         ctx->backends[HD_BACKEND_CPU] = &fake_cpu;
         ctx->backend_state[HD_BACKEND_CPU] = &fake_states[HD_BACKEND_CPU];
@@ -123,8 +144,12 @@ static inline hd_tune_record fake_record(hd_op op, size_t d0, size_t d1, size_t 
                                          hd_backend b, double us, hd_backend runner_up,
                                          double margin)
 {
-    hd_tune_record r = {.op = op, .shape = {.dim = {d0, d1, d2, d3}}, .backend = b,
-                        .median_us = us, .runner_up = runner_up, .margin_pct = margin};
+    hd_tune_record r = {.op = op,
+                        .shape = {.dim = {d0, d1, d2, d3}},
+                        .backend = b,
+                        .median_us = us,
+                        .runner_up = runner_up,
+                        .margin_pct = margin};
     return r;
 }
 

@@ -37,21 +37,27 @@ static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
     hd_rng rng = hd_test_rng(salt);
     op_run res = {0};
     const float sentinel = 123.25f;
-    if (op == HD_OP_GEMM) {
-        size_t na = G_M * G_K, nb = G_K * G_N, nc = G_M * G_N;
+    if (op == HD_OP_GEMM || op == HD_OP_GEMM_BATCHED) {
+        size_t batch = op == HD_OP_GEMM ? 1 : 3;
+        size_t na = batch * G_M * G_K, nb = batch * G_K * G_N, nc = batch * G_M * G_N;
         float *a = hd_test_floats(na), *b = hd_test_floats(nb), *c = hd_test_floats(nc);
         hd_test_fill(&rng, a, na, -1, 1);
         hd_test_fill(&rng, b, nb, -1, 1);
         for (size_t i = 0; i < nc; i++)
             c[i] = sentinel;
-        hd_tensor *ta = hd_test_tensor(ctx, G_M, G_K, a), *tb = hd_test_tensor(ctx, G_K, G_N, b);
-        hd_tensor *tc = hd_test_tensor(ctx, G_M, G_N, c);
-        res.status = hd_gemm(ctx, false, false, 1.5f, ta, tb, 0.5f, tc);
+        hd_tensor *ta = hd_test_tensor(ctx, batch * G_M, G_K, a);
+        hd_tensor *tb = hd_test_tensor(ctx, batch * G_K, G_N, b);
+        hd_tensor *tc = hd_test_tensor(ctx, batch * G_M, G_N, c);
+        res.status = op == HD_OP_GEMM
+                         ? hd_gemm(ctx, false, false, 1.5f, ta, tb, 0.5f, tc)
+                         : hd_gemm_batched(ctx, batch, false, false, 1.5f, ta, tb, 0.5f, tc);
         char err[HD_ERROR_CAPACITY];
         snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
         if (res.status == HD_OK) {
             double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
-            hd_ref_gemm(false, false, G_M, G_N, G_K, 1.5f, a, b, 0.5f, c, want, bound);
+            for (size_t i = 0; i < batch; i++)
+                hd_ref_gemm(false, false, G_M, G_N, G_K, 1.5f, a + i * G_M * G_K, b + i * G_K * G_N,
+                            0.5f, c + i * G_M * G_N, want + i * G_M * G_N, bound + i * G_M * G_N);
             float *got = hd_test_read(tc);
             hd_test_expect_gemm_close("gemm after fallback", got, want, bound, nc, G_K, 4.0);
             free(got);
@@ -82,7 +88,8 @@ static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
         hd_test_fill(&rng, b, nb, -1, 1);
         for (size_t i = 0; i < ny; i++)
             y[i] = sentinel;
-        hd_tensor *tx = hd_test_tensor(ctx, L_T, L_IN, x), *tw = hd_test_tensor(ctx, L_IN, L_OUT, w);
+        hd_tensor *tx = hd_test_tensor(ctx, L_T, L_IN, x),
+                  *tw = hd_test_tensor(ctx, L_IN, L_OUT, w);
         hd_tensor *ta = hd_test_tensor(ctx, L_IN, L_R, a), *tb = hd_test_tensor(ctx, L_R, L_OUT, b);
         hd_tensor *ty = hd_test_tensor(ctx, L_T, L_OUT, y);
         res.status = hd_lora_forward(ctx, tx, tw, ta, tb, 0.75f, ty);
@@ -124,7 +131,8 @@ static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
     hd_test_fill(&rng, be, R_COLS, -1, 1);
     for (size_t i = 0; i < n; i++)
         y[i] = sentinel;
-    hd_tensor *tx = hd_test_tensor(ctx, R_ROWS, R_COLS, x), *ty = hd_test_tensor(ctx, R_ROWS, R_COLS, y);
+    hd_tensor *tx = hd_test_tensor(ctx, R_ROWS, R_COLS, x),
+              *ty = hd_test_tensor(ctx, R_ROWS, R_COLS, y);
     hd_tensor *tg = hd_test_tensor(ctx, 1, R_COLS, g), *tb = hd_test_tensor(ctx, 1, R_COLS, be);
     double *want = hd_test_doubles(n);
     if (op == HD_OP_SOFTMAX) {
@@ -199,11 +207,16 @@ static void test_fallback_injected_migrate_fault_moves_on(void **state)
     for (int op = 0; op < HD_OP_COUNT; op++) {
         hd_context *ctx = fake_context(true, NULL, NULL);
         hd_context_set_backend(ctx, (hd_op)op, HD_BACKEND_FUSED);
+        hd_shape any = {.dim = {1, 1, 1, 1}};
+        bool took[HD_BACKEND_COUNT];
+        for (int b = 0; b < HD_BACKEND_COUNT; b++)
+            took[b] = b != HD_BACKEND_CPU && hd__backend_takes(ctx, (hd_backend)b, (hd_op)op, &any);
         op_run r = run_and_check(ctx, (hd_op)op, 200 + (uint64_t)op);
         assert_int_equal(r.status, HD_OK);
         assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
         assert_non_null(strstr(hd_context_last_error(ctx), "fails at migrate"));
-        assert_true(ctx->backend_unhealthy[HD_BACKEND_FUSED]);
+        for (int b = 0; b < HD_BACKEND_COUNT; b++)
+            assert_int_equal(ctx->backend_unhealthy[b], took[b]);
         hd_context_destroy(ctx);
     }
     unsetenv("HD_FAULT");
@@ -321,8 +334,9 @@ static void test_fallback_probe_fault_removes_the_backend(void **state)
 static void test_fallback_fault_spec_ignores_malformed_items(void **state)
 {
     (void)state;
-    setenv("HD_FAULT", "nonsense,:launch,fused:,cuda:launch,fused:a-step-name-far-too-long,,"
-                       "clblast:build",
+    setenv("HD_FAULT",
+           "nonsense,:launch,fused:,cuda:launch,fused:a-step-name-far-too-long,,"
+           "clblast:build",
            1);
     hd_context *ctx = fake_context(true, NULL, NULL);
     unsetenv("HD_FAULT");

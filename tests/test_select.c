@@ -49,8 +49,8 @@ static void standard_file(hd_tune_file *f)
         fake_record(HD_OP_SOFTMAX, 256, 1024, 0, 0, HD_BACKEND_CPU, 5, HD_BACKEND_FUSED, 20),
         fake_record(HD_OP_LAYER_NORM, 64, 1024, 0, 0, HD_BACKEND_CPU, 5, HD_BACKEND_FUSED, 20),
         fake_record(HD_OP_GEMM, 1, 4096, 4096, 0, HD_BACKEND_CLBLAST, 40, HD_BACKEND_FUSED, 3),
-        fake_record(HD_OP_LORA, 8, 2048, 2048, 8, HD_BACKEND_CLBLAST_FUSED, 30,
-                    HD_BACKEND_FUSED, 10),
+        fake_record(HD_OP_LORA, 8, 2048, 2048, 8, HD_BACKEND_CLBLAST_FUSED, 30, HD_BACKEND_FUSED,
+                    10),
     };
     snprintf(r[3].variant, sizeof r[3].variant, "KWG=16 MWG=32");
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
@@ -87,8 +87,8 @@ static void test_select_tuned_beats_nearest_and_carries_its_variant(void **state
     (void)state;
     hd_tune_file f;
     standard_file(&f);
-    hd_tune_record close = fake_record(HD_OP_GEMM, 1, 4000, 4096, 0, HD_BACKEND_FUSED, 30,
-                                       HD_BACKEND_AUTO, 0);
+    hd_tune_record close =
+        fake_record(HD_OP_GEMM, 1, 4000, 4096, 0, HD_BACKEND_FUSED, 30, HD_BACKEND_AUTO, 0);
     assert_int_equal(hd__tune_put(&f, &close), HD_OK);
     hd_context *ctx = fake_context(false, &f, cache_path);
     hd_plan p = plan_of(ctx, HD_OP_GEMM, 1, 4096, 4096, 0, NULL);
@@ -160,8 +160,12 @@ static void test_select_cost_model_beats_default_order(void **state)
     hd__tune_file_init(&f);
     /* A device with a slow launch and a fast CPU: the model sends a large softmax to the CPU,
      * where the default order would use the fused kernels. */
-    f.cal = (hd_tune_calibration){.launch_us = 5000, .copy_gbps = 10, .host_gbps = 10,
-                                  .gemm_gflops = 100, .cpu_gflops = 1000, .cpu_gbps = 1000};
+    f.cal = (hd_tune_calibration){.launch_us = 5000,
+                                  .copy_gbps = 10,
+                                  .host_gbps = 10,
+                                  .gemm_gflops = 100,
+                                  .cpu_gflops = 1000,
+                                  .cpu_gbps = 1000};
     hd_context *ctx = fake_context(false, &f, cache_path);
     hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 4096, 4096, 0, 0, NULL);
     assert_int_equal(p.rule, HD_SELECT_COST);
@@ -172,8 +176,12 @@ static void test_select_cost_model_beats_default_order(void **state)
 
     /* The reverse device: a fast GPU. A large GEMM goes to CLBlast, a one-token GEMM to the
      * fused GEMV-style kernel, both by the model. */
-    f.cal = (hd_tune_calibration){.launch_us = 5, .copy_gbps = 2000, .host_gbps = 25,
-                                  .gemm_gflops = 50000, .cpu_gflops = 100, .cpu_gbps = 20};
+    f.cal = (hd_tune_calibration){.launch_us = 5,
+                                  .copy_gbps = 2000,
+                                  .host_gbps = 25,
+                                  .gemm_gflops = 50000,
+                                  .cpu_gflops = 100,
+                                  .cpu_gbps = 20};
     ctx = fake_context(false, &f, cache_path);
     p = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
     assert_int_equal(p.rule, HD_SELECT_COST);
@@ -215,8 +223,8 @@ static void test_select_migration_cost_changes_the_choice(void **state)
     (void)state;
     hd_tune_file f;
     hd__tune_file_init(&f);
-    hd_tune_record r = fake_record(HD_OP_SOFTMAX, 512, 512, 0, 0, HD_BACKEND_FUSED, 100,
-                                   HD_BACKEND_CPU, 20);
+    hd_tune_record r =
+        fake_record(HD_OP_SOFTMAX, 512, 512, 0, 0, HD_BACKEND_FUSED, 100, HD_BACKEND_CPU, 20);
     assert_int_equal(hd__tune_put(&f, &r), HD_OK);
     f.cal.host_gbps = 1.0; /* 1 MiB takes ~1000 us */
     hd_context *ctx = fake_context(false, &f, cache_path);
@@ -311,8 +319,7 @@ static void test_select_explain_names_rule_candidates_and_record(void **state)
     assert_int_equal(strlen(tiny), sizeof tiny - 1);
     assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, NULL, buf, sizeof buf),
                      HD_ERR_INVALID_ARGUMENT);
-    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, gemm, NULL, 10),
-                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, gemm, NULL, 10), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, gemm, buf, 0), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(hd_context_explain(ctx, HD_OP_COUNT, gemm, buf, sizeof buf),
                      HD_ERR_INVALID_ARGUMENT);

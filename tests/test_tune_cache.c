@@ -48,11 +48,14 @@ static void write_text(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
-static hd_tune_record record(hd_op op, size_t d0, size_t d1, size_t d2, size_t d3,
-                             hd_backend b, double us)
+static hd_tune_record record(hd_op op, size_t d0, size_t d1, size_t d2, size_t d3, hd_backend b,
+                             double us)
 {
-    hd_tune_record r = {.op = op, .shape = {.dim = {d0, d1, d2, d3}}, .backend = b,
-                        .median_us = us, .runner_up = HD_BACKEND_AUTO};
+    hd_tune_record r = {.op = op,
+                        .shape = {.dim = {d0, d1, d2, d3}},
+                        .backend = b,
+                        .median_us = us,
+                        .runner_up = HD_BACKEND_AUTO};
     return r;
 }
 
@@ -73,8 +76,12 @@ static void test_cache_round_trip_keeps_every_field(void **state)
     snprintf(f.key.device, sizeof f.key.device, "NVIDIA H100 80GB HBM3");
     snprintf(f.key.driver, sizeof f.key.driver, "560.35.03");
     snprintf(f.key.clblast, sizeof f.key.clblast, "1.5.3");
-    f.cal = (hd_tune_calibration){.launch_us = 7.25, .copy_gbps = 2650, .host_gbps = 24.5,
-                                  .gemm_gflops = 51000, .cpu_gflops = 90, .cpu_gbps = 18};
+    f.cal = (hd_tune_calibration){.launch_us = 7.25,
+                                  .copy_gbps = 2650,
+                                  .host_gbps = 24.5,
+                                  .gemm_gflops = 51000,
+                                  .cpu_gflops = 90,
+                                  .cpu_gbps = 18};
     hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "Xgemm"};
     snprintf(p.value, sizeof p.value, "KWG=32 MWG=128 NWG=128");
     assert_int_equal(hd__tune_put_param(&f, &p), HD_OK);
@@ -325,8 +332,8 @@ static void test_cache_concurrent_writers_keep_every_record(void **state)
                 hd_tune_file f;
                 hd__tune_file_init(&f);
                 snprintf(f.key.library, sizeof f.key.library, "0.1.0");
-                hd_tune_record r = record(w == 0 ? HD_OP_SOFTMAX : HD_OP_RMS_NORM,
-                                          (size_t)i + 1, 64, 0, 0, HD_BACKEND_CPU, 1.0 + i);
+                hd_tune_record r = record(w == 0 ? HD_OP_SOFTMAX : HD_OP_RMS_NORM, (size_t)i + 1,
+                                          64, 0, 0, HD_BACKEND_CPU, 1.0 + i);
                 char msg[256];
                 if (hd__tune_put(&f, &r) != HD_OK || hd__tune_save(path, &f, msg, sizeof msg))
                     _exit(1);

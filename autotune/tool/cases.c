@@ -25,6 +25,14 @@ bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t
             snprintf(why, size, "'%s': expected gemm M N K [nn|nt|tn|tt]", text);
             return false;
         }
+    } else if (op == HD_OP_GEMM_BATCHED) {
+        n = sscanf(text, "%31s %llu %llu %llu %llu %7s", name, &d[0], &d[1], &d[2], &d[3], trans);
+        if (n == 5)
+            strcpy(trans, "nn"), n = 6;
+        if (n != 6 || strlen(trans) != 2 || strspn(trans, "nt") != 2) {
+            snprintf(why, size, "'%s': expected gemm_batched M N K BATCH [nn|nt|tn|tt]", text);
+            return false;
+        }
     } else if (n != 1 + dims) {
         snprintf(why, size, "'%s': %s takes %d dimensions", text, name, dims);
         return false;

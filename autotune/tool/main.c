@@ -31,8 +31,10 @@ static const char usage[] =
     "  --full             more variants and repeats\n"
     "  --suites LIST      benchmark suites to tune (default seed,train,gemm; also ci)\n"
     "  --shapes FILE      tune these cases instead, one per line: 'gemm M N K [nn|nt|tn|tt]',\n"
-    "                     'lora T IN OUT RANK', 'softmax|layer_norm|rms_norm ROWS COLS'\n"
-    "  --ops LIST         only these operations (gemm,lora,softmax,layer_norm,rms_norm)\n"
+    "                     'gemm_batched M N K BATCH [nn|..]', 'lora T IN OUT RANK',\n"
+    "                     'softmax|layer_norm|rms_norm ROWS COLS'\n"
+    "  --ops LIST         only these operations (gemm,lora,softmax,layer_norm,rms_norm,\n"
+    "                     gemm_batched)\n"
     "  --force            re-tune cases the cache already holds\n"
     "  --cache PATH       the cache file (default: $HD_TUNE_CACHE, else\n"
     "                     $XDG_CACHE_HOME/hd-dispatch/tune.txt or ~/.cache/hd-dispatch/tune.txt)\n"
@@ -52,16 +54,22 @@ tool_effort hd__tool_effort(tool_level level)
 {
     switch (level) {
     case LEVEL_QUICK:
-        return (tool_effort){.variants = 2, .budget_s = 0.03, .min_runs = 3,
-                             .case_target_s = 2.0, .cpu_limit_s = 0.02};
+        return (tool_effort){.variants = 2,
+                             .budget_s = 0.03,
+                             .min_runs = 3,
+                             .case_target_s = 2.0,
+                             .cpu_limit_s = 0.02};
     case LEVEL_FULL:
-        return (tool_effort){.variants = 24, .budget_s = 0.3, .min_runs = 10,
-                             .case_target_s = 120.0, .cpu_limit_s = 2.0};
+        return (tool_effort){.variants = 24,
+                             .budget_s = 0.3,
+                             .min_runs = 10,
+                             .case_target_s = 120.0,
+                             .cpu_limit_s = 2.0};
     case LEVEL_DEFAULT:
         break;
     }
-    return (tool_effort){.variants = 5, .budget_s = 0.08, .min_runs = 5, .case_target_s = 12.0,
-                         .cpu_limit_s = 0.2};
+    return (tool_effort){
+        .variants = 5, .budget_s = 0.08, .min_runs = 5, .case_target_s = 12.0, .cpu_limit_s = 0.2};
 }
 
 static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])
@@ -258,8 +266,7 @@ static int tune(const tool_options *o, const char *path)
             hd__tune_file_free(&have);
     }
     tool_effort effort = hd__tool_effort(o->level);
-    printf("device: %s; cache: %s; %zu case(s)\n", hd_context_device_name(ctx), path,
-           cases.count);
+    printf("device: %s; cache: %s; %zu case(s)\n", hd_context_device_name(ctx), path, cases.count);
 
     if (!o->dry_run) {
         hd_status s = hd__calibrate(ctx, o->level == LEVEL_QUICK, &part.cal);
@@ -271,8 +278,8 @@ static int tune(const tool_options *o, const char *path)
         }
         printf("calibration: launch %.1f us, copy %.1f GB/s, host link %.1f GB/s, "
                "GEMM %.0f GFLOP/s, CPU GEMM %.0f GFLOP/s, CPU copy %.1f GB/s\n",
-               part.cal.launch_us, part.cal.copy_gbps, part.cal.host_gbps,
-               part.cal.gemm_gflops, part.cal.cpu_gflops, part.cal.cpu_gbps);
+               part.cal.launch_us, part.cal.copy_gbps, part.cal.host_gbps, part.cal.gemm_gflops,
+               part.cal.cpu_gflops, part.cal.cpu_gbps);
         if (!save(path, &part)) {
             rc = EXIT_CACHE;
             goto done;
@@ -316,22 +323,22 @@ static int tune(const tool_options *o, const char *path)
         if (rec.runner_up != HD_BACKEND_AUTO)
             snprintf(line, sizeof line, "%s: %s %.2f us, %.1f%% ahead of %s%s%s", name,
                      hd_backend_name(rec.backend), rec.median_us, rec.margin_pct,
-                     hd_backend_name(rec.runner_up), rec.variant[0] ? " with " : "",
-                     rec.variant);
+                     hd_backend_name(rec.runner_up), rec.variant[0] ? " with " : "", rec.variant);
         else
             snprintf(line, sizeof line, "%s: %s %.2f us (the only candidate)%s%s", name,
-                     hd_backend_name(rec.backend), rec.median_us,
-                     rec.variant[0] ? " with " : "", rec.variant);
+                     hd_backend_name(rec.backend), rec.median_us, rec.variant[0] ? " with " : "",
+                     rec.variant);
         hd__tool_progress_done(i, line);
     }
     if (!o->dry_run)
         hd__tool_progress_finish();
 
-    if (nwins > 0 && rc == EXIT_TUNED) {
-        size_t top = 0;
-        for (size_t i = 1; i < nwins; i++)
-            if (wins[i].wins > wins[top].wins)
-                top = i;
+    size_t top = 0;
+    for (size_t i = 1; i < nwins; i++)
+        if (wins[i].wins > wins[top].wins)
+            top = i;
+    /* CLBlast's shipped defaults winning needs no record. */
+    if (nwins > 0 && rc == EXIT_TUNED && strcmp(wins[top].variant, "-") != 0) {
         hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "base"};
         snprintf(p.value, sizeof p.value, "%s", wins[top].variant);
         part.count = 0;

@@ -56,6 +56,5 @@ void hd__tool_progress_done(size_t index, const char *line)
 
 void hd__tool_progress_finish(void)
 {
-    fprintf(stderr, "%sdone in %.1f s\n", pr.tty ? "\r\033[K" : "",
-            hd__measure_now() - pr.start);
+    fprintf(stderr, "%sdone in %.1f s\n", pr.tty ? "\r\033[K" : "", hd__measure_now() - pr.start);
 }

@@ -27,8 +27,8 @@ void hd__tool_show(FILE *out, const hd_tune_file *f)
             "GFLOP/s, CPU %.0f GFLOP/s %.1f GB/s\n",
             c->launch_us, c->copy_gbps, c->host_gbps, c->gemm_gflops, c->cpu_gflops, c->cpu_gbps);
     for (size_t i = 0; i < f->param_count; i++)
-        fprintf(out, "param %s %s: %s\n", hd_backend_name(f->params[i].backend),
-                f->params[i].name, f->params[i].value);
+        fprintf(out, "param %s %s: %s\n", hd_backend_name(f->params[i].backend), f->params[i].name,
+                f->params[i].value);
     hd_tune_record *r = malloc((f->count ? f->count : 1) * sizeof *r);
     if (r == NULL)
         return;

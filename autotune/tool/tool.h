@@ -59,11 +59,11 @@ void hd__tool_cases_free(tool_case_list *l);
 bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t size);
 
 /* Tunes one case on ctx and fills *rec; false when no candidate was correct (why says).
- * best_clblast gets the winning CLBlast variant ("" for its defaults or none). With dry_run,
- * prints the candidates instead of running them. */
-bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e,
-                        bool verbose, bool dry_run, hd_tune_record *rec, char *best_clblast,
-                        size_t best_size, char *why, size_t why_size);
+ * best_clblast gets CLBlast's best variant: "-" for its defaults, "" when CLBlast did not run. With
+ * dry_run, prints the candidates instead of running them. */
+bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e, bool verbose,
+                        bool dry_run, hd_tune_record *rec, char *best_clblast, size_t best_size,
+                        char *why, size_t why_size);
 
 /* Progress: a bar with ETA on a terminal, one line per case otherwise. */
 void hd__tool_progress_start(size_t total);

@@ -162,10 +162,11 @@ HD_API hd_backend hd_context_last_backend(const hd_context *ctx);
 /*
  * Describes in buf, in English (a few lines, NUL-terminated, truncated to size), how the
  * dispatcher would choose a backend for op on a problem of the given dims: GEMM {m, n, k,
- * transposes} where transposes is trans_a + 2*trans_b; LoRA {tokens, in, out, rank}; row ops
- * {rows, cols} (the rest ignored). It names the rule that decided (forced, tuned, nearest,
- * cost model, default), the tuned record and its variant when one applies, the candidates in
- * the order they would be tried, and why other backends are out. Inputs are assumed to be
+ * transposes} where transposes is trans_a + 2*trans_b; LoRA {tokens, in, out, rank}; batched
+ * GEMM {m, n, k, batch} without transposes; row ops {rows, cols} (the rest ignored). It names
+ * the rule that decided (forced, tuned, nearest, cost model, default), the tuned record and
+ * its variant when one applies, the candidates in the order they would be tried, and why
+ * other backends are out. Inputs are assumed to be
  * where each backend needs them (no migration cost). Does not run anything.
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL ctx, dims or buf, size 0, unknown op, GEMM
  * transposes above 3).
