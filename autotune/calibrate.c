@@ -112,7 +112,7 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
         out->copy_gbps = bps * 1e-9;
         if (s == HD_OK)
             s = upload_rate(ctx, gpu ? 64u << 20 : 16u << 20, &out->host_gbps);
-        size_t n = gpu ? (quick ? 2048 : 4096) : 512;
+        size_t n = gpu ? (quick ? 2048 : 4096) : (quick ? 128 : 512);
         const hd_backend device_gemms[] = {HD_BACKEND_CLBLAST, HD_BACKEND_FUSED};
         for (size_t i = 0; i < 2 && s == HD_OK; i++) {
             double g = 0.0;

@@ -29,6 +29,7 @@ typedef struct tool_effort {
     unsigned min_runs;    /* samples per candidate at least */
     double case_target_s; /* stop trying further variants of a case past this */
     double cpu_limit_s;   /* skip the CPU candidate when one call would take longer */
+    double run_target_s;  /* past this since the start, cases try only default parameters */
 } tool_effort;
 
 typedef struct tool_options {
