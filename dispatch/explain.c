@@ -81,8 +81,10 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
         say(&o, "no backend of this context takes it\n");
         return HD_OK;
     }
+    char reason[512];
+    hd__plan_reason(&plan, reason, sizeof reason);
     say(&o, "chosen %s by rule '%s': %s\n", hd_backend_name(plan.order[0]), rule_name(plan.rule),
-        plan.reason);
+        reason);
     if (plan.variant[0] != NULL)
         say(&o, "  variant: %s\n", plan.variant[0]);
     say(&o, "  candidates in order:");

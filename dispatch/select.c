@@ -234,31 +234,17 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
     hd_backend first = r->backend;
     const char *variant = exact && r->variant[0] != '\0' ? r->variant : NULL;
     double win_us = r->median_us + plan->migrate_us[r->backend];
-    char why[96] = "";
     if (r->runner_up != HD_BACKEND_AUTO && hd__backend_takes(ctx, r->runner_up, op, shape)) {
         double run_us =
             r->median_us * (1.0 + r->margin_pct / 100.0) + plan->migrate_us[r->runner_up];
         if (run_us < win_us) {
-            snprintf(why, sizeof why, "; %s instead: moving the inputs costs %.1f us",
-                     hd_backend_name(r->runner_up), plan->migrate_us[r->backend]);
             first = r->runner_up;
             variant = NULL;
+            plan->runner_up_first = true;
         }
     }
-    char key[96];
-    hd__shape_text(r->op, &r->shape, key, sizeof key);
-    char margin[64] = "";
-    if (r->runner_up != HD_BACKEND_AUTO)
-        snprintf(margin, sizeof margin, ", %.1f%% ahead of %s", r->margin_pct,
-                 hd_backend_name(r->runner_up));
-    if (exact)
-        snprintf(plan->reason, sizeof plan->reason, "tuned record: %s -> %s%s%s%s, %.2f us%s%s",
-                 key, hd_backend_name(r->backend), variant ? " \"" : "", variant ? variant : "",
-                 variant ? "\"" : "", r->median_us, margin, why);
-    else
-        snprintf(plan->reason, sizeof plan->reason,
-                 "nearest tuned shape (log2 distance %.2f): %s -> %s, %.2f us%s%s", distance, key,
-                 hd_backend_name(r->backend), r->median_us, margin, why);
+    plan->record = r;
+    plan->distance = distance;
     plan_add(ctx, plan, first, variant, op, shape);
     plan->rule = exact ? HD_SELECT_TUNED : HD_SELECT_NEAREST;
     return true;
@@ -286,9 +272,6 @@ static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, cons
     }
     if (n == 0)
         return false;
-    snprintf(plan->reason, sizeof plan->reason,
-             "cost model from the calibration: %s %.2f us (migration %.2f us)",
-             hd_backend_name(sorted[0]), plan->model_us[sorted[0]], plan->migrate_us[sorted[0]]);
     for (int i = 0; i < n; i++)
         plan_add(ctx, plan, sorted[i], NULL, op, shape);
     plan->rule = HD_SELECT_COST;
@@ -300,7 +283,9 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
 {
     plan->count = 0;
     plan->rule = HD_SELECT_NONE;
-    plan->reason[0] = '\0';
+    plan->record = NULL;
+    plan->distance = 0.0;
+    plan->runner_up_first = plan->small = false;
     for (int b = 0; b < HD_BACKEND_COUNT; b++) {
         plan->model_us[b] = -1.0;
         plan->migrate_us[b] = b != HD_BACKEND_AUTO && ctx->backends[b] != NULL
@@ -313,12 +298,8 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
     if (forced != HD_BACKEND_AUTO) {
         plan_add(ctx, plan, forced, exact && exact->backend == forced ? exact->variant : NULL, op,
                  shape);
-        if (plan->count > 0) {
+        if (plan->count > 0)
             plan->rule = HD_SELECT_FORCED;
-            snprintf(plan->reason, sizeof plan->reason,
-                     "forced to %s (hd_context_set_backend or HD_BACKEND)",
-                     hd_backend_name(forced));
-        }
     }
 
     double distance = 0.0;
@@ -334,25 +315,63 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
         plan_add(ctx, plan, HD_BACKEND_CPU, NULL, op, shape);
         if (plan->count > 0) {
             plan->rule = HD_SELECT_DEFAULT;
-            snprintf(plan->reason, sizeof plan->reason,
-                     "default order: small problem with every input on the host");
+            plan->small = true;
         }
     }
     hd_backend order[3];
     default_order(op, shape, order);
     for (int i = 0; i < 3; i++)
         plan_add(ctx, plan, order[i], NULL, op, shape);
-    if (plan->rule == HD_SELECT_NONE && plan->count > 0) {
+    if (plan->rule == HD_SELECT_NONE && plan->count > 0)
         plan->rule = HD_SELECT_DEFAULT;
-        snprintf(plan->reason, sizeof plan->reason, "default order");
-    }
 
     /* Everything else that takes the call, the CPU last: it always works. */
     for (int b = HD_BACKEND_CPU + 1; b < HD_BACKEND_COUNT; b++)
         plan_add(ctx, plan, (hd_backend)b, NULL, op, shape);
     plan_add(ctx, plan, HD_BACKEND_CPU, NULL, op, shape);
-    if (plan->rule == HD_SELECT_NONE && plan->count > 0) {
+    if (plan->rule == HD_SELECT_NONE && plan->count > 0)
         plan->rule = HD_SELECT_DEFAULT;
-        snprintf(plan->reason, sizeof plan->reason, "default order");
+}
+
+void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
+{
+    const hd_tune_record *r = plan->record;
+    hd_backend first = plan->count > 0 ? plan->order[0] : HD_BACKEND_AUTO;
+    char key[96], margin[64] = "", why[96] = "";
+    switch (plan->rule) {
+    case HD_SELECT_FORCED:
+        snprintf(buf, size, "forced to %s (hd_context_set_backend or HD_BACKEND)",
+                 hd_backend_name(first));
+        return;
+    case HD_SELECT_TUNED:
+    case HD_SELECT_NEAREST:
+        hd__shape_text(r->op, &r->shape, key, sizeof key);
+        if (r->runner_up != HD_BACKEND_AUTO)
+            snprintf(margin, sizeof margin, ", %.1f%% ahead of %s", r->margin_pct,
+                     hd_backend_name(r->runner_up));
+        if (plan->runner_up_first)
+            snprintf(why, sizeof why, "; %s instead: moving the inputs costs %.1f us",
+                     hd_backend_name(r->runner_up), plan->migrate_us[r->backend]);
+        if (plan->rule == HD_SELECT_TUNED)
+            snprintf(buf, size, "tuned record: %s -> %s%s%s%s, %.2f us%s%s", key,
+                     hd_backend_name(r->backend), r->variant[0] ? " \"" : "", r->variant,
+                     r->variant[0] ? "\"" : "", r->median_us, margin, why);
+        else
+            snprintf(buf, size, "nearest tuned shape (log2 distance %.2f): %s -> %s, %.2f us%s%s",
+                     plan->distance, key, hd_backend_name(r->backend), r->median_us, margin, why);
+        return;
+    case HD_SELECT_COST:
+        snprintf(buf, size, "cost model from the calibration: %s %.2f us (migration %.2f us)",
+                 hd_backend_name(first), plan->model_us[first], plan->migrate_us[first]);
+        return;
+    case HD_SELECT_DEFAULT:
+        snprintf(buf, size, "%s",
+                 plan->small ? "default order: small problem with every input "
+                               "on the host"
+                             : "default order");
+        return;
+    case HD_SELECT_NONE:
+        break;
     }
+    snprintf(buf, size, "no backend takes the call");
 }

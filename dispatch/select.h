@@ -19,7 +19,12 @@ typedef struct hd_plan {
     const char *variant[HD_BACKEND_COUNT]; /* for order[i]: tuned kernel parameters, or NULL */
     int count;
     hd_select_rule rule;
-    char reason[512]; /* why the first was chosen, for the explain call */
+    /* What decided, for hd__plan_reason(): formatting it on every call would cost more than
+     * a small op's dispatch may. */
+    const struct hd_tune_record *record; /* tuned and nearest: the record */
+    double distance;                     /* nearest: log2 distance */
+    bool runner_up_first;                /* the record's runner-up, for migration */
+    bool small;                          /* default: small problem with inputs on the host */
     /* Indexed by hd_backend, for the explain call; negative where not estimated. */
     double model_us[HD_BACKEND_COUNT];   /* cost model, migration included */
     double migrate_us[HD_BACKEND_COUNT]; /* moving the inputs to the backend's place */
@@ -40,6 +45,9 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
 /* Whether backend b is usable in ctx and takes (op, shape): it has the slot and its
  * supports() agrees. */
 bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape);
+
+/* Why plan's first backend was chosen, in one line. */
+void hd__plan_reason(const hd_plan *plan, char *buf, size_t size);
 
 /* "gemm 1x4096x4096 nt", "softmax 64x1024": the key of a call in messages. */
 void hd__shape_text(hd_op op, const hd_shape *shape, char *buf, size_t size);

@@ -117,7 +117,9 @@ static void test_select_nearest_shape_within_the_limit(void **state)
     hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 200, 1000, 0, 0, NULL);
     assert_int_equal(p.rule, HD_SELECT_NEAREST);
     assert_int_equal(p.order[0], HD_BACKEND_CPU);
-    assert_non_null(strstr(p.reason, "softmax 256x1024"));
+    char reason[512];
+    hd__plan_reason(&p, reason, sizeof reason);
+    assert_non_null(strstr(reason, "softmax 256x1024"));
 
     double d = -1;
     hd_shape s = {.dim = {200, 1000}};
@@ -238,7 +240,9 @@ static void test_select_migration_cost_changes_the_choice(void **state)
     assert_int_equal(p.order[0], HD_BACKEND_CPU);
     assert_true(p.migrate_us[HD_BACKEND_FUSED] > 500.0);
     assert_true(p.migrate_us[HD_BACKEND_CPU] == 0.0);
-    assert_non_null(strstr(p.reason, "moving the inputs"));
+    char reason[512];
+    hd__plan_reason(&p, reason, sizeof reason);
+    assert_non_null(strstr(reason, "moving the inputs"));
 
     x.device_valid = true; /* resident on the device (and the host) */
     p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
