@@ -20,6 +20,9 @@ hd_status hd__clblast_sgemm(hd_context *ctx, bool locked, bool trans_a, bool tra
                          "%zu)",
                          m, n, k);
     cl_command_queue queue = hd__cl_queue(ctx->cl);
+    hd_status s = hd__cl_capture_mark(ctx->cl, ctx); /* CLBlast reports its last kernel only */
+    if (s != HD_OK)
+        return s;
     if (!locked)
         hd__clblast_lock();
     CLBlastStatusCode code = CLBlastSgemm(
@@ -54,6 +57,8 @@ hd_status hd__clblast_gemm_batched(void *state, hd_context *ctx, const hd_gemm_a
     cl_command_queue queue = hd__cl_queue(ctx->cl);
     hd__clblast_lock();
     hd_status s = hd__clblast_prepare(state, ctx, g->variant);
+    if (s == HD_OK)
+        s = hd__cl_capture_mark(ctx->cl, ctx); /* CLBlast reports its last kernel only */
     CLBlastStatusCode code = CLBlastSuccess;
     if (s == HD_OK)
         code = CLBlastSgemmStridedBatched(

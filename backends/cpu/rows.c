@@ -4,20 +4,60 @@
  * double: a 32768-wide row summed in float loses about four digits.
  */
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "backends/cpu/cpu.h"
 
 /* Below this many elements one thread is faster than waking the pool. */
 #define HD_CPU_PARALLEL_ELEMENTS 65536
 
+/* e^d for d in [-inf, 0], within 2 ulp, written so the compiler vectorizes the loop around
+ * it (libm's expf is a call per element: it made softmax five times slower than the norms).
+ * d = n*ln2 + r with |r| <= ln2/2; e^r from its degree-7 Taylor polynomial (error below
+ * 6e-9); 2^n built in the exponent bits. Below -87, e^d is under FLT_MIN: 0. */
+static inline float exp_nonpositive(float d)
+{
+    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
+    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float dc = d < -87.0f ? -87.0f : d;
+    float t = dc * log2e + round_magic;
+    float n = t - round_magic;
+    float r = (dc - n * ln2_hi) - n * ln2_lo;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23; /* 2^n: n is in [-126, 0] */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return d < -87.0f ? 0.0f : p * scale;
+}
+
 static void softmax_row(const float *x, float *y, size_t n)
 {
     float max = x[0];
-    for (size_t j = 1; j < n; j++)
-        max = x[j] > max ? x[j] : max;
-    double sum = 0.0;
+    bool nan = false;
+#pragma omp simd reduction(max : max) reduction(| : nan)
     for (size_t j = 0; j < n; j++) {
-        float e = expf(x[j] - max); /* NaN anywhere in the row makes the sum, so the row, NaN */
+        max = x[j] > max ? x[j] : max;
+        nan |= x[j] != x[j];
+    }
+    /* NaN anywhere, +inf (inf - inf) or a row of -inf: the reference's row is NaN. */
+    if (nan || !isfinite(max)) {
+        for (size_t j = 0; j < n; j++)
+            y[j] = NAN;
+        return;
+    }
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (size_t j = 0; j < n; j++) {
+        float e = exp_nonpositive(x[j] - max);
         y[j] = e;
         sum += e;
     }

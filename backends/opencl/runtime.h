@@ -85,6 +85,11 @@ hd_status hd__cl_kernel(hd_cl_runtime *rt, hd_context *ctx, cl_program program, 
  */
 void hd__cl_capture_begin(hd_cl_runtime *rt);
 cl_event *hd__cl_event_slot(hd_cl_runtime *rt);
+/* During a capture, enqueues a marker whose event opens the timed span: for a library call
+ * (CLBlast) that enqueues several commands but reports the event of its last one only. The
+ * span then also holds the host time the library spends between its commands. Outside a
+ * capture it does nothing. */
+hd_status hd__cl_capture_mark(hd_cl_runtime *rt, hd_context *ctx);
 hd_status hd__cl_capture_end(hd_cl_runtime *rt, hd_context *ctx, double *seconds);
 
 /* For calibration and the roofline: device-to-device copy bandwidth over a buffer of bytes

@@ -52,6 +52,15 @@ cl_event *hd__cl_event_slot(hd_cl_runtime *rt)
     return slot;
 }
 
+hd_status hd__cl_capture_mark(hd_cl_runtime *rt, hd_context *ctx)
+{
+    cl_event *slot = hd__cl_event_slot(rt);
+    if (slot == NULL)
+        return HD_OK;
+    cl_int err = clEnqueueMarkerWithWaitList(rt->queue, 0, NULL, slot);
+    return err == CL_SUCCESS ? HD_OK : hd__cl_error(ctx, err, "clEnqueueMarkerWithWaitList");
+}
+
 hd_status hd__cl_capture_end(hd_cl_runtime *rt, hd_context *ctx, double *seconds)
 {
     *seconds = 0.0;
