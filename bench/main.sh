@@ -7,7 +7,10 @@
 #   sh bench/main.sh [RESULTS_DIR]        (default: results/<date>)
 #
 # Environment: SUITES (default "seed,train,gemm"), BENCH_ARGS (extra dispatch-bench options),
-# PYTHON (default /usr/bin/python3, which sees Debian's python3-numpy), SKIP_APT=1.
+# AUTOTUNE_ARGS (extra dispatch-autotune options), PEERS (default "numpy torch"),
+# PYTHON (default /usr/bin/python3, which sees Debian's python3-numpy), BUILD (default
+# build-release), SKIP_APT=1, SKIP_BUILD=1 (use BUILD as it is, e.g. one built on another
+# machine of the same architecture).
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -15,7 +18,8 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out=${1:-results/$stamp}
 suites=${SUITES:-seed,train,gemm}
 python=${PYTHON:-/usr/bin/python3}
-build=build-release
+build=${BUILD:-build-release}
+peers_wanted=${PEERS:-numpy torch}
 mkdir -p "$out"
 
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -34,9 +38,11 @@ if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/n
     fi
 fi
 
-echo "== building ($build, release)"
-[ -d "$build" ] || meson setup "$build" --buildtype=release -Dtests=false
-ninja -C "$build"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    echo "== building ($build, release)"
+    [ -d "$build" ] || meson setup "$build" --buildtype=release -Dtests=false
+    ninja -C "$build"
+fi
 
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$PWD/$build/pocl-cache}
 export HD_TUNE_CACHE=${HD_TUNE_CACHE:-$PWD/$out/tune-cache.txt}
@@ -51,7 +57,8 @@ export HD_TUNE_CACHE=${HD_TUNE_CACHE:-$PWD/$out/tune-cache.txt}
 
 echo "== dispatch-autotune"
 if [ -x "$build/autotune/tool/dispatch-autotune" ]; then
-    "$build/autotune/tool/dispatch-autotune" 2>&1 | tee "$out/autotune.txt"
+    # shellcheck disable=SC2086
+    "$build/autotune/tool/dispatch-autotune" ${AUTOTUNE_ARGS:-} 2>&1 | tee "$out/autotune.txt"
 else
     echo "dispatch-autotune not built; auto uses the untuned cost model" | tee "$out/autotune.txt"
 fi
@@ -65,7 +72,10 @@ echo "== dispatch-bench --suite $suites"
     tee "$out/ours.txt"
 
 peers=""
-if "$python" -c 'import numpy' 2>/dev/null; then
+wants() { case " $peers_wanted " in *" $1 "*) return 0 ;; esac; return 1; }
+if ! wants numpy; then
+    echo "== numpy peer not asked for (PEERS=$peers_wanted)"
+elif "$python" -c 'import numpy' 2>/dev/null; then
     echo "== numpy peer"
     "$python" bench/peers/numpy_peer.py --cases "$out/cases.json" --suite "$suites" \
         --json "$out/numpy.json" | tee "$out/numpy.txt"
@@ -73,7 +83,9 @@ if "$python" -c 'import numpy' 2>/dev/null; then
 else
     echo "== numpy peer skipped: numpy does not import in $python"
 fi
-if "$python" -c 'import torch' 2>/dev/null; then
+if ! wants torch; then
+    echo "== PyTorch peer not asked for (PEERS=$peers_wanted)"
+elif "$python" -c 'import torch' 2>/dev/null; then
     if "$python" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then
         dev=cuda
     else
