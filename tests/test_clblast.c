@@ -410,6 +410,32 @@ static void test_clblast_params_enumeration_is_legal_and_deterministic(void **st
     }
 }
 
+/* CLBlast's values for unlisted devices, by type and vendor: every entry parses in full. */
+static void test_clblast_params_shipped_by_vendor(void **state)
+{
+    (void)state;
+    static const struct {
+        bool gpu;
+        const char *vendor;
+        size_t min_indirect, mwg, wgd;
+    } want[] = {
+        {true, "NVIDIA Corporation", 1472, 64, 32},   {false, "GenuineIntel", 576, 64, 32},
+        {false, "Intel(R) Corporation", 576, 64, 32}, {false, "AuthenticAMD", 896, 32, 16},
+        {true, "Intel(R) Corporation", 896, 32, 16},  {false, "NVIDIA Corporation", 896, 32, 16},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        hd_clblast_device dev = {.is_gpu = want[i].gpu};
+        snprintf(dev.vendor, sizeof dev.vendor, "%s", want[i].vendor);
+        hd_clblast_params p;
+        hd__clblast_params_shipped(&dev, &p);
+        for (int k = 0; k < HD_CLBLAST_KERNEL_COUNT; k++)
+            assert_true(p.has[k]);
+        assert_int_equal(p.min_indirect_size, want[i].min_indirect);
+        assert_int_equal(p.xgemm.mwg, want[i].mwg);
+        assert_int_equal(p.direct.wgd, want[i].wgd);
+    }
+}
+
 static void test_clblast_variant_text_errors_are_reported(void **state)
 {
     (void)state;
@@ -544,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_clblast_lora_matches_reference),
         cmocka_unit_test(test_clblast_fused_lora_matches_reference),
         cmocka_unit_test(test_clblast_params_enumeration_is_legal_and_deterministic),
+        cmocka_unit_test(test_clblast_params_shipped_by_vendor),
         cmocka_unit_test(test_clblast_variant_text_errors_are_reported),
         cmocka_unit_test(test_clblast_params_illegal_set_is_rejected),
         cmocka_unit_test(test_clblast_params_verified_set_is_applied),

@@ -312,92 +312,42 @@ static bool contains(const char *haystack, const char *needle)
     return strstr(haystack, needle) != NULL;
 }
 
+/* CLBlast's values for devices it has no entry for, in the text form of variants; the first
+ * entry whose device type and vendor match applies; the last, without a vendor, matches any. */
+typedef struct shipped_set {
+    bool gpu;
+    const char *vendor; /* a substring of the vendor name */
+    const char *variant;
+} shipped_set;
+
+static const shipped_set shipped_sets[] = {
+    /* CLBlast's entry for NVIDIA GPUs of an architecture it does not list (SM9.0). */
+    {true, "NVIDIA",
+     "GEMMK=0 KREG=1 KWG=32 KWI=2 MDIMA=16 MDIMC=16 MWG=64 NDIMB=16 NDIMC=16 NWG=64 SA=1 SB=1 "
+     "STRM=0 STRN=0 VWM=4 VWN=4 "
+     "KWID=2 MDIMAD=8 MDIMCD=8 NDIMBD=16 NDIMCD=16 PADA=1 PADB=1 VWMD=4 VWND=2 WGD=32 "
+     "XGEMM_MIN_INDIRECT_SIZE=1472"},
+    /* "GenuineIntel" contains "Intel". */
+    {false, "Intel",
+     "GEMMK=0 KREG=1 KWG=32 KWI=2 MDIMA=16 MDIMC=16 MWG=64 NDIMB=8 NDIMC=8 NWG=64 SA=0 SB=0 "
+     "STRM=0 STRN=0 VWM=4 VWN=4 "
+     "KWID=2 MDIMAD=8 MDIMCD=8 NDIMBD=8 NDIMCD=8 PADA=1 PADB=1 VWMD=4 VWND=4 WGD=32 "
+     "XGEMM_MIN_INDIRECT_SIZE=576"},
+    {false, NULL,
+     "GEMMK=0 KREG=1 KWG=32 KWI=2 MDIMA=8 MDIMC=8 MWG=32 NDIMB=16 NDIMC=16 NWG=32 SA=1 SB=1 "
+     "STRM=0 STRN=0 VWM=4 VWN=2 "
+     "KWID=2 MDIMAD=8 MDIMCD=8 NDIMBD=8 NDIMCD=8 PADA=1 PADB=1 VWMD=1 VWND=1 WGD=16 "
+     "XGEMM_MIN_INDIRECT_SIZE=896"},
+};
+
 void hd__clblast_params_shipped(const hd_clblast_device *dev, hd_clblast_params *out)
 {
+    const shipped_set *set = shipped_sets;
+    while (set->vendor != NULL && (set->gpu != dev->is_gpu || !contains(dev->vendor, set->vendor)))
+        set++;
+    /* The table's strings parse (the clblast suite checks each entry): no status to pass on. */
     memset(out, 0, sizeof *out);
-    for (int k = 0; k < HD_CLBLAST_KERNEL_COUNT; k++)
-        out->has[k] = true;
-    if (dev->is_gpu && contains(dev->vendor, "NVIDIA")) {
-        /* CLBlast's entry for NVIDIA GPUs of an architecture it does not list (SM9.0). */
-        out->xgemm = (hd_clblast_xgemm){.gemmk = 0,
-                                        .kreg = 1,
-                                        .kwg = 32,
-                                        .kwi = 2,
-                                        .mdima = 16,
-                                        .mdimc = 16,
-                                        .mwg = 64,
-                                        .ndimb = 16,
-                                        .ndimc = 16,
-                                        .nwg = 64,
-                                        .sa = 1,
-                                        .sb = 1,
-                                        .vwm = 4,
-                                        .vwn = 4};
-        out->direct = (hd_clblast_xgemm_direct){.kwid = 2,
-                                                .mdimad = 8,
-                                                .mdimcd = 8,
-                                                .ndimbd = 16,
-                                                .ndimcd = 16,
-                                                .pada = 1,
-                                                .padb = 1,
-                                                .vwmd = 4,
-                                                .vwnd = 2,
-                                                .wgd = 32};
-        out->min_indirect_size = 1472;
-    } else if (!dev->is_gpu &&
-               (contains(dev->vendor, "Intel") || contains(dev->vendor, "GenuineIntel"))) {
-        out->xgemm = (hd_clblast_xgemm){.gemmk = 0,
-                                        .kreg = 1,
-                                        .kwg = 32,
-                                        .kwi = 2,
-                                        .mdima = 16,
-                                        .mdimc = 16,
-                                        .mwg = 64,
-                                        .ndimb = 8,
-                                        .ndimc = 8,
-                                        .nwg = 64,
-                                        .sa = 0,
-                                        .sb = 0,
-                                        .vwm = 4,
-                                        .vwn = 4};
-        out->direct = (hd_clblast_xgemm_direct){.kwid = 2,
-                                                .mdimad = 8,
-                                                .mdimcd = 8,
-                                                .ndimbd = 8,
-                                                .ndimcd = 8,
-                                                .pada = 1,
-                                                .padb = 1,
-                                                .vwmd = 4,
-                                                .vwnd = 4,
-                                                .wgd = 32};
-        out->min_indirect_size = 576;
-    } else {
-        out->xgemm = (hd_clblast_xgemm){.gemmk = 0,
-                                        .kreg = 1,
-                                        .kwg = 32,
-                                        .kwi = 2,
-                                        .mdima = 8,
-                                        .mdimc = 8,
-                                        .mwg = 32,
-                                        .ndimb = 16,
-                                        .ndimc = 16,
-                                        .nwg = 32,
-                                        .sa = 1,
-                                        .sb = 1,
-                                        .vwm = 4,
-                                        .vwn = 2};
-        out->direct = (hd_clblast_xgemm_direct){.kwid = 2,
-                                                .mdimad = 8,
-                                                .mdimcd = 8,
-                                                .ndimbd = 8,
-                                                .ndimcd = 8,
-                                                .pada = 1,
-                                                .padb = 1,
-                                                .vwmd = 1,
-                                                .vwnd = 1,
-                                                .wgd = 16};
-        out->min_indirect_size = 896;
-    }
+    hd__clblast_params_parse(NULL, set->variant, out);
 }
 
 /* Sets measured on a device, keyed by a substring of its name, best first. The H100 sets were
