@@ -65,11 +65,9 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, uint64_t salt,
                        void (*poke)(float *a, float *b, float *c, const gemm_case *gc))
 {
     size_t na = gc->m * gc->k, nb = gc->k * gc->n, nc = gc->m * gc->n;
-    float *a = hd_test_floats(na), *b = hd_test_floats(nb), *c = hd_test_floats(nc);
     hd_rng rng = hd_test_rng(salt);
-    hd_test_fill(&rng, a, na, -1.0f, 1.0f);
-    hd_test_fill(&rng, b, nb, -1.0f, 1.0f);
-    hd_test_fill(&rng, c, nc, -1.0f, 1.0f);
+    float *a = hd_test_random(&rng, na, -1.0f, 1.0f), *b = hd_test_random(&rng, nb, -1.0f, 1.0f);
+    float *c = hd_test_random(&rng, nc, -1.0f, 1.0f);
     if (poke != NULL)
         poke(a, b, c, gc);
 
@@ -157,10 +155,9 @@ static void check_gemm_scale_only(hd_context *ctx, size_t m, size_t n, size_t k,
                                   float beta, bool nan_inputs, bool nan_c, const char *what)
 {
     hd_rng rng = hd_test_rng(3000 + m * 31 + k);
-    float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n), *c = hd_test_floats(m * n);
-    hd_test_fill(&rng, a, m * k, -1.0f, 1.0f);
-    hd_test_fill(&rng, b, k * n, -1.0f, 1.0f);
-    hd_test_fill(&rng, c, m * n, -1.0f, 1.0f);
+    float *a = hd_test_random(&rng, m * k, -1.0f, 1.0f),
+          *b = hd_test_random(&rng, k * n, -1.0f, 1.0f);
+    float *c = hd_test_random(&rng, m * n, -1.0f, 1.0f);
     if (nan_inputs) {
         fill_nan(a, m * k);
         if (k * n > 0)
@@ -241,21 +238,17 @@ static void test_gemm_empty_m_or_n_is_a_no_op(void **state)
     static const hd_test_gemm_shape shapes[] = {{0, 5, 3}, {5, 0, 3}, {0, 0, 3}, {0, 0, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         size_t m = shapes[i].m, n = shapes[i].n, k = shapes[i].k;
-        float *a = hd_test_floats(m * k), *b = hd_test_floats(k * n);
         hd_rng rng = hd_test_rng(5000 + i);
-        hd_test_fill(&rng, a, m * k, -1.0f, 1.0f);
-        hd_test_fill(&rng, b, k * n, -1.0f, 1.0f);
+        float *a = hd_test_random(&rng, m * k, -1.0f, 1.0f);
+        float *b = hd_test_random(&rng, k * n, -1.0f, 1.0f);
         hd_tensor *ta = hd_test_tensor(ctx, m, k, a), *tb = hd_test_tensor(ctx, k, n, b);
         hd_tensor *tc = hd_test_tensor(ctx, m, n, NULL);
         assert_int_equal(hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.5f, tc), HD_OK);
         assert_int_equal(hd_tensor_rows(tc), m);
         assert_int_equal(hd_tensor_cols(tc), n);
         /* The inputs are untouched. */
-        float *got_a = hd_test_read(ta), *got_b = hd_test_read(tb);
-        hd_test_expect_same("gemm empty: a", got_a, a, m * k);
-        hd_test_expect_same("gemm empty: b", got_b, b, k * n);
-        free(got_a);
-        free(got_b);
+        hd_test_expect_unchanged("gemm empty: a", ta, a);
+        hd_test_expect_unchanged("gemm empty: b", tb, b);
         hd_tensor_destroy(ta);
         hd_tensor_destroy(tb);
         hd_tensor_destroy(tc);
@@ -291,12 +284,10 @@ static void check_gemm_batched(hd_context *ctx, size_t batch, const gemm_case *g
                                bool nan_c)
 {
     size_t na = gc->m * gc->k, nb = gc->k * gc->n, nc = gc->m * gc->n;
-    float *a = hd_test_floats(batch * na), *b = hd_test_floats(batch * nb);
-    float *c = hd_test_floats(batch * nc);
     hd_rng rng = hd_test_rng(salt);
-    hd_test_fill(&rng, a, batch * na, -1.0f, 1.0f);
-    hd_test_fill(&rng, b, batch * nb, -1.0f, 1.0f);
-    hd_test_fill(&rng, c, batch * nc, -1.0f, 1.0f);
+    float *a = hd_test_random(&rng, batch * na, -1.0f, 1.0f);
+    float *b = hd_test_random(&rng, batch * nb, -1.0f, 1.0f);
+    float *c = hd_test_random(&rng, batch * nc, -1.0f, 1.0f);
     if (nan_c)
         fill_nan(c, batch * nc);
     size_t ar = gc->trans_a ? gc->k : gc->m, ac = gc->trans_a ? gc->m : gc->k;
@@ -382,13 +373,11 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
                        float scale, uint64_t salt, bool plant_nan)
 {
     hd_rng rng = hd_test_rng(salt);
-    float *x = hd_test_floats(tokens * in), *w = hd_test_floats(in * out);
-    float *a = hd_test_floats(in * rank), *b = hd_test_floats(rank * out);
+    float *x = hd_test_random(&rng, tokens * in, -1.0f, 1.0f);
+    float *w = hd_test_random(&rng, in * out, -1.0f, 1.0f);
+    float *a = hd_test_random(&rng, in * rank, -1.0f, 1.0f);
+    float *b = hd_test_random(&rng, rank * out, -1.0f, 1.0f);
     float *y = hd_test_floats(tokens * out);
-    hd_test_fill(&rng, x, tokens * in, -1.0f, 1.0f);
-    hd_test_fill(&rng, w, in * out, -1.0f, 1.0f);
-    hd_test_fill(&rng, a, in * rank, -1.0f, 1.0f);
-    hd_test_fill(&rng, b, rank * out, -1.0f, 1.0f);
     fill_nan(y, tokens * out); /* y is write-only: its old contents never matter */
     if (plant_nan) {
         x[0] = NAN;
@@ -496,21 +485,15 @@ static void test_lora_empty_tokens_or_out_is_a_no_op(void **state)
 
 /* ---- row operations ---- */
 
-typedef enum row_op { ROW_SOFTMAX, ROW_LAYER_NORM, ROW_RMS_NORM } row_op;
-
-static const char *const row_op_names[] = {"softmax", "layer_norm", "rms_norm"};
-
 /* x gets values in [lo, hi]; poke may plant specials; in_place runs with y == x. */
-static void check_row_op(hd_context *ctx, row_op op, size_t rows, size_t cols, float lo, float hi,
-                         float eps, bool in_place, uint64_t salt,
+static void check_row_op(hd_context *ctx, hd_test_row_op op, size_t rows, size_t cols, float lo,
+                         float hi, float eps, bool in_place, uint64_t salt,
                          void (*poke)(float *x, size_t rows, size_t cols))
 {
     hd_rng rng = hd_test_rng(salt);
     size_t n = rows * cols;
-    float *x = hd_test_floats(n), *gamma = hd_test_floats(cols), *beta = hd_test_floats(cols);
-    hd_test_fill(&rng, x, n, lo, hi);
-    hd_test_fill(&rng, gamma, cols, 0.5f, 1.5f);
-    hd_test_fill(&rng, beta, cols, -0.5f, 0.5f);
+    float *x = hd_test_random(&rng, n, lo, hi), *gamma = hd_test_random(&rng, cols, 0.5f, 1.5f);
+    float *beta = hd_test_random(&rng, cols, -0.5f, 0.5f);
     if (poke != NULL)
         poke(x, rows, cols);
 
@@ -518,36 +501,19 @@ static void check_row_op(hd_context *ctx, row_op op, size_t rows, size_t cols, f
     hd_tensor *ty = in_place ? tx : hd_test_tensor(ctx, rows, cols, NULL);
     hd_tensor *tg = hd_test_tensor(ctx, 1, cols, gamma), *tb = hd_test_tensor(ctx, 1, cols, beta);
     char what[160];
-    snprintf(what, sizeof what, "%s %zu x %zu%s eps=%g", row_op_names[op], rows, cols,
+    snprintf(what, sizeof what, "%s %zu x %zu%s eps=%g", hd_test_row_op_name(op), rows, cols,
              in_place ? " in place" : "", (double)eps);
 
     double *want = hd_test_doubles(n);
-    hd_status s = HD_ERR_INTERNAL;
-    double atol = NORM_ATOL, rtol = NORM_RTOL;
-    switch (op) {
-    case ROW_SOFTMAX:
-        s = hd_softmax(ctx, tx, ty);
-        hd_ref_softmax(rows, cols, x, want);
-        atol = SOFTMAX_ATOL;
-        rtol = SOFTMAX_RTOL;
-        break;
-    case ROW_LAYER_NORM:
-        s = hd_layer_norm(ctx, tx, tg, tb, eps, ty);
-        hd_ref_layer_norm(rows, cols, x, gamma, beta, eps, want);
-        break;
-    case ROW_RMS_NORM:
-        s = hd_rms_norm(ctx, tx, tg, eps, ty);
-        hd_ref_rms_norm(rows, cols, x, gamma, eps, want);
-        break;
-    }
+    hd_status s = hd_test_row_call(ctx, op, tx, tg, tb, eps, ty);
+    hd_ref_row(op, rows, cols, x, gamma, beta, eps, want);
+    bool softmax = op == HD_TEST_SOFTMAX;
+    double atol = softmax ? SOFTMAX_ATOL : NORM_ATOL, rtol = softmax ? SOFTMAX_RTOL : NORM_RTOL;
     expect_ok(ctx, s, what);
     float *got = hd_test_read(ty);
     hd_test_expect_close(what, got, want, n, atol, rtol);
-    if (!in_place) { /* the input is untouched */
-        float *got_x = hd_test_read(tx);
-        hd_test_expect_same(what, got_x, x, n);
-        free(got_x);
-    }
+    if (!in_place) /* the input is untouched */
+        hd_test_expect_unchanged(what, tx, x);
 
     free(got);
     free(want);
@@ -561,7 +527,7 @@ static void check_row_op(hd_context *ctx, row_op op, size_t rows, size_t cols, f
     free(beta);
 }
 
-static void check_row_op_on_every_shape(hd_context *ctx, row_op op, bool in_place)
+static void check_row_op_on_every_shape(hd_context *ctx, hd_test_row_op op, bool in_place)
 {
     for (size_t i = 0; i < hd_test_row_shape_count; i++) {
         const hd_test_matrix_shape *s = &hd_test_row_shapes[i];
@@ -572,19 +538,19 @@ static void check_row_op_on_every_shape(hd_context *ctx, row_op op, bool in_plac
 
 static void test_softmax_matches_reference_on_every_shape(void **state)
 {
-    check_row_op_on_every_shape(*state, ROW_SOFTMAX, false);
+    check_row_op_on_every_shape(*state, HD_TEST_SOFTMAX, false);
 }
 
 static void test_softmax_in_place_matches_reference(void **state)
 {
-    check_row_op_on_every_shape(*state, ROW_SOFTMAX, true);
+    check_row_op_on_every_shape(*state, HD_TEST_SOFTMAX, true);
 }
 
 static void test_softmax_large_values_are_stable(void **state)
 {
     /* exp(80) overflows float: only a max-subtracted softmax stays finite here. */
-    check_row_op(*state, ROW_SOFTMAX, 13, 127, 80.0f, 100.0f, 0.0f, false, 8500, NULL);
-    check_row_op(*state, ROW_SOFTMAX, 13, 127, -100.0f, -80.0f, 0.0f, false, 8501, NULL);
+    check_row_op(*state, HD_TEST_SOFTMAX, 13, 127, 80.0f, 100.0f, 0.0f, false, 8500, NULL);
+    check_row_op(*state, HD_TEST_SOFTMAX, 13, 127, -100.0f, -80.0f, 0.0f, false, 8501, NULL);
 }
 
 static void test_softmax_row_of_one_is_one(void **state)
@@ -616,7 +582,7 @@ static void poke_row_specials(float *x, size_t rows, size_t cols)
 
 static void test_row_ops_propagate_nan_and_inf_like_reference(void **state)
 {
-    for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
+    for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
         check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, false, 8600 + op, poke_row_specials);
         check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, true, 8610 + op, poke_row_specials);
     }
@@ -624,25 +590,26 @@ static void test_row_ops_propagate_nan_and_inf_like_reference(void **state)
 
 static void test_layer_norm_matches_reference_on_every_shape(void **state)
 {
-    check_row_op_on_every_shape(*state, ROW_LAYER_NORM, false);
+    check_row_op_on_every_shape(*state, HD_TEST_LAYER_NORM, false);
 }
 
 static void test_layer_norm_in_place_matches_reference(void **state)
 {
-    check_row_op_on_every_shape(*state, ROW_LAYER_NORM, true);
+    check_row_op_on_every_shape(*state, HD_TEST_LAYER_NORM, true);
 }
 
 static void test_layer_norm_eps_values_match_reference(void **state)
 {
     static const float eps[] = {0.0f, 1e-6f, 1e-2f, 1.0f};
     for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
-        check_row_op(*state, ROW_LAYER_NORM, 7, 61, -2.0f, 2.0f, eps[i], false, 8700 + i, NULL);
+        check_row_op(*state, HD_TEST_LAYER_NORM, 7, 61, -2.0f, 2.0f, eps[i], false, 8700 + i, NULL);
 }
 
 static void test_layer_norm_large_offset_keeps_precision(void **state)
 {
     /* Mean 1000, spread 1: E[x^2] - E[x]^2 in float would lose every digit here. */
-    check_row_op(*state, ROW_LAYER_NORM, 13, 1031, 999.0f, 1001.0f, NORM_EPS, false, 8750, NULL);
+    check_row_op(*state, HD_TEST_LAYER_NORM, 13, 1031, 999.0f, 1001.0f, NORM_EPS, false, 8750,
+                 NULL);
 }
 
 static void test_layer_norm_constant_row_gives_beta(void **state)
@@ -665,19 +632,19 @@ static void test_layer_norm_constant_row_gives_beta(void **state)
 
 static void test_rms_norm_matches_reference_on_every_shape(void **state)
 {
-    check_row_op_on_every_shape(*state, ROW_RMS_NORM, false);
+    check_row_op_on_every_shape(*state, HD_TEST_RMS_NORM, false);
 }
 
 static void test_rms_norm_in_place_matches_reference(void **state)
 {
-    check_row_op_on_every_shape(*state, ROW_RMS_NORM, true);
+    check_row_op_on_every_shape(*state, HD_TEST_RMS_NORM, true);
 }
 
 static void test_rms_norm_eps_values_match_reference(void **state)
 {
     static const float eps[] = {0.0f, 1e-6f, 1e-2f, 1.0f};
     for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++)
-        check_row_op(*state, ROW_RMS_NORM, 7, 61, -2.0f, 2.0f, eps[i], false, 8800 + i, NULL);
+        check_row_op(*state, HD_TEST_RMS_NORM, 7, 61, -2.0f, 2.0f, eps[i], false, 8800 + i, NULL);
 }
 
 static void test_rms_norm_zero_row_gives_zeros(void **state)
@@ -698,7 +665,7 @@ static void test_rms_norm_zero_row_gives_zeros(void **state)
 
 static void test_row_ops_parallel_path_matches_reference(void **state)
 {
-    for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
+    for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
         check_row_op(*state, op, PARALLEL_ROWS, PARALLEL_COLS, -2.0f, 2.0f, NORM_EPS, false,
                      8900 + op, NULL);
         check_row_op(*state, op, PARALLEL_ROWS, PARALLEL_COLS, -2.0f, 2.0f, NORM_EPS, true,

@@ -57,9 +57,8 @@ typedef struct held {
 static held hold(hd_context *ctx, size_t rows, size_t cols, uint64_t salt)
 {
     held h = {.n = rows * cols};
-    h.data = hd_test_floats(h.n);
     hd_rng rng = hd_test_rng(salt);
-    hd_test_fill(&rng, h.data, h.n, -1.0f, 1.0f);
+    h.data = hd_test_random(&rng, h.n, -1.0f, 1.0f);
     h.t = hd_test_tensor(ctx, rows, cols, h.data);
     return h;
 }
@@ -86,11 +85,8 @@ static void expect_error(hd_context *ctx, const char *what, hd_status got, hd_st
         fail_msg("%s: no error message", what);
     if (culprit != NULL && strstr(msg, culprit) == NULL)
         fail_msg("%s: message '%s' does not name '%s'", what, msg, culprit);
-    for (size_t i = 0; i < untouched_count; i++) {
-        float *now = hd_test_read(untouched[i].t);
-        hd_test_expect_same(what, now, untouched[i].data, untouched[i].n);
-        free(now);
-    }
+    for (size_t i = 0; i < untouched_count; i++)
+        hd_test_expect_unchanged(what, untouched[i].t, untouched[i].data);
 }
 
 /* ---- tensor create, write, read ---- */
@@ -187,9 +183,7 @@ static void test_gemm_null_context_is_invalid(void **state)
     held a = hold(f->ctx, M, K, 10), b = hold(f->ctx, K, N, 11), c = hold(f->ctx, M, N, 12);
     assert_int_equal(hd_gemm(NULL, false, false, 1.0f, a.t, b.t, 0.0f, c.t),
                      HD_ERR_INVALID_ARGUMENT);
-    float *now = hd_test_read(c.t);
-    hd_test_expect_same("gemm ctx NULL", now, c.data, c.n);
-    free(now);
+    hd_test_expect_unchanged("gemm ctx NULL", c.t, c.data);
     release(&a);
     release(&b);
     release(&c);
@@ -483,39 +477,21 @@ static void test_lora_tensor_of_another_context_is_rejected(void **state)
 
 enum { ROWS = 4, COLS = 9 };
 
-typedef enum row_op { ROW_SOFTMAX, ROW_LAYER_NORM, ROW_RMS_NORM } row_op;
-
-/* Calls op with gamma doubling as RMS norm's weight; eps unused by softmax. */
-static hd_status call_row(hd_context *ctx, row_op op, const hd_tensor *x, const hd_tensor *gamma,
-                          const hd_tensor *beta, float eps, hd_tensor *y)
-{
-    switch (op) {
-    case ROW_SOFTMAX:
-        return hd_softmax(ctx, x, y);
-    case ROW_LAYER_NORM:
-        return hd_layer_norm(ctx, x, gamma, beta, eps, y);
-    case ROW_RMS_NORM:
-        return hd_rms_norm(ctx, x, gamma, eps, y);
-    }
-    return HD_ERR_INTERNAL;
-}
-
-static const char *const row_names[] = {"softmax", "layer_norm", "rms_norm"};
-
 static void test_row_ops_null_context_or_tensor_is_invalid(void **state)
 {
     fixture *f = *state;
     hd_context *ctx = f->ctx;
     held x = hold(ctx, ROWS, COLS, 200), y = hold(ctx, ROWS, COLS, 201);
     held g = hold(ctx, 1, COLS, 202), b = hold(ctx, 1, COLS, 203);
-    for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
+    for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
         char what[64];
-        assert_int_equal(call_row(NULL, op, x.t, g.t, b.t, 1e-5f, y.t), HD_ERR_INVALID_ARGUMENT);
-        snprintf(what, sizeof what, "%s x NULL", row_names[op]);
-        expect_error(ctx, what, call_row(ctx, op, NULL, g.t, b.t, 1e-5f, y.t),
+        assert_int_equal(hd_test_row_call(NULL, op, x.t, g.t, b.t, 1e-5f, y.t),
+                         HD_ERR_INVALID_ARGUMENT);
+        snprintf(what, sizeof what, "%s x NULL", hd_test_row_op_name(op));
+        expect_error(ctx, what, hd_test_row_call(ctx, op, NULL, g.t, b.t, 1e-5f, y.t),
                      HD_ERR_INVALID_ARGUMENT, "'x'", &y, 1);
-        snprintf(what, sizeof what, "%s y NULL", row_names[op]);
-        expect_error(ctx, what, call_row(ctx, op, x.t, g.t, b.t, 1e-5f, NULL),
+        snprintf(what, sizeof what, "%s y NULL", hd_test_row_op_name(op));
+        expect_error(ctx, what, hd_test_row_call(ctx, op, x.t, g.t, b.t, 1e-5f, NULL),
                      HD_ERR_INVALID_ARGUMENT, "'y'", &x, 1);
     }
     expect_error(ctx, "layer_norm gamma NULL", hd_layer_norm(ctx, x.t, NULL, b.t, 1e-5f, y.t),
@@ -540,23 +516,23 @@ static void test_row_ops_shape_mismatch_is_rejected(void **state)
     held y = hold(ctx, ROWS, COLS, 216);
     held p_cols = hold(ctx, 1, COLS + 1, 217), p_rows = hold(ctx, 2, COLS, 218);
     held p_col = hold(ctx, COLS, 1, 219);
-    for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
+    for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
         char what[64];
         held bad_ys[] = {y_rows, y_cols, y_flat};
         for (int i = 0; i < 3; i++) {
-            snprintf(what, sizeof what, "%s y shape %d", row_names[op], i);
-            expect_error(ctx, what, call_row(ctx, op, x.t, g.t, b.t, 1e-5f, bad_ys[i].t),
+            snprintf(what, sizeof what, "%s y shape %d", hd_test_row_op_name(op), i);
+            expect_error(ctx, what, hd_test_row_call(ctx, op, x.t, g.t, b.t, 1e-5f, bad_ys[i].t),
                          HD_ERR_SHAPE_MISMATCH, "'y'", &bad_ys[i], 1);
         }
-        if (op == ROW_SOFTMAX)
+        if (op == HD_TEST_SOFTMAX)
             continue;
-        const char *pname = op == ROW_LAYER_NORM ? "'gamma'" : "'weight'";
+        const char *pname = op == HD_TEST_LAYER_NORM ? "'gamma'" : "'weight'";
         held bad_ps[] = {p_cols, p_rows, p_col};
         for (int i = 0; i < 3; i++) {
-            snprintf(what, sizeof what, "%s %s shape %d", row_names[op], pname, i);
-            expect_error(ctx, what, call_row(ctx, op, x.t, bad_ps[i].t, b.t, 1e-5f, y.t),
+            snprintf(what, sizeof what, "%s %s shape %d", hd_test_row_op_name(op), pname, i);
+            expect_error(ctx, what, hd_test_row_call(ctx, op, x.t, bad_ps[i].t, b.t, 1e-5f, y.t),
                          HD_ERR_SHAPE_MISMATCH, pname, &y, 1);
-            if (op == ROW_LAYER_NORM) {
+            if (op == HD_TEST_LAYER_NORM) {
                 snprintf(what, sizeof what, "layer_norm 'beta' shape %d", i);
                 expect_error(ctx, what, hd_layer_norm(ctx, x.t, g.t, bad_ps[i].t, 1e-5f, y.t),
                              HD_ERR_SHAPE_MISMATCH, "'beta'", &y, 1);
@@ -601,13 +577,14 @@ static void test_row_ops_bad_eps_is_rejected(void **state)
     held y = hold(ctx, ROWS, COLS, 233);
     static const float bad[] = {NAN, INFINITY, -INFINITY, -1e-5f, -0x1p-149f};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        for (row_op op = ROW_LAYER_NORM; op <= ROW_RMS_NORM; op++) {
+        for (hd_test_row_op op = HD_TEST_LAYER_NORM; op <= HD_TEST_RMS_NORM; op++) {
             char what[64];
-            snprintf(what, sizeof what, "%s eps=%g", row_names[op], (double)bad[i]);
-            expect_error(ctx, what, call_row(ctx, op, x.t, g.t, b.t, bad[i], y.t),
+            snprintf(what, sizeof what, "%s eps=%g", hd_test_row_op_name(op), (double)bad[i]);
+            expect_error(ctx, what, hd_test_row_call(ctx, op, x.t, g.t, b.t, bad[i], y.t),
                          HD_ERR_INVALID_ARGUMENT, "eps", &y, 1);
-            snprintf(what, sizeof what, "%s eps=%g in place", row_names[op], (double)bad[i]);
-            expect_error(ctx, what, call_row(ctx, op, x.t, g.t, b.t, bad[i], x.t),
+            snprintf(what, sizeof what, "%s eps=%g in place", hd_test_row_op_name(op),
+                     (double)bad[i]);
+            expect_error(ctx, what, hd_test_row_call(ctx, op, x.t, g.t, b.t, bad[i], x.t),
                          HD_ERR_INVALID_ARGUMENT, "eps", &x, 1);
         }
     }
@@ -625,16 +602,16 @@ static void test_row_ops_tensor_of_another_context_is_rejected(void **state)
     held y = hold(ctx, ROWS, COLS, 243);
     held x2 = hold(f->other, ROWS, COLS, 244), g2 = hold(f->other, 1, COLS, 245);
     held b2 = hold(f->other, 1, COLS, 246), y2 = hold(f->other, ROWS, COLS, 247);
-    for (row_op op = ROW_SOFTMAX; op <= ROW_RMS_NORM; op++) {
+    for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
         char what[64];
-        snprintf(what, sizeof what, "%s x elsewhere", row_names[op]);
-        expect_error(ctx, what, call_row(ctx, op, x2.t, g.t, b.t, 1e-5f, y.t), HD_ERR_WRONG_CONTEXT,
-                     "'x'", &y, 1);
-        snprintf(what, sizeof what, "%s y elsewhere", row_names[op]);
-        expect_error(ctx, what, call_row(ctx, op, x.t, g.t, b.t, 1e-5f, y2.t), HD_ERR_WRONG_CONTEXT,
-                     "'y'", &y2, 1);
-        snprintf(what, sizeof what, "%s in place elsewhere", row_names[op]);
-        expect_error(ctx, what, call_row(ctx, op, x2.t, g.t, b.t, 1e-5f, x2.t),
+        snprintf(what, sizeof what, "%s x elsewhere", hd_test_row_op_name(op));
+        expect_error(ctx, what, hd_test_row_call(ctx, op, x2.t, g.t, b.t, 1e-5f, y.t),
+                     HD_ERR_WRONG_CONTEXT, "'x'", &y, 1);
+        snprintf(what, sizeof what, "%s y elsewhere", hd_test_row_op_name(op));
+        expect_error(ctx, what, hd_test_row_call(ctx, op, x.t, g.t, b.t, 1e-5f, y2.t),
+                     HD_ERR_WRONG_CONTEXT, "'y'", &y2, 1);
+        snprintf(what, sizeof what, "%s in place elsewhere", hd_test_row_op_name(op));
+        expect_error(ctx, what, hd_test_row_call(ctx, op, x2.t, g.t, b.t, 1e-5f, x2.t),
                      HD_ERR_WRONG_CONTEXT, "'x'", &x2, 1);
     }
     expect_error(ctx, "layer_norm gamma elsewhere", hd_layer_norm(ctx, x.t, g2.t, b.t, 1e-5f, y.t),

@@ -23,141 +23,132 @@ typedef struct op_run {
     bool output_untouched; /* after a failure */
 } op_run;
 
-static void expect_unchanged(const char *what, const hd_tensor *t, const float *want)
+/* The checks after a call read tensors, which may set the context's message: the tests look at
+ * the call's message, so it is put back once they are done. */
+static void restore_error(hd_context *ctx, const char *saved)
 {
-    float *got = hd_test_read(t);
-    hd_test_expect_same(what, got, want, hd_tensor_rows(t) * hd_tensor_cols(t));
-    free(got);
+    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
 }
 
-/* Runs op on random data; on success checks the result against the float64 reference, and
- * always checks that the inputs are unchanged and, on failure, that the output is. */
-static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
+static const float sentinel = 123.25f;
+
+static float *sentinels(size_t n)
 {
-    hd_rng rng = hd_test_rng(salt);
-    op_run res = {0};
-    const float sentinel = 123.25f;
-    if (op == HD_OP_GEMM || op == HD_OP_GEMM_BATCHED) {
-        size_t batch = op == HD_OP_GEMM ? 1 : 3;
-        size_t na = batch * G_M * G_K, nb = batch * G_K * G_N, nc = batch * G_M * G_N;
-        float *a = hd_test_floats(na), *b = hd_test_floats(nb), *c = hd_test_floats(nc);
-        hd_test_fill(&rng, a, na, -1, 1);
-        hd_test_fill(&rng, b, nb, -1, 1);
-        for (size_t i = 0; i < nc; i++)
-            c[i] = sentinel;
-        hd_tensor *ta = hd_test_tensor(ctx, batch * G_M, G_K, a);
-        hd_tensor *tb = hd_test_tensor(ctx, batch * G_K, G_N, b);
-        hd_tensor *tc = hd_test_tensor(ctx, batch * G_M, G_N, c);
-        res.status = op == HD_OP_GEMM
-                         ? hd_gemm(ctx, false, false, 1.5f, ta, tb, 0.5f, tc)
-                         : hd_gemm_batched(ctx, batch, false, false, 1.5f, ta, tb, 0.5f, tc);
-        char err[HD_ERROR_CAPACITY];
-        snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
-        if (res.status == HD_OK) {
-            double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
-            for (size_t i = 0; i < batch; i++)
-                hd_ref_gemm(false, false, G_M, G_N, G_K, 1.5f, a + i * G_M * G_K, b + i * G_K * G_N,
-                            0.5f, c + i * G_M * G_N, want + i * G_M * G_N, bound + i * G_M * G_N);
-            float *got = hd_test_read(tc);
-            hd_test_expect_gemm_close("gemm after fallback", got, want, bound, nc, G_K, 4.0);
-            free(got);
-            free(want);
-            free(bound);
-        } else {
-            expect_unchanged("gemm output after failure", tc, c);
-        }
-        expect_unchanged("gemm input a", ta, a);
-        expect_unchanged("gemm input b", tb, b);
-        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", err);
-        hd_tensor_destroy(ta);
-        hd_tensor_destroy(tb);
-        hd_tensor_destroy(tc);
-        free(a);
-        free(b);
-        free(c);
-        return res;
-    }
-    if (op == HD_OP_LORA) {
-        size_t nx = L_T * L_IN, nw = L_IN * L_OUT, na = L_IN * L_R, nb = L_R * L_OUT;
-        size_t ny = L_T * L_OUT;
-        float *x = hd_test_floats(nx), *w = hd_test_floats(nw), *a = hd_test_floats(na);
-        float *b = hd_test_floats(nb), *y = hd_test_floats(ny);
-        hd_test_fill(&rng, x, nx, -1, 1);
-        hd_test_fill(&rng, w, nw, -1, 1);
-        hd_test_fill(&rng, a, na, -1, 1);
-        hd_test_fill(&rng, b, nb, -1, 1);
-        for (size_t i = 0; i < ny; i++)
-            y[i] = sentinel;
-        hd_tensor *tx = hd_test_tensor(ctx, L_T, L_IN, x),
-                  *tw = hd_test_tensor(ctx, L_IN, L_OUT, w);
-        hd_tensor *ta = hd_test_tensor(ctx, L_IN, L_R, a), *tb = hd_test_tensor(ctx, L_R, L_OUT, b);
-        hd_tensor *ty = hd_test_tensor(ctx, L_T, L_OUT, y);
-        res.status = hd_lora_forward(ctx, tx, tw, ta, tb, 0.75f, ty);
-        char err[HD_ERROR_CAPACITY];
-        snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
-        if (res.status == HD_OK) {
-            double *want = hd_test_doubles(ny), *bound = hd_test_doubles(ny);
-            hd_ref_lora(L_T, L_IN, L_OUT, L_R, x, w, a, b, 0.75f, want, bound);
-            float *got = hd_test_read(ty);
-            hd_test_expect_gemm_close("lora after fallback", got, want, bound, ny, L_IN, 8.0);
-            free(got);
-            free(want);
-            free(bound);
-        } else {
-            expect_unchanged("lora output after failure", ty, y);
-        }
-        expect_unchanged("lora input x", tx, x);
-        expect_unchanged("lora input w", tw, w);
-        expect_unchanged("lora input a", ta, a);
-        expect_unchanged("lora input b", tb, b);
-        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", err);
-        hd_tensor_destroy(tx);
-        hd_tensor_destroy(tw);
-        hd_tensor_destroy(ta);
-        hd_tensor_destroy(tb);
-        hd_tensor_destroy(ty);
-        free(x);
-        free(w);
-        free(a);
-        free(b);
-        free(y);
-        return res;
-    }
-    size_t n = R_ROWS * R_COLS;
-    float *x = hd_test_floats(n), *g = hd_test_floats(R_COLS), *be = hd_test_floats(R_COLS);
-    float *y = hd_test_floats(n);
-    hd_test_fill(&rng, x, n, -4, 4);
-    hd_test_fill(&rng, g, R_COLS, 0.5f, 1.5f);
-    hd_test_fill(&rng, be, R_COLS, -1, 1);
+    float *p = hd_test_floats(n);
     for (size_t i = 0; i < n; i++)
-        y[i] = sentinel;
-    hd_tensor *tx = hd_test_tensor(ctx, R_ROWS, R_COLS, x),
-              *ty = hd_test_tensor(ctx, R_ROWS, R_COLS, y);
-    hd_tensor *tg = hd_test_tensor(ctx, 1, R_COLS, g), *tb = hd_test_tensor(ctx, 1, R_COLS, be);
-    double *want = hd_test_doubles(n);
-    if (op == HD_OP_SOFTMAX) {
-        res.status = hd_softmax(ctx, tx, ty);
-        hd_ref_softmax(R_ROWS, R_COLS, x, want);
-    } else if (op == HD_OP_LAYER_NORM) {
-        res.status = hd_layer_norm(ctx, tx, tg, tb, 1e-5f, ty);
-        hd_ref_layer_norm(R_ROWS, R_COLS, x, g, be, 1e-5f, want);
-    } else {
-        res.status = hd_rms_norm(ctx, tx, tg, 1e-5f, ty);
-        hd_ref_rms_norm(R_ROWS, R_COLS, x, g, 1e-5f, want);
-    }
+        p[i] = sentinel;
+    return p;
+}
+
+static op_run run_gemm(hd_context *ctx, hd_op op, hd_rng *rng)
+{
+    op_run res = {0};
+    size_t batch = op == HD_OP_GEMM ? 1 : 3;
+    size_t na = batch * G_M * G_K, nb = batch * G_K * G_N, nc = batch * G_M * G_N;
+    float *a = hd_test_random(rng, na, -1, 1), *b = hd_test_random(rng, nb, -1, 1);
+    float *c = sentinels(nc);
+    hd_tensor *ta = hd_test_tensor(ctx, batch * G_M, G_K, a);
+    hd_tensor *tb = hd_test_tensor(ctx, batch * G_K, G_N, b);
+    hd_tensor *tc = hd_test_tensor(ctx, batch * G_M, G_N, c);
+    res.status = op == HD_OP_GEMM
+                     ? hd_gemm(ctx, false, false, 1.5f, ta, tb, 0.5f, tc)
+                     : hd_gemm_batched(ctx, batch, false, false, 1.5f, ta, tb, 0.5f, tc);
     char err[HD_ERROR_CAPACITY];
     snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
     if (res.status == HD_OK) {
-        float *got = hd_test_read(ty);
-        hd_test_expect_close(hd_op_name(op), got, want, n, 1e-5, 1e-4);
+        double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
+        for (size_t i = 0; i < batch; i++)
+            hd_ref_gemm(false, false, G_M, G_N, G_K, 1.5f, a + i * G_M * G_K, b + i * G_K * G_N,
+                        0.5f, c + i * G_M * G_N, want + i * G_M * G_N, bound + i * G_M * G_N);
+        float *got = hd_test_read(tc);
+        hd_test_expect_gemm_close("gemm after fallback", got, want, bound, nc, G_K, 4.0);
         free(got);
+        free(want);
+        free(bound);
     } else {
-        expect_unchanged("row output after failure", ty, y);
+        hd_test_expect_unchanged("gemm output after failure", tc, c);
     }
-    expect_unchanged("row input x", tx, x);
-    expect_unchanged("row input gamma", tg, g);
-    expect_unchanged("row input beta", tb, be);
-    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", err);
+    hd_test_expect_unchanged("gemm input a", ta, a);
+    hd_test_expect_unchanged("gemm input b", tb, b);
+    restore_error(ctx, err);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(tc);
+    free(a);
+    free(b);
+    free(c);
+    return res;
+}
+
+static op_run run_lora(hd_context *ctx, hd_rng *rng)
+{
+    op_run res = {0};
+    size_t ny = L_T * L_OUT;
+    float *x = hd_test_random(rng, L_T * L_IN, -1, 1),
+          *w = hd_test_random(rng, L_IN * L_OUT, -1, 1);
+    float *a = hd_test_random(rng, L_IN * L_R, -1, 1), *b = hd_test_random(rng, L_R * L_OUT, -1, 1);
+    float *y = sentinels(ny);
+    hd_tensor *tx = hd_test_tensor(ctx, L_T, L_IN, x), *tw = hd_test_tensor(ctx, L_IN, L_OUT, w);
+    hd_tensor *ta = hd_test_tensor(ctx, L_IN, L_R, a), *tb = hd_test_tensor(ctx, L_R, L_OUT, b);
+    hd_tensor *ty = hd_test_tensor(ctx, L_T, L_OUT, y);
+    res.status = hd_lora_forward(ctx, tx, tw, ta, tb, 0.75f, ty);
+    char err[HD_ERROR_CAPACITY];
+    snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
+    if (res.status == HD_OK) {
+        double *want = hd_test_doubles(ny), *bound = hd_test_doubles(ny);
+        hd_ref_lora(L_T, L_IN, L_OUT, L_R, x, w, a, b, 0.75f, want, bound);
+        float *got = hd_test_read(ty);
+        hd_test_expect_gemm_close("lora after fallback", got, want, bound, ny, L_IN, 8.0);
+        free(got);
+        free(want);
+        free(bound);
+    } else {
+        hd_test_expect_unchanged("lora output after failure", ty, y);
+    }
+    hd_test_expect_unchanged("lora input x", tx, x);
+    hd_test_expect_unchanged("lora input w", tw, w);
+    hd_test_expect_unchanged("lora input a", ta, a);
+    hd_test_expect_unchanged("lora input b", tb, b);
+    restore_error(ctx, err);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(tw);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(ty);
+    free(x);
+    free(w);
+    free(a);
+    free(b);
+    free(y);
+    return res;
+}
+
+static op_run run_row_op(hd_context *ctx, hd_test_row_op op, hd_rng *rng)
+{
+    op_run res = {0};
+    size_t n = R_ROWS * R_COLS;
+    float *x = hd_test_random(rng, n, -4, 4), *g = hd_test_random(rng, R_COLS, 0.5f, 1.5f);
+    float *be = hd_test_random(rng, R_COLS, -1, 1), *y = sentinels(n);
+    hd_tensor *tx = hd_test_tensor(ctx, R_ROWS, R_COLS, x),
+              *ty = hd_test_tensor(ctx, R_ROWS, R_COLS, y);
+    hd_tensor *tg = hd_test_tensor(ctx, 1, R_COLS, g), *tb = hd_test_tensor(ctx, 1, R_COLS, be);
+    res.status = hd_test_row_call(ctx, op, tx, tg, tb, 1e-5f, ty);
+    char err[HD_ERROR_CAPACITY];
+    snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
+    if (res.status == HD_OK) {
+        double *want = hd_test_doubles(n);
+        hd_ref_row(op, R_ROWS, R_COLS, x, g, be, 1e-5f, want);
+        float *got = hd_test_read(ty);
+        hd_test_expect_close(hd_test_row_op_name(op), got, want, n, 1e-5, 1e-4);
+        free(got);
+        free(want);
+    } else {
+        hd_test_expect_unchanged("row output after failure", ty, y);
+    }
+    hd_test_expect_unchanged("row input x", tx, x);
+    hd_test_expect_unchanged("row input gamma", tg, g);
+    hd_test_expect_unchanged("row input beta", tb, be);
+    restore_error(ctx, err);
     hd_tensor_destroy(tx);
     hd_tensor_destroy(ty);
     hd_tensor_destroy(tg);
@@ -166,8 +157,27 @@ static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
     free(g);
     free(be);
     free(y);
-    free(want);
     return res;
+}
+
+/* Runs op on random data; on success checks the result against the float64 reference, and
+ * always checks that the inputs are unchanged and, on failure, that the output is. */
+static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    switch (op) {
+    case HD_OP_GEMM:
+    case HD_OP_GEMM_BATCHED:
+        return run_gemm(ctx, op, &rng);
+    case HD_OP_LORA:
+        return run_lora(ctx, &rng);
+    case HD_OP_SOFTMAX:
+        return run_row_op(ctx, HD_TEST_SOFTMAX, &rng);
+    case HD_OP_LAYER_NORM:
+        return run_row_op(ctx, HD_TEST_LAYER_NORM, &rng);
+    default:
+        return run_row_op(ctx, HD_TEST_RMS_NORM, &rng);
+    }
 }
 
 /* ---- stand-ins with the real CPU ---- */

@@ -22,8 +22,7 @@ uint64_t hd_test_seed(void)
             seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
         }
         chosen = true;
-        fprintf(stderr, "# seed %" PRIu64 " (replay with HD_TEST_SEED=%" PRIu64 ")\n", seed,
-                seed);
+        fprintf(stderr, "# seed %" PRIu64 " (replay with HD_TEST_SEED=%" PRIu64 ")\n", seed, seed);
     }
     return seed;
 }
@@ -69,6 +68,13 @@ double *hd_test_doubles(size_t n)
     return p;
 }
 
+float *hd_test_random(hd_rng *rng, size_t n, float lo, float hi)
+{
+    float *p = hd_test_floats(n);
+    hd_test_fill(rng, p, n, lo, hi);
+    return p;
+}
+
 hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float *data)
 {
     hd_tensor *t = NULL;
@@ -87,6 +93,13 @@ float *hd_test_read(const hd_tensor *t)
     if (s != HD_OK)
         fail_msg("hd_tensor_read: %s (%s)", hd_status_str(s), hd_status_name(s));
     return p;
+}
+
+void hd_test_expect_unchanged(const char *what, const hd_tensor *t, const float *want)
+{
+    float *got = hd_test_read(t);
+    hd_test_expect_same(what, got, want, hd_tensor_rows(t) * hd_tensor_cols(t));
+    free(got);
 }
 
 hd_context *hd_test_context(bool cpu_only)
@@ -123,9 +136,8 @@ void hd_ref_gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
     }
 }
 
-void hd_ref_lora(size_t tokens, size_t in, size_t out, size_t rank, const float *x,
-                 const float *w, const float *a, const float *b, float scale, double *y,
-                 double *bound)
+void hd_ref_lora(size_t tokens, size_t in, size_t out, size_t rank, const float *x, const float *w,
+                 const float *a, const float *b, float scale, double *y, double *bound)
 {
     double *h = hd_test_doubles(tokens * rank);
     double *hmag = hd_test_doubles(tokens * rank);
@@ -211,6 +223,44 @@ void hd_ref_rms_norm(size_t rows, size_t cols, const float *x, const float *weig
     }
 }
 
+const char *hd_test_row_op_name(hd_test_row_op op)
+{
+    static const char *const names[HD_TEST_ROW_OP_COUNT] = {"softmax", "layer_norm", "rms_norm"};
+    return (unsigned)op < HD_TEST_ROW_OP_COUNT ? names[op] : "unknown";
+}
+
+hd_status hd_test_row_call(hd_context *ctx, hd_test_row_op op, const hd_tensor *x,
+                           const hd_tensor *gamma, const hd_tensor *beta, float eps, hd_tensor *y)
+{
+    switch (op) {
+    case HD_TEST_SOFTMAX:
+        return hd_softmax(ctx, x, y);
+    case HD_TEST_LAYER_NORM:
+        return hd_layer_norm(ctx, x, gamma, beta, eps, y);
+    case HD_TEST_RMS_NORM:
+        return hd_rms_norm(ctx, x, gamma, eps, y);
+    }
+    fail_msg("hd_test_row_call: unknown row op %d", (int)op);
+    return HD_ERR_INTERNAL;
+}
+
+void hd_ref_row(hd_test_row_op op, size_t rows, size_t cols, const float *x, const float *gamma,
+                const float *beta, float eps, double *y)
+{
+    switch (op) {
+    case HD_TEST_SOFTMAX:
+        hd_ref_softmax(rows, cols, x, y);
+        return;
+    case HD_TEST_LAYER_NORM:
+        hd_ref_layer_norm(rows, cols, x, gamma, beta, eps, y);
+        return;
+    case HD_TEST_RMS_NORM:
+        hd_ref_rms_norm(rows, cols, x, gamma, eps, y);
+        return;
+    }
+    fail_msg("hd_ref_row: unknown row op %d", (int)op);
+}
+
 static bool special_matches(float got, double want)
 {
     if (isnan(want))
@@ -263,15 +313,13 @@ const hd_test_matrix_shape hd_test_row_shapes[] = {
 const size_t hd_test_row_shape_count = sizeof hd_test_row_shapes / sizeof hd_test_row_shapes[0];
 
 const hd_test_gemm_shape hd_test_gemm_shapes[] = {
-    {1, 1, 1}, {1, 13, 7}, {13, 1, 7}, {7, 13, 1}, {1, 127, 131}, {16, 67, 61},
-    {17, 31, 29}, {64, 64, 64}, {127, 13, 1031}, {33, 127, 257},
+    {1, 1, 1},    {1, 13, 7},   {13, 1, 7},   {7, 13, 1},      {1, 127, 131},
+    {16, 67, 61}, {17, 31, 29}, {64, 64, 64}, {127, 13, 1031}, {33, 127, 257},
 };
-const size_t hd_test_gemm_shape_count =
-    sizeof hd_test_gemm_shapes / sizeof hd_test_gemm_shapes[0];
+const size_t hd_test_gemm_shape_count = sizeof hd_test_gemm_shapes / sizeof hd_test_gemm_shapes[0];
 
 const hd_test_lora_shape hd_test_lora_shapes[] = {
-    {1, 1, 1, 1}, {1, 13, 7, 3}, {1, 127, 131, 8}, {3, 61, 67, 1}, {16, 64, 64, 16},
-    {17, 31, 29, 5}, {33, 257, 127, 64}, {7, 13, 11, 0},
+    {1, 1, 1, 1},     {1, 13, 7, 3},   {1, 127, 131, 8},   {3, 61, 67, 1},
+    {16, 64, 64, 16}, {17, 31, 29, 5}, {33, 257, 127, 64}, {7, 13, 11, 0},
 };
-const size_t hd_test_lora_shape_count =
-    sizeof hd_test_lora_shapes / sizeof hd_test_lora_shapes[0];
+const size_t hd_test_lora_shape_count = sizeof hd_test_lora_shapes / sizeof hd_test_lora_shapes[0];

@@ -30,11 +30,15 @@ void hd_test_fill(hd_rng *rng, float *p, size_t n, float lo, float hi);
 /* malloc that fails the test instead of returning NULL; n may be 0. */
 float *hd_test_floats(size_t n);
 double *hd_test_doubles(size_t n);
+/* n floats uniform in [lo, hi], in a new buffer (free it). */
+float *hd_test_random(hd_rng *rng, size_t n, float lo, float hi);
 
 /* A tensor of ctx holding data (rows*cols floats; NULL leaves zeros). Fails the test on error. */
 hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float *data);
 /* The tensor's contents, read into a new buffer (free it). */
 float *hd_test_read(const hd_tensor *t);
+/* Fails unless t holds exactly the floats of want (inputs untouched, outputs after an error). */
+void hd_test_expect_unchanged(const char *what, const hd_tensor *t, const float *want);
 
 /* A context for tests: CPU only when cpu_only, else whatever this machine has (PoCL in CI). */
 hd_context *hd_test_context(bool cpu_only);
@@ -47,14 +51,30 @@ void hd_ref_gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
                  const float *a, const float *b, float beta, const float *c, double *out,
                  double *bound);
 /* y = x*W + scale*(x*A)*B; bound as for GEMM over both terms. */
-void hd_ref_lora(size_t tokens, size_t in, size_t out, size_t rank, const float *x,
-                 const float *w, const float *a, const float *b, float scale, double *y,
-                 double *bound);
+void hd_ref_lora(size_t tokens, size_t in, size_t out, size_t rank, const float *x, const float *w,
+                 const float *a, const float *b, float scale, double *y, double *bound);
 void hd_ref_softmax(size_t rows, size_t cols, const float *x, double *y);
 void hd_ref_layer_norm(size_t rows, size_t cols, const float *x, const float *gamma,
                        const float *beta, float eps, double *y);
 void hd_ref_rms_norm(size_t rows, size_t cols, const float *x, const float *weight, float eps,
                      double *y);
+
+/* ---- the row operations as one ---- */
+
+typedef enum hd_test_row_op {
+    HD_TEST_SOFTMAX,
+    HD_TEST_LAYER_NORM,
+    HD_TEST_RMS_NORM
+} hd_test_row_op;
+enum { HD_TEST_ROW_OP_COUNT = HD_TEST_RMS_NORM + 1 };
+/* "softmax", "layer_norm", "rms_norm". */
+const char *hd_test_row_op_name(hd_test_row_op op);
+/* Calls op; gamma doubles as RMS norm's weight, softmax ignores gamma, beta and eps. */
+hd_status hd_test_row_call(hd_context *ctx, hd_test_row_op op, const hd_tensor *x,
+                           const hd_tensor *gamma, const hd_tensor *beta, float eps, hd_tensor *y);
+/* The float64 reference of op, with the same conventions. */
+void hd_ref_row(hd_test_row_op op, size_t rows, size_t cols, const float *x, const float *gamma,
+                const float *beta, float eps, double *y);
 
 /* ---- comparison ---- */
 
