@@ -1,22 +1,19 @@
-/* Float64 host reference for the tuner (see reference.h). Tolerances: GEMM and LoRA elements
- * may differ by 8·k·ε·Σ|terms| (the rounding bound of a k-long float sum, with room for
- * blocked summation orders); row ops by 1e-5 + 1e-4·|want|. */
+/* Float64 host reference of the tools (see reference.h). The tuner's tolerances: GEMM and LoRA
+ * elements may differ by 8·k·ε·Σ|terms| (the rounding bound of a k-long float sum, with room
+ * for blocked summation orders); row ops by 1e-5 + 1e-4·|want|. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "autotune/reference.h"
-
-typedef struct elem {
-    double want, bound;
-} elem;
 
 static double at(const float *m, size_t cols, size_t r, size_t c)
 {
     return (double)m[r * cols + c];
 }
 
-static elem gemm_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size_t j)
+static hd_ref_elem gemm_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size_t j)
 {
     size_t m = s->dim[0], n = s->dim[1], k = s->dim[2];
     double sum = 0.0, mag = 0.0;
@@ -26,10 +23,10 @@ static elem gemm_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size
         sum += a * b;
         mag += fabs(a * b);
     }
-    return (elem){in->alpha * sum, fabs((double)in->alpha) * mag};
+    return (hd_ref_elem){in->alpha * sum, fabs((double)in->alpha) * mag};
 }
 
-static elem lora_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size_t j)
+static hd_ref_elem lora_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size_t j)
 {
     size_t d_in = s->dim[1], d_out = s->dim[2], r = s->dim[3];
     const float *x = in->in[0], *w = in->in[1], *a = in->in[2], *b = in->in[3];
@@ -50,10 +47,22 @@ static elem lora_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size
         sum += in->scale * xa * bq;
         mag += fabs((double)in->scale) * xa_mag * fabs(bq);
     }
-    return (elem){sum, mag};
+    return (hd_ref_elem){sum, mag};
 }
 
-static bool close_enough(double got, elem e, double k, char *why, size_t size, size_t i, size_t j)
+hd_ref_elem hd__ref_matmul_elem(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t bi,
+                                size_t i, size_t j)
+{
+    if (op == HD_OP_LORA)
+        return lora_elem(shape, in, i, j);
+    hd_ref_inputs one = *in;
+    one.in[0] += bi * shape->dim[0] * shape->dim[2]; /* the bi-th matrix of a batch */
+    one.in[1] += bi * shape->dim[2] * shape->dim[1];
+    return gemm_elem(shape, &one, i, j);
+}
+
+static bool close_enough(double got, hd_ref_elem e, double k, char *why, size_t size, size_t i,
+                         size_t j)
 {
     double tol = 8.0 * (k + 2.0) * FLT_EPSILON * e.bound + 1e-30;
     if (isfinite(got) && fabs(got - e.want) <= tol)
@@ -81,59 +90,68 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
             idx = (size_t)((state >> 17) % total);
         }
         size_t bi = idx / (rows * cols), i = idx % (rows * cols) / cols, j = idx % cols;
-        hd_ref_inputs one = *in;
-        one.in[0] += bi * s->dim[0] * s->dim[2]; /* the bi-th matrix of a batch */
-        one.in[1] += bi * s->dim[2] * s->dim[1];
-        elem e = gemm ? gemm_elem(s, &one, i, j) : lora_elem(s, in, i, j);
+        hd_ref_elem e = hd__ref_matmul_elem(op, s, in, bi, i, j);
         if (!close_enough((double)out[idx], e, k, why, size, i, j))
             return false;
     }
     return true;
 }
 
+void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t i, double *want)
+{
+    size_t cols = shape->dim[1];
+    const float *row = in->in[0] + i * cols, *g = in->in[1], *b = in->in[2];
+    if (op == HD_OP_SOFTMAX) {
+        double mx = -INFINITY, total = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            mx = fmax(mx, row[j]);
+        for (size_t j = 0; j < cols; j++)
+            total += want[j] = exp((double)row[j] - mx);
+        for (size_t j = 0; j < cols; j++)
+            want[j] /= total;
+    } else if (op == HD_OP_LAYER_NORM) {
+        double mean = 0.0, var = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            mean += row[j];
+        mean /= (double)cols;
+        for (size_t j = 0; j < cols; j++)
+            var += ((double)row[j] - mean) * ((double)row[j] - mean);
+        double inv = 1.0 / sqrt(var / (double)cols + in->eps);
+        for (size_t j = 0; j < cols; j++)
+            want[j] = ((double)row[j] - mean) * inv * g[j] + b[j];
+    } else {
+        double sq = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            sq += (double)row[j] * row[j];
+        double inv = 1.0 / sqrt(sq / (double)cols + in->eps);
+        for (size_t j = 0; j < cols; j++)
+            want[j] = (double)row[j] * inv * g[j];
+    }
+}
+
 static bool check_rows(hd_op op, const hd_shape *s, const hd_ref_inputs *in, const float *out,
                        char *why, size_t size)
 {
     size_t rows = s->dim[0], cols = s->dim[1];
-    const float *x = in->in[0], *g = in->in[1], *b = in->in[2];
-    for (size_t i = 0; i < rows; i++) {
-        const float *row = x + i * cols;
-        double a = 0.0, c = 0.0;
-        if (op == HD_OP_SOFTMAX) {
-            a = -INFINITY;
-            for (size_t j = 0; j < cols; j++)
-                a = fmax(a, row[j]);
-            for (size_t j = 0; j < cols; j++)
-                c += exp((double)row[j] - a);
-        } else if (op == HD_OP_LAYER_NORM) {
-            for (size_t j = 0; j < cols; j++)
-                a += row[j];
-            a /= (double)cols;
-            for (size_t j = 0; j < cols; j++)
-                c += ((double)row[j] - a) * ((double)row[j] - a);
-            c = 1.0 / sqrt(c / (double)cols + in->eps);
-        } else {
-            for (size_t j = 0; j < cols; j++)
-                c += (double)row[j] * row[j];
-            c = 1.0 / sqrt(c / (double)cols + in->eps);
-        }
-        for (size_t j = 0; j < cols; j++) {
-            double want;
-            if (op == HD_OP_SOFTMAX)
-                want = exp((double)row[j] - a) / c;
-            else if (op == HD_OP_LAYER_NORM)
-                want = ((double)row[j] - a) * c * g[j] + b[j];
-            else
-                want = (double)row[j] * c * g[j];
+    double *want = malloc((cols > 0 ? cols : 1) * sizeof *want);
+    if (want == NULL) {
+        snprintf(why, size, "out of memory for the reference");
+        return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < rows && ok; i++) {
+        hd__ref_row(op, s, in, i, want);
+        for (size_t j = 0; j < cols && ok; j++) {
             double got = out[i * cols + j];
-            double tol = 1e-5 + 1e-4 * fabs(want);
-            if (!isfinite(got) || fabs(got - want) > tol) {
-                snprintf(why, size, "element (%zu, %zu): got %.9g, want %.9g", i, j, got, want);
-                return false;
+            double tol = 1e-5 + 1e-4 * fabs(want[j]);
+            if (!isfinite(got) || fabs(got - want[j]) > tol) {
+                snprintf(why, size, "element (%zu, %zu): got %.9g, want %.9g", i, j, got, want[j]);
+                ok = false;
             }
         }
     }
-    return true;
+    free(want);
+    return ok;
 }
 
 bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,

@@ -1,8 +1,7 @@
 /*
- * The tuner's correctness check: a candidate's output against a float64 host reference. Row
- * ops are checked in full; GEMM and LoRA outputs of more than HD_REF_FULL elements on a fixed
- * sample of HD_REF_SAMPLES elements (each a k-long dot product in double), so that checking a
- * 8192³ GEMM costs milliseconds, not minutes. Every input is row-major float32 as stored.
+ * The tools' float64 host reference (dispatch-autotune and dispatch-bench), element by element
+ * or row by row so that a check of a large output costs milliseconds, not minutes; and the
+ * tuner's correctness check built on it. Every input is row-major float32 as stored.
  */
 #ifndef HD_AUTOTUNE_REFERENCE_H
 #define HD_AUTOTUNE_REFERENCE_H
@@ -22,7 +21,21 @@ typedef struct hd_ref_inputs {
     float eps;          /* norms */
 } hd_ref_inputs;
 
-/* Whether out (the op's whole output) matches the reference within the op's tolerance; on
+/* One output element in double and the sum of the magnitudes of its terms, which the element's
+ * float32 rounding error scales with. */
+typedef struct hd_ref_elem {
+    double want, bound;
+} hd_ref_elem;
+
+/* Element (i, j) of GEMM (of matrix bi of a batch; beta taken as 0) or of the LoRA forward. */
+hd_ref_elem hd__ref_matmul_elem(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t bi,
+                                size_t i, size_t j);
+/* Row i of a row op, into want (shape->dim[1] values). */
+void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t i, double *want);
+
+/* The tuner's check. Row ops are checked in full; GEMM and LoRA outputs of more than
+ * HD_REF_FULL elements on a fixed sample of HD_REF_SAMPLES elements.
+ * Whether out (the op's whole output) matches the reference within the op's tolerance; on
  * false, why says where and by how much. */
 bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,
                    char *why, size_t size);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune/reference.h"
 #include "bench/case.h"
 #include "dispatch/error.h"
 
@@ -177,109 +178,32 @@ static double ratio(double err, double tol)
     return err / tol;
 }
 
-static double check_gemm(const hd_bench_case *c, float *const in[4], const float *y)
+static double check_matmul(const hd_bench_instance *inst, const hd_ref_inputs *in, const float *y)
 {
-    size_t m = c->shape.dim[0], n = c->shape.dim[1], k = c->shape.dim[2];
-    bool ta = c->shape.trans_a, tb = c->shape.trans_b;
-    const float *a = in[0], *b = in[1];
+    const hd_bench_case *c = &inst->c;
+    bool lora = c->op == HD_OP_LORA;
+    size_t rows = c->shape.dim[0], cols = lora ? c->shape.dim[2] : c->shape.dim[1];
+    /* The rounding bound of a k-long float sum; LoRA adds the scaling of its low-rank term. */
+    double k = lora ? (double)(c->shape.dim[1] + c->shape.dim[3] + 1) : (double)c->shape.dim[2];
     double worst = 0.0;
-    for (size_t si = 0; si < sample_count(m, CHECK_ROWS); si++) {
-        size_t i = sample(m, CHECK_ROWS, si);
-        for (size_t sj = 0; sj < sample_count(n, CHECK_COLS); sj++) {
-            size_t j = sample(n, CHECK_COLS, sj);
-            double sum = 0.0, bound = 0.0;
-            for (size_t p = 0; p < k; p++) {
-                double av = ta ? a[p * m + i] : a[i * k + p];
-                double bv = tb ? b[j * k + p] : b[p * n + j];
-                sum += av * bv;
-                bound += fabs(av * bv);
-            }
-            double tol = 2.0 * (double)k * FLT_EPSILON * bound + 1e-30;
-            double r = ratio(fabs((double)y[i * n + j] - sum), tol);
+    for (size_t si = 0; si < sample_count(rows, CHECK_ROWS); si++) {
+        size_t i = sample(rows, CHECK_ROWS, si);
+        for (size_t sj = 0; sj < sample_count(cols, CHECK_COLS); sj++) {
+            size_t j = sample(cols, CHECK_COLS, sj);
+            hd_ref_elem e = hd__ref_matmul_elem(c->op, &c->shape, in, 0, i, j);
+            double tol = 2.0 * k * FLT_EPSILON * e.bound + 1e-30;
+            double r = ratio(fabs((double)y[i * cols + j] - e.want), tol);
             worst = r > worst ? r : worst;
         }
     }
     return worst;
 }
 
-static double check_lora(const hd_bench_case *c, float *const in[4], const float *y, float scale)
-{
-    size_t t = c->shape.dim[0], ni = c->shape.dim[1], no = c->shape.dim[2], r = c->shape.dim[3];
-    const float *x = in[0], *w = in[1], *a = in[2], *b = in[3];
-    double *xa = malloc((r + 1) * sizeof *xa), *xa_abs = malloc((r + 1) * sizeof *xa_abs);
-    if (xa == NULL || xa_abs == NULL) {
-        free(xa);
-        free(xa_abs);
-        return INFINITY;
-    }
-    double worst = 0.0;
-    for (size_t si = 0; si < sample_count(t, CHECK_ROWS); si++) {
-        size_t i = sample(t, CHECK_ROWS, si);
-        for (size_t q = 0; q < r; q++) {
-            xa[q] = xa_abs[q] = 0.0;
-            for (size_t p = 0; p < ni; p++) {
-                xa[q] += (double)x[i * ni + p] * a[p * r + q];
-                xa_abs[q] += fabs((double)x[i * ni + p] * a[p * r + q]);
-            }
-        }
-        for (size_t sj = 0; sj < sample_count(no, CHECK_COLS); sj++) {
-            size_t j = sample(no, CHECK_COLS, sj);
-            double sum = 0.0, bound = 0.0, low = 0.0, low_bound = 0.0;
-            for (size_t p = 0; p < ni; p++) {
-                sum += (double)x[i * ni + p] * w[p * no + j];
-                bound += fabs((double)x[i * ni + p] * w[p * no + j]);
-            }
-            for (size_t q = 0; q < r; q++) {
-                low += xa[q] * b[q * no + j];
-                low_bound += xa_abs[q] * fabs((double)b[q * no + j]);
-            }
-            sum += (double)scale * low;
-            bound += fabs((double)scale) * low_bound;
-            double tol = 2.0 * (double)(ni + r + 1) * FLT_EPSILON * bound + 1e-30;
-            double e = ratio(fabs((double)y[i * no + j] - sum), tol);
-            worst = e > worst ? e : worst;
-        }
-    }
-    free(xa);
-    free(xa_abs);
-    return worst;
-}
-
-/* One row of a row op in double, into want (cols values). */
-static void reference_row(hd_op op, const float *x, const float *g, const float *bt, float eps,
-                          size_t cols, double *want)
-{
-    double mx = -INFINITY, sum = 0.0, sq = 0.0;
-    for (size_t j = 0; j < cols; j++) {
-        mx = x[j] > mx ? x[j] : mx;
-        sum += x[j];
-        sq += (double)x[j] * x[j];
-    }
-    if (op == HD_OP_SOFTMAX) {
-        double total = 0.0;
-        for (size_t j = 0; j < cols; j++)
-            total += want[j] = exp((double)x[j] - mx);
-        for (size_t j = 0; j < cols; j++)
-            want[j] /= total;
-    } else if (op == HD_OP_LAYER_NORM) {
-        double mean = sum / (double)cols, var = 0.0;
-        for (size_t j = 0; j < cols; j++)
-            var += ((double)x[j] - mean) * ((double)x[j] - mean);
-        double inv = 1.0 / sqrt(var / (double)cols + eps);
-        for (size_t j = 0; j < cols; j++)
-            want[j] = ((double)x[j] - mean) * inv * g[j] + bt[j];
-    } else {
-        double inv = 1.0 / sqrt(sq / (double)cols + eps);
-        for (size_t j = 0; j < cols; j++)
-            want[j] = (double)x[j] * inv * g[j];
-    }
-}
-
-static double check_rows(const hd_bench_instance *inst, float *const in[4], const float *y)
+static double check_rows(const hd_bench_instance *inst, const hd_ref_inputs *in, const float *y)
 {
     const hd_bench_case *c = &inst->c;
     size_t rows = c->shape.dim[0], cols = c->shape.dim[1];
-    double *want = malloc(cols * sizeof *want);
+    double *want = malloc((cols > 0 ? cols : 1) * sizeof *want);
     if (want == NULL)
         return INFINITY;
     /* Softmax values are around 1/cols; the norms' around 1. */
@@ -287,7 +211,7 @@ static double check_rows(const hd_bench_instance *inst, float *const in[4], cons
     double worst = 0.0;
     for (size_t si = 0; si < sample_count(rows, CHECK_ROWS); si++) {
         size_t i = sample(rows, CHECK_ROWS, si);
-        reference_row(c->op, in[0] + i * cols, in[1], in[2], inst->eps, cols, want);
+        hd__ref_row(c->op, &c->shape, in, i, want);
         for (size_t j = 0; j < cols; j++) {
             double e = ratio(fabs((double)y[i * cols + j] - want[j]), atol + rtol * fabs(want[j]));
             worst = e > worst ? e : worst;
@@ -324,12 +248,14 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
     for (int i = 0; i < inst->inputs && st == HD_OK; i++)
         in[i] = read_all(inst->in[0][i], &st);
     if (st == HD_OK) {
-        if (inst->c.op == HD_OP_GEMM)
-            *worst = check_gemm(&inst->c, in, y);
-        else if (inst->c.op == HD_OP_LORA)
-            *worst = check_lora(&inst->c, in, y, inst->scale);
-        else
-            *worst = check_rows(inst, in, y);
+        /* As hd__bench_instance_run calls them: GEMM with alpha 1 and beta 0. */
+        hd_ref_inputs ref = {.in = {in[0], in[1], in[2], in[3]},
+                             .alpha = 1.0f,
+                             .beta = 0.0f,
+                             .scale = inst->scale,
+                             .eps = inst->eps};
+        bool rows = inst->c.op != HD_OP_GEMM && inst->c.op != HD_OP_LORA;
+        *worst = rows ? check_rows(inst, &ref, y) : check_matmul(inst, &ref, y);
     }
     for (int i = 0; i < 4; i++)
         free(in[i]);
