@@ -4,8 +4,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 
-static hd_status check_tensor(hd_context *ctx, const char *fn, const char *name,
-                              const hd_tensor *t)
+static hd_status check_tensor(hd_context *ctx, const char *fn, const char *name, const hd_tensor *t)
 {
     if (t == NULL)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", fn, name);
@@ -15,18 +14,17 @@ static hd_status check_tensor(hd_context *ctx, const char *fn, const char *name,
     return HD_OK;
 }
 
-static hd_status shape_error(hd_context *ctx, const char *fn, const char *what,
-                             const hd_tensor *t, const char *name, size_t rows, size_t cols)
+static hd_status shape_error(hd_context *ctx, const char *fn, const char *what, const hd_tensor *t,
+                             const char *name, size_t rows, size_t cols)
 {
     return hd__error(ctx, HD_ERR_SHAPE_MISMATCH, "%s: %s: '%s' is %zu x %zu, expected %zu x %zu",
                      fn, what, name, t->rows, t->cols, rows, cols);
 }
 
-hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
-                         const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c,
-                         hd_gemm_args *args)
+/* What GEMM and batched GEMM check before shapes: three tensors of ctx, c not an input. */
+static hd_status check_gemm_tensors(hd_context *ctx, const char *fn, const hd_tensor *a,
+                                    const hd_tensor *b, const hd_tensor *c)
 {
-    static const char fn[] = "hd_gemm";
     hd_status s;
     if ((s = check_tensor(ctx, fn, "a", a)) || (s = check_tensor(ctx, fn, "b", b)) ||
         (s = check_tensor(ctx, fn, "c", c)))
@@ -34,6 +32,17 @@ hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alph
     if (c == a || c == b)
         return hd__error(ctx, HD_ERR_ALIASING, "%s: output 'c' is also input '%s'", fn,
                          c == a ? "a" : "b");
+    return HD_OK;
+}
+
+hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
+                         const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c,
+                         hd_gemm_args *args)
+{
+    static const char fn[] = "hd_gemm";
+    hd_status s = check_gemm_tensors(ctx, fn, a, b, c);
+    if (s != HD_OK)
+        return s;
     size_t m = trans_a ? a->cols : a->rows;
     size_t k = trans_a ? a->rows : a->cols;
     size_t kb = trans_b ? b->cols : b->rows;
@@ -44,8 +53,16 @@ hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alph
                          fn, m, k, kb, n);
     if (c->rows != m || c->cols != n)
         return shape_error(ctx, fn, "op(a)*op(b) does not fit the output", c, "c", m, n);
-    *args = (hd_gemm_args){.trans_a = trans_a, .trans_b = trans_b, .alpha = alpha,
-                           .beta = beta, .a = a, .b = b, .c = c, .m = m, .n = n, .k = k};
+    *args = (hd_gemm_args){.trans_a = trans_a,
+                           .trans_b = trans_b,
+                           .alpha = alpha,
+                           .beta = beta,
+                           .a = a,
+                           .b = b,
+                           .c = c,
+                           .m = m,
+                           .n = n,
+                           .k = k};
     return HD_OK;
 }
 
@@ -54,15 +71,17 @@ hd_status hd__check_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bo
                                  hd_tensor *c, hd_gemm_args *args)
 {
     static const char fn[] = "hd_gemm_batched";
-    hd_status s;
-    if ((s = check_tensor(ctx, fn, "a", a)) || (s = check_tensor(ctx, fn, "b", b)) ||
-        (s = check_tensor(ctx, fn, "c", c)))
+    hd_status s = check_gemm_tensors(ctx, fn, a, b, c);
+    if (s != HD_OK)
         return s;
-    if (c == a || c == b)
-        return hd__error(ctx, HD_ERR_ALIASING, "%s: output 'c' is also input '%s'", fn,
-                         c == a ? "a" : "b");
-    *args = (hd_gemm_args){.trans_a = trans_a, .trans_b = trans_b, .alpha = alpha,
-                           .beta = beta, .a = a, .b = b, .c = c, .batch = 0};
+    *args = (hd_gemm_args){.trans_a = trans_a,
+                           .trans_b = trans_b,
+                           .alpha = alpha,
+                           .beta = beta,
+                           .a = a,
+                           .b = b,
+                           .c = c,
+                           .batch = 0};
     if (batch == 0)
         return HD_OK;
     const hd_tensor *t[] = {a, b, c};
@@ -111,14 +130,21 @@ hd_status hd__check_lora(hd_context *ctx, const hd_tensor *x, const hd_tensor *w
     if (w->rows != in)
         return shape_error(ctx, fn, "W must have as many rows as x has columns", w, "w", in, out);
     if (a->rows != in)
-        return shape_error(ctx, fn, "A must have as many rows as x has columns", a, "a", in,
-                           rank);
+        return shape_error(ctx, fn, "A must have as many rows as x has columns", a, "a", in, rank);
     if (b->rows != rank || b->cols != out)
         return shape_error(ctx, fn, "B must be rank x out", b, "b", rank, out);
     if (y->rows != tokens || y->cols != out)
         return shape_error(ctx, fn, "y must be tokens x out", y, "y", tokens, out);
-    *args = (hd_lora_args){.x = x, .w = w, .a = a, .b = b, .scale = scale, .y = y,
-                           .tokens = tokens, .in = in, .out = out, .rank = rank};
+    *args = (hd_lora_args){.x = x,
+                           .w = w,
+                           .a = a,
+                           .b = b,
+                           .scale = scale,
+                           .y = y,
+                           .tokens = tokens,
+                           .in = in,
+                           .out = out,
+                           .rank = rank};
     return HD_OK;
 }
 
@@ -147,9 +173,9 @@ hd_status hd__check_rows(hd_context *ctx, const char *fn, const hd_tensor *x,
     if (y->rows != x->rows || y->cols != x->cols)
         return shape_error(ctx, fn, "y must have the shape of x", y, "y", x->rows, x->cols);
     if (has_eps && !(isfinite(eps) && eps >= 0.0f))
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                         "%s: eps must be finite and >= 0, got %g", fn, (double)eps);
-    *args = (hd_row_args){.x = x, .gamma = gamma, .beta = beta, .eps = eps, .y = y,
-                          .rows = x->rows, .cols = x->cols};
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g",
+                         fn, (double)eps);
+    *args = (hd_row_args){
+        .x = x, .gamma = gamma, .beta = beta, .eps = eps, .y = y, .rows = x->rows, .cols = x->cols};
     return HD_OK;
 }
