@@ -68,6 +68,42 @@ def input_sets(case):
     return ROTATE_SETS if in_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES else 1
 
 
+def too_large(args, case):
+    """The note of a case that --max-elements skips, else None."""
+    elements = case["bytes"] / 4
+    if args.max_elements and elements > args.max_elements:
+        return f"{elements:.0f} elements > --max-elements"
+    return None
+
+
+def make_inputs(case, sets, uniform, transpose):
+    """`sets` tuples of the case's inputs, in dispatch-bench's order and value ranges.
+
+    uniform(shape, lo, hi) draws a float32 array of the peer's kind; transpose(a) is a
+    transposed view, so that a transposed GEMM operand is stored as dispatch-bench stores it.
+    """
+    d = case["dims"]
+    op = case["op"]
+    inputs = []
+    for _ in range(sets):
+        if op == "gemm":
+            m, n, k = d[0], d[1], d[2]
+            a = transpose(uniform((k, m), -1, 1)) if case["trans_a"] else uniform((m, k), -1, 1)
+            b = transpose(uniform((n, k), -1, 1)) if case["trans_b"] else uniform((k, n), -1, 1)
+            inputs.append((a, b))
+        elif op == "lora":
+            t, i, o, r = d
+            inputs.append(tuple(uniform(shape, -1, 1) for shape in ((t, i), (i, o), (i, r), (r, o))))
+        elif op == "softmax":
+            inputs.append((uniform((d[0], d[1]), -4, 4),))
+        elif op == "layer_norm":
+            inputs.append((uniform((d[0], d[1]), -2, 3), uniform((d[1],), 0.5, 1.5),
+                           uniform((d[1],), -0.5, 0.5)))
+        else:
+            inputs.append((uniform((d[0], d[1]), -2, 3), uniform((d[1],), 0.5, 1.5)))
+    return inputs
+
+
 def measure(run_one, sync, sets, mode, args, device_sample=None):
     """Times run_one(set) in one mode. sync() waits for queued work; device_sample(set) returns
     the device time of one op (device mode only)."""

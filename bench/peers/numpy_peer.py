@@ -26,25 +26,10 @@ def make_case(case, rng, sets):
     d = case["dims"]
     op = case["op"]
 
-    def u(shape, lo=-1.0, hi=1.0):
+    def u(shape, lo, hi):
         return rng.uniform(lo, hi, size=shape).astype(np.float32)
 
-    inputs = []
-    for _ in range(sets):
-        if op == "gemm":
-            m, n, k = d[0], d[1], d[2]
-            a = u((k, m)).T if case["trans_a"] else u((m, k))
-            b = u((n, k)).T if case["trans_b"] else u((k, n))
-            inputs.append((a, b))
-        elif op == "lora":
-            t, i, o, r = d
-            inputs.append((u((t, i)), u((i, o)), u((i, r)), u((r, o))))
-        elif op == "softmax":
-            inputs.append((u((d[0], d[1]), -4, 4),))
-        elif op == "layer_norm":
-            inputs.append((u((d[0], d[1]), -2, 3), u((d[1],), 0.5, 1.5), u((d[1],), -0.5, 0.5)))
-        else:
-            inputs.append((u((d[0], d[1]), -2, 3), u((d[1],), 0.5, 1.5)))
+    inputs = common.make_inputs(case, sets, u, lambda a: a.T)
     rows, cols = (d[0], d[2]) if op == "lora" else (d[0], d[1])
     out = np.empty((rows, cols), dtype=np.float32)
     eps, scale = np.float32(1e-5), np.float32(0.5)
@@ -81,10 +66,9 @@ def main():
     rng = np.random.default_rng(args.seed)
     results = []
     for suite, case in cases:
-        elements = case["bytes"] / 4
-        if args.max_elements and elements > args.max_elements:
-            results.append(common.result(suite, case, "numpy", "skipped",
-                                         f"{elements:.0f} elements > --max-elements"))
+        note = common.too_large(args, case)
+        if note:
+            results.append(common.result(suite, case, "numpy", "skipped", note))
             continue
         sets = common.input_sets(case)
         try:

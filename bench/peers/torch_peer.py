@@ -35,26 +35,11 @@ def make_case(case, gen, dev, sets):
     d = case["dims"]
     op = case["op"]
 
-    def u(shape, lo=-1.0, hi=1.0):
+    def u(shape, lo, hi):
         t = torch.rand(shape, generator=gen, dtype=torch.float32)
         return (t * (hi - lo) + lo).to(dev)
 
-    inputs = []
-    for _ in range(sets):
-        if op == "gemm":
-            m, n, k = d[0], d[1], d[2]
-            a = u((k, m)).t() if case["trans_a"] else u((m, k))
-            b = u((n, k)).t() if case["trans_b"] else u((k, n))
-            inputs.append((a, b))
-        elif op == "lora":
-            t, i, o, r = d
-            inputs.append((u((t, i)), u((i, o)), u((i, r)), u((r, o))))
-        elif op == "softmax":
-            inputs.append((u((d[0], d[1]), -4, 4),))
-        elif op == "layer_norm":
-            inputs.append((u((d[0], d[1]), -2, 3), u((d[1],), 0.5, 1.5), u((d[1],), -0.5, 0.5)))
-        else:
-            inputs.append((u((d[0], d[1]), -2, 3), u((d[1],), 0.5, 1.5)))
+    inputs = common.make_inputs(case, sets, u, lambda a: a.t())
     eps, scale = 1e-5, 0.5
     holder = {}
 
@@ -93,10 +78,9 @@ def main():
     backend = "torch-cuda" if cuda else "torch-cpu"
     results = []
     for suite, case in common.load_cases(args):
-        elements = case["bytes"] / 4
-        if args.max_elements and elements > args.max_elements:
-            results.append(common.result(suite, case, backend, "skipped",
-                                         f"{elements:.0f} elements > --max-elements"))
+        note = common.too_large(args, case)
+        if note:
+            results.append(common.result(suite, case, backend, "skipped", note))
             continue
         common.progress(f"{suite}: {case['case']}")
         sets = common.input_sets(case)
