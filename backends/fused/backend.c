@@ -41,6 +41,8 @@ static void fused_destroy(void *state)
     if (f == NULL)
         return;
     hd__fused_sources_destroy(f); /* kernels and programs belong to the runtime */
+    if (f->lora_part != NULL)
+        clReleaseMemObject(f->lora_part);
     free(f);
 }
 
@@ -101,6 +103,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
         "TN=8 KS=32 UNROLL=8",  "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4",
         "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4",
     };
+    static const char *const lora_split[] = {"SPLIT=0", "SPLIT=8", "SPLIT=16", "SPLIT=32"};
     const hd_fused *f = state;
     size_t n = 0;
     switch (op) {
@@ -108,6 +111,9 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     case HD_OP_LORA:
         for (size_t i = 0; i < sizeof gemv / sizeof gemv[0] && n < max; i++)
             out[n++] = gemv[i];
+        /* the default strip with x*A in the same launch, or split into its own */
+        for (size_t i = 0; op == HD_OP_LORA && s->dim[3] > 0 && i < 4 && n < max; i++)
+            out[n++] = lora_split[i];
         return n;
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:
@@ -142,19 +148,22 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
                                  names[op][cached ? 0 : 1], (size_t)p.wg, &k);
         }
     }
-    hd_fused_params p;
-    if (s == HD_OK)
-        s = hd__fused_gemv_params(f, ctx, NULL, 4096, true, &p);
-    if (s == HD_OK) {
+    /* One-token GEMM and LoRA at 4096 columns (LoRA at rank 8: the one-launch kernel). */
+    const hd_lora_args lora = {.tokens = 1, .in = 4096, .out = 4096, .rank = 8};
+    for (int which = 0; which < 2 && s == HD_OK; which++) {
+        hd_fused_params p;
+        s = hd__fused_gemv_params(f, ctx, NULL, 4096, which ? &lora : NULL, &p);
+        if (s != HD_OK)
+            break;
         char options[HD_FUSED_OPTIONS_CAPACITY];
         snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=1", p.tn,
                  p.ks, p.vec, p.unroll);
         cl_kernel k;
         size_t group = (size_t)p.tn * (size_t)p.ks;
-        s = hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", group, &k);
-        if (s == HD_OK)
-            s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options, "lora_forward", group, &k);
+        s = hd__fused_kernel(f, ctx, which ? HD_FUSED_LORA : HD_FUSED_GEMV, options,
+                             which ? "lora_forward" : "gemm_rows", group, &k);
     }
+    hd_fused_params p;
     if (s == HD_OK)
         s = hd__fused_update_params(f, ctx, NULL, 4096, &p);
     if (s == HD_OK) {

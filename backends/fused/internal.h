@@ -33,6 +33,8 @@ typedef enum hd_fused_program {
 } hd_fused_program;
 
 #define HD_FUSED_OPTIONS_CAPACITY 128
+/* Work-groups of the LoRA x*A launch at most (the partials buffer holds this many). */
+#define HD_FUSED_MAX_SPLIT 64
 #define HD_FUSED_KERNEL_CACHE 64
 
 struct hd_fused_kernel_entry {
@@ -48,6 +50,7 @@ typedef struct hd_fused {
     size_t device_max_group;
     struct hd_fused_kernel_entry kernels[HD_FUSED_KERNEL_CACHE];
     size_t kernel_count;
+    cl_mem lora_part; /* partial x*A sums of the split LoRA path; created on first use */
 } hd_fused;
 
 /* ---- kernel parameters (params.c) ---- */
@@ -56,19 +59,20 @@ typedef struct hd_fused {
  * it to the defaults. */
 typedef enum hd_fused_family {
     HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
-    HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL */
+    HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
     int wg, rows, vec, cache; /* rows family; wg also for the update */
     int tn, ks, unroll;       /* GEMV family */
+    int split;                /* LoRA: work-groups of the separate x*A launch, 0: none */
     int mr;                   /* update family (tokens per work-group) */
 } hd_fused_params;
 
-/* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0, CACHE
- * -1). NULL or "" names none. Unknown names, repeated names, values outside the allowed set or any
- * other text: HD_ERR_INVALID_ARGUMENT with the offending token in the message. */
+/* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0, CACHE and
+ * SPLIT -1). NULL or "" names none. Unknown names, repeated names, values outside the allowed
+ * set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in the message. */
 hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,
                                  hd_fused_params *out);
 
@@ -77,9 +81,10 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
  * (CACHE > 0 and cols <= T * VEC * CACHE); otherwise the looped kernel runs. */
 hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *variant, size_t cols,
                                 hd_fused_params *p, bool *cached);
-/* GEMM and LoRA forward: n is the number of output columns. needs_rank: LoRA (GROUP >= 64). */
+/* GEMM and LoRA forward: n is the number of output columns. lora: the LoRA shape (GROUP >= 64,
+ * SPLIT chosen from in and rank); NULL for GEMM, which takes no SPLIT. */
 hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *variant, size_t n,
-                                bool needs_rank, hd_fused_params *p);
+                                const hd_lora_args *lora, hd_fused_params *p);
 hd_status hd__fused_update_params(hd_fused *f, hd_context *ctx, const char *variant,
                                   size_t out_cols, hd_fused_params *p);
 

@@ -57,6 +57,45 @@ static hd_status set_mems(hd_context *ctx, cl_kernel k, cl_uint first, const cl_
     return s;
 }
 
+/* The partials of lora_xa: HD_FUSED_MAX_SPLIT blocks of MR (<= 16) rows of 64 floats,
+ * allocated once. In-order queue: a later call's lora_xa runs after this call's reader. */
+static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
+{
+    if (f->lora_part == NULL) {
+        cl_int err;
+        size_t bytes = (size_t)HD_FUSED_MAX_SPLIT * 16 * 64 * sizeof(float);
+        f->lora_part = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL,
+                                      &err);
+        if (err != CL_SUCCESS) {
+            f->lora_part = NULL;
+            return hd__cl_error(ctx, err, "clCreateBuffer (LoRA partials)");
+        }
+    }
+    *out = f->lora_part;
+    return HD_OK;
+}
+
+/* lora_xa into the partials buffer, split ways over the rows of A; *parts: groups launched. */
+static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l,
+                           const char *options, size_t group, int split, cl_mem part,
+                           cl_int *parts)
+{
+    cl_kernel k;
+    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options, "lora_xa", group, &k);
+    if (s != HD_OK)
+        return s;
+    size_t chunk = (l->in + (size_t)split - 1) / (size_t)split;
+    *parts = (cl_int)((l->in + chunk - 1) / chunk);
+    cl_int v[5] = {(cl_int)l->tokens, (cl_int)l->in, (cl_int)l->rank,
+                   (cl_int)hd__fused_pow2_ceil(l->rank), (cl_int)chunk};
+    for (cl_uint i = 0; i < 5 && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, i, sizeof v[i], &v[i]);
+    cl_mem mems[3] = {hd__fused_mem(l->x), hd__fused_mem(l->a), part};
+    if (s == HD_OK)
+        s = set_mems(ctx, k, 5, mems, 3);
+    return s == HD_OK ? hd__fused_launch(ctx, k, (size_t)*parts, group) : s;
+}
+
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 {
     hd_fused *f = state;
@@ -64,7 +103,7 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: LoRA forward takes at most 16 tokens and rank 64");
     hd_fused_params p;
-    hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, true, &p);
+    hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, l, &p);
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
@@ -72,7 +111,8 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
              p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(l->tokens));
     size_t group = (size_t)p.tn * (size_t)p.ks;
     cl_kernel k;
-    s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options, "lora_forward", group, &k);
+    s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options,
+                         p.split > 0 ? "lora_forward_split" : "lora_forward", group, &k);
     if (s != HD_OK)
         return s;
     /* Rank 0: A and B hold nothing and may have no device storage; the kernel never reads
@@ -80,7 +120,19 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     cl_mem w = hd__fused_mem(l->w);
     cl_mem mems[5] = {hd__fused_mem(l->x), w, l->rank ? hd__fused_mem(l->a) : w,
                       l->rank ? hd__fused_mem(l->b) : w, hd__fused_mem(l->y)};
-    if ((s = set_sizes(ctx, k, l)) != HD_OK || (s = set_mems(ctx, k, 6, mems, 5)) != HD_OK)
+    if (p.split > 0) {
+        cl_int parts = 0;
+        if ((s = lora_part_buffer(f, ctx, &mems[2])) != HD_OK ||
+            (s = launch_xa(f, ctx, l, options, group, p.split, mems[2], &parts)) != HD_OK)
+            return s;
+        /* lora_forward_split takes the number of partials where lora_forward takes rp */
+        if ((s = set_sizes(ctx, k, l)) != HD_OK ||
+            (s = hd__fused_set_arg(ctx, k, 4, sizeof parts, &parts)) != HD_OK)
+            return s;
+    } else if ((s = set_sizes(ctx, k, l)) != HD_OK) {
+        return s;
+    }
+    if ((s = set_mems(ctx, k, 6, mems, 5)) != HD_OK)
         return s;
     size_t nv = l->out / (size_t)p.vec;
     return hd__fused_launch(ctx, k, (nv + (size_t)p.tn - 1) / (size_t)p.tn, group);

@@ -29,6 +29,7 @@ static const param_spec gemv_spec[] = {
     SPEC("KS", 1, 1024, true, ks),
     SPEC("VEC", 1, 4, true, vec),
     SPEC("UNROLL", 1, 16, false, unroll),
+    SPEC("SPLIT", 0, HD_FUSED_MAX_SPLIT, false, split),
 };
 static const param_spec update_spec[] = {
     SPEC("WG", 64, 1024, true, wg),
@@ -115,6 +116,7 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
 {
     memset(out, 0, sizeof *out);
     out->cache = -1; /* CACHE=0 is a choice (the looped kernel), so unset is -1 */
+    out->split = -1; /* as is SPLIT=0 (one launch) */
     if (variant == NULL)
         return HD_OK;
     size_t count;
@@ -182,9 +184,22 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
     return too_large_group(f, ctx, (size_t)p->wg);
 }
 
-hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *variant, size_t n,
-                                bool needs_rank, hd_fused_params *p)
+/* The split of the LoRA x*A pass when the variant leaves it open. One launch recomputes h in
+ * every work-group, in * r reads of A each, mostly latency: measured on an H100 at 1024² that
+ * cost grows past a second launch's around r = 32. The split gives each of its work-groups
+ * about 64 rows of A. */
+static int default_split(const hd_lora_args *l)
 {
+    if (l->rank < 32 || l->in < 256)
+        return 0;
+    size_t s = hd__fused_pow2_ceil(l->in / 64);
+    return s > 32 ? 32 : (int)s;
+}
+
+hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *variant, size_t n,
+                                const hd_lora_args *lora, hd_fused_params *p)
+{
+    const bool needs_rank = lora != NULL;
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_GEMV, variant, p);
     if (s != HD_OK)
         return s;
@@ -199,6 +214,12 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
         p->ks = 256 / p->tn > 0 ? 256 / p->tn : 1;
     if (p->unroll == 0)
         p->unroll = needs_rank ? 8 : 16;
+    if (!needs_rank && p->split >= 0)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: SPLIT applies to LoRA only");
+    if (needs_rank && p->split < 0)
+        p->split = default_split(lora);
+    if (needs_rank && lora->rank == 0)
+        p->split = 0; /* nothing to split */
     long group = (long)p->tn * p->ks;
     if (group > 1024 || group * p->vec > 4096)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,

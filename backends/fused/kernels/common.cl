@@ -4,8 +4,11 @@
  * What: the vector type selected by VEC, its horizontal sum and maximum, and work-group
  * reductions over one "row slot": a work-group of WG work-items is split into ROWS slots of
  * T = WG / ROWS consecutive work-items, each slot serving one row (or one column strip).
- * Reductions go through local memory, one tree per slot, log2(T) barriers; every work-item of
- * the group must call them, also those whose row lies beyond the matrix.
+ * Reductions go through local memory, one tree per slot that adds up to 8 values per step
+ * (log8(T) barriers: the barriers, not the adds, are what a reduction costs next to the row's
+ * memory traffic); every work-item of the group must call them, also those whose row lies
+ * beyond the matrix. A step writes only slots below its width nw, each read there by its writer
+ * alone, so a step needs no barrier inside it.
  *
  * Tuning parameters (set by the host with -D; defaults here):
  *   WG    work-items per work-group (a power of two)
@@ -43,10 +46,16 @@ inline float slot_sum(float v, __local float *red, int slot, int t)
     __local float *r = red + slot * T;
     r[t] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = T / 2; s > 0; s >>= 1) {
-        if (t < s)
-            r[t] += r[t + s];
+    for (int w = T; w > 1;) {
+        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw;
+        if (t < nw) {
+            float acc = r[t];
+            for (int f = 1; f < fan; f++)
+                acc += r[t + f * nw];
+            r[t] = acc;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
+        w = nw;
     }
     float out = r[0];
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -59,10 +68,16 @@ inline float slot_max(float v, __local float *red, int slot, int t)
     __local float *r = red + slot * T;
     r[t] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = T / 2; s > 0; s >>= 1) {
-        if (t < s)
-            r[t] = fmax(r[t], r[t + s]);
+    for (int w = T; w > 1;) {
+        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw;
+        if (t < nw) {
+            float acc = r[t];
+            for (int f = 1; f < fan; f++)
+                acc = fmax(acc, r[t + f * nw]);
+            r[t] = acc;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
+        w = nw;
     }
     float out = r[0];
     barrier(CLK_LOCAL_MEM_FENCE);

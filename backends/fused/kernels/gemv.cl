@@ -18,7 +18,7 @@
  *   VEC     columns per work-item load (4 or 1, see common.cl)
  *   MR      rows of A held in registers (m <= MR)
  *   UNROLL  B loads issued together per work-item before their FMAs
- * The LoRA kernel (lora.cl) reuses strip_accumulate and strip_store.
+ * The LoRA kernels (lora.cl) reuse strip_accumulate, strip_add_lowrank and strip_store.
  */
 #ifndef TN
 #define TN 8
@@ -75,13 +75,27 @@ inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int 
     }
 }
 
-/* Adds the KS partial sums of each column and writes
- *   C[i][jv] = alpha * sum + scale * sum_q h[i][q] * LB[q][jv] + beta * C[i][jv]
- * for i < m, jv < nv (the low-rank term only when r > 0, the C term only when beta != 0).
- * h has rows of HSTRIDE floats in local memory. */
+/* acc[i] += scale * sum over q = ks, ks + KS, ... < r of h[i][q] * LB[q][jv]: the low-rank
+ * term of LoRA, spread over the KS work-items of each column so that every work-item loads at
+ * most ceil(r / KS) vectors of LB and strip_store's reduction adds them up with the rest. h
+ * has rows of HSTRIDE floats in local memory and must be complete (after a barrier). */
+inline void strip_add_lowrank(floatv *acc, int m, const __local float *h, int hstride,
+                              const __global floatv *lb, int nv, int jv, int ks, int r,
+                              float scale)
+{
+    for (int q = ks; q < r; q += KS) {
+        const floatv bq = lb[q * nv + jv];
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+            acc[i] = fma((floatv)(scale * h[min(i, m - 1) * hstride + q]), bq, acc[i]);
+    }
+}
+
+/* Adds the KS partial sums of each column and writes C[i][jv] = alpha * sum + beta * C[i][jv]
+ * for i < m, jv < nv (the C term only when beta != 0). The sums go through local memory, RCH
+ * rows at a time, in a tree that adds up to 8 partials per step (log8(KS) barriers). */
 inline void strip_store(const floatv *acc, __local floatv *red, int m, int nv, int jv0, int lid,
-                        float alpha, float beta, __global floatv *cv, const __local float *h,
-                        int hstride, const __global floatv *lb, int r, float scale)
+                        float alpha, float beta, __global floatv *cv)
 {
     const int tn = lid % TN, ks = lid / TN;
 #pragma unroll
@@ -91,20 +105,27 @@ inline void strip_store(const floatv *acc, __local floatv *red, int m, int nv, i
             if (c0 + i < MR)
                 red[(i * KS + ks) * TN + tn] = acc[c0 + i];
         barrier(CLK_LOCAL_MEM_FENCE);
+        /* a step writes slots below nw, each read there by its writer alone */
+        for (int wdt = KS; wdt > 1;) {
+            const int nw = wdt >= 8 ? wdt / 8 : 1, fan = wdt / nw;
+            if (ks < nw) {
+#pragma unroll
+                for (int i = 0; i < RCH; i++) {
+                    if (c0 + i < MR) {
+                        floatv sum = red[(i * KS + ks) * TN + tn];
+                        for (int f = 1; f < fan; f++)
+                            sum += red[(i * KS + ks + f * nw) * TN + tn];
+                        red[(i * KS + ks) * TN + tn] = sum;
+                    }
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            wdt = nw;
+        }
         if (lid < RCH * TN) {
             const int i = lid / TN, col = lid % TN, row = c0 + i, jv = jv0 + col;
             if (row < m && jv < nv) {
-                floatv s = (floatv)(0.0f);
-                for (int q = 0; q < KS; q++)
-                    s += red[(i * KS + q) * TN + col];
-                floatv out = alpha * s;
-                if (r > 0) {
-                    floatv low = (floatv)(0.0f);
-#pragma unroll 8
-                    for (int q = 0; q < r; q++)
-                        low = fma((floatv)(h[row * hstride + q]), lb[q * nv + jv], low);
-                    out = fma((floatv)(scale), low, out);
-                }
+                floatv out = alpha * red[(i * KS) * TN + col];
                 if (beta != 0.0f)
                     out = fma((floatv)(beta), cv[row * nv + jv], out);
                 cv[row * nv + jv] = out;
@@ -124,6 +145,5 @@ gemm_rows(int m, int n, int k, float alpha, const __global float *a, const __glo
     floatv acc[MR];
     strip_accumulate(acc, a, k, m, (const __global floatv *)b, nv, k, min(jv, nv - 1),
                      lid / TN);
-    strip_store(acc, red, m, nv, jv0, lid, alpha, beta, (__global floatv *)c, 0, 0,
-                (const __global floatv *)b, 0, 0.0f);
+    strip_store(acc, red, m, nv, jv0, lid, alpha, beta, (__global floatv *)c);
 }

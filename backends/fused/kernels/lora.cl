@@ -1,5 +1,5 @@
 /*
- * LoRA forward for few tokens, one launch: y = x * W + scale * (x * A) * B, with x Txin
+ * LoRA forward for few tokens: y = x * W + scale * (x * A) * B, with x Txin
  * (T <= MR <= 16), W inxout, A inxr (r <= 64), B rxout, y Txout, row-major. With VEC = 4,
  * out % 4 == 0 and the buffers start 16-byte aligned.
  *
@@ -7,10 +7,17 @@
  * columns of W, B and y. Each work-group first computes the whole h = x * A (Txr, tiny) into
  * local memory (lowrank.cl): redundant across work-groups, but A and x are small and stay in
  * cache, while the pass over W, which dominates, is read exactly once. Then the strip of
- * x * W is accumulated with split k, reduced, and the low-rank term h * B added per column as
- * y is written.
+ * x * W is accumulated with split k, the low-rank term h * B added with the same split (each
+ * work-item takes the rows q = ks, ks + KS, ... of B), the KS partials reduced and y written.
  * Reads: W once (4 bytes per element), B once, x and A once per work-group from cache;
  * writes y once (every element: y is never read).
+ *
+ * For large ranks that redundant prologue (in * r reads of A per work-group, latency-bound)
+ * costs more than a second launch, so the host can split the pass in two:
+ *   lora_xa: work-group g of S sums h over rows [g * chunk, (g + 1) * chunk) of A and writes
+ *     the partial h to part[g] (MR rows of RMAX floats): A read once in all, x once.
+ *   lora_forward_split: as lora_forward, but h is the sum of the S partials (S * T * r floats
+ *     per work-group, from cache) instead of the prologue.
  *
  * Tuning parameters: TN, KS, VEC, MR, UNROLL as gemv.cl.
  */
@@ -23,11 +30,53 @@ lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __gl
     __local float h[MR * RMAX];
     const int lid = (int)get_local_id(0);
     if (r > 0)
-        lowrank_h(x, tokens, in, a, r, rp, h, (__local float *)red, lid);
+        lowrank_h(x, tokens, in, 0, in, a, r, rp, h, (__local float *)red, lid);
     const int nv = out / VEC, jv0 = (int)get_group_id(0) * TN, jv = jv0 + lid % TN;
     floatv acc[MR];
     strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, in, min(jv, nv - 1),
                      lid / TN);
-    strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y, h, RMAX,
-                (const __global floatv *)b, r, scale);
+    strip_add_lowrank(acc, tokens, h, RMAX, (const __global floatv *)b, nv, min(jv, nv - 1),
+                      lid / TN, r, scale);
+    strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y);
+}
+
+__kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
+lora_xa(int tokens, int in, int r, int rp, int chunk, const __global float *x,
+        const __global float *a, __global float *part)
+{
+    __local float red[RED_FLOATS];
+    __local float h[MR * RMAX];
+    const int lid = (int)get_local_id(0), g = (int)get_group_id(0);
+    const int p0 = min(g * chunk, in), p1 = min(p0 + chunk, in);
+    lowrank_h(x, tokens, in, p0, p1, a, r, rp, h, red, lid);
+    __global float *out = part + (size_t)g * (MR * RMAX);
+    for (int e = lid; e < tokens * RMAX; e += GROUP)
+        if (e % RMAX < r)
+            out[e] = h[e];
+}
+
+__kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
+lora_forward_split(int tokens, int in, int out, int r, int parts, float scale,
+                   const __global float *x, const __global float *w, const __global float *part,
+                   const __global float *b, __global float *y)
+{
+    __local floatv red[RED_FLOATS / VEC];
+    __local float h[MR * RMAX];
+    const int lid = (int)get_local_id(0);
+    for (int e = lid; e < tokens * RMAX; e += GROUP) {
+        if (e % RMAX < r) {
+            float s = 0.0f;
+            for (int g = 0; g < parts; g++)
+                s += part[(size_t)g * (MR * RMAX) + e];
+            h[e] = s;
+        }
+    }
+    const int nv = out / VEC, jv0 = (int)get_group_id(0) * TN, jv = jv0 + lid % TN;
+    floatv acc[MR];
+    strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, in, min(jv, nv - 1),
+                     lid / TN);
+    barrier(CLK_LOCAL_MEM_FENCE); /* h complete */
+    strip_add_lowrank(acc, tokens, h, RMAX, (const __global floatv *)b, nv, min(jv, nv - 1),
+                      lid / TN, r, scale);
+    strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y);
 }

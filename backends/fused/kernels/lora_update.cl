@@ -20,7 +20,7 @@ lora_update(int tokens, int in, int out, int r, int rp, float scale, const __glo
     __local float h[MR * RMAX];
     const int lid = (int)get_local_id(0);
     const int t0 = (int)get_group_id(0) * MR, m = min(MR, tokens - t0);
-    lowrank_h(x + (size_t)t0 * (size_t)in, m, in, a, r, rp, h, red, lid);
+    lowrank_h(x + (size_t)t0 * (size_t)in, m, in, 0, in, a, r, rp, h, red, lid);
 
     const int nv = out / VEC;
     const __global floatv *bv = (const __global floatv *)b;

@@ -1,7 +1,8 @@
 /*
  * The low-rank prologue shared by the LoRA kernels: h = X * A for the m (<= MR) rows of X a
  * work-group serves, X mxin (row stride in), A inxr (r <= RMAX = 64), both row-major; h goes
- * to local memory as MR rows of RMAX floats.
+ * to local memory as MR rows of RMAX floats. lowrank_h sums over p in [p0, p1) only, so the
+ * sum can be split across work-groups (lora.cl, lora_xa).
  *
  * Work decomposition: the GROUP work-items form rp (r rounded up to a power of two) columns
  * by GROUP / rp k-slices: work-item (q, s) sums X[i][p] * A[p][q] over p = s, s + GROUP / rp,
@@ -20,8 +21,9 @@
 #define HCH_FIT (4096 / GROUP)
 #define HCH (MR < HCH_FIT ? MR : HCH_FIT)
 
-inline void lowrank_h(const __global float *x, int m, int in, const __global float *a, int r,
-                      int rp, __local float *h, __local float *red, int lid)
+inline void lowrank_h(const __global float *x, int m, int in, int p0, int p1,
+                      const __global float *a, int r, int rp, __local float *h,
+                      __local float *red, int lid)
 {
     const int q = lid % rp, s = lid / rp, ns = GROUP / rp;
     float acc[MR];
@@ -34,7 +36,7 @@ inline void lowrank_h(const __global float *x, int m, int in, const __global flo
     if (q < r) {
         /* unrolled so that several loads of A and x are in flight at once */
 #pragma unroll 8
-        for (int p = s; p < in; p += ns) {
+        for (int p = p0 + s; p < p1; p += ns) {
             const float av = a[p * r + q];
 #pragma unroll
             for (int i = 0; i < MR; i++)
