@@ -81,7 +81,7 @@ static void note(hd_context *ctx, const char *fmt, ...)
     hd__error_append(ctx, buf);
 }
 
-static const char *key_mismatch(const hd_tune_key *file, const hd_tune_key *here)
+const char *hd__tune_key_mismatch(const hd_tune_key *file, const hd_tune_key *here)
 {
     if (strcmp(file->library, here->library) != 0)
         return "library version";
@@ -161,7 +161,7 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
 
     hd_tune_key here;
     hd__tune_context_key(ctx, &here);
-    const char *differs = key_mismatch(&t->file.key, &here);
+    const char *differs = hd__tune_key_mismatch(&t->file.key, &here);
     if (differs != NULL) {
         note(ctx,
              "note: tuning cache '%s' was written for another %s (device '%s', driver '%s', "

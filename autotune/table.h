@@ -26,6 +26,9 @@ const char *hd__tune_param(const hd_context *ctx, hd_backend b, const char *name
 
 /* This context's device key: what a cache file must carry to be used here. */
 void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key);
+/* The first field in which a file's key differs from the context's ("device", "driver
+ * version", ...), NULL when the file is for this context. */
+const char *hd__tune_key_mismatch(const hd_tune_key *file, const hd_tune_key *here);
 
 /* The cache path the context would use (options, $HD_TUNE_CACHE, default); false if none. */
 bool hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size);

@@ -238,6 +238,52 @@ static void count_win(tally *t, size_t *n, size_t cap, const char *variant)
     }
 }
 
+/* Measures the device's constants and saves them into the cache at path. */
+static int calibrate(hd_context *ctx, const tool_options *o, const char *path, hd_tune_file *part)
+{
+    if (hd__calibrate(ctx, o->level == LEVEL_QUICK, &part->cal) != HD_OK) {
+        fprintf(stderr, "dispatch-autotune: calibration failed: %s\n", hd_context_last_error(ctx));
+        return EXIT_NO_CONTEXT;
+    }
+    printf("calibration: launch %.1f us, copy %.1f GB/s, host link %.1f GB/s, "
+           "GEMM %.0f GFLOP/s, CPU GEMM %.0f GFLOP/s, CPU copy %.1f GB/s\n",
+           part->cal.launch_us, part->cal.copy_gbps, part->cal.host_gbps, part->cal.gemm_gflops,
+           part->cal.cpu_gflops, part->cal.cpu_gbps);
+    return save(path, part) ? EXIT_TUNED : EXIT_CACHE;
+}
+
+/* The progress line of a tuned case. */
+static void describe(const char *name, const hd_tune_record *rec, char *line, size_t size)
+{
+    const char *with = rec->variant[0] ? " with " : "";
+    if (rec->runner_up != HD_BACKEND_AUTO)
+        snprintf(line, size, "%s: %s %.2f us, %.1f%% ahead of %s%s%s", name,
+                 hd_backend_name(rec->backend), rec->median_us, rec->margin_pct,
+                 hd_backend_name(rec->runner_up), with, rec->variant);
+    else
+        snprintf(line, size, "%s: %s %.2f us (the only candidate)%s%s", name,
+                 hd_backend_name(rec->backend), rec->median_us, with, rec->variant);
+}
+
+/* The CLBlast set that won most GEMM cases becomes the device's base set; CLBlast's shipped
+ * defaults winning needs no record. */
+static int save_clblast_base(const tally *wins, size_t nwins, const char *path, hd_tune_file *part)
+{
+    size_t top = 0;
+    for (size_t i = 1; i < nwins; i++)
+        if (wins[i].wins > wins[top].wins)
+            top = i;
+    if (nwins == 0 || strcmp(wins[top].variant, "-") == 0)
+        return EXIT_TUNED;
+    hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "base"};
+    snprintf(p.value, sizeof p.value, "%s", wins[top].variant);
+    part->count = 0;
+    if (hd__tune_put_param(part, &p) != HD_OK || !save(path, part))
+        return EXIT_CACHE;
+    printf("CLBlast device parameters (best on %u GEMM case(s)): %s\n", wins[top].wins, p.value);
+    return EXIT_TUNED;
+}
+
 static int tune(const tool_options *o, const char *path)
 {
     tool_case_list cases;
@@ -257,35 +303,14 @@ static int tune(const tool_options *o, const char *path)
     hd_tune_file have;
     hd__tune_file_init(&have);
     char msg[256];
-    if (hd__tune_load(path, &have, msg, sizeof msg) == HD_OK) {
-        hd_tune_key here = part.key;
-        if (strcmp(have.key.device, here.device) != 0 ||
-            strcmp(have.key.driver, here.driver) != 0 ||
-            strcmp(have.key.library, here.library) != 0 ||
-            strcmp(have.key.platform, here.platform) != 0 ||
-            strcmp(have.key.clblast, here.clblast) != 0)
-            hd__tune_file_free(&have);
-    }
+    if (hd__tune_load(path, &have, msg, sizeof msg) == HD_OK &&
+        hd__tune_key_mismatch(&have.key, &part.key) != NULL)
+        hd__tune_file_free(&have);
     tool_effort effort = hd__tool_effort(o->level);
     printf("device: %s; cache: %s; %zu case(s)\n", hd_context_device_name(ctx), path, cases.count);
 
-    if (!o->dry_run) {
-        hd_status s = hd__calibrate(ctx, o->level == LEVEL_QUICK, &part.cal);
-        if (s != HD_OK) {
-            fprintf(stderr, "dispatch-autotune: calibration failed: %s\n",
-                    hd_context_last_error(ctx));
-            rc = EXIT_NO_CONTEXT;
-            goto done;
-        }
-        printf("calibration: launch %.1f us, copy %.1f GB/s, host link %.1f GB/s, "
-               "GEMM %.0f GFLOP/s, CPU GEMM %.0f GFLOP/s, CPU copy %.1f GB/s\n",
-               part.cal.launch_us, part.cal.copy_gbps, part.cal.host_gbps, part.cal.gemm_gflops,
-               part.cal.cpu_gflops, part.cal.cpu_gbps);
-        if (!save(path, &part)) {
-            rc = EXIT_CACHE;
-            goto done;
-        }
-    }
+    if (!o->dry_run && (rc = calibrate(ctx, o, path, &part)) != EXIT_TUNED)
+        goto done;
     memset(&part.cal, 0, sizeof part.cal); /* saved once; later saves keep it by merging */
 
     double start = hd__measure_now();
@@ -326,34 +351,14 @@ static int tune(const tool_options *o, const char *path)
             rc = EXIT_CACHE;
             break;
         }
-        if (rec.runner_up != HD_BACKEND_AUTO)
-            snprintf(line, sizeof line, "%s: %s %.2f us, %.1f%% ahead of %s%s%s", name,
-                     hd_backend_name(rec.backend), rec.median_us, rec.margin_pct,
-                     hd_backend_name(rec.runner_up), rec.variant[0] ? " with " : "", rec.variant);
-        else
-            snprintf(line, sizeof line, "%s: %s %.2f us (the only candidate)%s%s", name,
-                     hd_backend_name(rec.backend), rec.median_us, rec.variant[0] ? " with " : "",
-                     rec.variant);
+        describe(name, &rec, line, sizeof line);
         hd__tool_progress_done(i, line);
     }
     if (!o->dry_run)
         hd__tool_progress_finish();
 
-    size_t top = 0;
-    for (size_t i = 1; i < nwins; i++)
-        if (wins[i].wins > wins[top].wins)
-            top = i;
-    /* CLBlast's shipped defaults winning needs no record. */
-    if (nwins > 0 && rc == EXIT_TUNED && strcmp(wins[top].variant, "-") != 0) {
-        hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "base"};
-        snprintf(p.value, sizeof p.value, "%s", wins[top].variant);
-        part.count = 0;
-        if (hd__tune_put_param(&part, &p) != HD_OK || !save(path, &part))
-            rc = EXIT_CACHE;
-        else
-            printf("CLBlast device parameters (best on %u GEMM case(s)): %s\n", wins[top].wins,
-                   p.value);
-    }
+    if (rc == EXIT_TUNED)
+        rc = save_clblast_base(wins, nwins, path, &part);
     if (rc == EXIT_TUNED && hd__tool_interrupted)
         rc = EXIT_INTERRUPTED;
     else if (rc == EXIT_TUNED && failed > 0)

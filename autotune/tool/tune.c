@@ -244,13 +244,11 @@ typedef struct candidate {
     bool ok;
 } candidate;
 
-bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e, bool verbose,
-                        bool dry_run, hd_tune_record *rec, char *best_clblast, size_t best_size,
-                        char *why, size_t why_size)
+/* Each backend that takes the case, with its defaults first and then the variants it lists;
+ * the count. */
+static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const tool_effort *e,
+                              candidate *cand)
 {
-    best_clblast[0] = '\0';
-    why[0] = '\0';
-    candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     size_t count = 0;
     const char *variants[MAX_VARIANTS];
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
@@ -269,41 +267,30 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         for (size_t i = 0; i < n && i < max; i++)
             cand[count++] = (candidate){.backend = (hd_backend)b, .variant = variants[i]};
     }
-    if (dry_run) {
-        for (size_t i = 0; i < count; i++)
-            printf("    %-14s %s\n", hd_backend_name(cand[i].backend),
-                   cand[i].variant ? cand[i].variant : "(default parameters)");
-        snprintf(why, why_size, "dry run");
-        return false;
-    }
-    if (count == 0) {
-        snprintf(why, why_size, "no backend takes it");
-        return false;
-    }
+    return count;
+}
 
-    tune_data d;
-    hd_status s = make_data(ctx, c, &d);
-    if (s != HD_OK) {
-        snprintf(why, why_size, "inputs: %s", hd_context_last_error(ctx));
-        free_data(&d);
-        return false;
-    }
+/* Checks and times the candidates on d; the index of the fastest correct one, or -1. why gets
+ * the first rejection. */
+static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
+                           candidate *cand, size_t count, char *why, size_t why_size)
+{
     double case_start = hd__measure_now();
     int best = -1;
     for (size_t i = 0; i < count && !hd__tool_interrupted; i++) {
         /* Past the case's time target only each backend's defaults still run. */
         if (cand[i].variant != NULL && hd__measure_now() - case_start > e->case_target_s)
             continue;
-        d.backend = cand[i].backend;
-        d.variant = cand[i].variant;
+        d->backend = cand[i].backend;
+        d->variant = cand[i].variant;
         char fail[512];
         double first_s = 0.0;
-        if (!candidate_correct(ctx, &d, fail, sizeof fail, &first_s)) {
+        if (!candidate_correct(ctx, d, fail, sizeof fail, &first_s)) {
             if (verbose)
-                fprintf(stderr, "  %s %s: rejected: %s\n", hd_backend_name(d.backend),
-                        d.variant ? d.variant : "-", fail);
+                fprintf(stderr, "  %s %s: rejected: %s\n", hd_backend_name(d->backend),
+                        d->variant ? d->variant : "-", fail);
             if (why[0] == '\0')
-                snprintf(why, why_size, "%s: %s", hd_backend_name(d.backend), fail);
+                snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
             continue;
         }
         /* Far slower than the best so far on its first call: not worth a full timing. */
@@ -316,29 +303,27 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         cfg.max_runs = 1000;
         cfg.budget_s = e->budget_s;
         hd_measure_result r;
-        s = hd__measure(ctx, &cfg, run_candidate, &d, &r);
-        if (s != HD_OK) {
+        if (hd__measure(ctx, &cfg, run_candidate, d, &r) != HD_OK) {
             if (verbose)
-                fprintf(stderr, "  %s %s: timing failed: %s\n", hd_backend_name(d.backend),
-                        d.variant ? d.variant : "-", hd_context_last_error(ctx));
+                fprintf(stderr, "  %s %s: timing failed: %s\n", hd_backend_name(d->backend),
+                        d->variant ? d->variant : "-", hd_context_last_error(ctx));
             continue;
         }
         cand[i].ok = true;
         cand[i].median_s = r.median_s;
         if (verbose)
-            fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d.backend), r.median_s * 1e6,
-                    d.variant ? d.variant : "-");
+            fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d->backend),
+                    r.median_s * 1e6, d->variant ? d->variant : "-");
         if (best < 0 || r.median_s < cand[best].median_s)
             best = (int)i;
     }
-    free_data(&d);
-    if (best < 0) {
-        if (why[0] == '\0')
-            snprintf(why, why_size, "interrupted");
-        return false;
-    }
+    return best;
+}
 
-    /* The runner-up: the best candidate of another backend. */
+/* The record of the winner, with its margin over the best candidate of another backend. */
+static void make_record(const hd_bench_case *c, const candidate *cand, size_t count, int best,
+                        hd_tune_record *rec, char *best_clblast, size_t best_size)
+{
     int second = -1, clblast_best = -1;
     for (size_t i = 0; i < count; i++) {
         if (!cand[i].ok)
@@ -362,5 +347,40 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     if (clblast_best >= 0)
         snprintf(best_clblast, best_size, "%s",
                  cand[clblast_best].variant ? cand[clblast_best].variant : "-");
+}
+
+bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e, bool verbose,
+                        bool dry_run, hd_tune_record *rec, char *best_clblast, size_t best_size,
+                        char *why, size_t why_size)
+{
+    best_clblast[0] = '\0';
+    why[0] = '\0';
+    candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
+    size_t count = list_candidates(ctx, c, e, cand);
+    if (dry_run) {
+        for (size_t i = 0; i < count; i++)
+            printf("    %-14s %s\n", hd_backend_name(cand[i].backend),
+                   cand[i].variant ? cand[i].variant : "(default parameters)");
+        snprintf(why, why_size, "dry run");
+        return false;
+    }
+    if (count == 0) {
+        snprintf(why, why_size, "no backend takes it");
+        return false;
+    }
+    tune_data d;
+    if (make_data(ctx, c, &d) != HD_OK) {
+        snprintf(why, why_size, "inputs: %s", hd_context_last_error(ctx));
+        free_data(&d);
+        return false;
+    }
+    int best = time_candidates(ctx, &d, e, verbose, cand, count, why, why_size);
+    free_data(&d);
+    if (best < 0) {
+        if (why[0] == '\0')
+            snprintf(why, why_size, "interrupted");
+        return false;
+    }
+    make_record(c, cand, count, best, rec, best_clblast, best_size);
     return true;
 }
