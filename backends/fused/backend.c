@@ -103,7 +103,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
         "TN=8 KS=32 UNROLL=8",  "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4",
         "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4",
     };
-    static const char *const lora_split[] = {"SPLIT=0", "SPLIT=8", "SPLIT=16", "SPLIT=32"};
+    static const char *const lora_split[] = {"SPLIT=0", "SPLIT=4", "SPLIT=16", "SPLIT=64"};
     const hd_fused *f = state;
     size_t n = 0;
     switch (op) {
