@@ -20,6 +20,7 @@
 #include "tests/testlib.h"
 
 #include "backends/fused/fused.h"
+#include "backends/fused/internal.h"
 #include "dispatch/context.h"
 #include "dispatch/tensor.h"
 
@@ -351,6 +352,11 @@ static void test_variant_malformed_is_rejected(void **state)
     assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
     ga.variant = "SPLIT=4"; /* LoRA only */
     assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+    static const char *const bad_kg[] = {"KG=0", "KG=65", "KG=", "KG=2 KG=2", "KG=x"};
+    for (size_t i = 0; i < sizeof bad_kg / sizeof bad_kg[0]; i++) {
+        ga.variant = bad_kg[i];
+        assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+    }
     hd_tensor *ar = hd_test_tensor(ctx, 5, 2, x), *br = hd_test_tensor(ctx, 2, 3, x);
     to_device(ar);
     to_device(br);
@@ -507,6 +513,53 @@ static void test_gemm_outside_design_falls_back(void **state)
     hd_tensor_destroy(tc);
 }
 
+/* k split over KG work-groups per strip, combined by the last group to arrive: uneven
+ * k-ranges, more groups than rows of B (empty ranges), 16 rows, alpha and beta with a NaN C
+ * ignored at beta 0, columns not a multiple of 4, and calls queued back to back, so that the
+ * counters must be back at zero after each launch and the scratch grows with the strips. */
+static void test_gemm_k_groups_match_reference(void **state)
+{
+    static const struct {
+        gemm_case gc;
+        const char *variant;
+    } cases[] = {
+        {{1, 260, 1001, 1.0f, 0.0f, false}, "KG=3"},
+        {{3, 20, 5, 1.5f, 0.5f, false}, "KG=8"},
+        {{16, 132, 97, 1.0f, 0.0f, true}, "KG=3"},
+        {{2, 13, 300, -0.5f, 2.0f, false}, "KG=3"},
+        {{1, 1028, 400, 1.0f, 0.0f, false}, "KG=3"},
+        {{1, 8, 1, 1.0f, 0.0f, true}, "KG=3"},
+        {{5, 9, 77, 1.0f, 1.0f, false}, "TN=8 KS=32 UNROLL=2 KG=3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_gemm(*state, &cases[i].gc, cases[i].variant, 2400 + i);
+}
+
+/* The KG the backend picks when the variant leaves it open, for an H100's 132 compute units:
+ * enough groups for the one-token shapes whose strips alone leave the SMs idle, none where a
+ * split would leave a work-item less than one unrolled round of loads. */
+static void test_gemv_default_k_groups(void **state)
+{
+    hd_context *ctx = *state;
+    hd_fused f = {.device_max_group = 1024, .compute_units = 132};
+    hd_fused_params p;
+    const hd_lora_args l2048 = {.tokens = 1, .in = 2048, .out = 2048, .rank = 8};
+    const hd_lora_args l512 = {.tokens = 1, .in = 512, .out = 512, .rank = 8};
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, &l2048, &p), HD_OK);
+    assert_int_equal(p.kg, 4);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 512, 512, &l512, &p), HD_OK);
+    assert_int_equal(p.kg, 1);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, NULL, &p), HD_OK);
+    assert_int_equal(p.kg, 4);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 100, NULL, &p), HD_OK);
+    assert_int_equal(p.kg, 1);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, "KG=7", 4096, 4096, NULL, &p), HD_OK);
+    assert_int_equal(p.kg, 7);
+    f.compute_units = 1; /* 8 groups fill it: 4 strips may split in two */
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 64, 4096, NULL, &p), HD_OK);
+    assert_int_equal(p.kg, 2);
+}
+
 /* ---- LoRA ---- */
 
 typedef struct lora_data {
@@ -640,6 +693,26 @@ static void test_lora_split_matches_reference(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_lora(*state, cases[i].tokens, cases[i].in, cases[i].out, cases[i].rank,
                    cases[i].variant, 3500 + i);
+}
+
+/* LoRA with k split over KG groups: each group's partial x*A over its rows of A times B, so
+ * ranks 0, 1, 13 and 64, one and 16 tokens, more groups than rows, and with the split x*A
+ * launch (the low-rank term then added by group 0 only); the default KG on this device. */
+static void test_lora_k_groups_match_reference(void **state)
+{
+    static const struct {
+        size_t tokens, in, out, rank;
+        const char *variant;
+    } cases[] = {
+        {1, 1100, 64, 8, "KG=3"},         {1, 129, 260, 7, "KG=4"},
+        {16, 61, 40, 64, "KG=3"},         {3, 33, 5, 13, "KG=3"},
+        {1, 37, 12, 1, "KG=64"},          {1, 64, 36, 0, "KG=3"},
+        {3, 257, 36, 64, "SPLIT=5 KG=3"}, {1, 300, 64, 64, "SPLIT=7 KG=4"},
+        {1, 1100, 64, 8, NULL},           {2, 4100, 20, 8, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_lora(*state, cases[i].tokens, cases[i].in, cases[i].out, cases[i].rank,
+                   cases[i].variant, 3700 + i);
 }
 
 /* Two split calls queued back to back share the partials buffer: the second's x*A launch
@@ -854,10 +927,13 @@ int main(void)
         cmocka_unit_test(test_gemm_alpha_beta_and_nan_c),
         cmocka_unit_test(test_gemm_every_variant),
         cmocka_unit_test(test_gemm_outside_design_falls_back),
+        cmocka_unit_test(test_gemm_k_groups_match_reference),
+        cmocka_unit_test(test_gemv_default_k_groups),
         cmocka_unit_test(test_lora_few_tokens_matches_reference),
         cmocka_unit_test(test_lora_every_variant),
         cmocka_unit_test(test_lora_split_matches_reference),
         cmocka_unit_test(test_lora_split_back_to_back),
+        cmocka_unit_test(test_lora_k_groups_match_reference),
         cmocka_unit_test(test_lora_update_adds_low_rank_term),
         cmocka_unit_test(test_lora_update_rejects_bad_input),
         cmocka_unit_test(test_chain_device_then_cpu_then_read),

@@ -24,6 +24,11 @@ static hd_status fused_probe(hd_context *ctx, void **state)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: backend state");
     cl_int err = clGetDeviceInfo(hd__cl_device(ctx->cl), CL_DEVICE_MAX_WORK_GROUP_SIZE,
                                  sizeof f->device_max_group, &f->device_max_group, NULL);
+    cl_uint units = 0;
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(hd__cl_device(ctx->cl), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units,
+                              &units, NULL);
+    f->compute_units = units;
     hd_status s = err == CL_SUCCESS ? hd__fused_sources_create(f)
                                     : hd__cl_error(ctx, err, "clGetDeviceInfo");
     if (s != HD_OK) {
@@ -43,6 +48,7 @@ static void fused_destroy(void *state)
     hd__fused_sources_destroy(f); /* kernels and programs belong to the runtime */
     if (f->lora_part != NULL)
         clReleaseMemObject(f->lora_part);
+    hd__fused_kg_release(f);
     free(f);
 }
 
@@ -103,6 +109,9 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
         "TN=8 KS=32 UNROLL=8",  "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4",
         "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4",
     };
+    /* k split over work-groups per strip (KG=1: none), beside the default chosen by shape */
+    static const char *const kgroups[] = {"KG=1", "KG=2", "KG=4", "KG=8", "UNROLL=4 KG=8",
+                                          "UNROLL=4 KG=16"};
     static const char *const lora_split[] = {"SPLIT=0", "SPLIT=4", "SPLIT=16", "SPLIT=64"};
     const hd_fused *f = state;
     size_t n = 0;
@@ -111,6 +120,8 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     case HD_OP_LORA:
         for (size_t i = 0; i < sizeof gemv / sizeof gemv[0] && n < max; i++)
             out[n++] = gemv[i];
+        for (size_t i = 0; i < sizeof kgroups / sizeof kgroups[0] && n < max; i++)
+            out[n++] = kgroups[i];
         /* the default strip with x*A in the same launch, or split into its own */
         for (size_t i = 0; op == HD_OP_LORA && s->dim[3] > 0 && i < 4 && n < max; i++)
             out[n++] = lora_split[i];
@@ -152,12 +163,12 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
     const hd_lora_args lora = {.tokens = 1, .in = 4096, .out = 4096, .rank = 8};
     for (int which = 0; which < 2 && s == HD_OK; which++) {
         hd_fused_params p;
-        s = hd__fused_gemv_params(f, ctx, NULL, 4096, which ? &lora : NULL, &p);
+        s = hd__fused_gemv_params(f, ctx, NULL, 4096, 4096, which ? &lora : NULL, &p);
         if (s != HD_OK)
             break;
         char options[HD_FUSED_OPTIONS_CAPACITY];
-        snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=1", p.tn,
-                 p.ks, p.vec, p.unroll);
+        snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=1 -DKG=%d",
+                 p.tn, p.ks, p.vec, p.unroll, p.kg);
         cl_kernel k;
         size_t group = (size_t)p.tn * (size_t)p.ks;
         s = hd__fused_kernel(f, ctx, which ? HD_FUSED_LORA : HD_FUSED_GEMV, options,

@@ -10,12 +10,12 @@ hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: GEMM takes at most 16 rows and no transposes");
     hd_fused_params p;
-    hd_status s = hd__fused_gemv_params(f, ctx, g->variant, g->n, NULL, &p);
+    hd_status s = hd__fused_gemv_params(f, ctx, g->variant, g->n, g->k, NULL, &p);
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu", p.tn,
-             p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(g->m));
+    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu -DKG=%d",
+             p.tn, p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(g->m), p.kg);
     size_t group = (size_t)p.tn * (size_t)p.ks;
     cl_kernel k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", group, &k);
@@ -25,6 +25,11 @@ hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
     cl_int m = (cl_int)g->m, n = (cl_int)g->n, kk = (cl_int)g->k;
     cl_float alpha = g->alpha, beta = g->beta;
     cl_mem a = hd__fused_mem(g->a), b = hd__fused_mem(g->b), c = hd__fused_mem(g->c);
+    size_t nv = g->n / (size_t)p.vec;
+    size_t strips = (nv + (size_t)p.tn - 1) / (size_t)p.tn;
+    cl_mem part, count;
+    if ((s = hd__fused_kg_buffers(f, ctx, &p, strips, g->m, c, &part, &count)) != HD_OK)
+        return s;
     if ((s = hd__fused_set_arg(ctx, k, 0, sizeof m, &m)) != HD_OK ||
         (s = hd__fused_set_arg(ctx, k, 1, sizeof n, &n)) != HD_OK ||
         (s = hd__fused_set_arg(ctx, k, 2, sizeof kk, &kk)) != HD_OK ||
@@ -32,9 +37,9 @@ hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
         (s = hd__fused_set_arg(ctx, k, 4, sizeof a, &a)) != HD_OK ||
         (s = hd__fused_set_arg(ctx, k, 5, sizeof b, &b)) != HD_OK ||
         (s = hd__fused_set_arg(ctx, k, 6, sizeof beta, &beta)) != HD_OK ||
-        (s = hd__fused_set_arg(ctx, k, 7, sizeof c, &c)) != HD_OK)
+        (s = hd__fused_set_arg(ctx, k, 7, sizeof c, &c)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 8, sizeof part, &part)) != HD_OK ||
+        (s = hd__fused_set_arg(ctx, k, 9, sizeof count, &count)) != HD_OK)
         return s;
-    size_t nv = g->n / (size_t)p.vec;
-    size_t groups = (nv + (size_t)p.tn - 1) / (size_t)p.tn;
-    return hd__fused_launch(ctx, k, groups, group);
+    return hd__fused_launch(ctx, k, strips * (size_t)p.kg, group);
 }

@@ -36,6 +36,8 @@ typedef enum hd_fused_program {
 /* Work-groups of the LoRA x*A launch at most (the partials buffer holds this many). */
 #define HD_FUSED_MAX_SPLIT 64
 #define HD_FUSED_KERNEL_CACHE 64
+/* Work-groups splitting k per strip in the GEMV and LoRA kernels at most (KG). */
+#define HD_FUSED_MAX_KG 64
 
 struct hd_fused_kernel_entry {
     hd_fused_program program;
@@ -48,9 +50,14 @@ struct hd_fused_kernel_entry {
 typedef struct hd_fused {
     char *source[HD_FUSED_PROGRAM_COUNT];
     size_t device_max_group;
+    size_t compute_units; /* CL_DEVICE_MAX_COMPUTE_UNITS: how many work-groups fill it */
     struct hd_fused_kernel_entry kernels[HD_FUSED_KERNEL_CACHE];
     size_t kernel_count;
     cl_mem lora_part; /* partial x*A sums of the split LoRA path; created on first use */
+    cl_mem kg_part;   /* per-strip partial sums of the KG > 1 kernels, kg_part_bytes long */
+    size_t kg_part_bytes;
+    cl_mem kg_count; /* per-strip arrival counts of the KG > 1 kernels, zero between launches */
+    size_t kg_count_len;
 } hd_fused;
 
 /* ---- kernel parameters (params.c) ---- */
@@ -59,7 +66,7 @@ typedef struct hd_fused {
  * it to the defaults. */
 typedef enum hd_fused_family {
     HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
-    HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT */
+    HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
 } hd_fused_family;
 
@@ -68,6 +75,7 @@ typedef struct hd_fused_params {
     int tn, ks, unroll;       /* GEMV family */
     int split;                /* LoRA: work-groups of the separate x*A launch, 0: none */
     int mr;                   /* update family (tokens per work-group) */
+    int kg;                   /* GEMV family: work-groups splitting k per strip */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0, CACHE and
@@ -81,10 +89,11 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
  * (CACHE > 0 and cols <= T * VEC * CACHE); otherwise the looped kernel runs. */
 hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *variant, size_t cols,
                                 hd_fused_params *p, bool *cached);
-/* GEMM and LoRA forward: n is the number of output columns. lora: the LoRA shape (GROUP >= 64,
- * SPLIT chosen from in and rank); NULL for GEMM, which takes no SPLIT. */
+/* GEMM and LoRA forward: n output columns, k the summed dimension (LoRA: in). lora: the LoRA
+ * shape (GROUP >= 64, SPLIT chosen from in and rank); NULL for GEMM, which takes no SPLIT. KG
+ * left open is chosen from n, k and the device's compute units. */
 hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *variant, size_t n,
-                                const hd_lora_args *lora, hd_fused_params *p);
+                                size_t k, const hd_lora_args *lora, hd_fused_params *p);
 hd_status hd__fused_update_params(hd_fused *f, hd_context *ctx, const char *variant,
                                   size_t out_cols, hd_fused_params *p);
 
@@ -105,6 +114,14 @@ hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t 
 /* Enqueues groups work-groups of group items on the context's queue, with the capture event
  * slot as event. */
 hd_status hd__fused_launch(hd_context *ctx, cl_kernel k, size_t groups, size_t group);
+
+/* The partials and counters of a KG > 1 launch over `strips` strips of rows (<= 16) rows,
+ * grown on demand (the counters zeroed on the queue). KG == 1: both are `unused`, a buffer
+ * the kernel never touches. */
+hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                               size_t strips, size_t rows, cl_mem unused, cl_mem *part,
+                               cl_mem *count);
+void hd__fused_kg_release(hd_fused *f);
 
 /* The device buffer of a tensor the dispatcher made valid on the device. */
 static inline cl_mem hd__fused_mem(const hd_tensor *t)

@@ -103,12 +103,12 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: LoRA forward takes at most 16 tokens and rank 64");
     hd_fused_params p;
-    hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, l, &p);
+    hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, l->in, l, &p);
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu", p.tn,
-             p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(l->tokens));
+    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu -DKG=%d",
+             p.tn, p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(l->tokens), p.kg);
     size_t group = (size_t)p.tn * (size_t)p.ks;
     cl_kernel k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options,
@@ -132,10 +132,15 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     } else if ((s = set_sizes(ctx, k, l)) != HD_OK) {
         return s;
     }
-    if ((s = set_mems(ctx, k, 6, mems, 5)) != HD_OK)
-        return s;
     size_t nv = l->out / (size_t)p.vec;
-    return hd__fused_launch(ctx, k, (nv + (size_t)p.tn - 1) / (size_t)p.tn, group);
+    size_t strips = (nv + (size_t)p.tn - 1) / (size_t)p.tn;
+    cl_mem scratch[2];
+    if ((s = set_mems(ctx, k, 6, mems, 5)) != HD_OK ||
+        (s = hd__fused_kg_buffers(f, ctx, &p, strips, l->tokens, w, &scratch[0],
+                                  &scratch[1])) != HD_OK ||
+        (s = set_mems(ctx, k, 11, scratch, 2)) != HD_OK)
+        return s;
+    return hd__fused_launch(ctx, k, strips * (size_t)p.kg, group);
 }
 
 hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lora_args *l)

@@ -30,6 +30,7 @@ static const param_spec gemv_spec[] = {
     SPEC("VEC", 1, 4, true, vec),
     SPEC("UNROLL", 1, 16, false, unroll),
     SPEC("SPLIT", 0, HD_FUSED_MAX_SPLIT, false, split),
+    SPEC("KG", 1, HD_FUSED_MAX_KG, false, kg),
 };
 static const param_spec update_spec[] = {
     SPEC("WG", 64, 1024, true, wg),
@@ -197,8 +198,23 @@ static int default_split(const hd_lora_args *l)
     return s > 32 ? 32 : (int)s;
 }
 
+/* KG when the variant leaves it open: the strips alone are n / (TN * VEC) work-groups, 128 for
+ * n = 2048 at the default strip, about one per SM of an H100 and far from enough loads in
+ * flight. Double KG while the groups stay within 8 per compute unit (8 x 256 work-items fill
+ * an SM) and every work-item still gets one full unrolled round of UNROLL loads. */
+static int default_kg(const hd_fused *f, const hd_fused_params *p, size_t n, size_t k)
+{
+    size_t strips = (n / (size_t)p->vec + (size_t)p->tn - 1) / (size_t)p->tn;
+    size_t target = 8 * (f->compute_units > 0 ? f->compute_units : 1);
+    size_t round = (size_t)p->ks * (size_t)p->unroll;
+    int kg = 1;
+    while (kg < 16 && strips * (size_t)kg * 2 <= target && k / ((size_t)kg * 2) >= round)
+        kg *= 2;
+    return kg;
+}
+
 hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *variant, size_t n,
-                                const hd_lora_args *lora, hd_fused_params *p)
+                                size_t k, const hd_lora_args *lora, hd_fused_params *p)
 {
     const bool needs_rank = lora != NULL;
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_GEMV, variant, p);
@@ -221,6 +237,8 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
         p->split = default_split(lora);
     if (needs_rank && lora->rank == 0)
         p->split = 0; /* nothing to split */
+    if (p->kg == 0)
+        p->kg = default_kg(f, p, n, k);
     long group = (long)p->tn * p->ks;
     if (group > 1024 || group * p->vec > 4096)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,

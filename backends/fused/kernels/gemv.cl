@@ -12,12 +12,22 @@
  * work-group from cache, C once when beta != 0; writes C once. beta = 0 never reads C, so NaN
  * there is ignored as BLAS does.
  *
+ * With KG > 1, k is split over KG work-groups per strip as well (work-group id = g * strips +
+ * strip, so the groups in flight at once read neighbouring columns of the same rows of B): a
+ * strip alone gives too few work-groups, and too few loads in flight, to fill a GPU when n is
+ * small (n = 2048: 128 groups on 132 SMs). Each group writes its reduced partial sums (MR x TN
+ * vectors) to `part` and counts itself in count[strip]; the last of the KG to arrive adds the
+ * KG partials in order of g (so the result does not depend on which group came last), writes C
+ * and resets the count for the next launch. One launch still; extra traffic 2 * KG * m * n
+ * floats, from cache.
+ *
  * Tuning parameters (-D from the host):
  *   TN      column vectors per work-group
  *   KS      work-items splitting k within a work-group
  *   VEC     columns per work-item load (4 or 1, see common.cl)
  *   MR      rows of A held in registers (m <= MR)
  *   UNROLL  B loads issued together per work-item before their FMAs
+ *   KG      work-groups splitting k for each strip (1: none)
  * The LoRA kernels (lora.cl) reuse strip_accumulate, strip_add_lowrank and strip_store.
  */
 #ifndef TN
@@ -32,6 +42,9 @@
 #ifndef UNROLL
 #define UNROLL 4
 #endif
+#ifndef KG
+#define KG 1
+#endif
 
 #define GROUP (TN * KS)
 /* Local memory for the reduction: 16 KB, shared with the LoRA prologue. */
@@ -43,10 +56,10 @@
 #error "TN * KS * VEC must be at most 4096"
 #endif
 
-/* acc[i] = sum over p = ks, ks + KS, ... < k of A[i][p] * B[p][jv] (vectors), for i < MR;
- * rows at or beyond m repeat row m - 1 and are discarded by strip_store. */
+/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < p1 of A[i][p] * B[p][jv] (vectors), for
+ * i < MR; rows at or beyond m repeat row m - 1 and are discarded by strip_store. */
 inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int m,
-                             const __global floatv *bv, int nv, int k, int jv, int ks)
+                             const __global floatv *bv, int nv, int p0, int k, int jv, int ks)
 {
     int arow[MR];
 #pragma unroll
@@ -54,7 +67,7 @@ inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int 
         acc[i] = (floatv)(0.0f);
         arow[i] = min(i, m - 1) * lda;
     }
-    int p = ks;
+    int p = p0 + ks;
     for (; p + (UNROLL - 1) * KS < k; p += UNROLL * KS) {
         floatv bp[UNROLL];
 #pragma unroll
@@ -93,9 +106,11 @@ inline void strip_add_lowrank(floatv *acc, int m, const __local float *h, int hs
 
 /* Adds the KS partial sums of each column and writes C[i][jv] = alpha * sum + beta * C[i][jv]
  * for i < m, jv < nv (the C term only when beta != 0). The sums go through local memory, RCH
- * rows at a time, in a tree that adds up to 8 partials per step (log8(KS) barriers). */
+ * rows at a time, in a tree that adds up to 8 partials per step (log8(KS) barriers). With
+ * KG > 1 the sums go to this group's block of partials instead (row i at own[i * TN]), for
+ * strip_combine. */
 inline void strip_store(const floatv *acc, __local floatv *red, int m, int nv, int jv0, int lid,
-                        float alpha, float beta, __global floatv *cv)
+                        float alpha, float beta, __global floatv *cv, __global floatv *own)
 {
     const int tn = lid % TN, ks = lid / TN;
 #pragma unroll
@@ -124,7 +139,9 @@ inline void strip_store(const floatv *acc, __local floatv *red, int m, int nv, i
         }
         if (lid < RCH * TN) {
             const int i = lid / TN, col = lid % TN, row = c0 + i, jv = jv0 + col;
-            if (row < m && jv < nv) {
+            if (KG > 1 && row < m) {
+                own[row * TN + col] = red[(i * KS) * TN + col];
+            } else if (KG == 1 && row < m && jv < nv) {
                 floatv out = alpha * red[(i * KS) * TN + col];
                 if (beta != 0.0f)
                     out = fma((floatv)(beta), cv[row * nv + jv], out);
@@ -135,15 +152,72 @@ inline void strip_store(const floatv *acc, __local floatv *red, int m, int nv, i
     }
 }
 
+/* The last of the KG work-groups of a strip to arrive (count: the strip's counter, parts: its
+ * KG blocks of MR x TN partial vectors) adds the partials in order of g and writes
+ * C[i][jv] = alpha * sum + beta * C[i][jv] as strip_store does. Every work-item first fences
+ * its own partial stores, so they are visible device-wide before the group is counted; the
+ * partials are read volatile, past any non-coherent cache. *last: local scratch. */
+inline void strip_combine(int m, int nv, int jv0, int lid, float alpha, float beta,
+                          __global floatv *cv, const __global floatv *parts,
+                          volatile __global int *count, __local int *last)
+{
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    if (lid == 0) {
+        const int arrived = atomic_inc(count);
+        *last = arrived == KG - 1;
+        if (arrived == KG - 1)
+            atomic_xchg(count, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!*last)
+        return;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    const volatile __global floatv *p = (const volatile __global floatv *)parts;
+    for (int e = lid; e < m * TN; e += GROUP) {
+        const int row = e / TN, col = e % TN, jv = jv0 + col;
+        if (jv >= nv)
+            continue;
+        floatv sum = p[e];
+        for (int g = 1; g < KG; g++)
+            sum += p[g * (MR * TN) + e];
+        floatv out = alpha * sum;
+        if (beta != 0.0f)
+            out = fma((floatv)(beta), cv[row * nv + jv], out);
+        cv[row * nv + jv] = out;
+    }
+}
+
+/* Which strip and which of the KG k-ranges [*p0, *p1) of k rows this work-group serves. */
+inline int strip_place(int nv, int k, int *g, int *p0, int *p1)
+{
+    const int strips = (nv + TN - 1) / TN, gid = (int)get_group_id(0);
+    *g = gid / strips;
+    const int chunk = (k + KG - 1) / KG;
+    *p0 = min(*g * chunk, k);
+    *p1 = min(*p0 + chunk, k);
+    return gid % strips;
+}
+
+/* part: KG * MR * TN partial vectors per strip, count: one int per strip, zero between
+ * launches (both unused when KG == 1). */
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 gemm_rows(int m, int n, int k, float alpha, const __global float *a, const __global float *b,
-          float beta, __global float *c)
+          float beta, __global float *c, __global float *part, __global int *count)
 {
     __local floatv red[RED_FLOATS / VEC];
-    const int lid = (int)get_local_id(0);
-    const int nv = n / VEC, jv0 = (int)get_group_id(0) * TN, jv = jv0 + lid % TN;
+    __local int last;
+    const int lid = (int)get_local_id(0), nv = n / VEC;
+    int g, p0, p1;
+    const int strip = strip_place(nv, k, &g, &p0, &p1);
+    const int jv0 = strip * TN, jv = jv0 + lid % TN;
+    __global floatv *parts = (__global floatv *)part + (size_t)strip * (KG * MR * TN);
     floatv acc[MR];
-    strip_accumulate(acc, a, k, m, (const __global floatv *)b, nv, k, min(jv, nv - 1),
+    strip_accumulate(acc, a, k, m, (const __global floatv *)b, nv, p0, p1, min(jv, nv - 1),
                      lid / TN);
-    strip_store(acc, red, m, nv, jv0, lid, alpha, beta, (__global floatv *)c);
+    strip_store(acc, red, m, nv, jv0, lid, alpha, beta, (__global floatv *)c,
+                parts + g * (MR * TN));
+    if (KG > 1)
+        strip_combine(m, nv, jv0, lid, alpha, beta, (__global floatv *)c, parts, count + strip,
+                      &last);
 }

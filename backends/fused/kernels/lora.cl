@@ -19,25 +19,38 @@
  *   lora_forward_split: as lora_forward, but h is the sum of the S partials (S * T * r floats
  *     per work-group, from cache) instead of the prologue.
  *
- * Tuning parameters: TN, KS, VEC, MR, UNROLL as gemv.cl.
+ * With KG > 1 the rows of W (and of A) are split over KG work-groups per strip as in gemm_rows:
+ * group g computes the partial h_g = x * A over its k-range only and adds h_g * B, which sums
+ * over g to h * B, so the prologue shrinks by KG as well; the last group of the strip adds the
+ * KG partials (strip_combine). The split path adds the whole h * B in group g = 0 only.
+ *
+ * Tuning parameters: TN, KS, VEC, MR, UNROLL, KG as gemv.cl.
  */
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __global float *x,
              const __global float *w, const __global float *a, const __global float *b,
-             __global float *y)
+             __global float *y, __global float *part, __global int *count)
 {
     __local floatv red[RED_FLOATS / VEC];
     __local float h[MR * RMAX];
-    const int lid = (int)get_local_id(0);
+    __local int last;
+    const int lid = (int)get_local_id(0), nv = out / VEC;
+    int g, p0, p1;
+    const int strip = strip_place(nv, in, &g, &p0, &p1);
     if (r > 0)
-        lowrank_h(x, tokens, in, 0, in, a, r, rp, h, (__local float *)red, lid);
-    const int nv = out / VEC, jv0 = (int)get_group_id(0) * TN, jv = jv0 + lid % TN;
+        lowrank_h(x, tokens, in, p0, p1, a, r, rp, h, (__local float *)red, lid);
+    const int jv0 = strip * TN, jv = jv0 + lid % TN;
+    __global floatv *parts = (__global floatv *)part + (size_t)strip * (KG * MR * TN);
     floatv acc[MR];
-    strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, in, min(jv, nv - 1),
-                     lid / TN);
+    strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, p0, p1,
+                     min(jv, nv - 1), lid / TN);
     strip_add_lowrank(acc, tokens, h, RMAX, (const __global floatv *)b, nv, min(jv, nv - 1),
                       lid / TN, r, scale);
-    strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y);
+    strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y,
+                parts + g * (MR * TN));
+    if (KG > 1)
+        strip_combine(tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y, parts,
+                      count + strip, &last);
 }
 
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
@@ -58,25 +71,35 @@ lora_xa(int tokens, int in, int r, int rp, int chunk, const __global float *x,
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 lora_forward_split(int tokens, int in, int out, int r, int parts, float scale,
                    const __global float *x, const __global float *w, const __global float *part,
-                   const __global float *b, __global float *y)
+                   const __global float *b, __global float *y, __global float *kpart,
+                   __global int *count)
 {
     __local floatv red[RED_FLOATS / VEC];
     __local float h[MR * RMAX];
-    const int lid = (int)get_local_id(0);
+    __local int last;
+    const int lid = (int)get_local_id(0), nv = out / VEC;
     for (int e = lid; e < tokens * RMAX; e += GROUP) {
         if (e % RMAX < r) {
             float s = 0.0f;
-            for (int g = 0; g < parts; g++)
-                s += part[(size_t)g * (MR * RMAX) + e];
+            for (int q = 0; q < parts; q++)
+                s += part[(size_t)q * (MR * RMAX) + e];
             h[e] = s;
         }
     }
-    const int nv = out / VEC, jv0 = (int)get_group_id(0) * TN, jv = jv0 + lid % TN;
+    int g, p0, p1;
+    const int strip = strip_place(nv, in, &g, &p0, &p1);
+    const int jv0 = strip * TN, jv = jv0 + lid % TN;
+    __global floatv *kp = (__global floatv *)kpart + (size_t)strip * (KG * MR * TN);
     floatv acc[MR];
-    strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, in, min(jv, nv - 1),
-                     lid / TN);
+    strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, p0, p1,
+                     min(jv, nv - 1), lid / TN);
     barrier(CLK_LOCAL_MEM_FENCE); /* h complete */
-    strip_add_lowrank(acc, tokens, h, RMAX, (const __global floatv *)b, nv, min(jv, nv - 1),
-                      lid / TN, r, scale);
-    strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y);
+    if (g == 0)
+        strip_add_lowrank(acc, tokens, h, RMAX, (const __global floatv *)b, nv,
+                          min(jv, nv - 1), lid / TN, r, scale);
+    strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y,
+                kp + g * (MR * TN));
+    if (KG > 1)
+        strip_combine(tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y, kp,
+                      count + strip, &last);
 }

@@ -1,0 +1,82 @@
+/* The scratch of the KG > 1 GEMV and LoRA kernels (gemv.cl, strip_combine): the partial sums
+ * of each strip's KG work-groups and one arrival counter per strip. Both are shared by every
+ * launch on the context's in-order queue, so one launch's last group has read the partials and
+ * reset its counter before the next launch starts. */
+#include <string.h>
+
+#include "backends/fused/internal.h"
+
+/* Partials beyond this are not worth it: KG then splits a GEMV already wide enough. */
+#define KG_PART_MAX_BYTES ((size_t)256 << 20)
+
+static hd_status create(hd_context *ctx, size_t bytes, cl_mem *out)
+{
+    cl_int err;
+    *out = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        return hd__cl_error(ctx, err, "clCreateBuffer (GEMV partials)");
+    }
+    return HD_OK;
+}
+
+hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                               size_t strips, size_t rows, cl_mem unused, cl_mem *part,
+                               cl_mem *count)
+{
+    *part = unused;
+    *count = unused;
+    if (p->kg <= 1)
+        return HD_OK;
+    /* a strip's block holds MR (rows rounded up to a power of two) rows of TN vectors */
+    size_t per_strip = (size_t)p->kg * hd__fused_pow2_ceil(rows) * (size_t)p->tn *
+                       (size_t)p->vec * sizeof(float);
+    if (strips > KG_PART_MAX_BYTES / per_strip)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: KG=%d needs %zu strips of %zu bytes of partials, over the %zu "
+                         "allowed",
+                         p->kg, strips, per_strip, KG_PART_MAX_BYTES);
+    size_t bytes = strips * per_strip;
+    hd_status s;
+    if (bytes > f->kg_part_bytes) {
+        if (f->kg_part != NULL)
+            clReleaseMemObject(f->kg_part); /* freed once the queued launches using it ran */
+        f->kg_part = NULL;
+        f->kg_part_bytes = 0;
+        if ((s = create(ctx, bytes, &f->kg_part)) != HD_OK)
+            return s;
+        f->kg_part_bytes = bytes;
+    }
+    if (strips > f->kg_count_len) {
+        if (f->kg_count != NULL)
+            clReleaseMemObject(f->kg_count);
+        f->kg_count = NULL;
+        f->kg_count_len = 0;
+        if ((s = create(ctx, strips * sizeof(cl_int), &f->kg_count)) != HD_OK)
+            return s;
+        const cl_int zero = 0;
+        cl_int err = clEnqueueFillBuffer(hd__cl_queue(ctx->cl), f->kg_count, &zero, sizeof zero,
+                                         0, strips * sizeof(cl_int), 0, NULL, NULL);
+        if (err != CL_SUCCESS) {
+            clReleaseMemObject(f->kg_count);
+            f->kg_count = NULL;
+            return hd__cl_error(ctx, err, "clEnqueueFillBuffer (GEMV counters)");
+        }
+        f->kg_count_len = strips;
+    }
+    *part = f->kg_part;
+    *count = f->kg_count;
+    return HD_OK;
+}
+
+void hd__fused_kg_release(hd_fused *f)
+{
+    if (f->kg_part != NULL)
+        clReleaseMemObject(f->kg_part);
+    if (f->kg_count != NULL)
+        clReleaseMemObject(f->kg_count);
+    f->kg_part = NULL;
+    f->kg_count = NULL;
+    f->kg_part_bytes = 0;
+    f->kg_count_len = 0;
+}
