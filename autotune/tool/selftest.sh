@@ -31,6 +31,15 @@ grep -q '^softmax 37x300 ' "$dir/show.txt" || fail "--show lacks the record"
 grep -q 'cpu' "$dir/dry.txt" || fail "--dry-run lists no candidates"
 [ ! -e "$dir/none.txt" ] || fail "--dry-run wrote a cache"
 
+# On an OpenCL device that is itself the CPU (PoCL), a large GEMM must still try the CPU
+# backend: only a GPU makes a slow CPU call hopeless.
+printf 'gemm 2048 2048 2048\n' > "$dir/big.txt"
+"$tool" --dry-run --shapes "$dir/big.txt" --cache "$dir/none.txt" > "$dir/dry-big.txt" 2>&1 ||
+    fail "--dry-run of a large GEMM failed"
+if grep -q -e '^device: pthread-' -e '^device: cpu-' "$dir/dry-big.txt"; then
+    grep -q '^ *cpu ' "$dir/dry-big.txt" || fail "a CPU OpenCL device dropped the CPU candidate"
+fi
+
 "$tool" --explain 'softmax 37 300' --cache "$cache" > "$dir/explain.txt" ||
     fail "--explain failed"
 cat "$dir/explain.txt"

@@ -231,7 +231,8 @@ static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t s
     return ok;
 }
 
-/* The CPU's time for the case by the model of one GEMM rate, to skip hopeless CPU runs. */
+/* The CPU's time for the case by the model of one GEMM rate, to skip hopeless CPU runs when
+ * a GPU takes the case. */
 static double cpu_estimate_s(const hd_bench_case *c)
 {
     return hd__bench_case_flops(c) / 50e9 + hd__bench_case_bytes(c) / 10e9;
@@ -254,7 +255,10 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
         if (!hd__backend_takes(ctx, (hd_backend)b, c->op, &c->shape))
             continue;
-        if (b == HD_BACKEND_CPU && ctx->cl != NULL && cpu_estimate_s(c) > e->cpu_limit_s)
+        /* Only a GPU makes a slow CPU call hopeless: an OpenCL device on the CPU (PoCL) shares
+         * its cores and is itself slower than the CPU backend on large GEMMs. */
+        if (b == HD_BACKEND_CPU && hd__measure_device_is_gpu(ctx) &&
+            cpu_estimate_s(c) > e->cpu_limit_s)
             continue;
         cand[count++] = (candidate){.backend = (hd_backend)b};
         const hd_backend_impl *impl = ctx->backends[b];
