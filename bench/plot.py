@@ -13,16 +13,25 @@ import os
 import sys
 
 
+# One order and one colour per backend in every chart, so that charts can be compared at a glance.
+ORDER = ["cpu", "clblast", "fused", "clblast+fused", "auto", "numpy", "torch-cuda", "torch-cpu"]
+COLORS = {"cpu": "#1f77b4", "clblast": "#ff7f0e", "fused": "#2ca02c", "clblast+fused": "#d62728",
+          "auto": "#9467bd", "numpy": "#7f7f7f", "torch-cuda": "#8c564b", "torch-cpu": "#e377c2"}
+
+
 def load(paths):
-    rows = []
+    """The result rows of all files, and the device name of the first (ours)."""
+    rows, device = [], None
     for path in paths:
         with open(path) as f:
             doc = json.load(f)
         if doc.get("schema") != "hd-bench/1":
             sys.exit(f"plot: {path} is not an hd-bench/1 result file")
+        if device is None:
+            device = (doc.get("device") or {}).get("name")
         for r in doc["results"]:
             rows.append(r)
-    return rows
+    return rows, device
 
 
 def main():
@@ -39,7 +48,7 @@ def main():
         print("plot: matplotlib is not installed (Debian: apt-get install python3-matplotlib);"
               " no plots written", file=sys.stderr)
         return 2
-    rows = load(args.files)
+    rows, device = load(args.files)
     os.makedirs(args.out, exist_ok=True)
     suites = []
     for r in rows:
@@ -62,24 +71,27 @@ def main():
             t[(r["case"], name)] = stats["median_s"] * 1e6
         if not backends:
             continue
+        backends.sort(key=lambda b: ORDER.index(b) if b in ORDER else len(ORDER))
         fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cases) + 2), 4.5))
         width = 0.8 / len(backends)
         for i, b in enumerate(backends):
             xs = [j + (i - (len(backends) - 1) / 2) * width for j, c in enumerate(cases)
                   if (c, b) in t]
             ys = [t[(c, b)] for c in cases if (c, b) in t]
-            ax.bar(xs, ys, width, label=b)
+            ax.bar(xs, ys, width, label=b, color=COLORS.get(b))
         ax.set_yscale("log")
         ax.set_ylabel(f"median time per op, us ({args.mode} mode; lower is better)")
         ax.set_xticks(range(len(cases)))
         ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"dispatch-bench, suite {suite}")
-        ax.legend(fontsize=8)
+        where = f" on {device}" if device else ""
+        ax.set_title(f"dispatch-bench, suite {suite}, {args.mode} mode{where}", fontsize=10)
+        # Outside the axes: tall bars in any corner would hide under it.
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.grid(axis="y", which="both", alpha=0.3)
         fig.tight_layout()
         for ext in ("png", "svg"):
             path = os.path.join(args.out, f"{suite}-{args.mode}.{ext}")
-            fig.savefig(path, dpi=120)
+            fig.savefig(path, dpi=100)
             written.append(path)
         plt.close(fig)
     for path in written:
