@@ -537,7 +537,8 @@ static void test_gemm_k_groups_match_reference(void **state)
 
 /* The KG the backend picks when the variant leaves it open, for an H100's 132 compute units:
  * enough groups for the one-token shapes whose strips alone leave the SMs idle, none where a
- * split would leave a work-item less than one unrolled round of loads. */
+ * split would leave a work-item less than one unrolled round of loads, none for several rows
+ * or the split LoRA path. */
 static void test_gemv_default_k_groups(void **state)
 {
     hd_context *ctx = *state;
@@ -545,18 +546,27 @@ static void test_gemv_default_k_groups(void **state)
     hd_fused_params p;
     const hd_lora_args l2048 = {.tokens = 1, .in = 2048, .out = 2048, .rank = 8};
     const hd_lora_args l512 = {.tokens = 1, .in = 512, .out = 512, .rank = 8};
-    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, &l2048, &p), HD_OK);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 1, &l2048, &p), HD_OK);
     assert_int_equal(p.kg, 4);
-    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 512, 512, &l512, &p), HD_OK);
+    const hd_lora_args l16 = {.tokens = 16, .in = 2048, .out = 2048, .rank = 8};
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 16, &l16, &p), HD_OK);
     assert_int_equal(p.kg, 1);
-    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, NULL, &p), HD_OK);
+    const hd_lora_args l64 = {.tokens = 1, .in = 2048, .out = 2048, .rank = 64};
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 1, &l64, &p), HD_OK);
+    assert_true(p.split > 0);
+    assert_int_equal(p.kg, 1);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 512, 512, 1, &l512, &p), HD_OK);
+    assert_int_equal(p.kg, 1);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 4);
-    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 100, NULL, &p), HD_OK);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 16, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 1);
-    assert_int_equal(hd__fused_gemv_params(&f, ctx, "KG=7", 4096, 4096, NULL, &p), HD_OK);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 100, 1, NULL, &p), HD_OK);
+    assert_int_equal(p.kg, 1);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, "KG=7", 4096, 4096, 16, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 7);
     f.compute_units = 1; /* 8 groups fill it: 4 strips may split in two */
-    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 64, 4096, NULL, &p), HD_OK);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 64, 4096, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 2);
 }
 
@@ -708,7 +718,7 @@ static void test_lora_k_groups_match_reference(void **state)
         {16, 61, 40, 64, "KG=3"},         {3, 33, 5, 13, "KG=3"},
         {1, 37, 12, 1, "KG=64"},          {1, 64, 36, 0, "KG=3"},
         {3, 257, 36, 64, "SPLIT=5 KG=3"}, {1, 300, 64, 64, "SPLIT=7 KG=4"},
-        {1, 1100, 64, 8, NULL},           {2, 4100, 20, 8, NULL},
+        {1, 1100, 64, 8, NULL},           {1, 4100, 20, 8, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_lora(*state, cases[i].tokens, cases[i].in, cases[i].out, cases[i].rank,

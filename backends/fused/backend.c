@@ -110,8 +110,9 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
         "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4",
     };
     /* k split over work-groups per strip (KG=1: none), beside the default chosen by shape */
-    static const char *const kgroups[] = {"KG=1", "KG=2", "KG=4", "KG=8", "UNROLL=4 KG=8",
-                                          "UNROLL=4 KG=16"};
+    static const char *const kgroups[] = {"KG=1",          "KG=2",           "KG=4",
+                                          "KG=8",          "UNROLL=4 KG=8",  "UNROLL=4 KG=16",
+                                          "TN=8 KS=32 UNROLL=8 KG=4"};
     static const char *const lora_split[] = {"SPLIT=0", "SPLIT=4", "SPLIT=16", "SPLIT=64"};
     const hd_fused *f = state;
     size_t n = 0;
@@ -163,7 +164,7 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
     const hd_lora_args lora = {.tokens = 1, .in = 4096, .out = 4096, .rank = 8};
     for (int which = 0; which < 2 && s == HD_OK; which++) {
         hd_fused_params p;
-        s = hd__fused_gemv_params(f, ctx, NULL, 4096, 4096, which ? &lora : NULL, &p);
+        s = hd__fused_gemv_params(f, ctx, NULL, 4096, 4096, 1, which ? &lora : NULL, &p);
         if (s != HD_OK)
             break;
         char options[HD_FUSED_OPTIONS_CAPACITY];

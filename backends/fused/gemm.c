@@ -10,7 +10,7 @@ hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: GEMM takes at most 16 rows and no transposes");
     hd_fused_params p;
-    hd_status s = hd__fused_gemv_params(f, ctx, g->variant, g->n, g->k, NULL, &p);
+    hd_status s = hd__fused_gemv_params(f, ctx, g->variant, g->n, g->k, g->m, NULL, &p);
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];

@@ -89,11 +89,12 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
  * (CACHE > 0 and cols <= T * VEC * CACHE); otherwise the looped kernel runs. */
 hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *variant, size_t cols,
                                 hd_fused_params *p, bool *cached);
-/* GEMM and LoRA forward: n output columns, k the summed dimension (LoRA: in). lora: the LoRA
- * shape (GROUP >= 64, SPLIT chosen from in and rank); NULL for GEMM, which takes no SPLIT. KG
- * left open is chosen from n, k and the device's compute units. */
+/* GEMM and LoRA forward: n output columns, k the summed dimension (LoRA: in), rows of A (LoRA:
+ * tokens). lora: the LoRA shape (GROUP >= 64, SPLIT chosen from in and rank); NULL for GEMM,
+ * which takes no SPLIT. KG left open is chosen from n, k, rows and the compute units. */
 hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *variant, size_t n,
-                                size_t k, const hd_lora_args *lora, hd_fused_params *p);
+                                size_t k, size_t rows, const hd_lora_args *lora,
+                                hd_fused_params *p);
 hd_status hd__fused_update_params(hd_fused *f, hd_context *ctx, const char *variant,
                                   size_t out_cols, hd_fused_params *p);
 

@@ -103,7 +103,7 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: LoRA forward takes at most 16 tokens and rank 64");
     hd_fused_params p;
-    hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, l->in, l, &p);
+    hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, l->in, l->tokens, l, &p);
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
