@@ -59,18 +59,24 @@ tool_effort hd__tool_effort(tool_level level)
                              .budget_s = 0.03,
                              .min_runs = 3,
                              .case_target_s = 2.0,
-                             .cpu_limit_s = 0.02};
+                             .cpu_limit_s = 0.02,
+                             .run_target_s = 75.0};
     case LEVEL_FULL:
         return (tool_effort){.variants = 24,
                              .budget_s = 0.3,
                              .min_runs = 10,
                              .case_target_s = 120.0,
-                             .cpu_limit_s = 2.0};
+                             .cpu_limit_s = 2.0,
+                             .run_target_s = 3600.0};
     case LEVEL_DEFAULT:
         break;
     }
-    return (tool_effort){
-        .variants = 5, .budget_s = 0.08, .min_runs = 5, .case_target_s = 12.0, .cpu_limit_s = 0.2};
+    return (tool_effort){.variants = 5,
+                         .budget_s = 0.08,
+                         .min_runs = 5,
+                         .case_target_s = 12.0,
+                         .cpu_limit_s = 0.2,
+                         .run_target_s = 420.0};
 }
 
 static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])

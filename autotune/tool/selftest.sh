@@ -23,6 +23,14 @@ grep -q '^softmax 37 300 ' "$cache" || fail "no record for the case"
     fail "the rerun failed"
 grep -q 'in the cache already' "$dir/run2.txt" || fail "the rerun did not resume"
 
+# The default level times kernel parameter variants, not only each backend's defaults.
+"$tool" --force --verbose --ops softmax --shapes "$dir/shapes.txt" --cache "$cache" \
+    > "$dir/variants.txt" 2>&1 || { cat "$dir/variants.txt"; fail "the default-level run failed"; }
+if grep -q '^ *fused ' "$dir/variants.txt"; then
+    grep -q -E '^ *fused +[0-9.]+ us +[A-Z]+=' "$dir/variants.txt" ||
+        { cat "$dir/variants.txt"; fail "no fused variant was timed"; }
+fi
+
 "$tool" --show --cache "$cache" > "$dir/show.txt" || fail "--show failed"
 grep -q '^softmax 37x300 ' "$dir/show.txt" || fail "--show lacks the record"
 
