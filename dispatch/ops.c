@@ -2,22 +2,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dispatch/call.h"
 #include "dispatch/check.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/fault.h"
 #include "dispatch/select.h"
-
-typedef struct hd_call {
-    hd_op op;
-    hd_shape shape;
-    hd_call_tensors io;
-    union {
-        hd_gemm_args gemm;
-        hd_lora_args lora;
-        hd_row_args row;
-    } args;
-} hd_call;
 
 static hd_status run_slot(const hd_backend_impl *impl, void *state, hd_context *ctx,
                           const hd_call *call)
@@ -77,9 +67,10 @@ static void set_variant(hd_call *call, const char *variant)
     }
 }
 
-static hd_status run_on(hd_context *ctx, hd_backend b, const hd_call *call)
+hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const char *variant)
 {
     const hd_backend_impl *impl = ctx->backends[b];
+    set_variant(call, variant);
     if (hd__fault(ctx, b, "migrate"))
         return HD_ERR_DEVICE;
     hd_status s = place_tensors(call, impl->place);
@@ -106,8 +97,7 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
     hd_status s = HD_ERR_UNSUPPORTED;
     for (int i = 0; i < plan.count; i++) {
         hd_backend b = plan.order[i];
-        set_variant(call, plan.variant[i]);
-        s = run_on(ctx, b, call);
+        s = hd__call_run_on(ctx, b, call, plan.variant[i]);
         if (s == HD_OK) {
             if (failures[0] != '\0') /* keep what went wrong for the curious */
                 hd__error(ctx, HD_OK, "%s ran on %s after: %s", hd_op_name(call->op),

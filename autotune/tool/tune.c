@@ -16,6 +16,7 @@
 #include "autotune/measure.h"
 #include "autotune/reference.h"
 #include "autotune/tool/tool.h"
+#include "dispatch/call.h"
 #include "dispatch/check.h"
 #include "dispatch/context.h"
 #include "dispatch/select.h"
@@ -32,11 +33,7 @@ typedef struct tune_data {
     hd_tensor *out;
     size_t out_rows, out_cols;
     hd_ref_inputs ref;
-    union {
-        hd_gemm_args gemm;
-        hd_lora_args lora;
-        hd_row_args row;
-    } args;
+    hd_op_args args;
     hd_backend backend; /* the candidate being run */
     const char *variant;
 } tune_data;
@@ -145,53 +142,16 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     }
 }
 
-/* One call of the candidate, as the dispatcher would make it. */
+/* One call of the candidate, made as the dispatcher makes it. */
 static hd_status run_candidate(hd_context *ctx, void *user, size_t set)
 {
     (void)set;
     tune_data *d = user;
-    const hd_backend_impl *impl = ctx->backends[d->backend];
-    void *state = ctx->backend_state[d->backend];
-    hd_status s = HD_OK;
-    for (int i = 0; i < d->inputs && s == HD_OK; i++)
-        s = hd__tensor_to_place(d->in[i], impl->place);
-    if (s == HD_OK)
-        s = hd__tensor_reserve(d->out, impl->place);
-    if (s != HD_OK)
-        return s;
-    switch (d->op) {
-    case HD_OP_GEMM:
-        d->args.gemm.variant = d->variant;
-        s = impl->gemm(state, ctx, &d->args.gemm);
-        break;
-    case HD_OP_GEMM_BATCHED:
-        d->args.gemm.variant = d->variant;
-        s = impl->gemm_batched(state, ctx, &d->args.gemm);
-        break;
-    case HD_OP_LORA:
-        d->args.lora.variant = d->variant;
-        s = impl->lora(state, ctx, &d->args.lora);
-        break;
-    case HD_OP_SOFTMAX:
-        d->args.row.variant = d->variant;
-        s = impl->softmax(state, ctx, &d->args.row);
-        break;
-    case HD_OP_LAYER_NORM:
-        d->args.row.variant = d->variant;
-        s = impl->layer_norm(state, ctx, &d->args.row);
-        break;
-    case HD_OP_RMS_NORM:
-        d->args.row.variant = d->variant;
-        s = impl->rms_norm(state, ctx, &d->args.row);
-        break;
-    default:
-        s = HD_ERR_UNSUPPORTED;
-    }
-    if (s == HD_OK) {
-        hd__tensor_written(d->out, impl->place);
-        ctx->last_backend = d->backend;
-    }
-    return s;
+    hd_call call = {.op = d->op, .shape = d->shape, .args = d->args};
+    call.io = (hd_call_tensors){.input_count = d->inputs, .output = d->out};
+    for (int i = 0; i < d->inputs; i++)
+        call.io.inputs[i] = d->in[i];
+    return hd__call_run_on(ctx, d->backend, &call, d->variant);
 }
 
 /* Runs the candidate once on an output full of NaN and checks the result. */
