@@ -41,9 +41,7 @@ static int teardown(void **state)
 
 static void expect_ok(hd_context *ctx, hd_status s, const char *what)
 {
-    if (s != HD_OK)
-        fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
-    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+    hd_test_expect_ran_on(ctx, s, HD_BACKEND_CPU, what);
 }
 
 static void fill_nan(float *p, size_t n)

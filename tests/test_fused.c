@@ -50,11 +50,7 @@ static int teardown(void **state)
 
 static void expect_fused(hd_context *ctx, hd_status s, const char *what)
 {
-    if (s != HD_OK)
-        fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
-    if (hd_context_last_backend(ctx) != HD_BACKEND_FUSED)
-        fail_msg("%s ran on %s: %s", what, hd_backend_name(hd_context_last_backend(ctx)),
-                 hd_context_last_error(ctx));
+    hd_test_expect_ran_on(ctx, s, HD_BACKEND_FUSED, what);
 }
 
 /* A listed variant may ask for a larger work-group than the kernel compiled for this device

@@ -323,3 +323,13 @@ const hd_test_lora_shape hd_test_lora_shapes[] = {
     {16, 64, 64, 16}, {17, 31, 29, 5}, {33, 257, 127, 64}, {7, 13, 11, 0},
 };
 const size_t hd_test_lora_shape_count = sizeof hd_test_lora_shapes / sizeof hd_test_lora_shapes[0];
+
+void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const char *what)
+{
+    if (s != HD_OK)
+        fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+    if (hd_context_last_backend(ctx) != b)
+        fail_msg("%s ran on %s, expected %s: %s", what,
+                 hd_backend_name(hd_context_last_backend(ctx)), hd_backend_name(b),
+                 hd_context_last_error(ctx));
+}

@@ -39,6 +39,9 @@ hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float
 float *hd_test_read(const hd_tensor *t);
 /* Fails unless t holds exactly the floats of want (inputs untouched, outputs after an error). */
 void hd_test_expect_unchanged(const char *what, const hd_tensor *t, const float *want);
+/* Fails unless s is HD_OK and the call ran on backend b, naming what and the context's
+ * message otherwise. */
+void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const char *what);
 
 /* A context for tests: CPU only when cpu_only, else whatever this machine has (PoCL in CI). */
 hd_context *hd_test_context(bool cpu_only);
