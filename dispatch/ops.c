@@ -93,7 +93,8 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "no backend of this context takes %s",
                          hd_op_name(call->op));
 
-    char failures[HD_ERROR_CAPACITY / 2] = "";
+    char failures[HD_ERROR_CAPACITY / 2];
+    failures[0] = '\0'; /* not "= \"\"", which would clear all 2 KiB on every call */
     hd_status s = HD_ERR_UNSUPPORTED;
     for (int i = 0; i < plan.count; i++) {
         hd_backend b = plan.order[i];
