@@ -679,6 +679,8 @@ static void test_lora_every_variant(void **state)
         else
             check_lora(ctx, 1, 100, 68, 8, list[i], 3200 + i);
     }
+    /* four k-slices: rows of B past the 8 * KS kept in registers come from the loop */
+    check_lora(ctx, 2, 70, 260, 64, "TN=64 KS=4 UNROLL=2", 3290);
     hd_shape big_rank = {.dim = {1, 8, 8, 65}}, many = {.dim = {17, 8, 8, 4}};
     assert_false(impl->supports(fs, HD_OP_LORA, &big_rank));
     assert_false(impl->supports(fs, HD_OP_LORA, &many));

@@ -107,13 +107,34 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     static const char *const gemv[] = {
         "TN=4 KS=64 UNROLL=16", "TN=4 KS=64 UNROLL=8",  "TN=2 KS=128 UNROLL=8",
         "TN=8 KS=32 UNROLL=8",  "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4",
-        "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4",
+        "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4", "TN=32 KS=8 UNROLL=8",
     };
-    /* k split over work-groups per strip (KG=1: none), beside the default chosen by shape */
-    static const char *const kgroups[] = {"KG=1",          "KG=2",           "KG=4",
-                                          "KG=8",          "UNROLL=4 KG=8",  "UNROLL=4 KG=16",
-                                          "TN=8 KS=32 UNROLL=8 KG=4"};
-    static const char *const lora_split[] = {"SPLIT=0", "SPLIT=4", "SPLIT=16", "SPLIT=64"};
+    /* k split over work-groups per strip (KG=1: none), beside the default chosen by shape;
+     * wide strips leave few strips, so they take the largest splits */
+    static const char *const kgroups[] = {
+        "KG=1",
+        "KG=2",
+        "KG=4",
+        "KG=8",
+        "UNROLL=4 KG=8",
+        "UNROLL=4 KG=16",
+        "TN=8 KS=32 UNROLL=8 KG=4",
+        "TN=8 KS=32 UNROLL=4 KG=16",
+        "TN=16 KS=16 UNROLL=4 KG=32",
+        "TN=32 KS=8 UNROLL=8 KG=32",
+    };
+    /* LoRA: x*A in the same launch or in its own, with the default strip and with wide strips
+     * split many ways over k (few strips recompute the prologue, many k-groups shorten it) */
+    static const char *const lora_split[] = {
+        "SPLIT=0",
+        "SPLIT=4",
+        "SPLIT=16",
+        "SPLIT=64",
+        "TN=16 KS=16 UNROLL=4 SPLIT=0",
+        "TN=16 KS=16 UNROLL=4 KG=32 SPLIT=0",
+        "TN=8 KS=32 UNROLL=4 KG=16 SPLIT=0",
+        "TN=32 KS=8 UNROLL=4 KG=32 SPLIT=0",
+    };
     const hd_fused *f = state;
     size_t n = 0;
     switch (op) {
@@ -123,8 +144,9 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
             out[n++] = gemv[i];
         for (size_t i = 0; i < sizeof kgroups / sizeof kgroups[0] && n < max; i++)
             out[n++] = kgroups[i];
-        /* the default strip with x*A in the same launch, or split into its own */
-        for (size_t i = 0; op == HD_OP_LORA && s->dim[3] > 0 && i < 4 && n < max; i++)
+        for (size_t i = 0; op == HD_OP_LORA && s->dim[3] > 0 &&
+                           i < sizeof lora_split / sizeof lora_split[0] && n < max;
+             i++)
             out[n++] = lora_split[i];
         return n;
     case HD_OP_SOFTMAX:

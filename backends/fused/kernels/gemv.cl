@@ -28,7 +28,7 @@
  *   MR      rows of A held in registers (m <= MR)
  *   UNROLL  B loads issued together per work-item before their FMAs
  *   KG      work-groups splitting k for each strip (1: none)
- * The LoRA kernels (lora.cl) reuse strip_accumulate, strip_add_lowrank and strip_store.
+ * The LoRA kernels (lora.cl) reuse strip_preload, strip_accumulate_preloaded and strip_store.
  */
 #ifndef TN
 #define TN 8
@@ -56,10 +56,25 @@
 #error "TN * KS * VEC must be at most 4096"
 #endif
 
-/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < p1 of A[i][p] * B[p][jv] (vectors), for
- * i < MR; rows at or beyond m repeat row m - 1 and are discarded by strip_store. */
-inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int m,
-                             const __global floatv *bv, int nv, int p0, int k, int jv, int ks)
+/* The first round of strip_accumulate's loads, issued on their own so that a kernel can put
+ * other loads in flight before it waits for these: bp[u] = B[p0 + ks + u * KS][jv], zero for
+ * rows at or past k. */
+inline void strip_preload(floatv *bp, const __global floatv *bv, int nv, int p0, int k, int jv,
+                          int ks)
+{
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        const int p = p0 + ks + u * KS;
+        bp[u] = p < k ? bv[p * nv + jv] : (floatv)(0.0f);
+    }
+}
+
+/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < k of A[i][p] * B[p][jv] (vectors), for
+ * i < MR, with the first UNROLL rows of the work-item already loaded by strip_preload; rows at
+ * or beyond m repeat row m - 1 and are discarded by strip_store. */
+inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp0, const __global float *a,
+                                       int lda, int m, const __global floatv *bv, int nv, int p0,
+                                       int k, int jv, int ks)
 {
     int arow[MR];
 #pragma unroll
@@ -67,7 +82,16 @@ inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int 
         acc[i] = (floatv)(0.0f);
         arow[i] = min(i, m - 1) * lda;
     }
-    int p = p0 + ks;
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        const int p = p0 + ks + u * KS;
+        if (p < k) {
+#pragma unroll
+            for (int i = 0; i < MR; i++)
+                acc[i] = fma((floatv)(a[arow[i] + p]), bp0[u], acc[i]);
+        }
+    }
+    int p = p0 + ks + UNROLL * KS;
     for (; p + (UNROLL - 1) * KS < k; p += UNROLL * KS) {
         floatv bp[UNROLL];
 #pragma unroll
@@ -88,20 +112,12 @@ inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int 
     }
 }
 
-/* acc[i] += scale * sum over q = ks, ks + KS, ... < r of h[i][q] * LB[q][jv]: the low-rank
- * term of LoRA, spread over the KS work-items of each column so that every work-item loads at
- * most ceil(r / KS) vectors of LB and strip_store's reduction adds them up with the rest. h
- * has rows of HSTRIDE floats in local memory and must be complete (after a barrier). */
-inline void strip_add_lowrank(floatv *acc, int m, const __local float *h, int hstride,
-                              const __global floatv *lb, int nv, int jv, int ks, int r,
-                              float scale)
+inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int m,
+                             const __global floatv *bv, int nv, int p0, int k, int jv, int ks)
 {
-    for (int q = ks; q < r; q += KS) {
-        const floatv bq = lb[q * nv + jv];
-#pragma unroll
-        for (int i = 0; i < MR; i++)
-            acc[i] = fma((floatv)(scale * h[min(i, m - 1) * hstride + q]), bq, acc[i]);
-    }
+    floatv bp[UNROLL];
+    strip_preload(bp, bv, nv, p0, k, jv, ks);
+    strip_accumulate_preloaded(acc, bp, a, lda, m, bv, nv, p0, k, jv, ks);
 }
 
 /* Adds the KS partial sums of each column and writes C[i][jv] = alpha * sum + beta * C[i][jv]

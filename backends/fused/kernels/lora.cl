@@ -24,8 +24,54 @@
  * over g to h * B, so the prologue shrinks by KG as well; the last group of the strip adds the
  * KG partials (strip_combine). The split path adds the whole h * B in group g = 0 only.
  *
+ * Order of the loads: every work-item first issues the first round of its W loads and its rows
+ * of B (strip_preload, strip_preload_lowrank), then the prologue's loads of A and x, so that the
+ * three memory latencies of a one-token call overlap instead of adding up.
+ *
  * Tuning parameters: TN, KS, VEC, MR, UNROLL, KG as gemv.cl.
  */
+/* The low-rank term of LoRA, scale * sum over q < r of h[i][q] * LB[q][jv], is spread over the
+ * KS work-items of each column: work-item ks takes q = ks, ks + KS, ..., so that it loads at
+ * most ceil(r / KS) vectors of LB and strip_store's reduction adds them up with the rest. The
+ * first LB_REGS of them are loaded ahead (strip_preload_lowrank), like strip_preload, so that
+ * their latency overlaps the other loads of the kernel. */
+#define LB_REGS_FIT ((RMAX + KS - 1) / KS)
+#define LB_REGS (LB_REGS_FIT < 8 ? LB_REGS_FIT : 8)
+
+inline void strip_preload_lowrank(floatv *lbq, const __global floatv *lb, int nv, int jv,
+                                  int ks, int r)
+{
+#pragma unroll
+    for (int t = 0; t < LB_REGS; t++) {
+        const int q = ks + t * KS;
+        lbq[t] = q < r ? lb[q * nv + jv] : (floatv)(0.0f);
+    }
+}
+
+/* acc[i] += scale * sum over the work-item's q of h[i][q] * LB[q][jv], the first LB_REGS rows
+ * from lbq. h has rows of HSTRIDE floats in local memory and must be complete (after a
+ * barrier). */
+inline void strip_add_lowrank(floatv *acc, const floatv *lbq, int m, const __local float *h,
+                              int hstride, const __global floatv *lb, int nv, int jv, int ks,
+                              int r, float scale)
+{
+#pragma unroll
+    for (int t = 0; t < LB_REGS; t++) {
+        const int q = ks + t * KS;
+        if (q < r) {
+#pragma unroll
+            for (int i = 0; i < MR; i++)
+                acc[i] = fma((floatv)(scale * h[min(i, m - 1) * hstride + q]), lbq[t], acc[i]);
+        }
+    }
+    for (int q = ks + LB_REGS * KS; q < r; q += KS) {
+        const floatv bq = lb[q * nv + jv];
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+            acc[i] = fma((floatv)(scale * h[min(i, m - 1) * hstride + q]), bq, acc[i]);
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __global float *x,
              const __global float *w, const __global float *a, const __global float *b,
@@ -34,18 +80,21 @@ lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __gl
     __local floatv red[RED_FLOATS / VEC];
     __local float h[MR * RMAX];
     __local int last;
-    const int lid = (int)get_local_id(0), nv = out / VEC;
+    const int lid = (int)get_local_id(0), nv = out / VEC, ks = lid / TN;
     int g, p0, p1;
     const int strip = strip_place(nv, in, &g, &p0, &p1);
+    const int jv0 = strip * TN, jv = min(jv0 + lid % TN, nv - 1);
+    const __global floatv *wv = (const __global floatv *)w, *bv = (const __global floatv *)b;
+    /* W's first round and B's rows go in flight before the prologue waits on A */
+    floatv wp[UNROLL], bq[LB_REGS];
+    strip_preload(wp, wv, nv, p0, p1, jv, ks);
+    strip_preload_lowrank(bq, bv, nv, jv, ks, r);
     if (r > 0)
         lowrank_h(x, tokens, in, p0, p1, a, r, rp, h, (__local float *)red, lid);
-    const int jv0 = strip * TN, jv = jv0 + lid % TN;
     __global floatv *parts = (__global floatv *)part + (size_t)strip * (KG * MR * TN);
     floatv acc[MR];
-    strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, p0, p1,
-                     min(jv, nv - 1), lid / TN);
-    strip_add_lowrank(acc, tokens, h, RMAX, (const __global floatv *)b, nv, min(jv, nv - 1),
-                      lid / TN, r, scale);
+    strip_accumulate_preloaded(acc, wp, x, in, tokens, wv, nv, p0, p1, jv, ks);
+    strip_add_lowrank(acc, bq, tokens, h, RMAX, bv, nv, jv, ks, r, scale);
     strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y,
                 parts + g * (MR * TN));
     if (KG > 1)
@@ -78,6 +127,14 @@ lora_forward_split(int tokens, int in, int out, int r, int parts, float scale,
     __local float h[MR * RMAX];
     __local int last;
     const int lid = (int)get_local_id(0), nv = out / VEC;
+    int g, p0, p1;
+    const int strip = strip_place(nv, in, &g, &p0, &p1), ks = lid / TN;
+    const int jv0 = strip * TN, jv = min(jv0 + lid % TN, nv - 1);
+    const __global floatv *wv = (const __global floatv *)w, *bv = (const __global floatv *)b;
+    __global floatv *kp = (__global floatv *)kpart + (size_t)strip * (KG * MR * TN);
+    floatv wp[UNROLL], bq[LB_REGS];
+    strip_preload(wp, wv, nv, p0, p1, jv, ks);
+    strip_preload_lowrank(bq, bv, nv, jv, ks, g == 0 ? r : 0);
     for (int e = lid; e < tokens * RMAX; e += GROUP) {
         if (e % RMAX < r) {
             float s = 0.0f;
@@ -86,17 +143,11 @@ lora_forward_split(int tokens, int in, int out, int r, int parts, float scale,
             h[e] = s;
         }
     }
-    int g, p0, p1;
-    const int strip = strip_place(nv, in, &g, &p0, &p1);
-    const int jv0 = strip * TN, jv = jv0 + lid % TN;
-    __global floatv *kp = (__global floatv *)kpart + (size_t)strip * (KG * MR * TN);
     floatv acc[MR];
-    strip_accumulate(acc, x, in, tokens, (const __global floatv *)w, nv, p0, p1,
-                     min(jv, nv - 1), lid / TN);
+    strip_accumulate_preloaded(acc, wp, x, in, tokens, wv, nv, p0, p1, jv, ks);
     barrier(CLK_LOCAL_MEM_FENCE); /* h complete */
     if (g == 0)
-        strip_add_lowrank(acc, tokens, h, RMAX, (const __global floatv *)b, nv,
-                          min(jv, nv - 1), lid / TN, r, scale);
+        strip_add_lowrank(acc, bq, tokens, h, RMAX, bv, nv, jv, ks, r, scale);
     strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y,
                 kp + g * (MR * TN));
     if (KG > 1)

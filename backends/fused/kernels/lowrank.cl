@@ -7,7 +7,7 @@
  * Work decomposition: the GROUP work-items form rp (r rounded up to a power of two) columns
  * by GROUP / rp k-slices: work-item (q, s) sums X[i][p] * A[p][q] over p = s, s + GROUP / rp,
  * ... for every row i (A reads are coalesced across q, X reads are broadcasts), then the
- * k-slices are added in a tree through local memory, HCH rows at a time.
+ * k-slices are added in a tree through local memory, HCH rows at a time, up to 8 per step.
  * Reads: A once and X once per work-group (both small, from cache); writes only local memory.
  * GROUP must be a power of two of at least 64.
  */
@@ -50,13 +50,20 @@ inline void lowrank_h(const __global float *x, int m, int in, int p0, int p1,
             if (c0 + i < MR)
                 red[i * GROUP + lid] = acc[c0 + i];
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int w = ns / 2; w > 0; w >>= 1) {
-            if (s < w) {
+        /* up to 8 slices added per step, as strip_store does: log8(ns) barriers */
+        for (int wdt = ns; wdt > 1;) {
+            const int nw = wdt >= 8 ? wdt / 8 : 1, fan = wdt / nw;
+            if (s < nw) {
 #pragma unroll
-                for (int i = 0; i < HCH; i++)
-                    red[i * GROUP + lid] += red[i * GROUP + lid + w * rp];
+                for (int i = 0; i < HCH; i++) {
+                    float sum = red[i * GROUP + lid];
+                    for (int f = 1; f < fan; f++)
+                        sum += red[i * GROUP + lid + f * nw * rp];
+                    red[i * GROUP + lid] = sum;
+                }
             }
             barrier(CLK_LOCAL_MEM_FENCE);
+            wdt = nw;
         }
         if (lid < rp && q < r) {
 #pragma unroll
