@@ -55,14 +55,18 @@ tool_effort hd__tool_effort(tool_level level)
 {
     switch (level) {
     case LEVEL_QUICK:
-        return (tool_effort){.variants = 2,
+        return (tool_effort){.variants = 3,
+                             .clblast_sets = 1,
+                             .confirm_rounds = 1,
                              .budget_s = 0.03,
                              .min_runs = 3,
                              .case_target_s = 2.0,
                              .cpu_limit_s = 0.02,
                              .run_target_s = 75.0};
     case LEVEL_FULL:
-        return (tool_effort){.variants = 24,
+        return (tool_effort){.variants = 64,
+                             .clblast_sets = 23,
+                             .confirm_rounds = 5,
                              .budget_s = 0.3,
                              .min_runs = 10,
                              .case_target_s = 120.0,
@@ -71,7 +75,9 @@ tool_effort hd__tool_effort(tool_level level)
     case LEVEL_DEFAULT:
         break;
     }
-    return (tool_effort){.variants = 5,
+    return (tool_effort){.variants = 64,
+                         .clblast_sets = 4,
+                         .confirm_rounds = 3,
                          .budget_s = 0.08,
                          .min_runs = 5,
                          .case_target_s = 12.0,

@@ -24,7 +24,9 @@ typedef enum tool_level { LEVEL_QUICK, LEVEL_DEFAULT, LEVEL_FULL } tool_level;
 
 /* How much effort a level spends per case. */
 typedef struct tool_effort {
-    size_t variants;      /* per backend, the default parameters included */
+    size_t variants;      /* kernel variants per backend, its defaults not counted */
+    size_t clblast_sets;  /* CLBlast parameter sets (each a CLBlast build), defaults not counted */
+    unsigned confirm_rounds; /* interleaved re-timings of the finalists (0: none) */
     double budget_s;      /* timing budget per candidate */
     unsigned min_runs;    /* samples per candidate at least */
     double case_target_s; /* stop trying further variants of a case past this */

@@ -1,8 +1,8 @@
 /*
  * Tuning one case: random inputs, the float64 reference check of every candidate (each backend
  * that takes the case, with its default parameters and the variants it lists), device-event
- * timing of the correct ones (median after warm-up), and the record of the winner with its
- * margin over the best candidate of another backend.
+ * timing of the correct ones (median after warm-up), a confirming re-timing of the finalists,
+ * and the record of the winner with its margin over the best candidate of another backend.
  *
  * Candidates run through the backend's op slot directly, as the dispatcher would run them
  * (argument check, inputs made resident at the backend's place, the variant in the arguments),
@@ -222,7 +222,8 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
             continue;
         cand[count++] = (candidate){.backend = (hd_backend)b};
         const hd_backend_impl *impl = ctx->backends[b];
-        size_t max = e->variants > 1 ? e->variants - 1 : 0;
+        /* CLBlast's sets each cost a CLBlast build; the library's own kernels build fast */
+        size_t max = b == HD_BACKEND_CLBLAST ? e->clblast_sets : e->variants;
         if (max > MAX_VARIANTS)
             max = MAX_VARIANTS;
         size_t n = impl->variants != NULL && max > 0
@@ -232,6 +233,28 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
             cand[count++] = (candidate){.backend = (hd_backend)b, .variant = variants[i]};
     }
     return count;
+}
+
+/* The median device time of the candidate d names, within budget_s; false if timing failed. */
+static bool time_one(hd_context *ctx, tune_data *d, const tool_effort *e, double budget_s,
+                     double *median_s)
+{
+    hd_measure_config cfg;
+    hd__measure_config_init(&cfg, HD_MEASURE_DEVICE);
+    cfg.warmup = 2;
+    cfg.min_runs = e->min_runs;
+    cfg.max_runs = 1000;
+    cfg.budget_s = budget_s;
+    hd_measure_result r;
+    if (hd__measure(ctx, &cfg, run_candidate, d, &r) != HD_OK)
+        return false;
+    *median_s = r.median_s;
+    return true;
+}
+
+static const char *variant_text(const candidate *c)
+{
+    return c->variant ? c->variant : "-";
 }
 
 /* Checks and times the candidates on d; the index of the fastest correct one, or -1. why gets
@@ -252,7 +275,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (!candidate_correct(ctx, d, fail, sizeof fail, &first_s)) {
             if (verbose)
                 fprintf(stderr, "  %s %s: rejected: %s\n", hd_backend_name(d->backend),
-                        d->variant ? d->variant : "-", fail);
+                        variant_text(&cand[i]), fail);
             if (why[0] == '\0')
                 snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
             continue;
@@ -260,28 +283,96 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         /* Far slower than the best so far on its first call: not worth a full timing. */
         if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05)
             continue;
-        hd_measure_config cfg;
-        hd__measure_config_init(&cfg, HD_MEASURE_DEVICE);
-        cfg.warmup = 2;
-        cfg.min_runs = e->min_runs;
-        cfg.max_runs = 1000;
-        cfg.budget_s = e->budget_s;
-        hd_measure_result r;
-        if (hd__measure(ctx, &cfg, run_candidate, d, &r) != HD_OK) {
+        double median_s;
+        if (!time_one(ctx, d, e, e->budget_s, &median_s)) {
             if (verbose)
                 fprintf(stderr, "  %s %s: timing failed: %s\n", hd_backend_name(d->backend),
-                        d->variant ? d->variant : "-", hd_context_last_error(ctx));
+                        variant_text(&cand[i]), hd_context_last_error(ctx));
             continue;
         }
         cand[i].ok = true;
-        cand[i].median_s = r.median_s;
+        cand[i].median_s = median_s;
         if (verbose)
             fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d->backend),
-                    r.median_s * 1e6, d->variant ? d->variant : "-");
-        if (best < 0 || r.median_s < cand[best].median_s)
+                    median_s * 1e6, variant_text(&cand[i]));
+        if (best < 0 || median_s < cand[best].median_s)
             best = (int)i;
     }
     return best;
+}
+
+#define FINALISTS 4
+/* A variant must beat its backend's defaults by more than this to be recorded. */
+#define PREFER_DEFAULTS 0.02
+
+/*
+ * The first pass times each candidate once, minutes apart from the others: on small ops the
+ * differences between the best few are within the drift of the device, and the minimum of
+ * dozens of noisy medians favours whichever was lucky. So the finalists (the three fastest and
+ * the winner's backend with its defaults) are timed again, in turn, confirm_rounds times; each
+ * finalist's time becomes the median of its first and confirming medians. A variant then wins
+ * only if it beats its backend's defaults by more than PREFER_DEFAULTS: the defaults need no
+ * extra program and, for CLBlast, no parameter swap at the call. Returns the winner.
+ */
+static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
+                        candidate *cand, size_t count, int best)
+{
+    int fin[FINALISTS];
+    size_t nfin = 0;
+    for (size_t round = 0; round < FINALISTS - 1; round++) {
+        int next = -1;
+        for (size_t i = 0; i < count; i++) {
+            bool taken = false;
+            for (size_t f = 0; f < nfin; f++)
+                taken |= fin[f] == (int)i;
+            if (cand[i].ok && !taken && (next < 0 || cand[i].median_s < cand[next].median_s))
+                next = (int)i;
+        }
+        if (next >= 0)
+            fin[nfin++] = next;
+    }
+    int defaults = -1;
+    for (size_t i = 0; i < count; i++)
+        if (cand[i].ok && cand[i].backend == cand[best].backend && cand[i].variant == NULL)
+            defaults = (int)i;
+    bool have_defaults = false;
+    for (size_t f = 0; f < nfin; f++)
+        have_defaults |= fin[f] == defaults;
+    if (defaults >= 0 && !have_defaults)
+        fin[nfin++] = defaults;
+    if (e->confirm_rounds == 0 || nfin < 2)
+        return best;
+
+    double samples[FINALISTS][1 + 8];
+    size_t taken[FINALISTS];
+    for (size_t f = 0; f < nfin; f++) {
+        samples[f][0] = cand[fin[f]].median_s;
+        taken[f] = 1;
+    }
+    unsigned rounds = e->confirm_rounds < 8 ? e->confirm_rounds : 8;
+    for (unsigned r = 0; r < rounds && !hd__tool_interrupted; r++) {
+        for (size_t f = 0; f < nfin; f++) {
+            d->backend = cand[fin[f]].backend;
+            d->variant = cand[fin[f]].variant;
+            double median_s;
+            if (time_one(ctx, d, e, e->budget_s / 2, &median_s))
+                samples[f][taken[f]++] = median_s;
+        }
+    }
+    int winner = -1;
+    for (size_t f = 0; f < nfin; f++) {
+        candidate *c = &cand[fin[f]];
+        c->median_s = hd__measure_median(samples[f], taken[f]);
+        if (verbose)
+            fprintf(stderr, "  confirmed %-14s %10.2f us  %s\n", hd_backend_name(c->backend),
+                    c->median_s * 1e6, variant_text(c));
+        if (winner < 0 || c->median_s < cand[winner].median_s)
+            winner = fin[f];
+    }
+    if (defaults >= 0 && winner != defaults && cand[winner].backend == cand[defaults].backend &&
+        cand[defaults].median_s <= cand[winner].median_s * (1.0 + PREFER_DEFAULTS))
+        winner = defaults;
+    return winner;
 }
 
 /* The record of the winner, with its margin over the best candidate of another backend. */
@@ -339,6 +430,8 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         return false;
     }
     int best = time_candidates(ctx, &d, e, verbose, cand, count, why, why_size);
+    if (best >= 0)
+        best = confirm_best(ctx, &d, e, verbose, cand, count, best);
     free_data(&d);
     if (best < 0) {
         if (why[0] == '\0')
