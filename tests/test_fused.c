@@ -542,17 +542,27 @@ static void test_gemv_default_k_groups(void **state)
     hd_fused_params p;
     const hd_lora_args l2048 = {.tokens = 1, .in = 2048, .out = 2048, .rank = 8};
     const hd_lora_args l512 = {.tokens = 1, .in = 512, .out = 512, .rank = 8};
+    /* one token: 32 wide strips (16 vectors) of 2048 columns, split 16 ways over k */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 1, &l2048, &p), HD_OK);
-    assert_int_equal(p.kg, 4);
+    assert_int_equal(p.tn, 16);
+    assert_int_equal(p.split, 0);
+    assert_int_equal(p.kg, 16);
     const hd_lora_args l16 = {.tokens = 16, .in = 2048, .out = 2048, .rank = 8};
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 16, &l16, &p), HD_OK);
+    assert_int_equal(p.tn, 4);
     assert_int_equal(p.kg, 1);
+    /* rank 64: one launch for one token, x*A in its own launch for several */
     const hd_lora_args l64 = {.tokens = 1, .in = 2048, .out = 2048, .rank = 64};
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 1, &l64, &p), HD_OK);
+    assert_int_equal(p.split, 0);
+    assert_int_equal(p.kg, 16);
+    const hd_lora_args l64x4 = {.tokens = 4, .in = 2048, .out = 2048, .rank = 64};
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 4, &l64x4, &p), HD_OK);
     assert_true(p.split > 0);
     assert_int_equal(p.kg, 1);
+    /* 8 strips; k-groups stop where a work-item would get less than one round (16 x 4 rows) */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 512, 512, 1, &l512, &p), HD_OK);
-    assert_int_equal(p.kg, 1);
+    assert_int_equal(p.kg, 8);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 4);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 16, NULL, &p), HD_OK);

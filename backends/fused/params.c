@@ -186,13 +186,14 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
 }
 
 /* The split of the LoRA x*A pass when the variant leaves it open. One launch recomputes h in
- * every work-group (in * r reads of A each, mostly latency); a second launch costs a few µs.
- * Measured on an H100, one token at 1024², 200 calls queued: r = 32 one launch 9.0 µs, split
- * 10.6–12; r = 64 one launch 12.9 µs, split 10.2–10.6 whatever the split count (4..64). So
- * split above r = 32, about 256 rows of A per work-group. */
+ * every work-group; a second launch costs a fixed time per call. With one token the wide-strip
+ * default below keeps the prologue short at every rank (H100, device time of one call: 1024²
+ * r = 64 one launch 9.2 µs, split 22.4 µs), so it never splits. Several tokens keep the
+ * strip of the GEMM: measured on an H100 at r = 64, one launch 12.9 µs and split 10.2-10.6 µs
+ * (one token, 200 calls queued), so split above r = 32, about 256 rows of A per work-group. */
 static int default_split(const hd_lora_args *l)
 {
-    if (l->rank <= 32 || l->in < 256)
+    if (l->tokens <= 1 || l->rank <= 32 || l->in < 256)
         return 0;
     size_t s = hd__fused_pow2_ceil(l->in / 256);
     return s > 32 ? 32 : (int)s;
@@ -229,15 +230,21 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
         return s;
     if (p->vec == 0 || n % 4 != 0)
         p->vec = n % 4 == 0 ? 4 : 1;
-    /* Measured on an H100 (1x4096x4096 GEMM, one-token LoRA 512..2048, r 4..64): strips of
-     * 4 vectors by 64 k-slices were fastest or within 5% everywhere; GEMM gains from 16
-     * loads in flight per work-item, LoRA (whose prologue shares the registers) from 8. */
+    /* Measured on an H100, device time per call. GEMM 1x4096x4096: strips of 4 vectors by 64
+     * k-slices with 16 loads in flight per work-item, 30.2 µs, every other strip within 0.3 µs
+     * or slower. One-token LoRA: every work-group recomputes its k-range of x*A, so few wide
+     * strips (16 vectors, 16 k-slices, 4 loads per round) split many ways over k (KG below)
+     * keep that prologue short: 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 %
+     * of the fastest variant of each shape, where the GEMM's strip took 8.2-12.5 µs in one
+     * launch and 22.4 µs split (r = 64). LoRA with more tokens keeps the GEMM's strip with 8
+     * loads per round (the rows share the registers). */
+    const bool wide = needs_rank && rows <= 1;
     if (p->tn == 0)
-        p->tn = 4;
+        p->tn = wide ? 16 : 4;
     if (p->ks == 0)
         p->ks = 256 / p->tn > 0 ? 256 / p->tn : 1;
     if (p->unroll == 0)
-        p->unroll = needs_rank ? 8 : 16;
+        p->unroll = wide ? 4 : needs_rank ? 8 : 16;
     if (!needs_rank && p->split >= 0)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: SPLIT applies to LoRA only");
     if (needs_rank && p->split < 0)

@@ -56,42 +56,12 @@
 #error "TN * KS * VEC must be at most 4096"
 #endif
 
-/* The first round of strip_accumulate's loads, issued on their own so that a kernel can put
- * other loads in flight before it waits for these: bp[u] = B[p0 + ks + u * KS][jv], zero for
- * rows at or past k. */
-inline void strip_preload(floatv *bp, const __global floatv *bv, int nv, int p0, int k, int jv,
-                          int ks)
+/* acc[i] += sum over p = p0, p0 + KS, ... < k of A[i][p] * B[p][jv] (vectors), for i < MR,
+ * where arow[i] is the offset of row i of A; UNROLL loads of B issued before their FMAs. */
+inline void strip_accumulate_from(floatv *acc, const int *arow, const __global float *a,
+                                  const __global floatv *bv, int nv, int p0, int k, int jv)
 {
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++) {
-        const int p = p0 + ks + u * KS;
-        bp[u] = p < k ? bv[p * nv + jv] : (floatv)(0.0f);
-    }
-}
-
-/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < k of A[i][p] * B[p][jv] (vectors), for
- * i < MR, with the first UNROLL rows of the work-item already loaded by strip_preload; rows at
- * or beyond m repeat row m - 1 and are discarded by strip_store. */
-inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp0, const __global float *a,
-                                       int lda, int m, const __global floatv *bv, int nv, int p0,
-                                       int k, int jv, int ks)
-{
-    int arow[MR];
-#pragma unroll
-    for (int i = 0; i < MR; i++) {
-        acc[i] = (floatv)(0.0f);
-        arow[i] = min(i, m - 1) * lda;
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++) {
-        const int p = p0 + ks + u * KS;
-        if (p < k) {
-#pragma unroll
-            for (int i = 0; i < MR; i++)
-                acc[i] = fma((floatv)(a[arow[i] + p]), bp0[u], acc[i]);
-        }
-    }
-    int p = p0 + ks + UNROLL * KS;
+    int p = p0;
     for (; p + (UNROLL - 1) * KS < k; p += UNROLL * KS) {
         floatv bp[UNROLL];
 #pragma unroll
@@ -112,12 +82,55 @@ inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp0, const __g
     }
 }
 
+/* Zeroes acc and sets the row offsets of A: rows at or beyond m repeat row m - 1 and are
+ * discarded by strip_store. */
+inline void strip_start(floatv *acc, int *arow, int lda, int m)
+{
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        acc[i] = (floatv)(0.0f);
+        arow[i] = min(i, m - 1) * lda;
+    }
+}
+
+/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < k of A[i][p] * B[p][jv], for i < MR. */
 inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int m,
                              const __global floatv *bv, int nv, int p0, int k, int jv, int ks)
 {
-    floatv bp[UNROLL];
-    strip_preload(bp, bv, nv, p0, k, jv, ks);
-    strip_accumulate_preloaded(acc, bp, a, lda, m, bv, nv, p0, k, jv, ks);
+    int arow[MR];
+    strip_start(acc, arow, lda, m);
+    strip_accumulate_from(acc, arow, a, bv, nv, p0 + ks, k, jv);
+}
+
+/* The same sum in two steps, for a kernel that puts other loads in flight between them:
+ * strip_preload issues the work-item's first UNROLL loads of B (bp[u] = B[p0 + ks + u * KS][jv],
+ * zero at or past k); strip_accumulate_preloaded uses them and goes on from there. */
+inline void strip_preload(floatv *bp, const __global floatv *bv, int nv, int p0, int k, int jv,
+                          int ks)
+{
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        const int p = p0 + ks + u * KS;
+        bp[u] = p < k ? bv[p * nv + jv] : (floatv)(0.0f);
+    }
+}
+
+inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp, const __global float *a,
+                                       int lda, int m, const __global floatv *bv, int nv, int p0,
+                                       int k, int jv, int ks)
+{
+    int arow[MR];
+    strip_start(acc, arow, lda, m);
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        const int p = p0 + ks + u * KS;
+        if (p < k) {
+#pragma unroll
+            for (int i = 0; i < MR; i++)
+                acc[i] = fma((floatv)(a[arow[i] + p]), bp[u], acc[i]);
+        }
+    }
+    strip_accumulate_from(acc, arow, a, bv, nv, p0 + ks + UNROLL * KS, k, jv);
 }
 
 /* Adds the KS partial sums of each column and writes C[i][jv] = alpha * sum + beta * C[i][jv]
