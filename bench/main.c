@@ -20,13 +20,14 @@
 #include "dispatch/error.h"
 
 #define MAX_SUITES 8
+#define MAX_ROUNDS 16
 
 typedef struct options {
     const char *suites[MAX_SUITES];
     int suite_count;
     bool modes[HD_MEASURE_MODE_COUNT];
     bool backends[HD_BACKEND_COUNT];
-    unsigned warmup, repeats, max_runs, chain;
+    unsigned warmup, repeats, max_runs, chain, rounds;
     double budget_ms, peak_gflops, max_elements, case_budget_s;
     bool csv, list_cases, quiet, cpu_only;
     const char *json_path, *csv_path, *compare_path, *ours_path, *compare_mode, *device;
@@ -43,6 +44,9 @@ static void usage(FILE *f)
           "  --repeats N         at least N timed runs per mode (default 5)\n"
           "  --max-runs N        at most N timed runs per mode (default 1000)\n"
           "  --budget-ms MS      stop repeating a mode after MS milliseconds (default 300)\n"
+          "  --rounds N          time the backends of a case in turn, N rounds per mode, each\n"
+          "                      with 1/N of the runs and budget; report the median of the\n"
+          "                      rounds' medians (default 3, at most 16)\n"
           "  --warmup N          untimed calls before timing (default 3, at least one per input "
           "set)\n"
           "  --chain N           ops per chain sample (default: enough for ~2 ms, 4..256)\n"
@@ -131,7 +135,8 @@ static bool parse_number(const char *opt, const char *arg, double *out)
 static int parse_options(int argc, char **argv, options *o)
 {
     *o = (options){
-        .warmup = 3, .repeats = 5, .max_runs = 1000, .budget_ms = 300, .case_budget_s = -1};
+        .warmup = 3, .repeats = 5, .max_runs = 1000, .rounds = 3, .budget_ms = 300,
+        .case_budget_s = -1};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     o->seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
@@ -154,6 +159,8 @@ static int parse_options(int argc, char **argv, options *o)
             o->max_runs = num < 1 ? 1 : (unsigned)num;
         } else if (strcmp(a, "--budget-ms") == 0 && (ok = parse_number(a, v, &num))) {
             o->budget_ms = num;
+        } else if (strcmp(a, "--rounds") == 0 && (ok = parse_number(a, v, &num))) {
+            o->rounds = num < 1 ? 1 : num > MAX_ROUNDS ? MAX_ROUNDS : (unsigned)num;
         } else if (strcmp(a, "--warmup") == 0 && (ok = parse_number(a, v, &num))) {
             o->warmup = (unsigned)num;
         } else if (strcmp(a, "--chain") == 0 && (ok = parse_number(a, v, &num))) {
@@ -343,14 +350,15 @@ static int backend_count(const options *o)
 }
 
 /* Seconds one backend takes on a case whose op takes op_s: a check, then per mode the larger
- * of the time budget and the minimum calls. */
+ * of the time budget and the minimum calls (with the warm-up of every round). */
 static double estimate_backend_s(const bench_state *st, double op_s)
 {
     double total = op_s * (1 + st->o->warmup);
     for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
         if (!st->o->modes[m])
             continue;
-        double calls = st->o->repeats * (m == HD_MEASURE_CHAIN ? 2.0 : 1.0) + st->o->warmup;
+        double calls = st->o->repeats * (m == HD_MEASURE_CHAIN ? 2.0 : 1.0) +
+                       (double)st->o->warmup * st->o->rounds;
         double t = calls * op_s;
         total += t > st->o->budget_ms * 1e-3 ? t : st->o->budget_ms * 1e-3;
     }
@@ -390,50 +398,111 @@ static void add_note_record(bench_state *st, const char *suite, const hd_bench_c
     snprintf(r->note, sizeof r->note, "%s", note);
 }
 
-static void measure_modes(bench_state *st, hd_bench_instance *inst, hd_bench_record *r,
-                          hd_backend forced)
+/* What the rounds of one mode gathered for one backend of a case. */
+typedef struct round_samples {
+    double median_s[MAX_ROUNDS];
+    unsigned count;
+    hd_measure_result all; /* min, max, runs and the rest, over the rounds */
+} round_samples;
+
+/* One round of mode m for the backend of record r: a share of the runs and of the budget.
+ * False (with the record's state and note set) when the backend failed or fell back. */
+static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_record *r,
+                          hd_backend b, hd_measure_mode m, double last_median, round_samples *rs)
 {
-    double last_median = 0.0;
+    const unsigned rounds = st->o->rounds;
+    progress("[%zu/%zu] %s: %s on %s, %s, round %u of %u", st->done + 1, st->total, r->suite,
+             r->name, r->backend, hd__measure_mode_name(m), rs->count + 1, rounds);
+    if (hd_context_set_backend(st->ctx, r->c.op, b) != HD_OK) {
+        r->state = HD_BENCH_ERROR;
+        snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
+        return false;
+    }
+    hd_measure_config cfg;
+    hd__measure_config_init(&cfg, m);
+    /* the calls before each round also undo what the other backends' rounds moved or swapped */
+    cfg.warmup = st->o->warmup;
+    cfg.min_runs = (st->o->repeats + rounds - 1) / rounds;
+    cfg.max_runs = (st->o->max_runs + rounds - 1) / rounds;
+    cfg.budget_s = st->o->budget_ms * 1e-3 / rounds;
+    cfg.chain_length = st->o->chain;
+    /* A chain of slow ops adds nothing but time: two are enough to overlap the wait. */
+    if (m == HD_MEASURE_CHAIN && cfg.chain_length == 0 && last_median > 0.05)
+        cfg.chain_length = 2;
+    cfg.input_sets = inst->sets;
+    hd_measure_result res;
+    hd_status s = hd__measure(st->ctx, &cfg, hd__bench_instance_run, inst, &res);
+    hd_context_set_backend(st->ctx, r->c.op, HD_BACKEND_AUTO);
+    if (s != HD_OK) {
+        r->state = HD_BENCH_ERROR;
+        snprintf(r->note, sizeof r->note, "%s mode: %s", hd__measure_mode_name(m),
+                 hd_context_last_error(st->ctx));
+        return false;
+    }
+    if (b != HD_BACKEND_AUTO && res.ran_on != b) {
+        r->state = HD_BENCH_NA;
+        snprintf(r->note, sizeof r->note, "fell back to %s while timing",
+                 hd_backend_name(res.ran_on));
+        return false;
+    }
+    if (rs->count == 0) {
+        rs->all = res;
+    } else {
+        rs->all.min_s = fmin(rs->all.min_s, res.min_s);
+        rs->all.max_s = fmax(rs->all.max_s, res.max_s);
+        rs->all.runs += res.runs;
+        rs->all.host_timed |= res.host_timed;
+        rs->all.ran_on = res.ran_on; /* auto's choice may change: the last one is reported */
+    }
+    rs->median_s[rs->count++] = res.median_s;
+    return true;
+}
+
+/*
+ * Times the backends that passed their check (records first[0..n), backend of each in bs),
+ * mode by mode. The backends take turns, one round each, rounds times over: a drift of the
+ * device (clocks, temperature, other work on the host) then shows in every backend's figures
+ * alike instead of favouring whichever was timed in a quiet moment, which matters when auto
+ * and the backend it picks run the same kernel. Each mode reports the median of the rounds'
+ * medians, the extremes and the number of runs over all rounds.
+ */
+static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t *record_index,
+                         const hd_backend *bs, size_t n)
+{
+    double last_median[HD_BACKEND_COUNT + 1] = {0.0};
     for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
         if (!st->o->modes[m])
             continue;
-        progress("[%zu/%zu] %s: %s on %s, %s", st->done + 1, st->total, r->suite, r->name,
-                 r->backend, hd__measure_mode_name((hd_measure_mode)m));
-        hd_measure_config cfg;
-        hd__measure_config_init(&cfg, (hd_measure_mode)m);
-        cfg.warmup = st->o->warmup;
-        cfg.min_runs = st->o->repeats;
-        cfg.max_runs = st->o->max_runs;
-        cfg.budget_s = st->o->budget_ms * 1e-3;
-        cfg.chain_length = st->o->chain;
-        /* A chain of slow ops adds nothing but time: two are enough to overlap the wait. */
-        if (m == HD_MEASURE_CHAIN && cfg.chain_length == 0 && last_median > 0.05)
-            cfg.chain_length = 2;
-        cfg.input_sets = inst->sets;
-        hd_status s = hd__measure(st->ctx, &cfg, hd__bench_instance_run, inst, &r->m[m]);
-        if (s != HD_OK) {
-            r->state = HD_BENCH_ERROR;
-            snprintf(r->note, sizeof r->note, "%s mode: %s",
-                     hd__measure_mode_name((hd_measure_mode)m), hd_context_last_error(st->ctx));
-            return;
+        round_samples rs[HD_BACKEND_COUNT + 1];
+        memset(rs, 0, sizeof rs);
+        for (unsigned round = 0; round < st->o->rounds; round++) {
+            for (size_t i = 0; i < n; i++) {
+                hd_bench_record *r = &st->run->records[record_index[i]];
+                if (r->state == HD_BENCH_OK)
+                    measure_round(st, inst, r, bs[i], (hd_measure_mode)m, last_median[i], &rs[i]);
+            }
         }
-        if (forced != HD_BACKEND_AUTO && r->m[m].ran_on != forced) {
-            r->state = HD_BENCH_NA;
-            snprintf(r->note, sizeof r->note, "fell back to %s while timing",
-                     hd_backend_name(r->m[m].ran_on));
-            return;
+        for (size_t i = 0; i < n; i++) {
+            hd_bench_record *r = &st->run->records[record_index[i]];
+            if (r->state != HD_BENCH_OK || rs[i].count == 0)
+                continue;
+            r->m[m] = rs[i].all;
+            r->m[m].median_s = hd__measure_median(rs[i].median_s, rs[i].count);
+            r->have[m] = true;
+            last_median[i] = r->m[m].median_s;
         }
-        r->have[m] = true;
-        last_median = r->m[m].median_s;
     }
 }
 
-static void run_backend(bench_state *st, hd_bench_instance *inst, const char *suite,
-                        const char *name, hd_backend b)
+/* Adds the record of backend b on the case and checks its result; true when it is to be
+ * timed. */
+static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *suite,
+                          const char *name, hd_backend b, size_t *index)
 {
     hd_bench_record *r = hd__bench_record_add(st->run);
     if (r == NULL)
-        return;
+        return false;
+    *index = (size_t)(r - st->run->records);
     r->suite = suite;
     r->c = inst->c;
     snprintf(r->name, sizeof r->name, "%s", name);
@@ -442,18 +511,19 @@ static void run_backend(bench_state *st, hd_bench_instance *inst, const char *su
     if (b != HD_BACKEND_AUTO && !hd_context_has_backend(st->ctx, b)) {
         r->state = HD_BENCH_NA;
         snprintf(r->note, sizeof r->note, "not available on this machine");
-        return;
+        return false;
     }
     if (hd_context_set_backend(st->ctx, op, b) != HD_OK) {
         r->state = HD_BENCH_NA;
         snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
-        return;
+        return false;
     }
     progress("[%zu/%zu] %s: %s on %s, check", st->done + 1, st->total, suite, name, r->backend);
     double t0 = hd__measure_now();
     hd_status s = hd__bench_instance_check(inst, &r->check);
     double check_s = hd__measure_now() - t0;
     r->ran_on = hd_context_last_backend(st->ctx);
+    hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
     /* A backend far slower than the estimate (PoCL running CLBlast, say) is caught here, by
      * the time its checked call really took. */
     double limit = case_limit_s(st) / backend_count(st->o);
@@ -475,9 +545,9 @@ static void run_backend(bench_state *st, hd_bench_instance *inst, const char *su
                  "est. %.0f s > budget %.0f s (one checked call took %.2f s; --case-budget-s)", est,
                  limit, check_s);
     } else {
-        measure_modes(st, inst, r, b);
+        return true;
     }
-    hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
+    return false;
 }
 
 static void run_case(bench_state *st, const char *suite, const hd_bench_case *c, size_t index)
@@ -506,11 +576,16 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
         add_note_record(st, suite, c, name, "-", HD_BENCH_ERROR, note);
         return;
     }
-    for (int b = HD_BACKEND_AUTO + 1; b < HD_BACKEND_COUNT; b++)
-        if (st->o->backends[b])
-            run_backend(st, &inst, suite, name, (hd_backend)b);
-    if (st->o->backends[HD_BACKEND_AUTO])
-        run_backend(st, &inst, suite, name, HD_BACKEND_AUTO);
+    /* every forced backend, then auto */
+    size_t record_index[HD_BACKEND_COUNT + 1];
+    hd_backend timed[HD_BACKEND_COUNT + 1];
+    size_t n = 0;
+    for (int i = 1; i <= HD_BACKEND_COUNT; i++) {
+        hd_backend b = (hd_backend)(i % HD_BACKEND_COUNT);
+        if (st->o->backends[b] && check_backend(st, &inst, suite, name, b, &record_index[n]))
+            timed[n++] = b;
+    }
+    measure_case(st, &inst, record_index, timed, n);
     hd__bench_instance_destroy(&inst);
 }
 
@@ -592,6 +667,7 @@ static int run_suites(const options *o)
     hd_bench_run run = {.warmup = o->warmup,
                         .min_runs = o->repeats,
                         .max_runs = o->max_runs,
+                        .rounds = o->rounds,
                         .budget_ms = o->budget_ms,
                         .seed = o->seed};
     memcpy(run.modes, o->modes, sizeof run.modes);

@@ -302,9 +302,9 @@ static void json_header(FILE *f, const hd_bench_run *run)
         }
     }
     fprintf(f,
-            "], \"warmup\": %u, \"min_runs\": %u, \"max_runs\": %u, \"seed\": %llu, "
-            "\"budget_ms\": ",
-            run->warmup, run->min_runs, run->max_runs, run->seed);
+            "], \"warmup\": %u, \"min_runs\": %u, \"max_runs\": %u, \"rounds\": %u, "
+            "\"seed\": %llu, \"budget_ms\": ",
+            run->warmup, run->min_runs, run->max_runs, run->rounds, run->seed);
     json_number(f, run->budget_ms);
     fputs("},\n", f);
 }

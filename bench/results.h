@@ -45,7 +45,7 @@ typedef struct hd_bench_run {
     hd_bench_roofline roof;
     const char *device_name, *device_driver, *device_platform, *device_kind;
     bool modes[HD_MEASURE_MODE_COUNT];
-    unsigned warmup, min_runs, max_runs;
+    unsigned warmup, min_runs, max_runs, rounds;
     double budget_ms;
     unsigned long long seed;
     char date[32];
