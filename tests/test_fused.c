@@ -468,8 +468,8 @@ static void test_gemm_every_variant(void **state)
     void *fs;
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
     hd_shape shape = {.dim = {3, 260, 129}};
-    const char *list[32];
-    size_t count = impl->variants(fs, HD_OP_GEMM, &shape, list, 30);
+    const char *list[48];
+    size_t count = impl->variants(fs, HD_OP_GEMM, &shape, list, 46);
     assert_true(count > 0);
     list[count++] = "VEC=1 UNROLL=3";
     list[count++] = "TN=1 KS=1";
@@ -677,8 +677,8 @@ static void test_lora_every_variant(void **state)
     void *fs;
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
     hd_shape shape = {.dim = {1, 100, 68, 8}};
-    const char *list[32];
-    size_t count = impl->variants(fs, HD_OP_LORA, &shape, list, 31);
+    const char *list[48];
+    size_t count = impl->variants(fs, HD_OP_LORA, &shape, list, 46);
     assert_true(count > 0);
     list[count++] = "VEC=1 TN=2 KS=32 UNROLL=1";
     list[count++] = "TN=2 KS=32 SPLIT=3";

@@ -80,7 +80,7 @@ tool_effort hd__tool_effort(tool_level level)
                          .confirm_rounds = 3,
                          .budget_s = 0.08,
                          .min_runs = 5,
-                         .case_target_s = 12.0,
+                         .case_target_s = 20.0,
                          .cpu_limit_s = 0.2,
                          .run_target_s = 420.0};
 }

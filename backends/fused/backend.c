@@ -108,6 +108,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
         "TN=4 KS=64 UNROLL=16", "TN=4 KS=64 UNROLL=8",  "TN=2 KS=128 UNROLL=8",
         "TN=8 KS=32 UNROLL=8",  "TN=4 KS=32 UNROLL=8",  "TN=8 KS=64 UNROLL=4",
         "TN=16 KS=16 UNROLL=8", "TN=4 KS=128 UNROLL=4", "TN=32 KS=8 UNROLL=8",
+        "TN=32 KS=8 UNROLL=16",
     };
     /* k split over work-groups per strip (KG=1: none), beside the default chosen by shape;
      * wide strips leave few strips, so they take the largest splits */
@@ -122,6 +123,8 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
         "TN=8 KS=32 UNROLL=4 KG=16",
         "TN=16 KS=16 UNROLL=4 KG=32",
         "TN=32 KS=8 UNROLL=8 KG=32",
+        "TN=16 KS=16 UNROLL=16 KG=16",
+        "TN=64 KS=4 UNROLL=16 KG=32",
     };
     /* LoRA: x*A in the same launch or in its own, with the default strip and with wide strips
      * split many ways over k (few strips recompute the prologue, many k-groups shorten it) */
