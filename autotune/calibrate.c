@@ -22,11 +22,11 @@ static hd_status run_gemm(hd_context *ctx, void *user, size_t set)
     return hd_gemm(ctx, false, false, 1.0f, j->a, j->b, 0.0f, j->c);
 }
 
-/* GFLOP/s of backend b on an n³ GEMM of small random values; 0 when b cannot run it. */
-static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budget_s, double *gflops)
+hd_status hd__calibrate_gemm(hd_context *ctx, hd_backend b, size_t n, hd_measure_mode mode,
+                             double budget_s, hd_measure_result *out)
 {
-    *gflops = 0.0;
-    if (!hd_context_has_backend(ctx, b))
+    memset(out, 0, sizeof *out);
+    if (b != HD_BACKEND_AUTO && !hd_context_has_backend(ctx, b))
         return HD_OK;
     gemm_job j = {0};
     hd_status s = hd_tensor_create(ctx, n, n, &j.a);
@@ -51,20 +51,34 @@ static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budge
     hd_measure_result r;
     if (s == HD_OK) {
         hd_measure_config cfg;
-        hd__measure_config_init(&cfg, b == HD_BACKEND_CPU ? HD_MEASURE_SYNC : HD_MEASURE_DEVICE);
+        hd__measure_config_init(&cfg, mode);
         cfg.warmup = 1;
         cfg.min_runs = 3;
         cfg.budget_s = budget_s;
         s = hd__measure(ctx, &cfg, run_gemm, &j, &r);
     }
     ctx->forced[HD_OP_GEMM] = was;
-    if (s == HD_OK && r.ran_on == b && r.median_s > 0.0)
-        *gflops = 2.0 * (double)n * (double)n * (double)n / r.median_s * 1e-9;
+    if (s == HD_OK && (b == HD_BACKEND_AUTO || r.ran_on == b))
+        *out = r;
     hd_tensor_destroy(j.a);
     hd_tensor_destroy(j.b);
     hd_tensor_destroy(j.c);
     /* A backend that cannot run this GEMM only lacks a figure. */
     return s == HD_ERR_UNSUPPORTED ? HD_OK : s;
+}
+
+/* GFLOP/s of backend b on an n³ GEMM by its median time (the typical call the cost model
+ * predicts); 0 when b cannot run it. The CPU is timed to completion, a device by its events. */
+static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budget_s, double *gflops)
+{
+    hd_measure_result r;
+    hd_status s = hd__calibrate_gemm(ctx, b, n,
+                                     b == HD_BACKEND_CPU ? HD_MEASURE_SYNC : HD_MEASURE_DEVICE,
+                                     budget_s, &r);
+    *gflops = s == HD_OK && r.median_s > 0.0
+                  ? 2.0 * (double)n * (double)n * (double)n / r.median_s * 1e-9
+                  : 0.0;
+    return s;
 }
 
 #ifdef HD_HAVE_OPENCL

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "autotune/cache.h"
+#include "autotune/measure.h"
 
 /*
  * Measures, on ctx:
@@ -20,5 +21,14 @@
  * measurement (the context's message says which).
  */
 hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out);
+
+/*
+ * Times an n³ GEMM (α = 1, β = 0, fixed data) on backend b, or on the dispatcher's choice for
+ * HD_BACKEND_AUTO, in the given mode within budget_s; the calibration's GEMM rates and the
+ * benchmark's compute roof both come from it. *out is zeroed when b is absent or ran the GEMM
+ * elsewhere (the rate is then unknown, not an error). Returns HD_OK, or the failing status.
+ */
+hd_status hd__calibrate_gemm(hd_context *ctx, hd_backend b, size_t n, hd_measure_mode mode,
+                             double budget_s, hd_measure_result *out);
 
 #endif

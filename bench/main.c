@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "autotune/calibrate.h"
 #include "autotune/measure.h"
 #include "bench/case.h"
 #include "bench/compare.h"
@@ -259,27 +260,15 @@ static void progress(const char *fmt, ...)
 
 /* The best rate of a square n³ GEMM on backend b (AUTO: the dispatcher's choice), timed in
  * mode: on the CPU backend at 512³ the compute roof of a CPU-only machine and the skip
- * estimate's rate; on a GPU at 4096³ the device's compute roof. 0 when it cannot be measured. */
-static double gemm_rate(hd_context *ctx, hd_backend b, size_t n, hd_measure_mode mode,
-                        uint64_t seed)
+ * estimate's rate; on a GPU at 4096³ the device's compute roof. A roof is what the machine
+ * reached, so the fastest run counts, not the median the tuner's cost model uses. 0 when it
+ * cannot be measured. */
+static double gemm_rate(hd_context *ctx, hd_backend b, size_t n, hd_measure_mode mode)
 {
-    hd_bench_case c = {HD_OP_GEMM, {.dim = {n, n, n}}};
-    hd_bench_instance inst;
-    double rate = 0.0;
-    if (hd_context_set_backend(ctx, HD_OP_GEMM, b) != HD_OK)
+    hd_measure_result r;
+    if (hd__calibrate_gemm(ctx, b, n, mode, 0.3, &r) != HD_OK || r.min_s <= 0.0)
         return 0.0;
-    if (hd__bench_instance_create(ctx, &c, seed, &inst) == HD_OK) {
-        hd_measure_config cfg;
-        hd__measure_config_init(&cfg, mode);
-        cfg.budget_s = 0.3;
-        cfg.min_runs = 3;
-        hd_measure_result r;
-        if (hd__measure(ctx, &cfg, hd__bench_instance_run, &inst, &r) == HD_OK && r.min_s > 0)
-            rate = hd__bench_case_flops(&c) / r.min_s;
-        hd__bench_instance_destroy(&inst);
-    }
-    hd_context_set_backend(ctx, HD_OP_GEMM, HD_BACKEND_AUTO);
-    return rate;
+    return 2.0 * (double)n * (double)n * (double)n / r.min_s;
 }
 
 static void calibrate(hd_context *ctx, hd_bench_run *run, const options *o, double *cpu_rate)
@@ -290,7 +279,7 @@ static void calibrate(hd_context *ctx, hd_bench_run *run, const options *o, doub
     if (hd__measure_has_device(ctx) &&
         hd__measure_device_bandwidth(ctx, (size_t)256 << 20, &run->roof.device_bandwidth) != HD_OK)
         run->roof.device_bandwidth = 0.0;
-    *cpu_rate = gemm_rate(ctx, HD_BACKEND_CPU, 512, HD_MEASURE_SYNC, o->seed ^ 0x5eed);
+    *cpu_rate = gemm_rate(ctx, HD_BACKEND_CPU, 512, HD_MEASURE_SYNC);
     if (gpu && run->roof.device_bandwidth > 0) {
         run->roof.bandwidth = run->roof.device_bandwidth;
         run->roof.bandwidth_source = "OpenCL copy kernel";
@@ -304,8 +293,7 @@ static void calibrate(hd_context *ctx, hd_bench_run *run, const options *o, doub
     } else if (gpu) {
         /* A suite without large GEMMs (seed) must not take its own rates as the roof. */
         progress("calibrating: device GEMM rate (4096^3)");
-        run->roof.peak_flops = gemm_rate(ctx, HD_BACKEND_AUTO, 4096, HD_MEASURE_DEVICE,
-                                         o->seed ^ 0xfeed);
+        run->roof.peak_flops = gemm_rate(ctx, HD_BACKEND_AUTO, 4096, HD_MEASURE_DEVICE);
         run->roof.peak_source = "best measured GEMM";
     } else {
         run->roof.peak_flops = *cpu_rate;

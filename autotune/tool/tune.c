@@ -235,6 +235,16 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
     return count;
 }
 
+#define FINALISTS 4
+/* A variant must beat its backend's defaults by more than this to be recorded. A CLBlast
+ * parameter set other than the device's costs a swap of CLBlast's parameters whenever the
+ * calls before it ran with another set (in a training step: every other GEMM shape), which
+ * a timing of one case alone does not see: it must win by more. */
+#define PREFER_DEFAULTS 0.02
+#define PREFER_CLBLAST_DEFAULTS 0.10
+/* Variants of a backend whose defaults take this many times the best so far are not tried. */
+#define HOPELESS 3.0
+
 /* The median device time of the candidate d names, within budget_s; false if timing failed. */
 static bool time_one(hd_context *ctx, tune_data *d, const tool_effort *e, double budget_s,
                      double *median_s)
@@ -264,10 +274,21 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
 {
     double case_start = hd__measure_now();
     int best = -1;
+    double defaults_s[HD_BACKEND_COUNT] = {0.0}; /* each backend's defaults, once timed */
     for (size_t i = 0; i < count && !hd__tool_interrupted; i++) {
         /* Past the case's time target only each backend's defaults still run. */
         if (cand[i].variant != NULL && hd__measure_now() - case_start > e->case_target_s)
             continue;
+        /* Variants tune a backend, they do not rescue it: one whose defaults are several
+         * times slower than the best so far (PoCL next to the CPU backend) skips them. */
+        if (cand[i].variant != NULL && best >= 0 && defaults_s[cand[i].backend] >
+                                                        HOPELESS * cand[best].median_s) {
+            if (verbose)
+                fprintf(stderr, "  %s %s: skipped: its defaults are %.1fx the best\n",
+                        hd_backend_name(cand[i].backend), variant_text(&cand[i]),
+                        defaults_s[cand[i].backend] / cand[best].median_s);
+            continue;
+        }
         d->backend = cand[i].backend;
         d->variant = cand[i].variant;
         char fail[512];
@@ -292,6 +313,8 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         }
         cand[i].ok = true;
         cand[i].median_s = median_s;
+        if (cand[i].variant == NULL)
+            defaults_s[cand[i].backend] = median_s;
         if (verbose)
             fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d->backend),
                     median_s * 1e6, variant_text(&cand[i]));
@@ -301,9 +324,6 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
     return best;
 }
 
-#define FINALISTS 4
-/* A variant must beat its backend's defaults by more than this to be recorded. */
-#define PREFER_DEFAULTS 0.02
 
 /*
  * The first pass times each candidate once, minutes apart from the others: on small ops the
@@ -311,8 +331,9 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
  * dozens of noisy medians favours whichever was lucky. So the finalists (the three fastest and
  * the winner's backend with its defaults) are timed again, in turn, confirm_rounds times; each
  * finalist's time becomes the median of its first and confirming medians. A variant then wins
- * only if it beats its backend's defaults by more than PREFER_DEFAULTS: the defaults need no
- * extra program and, for CLBlast, no parameter swap at the call. Returns the winner.
+ * only if it beats its backend's defaults by more than PREFER_DEFAULTS (CLBlast's sets: more
+ * than PREFER_CLBLAST_DEFAULTS): the defaults need no extra program and, for CLBlast, no
+ * parameter swap at the call. Returns the winner.
  */
 static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
                         candidate *cand, size_t count, int best)
@@ -369,8 +390,10 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         if (winner < 0 || c->median_s < cand[winner].median_s)
             winner = fin[f];
     }
+    double prefer = cand[best].backend == HD_BACKEND_CLBLAST ? PREFER_CLBLAST_DEFAULTS
+                                                              : PREFER_DEFAULTS;
     if (defaults >= 0 && winner != defaults && cand[winner].backend == cand[defaults].backend &&
-        cand[defaults].median_s <= cand[winner].median_s * (1.0 + PREFER_DEFAULTS))
+        cand[defaults].median_s <= cand[winner].median_s * (1.0 + prefer))
         winner = defaults;
     return winner;
 }
