@@ -28,7 +28,7 @@ static const char usage[] =
     "tuning cache. Records are saved as they are found: an interrupted run resumes where it\n"
     "stopped.\n"
     "\n"
-    "  --quick            fewer variants and repeats (about 2 minutes on an H100)\n"
+    "  --quick            fewer variants and repeats (about a minute on an H100)\n"
     "  --full             more variants and repeats\n"
     "  --suites LIST      benchmark suites to tune (default seed,train,gemm; also ci)\n"
     "  --shapes FILE      tune these cases instead, one per line: 'gemm M N K [nn|nt|tn|tt]',\n"
