@@ -37,14 +37,20 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
     const __global floatv *bv = (const __global floatv *)beta;
     __global floatv *yr = (__global floatv *)(y + off);
 
-    floatv v[CACHE];
-    float s = 0.0f;
+    /* gamma and beta are loaded with x, before the reductions, so that their latency is not
+     * paid after them */
+    floatv v[CACHE], g[CACHE], b[CACHE];
 #pragma unroll
     for (int i = 0; i < CACHE; i++) {
         const int j = t + i * T;
         v[i] = live && j < n ? xr[j] : (floatv)(0.0f);
-        s += HSUM(v[i]);
+        g[i] = live && j < n ? gv[j] : (floatv)(0.0f);
+        b[i] = live && j < n ? bv[j] : (floatv)(0.0f);
     }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CACHE; i++)
+        s += HSUM(v[i]);
     const float mean = slot_sum(s, red, slot, t) / (float)cols;
     float sq = 0.0f;
 #pragma unroll
@@ -61,7 +67,7 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
         for (int i = 0; i < CACHE; i++) {
             const int j = t + i * T;
             if (j < n)
-                yr[j] = v[i] * r * gv[j] + bv[j];
+                yr[j] = v[i] * r * g[i] + b[i];
         }
     }
 }

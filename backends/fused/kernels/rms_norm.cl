@@ -6,9 +6,10 @@
  * Work decomposition: one slot of T = WG / ROWS work-items per row, ROWS rows per work-group,
  * ceil(rows / ROWS) work-groups; work-item t of a slot takes vectors t, t + T, ...
  *
- * rms_norm_cached (CACHE > 0, rows of at most T * VEC * CACHE elements): the row is held in
- * registers: x read once, y written once, w read once per row (from cache): 8 bytes per
- * element from memory; one slot reduction.
+ * rms_norm_cached (CACHE > 0, rows of at most T * VEC * CACHE elements): the row and its
+ * weights are held in registers, both loaded before the reduction: x read once, y written
+ * once, w read once per row (from cache): 8 bytes per element from memory; one slot
+ * reduction.
  * rms_norm_looped (any length): pass 1 sums squares, pass 2 reads x again and writes y.
  *
  * Tuning parameters: WG, ROWS, VEC (see common.cl) and CACHE (vectors per work-item held in
@@ -33,14 +34,18 @@ rms_norm_cached(const __global float *x, const __global float *w, __global float
     const __global floatv *wv = (const __global floatv *)w;
     __global floatv *yr = (__global floatv *)(y + off);
 
-    floatv v[CACHE];
-    float sq = 0.0f;
+    /* w is loaded with x, before the reduction, so that its latency is not paid after it */
+    floatv v[CACHE], wr[CACHE];
 #pragma unroll
     for (int i = 0; i < CACHE; i++) {
         const int j = t + i * T;
         v[i] = live && j < n ? xr[j] : (floatv)(0.0f);
-        sq += HSUM(v[i] * v[i]);
+        wr[i] = live && j < n ? wv[j] : (floatv)(0.0f);
     }
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CACHE; i++)
+        sq += HSUM(v[i] * v[i]);
     sq = slot_sum(sq, red, slot, t);
     const float r = 1.0f / sqrt(sq / (float)cols + eps);
     if (live) {
@@ -48,7 +53,7 @@ rms_norm_cached(const __global float *x, const __global float *w, __global float
         for (int i = 0; i < CACHE; i++) {
             const int j = t + i * T;
             if (j < n)
-                yr[j] = v[i] * r * wv[j];
+                yr[j] = v[i] * r * wr[i];
         }
     }
 }
