@@ -447,12 +447,12 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
 }
 
 /*
- * Times the backends that passed their check (records first[0..n), backend of each in bs),
- * mode by mode. The backends take turns, one round each, rounds times over: a drift of the
- * device (clocks, temperature, other work on the host) then shows in every backend's figures
- * alike instead of favouring whichever was timed in a quiet moment, which matters when auto
- * and the backend it picks run the same kernel. Each mode reports the median of the rounds'
- * medians, the extremes and the number of runs over all rounds.
+ * Times the backends that passed their check (the records at record_index[0..n), the backend
+ * of each in bs), mode by mode. The backends take turns, one round each, rounds times over: a
+ * drift of the device (clocks, temperature, other work on the host) then shows in every
+ * backend's figures alike instead of favouring whichever was timed in a quiet moment, which
+ * matters when auto and the backend it picks run the same kernel. Each mode reports the median
+ * of the rounds' medians, the extremes and the number of runs over all rounds.
  */
 static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t *record_index,
                          const hd_backend *bs, size_t n)

@@ -24,14 +24,14 @@ typedef enum tool_level { LEVEL_QUICK, LEVEL_DEFAULT, LEVEL_FULL } tool_level;
 
 /* How much effort a level spends per case. */
 typedef struct tool_effort {
-    size_t variants;      /* kernel variants per backend, its defaults not counted */
-    size_t clblast_sets;  /* CLBlast parameter sets (each a CLBlast build), defaults not counted */
-    unsigned confirm_rounds; /* interleaved re-timings of the finalists (0: none) */
-    double budget_s;      /* timing budget per candidate */
-    unsigned min_runs;    /* samples per candidate at least */
-    double case_target_s; /* stop trying further variants of a case past this */
-    double cpu_limit_s;   /* skip the CPU candidate when one call would take longer */
-    double run_target_s;  /* past this since the start, cases try only default parameters */
+    size_t variants;         /* kernel variants per backend, its defaults not counted */
+    size_t clblast_sets;     /* CLBlast parameter sets (a CLBlast build each), defaults apart */
+    unsigned confirm_rounds; /* re-timings of the finalists, taking turns (0: none) */
+    double budget_s;         /* timing budget per candidate */
+    unsigned min_runs;       /* samples per candidate at least */
+    double case_target_s;    /* stop trying further variants of a case past this */
+    double cpu_limit_s;      /* skip the CPU candidate when one call would take longer */
+    double run_target_s;     /* past this since the start, cases try only default parameters */
 } tool_effort;
 
 typedef struct tool_options {

@@ -324,9 +324,8 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
     return best;
 }
 
-
 /*
- * The first pass times each candidate once, minutes apart from the others: on small ops the
+ * The first pass times each candidate once, at another moment than the others: on small ops the
  * differences between the best few are within the drift of the device, and the minimum of
  * dozens of noisy medians favours whichever was lucky. So the finalists (the three fastest and
  * the winner's backend with its defaults) are timed again, in turn, confirm_rounds times; each
@@ -390,8 +389,8 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         if (winner < 0 || c->median_s < cand[winner].median_s)
             winner = fin[f];
     }
-    double prefer = cand[best].backend == HD_BACKEND_CLBLAST ? PREFER_CLBLAST_DEFAULTS
-                                                              : PREFER_DEFAULTS;
+    double prefer = cand[winner].backend == HD_BACKEND_CLBLAST ? PREFER_CLBLAST_DEFAULTS
+                                                                : PREFER_DEFAULTS;
     if (defaults >= 0 && winner != defaults && cand[winner].backend == cand[defaults].backend &&
         cand[defaults].median_s <= cand[winner].median_s * (1.0 + prefer))
         winner = defaults;

@@ -49,7 +49,7 @@ inline void strip_preload_lowrank(floatv *lbq, const __global floatv *lb, int nv
 }
 
 /* acc[i] += scale * sum over the work-item's q of h[i][q] * LB[q][jv], the first LB_REGS rows
- * from lbq. h has rows of HSTRIDE floats in local memory and must be complete (after a
+ * from lbq. h has rows of hstride floats in local memory and must be complete (after a
  * barrier). */
 inline void strip_add_lowrank(floatv *acc, const floatv *lbq, int m, const __local float *h,
                               int hstride, const __global floatv *lb, int nv, int jv, int ks,
