@@ -72,7 +72,9 @@ static bool fused_supports(void *state, hd_op op, const hd_shape *s)
 }
 
 /* Row kernels: register variants whose capacity (T * VEC * CACHE elements) holds the row
- * without being more than four times too large, and looped ones for every length. */
+ * without being more than four times too large, and looped ones for every length. The
+ * one-warp slots (T = 32) reduce in two steps without waiting on other warps: for short rows,
+ * where the reductions and not the bytes set the time. */
 static size_t row_variants(const hd_fused *f, const hd_shape *s, const char **out, size_t max)
 {
     static const struct {
@@ -86,6 +88,8 @@ static size_t row_variants(const hd_fused *f, const hd_shape *s, const char **ou
         {"WG=256 ROWS=1 CACHE=8", 256, 1, 8},   {"WG=512 ROWS=1 CACHE=2", 512, 1, 2},
         {"WG=512 ROWS=1 CACHE=4", 512, 1, 4},   {"WG=512 ROWS=1 CACHE=8", 512, 1, 8},
         {"WG=1024 ROWS=1 CACHE=4", 1024, 1, 4}, {"WG=1024 ROWS=1 CACHE=8", 1024, 1, 8},
+        {"WG=32 ROWS=1 CACHE=8", 32, 1, 8},     {"WG=64 ROWS=2 CACHE=8", 64, 2, 8},
+        {"WG=64 ROWS=1 CACHE=4", 64, 1, 4},     {"WG=256 ROWS=8 CACHE=8", 256, 8, 8},
         {"WG=256 ROWS=4 CACHE=0", 256, 4, 0},   {"WG=256 ROWS=1 CACHE=0", 256, 1, 0},
         {"WG=512 ROWS=1 CACHE=0", 512, 1, 0},   {"WG=1024 ROWS=1 CACHE=0", 1024, 1, 0},
     };
