@@ -1,8 +1,9 @@
 /*
  * Tuning one case: random inputs, the float64 reference check of every candidate (each backend
- * that takes the case, with its default parameters and the variants it lists), device-event
- * timing of the correct ones (median after warm-up), a confirming re-timing of the finalists,
- * and the record of the winner with its margin over the best candidate of another backend.
+ * that takes the case, with its default parameters and the variants it lists), timing of the
+ * correct ones (median after warm-up; device events on a GPU, host wall time on a machine whose
+ * OpenCL device is its CPU), a confirming re-timing of the finalists, and the record of the
+ * winner with its margin over the best candidate of another backend.
  *
  * Candidates run through the backend's op slot directly, as the dispatcher would run them
  * (argument check, inputs made resident at the backend's place, the variant in the arguments),
@@ -245,12 +246,17 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
 /* Variants of a backend whose defaults take this many times the best so far are not tried. */
 #define HOPELESS 3.0
 
-/* The median device time of the candidate d names, within budget_s; false if timing failed. */
+/* The median time of the candidate d names, within budget_s; false if timing failed. On a GPU
+ * that is device time (the CPU backend's is its host wall time). An OpenCL device on the CPU
+ * (PoCL) shares the host's cores with the runtime that feeds it, and its events leave that
+ * work out, so there every candidate is timed by host wall time to completion instead. */
 static bool time_one(hd_context *ctx, tune_data *d, const tool_effort *e, double budget_s,
                      double *median_s)
 {
     hd_measure_config cfg;
-    hd__measure_config_init(&cfg, HD_MEASURE_DEVICE);
+    hd__measure_config_init(&cfg, hd__measure_device_is_gpu(ctx) || !hd__measure_has_device(ctx)
+                                      ? HD_MEASURE_DEVICE
+                                      : HD_MEASURE_SYNC);
     cfg.warmup = 2;
     cfg.min_runs = e->min_runs;
     cfg.max_runs = 1000;
