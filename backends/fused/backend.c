@@ -3,7 +3,6 @@
  * context's device. Tensors arrive device-resident; everything is queued, nothing waits.
  */
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "backends/fused/fused.h"
@@ -178,8 +177,7 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
         bool cached;
         s = hd__fused_rows_params(f, ctx, NULL, row_cols[i], &p, &cached);
         char options[HD_FUSED_OPTIONS_CAPACITY];
-        snprintf(options, sizeof options, "-DWG=%d -DROWS=%d -DVEC=%d -DCACHE=%d", p.wg, p.rows,
-                 p.vec, p.cache);
+        hd__fused_options(HD_FUSED_FAMILY_ROWS, &p, 0, options);
         static const char *const names[][2] = {{"softmax_cached", "softmax_looped"},
                                                {"layer_norm_cached", "layer_norm_looped"},
                                                {"rms_norm_cached", "rms_norm_looped"}};
@@ -197,8 +195,7 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
         if (s != HD_OK)
             break;
         char options[HD_FUSED_OPTIONS_CAPACITY];
-        snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=1 -DKG=%d",
-                 p.tn, p.ks, p.vec, p.unroll, p.kg);
+        hd__fused_options(HD_FUSED_FAMILY_GEMV, &p, 1, options);
         cl_kernel k;
         size_t group = (size_t)p.tn * (size_t)p.ks;
         s = hd__fused_kernel(f, ctx, which ? HD_FUSED_LORA : HD_FUSED_GEMV, options,
@@ -209,7 +206,7 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
         s = hd__fused_update_params(f, ctx, NULL, 4096, &p);
     if (s == HD_OK) {
         char options[HD_FUSED_OPTIONS_CAPACITY];
-        snprintf(options, sizeof options, "-DWG=%d -DVEC=%d -DMR=%d", p.wg, p.vec, p.mr);
+        hd__fused_options(HD_FUSED_FAMILY_UPDATE, &p, 0, options);
         cl_kernel k;
         s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update",
                              (size_t)p.wg, &k);

@@ -1,5 +1,4 @@
 /* GEMM for few rows (m <= 16, no transposes): the GEMV-style strip kernel of gemv.cl. */
-#include <stdio.h>
 
 #include "backends/fused/internal.h"
 
@@ -14,8 +13,7 @@ hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu -DKG=%d",
-             p.tn, p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(g->m), p.kg);
+    hd__fused_options(HD_FUSED_FAMILY_GEMV, &p, g->m, options);
     size_t group = (size_t)p.tn * (size_t)p.ks;
     cl_kernel k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", group, &k);

@@ -98,6 +98,13 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
 hd_status hd__fused_update_params(hd_fused *f, hd_context *ctx, const char *variant,
                                   size_t out_cols, hd_fused_params *p);
 
+/* The -D build options of family's kernels for the parameters p (as the params functions above
+ * filled them in); rows: the rows of A (GEMV family: MR is rows rounded up to a power of two),
+ * unused otherwise. One string per parameter set, so that the program cache, and the warm-up
+ * that fills it, meet the calls that use it. out holds HD_FUSED_OPTIONS_CAPACITY bytes. */
+void hd__fused_options(hd_fused_family family, const hd_fused_params *p, size_t rows,
+                       char out[HD_FUSED_OPTIONS_CAPACITY]);
+
 /* ---- programs and launches (program.c) ---- */
 
 hd_status hd__fused_sources_create(hd_fused *f);

@@ -1,7 +1,6 @@
 /* The LoRA forward pass for few tokens (lora.cl) and the epilogue y += scale * (x*A) * B for
  * any number of tokens (lora_update.cl), one launch each. */
 #include <limits.h>
-#include <stdio.h>
 
 #include "backends/fused/fused.h"
 #include "backends/fused/internal.h"
@@ -107,8 +106,7 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu -DKG=%d",
-             p.tn, p.ks, p.vec, p.unroll, hd__fused_pow2_ceil(l->tokens), p.kg);
+    hd__fused_options(HD_FUSED_FAMILY_GEMV, &p, l->tokens, options);
     size_t group = (size_t)p.tn * (size_t)p.ks;
     cl_kernel k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options,
@@ -157,7 +155,7 @@ hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lor
     if (s != HD_OK || l->tokens == 0 || l->in == 0 || l->out == 0 || l->rank == 0)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DWG=%d -DVEC=%d -DMR=%d", p.wg, p.vec, p.mr);
+    hd__fused_options(HD_FUSED_FAMILY_UPDATE, &p, 0, options);
     cl_kernel k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update", (size_t)p.wg, &k);
     if (s != HD_OK)

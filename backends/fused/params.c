@@ -279,3 +279,22 @@ hd_status hd__fused_update_params(hd_fused *f, hd_context *ctx, const char *vari
         p->mr = 8;
     return too_large_group(f, ctx, (size_t)p->wg);
 }
+
+void hd__fused_options(hd_fused_family family, const hd_fused_params *p, size_t rows,
+                       char out[HD_FUSED_OPTIONS_CAPACITY])
+{
+    switch (family) {
+    case HD_FUSED_FAMILY_ROWS:
+        snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-DWG=%d -DROWS=%d -DVEC=%d -DCACHE=%d", p->wg,
+                 p->rows, p->vec, p->cache);
+        return;
+    case HD_FUSED_FAMILY_GEMV:
+        snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
+                 "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu -DKG=%d", p->tn, p->ks, p->vec,
+                 p->unroll, hd__fused_pow2_ceil(rows), p->kg);
+        return;
+    case HD_FUSED_FAMILY_UPDATE:
+        break;
+    }
+    snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-DWG=%d -DVEC=%d -DMR=%d", p->wg, p->vec, p->mr);
+}

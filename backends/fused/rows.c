@@ -1,5 +1,4 @@
 /* Softmax, layer norm and RMS norm: one launch each, ROWS rows per work-group. */
-#include <stdio.h>
 
 #include "backends/fused/internal.h"
 
@@ -24,8 +23,7 @@ static hd_status run_rows(hd_fused *f, hd_context *ctx, const row_kernel *rk,
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DWG=%d -DROWS=%d -DVEC=%d -DCACHE=%d", p.wg, p.rows,
-             p.vec, p.cache);
+    hd__fused_options(HD_FUSED_FAMILY_ROWS, &p, 0, options);
     cl_kernel k;
     s = hd__fused_kernel(f, ctx, rk->program, options, cached ? rk->cached : rk->looped,
                          (size_t)p.wg, &k);
