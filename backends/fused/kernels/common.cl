@@ -1,9 +1,10 @@
 /*
  * Shared prelude of every fused kernel (the host puts it in front of each kernel file).
  *
- * What: the vector type selected by VEC, its horizontal sum and maximum, and work-group
- * reductions over one "row slot": a work-group of WG work-items is split into ROWS slots of
- * T = WG / ROWS consecutive work-items, each slot serving one row (or one column strip).
+ * What: the vector type selected by VEC, its horizontal sum and maximum, and, over one "row
+ * slot", the load of a row into registers and work-group reductions: a work-group of WG
+ * work-items is split into ROWS slots of T = WG / ROWS consecutive work-items, each slot
+ * serving one row (or one column strip).
  * Reductions go through local memory, one tree per slot that adds up to 8 values per step
  * (log8(T) barriers: the barriers, not the adds, are what a reduction costs next to the row's
  * memory traffic); every work-item of the group must call them, also those whose row lies
@@ -38,6 +39,20 @@ typedef float floatv;
 #else
 #error "VEC must be 1 or 4"
 #endif
+
+/* Loads the count vectors t, t + T, t + 2T, ... of a row into v, fill where the row has none
+ * (past its n vectors, or every one when the row is beyond the matrix: !live). The row kernels
+ * hold a row, and its weights, in registers this way; called with a constant count, the loop
+ * unrolls and every load is issued before the first one is used. */
+inline void slot_load(floatv *v, int count, const __global floatv *row, bool live, int n, int t,
+                      floatv fill)
+{
+#pragma unroll
+    for (int i = 0; i < count; i++) {
+        const int j = t + i * T;
+        v[i] = live && j < n ? row[j] : fill;
+    }
+}
 
 /* Sum of v over the T work-items of slot `slot`; t is the work-item's index in its slot.
  * red holds WG floats. */

@@ -40,13 +40,9 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
     /* gamma and beta are loaded with x, before the reductions, so that their latency is not
      * paid after them */
     floatv v[CACHE], g[CACHE], b[CACHE];
-#pragma unroll
-    for (int i = 0; i < CACHE; i++) {
-        const int j = t + i * T;
-        v[i] = live && j < n ? xr[j] : (floatv)(0.0f);
-        g[i] = live && j < n ? gv[j] : (floatv)(0.0f);
-        b[i] = live && j < n ? bv[j] : (floatv)(0.0f);
-    }
+    slot_load(v, CACHE, xr, live, n, t, (floatv)(0.0f));
+    slot_load(g, CACHE, gv, live, n, t, (floatv)(0.0f));
+    slot_load(b, CACHE, bv, live, n, t, (floatv)(0.0f));
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < CACHE; i++)

@@ -36,12 +36,8 @@ rms_norm_cached(const __global float *x, const __global float *w, __global float
 
     /* w is loaded with x, before the reduction, so that its latency is not paid after it */
     floatv v[CACHE], wr[CACHE];
-#pragma unroll
-    for (int i = 0; i < CACHE; i++) {
-        const int j = t + i * T;
-        v[i] = live && j < n ? xr[j] : (floatv)(0.0f);
-        wr[i] = live && j < n ? wv[j] : (floatv)(0.0f);
-    }
+    slot_load(v, CACHE, xr, live, n, t, (floatv)(0.0f));
+    slot_load(wr, CACHE, wv, live, n, t, (floatv)(0.0f));
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < CACHE; i++)

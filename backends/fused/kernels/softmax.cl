@@ -33,13 +33,11 @@ softmax_cached(const __global float *x, __global float *y, int rows, int cols)
     __global floatv *yr = (__global floatv *)(y + off);
 
     floatv v[CACHE];
+    slot_load(v, CACHE, xr, live, n, t, (floatv)(-INFINITY));
     float m = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < CACHE; i++) {
-        const int j = t + i * T;
-        v[i] = live && j < n ? xr[j] : (floatv)(-INFINITY);
+    for (int i = 0; i < CACHE; i++)
         m = fmax(m, HMAX(v[i]));
-    }
     m = slot_max(m, red, slot, t);
     float s = 0.0f;
 #pragma unroll
