@@ -23,21 +23,26 @@ grep -q '^softmax 37 300 ' "$cache" || fail "no record for the case"
     fail "the rerun failed"
 grep -q 'in the cache already' "$dir/run2.txt" || fail "the rerun did not resume"
 
-# The default level times kernel parameter variants, not only each backend's defaults.
-"$tool" --force --verbose --ops softmax --shapes "$dir/shapes.txt" --cache "$cache" \
-    > "$dir/variants.txt" 2>&1 || { cat "$dir/variants.txt"; fail "the default-level run failed"; }
-if grep -q '^ *fused ' "$dir/variants.txt"; then
+"$tool" --dry-run --shapes "$dir/shapes.txt" --cache "$dir/none.txt" > "$dir/dry.txt" 2>&1 ||
+    fail "--dry-run failed"
+grep -q 'cpu' "$dir/dry.txt" || fail "--dry-run lists no candidates"
+[ ! -e "$dir/none.txt" ] || fail "--dry-run wrote a cache"
+
+# The default level times kernel parameter variants, not only each backend's defaults. With
+# the CPU backend failing its probe the fused kernels are the only candidates, so no timing
+# of this machine can make their variants look hopeless next to another backend. The run
+# re-tunes a copy of the cache, whose calibration it reuses.
+if grep -q '^ *fused ' "$dir/dry.txt"; then
+    cp "$cache" "$dir/variants-cache.txt"
+    HD_FAULT=cpu:probe "$tool" --force --verbose --ops softmax --shapes "$dir/shapes.txt" \
+        --cache "$dir/variants-cache.txt" > "$dir/variants.txt" 2>&1 ||
+        { cat "$dir/variants.txt"; fail "the default-level run failed"; }
     grep -q -E '^ *fused +[0-9.]+ us +[A-Z]+=' "$dir/variants.txt" ||
         { cat "$dir/variants.txt"; fail "no fused variant was timed"; }
 fi
 
 "$tool" --show --cache "$cache" > "$dir/show.txt" || fail "--show failed"
 grep -q '^softmax 37x300 ' "$dir/show.txt" || fail "--show lacks the record"
-
-"$tool" --dry-run --shapes "$dir/shapes.txt" --cache "$dir/none.txt" > "$dir/dry.txt" 2>&1 ||
-    fail "--dry-run failed"
-grep -q 'cpu' "$dir/dry.txt" || fail "--dry-run lists no candidates"
-[ ! -e "$dir/none.txt" ] || fail "--dry-run wrote a cache"
 
 # On an OpenCL device that is itself the CPU (PoCL), a large GEMM must still try the CPU
 # backend: only a GPU makes a slow CPU call hopeless.

@@ -283,8 +283,13 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
     double defaults_s[HD_BACKEND_COUNT] = {0.0}; /* each backend's defaults, once timed */
     for (size_t i = 0; i < count && !hd__tool_interrupted; i++) {
         /* Past the case's time target only each backend's defaults still run. */
-        if (cand[i].variant != NULL && hd__measure_now() - case_start > e->case_target_s)
+        if (cand[i].variant != NULL && hd__measure_now() - case_start > e->case_target_s) {
+            if (verbose)
+                fprintf(stderr, "  %s %s: skipped: past the case's time target (%.0f s)\n",
+                        hd_backend_name(cand[i].backend), variant_text(&cand[i]),
+                        e->case_target_s);
             continue;
+        }
         /* Variants tune a backend, they do not rescue it: one whose defaults are several
          * times slower than the best so far (PoCL next to the CPU backend) skips them. */
         if (cand[i].variant != NULL && best >= 0 && defaults_s[cand[i].backend] >
@@ -308,8 +313,13 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             continue;
         }
         /* Far slower than the best so far on its first call: not worth a full timing. */
-        if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05)
+        if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05) {
+            if (verbose)
+                fprintf(stderr, "  %s %s: skipped: its first call took %.1fx the best\n",
+                        hd_backend_name(d->backend), variant_text(&cand[i]),
+                        first_s / cand[best].median_s);
             continue;
+        }
         double median_s;
         if (!time_one(ctx, d, e, e->budget_s, &median_s)) {
             if (verbose)
