@@ -12,17 +12,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "tests/testlib.h"
-
-#include "backends/cpu/cpu.h"
-#include "dispatch/context.h"
-
-#ifdef HD_HAVE_OPENBLAS_THREADS
-#include <cblas.h>
-#include <pthread.h>
-#endif
 
 #define GEMM_FACTOR  1.0
 #define SOFTMAX_ATOL 1e-9
@@ -48,32 +39,9 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Non-NULL: the GEMM and LoRA checks call the CPU backend's slot with this variant, as the
- * dispatcher does with a tuned record, instead of the public call. */
-static const char *slot_variant;
-
 static void expect_ok(hd_context *ctx, hd_status s, const char *what)
 {
-    if (slot_variant != NULL && s != HD_OK) /* a slot call does not set the last backend */
-        fail_msg("%s [%s]: %s (%s)", what, slot_variant, hd_status_name(s),
-                 hd_context_last_error(ctx));
-    if (slot_variant == NULL)
-        hd_test_expect_ran_on(ctx, s, HD_BACKEND_CPU, what);
-}
-
-/* hd_gemm (batch 0) or hd_gemm_batched, or the CPU slot with slot_variant. */
-static hd_status gemm_call(hd_context *ctx, size_t batch, bool trans_a, bool trans_b, float alpha,
-                           const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c,
-                           size_t m, size_t n, size_t k)
-{
-    if (slot_variant == NULL)
-        return batch == 0 ? hd_gemm(ctx, trans_a, trans_b, alpha, a, b, beta, c)
-                          : hd_gemm_batched(ctx, batch, trans_a, trans_b, alpha, a, b, beta, c);
-    hd_gemm_args args = {.trans_a = trans_a, .trans_b = trans_b, .alpha = alpha, .beta = beta,
-                         .a = a, .b = b, .c = c, .m = m, .n = n, .k = k,
-                         .variant = slot_variant, .batch = batch};
-    return batch == 0 ? hd__backend_cpu.gemm(NULL, ctx, &args)
-                      : hd__backend_cpu.gemm_batched(NULL, ctx, &args);
+    hd_test_expect_ran_on(ctx, s, HD_BACKEND_CPU, what);
 }
 
 static void fill_nan(float *p, size_t n)
@@ -111,10 +79,7 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, uint64_t salt,
     snprintf(what, sizeof what, "gemm %s%s m=%zu n=%zu k=%zu alpha=%g beta=%g",
              gc->trans_a ? "T" : "N", gc->trans_b ? "T" : "N", gc->m, gc->n, gc->k,
              (double)gc->alpha, (double)gc->beta);
-    expect_ok(ctx,
-              gemm_call(ctx, 0, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc, gc->m,
-                        gc->n, gc->k),
-              what);
+    expect_ok(ctx, hd_gemm(ctx, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc), what);
 
     double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
     hd_ref_gemm(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, gc->alpha, a, b, gc->beta, c, want,
@@ -332,10 +297,9 @@ static void check_gemm_batched(hd_context *ctx, size_t batch, const gemm_case *g
     snprintf(what, sizeof what, "gemm_batched %zu x %s%s m=%zu n=%zu k=%zu alpha=%g beta=%g", batch,
              gc->trans_a ? "T" : "N", gc->trans_b ? "T" : "N", gc->m, gc->n, gc->k,
              (double)gc->alpha, (double)gc->beta);
-    expect_ok(ctx,
-              gemm_call(ctx, batch, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc,
-                        gc->m, gc->n, gc->k),
-              what);
+    expect_ok(
+        ctx, hd_gemm_batched(ctx, batch, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc),
+        what);
     float *got = hd_test_read(tc);
     double *want = hd_test_doubles(nc), *bound = hd_test_doubles(nc);
     for (size_t i = 0; i < batch; i++) {
@@ -424,13 +388,7 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     char what[160];
     snprintf(what, sizeof what, "lora tokens=%zu in=%zu out=%zu rank=%zu scale=%g", tokens, in, out,
              rank, (double)scale);
-    hd_lora_args args = {.x = tx, .w = tw, .a = ta, .b = tb, .scale = scale, .y = ty,
-                         .tokens = tokens, .in = in, .out = out, .rank = rank,
-                         .variant = slot_variant};
-    expect_ok(ctx,
-              slot_variant == NULL ? hd_lora_forward(ctx, tx, tw, ta, tb, scale, ty)
-                                   : hd__backend_cpu.lora(NULL, ctx, &args),
-              what);
+    expect_ok(ctx, hd_lora_forward(ctx, tx, tw, ta, tb, scale, ty), what);
 
     size_t n = tokens * out;
     double *want = hd_test_doubles(n), *bound = hd_test_doubles(n);
@@ -739,174 +697,6 @@ static void test_row_ops_empty_rows_or_cols_are_a_no_op(void **state)
     }
 }
 
-/* ---- the THREADS=1 variant (backends/cpu/threads.c) ---- */
-
-#define ONE_THREAD "THREADS=1"
-
-/* Every GEMM, batched GEMM and LoRA check again through the CPU slot with THREADS=1, and
- * products from 64³ up, which OpenBLAS would otherwise spread over its threads. */
-static void test_one_thread_variant_matches_reference(void **state)
-{
-    hd_context *ctx = *state;
-#ifdef HD_HAVE_OPENBLAS_THREADS
-    int threads_before = openblas_get_num_threads();
-#endif
-    slot_variant = ONE_THREAD;
-    test_gemm_matches_reference_on_every_shape_and_transpose(state);
-    test_gemm_matches_reference_for_alpha_and_beta_values(state);
-    test_gemm_propagates_nan_and_inf_like_reference(state);
-    static const gemm_case threaded[] = {
-        {false, false, 64, 64, 64, 1.0f, 0.0f},   {true, false, 97, 83, 71, 0.5f, 1.0f},
-        {false, true, 1, 509, 131, 1.0f, 0.0f},   {true, true, 131, 1, 257, -1.0f, 0.25f},
-        {false, false, 127, 65, 257, 1.0f, 0.0f},
-    };
-    for (size_t i = 0; i < sizeof threaded / sizeof threaded[0]; i++)
-        check_gemm(ctx, &threaded[i], 12000 + i, NULL);
-    gemm_case batched = {.trans_b = true, .m = 67, .n = 61, .k = 71, .alpha = 1.0f, .beta = 0.5f};
-    check_gemm_batched(ctx, 3, &batched, 12100, false);
-    test_lora_matches_reference_on_every_shape(state);
-    test_lora_rank_zero_is_x_times_w(state);
-    check_lora(ctx, 1, 1024, 1031, 8, 0.5f, 12200, false);
-    check_lora(ctx, 67, 131, 127, 16, 2.0f, 12201, false);
-    slot_variant = NULL;
-#ifdef HD_HAVE_OPENBLAS_THREADS
-    assert_int_equal(openblas_get_num_threads(), threads_before);
-#endif
-}
-
-/* Anything but "THREADS=1" is refused before the output is touched, with a message. */
-static void test_variant_other_than_one_thread_is_rejected(void **state)
-{
-    hd_context *ctx = *state;
-    static const char *const bad[] = {"THREADS=2", "THREADS=0", "THREADS", "THREADS=1 ",
-                                      "threads=1", "WG=256",    "THREADS=1 THREADS=1"};
-    float data[4 * 6];
-    for (int i = 0; i < 24; i++)
-        data[i] = (float)i + 0.5f;
-    hd_tensor *a = hd_test_tensor(ctx, 4, 6, data), *b = hd_test_tensor(ctx, 6, 4, data);
-    hd_tensor *y = hd_test_tensor(ctx, 4, 4, data), *r = hd_test_tensor(ctx, 6, 2, data);
-    hd_tensor *rb = hd_test_tensor(ctx, 2, 4, data);
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        hd_gemm_args g = {.alpha = 1.0f, .a = a, .b = b, .c = y, .m = 4, .n = 4, .k = 6,
-                          .variant = bad[i], .batch = 1};
-        hd_lora_args l = {.x = a, .w = b, .a = r, .b = rb, .scale = 1.0f, .y = y, .tokens = 4,
-                          .in = 6, .out = 4, .rank = 2, .variant = bad[i]};
-        hd_status got[] = {hd__backend_cpu.gemm(NULL, ctx, &g),
-                           hd__backend_cpu.gemm_batched(NULL, ctx, &g),
-                           hd__backend_cpu.lora(NULL, ctx, &l)};
-        for (size_t j = 0; j < sizeof got / sizeof got[0]; j++)
-            if (got[j] != HD_ERR_INVALID_ARGUMENT)
-                fail_msg("variant '%s', slot %zu: %s", bad[i], j, hd_status_name(got[j]));
-        assert_non_null(strstr(hd_context_last_error(ctx), ONE_THREAD));
-    }
-    float *out = hd_test_read(y);
-    hd_test_expect_same("output after rejected variants", out, data, 16);
-    free(out);
-    hd_tensor_destroy(a);
-    hd_tensor_destroy(b);
-    hd_tensor_destroy(y);
-    hd_tensor_destroy(r);
-    hd_tensor_destroy(rb);
-}
-
-/* THREADS=1 is offered where OpenBLAS has threads to wake and the product is small (at most
- * 256³ multiply-adds), for GEMM and LoRA only; whatever is offered, the slots take. */
-static void test_one_thread_offered_for_small_blas_products_only(void **state)
-{
-    (void)state;
-#ifdef HD_HAVE_OPENBLAS_THREADS
-    size_t expect_small = openblas_get_num_threads() > 1 ? 1 : 0;
-#else
-    size_t expect_small = 0;
-#endif
-    static const struct {
-        hd_op op;
-        size_t dim[4];
-        bool small;
-    } cases[] = {
-        {HD_OP_GEMM, {64, 64, 64, 0}, true},        {HD_OP_GEMM, {1, 4096, 4096, 0}, true},
-        {HD_OP_GEMM, {256, 256, 256, 0}, true},     {HD_OP_GEMM, {257, 256, 256, 0}, false},
-        {HD_OP_GEMM, {4096, 4096, 4096, 0}, false}, {HD_OP_LORA, {1, 2048, 2048, 8}, true},
-        {HD_OP_LORA, {64, 4096, 4096, 16}, false},  {HD_OP_SOFTMAX, {64, 1024, 0, 0}, false},
-        {HD_OP_LAYER_NORM, {1, 7, 0, 0}, false},    {HD_OP_RMS_NORM, {3, 5, 0, 0}, false},
-        {HD_OP_GEMM_BATCHED, {8, 64, 64, 0}, false},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hd_shape shape = {.dim = {cases[i].dim[0], cases[i].dim[1], cases[i].dim[2],
-                                  cases[i].dim[3]}};
-        const char *list[4] = {NULL};
-        size_t n = hd__backend_cpu.variants(NULL, cases[i].op, &shape, list, 4);
-        if (n != (cases[i].small ? expect_small : 0))
-            fail_msg("%s %zux%zux%zu: %zu variants", hd_op_name(cases[i].op), shape.dim[0],
-                     shape.dim[1], shape.dim[2], n);
-        for (size_t j = 0; j < n; j++) {
-            hd_cpu_params p;
-            assert_int_equal(hd__cpu_params_parse(NULL, list[j], &p), HD_OK);
-            assert_true(p.one_thread);
-        }
-        assert_int_equal(hd__backend_cpu.variants(NULL, cases[i].op, &shape, list, 0), 0);
-    }
-}
-
-#ifdef HD_HAVE_OPENBLAS_THREADS
-typedef struct one_thread_worker {
-    hd_context *ctx;
-    size_t failures;
-} one_thread_worker;
-
-static void *one_thread_worker_run(void *arg)
-{
-    one_thread_worker *w = arg;
-    float data[33 * 31] = {0};
-    hd_tensor *a = NULL, *b = NULL, *c = NULL;
-    if (hd_tensor_create(w->ctx, 33, 31, &a) != HD_OK ||
-        hd_tensor_create(w->ctx, 31, 29, &b) != HD_OK ||
-        hd_tensor_create(w->ctx, 33, 29, &c) != HD_OK || hd_tensor_write(a, data) != HD_OK ||
-        hd_tensor_write(b, data) != HD_OK || hd_tensor_write(c, data) != HD_OK)
-        w->failures++;
-    for (int i = 0; i < 300 && w->failures == 0; i++) {
-        hd_gemm_args g = {.alpha = 1.0f, .a = a, .b = b, .c = c, .m = 33, .n = 29, .k = 31,
-                          .variant = ONE_THREAD};
-        w->failures += hd__backend_cpu.gemm(NULL, w->ctx, &g) != HD_OK;
-    }
-    hd_tensor_destroy(a);
-    hd_tensor_destroy(b);
-    hd_tensor_destroy(c);
-    return NULL;
-}
-#endif
-
-/* OpenBLAS's thread count is one setting for the process: contexts on several threads using
- * THREADS=1 at once leave it as they found it. */
-static void test_one_thread_variant_restores_threads_under_concurrency(void **state)
-{
-    (void)state;
-#ifdef HD_HAVE_OPENBLAS_THREADS
-    int before = openblas_get_num_threads();
-    enum { WORKERS = 4 };
-    one_thread_worker w[WORKERS];
-    pthread_t tid[WORKERS];
-    for (int i = 0; i < WORKERS; i++) {
-        w[i] = (one_thread_worker){.ctx = hd_test_context(true)};
-        assert_int_equal(pthread_create(&tid[i], NULL, one_thread_worker_run, &w[i]), 0);
-    }
-    for (int i = 0; i < WORKERS; i++) {
-        assert_int_equal(pthread_join(tid[i], NULL), 0);
-        assert_int_equal(w[i].failures, 0);
-        hd_context_destroy(w[i].ctx);
-    }
-    assert_int_equal(openblas_get_num_threads(), before);
-#else
-    /* without OpenBLAS's thread control the variant changes nothing and still computes */
-    hd_cpu_params p;
-    assert_int_equal(hd__cpu_params_parse(NULL, ONE_THREAD, &p), HD_OK);
-    hd_cpu_threads t;
-    hd__cpu_threads_begin(&p, &t);
-    hd__cpu_threads_end(&t);
-    assert_false(t.lowered);
-#endif
-}
-
 int main(void)
 {
     hd_test_seed();
@@ -944,10 +734,6 @@ int main(void)
         cmocka_unit_test(test_rms_norm_zero_row_gives_zeros),
         cmocka_unit_test(test_row_ops_parallel_path_matches_reference),
         cmocka_unit_test(test_row_ops_empty_rows_or_cols_are_a_no_op),
-        cmocka_unit_test(test_one_thread_variant_matches_reference),
-        cmocka_unit_test(test_variant_other_than_one_thread_is_rejected),
-        cmocka_unit_test(test_one_thread_offered_for_small_blas_products_only),
-        cmocka_unit_test(test_one_thread_variant_restores_threads_under_concurrency),
     };
     return cmocka_run_group_tests_name("cpu_ops", tests, setup, teardown);
 }

@@ -12,7 +12,6 @@ const hd_backend_impl hd__backend_cpu = {
     .id = HD_BACKEND_CPU,
     .place = HD_PLACE_HOST,
     .probe = cpu_probe,
-    .variants = hd__cpu_variants,
     .gemm = hd__cpu_gemm,
     .gemm_batched = hd__cpu_gemm_batched,
     .lora = hd__cpu_lora,

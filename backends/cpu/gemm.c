@@ -94,15 +94,9 @@ void hd__cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, flo
 hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
 {
     (void)state;
-    hd_cpu_params p;
-    hd_status s = hd__cpu_params_parse(ctx, g->variant, &p);
-    if (s != HD_OK)
-        return s;
-    hd_cpu_threads t;
-    hd__cpu_threads_begin(&p, &t);
+    (void)ctx;
     hd__cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a->host, g->a->cols,
                   g->b->host, g->b->cols, g->beta, g->c->host, g->c->cols);
-    hd__cpu_threads_end(&t);
     return HD_OK;
 }
 
@@ -110,17 +104,11 @@ hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
 hd_status hd__cpu_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *g)
 {
     (void)state;
-    hd_cpu_params p;
-    hd_status s = hd__cpu_params_parse(ctx, g->variant, &p);
-    if (s != HD_OK)
-        return s;
-    hd_cpu_threads t;
-    hd__cpu_threads_begin(&p, &t);
+    (void)ctx;
     size_t stride_a = g->m * g->k, stride_b = g->k * g->n, stride_c = g->m * g->n;
     for (size_t i = 0; i < g->batch; i++)
         hd__cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha,
                       g->a->host + i * stride_a, g->a->cols, g->b->host + i * stride_b,
                       g->b->cols, g->beta, g->c->host + i * stride_c, g->c->cols);
-    hd__cpu_threads_end(&t);
     return HD_OK;
 }

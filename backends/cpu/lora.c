@@ -8,10 +8,6 @@
 hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 {
     (void)state;
-    hd_cpu_params p;
-    hd_status s = hd__cpu_params_parse(ctx, l->variant, &p);
-    if (s != HD_OK)
-        return s;
     float *h = NULL;
     if (l->rank > 0) {
         h = malloc(l->tokens * l->rank * sizeof *h);
@@ -19,8 +15,6 @@ hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *l)
             return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "LoRA: no memory for the %zu x %zu "
                              "low-rank activations", l->tokens, l->rank);
     }
-    hd_cpu_threads t;
-    hd__cpu_threads_begin(&p, &t);
     hd__cpu_sgemm(false, false, l->tokens, l->out, l->in, 1.0f, l->x->host, l->in, l->w->host,
                   l->out, 0.0f, l->y->host, l->out);
     if (h != NULL) {
@@ -28,8 +22,7 @@ hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *l)
                       l->a->host, l->rank, 0.0f, h, l->rank);
         hd__cpu_sgemm(false, false, l->tokens, l->out, l->rank, l->scale, h, l->rank,
                       l->b->host, l->out, 1.0f, l->y->host, l->out);
+        free(h);
     }
-    hd__cpu_threads_end(&t);
-    free(h);
     return HD_OK;
 }
