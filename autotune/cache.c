@@ -21,6 +21,9 @@
 #define MAX_TOKENS     16
 #define MAX_TIME_US    1e9 /* a quarter of an hour per call is not a tuned op */
 #define MAX_MARGIN_PCT 1e6 /* 10000x slower runner-up */
+/* Negative where a preference of the tuner chose a slower candidate; the runner-up cannot take
+ * less than no time. */
+#define MIN_MARGIN_PCT (-100.0)
 #define MAX_CAL_VALUE  1e9 /* µs, GB/s, GFLOP/s: well beyond any device */
 
 void hd__tune_file_init(hd_tune_file *f)
@@ -282,8 +285,8 @@ static bool parse_record(parser *ps, hd_op op, const token *tok, int n)
     } else {
         if (!tok_backend(&tok[i], &r.runner_up) || r.runner_up == r.backend)
             return bad_line(ps, "unknown or repeated runner-up backend");
-        if (!tok_double(&tok[i + 1], 0.0, MAX_MARGIN_PCT, &r.margin_pct))
-            return bad_line(ps, "margin is not a percentage in [0, 1e6]");
+        if (!tok_double(&tok[i + 1], MIN_MARGIN_PCT, MAX_MARGIN_PCT, &r.margin_pct))
+            return bad_line(ps, "margin is not a percentage in [-100, 1e6]");
     }
     if (hd__tune_find(ps->f, r.op, &r.shape) != NULL)
         return bad_line(ps, "duplicate record for the same operation and shape");

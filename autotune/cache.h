@@ -70,7 +70,8 @@ typedef struct hd_tune_record {
     char variant[HD_TUNE_STRING_MAX]; /* "" for the default */
     double median_us;
     hd_backend runner_up; /* HD_BACKEND_AUTO: none */
-    double margin_pct;    /* runner-up time / winner time - 1, in percent */
+    double margin_pct;    /* runner-up time / winner time - 1, in percent; negative where the
+                             tuner preferred a slower winner (dispatch-autotune's rules) */
 } hd_tune_record;
 
 /* A device-level setting of one backend, e.g. CLBlast's Xgemm parameters for this device. */

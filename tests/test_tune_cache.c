@@ -95,6 +95,11 @@ static void test_cache_round_trip_keeps_every_field(void **state)
     assert_int_equal(hd__tune_put(&f, &l), HD_OK);
     hd_tune_record s = record(HD_OP_RMS_NORM, 64, 1024, 0, 0, HD_BACKEND_CPU, 3.0);
     assert_int_equal(hd__tune_put(&f, &s), HD_OK);
+    /* the tuner preferred the device over a host candidate 2.5 % faster */
+    hd_tune_record small = record(HD_OP_GEMM, 64, 64, 64, 0, HD_BACKEND_CLBLAST, 26.5);
+    small.runner_up = HD_BACKEND_CPU;
+    small.margin_pct = -2.5;
+    assert_int_equal(hd__tune_put(&f, &small), HD_OK);
 
     char *text = hd__tune_format(&f);
     assert_non_null(text);
@@ -111,7 +116,7 @@ static void test_cache_round_trip_keeps_every_field(void **state)
     assert_true(fabs(back.cal.gemm_gflops - 51000) < 1e-6);
     assert_int_equal(back.param_count, 1);
     assert_string_equal(back.params[0].value, p.value);
-    assert_int_equal(back.count, 3);
+    assert_int_equal(back.count, 4);
     const hd_tune_record *r = hd__tune_find(&back, HD_OP_GEMM, &g.shape);
     assert_non_null(r);
     assert_int_equal(r->backend, HD_BACKEND_FUSED);
@@ -126,6 +131,10 @@ static void test_cache_round_trip_keeps_every_field(void **state)
     assert_int_equal(r->backend, HD_BACKEND_CLBLAST_FUSED);
     assert_int_equal(r->variant[0], '\0');
     assert_int_equal(r->runner_up, HD_BACKEND_AUTO);
+    r = hd__tune_find(&back, HD_OP_GEMM, &small.shape);
+    assert_non_null(r);
+    assert_int_equal(r->runner_up, HD_BACKEND_CPU);
+    assert_true(fabs(r->margin_pct + 2.5) < 1e-3);
 
     /* Formatting again gives the same text: files diff well. */
     char *again = hd__tune_format(&back);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune/choose.h"
 #include "autotune/measure.h"
 #include "autotune/reference.h"
 #include "autotune/tool/tool.h"
@@ -199,12 +200,7 @@ static double cpu_estimate_s(const hd_bench_case *c)
     return hd__bench_case_flops(c) / 50e9 + hd__bench_case_bytes(c) / 10e9;
 }
 
-typedef struct candidate {
-    hd_backend backend;
-    const char *variant;
-    double median_s;
-    bool ok;
-} candidate;
+typedef hd_tune_candidate candidate;
 
 /* Each backend that takes the case, with its defaults first and then the variants it lists;
  * the count. */
@@ -237,12 +233,6 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
 }
 
 #define FINALISTS 4
-/* A variant must beat its backend's defaults by more than this to be recorded. A CLBlast
- * parameter set other than the device's costs a swap of CLBlast's parameters whenever the
- * calls before it ran with another set (in a training step: every other GEMM shape), which
- * a timing of one case alone does not see: it must win by more. */
-#define PREFER_DEFAULTS 0.02
-#define PREFER_CLBLAST_DEFAULTS 0.10
 /* Variants of a backend whose defaults take this many times the best so far are not tried. */
 #define HOPELESS 3.0
 
@@ -345,10 +335,8 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
  * differences between the best few are within the drift of the device, and the minimum of
  * dozens of noisy medians favours whichever was lucky. So the finalists (the three fastest and
  * the winner's backend with its defaults) are timed again, in turn, confirm_rounds times; each
- * finalist's time becomes the median of its first and confirming medians. A variant then wins
- * only if it beats its backend's defaults by more than PREFER_DEFAULTS (CLBlast's sets: more
- * than PREFER_CLBLAST_DEFAULTS): the defaults need no extra program and, for CLBlast, no
- * parameter swap at the call. Returns the winner.
+ * finalist's time becomes the median of its first and confirming medians. Returns the fastest
+ * finalist.
  */
 static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
                         candidate *cand, size_t count, int best)
@@ -405,12 +393,20 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         if (winner < 0 || c->median_s < cand[winner].median_s)
             winner = fin[f];
     }
-    double prefer = cand[winner].backend == HD_BACKEND_CLBLAST ? PREFER_CLBLAST_DEFAULTS
-                                                                : PREFER_DEFAULTS;
-    if (defaults >= 0 && winner != defaults && cand[winner].backend == cand[defaults].backend &&
-        cand[defaults].median_s <= cand[winner].median_s * (1.0 + prefer))
-        winner = defaults;
     return winner;
+}
+
+/* The recorded candidate (autotune/choose.c), said when a preference moved the choice to
+ * another backend. */
+static int apply_preferences(hd_context *ctx, const candidate *cand, size_t count, int fastest,
+                             bool verbose)
+{
+    int chosen = hd__tune_choose(cand, count, fastest, hd__measure_device_is_gpu(ctx));
+    if (verbose && chosen >= 0 && cand[chosen].backend != cand[fastest].backend)
+        fprintf(stderr, "  preferred %s over %s, %.1f%% slower\n",
+                hd_backend_name(cand[chosen].backend), hd_backend_name(cand[fastest].backend),
+                (cand[chosen].median_s / cand[fastest].median_s - 1.0) * 100.0);
+    return chosen;
 }
 
 /* The record of the winner, with its margin over the best candidate of another backend. */
@@ -469,7 +465,8 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     }
     int best = time_candidates(ctx, &d, e, verbose, cand, count, why, why_size);
     if (best >= 0)
-        best = confirm_best(ctx, &d, e, verbose, cand, count, best);
+        best = apply_preferences(ctx, cand, count,
+                                 confirm_best(ctx, &d, e, verbose, cand, count, best), verbose);
     free_data(&d);
     if (best < 0) {
         if (why[0] == '\0')

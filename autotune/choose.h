@@ -1,0 +1,42 @@
+/*
+ * Which of dispatch-autotune's timed candidates a case records. The fastest is not always the
+ * one: a margin smaller than the noise of the comparison, or than a cost the timing of one case
+ * alone does not see, goes to the candidate that is cheaper to run in a real program.
+ *
+ *   1. Where the OpenCL device is a GPU, the fastest device candidate is recorded instead of
+ *      the CPU backend unless the CPU wins by more than HD_TUNE_PREFER_DEVICE. The CPU's time is
+ *      host wall time, which on a shared many-core host moves between processes more than
+ *      device time does: on the H100 machine a 64³ SGEMM took 25.8 µs in the tuner, 39.7 µs in
+ *      the benchmark a minute later and 41.8 µs in a standalone loop before both, while
+ *      CLBlast's device time stayed within 27-31 µs (BENCHMARKS.md).
+ *   2. Then a backend's defaults are recorded instead of its variant unless the variant wins by
+ *      more than HD_TUNE_PREFER_DEFAULTS: the defaults need no extra program. A CLBlast
+ *      parameter set other than the device's costs a swap of CLBlast's parameters whenever the
+ *      calls before it ran with another set (in a training step, every other GEMM shape), so it
+ *      must win by more: HD_TUNE_PREFER_CLBLAST_DEFAULTS.
+ */
+#ifndef HD_AUTOTUNE_CHOOSE_H
+#define HD_AUTOTUNE_CHOOSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+#define HD_TUNE_PREFER_DEVICE           0.15
+#define HD_TUNE_PREFER_DEFAULTS         0.02
+#define HD_TUNE_PREFER_CLBLAST_DEFAULTS 0.10
+
+typedef struct hd_tune_candidate {
+    hd_backend backend;
+    const char *variant; /* NULL: the backend's default parameters */
+    double median_s;
+    bool ok; /* correct and timed; the others are never chosen */
+} hd_tune_candidate;
+
+/* The candidate to record among cand[0..count), given the fastest one (an index of an ok
+ * candidate) and whether the OpenCL device is a GPU. Returns fastest or another ok index. */
+int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest,
+                    bool device_is_gpu);
+
+#endif

@@ -1,0 +1,131 @@
+/* What dispatch-autotune records among its timed candidates (autotune/choose.c): the device over
+ * a CPU that wins narrowly where the device is a GPU, a backend's defaults over a variant that
+ * wins narrowly, and never a candidate that failed its check. */
+#include "autotune/choose.h"
+#include "tests/testlib.h"
+
+#define US 1e-6
+
+static hd_tune_candidate timed(hd_backend b, const char *variant, double us)
+{
+    return (hd_tune_candidate){.backend = b, .variant = variant, .median_s = us * US, .ok = true};
+}
+
+/* The index of the fastest ok candidate, as the tuner passes it. */
+static int fastest(const hd_tune_candidate *c, size_t n)
+{
+    int best = -1;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].ok && (best < 0 || c[i].median_s < c[best].median_s))
+            best = (int)i;
+    return best;
+}
+
+static int choose(const hd_tune_candidate *c, size_t n, bool gpu)
+{
+    return hd__tune_choose(c, n, fastest(c, n), gpu);
+}
+
+/* The H100's 64³ GEMM: the CPU 3.6 % ahead of a CLBlast set, which is within 10 % of CLBlast's
+ * defaults: CLBlast's defaults are recorded. */
+static void test_gpu_machine_records_device_over_narrowly_faster_cpu(void **state)
+{
+    (void)state;
+    hd_tune_candidate c[] = {
+        timed(HD_BACKEND_CPU, NULL, 25.84),
+        timed(HD_BACKEND_CLBLAST, NULL, 27.38),
+        timed(HD_BACKEND_CLBLAST, "KWID=2 VWMD=2", 26.78),
+        timed(HD_BACKEND_CLBLAST_FUSED, NULL, 40.0),
+    };
+    assert_int_equal(choose(c, 4, true), 1);
+    /* without the CLBlast set the preference lands on the defaults directly */
+    c[2].ok = false;
+    assert_int_equal(choose(c, 4, true), 1);
+}
+
+static void test_gpu_machine_keeps_cpu_that_wins_clearly(void **state)
+{
+    (void)state;
+    hd_tune_candidate c[] = {
+        timed(HD_BACKEND_FUSED, NULL, 11.6),
+        timed(HD_BACKEND_CPU, NULL, 10.0),
+        timed(HD_BACKEND_CLBLAST, NULL, 30.0),
+    };
+    assert_int_equal(choose(c, 3, true), 1);
+    c[0].median_s = 11.4 * US; /* within 15 %: the device */
+    assert_int_equal(choose(c, 3, true), 0);
+}
+
+/* PoCL: the OpenCL device is the CPU itself, every candidate host-timed alike. */
+static void test_cpu_device_machine_records_the_fastest_backend(void **state)
+{
+    (void)state;
+    hd_tune_candidate c[] = {
+        timed(HD_BACKEND_CPU, NULL, 10.0),
+        timed(HD_BACKEND_FUSED, NULL, 10.5),
+    };
+    assert_int_equal(choose(c, 2, false), 0);
+}
+
+/* A device candidate that failed its check is never the preference. */
+static void test_failed_candidates_are_never_chosen(void **state)
+{
+    (void)state;
+    hd_tune_candidate c[] = {
+        timed(HD_BACKEND_CPU, NULL, 10.0),
+        timed(HD_BACKEND_FUSED, NULL, 10.1),
+        timed(HD_BACKEND_FUSED, "WG=64", 9.0),
+    };
+    c[1].ok = false;
+    c[2].ok = false;
+    assert_int_equal(choose(c, 3, true), 0);
+    hd_tune_candidate only_cpu[] = {timed(HD_BACKEND_CPU, NULL, 50.0)};
+    assert_int_equal(choose(only_cpu, 1, true), 0);
+}
+
+static void test_defaults_kept_unless_a_variant_wins_by_its_margin(void **state)
+{
+    (void)state;
+    hd_tune_candidate fused[] = {
+        timed(HD_BACKEND_FUSED, NULL, 10.19),
+        timed(HD_BACKEND_FUSED, "WG=64 ROWS=1 CACHE=4", 10.0),
+    };
+    assert_int_equal(choose(fused, 2, true), 0); /* 1.9 %: the defaults */
+    fused[0].median_s = 10.25 * US;
+    assert_int_equal(choose(fused, 2, true), 1); /* 2.5 %: the variant */
+
+    hd_tune_candidate clblast[] = {
+        timed(HD_BACKEND_CLBLAST, NULL, 10.9),
+        timed(HD_BACKEND_CLBLAST, "KWID=2", 10.0),
+    };
+    assert_int_equal(choose(clblast, 2, false), 0); /* 9 %: a parameter swap costs more */
+    clblast[0].median_s = 11.2 * US;
+    assert_int_equal(choose(clblast, 2, false), 1);
+}
+
+/* After the device preference, the variant it chose still gives way to its defaults only
+ * within the margin: a fused variant 10 % faster than its defaults stays. */
+static void test_device_preference_then_defaults_rule(void **state)
+{
+    (void)state;
+    hd_tune_candidate c[] = {
+        timed(HD_BACKEND_CPU, NULL, 9.5),
+        timed(HD_BACKEND_FUSED, NULL, 11.0),
+        timed(HD_BACKEND_FUSED, "TN=8 KS=32", 10.0),
+    };
+    assert_int_equal(choose(c, 3, true), 2);
+    assert_int_equal(choose(c, 3, false), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_machine_records_device_over_narrowly_faster_cpu),
+        cmocka_unit_test(test_gpu_machine_keeps_cpu_that_wins_clearly),
+        cmocka_unit_test(test_cpu_device_machine_records_the_fastest_backend),
+        cmocka_unit_test(test_failed_candidates_are_never_chosen),
+        cmocka_unit_test(test_defaults_kept_unless_a_variant_wins_by_its_margin),
+        cmocka_unit_test(test_device_preference_then_defaults_rule),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
