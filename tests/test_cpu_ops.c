@@ -565,7 +565,9 @@ static void test_softmax_row_of_one_is_one(void **state)
     hd_tensor_destroy(ty);
 }
 
-/* Row 0: a NaN; row 1: +inf; row 2: a -inf among finite values; row 3: all -inf; others finite. */
+/* Row 0: a NaN; row 1: +inf; row 2: a -inf among finite values; row 3: all -inf; row 4: a NaN
+ * first (where the maximum starts); row 5: a NaN last (past the rows' 8-wide passes when cols is
+ * not a multiple of 8); others finite. */
 static void poke_row_specials(float *x, size_t rows, size_t cols)
 {
     x[0 * cols + cols / 2] = NAN;
@@ -576,13 +578,18 @@ static void poke_row_specials(float *x, size_t rows, size_t cols)
     if (rows > 3)
         for (size_t j = 0; j < cols; j++)
             x[3 * cols + j] = -INFINITY;
+    if (rows > 4)
+        x[4 * cols] = NAN;
+    if (rows > 5)
+        x[5 * cols + cols - 1] = NAN;
 }
 
 static void test_row_ops_propagate_nan_and_inf_like_reference(void **state)
 {
     for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
-        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, false, 8600 + op, poke_row_specials);
-        check_row_op(*state, op, 5, 13, -1.0f, 1.0f, NORM_EPS, true, 8610 + op, poke_row_specials);
+        check_row_op(*state, op, 7, 13, -1.0f, 1.0f, NORM_EPS, false, 8600 + op, poke_row_specials);
+        check_row_op(*state, op, 7, 13, -1.0f, 1.0f, NORM_EPS, true, 8610 + op, poke_row_specials);
+        check_row_op(*state, op, 6, 37, -1.0f, 1.0f, NORM_EPS, false, 8620 + op, poke_row_specials);
     }
 }
 

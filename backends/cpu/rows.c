@@ -2,6 +2,12 @@
  * Softmax, layer norm and RMS norm on the CPU, one row at a time. Rows are split across
  * threads when the input is large enough to pay for waking them. Sums are accumulated in
  * double: a 32768-wide row summed in float loses about four digits.
+ *
+ * Each pass over a row keeps LANES independent partial results (maximum, sums) that are
+ * combined at the end. The compiler may not reorder a floating-point reduction by itself, so a
+ * single accumulator makes every pass a scalar chain of dependent adds (4 cycles per element);
+ * written with lanes, the passes are vector code without any fast-math flag, and the order of
+ * the additions is the same on every machine.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -12,6 +18,8 @@
 
 /* Below this many elements one thread is faster than waking the pool. */
 #define HD_CPU_PARALLEL_ELEMENTS 65536
+/* Partial results per pass: two SSE vectors of floats, four of doubles. */
+#define LANES 8
 
 /* e^d for d in [-inf, 0], within 2 ulp, written so the compiler vectorizes the loop around
  * it (libm's expf is a call per element: it made softmax five times slower than the norms).
@@ -33,51 +41,96 @@ static inline float exp_nonpositive(float d)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23; /* 2^n: n is in [-126, 0] */
+    /* 2^n from t's low mantissa bits, which hold 0x400000 + n: unsigned arithmetic, so that a
+     * NaN d (whose row the caller then discards) has a defined result too */
+    uint32_t t_bits;
+    memcpy(&t_bits, &t, sizeof t_bits);
+    uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return d < -87.0f ? 0.0f : p * scale;
 }
 
+/* The row's maximum; NaN if x[0] is NaN, and a NaN elsewhere is passed over. */
+static float row_max(const float *x, size_t n)
+{
+    float max[LANES];
+    for (size_t l = 0; l < LANES; l++)
+        max[l] = x[0];
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            max[l] = x[j + l] > max[l] ? x[j + l] : max[l];
+    for (; j < n; j++)
+        max[0] = x[j] > max[0] ? x[j] : max[0];
+    for (size_t l = 1; l < LANES; l++)
+        max[0] = max[l] > max[0] ? max[l] : max[0];
+    return max[0];
+}
+
+static double lanes_total(const double *part)
+{
+    double total = 0.0;
+    for (size_t l = 0; l < LANES; l++)
+        total += part[l];
+    return total;
+}
+
+/* The sum of x, in double. */
+static double row_sum(const float *x, size_t n)
+{
+    double part[LANES] = {0.0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            part[l] += x[j + l];
+    for (; j < n; j++)
+        part[0] += x[j];
+    return lanes_total(part);
+}
+
+/* Four plain loops: the maximum, e^(x - max) into y, the sum of y, the scaling; a row that
+ * fits the first-level cache is read from there after the first. y may be x. */
 static void softmax_row(const float *x, float *y, size_t n)
 {
-    float max = x[0];
-    bool nan = false;
-#pragma omp simd reduction(max : max) reduction(| : nan)
-    for (size_t j = 0; j < n; j++) {
-        max = x[j] > max ? x[j] : max;
-        nan |= x[j] != x[j];
-    }
-    /* NaN anywhere, +inf (inf - inf) or a row of -inf: the reference's row is NaN. */
-    if (nan || !isfinite(max)) {
+    float max = row_max(x, n);
+    /* +inf (inf - inf), a row of -inf, or NaN first: the reference's row is NaN */
+    if (!isfinite(max)) {
         for (size_t j = 0; j < n; j++)
             y[j] = NAN;
         return;
     }
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (size_t j = 0; j < n; j++) {
-        float e = exp_nonpositive(x[j] - max);
-        y[j] = e;
-        sum += e;
-    }
-    float inv = (float)(1.0 / sum);
+    for (size_t j = 0; j < n; j++)
+        y[j] = exp_nonpositive(x[j] - max);
+    /* a NaN after the first element makes the sum NaN, and with it the whole row */
+    float inv = (float)(1.0 / row_sum(y, n));
     for (size_t j = 0; j < n; j++)
         y[j] *= inv;
+}
+
+/* The sum of the squared deviations of x from mean, in double. */
+static double row_squares(const float *x, double mean, size_t n)
+{
+    double part[LANES] = {0.0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t l = 0; l < LANES; l++) {
+            double d = x[j + l] - mean;
+            part[l] += d * d;
+        }
+    for (; j < n; j++) {
+        double d = x[j] - mean;
+        part[0] += d * d;
+    }
+    return lanes_total(part);
 }
 
 static void layer_norm_row(const float *x, const float *gamma, const float *beta, float eps,
                            float *y, size_t n)
 {
-    double sum = 0.0;
-    for (size_t j = 0; j < n; j++)
-        sum += x[j];
-    double mean = sum / (double)n;
-    double sq = 0.0; /* second pass over deviations: no cancellation as in E[x^2] - E[x]^2 */
-    for (size_t j = 0; j < n; j++) {
-        double d = x[j] - mean;
-        sq += d * d;
-    }
+    double mean = row_sum(x, n) / (double)n;
+    /* second pass over deviations: no cancellation as in E[x^2] - E[x]^2 */
+    double sq = row_squares(x, mean, n);
     float rstd = (float)(1.0 / sqrt(sq / (double)n + eps));
     /* The deviation in double: a mean rounded to float is off by up to half an ulp of the
      * mean, which for rows far from zero (mean 1000, sigma 1) is 3e-5 sigma. */
@@ -87,10 +140,7 @@ static void layer_norm_row(const float *x, const float *gamma, const float *beta
 
 static void rms_norm_row(const float *x, const float *weight, float eps, float *y, size_t n)
 {
-    double sq = 0.0;
-    for (size_t j = 0; j < n; j++)
-        sq += (double)x[j] * x[j];
-    float rrms = (float)(1.0 / sqrt(sq / (double)n + eps));
+    float rrms = (float)(1.0 / sqrt(row_squares(x, 0.0, n) / (double)n + eps));
     for (size_t j = 0; j < n; j++)
         y[j] = x[j] * rrms * weight[j];
 }
