@@ -347,7 +347,8 @@ void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
     case HD_SELECT_NEAREST:
         hd__shape_text(r->op, &r->shape, key, sizeof key);
         if (r->runner_up != HD_BACKEND_AUTO)
-            snprintf(margin, sizeof margin, ", %.1f%% ahead of %s", r->margin_pct,
+            snprintf(margin, sizeof margin, ", %.1f%% %s %s", fabs(r->margin_pct),
+                     r->margin_pct < 0.0 ? "behind (preferred over)" : "ahead of",
                      hd_backend_name(r->runner_up));
         if (plan->runner_up_first)
             snprintf(why, sizeof why, "; %s instead: moving the inputs costs %.1f us",

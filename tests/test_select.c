@@ -295,6 +295,10 @@ static void test_select_explain_names_rule_candidates_and_record(void **state)
     (void)state;
     hd_tune_file f;
     standard_file(&f);
+    /* the tuner preferred the device over a CPU 2.5 % faster: a negative margin */
+    hd_tune_record preferred =
+        fake_record(HD_OP_GEMM, 64, 64, 64, 0, HD_BACKEND_CLBLAST, 27, HD_BACKEND_CPU, -2.5);
+    assert_int_equal(hd__tune_put(&f, &preferred), HD_OK);
     hd_context *ctx = fake_context(false, &f, cache_path);
     char buf[2048];
     const size_t gemm[4] = {1, 4096, 4096, 0};
@@ -303,6 +307,9 @@ static void test_select_explain_names_rule_candidates_and_record(void **state)
     assert_non_null(strstr(buf, "KWG=16 MWG=32"));
     assert_non_null(strstr(buf, "3.0% ahead of fused"));
     assert_non_null(strstr(buf, "candidates in order: clblast"));
+    const size_t small[4] = {64, 64, 64, 0};
+    assert_int_equal(hd_context_explain(ctx, HD_OP_GEMM, small, buf, sizeof buf), HD_OK);
+    assert_non_null(strstr(buf, "2.5% behind (preferred over) cpu"));
 
     const size_t near[4] = {200, 1000};
     assert_int_equal(hd_context_explain(ctx, HD_OP_SOFTMAX, near, buf, sizeof buf), HD_OK);

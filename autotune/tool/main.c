@@ -1,5 +1,6 @@
 /* dispatch-autotune: measures which backend is fastest per operation and shape on this
  * machine and records it in the tuning cache that every context reads. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,8 +270,9 @@ static void describe(const char *name, const hd_tune_record *rec, char *line, si
 {
     const char *with = rec->variant[0] ? " with " : "";
     if (rec->runner_up != HD_BACKEND_AUTO)
-        snprintf(line, size, "%s: %s %.2f us, %.1f%% ahead of %s%s%s", name,
-                 hd_backend_name(rec->backend), rec->median_us, rec->margin_pct,
+        snprintf(line, size, "%s: %s %.2f us, %.1f%% %s %s%s%s", name,
+                 hd_backend_name(rec->backend), rec->median_us, fabs(rec->margin_pct),
+                 rec->margin_pct < 0.0 ? "behind (preferred over)" : "ahead of",
                  hd_backend_name(rec->runner_up), with, rec->variant);
     else
         snprintf(line, size, "%s: %s %.2f us (the only candidate)%s%s", name,
