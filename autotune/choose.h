@@ -8,7 +8,7 @@
  *      host wall time, which on a shared many-core host moves between processes more than
  *      device time does: on the H100 machine a 64³ SGEMM took 25.8 µs in the tuner, 39.7 µs in
  *      the benchmark a minute later and 41.8 µs in a standalone loop before both, while
- *      CLBlast's device time stayed within 27-31 µs (BENCHMARKS.md).
+ *      CLBlast's device time stayed within 26-31 µs (BENCHMARKS.md).
  *   2. Then a backend's defaults are recorded instead of its variant unless the variant wins by
  *      more than HD_TUNE_PREFER_DEFAULTS: the defaults need no extra program. A CLBlast
  *      parameter set other than the device's costs a swap of CLBlast's parameters whenever the

@@ -6,8 +6,8 @@
  * Each pass over a row keeps LANES independent partial results (maximum, sums) that are
  * combined at the end. The compiler may not reorder a floating-point reduction by itself, so a
  * single accumulator makes every pass a scalar chain of dependent adds (4 cycles per element);
- * written with lanes, the passes are vector code without any fast-math flag, and the order of
- * the additions is the same on every machine.
+ * written with lanes, the sums are vector code without any fast-math flag and the maximum runs
+ * as eight independent chains, and the order of the additions is the same on every machine.
  */
 #include <math.h>
 #include <stdbool.h>
