@@ -451,8 +451,11 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
  * of each in bs), mode by mode. The backends take turns, one round each, rounds times over: a
  * drift of the device (clocks, temperature, other work on the host) then shows in every
  * backend's figures alike instead of favouring whichever was timed in a quiet moment, which
- * matters when auto and the backend it picks run the same kernel. Each mode reports the median
- * of the rounds' medians, the extremes and the number of runs over all rounds.
+ * matters when auto and the backend it picks run the same kernel. The order rotates from round
+ * to round, so that no backend always follows the same one: what a backend's calls leave behind
+ * (runtime threads still busy, caches holding its data, CLBlast's parameters swapped) then
+ * falls on every backend alike. Each mode reports the median of the rounds' medians, the
+ * extremes and the number of runs over all rounds.
  */
 static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t *record_index,
                          const hd_backend *bs, size_t n)
@@ -464,7 +467,8 @@ static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t 
         round_samples rs[HD_BACKEND_COUNT + 1];
         memset(rs, 0, sizeof rs);
         for (unsigned round = 0; round < st->o->rounds; round++) {
-            for (size_t i = 0; i < n; i++) {
+            for (size_t k = 0; k < n; k++) {
+                size_t i = (k + round) % n;
                 hd_bench_record *r = &st->run->records[record_index[i]];
                 if (r->state == HD_BENCH_OK)
                     measure_round(st, inst, r, bs[i], (hd_measure_mode)m, last_median[i], &rs[i]);
