@@ -564,6 +564,16 @@ static int record_cmp(const void *pa, const void *pb)
     return ta - tb;
 }
 
+void hd__tune_margin_text(const hd_tune_record *r, char *buf, size_t size)
+{
+    if (r->runner_up == HD_BACKEND_AUTO)
+        snprintf(buf, size, "%s", "");
+    else
+        snprintf(buf, size, "%.1f%% %s %s", fabs(r->margin_pct),
+                 r->margin_pct < 0.0 ? "behind (preferred over)" : "ahead of",
+                 hd_backend_name(r->runner_up));
+}
+
 char *hd__tune_format(const hd_tune_file *f)
 {
     text t = {.cap = 4096};

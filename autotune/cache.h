@@ -126,6 +126,10 @@ hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t siz
  * Records are sorted by op and dims, so that files diff well. */
 char *hd__tune_format(const hd_tune_file *f);
 
+/* The record's margin for a person: "3.0% ahead of fused", "2.5% behind (preferred over)
+ * cpu" where the tuner preferred a slower winner, "" when nothing else ran. */
+void hd__tune_margin_text(const hd_tune_record *r, char *buf, size_t size);
+
 /*
  * Writes f's records and params to path, merged with those already there for the same key
  * (f's win on the same (op, shape)). Holds an flock on "<path>.lock" throughout, writes a

@@ -337,7 +337,7 @@ void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
 {
     const hd_tune_record *r = plan->record;
     hd_backend first = plan->count > 0 ? plan->order[0] : HD_BACKEND_AUTO;
-    char key[96], margin[64] = "", why[96] = "";
+    char key[96], margin[72] = "", why[96] = "";
     switch (plan->rule) {
     case HD_SELECT_FORCED:
         snprintf(buf, size, "forced to %s (hd_context_set_backend or HD_BACKEND)",
@@ -346,10 +346,11 @@ void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
     case HD_SELECT_TUNED:
     case HD_SELECT_NEAREST:
         hd__shape_text(r->op, &r->shape, key, sizeof key);
-        if (r->runner_up != HD_BACKEND_AUTO)
-            snprintf(margin, sizeof margin, ", %.1f%% %s %s", fabs(r->margin_pct),
-                     r->margin_pct < 0.0 ? "behind (preferred over)" : "ahead of",
-                     hd_backend_name(r->runner_up));
+        if (r->runner_up != HD_BACKEND_AUTO) {
+            char text[64];
+            hd__tune_margin_text(r, text, sizeof text);
+            snprintf(margin, sizeof margin, ", %s", text);
+        }
         if (plan->runner_up_first)
             snprintf(why, sizeof why, "; %s instead: moving the inputs costs %.1f us",
                      hd_backend_name(r->runner_up), plan->migrate_us[r->backend]);

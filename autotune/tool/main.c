@@ -1,6 +1,5 @@
 /* dispatch-autotune: measures which backend is fastest per operation and shape on this
  * machine and records it in the tuning cache that every context reads. */
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,11 +268,11 @@ static int calibrate(hd_context *ctx, const tool_options *o, const char *path, h
 static void describe(const char *name, const hd_tune_record *rec, char *line, size_t size)
 {
     const char *with = rec->variant[0] ? " with " : "";
+    char margin[64];
+    hd__tune_margin_text(rec, margin, sizeof margin);
     if (rec->runner_up != HD_BACKEND_AUTO)
-        snprintf(line, size, "%s: %s %.2f us, %.1f%% %s %s%s%s", name,
-                 hd_backend_name(rec->backend), rec->median_us, fabs(rec->margin_pct),
-                 rec->margin_pct < 0.0 ? "behind (preferred over)" : "ahead of",
-                 hd_backend_name(rec->runner_up), with, rec->variant);
+        snprintf(line, size, "%s: %s %.2f us, %s%s%s", name, hd_backend_name(rec->backend),
+                 rec->median_us, margin, with, rec->variant);
     else
         snprintf(line, size, "%s: %s %.2f us (the only candidate)%s%s", name,
                  hd_backend_name(rec->backend), rec->median_us, with, rec->variant);
