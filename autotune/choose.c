@@ -1,9 +1,6 @@
 #include "autotune/choose.h"
 
-/* The fastest ok candidate of backend b, or with b = HD_BACKEND_AUTO of any backend but the
- * CPU; with defaults_only, of those with default parameters. -1 if there is none. */
-static int fastest_of(const hd_tune_candidate *cand, size_t count, hd_backend b,
-                      bool defaults_only)
+int hd__tune_fastest(const hd_tune_candidate *cand, size_t count, hd_backend b, bool defaults_only)
 {
     int best = -1;
     for (size_t i = 0; i < count; i++) {
@@ -20,14 +17,14 @@ int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest, bo
 {
     int chosen = fastest;
     if (device_is_gpu && cand[chosen].backend == HD_BACKEND_CPU) {
-        int device = fastest_of(cand, count, HD_BACKEND_AUTO, false);
+        int device = hd__tune_fastest(cand, count, HD_BACKEND_AUTO, false);
         if (device >= 0 &&
             cand[device].median_s <= cand[chosen].median_s * (1.0 + HD_TUNE_PREFER_DEVICE))
             chosen = device;
     }
-    int defaults = fastest_of(cand, count, cand[chosen].backend, true);
+    int defaults = hd__tune_fastest(cand, count, cand[chosen].backend, true);
     double prefer = cand[chosen].backend == HD_BACKEND_CLBLAST ? HD_TUNE_PREFER_CLBLAST_DEFAULTS
-                                                                : HD_TUNE_PREFER_DEFAULTS;
+                                                               : HD_TUNE_PREFER_DEFAULTS;
     if (defaults >= 0 && cand[defaults].median_s <= cand[chosen].median_s * (1.0 + prefer))
         chosen = defaults;
     return chosen;

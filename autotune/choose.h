@@ -34,9 +34,12 @@ typedef struct hd_tune_candidate {
     bool ok; /* correct and timed; the others are never chosen */
 } hd_tune_candidate;
 
+/* The fastest ok candidate of backend b, or with b = HD_BACKEND_AUTO of any backend but the
+ * CPU; with defaults_only, of those with default parameters. -1 if there is none. */
+int hd__tune_fastest(const hd_tune_candidate *cand, size_t count, hd_backend b, bool defaults_only);
+
 /* The candidate to record among cand[0..count), given the fastest one (an index of an ok
  * candidate) and whether the OpenCL device is a GPU. Returns fastest or another ok index. */
-int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest,
-                    bool device_is_gpu);
+int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest, bool device_is_gpu);
 
 #endif

@@ -276,14 +276,13 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (cand[i].variant != NULL && hd__measure_now() - case_start > e->case_target_s) {
             if (verbose)
                 fprintf(stderr, "  %s %s: skipped: past the case's time target (%.0f s)\n",
-                        hd_backend_name(cand[i].backend), variant_text(&cand[i]),
-                        e->case_target_s);
+                        hd_backend_name(cand[i].backend), variant_text(&cand[i]), e->case_target_s);
             continue;
         }
         /* Variants tune a backend, they do not rescue it: one whose defaults are several
          * times slower than the best so far (PoCL next to the CPU backend) skips them. */
-        if (cand[i].variant != NULL && best >= 0 && defaults_s[cand[i].backend] >
-                                                        HOPELESS * cand[best].median_s) {
+        if (cand[i].variant != NULL && best >= 0 &&
+            defaults_s[cand[i].backend] > HOPELESS * cand[best].median_s) {
             if (verbose)
                 fprintf(stderr, "  %s %s: skipped: its defaults are %.1fx the best\n",
                         hd_backend_name(cand[i].backend), variant_text(&cand[i]),
@@ -322,8 +321,8 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (cand[i].variant == NULL)
             defaults_s[cand[i].backend] = median_s;
         if (verbose)
-            fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d->backend),
-                    median_s * 1e6, variant_text(&cand[i]));
+            fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d->backend), median_s * 1e6,
+                    variant_text(&cand[i]));
         if (best < 0 || median_s < cand[best].median_s)
             best = (int)i;
     }
@@ -355,10 +354,7 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         if (next >= 0)
             fin[nfin++] = next;
     }
-    int defaults = -1;
-    for (size_t i = 0; i < count; i++)
-        if (cand[i].ok && cand[i].backend == cand[best].backend && cand[i].variant == NULL)
-            defaults = (int)i;
+    int defaults = hd__tune_fastest(cand, count, cand[best].backend, true);
     bool have_defaults = false;
     for (size_t f = 0; f < nfin; f++)
         have_defaults |= fin[f] == defaults;
