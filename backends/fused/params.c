@@ -233,12 +233,13 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
     /* Measured on an H100, device time per call. GEMM 1x4096x4096: strips of 4 vectors by 64
      * k-slices with 16 loads in flight per work-item, 30.2-30.5 µs; the best other strips
      * (32 x 8, or 8 x 32 split 4 ways over k) 29.3-30.1 µs, within the spread between runs,
-     * so the default stays and the tuner picks them where they win. One-token LoRA: every work-group recomputes its k-range of x*A, so few wide
-     * strips (16 vectors, 16 k-slices, 4 loads per round) split many ways over k (KG below)
-     * keep that prologue short: 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 %
-     * of the fastest variant of each shape, where the GEMM's strip took 8.2-12.5 µs in one
-     * launch and 22.4 µs split (r = 64). LoRA with more tokens keeps the GEMM's strip with 8
-     * loads per round (the rows share the registers). */
+     * so the default stays and the tuner picks them where they win. One-token LoRA: every
+     * work-group recomputes its k-range of x*A, so few wide strips (16 vectors, 16 k-slices,
+     * 4 loads per round) split many ways over k (KG below) keep that prologue short:
+     * 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 % of the fastest variant of
+     * each shape, where the GEMM's strip took 8.2-12.5 µs in one launch and 22.4 µs split
+     * (r = 64). LoRA with more tokens keeps the GEMM's strip with 8 loads per round (the rows
+     * share the registers). */
     const bool wide = needs_rank && rows <= 1;
     if (p->tn == 0)
         p->tn = wide ? 16 : 4;
