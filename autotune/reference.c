@@ -1,6 +1,6 @@
 /* Float64 host reference of the tools (see reference.h). The tuner's tolerances: GEMM and LoRA
  * elements may differ by 8·k·ε·Σ|terms| (the rounding bound of a k-long float sum, with room
- * for blocked summation orders); row ops by 1e-5 + 1e-4·|want|. */
+ * for blocked summation orders; tf32 adds 2^-9·Σ|terms|); row ops by 1e-5 + 1e-4·|want|. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,10 +61,18 @@ hd_ref_elem hd__ref_matmul_elem(hd_op op, const hd_shape *shape, const hd_ref_in
     return gemm_elem(shape, &one, i, j);
 }
 
-static bool close_enough(double got, hd_ref_elem e, double k, char *why, size_t size, size_t i,
-                         size_t j)
+double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precision precision)
 {
-    double tol = 8.0 * (k + 2.0) * FLT_EPSILON * e.bound + 1e-30;
+    double rel = scale * k * FLT_EPSILON;
+    if (precision == HD_PRECISION_TF32)
+        rel += 1.0 / 512.0;
+    return rel * bound + 1e-30;
+}
+
+static bool close_enough(double got, hd_ref_elem e, double k, hd_precision precision, char *why,
+                         size_t size, size_t i, size_t j)
+{
+    double tol = hd__ref_matmul_tolerance(k + 2.0, e.bound, 8.0, precision);
     if (isfinite(got) && fabs(got - e.want) <= tol)
         return true;
     snprintf(why, size, "element (%zu, %zu): got %.9g, want %.9g (tolerance %.3g)", i, j, got,
@@ -91,7 +99,7 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
         }
         size_t bi = idx / (rows * cols), i = idx % (rows * cols) / cols, j = idx % cols;
         hd_ref_elem e = hd__ref_matmul_elem(op, s, in, bi, i, j);
-        if (!close_enough((double)out[idx], e, k, why, size, i, j))
+        if (!close_enough((double)out[idx], e, k, in->precision, why, size, i, j))
             return false;
     }
     return true;

@@ -19,6 +19,7 @@ typedef struct hd_ref_inputs {
     float alpha, beta;  /* GEMM */
     float scale;        /* LoRA */
     float eps;          /* norms */
+    hd_precision precision; /* GEMM and LoRA: the arithmetic checked (tolerances below) */
 } hd_ref_inputs;
 
 /* One output element in double and the sum of the magnitudes of its terms, which the element's
@@ -32,6 +33,11 @@ hd_ref_elem hd__ref_matmul_elem(hd_op op, const hd_shape *shape, const hd_ref_in
                                 size_t i, size_t j);
 /* Row i of a row op, into want (shape->dim[1] values). */
 void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t i, double *want);
+
+/* How far a GEMM or LoRA element may be from the reference: a k-long float sum's rounding bound
+ * (`scale` times k·ε, relative to the sum of the terms' magnitudes `bound`); fp32x3 is held to
+ * the same bound as fp32, tf32 adds its operands' rounding (2^-9 of `bound`). */
+double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precision precision);
 
 /* The tuner's check. Row ops are checked in full; GEMM and LoRA outputs of more than
  * HD_REF_FULL elements on a fixed sample of HD_REF_SAMPLES elements.

@@ -191,7 +191,7 @@ static double check_matmul(const hd_bench_instance *inst, const hd_ref_inputs *i
         for (size_t sj = 0; sj < sample_count(cols, CHECK_COLS); sj++) {
             size_t j = sample(cols, CHECK_COLS, sj);
             hd_ref_elem e = hd__ref_matmul_elem(c->op, &c->shape, in, 0, i, j);
-            double tol = 2.0 * k * FLT_EPSILON * e.bound + 1e-30;
+            double tol = hd__ref_matmul_tolerance(k, e.bound, 2.0, in->precision);
             double r = ratio(fabs((double)y[i * cols + j] - e.want), tol);
             worst = r > worst ? r : worst;
         }
@@ -253,7 +253,8 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
                              .alpha = 1.0f,
                              .beta = 0.0f,
                              .scale = inst->scale,
-                             .eps = inst->eps};
+                             .eps = inst->eps,
+                             .precision = hd_context_gemm_precision(ctx)};
         bool rows = inst->c.op != HD_OP_GEMM && inst->c.op != HD_OP_LORA;
         *worst = rows ? check_rows(inst, &ref, y) : check_matmul(inst, &ref, y);
     }

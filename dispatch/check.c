@@ -62,7 +62,8 @@ hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alph
                            .c = c,
                            .m = m,
                            .n = n,
-                           .k = k};
+                           .k = k,
+                           .precision = ctx->gemm_precision};
     return HD_OK;
 }
 
@@ -81,7 +82,8 @@ hd_status hd__check_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bo
                            .a = a,
                            .b = b,
                            .c = c,
-                           .batch = 0};
+                           .batch = 0,
+                           .precision = ctx->gemm_precision};
     if (batch == 0)
         return HD_OK;
     const hd_tensor *t[] = {a, b, c};
@@ -144,7 +146,8 @@ hd_status hd__check_lora(hd_context *ctx, const hd_tensor *x, const hd_tensor *w
                            .tokens = tokens,
                            .in = in,
                            .out = out,
-                           .rank = rank};
+                           .rank = rank,
+                           .precision = ctx->gemm_precision};
     return HD_OK;
 }
 

@@ -97,6 +97,34 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
 #endif
 }
 
+/* The requested GEMM precision (options, then $HD_GEMM_PRECISION), lowered to fp32 with a note
+ * where no backend of the context runs it. */
+static hd_status choose_precision(hd_context *ctx, const hd_context_options *opt)
+{
+    hd_precision want = opt->gemm_precision;
+    const char *env = nonempty(getenv("HD_GEMM_PRECISION"));
+    if ((unsigned)want >= HD_PRECISION_COUNT)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "gemm_precision %d is not a precision",
+                         (int)want);
+    if (want == HD_PRECISION_FP32 && env != NULL && !hd__precision_from_name(env, &want))
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "HD_GEMM_PRECISION='%.40s' is not fp32, fp32x3 or tf32", env);
+    ctx->gemm_precision = HD_PRECISION_FP32;
+    if (want == HD_PRECISION_FP32)
+        return HD_OK;
+    for (int b = 0; b < HD_BACKEND_COUNT; b++) {
+        const hd_backend_impl *impl = ctx->backends[b];
+        if (impl != NULL && impl->runs_precision != NULL &&
+            impl->runs_precision(ctx->backend_state[b], want)) {
+            ctx->gemm_precision = want;
+            return HD_OK;
+        }
+    }
+    hd__error(ctx, HD_OK, "GEMM precision %s needs tensor cores (NVIDIA sm_80+) that this "
+              "context lacks; GEMMs run in fp32", hd_precision_name(want));
+    return HD_OK;
+}
+
 hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
 {
     if (out == NULL) {
@@ -121,6 +149,8 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
     hd_status s = open_device(ctx, opt);
     if (s == HD_OK)
         s = hd__registry_probe(ctx);
+    if (s == HD_OK)
+        s = choose_precision(ctx, opt);
     if (s == HD_OK) {
         const char *spec = nonempty(opt->backends) ? opt->backends : nonempty(getenv("HD_BACKEND"));
         if (spec != NULL)
@@ -149,6 +179,11 @@ void hd_context_destroy(hd_context *ctx)
     hd__cl_runtime_destroy(ctx->cl);
 #endif
     free(ctx);
+}
+
+hd_precision hd_context_gemm_precision(const hd_context *ctx)
+{
+    return ctx != NULL ? ctx->gemm_precision : HD_PRECISION_FP32;
 }
 
 const char *hd_context_device_name(const hd_context *ctx)

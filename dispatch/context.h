@@ -26,6 +26,7 @@ struct hd_context {
 
     hd_backend forced[HD_OP_COUNT]; /* HD_BACKEND_AUTO: dispatcher chooses */
     hd_backend last_backend;
+    hd_precision gemm_precision; /* what GEMMs run in: requested and available */
 
     struct hd_cl_runtime *cl;        /* NULL: no OpenCL device */
     struct hd_tune_table *tune;      /* NULL: no tuning cache */
@@ -41,6 +42,7 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
 /* Backend by name ("cpu", "clblast", "fused", "clblast+fused", "auto"); false if unknown. */
 bool hd__backend_from_name(const char *name, hd_backend *b);
 bool hd__op_from_name(const char *name, hd_op *op);
+bool hd__precision_from_name(const char *name, hd_precision *p);
 
 /* Whether backend b is present and healthy in ctx. */
 bool hd__backend_usable(const hd_context *ctx, hd_backend b);

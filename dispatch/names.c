@@ -49,6 +49,29 @@ static const char *const op_names[HD_OP_COUNT] = {
     [HD_OP_GEMM_BATCHED] = "gemm_batched",
 };
 
+static const char *const precision_names[HD_PRECISION_COUNT] = {
+    [HD_PRECISION_FP32] = "fp32",
+    [HD_PRECISION_FP32X3] = "fp32x3",
+    [HD_PRECISION_TF32] = "tf32",
+};
+
+const char *hd_precision_name(hd_precision p)
+{
+    if ((unsigned)p >= HD_PRECISION_COUNT)
+        return "unknown";
+    return precision_names[p];
+}
+
+bool hd__precision_from_name(const char *name, hd_precision *p)
+{
+    for (int i = 0; i < HD_PRECISION_COUNT; i++)
+        if (strcmp(name, precision_names[i]) == 0) {
+            *p = (hd_precision)i;
+            return true;
+        }
+    return false;
+}
+
 const char *hd_backend_name(hd_backend b)
 {
     if ((unsigned)b >= HD_BACKEND_COUNT)

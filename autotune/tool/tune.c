@@ -120,6 +120,7 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     d->ref.beta = 0.0f;
     d->ref.scale = 0.5f;
     d->ref.eps = 1e-5f;
+    d->ref.precision = hd_context_gemm_precision(ctx);
     switch (c->op) {
     case HD_OP_GEMM:
         return hd__check_gemm(ctx, c->shape.trans_a, c->shape.trans_b, 1.0f, d->in[0], d->in[1],

@@ -28,6 +28,8 @@ static hd_status fused_probe(hd_context *ctx, void **state)
         err = clGetDeviceInfo(hd__cl_device(ctx->cl), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units,
                               &units, NULL);
     f->compute_units = units;
+    f->ctx = ctx;
+    hd__fused_tile_probe(f, hd__cl_device(ctx->cl));
     hd_status s = err == CL_SUCCESS ? hd__fused_sources_create(f)
                                     : hd__cl_error(ctx, err, "clGetDeviceInfo");
     if (s != HD_OK) {
@@ -48,15 +50,16 @@ static void fused_destroy(void *state)
     if (f->lora_part != NULL)
         clReleaseMemObject(f->lora_part);
     hd__fused_kg_release(f);
+    hd__fused_tile_release(f);
     free(f);
 }
 
 static bool fused_supports(void *state, hd_op op, const hd_shape *s)
 {
     switch (op) {
-    case HD_OP_GEMM: /* m, n, k */
-        return s->dim[0] <= 16 && !s->trans_a && !s->trans_b && fits_int(s->dim[2], s->dim[1]) &&
-               fits_int(16, s->dim[1]) && fits_int(16, s->dim[2]);
+    case HD_OP_GEMM: /* m, n, k: the strip kernel's 32-bit indexing, or the tiled engine's */
+    case HD_OP_GEMM_BATCHED:
+        return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX;
     case HD_OP_LORA: /* tokens, in, out, rank */
         return s->dim[0] <= 16 && s->dim[3] <= 64 && fits_int(s->dim[1], s->dim[2]) &&
                hd__fused_lora_update_supports(s);
@@ -144,8 +147,12 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     const hd_fused *f = state;
     size_t n = 0;
     switch (op) {
+    case HD_OP_GEMM_BATCHED:
+        return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
     case HD_OP_GEMM:
     case HD_OP_LORA:
+        if (op == HD_OP_GEMM && (s->dim[0] > 16 || s->trans_a || s->trans_b))
+            return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
         for (size_t i = 0; i < sizeof gemv / sizeof gemv[0] && n < max; i++)
             out[n++] = gemv[i];
         for (size_t i = 0; i < sizeof kgroups / sizeof kgroups[0] && n < max; i++)
@@ -214,6 +221,12 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
     return s;
 }
 
+static bool fused_runs_precision(void *state, hd_precision p)
+{
+    const hd_fused *f = state;
+    return p == HD_PRECISION_FP32 || (f != NULL && f->mma && !f->mma_broken);
+}
+
 const hd_backend_impl hd__backend_fused = {
     .name = "fused",
     .id = HD_BACKEND_FUSED,
@@ -222,8 +235,10 @@ const hd_backend_impl hd__backend_fused = {
     .destroy = fused_destroy,
     .supports = fused_supports,
     .variants = fused_variants,
+    .runs_precision = fused_runs_precision,
     .warmup = fused_warmup,
     .gemm = hd__fused_gemm,
+    .gemm_batched = hd__fused_gemm_batched,
     .lora = hd__fused_lora,
     .softmax = hd__fused_softmax,
     .layer_norm = hd__fused_layer_norm,

@@ -38,9 +38,18 @@ static const param_spec update_spec[] = {
     SPEC("VEC", 1, 4, true, vec),
 };
 
+static const param_spec tile_spec[] = {
+    SPEC("BM", 16, 256, true, bm), SPEC("BN", 16, 256, true, bn), SPEC("BK", 4, 64, true, bk),
+    SPEC("RM", 4, 16, true, rm),   SPEC("RN", 4, 16, true, rn),    SPEC("WM", 16, 128, true, wm),
+    SPEC("WN", 8, 128, true, wn),  SPEC("SK", 1, 64, false, sk),
+};
+
 static const param_spec *family_spec(hd_fused_family family, size_t *count)
 {
     switch (family) {
+    case HD_FUSED_FAMILY_TILE:
+        *count = sizeof tile_spec / sizeof tile_spec[0];
+        return tile_spec;
     case HD_FUSED_FAMILY_ROWS:
         *count = sizeof rows_spec / sizeof rows_spec[0];
         return rows_spec;
@@ -122,7 +131,7 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
         return HD_OK;
     size_t count;
     const param_spec *spec = family_spec(family, &count);
-    bool seen[8] = {false};
+    bool seen[16] = {false};
     const char *p = variant;
     for (;;) {
         while (*p == ' ')
@@ -294,6 +303,7 @@ void hd__fused_options(hd_fused_family family, const hd_fused_params *p, size_t 
                  "-DTN=%d -DKS=%d -DVEC=%d -DUNROLL=%d -DMR=%zu -DKG=%d", p->tn, p->ks, p->vec,
                  p->unroll, hd__fused_pow2_ceil(rows), p->kg);
         return;
+    case HD_FUSED_FAMILY_TILE: /* formatted by tile.c, which knows the shape's layouts */
     case HD_FUSED_FAMILY_UPDATE:
         break;
     }

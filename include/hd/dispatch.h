@@ -81,6 +81,20 @@ typedef enum hd_op {
     HD_OP_COUNT
 } hd_op;
 
+/* The arithmetic of GEMM, batched GEMM and the GEMM parts of LoRA (row ops are always fp32).
+ * Chosen per context; a mode the device cannot run falls back to HD_PRECISION_FP32 with a
+ * note in hd_context_last_error(), and hd_context_gemm_precision() tells which one runs. */
+typedef enum hd_precision {
+    HD_PRECISION_FP32 = 0, /* fp32 FMA arithmetic on every backend (the default) */
+    HD_PRECISION_FP32X3,   /* "3xTF32": each operand split into two TF32 parts, three
+                              tensor-core products with fp32 accumulation; error against
+                              float64 within twice that of fp32 (NVIDIA sm_80+ devices) */
+    HD_PRECISION_TF32,     /* one TF32 tensor-core product, like PyTorch's allow_tf32: operands
+                              rounded to 10 mantissa bits, relative error near 1e-3 of
+                              |A|*|B| (NVIDIA sm_80+ devices) */
+    HD_PRECISION_COUNT
+} hd_precision;
+
 typedef struct hd_context hd_context; /* devices, queues, caches, tuning table */
 typedef struct hd_tensor hd_tensor;   /* 2-D row-major fp32, lives on host or a device */
 
@@ -96,6 +110,8 @@ typedef struct hd_context_options {
     bool disable_opencl;    /* true: CPU backend only (also $HD_DISABLE_OPENCL=1) */
     bool no_tune_cache;     /* true: do not read any tuning cache */
     bool warmup;            /* true: build every kernel at creation (see hd_context_warmup) */
+    hd_precision gemm_precision; /* GEMM arithmetic; HD_PRECISION_FP32 (the default):
+                                    $HD_GEMM_PRECISION ("fp32", "fp32x3", "tf32"), else fp32 */
 } hd_context_options;
 
 /* Version of the library this program runs with, as "MAJOR.MINOR.PATCH". The compile-time
@@ -112,6 +128,8 @@ HD_API const char *hd_status_name(hd_status s);
  * Never NULL. */
 HD_API const char *hd_backend_name(hd_backend b);
 HD_API const char *hd_op_name(hd_op op);
+/* "fp32", "fp32x3" or "tf32"; "unknown" otherwise. Never NULL. */
+HD_API const char *hd_precision_name(hd_precision p);
 
 /* Sets every field of *opt to its default. */
 HD_API void hd_context_options_init(hd_context_options *opt);
@@ -155,6 +173,10 @@ HD_API bool hd_context_has_backend(const hd_context *ctx, hd_backend b);
  * HD_ERR_BACKEND_UNAVAILABLE (b cannot run on this machine).
  */
 HD_API hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b);
+
+/* The GEMM arithmetic the context runs: the requested mode, or HD_PRECISION_FP32 where no
+ * backend of the context can run it. HD_PRECISION_FP32 for NULL. */
+HD_API hd_precision hd_context_gemm_precision(const hd_context *ctx);
 
 /* The backend the last successful operation on ctx ran on; HD_BACKEND_AUTO before any. */
 HD_API hd_backend hd_context_last_backend(const hd_context *ctx);

@@ -1,0 +1,357 @@
+/*
+ * The tiled GEMM family, shared part: C = alpha * op(A) * op(B) + beta * C, op(A) m x k,
+ * op(B) k x n, C m x n, all row-major. A is stored m x k (TRANS_A = 0) or k x m (TRANS_A = 1),
+ * B k x n (TRANS_B = 0) or n x k (TRANS_B = 1), each with its own row stride (lda, ldb, ldc),
+ * so a transpose is a different load, never a copy. gemm_tile.cl (fp32 FMAs) and gemm_mma.cl
+ * (tensor cores) follow this file and supply the arithmetic.
+ *
+ * Work decomposition: one work-group computes a BM x BN tile of C; tiles are launched in bands
+ * of GROUP_M tile rows, column by column inside a band, so that the groups in flight share
+ * rows of A and columns of B in the L2 cache. The k loop stages BK-deep slices of op(A) and
+ * op(B) through local memory, double-buffered: the global loads of slice s + 1 go into
+ * registers before the arithmetic of slice s and into the other buffer after it, so one
+ * barrier per slice suffices. Loads read VEC_A (VEC_B) floats along the stored row, through
+ * float4 pointers (vload4 would let the compiler split them: it cannot prove the alignment
+ * that the host guarantees); edge tiles load zeros outside the matrix, so any m, n, k work
+ * without padding copies.
+ * Split-K (SPLIT_K = 1): the k range is cut into `slices` slices of kchunk (a multiple of BK);
+ * each work-group writes its slice's unscaled partial tile to part[slice][m][n], and
+ * gemm_splitk_reduce then adds the slices in order (deterministic) and applies alpha and beta.
+ * Batches: matrix i of A, B and C starts i * stride_a (stride_b, stride_c) floats in; split-K
+ * serves single products only.
+ *
+ * Reads: A n / BN times and B m / BM times (mostly from L2), C once when beta != 0 (beta = 0
+ * never reads C, so NaN there is ignored as BLAS does); writes C once. Split-K writes and reads
+ * back the slices' partial tiles more.
+ *
+ * Tuning parameters (-D from the host; each default here is the host's default):
+ *   BM, BN    tile of C per work-group
+ *   BK        k depth of one local-memory stage
+ *   VEC_A     4: A is read as float4 along its stored rows (lda % 4 == 0); 1: scalar loads
+ *   VEC_B     likewise for B
+ *   VEC_C     4: C is read and written in vectors where a run lies inside (ldc % 4 == 0)
+ *   TRANS_A, TRANS_B   the stored layouts above
+ *   SPLIT_K   1: k is cut into slices whose partial tiles gemm_splitk_reduce adds
+ *   GROUP_M   tile rows per band of the launch order
+ * and the arithmetic's own (gemm_tile.cl: RM, RN; gemm_mma.cl: WM, WN, PREC). THREADS and the
+ * local layouts AS_AT(i, p), BS_AT(p, j) (row i or column j of the tile at depth p) are defined
+ * per arithmetic below.
+ */
+#ifndef BM
+#define BM 128 /* rows of C per work-group */
+#endif
+#ifndef BN
+#define BN 128 /* columns of C per work-group */
+#endif
+#ifndef BK
+#define BK 16 /* k depth of one local-memory stage */
+#endif
+#ifndef VEC_A
+#define VEC_A 1 /* float4 loads of A (host: lda % 4 == 0) */
+#endif
+#ifndef VEC_B
+#define VEC_B 1 /* float4 loads of B (host: ldb % 4 == 0) */
+#endif
+#ifndef VEC_C
+#define VEC_C 1 /* vector access to C (host: ldc % 4 == 0) */
+#endif
+#ifndef TRANS_A
+#define TRANS_A 0 /* A stored k x m */
+#endif
+#ifndef TRANS_B
+#define TRANS_B 0 /* B stored n x k */
+#endif
+#ifndef SPLIT_K
+#define SPLIT_K 0 /* 1: write partial tiles for gemm_splitk_reduce */
+#endif
+#ifndef GROUP_M
+#define GROUP_M 8 /* tile rows per band of the launch order */
+#endif
+#ifndef MMA
+#define MMA 0 /* 1: the tensor-core arithmetic of gemm_mma.cl */
+#endif
+
+#if MMA
+/* Tensor cores: warps of 32 work-items, each owning a WM x WN block of the tile. Local memory
+ * keeps each operand in its stored direction, padded so that the fragment reads of one warp
+ * (8 rows by 4 depths, or 4 depths by 8 columns) fall in 32 distinct banks. */
+#ifndef WM
+#define WM 64 /* rows of C per warp */
+#endif
+#ifndef WN
+#define WN 32 /* columns of C per warp */
+#endif
+#define THREADS ((BM / WM) * (BN / WN) * 32)
+#if TRANS_A
+#define AS_STRIDE (BM + 8)
+#define AS_SIZE (BK * AS_STRIDE)
+#define AS_AT(i, p) ((p) * AS_STRIDE + (i))
+#else
+#define AS_STRIDE (BK + 4)
+#define AS_SIZE (BM * AS_STRIDE)
+#define AS_AT(i, p) ((i) * AS_STRIDE + (p))
+#endif
+#if TRANS_B
+#define BS_STRIDE (BK + 4)
+#define BS_SIZE (BN * BS_STRIDE)
+#define BS_AT(p, j) ((j) * BS_STRIDE + (p))
+#else
+#define BS_STRIDE (BN + 8)
+#define BS_SIZE (BK * BS_STRIDE)
+#define BS_AT(p, j) ((p) * BS_STRIDE + (j))
+#endif
+/* A run of VEC_A loaded floats lies along the stored row, and so along local memory's rows. */
+#define A_RUN_CONTIGUOUS 1
+#define B_RUN_CONTIGUOUS 1
+#else
+/* FMAs: RM x RN results per work-item, read from local memory as float4 runs along i and j,
+ * so both operands are kept depth-major; rows padded by 4 floats put one warp's transposed
+ * stores in distinct banks and keep every row 16-byte aligned. */
+#ifndef RM
+#define RM 8 /* rows of C per work-item */
+#endif
+#ifndef RN
+#define RN 8 /* columns of C per work-item */
+#endif
+#define THREADS ((BM / RM) * (BN / RN))
+#define AS_STRIDE (BM + 4)
+#define AS_SIZE (BK * AS_STRIDE)
+#define AS_AT(i, p) ((p) * AS_STRIDE + (i))
+#define BS_STRIDE (BN + 4)
+#define BS_SIZE (BK * BS_STRIDE)
+#define BS_AT(p, j) ((p) * BS_STRIDE + (j))
+/* Depth-major local rows: A's loaded runs are contiguous there only when A is stored k x m. */
+#define A_RUN_CONTIGUOUS TRANS_A
+#define B_RUN_CONTIGUOUS (!TRANS_B)
+#endif
+
+#define A_LOADS (BM * BK / (VEC_A * THREADS))
+#define B_LOADS (BK * BN / (VEC_B * THREADS))
+#if (BM * BK) % (VEC_A * THREADS) != 0 || (BK * BN) % (VEC_B * THREADS) != 0
+#error "a stage must split evenly over the work-items"
+#endif
+
+/* What work-group g computes: tile (bm, bn) of k slice `slice` of matrix `batch`. Groups run
+ * matrix by matrix, slice by slice; inside a slice, in bands of GROUP_M tile rows. */
+typedef struct tile_pos {
+    int bm, bn, slice, batch;
+} tile_pos;
+
+static inline tile_pos tile_of(int g, int m, int n, int slices)
+{
+    tile_pos pos;
+    int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+    int tiles = tiles_m * tiles_n;
+    pos.batch = g / (tiles * slices);
+    g %= tiles * slices;
+    pos.slice = g / tiles;
+    int t = g % tiles;
+    int width = GROUP_M * tiles_n;
+    int first = (t / width) * GROUP_M;
+    int rows = min(tiles_m - first, GROUP_M);
+    pos.bm = first + (t % width) % rows;
+    pos.bn = (t % width) / rows;
+    return pos;
+}
+
+/* Load e of a stage of A: its row in the tile (i) and depth (p), VEC_A wide along the stored
+ * row. */
+static inline void a_coord(int e, int *i, int *p)
+{
+#if TRANS_A
+    *p = e / (BM / VEC_A);
+    *i = (e % (BM / VEC_A)) * VEC_A;
+#else
+    *i = e / (BK / VEC_A);
+    *p = (e % (BK / VEC_A)) * VEC_A;
+#endif
+}
+
+static inline void b_coord(int e, int *p, int *j)
+{
+#if TRANS_B
+    *j = e / (BK / VEC_B);
+    *p = (e % (BK / VEC_B)) * VEC_B;
+#else
+    *p = e / (BN / VEC_B);
+    *j = (e % (BN / VEC_B)) * VEC_B;
+#endif
+}
+
+/* Loads the stage of A at depth k0 into ra: zeros outside rows < m and depths < kend. A vector
+ * lies wholly inside or outside, since VEC_A = 4 only where the stored row length is a
+ * multiple of 4 and kend is k or a multiple of BK. */
+static inline void load_a(__global const float *restrict a, int lda, int m0, int k0, int m,
+                          int kend, float ra[A_LOADS * VEC_A])
+{
+    int lid = get_local_id(0);
+#pragma unroll
+    for (int l = 0; l < A_LOADS; l++) {
+        int i, p;
+        a_coord(lid + l * THREADS, &i, &p);
+        int row = m0 + i, kk = k0 + p;
+        bool in = row < m && kk < kend;
+#if TRANS_A
+        size_t at = (size_t)kk * lda + row;
+#else
+        size_t at = (size_t)row * lda + kk;
+#endif
+#if VEC_A == 4
+        float4 v = in ? *(__global const float4 *)(a + at) : (float4)(0.0f);
+        ra[l * 4 + 0] = v.x;
+        ra[l * 4 + 1] = v.y;
+        ra[l * 4 + 2] = v.z;
+        ra[l * 4 + 3] = v.w;
+#else
+        ra[l] = in ? a[at] : 0.0f;
+#endif
+    }
+}
+
+static inline void load_b(__global const float *restrict b, int ldb, int n0, int k0, int n,
+                          int kend, float rb[B_LOADS * VEC_B])
+{
+    int lid = get_local_id(0);
+#pragma unroll
+    for (int l = 0; l < B_LOADS; l++) {
+        int p, j;
+        b_coord(lid + l * THREADS, &p, &j);
+        int col = n0 + j, kk = k0 + p;
+        bool in = kk < kend && col < n;
+#if TRANS_B
+        size_t at = (size_t)col * ldb + kk;
+#else
+        size_t at = (size_t)kk * ldb + col;
+#endif
+#if VEC_B == 4
+        float4 v = in ? *(__global const float4 *)(b + at) : (float4)(0.0f);
+        rb[l * 4 + 0] = v.x;
+        rb[l * 4 + 1] = v.y;
+        rb[l * 4 + 2] = v.z;
+        rb[l * 4 + 3] = v.w;
+#else
+        rb[l] = in ? b[at] : 0.0f;
+#endif
+    }
+}
+
+/* Stores a stage's registers into local memory at AS_AT / BS_AT: a loaded float4 as one
+ * vector where it stays contiguous there (both layouts keep such runs 16-byte aligned). */
+static inline void store_a(__local float *as, const float ra[A_LOADS * VEC_A])
+{
+    int lid = get_local_id(0);
+#pragma unroll
+    for (int l = 0; l < A_LOADS; l++) {
+        int i, p;
+        a_coord(lid + l * THREADS, &i, &p);
+#if VEC_A == 4 && A_RUN_CONTIGUOUS
+        *(__local float4 *)(as + AS_AT(i, p)) =
+            (float4)(ra[l * 4], ra[l * 4 + 1], ra[l * 4 + 2], ra[l * 4 + 3]);
+#else
+#pragma unroll
+        for (int v = 0; v < VEC_A; v++) {
+#if TRANS_A
+            as[AS_AT(i + v, p)] = ra[l * VEC_A + v];
+#else
+            as[AS_AT(i, p + v)] = ra[l * VEC_A + v];
+#endif
+        }
+#endif
+    }
+}
+
+static inline void store_b(__local float *bs, const float rb[B_LOADS * VEC_B])
+{
+    int lid = get_local_id(0);
+#pragma unroll
+    for (int l = 0; l < B_LOADS; l++) {
+        int p, j;
+        b_coord(lid + l * THREADS, &p, &j);
+#if VEC_B == 4 && B_RUN_CONTIGUOUS
+        *(__local float4 *)(bs + BS_AT(p, j)) =
+            (float4)(rb[l * 4], rb[l * 4 + 1], rb[l * 4 + 2], rb[l * 4 + 3]);
+#else
+#pragma unroll
+        for (int v = 0; v < VEC_B; v++) {
+#if TRANS_B
+            bs[BS_AT(p + v, j)] = rb[l * VEC_B + v];
+#else
+            bs[BS_AT(p, j + v)] = rb[l * VEC_B + v];
+#endif
+        }
+#endif
+    }
+}
+
+/* Where a tile's results go: C scaled by alpha and beta, or, under split-K, the slice's
+ * partial tile, unscaled. */
+typedef struct gemm_out {
+    __global float *base;
+    int ld;
+    float alpha, beta;
+} gemm_out;
+
+static inline gemm_out out_of(__global float *c, int ldc, float alpha, float beta,
+                              __global float *part, tile_pos pos, int m, int n)
+{
+    gemm_out o;
+#if SPLIT_K
+    o.base = part + (size_t)pos.slice * m * n;
+    o.ld = n;
+    o.alpha = 1.0f;
+    o.beta = 0.0f;
+#else
+    o.base = c;
+    o.ld = ldc;
+    o.alpha = alpha;
+    o.beta = beta;
+#endif
+    return o;
+}
+
+static inline float scaled(gemm_out o, float v, __global const float *at)
+{
+    return o.beta != 0.0f ? fma(o.beta, *at, o.alpha * v) : o.alpha * v;
+}
+
+/* Writes the first len (2 or 4) of v at (row, col..), the columns below n. */
+static inline void store_run(gemm_out o, int row, int col, int n, float4 v, int len)
+{
+    __global float *at = o.base + (size_t)row * o.ld + col;
+#if VEC_C == 4
+    if (col + len <= n) {
+        /* aligned: ldc and col are multiples of 4 (of 2 for a pair) */
+        if (len == 4) {
+            float4 r = o.alpha * v;
+            if (o.beta != 0.0f)
+                r = fma((float4)(o.beta), *(__global float4 *)at, r);
+            *(__global float4 *)at = r;
+        } else {
+            float2 r = o.alpha * v.xy;
+            if (o.beta != 0.0f)
+                r = fma((float2)(o.beta), *(__global float2 *)at, r);
+            *(__global float2 *)at = r;
+        }
+        return;
+    }
+#endif
+    float e[4] = {v.x, v.y, v.z, v.w};
+    for (int q = 0; q < len && col + q < n; q++)
+        at[q] = scaled(o, e[q], at + q);
+}
+
+/* C = alpha * (the sum of the slices' partial m x n results, in slice order) + beta * C, one
+ * element per work-item. */
+__kernel void gemm_splitk_reduce(const int m, const int n, const float alpha, const float beta,
+                                 __global float *restrict c, const int ldc,
+                                 __global const float *restrict part, const int slices)
+{
+    size_t e = get_global_id(0), total = (size_t)m * n;
+    if (e >= total)
+        return;
+    float sum = 0.0f;
+    for (int s = 0; s < slices; s++)
+        sum += part[(size_t)s * total + e];
+    __global float *at = c + (e / (size_t)n) * ldc + e % (size_t)n;
+    *at = beta != 0.0f ? fma(beta, *at, alpha * sum) : alpha * sum;
+}

@@ -1,0 +1,112 @@
+/*
+ * Tiled GEMM with fp32 FMAs (follows gemm.cl, which describes the tile, the stages and the
+ * loads).
+ *
+ * Work decomposition: THREADS = (BM / RM) * (BN / RN) work-items per tile; work-item
+ * (tm, tn) owns RM x RN results in registers: RM / 4 runs of 4 rows spaced 4 * (BM / RM)
+ * apart, and likewise RN / 4 runs of 4 columns, so that at each depth a warp reads two
+ * float4 of A (a broadcast each) and consecutive float4 of B from local memory.
+ * Arithmetic per stage and work-item: BK * RM * RN FMAs against BK * (RM + RN) / 4 local
+ * vector reads.
+ *
+ * Tuning parameters: RM, RN (gemm.cl), multiples of 4.
+ */
+#if RM % 4 != 0 || RN % 4 != 0 || BM % RM != 0 || BN % RN != 0
+#error "RM and RN must be multiples of 4 dividing BM and BN"
+#endif
+#define TH_M (BM / RM)
+#define TH_N (BN / RN)
+
+/* acc += the stage in as, bs for work-item (tm, tn). */
+static inline void stage_fma(__local const float *as, __local const float *bs, int tm, int tn,
+                             float acc[RM][RN])
+{
+#pragma unroll
+    for (int p = 0; p < BK; p++) {
+        float av[RM], bv[RN];
+#pragma unroll
+        for (int r = 0; r < RM / 4; r++) {
+            float4 v = *(__local const float4 *)(as + AS_AT(r * 4 * TH_M + tm * 4, p));
+            av[r * 4 + 0] = v.x;
+            av[r * 4 + 1] = v.y;
+            av[r * 4 + 2] = v.z;
+            av[r * 4 + 3] = v.w;
+        }
+#pragma unroll
+        for (int r = 0; r < RN / 4; r++) {
+            float4 v = *(__local const float4 *)(bs + BS_AT(p, r * 4 * TH_N + tn * 4));
+            bv[r * 4 + 0] = v.x;
+            bv[r * 4 + 1] = v.y;
+            bv[r * 4 + 2] = v.z;
+            bv[r * 4 + 3] = v.w;
+        }
+#pragma unroll
+        for (int i = 0; i < RM; i++)
+#pragma unroll
+            for (int j = 0; j < RN; j++)
+                acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
+gemm_tile(const int m, const int n, const int k, const float alpha,
+          __global const float *restrict a, const int lda, __global const float *restrict b,
+          const int ldb, const float beta, __global float *restrict c, const int ldc,
+          __global float *restrict part, const int kchunk, const int slices,
+         const ulong stride_a, const ulong stride_b, const ulong stride_c)
+{
+    __local float as[2][AS_SIZE] __attribute__((aligned(16)));
+    __local float bs[2][BS_SIZE] __attribute__((aligned(16)));
+    tile_pos pos = tile_of(get_group_id(0), m, n, slices);
+    a += pos.batch * stride_a;
+    b += pos.batch * stride_b;
+    c += pos.batch * stride_c;
+    int m0 = pos.bm * BM, n0 = pos.bn * BN;
+    int kbegin = pos.slice * kchunk, kend = min(k, kbegin + kchunk);
+    int lid = get_local_id(0), tm = lid / TH_N, tn = lid % TH_N;
+
+    float acc[RM][RN];
+#pragma unroll
+    for (int i = 0; i < RM; i++)
+#pragma unroll
+        for (int j = 0; j < RN; j++)
+            acc[i][j] = 0.0f;
+
+    float ra[A_LOADS * VEC_A], rb[B_LOADS * VEC_B];
+    load_a(a, lda, m0, kbegin, m, kend, ra);
+    load_b(b, ldb, n0, kbegin, n, kend, rb);
+    store_a(as[0], ra);
+    store_b(bs[0], rb);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int stages = (kend - kbegin + BK - 1) / BK;
+    for (int s = 0; s < stages; s++) {
+        bool more = s + 1 < stages;
+        if (more) {
+            load_a(a, lda, m0, kbegin + (s + 1) * BK, m, kend, ra);
+            load_b(b, ldb, n0, kbegin + (s + 1) * BK, n, kend, rb);
+        }
+        stage_fma(as[s & 1], bs[s & 1], tm, tn, acc);
+        if (more) {
+            store_a(as[(s + 1) & 1], ra);
+            store_b(bs[(s + 1) & 1], rb);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    gemm_out o = out_of(c, ldc, alpha, beta, part, pos, m, n);
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        int row = m0 + (i / 4) * 4 * TH_M + tm * 4 + i % 4;
+        if (row >= m)
+            continue;
+#pragma unroll
+        for (int r = 0; r < RN / 4; r++) {
+            int col = n0 + r * 4 * TH_N + tn * 4;
+            if (col < n)
+                store_run(o, row, col, n,
+                          (float4)(acc[i][r * 4], acc[i][r * 4 + 1], acc[i][r * 4 + 2],
+                                   acc[i][r * 4 + 3]),
+                          4);
+        }
+    }
+}

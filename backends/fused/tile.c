@@ -1,0 +1,321 @@
+/*
+ * The tiled GEMM engine (kernels/gemm.cl with gemm_tile.cl or gemm_mma.cl): parameters from
+ * the shape or a tuned variant, build options, split-K scratch and the launches. fp32 runs the
+ * FMA kernel everywhere; fp32x3 and tf32 run the tensor-core kernel where the device is NVIDIA
+ * with compute capability 8.0 or later and the kernel builds, else the FMA kernel (at least as
+ * accurate), with a note.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/fused/internal.h"
+
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#endif
+
+/* Split-K scratch beyond this is not worth it: such products have tiles enough. */
+#define SPLITK_PART_MAX_BYTES ((size_t)256 << 20)
+
+bool hd__fused_is_tile_variant(const char *variant)
+{
+    return variant != NULL && (strncmp(variant, "BM=", 3) == 0 || strstr(variant, " BM=") != NULL);
+}
+
+void hd__fused_tile_probe(hd_fused *f, cl_device_id device)
+{
+    cl_ulong local = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) ==
+        CL_SUCCESS)
+        f->local_mem = (size_t)local;
+    char ext[8192] = "";
+    cl_uint major = 0;
+    f->mma = clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) ==
+                 CL_SUCCESS &&
+             strstr(ext, "cl_nv_device_attribute_query") != NULL &&
+             clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
+                             NULL) == CL_SUCCESS &&
+             major >= 8;
+}
+
+void hd__fused_tile_release(hd_fused *f)
+{
+    if (f->splitk_part != NULL)
+        clReleaseMemObject(f->splitk_part);
+    f->splitk_part = NULL;
+    f->splitk_bytes = 0;
+}
+
+static size_t ceil_div(size_t a, size_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* Whether this call runs on the tensor cores. */
+static bool wants_mma(const hd_fused *f, hd_precision precision)
+{
+    return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken;
+}
+
+/* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
+ * (more groups) elsewhere; split-K where even those leave most units idle and k is deep. */
+static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
+                         hd_fused_params *p)
+{
+    size_t units = f->compute_units > 0 ? f->compute_units : 1;
+    bool large = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch >= units;
+    if (p->bm == 0)
+        p->bm = large ? 128 : 64;
+    if (p->bn == 0)
+        p->bn = large ? 128 : 64;
+    if (mma) {
+        if (p->bk == 0)
+            p->bk = 16;
+        if (p->wm == 0)
+            p->wm = p->bm >= 128 ? 64 : 32;
+        if (p->wn == 0)
+            p->wn = 32;
+    } else {
+        if (p->bk == 0)
+            p->bk = large ? 8 : 16;
+        if (p->rm == 0)
+            p->rm = p->bm >= 128 ? 8 : 4;
+        if (p->rn == 0)
+            p->rn = p->bn >= 128 ? 8 : 4;
+    }
+    if (p->sk == 0) {
+        size_t tiles = ceil_div(c->m, (size_t)p->bm) * ceil_div(c->n, (size_t)p->bn) * c->batch;
+        size_t sk = 1;
+        if (c->batch == 1 && tiles < units && c->k >= 1024)
+            sk = units / tiles;
+        size_t deepest = c->k / 256 > 0 ? c->k / 256 : 1;
+        p->sk = (int)(sk < deepest ? (sk < 16 ? sk : 16) : deepest);
+    }
+}
+
+static hd_status unsupported(hd_context *ctx, const char *why, const hd_fused_params *p)
+{
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "fused: tiled GEMM BM=%d BN=%d BK=%d RM=%d RN=%d WM=%d WN=%d: %s", p->bm,
+                     p->bn, p->bk, p->rm, p->rn, p->wm, p->wn, why);
+}
+
+/* Local memory of one kernel (two stages of each operand), as gemm.cl lays it out. */
+static size_t local_bytes(const hd_fused_params *p, bool mma, const hd_fused_tile_call *c)
+{
+    size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
+    if (mma) {
+        a = c->a.trans ? bk * (bm + 8) : bm * (bk + 4);
+        b = c->b.trans ? bn * (bk + 4) : bk * (bn + 8);
+    } else {
+        a = bk * (bm + 4);
+        b = bk * (bn + 4);
+    }
+    return 2 * (a + b) * sizeof(float);
+}
+
+/* The parameters of call c: the variant's, the rest from the shape; checked against what the
+ * kernels were written for and what the device offers. *threads: work-items per group. */
+static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                             bool mma, hd_fused_params *p, size_t *threads)
+{
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, c->variant, p);
+    if (s != HD_OK)
+        return s;
+    bool warp_params = p->wm != 0 || p->wn != 0;
+    if (warp_params && !mma)
+        return unsupported(ctx, "WM and WN are the tensor-core kernel's, which this context "
+                                "does not run", p);
+    if (mma && (p->rm != 0 || p->rn != 0))
+        mma = false; /* an fp32 variant: FMAs are at least as accurate */
+    default_tile(f, c, mma, p);
+    if (mma) {
+        if (p->wm % 16 != 0 || p->bm % p->wm != 0 || p->bn % p->wn != 0 || p->bk % 8 != 0)
+            return unsupported(ctx, "WM (WN) must divide BM (BN) and BK be a multiple of 8", p);
+        *threads = (size_t)(p->bm / p->wm) * (size_t)(p->bn / p->wn) * 32;
+    } else {
+        if (p->bm % p->rm != 0 || p->bn % p->rn != 0)
+            return unsupported(ctx, "RM (RN) must divide BM (BN)", p);
+        *threads = (size_t)(p->bm / p->rm) * (size_t)(p->bn / p->rn);
+    }
+    size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
+    if (*threads > f->device_max_group || *threads > 1024 || stage_a % *threads != 0 ||
+        stage_b % *threads != 0)
+        return unsupported(ctx, "the work-items do not split a stage evenly, or are too many", p);
+    if (f->local_mem > 0 && local_bytes(p, mma, c) > f->local_mem)
+        return unsupported(ctx, "the stages exceed the device's local memory", p);
+    if (p->sk > 1 && c->batch > 1)
+        return unsupported(ctx, "split-K serves single products only", p);
+    /* slices of whole stages: the slices actually cut, which can be fewer than SK */
+    size_t kchunk = ceil_div(ceil_div(c->k, (size_t)p->sk), (size_t)p->bk) * (size_t)p->bk;
+    p->sk = (int)ceil_div(c->k, kchunk);
+    return HD_OK;
+}
+
+/* VEC for an operand: float4 loads where the stored rows allow them and the stage splits into
+ * float4s evenly over the work-items. */
+static int vec_of(size_t ld, size_t stage, size_t threads)
+{
+    return ld % 4 == 0 && stage % (4 * threads) == 0 ? 4 : 1;
+}
+
+static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *out)
+{
+    if (bytes > SPLITK_PART_MAX_BYTES)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: split-K needs %zu bytes of partials, over the %zu allowed", bytes,
+                         SPLITK_PART_MAX_BYTES);
+    if (bytes > f->splitk_bytes) {
+        hd__fused_tile_release(f); /* freed once the queued launches using it ran */
+        cl_int err;
+        f->splitk_part =
+            clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
+        if (err != CL_SUCCESS) {
+            f->splitk_part = NULL;
+            return hd__cl_error(ctx, err, "clCreateBuffer (split-K partials)");
+        }
+        f->splitk_bytes = bytes;
+    }
+    *out = f->splitk_part;
+    return HD_OK;
+}
+
+/* The kernel for p, building the tensor-core one if need be; a failed tensor-core build marks
+ * it broken for the context and gives the FMA kernel instead. */
+static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                             hd_fused_params *p, size_t *threads, cl_kernel *out)
+{
+    bool mma = wants_mma(f, c->precision);
+    hd_status s = tile_params(f, ctx, c, mma, p, threads);
+    if (s != HD_OK)
+        return s;
+    mma = mma && p->wm != 0;
+    size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    int len = snprintf(options, sizeof options,
+                       "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DVEC_C=%d -DTRANS_A=%d "
+                       "-DTRANS_B=%d -DSPLIT_K=%d",
+                       p->bm, p->bn, p->bk, vec_of(c->a.ld, stage_a, *threads),
+                       vec_of(c->b.ld, stage_b, *threads), c->ldc % 4 == 0 ? 4 : 1,
+                       (int)c->a.trans, (int)c->b.trans, p->sk > 1);
+    if (mma)
+        snprintf(options + len, sizeof options - (size_t)len, " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d",
+                 p->wm, p->wn, c->precision == HD_PRECISION_TF32 ? 1 : 3);
+    else
+        snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d", p->rm, p->rn);
+    s = hd__fused_kernel(f, ctx, mma ? HD_FUSED_GEMM_MMA : HD_FUSED_GEMM_TILE, options,
+                         mma ? "gemm_mma" : "gemm_tile", *threads, out);
+    if (s == HD_ERR_BUILD && mma) {
+        f->mma_broken = true;
+        hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, NULL, p);
+        hd_fused_tile_call fp32 = *c;
+        fp32.variant = NULL;
+        s = tile_kernel(f, ctx, &fp32, p, threads, out);
+        if (s == HD_OK)
+            hd__error(ctx, HD_OK, "fused: the tensor-core GEMM did not build on this device; "
+                                  "GEMMs run in fp32");
+    }
+    return s;
+}
+
+static hd_status set_args(hd_context *ctx, cl_kernel k, const void *const *values,
+                          const size_t *sizes, cl_uint count)
+{
+    hd_status s = HD_OK;
+    for (cl_uint i = 0; i < count && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, i, sizes[i], values[i]);
+    return s;
+}
+
+static bool fits_int(size_t v)
+{
+    return v <= (size_t)INT_MAX;
+}
+
+hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+{
+    if (!fits_int(c->m) || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->a.ld) ||
+        !fits_int(c->b.ld) || !fits_int(c->ldc))
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: the tiled GEMM indexes rows and columns with 32-bit integers");
+    hd_fused_params p;
+    size_t threads;
+    cl_kernel k;
+    hd_status s = tile_kernel(f, ctx, c, &p, &threads, &k);
+    if (s != HD_OK)
+        return s;
+    size_t slices = (size_t)p.sk;
+    size_t kchunk = ceil_div(ceil_div(c->k, slices), (size_t)p.bk) * (size_t)p.bk;
+    size_t tiles = ceil_div(c->m, (size_t)p.bm) * ceil_div(c->n, (size_t)p.bn);
+    if (tiles > (size_t)INT_MAX / slices / c->batch)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu tiles exceed the launch's range",
+                         tiles * slices);
+    cl_mem part = c->c;
+    if (p.sk > 1 && (s = splitk_scratch(f, ctx, slices * c->m * c->n * sizeof(float), &part)) !=
+                        HD_OK)
+        return s;
+
+    cl_int m = (cl_int)c->m, n = (cl_int)c->n, kk = (cl_int)c->k, lda = (cl_int)c->a.ld,
+           ldb = (cl_int)c->b.ld, ldc = (cl_int)c->ldc, chunk = (cl_int)kchunk,
+           nslices = (cl_int)slices;
+    cl_float alpha = c->alpha, beta = c->beta;
+    cl_ulong sa = c->stride_a, sb = c->stride_b, sc = c->stride_c;
+    const void *values[] = {&m,    &n,    &kk,  &alpha, &c->a.mem, &lda,    &c->b.mem, &ldb, &beta,
+                            &c->c, &ldc,  &part, &chunk, &nslices, &sa, &sb, &sc};
+    const size_t sizes[] = {sizeof m,     sizeof n,     sizeof kk,     sizeof alpha,
+                            sizeof(cl_mem), sizeof lda, sizeof(cl_mem), sizeof ldb,
+                            sizeof beta,  sizeof(cl_mem), sizeof ldc,  sizeof(cl_mem),
+                            sizeof chunk, sizeof nslices, sizeof sa,   sizeof sb,
+                            sizeof sc};
+    if ((s = set_args(ctx, k, values, sizes, 17)) != HD_OK ||
+        (s = hd__fused_launch(ctx, k, tiles * slices * c->batch, threads)) != HD_OK ||
+        slices == 1)
+        return s;
+
+    cl_kernel reduce;
+    if ((s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256,
+                              &reduce)) != HD_OK)
+        return s;
+    const void *rvalues[] = {&m, &n, &alpha, &beta, &c->c, &ldc, &part, &nslices};
+    const size_t rsizes[] = {sizeof m,       sizeof n,   sizeof alpha,   sizeof beta,
+                             sizeof(cl_mem), sizeof ldc, sizeof(cl_mem), sizeof nslices};
+    if ((s = set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
+        return s;
+    return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
+}
+
+/* Tile shapes worth timing: large and small tiles, deep and shallow stages; the tensor-core
+ * kernel's by warp layout; split-K where tiles are few. */
+size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision precision,
+                               const char **out, size_t max)
+{
+    static const char *const fma_tiles[] = {
+        "BM=128 BN=128 BK=8 RM=8 RN=8",  "BM=128 BN=128 BK=16 RM=8 RN=8",
+        "BM=128 BN=64 BK=16 RM=8 RN=4",  "BM=64 BN=128 BK=16 RM=4 RN=8",
+        "BM=64 BN=64 BK=16 RM=4 RN=4",   "BM=64 BN=64 BK=8 RM=8 RN=8",
+        "BM=32 BN=64 BK=16 RM=4 RN=4",   "BM=128 BN=128 BK=16 RM=8 RN=16",
+        "BM=128 BN=128 BK=8 RM=16 RN=8", "BM=64 BN=64 BK=32 RM=4 RN=4",
+        "BM=64 BN=128 BK=16 RM=8 RN=8",  "BM=128 BN=64 BK=16 RM=8 RN=8",
+    };
+    static const char *const mma_tiles[] = {
+        "BM=128 BN=128 BK=16 WM=64 WN=32", "BM=128 BN=128 BK=16 WM=32 WN=64",
+        "BM=128 BN=64 BK=32 WM=64 WN=32",  "BM=128 BN=64 BK=16 WM=32 WN=32",
+        "BM=64 BN=128 BK=16 WM=32 WN=32",  "BM=64 BN=64 BK=16 WM=32 WN=32",
+        "BM=64 BN=64 BK=32 WM=32 WN=32",   "BM=64 BN=128 BK=32 WM=32 WN=64",
+        "BM=128 BN=128 BK=16 WM=64 WN=64", "BM=64 BN=128 BK=16 WM=64 WN=32",
+    };
+    static const char *const split[] = {"SK=2", "SK=4", "SK=8", "SK=16"};
+    bool mma = wants_mma(f, precision);
+    const char *const *tiles = mma ? mma_tiles : fma_tiles;
+    size_t count = mma ? sizeof mma_tiles / sizeof mma_tiles[0]
+                       : sizeof fma_tiles / sizeof fma_tiles[0];
+    size_t n = 0;
+    for (size_t i = 0; i < count && n < max; i++)
+        out[n++] = tiles[i];
+    size_t units = f->compute_units > 0 ? f->compute_units : 1;
+    bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;
+    for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < max; i++)
+        out[n++] = split[i];
+    return n;
+}
