@@ -29,6 +29,8 @@ typedef struct hd_gemm_args {
     const char *variant; /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
     size_t batch;        /* gemm_batched: matrices stacked by rows in each tensor (m, n, k per
                             matrix); unused by gemm */
+    hd_precision precision; /* the context's GEMM arithmetic; backends without tensor-core
+                               kernels compute fp32, which is at least as accurate */
 } hd_gemm_args;
 
 typedef struct hd_lora_args {
@@ -37,6 +39,7 @@ typedef struct hd_lora_args {
     hd_tensor *y;
     size_t tokens, in, out, rank; /* x tokens×in, W in×out, A in×rank, B rank×out */
     const char *variant;          /* as for GEMM */
+    hd_precision precision;       /* as for GEMM, for x*W */
 } hd_lora_args;
 
 /* Softmax, layer norm and RMS norm: one row at a time, y may be x. */
@@ -74,6 +77,10 @@ typedef struct hd_backend_impl {
      * slots accept in args->variant; returns how many. The autotuner times each. (optional) */
     size_t (*variants)(void *state, hd_op op, const hd_shape *shape, const char **out,
                        size_t max);
+
+    /* Whether the backend computes GEMMs in precision p here (fp32: every backend); NULL: fp32
+     * only. The context runs fp32 when no backend takes the requested mode. (optional) */
+    bool (*runs_precision)(void *state, hd_precision p);
 
     /* Builds or compiles whatever the first call would. (optional) */
     hd_status (*warmup)(void *state, hd_context *ctx);
