@@ -12,6 +12,7 @@
  * Softmax and the norms reduce in float through a tree (error ~ log2(cols) ulps of the sum):
  * softmax |err| <= 1e-9 + 3e-5*|ref|, norms |err| <= 3e-5 + 3e-5*|ref| for inputs in [-2, 2].
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,6 +380,7 @@ typedef struct gemm_case {
     size_t m, n, k;
     float alpha, beta;
     bool nan_c;
+    bool trans_a, trans_b;
 } gemm_case;
 
 static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant, uint64_t salt)
@@ -393,23 +395,28 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant
         for (size_t i = 0; i < m * n; i++)
             c[i] = NAN;
     double *want = hd_test_doubles(m * n), *bound = hd_test_doubles(m * n);
-    hd_ref_gemm(false, false, m, n, k, gc->alpha, a, b, gc->beta, c, want, bound);
-    hd_tensor *ta = hd_test_tensor(ctx, m, k, a), *tb = hd_test_tensor(ctx, k, n, b);
+    hd_ref_gemm(gc->trans_a, gc->trans_b, m, n, k, gc->alpha, a, b, gc->beta, c, want, bound);
+    hd_tensor *ta = gc->trans_a ? hd_test_tensor(ctx, k, m, a) : hd_test_tensor(ctx, m, k, a);
+    hd_tensor *tb = gc->trans_b ? hd_test_tensor(ctx, n, k, b) : hd_test_tensor(ctx, k, n, b);
     hd_tensor *tc = hd_test_tensor(ctx, m, n, c);
-    char what[128];
-    snprintf(what, sizeof what, "gemm %zux%zux%zu alpha %g beta %g%s [%s]", m, n, k,
-             (double)gc->alpha, (double)gc->beta, gc->nan_c ? " NaN C" : "",
-             variant ? variant : "default");
+    char what[160];
+    snprintf(what, sizeof what, "gemm %zux%zux%zu %c%c alpha %g beta %g%s [%s]", m, n, k,
+             gc->trans_a ? 't' : 'n', gc->trans_b ? 't' : 'n', (double)gc->alpha,
+             (double)gc->beta, gc->nan_c ? " NaN C" : "", variant ? variant : "default");
     if (variant == NULL) {
-        expect_fused(ctx, hd_gemm(ctx, false, false, gc->alpha, ta, tb, gc->beta, tc), what);
+        expect_fused(ctx,
+                     hd_gemm(ctx, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc),
+                     what);
     } else {
         void *fs;
         const hd_backend_impl *impl = fused_impl(ctx, &fs);
         to_device(ta);
         to_device(tb);
         to_device(tc);
-        hd_gemm_args args = {.alpha = gc->alpha, .beta = gc->beta, .a = ta, .b = tb, .c = tc,
-                             .m = m, .n = n, .k = k, .variant = variant};
+        hd_gemm_args args = {.trans_a = gc->trans_a, .trans_b = gc->trans_b,
+                             .alpha = gc->alpha, .beta = gc->beta, .a = ta, .b = tb, .c = tc,
+                             .m = m, .n = n, .k = k, .variant = variant,
+                             .precision = hd_context_gemm_precision(ctx)};
         hd_status s = impl->gemm(fs, ctx, &args);
         if (beyond_device_limit(ctx, s, what))
             variant = "declined";
@@ -438,14 +445,14 @@ static void test_gemm_few_rows_matches_reference(void **state)
         const hd_test_gemm_shape *s = &hd_test_gemm_shapes[i];
         if (s->m > 16)
             continue;
-        gemm_case gc = {s->m, s->n, s->k, 1.0f, 0.0f, false};
+        gemm_case gc = {s->m, s->n, s->k, 1.0f, 0.0f, false, false, false};
         check_gemm(*state, &gc, NULL, 2000 + i);
     }
     static const gemm_case extra[] = {
-        {1, 1, 1, 1.0f, 0.0f, false},     {1, 3, 5, 1.0f, 0.0f, false},
-        {1, 1028, 37, 1.0f, 0.0f, false}, {3, 260, 1001, 1.0f, 0.0f, false},
-        {5, 9, 300, 1.0f, 0.0f, false},   {16, 132, 97, 1.0f, 0.0f, false},
-        {9, 64, 33, 1.0f, 0.0f, false},
+        {1, 1, 1, 1.0f, 0.0f, false, false, false},     {1, 3, 5, 1.0f, 0.0f, false, false, false},
+        {1, 1028, 37, 1.0f, 0.0f, false, false, false}, {3, 260, 1001, 1.0f, 0.0f, false, false, false},
+        {5, 9, 300, 1.0f, 0.0f, false, false, false},   {16, 132, 97, 1.0f, 0.0f, false, false, false},
+        {9, 64, 33, 1.0f, 0.0f, false, false, false},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         check_gemm(*state, &extra[i], NULL, 2100 + i);
@@ -454,9 +461,9 @@ static void test_gemm_few_rows_matches_reference(void **state)
 static void test_gemm_alpha_beta_and_nan_c(void **state)
 {
     static const gemm_case cases[] = {
-        {1, 12, 7, 1.0f, 0.0f, true},     {3, 13, 11, 2.5f, 0.0f, true},
-        {4, 16, 19, -1.5f, 0.5f, false},  {1, 7, 3, 1.0f, 1.0f, false},
-        {16, 20, 40, 0.25f, -2.0f, false}, {2, 3, 1, -1.0f, 1.0f, false},
+        {1, 12, 7, 1.0f, 0.0f, true, false, false},     {3, 13, 11, 2.5f, 0.0f, true, false, false},
+        {4, 16, 19, -1.5f, 0.5f, false, false, false},  {1, 7, 3, 1.0f, 1.0f, false, false, false},
+        {16, 20, 40, 0.25f, -2.0f, false, false, false}, {2, 3, 1, -1.0f, 1.0f, false, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_gemm(*state, &cases[i], NULL, 2200 + i);
@@ -475,38 +482,133 @@ static void test_gemm_every_variant(void **state)
     list[count++] = "TN=1 KS=1";
     /* one shape per variant (one build each), alternating three rows and one row */
     for (size_t i = 0; i < count; i++) {
-        gemm_case gc = {3, 260, 129, 1.5f, 0.5f, false};
-        gemm_case one = {1, 8, 1, 1.0f, 0.0f, true};
+        gemm_case gc = {3, 260, 129, 1.5f, 0.5f, false, false, false};
+        gemm_case one = {1, 8, 1, 1.0f, 0.0f, true, false, false};
         check_gemm(ctx, i % 2 ? &one : &gc, list[i], 2300 + i);
     }
 }
 
-static void test_gemm_outside_design_falls_back(void **state)
+/* The tiled engine's variants (those the tuner times for this context's precision, and
+ * split-K), each on odd sizes in one of the four transpose combinations, with alpha, beta and,
+ * every third, a NaN C that beta = 0 ignores. */
+static void test_gemm_tiles_every_variant_and_transpose(void **state)
 {
     hd_context *ctx = *state;
     void *fs;
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
-    hd_shape many = {.dim = {17, 8, 8}}, trans = {.dim = {1, 8, 8}, .trans_b = true};
-    hd_shape huge = {.dim = {1, (size_t)1 << 20, (size_t)1 << 12}};
-    assert_false(impl->supports(fs, HD_OP_GEMM, &many));
-    assert_false(impl->supports(fs, HD_OP_GEMM, &trans));
+    hd_shape shape = {.dim = {70, 45, 1100}};
+    const char *list[48];
+    size_t count = impl->variants(fs, HD_OP_GEMM, &shape, list, 40);
+    assert_true(count > 4);
+    list[count++] = "BM=16 BN=16 BK=4 RM=4 RN=4 SK=3";
+    list[count++] = "BM=32 BN=32 BK=8 RM=4 RN=4 SK=64"; /* more slices than stages */
+    for (size_t i = 0; i < count; i++) {
+        bool split = strstr(list[i], "SK=") != NULL;
+        gemm_case gc = {37 + 2 * i, 29 + 3 * i, split ? 301 : 67 + i, 1.5f, -0.5f, false,
+                        i % 2 == 1, i / 2 % 2 == 1};
+        if (i % 3 == 2) {
+            gc.beta = 0.0f;
+            gc.nan_c = true;
+        }
+        check_gemm(ctx, &gc, list[i], 2400 + i);
+    }
+}
+
+/* Default parameters on the shared shapes with more than 16 rows or a transpose (the tiled
+ * engine's), and its edges: k = 1, k below and just past a stage, one row or column with
+ * transposes, columns not a multiple of 4, tiles that cover the matrix many times. */
+static void test_gemm_tiles_match_reference(void **state)
+{
+    for (size_t i = 0; i < hd_test_gemm_shape_count; i++) {
+        const hd_test_gemm_shape *s = &hd_test_gemm_shapes[i];
+        gemm_case gc = {s->m, s->n, s->k, 1.0f, 0.0f, false, i % 2 == 0, i % 3 == 0};
+        if (s->m > 16 || gc.trans_a || gc.trans_b)
+            check_gemm(*state, &gc, NULL, 2500 + i);
+    }
+    static const gemm_case edges[] = {
+        {17, 19, 1, 1.0f, 0.0f, false, false, false},  {33, 5, 7, 2.0f, 1.0f, false, true, true},
+        {130, 67, 17, 1.0f, 0.0f, true, true, false},  {1, 131, 9, 1.0f, 0.5f, false, true, false},
+        {129, 1, 33, -1.0f, 0.0f, false, false, true}, {1, 1, 1, 1.0f, 0.0f, false, true, true},
+        {263, 130, 129, 0.5f, 2.0f, false, false, false},
+        {20, 40, 2003, 1.0f, 0.0f, false, true, true},
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        check_gemm(*state, &edges[i], NULL, 2550 + i);
+}
+
+/* Batched GEMM on the tiled engine, every transpose combination, against the reference of
+ * each matrix. */
+static void test_gemm_batched_tiles_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    const size_t batch = 3, m = 21, n = 34, k = 19;
+    for (int tr = 0; tr < 4; tr++) {
+        bool ta = tr & 1, tb = tr & 2;
+        hd_rng rng = hd_test_rng(2600 + (uint64_t)tr);
+        float *a = hd_test_floats(batch * m * k), *b = hd_test_floats(batch * k * n);
+        hd_test_fill(&rng, a, batch * m * k, -1, 1);
+        hd_test_fill(&rng, b, batch * k * n, -1, 1);
+        hd_tensor *t_a = ta ? hd_test_tensor(ctx, batch * k, m, a)
+                            : hd_test_tensor(ctx, batch * m, k, a);
+        hd_tensor *t_b = tb ? hd_test_tensor(ctx, batch * n, k, b)
+                            : hd_test_tensor(ctx, batch * k, n, b);
+        hd_tensor *t_c = hd_test_tensor(ctx, batch * m, n, NULL);
+        assert_int_equal(hd_context_set_backend(ctx, HD_OP_GEMM_BATCHED, HD_BACKEND_FUSED),
+                         HD_OK);
+        expect_fused(ctx, hd_gemm_batched(ctx, batch, ta, tb, 1.0f, t_a, t_b, 0.0f, t_c),
+                     "gemm_batched");
+        float *got = hd_test_read(t_c);
+        double *want = hd_test_doubles(m * n), *bound = hd_test_doubles(m * n);
+        for (size_t i = 0; i < batch; i++) {
+            hd_ref_gemm(ta, tb, m, n, k, 1.0f, a + i * m * k, b + i * k * n, 0.0f, NULL, want,
+                        bound);
+            hd_test_expect_gemm_close("gemm_batched tiles", got + i * m * n, want, bound, m * n,
+                                      k, GEMM_FACTOR);
+        }
+        assert_int_equal(hd_context_set_backend(ctx, HD_OP_GEMM_BATCHED, HD_BACKEND_AUTO),
+                         HD_OK);
+        free(got);
+        free(want);
+        free(bound);
+        free(a);
+        free(b);
+        hd_tensor_destroy(t_a);
+        hd_tensor_destroy(t_b);
+        hd_tensor_destroy(t_c);
+    }
+}
+
+/* Shapes past the kernels' 32-bit indexing are declined, so the dispatcher moves on; tiled
+ * variants that do not fit the device or split a stage unevenly are declined too. */
+static void test_gemm_outside_design_is_declined(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_shape huge = {.dim = {1, (size_t)INT_MAX + 1, 8}};
     assert_false(impl->supports(fs, HD_OP_GEMM, &huge));
-    hd_rng rng = hd_test_rng(2400);
-    float a[17 * 8], b[8 * 8];
-    hd_test_fill(&rng, a, 17 * 8, -1, 1);
-    hd_test_fill(&rng, b, 64, -1, 1);
-    hd_tensor *ta = hd_test_tensor(ctx, 17, 8, a), *tb = hd_test_tensor(ctx, 8, 8, b);
-    hd_tensor *tc = hd_test_tensor(ctx, 17, 8, NULL);
-    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.0f, tc), HD_OK);
-    assert_int_not_equal(hd_context_last_backend(ctx), HD_BACKEND_FUSED);
-    double want[17 * 8], bound[17 * 8];
-    hd_ref_gemm(false, false, 17, 8, 8, 1.0f, a, b, 0.0f, NULL, want, bound);
-    float *got = hd_test_read(tc);
-    hd_test_expect_gemm_close("gemm 17 rows fallback", got, want, bound, 17 * 8, 8, GEMM_FACTOR);
-    free(got);
-    hd_tensor_destroy(ta);
-    hd_tensor_destroy(tb);
-    hd_tensor_destroy(tc);
+    hd_shape fine = {.dim = {17, 8, 8}, .trans_b = true};
+    assert_true(impl->supports(fs, HD_OP_GEMM, &fine));
+    hd_tensor *a = hd_test_tensor(ctx, 20, 8, NULL), *b = hd_test_tensor(ctx, 8, 8, NULL);
+    hd_tensor *c = hd_test_tensor(ctx, 20, 8, NULL);
+    to_device(a);
+    to_device(b);
+    to_device(c);
+    static const char *const declined[] = {
+        "BM=16 BN=128 BK=4 RM=4 RN=4",  /* 128 work-items for a 64-float stage of A */
+        "BM=256 BN=256 BK=64 RM=4 RN=4", /* 4096 work-items */
+        "BM=64 BN=64 BK=16 WM=32 WN=32", /* tensor-core parameters in fp32 */
+    };
+    for (size_t i = 0; i < sizeof declined / sizeof declined[0]; i++) {
+        if (i == 2 && hd_context_gemm_precision(ctx) != HD_PRECISION_FP32)
+            continue;
+        hd_gemm_args args = {.alpha = 1.0f, .a = a, .b = b, .c = c, .m = 20, .n = 8, .k = 8,
+                             .variant = declined[i]};
+        assert_int_equal(impl->gemm(fs, ctx, &args), HD_ERR_UNSUPPORTED);
+    }
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(c);
 }
 
 /* k split over KG work-groups per strip, combined by the last group to arrive: uneven
@@ -519,13 +621,13 @@ static void test_gemm_k_groups_match_reference(void **state)
         gemm_case gc;
         const char *variant;
     } cases[] = {
-        {{1, 260, 1001, 1.0f, 0.0f, false}, "KG=3"},
-        {{3, 20, 5, 1.5f, 0.5f, false}, "KG=8"},
-        {{16, 132, 97, 1.0f, 0.0f, true}, "KG=3"},
-        {{2, 13, 300, -0.5f, 2.0f, false}, "KG=3"},
-        {{1, 1028, 400, 1.0f, 0.0f, false}, "KG=3"},
-        {{1, 8, 1, 1.0f, 0.0f, true}, "KG=3"},
-        {{5, 9, 77, 1.0f, 1.0f, false}, "TN=8 KS=32 UNROLL=2 KG=3"},
+        {{1, 260, 1001, 1.0f, 0.0f, false, false, false}, "KG=3"},
+        {{3, 20, 5, 1.5f, 0.5f, false, false, false}, "KG=8"},
+        {{16, 132, 97, 1.0f, 0.0f, true, false, false}, "KG=3"},
+        {{2, 13, 300, -0.5f, 2.0f, false, false, false}, "KG=3"},
+        {{1, 1028, 400, 1.0f, 0.0f, false, false, false}, "KG=3"},
+        {{1, 8, 1, 1.0f, 0.0f, true, false, false}, "KG=3"},
+        {{5, 9, 77, 1.0f, 1.0f, false, false, false}, "TN=8 KS=32 UNROLL=2 KG=3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_gemm(*state, &cases[i].gc, cases[i].variant, 2400 + i);
@@ -944,7 +1046,10 @@ int main(void)
         cmocka_unit_test(test_gemm_few_rows_matches_reference),
         cmocka_unit_test(test_gemm_alpha_beta_and_nan_c),
         cmocka_unit_test(test_gemm_every_variant),
-        cmocka_unit_test(test_gemm_outside_design_falls_back),
+        cmocka_unit_test(test_gemm_tiles_every_variant_and_transpose),
+        cmocka_unit_test(test_gemm_tiles_match_reference),
+        cmocka_unit_test(test_gemm_batched_tiles_match_reference),
+        cmocka_unit_test(test_gemm_outside_design_is_declined),
         cmocka_unit_test(test_gemm_k_groups_match_reference),
         cmocka_unit_test(test_gemv_default_k_groups),
         cmocka_unit_test(test_lora_few_tokens_matches_reference),

@@ -157,7 +157,8 @@ size_t hd__fused_pow2_ceil(size_t v);
 
 /* ---- the tiled GEMM engine (tile.c) ---- */
 
-/* Whether a variant string names the tiled family (it names BM). */
+/* Whether a variant string is the tiled family's: every such variant names BM (the strip
+ * kernel's never does). */
 bool hd__fused_is_tile_variant(const char *variant);
 
 /* Looks at the device: the tensor-core kernels need NVIDIA's cl_nv_device_attribute_query

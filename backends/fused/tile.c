@@ -305,7 +305,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         "BM=64 BN=64 BK=32 WM=32 WN=32",   "BM=64 BN=128 BK=32 WM=32 WN=64",
         "BM=128 BN=128 BK=16 WM=64 WN=64", "BM=64 BN=128 BK=16 WM=64 WN=32",
     };
-    static const char *const split[] = {"SK=2", "SK=4", "SK=8", "SK=16"};
+    static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4",
+                                        "BM=64 BN=64 SK=8", "BM=64 BN=64 SK=16"};
     bool mma = wants_mma(f, precision);
     const char *const *tiles = mma ? mma_tiles : fma_tiles;
     size_t count = mma ? sizeof mma_tiles / sizeof mma_tiles[0]
