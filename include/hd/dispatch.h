@@ -88,7 +88,9 @@ typedef enum hd_precision {
     HD_PRECISION_FP32 = 0, /* fp32 FMA arithmetic on every backend (the default) */
     HD_PRECISION_FP32X3,   /* "3xTF32": each operand split into two TF32 parts, three
                               tensor-core products with fp32 accumulation; error against
-                              float64 within twice that of fp32 (NVIDIA sm_80+ devices) */
+                              float64 within twice that of fp32, or 2^-20 of sum |a*b| on
+                              short sums; an infinite input gives NaN where it reaches
+                              (NVIDIA sm_80+ devices) */
     HD_PRECISION_TF32,     /* one TF32 tensor-core product, like PyTorch's allow_tf32: operands
                               rounded to 10 mantissa bits, relative error near 1e-3 of
                               |A|*|B| (NVIDIA sm_80+ devices) */

@@ -9,8 +9,9 @@
  *   PREC = 3 (fp32x3, "3xTF32"): each operand split as x = big + small, big = tf32(x),
  *            small = tf32(x - big); three products big*big + big*small + small*big (the
  *            small*small term is below fp32's rounding), the small ones first. The error is
- *            that of fp32 arithmetic; a non-finite x keeps small = 0, so infinities and NaN
- *            propagate as in fp32.
+ *            within twice fp32's, or 2^-20 of the terms' magnitudes on short sums; a
+ *            non-finite x keeps small = 0, so NaN propagates, and an infinity meets the
+ *            other operand's zero residual and gives NaN.
  * Work decomposition: THREADS = (BM / WM) * (BN / WN) * 32; warp w owns a WM x WN block of
  * the tile, (WM / 16) x (WN / 8) mma tiles, each with its 4 accumulators per work-item. Per
  * depth step of 8, a work-item reads 4 values of A per 16-row block and 2 of B per 8-column
