@@ -496,21 +496,30 @@ static void test_gemm_tiles_every_variant_and_transpose(void **state)
     hd_context *ctx = *state;
     void *fs;
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
-    hd_shape shape = {.dim = {70, 45, 1100}};
-    const char *list[48];
-    size_t count = impl->variants(fs, HD_OP_GEMM, &shape, list, 40);
-    assert_true(count > 4);
-    list[count++] = "BM=16 BN=16 BK=4 RM=4 RN=4 SK=3";
-    list[count++] = "BM=32 BN=32 BK=8 RM=4 RN=4 SK=64"; /* more slices than stages */
-    for (size_t i = 0; i < count; i++) {
-        bool split = strstr(list[i], "SK=") != NULL;
+    const char *list[4][48];
+    size_t count[4];
+    for (int tr = 0; tr < 4; tr++) { /* the variants that fit each transpose combination */
+        hd_shape shape = {.dim = {70, 45, 1100}, .trans_a = tr % 2 == 1, .trans_b = tr / 2 == 1};
+        count[tr] = impl->variants(fs, HD_OP_GEMM, &shape, list[tr], 40);
+        assert_true(count[tr] > 4);
+        list[tr][count[tr]++] = "BM=16 BN=16 BK=4 RM=4 RN=4 SK=3";
+        list[tr][count[tr]++] = "BM=32 BN=32 BK=8 RM=4 RN=4 SK=64"; /* more slices than stages */
+    }
+    size_t most = 0;
+    for (int tr = 0; tr < 4; tr++)
+        most = count[tr] > most ? count[tr] : most;
+    for (size_t i = 0; i < most; i++) {
+        int tr = (int)(i % 2) + 2 * (int)(i / 2 % 2); /* the combination gc below takes */
+        if (i >= count[tr])
+            continue;
+        bool split = strstr(list[tr][i], "SK=") != NULL;
         gemm_case gc = {37 + 2 * i, 29 + 3 * i, split ? 301 : 67 + i, 1.5f, -0.5f, false,
                         i % 2 == 1, i / 2 % 2 == 1};
         if (i % 3 == 2) {
             gc.beta = 0.0f;
             gc.nan_c = true;
         }
-        check_gemm(ctx, &gc, list[i], 2400 + i);
+        check_gemm(ctx, &gc, list[tr][i], 2400 + i);
     }
 }
 

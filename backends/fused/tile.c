@@ -285,35 +285,71 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
 }
 
+/* One tile variant of the tuner's list, with the numbers its text names. */
+typedef struct tile_variant {
+    const char *text;
+    int bm, bn, bk, wm_or_rm, wn_or_rn;
+} tile_variant;
+
+/* Whether v fits the device for operands of these transposes: its work-items and its local
+ * memory (which depends on the layouts), so that the tuner is not offered what must fail. */
+static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma, const hd_shape *s)
+{
+    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk};
+    size_t threads;
+    if (mma) {
+        p.wm = v->wm_or_rm;
+        p.wn = v->wn_or_rn;
+        threads = (size_t)(v->bm / v->wm_or_rm) * (size_t)(v->bn / v->wn_or_rn) * 32;
+    } else {
+        threads = (size_t)(v->bm / v->wm_or_rm) * (size_t)(v->bn / v->wn_or_rn);
+    }
+    hd_fused_tile_call c = {.a = {.trans = s->trans_a}, .b = {.trans = s->trans_b}};
+    return threads <= f->device_max_group &&
+           (f->local_mem == 0 || local_bytes(&p, mma, &c) <= f->local_mem);
+}
+
 /* Tile shapes worth timing: large and small tiles, deep and shallow stages; the tensor-core
  * kernel's by warp layout; split-K where tiles are few. */
 size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision precision,
                                const char **out, size_t max)
 {
-    static const char *const fma_tiles[] = {
-        "BM=128 BN=128 BK=8 RM=8 RN=8",  "BM=128 BN=128 BK=16 RM=8 RN=8",
-        "BM=128 BN=64 BK=16 RM=8 RN=4",  "BM=64 BN=128 BK=16 RM=4 RN=8",
-        "BM=64 BN=64 BK=16 RM=4 RN=4",   "BM=64 BN=64 BK=8 RM=8 RN=8",
-        "BM=32 BN=64 BK=16 RM=4 RN=4",   "BM=128 BN=128 BK=16 RM=8 RN=16",
-        "BM=128 BN=128 BK=8 RM=16 RN=8", "BM=64 BN=64 BK=32 RM=4 RN=4",
-        "BM=64 BN=128 BK=16 RM=8 RN=8",  "BM=128 BN=64 BK=16 RM=8 RN=8",
+    static const tile_variant fma_tiles[] = {
+        {"BM=128 BN=128 BK=8 RM=8 RN=8", 128, 128, 8, 8, 8},
+        {"BM=128 BN=128 BK=16 RM=8 RN=8", 128, 128, 16, 8, 8},
+        {"BM=128 BN=64 BK=16 RM=8 RN=4", 128, 64, 16, 8, 4},
+        {"BM=64 BN=128 BK=16 RM=4 RN=8", 64, 128, 16, 4, 8},
+        {"BM=64 BN=64 BK=16 RM=4 RN=4", 64, 64, 16, 4, 4},
+        {"BM=64 BN=64 BK=8 RM=8 RN=8", 64, 64, 8, 8, 8},
+        {"BM=32 BN=64 BK=16 RM=4 RN=4", 32, 64, 16, 4, 4},
+        {"BM=128 BN=128 BK=16 RM=8 RN=16", 128, 128, 16, 8, 16},
+        {"BM=128 BN=128 BK=8 RM=16 RN=8", 128, 128, 8, 16, 8},
+        {"BM=64 BN=64 BK=32 RM=4 RN=4", 64, 64, 32, 4, 4},
+        {"BM=64 BN=128 BK=16 RM=8 RN=8", 64, 128, 16, 8, 8},
+        {"BM=128 BN=64 BK=16 RM=8 RN=8", 128, 64, 16, 8, 8},
     };
-    static const char *const mma_tiles[] = {
-        "BM=128 BN=128 BK=16 WM=64 WN=32", "BM=128 BN=128 BK=16 WM=32 WN=64",
-        "BM=128 BN=64 BK=32 WM=64 WN=32",  "BM=128 BN=64 BK=16 WM=32 WN=32",
-        "BM=64 BN=128 BK=16 WM=32 WN=32",  "BM=64 BN=64 BK=16 WM=32 WN=32",
-        "BM=64 BN=64 BK=32 WM=32 WN=32",   "BM=64 BN=128 BK=32 WM=32 WN=64",
-        "BM=128 BN=128 BK=16 WM=64 WN=64", "BM=64 BN=128 BK=16 WM=64 WN=32",
+    static const tile_variant mma_tiles[] = {
+        {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32},
+        {"BM=128 BN=128 BK=16 WM=32 WN=64", 128, 128, 16, 32, 64},
+        {"BM=128 BN=64 BK=32 WM=64 WN=32", 128, 64, 32, 64, 32},
+        {"BM=128 BN=64 BK=16 WM=32 WN=32", 128, 64, 16, 32, 32},
+        {"BM=64 BN=128 BK=16 WM=32 WN=32", 64, 128, 16, 32, 32},
+        {"BM=64 BN=64 BK=16 WM=32 WN=32", 64, 64, 16, 32, 32},
+        {"BM=64 BN=64 BK=32 WM=32 WN=32", 64, 64, 32, 32, 32},
+        {"BM=64 BN=128 BK=32 WM=32 WN=64", 64, 128, 32, 32, 64},
+        {"BM=128 BN=128 BK=16 WM=64 WN=64", 128, 128, 16, 64, 64},
+        {"BM=64 BN=128 BK=16 WM=64 WN=32", 64, 128, 16, 64, 32},
     };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4",
                                         "BM=64 BN=64 SK=8", "BM=64 BN=64 SK=16"};
     bool mma = wants_mma(f, precision);
-    const char *const *tiles = mma ? mma_tiles : fma_tiles;
+    const tile_variant *tiles = mma ? mma_tiles : fma_tiles;
     size_t count = mma ? sizeof mma_tiles / sizeof mma_tiles[0]
                        : sizeof fma_tiles / sizeof fma_tiles[0];
     size_t n = 0;
     for (size_t i = 0; i < count && n < max; i++)
-        out[n++] = tiles[i];
+        if (variant_fits(f, &tiles[i], mma, s))
+            out[n++] = tiles[i].text;
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;
     for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < max; i++)
