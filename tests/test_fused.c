@@ -744,7 +744,7 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
         assert_int_equal(hd__tensor_reserve(y, HD_PLACE_DEVICE), HD_OK);
         hd_lora_args args = {.x = x, .w = w, .a = a, .b = b, .scale = d.scale, .y = y,
                              .tokens = tokens, .in = in, .out = out, .rank = rank,
-                             .variant = variant};
+                             .variant = variant, .precision = hd_context_gemm_precision(ctx)};
         hd_status s = impl->lora(fs, ctx, &args);
         if (beyond_device_limit(ctx, s, what))
             variant = "declined";
@@ -764,6 +764,29 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     hd_tensor_destroy(b);
     hd_tensor_destroy(y);
     lora_data_free(&d);
+}
+
+/* Many tokens, and ranks past the strip kernels' 64, on the tiled engine (x * W with the
+ * low-rank product in the same tiles): odd and prime sizes, rank 0 and 1, widths and ranks
+ * not a multiple of 4 (scalar loads), and each tile variant the tuner times for one shape,
+ * also on few tokens. */
+static void test_lora_tiles_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    static const size_t cases[][4] = {
+        {17, 31, 29, 5}, {33, 257, 127, 64}, {64, 64, 64, 16}, {41, 37, 43, 0},
+        {19, 64, 68, 1}, {5, 61, 67, 65},    {130, 96, 100, 12}, {23, 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_lora(ctx, cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL, 3100 + i);
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_shape shape = {.dim = {70, 96, 80, 8}};
+    const char *list[48];
+    size_t count = impl->variants(fs, HD_OP_LORA, &shape, list, 40);
+    assert_true(count > 4);
+    for (size_t i = 0; i < count; i++)
+        check_lora(ctx, i % 2 ? 3 : 37 + i, 96, 80 + 4 * i, i % 3 ? 8 : 3, list[i], 3150 + i);
 }
 
 static void test_lora_few_tokens_matches_reference(void **state)
@@ -802,9 +825,12 @@ static void test_lora_every_variant(void **state)
     }
     /* four k-slices: rows of B past the 8 * KS kept in registers come from the loop */
     check_lora(ctx, 2, 70, 260, 64, "TN=64 KS=4 UNROLL=2", 3290);
+    /* past the strip kernels' limits the tiled engine takes over; past 32-bit sizes, nobody */
     hd_shape big_rank = {.dim = {1, 8, 8, 65}}, many = {.dim = {17, 8, 8, 4}};
-    assert_false(impl->supports(fs, HD_OP_LORA, &big_rank));
-    assert_false(impl->supports(fs, HD_OP_LORA, &many));
+    hd_shape huge = {.dim = {17, (size_t)INT_MAX + 1, 8, 4}};
+    assert_true(impl->supports(fs, HD_OP_LORA, &big_rank));
+    assert_true(impl->supports(fs, HD_OP_LORA, &many));
+    assert_false(impl->supports(fs, HD_OP_LORA, &huge));
 }
 
 /* The split path (x*A in its own launch, then the W pass) with split counts that divide the
@@ -1062,6 +1088,7 @@ int main(void)
         cmocka_unit_test(test_gemm_k_groups_match_reference),
         cmocka_unit_test(test_gemv_default_k_groups),
         cmocka_unit_test(test_lora_few_tokens_matches_reference),
+        cmocka_unit_test(test_lora_tiles_match_reference),
         cmocka_unit_test(test_lora_every_variant),
         cmocka_unit_test(test_lora_split_matches_reference),
         cmocka_unit_test(test_lora_split_back_to_back),

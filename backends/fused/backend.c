@@ -51,6 +51,8 @@ static void fused_destroy(void *state)
         clReleaseMemObject(f->lora_part);
     hd__fused_kg_release(f);
     hd__fused_tile_release(f);
+    if (f->lora_u != NULL)
+        clReleaseMemObject(f->lora_u);
     free(f);
 }
 
@@ -60,9 +62,12 @@ static bool fused_supports(void *state, hd_op op, const hd_shape *s)
     case HD_OP_GEMM: /* m, n, k: the strip kernel's 32-bit indexing, or the tiled engine's */
     case HD_OP_GEMM_BATCHED:
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX;
-    case HD_OP_LORA: /* tokens, in, out, rank */
-        return s->dim[0] <= 16 && s->dim[3] <= 64 && fits_int(s->dim[1], s->dim[2]) &&
-               hd__fused_lora_update_supports(s);
+    case HD_OP_LORA: /* tokens, in, out, rank: the strip kernels' limits, or the tiled engine's */
+        if (s->dim[0] <= 16 && s->dim[3] <= 64 && fits_int(s->dim[1], s->dim[2]) &&
+            hd__fused_lora_update_supports(s))
+            return true;
+        return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
+               s->dim[3] <= INT_MAX;
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
@@ -153,6 +158,10 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     case HD_OP_LORA:
         if (op == HD_OP_GEMM && (s->dim[0] > 16 || s->trans_a || s->trans_b))
             return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
+        if (op == HD_OP_LORA && (s->dim[0] > 16 || s->dim[3] > 64)) {
+            hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}}; /* tokens x out, k = in */
+            return hd__fused_tile_variants(f, &xw, f->ctx->gemm_precision, out, max);
+        }
         for (size_t i = 0; i < sizeof gemv / sizeof gemv[0] && n < max; i++)
             out[n++] = gemv[i];
         for (size_t i = 0; i < sizeof kgroups / sizeof kgroups[0] && n < max; i++)

@@ -69,6 +69,8 @@ typedef struct hd_fused {
     bool mma_broken;      /* their build failed here: the fp32 kernels run instead */
     cl_mem splitk_part;   /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
+    cl_mem lora_u;        /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
+    size_t lora_u_bytes;
 } hd_fused;
 
 /* ---- kernel parameters (params.c) ---- */
@@ -173,10 +175,11 @@ typedef struct hd_fused_operand {
     bool trans;
 } hd_fused_operand;
 
-/* C (m x n, row stride ldc) = alpha * op(A) * op(B) + beta * C, batch times over matrices
- * spaced by the strides (in floats; 0 for a single product), in precision (fp32: FMAs; the
- * others on tensor cores where f->mma, else fp32). variant: NULL or the tile family's. Does not
- * wait. */
+/* C (m x n, row stride ldc) = alpha * (op(A) * op(B) + op(A2) * op(B2)) + beta * C, batch
+ * times over matrices spaced by the strides (in floats; 0 for a single product), in precision
+ * (fp32: FMAs; the others on tensor cores where f->mma, else fp32). The second product (A2
+ * m x k2, B2 k2 x n, the same transposes) is LoRA's low-rank term; k2 = 0 without one.
+ * variant: NULL or the tile family's. Does not wait. */
 typedef struct hd_fused_tile_call {
     size_t m, n, k, batch;
     float alpha, beta;
@@ -184,6 +187,8 @@ typedef struct hd_fused_tile_call {
     cl_mem c;
     size_t ldc;
     size_t stride_a, stride_b, stride_c;
+    hd_fused_operand a2, b2;
+    size_t k2;
     hd_precision precision;
     const char *variant;
 } hd_fused_tile_call;

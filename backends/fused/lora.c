@@ -1,5 +1,6 @@
-/* The LoRA forward pass for few tokens (lora.cl) and the epilogue y += scale * (x*A) * B for
- * any number of tokens (lora_update.cl), one launch each. */
+/* The LoRA forward pass: for few tokens the strip kernels of lora.cl (one launch), for more
+ * tokens, or where a tuned variant names it, the tiled GEMM engine (two launches); and the
+ * epilogue y += scale * (x*A) * B for any number of tokens (lora_update.cl), one launch. */
 #include <limits.h>
 
 #include "backends/fused/fused.h"
@@ -95,9 +96,64 @@ static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l,
     return s == HD_OK ? hd__fused_launch(ctx, k, (size_t)*parts, group) : s;
 }
 
+/* Scratch for u = scale * x * A (tokens x rank) of the tiled path, grown on demand; the
+ * in-order queue runs a later call's writer after this call's reader. */
+static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, cl_mem *out)
+{
+    size_t bytes = floats * sizeof(float);
+    if (bytes > f->lora_u_bytes) {
+        if (f->lora_u != NULL)
+            clReleaseMemObject(f->lora_u);
+        f->lora_u_bytes = 0;
+        cl_int err;
+        f->lora_u = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
+        if (err != CL_SUCCESS) {
+            f->lora_u = NULL;
+            return hd__cl_error(ctx, err, "clCreateBuffer (LoRA x*A)");
+        }
+        f->lora_u_bytes = bytes;
+    }
+    *out = f->lora_u;
+    return HD_OK;
+}
+
+/* Many tokens on the tiled GEMM engine: u = scale * x * A in one launch, then
+ * y = x * W + u * B in one more, the low-rank product summed in the same tiles as x * W
+ * (k extended by the rank), so y is written once. */
+static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
+{
+    size_t tokens = l->tokens, in = l->in, out = l->out, rank = l->rank;
+    cl_mem x = hd__fused_mem(l->x), u = NULL;
+    hd_status s;
+    if (rank > 0) {
+        if ((s = lora_u_buffer(f, ctx, tokens * rank, &u)) != HD_OK)
+            return s;
+        hd_fused_tile_call xa = {.m = tokens, .n = rank, .k = in, .batch = 1,
+                                 .alpha = l->scale, .beta = 0.0f,
+                                 .a = {x, in, false}, .b = {hd__fused_mem(l->a), rank, false},
+                                 .c = u, .ldc = rank, .precision = l->precision};
+        if ((s = hd__fused_tile_gemm(f, ctx, &xa)) != HD_OK)
+            return s;
+    }
+    hd_fused_tile_call y = {.m = tokens, .n = out, .k = in, .batch = 1, .alpha = 1.0f,
+                            .beta = 0.0f, .a = {x, in, false},
+                            .b = {hd__fused_mem(l->w), out, false}, .c = hd__fused_mem(l->y),
+                            .ldc = out, .k2 = rank, .precision = l->precision,
+                            .variant = l->variant};
+    if (rank > 0) {
+        y.a2 = (hd_fused_operand){u, rank, false};
+        y.b2 = (hd_fused_operand){hd__fused_mem(l->b), out, false};
+    }
+    return hd__fused_tile_gemm(f, ctx, &y);
+}
+
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 {
     hd_fused *f = state;
+    bool few_tokens = l->variant != NULL ? !hd__fused_is_tile_variant(l->variant)
+                                         : l->tokens <= 16 && l->rank <= HD_FUSED_MAX_RANK;
+    if (!few_tokens)
+        return lora_tiled(f, ctx, l);
     if (l->tokens > 16 || l->rank > HD_FUSED_MAX_RANK)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: LoRA forward takes at most 16 tokens and rank 64");

@@ -191,13 +191,16 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (s != HD_OK)
         return s;
     mma = mma && p->wm != 0;
+    /* one VEC for both products: float4 only where both pairs' rows allow it */
+    size_t a_ld = c->k2 > 0 && c->a2.ld % 4 != 0 ? 1 : c->a.ld;
+    size_t b_ld = c->k2 > 0 && c->b2.ld % 4 != 0 ? 1 : c->b.ld;
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
     char options[HD_FUSED_OPTIONS_CAPACITY];
     int len = snprintf(options, sizeof options,
                        "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DVEC_C=%d -DTRANS_A=%d "
                        "-DTRANS_B=%d -DSPLIT_K=%d",
-                       p->bm, p->bn, p->bk, vec_of(c->a.ld, stage_a, *threads),
-                       vec_of(c->b.ld, stage_b, *threads), c->ldc % 4 == 0 ? 4 : 1,
+                       p->bm, p->bn, p->bk, vec_of(a_ld, stage_a, *threads),
+                       vec_of(b_ld, stage_b, *threads), c->ldc % 4 == 0 ? 4 : 1,
                        (int)c->a.trans, (int)c->b.trans, p->sk > 1);
     if (mma)
         snprintf(options + len, sizeof options - (size_t)len, " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d",
@@ -236,7 +239,8 @@ static bool fits_int(size_t v)
 hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
 {
     if (!fits_int(c->m) || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->a.ld) ||
-        !fits_int(c->b.ld) || !fits_int(c->ldc))
+        !fits_int(c->b.ld) || !fits_int(c->ldc) || !fits_int(c->k2) || !fits_int(c->a2.ld) ||
+        !fits_int(c->b2.ld))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: the tiled GEMM indexes rows and columns with 32-bit integers");
     hd_fused_params p;
@@ -261,14 +265,20 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
            nslices = (cl_int)slices;
     cl_float alpha = c->alpha, beta = c->beta;
     cl_ulong sa = c->stride_a, sb = c->stride_b, sc = c->stride_c;
-    const void *values[] = {&m,    &n,    &kk,  &alpha, &c->a.mem, &lda,    &c->b.mem, &ldb, &beta,
-                            &c->c, &ldc,  &part, &chunk, &nslices, &sa, &sb, &sc};
-    const size_t sizes[] = {sizeof m,     sizeof n,     sizeof kk,     sizeof alpha,
-                            sizeof(cl_mem), sizeof lda, sizeof(cl_mem), sizeof ldb,
-                            sizeof beta,  sizeof(cl_mem), sizeof ldc,  sizeof(cl_mem),
-                            sizeof chunk, sizeof nslices, sizeof sa,   sizeof sb,
-                            sizeof sc};
-    if ((s = set_args(ctx, k, values, sizes, 17)) != HD_OK ||
+    /* without a second product its buffers are the first's, never read (k2 = 0) */
+    cl_mem a2 = c->k2 > 0 ? c->a2.mem : c->a.mem, b2 = c->k2 > 0 ? c->b2.mem : c->b.mem;
+    cl_int lda2 = (cl_int)c->a2.ld, ldb2 = (cl_int)c->b2.ld, k2 = (cl_int)c->k2;
+    const void *values[] = {&m,     &n,   &kk,   &alpha, &c->a.mem, &lda,    &c->b.mem,
+                            &ldb,   &beta, &c->c, &ldc,  &part,     &chunk,  &nslices,
+                            &sa,    &sb,   &sc,   &a2,   &lda2,     &b2,     &ldb2,
+                            &k2};
+    const size_t sizes[] = {sizeof m,       sizeof n,      sizeof kk,      sizeof alpha,
+                            sizeof(cl_mem), sizeof lda,    sizeof(cl_mem), sizeof ldb,
+                            sizeof beta,    sizeof(cl_mem), sizeof ldc,    sizeof(cl_mem),
+                            sizeof chunk,   sizeof nslices, sizeof sa,     sizeof sb,
+                            sizeof sc,      sizeof(cl_mem), sizeof lda2,   sizeof(cl_mem),
+                            sizeof ldb2,    sizeof k2};
+    if ((s = set_args(ctx, k, values, sizes, 22)) != HD_OK ||
         (s = hd__fused_launch(ctx, k, tiles * slices * c->batch, threads)) != HD_OK ||
         slices == 1)
         return s;

@@ -19,6 +19,8 @@
  * gemm_splitk_reduce then adds the slices in order (deterministic) and applies alpha and beta.
  * Batches: matrix i of A, B and C starts i * stride_a (stride_b, stride_c) floats in; split-K
  * serves single products only.
+ * A second product (a2, b2, k2 > 0; same transposes) is summed into the same tile after the
+ * first: LoRA's y = x * W + (scale * x * A) * B without a second pass over y.
  *
  * Reads: A n / BN times and B m / BM times (mostly from L2), C once when beta != 0 (beta = 0
  * never reads C, so NaN there is ignored as BLAS does); writes C once. Split-K writes and reads
@@ -280,6 +282,28 @@ static inline void store_b(__local float *bs, const float rb[B_LOADS * VEC_B])
 #endif
         }
 #endif
+    }
+}
+
+/* The products a work-group sums: op(A) * op(B) over its k slice [kbegin, kend) and, in slice
+ * 0, a second product op(A2) * op(B2) over [0, k2) (LoRA's (s*x*A) * B beside x * W; k2 = 0
+ * elsewhere), as one run of stages: the first pair's, then the second's. */
+typedef struct gemm_pairs {
+    __global const float *a, *b, *a2, *b2;
+    int lda, ldb, lda2, ldb2;
+    int kbegin, kend, k2;
+    int stages, stages2;
+} gemm_pairs;
+
+static inline void load_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
+                              float ra[A_LOADS * VEC_A], float rb[B_LOADS * VEC_B])
+{
+    if (s < q->stages) {
+        load_a(q->a, q->lda, m0, q->kbegin + s * BK, m, q->kend, ra);
+        load_b(q->b, q->ldb, n0, q->kbegin + s * BK, n, q->kend, rb);
+    } else {
+        load_a(q->a2, q->lda2, m0, (s - q->stages) * BK, m, q->k2, ra);
+        load_b(q->b2, q->ldb2, n0, (s - q->stages) * BK, n, q->k2, rb);
     }
 }
 

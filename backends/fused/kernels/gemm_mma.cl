@@ -109,7 +109,9 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
          __global const float *restrict a, const int lda, __global const float *restrict b,
          const int ldb, const float beta, __global float *restrict c, const int ldc,
          __global float *restrict part, const int kchunk, const int slices,
-         const ulong stride_a, const ulong stride_b, const ulong stride_c)
+         const ulong stride_a, const ulong stride_b, const ulong stride_c,
+         __global const float *restrict a2, const int lda2, __global const float *restrict b2,
+         const int ldb2, const int k2)
 {
     __local float as[2][AS_SIZE] __attribute__((aligned(16)));
     __local float bs[2][BS_SIZE] __attribute__((aligned(16)));
@@ -131,18 +133,17 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
             acc[i][j] = (float4)(0.0f);
 
     float ra[A_LOADS * VEC_A], rb[B_LOADS * VEC_B];
-    load_a(a, lda, m0, kbegin, m, kend, ra);
-    load_b(b, ldb, n0, kbegin, n, kend, rb);
+    gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
+                    max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
+    int stages = q.stages + q.stages2;
+    load_stage(&q, 0, m0, n0, m, n, ra, rb);
     store_a(as[0], ra);
     store_b(bs[0], rb);
     barrier(CLK_LOCAL_MEM_FENCE);
-    int stages = (kend - kbegin + BK - 1) / BK;
     for (int s = 0; s < stages; s++) {
         bool more = s + 1 < stages;
-        if (more) {
-            load_a(a, lda, m0, kbegin + (s + 1) * BK, m, kend, ra);
-            load_b(b, ldb, n0, kbegin + (s + 1) * BK, n, kend, rb);
-        }
+        if (more)
+            load_stage(&q, s + 1, m0, n0, m, n, ra, rb);
 #if PREC == 3
         float4 part[MI][NI];
 #pragma unroll
