@@ -55,6 +55,54 @@ static const hd_bench_case gemm_cases[] = {
     GEMM(1, 4096, 4096),    GEMM(16, 4096, 4096),   GEMM(8192, 4096, 4096),
 };
 
+/* The space as LoRA fine-tuning meets it, beyond the named suites: token counts 1 to 8192;
+ * widths 512 to 16384, among them the MLP widths of 1024, 2048 and 4096 hidden sizes (2816 /
+ * 3584, 5504 / 7168, 11008 / 14336: about 2.7x and 3.5x); the three products of a training
+ * step (x*W as NN, dy*W^T as NT, x^T*dy as TN) and TT; odd and prime sizes. */
+static const hd_bench_case shapes_cases[] = {
+    GEMM(1000, 1000, 1000),
+    GEMM(100, 1000, 1000),
+    GEMM(3000, 3000, 3000),
+    GEMM(512, 4096, 4096),
+    GEMM_T(512, 4096, 4096, false, true),
+    GEMM_T(4096, 4096, 512, true, false),
+    GEMM(8, 4096, 4096),
+    GEMM(64, 4096, 4096),
+    GEMM(1, 16384, 4096),
+    GEMM(2048, 11008, 4096),
+    GEMM(2048, 4096, 11008),
+    GEMM_T(2048, 11008, 4096, false, true),
+    GEMM_T(11008, 4096, 2048, true, false),
+    GEMM(1024, 14336, 4096),
+    GEMM_T(1024, 4096, 14336, false, true),
+    GEMM(256, 2816, 1024),
+    GEMM_T(1024, 2816, 256, true, false),
+    GEMM(4, 5504, 2048),
+    GEMM_T(32, 7168, 2048, false, true),
+    GEMM(8192, 512, 512),
+    GEMM_T(512, 512, 8192, true, false),
+    GEMM(997, 1009, 1013),
+    GEMM_T(127, 4099, 2053, false, true),
+    GEMM_T(4093, 521, 1031, true, false),
+    GEMM_T(61, 16381, 509, true, true),
+    GEMM(8192, 3584, 1024),
+    LORA(1, 4096, 4096, 16),
+    LORA(8, 4096, 4096, 16),
+    LORA(64, 4096, 4096, 16),
+    LORA(512, 4096, 4096, 16),
+    LORA(2048, 4096, 11008, 16),
+    LORA(2048, 11008, 4096, 8),
+    LORA(1024, 2048, 5504, 32),
+    LORA(8192, 1024, 2816, 8),
+    LORA(16, 1024, 1024, 64),
+    LORA(3, 2048, 2048, 8),
+    LORA(37, 1031, 997, 13),
+    LORA(8192, 512, 512, 4),
+    LORA(257, 4096, 14336, 16),
+    LORA(1, 8192, 8192, 16),
+    LORA(2, 512, 3584, 8),
+};
+
 /* Odd and prime sizes, a transposed GEMM, a 1-row op: every op, seconds on PoCL. */
 static const hd_bench_case ci_cases[] = {
     GEMM(17, 33, 9),
@@ -76,6 +124,9 @@ static const hd_bench_suite suites[] = {
      COUNT(train_cases)},
     {"gemm", "square 64..8192 and 1/16/8192 tokens over a 4096x4096 weight", gemm_cases,
      COUNT(gemm_cases)},
+    {"shapes", "GEMM and LoRA as fine-tuning meets them: 1-8192 tokens, widths 512-16384 with "
+               "MLP widths, every transpose, odd and prime sizes",
+     shapes_cases, COUNT(shapes_cases)},
     {"ci", "small odd shapes for continuous integration", ci_cases, COUNT(ci_cases)},
 };
 
