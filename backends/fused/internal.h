@@ -66,6 +66,7 @@ typedef struct hd_fused {
     size_t kg_count_len;
     size_t local_mem;     /* CL_DEVICE_LOCAL_MEM_SIZE */
     bool mma;             /* NVIDIA sm_80+: the tensor-core kernels may be built */
+    bool nv_options;      /* cl_nv_compiler_options: -cl-nv-maxrregcount is understood */
     bool mma_broken;      /* their build failed here: the fp32 kernels run instead */
     cl_mem splitk_part;   /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
@@ -81,7 +82,7 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
     HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
-    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK */
+    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -94,6 +95,8 @@ typedef struct hd_fused_params {
     int rm, rn;               /* tile family, fp32: results per work-item */
     int wm, wn;               /* tile family, tensor cores: results per warp */
     int sk;                   /* tile family: k slices (split-K) */
+    int reg;                  /* tile family: registers per work-item at most (NVIDIA), 0: the
+                                 compiler's choice */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0, CACHE and

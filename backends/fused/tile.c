@@ -31,9 +31,10 @@ void hd__fused_tile_probe(hd_fused *f, cl_device_id device)
         f->local_mem = (size_t)local;
     char ext[8192] = "";
     cl_uint major = 0;
-    f->mma = clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) ==
-                 CL_SUCCESS &&
-             strstr(ext, "cl_nv_device_attribute_query") != NULL &&
+    bool listed = clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) ==
+                  CL_SUCCESS;
+    f->nv_options = listed && strstr(ext, "cl_nv_compiler_options") != NULL;
+    f->mma = listed && strstr(ext, "cl_nv_device_attribute_query") != NULL &&
              clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
                              NULL) == CL_SUCCESS &&
              major >= 8;
@@ -147,6 +148,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         return unsupported(ctx, "the stages exceed the device's local memory", p);
     if (p->sk > 1 && c->batch > 1)
         return unsupported(ctx, "split-K serves single products only", p);
+    if (p->reg != 0 && !f->nv_options)
+        return unsupported(ctx, "REG needs NVIDIA's compiler options", p);
     /* slices of whole stages: the slices actually cut, which can be fewer than SK */
     size_t kchunk = ceil_div(ceil_div(c->k, (size_t)p->sk), (size_t)p->bk) * (size_t)p->bk;
     p->sk = (int)ceil_div(c->k, kchunk);
@@ -203,10 +206,15 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        vec_of(b_ld, stage_b, *threads), c->ldc % 4 == 0 ? 4 : 1,
                        (int)c->a.trans, (int)c->b.trans, p->sk > 1);
     if (mma)
-        snprintf(options + len, sizeof options - (size_t)len, " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d",
-                 p->wm, p->wn, c->precision == HD_PRECISION_TF32 ? 1 : 3);
+        len += snprintf(options + len, sizeof options - (size_t)len,
+                        " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d", p->wm, p->wn,
+                        c->precision == HD_PRECISION_TF32 ? 1 : 3);
     else
-        snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d", p->rm, p->rn);
+        len += snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d", p->rm,
+                        p->rn);
+    /* fewer registers per work-item let two work-groups share an SM */
+    if (p->reg != 0)
+        snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
     s = hd__fused_kernel(f, ctx, mma ? HD_FUSED_GEMM_MMA : HD_FUSED_GEMM_TILE, options,
                          mma ? "gemm_mma" : "gemm_tile", *threads, out);
     if (s == HD_ERR_BUILD && mma) {
@@ -352,6 +360,12 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4",
                                         "BM=64 BN=64 SK=8", "BM=64 BN=64 SK=16"};
+    /* NVIDIA: the large tiles again at 128 registers, two work-groups per SM */
+    static const char *const fma_capped[] = {"BM=128 BN=128 BK=8 RM=8 RN=8 REG=128",
+                                             "BM=128 BN=128 BK=16 RM=8 RN=8 REG=128"};
+    static const char *const mma_capped[] = {"BM=128 BN=128 BK=16 WM=64 WN=32 REG=128",
+                                             "BM=128 BN=128 BK=16 WM=32 WN=64 REG=128",
+                                             "BM=64 BN=128 BK=16 WM=32 WN=32 REG=128"};
     bool mma = wants_mma(f, precision);
     const tile_variant *tiles = mma ? mma_tiles : fma_tiles;
     size_t count = mma ? sizeof mma_tiles / sizeof mma_tiles[0]
@@ -360,6 +374,10 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0; i < count && n < max; i++)
         if (variant_fits(f, &tiles[i], mma, s))
             out[n++] = tiles[i].text;
+    const char *const *capped = mma ? mma_capped : fma_capped;
+    size_t capped_count = mma ? 3 : 2;
+    for (size_t i = 0; f->nv_options && i < capped_count && n < max; i++)
+        out[n++] = capped[i];
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;
     for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < max; i++)

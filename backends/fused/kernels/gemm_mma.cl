@@ -71,13 +71,15 @@ static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint 
     *d = (float4)(d0, d1, d2, d3);
 }
 
-/* acc += the stage in as, bs for the warp's block at (wm0, wn0) of the tile. */
+/* acc += the stage in as, bs for the warp's block at (wm0, wn0) of the tile. Per depth step,
+ * A's fragments are split once and kept; B's one column block at a time, so that the
+ * registers hold MI A fragments and a single B fragment beside the accumulators. */
 static inline void stage_mma(__local const float *as, __local const float *bs, int wm0, int wn0,
                              int g, int t, float4 acc[MI][NI])
 {
 #pragma unroll
     for (int p = 0; p < BK; p += 8) {
-        uint ab[MI][4], asm_[MI][4], bb[NI][2], bsm[NI][2];
+        uint ab[MI][4], asm_[MI][4];
 #pragma unroll
         for (int i = 0; i < MI; i++)
 #pragma unroll
@@ -85,22 +87,21 @@ static inline void stage_mma(__local const float *as, __local const float *bs, i
                 split(as[AS_AT(wm0 + i * 16 + g + 8 * (r & 1), p + t + 4 * (r >> 1))], &ab[i][r],
                       &asm_[i][r]);
 #pragma unroll
-        for (int j = 0; j < NI; j++)
+        for (int j = 0; j < NI; j++) {
+            uint bb[2], bsm[2];
 #pragma unroll
             for (int r = 0; r < 2; r++)
-                split(bs[BS_AT(p + t + 4 * r, wn0 + j * 8 + g)], &bb[j][r], &bsm[j][r]);
+                split(bs[BS_AT(p + t + 4 * r, wn0 + j * 8 + g)], &bb[r], &bsm[r]);
 #pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NI; j++) {
+            for (int i = 0; i < MI; i++) {
 #if PREC == 3
-                mma_tf32(&acc[i][j], asm_[i][0], asm_[i][1], asm_[i][2], asm_[i][3], bb[j][0],
-                         bb[j][1]);
-                mma_tf32(&acc[i][j], ab[i][0], ab[i][1], ab[i][2], ab[i][3], bsm[j][0],
-                         bsm[j][1]);
+                mma_tf32(&acc[i][j], asm_[i][0], asm_[i][1], asm_[i][2], asm_[i][3], bb[0],
+                         bb[1]);
+                mma_tf32(&acc[i][j], ab[i][0], ab[i][1], ab[i][2], ab[i][3], bsm[0], bsm[1]);
 #endif
-                mma_tf32(&acc[i][j], ab[i][0], ab[i][1], ab[i][2], ab[i][3], bb[j][0], bb[j][1]);
+                mma_tf32(&acc[i][j], ab[i][0], ab[i][1], ab[i][2], ab[i][3], bb[0], bb[1]);
             }
+        }
     }
 }
 
