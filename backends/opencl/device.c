@@ -1,5 +1,6 @@
 /* Device discovery, the runtime's lifecycle and its accessors. */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,53 +13,24 @@
 #define HD_CL_POOL_CAP_MAX ((size_t)1 << 30)
 #endif
 
+/* What discovery learnt about one device. Every query the runtime makes about a device it has
+ * not opened yet is answered from here, so the driver is asked once per process. */
 typedef struct device_ref {
     cl_platform_id platform;
     cl_device_id device;
+    cl_device_type type;
+    cl_ulong global_mem, max_alloc;
+    char name[256], driver[128], platform_name[256], platform_version[256];
 } device_ref;
 
-/* Every device of every platform, in platform order. A platform that fails to list its
- * devices is skipped: one broken ICD must not hide the others. */
-static hd_status list_devices(hd_context *ctx, device_ref **out, size_t *count)
-{
-    *out = NULL;
-    *count = 0;
-    cl_uint nplat = 0;
-    if (clGetPlatformIDs(0, NULL, &nplat) != CL_SUCCESS || nplat == 0)
-        return HD_OK; /* the ICD loader says CL_PLATFORM_NOT_FOUND_KHR when there is none */
-    cl_platform_id *plats = calloc(nplat, sizeof *plats);
-    if (plats == NULL)
-        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to list OpenCL platforms");
-    if (clGetPlatformIDs(nplat, plats, NULL) != CL_SUCCESS) {
-        free(plats);
-        return HD_OK;
-    }
-    device_ref *refs = NULL;
-    size_t n = 0;
-    for (cl_uint p = 0; p < nplat; p++) {
-        cl_uint ndev = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev) != CL_SUCCESS || ndev == 0)
-            continue;
-        cl_device_id *devs = calloc(ndev, sizeof *devs);
-        device_ref *grown = realloc(refs, (n + ndev) * sizeof *refs);
-        if (devs == NULL || grown == NULL) {
-            free(devs);
-            free(grown != NULL ? grown : refs);
-            free(plats);
-            return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to list OpenCL devices");
-        }
-        refs = grown;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, devs, NULL) == CL_SUCCESS) {
-            for (cl_uint d = 0; d < ndev; d++)
-                refs[n++] = (device_ref){plats[p], devs[d]};
-        }
-        free(devs);
-    }
-    free(plats);
-    *out = refs;
-    *count = n;
-    return HD_OK;
-}
+/* Discovery runs once per process (pthread_once): ICD loaders and drivers (PoCL among them)
+ * initialise themselves on the first platform query and crash or report no device when
+ * several threads make that query at once. The table is never freed: the handles stay
+ * valid for the life of the process. */
+static pthread_once_t discovery_once = PTHREAD_ONCE_INIT;
+static device_ref *discovered;
+static size_t discovered_count;
+static bool discovery_out_of_memory;
 
 static void info_string(cl_device_id dev, cl_device_info what, char *buf, size_t cap)
 {
@@ -72,6 +44,78 @@ static void platform_string(cl_platform_id plat, cl_platform_info what, char *bu
     if (clGetPlatformInfo(plat, what, cap, buf, NULL) != CL_SUCCESS)
         snprintf(buf, cap, "?");
     buf[cap - 1] = '\0';
+}
+
+static void describe_ref(device_ref *r)
+{
+    info_string(r->device, CL_DEVICE_NAME, r->name, sizeof r->name);
+    info_string(r->device, CL_DRIVER_VERSION, r->driver, sizeof r->driver);
+    platform_string(r->platform, CL_PLATFORM_NAME, r->platform_name, sizeof r->platform_name);
+    platform_string(r->platform, CL_PLATFORM_VERSION, r->platform_version,
+                    sizeof r->platform_version);
+    if (clGetDeviceInfo(r->device, CL_DEVICE_TYPE, sizeof r->type, &r->type, NULL) != CL_SUCCESS)
+        r->type = 0;
+    if (clGetDeviceInfo(r->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof r->global_mem, &r->global_mem,
+                        NULL) != CL_SUCCESS)
+        r->global_mem = 0;
+    if (clGetDeviceInfo(r->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof r->max_alloc, &r->max_alloc,
+                        NULL) != CL_SUCCESS)
+        r->max_alloc = 0;
+}
+
+/* Every device of every platform, in platform order. A platform that fails to list its
+ * devices is skipped: one broken ICD must not hide the others. */
+static void discover(void)
+{
+    cl_uint nplat = 0;
+    if (clGetPlatformIDs(0, NULL, &nplat) != CL_SUCCESS || nplat == 0)
+        return; /* the ICD loader says CL_PLATFORM_NOT_FOUND_KHR when there is none */
+    cl_platform_id *plats = calloc(nplat, sizeof *plats);
+    if (plats == NULL) {
+        discovery_out_of_memory = true;
+        return;
+    }
+    if (clGetPlatformIDs(nplat, plats, NULL) != CL_SUCCESS) {
+        free(plats);
+        return;
+    }
+    device_ref *refs = NULL;
+    size_t n = 0;
+    for (cl_uint p = 0; p < nplat; p++) {
+        cl_uint ndev = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev) != CL_SUCCESS || ndev == 0)
+            continue;
+        cl_device_id *devs = calloc(ndev, sizeof *devs);
+        device_ref *grown = realloc(refs, (n + ndev) * sizeof *refs);
+        if (devs == NULL || grown == NULL) {
+            free(devs);
+            free(grown != NULL ? grown : refs);
+            free(plats);
+            discovery_out_of_memory = true;
+            return;
+        }
+        refs = grown;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, devs, NULL) == CL_SUCCESS) {
+            for (cl_uint d = 0; d < ndev; d++) {
+                refs[n] = (device_ref){.platform = plats[p], .device = devs[d]};
+                describe_ref(&refs[n++]);
+            }
+        }
+        free(devs);
+    }
+    free(plats);
+    discovered = refs;
+    discovered_count = n;
+}
+
+static hd_status list_devices(hd_context *ctx, const device_ref **out, size_t *count)
+{
+    pthread_once(&discovery_once, discover);
+    *out = discovered;
+    *count = discovered_count;
+    if (discovery_out_of_memory)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to list OpenCL devices");
+    return HD_OK;
 }
 
 static bool contains_nocase(const char *hay, const char *needle)
@@ -106,25 +150,17 @@ static bool parse_index(const char *spec, size_t *index)
 static size_t choose(const device_ref *refs, size_t count, const char *spec)
 {
     if (spec == NULL) {
-        for (size_t i = 0; i < count; i++) {
-            cl_device_type type = 0;
-            if (clGetDeviceInfo(refs[i].device, CL_DEVICE_TYPE, sizeof type, &type, NULL) ==
-                    CL_SUCCESS &&
-                (type & CL_DEVICE_TYPE_GPU))
+        for (size_t i = 0; i < count; i++)
+            if (refs[i].type & CL_DEVICE_TYPE_GPU)
                 return i;
-        }
         return 0;
     }
     size_t index;
     if (parse_index(spec, &index))
         return index < count ? index : count;
-    for (size_t i = 0; i < count; i++) {
-        char name[256], plat[256];
-        info_string(refs[i].device, CL_DEVICE_NAME, name, sizeof name);
-        platform_string(refs[i].platform, CL_PLATFORM_NAME, plat, sizeof plat);
-        if (contains_nocase(name, spec) || contains_nocase(plat, spec))
+    for (size_t i = 0; i < count; i++)
+        if (contains_nocase(refs[i].name, spec) || contains_nocase(refs[i].platform_name, spec))
             return i;
-    }
     return count;
 }
 
@@ -137,10 +173,8 @@ static hd_status no_match(hd_context *ctx, const device_ref *refs, size_t count,
     if (count == 0)
         hd__error_append(ctx, " none");
     for (size_t i = 0; i < count; i++) {
-        char name[256], plat[256], line[600];
-        info_string(refs[i].device, CL_DEVICE_NAME, name, sizeof name);
-        platform_string(refs[i].platform, CL_PLATFORM_NAME, plat, sizeof plat);
-        snprintf(line, sizeof line, "\n  %zu: %s (%s)", i, name, plat);
+        char line[600];
+        snprintf(line, sizeof line, "\n  %zu: %s (%s)", i, refs[i].name, refs[i].platform_name);
         hd__error_append(ctx, line);
     }
     return s;
@@ -159,28 +193,22 @@ static hd_status open_queue(hd_cl_runtime *rt, hd_context *ctx)
     return HD_OK;
 }
 
-static void describe(hd_cl_runtime *rt)
+static void describe(hd_cl_runtime *rt, const device_ref *r)
 {
-    info_string(rt->device, CL_DEVICE_NAME, rt->device_name, sizeof rt->device_name);
-    info_string(rt->device, CL_DRIVER_VERSION, rt->driver_version, sizeof rt->driver_version);
-    platform_string(rt->platform, CL_PLATFORM_NAME, rt->platform_name, sizeof rt->platform_name);
-    platform_string(rt->platform, CL_PLATFORM_VERSION, rt->platform_version,
-                    sizeof rt->platform_version);
-    cl_device_type type = 0;
-    clGetDeviceInfo(rt->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    rt->is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
-    cl_ulong global = 0;
-    clGetDeviceInfo(rt->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL);
-    clGetDeviceInfo(rt->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof rt->max_alloc, &rt->max_alloc,
-                    NULL);
+    snprintf(rt->device_name, sizeof rt->device_name, "%s", r->name);
+    snprintf(rt->driver_version, sizeof rt->driver_version, "%s", r->driver);
+    snprintf(rt->platform_name, sizeof rt->platform_name, "%s", r->platform_name);
+    snprintf(rt->platform_version, sizeof rt->platform_version, "%s", r->platform_version);
+    rt->is_gpu = (r->type & CL_DEVICE_TYPE_GPU) != 0;
+    rt->max_alloc = r->max_alloc;
     rt->pool_cap_bytes =
-        global / 8 < HD_CL_POOL_CAP_MAX ? (size_t)(global / 8) : HD_CL_POOL_CAP_MAX;
+        r->global_mem / 8 < HD_CL_POOL_CAP_MAX ? (size_t)(r->global_mem / 8) : HD_CL_POOL_CAP_MAX;
 }
 
 hd_status hd__cl_runtime_create(hd_context *ctx, const char *spec, hd_cl_runtime **out)
 {
     *out = NULL;
-    device_ref *refs;
+    const device_ref *refs;
     size_t count;
     hd_status s = list_devices(ctx, &refs, &count);
     if (s != HD_OK)
@@ -190,18 +218,14 @@ hd_status hd__cl_runtime_create(hd_context *ctx, const char *spec, hd_cl_runtime
         s = spec != NULL
                 ? no_match(ctx, refs, count, spec)
                 : hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "no OpenCL platform or device found");
-        free(refs);
         return s;
     }
     hd_cl_runtime *rt = calloc(1, sizeof *rt);
-    if (rt == NULL) {
-        free(refs);
+    if (rt == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for the OpenCL runtime");
-    }
     rt->platform = refs[pick].platform;
     rt->device = refs[pick].device;
-    free(refs);
-    describe(rt);
+    describe(rt, &refs[pick]);
     s = open_queue(rt, ctx);
     if (s != HD_OK) {
         hd__cl_runtime_destroy(rt);
