@@ -2,6 +2,7 @@
  * in autotune/cache.h. The parser treats its input as hostile: every length is bounded, every
  * number range-checked, and nothing it rejects is kept. */
 #define _DEFAULT_SOURCE /* flock() */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,11 +13,13 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "autotune/cache.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/file.h"
 
 #define MAX_TOKENS     16
 #define MAX_TIME_US    1e9 /* a quarter of an hour per call is not a tuned op */
@@ -471,11 +474,9 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
 
 hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size)
 {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        snprintf(msg, size, "cannot open '%s': %s", path, strerror(errno));
+    FILE *fp = hd__file_open_regular(path, msg, size);
+    if (fp == NULL)
         return HD_ERR_IO;
-    }
     char *buf = malloc(HD_TUNE_FILE_MAX + 1);
     if (buf == NULL) {
         fclose(fp);
@@ -761,22 +762,107 @@ static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tun
     return s;
 }
 
+/* The file a save replaces. A symbolic link is followed on purpose, so that a cache kept
+ * elsewhere (a shared or versioned file) is updated where it lives and the link stays; a
+ * dangling link is refused rather than guessed at. Anything but a regular file or a missing
+ * one is refused: renaming over it would replace a FIFO, a device or a socket. */
+static bool save_target(const char *path, char *target, size_t tsize, char *msg, size_t size)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT) {
+            snprintf(msg, size, "cannot examine '%s': %s", path, strerror(errno));
+            return false;
+        }
+        snprintf(target, tsize, "%s", path);
+        return true;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (real == NULL) {
+            snprintf(msg, size, "'%s' is a symbolic link that resolves to no file: not followed",
+                     path);
+            return false;
+        }
+        int n = snprintf(target, tsize, "%s", real);
+        free(real);
+        if (n < 0 || (size_t)n >= tsize || stat(target, &st) != 0) {
+            snprintf(msg, size, "cannot follow the symbolic link '%s'", path);
+            return false;
+        }
+    } else {
+        snprintf(target, tsize, "%s", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(msg, size, "'%s' is not a regular file: refusing to replace it", path);
+        return false;
+    }
+    return true;
+}
+
+/* The lock file, opened without blocking and only if it is a regular file. */
+static int open_lock(const char *lock_path, char *msg, size_t size)
+{
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
+    struct stat st;
+    if (lock >= 0 && (fstat(lock, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(lock);
+        snprintf(msg, size, "lock file '%s' is not a regular file", lock_path);
+        return -1;
+    }
+    if (lock < 0)
+        snprintf(msg, size, "cannot open lock file '%s': %s", lock_path, strerror(errno));
+    return lock;
+}
+
+/* Temporary files of writers killed before their rename ("tune.txt.tmp.XXXXXX"), older than a
+ * day: no live writer holds one that long. Called with the lock held. */
+static void remove_stale_temps(const char *target)
+{
+    char dir[PATH_MAX], prefix[PATH_MAX + 8], full[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", target);
+    char *slash = strrchr(dir, '/');
+    const char *base = strrchr(target, '/') != NULL ? strrchr(target, '/') + 1 : target;
+    if (slash == NULL)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    time_t now = time(NULL);
+    size_t plen = strlen(prefix);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        struct stat st;
+        if (strncmp(e->d_name, prefix, plen) != 0 ||
+            snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full)
+            continue;
+        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) &&
+            now - st.st_mtime > HD_TUNE_STALE_SECONDS)
+            unlink(full);
+    }
+    closedir(d);
+}
+
 hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size)
 {
     msg[0] = '\0';
     if (!make_parent_dirs(path, msg, size))
         return HD_ERR_IO;
-    char lock_path[PATH_MAX], tmp_path[PATH_MAX];
-    if (snprintf(lock_path, sizeof lock_path, "%s.lock", path) >= (int)sizeof lock_path ||
-        snprintf(tmp_path, sizeof tmp_path, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp_path) {
+    char target[PATH_MAX], lock_path[PATH_MAX], tmp_path[PATH_MAX];
+    if (!save_target(path, target, sizeof target, msg, size))
+        return HD_ERR_IO;
+    if (snprintf(lock_path, sizeof lock_path, "%s.lock", target) >= (int)sizeof lock_path ||
+        snprintf(tmp_path, sizeof tmp_path, "%s.tmp.XXXXXX", target) >= (int)sizeof tmp_path) {
         snprintf(msg, size, "path too long");
         return HD_ERR_IO;
     }
-    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock < 0) {
-        snprintf(msg, size, "cannot open lock file '%s': %s", lock_path, strerror(errno));
+    int lock = open_lock(lock_path, msg, size);
+    if (lock < 0)
         return HD_ERR_IO;
-    }
     while (flock(lock, LOCK_EX) != 0) {
         if (errno != EINTR) {
             snprintf(msg, size, "cannot lock '%s': %s", lock_path, strerror(errno));
@@ -784,9 +870,17 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
             return HD_ERR_IO;
         }
     }
+    /* Checked again under the lock: the check before it raced with other processes. */
+    struct stat st;
+    if (lstat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(msg, size, "'%s' is not a regular file: refusing to replace it", target);
+        close(lock);
+        return HD_ERR_IO;
+    }
+    remove_stale_temps(target);
 
     hd_tune_file merged;
-    hd_status s = merge_with_disk(path, f, &merged);
+    hd_status s = merge_with_disk(target, f, &merged);
     char *body = s == HD_OK ? hd__tune_format(&merged) : NULL;
     hd__tune_file_free(&merged);
     if (body == NULL) {
@@ -808,17 +902,17 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     int err = errno;
     ok = close(fd) == 0 && ok;
     free(body);
-    if (ok && rename(tmp_path, path) != 0) {
+    if (ok && rename(tmp_path, target) != 0) {
         err = errno;
         ok = false;
     }
     if (!ok) {
-        snprintf(msg, size, "cannot write '%s': %s", path, strerror(err));
+        snprintf(msg, size, "cannot write '%s': %s", target, strerror(err));
         unlink(tmp_path);
         close(lock);
         return HD_ERR_IO;
     }
-    fsync_dir_of(path);
+    fsync_dir_of(target);
     close(lock); /* releases the flock */
     return HD_OK;
 }

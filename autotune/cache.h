@@ -41,6 +41,8 @@
 #define HD_TUNE_RECORD_MAX 4096
 #define HD_TUNE_PARAM_MAX  16
 #define HD_TUNE_STRING_MAX 256
+/* A writer's temporary file older than this belongs to a writer that was killed. */
+#define HD_TUNE_STALE_SECONDS (24 * 60 * 60)
 #define HD_TUNE_FILE_MAX   ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
 #define HD_TUNE_DIM_MAX    ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
 
@@ -118,7 +120,8 @@ const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_sh
  * holds no records. HD_ERR_OUT_OF_MEMORY. */
 hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *msg, size_t size);
 
-/* Reads and parses the file at path. HD_ERR_IO (msg says why; a missing file included),
+/* Reads and parses the file at path, opened only if it is a regular file and never blocking
+ * (a FIFO is refused at once). HD_ERR_IO (msg says why; a missing file included),
  * else as hd__tune_parse(). */
 hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size);
 
@@ -136,7 +139,11 @@ void hd__tune_margin_text(const hd_tune_record *r, char *buf, size_t size);
  * temporary file in the same directory, fsyncs it, renames it over path and fsyncs the
  * directory, so readers see the old or the new file and concurrent writers lose nothing.
  * A file there for another key, or a damaged one, is replaced. Creates the directory if
- * needed. Returns HD_OK, HD_ERR_IO (msg says why), HD_ERR_OUT_OF_MEMORY.
+ * needed. A symbolic link at path is followed: the file it resolves to is replaced and the
+ * link kept (a dangling link is refused). Anything at path, or at the link's end, other than
+ * a regular file (a FIFO, a device, a directory) is refused and left alone. Under the lock,
+ * temporary files of killed writers ("<path>.tmp.*") older than HD_TUNE_STALE_SECONDS are
+ * removed. Returns HD_OK, HD_ERR_IO (msg says why), HD_ERR_OUT_OF_MEMORY.
  */
 hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size);
 

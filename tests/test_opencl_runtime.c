@@ -520,6 +520,32 @@ static void test_program_cache_cold_warm_and_damaged(void **state)
     hd_context_destroy(ctx);
 }
 
+/* A FIFO where an entry belongs blocked the build that needed it, forever: it is refused at
+ * once, the program is compiled and a regular entry replaces the FIFO. */
+static void test_program_cache_fifo_entry_is_rebuilt_without_blocking(void **state)
+{
+    (void)state;
+    use_fresh_cache_dir();
+    hd_context *ctx = message_context();
+    static char source[1024];
+    unique_source(source, sizeof source, 41);
+    char path[1400];
+    build_in_fresh_runtime(ctx, source, 1); /* creates the directories */
+    hd_cl_runtime *rt = open_runtime(ctx, NULL);
+    assert_true(hd__cl_program_cache_file(rt, source, NULL, path, sizeof path));
+    hd__cl_runtime_destroy(rt);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    alarm(60); /* a hang fails the run */
+    struct hd_cl_program_counters c = build_in_fresh_runtime(ctx, source, 2);
+    alarm(0);
+    assert_int_equal(c.disk_rejects, 1);
+    assert_int_equal(c.source_builds, 1);
+    struct stat st;
+    assert_true(stat(path, &st) == 0 && S_ISREG(st.st_mode));
+    hd_context_destroy(ctx);
+}
+
 static void test_program_cache_key_includes_options(void **state)
 {
     (void)state;
@@ -832,6 +858,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_uploads_queue_many_then_read_in_order),
         cmocka_unit_test(test_tensor_migrates_host_device_cpu_and_back),
         cmocka_unit_test(test_program_cache_cold_warm_and_damaged),
+        cmocka_unit_test(test_program_cache_fifo_entry_is_rebuilt_without_blocking),
         cmocka_unit_test(test_program_cache_key_includes_options),
         cmocka_unit_test(test_program_cache_off_writes_nothing),
         cmocka_unit_test(test_program_memory_cache_by_address_and_text),

@@ -1,12 +1,16 @@
 /* The tuning cache file: parser, writer, merge under concurrent writers, and how a context
  * treats matching, foreign and damaged files. */
-#define _DEFAULT_SOURCE /* mkdtemp */
+#define _DEFAULT_SOURCE     /* mkdtemp */
+#define _XOPEN_SOURCE   700 /* utimensat, symlink */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "autotune/cache.h"
@@ -453,6 +457,118 @@ static void test_cache_context_survives_every_broken_file(void **state)
     }
 }
 
+/* A tiny valid file to save: one record under a made-up key. */
+static void small_file(hd_tune_file *f, double us)
+{
+    hd__tune_file_init(f);
+    snprintf(f->key.library, sizeof f->key.library, "0.1.0");
+    hd_tune_record r = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, us);
+    assert_int_equal(hd__tune_put(f, &r), HD_OK);
+}
+
+/* A FIFO with no writer blocked fopen() forever; the reader must refuse it at once. The alarm
+ * turns a hang into a failed run. */
+static void test_cache_load_refuses_a_fifo_without_blocking(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "fifo.txt");
+    assert_int_equal(mkfifo(path, 0644), 0);
+    alarm(20);
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    assert_int_equal(hd__tune_load(path, &f, msg, sizeof msg), HD_ERR_IO);
+    assert_non_null(strstr(msg, "not a regular file"));
+    hd_context *ctx = context_with_cache(path);
+    assert_non_null(strstr(hd_context_last_error(ctx), "not a regular file"));
+    hd_context_destroy(ctx);
+    /* A directory is refused the same way. */
+    assert_int_equal(hd__tune_load(tmpdir, &f, msg, sizeof msg), HD_ERR_IO);
+    alarm(0);
+}
+
+/* Renaming over a FIFO (or, as root, a device such as /dev/zero) would replace it. */
+static void test_cache_save_refuses_a_target_that_is_not_a_regular_file(void **state)
+{
+    (void)state;
+    char path[512], link[512], msg[256];
+    tmp_path(path, sizeof path, "fifo-target.txt");
+    assert_int_equal(mkfifo(path, 0644), 0);
+    alarm(20);
+    hd_tune_file f;
+    small_file(&f, 1.0);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_ERR_IO);
+    assert_non_null(strstr(msg, "not a regular file"));
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    /* Through a symbolic link to it: refused as well. */
+    tmp_path(link, sizeof link, "link-to-fifo.txt");
+    assert_int_equal(symlink(path, link), 0);
+    assert_int_equal(hd__tune_save(link, &f, msg, sizeof msg), HD_ERR_IO);
+    assert_true(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode));
+    /* A character device, where one can be named: /dev/null. */
+    assert_int_equal(hd__tune_save("/dev/null", &f, msg, sizeof msg), HD_ERR_IO);
+    assert_true(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+    alarm(0);
+    hd__tune_file_free(&f);
+}
+
+/* A cache kept elsewhere behind a link is updated where it lives; the link stays a link. */
+static void test_cache_save_through_a_symlink_updates_its_target(void **state)
+{
+    (void)state;
+    char real[512], link[512], dangling[512], msg[256];
+    tmp_path(real, sizeof real, "real-tune.txt");
+    tmp_path(link, sizeof link, "linked-tune.txt");
+    hd_tune_file f, back;
+    small_file(&f, 1.0);
+    assert_int_equal(hd__tune_save(real, &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(symlink("real-tune.txt", link), 0); /* relative, as users write them */
+    hd_tune_record r = record(HD_OP_RMS_NORM, 4, 4, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    assert_int_equal(hd__tune_save(link, &f, msg, sizeof msg), HD_OK);
+    struct stat st;
+    assert_true(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(real, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.count, 2);
+    hd__tune_file_free(&back);
+    /* A dangling link is refused and left as it is. */
+    tmp_path(dangling, sizeof dangling, "dangling-tune.txt");
+    assert_int_equal(symlink("no-such-dir/tune.txt", dangling), 0);
+    assert_int_equal(hd__tune_save(dangling, &f, msg, sizeof msg), HD_ERR_IO);
+    assert_true(lstat(dangling, &st) == 0 && S_ISLNK(st.st_mode));
+    hd__tune_file_free(&f);
+}
+
+/* Killed writers leave "<path>.tmp.XXXXXX" behind; the next save removes those older than a
+ * day and keeps younger ones, which may belong to a writer still running. */
+static void test_cache_save_removes_stale_temporary_files(void **state)
+{
+    (void)state;
+    char path[512], old_tmp[600], young_tmp[600], other[600], msg[256];
+    tmp_path(path, sizeof path, "stale/tune.txt");
+    hd_tune_file f;
+    small_file(&f, 1.0);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    snprintf(old_tmp, sizeof old_tmp, "%s.tmp.abc123", path);
+    snprintf(young_tmp, sizeof young_tmp, "%s.tmp.def456", path);
+    snprintf(other, sizeof other, "%s/stale/other.txt.tmp.abc123", tmpdir);
+    write_text(old_tmp, "partial");
+    write_text(young_tmp, "partial");
+    write_text(other, "not ours");
+    struct timespec two_days[2] = {{.tv_sec = time(NULL) - 2 * 86400},
+                                   {.tv_sec = time(NULL) - 2 * 86400}};
+    assert_int_equal(utimensat(AT_FDCWD, old_tmp, two_days, 0), 0);
+    assert_int_equal(utimensat(AT_FDCWD, other, two_days, 0), 0);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(access(old_tmp, F_OK), -1);
+    assert_int_equal(access(young_tmp, F_OK), 0);
+    assert_int_equal(access(other, F_OK), 0);
+    hd__tune_file_free(&f);
+}
+
 static void test_cache_path_follows_option_env_and_default(void **state)
 {
     (void)state;
@@ -498,6 +614,10 @@ int main(void)
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
         cmocka_unit_test(test_cache_context_survives_every_broken_file),
+        cmocka_unit_test(test_cache_load_refuses_a_fifo_without_blocking),
+        cmocka_unit_test(test_cache_save_refuses_a_target_that_is_not_a_regular_file),
+        cmocka_unit_test(test_cache_save_through_a_symlink_updates_its_target),
+        cmocka_unit_test(test_cache_save_removes_stale_temporary_files),
         cmocka_unit_test(test_cache_path_follows_option_env_and_default),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);

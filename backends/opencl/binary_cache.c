@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "backends/opencl/internal.h"
+#include "dispatch/file.h"
 
 #define CACHE_MAGIC        "HDCLBIN\n"
 #define CACHE_FORMAT       1u
@@ -172,9 +173,11 @@ cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, uint64_t source_hash, const
         free(key);
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
+    FILE *f = hd__file_open_regular(path, NULL, 0);
     if (f == NULL) {
         free(key);
+        if (errno != ENOENT) /* a FIFO, a directory, no permission: rebuilt and replaced */
+            rt->program_counters.disk_rejects++;
         return NULL; /* no entry yet */
     }
     size_t len = 0;
