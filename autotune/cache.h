@@ -41,10 +41,10 @@
 #define HD_TUNE_RECORD_MAX 4096
 #define HD_TUNE_PARAM_MAX  16
 #define HD_TUNE_STRING_MAX 256
-/* A writer's temporary file older than this belongs to a writer that was killed. */
-#define HD_TUNE_STALE_SECONDS (24 * 60 * 60)
 #define HD_TUNE_FILE_MAX   ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
 #define HD_TUNE_DIM_MAX    ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
+/* A writer's temporary file older than this belongs to a writer that was killed. */
+#define HD_TUNE_STALE_SECONDS (24 * 60 * 60)
 
 /* What a file is valid for: it is used only when every field equals the context's. */
 typedef struct hd_tune_key {
@@ -74,6 +74,8 @@ typedef struct hd_tune_record {
     hd_backend runner_up; /* HD_BACKEND_AUTO: none */
     double margin_pct;    /* runner-up time / winner time - 1, in percent; negative where the
                              tuner preferred a slower winner (dispatch-autotune's rules) */
+    bool disabled;        /* this context's: its variant failed at a call (autotune/table.c);
+                             never read from or written to the file */
 } hd_tune_record;
 
 /* A device-level setting of one backend, e.g. CLBlast's Xgemm parameters for this device. */

@@ -12,6 +12,7 @@
 #include "autotune/table.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/select.h"
 
 #ifdef HD_HAVE_OPENCL
 #include "backends/opencl/runtime.h"
@@ -125,6 +126,48 @@ static void apply_device_params(hd_context *ctx, const char *path)
 #endif
 }
 
+/* Every record whose variant its backend would reject here (hd_backend_impl.check_variant)
+ * is dropped, with one note naming the first: a variant is the cache's text, and a valid call
+ * must not fail on it. Records of backends this context lacks are never chosen, so they stay. */
+static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char *path)
+{
+    char saved[HD_ERROR_CAPACITY], first[800] = "";
+    snprintf(saved, sizeof saved, "%s", ctx->last_error);
+    size_t kept = 0, dropped = 0;
+    for (size_t i = 0; i < f->count; i++) {
+        const hd_tune_record *r = &f->records[i];
+        hd_backend b = r->backend;
+        const hd_backend_impl *impl =
+            (unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_AUTO ? ctx->backends[b] : NULL;
+        bool bad =
+            r->variant[0] != '\0' && impl != NULL && impl->check_variant != NULL &&
+            impl->check_variant(ctx->backend_state[b], ctx, r->op, &r->shape, r->variant) != HD_OK;
+        if (bad && dropped++ == 0) {
+            char key[96];
+            hd__shape_text(r->op, &r->shape, key, sizeof key);
+            snprintf(first, sizeof first, "%s -> %s \"%.200s\": %.300s", key, hd_backend_name(b),
+                     r->variant, ctx->last_error);
+        }
+        if (!bad)
+            f->records[kept++] = *r;
+    }
+    f->count = kept;
+    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
+    if (dropped > 0)
+        note(ctx,
+             "note: tuning cache '%s': %zu record(s) dropped whose parameters the backend "
+             "rejects, the first: %s",
+             path, dropped, first);
+}
+
+void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape)
+{
+    hd_tune_record *r =
+        ctx->tune != NULL ? (hd_tune_record *)hd__tune_find(&ctx->tune->file, op, shape) : NULL;
+    if (r != NULL)
+        r->disabled = true;
+}
+
 hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
 {
     ctx->tune = NULL;
@@ -179,6 +222,7 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     t->has_calibration = c->launch_us > 0.0 || c->gemm_gflops > 0.0 || c->host_gbps > 0.0;
     ctx->tune = t;
     apply_device_params(ctx, path);
+    drop_rejected_variants(ctx, &t->file, path);
     return HD_OK;
 }
 
@@ -195,7 +239,8 @@ const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_s
 {
     if (ctx->tune == NULL)
         return NULL;
-    return hd__tune_find(&ctx->tune->file, op, shape);
+    const hd_tune_record *r = hd__tune_find(&ctx->tune->file, op, shape);
+    return r != NULL && !r->disabled ? r : NULL;
 }
 
 static double log_gap(size_t a, size_t b)
@@ -214,7 +259,7 @@ const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd
     int dims = hd__tune_dim_count(op);
     for (size_t i = 0; i < f->count; i++) {
         const hd_tune_record *r = &f->records[i];
-        if (r->op != op)
+        if (r->op != op || r->disabled)
             continue;
         if (hd__tune_has_transposes(op) &&
             (r->shape.trans_a != shape->trans_a || r->shape.trans_b != shape->trans_b))

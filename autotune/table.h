@@ -12,6 +12,10 @@
 /* The record for exactly (op, shape), or NULL. */
 const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_shape *shape);
 
+/* Stops using the record for exactly (op, shape) in this context, for rules 2 and 3 of the
+ * selection: its variant failed at a call. The file is not changed. */
+void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape);
+
 /* The tuned record of op closest to shape in log space (same transposes for GEMM), whose every
  * dimension is within HD_TUNE_NEAR_DIM; NULL if none. *distance: the sum over dimensions. */
 const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,

@@ -82,6 +82,14 @@ typedef struct hd_backend_impl {
      * only. The context runs fp32 when no backend takes the requested mode. (optional) */
     bool (*runs_precision)(void *state, hd_precision p);
 
+    /* Whether the slot of op would accept variant for shape on this device, checked without
+     * building or running anything: HD_OK, or the status the slot would return, with its
+     * message. The tuning table drops a record whose variant fails here, so that a damaged or
+     * foreign cache cannot make a valid call fail. (optional: NULL, not checked at load; a
+     * variant that fails at a call still falls back) */
+    hd_status (*check_variant)(void *state, hd_context *ctx, hd_op op, const hd_shape *shape,
+                               const char *variant);
+
     /* Builds or compiles whatever the first call would. (optional) */
     hd_status (*warmup)(void *state, hd_context *ctx);
 

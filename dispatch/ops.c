@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autotune/table.h"
 #include "dispatch/call.h"
 #include "dispatch/check.h"
 #include "dispatch/context.h"
@@ -29,14 +30,6 @@ static hd_status run_slot(const hd_backend_impl *impl, void *state, hd_context *
         break;
     }
     return hd__error(ctx, HD_ERR_INTERNAL, "unknown operation %d", (int)call->op);
-}
-
-/* Errors after which another backend may still succeed: the backend declined, or its device
- * failed. Argument errors and host memory exhaustion would fail everywhere. */
-static bool worth_falling_back(hd_status s)
-{
-    return s == HD_ERR_UNSUPPORTED || s == HD_ERR_BACKEND_UNAVAILABLE || s == HD_ERR_DEVICE ||
-           s == HD_ERR_DEVICE_OUT_OF_MEMORY || s == HD_ERR_BUILD;
 }
 
 static hd_status place_tensors(const hd_call *call, hd_place place)
@@ -105,13 +98,18 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
                           hd_backend_name(b), failures);
             return HD_OK;
         }
-        if (!worth_falling_back(s))
-            return s;
+        /* The checks passed before any backend ran, so whatever failed is the backend, its
+         * device or the tuned parameters it was given: the next backend may still succeed.
+         * A record whose parameters failed is not used again in this context. */
+        if (plan.variant[i] != NULL)
+            hd__tune_disable(ctx, call->op, &call->shape);
         if (s == HD_ERR_DEVICE) /* out of memory or a failed build may be this shape's alone */
             hd__backend_mark_unhealthy(ctx, b);
         size_t used = strlen(failures);
-        snprintf(failures + used, sizeof failures - used, "%s[%s] %.600s", used ? "; " : "",
-                 hd_backend_name(b), ctx->last_error);
+        const char *v = plan.variant[i];
+        snprintf(failures + used, sizeof failures - used, "%s[%s%s%.200s%s] %.600s",
+                 used ? "; " : "", hd_backend_name(b), v ? " \"" : "", v ? v : "", v ? "\"" : "",
+                 ctx->last_error);
     }
     return hd__error(ctx, s, "every backend failed for %s: %s", hd_op_name(call->op), failures);
 }

@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "dispatch/call.h"
+#include "dispatch/check.h"
 #include "tests/fake_backends.h"
 
 /* Shapes above the "small problem" threshold, so that a device is chosen where there is one. */
@@ -256,11 +259,20 @@ static void test_fallback_slot_errors_decide_health(void **state)
     assert_int_equal(fake_states[HD_BACKEND_FUSED].calls, 2);
     hd_context_destroy(ctx);
 
-    ctx = fake_context(true, NULL, NULL);
-    fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_OUT_OF_MEMORY;
-    r = run_and_check(ctx, HD_OP_SOFTMAX, 303); /* checks the output stayed untouched */
-    assert_int_equal(r.status, HD_ERR_OUT_OF_MEMORY);
-    hd_context_destroy(ctx);
+    /* Any other failure of a backend, its parameters refused (invalid argument after the
+     * caller's arguments passed the checks) or host memory it could not get, moves on too:
+     * the next backend may succeed. Neither marks the backend unhealthy. */
+    static const hd_status others[] = {HD_ERR_INVALID_ARGUMENT, HD_ERR_OUT_OF_MEMORY,
+                                       HD_ERR_INTERNAL};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        ctx = fake_context(true, NULL, NULL);
+        fake_states[HD_BACKEND_FUSED].fail_with = others[i];
+        r = run_and_check(ctx, HD_OP_SOFTMAX, 303 + i);
+        assert_int_equal(r.status, HD_OK);
+        assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+        assert_false(ctx->backend_unhealthy[HD_BACKEND_FUSED]);
+        hd_context_destroy(ctx);
+    }
 }
 
 /* ---- the real backends of this machine ---- */
@@ -360,6 +372,336 @@ static void test_fallback_fault_spec_ignores_malformed_items(void **state)
     hd_context_destroy(ctx);
 }
 
+/* ---- tuning records the backends reject ---- */
+
+/* The context's message right after run_dims()' call, before reading the output cleared it. */
+static char call_message[HD_ERROR_CAPACITY];
+
+/* Runs op on dims (the record's order: GEMM m n k, LoRA tokens in out rank, rows rows cols)
+ * with random data; returns the status, and checks the result against the float64 reference
+ * when it is HD_OK. */
+static hd_status run_dims(hd_context *ctx, hd_op op, const size_t *d, uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    hd_status s;
+    if (op == HD_OP_GEMM) {
+        float *a = hd_test_random(&rng, d[0] * d[2], -1, 1),
+              *b = hd_test_random(&rng, d[2] * d[1], -1, 1);
+        hd_tensor *ta = hd_test_tensor(ctx, d[0], d[2], a),
+                  *tb = hd_test_tensor(ctx, d[2], d[1], b);
+        hd_tensor *tc = hd_test_tensor(ctx, d[0], d[1], NULL);
+        s = hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.0f, tc);
+        snprintf(call_message, sizeof call_message, "%s", hd_context_last_error(ctx));
+        if (s == HD_OK) {
+            size_t n = d[0] * d[1];
+            double *want = hd_test_doubles(n), *bound = hd_test_doubles(n);
+            hd_ref_gemm(false, false, d[0], d[1], d[2], 1.0f, a, b, 0.0f, NULL, want, bound);
+            float *got = hd_test_read(tc);
+            hd_test_expect_gemm_close("gemm", got, want, bound, n, d[2], 4.0);
+            free(got);
+            free(want);
+            free(bound);
+        }
+        hd_tensor_destroy(ta);
+        hd_tensor_destroy(tb);
+        hd_tensor_destroy(tc);
+        free(a);
+        free(b);
+    } else if (op == HD_OP_LORA) {
+        size_t t = d[0], in = d[1], out = d[2], r = d[3];
+        float *x = hd_test_random(&rng, t * in, -1, 1), *w = hd_test_random(&rng, in * out, -1, 1);
+        float *a = hd_test_random(&rng, in * r, -1, 1), *b = hd_test_random(&rng, r * out, -1, 1);
+        hd_tensor *tx = hd_test_tensor(ctx, t, in, x), *tw = hd_test_tensor(ctx, in, out, w);
+        hd_tensor *ta = hd_test_tensor(ctx, in, r, a), *tb = hd_test_tensor(ctx, r, out, b);
+        hd_tensor *ty = hd_test_tensor(ctx, t, out, NULL);
+        s = hd_lora_forward(ctx, tx, tw, ta, tb, 0.5f, ty);
+        snprintf(call_message, sizeof call_message, "%s", hd_context_last_error(ctx));
+        if (s == HD_OK) {
+            double *want = hd_test_doubles(t * out), *bound = hd_test_doubles(t * out);
+            hd_ref_lora(t, in, out, r, x, w, a, b, 0.5f, want, bound);
+            float *got = hd_test_read(ty);
+            hd_test_expect_gemm_close("lora", got, want, bound, t * out, in, 8.0);
+            free(got);
+            free(want);
+            free(bound);
+        }
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(tw);
+        hd_tensor_destroy(ta);
+        hd_tensor_destroy(tb);
+        hd_tensor_destroy(ty);
+        free(x);
+        free(w);
+        free(a);
+        free(b);
+    } else {
+        hd_test_row_op rop = op == HD_OP_SOFTMAX      ? HD_TEST_SOFTMAX
+                             : op == HD_OP_LAYER_NORM ? HD_TEST_LAYER_NORM
+                                                      : HD_TEST_RMS_NORM;
+        size_t n = d[0] * d[1];
+        float *x = hd_test_random(&rng, n, -4, 4), *g = hd_test_random(&rng, d[1], 0.5f, 1.5f);
+        float *be = hd_test_random(&rng, d[1], -1, 1);
+        hd_tensor *tx = hd_test_tensor(ctx, d[0], d[1], x),
+                  *ty = hd_test_tensor(ctx, d[0], d[1], NULL);
+        hd_tensor *tg = hd_test_tensor(ctx, 1, d[1], g), *tb = hd_test_tensor(ctx, 1, d[1], be);
+        s = hd_test_row_call(ctx, rop, tx, tg, tb, 1e-5f, ty);
+        snprintf(call_message, sizeof call_message, "%s", hd_context_last_error(ctx));
+        if (s == HD_OK) {
+            double *want = hd_test_doubles(n);
+            hd_ref_row(rop, d[0], d[1], x, g, be, 1e-5f, want);
+            float *got = hd_test_read(ty);
+            hd_test_expect_close(hd_test_row_op_name(rop), got, want, n, 1e-5, 1e-4);
+            free(got);
+            free(want);
+        }
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(ty);
+        hd_tensor_destroy(tg);
+        hd_tensor_destroy(tb);
+        free(x);
+        free(g);
+        free(be);
+    }
+    return s;
+}
+
+/* A complete CLBlast parameter set the backend offers for GEMM 64x64x64 (into buf), made
+ * illegal when broken: a vector width of 3. Empty where there is no CLBlast. */
+static void clblast_set(bool broken, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    hd_context *probe = hd_test_context(false);
+    const hd_backend_impl *impl = probe->backends[HD_BACKEND_CLBLAST];
+    const char *sets[1];
+    hd_shape shape = {.dim = {64, 64, 64}};
+    if (impl != NULL && impl->variants(probe->backend_state[HD_BACKEND_CLBLAST], HD_OP_GEMM, &shape,
+                                       sets, 1) == 1) {
+        snprintf(buf, size, "%s", sets[0]);
+        char *vw = strstr(buf, "VWM");
+        if (broken && vw != NULL)
+            vw[strcspn(vw, "=") + 1] = '3';
+    }
+    hd_context_destroy(probe);
+}
+
+/* A cache file for this machine's device holding the record line; its path in buf. */
+static void write_cache_with(char *buf, size_t size, const char *line)
+{
+    static int serial;
+    snprintf(buf, size, "/tmp/hd-fallback-tune-%d-%d.txt", (int)getpid(), serial++);
+    hd_context *probe = hd_test_context(false);
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    hd__tune_context_key(probe, &f.key);
+    hd_context_destroy(probe);
+    char *header = hd__tune_format(&f);
+    assert_non_null(header);
+    FILE *fp = fopen(buf, "wb");
+    assert_non_null(fp);
+    fprintf(fp, "%s%s\n", header, line);
+    assert_int_equal(fclose(fp), 0);
+    free(header);
+}
+
+static hd_context *context_with_cache(const char *path)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.tune_cache = path;
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
+    return ctx;
+}
+
+/* Records of the kind that made valid calls fail: a variant each backend rejects (an unknown
+ * token, a value outside the kernel's set, ROWS above WG, an illegal CLBlast set, a
+ * non-power-of-two MR for the hybrid plan's epilogue). */
+static const struct {
+    const char *line;
+    hd_op op;
+    hd_backend backend;
+    size_t dims[4];
+} crafted[] = {
+    {"gemm 4 64 32 nn fused \"TN=8 -DFOO\" 5 - -", HD_OP_GEMM, HD_BACKEND_FUSED, {4, 64, 32}},
+    {"gemm 4 64 32 nn fused \"VEC=2\" 5 - -", HD_OP_GEMM, HD_BACKEND_FUSED, {4, 64, 32}},
+    {"softmax 8 256 fused \"VEC=2\" 5 - -", HD_OP_SOFTMAX, HD_BACKEND_FUSED, {8, 256}},
+    {"layer_norm 8 256 fused \"WG=256 ROWS=512\" 5 - -",
+     HD_OP_LAYER_NORM,
+     HD_BACKEND_FUSED,
+     {8, 256}},
+    {"rms_norm 8 256 fused \"WG=256 ROWS=512\" 5 - -", HD_OP_RMS_NORM, HD_BACKEND_FUSED, {8, 256}},
+    {"lora 2 64 64 4 fused \"TN=3\" 5 - -", HD_OP_LORA, HD_BACKEND_FUSED, {2, 64, 64, 4}},
+    {"gemm 64 64 64 nn clblast \"VWM=3\" 5 - -", HD_OP_GEMM, HD_BACKEND_CLBLAST, {64, 64, 64}},
+    {"gemm 64 64 64 nn clblast \"%s\" 5 - -", HD_OP_GEMM, HD_BACKEND_CLBLAST, {64, 64, 64}},
+    {"gemm 64 64 64 nn clblast \"GEMMK=1 KWG=32\" 5 - -",
+     HD_OP_GEMM,
+     HD_BACKEND_CLBLAST,
+     {64, 64, 64}},
+    {"lora 32 64 64 8 clblast+fused \"MR=3\" 5 - -",
+     HD_OP_LORA,
+     HD_BACKEND_CLBLAST_FUSED,
+     {32, 64, 64, 8}},
+};
+
+/* Each crafted record is dropped at load with a note, and the call it names succeeds, chosen
+ * freely and with the record's backend forced. */
+static void test_fallback_rejected_tuned_variants_are_dropped_at_load(void **state)
+{
+    (void)state;
+    int ran = 0;
+    for (size_t i = 0; i < sizeof crafted / sizeof crafted[0]; i++) {
+        char path[256], set[HD_TUNE_STRING_MAX], line[768];
+        clblast_set(true, set, sizeof set);
+        snprintf(line, sizeof line, crafted[i].line, set); /* %s: the illegal complete set */
+        write_cache_with(path, sizeof path, line);
+        hd_context *ctx = context_with_cache(path);
+        if (!hd_context_has_backend(ctx, crafted[i].backend)) {
+            hd_context_destroy(ctx);
+            unlink(path);
+            continue;
+        }
+        ran++;
+        const char *msg = hd_context_last_error(ctx);
+        if (strstr(msg, "dropped") == NULL)
+            fail_msg("'%s': no note at load, message: %s", line, msg);
+        hd_shape shape = {.dim = {crafted[i].dims[0], crafted[i].dims[1], crafted[i].dims[2],
+                                  crafted[i].dims[3]}};
+        assert_null(hd__tune_exact(ctx, crafted[i].op, &shape));
+        hd_status s = run_dims(ctx, crafted[i].op, crafted[i].dims, 800 + i);
+        if (s != HD_OK)
+            fail_msg("'%s' (auto): %s: %s", line, hd_status_name(s), hd_context_last_error(ctx));
+        assert_int_equal(hd_context_set_backend(ctx, crafted[i].op, crafted[i].backend), HD_OK);
+        s = run_dims(ctx, crafted[i].op, crafted[i].dims, 900 + i);
+        if (s != HD_OK)
+            fail_msg("'%s' (forced): %s: %s", line, hd_status_name(s), hd_context_last_error(ctx));
+        assert_int_equal(hd_context_last_backend(ctx), crafted[i].backend);
+        hd_context_destroy(ctx);
+        unlink(path);
+    }
+    print_message("# %d of %zu crafted records had their backend here\n", ran,
+                  sizeof crafted / sizeof crafted[0]);
+}
+
+/* A variant that passed the load but fails at the call (here: changed in memory after the
+ * load, as a device with other limits would refuse it): the call falls back and succeeds,
+ * freely chosen and forced, and the record is not used again in this context. */
+static void test_fallback_tuned_variant_failing_at_the_call_falls_back_and_is_disabled(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *line, *broken;
+        hd_op op;
+        hd_backend backend;
+        size_t dims[4];
+        bool forced;
+    } cases[] = {
+        {"softmax 8 256 fused \"WG=256 ROWS=1\" 5 - -",
+         "VEC=2",
+         HD_OP_SOFTMAX,
+         HD_BACKEND_FUSED,
+         {8, 256},
+         false},
+        {"rms_norm 8 256 fused \"WG=256 ROWS=1\" 5 - -",
+         "WG=256 ROWS=512",
+         HD_OP_RMS_NORM,
+         HD_BACKEND_FUSED,
+         {8, 256},
+         true},
+        {"gemm 64 64 64 nn clblast \"%s\" 5 - -",
+         NULL,
+         HD_OP_GEMM,
+         HD_BACKEND_CLBLAST,
+         {64, 64, 64},
+         false},
+        {"lora 32 64 64 8 clblast+fused \"MR=4\" 5 - -",
+         "MR=3",
+         HD_OP_LORA,
+         HD_BACKEND_CLBLAST_FUSED,
+         {32, 64, 64, 8},
+         true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256], set[HD_TUNE_STRING_MAX], broken_set[HD_TUNE_STRING_MAX], line[768];
+        clblast_set(false, set, sizeof set);
+        clblast_set(true, broken_set, sizeof broken_set);
+        const char *broken = cases[i].broken != NULL ? cases[i].broken : broken_set;
+        snprintf(line, sizeof line, cases[i].line, set); /* %s: a legal complete set */
+        write_cache_with(path, sizeof path, line);
+        hd_context *ctx = context_with_cache(path);
+        unlink(path);
+        if (!hd_context_has_backend(ctx, cases[i].backend)) {
+            hd_context_destroy(ctx);
+            continue;
+        }
+        hd_shape shape = {
+            .dim = {cases[i].dims[0], cases[i].dims[1], cases[i].dims[2], cases[i].dims[3]}};
+        hd_tune_record *r = (hd_tune_record *)hd__tune_exact(ctx, cases[i].op, &shape);
+        if (r == NULL)
+            fail_msg("'%s' was not loaded: %s", line, hd_context_last_error(ctx));
+        snprintf(r->variant, sizeof r->variant, "%s", broken);
+        if (cases[i].forced)
+            assert_int_equal(hd_context_set_backend(ctx, cases[i].op, cases[i].backend), HD_OK);
+        hd_status s = run_dims(ctx, cases[i].op, cases[i].dims, 1000 + i);
+        if (s != HD_OK)
+            fail_msg("'%s' with \"%s\": %s: %s", line, broken, hd_status_name(s),
+                     hd_context_last_error(ctx));
+        if (strstr(call_message, "ran on") == NULL || strstr(call_message, broken) == NULL)
+            fail_msg("'%s' with \"%s\": message '%s'", line, broken, call_message);
+        assert_null(hd__tune_exact(ctx, cases[i].op, &shape));
+        /* The next call runs on the record's backend again, with its defaults. */
+        hd_context_set_backend(ctx, cases[i].op, cases[i].backend);
+        assert_int_equal(run_dims(ctx, cases[i].op, cases[i].dims, 1100 + i), HD_OK);
+        assert_int_equal(hd_context_last_backend(ctx), cases[i].backend);
+        hd_context_destroy(ctx);
+    }
+}
+
+/* The hybrid plan's second stage refuses its parameters: CLBlast must not have written
+ * y = x*W first. Run on the plan alone, without the dispatcher's fallback. */
+static void test_fallback_hybrid_plan_refusal_leaves_y_untouched(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_CLBLAST_FUSED)) {
+        print_message("# no clblast+fused plan here\n");
+        hd_context_destroy(ctx);
+        return;
+    }
+    enum { T = 32, IN = 64, OUT = 48, R = 8 };
+    hd_rng rng = hd_test_rng(1200);
+    float *x = hd_test_random(&rng, T * IN, -1, 1), *w = hd_test_random(&rng, IN * OUT, -1, 1);
+    float *a = hd_test_random(&rng, IN * R, -1, 1), *b = hd_test_random(&rng, R * OUT, -1, 1);
+    float *y = sentinels(T * OUT);
+    hd_tensor *tx = hd_test_tensor(ctx, T, IN, x), *tw = hd_test_tensor(ctx, IN, OUT, w);
+    hd_tensor *ta = hd_test_tensor(ctx, IN, R, a), *tb = hd_test_tensor(ctx, R, OUT, b);
+    hd_tensor *ty = hd_test_tensor(ctx, T, OUT, y);
+    static const char *const refused[] = {"MR=3", "WG=100", "VEC=2", "FOO=1"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        hd_call call = {.op = HD_OP_LORA, .shape = {.dim = {T, IN, OUT, R}}};
+        assert_int_equal(hd__check_lora(ctx, tx, tw, ta, tb, 0.5f, ty, &call.args.lora), HD_OK);
+        call.io = (hd_call_tensors){.inputs = {tx, tw, ta, tb}, .input_count = 4, .output = ty};
+        /* y lives on the device only, as after a device op wrote it: a write there is a
+         * write the caller sees. */
+        assert_int_equal(hd__tensor_to_place(ty, HD_PLACE_DEVICE), HD_OK);
+        hd__tensor_written(ty, HD_PLACE_DEVICE);
+        hd_status s = hd__call_run_on(ctx, HD_BACKEND_CLBLAST_FUSED, &call, refused[i]);
+        if (s == HD_OK)
+            fail_msg("clblast+fused accepted \"%s\"", refused[i]);
+        hd_test_expect_unchanged("y after the epilogue refused", ty, y);
+    }
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(tw);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(ty);
+    free(x);
+    free(w);
+    free(a);
+    free(b);
+    free(y);
+    hd_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +711,10 @@ int main(void)
         cmocka_unit_test(test_fallback_real_backends_survive_a_launch_fault_for_every_op),
         cmocka_unit_test(test_fallback_probe_fault_removes_the_backend),
         cmocka_unit_test(test_fallback_fault_spec_ignores_malformed_items),
+        cmocka_unit_test(test_fallback_rejected_tuned_variants_are_dropped_at_load),
+        cmocka_unit_test(
+            test_fallback_tuned_variant_failing_at_the_call_falls_back_and_is_disabled),
+        cmocka_unit_test(test_fallback_hybrid_plan_refusal_leaves_y_untouched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,6 +59,28 @@ static size_t clblast_variants(void *state, hd_op op, const hd_shape *shape, con
     return n;
 }
 
+/* The set a call would run (the variant laid over the base set) must parse and be legal for
+ * this device; whether CLBlast then accepts it is known only when the first call verifies it. */
+static hd_status clblast_check_variant(void *state, hd_context *ctx, hd_op op,
+                                       const hd_shape *shape, const char *variant)
+{
+    hd_clblast_state *st = state;
+    (void)shape;
+    if (op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "CLBlast: %s takes no variants",
+                         hd_op_name(op));
+    hd_clblast_params over, want = st->base;
+    hd_status s = hd__clblast_params_parse(ctx, variant, &over);
+    if (s != HD_OK)
+        return s;
+    hd__clblast_params_merge(&want, &over);
+    char why[200];
+    if (!hd__clblast_params_legal(&want, &st->dev, why, sizeof why))
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "illegal CLBlast parameter set (%s): %.200s",
+                         why, variant);
+    return HD_OK;
+}
+
 /* One GEMM of m×n×k on pooled buffers whose contents do not matter. Lock held. */
 static hd_status scratch_gemm(hd_context *ctx, size_t m, size_t n, size_t k, size_t batch)
 {
@@ -112,6 +134,7 @@ const hd_backend_impl hd__backend_clblast = {
     .probe = clblast_probe,
     .destroy = clblast_destroy,
     .variants = clblast_variants,
+    .check_variant = clblast_check_variant,
     .warmup = clblast_warmup,
     .gemm = hd__clblast_gemm,
     .gemm_batched = hd__clblast_gemm_batched,
@@ -144,6 +167,22 @@ static size_t clblast_fused_variants(void *state, hd_op op, const hd_shape *shap
     return op == HD_OP_LORA ? hd__fused_lora_update_variants(shape, out, max) : 0;
 }
 
+/* The variant is the epilogue's (hd__clblast_fused_lora). */
+static hd_status clblast_fused_check_variant(void *state, hd_context *ctx, hd_op op,
+                                             const hd_shape *shape, const char *variant)
+{
+    (void)state;
+    if (op != HD_OP_LORA)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "clblast+fused: %s takes no variants",
+                         hd_op_name(op));
+    const hd_lora_args l = {.tokens = shape->dim[0],
+                            .in = shape->dim[1],
+                            .out = shape->dim[2],
+                            .rank = shape->dim[3],
+                            .variant = variant};
+    return hd__fused_lora_update_check(ctx->backend_state[HD_BACKEND_FUSED], ctx, &l);
+}
+
 const hd_backend_impl hd__backend_clblast_fused = {
     .name = "clblast+fused",
     .id = HD_BACKEND_CLBLAST_FUSED,
@@ -151,5 +190,6 @@ const hd_backend_impl hd__backend_clblast_fused = {
     .probe = clblast_fused_probe,
     .supports = clblast_fused_supports,
     .variants = clblast_fused_variants,
+    .check_variant = clblast_fused_check_variant,
     .lora = hd__clblast_fused_lora,
 };

@@ -52,7 +52,9 @@ hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 }
 
 /* The hybrid plan borrows the states of both backends. Its variant belongs to the fused
- * epilogue; CLBlast runs its base parameters. */
+ * epilogue; CLBlast runs its base parameters. The epilogue accepts its parameters, builds its
+ * kernel and sets its arguments before CLBlast writes y = x*W: a refusal then leaves y as the
+ * caller wrote it, and the dispatcher's next backend starts from the caller's data. */
 hd_status hd__clblast_fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 {
     (void)state;
@@ -63,10 +65,14 @@ hd_status hd__clblast_fused_lora(void *state, hd_context *ctx, const hd_lora_arg
     if (st == NULL || fused == NULL)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
                          "clblast+fused: the CLBlast or the fused backend is gone");
+    hd_fused_update epilogue;
+    hd_status s = hd__fused_lora_update_prepare(fused, ctx, l, &epilogue);
+    if (s != HD_OK)
+        return s;
     hd__clblast_lock();
-    hd_status s = base_product(st, ctx, l, NULL);
+    s = base_product(st, ctx, l, NULL);
     hd__clblast_unlock();
-    if (s == HD_OK && l->rank > 0)
-        s = hd__fused_lora_update(fused, ctx, l);
+    if (s == HD_OK)
+        s = hd__fused_lora_update_enqueue(ctx, &epilogue);
     return s;
 }

@@ -17,7 +17,8 @@ static hd_status fused_probe(hd_context *ctx, void **state)
 {
     *state = NULL;
     if (ctx->cl == NULL)
-        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "fused: the context has no OpenCL device");
+        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
+                         "fused: the context has no OpenCL device");
     hd_fused *f = calloc(1, sizeof *f);
     if (f == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: backend state");
@@ -112,8 +113,7 @@ static size_t row_variants(const hd_fused *f, const hd_shape *s, const char **ou
     return n;
 }
 
-static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const char **out,
-                             size_t max)
+static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const char **out, size_t max)
 {
     static const char *const gemv[] = {
         "TN=4 KS=64 UNROLL=16", "TN=4 KS=64 UNROLL=8",  "TN=2 KS=128 UNROLL=8",
@@ -181,6 +181,49 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     return 0;
 }
 
+/* The parameter checks of each slot, without the build (gemm.c, lora.c, rows.c). */
+static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, const hd_shape *s,
+                                     const char *variant)
+{
+    hd_fused *f = state;
+    hd_fused_params p;
+    bool cached;
+    const hd_lora_args lora = {
+        .tokens = s->dim[0], .in = s->dim[1], .out = s->dim[2], .rank = s->dim[3]};
+    switch (op) {
+    case HD_OP_GEMM: /* m, n, k; as hd__fused_gemm chooses between its two kernels */
+    case HD_OP_GEMM_BATCHED:
+        if (op == HD_OP_GEMM_BATCHED || hd__fused_is_tile_variant(variant)) {
+            size_t m = s->dim[0], n = s->dim[1], k = s->dim[2];
+            const hd_fused_tile_call c = {
+                .m = m,
+                .n = n,
+                .k = k,
+                .batch = op == HD_OP_GEMM_BATCHED ? s->dim[3] : 1,
+                .a = {NULL, s->trans_a ? m : k, s->trans_a},
+                .b = {NULL, s->trans_b ? k : n, s->trans_b},
+                .ldc = n,
+                .precision = ctx->gemm_precision,
+                .variant = variant,
+            };
+            return hd__fused_tile_check(f, ctx, &c);
+        }
+        if (s->dim[0] > 16 || s->trans_a || s->trans_b)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: GEMM takes at most 16 rows and no transposes");
+        return hd__fused_gemv_params(f, ctx, variant, s->dim[1], s->dim[2], s->dim[0], NULL, &p);
+    case HD_OP_LORA:
+        return hd__fused_gemv_params(f, ctx, variant, lora.out, lora.in, lora.tokens, &lora, &p);
+    case HD_OP_SOFTMAX:
+    case HD_OP_LAYER_NORM:
+    case HD_OP_RMS_NORM:
+        return hd__fused_rows_params(f, ctx, variant, s->dim[1], &p, &cached);
+    default:
+        break;
+    }
+    return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s takes no variants", hd_op_name(op));
+}
+
 /* Builds the programs of the default parameters for common shapes: rows of 1024 and 4096
  * floats, one-token GEMM and LoRA, and the epilogue. */
 static hd_status fused_warmup(void *state, hd_context *ctx)
@@ -224,8 +267,8 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
         char options[HD_FUSED_OPTIONS_CAPACITY];
         hd__fused_options(HD_FUSED_FAMILY_UPDATE, &p, 0, options);
         cl_kernel k;
-        s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update",
-                             (size_t)p.wg, &k);
+        s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update", (size_t)p.wg,
+                             &k);
     }
     return s;
 }
@@ -245,6 +288,7 @@ const hd_backend_impl hd__backend_fused = {
     .supports = fused_supports,
     .variants = fused_variants,
     .runs_precision = fused_runs_precision,
+    .check_variant = fused_check_variant,
     .warmup = fused_warmup,
     .gemm = hd__fused_gemm,
     .gemm_batched = hd__fused_gemm_batched,

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "backends/backend.h"
+#include "backends/opencl/runtime.h"
 
 /*
  * Queues y += scale * (x * A) * B on the context's OpenCL queue, one launch. x, A, B and y
@@ -17,9 +18,27 @@
  * args->variant takes "WG=.. MR=.. VEC=.." (MR: tokens per work-group), NULL for defaults.
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (malformed variant), HD_ERR_UNSUPPORTED (rank above
  * 64, sizes beyond the kernel's 32-bit indexing, a work-group too large for the device),
- * HD_ERR_BUILD, HD_ERR_DEVICE. Does not wait.
+ * HD_ERR_BUILD, HD_ERR_DEVICE. Does not wait. The same as prepare, then enqueue.
  */
 hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lora_args *args);
+
+/* The epilogue once it has accepted its arguments and parameters: its kernel built and its
+ * arguments set, only the launch left. A plan whose earlier stage writes y prepares this
+ * first, so that a refusal leaves y untouched. kernel is NULL where nothing is to be done. */
+typedef struct hd_fused_update {
+    cl_kernel kernel;
+    size_t groups, group;
+} hd_fused_update;
+
+/* Everything of hd__fused_lora_update() but the launch; the same statuses. Queues nothing. */
+hd_status hd__fused_lora_update_prepare(void *fused_state, hd_context *ctx,
+                                        const hd_lora_args *args, hd_fused_update *out);
+/* Queues the prepared launch: HD_OK or HD_ERR_DEVICE. */
+hd_status hd__fused_lora_update_enqueue(hd_context *ctx, const hd_fused_update *u);
+
+/* Whether the epilogue's parameters accept args->variant for this shape, without building or
+ * queueing anything: HD_OK, or the status the epilogue would return with its message. */
+hd_status hd__fused_lora_update_check(void *fused_state, hd_context *ctx, const hd_lora_args *args);
 
 /* Whether hd__fused_lora_update() takes this LoRA shape (tokens, in, out, rank). */
 bool hd__fused_lora_update_supports(const hd_shape *shape);

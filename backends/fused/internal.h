@@ -196,6 +196,9 @@ typedef struct hd_fused_tile_call {
     const char *variant;
 } hd_fused_tile_call;
 hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
+/* Whether hd__fused_tile_gemm() would accept call's variant (parameters, device limits),
+ * without building or queueing anything; call's buffers are not read. */
+hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
 
 /* The variants worth timing for a GEMM of this shape in precision p. */
 size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision p,

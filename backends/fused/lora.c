@@ -24,8 +24,7 @@ bool hd__fused_lora_update_supports(const hd_shape *shape)
 size_t hd__fused_lora_update_variants(const hd_shape *shape, const char **out, size_t max)
 {
     static const char *const all[] = {
-        "WG=256 MR=8", "WG=256 MR=16", "WG=128 MR=4", "WG=256 MR=4", "WG=512 MR=8",
-        "WG=128 MR=16",
+        "WG=256 MR=8", "WG=256 MR=16", "WG=128 MR=4", "WG=256 MR=4", "WG=512 MR=8", "WG=128 MR=16",
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && n < max; i++)
@@ -64,8 +63,8 @@ static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
     if (f->lora_part == NULL) {
         cl_int err;
         size_t bytes = (size_t)HD_FUSED_MAX_SPLIT * 16 * 64 * sizeof(float);
-        f->lora_part = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL,
-                                      &err);
+        f->lora_part =
+            clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
         if (err != CL_SUCCESS) {
             f->lora_part = NULL;
             return hd__cl_error(ctx, err, "clCreateBuffer (LoRA partials)");
@@ -76,9 +75,8 @@ static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
 }
 
 /* lora_xa into the partials buffer, split ways over the rows of A; *parts: groups launched. */
-static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l,
-                           const char *options, size_t group, int split, cl_mem part,
-                           cl_int *parts)
+static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l, const char *options,
+                           size_t group, int split, cl_mem part, cl_int *parts)
 {
     cl_kernel k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options, "lora_xa", group, &k);
@@ -190,24 +188,39 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     size_t strips = (nv + (size_t)p.tn - 1) / (size_t)p.tn;
     cl_mem scratch[2];
     if ((s = set_mems(ctx, k, 6, mems, 5)) != HD_OK ||
-        (s = hd__fused_kg_buffers(f, ctx, &p, strips, l->tokens, w, &scratch[0],
-                                  &scratch[1])) != HD_OK ||
+        (s = hd__fused_kg_buffers(f, ctx, &p, strips, l->tokens, w, &scratch[0], &scratch[1])) !=
+            HD_OK ||
         (s = set_mems(ctx, k, 11, scratch, 2)) != HD_OK)
         return s;
     return hd__fused_launch(ctx, k, strips * (size_t)p.kg, group);
 }
 
-hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lora_args *l)
+/* The epilogue's checks: the device, the shape and the parameters, into p. */
+static hd_status update_accepts(hd_fused *f, hd_context *ctx, const hd_lora_args *l,
+                                hd_fused_params *p)
 {
-    hd_fused *f = fused_state;
     hd_shape shape = {.dim = {l->tokens, l->in, l->out, l->rank}};
     if (f == NULL || ctx->cl == NULL)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "fused: no OpenCL device");
     if (!hd__fused_lora_update_supports(&shape))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: the LoRA epilogue takes rank <= 64 and 32-bit indexable sizes");
+    return hd__fused_update_params(f, ctx, l->variant, l->out, p);
+}
+
+hd_status hd__fused_lora_update_check(void *fused_state, hd_context *ctx, const hd_lora_args *l)
+{
     hd_fused_params p;
-    hd_status s = hd__fused_update_params(f, ctx, l->variant, l->out, &p);
+    return update_accepts(fused_state, ctx, l, &p);
+}
+
+hd_status hd__fused_lora_update_prepare(void *fused_state, hd_context *ctx, const hd_lora_args *l,
+                                        hd_fused_update *out)
+{
+    *out = (hd_fused_update){.kernel = NULL};
+    hd_fused *f = fused_state;
+    hd_fused_params p;
+    hd_status s = update_accepts(f, ctx, l, &p);
     if (s != HD_OK || l->tokens == 0 || l->in == 0 || l->out == 0 || l->rank == 0)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
@@ -220,6 +233,22 @@ hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lor
                       hd__fused_mem(l->y)};
     if ((s = set_sizes(ctx, k, l)) != HD_OK || (s = set_mems(ctx, k, 6, mems, 4)) != HD_OK)
         return s;
-    size_t groups = (l->tokens + (size_t)p.mr - 1) / (size_t)p.mr;
-    return hd__fused_launch(ctx, k, groups, (size_t)p.wg);
+    *out = (hd_fused_update){.kernel = k,
+                             .groups = (l->tokens + (size_t)p.mr - 1) / (size_t)p.mr,
+                             .group = (size_t)p.wg};
+    return HD_OK;
+}
+
+hd_status hd__fused_lora_update_enqueue(hd_context *ctx, const hd_fused_update *u)
+{
+    if (u->kernel == NULL)
+        return HD_OK;
+    return hd__fused_launch(ctx, u->kernel, u->groups, u->group);
+}
+
+hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lora_args *l)
+{
+    hd_fused_update u;
+    hd_status s = hd__fused_lora_update_prepare(fused_state, ctx, l, &u);
+    return s == HD_OK ? hd__fused_lora_update_enqueue(ctx, &u) : s;
 }

@@ -156,6 +156,13 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     return HD_OK;
 }
 
+hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+{
+    hd_fused_params p;
+    size_t threads;
+    return tile_params(f, ctx, c, wants_mma(f, c->precision), &p, &threads);
+}
+
 /* VEC for an operand: float4 loads where the stored rows allow them and the stage splits into
  * float4s evenly over the work-items. */
 static int vec_of(size_t ld, size_t stage, size_t threads)
