@@ -538,8 +538,9 @@ static void put(text *t, const char *fmt, ...)
     }
 }
 
-/* A string as the format quotes it. Characters the parser would reject become '?', so the
- * writer never produces a file its reader refuses. */
+/* A string as the format quotes it. TAB is kept: the parser takes it inside quotes. Other
+ * characters the parser would reject (never in a parsed file) become '?', so the writer never
+ * produces a file its reader refuses. */
 static void put_quoted(text *t, const char *s)
 {
     put(t, "\"");
@@ -548,9 +549,32 @@ static void put_quoted(text *t, const char *s)
         if (c == '"' || c == '\\')
             put(t, "\\%c", c);
         else
-            put(t, "%c", c >= 0x20 && c < 0x7f ? c : '?');
+            put(t, "%c", (c >= 0x20 && c < 0x7f) || c == '\t' ? c : '?');
     }
     put(t, "\"");
+}
+
+/* A header value the parser takes bare or quoted (library, clblast): bare where it is one
+ * plain token, as files have always been written, else quoted. */
+static void put_word(text *t, const char *s)
+{
+    if (s[0] != '\0' && strpbrk(s, " \t\"\\") == NULL && printable(s, strlen(s)))
+        put(t, "%s", s);
+    else
+        put_quoted(t, s);
+}
+
+/* The shortest of %.6g .. %.17g that reads back as exactly v: people read "41.25", and a
+ * parsed file written again parses to the same numbers. */
+static void put_number(text *t, double v)
+{
+    char buf[40];
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    put(t, "%s", buf);
 }
 
 static int record_cmp(const void *pa, const void *pb)
@@ -584,13 +608,17 @@ char *hd__tune_format(const hd_tune_file *f)
     t.p[0] = '\0';
     put(&t, "hd-tune %d\n# written by dispatch-autotune; see README.md, section Autotuning\n",
         HD_TUNE_FORMAT);
-    put(&t, "library %s\nplatform ", f->key.library[0] ? f->key.library : "unknown");
+    put(&t, "library ");
+    put_word(&t, f->key.library[0] ? f->key.library : "unknown");
+    put(&t, "\nplatform ");
     put_quoted(&t, f->key.platform[0] ? f->key.platform : "none");
     put(&t, "\ndevice ");
     put_quoted(&t, f->key.device[0] ? f->key.device : "none");
     put(&t, "\ndriver ");
     put_quoted(&t, f->key.driver[0] ? f->key.driver : "none");
-    put(&t, "\nclblast %s\n", f->key.clblast[0] ? f->key.clblast : "none");
+    put(&t, "\nclblast ");
+    put_word(&t, f->key.clblast[0] ? f->key.clblast : "none");
+    put(&t, "\n");
 
     const hd_tune_calibration *c = &f->cal;
     const double vals[] = {c->launch_us,   c->copy_gbps,  c->host_gbps,
@@ -600,7 +628,8 @@ char *hd__tune_format(const hd_tune_file *f)
     bool any = false;
     for (int i = 0; i < 6; i++)
         if (vals[i] > 0.0 && isfinite(vals[i])) {
-            put(&t, "%s %s=%.6g", any ? "" : "calibration", names[i], vals[i]);
+            put(&t, "%s %s=", any ? "" : "calibration", names[i]);
+            put_number(&t, vals[i]);
             any = true;
         }
     if (any)
@@ -634,11 +663,15 @@ char *hd__tune_format(const hd_tune_file *f)
             put(&t, "-");
         else
             put_quoted(&t, r->variant);
-        put(&t, " %.6g", r->median_us);
-        if (r->runner_up == HD_BACKEND_AUTO)
+        put(&t, " ");
+        put_number(&t, r->median_us);
+        if (r->runner_up == HD_BACKEND_AUTO) {
             put(&t, " - -\n");
-        else
-            put(&t, " %s %.4g\n", hd_backend_name(r->runner_up), r->margin_pct);
+        } else {
+            put(&t, " %s ", hd_backend_name(r->runner_up));
+            put_number(&t, r->margin_pct);
+            put(&t, "\n");
+        }
     }
     free(sorted);
     if (t.failed) {

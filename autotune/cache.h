@@ -18,7 +18,10 @@
  * rank; gemm_batched m n k batch and the transposes; row ops rows cols), the winning backend, its
  * variant ("-" for the default, else a double-quoted string), the median in microseconds, the
  * runner-up backend and the winner's margin over it in percent ("- -" when nothing else ran).
- * Strings are double-quoted with \" and \\ as the only escapes and printable ASCII only.
+ * Strings are double-quoted with \" and \\ as the only escapes, printable ASCII and TAB only;
+ * the library and clblast values may be bare (one plain word) or quoted. Numbers are written
+ * with the fewest digits that read back exactly, so a file parsed and written again parses to
+ * the same records.
  *
  * Trust: the six header lines (hd-tune to clblast, in that order, before anything else but
  * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown

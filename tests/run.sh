@@ -7,7 +7,10 @@
 #      sanitizer report fails;
 #   3. build without OpenBLAS and OpenCL (GEMM takes the plain C path): every suite;
 #   4. install into a temporary prefix, compile the README example through pkg-config against
-#      it, run it and check it against the float64 reference.
+#      it, run it and check it against the float64 reference;
+#   5. fuzz: the tuning cache parser's libFuzzer target (clang, ASan+UBSan) for
+#      $HD_FUZZ_SECONDS (default 60) seconds from its corpus; a crash or a failed check of the
+#      target (parse, write, parse must give the same file) fails the stage.
 # Ends with "N passed, N failed" over all suites run. Build directories live under
 # $HD_TEST_BUILD_ROOT (default: build-tests/ in the repository) and are reused by later runs.
 # Stage names as arguments run only those: bash tests/run.sh sanitize plain-c
@@ -153,7 +156,33 @@ stage_installed() {
     [ "$rc" -eq 0 ] || die "the installed README example does not match the reference"
 }
 
-all_stages=(full sanitize plain-c installed)
+stage_fuzz() {
+    local dir="$builds/fuzz" seconds="${HD_FUZZ_SECONDS:-60}" log="$builds/fuzz.log" rc
+    say "[$stage] configure $dir with clang"
+    if [ ! -f "$dir/build.ninja" ]; then
+        CC=clang meson setup "$dir" -Dfuzz=true -Dtests=false -Dtools=false -Dopencl=disabled \
+            -Dopenblas=disabled >"$dir.setup.log" 2>&1 ||
+            { cat "$dir.setup.log"; die "meson setup failed"; }
+    fi
+    ninja -C "$dir" autotune/fuzz/fuzz_cache_parser || die "compilation failed in $dir"
+    # New inputs go to a directory of the build; the shipped corpus is only read.
+    mkdir -p "$builds/fuzz-corpus"
+    say "[$stage] fuzz_cache_parser for ${seconds} s"
+    set +e
+    "$dir/autotune/fuzz/fuzz_cache_parser" -max_total_time="$seconds" -print_final_stats=1 \
+        -artifact_prefix="$builds/fuzz-" \
+        "$builds/fuzz-corpus" autotune/fuzz/corpus >"$log" 2>&1
+    rc=$?
+    set -e
+    tail -n 20 "$log"
+    if [ "$rc" -ne 0 ]; then
+        failed=$((failed + 1))
+        die "fuzz_cache_parser failed (full log: $log; the input is saved as $builds/fuzz-crash-*)"
+    fi
+    passed=$((passed + 1))
+}
+
+all_stages=(full sanitize plain-c installed fuzz)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")
 for stage in "${stages[@]}"; do

@@ -457,6 +457,211 @@ static void test_cache_context_survives_every_broken_file(void **state)
     }
 }
 
+/* ---- parser and writer agree ---- */
+
+static bool same_file(const hd_tune_file *a, const hd_tune_file *b, char *why, size_t size)
+{
+    if (strcmp(a->key.library, b->key.library) || strcmp(a->key.platform, b->key.platform) ||
+        strcmp(a->key.device, b->key.device) || strcmp(a->key.driver, b->key.driver) ||
+        strcmp(a->key.clblast, b->key.clblast)) {
+        snprintf(why, size, "key differs (library '%s' / '%s')", a->key.library, b->key.library);
+        return false;
+    }
+    if (memcmp(&a->cal, &b->cal, sizeof a->cal) != 0) {
+        snprintf(why, size, "calibration differs");
+        return false;
+    }
+    if (a->param_count != b->param_count || a->count != b->count || b->bad_lines != 0) {
+        snprintf(why, size, "%zu/%zu params, %zu/%zu records, %zu bad lines (%s)", a->param_count,
+                 b->param_count, a->count, b->count, b->bad_lines, b->first_problem);
+        return false;
+    }
+    for (size_t i = 0; i < a->param_count; i++)
+        if (a->params[i].backend != b->params[i].backend ||
+            strcmp(a->params[i].name, b->params[i].name) ||
+            strcmp(a->params[i].value, b->params[i].value)) {
+            snprintf(why, size, "param %zu differs: '%s' / '%s'", i, a->params[i].value,
+                     b->params[i].value);
+            return false;
+        }
+    for (size_t i = 0; i < a->count; i++) {
+        const hd_tune_record *r = &a->records[i];
+        const hd_tune_record *s = hd__tune_find(b, r->op, &r->shape);
+        if (s == NULL || s->backend != r->backend || strcmp(s->variant, r->variant) != 0 ||
+            s->median_us != r->median_us || s->runner_up != r->runner_up ||
+            (r->runner_up != HD_BACKEND_AUTO && s->margin_pct != r->margin_pct)) {
+            snprintf(why, size, "record %zu (%s, variant '%s', %.17g us, margin %.17g) differs", i,
+                     hd_op_name(r->op), r->variant, r->median_us, r->margin_pct);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Parse, write, parse: the same file; and writing that again gives the same text. */
+static void expect_round_trip(const hd_tune_file *f, const char *what)
+{
+    char *text = hd__tune_format(f);
+    assert_non_null(text);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    char msg[160], why[512];
+    hd_status s = hd__tune_parse(text, strlen(text), &back, msg, sizeof msg);
+    if (s != HD_OK)
+        fail_msg("%s: the written file is rejected: %s\n%s", what, msg, text);
+    if (!same_file(f, &back, why, sizeof why))
+        fail_msg("%s: %s\n%s", what, why, text);
+    char *again = hd__tune_format(&back);
+    assert_non_null(again);
+    if (strcmp(again, text) != 0)
+        fail_msg("%s: written twice, the texts differ", what);
+    free(again);
+    free(text);
+    hd__tune_file_free(&back);
+}
+
+static void round_trip_dir(const char *dir, int *files)
+{
+    static const char *const names[] = {
+        "tune_absurd_dims.txt",
+        "tune_bad_names.txt",
+        "tune_bad_quotes.txt",
+        "tune_bad_version.txt",
+        "tune_calibration_params.txt",
+        "tune_crlf.txt",
+        "tune_duplicates.txt",
+        "tune_empty.txt",
+        "tune_field_counts.txt",
+        "tune_header_order.txt",
+        "tune_huge_numbers.txt",
+        "tune_missing_header.txt",
+        "tune_negative_nan.txt",
+        "tune_overlong_line.txt",
+        "tune_truncated_header.txt",
+        "tune_truncated_record.txt",
+        "tune_unquoted_platform.txt",
+        "valid_batched.txt",
+        "valid_pocl.txt",
+        "tune_binary.bin",
+        "tune_too_many_records.txt",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[512], msg[256];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (access(path, R_OK) != 0)
+            continue;
+        hd_tune_file f;
+        hd__tune_file_init(&f);
+        if (hd__tune_load(path, &f, msg, sizeof msg) == HD_OK) {
+            f.bad_lines = 0; /* the rewritten file holds only what was kept */
+            expect_round_trip(&f, path);
+            (*files)++;
+        }
+        hd__tune_file_free(&f);
+    }
+}
+
+static void test_cache_round_trip_of_every_parsable_corpus_file(void **state)
+{
+    (void)state;
+    int files = 0;
+    round_trip_dir(HD_FUZZ_CORPUS, &files);
+    round_trip_dir(HD_TEST_DATA, &files);
+    print_message("# %d parsable corpus files round-tripped\n", files);
+    assert_true(files >= 10);
+}
+
+/* A string of 1..max-1 characters the format takes: printable ASCII and TAB, quotes and
+ * backslashes included. plain: a bare word's characters only. */
+static void random_string(hd_rng *rng, char *out, size_t max, bool plain)
+{
+    static const char plain_chars[] = "abcXYZ019.-_+:#";
+    size_t len = 1 + (size_t)hd_test_uniform(rng, 0, (float)(max - 1) - 0.01f);
+    if (len > max - 1)
+        len = max - 1;
+    for (size_t i = 0; i < len; i++) {
+        float u = hd_test_uniform(rng, 0, 1);
+        char c;
+        if (plain)
+            c = plain_chars[(size_t)(u * (sizeof plain_chars - 1.01f))];
+        else if (u < 0.05f)
+            c = '\t';
+        else if (u < 0.1f)
+            c = '"';
+        else if (u < 0.15f)
+            c = '\\';
+        else if (u < 0.25f)
+            c = ' ';
+        else
+            c = (char)(0x20 + (int)((u - 0.25f) / 0.75f * 94.99f));
+        out[i] = c;
+    }
+    out[len] = '\0';
+}
+
+static double random_in(hd_rng *rng, double lo, double hi)
+{
+    return lo + (hi - lo) * (double)hd_test_uniform(rng, 0, 1);
+}
+
+static void random_file(hd_rng *rng, hd_tune_file *f)
+{
+    hd__tune_file_init(f);
+    bool quoted_words = hd_test_uniform(rng, 0, 1) < 0.5f;
+    random_string(rng, f->key.library, sizeof f->key.library, !quoted_words);
+    random_string(rng, f->key.platform, 80, false);
+    random_string(rng, f->key.device, 80, false);
+    random_string(rng, f->key.driver, 40, false);
+    random_string(rng, f->key.clblast, sizeof f->key.clblast, !quoted_words);
+    double *cal = &f->cal.launch_us;
+    for (int i = 0; i < 6; i++)
+        if (hd_test_uniform(rng, 0, 1) < 0.6f)
+            cal[i] = exp(random_in(rng, log(1e-9), log(1e9)));
+    cal[0] = cal[0] > 1e9 ? 1e9 : cal[0];
+    int params = (int)hd_test_uniform(rng, 0, 3.99f);
+    for (int i = 0; i < params; i++) {
+        hd_tune_param p = {.backend = (hd_backend)(1 + i % (HD_BACKEND_COUNT - 1))};
+        random_string(rng, p.name, 12, true);
+        if (p.name[0] == '#')
+            p.name[0] = 'X';
+        random_string(rng, p.value, 120, false);
+        assert_int_equal(hd__tune_put_param(f, &p), HD_OK);
+    }
+    int records = (int)hd_test_uniform(rng, 0, 40);
+    for (int i = 0; i < records; i++) {
+        hd_tune_record r = {.op = (hd_op)(int)hd_test_uniform(rng, 0, HD_OP_COUNT - 0.01f)};
+        for (int d = 0; d < hd__tune_dim_count(r.op); d++)
+            r.shape.dim[d] = 1 + (size_t)exp(random_in(rng, 0, log((double)HD_TUNE_DIM_MAX - 1)));
+        r.shape.trans_a = hd__tune_has_transposes(r.op) && hd_test_uniform(rng, 0, 1) < 0.5f;
+        r.shape.trans_b = hd__tune_has_transposes(r.op) && hd_test_uniform(rng, 0, 1) < 0.5f;
+        r.backend = (hd_backend)(1 + (int)hd_test_uniform(rng, 0, HD_BACKEND_COUNT - 1.01f));
+        if (hd_test_uniform(rng, 0, 1) < 0.7f)
+            random_string(rng, r.variant, 200, false);
+        r.median_us = exp(random_in(rng, log(1e-3), log(1e9)));
+        r.runner_up = (hd_backend)(1 + (int)hd_test_uniform(rng, 0, HD_BACKEND_COUNT - 1.01f));
+        if (r.runner_up == r.backend || hd_test_uniform(rng, 0, 1) < 0.3f)
+            r.runner_up = HD_BACKEND_AUTO;
+        else
+            r.margin_pct = hd_test_uniform(rng, 0, 1) < 0.3f ? random_in(rng, -100, 0)
+                                                             : exp(random_in(rng, -5, log(1e6)));
+        assert_int_equal(hd__tune_put(f, &r), HD_OK);
+    }
+}
+
+static void test_cache_round_trip_of_random_files_keeps_every_field(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(77);
+    for (int i = 0; i < 300; i++) {
+        hd_tune_file f;
+        random_file(&rng, &f);
+        char what[64];
+        snprintf(what, sizeof what, "random file %d", i);
+        expect_round_trip(&f, what);
+        hd__tune_file_free(&f);
+    }
+}
+
 /* A tiny valid file to save: one record under a made-up key. */
 static void small_file(hd_tune_file *f, double us)
 {
@@ -614,6 +819,8 @@ int main(void)
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
         cmocka_unit_test(test_cache_context_survives_every_broken_file),
+        cmocka_unit_test(test_cache_round_trip_of_every_parsable_corpus_file),
+        cmocka_unit_test(test_cache_round_trip_of_random_files_keeps_every_field),
         cmocka_unit_test(test_cache_load_refuses_a_fifo_without_blocking),
         cmocka_unit_test(test_cache_save_refuses_a_target_that_is_not_a_regular_file),
         cmocka_unit_test(test_cache_save_through_a_symlink_updates_its_target),
