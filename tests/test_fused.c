@@ -12,6 +12,7 @@
  * Softmax and the norms reduce in float through a tree (error ~ log2(cols) ulps of the sum):
  * softmax |err| <= 1e-9 + 3e-5*|ref|, norms |err| <= 3e-5 + 3e-5*|ref| for inputs in [-2, 2].
  */
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -268,6 +269,117 @@ static void check_row_variant(hd_context *ctx, hd_op op, size_t rows, size_t col
  * first of those lengths that lists it; the op rotates over the three kernels, so each variant
  * costs one program build while every op still meets registers, loops and several group
  * shapes. */
+/* ---- the norms at extreme magnitudes ---- */
+
+/* One row of cols values of kind k (see norm_kinds), in x; eps the case runs with. */
+typedef enum norm_kind {
+    NORM_ALTERNATING_1E20, /* +-1e20 */
+    NORM_RANDOM_1E30,      /* +-[0.5, 1] * 1e30, random signs */
+    NORM_FLT_MAX,          /* FLT_MAX (RMS), +-FLT_MAX alternating (layer norm) */
+    NORM_TINY_NO_EPS,      /* +-[0.5, 1] * 1e-30 with eps = 0 */
+    NORM_FAR_FROM_ZERO,    /* mean 1e4, sigma 0.02 */
+    NORM_KIND_COUNT
+} norm_kind;
+
+static const char *const norm_kind_names[] = {"+-1e20", "+-1e30", "FLT_MAX", "+-1e-30 eps=0",
+                                              "mean 1e4 sigma 0.02"};
+
+static float norm_row(norm_kind k, hd_op op, size_t cols, hd_rng *rng, float *x)
+{
+    for (size_t j = 0; j < cols; j++) {
+        float sign = hd_test_uniform(rng, 0, 1) < 0.5f ? -1.0f : 1.0f;
+        switch (k) {
+        case NORM_ALTERNATING_1E20:
+            x[j] = j % 2 ? -1e20f : 1e20f;
+            break;
+        case NORM_RANDOM_1E30:
+            x[j] = sign * hd_test_uniform(rng, 0.5f, 1.0f) * 1e30f;
+            break;
+        case NORM_FLT_MAX:
+            x[j] = op == HD_OP_RMS_NORM || j % 2 ? FLT_MAX : -FLT_MAX;
+            break;
+        case NORM_TINY_NO_EPS:
+            x[j] = sign * hd_test_uniform(rng, 0.5f, 1.0f) * 1e-30f;
+            break;
+        default:
+            x[j] = 1e4f + hd_test_uniform(rng, -0.0346f, 0.0346f); /* sigma 0.02 */
+            break;
+        }
+    }
+    return k == NORM_TINY_NO_EPS ? 0.0f : NORM_EPS;
+}
+
+/* Every kind, on rows held in registers (default variant) and looped ones (CACHE=0), with
+ * float4 loads (256 columns) and scalar ones (67), against the float64 reference. The CPU
+ * backend was right on all of these; the fused kernels gave 0, beta, -inf or 3 % errors. */
+static void test_norms_extreme_magnitudes_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    static const size_t col_counts[] = {256, 67};
+    static const char *const variants[] = {NULL, "CACHE=0"};
+    enum { ROWS = 3 };
+    for (int opi = 0; opi < 2; opi++) {
+        hd_op op = opi ? HD_OP_RMS_NORM : HD_OP_LAYER_NORM;
+        for (int k = 0; k < NORM_KIND_COUNT; k++) {
+            for (size_t c = 0; c < 2; c++) {
+                size_t cols = col_counts[c], n = ROWS * cols;
+                hd_rng rng = hd_test_rng(2000 + (uint64_t)(k * 10 + c));
+                float *x = hd_test_floats(n), eps = 0.0f;
+                for (size_t r = 0; r < ROWS; r++)
+                    eps = norm_row((norm_kind)k, op, cols, &rng, x + r * cols);
+                float *g = hd_test_random(&rng, cols, 0.5f, 1.5f);
+                float *b = hd_test_random(&rng, cols, -1.0f, 1.0f);
+                double *want = hd_test_doubles(n);
+                if (op == HD_OP_LAYER_NORM)
+                    hd_ref_layer_norm(ROWS, cols, x, g, b, eps, want);
+                else
+                    hd_ref_rms_norm(ROWS, cols, x, g, eps, want);
+                for (size_t v = 0; v < 2; v++) {
+                    hd_tensor *tx = hd_test_tensor(ctx, ROWS, cols, x);
+                    hd_tensor *tg = hd_test_tensor(ctx, 1, cols, g);
+                    hd_tensor *tb = hd_test_tensor(ctx, 1, cols, b);
+                    hd_tensor *ty = hd_test_tensor(ctx, ROWS, cols, NULL);
+                    void *fs;
+                    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+                    to_device(tx);
+                    to_device(tg);
+                    to_device(tb);
+                    to_device(ty);
+                    hd_row_args args = {.x = tx,
+                                        .gamma = tg,
+                                        .beta = op == HD_OP_LAYER_NORM ? tb : NULL,
+                                        .eps = eps,
+                                        .y = ty,
+                                        .rows = ROWS,
+                                        .cols = cols,
+                                        .variant = variants[v]};
+                    hd_status s = op == HD_OP_LAYER_NORM ? impl->layer_norm(fs, ctx, &args)
+                                                         : impl->rms_norm(fs, ctx, &args);
+                    char what[160];
+                    snprintf(what, sizeof what, "%s of %s rows, %zu columns [%s]",
+                             hd_op_name(op), norm_kind_names[k], cols,
+                             variants[v] ? variants[v] : "default");
+                    if (s != HD_OK)
+                        fail_msg("%s: %s (%s)", what, hd_status_name(s),
+                                 hd_context_last_error(ctx));
+                    hd__tensor_written(ty, HD_PLACE_DEVICE);
+                    float *got = hd_test_read(ty);
+                    hd_test_expect_close(what, got, want, n, NORM_ATOL, NORM_RTOL);
+                    free(got);
+                    hd_tensor_destroy(tx);
+                    hd_tensor_destroy(tg);
+                    hd_tensor_destroy(tb);
+                    hd_tensor_destroy(ty);
+                }
+                free(x);
+                free(g);
+                free(b);
+                free(want);
+            }
+        }
+    }
+}
+
 static void test_row_ops_every_variant(void **state)
 {
     hd_context *ctx = *state;
@@ -1080,6 +1192,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm_matches_reference),
         cmocka_unit_test(test_row_ops_in_place),
         cmocka_unit_test(test_softmax_nan_row_is_nan_and_others_finite),
+        cmocka_unit_test(test_norms_extreme_magnitudes_match_reference),
         cmocka_unit_test(test_row_ops_every_variant),
         cmocka_unit_test(test_variant_malformed_is_rejected),
         cmocka_unit_test(test_gemm_few_rows_matches_reference),

@@ -11,6 +11,11 @@
  * beyond the matrix. A step writes only slots below its width nw, each read there by its writer
  * alone, so a step needs no barrier inside it.
  *
+ * For the norms at any magnitude: a row is scaled by a power of two taken from its largest
+ * magnitude (exact, so that squares neither overflow nor underflow), and its sum is kept as an
+ * unevaluated pair hi + lo (TwoSum), so that a mean far from zero (1e4 with sigma 0.02) keeps
+ * the digits a single float would round away.
+ *
  * Tuning parameters (set by the host with -D; defaults here):
  *   WG    work-items per work-group (a power of two)
  *   ROWS  rows (slots) per work-group (a power of two dividing WG)
@@ -97,4 +102,76 @@ inline float slot_max(float v, __local float *red, int slot, int t)
     float out = r[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return out;
+}
+
+/* The exponent e of the power of two 2^-e that scales values of magnitude up to m into
+ * [0, 4): ilogb(m), clamped so that 2^-e and 2^e are normal floats (a zero, subnormal, NaN or
+ * infinite m gives a bound, not a trap). Scaling by ldexp(1.0f, -e) is exact. */
+inline int scale_exponent(float m)
+{
+    return clamp(ilogb(m), -126, 126);
+}
+
+/* a + b = s + *err exactly, s the rounded sum (Knuth's TwoSum: no branch, any magnitudes). */
+inline float two_sum(float a, float b, float *err)
+{
+    const float s = a + b, bb = s - a;
+    *err = (a - (s - bb)) + (b - bb);
+    return s;
+}
+
+/* Adds the elements of v to the pair (hi, lo). */
+inline void sum2_add(float *hi, float *lo, floatv v)
+{
+    float e;
+#if VEC == 4
+    *hi = two_sum(*hi, v.x, &e);
+    *lo += e;
+    *hi = two_sum(*hi, v.y, &e);
+    *lo += e;
+    *hi = two_sum(*hi, v.z, &e);
+    *lo += e;
+    *hi = two_sum(*hi, v.w, &e);
+    *lo += e;
+#else
+    *hi = two_sum(*hi, v, &e);
+    *lo += e;
+#endif
+}
+
+/* The pair sum (hi, lo) over the slot, as slot_sum; rh and rl hold WG floats each. */
+inline void slot_sum2(float *hi, float *lo, __local float *rh, __local float *rl, int slot, int t)
+{
+    rh += slot * T;
+    rl += slot * T;
+    rh[t] = *hi;
+    rl[t] = *lo;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = T; w > 1;) {
+        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw;
+        if (t < nw) {
+            float h = rh[t], l = rl[t], e;
+            for (int f = 1; f < fan; f++) {
+                h = two_sum(h, rh[t + f * nw], &e);
+                l += rl[t + f * nw] + e;
+            }
+            rh[t] = h;
+            rl[t] = l;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        w = nw;
+    }
+    *hi = rh[0];
+    *lo = rl[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* (hi + lo) / n as mean + *mean_lo: the remainder of the division is exact through fma, so
+ * x - mean - mean_lo is the deviation from the mean to about a float's precision of the
+ * deviation, not of the mean. */
+inline float mean2(float hi, float lo, float n, float *mean_lo)
+{
+    const float q = hi / n;
+    *mean_lo = (fma(-q, n, hi) + lo) / n;
+    return q;
 }

@@ -7,12 +7,19 @@
  * Work decomposition: one slot of T = WG / ROWS work-items per row, ROWS rows per work-group,
  * ceil(rows / ROWS) work-groups; work-item t of a slot takes vectors t, t + T, ...
  *
+ * Any magnitude: the row is scaled by 2^-e, e from its largest magnitude (scale_exponent,
+ * common.cl), so that neither the sums nor the squares overflow or underflow (rows of 1e20,
+ * FLT_MAX, 1e-30 with eps = 0); eps is scaled alike. The sum is a TwoSum pair and the mean is
+ * kept as mean + mean_lo (mean2), so that x - mean keeps its digits when the mean is far from
+ * zero against the spread (mean 1e4, sigma 0.02: a float mean alone is off by 2 % of sigma).
+ *
  * layer_norm_cached (CACHE > 0, rows of at most T * VEC * CACHE elements): the row is held in
- * registers and the variance is taken over deviations from the mean (two passes over
- * registers, no E[x^2] - E[x]^2 cancellation): x read once, y written once, gamma and beta once
- * per row (from cache); two slot reductions.
- * layer_norm_looped (any length): pass 1 runs Welford's update per work-item and merges the
- * partial (count, mean, M2) triples in a tree (Chan et al.); pass 2 reads x again and writes.
+ * registers: a maximum, the pair sum, then the variance over deviations from the mean (no
+ * E[x^2] - E[x]^2 cancellation): x read once, y written once, gamma and beta once per row
+ * (from cache); three slot reductions.
+ * layer_norm_looped (any length): pass 1 sums the row as a pair with a running exponent per
+ * work-item (a partial sum is rescaled when a larger binade appears); pass 2 sums squared
+ * deviations; pass 3 reads x again and writes y.
  *
  * Tuning parameters: WG, ROWS, VEC (see common.cl) and CACHE (vectors per work-item held in
  * registers; 0 builds only the looped kernel).
@@ -26,7 +33,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 layer_norm_cached(const __global float *x, const __global float *gamma,
                   const __global float *beta, __global float *y, int rows, int cols, float eps)
 {
-    __local float red[WG];
+    __local float red[WG], red2[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
     const bool live = row < rows;
@@ -43,21 +50,31 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
     slot_load(v, CACHE, xr, live, n, t, (floatv)(0.0f));
     slot_load(g, CACHE, gv, live, n, t, (floatv)(0.0f));
     slot_load(b, CACHE, bv, live, n, t, (floatv)(0.0f));
-    float s = 0.0f;
+    float m = 0.0f;
 #pragma unroll
     for (int i = 0; i < CACHE; i++)
-        s += HSUM(v[i]);
-    const float mean = slot_sum(s, red, slot, t) / (float)cols;
+        m = fmax(m, HMAX(fabs(v[i])));
+    const int e = scale_exponent(slot_max(m, red, slot, t));
+    const float f = ldexp(1.0f, -e);
+    float hi = 0.0f, lo = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CACHE; i++) {
+        v[i] *= f;
+        sum2_add(&hi, &lo, v[i]);
+    }
+    slot_sum2(&hi, &lo, red, red2, slot, t);
+    float mean_lo;
+    const float mean = mean2(hi, lo, (float)cols, &mean_lo);
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < CACHE; i++) {
         if (t + i * T < n) {
-            v[i] -= mean;
+            v[i] = (v[i] - mean) - mean_lo;
             sq += HSUM(v[i] * v[i]);
         }
     }
     sq = slot_sum(sq, red, slot, t);
-    const float r = 1.0f / sqrt(sq / (float)cols + eps);
+    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * e));
     if (live) {
 #pragma unroll
         for (int i = 0; i < CACHE; i++) {
@@ -69,40 +86,11 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
 }
 #endif
 
-/* Merges the (count, mean, M2) triples of a slot; the result is in element 0 of each array. */
-inline void slot_welford(float *cnt, float *mean, float *m2, __local float *rc,
-                         __local float *rm, __local float *rq, int slot, int t)
-{
-    rc += slot * T;
-    rm += slot * T;
-    rq += slot * T;
-    rc[t] = *cnt;
-    rm[t] = *mean;
-    rq[t] = *m2;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = T / 2; s > 0; s >>= 1) {
-        if (t < s) {
-            const float na = rc[t], nb = rc[t + s], nab = na + nb;
-            if (nb > 0.0f) {
-                const float d = rm[t + s] - rm[t];
-                rm[t] += d * (nb / nab);
-                rq[t] += rq[t + s] + d * d * (na * nb / nab);
-                rc[t] = nab;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    *cnt = rc[0];
-    *mean = rm[0];
-    *m2 = rq[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 layer_norm_looped(const __global float *x, const __global float *gamma,
                   const __global float *beta, __global float *y, int rows, int cols, float eps)
 {
-    __local float rc[WG], rm[WG], rq[WG];
+    __local float red[WG], red2[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
     const bool live = row < rows;
@@ -113,20 +101,36 @@ layer_norm_looped(const __global float *x, const __global float *gamma,
     const __global floatv *bv = (const __global floatv *)beta;
     __global floatv *yr = (__global floatv *)(y + off);
 
-    /* Each vector is a batch of VEC values merged into the running triple. */
-    float cnt = 0.0f, mean = 0.0f, m2 = 0.0f;
+    /* The pair sum of x * 2^-e, e the largest exponent seen so far by this work-item. */
+    float hi = 0.0f, lo = 0.0f, f = 0x1p126f, above = 0x1p-125f; /* e = -126 */
+    int e = -126;
     for (int j = t; j < n; j += T) {
         const floatv v = xr[j];
-        const float bm = HSUM(v) / (float)VEC;
-        const floatv dv = v - bm;
-        const float bq = HSUM(dv * dv);
-        const float nab = cnt + (float)VEC, d = bm - mean;
-        mean += d * ((float)VEC / nab);
-        m2 += bq + d * d * (cnt * (float)VEC / nab);
-        cnt = nab;
+        const float vm = HMAX(fabs(v));
+        if (vm >= above) {
+            const int en = scale_exponent(vm);
+            hi = ldexp(hi, e - en);
+            lo = ldexp(lo, e - en);
+            e = en;
+            f = ldexp(1.0f, -e);
+            above = ldexp(1.0f, e + 1);
+        }
+        sum2_add(&hi, &lo, v * f);
     }
-    slot_welford(&cnt, &mean, &m2, rc, rm, rq, slot, t);
-    const float r = 1.0f / sqrt(m2 / (float)cols + eps);
+    const int top = (int)slot_max((float)e, red, slot, t);
+    hi = ldexp(hi, e - top);
+    lo = ldexp(lo, e - top);
+    slot_sum2(&hi, &lo, red, red2, slot, t);
+    float mean_lo;
+    const float mean = mean2(hi, lo, (float)cols, &mean_lo);
+    const float ft = ldexp(1.0f, -top);
+    float sq = 0.0f;
+    for (int j = t; j < n; j += T) {
+        const floatv d = (xr[j] * ft - mean) - mean_lo;
+        sq += HSUM(d * d);
+    }
+    sq = slot_sum(sq, red, slot, t);
+    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * top));
     for (int j = t; j < n; j += T)
-        yr[j] = (xr[j] - mean) * r * gv[j] + bv[j];
+        yr[j] = ((xr[j] * ft - mean) - mean_lo) * r * gv[j] + bv[j];
 }

@@ -12,6 +12,13 @@
  * reduction.
  * rms_norm_looped (any length): pass 1 sums squares, pass 2 reads x again and writes y.
  *
+ * Any magnitude: the squares are summed over the row scaled by 2^-e, e from the row's largest
+ * magnitude (scale_exponent, common.cl), so rows of 1e30, FLT_MAX or 1e-30 (eps = 0) neither
+ * overflow nor underflow; eps is scaled alike. The cached kernel finds e with one more slot
+ * reduction (a maximum over registers); the looped one keeps a running exponent per
+ * work-item, rescaling its partial sum when a larger binade appears, and reduces the
+ * exponents once: no extra pass over memory.
+ *
  * Tuning parameters: WG, ROWS, VEC (see common.cl) and CACHE (vectors per work-item held in
  * registers; 0 builds only the looped kernel).
  */
@@ -38,12 +45,20 @@ rms_norm_cached(const __global float *x, const __global float *w, __global float
     floatv v[CACHE], wr[CACHE];
     slot_load(v, CACHE, xr, live, n, t, (floatv)(0.0f));
     slot_load(wr, CACHE, wv, live, n, t, (floatv)(0.0f));
-    float sq = 0.0f;
+    float m = 0.0f;
 #pragma unroll
     for (int i = 0; i < CACHE; i++)
+        m = fmax(m, HMAX(fabs(v[i])));
+    const int e = scale_exponent(slot_max(m, red, slot, t));
+    const float f = ldexp(1.0f, -e);
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CACHE; i++) {
+        v[i] *= f;
         sq += HSUM(v[i] * v[i]);
+    }
     sq = slot_sum(sq, red, slot, t);
-    const float r = 1.0f / sqrt(sq / (float)cols + eps);
+    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * e));
     if (live) {
 #pragma unroll
         for (int i = 0; i < CACHE; i++) {
@@ -69,13 +84,26 @@ rms_norm_looped(const __global float *x, const __global float *w, __global float
     const __global floatv *wv = (const __global floatv *)w;
     __global floatv *yr = (__global floatv *)(y + off);
 
-    float sq = 0.0f;
+    /* Squares of x * 2^-e, e the largest exponent seen so far by this work-item. */
+    float sq = 0.0f, f = 0x1p126f, above = 0x1p-125f; /* 2^-e and 2^(e+1) for e = -126 */
+    int e = -126;
     for (int j = t; j < n; j += T) {
         const floatv v = xr[j];
-        sq += HSUM(v * v);
+        const float vm = HMAX(fabs(v));
+        if (vm >= above) {
+            const int en = scale_exponent(vm);
+            sq = ldexp(sq, 2 * (e - en));
+            e = en;
+            f = ldexp(1.0f, -e);
+            above = ldexp(1.0f, e + 1);
+        }
+        const floatv s = v * f;
+        sq += HSUM(s * s);
     }
-    sq = slot_sum(sq, red, slot, t);
-    const float r = 1.0f / sqrt(sq / (float)cols + eps);
+    const int top = (int)slot_max((float)e, red, slot, t);
+    sq = slot_sum(ldexp(sq, 2 * (e - top)), red, slot, t);
+    const float ft = ldexp(1.0f, -top);
+    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * top));
     for (int j = t; j < n; j += T)
-        yr[j] = xr[j] * r * wv[j];
+        yr[j] = xr[j] * ft * r * wv[j];
 }
