@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/clblast/clblast.h"
 #include "dispatch/context.h"
@@ -514,6 +515,63 @@ static void test_clblast_params_verified_set_is_applied(void **state)
     check_gemm(ctx, &rng, false, true, 17, 19, 23, 1.0f, 0.5f, HD_BACKEND_CLBLAST); /* direct */
 }
 
+/* Verification runs GEMMs of a few tiles whatever the set's threshold: a legal
+ * XGEMM_MIN_INDIRECT_SIZE=4096 made the first call verify with two GEMMs of about 4101^3. */
+static void test_clblast_verify_sizes_are_bounded_by_tiles_not_threshold(void **state)
+{
+    (void)state;
+    hd_clblast_state *st = clblast_state(ctx);
+    static const size_t thresholds[] = {4096, 1472, 64, 16, 1};
+    for (size_t i = 0; i < sizeof thresholds / sizeof thresholds[0]; i++) {
+        hd_clblast_params set = st->base, probe;
+        set.has[HD_CLBLAST_GEMM_ROUTINE] = true;
+        set.min_indirect_size = thresholds[i];
+        hd__clblast_verify_params(&set, &probe);
+        assert_true(probe.min_indirect_size <= 64);
+        assert_true(probe.min_indirect_size <= thresholds[i]);
+        size_t dims[4][3];
+        size_t n = hd__clblast_verify_problems(&probe, dims);
+        assert_true(n == 2 || n == 4);
+        size_t tile = set.xgemm.mwg > set.xgemm.nwg ? set.xgemm.mwg : set.xgemm.nwg;
+        tile = tile > set.xgemm.kwg ? tile : set.xgemm.kwg;
+        size_t cap = (2 * tile > 64 ? 2 * tile : 64) + 5;
+        double t3 =
+            (double)probe.min_indirect_size * probe.min_indirect_size * probe.min_indirect_size;
+        for (size_t p = 0; p < n; p++) {
+            double mnk = (double)dims[p][0] * (double)dims[p][1] * (double)dims[p][2];
+            for (int d = 0; d < 3; d++)
+                assert_true(dims[p][d] >= 1 && dims[p][d] <= cap);
+            /* the first two take the indirect path, the others the direct one */
+            assert_true(p < 2 ? mnk >= t3 : mnk < t3);
+        }
+    }
+}
+
+/* The same through the device: a base set with the threshold at 4096 is verified in seconds,
+ * and a 64^3 GEMM then runs on it. */
+static void test_clblast_params_threshold_4096_verifies_in_seconds(void **state)
+{
+    (void)state;
+    hd_clblast_state *st = clblast_state(ctx);
+    hd_clblast_params before = st->base, set = st->base;
+    set.has[HD_CLBLAST_GEMM_ROUTINE] = true;
+    set.min_indirect_size = 4096;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    hd__error_clear(ctx);
+    hd_status s = hd__clblast_params_apply(st, ctx, &set);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("# verification with XGEMM_MIN_INDIRECT_SIZE=4096: %.2f s\n", seconds);
+    if (s != HD_OK)
+        fail_msg("apply: %s", hd_context_last_error(ctx));
+    assert_true(seconds < 20.0); /* 36-47 s on PoCL when it ran GEMMs of the threshold's size */
+    assert_int_equal(st->base.min_indirect_size, 4096);
+    hd_rng rng = hd_test_rng(14);
+    check_gemm(ctx, &rng, false, false, 64, 64, 64, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
+    assert_int_equal(hd__clblast_params_apply(st, ctx, &before), HD_OK);
+}
+
 static void test_clblast_status_codes_map_with_name_and_number(void **state)
 {
     (void)state;
@@ -568,6 +626,8 @@ int main(void)
         cmocka_unit_test(test_clblast_variant_text_errors_are_reported),
         cmocka_unit_test(test_clblast_params_illegal_set_is_rejected),
         cmocka_unit_test(test_clblast_params_verified_set_is_applied),
+        cmocka_unit_test(test_clblast_verify_sizes_are_bounded_by_tiles_not_threshold),
+        cmocka_unit_test(test_clblast_params_threshold_4096_verifies_in_seconds),
         cmocka_unit_test(test_clblast_status_codes_map_with_name_and_number),
     };
     return cmocka_run_group_tests(tests, suite_setup, suite_teardown);

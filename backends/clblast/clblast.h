@@ -165,10 +165,21 @@ hd_status hd__clblast_params_verify(hd_clblast_state *st, hd_context *ctx,
 hd_status hd__clblast_params_apply(hd_clblast_state *st, hd_context *ctx,
                                    const hd_clblast_params *p);
 
-/* With the lock held: runs the effective set's GEMMs on random data and compares a sample of
- * outputs with float64 dot products (verify.c). */
+/* The set a complete set is verified as: the same kernels with XGEMM_MIN_INDIRECT_SIZE lowered
+ * to a few tiles (64 at most), so that verification costs GEMMs of a few tiles whatever the
+ * set's threshold (verify.c). */
+void hd__clblast_verify_params(const hd_clblast_params *effective, hd_clblast_params *probe);
+
+/* The m, n, k of the GEMMs verification runs under probe: two through the indirect path (two
+ * tiles of Xgemm and a remainder, at least the threshold on each side), and two through the
+ * direct path below it when the threshold leaves room. Returns how many (2 or 4). */
+size_t hd__clblast_verify_problems(const hd_clblast_params *probe, size_t dims[4][3]);
+
+/* With the lock held, CLBlast running probe (hd__clblast_verify_params): runs the problems of
+ * hd__clblast_verify_problems on random data and compares a sample of outputs with float64
+ * dot products (verify.c). */
 hd_status hd__clblast_check_results(hd_clblast_state *st, hd_context *ctx,
-                                    const hd_clblast_params *effective);
+                                    const hd_clblast_params *probe);
 
 /* Row-major SGEMM on device buffers with leading dimensions and offsets (in floats), so that
  * sub-matrix views can use it: C = alpha*op(A)*op(B) + beta*C, m, n, k >= 1. Takes the lock

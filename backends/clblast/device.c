@@ -162,9 +162,11 @@ static hd_status check_set(hd_clblast_state *st, hd_context *ctx, device_record 
 
     bool had = rec->overridden;
     hd_clblast_params previous = rec->current;
-    hd_status s = switch_to(ctx, &st->dev, rec, p);
+    hd_clblast_params probe;
+    hd__clblast_verify_params(p, &probe);
+    hd_status s = switch_to(ctx, &st->dev, rec, &probe);
     if (s == HD_OK)
-        s = hd__clblast_check_results(st, ctx, p);
+        s = hd__clblast_check_results(st, ctx, &probe);
     if (had) {
         hd_status back = switch_to(NULL, &st->dev, rec, &previous);
         if (back != HD_OK && s == HD_OK)

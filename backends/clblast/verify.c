@@ -1,7 +1,10 @@
 /*
- * Verification of a CLBlast parameter set: random GEMMs through the indirect path (Xgemm, at a
- * size just above XGEMM_MIN_INDIRECT_SIZE) and the direct path (XgemmDirect, just below), on
- * odd sizes that no tile divides, with both transpose flags exercised, alpha != 1 and beta != 0.
+ * Verification of a CLBlast parameter set: random GEMMs through the indirect path (Xgemm) and
+ * the direct path (XgemmDirect), on odd sizes that no tile divides, with both transpose flags
+ * exercised, alpha != 1 and beta != 0. The sizes are bounded by what the kernels need to show
+ * a wrong tiling, a few tiles of each, not by the set's XGEMM_MIN_INDIRECT_SIZE: the set is
+ * verified with its threshold lowered (hd__clblast_verify_params), so that a legal threshold
+ * of 4096 does not turn the first call into two GEMMs of 4101^3 (40 s on PoCL).
  * The outputs are compared at sampled positions (every corner, then spread pseudo-randomly)
  * with float64 dot products on the host: a wrong tiling breaks whole tiles, so a sample finds
  * it without a full float64 GEMM of the indirect size.
@@ -110,27 +113,64 @@ static hd_status run_problem(hd_context *ctx, const problem *pr, uint64_t *seed)
     return s;
 }
 
-hd_status hd__clblast_check_results(hd_clblast_state *st, hd_context *ctx,
-                                    const hd_clblast_params *effective)
+/* The threshold the kernels are verified under: indirect problems of a few tiles stay above
+ * it, direct ones of up to 61 below it. */
+#define VERIFY_THRESHOLD 64
+
+void hd__clblast_verify_params(const hd_clblast_params *effective, hd_clblast_params *probe)
 {
-    (void)st;
-    uint64_t seed = 0x9e3779b97f4a7c15u;
-    size_t t = effective->min_indirect_size;
-    problem list[4];
-    int count = 0;
-    /* Indirect: m*n*k >= t^3. */
-    size_t big = t == 0 ? 40 : t;
-    list[count++] = (problem){false, true, big + 5, big + 3, big + 1, 0.75f, -0.5f};
-    list[count++] = (problem){true, false, big + 3, big + 1, big + 5, -1.25f, 0.25f};
+    *probe = *effective;
+    if (!probe->has[HD_CLBLAST_GEMM_ROUTINE] || probe->min_indirect_size > VERIFY_THRESHOLD) {
+        probe->has[HD_CLBLAST_GEMM_ROUTINE] = true;
+        probe->min_indirect_size = VERIFY_THRESHOLD;
+    }
+}
+
+/* Two tiles and a remainder: every tile edge and a partial tile, whatever the tile size. */
+static size_t few_tiles(size_t tile, size_t at_least, size_t odd)
+{
+    size_t two = tile > 0 && tile <= 1024 ? 2 * tile : 0;
+    return (two > at_least ? two : at_least) + odd;
+}
+
+size_t hd__clblast_verify_problems(const hd_clblast_params *probe, size_t dims[4][3])
+{
+    size_t t = probe->min_indirect_size, count = 0;
+    const hd_clblast_xgemm *x = &probe->xgemm;
+    /* Indirect: m*n*k >= t^3, each side at least t. */
+    size_t lo = t == 0 ? 40 : t;
+    size_t m = few_tiles(x->mwg, lo, 5), n = few_tiles(x->nwg, lo, 3), k = few_tiles(x->kwg, lo, 1);
+    dims[count][0] = m, dims[count][1] = n, dims[count++][2] = k;
+    dims[count][0] = n, dims[count][1] = k, dims[count++][2] = m;
     /* Direct: m*n*k < t^3, when t leaves room for it. */
     if (t >= 2) {
         size_t d = t - 1 < 61 ? t - 1 : 61;
-        list[count++] = (problem){false, true, d, d > 2 ? d - 2 : 1, d > 4 ? d - 4 : 1, 1.5f, 0.5f};
-        list[count++] =
-            (problem){true, false, d > 4 ? d - 4 : 1, d, d > 2 ? d - 2 : 1, -0.5f, 1.0f};
+        dims[count][0] = d, dims[count][1] = d > 2 ? d - 2 : 1,
+        dims[count++][2] = d > 4 ? d - 4 : 1;
+        dims[count][0] = d > 4 ? d - 4 : 1, dims[count][1] = d,
+        dims[count++][2] = d > 2 ? d - 2 : 1;
     }
-    for (int i = 0; i < count; i++) {
-        hd_status s = run_problem(ctx, &list[i], &seed);
+    return count;
+}
+
+hd_status hd__clblast_check_results(hd_clblast_state *st, hd_context *ctx,
+                                    const hd_clblast_params *probe)
+{
+    (void)st;
+    static const struct {
+        bool trans_a, trans_b;
+        float alpha, beta;
+    } flags[4] = {{false, true, 0.75f, -0.5f},
+                  {true, false, -1.25f, 0.25f},
+                  {false, true, 1.5f, 0.5f},
+                  {true, false, -0.5f, 1.0f}};
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    size_t dims[4][3];
+    size_t count = hd__clblast_verify_problems(probe, dims);
+    for (size_t i = 0; i < count; i++) {
+        problem pr = {flags[i].trans_a, flags[i].trans_b, dims[i][0],   dims[i][1],
+                      dims[i][2],       flags[i].alpha,   flags[i].beta};
+        hd_status s = run_problem(ctx, &pr, &seed);
         if (s != HD_OK)
             return s;
     }
