@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: bash tests/run.sh (as root on a fresh Debian 12 machine, or as a user who
-# has the packages). Installs what is missing, then runs four stages and stops at the first
+# has the packages). Installs what is missing, then runs five stages and stops at the first
 # failure:
 #   1. full build (OpenCL, CLBlast, OpenBLAS, OpenMP) and every suite (PoCL gives a device);
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build without OpenCL: every suite, any

@@ -19,7 +19,11 @@
  *   hd_tensor_read(), hd_sync(), and any CPU operation that needs a result wait for it. An error
  *   that the device reports late is returned by the call that waits.
  * - A context is used by one thread at a time. Separate contexts may be used concurrently from
- *   separate threads.
+ *   separate threads, and any number of threads may call hd_context_create() at once: OpenCL
+ *   discovery runs once per process.
+ * - When the backend chosen for a call fails (it declines, its device fails, or the tuned
+ *   parameters it was given are refused), the next backend runs the call; no backend writes an
+ *   output before every stage of its plan has accepted its arguments and parameters.
  * - Destroying NULL is a harmless no-op.
  */
 #ifndef HD_DISPATCH_H
@@ -140,7 +144,10 @@ HD_API void hd_context_options_init(hd_context_options *opt);
  * Creates a context: discovers the OpenCL devices (unless disabled), probes every backend and
  * loads the tuning cache for the chosen device. A machine without OpenCL, or with no usable
  * device, gives a context whose only backend is the CPU; that is not an error. A damaged tuning
- * cache is reported through hd_context_last_error() and ignored.
+ * cache is reported through hd_context_last_error() and ignored; so is a cache path that names
+ * anything but a regular file (a FIFO is refused at once, never waited on), and a record whose
+ * kernel parameters its backend would refuse is dropped with a note. Safe to call from any
+ * number of threads at once.
  *
  * opt may be NULL for the defaults. On success *ctx owns everything it created; free it with
  * hd_context_destroy(). On failure *ctx is set to NULL and hd_context_last_error(NULL) gives
