@@ -538,6 +538,10 @@ static const struct {
      HD_OP_GEMM,
      HD_BACKEND_FUSED,
      {64, 64, 64}},
+    {"lora 32 64 64 8 fused \"BM=16 BN=16 RM=3\" 5 - -",
+     HD_OP_LORA,
+     HD_BACKEND_FUSED,
+     {32, 64, 64, 8}},
     {"lora 2 64 64 4 fused \"TN=3\" 5 - -", HD_OP_LORA, HD_BACKEND_FUSED, {2, 64, 64, 4}},
     {"gemm 64 64 64 nn clblast \"VWM=3\" 5 - -", HD_OP_GEMM, HD_BACKEND_CLBLAST, {64, 64, 64}},
     {"gemm 64 64 64 nn clblast \"%s\" 5 - -", HD_OP_GEMM, HD_BACKEND_CLBLAST, {64, 64, 64}},
@@ -664,6 +668,58 @@ static void test_fallback_tuned_variant_failing_at_the_call_falls_back_and_is_di
     }
 }
 
+/* What the tuner times is what the load keeps: every variant a backend lists for a shape
+ * passes its own check_variant, so that no tuned record is dropped for being a variant the
+ * backend runs. */
+static void test_fallback_every_listed_variant_passes_the_load_check(void **state)
+{
+    (void)state;
+    static const struct {
+        hd_op op;
+        hd_shape shape;
+    } cases[] = {
+        {HD_OP_GEMM, {.dim = {4, 64, 32}}},
+        {HD_OP_GEMM, {.dim = {64, 64, 64}}},
+        {HD_OP_GEMM, {.dim = {64, 64, 64}, .trans_a = true}},
+        {HD_OP_GEMM, {.dim = {100, 70, 30}, .trans_a = true, .trans_b = true}},
+        {HD_OP_GEMM_BATCHED, {.dim = {16, 32, 8, 3}}},
+        {HD_OP_LORA, {.dim = {2, 64, 64, 4}}},
+        {HD_OP_LORA, {.dim = {32, 64, 64, 8}}},
+        {HD_OP_LORA, {.dim = {32, 64, 64, 80}}},
+        {HD_OP_SOFTMAX, {.dim = {8, 256}}},
+        {HD_OP_LAYER_NORM, {.dim = {3, 67}}},
+        {HD_OP_RMS_NORM, {.dim = {8, 4096}}},
+    };
+    hd_context *ctx = hd_test_context(false);
+    int checked = 0;
+    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
+        const hd_backend_impl *impl = ctx->backends[b];
+        if (impl == NULL || impl->variants == NULL)
+            continue;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (!hd__backend_takes(ctx, (hd_backend)b, cases[i].op, &cases[i].shape))
+                continue;
+            const char *listed[64];
+            size_t n =
+                impl->variants(ctx->backend_state[b], cases[i].op, &cases[i].shape, listed, 64);
+            for (size_t v = 0; v < n; v++) {
+                char copy[HD_TUNE_STRING_MAX]; /* the strings may live in the state */
+                snprintf(copy, sizeof copy, "%s", listed[v]);
+                assert_non_null(impl->check_variant);
+                char key[96];
+                hd__shape_text(cases[i].op, &cases[i].shape, key, sizeof key);
+                if (impl->check_variant(ctx->backend_state[b], ctx, cases[i].op, &cases[i].shape,
+                                        copy) != HD_OK)
+                    fail_msg("%s %s: listed variant \"%s\" fails the check: %s", impl->name, key,
+                             copy, hd_context_last_error(ctx));
+                checked++;
+            }
+        }
+    }
+    print_message("# %d listed variants checked\n", checked);
+    hd_context_destroy(ctx);
+}
+
 /* The hybrid plan's second stage refuses its parameters: CLBlast must not have written
  * y = x*W first. Run on the plan alone, without the dispatcher's fallback. */
 static void test_fallback_hybrid_plan_refusal_leaves_y_untouched(void **state)
@@ -722,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_fallback_rejected_tuned_variants_are_dropped_at_load),
         cmocka_unit_test(
             test_fallback_tuned_variant_failing_at_the_call_falls_back_and_is_disabled),
+        cmocka_unit_test(test_fallback_every_listed_variant_passes_the_load_check),
         cmocka_unit_test(test_fallback_hybrid_plan_refusal_leaves_y_untouched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -212,7 +212,27 @@ static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, con
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
                              "fused: GEMM takes at most 16 rows and no transposes");
         return hd__fused_gemv_params(f, ctx, variant, s->dim[1], s->dim[2], s->dim[0], NULL, &p);
-    case HD_OP_LORA:
+    case HD_OP_LORA: /* as hd__fused_lora chooses: the tiled x*W (+ u*B) or the strip kernel */
+        if (hd__fused_is_tile_variant(variant)) {
+            const hd_fused_tile_call c = {
+                .m = lora.tokens,
+                .n = lora.out,
+                .k = lora.in,
+                .k2 = lora.rank,
+                .batch = 1,
+                .a = {NULL, lora.in, false},
+                .b = {NULL, lora.out, false},
+                .a2 = {NULL, lora.rank, false},
+                .b2 = {NULL, lora.out, false},
+                .ldc = lora.out,
+                .precision = ctx->gemm_precision,
+                .variant = variant,
+            };
+            return hd__fused_tile_check(f, ctx, &c);
+        }
+        if (lora.tokens > 16 || lora.rank > 64)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: LoRA forward takes at most 16 tokens and rank 64");
         return hd__fused_gemv_params(f, ctx, variant, lora.out, lora.in, lora.tokens, &lora, &p);
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:
