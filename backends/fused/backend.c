@@ -170,6 +170,10 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
                            i < sizeof lora_split / sizeof lora_split[0] && n < max;
              i++)
             out[n++] = lora_split[i];
+        if (op == HD_OP_LORA && s->dim[0] > 1) { /* several tokens: the tiled engine too */
+            hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}};
+            n += hd__fused_tile_variants(f, &xw, f->ctx->gemm_precision, out + n, max - n);
+        }
         return n;
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:
