@@ -126,17 +126,32 @@ static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
     if (rank > 0) {
         if ((s = lora_u_buffer(f, ctx, tokens * rank, &u)) != HD_OK)
             return s;
-        hd_fused_tile_call xa = {.m = tokens, .n = rank, .k = in, .batch = 1,
-                                 .alpha = l->scale, .beta = 0.0f,
-                                 .a = {x, in, false}, .b = {hd__fused_mem(l->a), rank, false},
-                                 .c = u, .ldc = rank, .precision = l->precision};
+        hd_fused_tile_call xa = {.m = tokens,
+                                 .n = rank,
+                                 .k = in,
+                                 .batch = 1,
+                                 .alpha = l->scale,
+                                 .beta = 0.0f,
+                                 .a = {x, in, false},
+                                 .b = {hd__fused_mem(l->a), rank, false},
+                                 .c = u,
+                                 .ldc = rank,
+                                 .precision = l->precision};
         if ((s = hd__fused_tile_gemm(f, ctx, &xa)) != HD_OK)
             return s;
     }
-    hd_fused_tile_call y = {.m = tokens, .n = out, .k = in, .batch = 1, .alpha = 1.0f,
-                            .beta = 0.0f, .a = {x, in, false},
-                            .b = {hd__fused_mem(l->w), out, false}, .c = hd__fused_mem(l->y),
-                            .ldc = out, .k2 = rank, .precision = l->precision,
+    hd_fused_tile_call y = {.m = tokens,
+                            .n = out,
+                            .k = in,
+                            .batch = 1,
+                            .alpha = 1.0f,
+                            .beta = 0.0f,
+                            .a = {x, in, false},
+                            .b = {hd__fused_mem(l->w), out, false},
+                            .c = hd__fused_mem(l->y),
+                            .ldc = out,
+                            .k2 = rank,
+                            .precision = l->precision,
                             .variant = l->variant};
     if (rank > 0) {
         y.a2 = (hd_fused_operand){u, rank, false};
@@ -158,8 +173,15 @@ static hd_status lora_rows_then_update(hd_fused *f, hd_context *ctx, const hd_lo
     hd_status s = hd__fused_lora_update_prepare(f, ctx, &defaults, &u);
     if (s != HD_OK)
         return s;
-    hd_gemm_args g = {.alpha = 1.0f, .beta = 0.0f, .a = l->x, .b = l->w, .c = l->y,
-                      .m = l->tokens, .n = l->out, .k = l->in, .precision = l->precision};
+    hd_gemm_args g = {.alpha = 1.0f,
+                      .beta = 0.0f,
+                      .a = l->x,
+                      .b = l->w,
+                      .c = l->y,
+                      .m = l->tokens,
+                      .n = l->out,
+                      .k = l->in,
+                      .precision = l->precision};
     if ((s = hd__fused_gemm(f, ctx, &g)) != HD_OK)
         return s;
     return hd__fused_lora_update_enqueue(ctx, &u);

@@ -26,13 +26,12 @@ bool hd__fused_is_tile_variant(const char *variant)
 void hd__fused_tile_probe(hd_fused *f, cl_device_id device)
 {
     cl_ulong local = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) ==
-        CL_SUCCESS)
+    if (clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) == CL_SUCCESS)
         f->local_mem = (size_t)local;
     char ext[8192] = "";
     cl_uint major = 0;
-    bool listed = clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) ==
-                  CL_SUCCESS;
+    bool listed =
+        clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) == CL_SUCCESS;
     f->nv_options = listed && strstr(ext, "cl_nv_compiler_options") != NULL;
     f->mma = listed && strstr(ext, "cl_nv_device_attribute_query") != NULL &&
              clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
@@ -118,16 +117,18 @@ static size_t local_bytes(const hd_fused_params *p, bool mma, const hd_fused_til
 
 /* The parameters of call c: the variant's, the rest from the shape; checked against what the
  * kernels were written for and what the device offers. *threads: work-items per group. */
-static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
-                             bool mma, hd_fused_params *p, size_t *threads)
+static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c, bool mma,
+                             hd_fused_params *p, size_t *threads)
 {
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, c->variant, p);
     if (s != HD_OK)
         return s;
     bool warp_params = p->wm != 0 || p->wn != 0;
     if (warp_params && !mma)
-        return unsupported(ctx, "WM and WN are the tensor-core kernel's, which this context "
-                                "does not run", p);
+        return unsupported(ctx,
+                           "WM and WN are the tensor-core kernel's, which this context "
+                           "does not run",
+                           p);
     if (mma && (p->rm != 0 || p->rn != 0))
         mma = false; /* an fp32 variant: FMAs are at least as accurate */
     default_tile(f, c, mma, p);
@@ -210,15 +211,15 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DVEC_C=%d -DTRANS_A=%d "
                        "-DTRANS_B=%d -DSPLIT_K=%d",
                        p->bm, p->bn, p->bk, vec_of(a_ld, stage_a, *threads),
-                       vec_of(b_ld, stage_b, *threads), c->ldc % 4 == 0 ? 4 : 1,
-                       (int)c->a.trans, (int)c->b.trans, p->sk > 1);
+                       vec_of(b_ld, stage_b, *threads), c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
+                       (int)c->b.trans, p->sk > 1);
     if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d", p->wm, p->wn,
                         c->precision == HD_PRECISION_TF32 ? 1 : 3);
     else
-        len += snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d", p->rm,
-                        p->rn);
+        len +=
+            snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d", p->rm, p->rn);
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0)
         snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
@@ -231,8 +232,9 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         fp32.variant = NULL;
         s = tile_kernel(f, ctx, &fp32, p, threads, out);
         if (s == HD_OK)
-            hd__error(ctx, HD_OK, "fused: the tensor-core GEMM did not build on this device; "
-                                  "GEMMs run in fp32");
+            hd__error(ctx, HD_OK,
+                      "fused: the tensor-core GEMM did not build on this device; "
+                      "GEMMs run in fp32");
     }
     return s;
 }
@@ -271,8 +273,8 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu tiles exceed the launch's range",
                          tiles * slices);
     cl_mem part = c->c;
-    if (p.sk > 1 && (s = splitk_scratch(f, ctx, slices * c->m * c->n * sizeof(float), &part)) !=
-                        HD_OK)
+    if (p.sk > 1 &&
+        (s = splitk_scratch(f, ctx, slices * c->m * c->n * sizeof(float), &part)) != HD_OK)
         return s;
 
     cl_int m = (cl_int)c->m, n = (cl_int)c->n, kk = (cl_int)c->k, lda = (cl_int)c->a.ld,
@@ -283,19 +285,16 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     /* without a second product its buffers are the first's, never read (k2 = 0) */
     cl_mem a2 = c->k2 > 0 ? c->a2.mem : c->a.mem, b2 = c->k2 > 0 ? c->b2.mem : c->b.mem;
     cl_int lda2 = (cl_int)c->a2.ld, ldb2 = (cl_int)c->b2.ld, k2 = (cl_int)c->k2;
-    const void *values[] = {&m,     &n,   &kk,   &alpha, &c->a.mem, &lda,    &c->b.mem,
-                            &ldb,   &beta, &c->c, &ldc,  &part,     &chunk,  &nslices,
-                            &sa,    &sb,   &sc,   &a2,   &lda2,     &b2,     &ldb2,
-                            &k2};
-    const size_t sizes[] = {sizeof m,       sizeof n,      sizeof kk,      sizeof alpha,
-                            sizeof(cl_mem), sizeof lda,    sizeof(cl_mem), sizeof ldb,
-                            sizeof beta,    sizeof(cl_mem), sizeof ldc,    sizeof(cl_mem),
-                            sizeof chunk,   sizeof nslices, sizeof sa,     sizeof sb,
-                            sizeof sc,      sizeof(cl_mem), sizeof lda2,   sizeof(cl_mem),
-                            sizeof ldb2,    sizeof k2};
+    const void *values[] = {&m,    &n,    &kk,   &alpha, &c->a.mem, &lda,     &c->b.mem, &ldb,
+                            &beta, &c->c, &ldc,  &part,  &chunk,    &nslices, &sa,       &sb,
+                            &sc,   &a2,   &lda2, &b2,    &ldb2,     &k2};
+    const size_t sizes[] = {
+        sizeof m,       sizeof n,       sizeof kk,   sizeof alpha,   sizeof(cl_mem), sizeof lda,
+        sizeof(cl_mem), sizeof ldb,     sizeof beta, sizeof(cl_mem), sizeof ldc,     sizeof(cl_mem),
+        sizeof chunk,   sizeof nslices, sizeof sa,   sizeof sb,      sizeof sc,      sizeof(cl_mem),
+        sizeof lda2,    sizeof(cl_mem), sizeof ldb2, sizeof k2};
     if ((s = set_args(ctx, k, values, sizes, 22)) != HD_OK ||
-        (s = hd__fused_launch(ctx, k, tiles * slices * c->batch, threads)) != HD_OK ||
-        slices == 1)
+        (s = hd__fused_launch(ctx, k, tiles * slices * c->batch, threads)) != HD_OK || slices == 1)
         return s;
 
     cl_kernel reduce;
@@ -365,8 +364,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=128 BK=16 WM=64 WN=64", 128, 128, 16, 64, 64},
         {"BM=64 BN=128 BK=16 WM=64 WN=32", 64, 128, 16, 64, 32},
     };
-    static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4",
-                                        "BM=64 BN=64 SK=8", "BM=64 BN=64 SK=16"};
+    static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
+                                        "BM=64 BN=64 SK=16"};
     /* NVIDIA: the large tiles again at 128 registers, two work-groups per SM */
     static const char *const fma_capped[] = {"BM=128 BN=128 BK=8 RM=8 RN=8 REG=128",
                                              "BM=128 BN=128 BK=16 RM=8 RN=8 REG=128"};
@@ -375,8 +374,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
                                              "BM=64 BN=128 BK=16 WM=32 WN=32 REG=128"};
     bool mma = wants_mma(f, precision);
     const tile_variant *tiles = mma ? mma_tiles : fma_tiles;
-    size_t count = mma ? sizeof mma_tiles / sizeof mma_tiles[0]
-                       : sizeof fma_tiles / sizeof fma_tiles[0];
+    size_t count =
+        mma ? sizeof mma_tiles / sizeof mma_tiles[0] : sizeof fma_tiles / sizeof fma_tiles[0];
     size_t n = 0;
     for (size_t i = 0; i < count && n < max; i++)
         if (variant_fits(f, &tiles[i], mma, s))
