@@ -26,7 +26,8 @@
  * never reads C, so NaN there is ignored as BLAS does); writes C once. Split-K writes and reads
  * back the slices' partial tiles more.
  *
- * Tuning parameters (-D from the host; each default here is the host's default):
+ * Tuning parameters (-D from the host; each default here is the host's default for products
+ * that fill the device with large tiles; smaller ones get smaller tiles and split-K):
  *   BM, BN    tile of C per work-group
  *   BK        k depth of one local-memory stage
  *   VEC_A     4: A is read as float4 along its stored rows (lda % 4 == 0); 1: scalar loads
@@ -45,8 +46,15 @@
 #ifndef BN
 #define BN 128 /* columns of C per work-group */
 #endif
+#ifndef MMA
+#define MMA 0 /* 1: the tensor-core arithmetic of gemm_mma.cl */
+#endif
 #ifndef BK
+#if MMA
 #define BK 16 /* k depth of one local-memory stage */
+#else
+#define BK 8
+#endif
 #endif
 #ifndef VEC_A
 #define VEC_A 1 /* float4 loads of A (host: lda % 4 == 0) */
@@ -69,10 +77,6 @@
 #ifndef GROUP_M
 #define GROUP_M 8 /* tile rows per band of the launch order */
 #endif
-#ifndef MMA
-#define MMA 0 /* 1: the tensor-core arithmetic of gemm_mma.cl */
-#endif
-
 #if MMA
 /* Tensor cores: warps of 32 work-items, each owning a WM x WN block of the tile. Local memory
  * keeps each operand in its stored direction, padded so that the fragment reads of one warp
