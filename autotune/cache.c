@@ -20,6 +20,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/file.h"
+#include "dispatch/op.h"
 
 #define MAX_TOKENS     16
 #define MAX_TIME_US    1e9 /* a quarter of an hour per call is not a tuned op */
@@ -44,31 +45,17 @@ void hd__tune_file_free(hd_tune_file *f)
 
 bool hd__tune_has_transposes(hd_op op)
 {
-    return op == HD_OP_GEMM || op == HD_OP_GEMM_BATCHED;
+    return hd__op(op)->transposes;
 }
 
 int hd__tune_dim_count(hd_op op)
 {
-    switch (op) {
-    case HD_OP_GEMM:
-        return 3;
-    case HD_OP_LORA:
-    case HD_OP_GEMM_BATCHED: /* m, n, k, batch */
-        return 4;
-    default:
-        return 2;
-    }
+    return hd__op(op)->dims;
 }
 
 bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b)
 {
-    if (a->op != b->op)
-        return false;
-    for (int i = 0; i < hd__tune_dim_count(a->op); i++)
-        if (a->shape.dim[i] != b->shape.dim[i])
-            return false;
-    return !hd__tune_has_transposes(a->op) ||
-           (a->shape.trans_a == b->shape.trans_a && a->shape.trans_b == b->shape.trans_b);
+    return a->op == b->op && hd__op_same_shape(a->op, &a->shape, &b->shape);
 }
 
 const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_shape *shape)
@@ -263,7 +250,7 @@ static bool parse_record(parser *ps, hd_op op, const token *tok, int n)
     hd_tune_record r = {.op = op};
     int i = 1;
     for (int d = 0; d < dims; d++, i++) {
-        size_t lo = op == HD_OP_LORA && d == 3 ? 0 : 1; /* LoRA rank may be 0 */
+        size_t lo = hd__op(op)->zero_dim_ok[d] ? 0 : 1; /* LoRA's rank may be 0 */
         if (!tok_size(&tok[i], lo, HD_TUNE_DIM_MAX, &r.shape.dim[d]))
             return bad_line(ps, "dimension %d is not a whole number in [%zu, %zu]", d + 1, lo,
                             HD_TUNE_DIM_MAX);

@@ -58,15 +58,8 @@ typedef struct hd_tune_key {
     char clblast[32];
 } hd_tune_key;
 
-/* The device's measured constants for the cost model; 0 means not measured. */
-typedef struct hd_tune_calibration {
-    double launch_us;   /* one small kernel, enqueue to completion, device events */
-    double copy_gbps;   /* device-to-device copy, GB/s */
-    double host_gbps;   /* host-to-device upload, GB/s */
-    double gemm_gflops; /* best device SGEMM rate seen on a large square GEMM */
-    double cpu_gflops;  /* CPU SGEMM rate */
-    double cpu_gbps;    /* CPU streaming bandwidth (read + write) */
-} hd_tune_calibration;
+/* hd_tune_calibration, the device's measured constants, is declared in backends/backend.h:
+ * the backends' estimates read it. */
 
 typedef struct hd_tune_record {
     hd_op op;

@@ -6,6 +6,7 @@
 #include "autotune/measure.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/select.h"
 
 #ifdef HD_HAVE_OPENCL
 #include "backends/opencl/runtime.h"
@@ -68,8 +69,8 @@ void hd__measure_config_init(hd_measure_config *cfg, hd_measure_mode mode)
 static bool ran_on_host(const hd_context *ctx)
 {
     hd_backend b = ctx->last_backend;
-    const hd_backend_impl *impl = (unsigned)b < HD_BACKEND_COUNT ? ctx->backends[b] : NULL;
-    return impl == NULL || impl->place == HD_PLACE_HOST || ctx->cl == NULL;
+    return b == HD_BACKEND_AUTO || !hd__backend_usable(ctx, b) ||
+           hd__backend_place(ctx, b) == HD_PLACE_HOST || ctx->cl == NULL;
 }
 #endif
 

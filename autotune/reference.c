@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "autotune/reference.h"
+#include "dispatch/op.h"
 
 static double at(const float *m, size_t cols, size_t r, size_t c)
 {
@@ -85,8 +86,13 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
                          char *why, size_t size)
 {
     bool gemm = op != HD_OP_LORA;
-    size_t batch = op == HD_OP_GEMM_BATCHED ? s->dim[3] : 1;
-    size_t rows = s->dim[0], cols = gemm ? s->dim[1] : s->dim[2];
+    /* The output, the table's last tensor: batch matrices of rows x cols stacked by rows. */
+    const hd_op_desc *d = hd__op(op);
+    const hd_op_tensor *o = &d->tensors[d->tensor_count - 1];
+    size_t out_rows, cols;
+    hd__op_tensor_shape(op, d->tensor_count - 1, s, &out_rows, &cols);
+    size_t batch = o->batch == HD_DIM_ONE ? 1 : s->dim[o->batch];
+    size_t rows = out_rows / batch;
     double k = gemm ? (double)s->dim[2] : (double)(s->dim[1] + s->dim[3]);
     size_t total = batch * rows * cols;
     size_t count = total <= HD_REF_FULL ? total : HD_REF_SAMPLES;
@@ -162,21 +168,22 @@ static bool check_rows(hd_op op, const hd_shape *s, const hd_ref_inputs *in, con
     return ok;
 }
 
+typedef bool (*ref_check_fn)(hd_op op, const hd_shape *shape, const hd_ref_inputs *in,
+                             const float *out, char *why, size_t size);
+
+/* Each op's check; NULL: no reference yet. */
+static const ref_check_fn checks[HD_OP_COUNT] = {
+    [HD_OP_GEMM] = check_matmul,     [HD_OP_GEMM_BATCHED] = check_matmul,
+    [HD_OP_LORA] = check_matmul,     [HD_OP_SOFTMAX] = check_rows,
+    [HD_OP_LAYER_NORM] = check_rows, [HD_OP_RMS_NORM] = check_rows,
+};
+
 bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,
                    char *why, size_t size)
 {
     why[0] = '\0';
-    switch (op) {
-    case HD_OP_GEMM:
-    case HD_OP_GEMM_BATCHED:
-    case HD_OP_LORA:
-        return check_matmul(op, shape, in, out, why, size);
-    case HD_OP_SOFTMAX:
-    case HD_OP_LAYER_NORM:
-    case HD_OP_RMS_NORM:
-        return check_rows(op, shape, in, out, why, size);
-    default:
-        snprintf(why, size, "no reference for %s", hd_op_name(op));
-        return false;
-    }
+    if ((unsigned)op < HD_OP_COUNT && checks[op] != NULL)
+        return checks[op](op, shape, in, out, why, size);
+    snprintf(why, size, "no reference for %s", hd_op_name(op));
+    return false;
 }

@@ -137,11 +137,10 @@ static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char 
     for (size_t i = 0; i < f->count; i++) {
         const hd_tune_record *r = &f->records[i];
         hd_backend b = r->backend;
-        const hd_backend_impl *impl =
-            (unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_AUTO ? ctx->backends[b] : NULL;
-        bool bad =
-            r->variant[0] != '\0' && impl != NULL && impl->check_variant != NULL &&
-            impl->check_variant(ctx->backend_state[b], ctx, r->op, &r->shape, r->variant) != HD_OK;
+        bool present = (unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_AUTO &&
+                       (ctx->backends[b] != NULL || ctx->composite[b] != NULL);
+        bool bad = r->variant[0] != '\0' && present &&
+                   hd__backend_check_variant(ctx, b, r->op, &r->shape, r->variant) != HD_OK;
         if (bad && dropped++ == 0) {
             char key[96];
             hd__shape_text(r->op, &r->shape, key, sizeof key);

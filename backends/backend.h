@@ -1,6 +1,6 @@
 /*
  * The private backend interface. Each backend is one `static const hd_backend_impl` with
- * designated initializers, listed in the registry (dispatch/registry.c). The dispatcher checks
+ * designated initializers, listed in the registry (backends/registry.c). The dispatcher checks
  * every argument, chooses a backend, makes the inputs valid at the backend's place, and then
  * calls one op slot; a slot therefore sees only well-formed, non-empty problems (rows, m, n,
  * k >= 1; LoRA rank may be 0) and never aliased GEMM/LoRA outputs.
@@ -60,6 +60,35 @@ typedef struct hd_shape {
     bool trans_a, trans_b; /* GEMM only */
 } hd_shape;
 
+/* The argument struct of each op's backend slot (the op table says which member). */
+typedef union hd_op_args {
+    hd_gemm_args gemm; /* GEMM and batched GEMM */
+    hd_lora_args lora;
+    hd_row_args row;
+} hd_op_args;
+
+/* The device's measured constants for the cost model, from the tuning cache; 0 means not
+ * measured, and each backend then uses its own default. */
+typedef struct hd_tune_calibration {
+    double launch_us;   /* one small kernel, enqueue to completion, device events */
+    double copy_gbps;   /* device-to-device copy, GB/s */
+    double host_gbps;   /* host-to-device upload, GB/s */
+    double gemm_gflops; /* best device SGEMM rate seen on a large square GEMM */
+    double cpu_gflops;  /* CPU SGEMM rate */
+    double cpu_gbps;    /* CPU streaming bandwidth (read + write) */
+} hd_tune_calibration;
+
+/* Which part of an op a backend is asked about: the whole op, or its epilogue after another
+ * backend computed the op's leading product into the output (a plan of two backends; the op
+ * table names the product). */
+typedef enum hd_part {
+    HD_PART_WHOLE = 0,
+    HD_PART_EPILOGUE,
+} hd_part;
+
+/* One op (or its epilogue) on a backend: args->gemm, lora or row as the op table says. */
+typedef hd_status (*hd_op_slot)(void *state, hd_context *ctx, const hd_op_args *args);
+
 typedef struct hd_backend_impl {
     const char *name;
     hd_backend id;
@@ -70,37 +99,56 @@ typedef struct hd_backend_impl {
     hd_status (*probe)(hd_context *ctx, void **state);
     void (*destroy)(void *state); /* (optional) */
 
-    /* Whether the backend takes this shape; NULL: every shape its slot takes. (optional) */
-    bool (*supports)(void *state, hd_op op, const hd_shape *shape);
+    /* Whether the backend takes this shape of op (or of its epilogue), by its own limits;
+     * NULL: every shape its slots take. (optional) */
+    bool (*supports)(void *state, hd_op op, const hd_shape *shape, hd_part part);
 
-    /* Lists up to max kernel-parameter variants worth timing for (op, shape), as strings the
-     * slots accept in args->variant; returns how many. The autotuner times each. (optional) */
-    size_t (*variants)(void *state, hd_op op, const hd_shape *shape, const char **out,
+    /* The backend's own estimate of one call in microseconds, its inputs already at its
+     * place, from the device's calibration (NULL or zero fields: the backend's defaults).
+     * The scheduler's cost model compares these. (optional: not costed) */
+    double (*estimate_us)(void *state, hd_op op, const hd_shape *shape, hd_part part,
+                          const hd_tune_calibration *cal);
+
+    /* Lists up to max kernel-parameter variants worth timing for (op, shape, part), as
+     * strings the slots accept in args->variant; returns how many. The autotuner times each.
+     * (optional) */
+    size_t (*variants)(void *state, hd_op op, const hd_shape *shape, hd_part part, const char **out,
                        size_t max);
 
     /* Whether the backend computes GEMMs in precision p here (fp32: every backend); NULL: fp32
      * only. The context runs fp32 when no backend takes the requested mode. (optional) */
     bool (*runs_precision)(void *state, hd_precision p);
 
-    /* Whether the slot of op would accept variant for shape on this device, checked without
+    /* Whether the slot of op (or of its epilogue) would accept variant for shape on this device,
+     * checked without
      * building or running anything: HD_OK, or the status the slot would return, with its
      * message. The tuning table drops a record whose variant fails here, so that a damaged or
      * foreign cache cannot make a valid call fail. (optional: NULL, not checked at load; a
      * variant that fails at a call still falls back) */
     hd_status (*check_variant)(void *state, hd_context *ctx, hd_op op, const hd_shape *shape,
-                               const char *variant);
+                               hd_part part, const char *variant);
 
     /* Builds or compiles whatever the first call would. (optional) */
     hd_status (*warmup)(void *state, hd_context *ctx);
 
-    hd_status (*gemm)(void *state, hd_context *ctx, const hd_gemm_args *args);       /* (optional) */
-    /* hd_gemm_batched(): args->batch matrices per tensor. (optional) */
-    hd_status (*gemm_batched)(void *state, hd_context *ctx, const hd_gemm_args *args);
-    hd_status (*lora)(void *state, hd_context *ctx, const hd_lora_args *args);       /* (optional) */
-    hd_status (*softmax)(void *state, hd_context *ctx, const hd_row_args *args);     /* (optional) */
-    hd_status (*layer_norm)(void *state, hd_context *ctx, const hd_row_args *args);  /* (optional) */
-    hd_status (*rms_norm)(void *state, hd_context *ctx, const hd_row_args *args);    /* (optional) */
+    hd_op_slot run[HD_OP_COUNT];      /* the whole op; NULL: not offered */
+    hd_op_slot epilogue[HD_OP_COUNT]; /* the op after its product; NULL: not offered */
 } hd_backend_impl;
+
+/* A plan of two backends, composed by the scheduler: the product backend's GEMM slot computes
+ * the op's leading product (the op table's product) into the output, then the epilogue
+ * backend's epilogue slot finishes the op. Both run at one place, in one queue order. */
+typedef struct hd_composite {
+    hd_backend id;       /* the plan's name and number, as a backend's */
+    hd_backend product;  /* its GEMM slot runs first */
+    hd_backend epilogue; /* its epilogue slot runs second, with the plan's variant */
+} hd_composite;
+
+/* The registry (backends/registry.c): the backends in probe order, the plans of two, and the
+ * order in which the scheduler falls back through them when nothing else decides. */
+const hd_backend_impl *const *hd__registry_backends(size_t *count);
+const hd_composite *hd__registry_composites(size_t *count);
+const hd_backend *hd__registry_order(size_t *count);
 
 extern const hd_backend_impl hd__backend_cpu;
 #ifdef HD_HAVE_OPENCL
@@ -108,7 +156,6 @@ extern const hd_backend_impl hd__backend_fused;
 #endif
 #ifdef HD_HAVE_CLBLAST
 extern const hd_backend_impl hd__backend_clblast;
-extern const hd_backend_impl hd__backend_clblast_fused;
 #endif
 
 #endif

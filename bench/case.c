@@ -6,6 +6,7 @@
 
 #include "autotune/reference.h"
 #include "bench/case.h"
+#include "dispatch/call.h"
 #include "dispatch/error.h"
 
 /* Inputs of all sets together under this size rotate among several sets, so that a timing
@@ -39,49 +40,23 @@ typedef struct input_spec {
     float lo, hi;
 } input_spec;
 
-/* The input tensors of a case and the value ranges they are drawn from. */
+/* The input tensors of a case and the value ranges they are drawn from: the op table's. */
 static int input_specs(const hd_bench_case *c, input_spec spec[4], size_t *out_rows,
                        size_t *out_cols)
 {
-    const size_t *d = c->shape.dim;
-    switch (c->op) {
-    case HD_OP_GEMM:
-        spec[0] =
-            c->shape.trans_a ? (input_spec){d[2], d[0], -1, 1} : (input_spec){d[0], d[2], -1, 1};
-        spec[1] =
-            c->shape.trans_b ? (input_spec){d[1], d[2], -1, 1} : (input_spec){d[2], d[1], -1, 1};
-        *out_rows = d[0];
-        *out_cols = d[1];
-        return 2;
-    case HD_OP_LORA:
-        spec[0] = (input_spec){d[0], d[1], -1, 1};
-        spec[1] = (input_spec){d[1], d[2], -1, 1};
-        spec[2] = (input_spec){d[1], d[3], -1, 1};
-        spec[3] = (input_spec){d[3], d[2], -1, 1};
-        *out_rows = d[0];
-        *out_cols = d[2];
-        return 4;
-    case HD_OP_SOFTMAX:
-        spec[0] = (input_spec){d[0], d[1], -4, 4};
-        *out_rows = d[0];
-        *out_cols = d[1];
-        return 1;
-    case HD_OP_LAYER_NORM:
-        spec[0] = (input_spec){d[0], d[1], -2, 3};
-        spec[1] = (input_spec){1, d[1], 0.5f, 1.5f};
-        spec[2] = (input_spec){1, d[1], -0.5f, 0.5f};
-        *out_rows = d[0];
-        *out_cols = d[1];
-        return 3;
-    case HD_OP_RMS_NORM:
-        spec[0] = (input_spec){d[0], d[1], -2, 3};
-        spec[1] = (input_spec){1, d[1], 0.5f, 1.5f};
-        *out_rows = d[0];
-        *out_cols = d[1];
-        return 2;
-    default:
-        return 0;
+    const hd_op_desc *d = hd__op(c->op);
+    int n = 0;
+    for (int i = 0; i < d->tensor_count; i++) {
+        size_t rows, cols;
+        hd__op_tensor_shape(c->op, i, &c->shape, &rows, &cols);
+        if (d->tensors[i].role == HD_ROLE_OUTPUT) {
+            *out_rows = rows;
+            *out_cols = cols;
+        } else if (n < 4) {
+            spec[n++] = (input_spec){rows, cols, d->tensors[i].lo, d->tensors[i].hi};
+        }
     }
+    return n;
 }
 
 static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *state, hd_tensor **t)
@@ -140,21 +115,18 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
 {
     hd_bench_instance *inst = user;
     hd_tensor **in = inst->in[set < inst->sets ? set : 0];
-    switch (inst->c.op) {
-    case HD_OP_GEMM:
-        return hd_gemm(ctx, inst->c.shape.trans_a, inst->c.shape.trans_b, 1.0f, in[0], in[1], 0.0f,
-                       inst->out);
-    case HD_OP_LORA:
-        return hd_lora_forward(ctx, in[0], in[1], in[2], in[3], inst->scale, inst->out);
-    case HD_OP_SOFTMAX:
-        return hd_softmax(ctx, in[0], inst->out);
-    case HD_OP_LAYER_NORM:
-        return hd_layer_norm(ctx, in[0], in[1], in[2], inst->eps, inst->out);
-    case HD_OP_RMS_NORM:
-        return hd_rms_norm(ctx, in[0], in[1], inst->eps, inst->out);
-    default:
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d", (int)inst->c.op);
-    }
+    hd_tensor *t[HD_OP_TENSOR_MAX];
+    const hd_op_desc *d = hd__op(inst->c.op);
+    for (int i = 0, n = 0; i < d->tensor_count; i++)
+        t[i] = d->tensors[i].role == HD_ROLE_OUTPUT ? inst->out : in[n++];
+    hd_op_params p = {.trans_a = inst->c.shape.trans_a,
+                      .trans_b = inst->c.shape.trans_b,
+                      .alpha = 1.0f,
+                      .beta = 0.0f,
+                      .scale = inst->scale,
+                      .eps = inst->eps,
+                      .batch = inst->c.shape.dim[3]};
+    return hd__call(ctx, inst->c.op, t, &p);
 }
 
 /* The sampled rows or columns: all of them up to max, else max spread evenly, first and last
@@ -255,7 +227,7 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
                              .scale = inst->scale,
                              .eps = inst->eps,
                              .precision = hd_context_gemm_precision(ctx)};
-        bool rows = inst->c.op != HD_OP_GEMM && inst->c.op != HD_OP_LORA;
+        bool rows = !hd__op(inst->c.op)->compute_bound;
         *worst = rows ? check_rows(inst, &ref, y) : check_matmul(inst, &ref, y);
     }
     for (int i = 0; i < 4; i++)

@@ -1,8 +1,10 @@
-/* The benchmark suites as data, and the per-case figures (name, FLOPs, minimum bytes). */
+/* The benchmark suites as data, and the per-case figures (name, FLOPs, minimum bytes) from the
+ * op table. */
 #include <stdio.h>
 #include <string.h>
 
 #include "bench/suites.h"
+#include "dispatch/op.h"
 
 #define GEMM(m, n, k)                                                                              \
     {                                                                                              \
@@ -147,67 +149,26 @@ const hd_bench_suite *hd__bench_suite_find(const char *name)
 
 int hd__bench_case_name(const hd_bench_case *c, char *buf, size_t cap)
 {
-    const size_t *d = c->shape.dim;
-    switch (c->op) {
-    case HD_OP_GEMM:
-        if (c->shape.trans_a || c->shape.trans_b)
-            return snprintf(buf, cap, "gemm %zux%zux%zu %c%c", d[0], d[1], d[2],
-                            c->shape.trans_a ? 'T' : 'N', c->shape.trans_b ? 'T' : 'N');
-        return snprintf(buf, cap, "gemm %zux%zux%zu", d[0], d[1], d[2]);
-    case HD_OP_LORA:
-        return snprintf(buf, cap, "lora %zux%zux%zu r%zu", d[0], d[1], d[2], d[3]);
-    default:
-        return snprintf(buf, cap, "%s %zux%zu", hd_op_name(c->op), d[0], d[1]);
-    }
+    return hd__op_text(c->op, &c->shape, HD_TEXT_CASE, buf, cap);
 }
 
 double hd__bench_case_flops(const hd_bench_case *c)
 {
-    double a = (double)c->shape.dim[0], b = (double)c->shape.dim[1];
-    double e = (double)c->shape.dim[2], r = (double)c->shape.dim[3];
-    switch (c->op) {
-    case HD_OP_GEMM:
-        return 2.0 * a * b * e;
-    case HD_OP_LORA: /* x*W, x*A, (xA)*B, and the scaled add */
-        return 2.0 * a * b * e + 2.0 * a * b * r + 2.0 * a * r * e + 2.0 * a * e;
-    case HD_OP_SOFTMAX: /* max, subtract, exp, sum, divide */
-        return 5.0 * a * b;
-    case HD_OP_LAYER_NORM: /* mean, variance, normalise, scale, shift */
-        return 7.0 * a * b;
-    case HD_OP_RMS_NORM:
-        return 4.0 * a * b;
-    default:
-        return 0.0;
-    }
+    return hd__op_flops(c->op, &c->shape);
 }
 
 double hd__bench_case_elements(const hd_bench_case *c)
 {
-    double a = (double)c->shape.dim[0], b = (double)c->shape.dim[1];
-    double e = (double)c->shape.dim[2], r = (double)c->shape.dim[3];
-    switch (c->op) {
-    case HD_OP_GEMM: /* A m×k, B k×n, C m×n */
-        return a * e + e * b + a * b;
-    case HD_OP_LORA: /* x T×in, W in×out, A in×r, B r×out, y T×out */
-        return a * b + b * e + b * r + r * e + a * e;
-    case HD_OP_SOFTMAX:
-        return 2.0 * a * b;
-    case HD_OP_LAYER_NORM:
-        return 2.0 * a * b + 2.0 * b;
-    case HD_OP_RMS_NORM:
-        return 2.0 * a * b + b;
-    default:
-        return 0.0;
-    }
+    return hd__op_elements(c->op, &c->shape);
 }
 
 double hd__bench_case_bytes(const hd_bench_case *c)
 {
     /* beta = 0 in the benchmark, so C is written and never read: every tensor moves once. */
-    return 4.0 * hd__bench_case_elements(c);
+    return hd__op_bytes(c->op, &c->shape);
 }
 
 int hd__bench_case_compute_bound(const hd_bench_case *c)
 {
-    return c->op == HD_OP_GEMM || c->op == HD_OP_LORA;
+    return hd__op(c->op)->compute_bound;
 }

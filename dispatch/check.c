@@ -4,13 +4,31 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 
-static hd_status check_tensor(hd_context *ctx, const char *fn, const char *name, const hd_tensor *t)
+hd_status hd__check_tensors(hd_context *ctx, hd_op op, hd_tensor *const t[])
 {
-    if (t == NULL)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", fn, name);
-    if (t->ctx != ctx)
-        return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
-                         "%s: tensor '%s' was created in another context", fn, name);
+    const hd_op_desc *d = hd__op(op);
+    for (int i = 0; i < d->tensor_count; i++) {
+        const char *name = d->tensors[i].name;
+        if (t[i] == NULL && d->tensors[i].optional)
+            continue;
+        if (t[i] == NULL)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", d->fn, name);
+        if (t[i]->ctx != ctx)
+            return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
+                             "%s: tensor '%s' was created in another context", d->fn, name);
+    }
+    for (int o = 0; o < d->tensor_count; o++) {
+        const hd_op_tensor *out = &d->tensors[o];
+        if (out->role != HD_ROLE_OUTPUT || t[o] == NULL)
+            continue;
+        for (int i = 0; i < d->tensor_count; i++) {
+            if (i == o || t[i] != t[o] || (out->in_place && i == 0))
+                continue;
+            return hd__error(ctx, HD_ERR_ALIASING, "%s: output '%s' is also %s '%s'", d->fn,
+                             out->name, d->tensors[i].role == HD_ROLE_INPUT ? "input" : "output",
+                             d->tensors[i].name);
+        }
+    }
     return HD_OK;
 }
 
@@ -21,113 +39,106 @@ static hd_status shape_error(hd_context *ctx, const char *fn, const char *what, 
                      fn, what, name, t->rows, t->cols, rows, cols);
 }
 
-/* What GEMM and batched GEMM check before shapes: three tensors of ctx, c not an input. */
-static hd_status check_gemm_tensors(hd_context *ctx, const char *fn, const hd_tensor *a,
-                                    const hd_tensor *b, const hd_tensor *c)
+static void set_io(hd_op op, hd_tensor *const t[], hd_call *call)
 {
-    hd_status s;
-    if ((s = check_tensor(ctx, fn, "a", a)) || (s = check_tensor(ctx, fn, "b", b)) ||
-        (s = check_tensor(ctx, fn, "c", c)))
-        return s;
-    if (c == a || c == b)
-        return hd__error(ctx, HD_ERR_ALIASING, "%s: output 'c' is also input '%s'", fn,
-                         c == a ? "a" : "b");
-    return HD_OK;
+    const hd_op_desc *d = hd__op(op);
+    call->io.input_count = call->io.output_count = 0;
+    for (int i = 0; i < d->tensor_count; i++) {
+        if (t[i] == NULL)
+            continue;
+        if (d->tensors[i].role == HD_ROLE_OUTPUT)
+            call->io.outputs[call->io.output_count++] = t[i];
+        else
+            call->io.inputs[call->io.input_count++] = t[i];
+    }
 }
 
-hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
-                         const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c,
-                         hd_gemm_args *args)
+/* GEMM and batched GEMM after the per-matrix sizes are known: the empty and scale-only
+ * cases of BLAS, and the arguments. */
+static void gemm_call(const hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                      size_t m, size_t n, size_t k, size_t batch, hd_call *call)
 {
-    static const char fn[] = "hd_gemm";
-    hd_status s = check_gemm_tensors(ctx, fn, a, b, c);
-    if (s != HD_OK)
-        return s;
-    size_t m = trans_a ? a->cols : a->rows;
-    size_t k = trans_a ? a->rows : a->cols;
-    size_t kb = trans_b ? b->cols : b->rows;
-    size_t n = trans_b ? b->rows : b->cols;
+    call->args.gemm = (hd_gemm_args){.trans_a = p->trans_a,
+                                     .trans_b = p->trans_b,
+                                     .alpha = p->alpha,
+                                     .beta = p->beta,
+                                     .a = t[0],
+                                     .b = t[1],
+                                     .c = t[2],
+                                     .m = m,
+                                     .n = n,
+                                     .k = k,
+                                     .batch = batch,
+                                     .precision = ctx->gemm_precision};
+    call->shape = (hd_shape){.dim = {m, n, k, call->op == HD_OP_GEMM ? 0 : batch},
+                             .trans_a = p->trans_a,
+                             .trans_b = p->trans_b};
+    set_io(call->op, t, call);
+    call->io.output_read = p->beta != 0.0f;
+    call->beta = p->beta;
+    if (batch == 0 || m == 0 || n == 0)
+        call->kind = HD_CALL_NOTHING;
+    else if (k == 0 || p->alpha == 0.0f) /* every C_i = beta*C_i: the whole stack at once */
+        call->kind = HD_CALL_SCALE_ONLY;
+    else
+        call->kind = HD_CALL_RUN;
+}
+
+hd_status hd__prepare_gemm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call)
+{
+    const char *fn = hd__op(HD_OP_GEMM)->fn;
+    const hd_tensor *a = t[0], *b = t[1], *c = t[2];
+    size_t m = p->trans_a ? a->cols : a->rows;
+    size_t k = p->trans_a ? a->rows : a->cols;
+    size_t kb = p->trans_b ? b->cols : b->rows;
+    size_t n = p->trans_b ? b->rows : b->cols;
     if (kb != k)
         return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
                          "%s: op(a) is %zu x %zu but op(b) is %zu x %zu (inner dimensions differ)",
                          fn, m, k, kb, n);
     if (c->rows != m || c->cols != n)
         return shape_error(ctx, fn, "op(a)*op(b) does not fit the output", c, "c", m, n);
-    *args = (hd_gemm_args){.trans_a = trans_a,
-                           .trans_b = trans_b,
-                           .alpha = alpha,
-                           .beta = beta,
-                           .a = a,
-                           .b = b,
-                           .c = c,
-                           .m = m,
-                           .n = n,
-                           .k = k,
-                           .precision = ctx->gemm_precision};
+    gemm_call(ctx, t, p, m, n, k, 1, call);
     return HD_OK;
 }
 
-hd_status hd__check_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b,
-                                 float alpha, const hd_tensor *a, const hd_tensor *b, float beta,
-                                 hd_tensor *c, hd_gemm_args *args)
+hd_status hd__prepare_gemm_batched(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                                   hd_call *call)
 {
-    static const char fn[] = "hd_gemm_batched";
-    hd_status s = check_gemm_tensors(ctx, fn, a, b, c);
-    if (s != HD_OK)
-        return s;
-    *args = (hd_gemm_args){.trans_a = trans_a,
-                           .trans_b = trans_b,
-                           .alpha = alpha,
-                           .beta = beta,
-                           .a = a,
-                           .b = b,
-                           .c = c,
-                           .batch = 0,
-                           .precision = ctx->gemm_precision};
-    if (batch == 0)
+    const hd_op_desc *d = hd__op(HD_OP_GEMM_BATCHED);
+    const hd_tensor *a = t[0], *b = t[1], *c = t[2];
+    size_t batch = p->batch;
+    if (batch == 0) {
+        gemm_call(ctx, t, p, 0, 0, 0, 0, call);
         return HD_OK;
-    const hd_tensor *t[] = {a, b, c};
-    static const char *const names[] = {"a", "b", "c"};
+    }
     for (int i = 0; i < 3; i++)
         if (t[i]->rows % batch != 0)
             return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
-                             "%s: '%s' has %zu rows, not a multiple of the batch of %zu", fn,
-                             names[i], t[i]->rows, batch);
+                             "%s: '%s' has %zu rows, not a multiple of the batch of %zu", d->fn,
+                             d->tensors[i].name, t[i]->rows, batch);
     size_t ra = a->rows / batch, rb = b->rows / batch, rc = c->rows / batch;
-    size_t m = trans_a ? a->cols : ra, k = trans_a ? ra : a->cols;
-    size_t kb = trans_b ? b->cols : rb, n = trans_b ? rb : b->cols;
+    size_t m = p->trans_a ? a->cols : ra, k = p->trans_a ? ra : a->cols;
+    size_t kb = p->trans_b ? b->cols : rb, n = p->trans_b ? rb : b->cols;
     if (kb != k)
         return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
                          "%s: each op(a) is %zu x %zu but each op(b) is %zu x %zu (inner "
                          "dimensions differ)",
-                         fn, m, k, kb, n);
+                         d->fn, m, k, kb, n);
     if (rc != m || c->cols != n)
         return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
                          "%s: each op(a)*op(b) is %zu x %zu but each matrix of 'c' is %zu x %zu",
-                         fn, m, n, rc, c->cols);
-    args->m = m;
-    args->n = n;
-    args->k = k;
-    args->batch = batch;
+                         d->fn, m, n, rc, c->cols);
+    gemm_call(ctx, t, p, m, n, k, batch, call);
     return HD_OK;
 }
 
-hd_status hd__check_lora(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
-                         const hd_tensor *a, const hd_tensor *b, float scale, hd_tensor *y,
-                         hd_lora_args *args)
+hd_status hd__prepare_lora(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call)
 {
-    static const char fn[] = "hd_lora_forward";
-    hd_status s;
-    if ((s = check_tensor(ctx, fn, "x", x)) || (s = check_tensor(ctx, fn, "w", w)) ||
-        (s = check_tensor(ctx, fn, "a", a)) || (s = check_tensor(ctx, fn, "b", b)) ||
-        (s = check_tensor(ctx, fn, "y", y)))
-        return s;
-    const hd_tensor *inputs[] = {x, w, a, b};
-    static const char *const names[] = {"x", "w", "a", "b"};
-    for (int i = 0; i < 4; i++)
-        if (y == inputs[i])
-            return hd__error(ctx, HD_ERR_ALIASING, "%s: output 'y' is also input '%s'", fn,
-                             names[i]);
+    const char *fn = hd__op(HD_OP_LORA)->fn;
+    const hd_tensor *x = t[0], *w = t[1], *a = t[2], *b = t[3], *y = t[4];
     size_t tokens = x->rows, in = x->cols, out = w->cols, rank = a->cols;
     if (w->rows != in)
         return shape_error(ctx, fn, "W must have as many rows as x has columns", w, "w", in, out);
@@ -137,48 +148,67 @@ hd_status hd__check_lora(hd_context *ctx, const hd_tensor *x, const hd_tensor *w
         return shape_error(ctx, fn, "B must be rank x out", b, "b", rank, out);
     if (y->rows != tokens || y->cols != out)
         return shape_error(ctx, fn, "y must be tokens x out", y, "y", tokens, out);
-    *args = (hd_lora_args){.x = x,
-                           .w = w,
-                           .a = a,
-                           .b = b,
-                           .scale = scale,
-                           .y = y,
-                           .tokens = tokens,
-                           .in = in,
-                           .out = out,
-                           .rank = rank,
-                           .precision = ctx->gemm_precision};
+    call->args.lora = (hd_lora_args){.x = x,
+                                     .w = w,
+                                     .a = a,
+                                     .b = b,
+                                     .scale = p->scale,
+                                     .y = t[4],
+                                     .tokens = tokens,
+                                     .in = in,
+                                     .out = out,
+                                     .rank = rank,
+                                     .precision = ctx->gemm_precision};
+    call->shape = (hd_shape){.dim = {tokens, in, out, rank}};
+    set_io(HD_OP_LORA, t, call);
+    call->beta = 0.0f;
+    if (tokens == 0 || out == 0)
+        call->kind = HD_CALL_NOTHING;
+    else if (in == 0) /* x*W and x*A are sums of nothing */
+        call->kind = HD_CALL_SCALE_ONLY;
+    else
+        call->kind = HD_CALL_RUN;
     return HD_OK;
 }
 
-hd_status hd__check_rows(hd_context *ctx, const char *fn, const hd_tensor *x,
-                         const hd_tensor *gamma, const hd_tensor *beta, bool has_eps, float eps,
-                         hd_tensor *y, hd_row_args *args)
+/* Softmax and the norms: t is x, the parameters (one row as wide as x), y. */
+static hd_status prepare_rows(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                              bool has_eps, hd_call *call)
 {
-    hd_status s;
-    if ((s = check_tensor(ctx, fn, "x", x)) || (s = check_tensor(ctx, fn, "y", y)))
-        return s;
-    const char *gamma_name = beta != NULL ? "gamma" : "weight";
-    const hd_tensor *params[] = {gamma, beta};
-    const char *param_names[] = {gamma_name, "beta"};
-    for (int i = 0; i < 2; i++) {
-        if (params[i] == NULL)
-            continue;
-        if ((s = check_tensor(ctx, fn, param_names[i], params[i])))
-            return s;
-        if (params[i]->rows != 1 || params[i]->cols != x->cols)
-            return shape_error(ctx, fn, "parameters are one row as wide as x", params[i],
-                               param_names[i], 1, x->cols);
-        if (params[i] == y)
-            return hd__error(ctx, HD_ERR_ALIASING, "%s: output 'y' is also parameter '%s'", fn,
-                             param_names[i]);
-    }
+    const hd_op_desc *d = hd__op(call->op);
+    const hd_tensor *x = t[0];
+    int last = d->tensor_count - 1;
+    hd_tensor *y = t[last];
+    for (int i = 1; i < last; i++)
+        if (t[i]->rows != 1 || t[i]->cols != x->cols)
+            return shape_error(ctx, d->fn, "parameters are one row as wide as x", t[i],
+                               d->tensors[i].name, 1, x->cols);
     if (y->rows != x->rows || y->cols != x->cols)
-        return shape_error(ctx, fn, "y must have the shape of x", y, "y", x->rows, x->cols);
-    if (has_eps && !(isfinite(eps) && eps >= 0.0f))
+        return shape_error(ctx, d->fn, "y must have the shape of x", y, "y", x->rows, x->cols);
+    if (has_eps && !(isfinite(p->eps) && p->eps >= 0.0f))
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g",
-                         fn, (double)eps);
-    *args = (hd_row_args){
-        .x = x, .gamma = gamma, .beta = beta, .eps = eps, .y = y, .rows = x->rows, .cols = x->cols};
+                         d->fn, (double)p->eps);
+    call->args.row = (hd_row_args){.x = x,
+                                   .gamma = last > 1 ? t[1] : NULL,
+                                   .beta = last > 2 ? t[2] : NULL,
+                                   .eps = p->eps,
+                                   .y = y,
+                                   .rows = x->rows,
+                                   .cols = x->cols};
+    call->shape = (hd_shape){.dim = {x->rows, x->cols}};
+    set_io(call->op, t, call);
+    call->kind = x->rows == 0 || x->cols == 0 ? HD_CALL_NOTHING : HD_CALL_RUN;
     return HD_OK;
+}
+
+hd_status hd__prepare_softmax(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                              hd_call *call)
+{
+    return prepare_rows(ctx, t, p, false, call);
+}
+
+hd_status hd__prepare_norm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call)
+{
+    return prepare_rows(ctx, t, p, true, call);
 }

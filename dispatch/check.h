@@ -1,24 +1,28 @@
-/* Argument checks of the public operations. Each turns the caller's arguments into the
- * backend argument struct, or returns an error with a message naming the culprit; nothing is
- * touched before every check has passed. */
+/* Argument checks of the operations, one per row of the op table (its prepare member). Each
+ * turns the caller's tensors and scalars into the backend argument struct and the call's
+ * shape, or returns an error with a message naming the culprit; nothing is touched before
+ * every check has passed. The tensors arrive checked for NULL, context and aliasing. */
 #ifndef HD_DISPATCH_CHECK_H
 #define HD_DISPATCH_CHECK_H
 
-#include "backends/backend.h"
+#include "dispatch/call.h"
 
-hd_status hd__check_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
-                         const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c,
-                         hd_gemm_args *args);
+/* The checks every op shares, from its row of the table: each tensor non-NULL (unless
+ * optional) and of ctx, no output that is also an input (but an in-place output may be the
+ * first input). */
+hd_status hd__check_tensors(hd_context *ctx, hd_op op, hd_tensor *const t[]);
+
+hd_status hd__prepare_gemm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call);
 /* batch = 0 passes (a no-op) once the tensors are valid; args gets per-matrix m, n, k. */
-hd_status hd__check_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b,
-                                 float alpha, const hd_tensor *a, const hd_tensor *b, float beta,
-                                 hd_tensor *c, hd_gemm_args *args);
-hd_status hd__check_lora(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
-                         const hd_tensor *a, const hd_tensor *b, float scale, hd_tensor *y,
-                         hd_lora_args *args);
-/* gamma and beta may be NULL where the op has none; fn names the op in messages. */
-hd_status hd__check_rows(hd_context *ctx, const char *fn, const hd_tensor *x,
-                         const hd_tensor *gamma, const hd_tensor *beta, bool has_eps, float eps,
-                         hd_tensor *y, hd_row_args *args);
+hd_status hd__prepare_gemm_batched(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                                   hd_call *call);
+hd_status hd__prepare_lora(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call);
+/* Softmax (no parameters, no eps) and the norms (parameters one row as wide as x, eps). */
+hd_status hd__prepare_softmax(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                              hd_call *call);
+hd_status hd__prepare_norm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call);
 
 #endif

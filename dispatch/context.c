@@ -148,7 +148,7 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
     hd__fault_init(ctx);
     hd_status s = open_device(ctx, opt);
     if (s == HD_OK)
-        s = hd__registry_probe(ctx);
+        s = hd__backends_probe(ctx);
     if (s == HD_OK)
         s = choose_precision(ctx, opt);
     if (s == HD_OK) {
@@ -174,7 +174,7 @@ void hd_context_destroy(hd_context *ctx)
     if (ctx == NULL)
         return;
     hd__tune_close(ctx);
-    hd__registry_destroy(ctx);
+    hd__backends_destroy(ctx);
 #ifdef HD_HAVE_OPENCL
     hd__cl_runtime_destroy(ctx->cl);
 #endif
@@ -199,8 +199,12 @@ const char *hd_context_device_name(const hd_context *ctx)
 
 bool hd__backend_usable(const hd_context *ctx, hd_backend b)
 {
-    return (unsigned)b < HD_BACKEND_COUNT && ctx->backends[b] != NULL &&
-           !ctx->backend_unhealthy[b];
+    if ((unsigned)b >= HD_BACKEND_COUNT || ctx->backend_unhealthy[b])
+        return false;
+    const hd_composite *plan = ctx->composite[b];
+    if (plan != NULL)
+        return hd__backend_usable(ctx, plan->product) && hd__backend_usable(ctx, plan->epilogue);
+    return ctx->backends[b] != NULL;
 }
 
 bool hd_context_has_backend(const hd_context *ctx, hd_backend b)
@@ -241,7 +245,8 @@ hd_status hd_context_warmup(hd_context *ctx)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(ctx);
     for (int b = 0; b < HD_BACKEND_COUNT; b++) {
-        if (!hd__backend_usable(ctx, (hd_backend)b) || ctx->backends[b]->warmup == NULL)
+        if (!hd__backend_usable(ctx, (hd_backend)b) || ctx->backends[b] == NULL ||
+            ctx->backends[b]->warmup == NULL)
             continue;
         hd_status s = ctx->backends[b]->warmup(ctx->backend_state[b], ctx);
         if (s != HD_OK)

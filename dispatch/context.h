@@ -19,9 +19,11 @@ struct hd_tune_table;
 struct hd_context {
     char last_error[HD_ERROR_CAPACITY];
 
-    /* Indexed by hd_backend; NULL where the backend is not built or not available here. */
+    /* Indexed by hd_backend; NULL where the backend is not built or not available here. A
+     * plan of two backends has its composite instead of an impl and a state. */
     const hd_backend_impl *backends[HD_BACKEND_COUNT];
     void *backend_state[HD_BACKEND_COUNT];
+    const hd_composite *composite[HD_BACKEND_COUNT];
     bool backend_unhealthy[HD_BACKEND_COUNT]; /* its device failed during this context */
 
     hd_backend forced[HD_OP_COUNT]; /* HD_BACKEND_AUTO: dispatcher chooses */
@@ -44,17 +46,16 @@ bool hd__backend_from_name(const char *name, hd_backend *b);
 bool hd__op_from_name(const char *name, hd_op *op);
 bool hd__precision_from_name(const char *name, hd_precision *p);
 
-/* Whether backend b is present and healthy in ctx. */
+/* Whether backend or plan b is present and healthy in ctx (a plan: both its backends). */
 bool hd__backend_usable(const hd_context *ctx, hd_backend b);
 
 /* Marks b unhealthy after a device failure: the dispatcher stops choosing it. */
 void hd__backend_mark_unhealthy(hd_context *ctx, hd_backend b);
 
-/* Probes every registered backend into ctx, and destroys their states again. */
-hd_status hd__registry_probe(hd_context *ctx);
-void hd__registry_destroy(hd_context *ctx);
-/* The registered backends in fallback order, whether or not they probed successfully. */
-const hd_backend_impl *const *hd__registry_list(size_t *count);
+/* Probes every registered backend into ctx (and the plans whose backends both probed), and
+ * destroys their states again. */
+hd_status hd__backends_probe(hd_context *ctx);
+void hd__backends_destroy(hd_context *ctx);
 
 /* Opens the tuning table named by the options or the environment (autotune/table.c). A
  * damaged file is reported in the last error and ignored: the context works without it. */

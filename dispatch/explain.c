@@ -58,22 +58,24 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
     if ((unsigned)op >= HD_OP_COUNT)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_context_explain: unknown operation %d",
                          (int)op);
-    hd_shape shape = {.dim = {dims[0], dims[1], dims[2], dims[3]}};
-    if (op == HD_OP_GEMM) {
-        if (dims[3] > 3)
+    /* The op's dims, then (an op with transposes and a dim to spare) the transposes. */
+    const hd_op_desc *d = hd__op(op);
+    hd_shape shape = {.dim = {0}};
+    for (int i = 0; i < d->dims; i++)
+        shape.dim[i] = dims[i];
+    if (d->transposes && d->dims < HD_OP_DIM_MAX) {
+        if (dims[d->dims] > 3)
             return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                             "hd_context_explain: GEMM dims[3] holds the transposes (0-3)");
-        shape.trans_a = (dims[3] & 1) != 0;
-        shape.trans_b = (dims[3] & 2) != 0;
-        shape.dim[3] = 0;
-    } else if (op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED) {
-        shape.dim[2] = shape.dim[3] = 0;
+                             "hd_context_explain: %s dims[%d] holds the transposes (0-3)", d->name,
+                             d->dims);
+        shape.trans_a = (dims[d->dims] & 1) != 0;
+        shape.trans_b = (dims[d->dims] & 2) != 0;
     }
 
     hd_plan plan;
     hd__select(ctx, op, &shape, NULL, &plan);
     char key[96];
-    hd__shape_text(op, &shape, key, sizeof key);
+    hd__op_text(op, &shape, HD_TEXT_KEY, key, sizeof key);
     out o = {buf, size, 0};
     buf[0] = '\0';
     say(&o, "%s: ", key);
@@ -96,7 +98,8 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
     }
     say(&o, "\n");
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
-        if (ctx->backends[b] != NULL && !hd__backend_takes(ctx, (hd_backend)b, op, &shape))
+        bool present = ctx->backends[b] != NULL || ctx->composite[b] != NULL;
+        if (present && !hd__backend_takes(ctx, (hd_backend)b, op, &shape))
             say(&o, "  %s: %s\n", hd_backend_name((hd_backend)b),
                 ctx->backend_unhealthy[b] ? "unhealthy (its device failed)"
                                           : "does not take this shape");

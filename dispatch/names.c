@@ -33,20 +33,15 @@ const char *hd_status_name(hd_status s)
 }
 
 static const char *const backend_names[HD_BACKEND_COUNT] = {
-    [HD_BACKEND_AUTO] = "auto",
-    [HD_BACKEND_CPU] = "cpu",
-    [HD_BACKEND_CLBLAST] = "clblast",
-    [HD_BACKEND_FUSED] = "fused",
-    [HD_BACKEND_CLBLAST_FUSED] = "clblast+fused",
+#define HD_BACKEND_NAME(name, text) [HD_BACKEND_##name] = text,
+    HD_BACKEND_MAP(HD_BACKEND_NAME)
+#undef HD_BACKEND_NAME
 };
 
 static const char *const op_names[HD_OP_COUNT] = {
-    [HD_OP_GEMM] = "gemm",
-    [HD_OP_LORA] = "lora",
-    [HD_OP_SOFTMAX] = "softmax",
-    [HD_OP_LAYER_NORM] = "layer_norm",
-    [HD_OP_RMS_NORM] = "rms_norm",
-    [HD_OP_GEMM_BATCHED] = "gemm_batched",
+#define HD_OP_NAME(name, text) [HD_OP_##name] = text,
+    HD_OP_MAP(HD_OP_NAME)
+#undef HD_OP_NAME
 };
 
 static const char *const precision_names[HD_PRECISION_COUNT] = {

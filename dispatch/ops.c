@@ -1,4 +1,5 @@
-/* The public operations: check, handle empty shapes, choose, migrate, run, fall back. */
+/* The public operations: each builds its tensors and scalars in the op table's order; then
+ * one path checks them, handles empty shapes, chooses, migrates, runs and falls back. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,69 +11,81 @@
 #include "dispatch/fault.h"
 #include "dispatch/select.h"
 
-static hd_status run_slot(const hd_backend_impl *impl, void *state, hd_context *ctx,
-                          const hd_call *call)
-{
-    switch (call->op) {
-    case HD_OP_GEMM:
-        return impl->gemm(state, ctx, &call->args.gemm);
-    case HD_OP_LORA:
-        return impl->lora(state, ctx, &call->args.lora);
-    case HD_OP_SOFTMAX:
-        return impl->softmax(state, ctx, &call->args.row);
-    case HD_OP_LAYER_NORM:
-        return impl->layer_norm(state, ctx, &call->args.row);
-    case HD_OP_RMS_NORM:
-        return impl->rms_norm(state, ctx, &call->args.row);
-    case HD_OP_GEMM_BATCHED:
-        return impl->gemm_batched(state, ctx, &call->args.gemm);
-    case HD_OP_COUNT:
-        break;
-    }
-    return hd__error(ctx, HD_ERR_INTERNAL, "unknown operation %d", (int)call->op);
-}
-
 static hd_status place_tensors(const hd_call *call, hd_place place)
 {
     hd_status s;
     for (int i = 0; i < call->io.input_count; i++)
         if ((s = hd__tensor_to_place(call->io.inputs[i], place)) != HD_OK)
             return s;
-    if (call->io.output_read)
-        return hd__tensor_to_place(call->io.output, place);
-    return hd__tensor_reserve(call->io.output, place);
+    for (int i = 0; i < call->io.output_count; i++) {
+        hd_tensor *t = call->io.outputs[i];
+        s = call->io.output_read ? hd__tensor_to_place(t, place) : hd__tensor_reserve(t, place);
+        if (s != HD_OK)
+            return s;
+    }
+    return HD_OK;
 }
 
 /* The tuned kernel parameters of the backend about to run; NULL for its defaults. */
 static void set_variant(hd_call *call, const char *variant)
 {
-    switch (call->op) {
-    case HD_OP_GEMM:
-    case HD_OP_GEMM_BATCHED:
+    switch (hd__op(call->op)->args) {
+    case HD_ARGS_GEMM:
         call->args.gemm.variant = variant;
         break;
-    case HD_OP_LORA:
+    case HD_ARGS_LORA:
         call->args.lora.variant = variant;
         break;
-    default:
+    case HD_ARGS_ROW:
         call->args.row.variant = variant;
         break;
     }
 }
 
+/* A plan of two backends: the product backend's GEMM leaves the op's leading product in the
+ * output, then the epilogue backend finishes it, in queue order at one place. Both stages
+ * accepted the shape (hd__backend_takes), and the epilogue its parameters, before the product
+ * writes anything: a refusal leaves the output as the caller wrote it. */
+static hd_status run_composite(hd_context *ctx, hd_backend b, const hd_call *call,
+                               const char *variant)
+{
+    const hd_composite *plan = ctx->composite[b];
+    hd_status s = variant != NULL ? hd__backend_check_variant(ctx, b, call->op, &call->shape, variant)
+                                  : HD_OK;
+    if (s != HD_OK)
+        return s;
+    hd_op_args product;
+    hd_shape shape;
+    hd__op(call->op)->product(&call->shape, &call->args, &shape, &product.gemm);
+    s = ctx->backends[plan->product]->run[HD_OP_GEMM](ctx->backend_state[plan->product],
+                                                                ctx, &product);
+    if (s == HD_OK)
+        s = ctx->backends[plan->epilogue]->epilogue[call->op](ctx->backend_state[plan->epilogue],
+                                                              ctx, &call->args);
+    return s;
+}
+
+static hd_status run_slot(hd_context *ctx, hd_backend b, const hd_call *call, const char *variant)
+{
+    if (ctx->composite[b] != NULL)
+        return run_composite(ctx, b, call, variant);
+    return ctx->backends[b]->run[call->op](ctx->backend_state[b], ctx, &call->args);
+}
+
 hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const char *variant)
 {
-    const hd_backend_impl *impl = ctx->backends[b];
+    hd_place place = hd__backend_place(ctx, b);
     set_variant(call, variant);
     if (hd__fault(ctx, b, "migrate"))
         return HD_ERR_DEVICE;
-    hd_status s = place_tensors(call, impl->place);
+    hd_status s = place_tensors(call, place);
     if (s == HD_OK && hd__fault(ctx, b, "launch"))
         s = HD_ERR_DEVICE;
     if (s == HD_OK)
-        s = run_slot(impl, ctx->backend_state[b], ctx, call);
+        s = run_slot(ctx, b, call, variant);
     if (s == HD_OK) {
-        hd__tensor_written(call->io.output, impl->place);
+        for (int i = 0; i < call->io.output_count; i++)
+            hd__tensor_written(call->io.outputs[i], place);
         ctx->last_backend = b;
     }
     return s;
@@ -114,8 +127,9 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
     return hd__error(ctx, s, "every backend failed for %s: %s", hd_op_name(call->op), failures);
 }
 
-/* C = beta*C on the host: GEMM with k = 0 or alpha = 0, where BLAS ignores A and B. */
-static hd_status gemm_scale_only(hd_context *ctx, hd_tensor *c, float beta)
+/* Output = beta*output on the host: GEMM with k = 0 or alpha = 0, where BLAS ignores A and B,
+ * and LoRA with in = 0. */
+static hd_status scale_only(hd_context *ctx, hd_tensor *c, float beta)
 {
     hd_status s = beta == 0.0f ? hd__tensor_reserve(c, HD_PLACE_HOST) : hd__tensor_to_host(c);
     if (s != HD_OK)
@@ -128,122 +142,85 @@ static hd_status gemm_scale_only(hd_context *ctx, hd_tensor *c, float beta)
     return HD_OK;
 }
 
-hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha, const hd_tensor *a,
-                  const hd_tensor *b, float beta, hd_tensor *c)
+hd_status hd__call_prepare(hd_context *ctx, hd_op op, hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call)
+{
+    memset(call, 0, sizeof *call);
+    call->op = op;
+    hd_status s = hd__check_tensors(ctx, op, t);
+    if (s == HD_OK)
+        s = hd__op(op)->prepare(ctx, t, p, call);
+    return s;
+}
+
+hd_status hd__call(hd_context *ctx, hd_op op, hd_tensor *const t[], const hd_op_params *p)
 {
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(ctx);
-    hd_call call = {.op = HD_OP_GEMM};
-    hd_status s = hd__check_gemm(ctx, trans_a, trans_b, alpha, a, b, beta, c, &call.args.gemm);
+    hd_call call;
+    hd_status s = hd__call_prepare(ctx, op, t, p, &call);
     if (s != HD_OK)
         return s;
-    const hd_gemm_args *g = &call.args.gemm;
-    if (g->m == 0 || g->n == 0)
+    switch (call.kind) {
+    case HD_CALL_NOTHING:
         return HD_OK;
-    if (g->k == 0 || alpha == 0.0f)
-        return gemm_scale_only(ctx, c, beta);
-    call.shape = (hd_shape){.dim = {g->m, g->n, g->k}, .trans_a = trans_a, .trans_b = trans_b};
-    call.io = (hd_call_tensors){.inputs = {(hd_tensor *)a, (hd_tensor *)b},
-                                .input_count = 2,
-                                .output = c,
-                                .output_read = beta != 0.0f};
+    case HD_CALL_SCALE_ONLY:
+        return scale_only(ctx, call.io.outputs[0], call.beta);
+    case HD_CALL_RUN:
+        break;
+    }
     return dispatch_call(ctx, &call);
+}
+
+/* The public functions take const inputs; the call records residency on them (the state
+ * behind the handle), never their contents. */
+#define T(x) ((hd_tensor *)(x))
+
+hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha, const hd_tensor *a,
+                  const hd_tensor *b, float beta, hd_tensor *c)
+{
+    hd_tensor *t[] = {T(a), T(b), c};
+    hd_op_params p = {.trans_a = trans_a, .trans_b = trans_b, .alpha = alpha, .beta = beta};
+    return hd__call(ctx, HD_OP_GEMM, t, &p);
 }
 
 hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b, float alpha,
                           const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c)
 {
-    if (ctx == NULL)
-        return HD_ERR_INVALID_ARGUMENT;
-    hd__error_clear(ctx);
-    hd_call call = {.op = HD_OP_GEMM_BATCHED};
-    hd_status s = hd__check_gemm_batched(ctx, batch, trans_a, trans_b, alpha, a, b, beta, c,
-                                         &call.args.gemm);
-    if (s != HD_OK)
-        return s;
-    const hd_gemm_args *g = &call.args.gemm;
-    if (batch == 0 || g->m == 0 || g->n == 0)
-        return HD_OK;
-    if (g->k == 0 || alpha == 0.0f) /* every C_i = beta*C_i: the whole stack at once */
-        return gemm_scale_only(ctx, c, beta);
-    call.shape = (hd_shape){.dim = {g->m, g->n, g->k, batch}, .trans_a = trans_a,
-                            .trans_b = trans_b};
-    call.io = (hd_call_tensors){.inputs = {(hd_tensor *)a, (hd_tensor *)b},
-                                .input_count = 2,
-                                .output = c,
-                                .output_read = beta != 0.0f};
-    return dispatch_call(ctx, &call);
+    hd_tensor *t[] = {T(a), T(b), c};
+    hd_op_params p = {
+        .trans_a = trans_a, .trans_b = trans_b, .alpha = alpha, .beta = beta, .batch = batch};
+    return hd__call(ctx, HD_OP_GEMM_BATCHED, t, &p);
 }
 
 hd_status hd_lora_forward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                           const hd_tensor *a, const hd_tensor *b, float scale, hd_tensor *y)
 {
-    if (ctx == NULL)
-        return HD_ERR_INVALID_ARGUMENT;
-    hd__error_clear(ctx);
-    hd_call call = {.op = HD_OP_LORA};
-    hd_status s = hd__check_lora(ctx, x, w, a, b, scale, y, &call.args.lora);
-    if (s != HD_OK)
-        return s;
-    const hd_lora_args *l = &call.args.lora;
-    if (l->tokens == 0 || l->out == 0)
-        return HD_OK;
-    if (l->in == 0) /* x*W and x*A are sums of nothing */
-        return gemm_scale_only(ctx, y, 0.0f);
-    call.shape = (hd_shape){.dim = {l->tokens, l->in, l->out, l->rank}};
-    call.io = (hd_call_tensors){.inputs = {(hd_tensor *)x, (hd_tensor *)w, (hd_tensor *)a,
-                                           (hd_tensor *)b},
-                                .input_count = 4,
-                                .output = y};
-    return dispatch_call(ctx, &call);
-}
-
-static hd_status row_op(hd_context *ctx, hd_op op, const char *fn, const hd_tensor *x,
-                        const hd_tensor *gamma, const hd_tensor *beta, bool has_eps, float eps,
-                        hd_tensor *y)
-{
-    if (ctx == NULL)
-        return HD_ERR_INVALID_ARGUMENT;
-    hd__error_clear(ctx);
-    hd_call call = {.op = op};
-    hd_status s = hd__check_rows(ctx, fn, x, gamma, beta, has_eps, eps, y, &call.args.row);
-    if (s != HD_OK)
-        return s;
-    if (x->rows == 0 || x->cols == 0)
-        return HD_OK;
-    call.shape = (hd_shape){.dim = {x->rows, x->cols}};
-    call.io.output = y;
-    call.io.inputs[call.io.input_count++] = (hd_tensor *)x;
-    if (gamma != NULL)
-        call.io.inputs[call.io.input_count++] = (hd_tensor *)gamma;
-    if (beta != NULL)
-        call.io.inputs[call.io.input_count++] = (hd_tensor *)beta;
-    return dispatch_call(ctx, &call);
+    hd_tensor *t[] = {T(x), T(w), T(a), T(b), y};
+    hd_op_params p = {.scale = scale};
+    return hd__call(ctx, HD_OP_LORA, t, &p);
 }
 
 hd_status hd_softmax(hd_context *ctx, const hd_tensor *x, hd_tensor *y)
 {
-    return row_op(ctx, HD_OP_SOFTMAX, "hd_softmax", x, NULL, NULL, false, 0.0f, y);
+    hd_tensor *t[] = {T(x), y};
+    hd_op_params p = {0};
+    return hd__call(ctx, HD_OP_SOFTMAX, t, &p);
 }
 
 hd_status hd_layer_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *gamma,
                         const hd_tensor *beta, float eps, hd_tensor *y)
 {
-    if (ctx != NULL && (gamma == NULL || beta == NULL)) {
-        hd__error_clear(ctx);
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_layer_norm: tensor '%s' is NULL",
-                         gamma == NULL ? "gamma" : "beta");
-    }
-    return row_op(ctx, HD_OP_LAYER_NORM, "hd_layer_norm", x, gamma, beta, true, eps, y);
+    hd_tensor *t[] = {T(x), T(gamma), T(beta), y};
+    hd_op_params p = {.eps = eps};
+    return hd__call(ctx, HD_OP_LAYER_NORM, t, &p);
 }
 
 hd_status hd_rms_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *weight, float eps,
                       hd_tensor *y)
 {
-    if (ctx != NULL && weight == NULL) {
-        hd__error_clear(ctx);
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_rms_norm: tensor 'weight' is NULL");
-    }
-    return row_op(ctx, HD_OP_RMS_NORM, "hd_rms_norm", x, weight, NULL, true, eps, y);
+    hd_tensor *t[] = {T(x), T(weight), y};
+    hd_op_params p = {.eps = eps};
+    return hd__call(ctx, HD_OP_RMS_NORM, t, &p);
 }

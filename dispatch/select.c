@@ -6,15 +6,17 @@
  *   3. nearest: the record of the nearest tuned shape (log-space distance in every dimension
  *      within HD_TUNE_NEAR_DIM); it lends its backend, not its variant, since kernel
  *      parameters are tuned for one shape;
- *   4. cost: a model from the device's calibrated constants (launch latency, copy and host-link
- *      bandwidth, GEMM rates), when the cache holds a calibration;
- *   5. default: a fixed order, the CPU first for work so small that a launch and the copies
- *      would cost more than the work itself.
+ *   4. cost: each backend's own estimate (its estimate_us, from the device's calibrated
+ *      constants) plus moving the inputs, when the cache holds a calibration;
+ *   5. default: the registry's order, with the host's backends first for work so small that
+ *      a launch and the copies would cost more than the work itself.
  *
  * Moving inputs counts in rules 2-4: a backend whose inputs are not valid at its place pays
  * bytes / host-link bandwidth. A tuned winner that would have to move its inputs loses to its
  * runner-up when the runner-up's measured time plus its own migration is lower.
- * Every other usable backend that takes the call follows as a fallback, the CPU last.
+ * Every other usable backend that takes the call follows as a fallback, in the registry's
+ * order (the CPU last). The scheduler knows backends only through their slots, supports()
+ * and estimate_us(): no backend is named here.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,65 +26,97 @@
 #include "dispatch/select.h"
 
 /* Below this many multiply-adds (GEMM, LoRA) or elements (row ops), with every input on the
- * host, the CPU beats any device: a launch plus two copies costs ~10-30 µs. */
+ * host, a backend on the host beats any device: a launch plus two copies costs ~10-30 us. */
 #define HD_SMALL_WORK 32768.0
 
-/* Used where the calibration lacks a constant, and for migration without a calibration:
- * a PCIe 3 x16 link in practice and the launch cost of a typical OpenCL driver. */
+/* Used for migration where the calibration lacks the host link: a PCIe 3 x16 link in
+ * practice. */
 #define DEFAULT_HOST_GBPS 10.0
-#define DEFAULT_LAUNCH_US 10.0
+
+/* Whether backend b (not a plan) offers op's part and takes the shape by its own limits. */
+static bool impl_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                       hd_part part)
+{
+    const hd_backend_impl *impl = ctx->backends[b];
+    if (impl == NULL || !hd__backend_usable(ctx, b))
+        return false;
+    hd_op_slot slot = part == HD_PART_WHOLE ? impl->run[op] : impl->epilogue[op];
+    if (slot == NULL)
+        return false;
+    return impl->supports == NULL || impl->supports(ctx->backend_state[b], op, shape, part);
+}
 
 bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape)
 {
-    if (!hd__backend_usable(ctx, b))
+    if (!hd__backend_usable(ctx, b) || (unsigned)op >= HD_OP_COUNT)
         return false;
+    const hd_composite *plan = ctx->composite[b];
+    if (plan == NULL)
+        return impl_takes(ctx, b, op, shape, HD_PART_WHOLE);
+    const hd_op_desc *d = hd__op(op);
+    if (d->product == NULL)
+        return false;
+    hd_shape product;
+    d->product(shape, NULL, &product, NULL);
+    return impl_takes(ctx, plan->product, HD_OP_GEMM, &product, HD_PART_WHOLE) &&
+           impl_takes(ctx, plan->epilogue, op, shape, HD_PART_EPILOGUE);
+}
+
+hd_place hd__backend_place(const hd_context *ctx, hd_backend b)
+{
+    const hd_composite *plan = ctx->composite[b];
+    return ctx->backends[plan != NULL ? plan->product : b]->place;
+}
+
+static double impl_estimate(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                            hd_part part, const hd_tune_calibration *cal)
+{
     const hd_backend_impl *impl = ctx->backends[b];
-    bool has_slot = false;
-    switch (op) {
-    case HD_OP_GEMM:
-        has_slot = impl->gemm != NULL;
-        break;
-    case HD_OP_LORA:
-        has_slot = impl->lora != NULL;
-        break;
-    case HD_OP_SOFTMAX:
-        has_slot = impl->softmax != NULL;
-        break;
-    case HD_OP_LAYER_NORM:
-        has_slot = impl->layer_norm != NULL;
-        break;
-    case HD_OP_RMS_NORM:
-        has_slot = impl->rms_norm != NULL;
-        break;
-    case HD_OP_GEMM_BATCHED:
-        has_slot = impl->gemm_batched != NULL;
-        break;
-    case HD_OP_COUNT:
-        break;
-    }
-    if (!has_slot)
-        return false;
-    return impl->supports == NULL || impl->supports(ctx->backend_state[b], op, shape);
+    if (impl->estimate_us == NULL)
+        return -1.0;
+    return impl->estimate_us(ctx->backend_state[b], op, shape, part, cal);
+}
+
+double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                               const hd_tune_calibration *cal)
+{
+    const hd_composite *plan = ctx->composite[b];
+    if (plan == NULL)
+        return impl_estimate(ctx, b, op, shape, HD_PART_WHOLE, cal);
+    hd_shape product;
+    hd__op(op)->product(shape, NULL, &product, NULL);
+    double first = impl_estimate(ctx, plan->product, HD_OP_GEMM, &product, HD_PART_WHOLE, cal);
+    double second = impl_estimate(ctx, plan->epilogue, op, shape, HD_PART_EPILOGUE, cal);
+    return first < 0.0 || second < 0.0 ? -1.0 : first + second;
+}
+
+size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                            const char **out, size_t max)
+{
+    const hd_composite *plan = ctx->composite[b];
+    hd_backend owner = plan != NULL ? plan->epilogue : b; /* a plan's variant is its epilogue's */
+    hd_part part = plan != NULL ? HD_PART_EPILOGUE : HD_PART_WHOLE;
+    const hd_backend_impl *impl = ctx->backends[owner];
+    if (impl == NULL || impl->variants == NULL || max == 0)
+        return 0;
+    return impl->variants(ctx->backend_state[owner], op, shape, part, out, max);
+}
+
+hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op,
+                                    const hd_shape *shape, const char *variant)
+{
+    const hd_composite *plan = ctx->composite[b];
+    hd_backend owner = plan != NULL ? plan->epilogue : b; /* a plan's variant is its epilogue's */
+    hd_part part = plan != NULL ? HD_PART_EPILOGUE : HD_PART_WHOLE;
+    const hd_backend_impl *impl = ctx->backends[owner];
+    if (impl == NULL || impl->check_variant == NULL)
+        return HD_OK;
+    return impl->check_variant(ctx->backend_state[owner], ctx, op, shape, part, variant);
 }
 
 void hd__shape_text(hd_op op, const hd_shape *s, char *buf, size_t size)
 {
-    switch (op) {
-    case HD_OP_GEMM:
-        snprintf(buf, size, "gemm %zux%zux%zu %c%c", s->dim[0], s->dim[1], s->dim[2],
-                 s->trans_a ? 't' : 'n', s->trans_b ? 't' : 'n');
-        break;
-    case HD_OP_LORA:
-        snprintf(buf, size, "lora %zux%zux%zu r%zu", s->dim[0], s->dim[1], s->dim[2], s->dim[3]);
-        break;
-    case HD_OP_GEMM_BATCHED:
-        snprintf(buf, size, "gemm_batched %zux%zux%zu %c%c x%zu", s->dim[0], s->dim[1], s->dim[2],
-                 s->trans_a ? 't' : 'n', s->trans_b ? 't' : 'n', s->dim[3]);
-        break;
-    default:
-        snprintf(buf, size, "%s %zux%zu", hd_op_name(op), s->dim[0], s->dim[1]);
-        break;
-    }
+    hd__op_text(op, s, HD_TEXT_KEY, buf, size);
 }
 
 static void plan_add(const hd_context *ctx, hd_plan *plan, hd_backend b, const char *variant,
@@ -95,38 +129,6 @@ static void plan_add(const hd_context *ctx, hd_plan *plan, hd_backend b, const c
             return;
     plan->variant[plan->count] = variant != NULL && variant[0] != '\0' ? variant : NULL;
     plan->order[plan->count++] = b;
-}
-
-static double work_of(hd_op op, const hd_shape *s)
-{
-    switch (op) {
-    case HD_OP_GEMM:
-        return (double)s->dim[0] * (double)s->dim[1] * (double)s->dim[2];
-    case HD_OP_LORA:
-        return (double)s->dim[0] * (double)s->dim[1] * ((double)s->dim[2] + (double)s->dim[3]) +
-               (double)s->dim[0] * (double)s->dim[3] * (double)s->dim[2];
-    case HD_OP_GEMM_BATCHED: /* m, n, k, batch */
-        return (double)s->dim[0] * (double)s->dim[1] * (double)s->dim[2] * (double)s->dim[3];
-    default:
-        return (double)s->dim[0] * (double)s->dim[1];
-    }
-}
-
-/* Bytes an op streams at least once: its inputs and its output. */
-static double bytes_of(hd_op op, const hd_shape *s)
-{
-    double d0 = (double)s->dim[0], d1 = (double)s->dim[1], d2 = (double)s->dim[2];
-    double d3 = (double)s->dim[3];
-    switch (op) {
-    case HD_OP_GEMM:
-        return 4.0 * (d0 * d2 + d2 * d1 + d0 * d1);
-    case HD_OP_LORA:
-        return 4.0 * (d0 * d1 + d1 * d2 + d1 * d3 + d3 * d2 + d0 * d2);
-    case HD_OP_GEMM_BATCHED:
-        return 4.0 * d3 * (d0 * d2 + d2 * d1 + d0 * d1);
-    default:
-        return 4.0 * (2.0 * d0 * d1 + 2.0 * d1);
-    }
 }
 
 static bool all_on_host(const hd_call_tensors *io)
@@ -144,84 +146,15 @@ static double migrate_us(const hd_context *ctx, hd_backend b, const hd_call_tens
 {
     if (io == NULL)
         return 0.0;
-    hd_place place = ctx->backends[b]->place;
+    hd_place place = hd__backend_place(ctx, b);
     double bytes = 0.0;
     for (int i = 0; i < io->input_count; i++)
         bytes += (double)hd__tensor_migration_bytes(io->inputs[i], place);
-    if (io->output_read)
-        bytes += (double)hd__tensor_migration_bytes(io->output, place);
+    for (int i = 0; io->output_read && i < io->output_count; i++)
+        bytes += (double)hd__tensor_migration_bytes(io->outputs[i], place);
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
     double gbps = cal != NULL && cal->host_gbps > 0.0 ? cal->host_gbps : DEFAULT_HOST_GBPS;
     return bytes / (gbps * 1e3);
-}
-
-/*
- * The cost model: launches × launch latency + the larger of compute time and streaming time,
- * plus migration. The rates are the calibrated ones scaled by how well each backend suits the
- * shape: CLBlast's GEMM reaches its rate only with both sides of C at least a tile wide; the
- * fused GEMV-style kernels stream the weights at copy bandwidth but are not tuned for large
- * tiles; the hybrid plan is CLBlast plus one epilogue launch.
- */
-static double model_us(const hd_tune_calibration *cal, hd_backend b, hd_op op, const hd_shape *s)
-{
-    double flops = 2.0 * work_of(op, s), bytes = bytes_of(op, s);
-    double launch = cal->launch_us > 0.0 ? cal->launch_us : DEFAULT_LAUNCH_US;
-    double dev_gflops = cal->gemm_gflops > 0.0 ? cal->gemm_gflops : 1000.0;
-    double dev_gbps = cal->copy_gbps > 0.0 ? cal->copy_gbps : 100.0;
-    double cpu_gflops = cal->cpu_gflops > 0.0 ? cal->cpu_gflops : 50.0;
-    double cpu_gbps = cal->cpu_gbps > 0.0 ? cal->cpu_gbps : 10.0;
-    bool matmul = op == HD_OP_GEMM || op == HD_OP_LORA || op == HD_OP_GEMM_BATCHED;
-    double narrow =
-        fmin((double)s->dim[0], op == HD_OP_LORA ? (double)s->dim[2] : (double)s->dim[1]);
-    double tile_fill = fmin(1.0, narrow / 64.0);
-
-    double launches = 1.0, gflops = dev_gflops, gbps = dev_gbps;
-    switch (b) {
-    case HD_BACKEND_CPU:
-        return fmax(matmul ? flops / (cpu_gflops * 1e3) : 0.0, bytes / (cpu_gbps * 1e3));
-    case HD_BACKEND_CLBLAST:
-        launches = op == HD_OP_LORA ? 3.0 : (work_of(op, s) > 16777216.0 ? 2.0 : 1.0);
-        gflops = dev_gflops * tile_fill * tile_fill;
-        break;
-    case HD_BACKEND_CLBLAST_FUSED:
-        launches = 2.0;
-        gflops = dev_gflops * tile_fill * tile_fill;
-        break;
-    case HD_BACKEND_FUSED:
-        gflops = dev_gflops * 0.25;
-        break;
-    default:
-        return INFINITY;
-    }
-    if (!matmul)
-        return launches * launch + bytes / (gbps * 1e3);
-    return launches * launch + fmax(flops / (gflops * 1e3), bytes / (gbps * 1e3));
-}
-
-/* The default device order per op: fused kernels for few-row GEMM and LoRA and for every row
- * op, CLBlast (and the hybrid plan) for many rows. */
-static void default_order(hd_op op, const hd_shape *shape, hd_backend out[3])
-{
-    bool few_rows = shape->dim[0] <= 16;
-    out[0] = out[1] = out[2] = HD_BACKEND_AUTO;
-    switch (op) {
-    case HD_OP_GEMM:
-        out[0] = few_rows && !shape->trans_a ? HD_BACKEND_FUSED : HD_BACKEND_CLBLAST;
-        out[1] = few_rows ? HD_BACKEND_CLBLAST : HD_BACKEND_FUSED;
-        break;
-    case HD_OP_LORA:
-        out[0] = few_rows ? HD_BACKEND_FUSED : HD_BACKEND_CLBLAST_FUSED;
-        out[1] = few_rows ? HD_BACKEND_CLBLAST_FUSED : HD_BACKEND_CLBLAST;
-        out[2] = few_rows ? HD_BACKEND_CLBLAST : HD_BACKEND_FUSED;
-        break;
-    case HD_OP_GEMM_BATCHED:
-        out[0] = HD_BACKEND_CLBLAST;
-        out[1] = HD_BACKEND_FUSED;
-        break;
-    default:
-        out[0] = HD_BACKEND_FUSED;
-        break;
-    }
 }
 
 /* Rules 2 and 3: puts the record's backend first, or its runner-up when moving the inputs to
@@ -250,16 +183,19 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
     return true;
 }
 
-/* Rule 4: every candidate by its modelled time, best first. */
+/* Rule 4: every candidate by its estimated time plus migration, best first. */
 static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
     if (cal == NULL)
         return false;
-    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
-        if (hd__backend_takes(ctx, (hd_backend)b, op, shape))
-            plan->model_us[b] = model_us(cal, (hd_backend)b, op, shape) + plan->migrate_us[b];
-    /* Candidates by modelled time, best first; the rest follow as fallbacks. */
+    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
+        if (!hd__backend_takes(ctx, (hd_backend)b, op, shape))
+            continue;
+        double us = hd__backend_estimate_us(ctx, (hd_backend)b, op, shape, cal);
+        if (us >= 0.0)
+            plan->model_us[b] = us + plan->migrate_us[b];
+    }
     hd_backend sorted[HD_BACKEND_COUNT];
     int n = 0;
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
@@ -278,6 +214,29 @@ static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, cons
     return true;
 }
 
+/* Rule 5 and the fallbacks: the registry's order, the host's backends first when the work is
+ * small and every input is on the host. */
+static void plan_from_order(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape,
+                            const hd_call_tensors *io)
+{
+    size_t n;
+    const hd_backend *order = hd__registry_order(&n);
+    if (plan->count == 0 && all_on_host(io) && hd__op_work(op, shape) < HD_SMALL_WORK) {
+        for (size_t i = 0; i < n; i++)
+            if (hd__backend_usable(ctx, order[i]) &&
+                hd__backend_place(ctx, order[i]) == HD_PLACE_HOST)
+                plan_add(ctx, plan, order[i], NULL, op, shape);
+        if (plan->count > 0) {
+            plan->rule = HD_SELECT_DEFAULT;
+            plan->small = true;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        plan_add(ctx, plan, order[i], NULL, op, shape);
+    if (plan->rule == HD_SELECT_NONE && plan->count > 0)
+        plan->rule = HD_SELECT_DEFAULT;
+}
+
 void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_tensors *io,
                 hd_plan *plan)
 {
@@ -288,7 +247,7 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
     plan->runner_up_first = plan->small = false;
     for (int b = 0; b < HD_BACKEND_COUNT; b++) {
         plan->model_us[b] = -1.0;
-        plan->migrate_us[b] = b != HD_BACKEND_AUTO && ctx->backends[b] != NULL
+        plan->migrate_us[b] = b != HD_BACKEND_AUTO && hd__backend_usable(ctx, (hd_backend)b)
                                   ? migrate_us(ctx, (hd_backend)b, io)
                                   : -1.0;
     }
@@ -310,27 +269,7 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
         plan_from_record(ctx, plan, near, false, distance, op, shape);
     if (plan->count == 0)
         plan_from_model(ctx, plan, op, shape);
-
-    if (plan->count == 0 && all_on_host(io) && work_of(op, shape) < HD_SMALL_WORK) {
-        plan_add(ctx, plan, HD_BACKEND_CPU, NULL, op, shape);
-        if (plan->count > 0) {
-            plan->rule = HD_SELECT_DEFAULT;
-            plan->small = true;
-        }
-    }
-    hd_backend order[3];
-    default_order(op, shape, order);
-    for (int i = 0; i < 3; i++)
-        plan_add(ctx, plan, order[i], NULL, op, shape);
-    if (plan->rule == HD_SELECT_NONE && plan->count > 0)
-        plan->rule = HD_SELECT_DEFAULT;
-
-    /* Everything else that takes the call, the CPU last: it always works. */
-    for (int b = HD_BACKEND_CPU + 1; b < HD_BACKEND_COUNT; b++)
-        plan_add(ctx, plan, (hd_backend)b, NULL, op, shape);
-    plan_add(ctx, plan, HD_BACKEND_CPU, NULL, op, shape);
-    if (plan->rule == HD_SELECT_NONE && plan->count > 0)
-        plan->rule = HD_SELECT_DEFAULT;
+    plan_from_order(ctx, plan, op, shape, io);
 }
 
 void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
@@ -345,7 +284,7 @@ void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
         return;
     case HD_SELECT_TUNED:
     case HD_SELECT_NEAREST:
-        hd__shape_text(r->op, &r->shape, key, sizeof key);
+        hd__op_text(r->op, &r->shape, HD_TEXT_KEY, key, sizeof key);
         if (r->runner_up != HD_BACKEND_AUTO) {
             char text[64];
             hd__tune_margin_text(r, text, sizeof text);

@@ -3,6 +3,7 @@
 #define HD_DISPATCH_SELECT_H
 
 #include "backends/backend.h"
+#include "dispatch/call.h"
 
 /* Which rule put the first backend of a plan first. */
 typedef enum hd_select_rule {
@@ -30,14 +31,6 @@ typedef struct hd_plan {
     double migrate_us[HD_BACKEND_COUNT]; /* moving the inputs to the backend's place */
 } hd_plan;
 
-/* The tensors one call reads and writes, for migration costs and residency. */
-typedef struct hd_call_tensors {
-    hd_tensor *inputs[5];
-    int input_count;
-    hd_tensor *output;
-    bool output_read; /* the op reads the output's old contents (GEMM with beta != 0) */
-} hd_call_tensors;
-
 /* Plans a call. io may be NULL: then no input needs to move (the explain call). */
 void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_tensors *io,
                 hd_plan *plan);
@@ -45,6 +38,25 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
 /* Whether backend b is usable in ctx and takes (op, shape): it has the slot and its
  * supports() agrees. */
 bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape);
+
+/* Where backend or plan b needs its tensors (a plan: where its first stage runs). */
+hd_place hd__backend_place(const hd_context *ctx, hd_backend b);
+
+/* b's estimate of one call with its inputs in place, in microseconds (a plan: the sum of its
+ * stages); negative where b does not estimate. */
+double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op,
+                               const hd_shape *shape, const hd_tune_calibration *cal);
+
+/* The kernel-parameter variants b lists for (op, shape), for the tuner (a plan: its
+ * epilogue's); returns how many, at most max. */
+size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                            const char **out, size_t max);
+
+/* Whether b would accept variant for (op, shape), checked without running anything (a plan:
+ * its epilogue's check): HD_OK, or the status its slot would return, with the message; HD_OK
+ * where b does not check. */
+hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op,
+                                    const hd_shape *shape, const char *variant);
 
 /* Why plan's first backend was chosen, in one line. */
 void hd__plan_reason(const hd_plan *plan, char *buf, size_t size);

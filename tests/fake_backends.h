@@ -2,19 +2,22 @@
  * A context with stand-in backends for the selection and fallback suites, so that they test
  * the dispatcher's rules on every machine, with or without OpenCL. The stand-ins run on the
  * host, count their calls and remember the variant they were given; the CPU may be the real
- * one. A stand-in "fused" backend refuses row ops wider than FAKE_MAX_COLS, to exercise
- * supports(). Each stand-in copies its first input into the output (row ops) or leaves the
- * output as the CPU would not: tests that check results use the real CPU.
+ * one. A stand-in "fused" backend refuses row ops wider than FAKE_MAX_COLS and GEMM or LoRA
+ * of more than 16 rows, as the real one does, to exercise supports(). Each stand-in copies its
+ * first input into the output (row ops) or leaves the output as the CPU would not: tests that check
+ * results use the real CPU.
  */
 #ifndef HD_TESTS_FAKE_BACKENDS_H
 #define HD_TESTS_FAKE_BACKENDS_H
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autotune/cache.h"
 #include "autotune/table.h"
 #include "dispatch/context.h"
+#include "dispatch/op.h"
 #include "dispatch/error.h"
 #include "dispatch/select.h"
 #include "tests/testlib.h"
@@ -39,25 +42,75 @@ static inline hd_status fake_called(void *state, hd_context *ctx, const char *va
     return HD_OK;
 }
 
-static inline hd_status fake_gemm(void *s, hd_context *ctx, const hd_gemm_args *a)
+static inline hd_status fake_run(void *s, hd_context *ctx, const hd_op_args *a)
 {
-    return fake_called(s, ctx, a->variant);
+    /* Every argument struct keeps its variant; the op table says which one the op uses. */
+    return fake_called(s, ctx, a->gemm.variant);
 }
-static inline hd_status fake_lora(void *s, hd_context *ctx, const hd_lora_args *a)
+static inline hd_status fake_run_lora(void *s, hd_context *ctx, const hd_op_args *a)
 {
-    return fake_called(s, ctx, a->variant);
+    return fake_called(s, ctx, a->lora.variant);
 }
-static inline hd_status fake_row(void *s, hd_context *ctx, const hd_row_args *a)
+static inline hd_status fake_run_row(void *s, hd_context *ctx, const hd_op_args *a)
 {
-    return fake_called(s, ctx, a->variant);
+    return fake_called(s, ctx, a->row.variant);
 }
-static inline bool fake_fused_supports(void *s, hd_op op, const hd_shape *shape)
+/* As the real fused backend: few-row GEMM and LoRA (and any epilogue), rows up to a limit. */
+static inline bool fake_fused_supports(void *s, hd_op op, const hd_shape *shape, hd_part part)
 {
-    return op == HD_OP_GEMM || op == HD_OP_LORA || shape->dim[1] <= FAKE_MAX_COLS;
+    if (part == HD_PART_EPILOGUE)
+        return true;
+    if (op == HD_OP_GEMM || op == HD_OP_LORA)
+        return shape->dim[0] <= 16 && !shape->trans_a;
+    return shape->dim[1] <= FAKE_MAX_COLS;
 }
 static inline hd_status fake_probe(hd_context *ctx, void **state)
 {
     return HD_OK;
+}
+
+/* The stand-ins' estimates, of the shape of the real backends' (a launch, then the larger of
+ * arithmetic and streaming), so that the cost-model rule is tested without a device. */
+static inline double fake_rate(const hd_tune_calibration *cal, double launches, double flops,
+                               double gflops, double bytes)
+{
+    return launches * cal->launch_us + fmax(flops / (gflops * 1e3), bytes / (cal->copy_gbps * 1e3));
+}
+static inline double fake_gemm_us(const hd_tune_calibration *cal, double m, double n, double k)
+{
+    double fill = fmin(1.0, fmin(m, n) / 64.0);
+    return fake_rate(cal, m * n * k > 16777216.0 ? 2.0 : 1.0, 2.0 * m * n * k,
+                     cal->gemm_gflops * fill * fill, 4.0 * (m * k + k * n + m * n));
+}
+static inline double fake_clblast_estimate(void *st, hd_op op, const hd_shape *s, hd_part part,
+                                           const hd_tune_calibration *cal)
+{
+    double d0 = (double)s->dim[0], d1 = (double)s->dim[1], d2 = (double)s->dim[2];
+    double d3 = (double)s->dim[3];
+    if (op == HD_OP_LORA)
+        return fake_gemm_us(cal, d0, d2, d1) + fake_gemm_us(cal, d0, d3, d1) +
+               fake_gemm_us(cal, d0, d2, d3);
+    return fake_gemm_us(cal, d0, d1, d2);
+}
+static inline double fake_fused_estimate(void *st, hd_op op, const hd_shape *s, hd_part part,
+                                         const hd_tune_calibration *cal)
+{
+    double flops = hd__op_flops(op, s), bytes = hd__op_bytes(op, s);
+    if (part == HD_PART_EPILOGUE) {
+        double t = (double)s->dim[0], in = (double)s->dim[1], out = (double)s->dim[2];
+        double r = (double)s->dim[3];
+        flops = 2.0 * t * r * (in + out);
+        bytes = 4.0 * (t * in + in * r + r * out + 2.0 * t * out);
+    }
+    if (!hd__op(op)->compute_bound)
+        flops = 0.0;
+    return fake_rate(cal, 1.0, flops, cal->gemm_gflops * 0.25, bytes);
+}
+
+static inline double fake_cpu_estimate(void *st, hd_op op, const hd_shape *s, hd_part part,
+                                       const hd_tune_calibration *cal)
+{
+    return hd__backend_cpu.estimate_us(st, op, s, part, cal);
 }
 
 static const hd_backend_impl fake_cpu = {
@@ -65,12 +118,13 @@ static const hd_backend_impl fake_cpu = {
     .id = HD_BACKEND_CPU,
     .place = HD_PLACE_HOST,
     .probe = fake_probe,
-    .gemm = fake_gemm,
-    .gemm_batched = fake_gemm,
-    .lora = fake_lora,
-    .softmax = fake_row,
-    .layer_norm = fake_row,
-    .rms_norm = fake_row,
+    .estimate_us = fake_cpu_estimate,
+    .run = {[HD_OP_GEMM] = fake_run,
+            [HD_OP_GEMM_BATCHED] = fake_run,
+            [HD_OP_LORA] = fake_run_lora,
+            [HD_OP_SOFTMAX] = fake_run_row,
+            [HD_OP_LAYER_NORM] = fake_run_row,
+            [HD_OP_RMS_NORM] = fake_run_row},
 };
 /* The device stand-ins run on the host: residency is the dispatcher's, not under test here;
  * their place for migration cost is set per test through fake_device_place. */
@@ -80,27 +134,27 @@ static hd_backend_impl fake_fused = {
     .place = HD_PLACE_HOST,
     .probe = fake_probe,
     .supports = fake_fused_supports,
-    .gemm = fake_gemm,
-    .lora = fake_lora,
-    .softmax = fake_row,
-    .layer_norm = fake_row,
-    .rms_norm = fake_row,
+    .estimate_us = fake_fused_estimate,
+    .run = {[HD_OP_GEMM] = fake_run,
+            [HD_OP_LORA] = fake_run_lora,
+            [HD_OP_SOFTMAX] = fake_run_row,
+            [HD_OP_LAYER_NORM] = fake_run_row,
+            [HD_OP_RMS_NORM] = fake_run_row},
+    .epilogue = {[HD_OP_LORA] = fake_run_lora},
 };
 static hd_backend_impl fake_clblast = {
     .name = "clblast",
     .id = HD_BACKEND_CLBLAST,
     .place = HD_PLACE_HOST,
     .probe = fake_probe,
-    .gemm = fake_gemm,
-    .gemm_batched = fake_gemm,
-    .lora = fake_lora,
+    .estimate_us = fake_clblast_estimate,
+    .run = {[HD_OP_GEMM] = fake_run, [HD_OP_GEMM_BATCHED] = fake_run, [HD_OP_LORA] = fake_run_lora},
 };
-static hd_backend_impl fake_hybrid = {
-    .name = "clblast+fused",
+/* The plan of two, composed from the stand-ins as the registry composes the real ones. */
+static const hd_composite fake_hybrid = {
     .id = HD_BACKEND_CLBLAST_FUSED,
-    .place = HD_PLACE_HOST,
-    .probe = fake_probe,
-    .lora = fake_lora,
+    .product = HD_BACKEND_CLBLAST,
+    .epilogue = HD_BACKEND_FUSED,
 };
 
 /* A context with the stand-ins (and the real CPU backend when real_cpu), reading a tuning
@@ -122,8 +176,7 @@ static inline hd_context *fake_context(bool real_cpu, const hd_tune_file *f, con
     ctx->backend_state[HD_BACKEND_FUSED] = &fake_states[HD_BACKEND_FUSED];
     ctx->backends[HD_BACKEND_CLBLAST] = &fake_clblast;
     ctx->backend_state[HD_BACKEND_CLBLAST] = &fake_states[HD_BACKEND_CLBLAST];
-    ctx->backends[HD_BACKEND_CLBLAST_FUSED] = &fake_hybrid;
-    ctx->backend_state[HD_BACKEND_CLBLAST_FUSED] = &fake_states[HD_BACKEND_CLBLAST_FUSED];
+    ctx->composite[HD_BACKEND_CLBLAST_FUSED] = &fake_hybrid;
 
     hd_context_options opt;
     hd_context_options_init(&opt);

@@ -231,9 +231,7 @@ static hd_status row_slot(hd_context *ctx, hd_op op, hd_tensor *x, hd_tensor *g,
                         .rows = x->rows,
                         .cols = x->cols,
                         .variant = variant};
-    hd_status s = op == HD_OP_SOFTMAX      ? impl->softmax(fs, ctx, &args)
-                  : op == HD_OP_LAYER_NORM ? impl->layer_norm(fs, ctx, &args)
-                                           : impl->rms_norm(fs, ctx, &args);
+    hd_status s = impl->run[op](fs, ctx, &(hd_op_args){.row = args});
     if (s == HD_OK)
         hd__tensor_written(y, HD_PLACE_DEVICE);
     return s;
@@ -353,8 +351,7 @@ static void test_norms_extreme_magnitudes_match_reference(void **state)
                                         .rows = ROWS,
                                         .cols = cols,
                                         .variant = variants[v]};
-                    hd_status s = op == HD_OP_LAYER_NORM ? impl->layer_norm(fs, ctx, &args)
-                                                         : impl->rms_norm(fs, ctx, &args);
+                    hd_status s = impl->run[op](fs, ctx, &(hd_op_args){.row = args});
                     char what[160];
                     snprintf(what, sizeof what, "%s of %s rows, %zu columns [%s]",
                              hd_op_name(op), norm_kind_names[k], cols,
@@ -399,7 +396,7 @@ static void test_row_ops_every_variant(void **state)
     for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
         const char *list[32];
         hd_shape shape = {.dim = {3, cols[c]}};
-        size_t count = impl->variants(fs, HD_OP_SOFTMAX, &shape, list, 32);
+        size_t count = impl->variants(fs, HD_OP_SOFTMAX, &shape, HD_PART_WHOLE, list, 32);
         assert_true(count > 0);
         for (size_t i = 0; i < count; i++) {
             bool again = false;
@@ -454,17 +451,21 @@ static void test_variant_malformed_is_rejected(void **state)
     to_device(y);
     hd_gemm_args ga = {.alpha = 1, .a = a, .b = b, .c = y, .m = 1, .n = 3, .k = 5,
                        .variant = "ROWS=4"};
-    assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
+                     HD_ERR_INVALID_ARGUMENT);
     ga.variant = "TN=2 KS=2"; /* group of 4: too small for LoRA, fine for GEMM */
-    assert_int_equal(impl->gemm(fs, ctx, &ga), HD_OK);
+    assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}), HD_OK);
     ga.variant = "TN=64 KS=64"; /* group of 4096 */
-    assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
+                     HD_ERR_INVALID_ARGUMENT);
     ga.variant = "SPLIT=4"; /* LoRA only */
-    assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
+                     HD_ERR_INVALID_ARGUMENT);
     static const char *const bad_kg[] = {"KG=0", "KG=65", "KG=", "KG=2 KG=2", "KG=x"};
     for (size_t i = 0; i < sizeof bad_kg / sizeof bad_kg[0]; i++) {
         ga.variant = bad_kg[i];
-        assert_int_equal(impl->gemm(fs, ctx, &ga), HD_ERR_INVALID_ARGUMENT);
+        assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
+                         HD_ERR_INVALID_ARGUMENT);
     }
     hd_tensor *ar = hd_test_tensor(ctx, 5, 2, x), *br = hd_test_tensor(ctx, 2, 3, x);
     to_device(ar);
@@ -474,7 +475,8 @@ static void test_variant_malformed_is_rejected(void **state)
     static const char *const bad_split[] = {"SPLIT=65", "SPLIT=-1", "SPLIT=", "SPLIT=4 SPLIT=4"};
     for (size_t i = 0; i < sizeof bad_split / sizeof bad_split[0]; i++) {
         la.variant = bad_split[i];
-        assert_int_equal(impl->lora(fs, ctx, &la), HD_ERR_INVALID_ARGUMENT);
+        assert_int_equal(impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = la}),
+                         HD_ERR_INVALID_ARGUMENT);
     }
     hd_tensor_destroy(ar);
     hd_tensor_destroy(br);
@@ -529,7 +531,7 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant
                              .alpha = gc->alpha, .beta = gc->beta, .a = ta, .b = tb, .c = tc,
                              .m = m, .n = n, .k = k, .variant = variant,
                              .precision = hd_context_gemm_precision(ctx)};
-        hd_status s = impl->gemm(fs, ctx, &args);
+        hd_status s = impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = args});
         if (beyond_device_limit(ctx, s, what))
             variant = "declined";
         else if (s != HD_OK)
@@ -588,7 +590,7 @@ static void test_gemm_every_variant(void **state)
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
     hd_shape shape = {.dim = {3, 260, 129}};
     const char *list[48];
-    size_t count = impl->variants(fs, HD_OP_GEMM, &shape, list, 46);
+    size_t count = impl->variants(fs, HD_OP_GEMM, &shape, HD_PART_WHOLE, list, 46);
     assert_true(count > 0);
     list[count++] = "VEC=1 UNROLL=3";
     list[count++] = "TN=1 KS=1";
@@ -612,7 +614,7 @@ static void test_gemm_tiles_every_variant_and_transpose(void **state)
     size_t count[4];
     for (int tr = 0; tr < 4; tr++) { /* the variants that fit each transpose combination */
         hd_shape shape = {.dim = {70, 45, 1100}, .trans_a = tr % 2 == 1, .trans_b = tr / 2 == 1};
-        count[tr] = impl->variants(fs, HD_OP_GEMM, &shape, list[tr], 40);
+        count[tr] = impl->variants(fs, HD_OP_GEMM, &shape, HD_PART_WHOLE, list[tr], 40);
         assert_true(count[tr] > 4);
         list[tr][count[tr]++] = "BM=16 BN=16 BK=4 RM=4 RN=4 SK=3";
         list[tr][count[tr]++] = "BM=32 BN=32 BK=8 RM=4 RN=4 SK=64"; /* more slices than stages */
@@ -707,9 +709,9 @@ static void test_gemm_outside_design_is_declined(void **state)
     void *fs;
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
     hd_shape huge = {.dim = {1, (size_t)INT_MAX + 1, 8}};
-    assert_false(impl->supports(fs, HD_OP_GEMM, &huge));
+    assert_false(impl->supports(fs, HD_OP_GEMM, &huge, HD_PART_WHOLE));
     hd_shape fine = {.dim = {17, 8, 8}, .trans_b = true};
-    assert_true(impl->supports(fs, HD_OP_GEMM, &fine));
+    assert_true(impl->supports(fs, HD_OP_GEMM, &fine, HD_PART_WHOLE));
     hd_tensor *a = hd_test_tensor(ctx, 20, 8, NULL), *b = hd_test_tensor(ctx, 8, 8, NULL);
     hd_tensor *c = hd_test_tensor(ctx, 20, 8, NULL);
     to_device(a);
@@ -729,7 +731,7 @@ static void test_gemm_outside_design_is_declined(void **state)
             continue; /* the register cap, elsewhere than NVIDIA's compiler */
         hd_gemm_args args = {.alpha = 1.0f, .a = a, .b = b, .c = c, .m = 20, .n = 8, .k = 8,
                              .variant = i < 3 ? declined[i] : capped};
-        assert_int_equal(impl->gemm(fs, ctx, &args), HD_ERR_UNSUPPORTED);
+        assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = args}), HD_ERR_UNSUPPORTED);
     }
     hd_tensor_destroy(a);
     hd_tensor_destroy(b);
@@ -861,7 +863,7 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
         hd_lora_args args = {.x = x, .w = w, .a = a, .b = b, .scale = d.scale, .y = y,
                              .tokens = tokens, .in = in, .out = out, .rank = rank,
                              .variant = variant, .precision = hd_context_gemm_precision(ctx)};
-        hd_status s = impl->lora(fs, ctx, &args);
+        hd_status s = impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = args});
         if (beyond_device_limit(ctx, s, what))
             variant = "declined";
         else if (s != HD_OK)
@@ -899,7 +901,7 @@ static void test_lora_tiles_match_reference(void **state)
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
     hd_shape shape = {.dim = {70, 96, 80, 8}};
     const char *list[48];
-    size_t count = impl->variants(fs, HD_OP_LORA, &shape, list, 40);
+    size_t count = impl->variants(fs, HD_OP_LORA, &shape, HD_PART_WHOLE, list, 40);
     assert_true(count > 4);
     for (size_t i = 0; i < count; i++)
         check_lora(ctx, i % 2 ? 3 : 37 + i, 96, 80 + 4 * i, i % 3 ? 8 : 3, list[i], 3150 + i);
@@ -928,7 +930,7 @@ static void test_lora_every_variant(void **state)
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
     hd_shape shape = {.dim = {1, 100, 68, 8}};
     const char *list[48];
-    size_t count = impl->variants(fs, HD_OP_LORA, &shape, list, 46);
+    size_t count = impl->variants(fs, HD_OP_LORA, &shape, HD_PART_WHOLE, list, 46);
     assert_true(count > 0);
     list[count++] = "VEC=1 TN=2 KS=32 UNROLL=1";
     list[count++] = "TN=2 KS=32 SPLIT=3";
@@ -944,9 +946,9 @@ static void test_lora_every_variant(void **state)
     /* past the strip kernels' limits the tiled engine takes over; past 32-bit sizes, nobody */
     hd_shape big_rank = {.dim = {1, 8, 8, 65}}, many = {.dim = {17, 8, 8, 4}};
     hd_shape huge = {.dim = {17, (size_t)INT_MAX + 1, 8, 4}};
-    assert_true(impl->supports(fs, HD_OP_LORA, &big_rank));
-    assert_true(impl->supports(fs, HD_OP_LORA, &many));
-    assert_false(impl->supports(fs, HD_OP_LORA, &huge));
+    assert_true(impl->supports(fs, HD_OP_LORA, &big_rank, HD_PART_WHOLE));
+    assert_true(impl->supports(fs, HD_OP_LORA, &many, HD_PART_WHOLE));
+    assert_false(impl->supports(fs, HD_OP_LORA, &huge, HD_PART_WHOLE));
 }
 
 /* The split path (x*A in its own launch, then the W pass) with split counts that divide the

@@ -5,43 +5,44 @@
 
 #include "autotune/tool/tool.h"
 #include "dispatch/context.h"
+#include "dispatch/op.h"
 
 bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t size)
 {
-    char name[32], trans[8] = "";
+    char name[32], trans[8] = "nn";
     unsigned long long d[4] = {0, 0, 0, 0};
-    int n = sscanf(text, "%31s %llu %llu %llu %llu", name, &d[0], &d[1], &d[2], &d[3]);
+    int n = sscanf(text, "%31s", name);
     hd_op op;
     if (n < 1 || !hd__op_from_name(name, &op)) {
         snprintf(why, size, "unknown operation in '%s'", text);
         return false;
     }
-    int dims = hd__tune_dim_count(op);
-    if (op == HD_OP_GEMM) {
-        n = sscanf(text, "%31s %llu %llu %llu %7s", name, &d[0], &d[1], &d[2], trans);
-        if (n == 4)
-            strcpy(trans, "nn"), n = 5;
-        if (n != 5 || strlen(trans) != 2 || strspn(trans, "nt") != 2) {
-            snprintf(why, size, "'%s': expected gemm M N K [nn|nt|tn|tt]", text);
+    /* The op's dims, then (where it has them) its transposes, "nn" when left out. */
+    const hd_op_desc *desc = hd__op(op);
+    int dims = desc->dims, used = 0;
+    const char *p = text + strlen(name);
+    for (int i = 0; i < dims; i++, p += used)
+        if (sscanf(p, " %llu%n", &d[i], &used) != 1) {
+            snprintf(why, size, "'%s': %s takes %d dimensions (%s%s%s%s%s%s%s)", text, name, dims,
+                     desc->dim_names[0], dims > 1 ? " " : "", dims > 1 ? desc->dim_names[1] : "",
+                     dims > 2 ? " " : "", dims > 2 ? desc->dim_names[2] : "", dims > 3 ? " " : "",
+                     dims > 3 ? desc->dim_names[3] : "");
             return false;
         }
-    } else if (op == HD_OP_GEMM_BATCHED) {
-        n = sscanf(text, "%31s %llu %llu %llu %llu %7s", name, &d[0], &d[1], &d[2], &d[3], trans);
-        if (n == 5)
-            strcpy(trans, "nn"), n = 6;
-        if (n != 6 || strlen(trans) != 2 || strspn(trans, "nt") != 2) {
-            snprintf(why, size, "'%s': expected gemm_batched M N K BATCH [nn|nt|tn|tt]", text);
-            return false;
-        }
-    } else if (n != 1 + dims) {
-        snprintf(why, size, "'%s': %s takes %d dimensions", text, name, dims);
+    char rest[8] = "";
+    int extra = sscanf(p, " %7s", rest);
+    if (desc->transposes && extra == 1)
+        memcpy(trans, rest, sizeof trans);
+    if ((!desc->transposes && extra == 1) || strlen(trans) != 2 || strspn(trans, "nt") != 2) {
+        snprintf(why, size, "'%s': expected %s %s%s", text, name,
+                 desc->transposes ? "dimensions and " : "",
+                 desc->transposes ? "[nn|nt|tn|tt]" : "dimensions only");
         return false;
     }
     memset(out, 0, sizeof *out);
     out->op = op;
     for (int i = 0; i < dims; i++) {
-        bool rank = op == HD_OP_LORA && i == 3;
-        if ((d[i] == 0 && !rank) || d[i] > HD_TUNE_DIM_MAX) {
+        if ((d[i] == 0 && !desc->zero_dim_ok[i]) || d[i] > HD_TUNE_DIM_MAX) {
             snprintf(why, size, "'%s': dimension %d out of range", text, i + 1);
             return false;
         }

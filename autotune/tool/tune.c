@@ -19,7 +19,6 @@
 #include "autotune/reference.h"
 #include "autotune/tool/tool.h"
 #include "dispatch/call.h"
-#include "dispatch/check.h"
 #include "dispatch/context.h"
 #include "dispatch/select.h"
 
@@ -35,7 +34,7 @@ typedef struct tune_data {
     hd_tensor *out;
     size_t out_rows, out_cols;
     hd_ref_inputs ref;
-    hd_op_args args;
+    hd_call call;
     hd_backend backend; /* the candidate being run */
     const char *variant;
 } tune_data;
@@ -56,64 +55,45 @@ static void free_data(tune_data *d)
     memset(d, 0, sizeof *d);
 }
 
-/* Inputs of the case's shape with fresh random values; checks the arguments as the public
- * call does, which fills the backend argument struct. */
+/* Inputs of the case's shape with fresh random values in the op table's ranges; checks the
+ * arguments as the public call does, which builds the call. */
 static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d)
 {
     memset(d, 0, sizeof *d);
     d->op = c->op;
     d->shape = c->shape;
-    const size_t *s = c->shape.dim;
-    switch (c->op) {
-    case HD_OP_GEMM:
-    case HD_OP_GEMM_BATCHED: {
-        size_t batch = c->op == HD_OP_GEMM ? 1 : s[3];
-        d->inputs = 2;
-        d->rows[0] = batch * (c->shape.trans_a ? s[2] : s[0]);
-        d->cols[0] = c->shape.trans_a ? s[0] : s[2];
-        d->rows[1] = batch * (c->shape.trans_b ? s[1] : s[2]);
-        d->cols[1] = c->shape.trans_b ? s[2] : s[1];
-        d->out_rows = batch * s[0];
-        d->out_cols = s[1];
-        break;
-    }
-    case HD_OP_LORA:
-        d->inputs = 4;
-        d->rows[0] = s[0], d->cols[0] = s[1];
-        d->rows[1] = s[1], d->cols[1] = s[2];
-        d->rows[2] = s[1], d->cols[2] = s[3];
-        d->rows[3] = s[3], d->cols[3] = s[2];
-        d->out_rows = s[0];
-        d->out_cols = s[2];
-        break;
-    default:
-        d->inputs = c->op == HD_OP_LAYER_NORM ? 3 : c->op == HD_OP_RMS_NORM ? 2 : 1;
-        d->rows[0] = s[0], d->cols[0] = s[1];
-        d->rows[1] = d->rows[2] = 1;
-        d->cols[1] = d->cols[2] = s[1];
-        d->out_rows = s[0];
-        d->out_cols = s[1];
-        break;
-    }
+    const hd_op_desc *desc = hd__op(c->op);
     static unsigned long long seed = 0x5eed;
     seed += 0x9e3779b97f4a7c15ull;
     unsigned long long st = seed;
+    hd_tensor *t[HD_OP_TENSOR_MAX] = {NULL};
     hd_status r = HD_OK;
-    for (int i = 0; i < d->inputs && r == HD_OK; i++) {
-        size_t n = d->rows[i] * d->cols[i];
-        d->host[i] = malloc((n ? n : 1) * sizeof(float));
-        if (d->host[i] == NULL)
+    for (int i = 0; i < desc->tensor_count && r == HD_OK; i++) {
+        const hd_op_tensor *spec = &desc->tensors[i];
+        size_t rows, cols;
+        hd__op_tensor_shape(c->op, i, &c->shape, &rows, &cols);
+        if (spec->role == HD_ROLE_OUTPUT) {
+            d->out_rows = rows;
+            d->out_cols = cols;
+            r = hd_tensor_create(ctx, rows, cols, &d->out);
+            t[i] = d->out;
+            continue;
+        }
+        int k = d->inputs++;
+        size_t n = rows * cols;
+        d->rows[k] = rows;
+        d->cols[k] = cols;
+        d->host[k] = malloc((n ? n : 1) * sizeof(float));
+        if (d->host[k] == NULL)
             return HD_ERR_OUT_OF_MEMORY;
-        bool scale = c->op >= HD_OP_SOFTMAX && i > 0;
-        for (size_t k = 0; k < n; k++)
-            d->host[i][k] = scale ? rnd(&st, 0.5f, 1.5f) : rnd(&st, -1.0f, 1.0f);
-        r = hd_tensor_create(ctx, d->rows[i], d->cols[i], &d->in[i]);
+        for (size_t e = 0; e < n; e++)
+            d->host[k][e] = rnd(&st, spec->lo, spec->hi);
+        r = hd_tensor_create(ctx, rows, cols, &d->in[k]);
         if (r == HD_OK)
-            r = hd_tensor_write(d->in[i], d->host[i]);
-        d->ref.in[i] = d->host[i];
+            r = hd_tensor_write(d->in[k], d->host[k]);
+        d->ref.in[k] = d->host[k];
+        t[i] = d->in[k];
     }
-    if (r == HD_OK)
-        r = hd_tensor_create(ctx, d->out_rows, d->out_cols, &d->out);
     if (r != HD_OK)
         return r;
     d->ref.alpha = 1.0f;
@@ -121,28 +101,14 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     d->ref.scale = 0.5f;
     d->ref.eps = 1e-5f;
     d->ref.precision = hd_context_gemm_precision(ctx);
-    switch (c->op) {
-    case HD_OP_GEMM:
-        return hd__check_gemm(ctx, c->shape.trans_a, c->shape.trans_b, 1.0f, d->in[0], d->in[1],
-                              0.0f, d->out, &d->args.gemm);
-    case HD_OP_GEMM_BATCHED:
-        return hd__check_gemm_batched(ctx, c->shape.dim[3], c->shape.trans_a, c->shape.trans_b,
-                                      1.0f, d->in[0], d->in[1], 0.0f, d->out, &d->args.gemm);
-    case HD_OP_LORA:
-        return hd__check_lora(ctx, d->in[0], d->in[1], d->in[2], d->in[3], 0.5f, d->out,
-                              &d->args.lora);
-    case HD_OP_SOFTMAX:
-        return hd__check_rows(ctx, "softmax", d->in[0], NULL, NULL, false, 0.0f, d->out,
-                              &d->args.row);
-    case HD_OP_LAYER_NORM:
-        return hd__check_rows(ctx, "layer_norm", d->in[0], d->in[1], d->in[2], true, 1e-5f, d->out,
-                              &d->args.row);
-    case HD_OP_RMS_NORM:
-        return hd__check_rows(ctx, "rms_norm", d->in[0], d->in[1], NULL, true, 1e-5f, d->out,
-                              &d->args.row);
-    default:
-        return HD_ERR_UNSUPPORTED;
-    }
+    hd_op_params p = {.trans_a = c->shape.trans_a,
+                      .trans_b = c->shape.trans_b,
+                      .alpha = 1.0f,
+                      .beta = 0.0f,
+                      .scale = 0.5f,
+                      .eps = 1e-5f,
+                      .batch = c->shape.dim[3]};
+    return hd__call_prepare(ctx, c->op, t, &p, &d->call);
 }
 
 /* One call of the candidate, made as the dispatcher makes it. */
@@ -150,10 +116,7 @@ static hd_status run_candidate(hd_context *ctx, void *user, size_t set)
 {
     (void)set;
     tune_data *d = user;
-    hd_call call = {.op = d->op, .shape = d->shape, .args = d->args};
-    call.io = (hd_call_tensors){.input_count = d->inputs, .output = d->out};
-    for (int i = 0; i < d->inputs; i++)
-        call.io.inputs[i] = d->in[i];
+    hd_call call = d->call;
     return hd__call_run_on(ctx, d->backend, &call, d->variant);
 }
 
@@ -219,14 +182,11 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
             cpu_estimate_s(c) > e->cpu_limit_s)
             continue;
         cand[count++] = (candidate){.backend = (hd_backend)b};
-        const hd_backend_impl *impl = ctx->backends[b];
         /* CLBlast's sets each cost a CLBlast build; the library's own kernels build fast */
         size_t max = b == HD_BACKEND_CLBLAST ? e->clblast_sets : e->variants;
         if (max > MAX_VARIANTS)
             max = MAX_VARIANTS;
-        size_t n = impl->variants != NULL && max > 0
-                       ? impl->variants(ctx->backend_state[b], c->op, &c->shape, variants, max)
-                       : 0;
+        size_t n = hd__backend_variants(ctx, (hd_backend)b, c->op, &c->shape, variants, max);
         for (size_t i = 0; i < n && i < max; i++)
             cand[count++] = (candidate){.backend = (hd_backend)b, .variant = variants[i]};
     }

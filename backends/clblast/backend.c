@@ -1,11 +1,17 @@
-/* The CLBlast backend and the CLBlast+fused hybrid plan: probe, warm-up, tuner variants. */
+/* The CLBlast backend: probe, warm-up, its limits and estimate, tuner variants. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/clblast/clblast.h"
-#include "backends/fused/fused.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/op.h"
+
+/* Without a calibration: the launch cost of a typical OpenCL driver and a mid-range GPU. */
+#define DEFAULT_LAUNCH_US     10.0
+#define DEFAULT_DEVICE_GFLOPS 1000.0
+#define DEFAULT_DEVICE_GBPS   100.0
 
 static hd_status clblast_probe(hd_context *ctx, void **state)
 {
@@ -39,11 +45,11 @@ static void clblast_destroy(void *state)
 
 /* The tuner's candidates: Xgemm sets for problems that take the indirect path under the base
  * threshold, XgemmDirect sets for the rest. */
-static size_t clblast_variants(void *state, hd_op op, const hd_shape *shape, const char **out,
-                               size_t max)
+static size_t clblast_variants(void *state, hd_op op, const hd_shape *shape, hd_part part,
+                               const char **out, size_t max)
 {
     hd_clblast_state *st = state;
-    if (op != HD_OP_GEMM && op != HD_OP_LORA)
+    if ((op != HD_OP_GEMM && op != HD_OP_LORA) || part != HD_PART_WHOLE)
         return 0;
     /* GEMM (m, n, k) and LoRA (tokens, in, out): the largest product is the first three. */
     double flops = (double)shape->dim[0] * (double)shape->dim[1] * (double)shape->dim[2];
@@ -62,11 +68,12 @@ static size_t clblast_variants(void *state, hd_op op, const hd_shape *shape, con
 /* The set a call would run (the variant laid over the base set) must parse and be legal for
  * this device; whether CLBlast then accepts it is known only when the first call verifies it. */
 static hd_status clblast_check_variant(void *state, hd_context *ctx, hd_op op,
-                                       const hd_shape *shape, const char *variant)
+                                       const hd_shape *shape, hd_part part, const char *variant)
 {
     hd_clblast_state *st = state;
     (void)shape;
-    if (op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED)
+    if ((op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED) ||
+        part != HD_PART_WHOLE)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "CLBlast: %s takes no variants",
                          hd_op_name(op));
     hd_clblast_params over, want = st->base;
@@ -127,69 +134,69 @@ static hd_status clblast_warmup(void *state, hd_context *ctx)
     return s;
 }
 
+/*
+ * One m×n×k GEMM: launches x launch latency + the larger of compute and streaming time.
+ * CLBlast reaches the device's GEMM rate only with both sides of C at least a tile wide;
+ * problems past the indirect threshold (XGEMM_MIN_INDIRECT_SIZE cubed) take the indirect
+ * path, whose pad and transpose kernels add a launch.
+ */
+static double gemm_us(const hd_clblast_state *st, const hd_tune_calibration *cal, double m,
+                      double n, double k, double batch)
+{
+    double launch = cal != NULL && cal->launch_us > 0.0 ? cal->launch_us : DEFAULT_LAUNCH_US;
+    double gflops =
+        cal != NULL && cal->gemm_gflops > 0.0 ? cal->gemm_gflops : DEFAULT_DEVICE_GFLOPS;
+    double gbps = cal != NULL && cal->copy_gbps > 0.0 ? cal->copy_gbps : DEFAULT_DEVICE_GBPS;
+    double tile_fill = fmin(1.0, fmin(m, n) / 64.0);
+    double t = st != NULL ? (double)st->base.min_indirect_size : 256.0;
+    double launches = m * n * k * batch > t * t * t ? 2.0 : 1.0;
+    double compute = 2.0 * m * n * k * batch / (gflops * tile_fill * tile_fill * 1e3);
+    double stream = 4.0 * batch * (m * k + k * n + m * n) / (gbps * 1e3);
+    return launches * launch + fmax(compute, stream);
+}
+
+/* GEMM as one CLBlast call; LoRA as its three (x*W, x*A, then (xA)*B onto y). */
+static double clblast_estimate_us(void *state, hd_op op, const hd_shape *s, hd_part part,
+                                  const hd_tune_calibration *cal)
+{
+    const hd_clblast_state *st = state;
+    double d0 = (double)s->dim[0], d1 = (double)s->dim[1], d2 = (double)s->dim[2];
+    double d3 = (double)s->dim[3];
+    (void)part;
+    if (op == HD_OP_LORA)
+        return gemm_us(st, cal, d0, d2, d1, 1.0) +
+               (d3 > 0.0 ? gemm_us(st, cal, d0, d3, d1, 1.0) + gemm_us(st, cal, d0, d2, d3, 1.0)
+                         : 0.0);
+    return gemm_us(st, cal, d0, d1, d2, op == HD_OP_GEMM_BATCHED ? d3 : 1.0);
+}
+
+static hd_status clblast_gemm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__clblast_gemm(state, ctx, &args->gemm);
+}
+static hd_status clblast_gemm_batched(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__clblast_gemm_batched(state, ctx, &args->gemm);
+}
+static hd_status clblast_lora(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__clblast_lora(state, ctx, &args->lora);
+}
+
 const hd_backend_impl hd__backend_clblast = {
     .name = "clblast",
     .id = HD_BACKEND_CLBLAST,
     .place = HD_PLACE_DEVICE,
     .probe = clblast_probe,
     .destroy = clblast_destroy,
+    .estimate_us = clblast_estimate_us,
     .variants = clblast_variants,
     .check_variant = clblast_check_variant,
     .warmup = clblast_warmup,
-    .gemm = hd__clblast_gemm,
-    .gemm_batched = hd__clblast_gemm_batched,
-    .lora = hd__clblast_lora,
-};
-
-/* The hybrid plan owns nothing: it borrows the CLBlast and fused states, which the registry
- * probes before it and destroys after it. */
-static hd_status clblast_fused_probe(hd_context *ctx, void **state)
-{
-    *state = NULL;
-    if (ctx->backends[HD_BACKEND_CLBLAST] == NULL || ctx->backends[HD_BACKEND_FUSED] == NULL)
-        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
-                         "clblast+fused: needs both the CLBlast and the fused backend");
-    return HD_OK;
-}
-
-/* The plan takes what the fused epilogue takes; CLBlast's GEMM takes any shape. */
-static bool clblast_fused_supports(void *state, hd_op op, const hd_shape *shape)
-{
-    (void)state;
-    return op == HD_OP_LORA && hd__fused_lora_update_supports(shape);
-}
-
-/* The variants are the epilogue's: CLBlast runs its base parameters in this plan. */
-static size_t clblast_fused_variants(void *state, hd_op op, const hd_shape *shape, const char **out,
-                                     size_t max)
-{
-    (void)state;
-    return op == HD_OP_LORA ? hd__fused_lora_update_variants(shape, out, max) : 0;
-}
-
-/* The variant is the epilogue's (hd__clblast_fused_lora). */
-static hd_status clblast_fused_check_variant(void *state, hd_context *ctx, hd_op op,
-                                             const hd_shape *shape, const char *variant)
-{
-    (void)state;
-    if (op != HD_OP_LORA)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "clblast+fused: %s takes no variants",
-                         hd_op_name(op));
-    const hd_lora_args l = {.tokens = shape->dim[0],
-                            .in = shape->dim[1],
-                            .out = shape->dim[2],
-                            .rank = shape->dim[3],
-                            .variant = variant};
-    return hd__fused_lora_update_check(ctx->backend_state[HD_BACKEND_FUSED], ctx, &l);
-}
-
-const hd_backend_impl hd__backend_clblast_fused = {
-    .name = "clblast+fused",
-    .id = HD_BACKEND_CLBLAST_FUSED,
-    .place = HD_PLACE_DEVICE,
-    .probe = clblast_fused_probe,
-    .supports = clblast_fused_supports,
-    .variants = clblast_fused_variants,
-    .check_variant = clblast_fused_check_variant,
-    .lora = hd__clblast_fused_lora,
+    .run =
+        {
+            [HD_OP_GEMM] = clblast_gemm,
+            [HD_OP_GEMM_BATCHED] = clblast_gemm_batched,
+            [HD_OP_LORA] = clblast_lora,
+        },
 };

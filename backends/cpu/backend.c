@@ -1,4 +1,9 @@
 #include "backends/cpu/cpu.h"
+#include "dispatch/op.h"
+
+/* Without a calibration: a few cores' SGEMM rate and streaming bandwidth. */
+#define DEFAULT_CPU_GFLOPS 50.0
+#define DEFAULT_CPU_GBPS   10.0
 
 static hd_status cpu_probe(hd_context *ctx, void **state)
 {
@@ -7,15 +12,57 @@ static hd_status cpu_probe(hd_context *ctx, void **state)
     return HD_OK;
 }
 
+/* No launch and no copy: the larger of the arithmetic and the streaming at the host's rates. */
+static double cpu_estimate_us(void *state, hd_op op, const hd_shape *shape, hd_part part,
+                              const hd_tune_calibration *cal)
+{
+    (void)state;
+    (void)part;
+    double gflops = cal != NULL && cal->cpu_gflops > 0.0 ? cal->cpu_gflops : DEFAULT_CPU_GFLOPS;
+    double gbps = cal != NULL && cal->cpu_gbps > 0.0 ? cal->cpu_gbps : DEFAULT_CPU_GBPS;
+    double compute = hd__op(op)->compute_bound ? hd__op_flops(op, shape) / (gflops * 1e3) : 0.0;
+    double stream = hd__op_bytes(op, shape) / (gbps * 1e3);
+    return compute > stream ? compute : stream;
+}
+
+static hd_status cpu_gemm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_gemm(state, ctx, &args->gemm);
+}
+static hd_status cpu_gemm_batched(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_gemm_batched(state, ctx, &args->gemm);
+}
+static hd_status cpu_lora(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_lora(state, ctx, &args->lora);
+}
+static hd_status cpu_softmax(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_softmax(state, ctx, &args->row);
+}
+static hd_status cpu_layer_norm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_layer_norm(state, ctx, &args->row);
+}
+static hd_status cpu_rms_norm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_rms_norm(state, ctx, &args->row);
+}
+
 const hd_backend_impl hd__backend_cpu = {
     .name = "cpu",
     .id = HD_BACKEND_CPU,
     .place = HD_PLACE_HOST,
     .probe = cpu_probe,
-    .gemm = hd__cpu_gemm,
-    .gemm_batched = hd__cpu_gemm_batched,
-    .lora = hd__cpu_lora,
-    .softmax = hd__cpu_softmax,
-    .layer_norm = hd__cpu_layer_norm,
-    .rms_norm = hd__cpu_rms_norm,
+    .estimate_us = cpu_estimate_us,
+    .run =
+        {
+            [HD_OP_GEMM] = cpu_gemm,
+            [HD_OP_GEMM_BATCHED] = cpu_gemm_batched,
+            [HD_OP_LORA] = cpu_lora,
+            [HD_OP_SOFTMAX] = cpu_softmax,
+            [HD_OP_LAYER_NORM] = cpu_layer_norm,
+            [HD_OP_RMS_NORM] = cpu_rms_norm,
+        },
 };

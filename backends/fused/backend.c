@@ -3,10 +3,27 @@
  * context's device. Tensors arrive device-resident; everything is queued, nothing waits.
  */
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "backends/fused/fused.h"
 #include "backends/fused/internal.h"
+#include "dispatch/op.h"
+
+/* The GEMV-style kernels serve a few rows at once: each work-group keeps HD_FUSED_MAX_ROWS
+ * rows of x in registers. */
+#define HD_FUSED_MAX_ROWS 16
+
+/* Without a calibration: the launch cost of a typical OpenCL driver and a mid-range GPU. */
+#define DEFAULT_LAUNCH_US     10.0
+#define DEFAULT_DEVICE_GFLOPS 1000.0
+#define DEFAULT_DEVICE_GBPS   100.0
+/* The GEMV-style kernels stream the weights at copy bandwidth but are not tiled for reuse:
+ * a quarter of the device's GEMM rate where the arithmetic, not the weights, sets the time.
+ * The tiled engine (tile.c) reuses its tiles but, untuned, is taken to reach half the rate of
+ * the best GEMM the calibration saw; the tuner's records replace both guesses. */
+#define GEMV_RATE_FRACTION 0.25
+#define TILE_RATE_FRACTION 0.5
 
 static bool fits_int(size_t a, size_t b)
 {
@@ -57,14 +74,16 @@ static void fused_destroy(void *state)
     free(f);
 }
 
-static bool fused_supports(void *state, hd_op op, const hd_shape *s)
+static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part part)
 {
+    if (part == HD_PART_EPILOGUE)
+        return op == HD_OP_LORA && hd__fused_lora_update_supports(s);
     switch (op) {
     case HD_OP_GEMM: /* m, n, k: the strip kernel's 32-bit indexing, or the tiled engine's */
     case HD_OP_GEMM_BATCHED:
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX;
     case HD_OP_LORA: /* tokens, in, out, rank: the strip kernels' limits, or the tiled engine's */
-        if (s->dim[0] <= 16 && s->dim[3] <= 64 && fits_int(s->dim[1], s->dim[2]) &&
+        if (s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64 && fits_int(s->dim[1], s->dim[2]) &&
             hd__fused_lora_update_supports(s))
             return true;
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
@@ -113,7 +132,8 @@ static size_t row_variants(const hd_fused *f, const hd_shape *s, const char **ou
     return n;
 }
 
-static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const char **out, size_t max)
+static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part part,
+                             const char **out, size_t max)
 {
     static const char *const gemv[] = {
         "TN=4 KS=64 UNROLL=16", "TN=4 KS=64 UNROLL=8",  "TN=2 KS=128 UNROLL=8",
@@ -151,14 +171,16 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
     };
     const hd_fused *f = state;
     size_t n = 0;
+    if (part == HD_PART_EPILOGUE)
+        return op == HD_OP_LORA ? hd__fused_lora_update_variants(s, out, max) : 0;
     switch (op) {
     case HD_OP_GEMM_BATCHED:
         return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
     case HD_OP_GEMM:
     case HD_OP_LORA:
-        if (op == HD_OP_GEMM && (s->dim[0] > 16 || s->trans_a || s->trans_b))
+        if (op == HD_OP_GEMM && (s->dim[0] > HD_FUSED_MAX_ROWS || s->trans_a || s->trans_b))
             return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
-        if (op == HD_OP_LORA && (s->dim[0] > 16 || s->dim[3] > 64)) {
+        if (op == HD_OP_LORA && (s->dim[0] > HD_FUSED_MAX_ROWS || s->dim[3] > 64)) {
             hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}}; /* tokens x out, k = in */
             return hd__fused_tile_variants(f, &xw, f->ctx->gemm_precision, out, max);
         }
@@ -187,13 +209,21 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, const cha
 
 /* The parameter checks of each slot, without the build (gemm.c, lora.c, rows.c). */
 static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, const hd_shape *s,
-                                     const char *variant)
+                                     hd_part part, const char *variant)
 {
     hd_fused *f = state;
     hd_fused_params p;
     bool cached;
     const hd_lora_args lora = {
         .tokens = s->dim[0], .in = s->dim[1], .out = s->dim[2], .rank = s->dim[3]};
+    if (part == HD_PART_EPILOGUE) { /* the epilogue of a plan of two: LoRA's low-rank term */
+        if (op != HD_OP_LORA)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s has no epilogue",
+                             hd_op_name(op));
+        hd_lora_args l = lora;
+        l.variant = variant;
+        return hd__fused_lora_update_check(f, ctx, &l);
+    }
     switch (op) {
     case HD_OP_GEMM: /* m, n, k; as hd__fused_gemm chooses between its two kernels */
     case HD_OP_GEMM_BATCHED:
@@ -303,6 +333,61 @@ static bool fused_runs_precision(void *state, hd_precision p)
     return p == HD_PRECISION_FP32 || (f != NULL && f->mma && !f->mma_broken);
 }
 
+/* One launch, then the larger of compute and streaming time. The epilogue of LoRA reads x,
+ * A, B and y and writes y: its arithmetic is the low-rank product alone. */
+static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_part part,
+                                const hd_tune_calibration *cal)
+{
+    (void)state;
+    double launch = cal != NULL && cal->launch_us > 0.0 ? cal->launch_us : DEFAULT_LAUNCH_US;
+    double gflops =
+        cal != NULL && cal->gemm_gflops > 0.0 ? cal->gemm_gflops : DEFAULT_DEVICE_GFLOPS;
+    double gbps = cal != NULL && cal->copy_gbps > 0.0 ? cal->copy_gbps : DEFAULT_DEVICE_GBPS;
+    double flops = hd__op_flops(op, s), bytes = hd__op_bytes(op, s);
+    if (part == HD_PART_EPILOGUE) {
+        double t = (double)s->dim[0], in = (double)s->dim[1], out = (double)s->dim[2];
+        double r = (double)s->dim[3];
+        flops = 2.0 * t * r * (in + out);
+        bytes = 4.0 * (t * in + in * r + r * out + 2.0 * t * out);
+    }
+    if (!hd__op(op)->compute_bound)
+        return launch + bytes / (gbps * 1e3);
+    bool strip = part == HD_PART_EPILOGUE ||
+                 (op == HD_OP_LORA && s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64) ||
+                 (op == HD_OP_GEMM && s->dim[0] <= HD_FUSED_MAX_ROWS && !s->trans_a && !s->trans_b);
+    double rate = gflops * (strip ? GEMV_RATE_FRACTION : TILE_RATE_FRACTION);
+    return launch + fmax(flops / (rate * 1e3), bytes / (gbps * 1e3));
+}
+
+static hd_status fused_gemm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_gemm(state, ctx, &args->gemm);
+}
+static hd_status fused_gemm_batched(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_gemm_batched(state, ctx, &args->gemm);
+}
+static hd_status fused_lora(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_lora(state, ctx, &args->lora);
+}
+static hd_status fused_lora_epilogue(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return args->lora.rank > 0 ? hd__fused_lora_update(state, ctx, &args->lora) : HD_OK;
+}
+static hd_status fused_softmax(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_softmax(state, ctx, &args->row);
+}
+static hd_status fused_layer_norm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_layer_norm(state, ctx, &args->row);
+}
+static hd_status fused_rms_norm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_rms_norm(state, ctx, &args->row);
+}
+
 const hd_backend_impl hd__backend_fused = {
     .name = "fused",
     .id = HD_BACKEND_FUSED,
@@ -310,14 +395,19 @@ const hd_backend_impl hd__backend_fused = {
     .probe = fused_probe,
     .destroy = fused_destroy,
     .supports = fused_supports,
+    .estimate_us = fused_estimate_us,
     .variants = fused_variants,
     .runs_precision = fused_runs_precision,
     .check_variant = fused_check_variant,
     .warmup = fused_warmup,
-    .gemm = hd__fused_gemm,
-    .gemm_batched = hd__fused_gemm_batched,
-    .lora = hd__fused_lora,
-    .softmax = hd__fused_softmax,
-    .layer_norm = hd__fused_layer_norm,
-    .rms_norm = hd__fused_rms_norm,
+    .run =
+        {
+            [HD_OP_GEMM] = fused_gemm,
+            [HD_OP_GEMM_BATCHED] = fused_gemm_batched,
+            [HD_OP_LORA] = fused_lora,
+            [HD_OP_SOFTMAX] = fused_softmax,
+            [HD_OP_LAYER_NORM] = fused_layer_norm,
+            [HD_OP_RMS_NORM] = fused_rms_norm,
+        },
+    .epilogue = {[HD_OP_LORA] = fused_lora_epilogue},
 };

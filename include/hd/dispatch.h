@@ -64,24 +64,39 @@ typedef enum hd_status {
 #undef HD_STATUS_ENUM
 } hd_status;
 
-/* The backends an operation can run on. */
+/* The backends an operation can run on, and the plans that compose two of them: one table
+ * generates the enum and hd_backend_name(). Values are stable: new ones are only ever
+ * appended. HD_BACKEND_CLBLAST_FUSED is not a backend of its own but a plan the scheduler
+ * composes from CLBlast's GEMM and the fused backend's epilogue; it is named and forced like
+ * a backend. */
+#define HD_BACKEND_MAP(X)                                                                      \
+    X(AUTO, "auto")           /* let the dispatcher choose (tuned table, then cost model) */   \
+    X(CPU, "cpu")             /* OpenBLAS and the library's C kernels */                       \
+    X(CLBLAST, "clblast")     /* CLBlast on the OpenCL device */                               \
+    X(FUSED, "fused")         /* the library's own OpenCL kernels, one launch per operation */ \
+    X(CLBLAST_FUSED, "clblast+fused") /* plan: CLBlast GEMM, then a fused OpenCL epilogue */
+
 typedef enum hd_backend {
-    HD_BACKEND_AUTO = 0,       /* let the dispatcher choose (tuned table, then cost model) */
-    HD_BACKEND_CPU,            /* OpenBLAS and the library's C kernels */
-    HD_BACKEND_CLBLAST,        /* CLBlast on the OpenCL device */
-    HD_BACKEND_FUSED,          /* the library's own OpenCL kernels, one launch per operation */
-    HD_BACKEND_CLBLAST_FUSED,  /* hybrid plan: CLBlast GEMM, then a fused OpenCL epilogue */
+#define HD_BACKEND_ENUM(name, text) HD_BACKEND_##name,
+    HD_BACKEND_MAP(HD_BACKEND_ENUM)
+#undef HD_BACKEND_ENUM
     HD_BACKEND_COUNT
 } hd_backend;
 
-/* The operations. */
+/* The operations, one table generating the enum and hd_op_name(). Values are stable: new
+ * operations are only ever appended. */
+#define HD_OP_MAP(X)                                                                           \
+    X(GEMM, "gemm")                                                                            \
+    X(LORA, "lora")                                                                            \
+    X(SOFTMAX, "softmax")                                                                      \
+    X(LAYER_NORM, "layer_norm")                                                                \
+    X(RMS_NORM, "rms_norm")                                                                    \
+    X(GEMM_BATCHED, "gemm_batched") /* hd_gemm_batched() */
+
 typedef enum hd_op {
-    HD_OP_GEMM = 0,
-    HD_OP_LORA,
-    HD_OP_SOFTMAX,
-    HD_OP_LAYER_NORM,
-    HD_OP_RMS_NORM,
-    HD_OP_GEMM_BATCHED, /* hd_gemm_batched() */
+#define HD_OP_ENUM(name, text) HD_OP_##name,
+    HD_OP_MAP(HD_OP_ENUM)
+#undef HD_OP_ENUM
     HD_OP_COUNT
 } hd_op;
 

@@ -1,0 +1,45 @@
+/* The one table of backends and of the plans that compose two of them. The fallback order,
+ * when nothing else decides: the fused kernels, CLBlast's GEMM with the fused epilogue,
+ * CLBlast, and the CPU last, which always works. */
+#include <stddef.h>
+
+#include "backends/backend.h"
+
+static const hd_backend_impl *const backends[] = {
+#ifdef HD_HAVE_OPENCL
+    &hd__backend_fused,
+#endif
+#ifdef HD_HAVE_CLBLAST
+    &hd__backend_clblast,
+#endif
+    &hd__backend_cpu,
+};
+
+static const hd_composite composites[] = {
+    {.id = HD_BACKEND_CLBLAST_FUSED, .product = HD_BACKEND_CLBLAST, .epilogue = HD_BACKEND_FUSED},
+};
+
+static const hd_backend order[] = {
+    HD_BACKEND_FUSED,
+    HD_BACKEND_CLBLAST_FUSED,
+    HD_BACKEND_CLBLAST,
+    HD_BACKEND_CPU,
+};
+
+const hd_backend_impl *const *hd__registry_backends(size_t *count)
+{
+    *count = sizeof backends / sizeof backends[0];
+    return backends;
+}
+
+const hd_composite *hd__registry_composites(size_t *count)
+{
+    *count = sizeof composites / sizeof composites[0];
+    return composites;
+}
+
+const hd_backend *hd__registry_order(size_t *count)
+{
+    *count = sizeof order / sizeof order[0];
+    return order;
+}

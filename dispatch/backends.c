@@ -1,0 +1,41 @@
+/* The context's backends: probing the registry's backends, composing the plans of two whose
+ * backends both probed, and tearing the states down again. */
+#include "dispatch/context.h"
+#include "dispatch/error.h"
+
+hd_status hd__backends_probe(hd_context *ctx)
+{
+    size_t n;
+    const hd_backend_impl *const *list = hd__registry_backends(&n);
+    for (size_t i = 0; i < n; i++) {
+        const hd_backend_impl *impl = list[i];
+        void *state = NULL;
+        if (hd__fault(ctx, impl->id, "probe"))
+            continue; /* as if the device had failed while probing: the message stays */
+        hd_status s = impl->probe(ctx, &state);
+        if (s == HD_ERR_BACKEND_UNAVAILABLE)
+            continue; /* not on this machine: the message stays in last_error */
+        if (s != HD_OK)
+            return s;
+        ctx->backends[impl->id] = impl;
+        ctx->backend_state[impl->id] = state;
+    }
+    const hd_composite *plans = hd__registry_composites(&n);
+    for (size_t i = 0; i < n; i++)
+        if (ctx->backends[plans[i].product] != NULL && ctx->backends[plans[i].epilogue] != NULL &&
+            !hd__fault(ctx, plans[i].id, "probe"))
+            ctx->composite[plans[i].id] = &plans[i];
+    return HD_OK;
+}
+
+void hd__backends_destroy(hd_context *ctx)
+{
+    for (int b = 0; b < HD_BACKEND_COUNT; b++) {
+        const hd_backend_impl *impl = ctx->backends[b];
+        if (impl != NULL && impl->destroy != NULL)
+            impl->destroy(ctx->backend_state[b]);
+        ctx->backends[b] = NULL;
+        ctx->backend_state[b] = NULL;
+        ctx->composite[b] = NULL;
+    }
+}

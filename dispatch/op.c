@@ -1,0 +1,249 @@
+/* The op table (dispatch/op.h) and what is computed from it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "dispatch/check.h"
+#include "dispatch/op.h"
+
+/* Tensors by the dims of their rows and columns; T_ONE for a dimension of 1. */
+#define IN(n, r, c, lo_, hi_)                                                                      \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_INPUT, .rows = r, .cols = c, .batch = HD_DIM_ONE, .lo = lo_,    \
+        .hi = hi_                                                                                  \
+    }
+#define OUT(n, r, c)                                                                               \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .rows = r, .cols = c, .batch = HD_DIM_ONE               \
+    }
+#define OUT_IN_PLACE(n, r, c)                                                                      \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .in_place = true, .rows = r, .cols = c,                 \
+        .batch = HD_DIM_ONE                                                                        \
+    }
+/* A GEMM operand: stored transposed when trans_a (tr 1) or trans_b (tr 2) is set, its rows
+ * repeated per matrix of a batch (dim b). */
+#define GEMM_IN(n, r, c, tr, b)                                                                    \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_INPUT, .rows = r, .cols = c, .transpose = tr, .batch = b,       \
+        .lo = -1, .hi = 1                                                                          \
+    }
+#define BATCH_OUT(n, r, c, b)                                                                      \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .rows = r, .cols = c, .batch = b                        \
+    }
+#define T_ONE HD_DIM_ONE
+
+static double gemm_flops(const hd_shape *s)
+{
+    return 2.0 * (double)s->dim[0] * (double)s->dim[1] * (double)s->dim[2];
+}
+
+static double gemm_batched_flops(const hd_shape *s)
+{
+    return gemm_flops(s) * (double)s->dim[3];
+}
+
+/* x*W, x*A, (xA)*B, and the scaled add. */
+static double lora_flops(const hd_shape *s)
+{
+    double t = (double)s->dim[0], in = (double)s->dim[1], out = (double)s->dim[2];
+    double r = (double)s->dim[3];
+    return 2.0 * t * in * out + 2.0 * t * in * r + 2.0 * t * r * out + 2.0 * t * out;
+}
+
+static double softmax_flops(const hd_shape *s) /* max, subtract, exp, sum, divide */
+{
+    return 5.0 * (double)s->dim[0] * (double)s->dim[1];
+}
+
+static double layer_norm_flops(const hd_shape *s) /* mean, variance, normalise, scale, shift */
+{
+    return 7.0 * (double)s->dim[0] * (double)s->dim[1];
+}
+
+static double rms_norm_flops(const hd_shape *s)
+{
+    return 4.0 * (double)s->dim[0] * (double)s->dim[1];
+}
+
+/* LoRA's leading product y = x*W, which a plan of two backends computes with one backend's
+ * GEMM before the other's epilogue adds scale*(x*A)*B. */
+static void lora_product(const hd_shape *s, const hd_op_args *args, hd_shape *product,
+                         hd_gemm_args *g)
+{
+    *product = (hd_shape){.dim = {s->dim[0], s->dim[2], s->dim[1]}};
+    if (args == NULL)
+        return;
+    const hd_lora_args *l = &args->lora;
+    *g = (hd_gemm_args){.alpha = 1.0f,
+                        .beta = 0.0f,
+                        .a = l->x,
+                        .b = l->w,
+                        .c = l->y,
+                        .m = l->tokens,
+                        .n = l->out,
+                        .k = l->in,
+                        .precision = l->precision};
+}
+
+const hd_op_desc hd__op_table[HD_OP_COUNT] = {
+    [HD_OP_GEMM] =
+        {
+            .name = "gemm",
+            .fn = "hd_gemm",
+            .dims = 3,
+            .dim_names = {"m", "n", "k"},
+            .transposes = true,
+            .compute_bound = true,
+            .args = HD_ARGS_GEMM,
+            .tensor_count = 3,
+            .tensors = {GEMM_IN("a", 0, 2, 1, T_ONE), GEMM_IN("b", 2, 1, 2, T_ONE), OUT("c", 0, 1)},
+            .flops = gemm_flops,
+            .prepare = hd__prepare_gemm,
+        },
+    [HD_OP_LORA] =
+        {
+            .name = "lora",
+            .fn = "hd_lora_forward",
+            .dims = 4,
+            .dim_names = {"tokens", "in", "out", "rank"},
+            .first_suffix_dim = 3,
+            .suffix_prefix = {[3] = 'r'},
+            .zero_dim_ok = {[3] = true},
+            .compute_bound = true,
+            .args = HD_ARGS_LORA,
+            .tensor_count = 5,
+            .tensors = {IN("x", 0, 1, -1, 1), IN("w", 1, 2, -1, 1), IN("a", 1, 3, -1, 1),
+                        IN("b", 3, 2, -1, 1), OUT("y", 0, 2)},
+            .flops = lora_flops,
+            .prepare = hd__prepare_lora,
+            .product = lora_product,
+        },
+    [HD_OP_SOFTMAX] =
+        {
+            .name = "softmax",
+            .fn = "hd_softmax",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_ROW,
+            .tensor_count = 2,
+            .tensors = {IN("x", 0, 1, -4, 4), OUT_IN_PLACE("y", 0, 1)},
+            .flops = softmax_flops,
+            .prepare = hd__prepare_softmax,
+        },
+    [HD_OP_LAYER_NORM] =
+        {
+            .name = "layer_norm",
+            .fn = "hd_layer_norm",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_ROW,
+            .tensor_count = 4,
+            .tensors = {IN("x", 0, 1, -2, 3), IN("gamma", T_ONE, 1, 0.5f, 1.5f),
+                        IN("beta", T_ONE, 1, -0.5f, 0.5f), OUT_IN_PLACE("y", 0, 1)},
+            .flops = layer_norm_flops,
+            .prepare = hd__prepare_norm,
+        },
+    [HD_OP_RMS_NORM] =
+        {
+            .name = "rms_norm",
+            .fn = "hd_rms_norm",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_ROW,
+            .tensor_count = 3,
+            .tensors = {IN("x", 0, 1, -2, 3), IN("weight", T_ONE, 1, 0.5f, 1.5f),
+                        OUT_IN_PLACE("y", 0, 1)},
+            .flops = rms_norm_flops,
+            .prepare = hd__prepare_norm,
+        },
+    [HD_OP_GEMM_BATCHED] =
+        {
+            .name = "gemm_batched",
+            .fn = "hd_gemm_batched",
+            .dims = 4,
+            .dim_names = {"m", "n", "k", "batch"},
+            .first_suffix_dim = 3,
+            .suffix_prefix = {[3] = 'x'},
+            .transposes = true,
+            .compute_bound = true,
+            .args = HD_ARGS_GEMM,
+            .tensor_count = 3,
+            .tensors = {GEMM_IN("a", 0, 2, 1, 3), GEMM_IN("b", 2, 1, 2, 3),
+                        BATCH_OUT("c", 0, 1, 3)},
+            .flops = gemm_batched_flops,
+            .prepare = hd__prepare_gemm_batched,
+        },
+};
+
+static size_t dim_of(const hd_shape *s, int d)
+{
+    return d == HD_DIM_ONE ? 1 : s->dim[d];
+}
+
+void hd__op_tensor_shape(hd_op op, int i, const hd_shape *s, size_t *rows, size_t *cols)
+{
+    const hd_op_tensor *t = &hd__op(op)->tensors[i];
+    size_t r = dim_of(s, t->rows), c = dim_of(s, t->cols);
+    bool swap = (t->transpose == 1 && s->trans_a) || (t->transpose == 2 && s->trans_b);
+    *rows = (swap ? c : r) * dim_of(s, t->batch);
+    *cols = swap ? r : c;
+}
+
+double hd__op_elements(hd_op op, const hd_shape *s)
+{
+    double sum = 0.0;
+    for (int i = 0; i < hd__op(op)->tensor_count; i++) {
+        size_t r, c;
+        hd__op_tensor_shape(op, i, s, &r, &c);
+        sum += (double)r * (double)c;
+    }
+    return sum;
+}
+
+double hd__op_bytes(hd_op op, const hd_shape *s)
+{
+    return 4.0 * hd__op_elements(op, s);
+}
+
+double hd__op_flops(hd_op op, const hd_shape *s)
+{
+    return hd__op(op)->flops(s);
+}
+
+double hd__op_work(hd_op op, const hd_shape *s)
+{
+    if (hd__op(op)->compute_bound)
+        return hd__op_flops(op, s) / 2.0;
+    size_t r, c;
+    hd__op_tensor_shape(op, 0, s, &r, &c);
+    return (double)r * (double)c;
+}
+
+int hd__op_text(hd_op op, const hd_shape *s, hd_text_style style, char *buf, size_t size)
+{
+    const hd_op_desc *d = hd__op(op);
+    int joined = d->first_suffix_dim > 0 ? d->first_suffix_dim : d->dims;
+    char text[160];
+    size_t len = (size_t)snprintf(text, sizeof text, "%s ", d->name);
+    for (int i = 0; i < joined && len < sizeof text; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%zu", i ? "x" : "", s->dim[i]);
+    bool upper = style == HD_TEXT_CASE;
+    if (d->transposes && (!upper || s->trans_a || s->trans_b) && len < sizeof text)
+        len += (size_t)snprintf(text + len, sizeof text - len, " %c%c",
+                                s->trans_a ? (upper ? 'T' : 't') : (upper ? 'N' : 'n'),
+                                s->trans_b ? (upper ? 'T' : 't') : (upper ? 'N' : 'n'));
+    for (int i = joined; i < d->dims && len < sizeof text; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, " %c%zu", d->suffix_prefix[i],
+                                s->dim[i]);
+    return snprintf(buf, size, "%s", text);
+}
+
+bool hd__op_same_shape(hd_op op, const hd_shape *a, const hd_shape *b)
+{
+    const hd_op_desc *d = hd__op(op);
+    for (int i = 0; i < d->dims; i++)
+        if (a->dim[i] != b->dim[i])
+            return false;
+    return !d->transposes || (a->trans_a == b->trans_a && a->trans_b == b->trans_b);
+}

@@ -1,0 +1,123 @@
+/*
+ * The op table: everything the library knows about an operation apart from how a backend
+ * computes it. One row per hd_op (dispatch/op.c) gives its name and public function, its
+ * dimensions, its tensors and their shapes in those dimensions, its arithmetic, the tool's
+ * value ranges, how its arguments are checked and, where it has one, the leading product that
+ * a plan of two backends hands to one backend's GEMM before another's epilogue. The checks,
+ * the scheduler, the cache records, the suites, the tuner, the reference and explain all read
+ * it; adding an operation is a row here (and in HD_OP_MAP) plus the backends' slots.
+ */
+#ifndef HD_DISPATCH_OP_H
+#define HD_DISPATCH_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backends/backend.h"
+
+#define HD_OP_TENSOR_MAX 8 /* the backward ops take up to five inputs and three outputs */
+#define HD_OP_DIM_MAX    4
+
+/* A tensor's dimension in terms of the op's dims: HD_DIM_ONE, or the index of a dim. */
+enum { HD_DIM_ONE = -1 };
+
+typedef enum hd_tensor_role {
+    HD_ROLE_INPUT = 1,
+    HD_ROLE_OUTPUT = 2,
+} hd_tensor_role;
+
+typedef struct hd_op_tensor {
+    const char *name; /* as the public function's parameter, in messages */
+    hd_tensor_role role;
+    bool optional;          /* may be NULL (a gradient the caller does not want) */
+    bool in_place;          /* an output that may be the op's first input (row ops) */
+    signed char rows, cols; /* dims (HD_DIM_ONE: 1) */
+    signed char transpose;  /* 0; 1 or 2: stored transposed when trans_a or trans_b is set */
+    signed char batch;      /* a dim that multiplies the rows (batched GEMM), or HD_DIM_ONE */
+    float lo, hi;           /* the value range tools and tests draw inputs from */
+} hd_op_tensor;
+
+/* The scalar arguments of any op; each op reads its own. */
+typedef struct hd_op_params {
+    bool trans_a, trans_b;
+    float alpha, beta; /* GEMM */
+    float scale;       /* LoRA */
+    float eps;         /* norms */
+    size_t batch;      /* batched GEMM */
+} hd_op_params;
+
+/* What a checked call amounts to before any backend is asked. */
+typedef enum hd_call_kind {
+    HD_CALL_RUN = 0,    /* a non-empty problem for a backend */
+    HD_CALL_NOTHING,    /* an empty output: nothing to do */
+    HD_CALL_SCALE_ONLY, /* C = beta*C (GEMM with k = 0 or alpha = 0): no product to compute */
+} hd_call_kind;
+
+struct hd_call;
+
+typedef enum hd_args_kind {
+    HD_ARGS_GEMM,
+    HD_ARGS_LORA,
+    HD_ARGS_ROW,
+} hd_args_kind;
+
+typedef struct hd_op_desc {
+    const char *name; /* hd_op_name() */
+    const char *fn;   /* the public function, for messages */
+    int dims;         /* how many of hd_shape.dim the op uses */
+    const char *dim_names[HD_OP_DIM_MAX];
+    /* Dims written after the others with a prefix in case texts ("lora 1x64x64 r8"), from
+     * first_suffix_dim on; 0 where every dim is joined by 'x'. */
+    int first_suffix_dim;
+    char suffix_prefix[HD_OP_DIM_MAX];
+    bool transposes;                 /* the shape carries trans_a and trans_b */
+    bool zero_dim_ok[HD_OP_DIM_MAX]; /* a dim that may be 0 in a tuned case (LoRA's rank) */
+    bool compute_bound;              /* reported in GFLOP/s; costed by its multiply-adds */
+    hd_args_kind args;               /* which member of hd_op_args its slots read */
+    int tensor_count;
+    hd_op_tensor tensors[HD_OP_TENSOR_MAX]; /* in the public function's order */
+    /* Floating-point operations of one call (2 per multiply-add; row ops count their
+     * arithmetic per element). */
+    double (*flops)(const hd_shape *shape);
+    /* Checks the public arguments (t in the order of tensors[], already non-NULL where not
+     * optional and of ctx) and fills call->args, call->shape and call->kind. */
+    hd_status (*prepare)(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+                         struct hd_call *call);
+    /* The op's leading product, for plans of two backends: the GEMM's shape and, when args
+     * is not NULL, the GEMM arguments that leave the product in the op's output for an
+     * epilogue to finish. NULL: the op has no such split. */
+    void (*product)(const hd_shape *shape, const hd_op_args *args, hd_shape *product,
+                    hd_gemm_args *gemm);
+} hd_op_desc;
+
+extern const hd_op_desc hd__op_table[HD_OP_COUNT];
+
+static inline const hd_op_desc *hd__op(hd_op op)
+{
+    return &hd__op_table[op];
+}
+
+/* A tensor's rows and columns for a call of the given shape, as the op expects them. */
+void hd__op_tensor_shape(hd_op op, int i, const hd_shape *shape, size_t *rows, size_t *cols);
+
+/* Floats held by every tensor of one call. */
+double hd__op_elements(hd_op op, const hd_shape *shape);
+/* The fewest bytes one call moves: each tensor once (an output that is also read, twice). */
+double hd__op_bytes(hd_op op, const hd_shape *shape);
+double hd__op_flops(hd_op op, const hd_shape *shape);
+/* Multiply-adds for compute-bound ops, elements of the first input for the others: the
+ * measure of "small" in the scheduler's default rule. */
+double hd__op_work(hd_op op, const hd_shape *shape);
+
+typedef enum hd_text_style {
+    HD_TEXT_KEY,  /* messages and explain: "gemm 1x4096x4096 nt", "softmax 64x1024" */
+    HD_TEXT_CASE, /* benchmark case names: "gemm 1x4096x4096", "gemm 31x7x64 TN" */
+} hd_text_style;
+
+/* The text of (op, shape) in a style; returns what snprintf returns. */
+int hd__op_text(hd_op op, const hd_shape *shape, hd_text_style style, char *buf, size_t size);
+
+/* Whether two shapes are the same call of op (its dims and, where it has them, transposes). */
+bool hd__op_same_shape(hd_op op, const hd_shape *a, const hd_shape *b);
+
+#endif
