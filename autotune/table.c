@@ -13,6 +13,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/select.h"
+#include "dispatch/memo.h"
 
 #ifdef HD_HAVE_OPENCL
 #include "backends/opencl/runtime.h"
@@ -163,8 +164,10 @@ void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape)
 {
     hd_tune_record *r =
         ctx->tune != NULL ? (hd_tune_record *)hd__tune_find(&ctx->tune->file, op, shape) : NULL;
-    if (r != NULL)
+    if (r != NULL) {
         r->disabled = true;
+        hd__plans_invalidate(ctx); /* plans may name it */
+    }
 }
 
 hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
@@ -220,6 +223,7 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     const hd_tune_calibration *c = &t->file.cal;
     t->has_calibration = c->launch_us > 0.0 || c->gemm_gflops > 0.0 || c->host_gbps > 0.0;
     ctx->tune = t;
+    hd__plans_invalidate(ctx); /* plans may name the old records */
     apply_device_params(ctx, path);
     drop_rejected_variants(ctx, &t->file, path);
     return HD_OK;
@@ -232,6 +236,7 @@ void hd__tune_close(hd_context *ctx)
     hd__tune_file_free(&ctx->tune->file);
     free(ctx->tune);
     ctx->tune = NULL;
+    hd__plans_invalidate(ctx);
 }
 
 const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_shape *shape)

@@ -4,6 +4,7 @@
 
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/memo.h"
 
 #ifdef HD_HAVE_OPENCL
 #include "backends/opencl/runtime.h"
@@ -174,6 +175,7 @@ void hd_context_destroy(hd_context *ctx)
     if (ctx == NULL)
         return;
     hd__tune_close(ctx);
+    hd__plans_free(ctx);
     hd__backends_destroy(ctx);
 #ifdef HD_HAVE_OPENCL
     hd__cl_runtime_destroy(ctx->cl);
@@ -214,8 +216,10 @@ bool hd_context_has_backend(const hd_context *ctx, hd_backend b)
 
 void hd__backend_mark_unhealthy(hd_context *ctx, hd_backend b)
 {
-    if ((unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_CPU)
+    if ((unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_CPU) {
         ctx->backend_unhealthy[b] = true;
+        hd__plans_invalidate(ctx);
+    }
 }
 
 hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b)
@@ -231,6 +235,7 @@ hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
                          "backend '%s' is not available in this context", hd_backend_name(b));
     ctx->forced[op] = b;
+    hd__plans_invalidate(ctx);
     return HD_OK;
 }
 

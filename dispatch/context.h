@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hd/dispatch.h>
 
@@ -28,7 +29,10 @@ struct hd_context {
 
     hd_backend forced[HD_OP_COUNT]; /* HD_BACKEND_AUTO: dispatcher chooses */
     hd_backend last_backend;
-    hd_precision gemm_precision; /* what GEMMs run in: requested and available */
+    hd_precision gemm_precision; /* what GEMMs run in: requested and available; in plan keys */
+
+    struct hd_plan_memo *plans; /* memoized plans (dispatch/memo.h); NULL until first used */
+    uint64_t plan_generation;   /* bumped by whatever can change a plan */
 
     struct hd_cl_runtime *cl;        /* NULL: no OpenCL device */
     struct hd_tune_table *tune;      /* NULL: no tuning cache */

@@ -9,6 +9,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/fault.h"
+#include "dispatch/memo.h"
 #include "dispatch/select.h"
 
 static hd_status place_tensors(const hd_call *call, hd_place place)
@@ -94,7 +95,7 @@ hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const ch
 static hd_status dispatch_call(hd_context *ctx, hd_call *call)
 {
     hd_plan plan;
-    hd__select(ctx, call->op, &call->shape, &call->io, &plan);
+    hd__select_memo(ctx, call->op, &call->shape, &call->io, &plan);
     if (plan.count == 0)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "no backend of this context takes %s",
                          hd_op_name(call->op));

@@ -19,6 +19,7 @@
 #include "dispatch/context.h"
 #include "dispatch/op.h"
 #include "dispatch/error.h"
+#include "dispatch/memo.h"
 #include "dispatch/select.h"
 #include "tests/testlib.h"
 

@@ -349,10 +349,76 @@ static void test_select_explain_names_rule_candidates_and_record(void **state)
     hd__tune_file_free(&f);
 }
 
+/* A repeated call plans once; hd_context_set_backend, a backend marked unhealthy and a cache
+ * reload each drop the memoized plans, and the next call plans anew. */
+static void test_select_memo_answers_repeats_and_is_invalidated(void **state)
+{
+    (void)state;
+    hd_context *ctx = fake_context(false, NULL, cache_path);
+    hd_tensor x = {.ctx = ctx, .rows = 512, .cols = 512, .host_valid = true};
+    hd_tensor y = {.ctx = ctx, .rows = 512, .cols = 512};
+    hd_call_tensors io = {.inputs = {&x}, .input_count = 1, .outputs = {&y}, .output_count = 1};
+    hd_shape s = {.dim = {512, 512}};
+    unsigned long hits, misses;
+    hd_plan p;
+    for (int i = 0; i < 3; i++)
+        hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    hd__plans_stats(ctx, &hits, &misses);
+    assert_int_equal(misses, 1);
+    assert_int_equal(hits, 2);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+
+    /* Where the inputs live is part of the key. */
+    x.device_valid = true;
+    hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    hd__plans_stats(ctx, &hits, &misses);
+    assert_int_equal(misses, 2);
+    x.device_valid = false;
+
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_SOFTMAX, HD_BACKEND_CPU), HD_OK);
+    hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    assert_int_equal(p.rule, HD_SELECT_FORCED);
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_SOFTMAX, HD_BACKEND_AUTO), HD_OK);
+    hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+
+    hd__backend_mark_unhealthy(ctx, HD_BACKEND_FUSED);
+    hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    for (int i = 0; i < p.count; i++)
+        assert_int_not_equal(p.order[i], HD_BACKEND_FUSED);
+    hd_context_destroy(ctx);
+
+    /* A cache reload: the record written since is used at once. */
+    ctx = fake_context(false, NULL, cache_path);
+    hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    hd_tune_record r =
+        fake_record(HD_OP_SOFTMAX, 512, 512, 0, 0, HD_BACKEND_CPU, 10, HD_BACKEND_AUTO, 0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    hd__tune_context_key(ctx, &f.key);
+    char msg[256];
+    remove(cache_path);
+    assert_int_equal(hd__tune_save(cache_path, &f, msg, sizeof msg), HD_OK);
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.tune_cache = cache_path;
+    hd__tune_close(ctx);
+    assert_int_equal(hd__tune_open(ctx, &opt), HD_OK);
+    hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    assert_int_equal(p.rule, HD_SELECT_TUNED);
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select_forced_beats_tuned),
+        cmocka_unit_test(test_select_memo_answers_repeats_and_is_invalidated),
         cmocka_unit_test(test_select_tuned_beats_nearest_and_carries_its_variant),
         cmocka_unit_test(test_select_nearest_shape_within_the_limit),
         cmocka_unit_test(test_select_unhealthy_backend_is_skipped_by_every_rule),
