@@ -12,13 +12,12 @@
 /* Everything a plan depends on besides the context's generation. Built with memset so that
  * padding compares equal. */
 typedef struct memo_key {
-    uint32_t op;
-    uint32_t residency; /* 2 bits (host, device valid) per input, then per read output */
+    uint64_t residency; /* 3 bits per input, then per output the op reads (residency_bits) */
     uint64_t dim[4];
+    uint32_t op;
     uint32_t trans;     /* trans_a + 2 * trans_b */
     uint32_t forced;    /* the op's forced backend */
     uint32_t precision; /* the context's GEMM precision mode */
-    uint32_t reserved;
 } memo_key;
 
 typedef struct memo_entry {
@@ -32,15 +31,22 @@ struct hd_plan_memo {
     unsigned long hits, misses;
 };
 
-static uint32_t residency_bits(const hd_call_tensors *io)
+/* Per tensor: valid on the host, valid on the device, its move paid for by staying. */
+static uint64_t tensor_bits(const hd_context *ctx, const hd_tensor *t)
 {
-    uint32_t bits = 0;
+    return (uint64_t)t->host_valid | (uint64_t)t->device_valid << 1 |
+           (uint64_t)hd__tensor_move_paid(ctx, t) << 2;
+}
+
+static uint64_t residency_bits(const hd_context *ctx, const hd_call_tensors *io)
+{
+    uint64_t bits = 0;
     int shift = 0;
-    for (int i = 0; i < io->input_count && shift < 16; i++, shift += 2)
-        bits |= (uint32_t)(io->inputs[i]->host_valid | io->inputs[i]->device_valid << 1) << shift;
-    shift = 16;
-    for (int i = 0; io->output_read && i < io->output_count && shift < 32; i++, shift += 2)
-        bits |= (uint32_t)(io->outputs[i]->host_valid | io->outputs[i]->device_valid << 1) << shift;
+    for (int i = 0; i < io->input_count && shift < 30; i++, shift += 3)
+        bits |= tensor_bits(ctx, io->inputs[i]) << shift;
+    shift = 32;
+    for (int i = 0; io->output_read && i < io->output_count && shift < 62; i++, shift += 3)
+        bits |= tensor_bits(ctx, io->outputs[i]) << shift;
     return bits;
 }
 
@@ -65,7 +71,7 @@ void hd__select_memo(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_
     memo_key key;
     memset(&key, 0, sizeof key);
     key.op = (uint32_t)op;
-    key.residency = residency_bits(io);
+    key.residency = residency_bits(ctx, io);
     for (int i = 0; i < 4; i++)
         key.dim[i] = shape->dim[i];
     key.trans = (uint32_t)shape->trans_a + 2u * (uint32_t)shape->trans_b;

@@ -106,6 +106,8 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
     for (int i = 0; i < plan.count; i++) {
         hd_backend b = plan.order[i];
         s = hd__call_run_on(ctx, b, call, plan.variant[i]);
+        if (s == HD_OK && i == 0)
+            hd__plan_account(ctx, &plan, &call->io);
         if (s == HD_OK) {
             if (failures[0] != '\0') /* keep what went wrong for the curious */
                 hd__error(ctx, HD_OK, "%s ran on %s after: %s", hd_op_name(call->op),

@@ -141,7 +141,21 @@ static bool all_on_host(const hd_call_tensors *io)
     return true;
 }
 
-/* Microseconds to make the call's inputs valid where backend b runs. */
+static double copy_us(const hd_context *ctx, double bytes)
+{
+    const hd_tune_calibration *cal = hd__tune_calibration(ctx);
+    double gbps = cal != NULL && cal->host_gbps > 0.0 ? cal->host_gbps : DEFAULT_HOST_GBPS;
+    return bytes / (gbps * 1e3);
+}
+
+bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t)
+{
+    return t->stay_us > 0.0 && t->stay_us >= copy_us(ctx, (double)hd__tensor_count(t) * 4.0);
+}
+
+/* Microseconds to make the call's inputs valid where backend b runs. A tensor whose staying
+ * has already cost as much as its copy moves for free: the break-even rule, which keeps any
+ * sequence of calls within twice the cost of the better of always copying and never copying. */
 static double migrate_us(const hd_context *ctx, hd_backend b, const hd_call_tensors *io)
 {
     if (io == NULL)
@@ -149,12 +163,68 @@ static double migrate_us(const hd_context *ctx, hd_backend b, const hd_call_tens
     hd_place place = hd__backend_place(ctx, b);
     double bytes = 0.0;
     for (int i = 0; i < io->input_count; i++)
-        bytes += (double)hd__tensor_migration_bytes(io->inputs[i], place);
+        if (!hd__tensor_move_paid(ctx, io->inputs[i]))
+            bytes += (double)hd__tensor_migration_bytes(io->inputs[i], place);
     for (int i = 0; io->output_read && i < io->output_count; i++)
-        bytes += (double)hd__tensor_migration_bytes(io->outputs[i], place);
+        if (!hd__tensor_move_paid(ctx, io->outputs[i]))
+            bytes += (double)hd__tensor_migration_bytes(io->outputs[i], place);
+    return copy_us(ctx, bytes);
+}
+
+/* Each backend's time for the call with its inputs in place: the tuned record's times where
+ * it names the backend (winner and runner-up), else the backend's estimate from the
+ * calibration (or its defaults). */
+static void resident_times(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
+{
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
-    double gbps = cal != NULL && cal->host_gbps > 0.0 ? cal->host_gbps : DEFAULT_HOST_GBPS;
-    return bytes / (gbps * 1e3);
+    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
+        plan->resident_us[b] = hd__backend_takes(ctx, (hd_backend)b, op, shape)
+                                   ? hd__backend_estimate_us(ctx, (hd_backend)b, op, shape, cal)
+                                   : -1.0;
+    const hd_tune_record *r = plan->record;
+    if (r != NULL && plan->resident_us[r->backend] >= 0.0)
+        plan->resident_us[r->backend] = r->median_us;
+    if (r != NULL && r->runner_up != HD_BACKEND_AUTO && plan->resident_us[r->runner_up] >= 0.0)
+        plan->resident_us[r->runner_up] = r->median_us * (1.0 + r->margin_pct / 100.0);
+}
+
+/* What staying costs this call: the first backend's time against the fastest backend at the
+ * other place whose inputs would have to move there, when that one would be faster with them
+ * in place. hd__plan_account() charges it to those inputs after the call ran. */
+static void plan_regret(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
+{
+    plan->regret_us = 0.0;
+    if (plan->count == 0 || plan->rule == HD_SELECT_FORCED)
+        return;
+    resident_times(ctx, plan, op, shape);
+    hd_backend first = plan->order[0];
+    hd_place here = hd__backend_place(ctx, first);
+    double mine = plan->resident_us[first];
+    for (int i = 1; i < plan->count && mine >= 0.0; i++) {
+        hd_backend b = plan->order[i];
+        double there = plan->resident_us[b];
+        if (hd__backend_place(ctx, b) == here || there < 0.0 || plan->migrate_us[b] <= 0.0)
+            continue;
+        if (mine - there > plan->regret_us) {
+            plan->regret_us = mine - there;
+            plan->regret_place = hd__backend_place(ctx, b);
+        }
+    }
+}
+
+void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_tensors *io)
+{
+    (void)ctx;
+    if (plan->regret_us <= 0.0)
+        return;
+    double total = 0.0;
+    for (int i = 0; i < io->input_count; i++)
+        total += (double)hd__tensor_migration_bytes(io->inputs[i], plan->regret_place);
+    for (int i = 0; i < io->input_count && total > 0.0; i++) {
+        hd_tensor *t = io->inputs[i];
+        double share = (double)hd__tensor_migration_bytes(t, plan->regret_place) / total;
+        t->stay_us += plan->regret_us * share;
+    }
 }
 
 /* Rules 2 and 3: puts the record's backend first, or its runner-up when moving the inputs to
@@ -245,7 +315,10 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
     plan->record = NULL;
     plan->distance = 0.0;
     plan->runner_up_first = plan->small = false;
+    plan->regret_us = 0.0;
+    plan->regret_place = HD_PLACE_HOST;
     for (int b = 0; b < HD_BACKEND_COUNT; b++) {
+        plan->resident_us[b] = -1.0;
         plan->model_us[b] = -1.0;
         plan->migrate_us[b] = b != HD_BACKEND_AUTO && hd__backend_usable(ctx, (hd_backend)b)
                                   ? migrate_us(ctx, (hd_backend)b, io)
@@ -270,6 +343,8 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
     if (plan->count == 0)
         plan_from_model(ctx, plan, op, shape);
     plan_from_order(ctx, plan, op, shape, io);
+    if (io != NULL)
+        plan_regret(ctx, plan, op, shape);
 }
 
 void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)

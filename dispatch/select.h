@@ -29,6 +29,12 @@ typedef struct hd_plan {
     /* Indexed by hd_backend, for the explain call; negative where not estimated. */
     double model_us[HD_BACKEND_COUNT];   /* cost model, migration included */
     double migrate_us[HD_BACKEND_COUNT]; /* moving the inputs to the backend's place */
+    double
+        resident_us[HD_BACKEND_COUNT]; /* the call with its inputs in place: tuned or estimated */
+    /* What running at the first backend's place costs over the best backend elsewhere whose
+     * inputs are not there yet (0: nothing); charged to those inputs after the call. */
+    double regret_us;
+    hd_place regret_place;
 } hd_plan;
 
 /* Plans a call. io may be NULL: then no input needs to move (the explain call). */
@@ -57,6 +63,14 @@ size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const
  * where b does not check. */
 hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op,
                                     const hd_shape *shape, const char *variant);
+
+/* Whether t's staying has cost as much as one copy of it, so that the scheduler moves it for
+ * free (the break-even rule of residency). */
+bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t);
+
+/* After a call ran on plan's first backend: charges the plan's regret to the inputs that
+ * were not at the other place, in proportion to their bytes. */
+void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_tensors *io);
 
 /* Why plan's first backend was chosen, in one line. */
 void hd__plan_reason(const hd_plan *plan, char *buf, size_t size);

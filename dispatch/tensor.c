@@ -105,6 +105,7 @@ hd_status hd__tensor_to_host(hd_tensor *t)
         s = hd__cl_download(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
         if (s != HD_OK)
             return s;
+        t->stay_us = 0.0; /* the copy is paid: staying is counted afresh */
     }
 #endif
     /* Neither place valid: the calloc'd zeros are the contents. */
@@ -120,9 +121,10 @@ hd_status hd__tensor_to_device(hd_tensor *t)
     if (s != HD_OK)
         return s;
 #ifdef HD_HAVE_OPENCL
-    if (t->host_valid)
+    if (t->host_valid) {
         s = hd__cl_upload(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
-    else
+        t->stay_us = 0.0; /* the copy is paid: staying is counted afresh */
+    } else
         s = hd__cl_zero(t->ctx->cl, t->ctx, t->device, tensor_bytes(t));
     if (s != HD_OK)
         return s;
@@ -147,6 +149,23 @@ size_t hd__tensor_migration_bytes(const hd_tensor *t, hd_place place)
     bool valid_there = place == HD_PLACE_HOST ? t->host_valid : t->device_valid;
     bool valid_elsewhere = place == HD_PLACE_HOST ? t->device_valid : t->host_valid;
     return valid_there || !valid_elsewhere ? 0 : tensor_bytes(t);
+}
+
+hd_status hd__tensor_prefetch(hd_tensor *t)
+{
+#ifdef HD_HAVE_OPENCL
+    if (t->ctx->cl != NULL)
+        return hd__tensor_to_device(t);
+#endif
+    return HD_OK;
+}
+
+hd_status hd_tensor_prefetch(hd_tensor *t)
+{
+    if (t == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(t->ctx);
+    return hd__tensor_prefetch(t);
 }
 
 hd_status hd_tensor_write(hd_tensor *t, const float *src)

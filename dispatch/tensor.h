@@ -23,6 +23,11 @@ struct hd_tensor {
     float *host;                     /* NULL until first needed on the host */
     struct hd_device_buffer *device; /* NULL until first needed on the device */
     bool host_valid, device_valid;   /* neither: the tensor holds zeros */
+    /* What staying where it is has cost so far: the microseconds by which calls that used it
+     * ran slower than they would have with it at the other place (dispatch/select.c). Once
+     * this reaches the cost of one copy, the copy pays for itself and the scheduler counts
+     * the tensor's migration as free; the copy resets it. */
+    double stay_us;
 };
 
 static inline size_t hd__tensor_count(const hd_tensor *t)
@@ -45,5 +50,9 @@ void hd__tensor_written(hd_tensor *t, hd_place place);
 /* Bytes that would have to move to make t valid at place: 0 if it already is. Used by the
  * dispatcher to count migration cost in its choice. */
 size_t hd__tensor_migration_bytes(const hd_tensor *t, hd_place place);
+
+/* Queues a copy of t to the context's device when it is not valid there (no device: nothing).
+ * hd_tensor_prefetch() is this, for callers. */
+hd_status hd__tensor_prefetch(hd_tensor *t);
 
 #endif

@@ -72,6 +72,15 @@ static inline hd_status fake_probe(hd_context *ctx, void **state)
 
 /* The stand-ins' estimates, of the shape of the real backends' (a launch, then the larger of
  * arithmetic and streaming), so that the cost-model rule is tested without a device. */
+/* The calibration with the real backends' defaults where a constant is missing. */
+static inline hd_tune_calibration fake_cal(const hd_tune_calibration *cal)
+{
+    hd_tune_calibration c = cal != NULL ? *cal : (hd_tune_calibration){0};
+    c.launch_us = c.launch_us > 0.0 ? c.launch_us : 10.0;
+    c.copy_gbps = c.copy_gbps > 0.0 ? c.copy_gbps : 100.0;
+    c.gemm_gflops = c.gemm_gflops > 0.0 ? c.gemm_gflops : 1000.0;
+    return c;
+}
 static inline double fake_rate(const hd_tune_calibration *cal, double launches, double flops,
                                double gflops, double bytes)
 {
@@ -88,10 +97,11 @@ static inline double fake_clblast_estimate(void *st, hd_op op, const hd_shape *s
 {
     double d0 = (double)s->dim[0], d1 = (double)s->dim[1], d2 = (double)s->dim[2];
     double d3 = (double)s->dim[3];
+    hd_tune_calibration c = fake_cal(cal);
     if (op == HD_OP_LORA)
-        return fake_gemm_us(cal, d0, d2, d1) + fake_gemm_us(cal, d0, d3, d1) +
-               fake_gemm_us(cal, d0, d2, d3);
-    return fake_gemm_us(cal, d0, d1, d2);
+        return fake_gemm_us(&c, d0, d2, d1) + fake_gemm_us(&c, d0, d3, d1) +
+               fake_gemm_us(&c, d0, d2, d3);
+    return fake_gemm_us(&c, d0, d1, d2);
 }
 static inline double fake_fused_estimate(void *st, hd_op op, const hd_shape *s, hd_part part,
                                          const hd_tune_calibration *cal)
@@ -105,7 +115,8 @@ static inline double fake_fused_estimate(void *st, hd_op op, const hd_shape *s, 
     }
     if (!hd__op(op)->compute_bound)
         flops = 0.0;
-    return fake_rate(cal, 1.0, flops, cal->gemm_gflops * 0.25, bytes);
+    hd_tune_calibration c = fake_cal(cal);
+    return fake_rate(&c, 1.0, flops, c.gemm_gflops * 0.25, bytes);
 }
 
 static inline double fake_cpu_estimate(void *st, hd_op op, const hd_shape *s, hd_part part,

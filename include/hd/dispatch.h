@@ -7,8 +7,10 @@
  * Conventions that hold for every function below:
  *
  * - Tensors are 2-D, row-major, float32. A tensor lives on the host, on the context's OpenCL
- *   device, or both; the library moves it lazily to wherever the next operation runs. Callers
- *   only ever see host memory, through hd_tensor_write() and hd_tensor_read().
+ *   device, or both; the library moves it to wherever the next operation runs, and chooses
+ *   where that is by counting the copy: a tensor moves once what staying has cost exceeds one
+ *   copy (hd_tensor_prefetch() places it up front). Callers only ever see host memory,
+ *   through hd_tensor_write() and hd_tensor_read().
  * - Functions that can fail return an hd_status: HD_OK (0) on success, a negative code on error.
  *   hd_status_str() names a code; hd_context_last_error() gives the detail of the most recent
  *   failure on a context (the OpenCL error code, the kernel build log, the file path).
@@ -247,6 +249,19 @@ HD_API size_t hd_tensor_cols(const hd_tensor *t); /* 0 for NULL */
  * that reads t. Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL t, or NULL src with a non-empty
  * tensor), HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE. */
 HD_API hd_status hd_tensor_write(hd_tensor *t, const float *src);
+
+/*
+ * Places t on the context's OpenCL device now: queues the copy from the host (or zeros for a
+ * tensor never written) unless t is already valid there. Use it for data written once and
+ * used by many device operations (weights), so that the first of them does not weigh the
+ * copy against running on the host. Without prefetch the library moves a tensor by itself
+ * once what keeping it on the host has cost its calls exceeds one copy (a single call on host
+ * data stays on the host; a loop moves to the device after a few calls). Writing t later
+ * makes the host copy the valid one again. Without a device this does nothing.
+ * Does not wait. Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL), HD_ERR_DEVICE_OUT_OF_MEMORY,
+ * HD_ERR_DEVICE.
+ */
+HD_API hd_status hd_tensor_prefetch(hd_tensor *t);
 
 /* Copies t's rows*cols floats, row-major, into dst. Waits for pending work that writes t; an
  * error from that work is returned here. Returns HD_OK, HD_ERR_INVALID_ARGUMENT,

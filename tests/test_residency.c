@@ -1,0 +1,154 @@
+/* Residency that pays for itself: a single call on host data stays on the host; a loop of
+ * calls moves its input to the device once staying has cost one copy; hd_tensor_prefetch()
+ * places a tensor up front. Runs on this machine's OpenCL device (PoCL in CI) with a tuning
+ * cache whose record and calibration make the copy dear and the device fast. */
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autotune/cache.h"
+#include "autotune/table.h"
+#include "dispatch/context.h"
+#include "tests/testlib.h"
+
+enum { ROWS = 256, COLS = 256 };
+
+static char cache_path[256];
+
+/* A device context whose cache says: softmax ROWS x COLS takes 100 us on the fused kernels
+ * and 400 us on the CPU, and one copy of its input takes about 1000 us. NULL without a
+ * device. */
+static hd_context *dear_copy_context(void)
+{
+    hd_context *ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+        hd_context_destroy(ctx);
+        return NULL;
+    }
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    hd_tune_record r = {.op = HD_OP_SOFTMAX,
+                        .shape = {.dim = {ROWS, COLS}},
+                        .backend = HD_BACKEND_FUSED,
+                        .median_us = 100.0,
+                        .runner_up = HD_BACKEND_CPU,
+                        .margin_pct = 300.0};
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    f.cal.host_gbps = ROWS * COLS * 4.0 / 1000.0 / 1e3; /* one copy: 1000 us */
+    hd__tune_context_key(ctx, &f.key);
+    char msg[256];
+    remove(cache_path);
+    assert_int_equal(hd__tune_save(cache_path, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.tune_cache = cache_path;
+    hd__tune_close(ctx);
+    assert_int_equal(hd__tune_open(ctx, &opt), HD_OK);
+    return ctx;
+}
+
+static hd_tensor *host_written(hd_context *ctx, uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    float *x = hd_test_random(&rng, ROWS * COLS, -4, 4);
+    hd_tensor *t = hd_test_tensor(ctx, ROWS, COLS, x);
+    free(x);
+    return t;
+}
+
+static void test_residency_single_call_on_host_data_stays_on_the_host(void **state)
+{
+    (void)state;
+    hd_context *ctx = dear_copy_context();
+    if (ctx == NULL)
+        skip();
+    hd_tensor *x = host_written(ctx, 1), *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
+    hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_CPU, "one call");
+    assert_false(x->device_valid);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
+/* 300 us of regret a call against a 1000 us copy: the fourth call has paid for the copy. */
+static void test_residency_loop_on_host_data_ends_on_the_device(void **state)
+{
+    (void)state;
+    hd_context *ctx = dear_copy_context();
+    if (ctx == NULL)
+        skip();
+    hd_tensor *x = host_written(ctx, 2), *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
+    hd_backend ran[8];
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(hd_softmax(ctx, x, y), HD_OK);
+        ran[i] = hd_context_last_backend(ctx);
+    }
+    assert_int_equal(ran[0], HD_BACKEND_CPU);
+    assert_int_equal(ran[7], HD_BACKEND_FUSED);
+    int moved_at = 0;
+    while (ran[moved_at] == HD_BACKEND_CPU)
+        moved_at++;
+    print_message("# moved to the device at call %d\n", moved_at + 1);
+    assert_true(moved_at >= 3 && moved_at <= 5);
+    for (int i = moved_at; i < 8; i++)
+        assert_int_equal(ran[i], HD_BACKEND_FUSED);
+    assert_true(x->device_valid && x->host_valid);
+    /* The results are the reference's wherever they ran. */
+    float *got = hd_test_read(y), *in = hd_test_read(x);
+    double *want = hd_test_doubles(ROWS * COLS);
+    hd_ref_softmax(ROWS, COLS, in, want);
+    hd_test_expect_close("softmax after the move", got, want, ROWS * COLS, 1e-6, 1e-4);
+    free(got);
+    free(in);
+    free(want);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
+static void test_residency_prefetch_places_a_tensor_up_front(void **state)
+{
+    (void)state;
+    hd_context *ctx = dear_copy_context();
+    if (ctx == NULL)
+        skip();
+    hd_tensor *x = host_written(ctx, 3), *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
+    assert_int_equal(hd_tensor_prefetch(x), HD_OK);
+    assert_true(x->device_valid);
+    hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_FUSED, "after prefetch");
+    assert_int_equal(hd_tensor_prefetch(NULL), HD_ERR_INVALID_ARGUMENT);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    static char dir[] = "/tmp/hd-residency-test-XXXXXX";
+    if (mkdtemp(dir) == NULL)
+        return -1;
+    snprintf(cache_path, sizeof cache_path, "%s/tune.txt", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf \"$(dirname '%s')\"", cache_path);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_residency_single_call_on_host_data_stays_on_the_host),
+        cmocka_unit_test(test_residency_loop_on_host_data_ends_on_the_device),
+        cmocka_unit_test(test_residency_prefetch_places_a_tensor_up_front),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
