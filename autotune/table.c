@@ -1,7 +1,7 @@
 /* The tuning table of a context: loads the cache file for this device at context creation and
  * answers the selection's lookups. A missing file is normal; a file for another device,
- * driver or library version is a note in the last error; a damaged one is reported there as
- * an error, and either way the context works without it. */
+ * driver or library version, or a damaged one, is a note (hd__note), and either way the
+ * context works without it. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -68,21 +68,6 @@ bool hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size
     return hd__tune_default_path(buf, size);
 }
 
-/* Appends "note: ..." to whatever the probes left in the last error. */
-static void note(hd_context *ctx, const char *fmt, ...) HD_PRINTF(2, 3);
-
-static void note(hd_context *ctx, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (ctx->last_error[0] != '\0')
-        hd__error_append(ctx, "; ");
-    hd__error_append(ctx, buf);
-}
-
 const char *hd__tune_key_mismatch(const hd_tune_key *file, const hd_tune_key *here)
 {
     if (strcmp(file->library, here->library) != 0)
@@ -110,17 +95,11 @@ static void apply_device_params(hd_context *ctx, const char *path)
     if (v == NULL || st == NULL)
         return;
     hd_clblast_params p;
-    char saved[HD_ERROR_CAPACITY];
-    snprintf(saved, sizeof saved, "%s", ctx->last_error);
-    if (hd__clblast_params_parse(ctx, v, &p) == HD_OK) {
+    if (hd__clblast_params_parse(ctx, v, &p) == HD_OK)
         hd__clblast_params_merge(&st->base, &p);
-        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
-    } else {
-        char why[512];
-        snprintf(why, sizeof why, "%.500s", ctx->last_error);
-        snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
-        note(ctx, "note: tuning cache '%s': CLBlast parameters not used: %s", path, why);
-    }
+    else
+        hd__note(ctx, "tuning cache '%s': CLBlast parameters not used: %s", path, ctx->last_error);
+    hd__error_clear(ctx);
 #else
     (void)ctx;
     (void)path;
@@ -132,8 +111,7 @@ static void apply_device_params(hd_context *ctx, const char *path)
  * must not fail on it. Records of backends this context lacks are never chosen, so they stay. */
 static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char *path)
 {
-    char saved[HD_ERROR_CAPACITY], first[800] = "";
-    snprintf(saved, sizeof saved, "%s", ctx->last_error);
+    char first[800] = "";
     size_t kept = 0, dropped = 0;
     for (size_t i = 0; i < f->count; i++) {
         const hd_tune_record *r = &f->records[i];
@@ -152,12 +130,12 @@ static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char 
             f->records[kept++] = *r;
     }
     f->count = kept;
-    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
+    hd__error_clear(ctx);
     if (dropped > 0)
-        note(ctx,
-             "note: tuning cache '%s': %zu record(s) dropped whose parameters the backend "
-             "rejects, the first: %s",
-             path, dropped, first);
+        hd__note(ctx,
+                 "tuning cache '%s': %zu record(s) dropped whose parameters the backend rejects, "
+                 "the first: %s",
+                 path, dropped, first);
 }
 
 void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape)
@@ -194,13 +172,13 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     }
     if (s == HD_ERR_IO) {
         if (access(path, F_OK) == 0) /* there but unreadable: worth telling */
-            note(ctx, "note: tuning cache not used: %s", msg);
+            hd__note(ctx, "tuning cache not used: %s", msg);
         free(t);
         return HD_OK;
     }
     if (s != HD_OK) {
         free(t);
-        hd__error(ctx, HD_ERR_CACHE_INVALID, "tuning cache '%s' ignored: %s", path, msg);
+        hd__note(ctx, "tuning cache '%s' is invalid and was ignored: %s", path, msg);
         return HD_OK;
     }
 
@@ -208,18 +186,19 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     hd__tune_context_key(ctx, &here);
     const char *differs = hd__tune_key_mismatch(&t->file.key, &here);
     if (differs != NULL) {
-        note(ctx,
-             "note: tuning cache '%s' was written for another %s (device '%s', driver '%s', "
-             "library %s); its records are ignored: run dispatch-autotune",
-             path, differs, t->file.key.device, t->file.key.driver, t->file.key.library);
+        hd__note(ctx,
+                 "tuning cache '%s' was written for another %s (device '%s', driver '%s', "
+                 "library %s); its records are ignored: run dispatch-autotune",
+                 path, differs, t->file.key.device, t->file.key.driver, t->file.key.library);
         hd__tune_file_free(&t->file);
         free(t);
         return HD_OK;
     }
     if (t->file.bad_lines > 0)
-        hd__error(ctx, HD_ERR_CACHE_INVALID,
-                  "tuning cache '%s': %zu bad line(s) ignored, the first at line %zu: %s", path,
-                  t->file.bad_lines, t->file.first_bad_line, t->file.first_problem);
+        hd__note(ctx,
+                 "tuning cache '%s' is invalid in part: %zu bad line(s) ignored, the first "
+                 "at line %zu: %s",
+                 path, t->file.bad_lines, t->file.first_bad_line, t->file.first_problem);
     const hd_tune_calibration *c = &t->file.cal;
     t->has_calibration = c->launch_us > 0.0 || c->gemm_gflops > 0.0 || c->host_gbps > 0.0;
     ctx->tune = t;

@@ -131,6 +131,12 @@ typedef struct hd_backend_impl {
     /* Builds or compiles whatever the first call would. (optional) */
     hd_status (*warmup)(void *state, hd_context *ctx);
 
+    /* t = beta*t where t is valid at the backend's place (beta = 0 ignores t's contents, NaN
+     * included): GEMM with k = 0 or alpha = 0, which has no product to compute but must not
+     * fetch a device-resident C to the host. Queued, not waited for. HD_ERR_UNSUPPORTED
+     * declines. (optional) */
+    hd_status (*scale)(void *state, hd_context *ctx, hd_tensor *t, float beta);
+
     hd_op_slot run[HD_OP_COUNT];      /* the whole op; NULL: not offered */
     hd_op_slot epilogue[HD_OP_COUNT]; /* the op after its product; NULL: not offered */
 } hd_backend_impl;

@@ -10,11 +10,13 @@ hd_status hd__backends_probe(hd_context *ctx)
     for (size_t i = 0; i < n; i++) {
         const hd_backend_impl *impl = list[i];
         void *state = NULL;
-        if (hd__fault(ctx, impl->id, "probe"))
-            continue; /* as if the device had failed while probing: the message stays */
-        hd_status s = impl->probe(ctx, &state);
-        if (s == HD_ERR_BACKEND_UNAVAILABLE)
-            continue; /* not on this machine: the message stays in last_error */
+        hd_status s = hd__fault(ctx, impl->id, "probe") ? HD_ERR_BACKEND_UNAVAILABLE
+                                                        : impl->probe(ctx, &state);
+        if (s == HD_ERR_BACKEND_UNAVAILABLE) { /* not on this machine: a note, not an error */
+            hd__note(ctx, "backend %s not available: %s", impl->name, ctx->last_error);
+            hd__error_clear(ctx);
+            continue;
+        }
         if (s != HD_OK)
             return s;
         ctx->backends[impl->id] = impl;

@@ -87,8 +87,12 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
         return HD_OK;
     const char *spec = nonempty(opt->device) ? opt->device : nonempty(getenv("HD_DEVICE"));
     hd_status s = hd__cl_runtime_create(ctx, spec, &ctx->cl);
-    if (s == HD_ERR_BACKEND_UNAVAILABLE && spec == NULL)
-        return HD_OK; /* no OpenCL here: the CPU serves alone; the message stays for the curious */
+    if (s == HD_ERR_BACKEND_UNAVAILABLE && spec == NULL) {
+        /* no OpenCL here: the CPU serves alone, which is worth a note, not an error */
+        hd__note(ctx, "%s", ctx->last_error);
+        hd__error_clear(ctx);
+        return HD_OK;
+    }
     return s;
 #else
     (void)ctx;
@@ -121,8 +125,9 @@ static hd_status choose_precision(hd_context *ctx, const hd_context_options *opt
             return HD_OK;
         }
     }
-    hd__error(ctx, HD_OK, "GEMM precision %s needs tensor cores (NVIDIA sm_80+) that this "
-              "context lacks; GEMMs run in fp32", hd_precision_name(want));
+    hd__note(ctx, "GEMM precision %s needs tensor cores (NVIDIA sm_80+) that this context "
+                  "lacks; GEMMs run in fp32",
+             hd_precision_name(want));
     return HD_OK;
 }
 
@@ -146,6 +151,9 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
         return HD_ERR_OUT_OF_MEMORY;
     }
 
+    ctx->log = opt->log;
+    ctx->log_user = opt->log_user;
+    ctx->log_stderr = env_flag("HD_LOG");
     hd__fault_init(ctx);
     hd_status s = open_device(ctx, opt);
     if (s == HD_OK)
@@ -166,6 +174,7 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
         hd_context_destroy(ctx);
         return s;
     }
+    hd__error_clear(ctx); /* a context that works has no error to tell */
     *out = ctx;
     return HD_OK;
 }

@@ -19,6 +19,9 @@ struct hd_tune_table;
 
 struct hd_context {
     char last_error[HD_ERROR_CAPACITY];
+    void (*log)(void *user, const char *message); /* notes (hd__note); NULL: none */
+    void *log_user;
+    bool log_stderr; /* $HD_LOG=1 */
 
     /* Indexed by hd_backend; NULL where the backend is not built or not available here. A
      * plan of two backends has its composite instead of an impl and a state. */

@@ -19,6 +19,21 @@ hd_status hd__error(hd_context *ctx, hd_status status, const char *fmt, ...)
     return status;
 }
 
+void hd__note(hd_context *ctx, const char *fmt, ...)
+{
+    if (ctx == NULL || (ctx->log == NULL && !ctx->log_stderr))
+        return;
+    char text[HD_ERROR_CAPACITY];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (ctx->log != NULL)
+        ctx->log(ctx->log_user, text);
+    if (ctx->log_stderr)
+        fprintf(stderr, "hd-dispatch: note: %s\n", text);
+}
+
 void hd__error_append(hd_context *ctx, const char *text)
 {
     if (ctx == NULL || text == NULL)

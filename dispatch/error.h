@@ -14,6 +14,10 @@
  * so that failures read `return hd__error(ctx, HD_ERR_..., "...", ...);`. ctx may be NULL. */
 hd_status hd__error(hd_context *ctx, hd_status status, const char *fmt, ...) HD_PRINTF(3, 4);
 
+/* A note: one sentence for the context's log callback (and stderr with $HD_LOG=1); never
+ * the last error. Formatting is skipped when nobody listens. ctx may be NULL. */
+void hd__note(hd_context *ctx, const char *fmt, ...) HD_PRINTF(2, 3);
+
 /* Appends further detail (a build log, say) to the last error, truncating to the buffer. */
 void hd__error_append(hd_context *ctx, const char *text);
 

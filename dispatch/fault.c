@@ -5,6 +5,8 @@
 #include "dispatch/error.h"
 #include "dispatch/fault.h"
 
+#ifdef HD_FAULT_INJECTION
+
 void hd__fault_init(hd_context *ctx)
 {
     hd_fault_spec *f = &ctx->fault;
@@ -50,3 +52,5 @@ bool hd__fault(hd_context *ctx, hd_backend b, const char *step)
     }
     return false;
 }
+
+#endif

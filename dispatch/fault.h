@@ -1,11 +1,13 @@
 /*
- * Test-only fault injection. $HD_FAULT="<backend>:<step>[,<backend>:<step>...]" (read once, at
- * context creation) makes the named backend fail at the named step with HD_ERR_DEVICE, as if
- * its device had failed there, so that tests can prove the fallback of every operation.
- * Steps the dispatcher checks itself: "probe" (the backend is not available), "migrate"
- * (moving inputs to its place), "launch" (just before its op slot). Device backends may check
- * further steps of their own, e.g. "build", with hd__fault(). A backend of "*" matches all
- * but the CPU. An unknown backend or step name is ignored: the switch is for tests.
+ * Test-only fault injection, compiled only into the internal library that tests and tools link
+ * (HD_FAULT_INJECTION), never into libdispatch.so.
+ * $HD_FAULT="<backend>:<step>[,<backend>:<step>...]" (read once, at context creation) makes the
+ * named backend fail at the named step with HD_ERR_DEVICE, as if its device had failed there, so
+ * that tests can prove the fallback of every operation. Steps the dispatcher checks itself: "probe"
+ * (the backend is not available), "migrate" (moving inputs to its place), "launch" (just before its
+ * op slot). Device backends may check further steps of their own, e.g. "build", with hd__fault(). A
+ * backend of "*" matches all but the CPU. An unknown backend or step name is ignored: the switch is
+ * for tests.
  */
 #ifndef HD_DISPATCH_FAULT_H
 #define HD_DISPATCH_FAULT_H
@@ -22,11 +24,26 @@ typedef struct hd_fault_spec {
     int count;
 } hd_fault_spec;
 
+#ifdef HD_FAULT_INJECTION
 /* Reads $HD_FAULT into ctx. */
 void hd__fault_init(hd_context *ctx);
 
 /* Whether b must fail at step; if so, records "injected fault: <backend> at <step>" as the
  * context's HD_ERR_DEVICE message, so the caller just returns HD_ERR_DEVICE. */
 bool hd__fault(hd_context *ctx, hd_backend b, const char *step);
+#else
+/* The installed library has no fault injection: $HD_FAULT is not even read. */
+static inline void hd__fault_init(hd_context *ctx)
+{
+    (void)ctx;
+}
+static inline bool hd__fault(hd_context *ctx, hd_backend b, const char *step)
+{
+    (void)ctx;
+    (void)b;
+    (void)step;
+    return false;
+}
+#endif
 
 #endif

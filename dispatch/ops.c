@@ -109,9 +109,10 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
         if (s == HD_OK && i == 0)
             hd__plan_account(ctx, &plan, &call->io);
         if (s == HD_OK) {
-            if (failures[0] != '\0') /* keep what went wrong for the curious */
-                hd__error(ctx, HD_OK, "%s ran on %s after: %s", hd_op_name(call->op),
-                          hd_backend_name(b), failures);
+            if (failures[0] != '\0') /* what went wrong is a note: the call succeeded */
+                hd__note(ctx, "%s ran on %s after: %s", hd_op_name(call->op), hd_backend_name(b),
+                         failures);
+            hd__error_clear(ctx);
             return HD_OK;
         }
         /* The checks passed before any backend ran, so whatever failed is the backend, its
@@ -130,15 +131,37 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
     return hd__error(ctx, s, "every backend failed for %s: %s", hd_op_name(call->op), failures);
 }
 
-/* Output = beta*output on the host: GEMM with k = 0 or alpha = 0, where BLAS ignores A and B,
- * and LoRA with in = 0. */
+/* Output = beta*output: GEMM with k = 0 or alpha = 0, where BLAS ignores A and B, and LoRA
+ * with in = 0. Done where the output is valid, so that a device-resident C is neither fetched
+ * nor waited for: by the first backend at that place (in the registry's order) whose scale
+ * hook takes it, else on the host. */
 static hd_status scale_only(hd_context *ctx, hd_tensor *c, float beta)
 {
+    hd_place place = c->device_valid ? HD_PLACE_DEVICE : HD_PLACE_HOST;
+    size_t n;
+    const hd_backend *order = hd__registry_order(&n);
+    for (size_t i = 0; i < n; i++) {
+        hd_backend b = order[i];
+        const hd_backend_impl *impl = ctx->backends[b];
+        if (impl == NULL || impl->scale == NULL || !hd__backend_usable(ctx, b) ||
+            impl->place != place)
+            continue;
+        hd_status s = beta == 0.0f ? hd__tensor_reserve(c, place) : hd__tensor_to_place(c, place);
+        if (s == HD_OK)
+            s = impl->scale(ctx->backend_state[b], ctx, c, beta);
+        if (s == HD_OK) {
+            hd__tensor_written(c, place);
+            ctx->last_backend = b;
+            return HD_OK;
+        }
+        /* as for a call: whatever failed is the backend or its device; the host remains */
+        hd__note(ctx, "scaling on %s failed: %s", hd_backend_name(b), ctx->last_error);
+        hd__error_clear(ctx);
+    }
     hd_status s = beta == 0.0f ? hd__tensor_reserve(c, HD_PLACE_HOST) : hd__tensor_to_host(c);
     if (s != HD_OK)
         return s;
-    size_t n = hd__tensor_count(c);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < hd__tensor_count(c); i++)
         c->host[i] = beta == 0.0f ? 0.0f : beta * c->host[i];
     hd__tensor_written(c, HD_PLACE_HOST);
     ctx->last_backend = HD_BACKEND_CPU;

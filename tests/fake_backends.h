@@ -176,6 +176,8 @@ static inline hd_context *fake_context(bool real_cpu, const hd_tune_file *f, con
     memset(fake_states, 0, sizeof fake_states);
     hd_context *ctx = calloc(1, sizeof *ctx);
     assert_non_null(ctx);
+    ctx->log = hd_test_log;
+    hd_test_notes_clear();
     hd__fault_init(ctx);
     if (real_cpu) {
         ctx->backends[HD_BACKEND_CPU] = &hd__backend_cpu;

@@ -431,6 +431,23 @@ static void test_last_backend_tracks_successful_calls_only(void **state)
     hd_context_destroy(ctx);
 }
 
+/* Whatever this machine lacks (a device, CLBlast) is a note: after a successful creation and
+ * a successful call the last error is "". */
+static void test_last_error_is_empty_after_success(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    assert_string_equal(hd_context_last_error(NULL), "");
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    hd_tensor *x = hd_test_tensor(ctx, 2, 3, v), *y = hd_test_tensor(ctx, 2, 3, NULL);
+    assert_int_equal(hd_softmax(ctx, x, y), HD_OK);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
 static void test_last_error_is_cleared_by_the_next_successful_call(void **state)
 {
     (void)state;
@@ -629,6 +646,7 @@ int main(void)
         WITH_ENV(test_set_backend_cpu_and_auto_are_accepted),
         WITH_ENV(test_last_backend_tracks_successful_calls_only),
         WITH_ENV(test_last_error_is_cleared_by_the_next_successful_call),
+        WITH_ENV(test_last_error_is_empty_after_success),
         WITH_ENV(test_status_strings_cover_every_code),
         WITH_ENV(test_backend_and_op_names),
         WITH_ENV(test_version_matches_the_macros),

@@ -33,6 +33,13 @@ static void restore_error(hd_context *ctx, const char *saved)
     snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
 }
 
+/* What the library said about the call: the error after a failure, the notes after a
+ * success (a fallback is a note: the call succeeded). */
+static const char *said(hd_context *ctx, op_run r)
+{
+    return r.status == HD_OK ? hd_test_notes() : hd_context_last_error(ctx);
+}
+
 static const float sentinel = 123.25f;
 
 static float *sentinels(size_t n)
@@ -213,7 +220,8 @@ static void test_fallback_injected_launch_fault_lands_on_the_cpu_for_every_op(vo
         op_run r = run_and_check(ctx, (hd_op)op, 100 + (uint64_t)op);
         assert_int_equal(r.status, HD_OK);
         assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
-        const char *msg = hd_context_last_error(ctx);
+        assert_string_equal(hd_context_last_error(ctx), "");
+        const char *msg = said(ctx, r);
         if (strstr(msg, "injected fault") == NULL || strstr(msg, "ran on cpu after") == NULL)
             fail_msg("%s: message not kept: '%s'", hd_op_name((hd_op)op), msg);
         /* Every stand-in that was tried is now unhealthy; none of them ran. */
@@ -246,7 +254,7 @@ static void test_fallback_injected_migrate_fault_moves_on(void **state)
         op_run r = run_and_check(ctx, (hd_op)op, 200 + (uint64_t)op);
         assert_int_equal(r.status, HD_OK);
         assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
-        assert_non_null(strstr(hd_context_last_error(ctx), "fails at migrate"));
+        assert_non_null(strstr(said(ctx, r), "fails at migrate"));
         /* Only device backends or plans that take the op were tried and marked (a plan is
          * out of use too once one of its backends is); the CPU ran. */
         int marked = 0;
@@ -273,7 +281,7 @@ static void test_fallback_slot_errors_decide_health(void **state)
     assert_int_equal(fake_states[HD_BACKEND_FUSED].calls, 1);
     assert_false(ctx->backend_unhealthy[HD_BACKEND_FUSED]);
     assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
-    assert_non_null(strstr(hd_context_last_error(ctx), "stand-in backend fails"));
+    assert_non_null(strstr(said(ctx, r), "stand-in backend fails"));
 
     fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_DEVICE;
     r = run_and_check(ctx, HD_OP_RMS_NORM, 301);
@@ -324,8 +332,9 @@ static void test_fallback_real_backends_survive_a_launch_fault_for_every_op(void
         int others = 0;
         for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
             others += b != (int)first && hd_context_has_backend(ctx, (hd_backend)b);
+        hd_test_notes_clear();
         op_run r = run_and_check(ctx, (hd_op)op, 500 + (uint64_t)op);
-        const char *msg = hd_context_last_error(ctx);
+        const char *msg = said(ctx, r);
         assert_non_null(strstr(msg, "injected fault"));
         if (first != HD_BACKEND_CPU) {
             /* The CPU is always there to fall back on. */
@@ -401,7 +410,7 @@ static void test_fallback_fault_spec_ignores_malformed_items(void **state)
 /* ---- tuning records the backends reject ---- */
 
 /* The context's message right after run_dims()' call, before reading the output cleared it. */
-static char call_message[HD_ERROR_CAPACITY];
+static char call_message[HD_ERROR_CAPACITY]; /* the last run's error, or its notes */
 
 /* Runs op on dims (the record's order: GEMM m n k, LoRA tokens in out rank, rows rows cols)
  * with random data; returns the status, and checks the result against the float64 reference
@@ -416,8 +425,10 @@ static hd_status run_dims(hd_context *ctx, hd_op op, const size_t *d, uint64_t s
         hd_tensor *ta = hd_test_tensor(ctx, d[0], d[2], a),
                   *tb = hd_test_tensor(ctx, d[2], d[1], b);
         hd_tensor *tc = hd_test_tensor(ctx, d[0], d[1], NULL);
+        hd_test_notes_clear();
         s = hd_gemm(ctx, false, false, 1.0f, ta, tb, 0.0f, tc);
-        snprintf(call_message, sizeof call_message, "%s", hd_context_last_error(ctx));
+        snprintf(call_message, sizeof call_message, "%s",
+                 s == HD_OK ? hd_test_notes() : hd_context_last_error(ctx));
         if (s == HD_OK) {
             size_t n = d[0] * d[1];
             double *want = hd_test_doubles(n), *bound = hd_test_doubles(n);
@@ -440,8 +451,10 @@ static hd_status run_dims(hd_context *ctx, hd_op op, const size_t *d, uint64_t s
         hd_tensor *tx = hd_test_tensor(ctx, t, in, x), *tw = hd_test_tensor(ctx, in, out, w);
         hd_tensor *ta = hd_test_tensor(ctx, in, r, a), *tb = hd_test_tensor(ctx, r, out, b);
         hd_tensor *ty = hd_test_tensor(ctx, t, out, NULL);
+        hd_test_notes_clear();
         s = hd_lora_forward(ctx, tx, tw, ta, tb, 0.5f, ty);
-        snprintf(call_message, sizeof call_message, "%s", hd_context_last_error(ctx));
+        snprintf(call_message, sizeof call_message, "%s",
+                 s == HD_OK ? hd_test_notes() : hd_context_last_error(ctx));
         if (s == HD_OK) {
             double *want = hd_test_doubles(t * out), *bound = hd_test_doubles(t * out);
             hd_ref_lora(t, in, out, r, x, w, a, b, 0.5f, want, bound);
@@ -470,8 +483,10 @@ static hd_status run_dims(hd_context *ctx, hd_op op, const size_t *d, uint64_t s
         hd_tensor *tx = hd_test_tensor(ctx, d[0], d[1], x),
                   *ty = hd_test_tensor(ctx, d[0], d[1], NULL);
         hd_tensor *tg = hd_test_tensor(ctx, 1, d[1], g), *tb = hd_test_tensor(ctx, 1, d[1], be);
+        hd_test_notes_clear();
         s = hd_test_row_call(ctx, rop, tx, tg, tb, 1e-5f, ty);
-        snprintf(call_message, sizeof call_message, "%s", hd_context_last_error(ctx));
+        snprintf(call_message, sizeof call_message, "%s",
+                 s == HD_OK ? hd_test_notes() : hd_context_last_error(ctx));
         if (s == HD_OK) {
             double *want = hd_test_doubles(n);
             hd_ref_row(rop, d[0], d[1], x, g, be, 1e-5f, want);
@@ -529,11 +544,14 @@ static void write_cache_with(char *buf, size_t size, const char *line)
     free(header);
 }
 
+/* A context reading path, its notes collected (hd_test_notes). */
 static hd_context *context_with_cache(const char *path)
 {
     hd_context_options opt;
     hd_context_options_init(&opt);
     opt.tune_cache = path;
+    opt.log = hd_test_log;
+    hd_test_notes_clear();
     hd_context *ctx = NULL;
     assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
     return ctx;
@@ -599,7 +617,7 @@ static void test_fallback_rejected_tuned_variants_are_dropped_at_load(void **sta
             continue;
         }
         ran++;
-        const char *msg = hd_context_last_error(ctx);
+        const char *msg = hd_test_notes(); /* a note: the context works without the record */
         if (strstr(msg, "dropped") == NULL)
             fail_msg("'%s': no note at load, message: %s", line, msg);
         hd_shape shape = {.dim = {crafted[i].dims[0], crafted[i].dims[1], crafted[i].dims[2],

@@ -125,6 +125,42 @@ static void test_residency_prefetch_places_a_tensor_up_front(void **state)
     hd_context_destroy(ctx);
 }
 
+/* GEMM with k = 0 or alpha = 0 has no product to compute: C = beta*C where C lives, without
+ * fetching a device-resident C to the host. */
+static void test_residency_gemm_scale_only_stays_on_the_device(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+        hd_context_destroy(ctx);
+        skip();
+    }
+    float cv[12] = {1, -2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, got[12];
+    hd_tensor *a = hd_test_tensor(ctx, 3, 0, NULL), *b = hd_test_tensor(ctx, 0, 4, NULL);
+    hd_tensor *c = hd_test_tensor(ctx, 3, 4, cv);
+    hd_tensor *a2 = hd_test_tensor(ctx, 3, 5, NULL), *b2 = hd_test_tensor(ctx, 5, 4, NULL);
+    assert_int_equal(hd_tensor_prefetch(c), HD_OK);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 2.0f, c), HD_OK); /* k = 0 */
+    assert_int_not_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+    assert_true(c->device_valid && !c->host_valid);
+    assert_int_equal(hd_gemm(ctx, false, false, 0.0f, a2, b2, -0.5f, c), HD_OK); /* alpha = 0 */
+    assert_int_not_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
+    assert_false(c->host_valid);
+    assert_int_equal(hd_tensor_read(c, got), HD_OK);
+    for (int i = 0; i < 12; i++)
+        assert_true(got[i] == -cv[i]);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 0.0f, c), HD_OK); /* beta = 0 */
+    assert_int_equal(hd_tensor_read(c, got), HD_OK);
+    for (int i = 0; i < 12; i++)
+        assert_true(got[i] == 0.0f);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(a2);
+    hd_tensor_destroy(b2);
+    hd_tensor_destroy(c);
+    hd_context_destroy(ctx);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -149,6 +185,7 @@ int main(void)
         cmocka_unit_test(test_residency_single_call_on_host_data_stays_on_the_host),
         cmocka_unit_test(test_residency_loop_on_host_data_ends_on_the_device),
         cmocka_unit_test(test_residency_prefetch_places_a_tensor_up_front),
+        cmocka_unit_test(test_residency_gemm_scale_only_stays_on_the_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

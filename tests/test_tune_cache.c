@@ -378,11 +378,14 @@ static void test_cache_concurrent_writers_keep_every_record(void **state)
     assert_int_not_equal(system(cmd), 0);
 }
 
+/* A context reading path; its notes in hd_test_notes(). */
 static hd_context *context_with_cache(const char *path)
 {
     hd_context_options opt;
     hd_context_options_init(&opt);
     opt.tune_cache = path;
+    opt.log = hd_test_log;
+    hd_test_notes_clear();
     hd_context *ctx = NULL;
     assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
     return ctx;
@@ -420,8 +423,10 @@ static void test_cache_context_ignores_another_device_with_a_note(void **state)
     write_text(path, "hd-tune 1\nlibrary 0.1.0\nplatform \"Elsewhere\"\ndevice \"Some GPU\"\n"
                      "driver \"1.0\"\nclblast none\nsoftmax 5 7 cpu - 3.5 - -\n");
     hd_context *ctx = context_with_cache(path);
-    assert_non_null(strstr(hd_context_last_error(ctx), "note: tuning cache"));
-    assert_null(strstr(hd_context_last_error(ctx), "invalid"));
+    assert_string_equal(hd_context_last_error(ctx), ""); /* a note is not an error */
+    assert_non_null(strstr(hd_test_notes(), "tuning cache"));
+    assert_non_null(strstr(hd_test_notes(), "written for another"));
+    assert_null(strstr(hd_test_notes(), "invalid"));
     hd_shape s = {.dim = {5, 7}};
     assert_null(hd__tune_exact(ctx, HD_OP_SOFTMAX, &s));
     hd_context_destroy(ctx);
@@ -430,7 +435,7 @@ static void test_cache_context_ignores_another_device_with_a_note(void **state)
     write_text(path, "hd-tune 1\nlibrary 0.0.9\nplatform \"none\"\ndevice \"none\"\n"
                      "driver \"none\"\nclblast none\nsoftmax 5 7 cpu - 3.5 - -\n");
     ctx = context_with_cache(path);
-    assert_non_null(strstr(hd_context_last_error(ctx), "library version"));
+    assert_non_null(strstr(hd_test_notes(), "library version"));
     assert_null(hd__tune_exact(ctx, HD_OP_SOFTMAX, &s));
     hd_context_destroy(ctx);
 }
@@ -443,8 +448,9 @@ static void test_cache_context_survives_every_broken_file(void **state)
         char path[512];
         snprintf(path, sizeof path, "%s/%s", HD_TEST_DATA, corpus[i].file);
         hd_context *ctx = context_with_cache(path);
+        assert_string_equal(hd_context_last_error(ctx), "");
         if (corpus[i].status != HD_OK || corpus[i].bad_lines > 0)
-            assert_non_null(strstr(hd_context_last_error(ctx), "tuning cache"));
+            assert_non_null(strstr(hd_test_notes(), "tuning cache"));
         float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
         hd_tensor *tx = hd_test_tensor(ctx, 2, 3, x);
         hd_tensor *ty = hd_test_tensor(ctx, 2, 3, NULL);
@@ -685,7 +691,7 @@ static void test_cache_load_refuses_a_fifo_without_blocking(void **state)
     assert_int_equal(hd__tune_load(path, &f, msg, sizeof msg), HD_ERR_IO);
     assert_non_null(strstr(msg, "not a regular file"));
     hd_context *ctx = context_with_cache(path);
-    assert_non_null(strstr(hd_context_last_error(ctx), "not a regular file"));
+    assert_non_null(strstr(hd_test_notes(), "not a regular file"));
     hd_context_destroy(ctx);
     /* A directory is refused the same way. */
     assert_int_equal(hd__tune_load(tmpdir, &f, msg, sizeof msg), HD_ERR_IO);
@@ -774,6 +780,53 @@ static void test_cache_save_removes_stale_temporary_files(void **state)
     hd__tune_file_free(&f);
 }
 
+/* Notes are not errors: a damaged cache is a note for the log callback, and with $HD_LOG=1 a
+ * line on stderr; hd_context_last_error() stays "". Without either, nothing is printed. */
+static void test_cache_notes_go_to_the_log_and_to_stderr_with_hd_log(void **state)
+{
+    (void)state;
+    const char *path = HD_TEST_DATA "/tune_bad_version.txt";
+    hd_context *ctx = context_with_cache(path);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    assert_non_null(strstr(hd_test_notes(), "tune_bad_version.txt"));
+    hd_context_destroy(ctx);
+
+    char out[512];
+    tmp_path(out, sizeof out, "stderr.txt");
+    for (int with_env = 0; with_env < 2; with_env++) {
+        fflush(stderr);
+        int saved = dup(2);
+        FILE *f = fopen(out, "w");
+        assert_non_null(f);
+        dup2(fileno(f), 2);
+        if (with_env)
+            setenv("HD_LOG", "1", 1);
+        hd_context_options opt;
+        hd_context_options_init(&opt);
+        opt.tune_cache = path;
+        ctx = NULL;
+        hd_status s = hd_context_create(&ctx, &opt);
+        unsetenv("HD_LOG");
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        fclose(f);
+        assert_int_equal(s, HD_OK);
+        assert_string_equal(hd_context_last_error(ctx), "");
+        hd_context_destroy(ctx);
+        char text[4096] = "";
+        f = fopen(out, "r");
+        assert_non_null(f);
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = '\0';
+        fclose(f);
+        if (with_env)
+            assert_non_null(strstr(text, "hd-dispatch: note: tuning cache"));
+        else
+            assert_null(strstr(text, "note:"));
+    }
+}
+
 static void test_cache_path_follows_option_env_and_default(void **state)
 {
     (void)state;
@@ -826,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_cache_save_through_a_symlink_updates_its_target),
         cmocka_unit_test(test_cache_save_removes_stale_temporary_files),
         cmocka_unit_test(test_cache_path_follows_option_env_and_default),
+        cmocka_unit_test(test_cache_notes_go_to_the_log_and_to_stderr_with_hd_log),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }

@@ -102,10 +102,30 @@ void hd_test_expect_unchanged(const char *what, const hd_tensor *t, const float 
     free(got);
 }
 
+static char notes[1 << 16];
+
+void hd_test_log(void *user, const char *message)
+{
+    (void)user;
+    size_t used = strlen(notes);
+    snprintf(notes + used, sizeof notes - used, "%s\n", message);
+}
+
+const char *hd_test_notes(void)
+{
+    return notes;
+}
+
+void hd_test_notes_clear(void)
+{
+    notes[0] = '\0';
+}
+
 hd_context *hd_test_context(bool cpu_only)
 {
     hd_context_options opt;
     hd_context_options_init(&opt);
+    opt.log = hd_test_log;
     opt.disable_opencl = cpu_only;
     opt.no_tune_cache = true;
     hd_context *ctx = NULL;

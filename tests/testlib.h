@@ -43,8 +43,15 @@ void hd_test_expect_unchanged(const char *what, const hd_tensor *t, const float 
  * message otherwise. */
 void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const char *what);
 
-/* A context for tests: CPU only when cpu_only, else whatever this machine has (PoCL in CI). */
+/* A context for tests: CPU only when cpu_only, else whatever this machine has (PoCL in CI).
+ * Its notes are collected (hd_test_notes). */
 hd_context *hd_test_context(bool cpu_only);
+
+/* The notes contexts made with hd_test_log as their log callback have given since the last
+ * hd_test_notes_clear(), one per line. */
+void hd_test_log(void *user, const char *message);
+const char *hd_test_notes(void);
+void hd_test_notes_clear(void);
 
 /* ---- float64 reference ---- */
 

@@ -193,6 +193,7 @@ const hd_backend_impl hd__backend_clblast = {
     .variants = clblast_variants,
     .check_variant = clblast_check_variant,
     .warmup = clblast_warmup,
+    .scale = hd__clblast_scale,
     .run =
         {
             [HD_OP_GEMM] = clblast_gemm,

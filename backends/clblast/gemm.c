@@ -71,3 +71,18 @@ hd_status hd__clblast_gemm_batched(void *state, hd_context *ctx, const hd_gemm_a
         s = hd__clblast_error(ctx, code, "CLBlastSgemmStridedBatched");
     return s;
 }
+
+/* t = beta*t on the device: zeros for beta = 0 (BLAS ignores C then, NaN included), else one
+ * CLBlastSscal. */
+hd_status hd__clblast_scale(void *state, hd_context *ctx, hd_tensor *t, float beta)
+{
+    (void)state;
+    size_t n = t->rows * t->cols;
+    if (beta == 0.0f)
+        return hd__cl_zero(ctx->cl, ctx, t->device, n * sizeof(float));
+    cl_command_queue queue = hd__cl_queue(ctx->cl);
+    hd__clblast_lock();
+    CLBlastStatusCode code = CLBlastSscal(n, beta, t->device->mem, 0, 1, &queue, NULL);
+    hd__clblast_unlock();
+    return code == CLBlastSuccess ? HD_OK : hd__clblast_error(ctx, code, "CLBlastSscal");
+}

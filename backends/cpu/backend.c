@@ -25,6 +25,16 @@ static double cpu_estimate_us(void *state, hd_op op, const hd_shape *shape, hd_p
     return compute > stream ? compute : stream;
 }
 
+static hd_status cpu_scale(void *state, hd_context *ctx, hd_tensor *t, float beta)
+{
+    (void)state;
+    (void)ctx;
+    size_t n = t->rows * t->cols;
+    for (size_t i = 0; i < n; i++)
+        t->host[i] = beta == 0.0f ? 0.0f : beta * t->host[i];
+    return HD_OK;
+}
+
 static hd_status cpu_gemm(void *state, hd_context *ctx, const hd_op_args *args)
 {
     return hd__cpu_gemm(state, ctx, &args->gemm);
@@ -56,6 +66,7 @@ const hd_backend_impl hd__backend_cpu = {
     .place = HD_PLACE_HOST,
     .probe = cpu_probe,
     .estimate_us = cpu_estimate_us,
+    .scale = cpu_scale,
     .run =
         {
             [HD_OP_GEMM] = cpu_gemm,

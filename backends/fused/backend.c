@@ -375,6 +375,15 @@ static hd_status fused_lora_epilogue(void *state, hd_context *ctx, const hd_op_a
 {
     return args->lora.rank > 0 ? hd__fused_lora_update(state, ctx, &args->lora) : HD_OK;
 }
+/* t = 0 on the device; other factors are CLBlast's or the host's. */
+static hd_status fused_scale(void *state, hd_context *ctx, hd_tensor *t, float beta)
+{
+    (void)state;
+    if (beta != 0.0f)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: scaling by %g", (double)beta);
+    return hd__cl_zero(ctx->cl, ctx, t->device, t->rows * t->cols * sizeof(float));
+}
+
 static hd_status fused_softmax(void *state, hd_context *ctx, const hd_op_args *args)
 {
     return hd__fused_softmax(state, ctx, &args->row);
@@ -400,6 +409,7 @@ const hd_backend_impl hd__backend_fused = {
     .runs_precision = fused_runs_precision,
     .check_variant = fused_check_variant,
     .warmup = fused_warmup,
+    .scale = fused_scale,
     .run =
         {
             [HD_OP_GEMM] = fused_gemm,

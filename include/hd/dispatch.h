@@ -104,7 +104,7 @@ typedef enum hd_op {
 
 /* The arithmetic of GEMM, batched GEMM and the GEMM parts of LoRA (row ops are always fp32).
  * Chosen per context; a mode the device cannot run falls back to HD_PRECISION_FP32 with a
- * note in hd_context_last_error(), and hd_context_gemm_precision() tells which one runs. */
+ * note (hd_context_options.log), and hd_context_gemm_precision() tells which one runs. */
 typedef enum hd_precision {
     HD_PRECISION_FP32 = 0, /* fp32 FMA arithmetic on every backend (the default) */
     HD_PRECISION_FP32X3,   /* "3xTF32": each operand split into two TF32 parts, three
@@ -135,6 +135,15 @@ typedef struct hd_context_options {
     bool warmup;            /* true: build every kernel at creation (see hd_context_warmup) */
     hd_precision gemm_precision; /* GEMM arithmetic; HD_PRECISION_FP32 (the default):
                                     $HD_GEMM_PRECISION ("fp32", "fp32x3", "tf32"), else fp32 */
+    /* Notes: what the library did that is worth knowing but is no error (a backend that is
+     * not available here, a tuning cache that was ignored and why, a call that ran on its
+     * second backend after the first failed). log(log_user, message) is called with one
+     * sentence, valid during the call, from the thread using the context. NULL: no notes,
+     * unless $HD_LOG=1, which prints them to stderr. Errors are never notes: they are
+     * returned and kept for hd_context_last_error(). */
+    void (*log)(void *user, const char *message);
+    void *log_user;
+    void *reserved[8]; /* zero (hd_context_options_init): room for options to come */
 } hd_context_options;
 
 /* Version of the library this program runs with, as "MAJOR.MINOR.PATCH". The compile-time
@@ -161,10 +170,10 @@ HD_API void hd_context_options_init(hd_context_options *opt);
  * Creates a context: discovers the OpenCL devices (unless disabled), probes every backend and
  * loads the tuning cache for the chosen device. A machine without OpenCL, or with no usable
  * device, gives a context whose only backend is the CPU; that is not an error. A damaged tuning
- * cache is reported through hd_context_last_error() and ignored; so is a cache path that names
- * anything but a regular file (a FIFO is refused at once, never waited on), and a record whose
- * kernel parameters its backend would refuse is dropped with a note. Safe to call from any
- * number of threads at once.
+ * cache is ignored with a note (hd_context_options.log); so is a cache path that names anything
+ * but a regular file (a FIFO is refused at once, never waited on), and a record whose kernel
+ * parameters its backend would refuse is dropped with a note. hd_context_last_error() is ""
+ * after a successful creation. Safe to call from any number of threads at once.
  *
  * opt may be NULL for the defaults. On success *ctx owns everything it created; free it with
  * hd_context_destroy(). On failure *ctx is set to NULL and hd_context_last_error(NULL) gives
@@ -179,8 +188,9 @@ HD_API hd_status hd_context_create(hd_context **ctx, const hd_context_options *o
  * first. NULL is a no-op. */
 HD_API void hd_context_destroy(hd_context *ctx);
 
-/* The detail of the most recent failure on ctx, or "" if none happened. The string is owned
- * by the context and valid until its next call. NULL ctx gives the detail of this thread's
+/* The detail of the most recent failure on ctx, or "" if the last call succeeded (notes go to
+ * the log callback of hd_context_options, never here). The string is owned by the context and
+ * valid until its next call. NULL ctx gives the detail of this thread's
  * most recent failed hd_context_create() (which has no context left to keep it on), or "" if
  * the last one succeeded or none was made. */
 HD_API const char *hd_context_last_error(const hd_context *ctx);
