@@ -38,12 +38,12 @@
 #include <hd/dispatch.h>
 
 #include "backends/backend.h"
+#include "dispatch/tuning.h"
 
 #define HD_TUNE_FORMAT     1
 #define HD_TUNE_LINE_MAX   1024
 #define HD_TUNE_RECORD_MAX 4096
 #define HD_TUNE_PARAM_MAX  16
-#define HD_TUNE_STRING_MAX 256
 #define HD_TUNE_FILE_MAX   ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
 #define HD_TUNE_DIM_MAX    ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
 /* A writer's temporary file older than this belongs to a writer that was killed. */
@@ -61,18 +61,7 @@ typedef struct hd_tune_key {
 /* hd_tune_calibration, the device's measured constants, is declared in backends/backend.h:
  * the backends' estimates read it. */
 
-typedef struct hd_tune_record {
-    hd_op op;
-    hd_shape shape;
-    hd_backend backend;
-    char variant[HD_TUNE_STRING_MAX]; /* "" for the default */
-    double median_us;
-    hd_backend runner_up; /* HD_BACKEND_AUTO: none */
-    double margin_pct;    /* runner-up time / winner time - 1, in percent; negative where the
-                             tuner preferred a slower winner (dispatch-autotune's rules) */
-    bool disabled;        /* this context's: its variant failed at a call (autotune/table.c);
-                             never read from or written to the file */
-} hd_tune_record;
+/* hd_tune_record, one tuned call, is declared in dispatch/tuning.h: the scheduler reads it. */
 
 /* A device-level setting of one backend, e.g. CLBlast's Xgemm parameters for this device. */
 typedef struct hd_tune_param {
@@ -126,10 +115,6 @@ hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t siz
 /* The file's text in the format above, malloc'd and NUL-terminated; NULL without memory.
  * Records are sorted by op and dims, so that files diff well. */
 char *hd__tune_format(const hd_tune_file *f);
-
-/* The record's margin for a person: "3.0% ahead of fused", "2.5% behind (preferred over)
- * cpu" where the tuner preferred a slower winner, "" when nothing else ran. */
-void hd__tune_margin_text(const hd_tune_record *r, char *buf, size_t size);
 
 /*
  * Writes f's records and params to path, merged with those already there for the same key

@@ -1,28 +1,17 @@
-/* The tuning table of a context: the cache file's records for this device, as the selection
- * in dispatch/select.c reads them. */
+/* The tuning table of a context: the cache file's records for this device, opened at context
+ * creation; the lookups the scheduler uses are declared in dispatch/tuning.h. */
 #ifndef HD_AUTOTUNE_TABLE_H
 #define HD_AUTOTUNE_TABLE_H
 
 #include "autotune/cache.h"
+#include "dispatch/tuning.h"
 
 /* Beyond this distance in any one dimension (|log2(1+a) - log2(1+b)|, i.e. about a factor of
  * two) a tuned shape says nothing about another. */
 #define HD_TUNE_NEAR_DIM 1.0
 
-/* The record for exactly (op, shape), or NULL. */
-const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_shape *shape);
-
-/* Stops using the record for exactly (op, shape) in this context, for rules 2 and 3 of the
- * selection: its variant failed at a call. The file is not changed. */
-void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape);
-
-/* The tuned record of op closest to shape in log space (same transposes for GEMM), whose every
- * dimension is within HD_TUNE_NEAR_DIM; NULL if none. *distance: the sum over dimensions. */
-const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
-                                       double *distance);
-
-/* The device's calibration from the cache, or NULL when it holds none. */
-const hd_tune_calibration *hd__tune_calibration(const hd_context *ctx);
+/* hd__tune_exact, hd__tune_nearest and hd__tune_calibration, what the scheduler reads, are
+ * declared in dispatch/tuning.h. */
 
 /* A device-level param of backend b (e.g. CLBlast "Xgemm"), or NULL. Backends read theirs
  * when they first need it: the table opens after the backends are probed. */

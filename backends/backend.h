@@ -141,6 +141,33 @@ typedef struct hd_backend_impl {
     hd_op_slot epilogue[HD_OP_COUNT]; /* the op after its product; NULL: not offered */
 } hd_backend_impl;
 
+struct hd_cl_runtime;    /* the device runtime the device backends share (backends/opencl) */
+struct hd_device_buffer; /* a tensor's storage at the device place */
+
+/* The device place, as the device backends' runtime provides it: opening the device, its
+ * buffers and copies, and waiting. dispatch/ reaches the device only through these hooks
+ * (ggml's buffer type is the model), so it includes nothing of backends/opencl/. */
+typedef struct hd_device_ops {
+    /* Opens the device spec names (NULL: the default one). HD_ERR_BACKEND_UNAVAILABLE, with a
+     * message, when spec is NULL and there is none. */
+    hd_status (*open)(hd_context *ctx, const char *spec, struct hd_cl_runtime **out);
+    void (*close)(struct hd_cl_runtime *rt); /* waits for the queue */
+    const char *(*name)(const struct hd_cl_runtime *rt);
+    hd_status (*finish)(struct hd_cl_runtime *rt, hd_context *ctx); /* waits; late errors */
+    hd_status (*acquire)(struct hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
+                         struct hd_device_buffer **out);
+    void (*release)(struct hd_cl_runtime *rt, struct hd_device_buffer *buf);
+    hd_status (*upload)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                        const void *src, size_t bytes); /* returns once src may be reused */
+    hd_status (*download)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                          void *dst, size_t bytes); /* waits */
+    hd_status (*zero)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+                      size_t bytes);
+} hd_device_ops;
+
+/* The device hooks of this build (backends/registry.c); NULL when built without a device. */
+const hd_device_ops *hd__registry_device(void);
+
 /* A plan of two backends, composed by the scheduler: the product backend's GEMM slot computes
  * the op's leading product (the op table's product) into the output, then the epilogue
  * backend's epilogue slot finishes the op. Both run at one place, in one queue order. */

@@ -5,6 +5,10 @@
 
 #include "backends/backend.h"
 
+#ifdef HD_HAVE_OPENCL
+extern const hd_device_ops hd__opencl_device_ops; /* backends/opencl/device_ops.c */
+#endif
+
 static const hd_backend_impl *const backends[] = {
 #ifdef HD_HAVE_OPENCL
     &hd__backend_fused,
@@ -42,4 +46,13 @@ const hd_backend *hd__registry_order(size_t *count)
 {
     *count = sizeof order / sizeof order[0];
     return order;
+}
+
+const hd_device_ops *hd__registry_device(void)
+{
+#ifdef HD_HAVE_OPENCL
+    return &hd__opencl_device_ops;
+#else
+    return NULL;
+#endif
 }

@@ -6,10 +6,6 @@
 #include "dispatch/error.h"
 #include "dispatch/memo.h"
 
-#ifdef HD_HAVE_OPENCL
-#include "backends/opencl/runtime.h"
-#endif
-
 void hd_context_options_init(hd_context_options *opt)
 {
     if (opt != NULL)
@@ -82,24 +78,20 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
 
 static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
 {
-#ifdef HD_HAVE_OPENCL
-    if (opt->disable_opencl || env_flag("HD_DISABLE_OPENCL"))
+    const hd_device_ops *dev = hd__registry_device();
+    if (dev == NULL || opt->disable_opencl || env_flag("HD_DISABLE_OPENCL"))
         return HD_OK;
     const char *spec = nonempty(opt->device) ? opt->device : nonempty(getenv("HD_DEVICE"));
-    hd_status s = hd__cl_runtime_create(ctx, spec, &ctx->cl);
+    hd_status s = dev->open(ctx, spec, &ctx->cl);
     if (s == HD_ERR_BACKEND_UNAVAILABLE && spec == NULL) {
         /* no OpenCL here: the CPU serves alone, which is worth a note, not an error */
         hd__note(ctx, "%s", ctx->last_error);
         hd__error_clear(ctx);
         return HD_OK;
     }
+    if (s == HD_OK)
+        ctx->dev = dev;
     return s;
-#else
-    (void)ctx;
-    (void)opt;
-    (void)env_flag;
-    return HD_OK;
-#endif
 }
 
 /* The requested GEMM precision (options, then $HD_GEMM_PRECISION), lowered to fp32 with a note
@@ -186,9 +178,8 @@ void hd_context_destroy(hd_context *ctx)
     hd__tune_close(ctx);
     hd__plans_free(ctx);
     hd__backends_destroy(ctx);
-#ifdef HD_HAVE_OPENCL
-    hd__cl_runtime_destroy(ctx->cl);
-#endif
+    if (ctx->dev != NULL)
+        ctx->dev->close(ctx->cl);
     free(ctx);
 }
 
@@ -199,12 +190,8 @@ hd_precision hd_context_gemm_precision(const hd_context *ctx)
 
 const char *hd_context_device_name(const hd_context *ctx)
 {
-#ifdef HD_HAVE_OPENCL
-    if (ctx != NULL && ctx->cl != NULL)
-        return hd__cl_device_name(ctx->cl);
-#else
-    (void)ctx;
-#endif
+    if (ctx != NULL && ctx->dev != NULL)
+        return ctx->dev->name(ctx->cl);
     return "none";
 }
 
@@ -273,9 +260,7 @@ hd_status hd_sync(hd_context *ctx)
 {
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
-#ifdef HD_HAVE_OPENCL
-    if (ctx->cl != NULL)
-        return hd__cl_finish(ctx->cl, ctx);
-#endif
+    if (ctx->dev != NULL)
+        return ctx->dev->finish(ctx->cl, ctx);
     return HD_OK;
 }

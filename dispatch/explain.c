@@ -3,10 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autotune/table.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/select.h"
+#include "dispatch/tuning.h"
 
 static const char *rule_name(hd_select_rule r)
 {

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autotune/table.h"
 #include "dispatch/call.h"
 #include "dispatch/check.h"
 #include "dispatch/context.h"
@@ -11,6 +10,7 @@
 #include "dispatch/fault.h"
 #include "dispatch/memo.h"
 #include "dispatch/select.h"
+#include "dispatch/tuning.h"
 
 static hd_status place_tensors(const hd_call *call, hd_place place)
 {

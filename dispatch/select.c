@@ -21,9 +21,9 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "autotune/table.h"
 #include "dispatch/context.h"
 #include "dispatch/select.h"
+#include "dispatch/tuning.h"
 
 /* Below this many multiply-adds (GEMM, LoRA) or elements (row ops), with every input on the
  * host, a backend on the host beats any device: a launch plus two copies costs ~10-30 us. */

@@ -7,10 +7,6 @@
 #include "dispatch/error.h"
 #include "dispatch/tensor.h"
 
-#ifdef HD_HAVE_OPENCL
-#include "backends/opencl/runtime.h"
-#endif
-
 static size_t tensor_bytes(const hd_tensor *t)
 {
     return hd__tensor_count(t) * sizeof(float);
@@ -39,10 +35,8 @@ hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor 
 
 static void release_device(hd_tensor *t)
 {
-#ifdef HD_HAVE_OPENCL
     if (t->device != NULL)
-        hd__cl_buffer_release(t->ctx->cl, t->device);
-#endif
+        t->ctx->dev->release(t->ctx->cl, t->device);
     t->device = NULL;
     t->device_valid = false;
 }
@@ -84,15 +78,11 @@ hd_status hd__tensor_reserve(hd_tensor *t, hd_place place)
 {
     if (place == HD_PLACE_HOST)
         return ensure_host_storage(t);
-#ifdef HD_HAVE_OPENCL
     if (t->device != NULL)
         return HD_OK;
-    if (t->ctx->cl == NULL)
-        return hd__error(t->ctx, HD_ERR_BACKEND_UNAVAILABLE, "the context has no OpenCL device");
-    return hd__cl_buffer_acquire(t->ctx->cl, t->ctx, tensor_bytes(t), &t->device);
-#else
-    return hd__error(t->ctx, HD_ERR_BACKEND_UNAVAILABLE, "built without OpenCL");
-#endif
+    if (t->ctx->dev == NULL)
+        return hd__error(t->ctx, HD_ERR_BACKEND_UNAVAILABLE, "the context has no device");
+    return t->ctx->dev->acquire(t->ctx->cl, t->ctx, tensor_bytes(t), &t->device);
 }
 
 hd_status hd__tensor_to_host(hd_tensor *t)
@@ -100,14 +90,12 @@ hd_status hd__tensor_to_host(hd_tensor *t)
     hd_status s = ensure_host_storage(t);
     if (s != HD_OK || t->host_valid)
         return s;
-#ifdef HD_HAVE_OPENCL
     if (t->device_valid) {
-        s = hd__cl_download(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
+        s = t->ctx->dev->download(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
         if (s != HD_OK)
             return s;
         t->stay_us = 0.0; /* the copy is paid: staying is counted afresh */
     }
-#endif
     /* Neither place valid: the calloc'd zeros are the contents. */
     t->host_valid = true;
     return HD_OK;
@@ -120,15 +108,14 @@ hd_status hd__tensor_to_device(hd_tensor *t)
     hd_status s = hd__tensor_reserve(t, HD_PLACE_DEVICE);
     if (s != HD_OK)
         return s;
-#ifdef HD_HAVE_OPENCL
     if (t->host_valid) {
-        s = hd__cl_upload(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
+        s = t->ctx->dev->upload(t->ctx->cl, t->ctx, t->device, t->host, tensor_bytes(t));
         t->stay_us = 0.0; /* the copy is paid: staying is counted afresh */
-    } else
-        s = hd__cl_zero(t->ctx->cl, t->ctx, t->device, tensor_bytes(t));
+    } else {
+        s = t->ctx->dev->zero(t->ctx->cl, t->ctx, t->device, tensor_bytes(t));
+    }
     if (s != HD_OK)
         return s;
-#endif
     t->device_valid = true;
     return HD_OK;
 }
@@ -153,11 +140,7 @@ size_t hd__tensor_migration_bytes(const hd_tensor *t, hd_place place)
 
 hd_status hd__tensor_prefetch(hd_tensor *t)
 {
-#ifdef HD_HAVE_OPENCL
-    if (t->ctx->cl != NULL)
-        return hd__tensor_to_device(t);
-#endif
-    return HD_OK;
+    return t->ctx->dev != NULL ? hd__tensor_to_device(t) : HD_OK;
 }
 
 hd_status hd_tensor_prefetch(hd_tensor *t)

@@ -10,7 +10,7 @@
 
 #include <hd/dispatch.h>
 
-struct hd_device_buffer; /* owned by the OpenCL runtime */
+struct hd_device_buffer; /* the device backends' runtime owns it (hd_device_ops) */
 
 typedef enum hd_place {
     HD_PLACE_HOST = 0,

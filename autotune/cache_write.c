@@ -1,0 +1,469 @@
+/* The tuning cache file's writer: the text of a file, and the locked, atomic save that merges
+ * with what is on disk. Part of the tools' library (dispatch-autotune writes caches; the
+ * installed library only reads them, autotune/cache.c). The format is in autotune/cache.h. */
+#define _DEFAULT_SOURCE /* flock() */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "autotune/cache.h"
+#include "dispatch/error.h"
+#include "dispatch/file.h"
+
+typedef struct text {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) HD_PRINTF(2, 3);
+
+static void put(text *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *p = realloc(t->p, cap);
+        if (p == NULL) {
+            t->failed = true;
+            return;
+        }
+        t->p = p;
+        t->cap = cap;
+    }
+}
+
+/* A string as the format quotes it. TAB is kept: the parser takes it inside quotes. Other
+ * characters the parser would reject (never in a parsed file) become '?', so the writer never
+ * produces a file its reader refuses. */
+static void put_quoted(text *t, const char *s)
+{
+    put(t, "\"");
+    for (; *s != '\0'; s++) {
+        char c = *s;
+        if (c == '"' || c == '\\')
+            put(t, "\\%c", c);
+        else
+            put(t, "%c", (c >= 0x20 && c < 0x7f) || c == '\t' ? c : '?');
+    }
+    put(t, "\"");
+}
+
+/* Whether the parser takes these bytes in a string: printable ASCII and TAB (as cache.c). */
+static bool printable(const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if ((p[i] < 0x20 && p[i] != '\t') || p[i] >= 0x7f)
+            return false;
+    return true;
+}
+
+/* A header value the parser takes bare or quoted (library, clblast): bare where it is one
+ * plain token, as files have always been written, else quoted. */
+static void put_word(text *t, const char *s)
+{
+    if (s[0] != '\0' && strpbrk(s, " \t\"\\") == NULL && printable(s, strlen(s)))
+        put(t, "%s", s);
+    else
+        put_quoted(t, s);
+}
+
+/* The shortest of %.6g .. %.17g that reads back as exactly v: people read "41.25", and a
+ * parsed file written again parses to the same numbers. */
+static void put_number(text *t, double v)
+{
+    char buf[40];
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    put(t, "%s", buf);
+}
+
+static int record_cmp(const void *pa, const void *pb)
+{
+    const hd_tune_record *a = pa, *b = pb;
+    if (a->op != b->op)
+        return a->op < b->op ? -1 : 1;
+    for (int i = 0; i < 4; i++)
+        if (a->shape.dim[i] != b->shape.dim[i])
+            return a->shape.dim[i] < b->shape.dim[i] ? -1 : 1;
+    int ta = a->shape.trans_a * 2 + a->shape.trans_b, tb = b->shape.trans_a * 2 + b->shape.trans_b;
+    return ta - tb;
+}
+
+char *hd__tune_format(const hd_tune_file *f)
+{
+    text t = {.cap = 4096};
+    t.p = malloc(t.cap);
+    if (t.p == NULL)
+        return NULL;
+    t.p[0] = '\0';
+    put(&t, "hd-tune %d\n# written by dispatch-autotune; see README.md, section Autotuning\n",
+        HD_TUNE_FORMAT);
+    put(&t, "library ");
+    put_word(&t, f->key.library[0] ? f->key.library : "unknown");
+    put(&t, "\nplatform ");
+    put_quoted(&t, f->key.platform[0] ? f->key.platform : "none");
+    put(&t, "\ndevice ");
+    put_quoted(&t, f->key.device[0] ? f->key.device : "none");
+    put(&t, "\ndriver ");
+    put_quoted(&t, f->key.driver[0] ? f->key.driver : "none");
+    put(&t, "\nclblast ");
+    put_word(&t, f->key.clblast[0] ? f->key.clblast : "none");
+    put(&t, "\n");
+
+    const hd_tune_calibration *c = &f->cal;
+    const double vals[] = {c->launch_us,   c->copy_gbps,  c->host_gbps,
+                           c->gemm_gflops, c->cpu_gflops, c->cpu_gbps};
+    static const char *const names[] = {"launch_us",   "copy_gbps",  "host_gbps",
+                                        "gemm_gflops", "cpu_gflops", "cpu_gbps"};
+    bool any = false;
+    for (int i = 0; i < 6; i++)
+        if (vals[i] > 0.0 && isfinite(vals[i])) {
+            put(&t, "%s %s=", any ? "" : "calibration", names[i]);
+            put_number(&t, vals[i]);
+            any = true;
+        }
+    if (any)
+        put(&t, "\n");
+
+    for (size_t i = 0; i < f->param_count; i++) {
+        put(&t, "param %s %s ", hd_backend_name(f->params[i].backend), f->params[i].name);
+        put_quoted(&t, f->params[i].value);
+        put(&t, "\n");
+    }
+
+    hd_tune_record *sorted = NULL;
+    if (f->count > 0) {
+        sorted = malloc(f->count * sizeof *sorted);
+        if (sorted == NULL) {
+            free(t.p);
+            return NULL;
+        }
+        memcpy(sorted, f->records, f->count * sizeof *sorted);
+        qsort(sorted, f->count, sizeof *sorted, record_cmp);
+    }
+    for (size_t i = 0; i < f->count; i++) {
+        const hd_tune_record *r = &sorted[i];
+        put(&t, "%s", hd_op_name(r->op));
+        for (int d = 0; d < hd__tune_dim_count(r->op); d++)
+            put(&t, " %zu", r->shape.dim[d]);
+        if (hd__tune_has_transposes(r->op))
+            put(&t, " %c%c", r->shape.trans_a ? 't' : 'n', r->shape.trans_b ? 't' : 'n');
+        put(&t, " %s ", hd_backend_name(r->backend));
+        if (r->variant[0] == '\0')
+            put(&t, "-");
+        else
+            put_quoted(&t, r->variant);
+        put(&t, " ");
+        put_number(&t, r->median_us);
+        if (r->runner_up == HD_BACKEND_AUTO) {
+            put(&t, " - -\n");
+        } else {
+            put(&t, " %s ", hd_backend_name(r->runner_up));
+            put_number(&t, r->margin_pct);
+            put(&t, "\n");
+        }
+    }
+    free(sorted);
+    if (t.failed) {
+        free(t.p);
+        return NULL;
+    }
+    return t.p;
+}
+
+/* Empty fields as the writer spells them, so that a key compares equal to its reread self. */
+static void normalize_key(hd_tune_key *k)
+{
+    if (k->library[0] == '\0')
+        strcpy(k->library, "unknown");
+    if (k->platform[0] == '\0')
+        strcpy(k->platform, "none");
+    if (k->device[0] == '\0')
+        strcpy(k->device, "none");
+    if (k->driver[0] == '\0')
+        strcpy(k->driver, "none");
+    if (k->clblast[0] == '\0')
+        strcpy(k->clblast, "none");
+}
+
+static bool same_tune_key(const hd_tune_key *a, const hd_tune_key *b)
+{
+    return strcmp(a->library, b->library) == 0 && strcmp(a->platform, b->platform) == 0 &&
+           strcmp(a->device, b->device) == 0 && strcmp(a->driver, b->driver) == 0 &&
+           strcmp(a->clblast, b->clblast) == 0;
+}
+
+/* mkdir -p of the directory part of path. */
+static bool make_parent_dirs(const char *path, char *msg, size_t size)
+{
+    char dir[PATH_MAX];
+    if (strlen(path) >= sizeof dir) {
+        snprintf(msg, size, "path too long");
+        return false;
+    }
+    strcpy(dir, path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir)
+        return true;
+    *slash = '\0';
+    for (char *p = dir + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+                snprintf(msg, size, "cannot create directory '%s': %s", dir, strerror(errno));
+                return false;
+            }
+            *p = saved;
+            if (saved == '\0')
+                return true;
+        }
+    }
+}
+
+static bool write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        p += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+static void fsync_dir_of(const char *path)
+{
+    char dir[PATH_MAX];
+    if (strlen(path) >= sizeof dir)
+        return;
+    strcpy(dir, path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd); /* best effort: some file systems refuse fsync on directories */
+        close(fd);
+    }
+}
+
+/* Merges what is on disk (same key) with f into *out: on-disk first, f's entries win. */
+static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tune_file *out)
+{
+    char ignored[160];
+    hd__tune_file_init(out);
+    hd_tune_file disk;
+    hd__tune_file_init(&disk);
+    hd_tune_key key = f->key;
+    normalize_key(&key);
+    if (hd__tune_load(path, &disk, ignored, sizeof ignored) == HD_OK &&
+        same_tune_key(&disk.key, &key)) {
+        *out = disk; /* takes the records */
+    } else {
+        hd__tune_file_free(&disk);
+    }
+    out->key = key;
+    out->bad_lines = 0;
+    const double *src = &f->cal.launch_us;
+    double *dst = &out->cal.launch_us;
+    for (size_t i = 0; i < sizeof f->cal / sizeof(double); i++)
+        if (src[i] > 0.0)
+            dst[i] = src[i];
+    hd_status s = HD_OK;
+    for (size_t i = 0; i < f->param_count && s == HD_OK; i++)
+        s = hd__tune_put_param(out, &f->params[i]);
+    for (size_t i = 0; i < f->count && s == HD_OK; i++)
+        s = hd__tune_put(out, &f->records[i]);
+    return s;
+}
+
+/* The file a save replaces. A symbolic link is followed on purpose, so that a cache kept
+ * elsewhere (a shared or versioned file) is updated where it lives and the link stays; a
+ * dangling link is refused rather than guessed at. Anything but a regular file or a missing
+ * one is refused: renaming over it would replace a FIFO, a device or a socket. */
+static bool save_target(const char *path, char *target, size_t tsize, char *msg, size_t size)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT) {
+            snprintf(msg, size, "cannot examine '%s': %s", path, strerror(errno));
+            return false;
+        }
+        snprintf(target, tsize, "%s", path);
+        return true;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (real == NULL) {
+            snprintf(msg, size, "'%s' is a symbolic link that resolves to no file: not followed",
+                     path);
+            return false;
+        }
+        int n = snprintf(target, tsize, "%s", real);
+        free(real);
+        if (n < 0 || (size_t)n >= tsize || stat(target, &st) != 0) {
+            snprintf(msg, size, "cannot follow the symbolic link '%s'", path);
+            return false;
+        }
+    } else {
+        snprintf(target, tsize, "%s", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(msg, size, "'%s' is not a regular file: refusing to replace it", path);
+        return false;
+    }
+    return true;
+}
+
+/* The lock file, opened without blocking and only if it is a regular file. */
+static int open_lock(const char *lock_path, char *msg, size_t size)
+{
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
+    struct stat st;
+    if (lock >= 0 && (fstat(lock, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(lock);
+        snprintf(msg, size, "lock file '%s' is not a regular file", lock_path);
+        return -1;
+    }
+    if (lock < 0)
+        snprintf(msg, size, "cannot open lock file '%s': %s", lock_path, strerror(errno));
+    return lock;
+}
+
+/* Temporary files of writers killed before their rename ("tune.txt.tmp.XXXXXX"), older than a
+ * day: no live writer holds one that long. Called with the lock held. */
+static void remove_stale_temps(const char *target)
+{
+    char dir[PATH_MAX], prefix[PATH_MAX + 8], full[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", target);
+    char *slash = strrchr(dir, '/');
+    const char *base = strrchr(target, '/') != NULL ? strrchr(target, '/') + 1 : target;
+    if (slash == NULL)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    time_t now = time(NULL);
+    size_t plen = strlen(prefix);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        struct stat st;
+        if (strncmp(e->d_name, prefix, plen) != 0 ||
+            snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full)
+            continue;
+        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) &&
+            now - st.st_mtime > HD_TUNE_STALE_SECONDS)
+            unlink(full);
+    }
+    closedir(d);
+}
+
+hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size)
+{
+    msg[0] = '\0';
+    if (!make_parent_dirs(path, msg, size))
+        return HD_ERR_IO;
+    char target[PATH_MAX], lock_path[PATH_MAX], tmp_path[PATH_MAX];
+    if (!save_target(path, target, sizeof target, msg, size))
+        return HD_ERR_IO;
+    if (snprintf(lock_path, sizeof lock_path, "%s.lock", target) >= (int)sizeof lock_path ||
+        snprintf(tmp_path, sizeof tmp_path, "%s.tmp.XXXXXX", target) >= (int)sizeof tmp_path) {
+        snprintf(msg, size, "path too long");
+        return HD_ERR_IO;
+    }
+    int lock = open_lock(lock_path, msg, size);
+    if (lock < 0)
+        return HD_ERR_IO;
+    while (flock(lock, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            snprintf(msg, size, "cannot lock '%s': %s", lock_path, strerror(errno));
+            close(lock);
+            return HD_ERR_IO;
+        }
+    }
+    /* Checked again under the lock: the check before it raced with other processes. */
+    struct stat st;
+    if (lstat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(msg, size, "'%s' is not a regular file: refusing to replace it", target);
+        close(lock);
+        return HD_ERR_IO;
+    }
+    remove_stale_temps(target);
+
+    hd_tune_file merged;
+    hd_status s = merge_with_disk(target, f, &merged);
+    char *body = s == HD_OK ? hd__tune_format(&merged) : NULL;
+    hd__tune_file_free(&merged);
+    if (body == NULL) {
+        snprintf(msg, size, "%s",
+                 s == HD_ERR_CACHE_INVALID ? "too many records" : "no memory to format the cache");
+        close(lock);
+        return s == HD_OK ? HD_ERR_OUT_OF_MEMORY : s;
+    }
+
+    int fd = mkstemp(tmp_path);
+    if (fd < 0) {
+        snprintf(msg, size, "cannot create '%s': %s", tmp_path, strerror(errno));
+        free(body);
+        close(lock);
+        return HD_ERR_IO;
+    }
+    fchmod(fd, 0644);
+    bool ok = write_all(fd, body, strlen(body)) && fsync(fd) == 0;
+    int err = errno;
+    ok = close(fd) == 0 && ok;
+    free(body);
+    if (ok && rename(tmp_path, target) != 0) {
+        err = errno;
+        ok = false;
+    }
+    if (!ok) {
+        snprintf(msg, size, "cannot write '%s': %s", target, strerror(err));
+        unlink(tmp_path);
+        close(lock);
+        return HD_ERR_IO;
+    }
+    fsync_dir_of(target);
+    close(lock); /* releases the flock */
+    return HD_OK;
+}
+

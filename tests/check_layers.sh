@@ -1,0 +1,30 @@
+#!/bin/sh
+# The layers point one way (ARCHITECTURE.md): libdispatch.so holds none of the tools' code
+# (measurement, calibration, candidate choice, the reference, the cache writer, the suites)
+# and no fault injection, and no file of dispatch/ includes a header of backends/opencl/ or
+# autotune/.
+# Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT
+set -u
+lib=$1
+root=$2
+status=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    status=1
+}
+
+command -v nm > /dev/null || { echo "nm not found: skipped" >&2; exit 77; }
+[ -f "$lib" ] || { echo "no library at $lib" >&2; exit 1; }
+
+forbidden='hd__measure|hd__tune_choose|hd__tune_fastest|hd__tune_save|hd__tune_format|hd__calibrat|hd__ref_|hd__bench_|hd__fault|hd__registry_list'
+found=$(nm "$lib" | awk '{print $NF}' | grep -E "^($forbidden)" | sort -u)
+[ -z "$found" ] || fail "libdispatch holds tools' or test-only code: $(echo $found)"
+nm "$lib" | grep -q ' hd__call' || fail "nm shows no library symbols in $lib: check the test itself"
+
+bad=$(grep -nE '#include "(backends/opencl|autotune)/' "$root"/dispatch/*.c "$root"/dispatch/*.h)
+[ -z "$bad" ] || fail "dispatch/ includes a header of backends/opencl/ or autotune/:
+$bad"
+
+[ $status -eq 0 ] && echo "layers: ok"
+exit $status
