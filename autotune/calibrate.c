@@ -45,7 +45,7 @@ hd_status hd__calibrate_gemm(hd_context *ctx, hd_backend b, size_t n, hd_measure
             s = hd_tensor_write(j.b, data);
     }
     free(data);
-    hd_backend was = ctx->forced[HD_OP_GEMM];
+    hd_backend was = hd__forced_backend(ctx, HD_OP_GEMM);
     if (s == HD_OK)
         s = hd_context_set_backend(ctx, HD_OP_GEMM, b);
     hd_measure_result r;
@@ -57,7 +57,8 @@ hd_status hd__calibrate_gemm(hd_context *ctx, hd_backend b, size_t n, hd_measure
         cfg.budget_s = budget_s;
         s = hd__measure(ctx, &cfg, run_gemm, &j, &r);
     }
-    ctx->forced[HD_OP_GEMM] = was;
+    if (hd_context_set_backend(ctx, HD_OP_GEMM, was) != HD_OK)
+        hd_context_set_backend(ctx, HD_OP_GEMM, HD_BACKEND_AUTO);
     if (s == HD_OK && (b == HD_BACKEND_AUTO || r.ran_on == b))
         *out = r;
     hd_tensor_destroy(j.a);

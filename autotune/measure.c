@@ -68,7 +68,7 @@ void hd__measure_config_init(hd_measure_config *cfg, hd_measure_mode mode)
 /* Whether the last op ran where device events cannot see it. */
 static bool ran_on_host(const hd_context *ctx)
 {
-    hd_backend b = ctx->last_backend;
+    hd_backend b = hd_context_last_backend(ctx);
     return b == HD_BACKEND_AUTO || !hd__backend_usable(ctx, b) ||
            hd__backend_place(ctx, b) == HD_PLACE_HOST || ctx->cl == NULL;
 }
@@ -211,7 +211,7 @@ hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_
         s = hd_sync(ctx);
     if (s == HD_OK) {
         out->runs = runs;
-        out->ran_on = ctx->last_backend;
+        out->ran_on = hd_context_last_backend(ctx);
         out->median_s = hd__measure_median(samples, runs);
         out->min_s = runs ? samples[0] : 0.0;
         out->max_s = runs ? samples[runs - 1] : 0.0;

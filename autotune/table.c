@@ -18,9 +18,6 @@
 #ifdef HD_HAVE_OPENCL
 #include "backends/opencl/runtime.h"
 #endif
-#ifdef HD_HAVE_CLBLAST
-#include "backends/clblast/clblast.h"
-#endif
 
 struct hd_tune_table {
     hd_tune_file file;
@@ -81,29 +78,6 @@ const char *hd__tune_key_mismatch(const hd_tune_key *file, const hd_tune_key *he
     if (strcmp(file->clblast, here->clblast) != 0)
         return "CLBlast version";
     return NULL;
-}
-
-/* Device-level records: CLBlast's GEMM parameters that won most GEMM cases on this device
- * become its base set. They are verified on first use; a set that fails there is dropped
- * by the backend, which then runs CLBlast's shipped values. */
-static void apply_device_params(hd_context *ctx, const char *path)
-{
-#ifdef HD_HAVE_CLBLAST
-    const char *v = hd__tune_param(ctx, HD_BACKEND_CLBLAST, "base");
-    hd_clblast_state *st =
-        ctx->backends[HD_BACKEND_CLBLAST] != NULL ? ctx->backend_state[HD_BACKEND_CLBLAST] : NULL;
-    if (v == NULL || st == NULL)
-        return;
-    hd_clblast_params p;
-    if (hd__clblast_params_parse(ctx, v, &p) == HD_OK)
-        hd__clblast_params_merge(&st->base, &p);
-    else
-        hd__note(ctx, "tuning cache '%s': CLBlast parameters not used: %s", path, ctx->last_error);
-    hd__error_clear(ctx);
-#else
-    (void)ctx;
-    (void)path;
-#endif
 }
 
 /* Every record whose variant its backend would reject here (hd_backend_impl.check_variant)
@@ -203,7 +177,6 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     t->has_calibration = c->launch_us > 0.0 || c->gemm_gflops > 0.0 || c->host_gbps > 0.0;
     ctx->tune = t;
     hd__plans_invalidate(ctx); /* plans may name the old records */
-    apply_device_params(ctx, path);
     drop_rejected_variants(ctx, &t->file, path);
     return HD_OK;
 }

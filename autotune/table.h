@@ -13,10 +13,6 @@
 /* hd__tune_exact, hd__tune_nearest and hd__tune_calibration, what the scheduler reads, are
  * declared in dispatch/tuning.h. */
 
-/* A device-level param of backend b (e.g. CLBlast "Xgemm"), or NULL. Backends read theirs
- * when they first need it: the table opens after the backends are probed. */
-const char *hd__tune_param(const hd_context *ctx, hd_backend b, const char *name);
-
 /* This context's device key: what a cache file must carry to be used here. */
 void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key);
 /* The first field in which a file's key differs from the context's ("device", "driver

@@ -235,6 +235,11 @@ hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b)
     return HD_OK;
 }
 
+hd_backend hd__forced_backend(const hd_context *ctx, hd_op op)
+{
+    return (unsigned)op < HD_OP_COUNT ? ctx->forced[op] : HD_BACKEND_AUTO;
+}
+
 hd_backend hd_context_last_backend(const hd_context *ctx)
 {
     return ctx == NULL ? HD_BACKEND_AUTO : ctx->last_backend;

@@ -57,6 +57,10 @@ bool hd__precision_from_name(const char *name, hd_precision *p);
 /* Whether backend or plan b is present and healthy in ctx (a plan: both its backends). */
 bool hd__backend_usable(const hd_context *ctx, hd_backend b);
 
+/* The backend op is forced to (HD_BACKEND_AUTO: none), for tools that force one for a while
+ * and put the old choice back with hd_context_set_backend(). */
+hd_backend hd__forced_backend(const hd_context *ctx, hd_op op);
+
 /* Marks b unhealthy after a device failure: the dispatcher stops choosing it. */
 void hd__backend_mark_unhealthy(hd_context *ctx, hd_backend b);
 

@@ -39,6 +39,10 @@ void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape);
 const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
                                        double *distance);
 
+/* A device-level param of backend b (e.g. CLBlast "base"), or NULL. Backends read theirs
+ * when they first need it: the table opens after the backends are probed. */
+const char *hd__tune_param(const hd_context *ctx, hd_backend b, const char *name);
+
 /* The device's calibration from the cache, or NULL when it holds none. */
 const hd_tune_calibration *hd__tune_calibration(const hd_context *ctx);
 

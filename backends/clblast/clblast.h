@@ -132,6 +132,7 @@ size_t hd__clblast_params_enumerate(const hd_clblast_device *dev, hd_clblast_ker
 typedef struct hd_clblast_state {
     hd_clblast_device dev;
     hd_clblast_params base; /* complete: what a call without a variant runs with */
+    bool tuned_base_read;   /* the cache's "param clblast base" was laid over base */
     char variant_text[64][HD_CLBLAST_VARIANT_MAX]; /* the strings variants() hands out */
 } hd_clblast_state;
 

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "backends/clblast/clblast.h"
+#include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/tuning.h"
 
 static pthread_mutex_t clblast_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -184,8 +186,28 @@ static hd_status check_set(hd_clblast_state *st, hd_context *ctx, device_record 
     return s;
 }
 
+/* The device-level record of the tuning cache: the CLBlast parameters that won most GEMM cases
+ * on this device become the base set, read on first use (the cache opens after the backends
+ * are probed). They are verified like any set; one that fails is dropped for the shipped
+ * values. */
+static void read_tuned_base(hd_clblast_state *st, hd_context *ctx)
+{
+    st->tuned_base_read = true;
+    const char *v = hd__tune_param(ctx, HD_BACKEND_CLBLAST, "base");
+    if (v == NULL)
+        return;
+    hd_clblast_params p;
+    if (hd__clblast_params_parse(ctx, v, &p) == HD_OK)
+        hd__clblast_params_merge(&st->base, &p);
+    else
+        hd__note(ctx, "tuning cache: CLBlast parameters not used: %s", ctx->last_error);
+    hd__error_clear(ctx);
+}
+
 hd_status hd__clblast_prepare(hd_clblast_state *st, hd_context *ctx, const char *variant)
 {
+    if (!st->tuned_base_read)
+        read_tuned_base(st, ctx);
     device_record *rec = record_of(st->dev.id);
     if (rec == NULL)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "CLBlast: more than %d OpenCL devices in use",
