@@ -1,4 +1,4 @@
-/* Float64 host reference of the tools (see reference.h). The tuner's tolerances: GEMM and LoRA
+/* The float64 host reference (see reference.h). The tuner's tolerances: GEMM and LoRA
  * elements may differ by 8·k·ε·Σ|terms| (the rounding bound of a k-long float sum, with room
  * for blocked summation orders; tf32 adds 2^-9·Σ|terms|); row ops by 1e-5 + 1e-4·|want|. */
 #include <float.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "autotune/reference.h"
+#include "backends/reference.h"
 #include "dispatch/op.h"
 
 static double at(const float *m, size_t cols, size_t r, size_t c)
@@ -17,36 +18,22 @@ static double at(const float *m, size_t cols, size_t r, size_t c)
 static hd_ref_elem gemm_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size_t j)
 {
     size_t m = s->dim[0], n = s->dim[1], k = s->dim[2];
-    double sum = 0.0, mag = 0.0;
-    for (size_t p = 0; p < k; p++) {
-        double a = s->trans_a ? at(in->in[0], m, p, i) : at(in->in[0], k, i, p);
-        double b = s->trans_b ? at(in->in[1], k, j, p) : at(in->in[1], n, p, j);
-        sum += a * b;
-        mag += fabs(a * b);
-    }
-    return (hd_ref_elem){in->alpha * sum, fabs((double)in->alpha) * mag};
+    return hd__f64_gemm_elem(s->trans_a, s->trans_b, k, in->alpha, in->in[0], s->trans_a ? m : k,
+                             in->in[1], s->trans_b ? k : n, i, j);
 }
 
+/* x*W as a GEMM element, then the low-rank term: each (x*A)[i][q] as a GEMM element too. */
 static hd_ref_elem lora_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size_t j)
 {
     size_t d_in = s->dim[1], d_out = s->dim[2], r = s->dim[3];
     const float *x = in->in[0], *w = in->in[1], *a = in->in[2], *b = in->in[3];
-    double sum = 0.0, mag = 0.0;
-    for (size_t p = 0; p < d_in; p++) {
-        double t = at(x, d_in, i, p) * at(w, d_out, p, j);
-        sum += t;
-        mag += fabs(t);
-    }
+    hd_f64_elem xw = hd__f64_gemm_elem(false, false, d_in, 1.0f, x, d_in, w, d_out, i, j);
+    double sum = xw.want, mag = xw.bound;
     for (size_t q = 0; q < r; q++) {
-        double xa = 0.0, xa_mag = 0.0;
-        for (size_t p = 0; p < d_in; p++) {
-            double t = at(x, d_in, i, p) * at(a, r, p, q);
-            xa += t;
-            xa_mag += fabs(t);
-        }
+        hd_f64_elem xa = hd__f64_gemm_elem(false, false, d_in, 1.0f, x, d_in, a, r, i, q);
         double bq = at(b, d_out, q, j);
-        sum += in->scale * xa * bq;
-        mag += fabs((double)in->scale) * xa_mag * fabs(bq);
+        sum += in->scale * xa.want * bq;
+        mag += fabs((double)in->scale) * xa.bound * fabs(bq);
     }
     return (hd_ref_elem){sum, mag};
 }

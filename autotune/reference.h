@@ -1,5 +1,6 @@
 /*
- * The tools' float64 host reference (dispatch-autotune and dispatch-bench), element by element
+ * The float64 host reference of the tools and the tests (dispatch-autotune, dispatch-bench,
+ * tests/testlib.c), on the GEMM element of backends/reference.h, element by element
  * or row by row so that a check of a large output costs milliseconds, not minutes; and the
  * tuner's correctness check built on it. Every input is row-major float32 as stored.
  */
@@ -10,6 +11,7 @@
 #include <stddef.h>
 
 #include "backends/backend.h"
+#include "backends/reference.h"
 
 #define HD_REF_FULL    65536
 #define HD_REF_SAMPLES 512
@@ -23,10 +25,8 @@ typedef struct hd_ref_inputs {
 } hd_ref_inputs;
 
 /* One output element in double and the sum of the magnitudes of its terms, which the element's
- * float32 rounding error scales with. */
-typedef struct hd_ref_elem {
-    double want, bound;
-} hd_ref_elem;
+ * float32 rounding error scales with (backends/reference.h). */
+typedef hd_f64_elem hd_ref_elem;
 
 /* Element (i, j) of GEMM (of matrix bi of a batch; beta taken as 0) or of the LoRA forward. */
 hd_ref_elem hd__ref_matmul_elem(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t bi,

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "autotune/reference.h"
+#include "backends/reference.h"
 #include "tests/testlib.h"
 
 uint64_t hd_test_seed(void)
@@ -135,23 +137,21 @@ hd_context *hd_test_context(bool cpu_only)
     return ctx;
 }
 
+/* The float64 reference is the tools' (autotune/reference.c, on backends/reference.h): the
+ * functions below only lay it out as whole outputs. */
+
 void hd_ref_gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                  const float *a, const float *b, float beta, const float *c, double *out,
                  double *bound)
 {
     for (size_t i = 0; i < m; i++) {
         for (size_t j = 0; j < n; j++) {
-            double sum = 0.0, mag = 0.0;
-            for (size_t p = 0; p < k; p++) {
-                double av = trans_a ? a[p * m + i] : a[i * k + p];
-                double bv = trans_b ? b[j * k + p] : b[p * n + j];
-                sum += av * bv;
-                mag += fabs(av * bv);
-            }
+            hd_f64_elem e = hd__f64_gemm_elem(trans_a, trans_b, k, alpha, a, trans_a ? m : k, b,
+                                              trans_b ? k : n, i, j);
             double cv = beta == 0.0f ? 0.0 : (double)beta * c[i * n + j];
-            out[i * n + j] = (double)alpha * sum + cv;
+            out[i * n + j] = e.want + cv;
             if (bound != NULL)
-                bound[i * n + j] = fabs((double)alpha) * mag + fabs(cv);
+                bound[i * n + j] = e.bound + fabs(cv);
         }
     }
 }
@@ -159,88 +159,42 @@ void hd_ref_gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float
 void hd_ref_lora(size_t tokens, size_t in, size_t out, size_t rank, const float *x, const float *w,
                  const float *a, const float *b, float scale, double *y, double *bound)
 {
-    double *h = hd_test_doubles(tokens * rank);
-    double *hmag = hd_test_doubles(tokens * rank);
+    hd_shape shape = {.dim = {tokens, in, out, rank}};
+    hd_ref_inputs ref = {.in = {x, w, a, b}, .scale = scale};
     for (size_t t = 0; t < tokens; t++) {
-        for (size_t r = 0; r < rank; r++) {
-            double sum = 0.0, mag = 0.0;
-            for (size_t p = 0; p < in; p++) {
-                sum += (double)x[t * in + p] * a[p * rank + r];
-                mag += fabs((double)x[t * in + p] * a[p * rank + r]);
-            }
-            h[t * rank + r] = sum;
-            hmag[t * rank + r] = mag;
-        }
         for (size_t j = 0; j < out; j++) {
-            double sum = 0.0, mag = 0.0, low = 0.0, lowmag = 0.0;
-            for (size_t p = 0; p < in; p++) {
-                sum += (double)x[t * in + p] * w[p * out + j];
-                mag += fabs((double)x[t * in + p] * w[p * out + j]);
-            }
-            for (size_t r = 0; r < rank; r++) {
-                low += h[t * rank + r] * b[r * out + j];
-                lowmag += hmag[t * rank + r] * fabs((double)b[r * out + j]);
-            }
-            y[t * out + j] = sum + (double)scale * low;
+            hd_ref_elem e = hd__ref_matmul_elem(HD_OP_LORA, &shape, &ref, 0, t, j);
+            y[t * out + j] = e.want;
             if (bound != NULL)
-                bound[t * out + j] = mag + fabs((double)scale) * lowmag;
+                bound[t * out + j] = e.bound;
         }
     }
-    free(h);
-    free(hmag);
+}
+
+static void ref_rows(hd_op op, size_t rows, size_t cols, const float *x, const float *gamma,
+                     const float *beta, float eps, double *y)
+{
+    hd_shape shape = {.dim = {rows, cols}};
+    hd_ref_inputs ref = {.in = {x, gamma, beta}, .eps = eps};
+    for (size_t i = 0; i < rows; i++)
+        hd__ref_row(op, &shape, &ref, i, y + i * cols);
 }
 
 void hd_ref_softmax(size_t rows, size_t cols, const float *x, double *y)
 {
-    for (size_t i = 0; i < rows; i++) {
-        const float *xr = x + i * cols;
-        double *yr = y + i * cols;
-        double max = xr[0];
-        bool nan = false;
-        for (size_t j = 0; j < cols; j++) {
-            nan |= isnan(xr[j]);
-            max = xr[j] > max ? xr[j] : max;
-        }
-        double sum = 0.0;
-        for (size_t j = 0; j < cols; j++) {
-            yr[j] = exp((double)xr[j] - max);
-            sum += yr[j];
-        }
-        for (size_t j = 0; j < cols; j++)
-            yr[j] = nan ? NAN : yr[j] / sum;
-    }
+    ref_rows(HD_OP_SOFTMAX, rows, cols, x, NULL, NULL, 0.0f, y);
 }
 
 void hd_ref_layer_norm(size_t rows, size_t cols, const float *x, const float *gamma,
                        const float *beta, float eps, double *y)
 {
-    for (size_t i = 0; i < rows; i++) {
-        const float *xr = x + i * cols;
-        double mean = 0.0, var = 0.0;
-        for (size_t j = 0; j < cols; j++)
-            mean += xr[j];
-        mean /= (double)cols;
-        for (size_t j = 0; j < cols; j++)
-            var += ((double)xr[j] - mean) * ((double)xr[j] - mean);
-        var /= (double)cols;
-        double rstd = 1.0 / sqrt(var + eps);
-        for (size_t j = 0; j < cols; j++)
-            y[i * cols + j] = ((double)xr[j] - mean) * rstd * gamma[j] + beta[j];
-    }
+    ref_rows(HD_OP_LAYER_NORM, rows, cols, x, gamma, beta, eps, y);
 }
 
 void hd_ref_rms_norm(size_t rows, size_t cols, const float *x, const float *weight, float eps,
                      double *y)
 {
-    for (size_t i = 0; i < rows; i++) {
-        const float *xr = x + i * cols;
-        double sq = 0.0;
-        for (size_t j = 0; j < cols; j++)
-            sq += (double)xr[j] * xr[j];
-        double r = 1.0 / sqrt(sq / (double)cols + eps);
-        for (size_t j = 0; j < cols; j++)
-            y[i * cols + j] = (double)xr[j] * r * weight[j];
-    }
+    ref_rows(HD_OP_RMS_NORM, rows, cols, x, weight, NULL, eps, y);
 }
 
 const char *hd_test_row_op_name(hd_test_row_op op)

@@ -6,8 +6,8 @@
  * verified with its threshold lowered (hd__clblast_verify_params), so that a legal threshold
  * of 4096 does not turn the first call into two GEMMs of 4101^3 (40 s on PoCL).
  * The outputs are compared at sampled positions (every corner, then spread pseudo-randomly)
- * with float64 dot products on the host: a wrong tiling breaks whole tiles, so a sample finds
- * it without a full float64 GEMM of the indirect size.
+ * with the float64 reference's GEMM element (backends/reference.h): a wrong tiling breaks whole
+ * tiles, so a sample finds it without a full float64 GEMM of the indirect size.
  */
 #include <float.h>
 #include <math.h>
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "backends/clblast/clblast.h"
+#include "backends/reference.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 
@@ -40,12 +41,6 @@ typedef struct problem {
     float alpha, beta;
 } problem;
 
-/* Element (i, j) of op(X) where X is stored row-major with ld columns. */
-static double at(const float *x, bool trans, size_t ld, size_t i, size_t j)
-{
-    return trans ? x[j * ld + i] : x[i * ld + j];
-}
-
 static hd_status compare(hd_context *ctx, const problem *pr, const float *a, const float *b,
                          const float *c0, const float *c, uint64_t *seed)
 {
@@ -59,14 +54,10 @@ static hd_status compare(hd_context *ctx, const problem *pr, const float *a, con
             i = (size_t)(next_random(seed) % pr->m);
             j = (size_t)(next_random(seed) % pr->n);
         }
-        double sum = 0.0, bound = 0.0;
-        for (size_t p = 0; p < pr->k; p++) {
-            double t = at(a, pr->trans_a, lda, i, p) * at(b, pr->trans_b, ldb, p, j);
-            sum += t;
-            bound += fabs(t);
-        }
-        double want = (double)pr->alpha * sum + (double)pr->beta * c0[i * pr->n + j];
-        bound = fabs((double)pr->alpha) * bound + fabs((double)pr->beta * c0[i * pr->n + j]);
+        hd_f64_elem e =
+            hd__f64_gemm_elem(pr->trans_a, pr->trans_b, pr->k, pr->alpha, a, lda, b, ldb, i, j);
+        double c_ij = (double)pr->beta * c0[i * pr->n + j];
+        double want = e.want + c_ij, bound = e.bound + fabs(c_ij);
         double got = c[i * pr->n + j];
         double tol = 4.0 * (double)(pr->k + 2) * FLT_EPSILON * bound + 1e-30;
         if (!(fabs(got - want) <= tol))
