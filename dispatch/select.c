@@ -8,8 +8,9 @@
  *      parameters are tuned for one shape;
  *   4. cost: each backend's own estimate (its estimate_us, from the device's calibrated
  *      constants) plus moving the inputs, when the cache holds a calibration;
- *   5. default: the registry's order, with the host's backends first for work so small that
- *      a launch and the copies would cost more than the work itself.
+ *   5. default: the device backends by their own estimates (from their defaults), the host's
+ *      after them, and the host's first for work so small that a launch and the copies would
+ *      cost more than the work itself.
  *
  * Moving inputs counts in rules 2-4: a backend whose inputs are not valid at its place pays
  * bytes / host-link bandwidth. A tuned winner that would have to move its inputs loses to its
@@ -284,8 +285,10 @@ static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, cons
     return true;
 }
 
-/* Rule 5 and the fallbacks: the registry's order, the host's backends first when the work is
- * small and every input is on the host. */
+/* Rule 5 and the fallbacks: the host's backends first when the work is small and every input
+ * is on the host; then the device backends, fastest first by their own estimates (each from
+ * its defaults: there is no calibration here), in the registry's order where they do not
+ * estimate; then the host's backends in the registry's order, the CPU last. */
 static void plan_from_order(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape,
                             const hd_call_tensors *io)
 {
@@ -301,6 +304,24 @@ static void plan_from_order(const hd_context *ctx, hd_plan *plan, hd_op op, cons
             plan->small = true;
         }
     }
+    hd_backend device[HD_BACKEND_COUNT];
+    double us[HD_BACKEND_COUNT];
+    int count = 0;
+    for (size_t i = 0; i < n; i++) {
+        hd_backend b = order[i];
+        if (!hd__backend_takes(ctx, b, op, shape) || hd__backend_place(ctx, b) == HD_PLACE_HOST)
+            continue;
+        double e = hd__backend_estimate_us(ctx, b, op, shape, NULL);
+        int k = count++;
+        for (; k > 0 && (e >= 0.0 && (us[k - 1] < 0.0 || us[k - 1] > e)); k--) {
+            device[k] = device[k - 1];
+            us[k] = us[k - 1];
+        }
+        device[k] = b;
+        us[k] = e;
+    }
+    for (int i = 0; i < count; i++)
+        plan_add(ctx, plan, device[i], NULL, op, shape);
     for (size_t i = 0; i < n; i++)
         plan_add(ctx, plan, order[i], NULL, op, shape);
     if (plan->rule == HD_SELECT_NONE && plan->count > 0)

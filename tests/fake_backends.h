@@ -2,8 +2,8 @@
  * A context with stand-in backends for the selection and fallback suites, so that they test
  * the dispatcher's rules on every machine, with or without OpenCL. The stand-ins run on the
  * host, count their calls and remember the variant they were given; the CPU may be the real
- * one. A stand-in "fused" backend refuses row ops wider than FAKE_MAX_COLS and GEMM or LoRA
- * of more than 16 rows, as the real one does, to exercise supports(). Each stand-in copies its
+ * one. A stand-in "fused" backend refuses row ops wider than FAKE_MAX_COLS and LoRA of more
+ * than 16 tokens, as the real one does, to exercise supports(). Each stand-in copies its
  * first input into the output (row ops) or leaves the output as the CPU would not: tests that check
  * results use the real CPU.
  */
@@ -56,13 +56,14 @@ static inline hd_status fake_run_row(void *s, hd_context *ctx, const hd_op_args 
 {
     return fake_called(s, ctx, a->row.variant);
 }
-/* As the real fused backend: few-row GEMM and LoRA (and any epilogue), rows up to a limit. */
+/* As the real fused backend: any GEMM, few-token LoRA (and any epilogue), rows up to a
+ * limit. */
 static inline bool fake_fused_supports(void *s, hd_op op, const hd_shape *shape, hd_part part)
 {
-    if (part == HD_PART_EPILOGUE)
+    if (part == HD_PART_EPILOGUE || op == HD_OP_GEMM)
         return true;
-    if (op == HD_OP_GEMM || op == HD_OP_LORA)
-        return shape->dim[0] <= 16 && !shape->trans_a;
+    if (op == HD_OP_LORA)
+        return shape->dim[0] <= 16;
     return shape->dim[1] <= FAKE_MAX_COLS;
 }
 static inline hd_status fake_probe(hd_context *ctx, void **state)
@@ -116,7 +117,8 @@ static inline double fake_fused_estimate(void *st, hd_op op, const hd_shape *s, 
     if (!hd__op(op)->compute_bound)
         flops = 0.0;
     hd_tune_calibration c = fake_cal(cal);
-    return fake_rate(&c, 1.0, flops, c.gemm_gflops * 0.25, bytes);
+    bool strip = op != HD_OP_GEMM || (s->dim[0] <= 16 && !s->trans_a && !s->trans_b);
+    return fake_rate(&c, 1.0, flops, c.gemm_gflops * (strip ? 0.25 : 0.5), bytes);
 }
 
 static inline double fake_cpu_estimate(void *st, hd_op op, const hd_shape *s, hd_part part,

@@ -216,6 +216,12 @@ static void test_select_default_order_without_a_cache(void **state)
     assert_int_equal(p.order[0], HD_BACKEND_CLBLAST_FUSED);
     p = plan_of(ctx, HD_OP_GEMM, 4, 1024, 1024, 0, NULL);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    /* Both device backends take a large GEMM; their own estimates put CLBlast first. */
+    p = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST);
+    assert_int_equal(p.order[1], HD_BACKEND_FUSED);
+    assert_int_equal(p.order[p.count - 1], HD_BACKEND_CPU);
     fake_fused.place = fake_clblast.place = HD_PLACE_HOST;
     hd_context_destroy(ctx);
 }
