@@ -24,7 +24,7 @@ typedef struct hd_gemm_args {
     bool trans_a, trans_b;
     float alpha, beta;
     const hd_tensor *a, *b;
-    hd_tensor *c;
+    const hd_tensor *c;  /* written: the state behind the handle */
     size_t m, n, k;      /* op(A) is m×k, op(B) k×n, C m×n */
     const char *variant; /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
     size_t batch;        /* gemm_batched: matrices stacked by rows in each tensor (m, n, k per
@@ -36,7 +36,7 @@ typedef struct hd_gemm_args {
 typedef struct hd_lora_args {
     const hd_tensor *x, *w, *a, *b;
     float scale;
-    hd_tensor *y;
+    const hd_tensor *y;
     size_t tokens, in, out, rank; /* x tokens×in, W in×out, A in×rank, B rank×out */
     const char *variant;          /* as for GEMM */
     hd_precision precision;       /* as for GEMM, for x*W */
@@ -48,7 +48,7 @@ typedef struct hd_row_args {
     const hd_tensor *gamma;  /* layer norm: scale; RMS norm: weight; softmax: NULL */
     const hd_tensor *beta;   /* layer norm: shift; otherwise NULL */
     float eps;
-    hd_tensor *y;
+    const hd_tensor *y;
     size_t rows, cols;
     const char *variant; /* as for GEMM */
 } hd_row_args;
@@ -135,7 +135,7 @@ typedef struct hd_backend_impl {
      * included): GEMM with k = 0 or alpha = 0, which has no product to compute but must not
      * fetch a device-resident C to the host. Queued, not waited for. HD_ERR_UNSUPPORTED
      * declines. (optional) */
-    hd_status (*scale)(void *state, hd_context *ctx, hd_tensor *t, float beta);
+    hd_status (*scale)(void *state, hd_context *ctx, const hd_tensor *t, float beta);
 
     hd_op_slot run[HD_OP_COUNT];      /* the whole op; NULL: not offered */
     hd_op_slot epilogue[HD_OP_COUNT]; /* the op after its product; NULL: not offered */

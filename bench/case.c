@@ -115,7 +115,7 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
 {
     hd_bench_instance *inst = user;
     hd_tensor **in = inst->in[set < inst->sets ? set : 0];
-    hd_tensor *t[HD_OP_TENSOR_MAX];
+    const hd_tensor *t[HD_OP_TENSOR_MAX];
     const hd_op_desc *d = hd__op(inst->c.op);
     for (int i = 0, n = 0; i < d->tensor_count; i++)
         t[i] = d->tensors[i].role == HD_ROLE_OUTPUT ? inst->out : in[n++];

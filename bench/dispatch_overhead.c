@@ -59,7 +59,7 @@ static double time_calls(hd_context *ctx, hd_tensor *x, hd_tensor *y, size_t cal
                          hd_status *status)
 {
     hd_call call;
-    hd_tensor *t[] = {x, y};
+    const hd_tensor *t[] = {x, y};
     hd_op_params p = {0};
     *status = hd__call_prepare(ctx, HD_OP_SOFTMAX, t, &p, &call);
     const hd_backend_impl *cpu = ctx->backends[HD_BACKEND_CPU];

@@ -10,9 +10,9 @@
 
 /* The tensors one call reads and writes, for migration costs and residency. */
 typedef struct hd_call_tensors {
-    hd_tensor *inputs[HD_OP_TENSOR_MAX];
+    const hd_tensor *inputs[HD_OP_TENSOR_MAX];
     int input_count;
-    hd_tensor *outputs[HD_OP_TENSOR_MAX];
+    const hd_tensor *outputs[HD_OP_TENSOR_MAX];
     int output_count;
     bool output_read; /* the op reads its outputs' old contents (GEMM with beta != 0) */
 } hd_call_tensors;
@@ -29,11 +29,11 @@ typedef struct hd_call {
 /* Checks a call of op with tensors t (in the op table's order) and scalars p, and builds it:
  * the table's checks of every tensor (NULL, context, aliasing), then the op's own. Touches
  * nothing. */
-hd_status hd__call_prepare(hd_context *ctx, hd_op op, hd_tensor *const t[], const hd_op_params *p,
-                           hd_call *call);
+hd_status hd__call_prepare(hd_context *ctx, hd_op op, const hd_tensor *const t[],
+                           const hd_op_params *p, hd_call *call);
 
 /* hd__call_prepare(), then the scheduler: what every public operation does. */
-hd_status hd__call(hd_context *ctx, hd_op op, hd_tensor *const t[], const hd_op_params *p);
+hd_status hd__call(hd_context *ctx, hd_op op, const hd_tensor *const t[], const hd_op_params *p);
 
 /* Runs call on backend or plan b (usable in ctx, taking the call) with the kernel parameters
  * of variant (NULL: the defaults): makes the inputs valid at b's place, runs its slot (a

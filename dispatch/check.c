@@ -4,7 +4,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 
-hd_status hd__check_tensors(hd_context *ctx, hd_op op, hd_tensor *const t[])
+hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[])
 {
     const hd_op_desc *d = hd__op(op);
     for (int i = 0; i < d->tensor_count; i++) {
@@ -39,7 +39,7 @@ static hd_status shape_error(hd_context *ctx, const char *fn, const char *what, 
                      fn, what, name, t->rows, t->cols, rows, cols);
 }
 
-static void set_io(hd_op op, hd_tensor *const t[], hd_call *call)
+static void set_io(hd_op op, const hd_tensor *const t[], hd_call *call)
 {
     const hd_op_desc *d = hd__op(op);
     call->io.input_count = call->io.output_count = 0;
@@ -55,7 +55,7 @@ static void set_io(hd_op op, hd_tensor *const t[], hd_call *call)
 
 /* GEMM and batched GEMM after the per-matrix sizes are known: the empty and scale-only
  * cases of BLAS, and the arguments. */
-static void gemm_call(const hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+static void gemm_call(const hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                       size_t m, size_t n, size_t k, size_t batch, hd_call *call)
 {
     call->args.gemm = (hd_gemm_args){.trans_a = p->trans_a,
@@ -84,7 +84,7 @@ static void gemm_call(const hd_context *ctx, hd_tensor *const t[], const hd_op_p
         call->kind = HD_CALL_RUN;
 }
 
-hd_status hd__prepare_gemm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_gemm(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call)
 {
     const char *fn = hd__op(HD_OP_GEMM)->fn;
@@ -103,8 +103,8 @@ hd_status hd__prepare_gemm(hd_context *ctx, hd_tensor *const t[], const hd_op_pa
     return HD_OK;
 }
 
-hd_status hd__prepare_gemm_batched(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
-                                   hd_call *call)
+hd_status hd__prepare_gemm_batched(hd_context *ctx, const hd_tensor *const t[],
+                                   const hd_op_params *p, hd_call *call)
 {
     const hd_op_desc *d = hd__op(HD_OP_GEMM_BATCHED);
     const hd_tensor *a = t[0], *b = t[1], *c = t[2];
@@ -134,7 +134,7 @@ hd_status hd__prepare_gemm_batched(hd_context *ctx, hd_tensor *const t[], const 
     return HD_OK;
 }
 
-hd_status hd__prepare_lora(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call)
 {
     const char *fn = hd__op(HD_OP_LORA)->fn;
@@ -172,13 +172,13 @@ hd_status hd__prepare_lora(hd_context *ctx, hd_tensor *const t[], const hd_op_pa
 }
 
 /* Softmax and the norms: t is x, the parameters (one row as wide as x), y. */
-static hd_status prepare_rows(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+static hd_status prepare_rows(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                               bool has_eps, hd_call *call)
 {
     const hd_op_desc *d = hd__op(call->op);
     const hd_tensor *x = t[0];
     int last = d->tensor_count - 1;
-    hd_tensor *y = t[last];
+    const hd_tensor *y = t[last];
     for (int i = 1; i < last; i++)
         if (t[i]->rows != 1 || t[i]->cols != x->cols)
             return shape_error(ctx, d->fn, "parameters are one row as wide as x", t[i],
@@ -201,13 +201,13 @@ static hd_status prepare_rows(hd_context *ctx, hd_tensor *const t[], const hd_op
     return HD_OK;
 }
 
-hd_status hd__prepare_softmax(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_softmax(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                               hd_call *call)
 {
     return prepare_rows(ctx, t, p, false, call);
 }
 
-hd_status hd__prepare_norm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_norm(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call)
 {
     return prepare_rows(ctx, t, p, true, call);

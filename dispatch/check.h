@@ -10,19 +10,19 @@
 /* The checks every op shares, from its row of the table: each tensor non-NULL (unless
  * optional) and of ctx, no output that is also an input (but an in-place output may be the
  * first input). */
-hd_status hd__check_tensors(hd_context *ctx, hd_op op, hd_tensor *const t[]);
+hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[]);
 
-hd_status hd__prepare_gemm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_gemm(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call);
 /* batch = 0 passes (a no-op) once the tensors are valid; args gets per-matrix m, n, k. */
-hd_status hd__prepare_gemm_batched(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
-                                   hd_call *call);
-hd_status hd__prepare_lora(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_gemm_batched(hd_context *ctx, const hd_tensor *const t[],
+                                   const hd_op_params *p, hd_call *call);
+hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call);
 /* Softmax (no parameters, no eps) and the norms (parameters one row as wide as x, eps). */
-hd_status hd__prepare_softmax(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_softmax(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                               hd_call *call);
-hd_status hd__prepare_norm(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+hd_status hd__prepare_norm(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call);
 
 #endif

@@ -34,7 +34,7 @@ struct hd_plan_memo {
 /* Per tensor: valid on the host, valid on the device, its move paid for by staying. */
 static uint64_t tensor_bits(const hd_context *ctx, const hd_tensor *t)
 {
-    return (uint64_t)t->host_valid | (uint64_t)t->device_valid << 1 |
+    return (uint64_t)t->state->host_valid | (uint64_t)t->state->device_valid << 1 |
            (uint64_t)hd__tensor_move_paid(ctx, t) << 2;
 }
 

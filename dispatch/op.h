@@ -81,7 +81,7 @@ typedef struct hd_op_desc {
     double (*flops)(const hd_shape *shape);
     /* Checks the public arguments (t in the order of tensors[], already non-NULL where not
      * optional and of ctx) and fills call->args, call->shape and call->kind. */
-    hd_status (*prepare)(hd_context *ctx, hd_tensor *const t[], const hd_op_params *p,
+    hd_status (*prepare)(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                          struct hd_call *call);
     /* The op's leading product, for plans of two backends: the GEMM's shape and, when args
      * is not NULL, the GEMM arguments that leave the product in the op's output for an

@@ -19,7 +19,7 @@ static hd_status place_tensors(const hd_call *call, hd_place place)
         if ((s = hd__tensor_to_place(call->io.inputs[i], place)) != HD_OK)
             return s;
     for (int i = 0; i < call->io.output_count; i++) {
-        hd_tensor *t = call->io.outputs[i];
+        const hd_tensor *t = call->io.outputs[i];
         s = call->io.output_read ? hd__tensor_to_place(t, place) : hd__tensor_reserve(t, place);
         if (s != HD_OK)
             return s;
@@ -135,9 +135,9 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
  * with in = 0. Done where the output is valid, so that a device-resident C is neither fetched
  * nor waited for: by the first backend at that place (in the registry's order) whose scale
  * hook takes it, else on the host. */
-static hd_status scale_only(hd_context *ctx, hd_tensor *c, float beta)
+static hd_status scale_only(hd_context *ctx, const hd_tensor *c, float beta)
 {
-    hd_place place = c->device_valid ? HD_PLACE_DEVICE : HD_PLACE_HOST;
+    hd_place place = c->state->device_valid ? HD_PLACE_DEVICE : HD_PLACE_HOST;
     size_t n;
     const hd_backend *order = hd__registry_order(&n);
     for (size_t i = 0; i < n; i++) {
@@ -162,14 +162,14 @@ static hd_status scale_only(hd_context *ctx, hd_tensor *c, float beta)
     if (s != HD_OK)
         return s;
     for (size_t i = 0; i < hd__tensor_count(c); i++)
-        c->host[i] = beta == 0.0f ? 0.0f : beta * c->host[i];
+        c->state->host[i] = beta == 0.0f ? 0.0f : beta * c->state->host[i];
     hd__tensor_written(c, HD_PLACE_HOST);
     ctx->last_backend = HD_BACKEND_CPU;
     return HD_OK;
 }
 
-hd_status hd__call_prepare(hd_context *ctx, hd_op op, hd_tensor *const t[], const hd_op_params *p,
-                           hd_call *call)
+hd_status hd__call_prepare(hd_context *ctx, hd_op op, const hd_tensor *const t[],
+                           const hd_op_params *p, hd_call *call)
 {
     memset(call, 0, sizeof *call);
     call->op = op;
@@ -179,7 +179,7 @@ hd_status hd__call_prepare(hd_context *ctx, hd_op op, hd_tensor *const t[], cons
     return s;
 }
 
-hd_status hd__call(hd_context *ctx, hd_op op, hd_tensor *const t[], const hd_op_params *p)
+hd_status hd__call(hd_context *ctx, hd_op op, const hd_tensor *const t[], const hd_op_params *p)
 {
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
@@ -199,14 +199,10 @@ hd_status hd__call(hd_context *ctx, hd_op op, hd_tensor *const t[], const hd_op_
     return dispatch_call(ctx, &call);
 }
 
-/* The public functions take const inputs; the call records residency on them (the state
- * behind the handle), never their contents. */
-#define T(x) ((hd_tensor *)(x))
-
 hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha, const hd_tensor *a,
                   const hd_tensor *b, float beta, hd_tensor *c)
 {
-    hd_tensor *t[] = {T(a), T(b), c};
+    const hd_tensor *t[] = {a, b, c};
     hd_op_params p = {.trans_a = trans_a, .trans_b = trans_b, .alpha = alpha, .beta = beta};
     return hd__call(ctx, HD_OP_GEMM, t, &p);
 }
@@ -214,7 +210,7 @@ hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha, cons
 hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool trans_b, float alpha,
                           const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c)
 {
-    hd_tensor *t[] = {T(a), T(b), c};
+    const hd_tensor *t[] = {a, b, c};
     hd_op_params p = {
         .trans_a = trans_a, .trans_b = trans_b, .alpha = alpha, .beta = beta, .batch = batch};
     return hd__call(ctx, HD_OP_GEMM_BATCHED, t, &p);
@@ -223,14 +219,14 @@ hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool tran
 hd_status hd_lora_forward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                           const hd_tensor *a, const hd_tensor *b, float scale, hd_tensor *y)
 {
-    hd_tensor *t[] = {T(x), T(w), T(a), T(b), y};
+    const hd_tensor *t[] = {x, w, a, b, y};
     hd_op_params p = {.scale = scale};
     return hd__call(ctx, HD_OP_LORA, t, &p);
 }
 
 hd_status hd_softmax(hd_context *ctx, const hd_tensor *x, hd_tensor *y)
 {
-    hd_tensor *t[] = {T(x), y};
+    const hd_tensor *t[] = {x, y};
     hd_op_params p = {0};
     return hd__call(ctx, HD_OP_SOFTMAX, t, &p);
 }
@@ -238,7 +234,7 @@ hd_status hd_softmax(hd_context *ctx, const hd_tensor *x, hd_tensor *y)
 hd_status hd_layer_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *gamma,
                         const hd_tensor *beta, float eps, hd_tensor *y)
 {
-    hd_tensor *t[] = {T(x), T(gamma), T(beta), y};
+    const hd_tensor *t[] = {x, gamma, beta, y};
     hd_op_params p = {.eps = eps};
     return hd__call(ctx, HD_OP_LAYER_NORM, t, &p);
 }
@@ -246,7 +242,7 @@ hd_status hd_layer_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *ga
 hd_status hd_rms_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *weight, float eps,
                       hd_tensor *y)
 {
-    hd_tensor *t[] = {T(x), T(weight), y};
+    const hd_tensor *t[] = {x, weight, y};
     hd_op_params p = {.eps = eps};
     return hd__call(ctx, HD_OP_RMS_NORM, t, &p);
 }

@@ -137,7 +137,7 @@ static bool all_on_host(const hd_call_tensors *io)
     if (io == NULL)
         return true;
     for (int i = 0; i < io->input_count; i++)
-        if (io->inputs[i]->device_valid)
+        if (io->inputs[i]->state->device_valid)
             return false;
     return true;
 }
@@ -151,7 +151,8 @@ static double copy_us(const hd_context *ctx, double bytes)
 
 bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t)
 {
-    return t->stay_us > 0.0 && t->stay_us >= copy_us(ctx, (double)hd__tensor_count(t) * 4.0);
+    return t->state->stay_us > 0.0 &&
+           t->state->stay_us >= copy_us(ctx, (double)hd__tensor_count(t) * 4.0);
 }
 
 /* Microseconds to make the call's inputs valid where backend b runs. A tensor whose staying
@@ -222,9 +223,9 @@ void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_
     for (int i = 0; i < io->input_count; i++)
         total += (double)hd__tensor_migration_bytes(io->inputs[i], plan->regret_place);
     for (int i = 0; i < io->input_count && total > 0.0; i++) {
-        hd_tensor *t = io->inputs[i];
+        const hd_tensor *t = io->inputs[i];
         double share = (double)hd__tensor_migration_bytes(t, plan->regret_place) / total;
-        t->stay_us += plan->regret_us * share;
+        t->state->stay_us += plan->regret_us * share;
     }
 }
 

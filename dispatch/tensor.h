@@ -1,7 +1,8 @@
 /* Tensors and their residency. A tensor's contents live in up to two places: host memory and
- * one buffer on the context's OpenCL device. Each place has a valid flag; an operation makes
- * its inputs valid where it runs (copying lazily), and after writing an output marks that place
- * the only valid one. A tensor that was never written reads as zeros. */
+ * one buffer on the context's device. Each place has a valid flag; an operation makes its
+ * inputs valid where it runs (copying lazily), and after writing an output marks that place
+ * the only valid one. A tensor that was never written reads as zeros. The functions below
+ * take const tensors: they change the state behind the handle, never the handle. */
 #ifndef HD_DISPATCH_TENSOR_H
 #define HD_DISPATCH_TENSOR_H
 
@@ -17,9 +18,10 @@ typedef enum hd_place {
     HD_PLACE_DEVICE = 1,
 } hd_place;
 
-struct hd_tensor {
-    hd_context *ctx;
-    size_t rows, cols;
+/* Where a tensor's contents are and what staying there has cost: the state an operation
+ * changes when it moves an input it takes as const. It lives behind the handle, so that const
+ * stays honest: no cast is needed, and the handle itself (context and shape) never changes. */
+typedef struct hd_tensor_state {
     float *host;                     /* NULL until first needed on the host */
     struct hd_device_buffer *device; /* NULL until first needed on the device */
     bool host_valid, device_valid;   /* neither: the tensor holds zeros */
@@ -28,6 +30,12 @@ struct hd_tensor {
      * this reaches the cost of one copy, the copy pays for itself and the scheduler counts
      * the tensor's migration as free; the copy resets it. */
     double stay_us;
+} hd_tensor_state;
+
+struct hd_tensor {
+    hd_context *ctx;
+    size_t rows, cols;
+    hd_tensor_state *state; /* allocated with the tensor */
 };
 
 static inline size_t hd__tensor_count(const hd_tensor *t)
@@ -36,16 +44,16 @@ static inline size_t hd__tensor_count(const hd_tensor *t)
 }
 
 /* Makes t's contents valid at place (copying, waiting for the device as needed). */
-hd_status hd__tensor_to_host(hd_tensor *t);
-hd_status hd__tensor_to_device(hd_tensor *t);
-hd_status hd__tensor_to_place(hd_tensor *t, hd_place place);
+hd_status hd__tensor_to_host(const hd_tensor *t);
+hd_status hd__tensor_to_device(const hd_tensor *t);
+hd_status hd__tensor_to_place(const hd_tensor *t, hd_place place);
 
 /* Gives t storage at place without making its contents valid there: for an output whose
  * every element the operation overwrites. */
-hd_status hd__tensor_reserve(hd_tensor *t, hd_place place);
+hd_status hd__tensor_reserve(const hd_tensor *t, hd_place place);
 
 /* Records that an operation wrote t at place: the other place becomes stale. */
-void hd__tensor_written(hd_tensor *t, hd_place place);
+void hd__tensor_written(const hd_tensor *t, hd_place place);
 
 /* Bytes that would have to move to make t valid at place: 0 if it already is. Used by the
  * dispatcher to count migration cost in its choice. */
@@ -53,6 +61,6 @@ size_t hd__tensor_migration_bytes(const hd_tensor *t, hd_place place);
 
 /* Queues a copy of t to the context's device when it is not valid there (no device: nothing).
  * hd_tensor_prefetch() is this, for callers. */
-hd_status hd__tensor_prefetch(hd_tensor *t);
+hd_status hd__tensor_prefetch(const hd_tensor *t);
 
 #endif

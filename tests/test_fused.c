@@ -1132,7 +1132,7 @@ static void test_chain_device_then_cpu_then_read(void **state)
     hd_tensor *tb = hd_test_tensor(ctx, 1, cols, b), *t1 = hd_test_tensor(ctx, rows, cols, NULL);
     expect_fused(ctx, hd_softmax(ctx, tx, t1), "chain softmax");
     expect_fused(ctx, hd_rms_norm(ctx, t1, tg, NORM_EPS, t1), "chain rms norm");
-    assert_true(t1->device_valid && !t1->host_valid);
+    assert_true(t1->state->device_valid && !t1->state->host_valid);
     assert_int_equal(hd_context_set_backend(ctx, HD_OP_LAYER_NORM, HD_BACKEND_CPU), HD_OK);
     hd_status s = hd_layer_norm(ctx, t1, tg, tb, NORM_EPS, t1);
     assert_int_equal(hd_context_set_backend(ctx, HD_OP_LAYER_NORM, HD_BACKEND_FUSED), HD_OK);

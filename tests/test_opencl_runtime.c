@@ -364,11 +364,11 @@ static void test_tensor_migrates_host_device_cpu_and_back(void **state)
     /* Host to device; a kernel of our own writes it there. */
     assert_int_equal(hd__tensor_migration_bytes(t, HD_PLACE_DEVICE), N * sizeof(float));
     assert_int_equal(hd__tensor_to_device(t), HD_OK);
-    assert_true(t->device_valid && t->host_valid);
+    assert_true(t->state->device_valid && t->state->host_valid);
     assert_int_equal(hd__tensor_migration_bytes(t, HD_PLACE_DEVICE), 0);
-    enqueue_double(rt, ctx, double_source, t->device, N, NULL);
+    enqueue_double(rt, ctx, double_source, t->state->device, N, NULL);
     hd__tensor_written(t, HD_PLACE_DEVICE);
-    assert_false(t->host_valid);
+    assert_false(t->state->host_valid);
     assert_int_equal(hd__tensor_migration_bytes(t, HD_PLACE_HOST), N * sizeof(float));
 
     /* A CPU op reads it: the tensor comes back to the host. */
@@ -389,7 +389,7 @@ static void test_tensor_migrates_host_device_cpu_and_back(void **state)
     /* A tensor never written goes to the device as zeros. */
     hd_tensor *z = hd_test_tensor(ctx, 3, 5, NULL);
     assert_int_equal(hd__tensor_to_device(z), HD_OK);
-    enqueue_double(rt, ctx, double_source, z->device, 15, NULL);
+    enqueue_double(rt, ctx, double_source, z->state->device, 15, NULL);
     hd__tensor_written(z, HD_PLACE_DEVICE);
     assert_int_equal(hd_tensor_read(z, got), HD_OK);
     for (int i = 0; i < 15; i++)

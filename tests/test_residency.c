@@ -67,7 +67,7 @@ static void test_residency_single_call_on_host_data_stays_on_the_host(void **sta
         skip();
     hd_tensor *x = host_written(ctx, 1), *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
     hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_CPU, "one call");
-    assert_false(x->device_valid);
+    assert_false(x->state->device_valid);
     hd_tensor_destroy(x);
     hd_tensor_destroy(y);
     hd_context_destroy(ctx);
@@ -95,7 +95,7 @@ static void test_residency_loop_on_host_data_ends_on_the_device(void **state)
     assert_true(moved_at >= 3 && moved_at <= 5);
     for (int i = moved_at; i < 8; i++)
         assert_int_equal(ran[i], HD_BACKEND_FUSED);
-    assert_true(x->device_valid && x->host_valid);
+    assert_true(x->state->device_valid && x->state->host_valid);
     /* The results are the reference's wherever they ran. */
     float *got = hd_test_read(y), *in = hd_test_read(x);
     double *want = hd_test_doubles(ROWS * COLS);
@@ -117,7 +117,7 @@ static void test_residency_prefetch_places_a_tensor_up_front(void **state)
         skip();
     hd_tensor *x = host_written(ctx, 3), *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
     assert_int_equal(hd_tensor_prefetch(x), HD_OK);
-    assert_true(x->device_valid);
+    assert_true(x->state->device_valid);
     hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_FUSED, "after prefetch");
     assert_int_equal(hd_tensor_prefetch(NULL), HD_ERR_INVALID_ARGUMENT);
     hd_tensor_destroy(x);
@@ -142,10 +142,10 @@ static void test_residency_gemm_scale_only_stays_on_the_device(void **state)
     assert_int_equal(hd_tensor_prefetch(c), HD_OK);
     assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 2.0f, c), HD_OK); /* k = 0 */
     assert_int_not_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
-    assert_true(c->device_valid && !c->host_valid);
+    assert_true(c->state->device_valid && !c->state->host_valid);
     assert_int_equal(hd_gemm(ctx, false, false, 0.0f, a2, b2, -0.5f, c), HD_OK); /* alpha = 0 */
     assert_int_not_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
-    assert_false(c->host_valid);
+    assert_false(c->state->host_valid);
     assert_int_equal(hd_tensor_read(c, got), HD_OK);
     for (int i = 0; i < 12; i++)
         assert_true(got[i] == -cv[i]);

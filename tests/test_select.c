@@ -241,8 +241,9 @@ static void test_select_migration_cost_changes_the_choice(void **state)
     hd_context *ctx = fake_context(false, &f, cache_path);
     fake_fused.place = HD_PLACE_DEVICE;
 
-    hd_tensor x = {.ctx = ctx, .rows = 512, .cols = 512, .host_valid = true};
-    hd_tensor y = {.ctx = ctx, .rows = 512, .cols = 512};
+    hd_tensor_state xs = {.host_valid = true}, ys = {0};
+    hd_tensor x = {.ctx = ctx, .rows = 512, .cols = 512, .state = &xs};
+    hd_tensor y = {.ctx = ctx, .rows = 512, .cols = 512, .state = &ys};
     hd_call_tensors io = {.inputs = {&x}, .input_count = 1, .outputs = {&y}, .output_count = 1};
     hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
     assert_int_equal(p.rule, HD_SELECT_TUNED);
@@ -253,10 +254,10 @@ static void test_select_migration_cost_changes_the_choice(void **state)
     hd__plan_reason(&p, reason, sizeof reason);
     assert_non_null(strstr(reason, "moving the inputs"));
 
-    x.device_valid = true; /* resident on the device (and the host) */
+    xs.device_valid = true; /* resident on the device (and the host) */
     p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
-    x.host_valid = false; /* only on the device: now the CPU would pay */
+    xs.host_valid = false; /* only on the device: now the CPU would pay */
     p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
     assert_true(p.migrate_us[HD_BACKEND_CPU] > 500.0);
@@ -361,8 +362,9 @@ static void test_select_memo_answers_repeats_and_is_invalidated(void **state)
 {
     (void)state;
     hd_context *ctx = fake_context(false, NULL, cache_path);
-    hd_tensor x = {.ctx = ctx, .rows = 512, .cols = 512, .host_valid = true};
-    hd_tensor y = {.ctx = ctx, .rows = 512, .cols = 512};
+    hd_tensor_state xs = {.host_valid = true}, ys = {0};
+    hd_tensor x = {.ctx = ctx, .rows = 512, .cols = 512, .state = &xs};
+    hd_tensor y = {.ctx = ctx, .rows = 512, .cols = 512, .state = &ys};
     hd_call_tensors io = {.inputs = {&x}, .input_count = 1, .outputs = {&y}, .output_count = 1};
     hd_shape s = {.dim = {512, 512}};
     unsigned long hits, misses;
@@ -375,11 +377,11 @@ static void test_select_memo_answers_repeats_and_is_invalidated(void **state)
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
 
     /* Where the inputs live is part of the key. */
-    x.device_valid = true;
+    xs.device_valid = true;
     hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
     hd__plans_stats(ctx, &hits, &misses);
     assert_int_equal(misses, 2);
-    x.device_valid = false;
+    xs.device_valid = false;
 
     assert_int_equal(hd_context_set_backend(ctx, HD_OP_SOFTMAX, HD_BACKEND_CPU), HD_OK);
     hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);

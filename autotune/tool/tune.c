@@ -66,7 +66,7 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     static unsigned long long seed = 0x5eed;
     seed += 0x9e3779b97f4a7c15ull;
     unsigned long long st = seed;
-    hd_tensor *t[HD_OP_TENSOR_MAX] = {NULL};
+    const hd_tensor *t[HD_OP_TENSOR_MAX] = {NULL};
     hd_status r = HD_OK;
     for (int i = 0; i < desc->tensor_count && r == HD_OK; i++) {
         const hd_op_tensor *spec = &desc->tensors[i];

@@ -193,6 +193,6 @@ hd_status hd__clblast_sgemm(hd_context *ctx, bool locked, bool trans_a, bool tra
 hd_status hd__clblast_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__clblast_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *args);
-hd_status hd__clblast_scale(void *state, hd_context *ctx, hd_tensor *t, float beta);
+hd_status hd__clblast_scale(void *state, hd_context *ctx, const hd_tensor *t, float beta);
 
 #endif

@@ -25,13 +25,13 @@ static double cpu_estimate_us(void *state, hd_op op, const hd_shape *shape, hd_p
     return compute > stream ? compute : stream;
 }
 
-static hd_status cpu_scale(void *state, hd_context *ctx, hd_tensor *t, float beta)
+static hd_status cpu_scale(void *state, hd_context *ctx, const hd_tensor *t, float beta)
 {
     (void)state;
     (void)ctx;
     size_t n = t->rows * t->cols;
     for (size_t i = 0; i < n; i++)
-        t->host[i] = beta == 0.0f ? 0.0f : beta * t->host[i];
+        t->state->host[i] = beta == 0.0f ? 0.0f : beta * t->state->host[i];
     return HD_OK;
 }
 

@@ -95,8 +95,8 @@ hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
 {
     (void)state;
     (void)ctx;
-    hd__cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a->host, g->a->cols,
-                  g->b->host, g->b->cols, g->beta, g->c->host, g->c->cols);
+    hd__cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a->state->host, g->a->cols,
+                  g->b->state->host, g->b->cols, g->beta, g->c->state->host, g->c->cols);
     return HD_OK;
 }
 
@@ -108,7 +108,8 @@ hd_status hd__cpu_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args 
     size_t stride_a = g->m * g->k, stride_b = g->k * g->n, stride_c = g->m * g->n;
     for (size_t i = 0; i < g->batch; i++)
         hd__cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha,
-                      g->a->host + i * stride_a, g->a->cols, g->b->host + i * stride_b,
-                      g->b->cols, g->beta, g->c->host + i * stride_c, g->c->cols);
+                      g->a->state->host + i * stride_a, g->a->cols,
+                      g->b->state->host + i * stride_b, g->b->cols, g->beta,
+                      g->c->state->host + i * stride_c, g->c->cols);
     return HD_OK;
 }

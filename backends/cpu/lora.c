@@ -15,13 +15,13 @@ hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *l)
             return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "LoRA: no memory for the %zu x %zu "
                              "low-rank activations", l->tokens, l->rank);
     }
-    hd__cpu_sgemm(false, false, l->tokens, l->out, l->in, 1.0f, l->x->host, l->in, l->w->host,
-                  l->out, 0.0f, l->y->host, l->out);
+    hd__cpu_sgemm(false, false, l->tokens, l->out, l->in, 1.0f, l->x->state->host, l->in,
+                  l->w->state->host, l->out, 0.0f, l->y->state->host, l->out);
     if (h != NULL) {
-        hd__cpu_sgemm(false, false, l->tokens, l->rank, l->in, 1.0f, l->x->host, l->in,
-                      l->a->host, l->rank, 0.0f, h, l->rank);
+        hd__cpu_sgemm(false, false, l->tokens, l->rank, l->in, 1.0f, l->x->state->host, l->in,
+                      l->a->state->host, l->rank, 0.0f, h, l->rank);
         hd__cpu_sgemm(false, false, l->tokens, l->out, l->rank, l->scale, h, l->rank,
-                      l->b->host, l->out, 1.0f, l->y->host, l->out);
+                      l->b->state->host, l->out, 1.0f, l->y->state->host, l->out);
         free(h);
     }
     return HD_OK;

@@ -154,8 +154,8 @@ hd_status hd__cpu_softmax(void *state, hd_context *ctx, const hd_row_args *r)
 {
     (void)state;
     (void)ctx;
-    const float *x = r->x->host;
-    float *y = r->y->host;
+    const float *x = r->x->state->host;
+    float *y = r->y->state->host;
     size_t cols = r->cols;
     long rows = (long)r->rows;
 #ifdef HD_HAVE_OPENMP
@@ -171,8 +171,9 @@ hd_status hd__cpu_layer_norm(void *state, hd_context *ctx, const hd_row_args *r)
 {
     (void)state;
     (void)ctx;
-    const float *x = r->x->host, *gamma = r->gamma->host, *beta = r->beta->host;
-    float *y = r->y->host;
+    const float *x = r->x->state->host, *gamma = r->gamma->state->host,
+                *beta = r->beta->state->host;
+    float *y = r->y->state->host;
     size_t cols = r->cols;
     long rows = (long)r->rows;
 #ifdef HD_HAVE_OPENMP
@@ -187,8 +188,8 @@ hd_status hd__cpu_rms_norm(void *state, hd_context *ctx, const hd_row_args *r)
 {
     (void)state;
     (void)ctx;
-    const float *x = r->x->host, *weight = r->gamma->host;
-    float *y = r->y->host;
+    const float *x = r->x->state->host, *weight = r->gamma->state->host;
+    float *y = r->y->state->host;
     size_t cols = r->cols;
     long rows = (long)r->rows;
 #ifdef HD_HAVE_OPENMP

@@ -376,12 +376,12 @@ static hd_status fused_lora_epilogue(void *state, hd_context *ctx, const hd_op_a
     return args->lora.rank > 0 ? hd__fused_lora_update(state, ctx, &args->lora) : HD_OK;
 }
 /* t = 0 on the device; other factors are CLBlast's or the host's. */
-static hd_status fused_scale(void *state, hd_context *ctx, hd_tensor *t, float beta)
+static hd_status fused_scale(void *state, hd_context *ctx, const hd_tensor *t, float beta)
 {
     (void)state;
     if (beta != 0.0f)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: scaling by %g", (double)beta);
-    return hd__cl_zero(ctx->cl, ctx, t->device, t->rows * t->cols * sizeof(float));
+    return hd__cl_zero(ctx->cl, ctx, t->state->device, t->rows * t->cols * sizeof(float));
 }
 
 static hd_status fused_softmax(void *state, hd_context *ctx, const hd_op_args *args)

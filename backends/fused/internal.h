@@ -155,7 +155,7 @@ void hd__fused_kg_release(hd_fused *f);
 /* The device buffer of a tensor the dispatcher made valid on the device. */
 static inline cl_mem hd__fused_mem(const hd_tensor *t)
 {
-    return t->device->mem;
+    return t->state->device->mem;
 }
 
 size_t hd__fused_pow2_ceil(size_t v);
