@@ -221,18 +221,13 @@ hd_status hd_test_row_call(hd_context *ctx, hd_test_row_op op, const hd_tensor *
 void hd_ref_row(hd_test_row_op op, size_t rows, size_t cols, const float *x, const float *gamma,
                 const float *beta, float eps, double *y)
 {
-    switch (op) {
-    case HD_TEST_SOFTMAX:
-        hd_ref_softmax(rows, cols, x, y);
-        return;
-    case HD_TEST_LAYER_NORM:
-        hd_ref_layer_norm(rows, cols, x, gamma, beta, eps, y);
-        return;
-    case HD_TEST_RMS_NORM:
-        hd_ref_rms_norm(rows, cols, x, gamma, eps, y);
-        return;
-    }
-    fail_msg("hd_ref_row: unknown row op %d", (int)op);
+    static const hd_op ops[HD_TEST_ROW_OP_COUNT] = {HD_OP_SOFTMAX, HD_OP_LAYER_NORM,
+                                                    HD_OP_RMS_NORM};
+    if ((unsigned)op >= HD_TEST_ROW_OP_COUNT)
+        fail_msg("hd_ref_row: unknown row op %d", (int)op);
+    /* The reference reads each op's own parameters: none, gamma and beta, or the weight. */
+    ref_rows(ops[op], rows, cols, x, op == HD_TEST_SOFTMAX ? NULL : gamma,
+             op == HD_TEST_LAYER_NORM ? beta : NULL, eps, y);
 }
 
 static bool special_matches(float got, double want)
