@@ -782,7 +782,7 @@ static void test_fallback_hybrid_plan_refusal_leaves_y_untouched(void **state)
     static const char *const refused[] = {"MR=3", "WG=100", "VEC=2", "FOO=1"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         hd_call call;
-        hd_tensor *t[] = {tx, tw, ta, tb, ty};
+        const hd_tensor *t[] = {tx, tw, ta, tb, ty};
         hd_op_params p = {.scale = 0.5f};
         assert_int_equal(hd__call_prepare(ctx, HD_OP_LORA, t, &p, &call), HD_OK);
         /* y lives on the device only, as after a device op wrote it: a write there is a
