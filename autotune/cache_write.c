@@ -466,4 +466,3 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     close(lock); /* releases the flock */
     return HD_OK;
 }
-

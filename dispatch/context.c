@@ -117,8 +117,9 @@ static hd_status choose_precision(hd_context *ctx, const hd_context_options *opt
             return HD_OK;
         }
     }
-    hd__note(ctx, "GEMM precision %s needs tensor cores (NVIDIA sm_80+) that this context "
-                  "lacks; GEMMs run in fp32",
+    hd__note(ctx,
+             "GEMM precision %s needs tensor cores (NVIDIA sm_80+) that this context "
+             "lacks; GEMMs run in fp32",
              hd_precision_name(want));
     return HD_OK;
 }

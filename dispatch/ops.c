@@ -51,15 +51,16 @@ static hd_status run_composite(hd_context *ctx, hd_backend b, const hd_call *cal
                                const char *variant)
 {
     const hd_composite *plan = ctx->composite[b];
-    hd_status s = variant != NULL ? hd__backend_check_variant(ctx, b, call->op, &call->shape, variant)
-                                  : HD_OK;
+    hd_status s = variant != NULL
+                      ? hd__backend_check_variant(ctx, b, call->op, &call->shape, variant)
+                      : HD_OK;
     if (s != HD_OK)
         return s;
     hd_op_args product;
     hd_shape shape;
     hd__op(call->op)->product(&call->shape, &call->args, &shape, &product.gemm);
-    s = ctx->backends[plan->product]->run[HD_OP_GEMM](ctx->backend_state[plan->product],
-                                                                ctx, &product);
+    s = ctx->backends[plan->product]->run[HD_OP_GEMM](ctx->backend_state[plan->product], ctx,
+                                                      &product);
     if (s == HD_OK)
         s = ctx->backends[plan->epilogue]->epilogue[call->op](ctx->backend_state[plan->epilogue],
                                                               ctx, &call->args);

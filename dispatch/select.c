@@ -103,8 +103,8 @@ size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const
     return impl->variants(ctx->backend_state[owner], op, shape, part, out, max);
 }
 
-hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op,
-                                    const hd_shape *shape, const char *variant)
+hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                                    const char *variant)
 {
     const hd_composite *plan = ctx->composite[b];
     hd_backend owner = plan != NULL ? plan->epilogue : b; /* a plan's variant is its epilogue's */

@@ -50,8 +50,8 @@ hd_place hd__backend_place(const hd_context *ctx, hd_backend b);
 
 /* b's estimate of one call with its inputs in place, in microseconds (a plan: the sum of its
  * stages); negative where b does not estimate. */
-double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op,
-                               const hd_shape *shape, const hd_tune_calibration *cal);
+double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                               const hd_tune_calibration *cal);
 
 /* The kernel-parameter variants b lists for (op, shape), for the tuner (a plan: its
  * epilogue's); returns how many, at most max. */
@@ -61,8 +61,8 @@ size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const
 /* Whether b would accept variant for (op, shape), checked without running anything (a plan:
  * its epilogue's check): HD_OK, or the status its slot would return, with the message; HD_OK
  * where b does not check. */
-hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op,
-                                    const hd_shape *shape, const char *variant);
+hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                                    const char *variant);
 
 /* Whether t's staying has cost as much as one copy of it, so that the scheduler moves it for
  * free (the break-even rule of residency). */

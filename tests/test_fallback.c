@@ -741,8 +741,8 @@ static void test_fallback_every_listed_variant_passes_the_load_check(void **stat
             if (!hd__backend_takes(ctx, (hd_backend)b, cases[i].op, &cases[i].shape))
                 continue;
             const char *listed[64];
-            size_t n = hd__backend_variants(ctx, (hd_backend)b, cases[i].op, &cases[i].shape,
-                                            listed, 64);
+            size_t n =
+                hd__backend_variants(ctx, (hd_backend)b, cases[i].op, &cases[i].shape, listed, 64);
             for (size_t v = 0; v < n; v++) {
                 char copy[HD_TUNE_STRING_MAX]; /* the strings may live in the state */
                 snprintf(copy, sizeof copy, "%s", listed[v]);

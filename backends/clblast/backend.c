@@ -72,8 +72,7 @@ static hd_status clblast_check_variant(void *state, hd_context *ctx, hd_op op,
 {
     hd_clblast_state *st = state;
     (void)shape;
-    if ((op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED) ||
-        part != HD_PART_WHOLE)
+    if ((op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED) || part != HD_PART_WHOLE)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "CLBlast: %s takes no variants",
                          hd_op_name(op));
     hd_clblast_params over, want = st->base;
