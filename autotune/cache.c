@@ -55,12 +55,20 @@ int hd__tune_dim_count(hd_op op)
 
 bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b)
 {
-    return a->op == b->op && hd__op_same_shape(a->op, &a->shape, &b->shape);
+    return a->op == b->op && a->precision == b->precision &&
+           hd__op_same_shape(a->op, &a->shape, &b->shape);
 }
 
-const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_shape *shape)
+hd_precision hd__tune_precision_of(hd_op op, hd_precision p)
 {
-    hd_tune_record probe = {.op = op, .shape = *shape};
+    return hd__op(op)->compute_bound ? p : HD_PRECISION_FP32;
+}
+
+const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_shape *shape,
+                                    hd_precision precision)
+{
+    hd_tune_record probe = {
+        .op = op, .shape = *shape, .precision = hd__tune_precision_of(op, precision)};
     for (size_t i = 0; i < f->count; i++)
         if (hd__tune_same_key(&f->records[i], &probe))
             return &f->records[i];
@@ -241,13 +249,13 @@ static bool bad_line(parser *ps, const char *fmt, ...)
     return false;
 }
 
-static bool parse_record(parser *ps, hd_op op, const token *tok, int n)
+static bool parse_record(parser *ps, hd_op op, hd_precision precision, const token *tok, int n)
 {
     int dims = hd__tune_dim_count(op);
     int want = 1 + dims + hd__tune_has_transposes(op) + 5;
     if (n != want)
         return bad_line(ps, "%s record with %d fields, expected %d", hd_op_name(op), n, want);
-    hd_tune_record r = {.op = op};
+    hd_tune_record r = {.op = op, .precision = precision};
     int i = 1;
     for (int d = 0; d < dims; d++, i++) {
         size_t lo = hd__op(op)->zero_dim_ok[d] ? 0 : 1; /* LoRA's rank may be 0 */
@@ -278,7 +286,7 @@ static bool parse_record(parser *ps, hd_op op, const token *tok, int n)
         if (!tok_double(&tok[i + 1], MIN_MARGIN_PCT, MAX_MARGIN_PCT, &r.margin_pct))
             return bad_line(ps, "margin is not a percentage in [-100, 1e6]");
     }
-    if (hd__tune_find(ps->f, r.op, &r.shape) != NULL)
+    if (hd__tune_find(ps->f, r.op, &r.shape, r.precision) != NULL)
         return bad_line(ps, "duplicate record for the same operation and shape");
     if (ps->f->count >= HD_TUNE_RECORD_MAX)
         return bad_line(ps, "more than %d records", HD_TUNE_RECORD_MAX);
@@ -340,8 +348,19 @@ static bool parse_body_line(parser *ps, const token *tok, int n)
         return parse_calibration(ps, tok, n);
     if (strcmp(word, "param") == 0)
         return parse_param(ps, tok, n);
-    if (hd__op_from_name(word, &op))
-        return parse_record(ps, op, tok, n);
+    /* "gemm" or, for a record tuned in another GEMM arithmetic, "gemm.fp32x3" */
+    hd_precision precision = HD_PRECISION_FP32;
+    char *dot = strchr(word, '.');
+    if (dot != NULL) {
+        *dot = '\0';
+        if (!hd__precision_from_name(dot + 1, &precision) || precision == HD_PRECISION_FP32)
+            return bad_line(ps, "unknown precision after the operation's name");
+    }
+    if (hd__op_from_name(word, &op)) {
+        if (precision != hd__tune_precision_of(op, precision))
+            return bad_line(ps, "%s records carry no precision", hd_op_name(op));
+        return parse_record(ps, op, precision, tok, n);
+    }
     return bad_line(ps, "unknown keyword");
 }
 

@@ -99,7 +99,12 @@ bool hd__tune_has_transposes(hd_op op);
 hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r);
 /* Sets or replaces the param (backend, name). */
 hd_status hd__tune_put_param(hd_tune_file *f, const hd_tune_param *p);
-const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_shape *shape);
+/* The precision a record of op is keyed by: p for compute-bound ops (GEMM arithmetic),
+ * fp32 for the others, whose arithmetic does not change with the context's GEMM mode. */
+hd_precision hd__tune_precision_of(hd_op op, hd_precision p);
+
+const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_shape *shape,
+                                    hd_precision precision);
 
 /* Parses len bytes of text (not necessarily NUL-terminated) into *f, which must be freshly
  * initialised. Returns HD_OK (bad record lines are skipped and counted in f), or

@@ -113,7 +113,9 @@ static int record_cmp(const void *pa, const void *pb)
         if (a->shape.dim[i] != b->shape.dim[i])
             return a->shape.dim[i] < b->shape.dim[i] ? -1 : 1;
     int ta = a->shape.trans_a * 2 + a->shape.trans_b, tb = b->shape.trans_a * 2 + b->shape.trans_b;
-    return ta - tb;
+    if (ta != tb)
+        return ta - tb;
+    return (int)a->precision - (int)b->precision;
 }
 
 char *hd__tune_format(const hd_tune_file *f)
@@ -171,6 +173,8 @@ char *hd__tune_format(const hd_tune_file *f)
     for (size_t i = 0; i < f->count; i++) {
         const hd_tune_record *r = &sorted[i];
         put(&t, "%s", hd_op_name(r->op));
+        if (r->precision != HD_PRECISION_FP32)
+            put(&t, ".%s", hd_precision_name(r->precision));
         for (int d = 0; d < hd__tune_dim_count(r->op); d++)
             put(&t, " %zu", r->shape.dim[d]);
         if (hd__tune_has_transposes(r->op))

@@ -115,7 +115,8 @@ static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char 
 void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape)
 {
     hd_tune_record *r =
-        ctx->tune != NULL ? (hd_tune_record *)hd__tune_find(&ctx->tune->file, op, shape) : NULL;
+        ctx->tune != NULL ? (hd_tune_record *)hd__tune_find(&ctx->tune->file, op, shape,
+                                                           ctx->gemm_precision) : NULL;
     if (r != NULL) {
         r->disabled = true;
         hd__plans_invalidate(ctx); /* plans may name it */
@@ -195,7 +196,7 @@ const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_s
 {
     if (ctx->tune == NULL)
         return NULL;
-    const hd_tune_record *r = hd__tune_find(&ctx->tune->file, op, shape);
+    const hd_tune_record *r = hd__tune_find(&ctx->tune->file, op, shape, ctx->gemm_precision);
     return r != NULL && !r->disabled ? r : NULL;
 }
 
@@ -215,7 +216,8 @@ const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd
     int dims = hd__tune_dim_count(op);
     for (size_t i = 0; i < f->count; i++) {
         const hd_tune_record *r = &f->records[i];
-        if (r->op != op || r->disabled)
+        if (r->op != op || r->disabled ||
+            r->precision != hd__tune_precision_of(op, ctx->gemm_precision))
             continue;
         if (hd__tune_has_transposes(op) &&
             (r->shape.trans_a != shape->trans_a || r->shape.trans_b != shape->trans_b))

@@ -19,6 +19,8 @@ typedef struct hd_tune_record {
     hd_backend backend;
     char variant[HD_TUNE_STRING_MAX]; /* "" for the default */
     double median_us;
+    hd_precision precision; /* the GEMM arithmetic it was tuned in (compute-bound ops; written
+                               as "gemm.fp32x3"), HD_PRECISION_FP32 for the others */
     hd_backend runner_up; /* HD_BACKEND_AUTO: none */
     double margin_pct;    /* runner-up time / winner time - 1, in percent; negative where the
                              tuner preferred a slower winner (dispatch-autotune's rules) */

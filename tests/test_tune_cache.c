@@ -121,7 +121,7 @@ static void test_cache_round_trip_keeps_every_field(void **state)
     assert_int_equal(back.param_count, 1);
     assert_string_equal(back.params[0].value, p.value);
     assert_int_equal(back.count, 4);
-    const hd_tune_record *r = hd__tune_find(&back, HD_OP_GEMM, &g.shape);
+    const hd_tune_record *r = hd__tune_find(&back, HD_OP_GEMM, &g.shape, HD_PRECISION_FP32);
     assert_non_null(r);
     assert_int_equal(r->backend, HD_BACKEND_FUSED);
     assert_string_equal(r->variant, g.variant);
@@ -129,13 +129,13 @@ static void test_cache_round_trip_keeps_every_field(void **state)
     assert_true(fabs(r->median_us - 41.25) < 1e-4 && fabs(r->margin_pct - 12.5) < 1e-3);
     hd_shape nn = g.shape;
     nn.trans_b = false;
-    assert_null(hd__tune_find(&back, HD_OP_GEMM, &nn));
-    r = hd__tune_find(&back, HD_OP_LORA, &l.shape);
+    assert_null(hd__tune_find(&back, HD_OP_GEMM, &nn, HD_PRECISION_FP32));
+    r = hd__tune_find(&back, HD_OP_LORA, &l.shape, HD_PRECISION_FP32);
     assert_non_null(r);
     assert_int_equal(r->backend, HD_BACKEND_CLBLAST_FUSED);
     assert_int_equal(r->variant[0], '\0');
     assert_int_equal(r->runner_up, HD_BACKEND_AUTO);
-    r = hd__tune_find(&back, HD_OP_GEMM, &small.shape);
+    r = hd__tune_find(&back, HD_OP_GEMM, &small.shape, HD_PRECISION_FP32);
     assert_non_null(r);
     assert_int_equal(r->runner_up, HD_BACKEND_CPU);
     assert_true(fabs(r->margin_pct + 2.5) < 1e-3);
@@ -295,9 +295,9 @@ static void test_cache_save_merges_with_records_on_disk(void **state)
     hd__tune_file_init(&back);
     assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
     assert_int_equal(back.count, 3);
-    assert_int_equal(hd__tune_find(&back, HD_OP_SOFTMAX, &r2.shape)->backend, HD_BACKEND_FUSED);
-    assert_non_null(hd__tune_find(&back, HD_OP_SOFTMAX, &r1.shape));
-    assert_non_null(hd__tune_find(&back, HD_OP_LAYER_NORM, &r3.shape));
+    assert_int_equal(hd__tune_find(&back, HD_OP_SOFTMAX, &r2.shape, HD_PRECISION_FP32)->backend, HD_BACKEND_FUSED);
+    assert_non_null(hd__tune_find(&back, HD_OP_SOFTMAX, &r1.shape, HD_PRECISION_FP32));
+    assert_non_null(hd__tune_find(&back, HD_OP_LAYER_NORM, &r3.shape, HD_PRECISION_FP32));
     assert_true(back.cal.launch_us == 5.0 && back.cal.host_gbps == 12.0);
     hd__tune_file_free(&back);
 
@@ -368,8 +368,8 @@ static void test_cache_concurrent_writers_keep_every_record(void **state)
     assert_int_equal(back.count, 2 * PER_WRITER);
     for (size_t i = 0; i < PER_WRITER; i++) {
         hd_shape s = {.dim = {i + 1, 64}};
-        assert_non_null(hd__tune_find(&back, HD_OP_SOFTMAX, &s));
-        assert_non_null(hd__tune_find(&back, HD_OP_RMS_NORM, &s));
+        assert_non_null(hd__tune_find(&back, HD_OP_SOFTMAX, &s, HD_PRECISION_FP32));
+        assert_non_null(hd__tune_find(&back, HD_OP_RMS_NORM, &s, HD_PRECISION_FP32));
     }
     hd__tune_file_free(&back);
     /* No temporary file is left behind. */
@@ -492,7 +492,7 @@ static bool same_file(const hd_tune_file *a, const hd_tune_file *b, char *why, s
         }
     for (size_t i = 0; i < a->count; i++) {
         const hd_tune_record *r = &a->records[i];
-        const hd_tune_record *s = hd__tune_find(b, r->op, &r->shape);
+        const hd_tune_record *s = hd__tune_find(b, r->op, &r->shape, r->precision);
         if (s == NULL || s->backend != r->backend || strcmp(s->variant, r->variant) != 0 ||
             s->median_us != r->median_us || s->runner_up != r->runner_up ||
             (r->runner_up != HD_BACKEND_AUTO && s->margin_pct != r->margin_pct)) {
@@ -640,6 +640,8 @@ static void random_file(hd_rng *rng, hd_tune_file *f)
             r.shape.dim[d] = 1 + (size_t)exp(random_in(rng, 0, log((double)HD_TUNE_DIM_MAX - 1)));
         r.shape.trans_a = hd__tune_has_transposes(r.op) && hd_test_uniform(rng, 0, 1) < 0.5f;
         r.shape.trans_b = hd__tune_has_transposes(r.op) && hd_test_uniform(rng, 0, 1) < 0.5f;
+        r.precision = hd__tune_precision_of(
+            r.op, (hd_precision)(int)hd_test_uniform(rng, 0, HD_PRECISION_COUNT - 0.01f));
         r.backend = (hd_backend)(1 + (int)hd_test_uniform(rng, 0, HD_BACKEND_COUNT - 1.01f));
         if (hd_test_uniform(rng, 0, 1) < 0.7f)
             random_string(rng, r.variant, 200, false);
@@ -652,6 +654,61 @@ static void random_file(hd_rng *rng, hd_tune_file *f)
                                                              : exp(random_in(rng, -5, log(1e6)));
         assert_int_equal(hd__tune_put(f, &r), HD_OK);
     }
+}
+
+/* Records are keyed by the GEMM arithmetic they were tuned in: "gemm.fp32x3" beside "gemm" for
+ * the same shape, both kept through a write and a read; a context finds only its own mode's,
+ * and row ops carry none ("softmax.tf32" is a bad line). */
+static void test_cache_records_are_keyed_by_precision(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    snprintf(f.key.library, sizeof f.key.library, "0.1.0");
+    snprintf(f.key.platform, sizeof f.key.platform, "P");
+    snprintf(f.key.device, sizeof f.key.device, "D");
+    snprintf(f.key.driver, sizeof f.key.driver, "1");
+    hd_tune_record fp32 = record(HD_OP_GEMM, 64, 64, 64, 0, HD_BACKEND_FUSED, 10.0);
+    snprintf(fp32.variant, sizeof fp32.variant, "BM=64 BN=64 RM=4 RN=4");
+    hd_tune_record x3 = fp32;
+    x3.precision = HD_PRECISION_FP32X3;
+    snprintf(x3.variant, sizeof x3.variant, "BM=64 BN=64 BK=16 WM=32 WN=32");
+    hd_tune_record tf32 = record(HD_OP_LORA, 8, 64, 64, 4, HD_BACKEND_FUSED, 5.0);
+    tf32.precision = HD_PRECISION_TF32;
+    assert_int_equal(hd__tune_put(&f, &fp32), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &x3), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &tf32), HD_OK);
+    assert_int_equal(f.count, 3);
+    char *text = hd__tune_format(&f);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\ngemm.fp32x3 64 64 64 nn fused"));
+    assert_non_null(strstr(text, "\nlora.tf32 8 64 64 4 fused"));
+    /* row ops carry no precision, and an unknown one is a bad line */
+    size_t len = strlen(text);
+    static const char bad[] = "softmax.tf32 4 64 fused - 3 - -\ngemm.fp64 64 64 64 nn cpu - 3 - -\n";
+    char *all = malloc(len + sizeof bad);
+    assert_non_null(all);
+    memcpy(all, text, len);
+    memcpy(all + len, bad, sizeof bad);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(all, strlen(all), &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.count, 3);
+    assert_int_equal(back.bad_lines, 2);
+    const hd_tune_record *r = hd__tune_find(&back, HD_OP_GEMM, &fp32.shape, HD_PRECISION_FP32);
+    assert_non_null(r);
+    assert_string_equal(r->variant, fp32.variant);
+    r = hd__tune_find(&back, HD_OP_GEMM, &fp32.shape, HD_PRECISION_FP32X3);
+    assert_non_null(r);
+    assert_string_equal(r->variant, x3.variant);
+    assert_null(hd__tune_find(&back, HD_OP_GEMM, &fp32.shape, HD_PRECISION_TF32));
+    assert_null(hd__tune_find(&back, HD_OP_LORA, &tf32.shape, HD_PRECISION_FP32));
+    assert_non_null(hd__tune_find(&back, HD_OP_LORA, &tf32.shape, HD_PRECISION_TF32));
+    free(all);
+    free(text);
+    hd__tune_file_free(&f);
+    hd__tune_file_free(&back);
 }
 
 static void test_cache_round_trip_of_random_files_keeps_every_field(void **state)
@@ -874,6 +931,7 @@ int main(void)
         cmocka_unit_test(test_cache_context_survives_every_broken_file),
         cmocka_unit_test(test_cache_round_trip_of_every_parsable_corpus_file),
         cmocka_unit_test(test_cache_round_trip_of_random_files_keeps_every_field),
+        cmocka_unit_test(test_cache_records_are_keyed_by_precision),
         cmocka_unit_test(test_cache_load_refuses_a_fifo_without_blocking),
         cmocka_unit_test(test_cache_save_refuses_a_target_that_is_not_a_regular_file),
         cmocka_unit_test(test_cache_save_through_a_symlink_updates_its_target),

@@ -55,7 +55,8 @@ static bool same_file(const hd_tune_file *a, const hd_tune_file *b)
             strcmp(a->params[i].value, b->params[i].value) != 0)
             return false;
     for (size_t i = 0; i < a->count; i++)
-        if (!same_record(&a->records[i], hd__tune_find(b, a->records[i].op, &a->records[i].shape)))
+        if (!same_record(&a->records[i], hd__tune_find(b, a->records[i].op, &a->records[i].shape,
+                                                       a->records[i].precision)))
             return false;
     return true;
 }

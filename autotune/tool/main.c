@@ -336,7 +336,8 @@ static int tune(const tool_options *o, const char *path)
         const hd_bench_case *c = &cases.cases[i];
         char name[96], line[1024], why[512], best_clblast[HD_TUNE_STRING_MAX];
         hd__bench_case_name(c, name, sizeof name);
-        if (!o->force && hd__tune_find(&have, c->op, &c->shape) != NULL) {
+        if (!o->force &&
+            hd__tune_find(&have, c->op, &c->shape, hd_context_gemm_precision(ctx)) != NULL) {
             snprintf(line, sizeof line, "%s: in the cache already (--force re-tunes)", name);
             hd__tool_progress_done(i, line);
             continue;
@@ -360,6 +361,7 @@ static int tune(const tool_options *o, const char *path)
         }
         if (c->op == HD_OP_GEMM)
             count_win(wins, &nwins, sizeof wins / sizeof wins[0], best_clblast);
+        rec.precision = hd__tune_precision_of(c->op, hd_context_gemm_precision(ctx));
         part.count = 0;
         if (hd__tune_put(&part, &rec) != HD_OK || !save(path, &part)) {
             rc = EXIT_CACHE;
