@@ -13,7 +13,8 @@
 
 /* The variables the library reads, saved around each test that changes them so that a
  * user's own settings neither leak into nor out of the cases. */
-static const char *const env_names[] = {"HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL"};
+static const char *const env_names[] = {"HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL",
+                                        "HD_GEMM_PRECISION"};
 #define ENV_COUNT (sizeof env_names / sizeof env_names[0])
 
 static int save_env(void **state)
@@ -235,6 +236,52 @@ static void test_context_bad_backend_env_is_rejected(void **state)
             fail_msg("HD_BACKEND='%s': message '%s' does not say what was wrong", bad_specs[i],
                      msg);
     }
+}
+
+static void count_note(void *user, const char *message)
+{
+    (void)message;
+    ++*(int *)user;
+}
+
+/* The GEMM precision: fp32 by default; a bad name or value is rejected with a message that
+ * names it; a tensor-core mode where no backend runs one leaves fp32 with a note; the option
+ * takes precedence over the environment. */
+static void test_context_gemm_precision_is_chosen_checked_and_lowered(void **state)
+{
+    (void)state;
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, NULL), HD_OK);
+    assert_int_equal(hd_context_gemm_precision(ctx), HD_PRECISION_FP32);
+    hd_context_destroy(ctx);
+    assert_int_equal(hd_context_gemm_precision(NULL), HD_PRECISION_FP32);
+    assert_string_equal(hd_precision_name(HD_PRECISION_FP32X3), "fp32x3");
+    assert_string_equal(hd_precision_name((hd_precision)99), "unknown");
+
+    setenv("HD_GEMM_PRECISION", "fp64", 1);
+    ctx = (hd_context *)&ctx;
+    assert_int_equal(hd_context_create(&ctx, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(hd_context_last_error(NULL), "fp64"));
+
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.gemm_precision = (hd_precision)7;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_ERR_INVALID_ARGUMENT);
+
+    /* without OpenCL no backend has tensor cores: fp32, and a note says so */
+    setenv("HD_GEMM_PRECISION", "tf32", 1);
+    int notes = 0;
+    hd_context_options_init(&opt);
+    opt.disable_opencl = true;
+    opt.log = count_note;
+    opt.log_user = &notes;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
+    assert_int_equal(hd_context_gemm_precision(ctx), HD_PRECISION_FP32);
+    assert_true(notes >= 1);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    hd_context_destroy(ctx);
+    unsetenv("HD_GEMM_PRECISION");
 }
 
 static void test_context_bad_backend_option_is_rejected(void **state)
@@ -636,6 +683,7 @@ int main(void)
         WITH_ENV(test_context_device_env_is_ignored_without_opencl),
         WITH_ENV(test_context_device_spec_matching_nothing_fails),
         WITH_ENV(test_context_bad_backend_env_is_rejected),
+        WITH_ENV(test_context_gemm_precision_is_chosen_checked_and_lowered),
         WITH_ENV(test_context_bad_backend_option_is_rejected),
         WITH_ENV(test_context_backend_message_names_the_bad_item),
         WITH_ENV(test_context_backend_option_overrides_env),
