@@ -6,6 +6,9 @@
 #include "dispatch/error.h"
 #include "dispatch/memo.h"
 
+/* More threads than any machine this runs on has cores: a larger $HD_THREADS is a typo. */
+#define HD_MAX_CPU_THREADS 4096
+
 void hd_context_options_init(hd_context_options *opt)
 {
     if (opt != NULL)
@@ -73,6 +76,28 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
     }
     for (int i = 0; i < HD_OP_COUNT; i++)
         forced[i] = parsed[i];
+    return HD_OK;
+}
+
+/* The CPU backend's thread count: the option, else $HD_THREADS, else 0 (the backend's
+ * default). A typo in the variable is an error rather than a silent default. */
+static hd_status cpu_threads_requested(hd_context *ctx, const hd_context_options *opt)
+{
+    if (opt->threads < 0 || opt->threads > HD_MAX_CPU_THREADS)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "threads %d: expected a number of threads from 0 (default) to %d",
+                         opt->threads, HD_MAX_CPU_THREADS);
+    ctx->cpu_threads = (size_t)opt->threads;
+    const char *env = nonempty(getenv("HD_THREADS"));
+    if (ctx->cpu_threads > 0 || env == NULL)
+        return HD_OK;
+    char *end;
+    unsigned long n = strtoul(env, &end, 10);
+    if (*end != '\0' || env[0] == '-' || env[0] == '+' || n > HD_MAX_CPU_THREADS)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "HD_THREADS='%s': expected a number of threads from 0 (default) to %d",
+                         env, HD_MAX_CPU_THREADS);
+    ctx->cpu_threads = n;
     return HD_OK;
 }
 
@@ -148,7 +173,9 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
     ctx->log_user = opt->log_user;
     ctx->log_stderr = env_flag("HD_LOG");
     hd__fault_init(ctx);
-    hd_status s = open_device(ctx, opt);
+    hd_status s = cpu_threads_requested(ctx, opt);
+    if (s == HD_OK)
+        s = open_device(ctx, opt);
     if (s == HD_OK)
         s = hd__backends_probe(ctx);
     if (s == HD_OK)
@@ -187,6 +214,11 @@ void hd_context_destroy(hd_context *ctx)
 hd_precision hd_context_gemm_precision(const hd_context *ctx)
 {
     return ctx != NULL ? ctx->gemm_precision : HD_PRECISION_FP32;
+}
+
+int hd_context_cpu_threads(const hd_context *ctx)
+{
+    return ctx == NULL || ctx->backends[HD_BACKEND_CPU] == NULL ? 0 : (int)ctx->cpu_threads;
 }
 
 const char *hd_context_device_name(const hd_context *ctx)

@@ -42,6 +42,8 @@ struct hd_context {
     struct hd_tune_table *tune;      /* NULL: no tuning cache */
     char tune_cache_path[1024];      /* "" when none */
     hd_fault_spec fault;             /* $HD_FAULT, for tests (dispatch/fault.h) */
+    size_t cpu_threads;              /* requested before the CPU backend's probe (0: default),
+                                        the count in use after it */
 };
 
 /* Parses a backend specification ("cpu", "fused", "gemm=clblast,softmax=fused") into

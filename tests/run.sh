@@ -2,7 +2,7 @@
 # The test command: bash tests/run.sh (as root on a fresh Debian 12 machine, or as a user who
 # has the packages). Installs what is missing, then runs five stages and stops at the first
 # failure:
-#   1. full build (OpenCL, CLBlast, OpenBLAS, OpenMP) and every suite (PoCL gives a device);
+#   1. full build (OpenCL, CLBlast, OpenBLAS) and every suite (PoCL gives a device);
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build without OpenCL: every suite, any
 #      sanitizer report fails;
 #   3. build without OpenBLAS and OpenCL (GEMM takes the plain C path): every suite;
@@ -100,7 +100,7 @@ suites() {
 stage_full() {
     export POCL_CACHE_DIR="$builds/pocl-full"
     build "$builds/full" --prefix "$builds/prefix" -Dopencl=enabled -Dclblast=enabled \
-        -Dopenblas=enabled -Dopenmp=enabled -Dtests=true -Dtools=true
+        -Dopenblas=enabled -Dtests=true -Dtools=true
     if [ "${1:-}" != build-only ]; then
         suites "$builds/full"
     fi

@@ -14,7 +14,7 @@
 /* The variables the library reads, saved around each test that changes them so that a
  * user's own settings neither leak into nor out of the cases. */
 static const char *const env_names[] = {"HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL",
-                                        "HD_GEMM_PRECISION"};
+                                        "HD_GEMM_PRECISION", "HD_THREADS"};
 #define ENV_COUNT (sizeof env_names / sizeof env_names[0])
 
 static int save_env(void **state)
@@ -667,6 +667,61 @@ static void test_contexts_on_separate_threads_run_concurrently(void **state)
     }
 }
 
+static void test_context_threads_option_sets_the_cpu_thread_count(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    opt.threads = 1;
+    hd_context *ctx = create_ok(&opt);
+    assert_int_equal(hd_context_cpu_threads(ctx), 1);
+    hd_context_destroy(ctx);
+    opt.threads = 3;
+    setenv("HD_THREADS", "2", 1); /* the option wins over the variable */
+    ctx = create_ok(&opt);
+    assert_int_equal(hd_context_cpu_threads(ctx), 3);
+    hd_context_destroy(ctx);
+    assert_int_equal(hd_context_cpu_threads(NULL), 0);
+}
+
+static void test_context_threads_env_sets_the_cpu_thread_count(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    setenv("HD_THREADS", "2", 1);
+    hd_context *ctx = create_ok(&opt);
+    assert_int_equal(hd_context_cpu_threads(ctx), 2);
+    hd_context_destroy(ctx);
+    setenv("HD_THREADS", "0", 1); /* 0: the default, at least one thread */
+    ctx = create_ok(&opt);
+    assert_true(hd_context_cpu_threads(ctx) >= 1);
+    hd_context_destroy(ctx);
+}
+
+static void test_context_bad_threads_are_rejected_naming_the_value(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"two", "-1", "2x", "99999", "+3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("HD_THREADS", bad[i], 1);
+        hd_context *ctx = (hd_context *)&ctx;
+        hd_status s = hd_context_create(&ctx, NULL);
+        if (s != HD_ERR_INVALID_ARGUMENT)
+            fail_msg("HD_THREADS='%s': got %s", bad[i], hd_status_name(s));
+        assert_null(ctx);
+        char want[64];
+        snprintf(want, sizeof want, "HD_THREADS='%s'", bad[i]);
+        if (strstr(hd_context_last_error(NULL), want) == NULL)
+            fail_msg("HD_THREADS='%s': message '%s' does not name it", bad[i],
+                     hd_context_last_error(NULL));
+    }
+    unsetenv("HD_THREADS");
+    hd_context_options opt = cpu_options();
+    opt.threads = -2;
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(NULL), "threads -2"));
+}
+
 #define WITH_ENV(test) cmocka_unit_test_setup_teardown(test, save_env, restore_env)
 
 int main(void)
@@ -701,6 +756,9 @@ int main(void)
         WITH_ENV(test_tensor_new_reads_as_zeros_and_round_trips),
         WITH_ENV(test_tensor_empty_shapes_are_allowed),
         WITH_ENV(test_contexts_on_separate_threads_run_concurrently),
+        WITH_ENV(test_context_threads_option_sets_the_cpu_thread_count),
+        WITH_ENV(test_context_threads_env_sets_the_cpu_thread_count),
+        WITH_ENV(test_context_bad_threads_are_rejected_naming_the_value),
     };
     return cmocka_run_group_tests_name("context", tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "tests/testlib.h"
 
@@ -23,7 +24,7 @@
 #define NORM_EPS     1e-5f
 
 /* More elements than HD_CPU_PARALLEL_ELEMENTS (65536) in backends/cpu/rows.c, over many rows,
- * so the OpenMP path runs; odd sizes so the rows do not split evenly across threads. */
+ * so the thread pool's path runs; odd sizes so the rows do not split evenly across threads. */
 #define PARALLEL_ROWS 257
 #define PARALLEL_COLS 521
 
@@ -678,6 +679,117 @@ static void test_row_ops_parallel_path_matches_reference(void **state)
     }
 }
 
+static hd_context *cpu_context_with_threads(int threads)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.disable_opencl = true;
+    opt.threads = threads;
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
+    assert_int_equal(hd_context_cpu_threads(ctx), threads);
+    return ctx;
+}
+
+/* Rows are independent, so how they are split across threads must not change one bit. */
+static void test_row_ops_on_three_threads_equal_one_thread(void **state)
+{
+    (void)state;
+    hd_context *one = cpu_context_with_threads(1), *three = cpu_context_with_threads(3);
+    hd_rng rng = hd_test_rng(8950);
+    size_t n = (size_t)PARALLEL_ROWS * PARALLEL_COLS;
+    float *x = hd_test_random(&rng, n, -2.0f, 2.0f);
+    float *g = hd_test_random(&rng, PARALLEL_COLS, 0.5f, 1.5f);
+    float *b = hd_test_random(&rng, PARALLEL_COLS, -0.5f, 0.5f);
+    float *got[2];
+    for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
+        hd_context *ctxs[2] = {one, three};
+        for (int c = 0; c < 2; c++) {
+            hd_tensor *tx = hd_test_tensor(ctxs[c], PARALLEL_ROWS, PARALLEL_COLS, x);
+            hd_tensor *ty = hd_test_tensor(ctxs[c], PARALLEL_ROWS, PARALLEL_COLS, NULL);
+            hd_tensor *tg = hd_test_tensor(ctxs[c], 1, PARALLEL_COLS, g);
+            hd_tensor *tb = hd_test_tensor(ctxs[c], 1, PARALLEL_COLS, b);
+            expect_ok(ctxs[c], hd_test_row_call(ctxs[c], op, tx, tg, tb, NORM_EPS, ty),
+                      hd_test_row_op_name(op));
+            got[c] = hd_test_read(ty);
+            hd_tensor_destroy(tx);
+            hd_tensor_destroy(ty);
+            hd_tensor_destroy(tg);
+            hd_tensor_destroy(tb);
+        }
+        hd_test_expect_same(hd_test_row_op_name(op), got[1], got[0], n);
+        free(got[0]);
+        free(got[1]);
+    }
+    free(x);
+    free(g);
+    free(b);
+    hd_context_destroy(one);
+    hd_context_destroy(three);
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define SPEED_RUNS 15
+
+/* Median milliseconds of one row op on 512×1024. */
+static double row_op_median_ms(hd_context *ctx, hd_test_row_op op, hd_tensor *x, hd_tensor *g,
+                               hd_tensor *b, hd_tensor *y)
+{
+    double t[SPEED_RUNS];
+    for (int i = 0; i < SPEED_RUNS; i++) {
+        double start = now_ms();
+        expect_ok(ctx, hd_test_row_call(ctx, op, x, g, b, NORM_EPS, y), "timed row op");
+        t[i] = now_ms() - start;
+    }
+    qsort(t, SPEED_RUNS, sizeof t[0], compare_doubles);
+    return t[SPEED_RUNS / 2];
+}
+
+/* The CPU backend's row kernels and OpenBLAS share one thread setting, and idle row threads
+ * sleep: right after a GEMM, while OpenBLAS's threads still wait for work, a row op must run
+ * about as fast as before it. (With OpenMP spinning against OpenBLAS's pool on 2 cores,
+ * softmax on 512×1024 took 8 ms after a GEMM against 1 ms before.) The bound leaves room for
+ * a machine shared with other work. */
+static void test_row_ops_after_a_gemm_run_at_their_own_speed(void **state)
+{
+    hd_context *ctx = *state;
+    enum { ROWS = 512, COLS = 1024 };
+    hd_rng rng = hd_test_rng(8960);
+    float *data = hd_test_random(&rng, (size_t)ROWS * COLS, -2.0f, 2.0f);
+    float *w = hd_test_random(&rng, (size_t)COLS * COLS, -1.0f, 1.0f);
+    hd_tensor *x = hd_test_tensor(ctx, ROWS, COLS, data),
+              *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
+    hd_tensor *tw = hd_test_tensor(ctx, COLS, COLS, w), *c = hd_test_tensor(ctx, ROWS, COLS, NULL);
+    hd_tensor *g = hd_test_tensor(ctx, 1, COLS, NULL), *b = hd_test_tensor(ctx, 1, COLS, NULL);
+    for (hd_test_row_op op = HD_TEST_SOFTMAX; op <= HD_TEST_RMS_NORM; op++) {
+        double before = row_op_median_ms(ctx, op, x, g, b, y);
+        expect_ok(ctx, hd_gemm(ctx, false, false, 1.0f, x, tw, 0.0f, c), "GEMM");
+        double after = row_op_median_ms(ctx, op, x, g, b, y);
+        print_message("%s 512x1024 on %d CPU threads: %.3f ms before a GEMM, %.3f ms after\n",
+                      hd_test_row_op_name(op), hd_context_cpu_threads(ctx), before, after);
+        if (after > 3.0 * before + 0.5)
+            fail_msg("%s: %.3f ms per call after a GEMM against %.3f ms before",
+                     hd_test_row_op_name(op), after, before);
+    }
+    hd_tensor *all[] = {x, y, tw, c, g, b};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd_tensor_destroy(all[i]);
+    free(data);
+    free(w);
+}
+
 static void test_row_ops_empty_rows_or_cols_are_a_no_op(void **state)
 {
     hd_context *ctx = *state;
@@ -741,6 +853,8 @@ int main(void)
         cmocka_unit_test(test_rms_norm_zero_row_gives_zeros),
         cmocka_unit_test(test_row_ops_parallel_path_matches_reference),
         cmocka_unit_test(test_row_ops_empty_rows_or_cols_are_a_no_op),
+        cmocka_unit_test(test_row_ops_on_three_threads_equal_one_thread),
+        cmocka_unit_test(test_row_ops_after_a_gemm_run_at_their_own_speed),
     };
     return cmocka_run_group_tests_name("cpu_ops", tests, setup, teardown);
 }

@@ -1,14 +1,26 @@
+#include <stdlib.h>
+
 #include "backends/cpu/cpu.h"
+#include "dispatch/context.h"
+#include "dispatch/error.h"
 #include "dispatch/op.h"
 
 /* Without a calibration: a few cores' SGEMM rate and streaming bandwidth. */
 #define DEFAULT_CPU_GFLOPS 50.0
 #define DEFAULT_CPU_GBPS   10.0
 
+/* ctx->cpu_threads comes in as the request (0: default) and leaves as the count in use. */
 static hd_status cpu_probe(hd_context *ctx, void **state)
 {
-    (void)ctx;
-    *state = NULL; /* stateless: OpenBLAS and OpenMP keep their own thread pools */
+    hd_cpu_state *cpu = calloc(1, sizeof *cpu);
+    if (cpu == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CPU backend: no memory for its state");
+    ctx->cpu_threads = hd__cpu_threads_resolve(ctx->cpu_threads);
+    if (hd__cpu_pool_create(ctx->cpu_threads, &cpu->pool) != HD_OK) {
+        free(cpu);
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CPU backend: no memory for its threads");
+    }
+    *state = cpu;
     return HD_OK;
 }
 
@@ -60,11 +72,21 @@ static hd_status cpu_rms_norm(void *state, hd_context *ctx, const hd_op_args *ar
     return hd__cpu_rms_norm(state, ctx, &args->row);
 }
 
+static void cpu_destroy(void *state)
+{
+    hd_cpu_state *cpu = state;
+    if (cpu == NULL)
+        return;
+    hd__cpu_pool_destroy(cpu->pool);
+    free(cpu);
+}
+
 const hd_backend_impl hd__backend_cpu = {
     .name = "cpu",
     .id = HD_BACKEND_CPU,
     .place = HD_PLACE_HOST,
     .probe = cpu_probe,
+    .destroy = cpu_destroy,
     .estimate_us = cpu_estimate_us,
     .scale = cpu_scale,
     .run =

@@ -13,6 +13,25 @@ void hd__cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, flo
                    const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                    size_t ldc);
 
+/* The row kernels' thread pool (pool.c): the caller and threads-1 workers that sleep while
+ * idle. A NULL pool, or one of one thread, runs everything on the caller. */
+typedef struct hd_cpu_pool hd_cpu_pool;
+typedef void (*hd_cpu_pool_fn)(void *arg, size_t begin, size_t end);
+hd_status hd__cpu_pool_create(size_t threads, hd_cpu_pool **out);
+void hd__cpu_pool_destroy(hd_cpu_pool *pool);
+size_t hd__cpu_pool_threads(const hd_cpu_pool *pool);
+/* Calls fn(arg, begin, end) on contiguous parts of [0, n), one per thread, and waits. */
+void hd__cpu_pool_run(hd_cpu_pool *pool, size_t n, hd_cpu_pool_fn fn, void *arg);
+
+/* The threads of the CPU backend (threads.c): requested (hd_context_options.threads or
+ * $HD_THREADS; 0 for the default) becomes OpenBLAS's count and the pool's. */
+size_t hd__cpu_threads_resolve(size_t requested);
+
+/* The backend's state: one per context. */
+typedef struct hd_cpu_state {
+    hd_cpu_pool *pool;
+} hd_cpu_state;
+
 hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__cpu_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *args);

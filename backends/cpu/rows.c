@@ -1,7 +1,7 @@
 /*
- * Softmax, layer norm and RMS norm on the CPU, one row at a time. Rows are split across
- * threads when the input is large enough to pay for waking them. Sums are accumulated in
- * double: a 32768-wide row summed in float loses about four digits.
+ * Softmax, layer norm and RMS norm on the CPU, one row at a time. Rows are split across the
+ * backend's thread pool (pool.c) when the input is large enough to pay for waking it. Sums are
+ * accumulated in double: a 32768-wide row summed in float loses about four digits.
  *
  * Each pass over a row keeps LANES independent partial results (maximum, sums) that are
  * combined at the end. The compiler may not reorder a floating-point reduction by itself, so a
@@ -145,57 +145,65 @@ static void rms_norm_row(const float *x, const float *weight, float eps, float *
         y[j] = x[j] * rrms * weight[j];
 }
 
-static bool parallel_worth_it(const hd_row_args *r)
+/* One row op over a range of rows, as the pool runs it. */
+typedef struct rows_job {
+    const hd_row_args *r;
+    void (*row)(const hd_row_args *r, size_t i);
+} rows_job;
+
+static void rows_part(void *arg, size_t begin, size_t end)
 {
-    return r->rows > 1 && r->rows * r->cols >= HD_CPU_PARALLEL_ELEMENTS;
+    const rows_job *job = arg;
+    for (size_t i = begin; i < end; i++)
+        job->row(job->r, i);
+}
+
+/* Below HD_CPU_PARALLEL_ELEMENTS, or with one row, one thread is faster than waking the
+ * pool. */
+static hd_status run_rows(void *state, const hd_row_args *r,
+                          void (*row)(const hd_row_args *r, size_t i))
+{
+    hd_cpu_state *cpu = state;
+    rows_job job = {r, row};
+    bool parallel = r->rows > 1 && r->rows * r->cols >= HD_CPU_PARALLEL_ELEMENTS;
+    hd__cpu_pool_run(parallel && cpu != NULL ? cpu->pool : NULL, r->rows, rows_part, &job);
+    return HD_OK;
+}
+
+static void softmax_one(const hd_row_args *r, size_t i)
+{
+    size_t at = i * r->cols;
+    softmax_row(r->x->state->host + at, r->y->state->host + at, r->cols);
+}
+
+static void layer_norm_one(const hd_row_args *r, size_t i)
+{
+    size_t at = i * r->cols;
+    layer_norm_row(r->x->state->host + at, r->gamma->state->host, r->beta->state->host, r->eps,
+                   r->y->state->host + at, r->cols);
+}
+
+static void rms_norm_one(const hd_row_args *r, size_t i)
+{
+    size_t at = i * r->cols;
+    rms_norm_row(r->x->state->host + at, r->gamma->state->host, r->eps, r->y->state->host + at,
+                 r->cols);
 }
 
 hd_status hd__cpu_softmax(void *state, hd_context *ctx, const hd_row_args *r)
 {
-    (void)state;
     (void)ctx;
-    const float *x = r->x->state->host;
-    float *y = r->y->state->host;
-    size_t cols = r->cols;
-    long rows = (long)r->rows;
-#ifdef HD_HAVE_OPENMP
-#pragma omp parallel for schedule(static) if (parallel_worth_it(r))
-#endif
-    for (long i = 0; i < rows; i++)
-        softmax_row(x + (size_t)i * cols, y + (size_t)i * cols, cols);
-    (void)parallel_worth_it;
-    return HD_OK;
+    return run_rows(state, r, softmax_one);
 }
 
 hd_status hd__cpu_layer_norm(void *state, hd_context *ctx, const hd_row_args *r)
 {
-    (void)state;
     (void)ctx;
-    const float *x = r->x->state->host, *gamma = r->gamma->state->host,
-                *beta = r->beta->state->host;
-    float *y = r->y->state->host;
-    size_t cols = r->cols;
-    long rows = (long)r->rows;
-#ifdef HD_HAVE_OPENMP
-#pragma omp parallel for schedule(static) if (parallel_worth_it(r))
-#endif
-    for (long i = 0; i < rows; i++)
-        layer_norm_row(x + (size_t)i * cols, gamma, beta, r->eps, y + (size_t)i * cols, cols);
-    return HD_OK;
+    return run_rows(state, r, layer_norm_one);
 }
 
 hd_status hd__cpu_rms_norm(void *state, hd_context *ctx, const hd_row_args *r)
 {
-    (void)state;
     (void)ctx;
-    const float *x = r->x->state->host, *weight = r->gamma->state->host;
-    float *y = r->y->state->host;
-    size_t cols = r->cols;
-    long rows = (long)r->rows;
-#ifdef HD_HAVE_OPENMP
-#pragma omp parallel for schedule(static) if (parallel_worth_it(r))
-#endif
-    for (long i = 0; i < rows; i++)
-        rms_norm_row(x + (size_t)i * cols, weight, r->eps, y + (size_t)i * cols, cols);
-    return HD_OK;
+    return run_rows(state, r, rms_norm_one);
 }

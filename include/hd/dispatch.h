@@ -135,6 +135,11 @@ typedef struct hd_context_options {
     bool warmup;            /* true: build every kernel at creation (see hd_context_warmup) */
     hd_precision gemm_precision; /* GEMM arithmetic; HD_PRECISION_FP32 (the default):
                                     $HD_GEMM_PRECISION ("fp32", "fp32x3", "tf32"), else fp32 */
+    int threads;            /* threads of the CPU backend, shared by OpenBLAS and the row
+                               kernels; 0: $HD_THREADS, else OpenBLAS's own count (which
+                               follows $OPENBLAS_NUM_THREADS, else the cores available). A
+                               count set here or in $HD_THREADS is also given to OpenBLAS,
+                               whose count is per process: the last context created sets it */
     /* Notes: what the library did that is worth knowing but is no error (a backend that is
      * not available here, a tuning cache that was ignored and why, a call that ran on its
      * second backend after the first failed). log(log_user, message) is called with one
@@ -180,7 +185,8 @@ HD_API void hd_context_options_init(hd_context_options *opt);
  * the detail.
  *
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (ctx NULL, a malformed backend or device
- * specification; the message says which), HD_ERR_OUT_OF_MEMORY.
+ * specification, a negative thread count or a malformed $HD_THREADS; the message says which),
+ * HD_ERR_OUT_OF_MEMORY.
  */
 HD_API hd_status hd_context_create(hd_context **ctx, const hd_context_options *opt);
 
@@ -194,6 +200,10 @@ HD_API void hd_context_destroy(hd_context *ctx);
  * most recent failed hd_context_create() (which has no context left to keep it on), or "" if
  * the last one succeeded or none was made. */
 HD_API const char *hd_context_last_error(const hd_context *ctx);
+
+/* The number of threads the CPU backend uses (OpenBLAS and the row kernels); 0 for NULL.
+ * Idle threads sleep: they do not spin on cores another pool needs. */
+HD_API int hd_context_cpu_threads(const hd_context *ctx);
 
 /* Name of the OpenCL device the context uses, or "none" without one. Owned by the context. */
 HD_API const char *hd_context_device_name(const hd_context *ctx);

@@ -1,0 +1,36 @@
+/*
+ * One thread count for the CPU backend, shared by OpenBLAS (GEMM, the LoRA products) and the
+ * row kernels' pool, so that the two never ask for more cores than the setting allows.
+ *
+ * Without a setting the count is OpenBLAS's own, which already follows $OPENBLAS_NUM_THREADS
+ * and $OMP_NUM_THREADS and otherwise the cores this process may run on; OpenBLAS is then left
+ * as it is. An explicit setting is given to OpenBLAS, whose count is one per process: the
+ * context created last decides it.
+ */
+#include <unistd.h>
+
+#include "backends/cpu/cpu.h"
+
+#ifdef HD_HAVE_OPENBLAS_THREADS
+#include <cblas.h>
+#endif
+
+static size_t online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (size_t)n : 1;
+}
+
+size_t hd__cpu_threads_resolve(size_t requested)
+{
+#ifdef HD_HAVE_OPENBLAS_THREADS
+    if (requested > 0) {
+        openblas_set_num_threads((int)requested);
+        return requested;
+    }
+    int n = openblas_get_num_threads();
+    return n > 0 ? (size_t)n : online_cpus();
+#else
+    return requested > 0 ? requested : online_cpus();
+#endif
+}
