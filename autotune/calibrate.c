@@ -143,3 +143,26 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
         out->cpu_gbps = bps * 1e-9;
     return s;
 }
+
+double hd__calibrate_estimate_s(const hd_tune_calibration *cal, bool gpu, hd_backend b,
+                                bool matmul, double flops, double bytes)
+{
+    double cpu_gflops = cal->cpu_gflops > 0.0 ? cal->cpu_gflops : 20.0;
+    double cpu_gbps = cal->cpu_gbps > 0.0 ? cal->cpu_gbps : 5.0;
+    /* Row ops make two or three passes over their row, not one. */
+    double cpu_s = bytes * 3.0 / (cpu_gbps * 1e9) + (matmul ? flops / (cpu_gflops * 1e9) : 0.0);
+    if (b == HD_BACKEND_CPU)
+        return cpu_s;
+    if (!gpu) {
+        double rate = cal->gemm_gflops > 0.0 ? cal->gemm_gflops : cpu_gflops / 4.0;
+        if (b == HD_BACKEND_FUSED && matmul)
+            rate /= 4.0;
+        return 1e-3 + bytes * 3.0 / (cpu_gbps * 1e9) + (matmul ? flops / (rate * 1e9) : 0.0);
+    }
+    double launch_s = (cal->launch_us > 0.0 ? cal->launch_us : 20.0) * 1e-6;
+    double gflops = cal->gemm_gflops > 0.0 ? cal->gemm_gflops : 1000.0;
+    double gbps = cal->copy_gbps > 0.0 ? cal->copy_gbps : 100.0;
+    if (b == HD_BACKEND_FUSED && matmul)
+        gflops /= 4.0;
+    return 3.0 * launch_s + bytes / (gbps * 1e9) + (matmul ? flops / (gflops * 1e9) : 0.0);
+}

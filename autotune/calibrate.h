@@ -31,4 +31,15 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out);
 hd_status hd__calibrate_gemm(hd_context *ctx, hd_backend b, size_t n, hd_measure_mode mode,
                              double budget_s, hd_measure_result *out);
 
+/*
+ * Seconds one call of an op is expected to take on backend b, from the calibration (fields
+ * left 0 take modest defaults), before anything runs: the tools skip what cannot finish within
+ * their time budget. flops and bytes are the op's (bench/suites.h); matmul says whether it is
+ * GEMM-like. Deliberately pessimistic, since a call once started cannot be stopped: the
+ * fused kernels are taken at a quarter of the device's GEMM rate on matrix products, and an
+ * OpenCL device that is the CPU itself (gpu false) at a quarter of the CPU's rate.
+ */
+double hd__calibrate_estimate_s(const hd_tune_calibration *cal, bool gpu, hd_backend b, bool matmul,
+                                double flops, double bytes);
+
 #endif

@@ -64,6 +64,18 @@ void hd__measure_config_init(hd_measure_config *cfg, hd_measure_mode mode)
     };
 }
 
+static volatile sig_atomic_t *stop_flag;
+
+void hd__measure_set_stop_flag(volatile sig_atomic_t *flag)
+{
+    stop_flag = flag;
+}
+
+static bool stopping(void)
+{
+    return stop_flag != NULL && *stop_flag != 0;
+}
+
 #ifdef HD_HAVE_OPENCL
 /* Whether the last op ran where device events cannot see it. */
 static bool ran_on_host(const hd_context *ctx)
@@ -141,7 +153,7 @@ static hd_status warm_up(hd_context *ctx, const hd_measure_config *cfg, hd_measu
     unsigned count = cfg->warmup > sets ? cfg->warmup : (unsigned)sets;
     if (count == 0)
         count = 1;
-    for (unsigned i = 0; i < count; i++) {
+    for (unsigned i = 0; i < count && !(i > 0 && stopping()); i++) {
         hd_status s = sample_sync(ctx, fn, user, i % sets, last_s);
         if (s != HD_OK)
             return s;
@@ -187,7 +199,8 @@ hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_
     size_t set = 0;
     double spent = 0.0;
     unsigned runs = 0;
-    while (runs < max_runs && (runs < min_runs || spent < cfg->budget_s)) {
+    while (runs < max_runs && (runs < min_runs || spent < cfg->budget_s) &&
+           !(runs > 0 && stopping())) {
         double t0 = hd__measure_now(), seconds = 0.0;
         switch (cfg->mode) {
         case HD_MEASURE_DEVICE:

@@ -21,6 +21,7 @@
 #ifndef HD_AUTOTUNE_MEASURE_H
 #define HD_AUTOTUNE_MEASURE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -68,6 +69,11 @@ void hd__measure_config_init(hd_measure_config *cfg, hd_measure_mode mode);
  */
 hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn, void *user,
                       hd_measure_result *out);
+
+/* A flag the tools' SIGINT handler sets: once it is non-zero, hd__measure() stops after the
+ * call in progress and reports the samples taken so far (at least one), so that an interrupt
+ * takes effect within one call rather than one measurement. NULL: never stop early. */
+void hd__measure_set_stop_flag(volatile sig_atomic_t *flag);
 
 /* "device", "sync", "chain". */
 const char *hd__measure_mode_name(hd_measure_mode mode);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bench/compare.h"
+#include "bench/results.h"
 
 static const char *const mode_order[] = {"device", "chain", "sync"};
 
@@ -46,14 +47,7 @@ static const hd_json *results_of(const hd_json *doc, const char *which, char *er
 
 static void format_time(char *buf, size_t cap, double s)
 {
-    if (s <= 0)
-        snprintf(buf, cap, "-");
-    else if (s < 1e-3)
-        snprintf(buf, cap, "%.1f us", s * 1e6);
-    else if (s < 1.0)
-        snprintf(buf, cap, "%.2f ms", s * 1e3);
-    else
-        snprintf(buf, cap, "%.3f s", s);
+    hd__bench_time_text(buf, cap, s, 12);
 }
 
 static bool seen_before(const hd_json *results, size_t i)
@@ -119,8 +113,8 @@ int hd__bench_compare(FILE *out, const hd_json *ours, const hd_json *peer, const
                 strcmp(hd__json_str(&mine->items[j], "backend", ""), "auto") == 0)
                 ran_on = hd__json_str(&mine->items[j], "ran_on", "-");
         snprintf(ab, sizeof ab, "(%s)", a.seconds > 0 ? ran_on : "-");
-        fprintf(out, "%-24s %-6s %12s %-14s %12s %-14s %12s %8s %8s\n", name, m, to, ob, ta, ab, tp,
-                r, ra);
+        fprintf(out, "%-24s %-6s %s %-14s %s %-14s %s %8s %8s\n", name, m, to, ob, ta, ab, tp, r,
+                ra);
     }
     for (size_t i = 0; i < theirs->count; i++) {
         const char *name = hd__json_str(&theirs->items[i], "case", "");
@@ -138,5 +132,9 @@ int hd__bench_compare(FILE *out, const hd_json *ours, const hd_json *peer, const
     if (n_auto > 0)
         fprintf(out, ", auto %.2fx over %d", exp(log_sum_auto / n_auto), n_auto);
     fputc('\n', out);
+    fputs("  ours best: the fastest of our backends forced on the case; auto: the dispatcher's\n"
+          "  own choice (the backend it ran on); peer: the peer in the same mode (device events,\n"
+          "  sync: one op and its wait, chain: per op of a queued chain); medians per call.\n",
+          out);
     return 0;
 }

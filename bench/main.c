@@ -4,6 +4,7 @@
  * reference, judged against the measured roofline, and compared with a peer on request.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
+#include "autotune/table.h"
 #include "bench/case.h"
 #include "bench/compare.h"
 #include "bench/results.h"
@@ -23,23 +25,45 @@
 #define MAX_SUITES 8
 #define MAX_ROUNDS 16
 
+/* Exit codes (documented in --help and README.md). */
+enum {
+    EXIT_DONE = 0,          /* every case ran or was skipped with a note; outputs written */
+    EXIT_OUTPUT = 1,        /* an output file could not be written, or --compare failed */
+    EXIT_USAGE = 2,         /* bad command line */
+    EXIT_NO_CONTEXT = 3,    /* the library could not start */
+    EXIT_INTERRUPTED = 130, /* SIGINT or SIGTERM: the finished cases are written */
+};
+
+/* Set by SIGINT or SIGTERM: the run stops after the call in progress and writes what it has. */
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig)
+{
+    static const char msg[] = "\ndispatch-bench: interrupted: stopping after the call in "
+                              "progress and writing the finished cases (again: quit at once)\n";
+    interrupted = 1;
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    signal(sig, SIG_DFL);
+}
+
 typedef struct options {
     const char *suites[MAX_SUITES];
     int suite_count;
     bool modes[HD_MEASURE_MODE_COUNT];
     bool backends[HD_BACKEND_COUNT];
     unsigned warmup, repeats, max_runs, chain, rounds;
-    double budget_ms, peak_gflops, max_elements, case_budget_s;
+    double budget_ms, peak_gflops, max_elements, case_budget_s, max_time_s;
     bool csv, list_cases, quiet, cpu_only;
-    const char *json_path, *csv_path, *compare_path, *ours_path, *compare_mode, *device;
+    const char *json_path, *csv_path, *compare_path, *ours_path, *compare_mode, *device, *cache;
     uint64_t seed;
 } options;
 
 static void usage(FILE *f)
 {
     fputs("usage: dispatch-bench [options]\n"
-          "  --suite NAME        seed, train, gemm, ci, or all (= seed,train,gemm); repeatable,\n"
-          "                      or a comma list (default: seed)\n"
+          "  --suites LIST       comma list of seed, train, gemm, ci, or all (= seed,train,\n"
+          "                      gemm) (default: seed; --suite is the same option)\n"
           "  --modes LIST        device,sync,chain (default: all three)\n"
           "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
           "  --repeats N         at least N timed runs per mode (default 5)\n"
@@ -53,20 +77,37 @@ static void usage(FILE *f)
           "  --chain N           ops per chain sample (default: enough for ~2 ms, 4..256)\n"
           "  --peak-flops GFLOPS compute roof (default: the best GEMM rate measured in this run)\n"
           "  --max-elements N    skip cases holding more than N floats (says so)\n"
-          "  --case-budget-s S   skip cases estimated to take longer than S seconds in all\n"
-          "                      (default 120 without a GPU, unlimited with one; 0: unlimited)\n"
+          "  --case-budget-s S   per case, skip each backend estimated (from the calibration,\n"
+          "                      then from its checked call) to take more than its share of S\n"
+          "                      seconds, with a note saying so (default 30; 0: unlimited)\n"
+          "  --max-time S        the whole run within about S seconds: the case budget shrinks\n"
+          "                      to share what is left among the cases left (default: no limit)\n"
           "  --csv               CSV on standard output instead of the table\n"
           "  --csv-out FILE      also write the CSV to FILE\n"
-          "  --json FILE         also write the results as JSON (schema hd-bench/1)\n"
+          "  --json FILE         also write the results as JSON (schema hd-bench/1); '-': JSON\n"
+          "                      alone on standard output (the table goes to standard error)\n"
           "  --compare PEER.json print the gap table against a peer's results\n"
           "  --ours OURS.json    with --compare: compare this file instead of running\n"
           "  --compare-mode M    device, sync or chain (default: per case, the first both have\n"
           "                      of device, chain, sync)\n"
           "  --list-cases        list the suites' cases (with --json FILE: as JSON, '-' = stdout)\n"
-          "  --device SPEC       OpenCL device index or name substring\n"
+          "  --device SPEC       OpenCL device index or name substring (as $HD_DEVICE)\n"
+          "  --cache PATH        the tuning cache auto uses (default: $HD_TUNE_CACHE, else\n"
+          "                      $XDG_CACHE_HOME/hd-dispatch/tune.txt or\n"
+          "                      ~/.cache/hd-dispatch/tune.txt)\n"
           "  --cpu-only          no OpenCL: the CPU backend alone\n"
           "  --seed N            random data seed (default: from the clock)\n"
-          "  --quiet             no progress line\n",
+          "  --quiet             no progress lines\n"
+          "  --version           the tool's and the library's version\n"
+          "  --help              this text\n"
+          "\n"
+          "Progress goes to standard error: one line with the ETA on a terminal, else one line\n"
+          "per case with the elapsed time. Ctrl-C stops after the call in progress and writes the\n"
+          "table, CSV and JSON of the finished cases.\n"
+          "\n"
+          "Exit status: 0 done (skipped cases carry a note); 1 an output could not be written or\n"
+          "--compare failed; 2 bad command line; 3 the library could not start; 130 interrupted\n"
+          "(the finished cases are written).\n",
           f);
 }
 
@@ -87,7 +128,10 @@ static bool add_suite(const char *name, options *o)
         return add_suite("seed", o) && add_suite("train", o) && add_suite("gemm", o);
     const hd_bench_suite *s = hd__bench_suite_find(name);
     if (s == NULL) {
-        fprintf(stderr, "dispatch-bench: unknown suite '%s'\n", name);
+        fprintf(stderr,
+                "dispatch-bench: unknown suite '%s' (expected seed, train, gemm, ci or "
+                "all)\n",
+                name);
         return false;
     }
     for (int i = 0; i < o->suite_count; i++)
@@ -103,7 +147,8 @@ static bool add_mode(const char *name, options *o)
 {
     hd_measure_mode m;
     if (!hd__measure_mode_from_name(name, &m)) {
-        fprintf(stderr, "dispatch-bench: unknown mode '%s'\n", name);
+        fprintf(stderr, "dispatch-bench: unknown mode '%s' (expected device, sync or chain)\n",
+                name);
         return false;
     }
     o->modes[m] = true;
@@ -114,7 +159,10 @@ static bool add_backend(const char *name, options *o)
 {
     hd_backend b;
     if (!hd__backend_from_name(name, &b)) {
-        fprintf(stderr, "dispatch-bench: unknown backend '%s'\n", name);
+        fprintf(stderr,
+                "dispatch-bench: unknown backend '%s' (expected cpu, clblast, fused, "
+                "clblast+fused or auto)\n",
+                name);
         return false;
     }
     o->backends[b] = true;
@@ -126,18 +174,36 @@ static bool parse_number(const char *opt, const char *arg, double *out)
     char *end;
     *out = arg ? strtod(arg, &end) : 0.0;
     if (arg == NULL || end == arg || *end != '\0' || !(*out >= 0)) {
-        fprintf(stderr, "dispatch-bench: %s needs a number >= 0\n", opt);
+        fprintf(stderr, "dispatch-bench: %s: '%s' is not a number >= 0\n", opt, arg ? arg : "");
         return false;
     }
     return true;
 }
 
-/* Returns 0 to go on, 1 for a clean exit (--help), 2 for a usage error. */
+/* The options that take a value, for the message when the value is missing. */
+static bool takes_value(const char *a)
+{
+    static const char *const with_value[] = {
+        "--suites",     "--suite",        "--modes",         "--backends", "--repeats",
+        "--max-runs",   "--budget-ms",    "--rounds",        "--warmup",   "--chain",
+        "--peak-flops", "--max-elements", "--case-budget-s", "--max-time", "--seed",
+        "--csv-out",    "--json",         "--compare",       "--ours",     "--compare-mode",
+        "--device",     "--cache"};
+    for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++)
+        if (strcmp(a, with_value[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Returns 0 to go on, 1 for a clean exit (--help, --version), 2 for a usage error. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    *o = (options){
-        .warmup = 3, .repeats = 5, .max_runs = 1000, .rounds = 3, .budget_ms = 300,
-        .case_budget_s = -1};
+    *o = (options){.warmup = 3,
+                   .repeats = 5,
+                   .max_runs = 1000,
+                   .rounds = 3,
+                   .budget_ms = 300,
+                   .case_budget_s = 30};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     o->seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
@@ -148,7 +214,13 @@ static int parse_options(int argc, char **argv, options *o)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 1;
-        } else if (strcmp(a, "--suite") == 0 && v) {
+        } else if (strcmp(a, "--version") == 0) {
+            printf("dispatch-bench %s (library %s)\n", HD_VERSION_STRING, hd_version());
+            return 1;
+        } else if (strncmp(a, "--", 2) == 0 && v == NULL && takes_value(a)) {
+            fprintf(stderr, "dispatch-bench: %s needs a value\n", a);
+            return 2;
+        } else if ((strcmp(a, "--suites") == 0 || strcmp(a, "--suite") == 0) && v) {
             ok = parse_list(v, add_suite, o);
         } else if (strcmp(a, "--modes") == 0 && v) {
             ok = parse_list(v, add_mode, o);
@@ -172,6 +244,8 @@ static int parse_options(int argc, char **argv, options *o)
             o->max_elements = num;
         } else if (strcmp(a, "--case-budget-s") == 0 && (ok = parse_number(a, v, &num))) {
             o->case_budget_s = num;
+        } else if (strcmp(a, "--max-time") == 0 && (ok = parse_number(a, v, &num))) {
+            o->max_time_s = num;
         } else if (strcmp(a, "--seed") == 0 && (ok = parse_number(a, v, &num))) {
             o->seed = strtoull(v, NULL, 0);
         } else if (strcmp(a, "--csv-out") == 0 && v) {
@@ -185,11 +259,20 @@ static int parse_options(int argc, char **argv, options *o)
         } else if (strcmp(a, "--compare-mode") == 0 && v) {
             hd_measure_mode m;
             ok = hd__measure_mode_from_name(v, &m);
+            if (!ok)
+                fprintf(stderr,
+                        "dispatch-bench: --compare-mode: unknown mode '%s' (expected "
+                        "device, sync or chain)\n",
+                        v);
             o->compare_mode = v;
         } else if (strcmp(a, "--device") == 0 && v) {
             o->device = v;
+        } else if (strcmp(a, "--cache") == 0 && v) {
+            o->cache = v;
         } else {
             takes = false;
+            if (!ok) /* a value the parser refused, and said so */
+                return 2;
             if (strcmp(a, "--csv") == 0)
                 o->csv = true;
             else if (strcmp(a, "--list-cases") == 0)
@@ -198,15 +281,18 @@ static int parse_options(int argc, char **argv, options *o)
                 o->quiet = true;
             else if (strcmp(a, "--cpu-only") == 0)
                 o->cpu_only = true;
-            else
-                ok = false;
+            else {
+                fprintf(stderr, "dispatch-bench: unknown option '%s' (see --help)\n", a);
+                return 2;
+            }
         }
-        if (!ok) {
-            fprintf(stderr, "dispatch-bench: bad or incomplete option '%s'\n", a);
-            usage(stderr);
+        if (!ok) /* the parser said what was wrong */
             return 2;
-        }
         i += takes;
+    }
+    if (o->csv && o->json_path != NULL && strcmp(o->json_path, "-") == 0) {
+        fprintf(stderr, "dispatch-bench: --csv and --json - both want standard output\n");
+        return 2;
     }
     if (o->suite_count == 0)
         add_suite("seed", o);
@@ -240,7 +326,8 @@ static void list_cases(FILE *f)
 
 /* ---- progress ---- */
 
-static bool progress_on;
+static bool progress_on;  /* a terminal: one line, rewritten */
+static bool progress_log; /* not a terminal and not --quiet: one line per case */
 
 static void progress(const char *fmt, ...) HD_PRINTF(1, 2);
 
@@ -326,8 +413,29 @@ typedef struct bench_state {
     hd_bench_run *run;
     bool gpu;
     double cpu_rate;
+    hd_tune_calibration cal; /* the estimates' rates: the tuner's, then this run's */
     size_t done, total;
+    double start;          /* when the cases began */
+    double *case_est_s;    /* each case's estimate, for the ETA; NULL: none */
+    size_t timed, skipped; /* backends of the current case */
 } bench_state;
+
+/* The rates the estimates run on: the tuner's calibration where the cache has one, with this
+ * run's own measurements in their place where it made them. */
+static void estimate_rates(bench_state *st)
+{
+    const hd_tune_calibration *cal = hd__tune_calibration(st->ctx);
+    if (cal != NULL)
+        st->cal = *cal;
+    if (st->cpu_rate > 0)
+        st->cal.cpu_gflops = st->cpu_rate / 1e9;
+    if (st->run->roof.host_bandwidth > 0)
+        st->cal.cpu_gbps = st->run->roof.host_bandwidth / 1e9;
+    if (st->gpu && st->run->roof.peak_flops > 0)
+        st->cal.gemm_gflops = st->run->roof.peak_flops / 1e9;
+    if (st->run->roof.device_bandwidth > 0)
+        st->cal.copy_gbps = st->run->roof.device_bandwidth / 1e9;
+}
 
 static int backend_count(const options *o)
 {
@@ -353,21 +461,59 @@ static double estimate_backend_s(const bench_state *st, double op_s)
     return total;
 }
 
-/* Seconds the case would take in all, its ops estimated from the CPU's GEMM rate and memory
- * bandwidth, which is what runs them on a machine without a GPU. */
-static double estimate_case_s(const bench_state *st, const hd_bench_case *c)
+/* Seconds one call of case c is expected to take on b, before anything runs; auto as the
+ * fastest backend it may choose. */
+static double estimate_op_s(const bench_state *st, hd_backend b, const hd_bench_case *c)
 {
-    double rate = st->cpu_rate > 0 ? st->cpu_rate : 1e9;
-    double bw = st->run->roof.host_bandwidth > 0 ? st->run->roof.host_bandwidth : 1e9;
-    double op = hd__bench_case_flops(c) / (hd__bench_case_compute_bound(c) ? rate : 4 * rate);
-    if (hd__bench_case_bytes(c) / bw > op)
-        op = hd__bench_case_bytes(c) / bw;
-    return estimate_backend_s(st, op) * backend_count(st->o);
+    bool matmul = hd__bench_case_compute_bound(c) != 0;
+    double flops = hd__bench_case_flops(c), bytes = hd__bench_case_bytes(c);
+    if (b != HD_BACKEND_AUTO)
+        return hd__calibrate_estimate_s(&st->cal, st->gpu, b, matmul, flops, bytes);
+    double best = INFINITY;
+    for (int i = HD_BACKEND_CPU; i < HD_BACKEND_COUNT; i++)
+        if (hd_context_has_backend(st->ctx, (hd_backend)i))
+            best = fmin(best, hd__calibrate_estimate_s(&st->cal, st->gpu, (hd_backend)i, matmul,
+                                                       flops, bytes));
+    return best;
 }
 
+/* The seconds case index `remaining` cases from the end may take: --case-budget-s, or less
+ * where --max-time leaves less per case left; 0 for no limit, negative when time is up. */
 static double case_limit_s(const bench_state *st)
 {
-    return st->o->case_budget_s >= 0 ? st->o->case_budget_s : st->gpu ? 0.0 : 120.0;
+    double limit = st->o->case_budget_s;
+    if (st->o->max_time_s > 0) {
+        double left = st->o->max_time_s - (hd__measure_now() - st->start);
+        double share = left / (double)(st->total - st->done);
+        if (share <= 0)
+            return -1.0;
+        if (limit <= 0 || share < limit)
+            limit = share;
+    }
+    return limit;
+}
+
+/* A backend's share of the case budget: 0 for no limit. */
+static double backend_limit_s(const bench_state *st)
+{
+    double limit = case_limit_s(st);
+    return limit > 0 ? limit / backend_count(st->o) : limit;
+}
+
+/* Seconds case c is expected to take in all (the backends over their share count as
+ * skipped, nearly free), for the ETA. */
+static double estimate_case_s(const bench_state *st, const hd_bench_case *c)
+{
+    double share = st->o->case_budget_s > 0 ? st->o->case_budget_s / backend_count(st->o) : 0;
+    double total = 0.0;
+    for (int b = 0; b < HD_BACKEND_COUNT; b++) {
+        if (!st->o->backends[b] ||
+            (b != HD_BACKEND_AUTO && !hd_context_has_backend(st->ctx, (hd_backend)b)))
+            continue;
+        double t = estimate_backend_s(st, estimate_op_s(st, (hd_backend)b, c));
+        total += share > 0 && t > share ? 0.0 : t;
+    }
+    return total;
 }
 
 /* A record that says why a case or a backend did not run. */
@@ -466,8 +612,8 @@ static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t 
             continue;
         round_samples rs[HD_BACKEND_COUNT + 1];
         memset(rs, 0, sizeof rs);
-        for (unsigned round = 0; round < st->o->rounds; round++) {
-            for (size_t k = 0; k < n; k++) {
+        for (unsigned round = 0; round < st->o->rounds && !interrupted; round++) {
+            for (size_t k = 0; k < n && !interrupted; k++) {
                 size_t i = (k + round) % n;
                 hd_bench_record *r = &st->run->records[record_index[i]];
                 if (r->state == HD_BENCH_OK)
@@ -510,17 +656,47 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
         snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
         return false;
     }
-    progress("[%zu/%zu] %s: %s on %s, check", st->done + 1, st->total, suite, name, r->backend);
+    /* What cannot finish within its share of the budget is not started: one call, once
+     * queued, cannot be stopped. */
+    double limit = backend_limit_s(st);
+    double est = estimate_backend_s(st, estimate_op_s(st, b, &inst->c));
+    if (limit < 0 || (limit > 0 && est > limit)) {
+        hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
+        r->state = HD_BENCH_SKIPPED;
+        if (limit < 0)
+            snprintf(r->note, sizeof r->note, "no time left (--max-time %.0f s)",
+                     st->o->max_time_s);
+        else
+            snprintf(r->note, sizeof r->note,
+                     "est. %.3g s > budget %.3g s (from the calibration; --case-budget-s)", est,
+                     limit);
+        return false;
+    }
+    /* A first call builds the kernels the shape needs: its time is not the op's. */
+    progress("[%zu/%zu] %s: %s on %s, first call (builds kernels)", st->done + 1, st->total, suite,
+             name, r->backend);
     double t0 = hd__measure_now();
-    hd_status s = hd__bench_instance_check(inst, &r->check);
+    hd_status s = HD_OK;
+    if (b != HD_BACKEND_CPU) {
+        s = hd__bench_instance_run(st->ctx, inst, 0);
+        if (s == HD_OK)
+            s = hd_sync(st->ctx);
+    }
+    double first_s = hd__measure_now() - t0;
+    progress("[%zu/%zu] %s: %s on %s, check", st->done + 1, st->total, suite, name, r->backend);
+    t0 = hd__measure_now();
+    if (s == HD_OK)
+        s = hd__bench_instance_check(inst, &r->check);
     double check_s = hd__measure_now() - t0;
     r->ran_on = hd_context_last_backend(st->ctx);
     hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
     /* A backend far slower than the estimate (PoCL running CLBlast, say) is caught here, by
      * the time its checked call really took. */
-    double limit = case_limit_s(st) / backend_count(st->o);
-    double est = estimate_backend_s(st, check_s);
-    if (s != HD_OK) {
+    est = estimate_backend_s(st, check_s);
+    if (interrupted) {
+        r->state = HD_BENCH_SKIPPED;
+        snprintf(r->note, sizeof r->note, "interrupted");
+    } else if (s != HD_OK) {
         r->state = HD_BENCH_ERROR;
         snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
     } else if (b != HD_BACKEND_AUTO && r->ran_on != b) {
@@ -534,8 +710,9 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     } else if (limit > 0 && est > limit) {
         r->state = HD_BENCH_SKIPPED;
         snprintf(r->note, sizeof r->note,
-                 "est. %.0f s > budget %.0f s (one checked call took %.2f s; --case-budget-s)", est,
-                 limit, check_s);
+                 "est. %.3g s > budget %.3g s (one checked call took %.3g s, the first %.3g s; "
+                 "--case-budget-s)",
+                 est, limit, check_s, first_s);
     } else {
         return true;
     }
@@ -553,10 +730,8 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
         add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED, note);
         return;
     }
-    double limit = case_limit_s(st);
-    double est = estimate_case_s(st, c);
-    if (limit > 0 && est > limit) {
-        snprintf(note, sizeof note, "est. %.0f s > budget %.0f s (--case-budget-s)", est, limit);
+    if (case_limit_s(st) < 0) {
+        snprintf(note, sizeof note, "no time left (--max-time %.0f s)", st->o->max_time_s);
         add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED, note);
         return;
     }
@@ -572,13 +747,58 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
     size_t record_index[HD_BACKEND_COUNT + 1];
     hd_backend timed[HD_BACKEND_COUNT + 1];
     size_t n = 0;
-    for (int i = 1; i <= HD_BACKEND_COUNT; i++) {
+    for (int i = 1; i <= HD_BACKEND_COUNT && !interrupted; i++) {
         hd_backend b = (hd_backend)(i % HD_BACKEND_COUNT);
         if (st->o->backends[b] && check_backend(st, &inst, suite, name, b, &record_index[n]))
             timed[n++] = b;
     }
     measure_case(st, &inst, record_index, timed, n);
     hd__bench_instance_destroy(&inst);
+}
+
+static void format_duration(char *buf, size_t size, double s)
+{
+    if (s < 60)
+        snprintf(buf, size, "%.1f s", s);
+    else
+        snprintf(buf, size, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
+
+/* The ETA on a terminal: the estimates of the cases left, each within its budget. */
+static void progress_case_start(const bench_state *st, const char *suite, const hd_bench_case *c)
+{
+    if (!progress_on || st->case_est_s == NULL)
+        return;
+    double left = 0.0;
+    for (size_t i = st->done; i < st->total; i++)
+        left += st->case_est_s[i];
+    char name[64], eta[32];
+    hd__bench_case_name(c, name, sizeof name);
+    format_duration(eta, sizeof eta, left);
+    progress("[%zu/%zu] %s: %s (ETA %s)", st->done + 1, st->total, suite, name, eta);
+}
+
+/* One line per finished case where the output is not a terminal (logs, CI, tee). */
+static void progress_case_done(const bench_state *st, const char *suite, const hd_bench_case *c,
+                               size_t first_record, double case_s)
+{
+    if (!progress_log)
+        return;
+    size_t ok = 0, skipped = 0, other = 0;
+    for (size_t i = first_record; i < st->run->count; i++) {
+        hd_bench_state state = st->run->records[i].state;
+        ok += state == HD_BENCH_OK;
+        skipped += state == HD_BENCH_SKIPPED;
+        other += state != HD_BENCH_OK && state != HD_BENCH_SKIPPED;
+    }
+    char name[64], took[32], elapsed[32];
+    hd__bench_case_name(c, name, sizeof name);
+    format_duration(took, sizeof took, case_s);
+    format_duration(elapsed, sizeof elapsed, hd__measure_now() - st->start);
+    fprintf(stderr,
+            "[%zu/%zu] %s: %s: %zu timed, %zu skipped, %zu n/a or failed in %s "
+            "(elapsed %s)\n",
+            st->done + 1, st->total, suite, name, ok, skipped, other, took, elapsed);
 }
 
 /* ---- output ---- */
@@ -612,10 +832,14 @@ static int compare_with_peer(const hd_bench_run *run, const options *o)
 
 static int write_outputs(hd_bench_run *run, const options *o)
 {
+    /* JSON on standard output stands alone there: the table moves to standard error. */
+    bool json_stdout = o->json_path != NULL && strcmp(o->json_path, "-") == 0;
     if (o->csv)
         hd__bench_write_csv(stdout, run);
-    else
+    else if (!json_stdout)
         hd__bench_write_table(stdout, run);
+    else if (!o->quiet)
+        hd__bench_write_table(stderr, run);
     if (o->csv_path != NULL) {
         FILE *f = fopen(o->csv_path, "w");
         if (f != NULL)
@@ -637,7 +861,7 @@ static int write_outputs(hd_bench_run *run, const options *o)
             return 1;
         }
     }
-    return o->compare_path != NULL ? compare_with_peer(run, o) : 0;
+    return o->compare_path != NULL ? compare_with_peer(run, o) : EXIT_DONE;
 }
 
 static int run_suites(const options *o)
@@ -646,11 +870,12 @@ static int run_suites(const options *o)
     hd_context_options_init(&copt);
     copt.device = o->device;
     copt.disable_opencl = o->cpu_only;
+    copt.tune_cache = o->cache;
     hd_context *ctx = NULL;
     if (hd_context_create(&ctx, &copt) != HD_OK) {
         fprintf(stderr, "dispatch-bench: cannot create a context: %s\n",
                 hd_context_last_error(NULL));
-        return 1;
+        return EXIT_NO_CONTEXT;
     }
     progress("building kernels");
     if (hd_context_warmup(ctx) != HD_OK)
@@ -673,20 +898,42 @@ static int run_suites(const options *o)
 
     bench_state st = {.ctx = ctx, .o = o, .run = &run, .gpu = gpu};
     calibrate(ctx, &run, o, &st.cpu_rate);
+    estimate_rates(&st);
     for (int i = 0; i < o->suite_count; i++)
         st.total += hd__bench_suite_find(o->suites[i])->count;
+    st.case_est_s = calloc(st.total ? st.total : 1, sizeof *st.case_est_s);
     size_t index = 0;
-    for (int i = 0; i < o->suite_count; i++) {
+    for (int i = 0; i < o->suite_count && st.case_est_s != NULL; i++) {
         const hd_bench_suite *s = hd__bench_suite_find(o->suites[i]);
-        for (size_t j = 0; j < s->count; j++, st.done++)
+        for (size_t j = 0; j < s->count; j++)
+            st.case_est_s[index++] = estimate_case_s(&st, &s->cases[j]);
+    }
+    st.start = hd__measure_now();
+    index = 0;
+    for (int i = 0; i < o->suite_count && !interrupted; i++) {
+        const hd_bench_suite *s = hd__bench_suite_find(o->suites[i]);
+        for (size_t j = 0; j < s->count && !interrupted; j++, st.done++) {
+            size_t first = run.count;
+            double t0 = hd__measure_now();
+            progress_case_start(&st, s->name, &s->cases[j]);
             run_case(&st, s->name, &s->cases[j], index++);
+            if (interrupted) { /* an unfinished case is not reported */
+                run.count = first;
+                break;
+            }
+            progress_case_done(&st, s->name, &s->cases[j], first, hd__measure_now() - t0);
+        }
     }
     progress("%s", "");
+    if (interrupted)
+        fprintf(stderr, "dispatch-bench: interrupted after %zu of %zu cases; writing them\n",
+                st.done, st.total);
     settle_peak(&run, o);
     int rc = write_outputs(&run, o);
+    free(st.case_est_s);
     free(run.records);
     hd_context_destroy(ctx);
-    return rc;
+    return interrupted ? EXIT_INTERRUPTED : rc;
 }
 
 int main(int argc, char **argv)
@@ -696,6 +943,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc == 1 ? 0 : 2;
     progress_on = !o.quiet && isatty(STDERR_FILENO);
+    progress_log = !o.quiet && !progress_on;
     if (o.list_cases) {
         if (o.json_path == NULL) {
             list_cases(stdout);
@@ -709,5 +957,12 @@ int main(int argc, char **argv)
     }
     if (o.compare_path != NULL && o.ours_path != NULL)
         return compare_with_peer(NULL, &o);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    hd__measure_set_stop_flag(&interrupted);
     return run_suites(&o);
 }

@@ -60,15 +60,28 @@ bool hd__bench_regret(const hd_bench_run *run, const hd_bench_record *rec, hd_me
     return true;
 }
 
+void hd__bench_time_text(char *buf, size_t cap, double s, int width)
+{
+    char text[32];
+    if (s <= 0)
+        snprintf(text, sizeof text, "-");
+    else if (s < 1e-3)
+        snprintf(text, sizeof text, "%.1f \u00b5s", s * 1e6);
+    else if (s < 1.0)
+        snprintf(text, sizeof text, "%.2f ms", s * 1e3);
+    else
+        snprintf(text, sizeof text, "%.3f s", s);
+    int columns = 0;
+    for (const char *p = text; *p; p++)
+        columns += ((unsigned char)*p & 0xC0) != 0x80; /* UTF-8 continuation bytes take none */
+    int pad = width > columns ? width - columns : 0;
+    snprintf(buf, cap, "%*s%s", pad, "", text);
+}
+
 /* Time in a readable unit, right-aligned in width 10. */
 static void format_time(char *buf, size_t cap, double s)
 {
-    if (s < 1e-3)
-        snprintf(buf, cap, "%7.1f us", s * 1e6);
-    else if (s < 1.0)
-        snprintf(buf, cap, "%7.2f ms", s * 1e3);
-    else
-        snprintf(buf, cap, "%7.3f s ", s);
+    hd__bench_time_text(buf, cap, s, 10);
 }
 
 typedef struct figures {
@@ -131,10 +144,25 @@ static void table_row(FILE *f, const hd_bench_run *run, const hd_bench_record *r
         char gf[16] = "-";
         if (hd__bench_case_compute_bound(&r->c))
             snprintf(gf, sizeof gf, "%9.1f", fg.gflops);
-        fprintf(f, "%-24s %-14s %-6s %10s %10s %10s %9s %8.2f %5.0f%%  %s\n", r->name, r->backend,
+        fprintf(f, "%-24s %-14s %-6s %s %s %s %9s %8.2f %5.0f%%  %s\n", r->name, r->backend,
                 hd__measure_mode_name((hd_measure_mode)m), med, mn, mx, gf, fg.gbs, fg.roof_pct,
                 note);
     }
+}
+
+/* What the columns and notes of a suite's table mean, printed under it. */
+static void table_legend(FILE *f)
+{
+    fputs("\n  modes: device = device events around one op; sync = host wall time of one op and\n"
+          "  the wait for it; chain = N ops queued, one wait, time per op (xN: N ops per chain).\n"
+          "  host-timed: the op ran on the CPU, which has no device events: host wall time.\n"
+          "  median, min, max: per call, over all timed runs. GFLOP/s, GB/s: the op's FLOPs and\n"
+          "  fewest bytes over the median. %roof: the roofline time (bytes at the bandwidth,\n"
+          "  FLOPs at the peak above) over the median; 100% is the machine's limit.\n"
+          "  auto: the dispatcher's own choice; -> the backend it ran on; regret: how much\n"
+          "  slower auto was than the fastest backend forced on the same case.\n"
+          "  n/a: the backend cannot run the case here; skipped: not run, the note says why.\n",
+          f);
 }
 
 void hd__bench_write_table(FILE *f, const hd_bench_run *run)
@@ -144,6 +172,8 @@ void hd__bench_write_table(FILE *f, const hd_bench_run *run)
     for (size_t i = 0; i < run->count; i++) {
         const hd_bench_record *r = &run->records[i];
         if (suite == NULL || strcmp(suite, r->suite) != 0) {
+            if (suite != NULL)
+                table_legend(f);
             suite = r->suite;
             table_header(f, run, suite);
             last_case = NULL;
@@ -153,6 +183,8 @@ void hd__bench_write_table(FILE *f, const hd_bench_run *run)
         last_case = r->name;
         table_row(f, run, r);
     }
+    if (suite != NULL)
+        table_legend(f);
 }
 
 static void csv_field(FILE *f, const char *s)

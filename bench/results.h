@@ -69,6 +69,10 @@ void hd__bench_write_json(FILE *f, const hd_bench_run *run);
 /* The cases of the suites as JSON, for the peer scripts. */
 void hd__bench_write_cases_json(FILE *f);
 
+/* A time in seconds as "41.2 µs", "3.07 ms" or "1.384 s" ("-" for s <= 0), right-aligned to
+ * width columns (0: not padded); "µ" counts as the one column it takes. */
+void hd__bench_time_text(char *buf, size_t cap, double s, int width);
+
 /* Writes s as a JSON string literal. */
 void hd__bench_json_string(FILE *f, const char *s);
 

@@ -1,7 +1,9 @@
 /* The cases dispatch-autotune tunes: the benchmark suites or a --shapes file, by --ops. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "autotune/tool/tool.h"
 #include "dispatch/context.h"
@@ -13,8 +15,15 @@ bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t
     unsigned long long d[4] = {0, 0, 0, 0};
     int n = sscanf(text, "%31s", name);
     hd_op op;
-    if (n < 1 || !hd__op_from_name(name, &op)) {
-        snprintf(why, size, "unknown operation in '%s'", text);
+    if (n < 1) {
+        snprintf(why, size, "empty case");
+        return false;
+    }
+    if (!hd__op_from_name(name, &op)) {
+        snprintf(why, size,
+                 "unknown operation '%s' (expected gemm, gemm_batched, lora, softmax, "
+                 "layer_norm or rms_norm)",
+                 name);
         return false;
     }
     /* The op's dims, then (where it has them) its transposes, "nn" when left out. */
@@ -75,9 +84,14 @@ static bool add_case(tool_case_list *l, const hd_bench_case *c)
 
 static int from_file(const tool_options *o, tool_case_list *l)
 {
+    struct stat st;
+    if (stat(o->shapes, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "dispatch-autotune: --shapes %s: not a file\n", o->shapes);
+        return EXIT_USAGE;
+    }
     FILE *f = fopen(o->shapes, "r");
     if (f == NULL) {
-        fprintf(stderr, "dispatch-autotune: cannot open %s\n", o->shapes);
+        fprintf(stderr, "dispatch-autotune: --shapes %s: %s\n", o->shapes, strerror(errno));
         return EXIT_USAGE;
     }
     char line[256];
@@ -97,6 +111,11 @@ static int from_file(const tool_options *o, tool_case_list *l)
         }
     }
     fclose(f);
+    if (rc == EXIT_TUNED && l->count == 0) {
+        fprintf(stderr, "dispatch-autotune: --shapes %s: no case (of the operations asked for)\n",
+                o->shapes);
+        rc = EXIT_USAGE;
+    }
     return rc;
 }
 
@@ -115,7 +134,10 @@ static int from_suites(const tool_options *o, tool_case_list *l)
         name[len] = '\0';
         const hd_bench_suite *s = hd__bench_suite_find(name);
         if (s == NULL) {
-            fprintf(stderr, "dispatch-autotune: unknown suite '%s'\n", name);
+            fprintf(stderr,
+                    "dispatch-autotune: unknown suite '%s' (expected seed, train, gemm or "
+                    "ci)\n",
+                    name);
             return EXIT_USAGE;
         }
         for (size_t i = 0; i < s->count; i++)

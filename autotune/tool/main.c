@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
@@ -16,8 +17,12 @@ volatile sig_atomic_t hd__tool_interrupted = 0;
 
 static void on_interrupt(int sig)
 {
-    (void)sig;
+    static const char msg[] = "\ndispatch-autotune: interrupted: stopping after the call in "
+                              "progress; the cases tuned so far are saved (again: quit at once)\n";
     hd__tool_interrupted = 1;
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    signal(sig, SIG_DFL);
 }
 
 static const char usage[] =
@@ -44,8 +49,18 @@ static const char usage[] =
     "  --dry-run          list the cases and candidates, run nothing\n"
     "  --show             print the cache as a table and exit\n"
     "  --explain 'OP DIMS'  print how a context with this cache chooses for one case\n"
+    "  --case-budget-s S  per case, skip each candidate whose estimate (from the calibration,\n"
+    "                     then from its checked call) does not fit in what is left of S s\n"
+    "                     (default 20; 2 with --quick, 120 with --full)\n"
+    "  --max-time S       the whole run within about S seconds: the case budget shrinks to\n"
+    "                     share what is left among the cases left (default: no limit)\n"
     "  --verbose          every candidate's time or why it was rejected\n"
+    "  --quiet            no progress lines (the summary of each case is still printed)\n"
+    "  --version          the tool's and the library's version\n"
     "  --help             this text\n"
+    "\n"
+    "Progress goes to standard error: a bar with the ETA (from the estimates) on a terminal,\n"
+    "else one line per case with the elapsed time. Ctrl-C stops after the call in progress.\n"
     "\n"
     "Exit status: 0 every case recorded; 1 some cases had no correct candidate (the others\n"
     "were recorded); 2 bad command line or shapes file; 3 the library could not start or\n"
@@ -86,20 +101,31 @@ tool_effort hd__tool_effort(tool_level level)
                          .run_target_s = 420.0};
 }
 
+/* Fills wanted[] from "gemm,lora"; false, with a message naming the bad item, if one is not
+ * an operation. */
 static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])
 {
     for (int i = 0; i < HD_OP_COUNT; i++)
         wanted[i] = false;
+    if (*list == '\0') {
+        fprintf(stderr, "dispatch-autotune: --ops: empty list\n");
+        return false;
+    }
     while (*list != '\0') {
         size_t len = strcspn(list, ",");
         char name[32];
         hd_op op;
-        if (len == 0 || len >= sizeof name)
-            return false;
+        if (len >= sizeof name)
+            len = sizeof name - 1;
         memcpy(name, list, len);
         name[len] = '\0';
-        if (!hd__op_from_name(name, &op))
+        if (!hd__op_from_name(name, &op)) {
+            fprintf(stderr,
+                    "dispatch-autotune: --ops: unknown operation '%s' (expected gemm, lora, "
+                    "softmax, layer_norm, rms_norm or gemm_batched)\n",
+                    name);
             return false;
+        }
         wanted[op] = true;
         list += len + (list[len] == ',');
     }
@@ -110,6 +136,7 @@ static int parse_args(int argc, char **argv, tool_options *o)
 {
     memset(o, 0, sizeof *o);
     o->level = LEVEL_DEFAULT;
+    o->case_budget_s = -1.0; /* the level's */
     for (int i = 0; i < HD_OP_COUNT; i++)
         o->op_wanted[i] = true;
     for (int i = 1; i < argc; i++) {
@@ -118,10 +145,29 @@ static int parse_args(int argc, char **argv, tool_options *o)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
             exit(EXIT_TUNED);
-        } else if (strcmp(a, "--quick") == 0) {
-            o->level = LEVEL_QUICK;
-        } else if (strcmp(a, "--full") == 0) {
-            o->level = LEVEL_FULL;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("dispatch-autotune %s (library %s)\n", HD_VERSION_STRING, hd_version());
+            exit(EXIT_TUNED);
+        } else if (strcmp(a, "--quick") == 0 || strcmp(a, "--full") == 0) {
+            tool_level level = a[2] == 'q' ? LEVEL_QUICK : LEVEL_FULL;
+            if (o->level != LEVEL_DEFAULT && o->level != level) {
+                fprintf(stderr, "dispatch-autotune: --quick and --full exclude each other\n");
+                return EXIT_USAGE;
+            }
+            o->level = level;
+        } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+            o->quiet = true;
+        } else if (strcmp(a, "--case-budget-s") == 0 || strcmp(a, "--max-time") == 0) {
+            double *target = a[2] == 'c' ? &o->case_budget_s : &o->max_time_s;
+            char *end = NULL;
+            double v = i + 1 < argc ? strtod(argv[i + 1], &end) : -1.0;
+            if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || !(v >= 0)) {
+                fprintf(stderr, "dispatch-autotune: %s: '%s' is not a number >= 0\n", a,
+                        i + 1 < argc ? argv[i + 1] : "");
+                return EXIT_USAGE;
+            }
+            *target = v;
+            i++;
         } else if (strcmp(a, "--force") == 0) {
             o->force = true;
         } else if (strcmp(a, "--dry-run") == 0) {
@@ -141,10 +187,12 @@ static int parse_args(int argc, char **argv, tool_options *o)
         } else if (strcmp(a, "--explain") == 0) {
             value = &o->explain;
         } else if (strcmp(a, "--ops") == 0) {
-            if (i + 1 >= argc || !parse_ops(argv[++i], o->op_wanted)) {
+            if (i + 1 >= argc) {
                 fprintf(stderr, "dispatch-autotune: --ops needs a list of operation names\n");
                 return EXIT_USAGE;
             }
+            if (!parse_ops(argv[++i], o->op_wanted))
+                return EXIT_USAGE;
         } else {
             fprintf(stderr, "dispatch-autotune: unknown option '%s' (see --help)\n", a);
             return EXIT_USAGE;
@@ -258,7 +306,7 @@ static int calibrate(hd_context *ctx, const tool_options *o, const char *path, h
         fprintf(stderr, "dispatch-autotune: calibration failed: %s\n", hd_context_last_error(ctx));
         return EXIT_NO_CONTEXT;
     }
-    printf("calibration: launch %.1f us, copy %.1f GB/s, host link %.1f GB/s, "
+    printf("calibration: launch %.1f \u00b5s, copy %.1f GB/s, host link %.1f GB/s, "
            "GEMM %.0f GFLOP/s, CPU GEMM %.0f GFLOP/s, CPU copy %.1f GB/s\n",
            part->cal.launch_us, part->cal.copy_gbps, part->cal.host_gbps, part->cal.gemm_gflops,
            part->cal.cpu_gflops, part->cal.cpu_gbps);
@@ -269,14 +317,15 @@ static int calibrate(hd_context *ctx, const tool_options *o, const char *path, h
 static void describe(const char *name, const hd_tune_record *rec, char *line, size_t size)
 {
     const char *with = rec->variant[0] ? " with " : "";
-    char margin[64];
+    char margin[64], time[32];
     hd__tune_margin_text(rec, margin, sizeof margin);
+    hd__tool_time_text(rec->median_us, time, sizeof time);
     if (rec->runner_up != HD_BACKEND_AUTO)
-        snprintf(line, size, "%s: %s %.2f us, %s%s%s", name, hd_backend_name(rec->backend),
-                 rec->median_us, margin, with, rec->variant);
+        snprintf(line, size, "%s: %s %s, %s%s%s", name, hd_backend_name(rec->backend), time, margin,
+                 with, rec->variant);
     else
-        snprintf(line, size, "%s: %s %.2f us (the only candidate)%s%s", name,
-                 hd_backend_name(rec->backend), rec->median_us, with, rec->variant);
+        snprintf(line, size, "%s: %s %s (the only candidate)%s%s", name,
+                 hd_backend_name(rec->backend), time, with, rec->variant);
 }
 
 /* The CLBlast set that won most GEMM cases becomes the device's base set; CLBlast's shipped
@@ -321,20 +370,30 @@ static int tune(const tool_options *o, const char *path)
         hd__tune_key_mismatch(&have.key, &part.key) != NULL)
         hd__tune_file_free(&have);
     tool_effort effort = hd__tool_effort(o->level);
+    if (o->case_budget_s >= 0)
+        effort.case_target_s = o->case_budget_s;
     printf("device: %s; cache: %s; %zu case(s)\n", hd_context_device_name(ctx), path, cases.count);
 
     if (!o->dry_run && (rc = calibrate(ctx, o, path, &part)) != EXIT_TUNED)
         goto done;
+    effort.cal = part.cal;
     memset(&part.cal, 0, sizeof part.cal); /* saved once; later saves keep it by merging */
 
+    double *estimates = calloc(cases.count ? cases.count : 1, sizeof *estimates);
+    for (size_t i = 0; i < cases.count && estimates != NULL && !o->dry_run; i++)
+        estimates[i] = o->force || hd__tune_find(&have, cases.cases[i].op, &cases.cases[i].shape,
+                                                 hd_context_gemm_precision(ctx)) == NULL
+                           ? hd__tool_estimate_case(ctx, &cases.cases[i], &effort)
+                           : 0.0;
     double start = hd__measure_now();
     tally wins[32];
     size_t nwins = 0;
     size_t failed = 0;
-    hd__tool_progress_start(cases.count);
+    if (!o->dry_run)
+        hd__tool_progress_start(cases.count, estimates, o->quiet);
     for (size_t i = 0; i < cases.count && !hd__tool_interrupted; i++) {
         const hd_bench_case *c = &cases.cases[i];
-        char name[96], line[1024], why[512], best_clblast[HD_TUNE_STRING_MAX];
+        char name[96], line[1024], why[512];
         hd__bench_case_name(c, name, sizeof name);
         if (!o->force &&
             hd__tune_find(&have, c->op, &c->shape, hd_context_gemm_precision(ctx)) != NULL) {
@@ -345,22 +404,30 @@ static int tune(const tool_options *o, const char *path)
         if (o->dry_run)
             printf("%s:\n", name);
         hd__tool_progress_case(i, name);
-        /* Behind schedule: the remaining cases compare the backends' defaults only. */
+        /* Behind schedule: the remaining cases compare the backends' defaults only. With
+         * --max-time, each case gets at most its share of the time left. */
         tool_effort now = effort;
-        if (hd__measure_now() - start > effort.run_target_s)
-            now.case_target_s = 0.0;
+        double spent = hd__measure_now() - start;
+        now.defaults_only = spent > effort.run_target_s;
+        if (o->max_time_s > 0) {
+            double share = (o->max_time_s - spent) / (double)(cases.count - i);
+            if (now.case_target_s <= 0 || share < now.case_target_s)
+                now.case_target_s = share > 1e-3 ? share : 1e-3;
+        }
         hd_tune_record rec;
-        if (!hd__tool_tune_case(ctx, c, &now, o->verbose, o->dry_run, &rec, best_clblast,
-                                sizeof best_clblast, why, sizeof why)) {
+        tool_case_outcome outcome;
+        if (!hd__tool_tune_case(ctx, c, &now, o->verbose, o->dry_run, &rec, &outcome, why,
+                                sizeof why)) {
             if (o->dry_run)
                 continue;
-            failed += !hd__tool_interrupted;
-            snprintf(line, sizeof line, "%s: no record: %s", name, why);
+            failed += !hd__tool_interrupted && !outcome.over_budget;
+            snprintf(line, sizeof line, "%s: %s%s", name,
+                     outcome.over_budget ? "" : "no record: ", why);
             hd__tool_progress_done(i, line);
             continue;
         }
         if (c->op == HD_OP_GEMM)
-            count_win(wins, &nwins, sizeof wins / sizeof wins[0], best_clblast);
+            count_win(wins, &nwins, sizeof wins / sizeof wins[0], outcome.best_clblast);
         rec.precision = hd__tune_precision_of(c->op, hd_context_gemm_precision(ctx));
         part.count = 0;
         if (hd__tune_put(&part, &rec) != HD_OK || !save(path, &part)) {
@@ -368,8 +435,16 @@ static int tune(const tool_options *o, const char *path)
             break;
         }
         describe(name, &rec, line, sizeof line);
+        if (outcome.skipped > 0) {
+            size_t used = strlen(line);
+            snprintf(line + used, sizeof line - used,
+                     " (%zu candidate(s) over the case budget "
+                     "not run)",
+                     outcome.skipped);
+        }
         hd__tool_progress_done(i, line);
     }
+    free(estimates);
     if (!o->dry_run)
         hd__tool_progress_finish();
 
@@ -406,7 +481,12 @@ int main(int argc, char **argv)
         return show(path);
     if (o.explain != NULL)
         return explain(&o, path);
-    signal(SIGINT, on_interrupt);
-    signal(SIGTERM, on_interrupt);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    hd__measure_set_stop_flag(&hd__tool_interrupted);
     return tune(&o, path);
 }

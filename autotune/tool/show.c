@@ -23,7 +23,7 @@ void hd__tool_show(FILE *out, const hd_tune_file *f)
             f->key.platform, f->key.driver, f->key.library, f->key.clblast);
     const hd_tune_calibration *c = &f->cal;
     fprintf(out,
-            "calibration: launch %.1f us, copy %.1f GB/s, host link %.1f GB/s, GEMM %.0f "
+            "calibration: launch %.1f \u00b5s, copy %.1f GB/s, host link %.1f GB/s, GEMM %.0f "
             "GFLOP/s, CPU %.0f GFLOP/s %.1f GB/s\n",
             c->launch_us, c->copy_gbps, c->host_gbps, c->gemm_gflops, c->cpu_gflops, c->cpu_gbps);
     for (size_t i = 0; i < f->param_count; i++)
@@ -34,7 +34,7 @@ void hd__tool_show(FILE *out, const hd_tune_file *f)
         return;
     memcpy(r, f->records, f->count * sizeof *r);
     qsort(r, f->count, sizeof *r, by_key);
-    fprintf(out, "\n%-28s %-14s %12s  %-24s %s\n", "op and shape", "winner", "median us",
+    fprintf(out, "\n%-28s %-14s %12s  %-24s %s\n", "op and shape", "winner", "median",
             "margin over runner-up", "variant");
     for (size_t i = 0; i < f->count; i++) {
         char key[96], margin[64] = "-";
@@ -42,9 +42,18 @@ void hd__tool_show(FILE *out, const hd_tune_file *f)
         if (r[i].runner_up != HD_BACKEND_AUTO)
             snprintf(margin, sizeof margin, "%+.1f%% %s", r[i].margin_pct,
                      hd_backend_name(r[i].runner_up));
-        fprintf(out, "%-28s %-14s %12.2f  %-24s %s\n", key, hd_backend_name(r[i].backend),
-                r[i].median_us, margin, r[i].variant[0] ? r[i].variant : "-");
+        char time[32];
+        hd__tool_time_text(r[i].median_us, time, sizeof time);
+        /* "µ" is two bytes that print as one column */
+        int width = strstr(time, "\u00b5") != NULL ? 13 : 12;
+        fprintf(out, "%-28s %-14s %*s  %-24s %s\n", key, hd_backend_name(r[i].backend), width, time,
+                margin, r[i].variant[0] ? r[i].variant : "-");
     }
     fprintf(out, "%zu record(s)\n", f->count);
+    fputs("median: the winner's median time per call (device events on a GPU, host wall time on "
+          "the CPU\nbackend and on an OpenCL device that is the CPU); margin: how much slower the "
+          "best candidate\nof another backend was (negative: a slower winner was preferred, see "
+          "README); variant: the\nwinner's kernel parameters, - for its defaults\n",
+          out);
     free(r);
 }

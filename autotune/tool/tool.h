@@ -32,6 +32,9 @@ typedef struct tool_effort {
     double case_target_s;    /* stop trying further variants of a case past this */
     double cpu_limit_s;      /* skip the CPU candidate when one call would take longer */
     double run_target_s;     /* past this since the start, cases try only default parameters */
+    /* Set per run, not per level: */
+    bool defaults_only;      /* behind schedule: no variants */
+    hd_tune_calibration cal; /* the rates that estimate a candidate before it runs */
 } tool_effort;
 
 typedef struct tool_options {
@@ -40,8 +43,10 @@ typedef struct tool_options {
     const char *shapes; /* --shapes FILE */
     const char *suites; /* --suites LIST; NULL: seed,train,gemm */
     bool op_wanted[HD_OP_COUNT];
-    bool force, dry_run, show, verbose, no_calibrate;
-    const char *explain; /* --explain "OP DIMS" */
+    bool force, dry_run, show, verbose, quiet, no_calibrate;
+    double case_budget_s; /* --case-budget-s; negative: the level's case_target_s */
+    double max_time_s;    /* --max-time; 0: no limit */
+    const char *explain;  /* --explain "OP DIMS" */
     const char *device;
 } tool_options;
 
@@ -61,18 +66,36 @@ void hd__tool_cases_free(tool_case_list *l);
 /* Parses "gemm 1 4096 4096 [nn]", "lora 1 1024 1024 8", "softmax 64 1024". */
 bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t size);
 
-/* Tunes one case on ctx and fills *rec; false when no candidate was correct (why says).
- * best_clblast gets CLBlast's best variant: "-" for its defaults, "" when CLBlast did not run. With
- * dry_run, prints the candidates instead of running them. */
-bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e, bool verbose,
-                        bool dry_run, hd_tune_record *rec, char *best_clblast, size_t best_size,
-                        char *why, size_t why_size);
+/* What tuning one case did beside its record. */
+typedef struct tool_case_outcome {
+    size_t skipped;   /* candidates not run: their estimate did not fit the case budget */
+    bool over_budget; /* no record because every candidate was over the budget */
+    char best_clblast[HD_TUNE_STRING_MAX]; /* CLBlast's best variant: "-" for its defaults,
+                                              "" when CLBlast did not run */
+} tool_case_outcome;
 
-/* Progress: a bar with ETA on a terminal, one line per case otherwise. */
-void hd__tool_progress_start(size_t total);
+/* Tunes one case on ctx within e->case_target_s seconds and fills *rec; false when no
+ * candidate was correct or none fitted the budget (why says). Each candidate is estimated
+ * before it runs (from the calibration, then from the checked calls of its backend), and one
+ * that would not finish within what is left of the budget is skipped with a line on stderr.
+ * With dry_run, prints the candidates instead of running them. */
+bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e, bool verbose,
+                        bool dry_run, hd_tune_record *rec, tool_case_outcome *out, char *why,
+                        size_t why_size);
+
+/* Seconds tuning case c is expected to take (within its budget), for the ETA. */
+double hd__tool_estimate_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e);
+
+/* Progress: a bar with ETA on a terminal, one line per case with the elapsed time otherwise;
+ * nothing but the case lines with quiet. estimates (NULL: none) gives each case's expected
+ * seconds, which the ETA sums over the cases left. */
+void hd__tool_progress_start(size_t total, const double *estimates, bool quiet);
 void hd__tool_progress_case(size_t index, const char *name);
 void hd__tool_progress_done(size_t index, const char *line);
 void hd__tool_progress_finish(void);
+
+/* A time given in µs in the unit that suits it: "41.20 µs", "88.55 ms", "2.16 s". */
+void hd__tool_time_text(double us, char *buf, size_t size);
 
 /* The cache as an aligned table. */
 void hd__tool_show(FILE *out, const hd_tune_file *f);

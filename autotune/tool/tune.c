@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune/calibrate.h"
 #include "autotune/choose.h"
 #include "autotune/measure.h"
 #include "autotune/reference.h"
@@ -122,7 +123,7 @@ static hd_status run_candidate(hd_context *ctx, void *user, size_t set)
 
 /* Runs the candidate once on an output full of NaN and checks the result. */
 static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t size,
-                              double *first_s)
+                              double *first_s, double *build_s)
 {
     size_t n = d->out_rows * d->out_cols;
     float *buf = malloc((n ? n : 1) * sizeof *buf);
@@ -133,9 +134,11 @@ static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t s
     for (size_t i = 0; i < n; i++)
         buf[i] = NAN;
     /* A first call builds the kernels: not part of the time that judges the candidate. */
+    double t_build = hd__measure_now();
     hd_status s = run_candidate(ctx, d, 0);
     if (s == HD_OK)
         s = hd_sync(ctx);
+    t_build = hd__measure_now() - t_build;
     if (s == HD_OK)
         s = hd_tensor_write(d->out, buf);
     if (s == HD_OK)
@@ -146,6 +149,7 @@ static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t s
     if (s == HD_OK)
         s = hd_sync(ctx);
     *first_s = hd__measure_now() - t0;
+    *build_s = t_build > *first_s ? t_build - *first_s : 0.0;
     if (s == HD_OK)
         s = hd_tensor_read(d->out, buf);
     bool ok = false;
@@ -183,7 +187,7 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
             continue;
         cand[count++] = (candidate){.backend = (hd_backend)b};
         /* CLBlast's sets each cost a CLBlast build; the library's own kernels build fast */
-        size_t max = b == HD_BACKEND_CLBLAST ? e->clblast_sets : e->variants;
+        size_t max = e->defaults_only ? 0 : b == HD_BACKEND_CLBLAST ? e->clblast_sets : e->variants;
         if (max > MAX_VARIANTS)
             max = MAX_VARIANTS;
         size_t n = hd__backend_variants(ctx, (hd_backend)b, c->op, &c->shape, variants, max);
@@ -201,7 +205,7 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
  * that is device time (the CPU backend's is its host wall time). An OpenCL device on the CPU
  * (PoCL) shares the host's cores with the runtime that feeds it, and its events leave that
  * work out, so there every candidate is timed by host wall time to completion instead. */
-static bool time_one(hd_context *ctx, tune_data *d, const tool_effort *e, double budget_s,
+static bool time_one(hd_context *ctx, tune_data *d, unsigned min_runs, double budget_s,
                      double *median_s)
 {
     hd_measure_config cfg;
@@ -209,7 +213,7 @@ static bool time_one(hd_context *ctx, tune_data *d, const tool_effort *e, double
                                       ? HD_MEASURE_DEVICE
                                       : HD_MEASURE_SYNC);
     cfg.warmup = 2;
-    cfg.min_runs = e->min_runs;
+    cfg.min_runs = min_runs;
     cfg.max_runs = 1000;
     cfg.budget_s = budget_s;
     hd_measure_result r;
@@ -224,20 +228,79 @@ static const char *variant_text(const candidate *c)
     return c->variant ? c->variant : "-";
 }
 
-/* Checks and times the candidates on d; the index of the fastest correct one, or -1. why gets
- * the first rejection. */
-static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
-                           candidate *cand, size_t count, char *why, size_t why_size)
+/* The case's clock: its budget and what its calls have shown so far. */
+typedef struct case_clock {
+    double start, budget_s; /* budget 0: unlimited */
+    bool gpu;
+    double call_s[HD_BACKEND_COUNT];  /* a backend's measured call, 0 until one ran */
+    double build_s[HD_BACKEND_COUNT]; /* the longest first-call overhead (kernel builds) seen */
+} case_clock;
+
+static double left_s(const case_clock *k)
 {
-    double case_start = hd__measure_now();
+    return k->budget_s > 0 ? k->budget_s - (hd__measure_now() - k->start) : INFINITY;
+}
+
+/* Seconds one call of c is expected to take: its backend's measured call, else the model. */
+static double call_estimate_s(const case_clock *k, const tune_data *d, const tool_effort *e,
+                              hd_backend b)
+{
+    if (k->call_s[b] > 0)
+        return k->call_s[b];
+    hd_bench_case c = {.op = d->op, .shape = d->shape};
+    bool matmul = d->op == HD_OP_GEMM || d->op == HD_OP_LORA || d->op == HD_OP_GEMM_BATCHED;
+    return hd__calibrate_estimate_s(&e->cal, k->gpu, b, matmul, hd__bench_case_flops(&c),
+                                    hd__bench_case_bytes(&c));
+}
+
+/* Seconds a candidate takes in all with calls of call_s: the first and the checked call, the
+ * warm-up and the timing (at least min_runs calls, at least the budget), and a build for a
+ * variant (the defaults' build cannot be known before the first of them runs). */
+static double candidate_cost_s(const case_clock *k, const tool_effort *e, const candidate *c,
+                               double call_s)
+{
+    double timing = fmax((4.0 + e->min_runs) * call_s, e->budget_s + 4.0 * call_s);
+    return (c->variant != NULL ? k->build_s[c->backend] : 0.0) + timing;
+}
+
+/* Timed calls that fit in left_s seconds at call_s each, between 1 and e->min_runs. */
+static unsigned runs_that_fit(const tool_effort *e, double call_s, double left)
+{
+    double fit = call_s > 0 ? left / call_s - 2.0 : e->min_runs;
+    return fit >= e->min_runs ? e->min_runs : fit >= 1.0 ? (unsigned)fit : 1u;
+}
+
+/* Says that a candidate was skipped: always for a backend's defaults (a backend missing from
+ * the comparison must be visible), only with --verbose for a variant. */
+static void say_skipped(bool verbose, const candidate *c, const char *fmt, double a, double b)
+{
+    if (!verbose && c->variant != NULL)
+        return;
+    char reason[160];
+    snprintf(reason, sizeof reason, fmt, a, b);
+    fprintf(stderr, "  %s %s: skipped: %s\n", hd_backend_name(c->backend), variant_text(c), reason);
+}
+
+/* Checks and times the candidates on d within the case budget; the index of the fastest
+ * correct one, or -1. why gets the first rejection. Every backend's defaults go first, so
+ * that one backend's variants cannot spend the budget the others' defaults need. */
+static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
+                           candidate *cand, size_t count, case_clock *k, size_t *skipped, char *why,
+                           size_t why_size)
+{
     int best = -1;
     double defaults_s[HD_BACKEND_COUNT] = {0.0}; /* each backend's defaults, once timed */
-    for (size_t i = 0; i < count && !hd__tool_interrupted; i++) {
-        /* Past the case's time target only each backend's defaults still run. */
-        if (cand[i].variant != NULL && hd__measure_now() - case_start > e->case_target_s) {
-            if (verbose)
-                fprintf(stderr, "  %s %s: skipped: past the case's time target (%.0f s)\n",
-                        hd_backend_name(cand[i].backend), variant_text(&cand[i]), e->case_target_s);
+    for (size_t n = 0; n < 2 * count && !hd__tool_interrupted; n++) {
+        size_t i = n % count;
+        if ((cand[i].variant != NULL) != (n >= count))
+            continue;
+        /* What cannot finish within what is left of the case is not started: a call once
+         * queued cannot be stopped. */
+        double cost = candidate_cost_s(k, e, &cand[i], call_estimate_s(k, d, e, cand[i].backend));
+        if (cost > left_s(k)) {
+            (*skipped)++;
+            say_skipped(verbose, &cand[i], "est. %.3g s > %.3g s left of the case budget", cost,
+                        fmax(left_s(k), 0.0));
             continue;
         }
         /* Variants tune a backend, they do not rescue it: one whose defaults are several
@@ -253,8 +316,10 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         d->backend = cand[i].backend;
         d->variant = cand[i].variant;
         char fail[512];
-        double first_s = 0.0;
-        if (!candidate_correct(ctx, d, fail, sizeof fail, &first_s)) {
+        double first_s = 0.0, build_s = 0.0;
+        bool correct = candidate_correct(ctx, d, fail, sizeof fail, &first_s, &build_s);
+        k->build_s[d->backend] = fmax(k->build_s[d->backend], build_s);
+        if (!correct) {
             if (verbose)
                 fprintf(stderr, "  %s %s: rejected: %s\n", hd_backend_name(d->backend),
                         variant_text(&cand[i]), fail);
@@ -262,6 +327,8 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
                 snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
             continue;
         }
+        if (k->call_s[d->backend] <= 0)
+            k->call_s[d->backend] = first_s;
         /* Far slower than the best so far on its first call: not worth a full timing. */
         if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05) {
             if (verbose)
@@ -270,20 +337,35 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
                         first_s / cand[best].median_s);
             continue;
         }
+        /* The checked call (kernels built, so run time alone) may show the model was
+         * optimistic: one timed call must still fit. */
+        if (3.0 * first_s > left_s(k)) {
+            (*skipped)++;
+            say_skipped(verbose, &cand[i],
+                        "its checked call took %.3g s, %.3g s left of the case "
+                        "budget",
+                        first_s, fmax(left_s(k), 0.0));
+            continue;
+        }
         double median_s;
-        if (!time_one(ctx, d, e, e->budget_s, &median_s)) {
+        unsigned runs = runs_that_fit(e, first_s, left_s(k));
+        if (!time_one(ctx, d, runs, fmin(e->budget_s, fmax(left_s(k), 0.0)), &median_s)) {
             if (verbose)
                 fprintf(stderr, "  %s %s: timing failed: %s\n", hd_backend_name(d->backend),
                         variant_text(&cand[i]), hd_context_last_error(ctx));
             continue;
         }
+        if (hd__tool_interrupted)
+            break;
         cand[i].ok = true;
         cand[i].median_s = median_s;
-        if (cand[i].variant == NULL)
+        if (cand[i].variant == NULL) {
             defaults_s[cand[i].backend] = median_s;
+            k->call_s[cand[i].backend] = median_s;
+        }
         if (verbose)
-            fprintf(stderr, "  %-14s %10.2f us  %s\n", hd_backend_name(d->backend), median_s * 1e6,
-                    variant_text(&cand[i]));
+            fprintf(stderr, "  %-14s %10.2f \u00b5s  %s\n", hd_backend_name(d->backend),
+                    median_s * 1e6, variant_text(&cand[i]));
         if (best < 0 || median_s < cand[best].median_s)
             best = (int)i;
     }
@@ -299,7 +381,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
  * finalist.
  */
 static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
-                        candidate *cand, size_t count, int best)
+                        candidate *cand, size_t count, int best, const case_clock *k)
 {
     int fin[FINALISTS];
     size_t nfin = 0;
@@ -331,12 +413,18 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         taken[f] = 1;
     }
     unsigned rounds = e->confirm_rounds < 8 ? e->confirm_rounds : 8;
+    /* As many rounds as fit in what is left of the case budget. */
+    double round_s = 0.0;
+    for (size_t f = 0; f < nfin; f++)
+        round_s += fmax(e->budget_s / 2, (3.0 + e->min_runs) * cand[fin[f]].median_s);
+    if (round_s > 0 && (double)rounds * round_s > left_s(k))
+        rounds = left_s(k) > round_s ? (unsigned)(left_s(k) / round_s) : 0;
     for (unsigned r = 0; r < rounds && !hd__tool_interrupted; r++) {
         for (size_t f = 0; f < nfin; f++) {
             d->backend = cand[fin[f]].backend;
             d->variant = cand[fin[f]].variant;
             double median_s;
-            if (time_one(ctx, d, e, e->budget_s / 2, &median_s))
+            if (time_one(ctx, d, e->min_runs, e->budget_s / 2, &median_s))
                 samples[f][taken[f]++] = median_s;
         }
     }
@@ -345,7 +433,7 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         candidate *c = &cand[fin[f]];
         c->median_s = hd__measure_median(samples[f], taken[f]);
         if (verbose)
-            fprintf(stderr, "  confirmed %-14s %10.2f us  %s\n", hd_backend_name(c->backend),
+            fprintf(stderr, "  confirmed %-14s %10.2f \u00b5s  %s\n", hd_backend_name(c->backend),
                     c->median_s * 1e6, variant_text(c));
         if (winner < 0 || c->median_s < cand[winner].median_s)
             winner = fin[f];
@@ -396,10 +484,10 @@ static void make_record(const hd_bench_case *c, const candidate *cand, size_t co
 }
 
 bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e, bool verbose,
-                        bool dry_run, hd_tune_record *rec, char *best_clblast, size_t best_size,
-                        char *why, size_t why_size)
+                        bool dry_run, hd_tune_record *rec, tool_case_outcome *out, char *why,
+                        size_t why_size)
 {
-    best_clblast[0] = '\0';
+    memset(out, 0, sizeof *out);
     why[0] = '\0';
     candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     size_t count = list_candidates(ctx, c, e, cand);
@@ -420,16 +508,46 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         free_data(&d);
         return false;
     }
-    int best = time_candidates(ctx, &d, e, verbose, cand, count, why, why_size);
+    case_clock k = {.start = hd__measure_now(),
+                    .budget_s = e->case_target_s,
+                    .gpu = hd__measure_device_is_gpu(ctx)};
+    int best = time_candidates(ctx, &d, e, verbose, cand, count, &k, &out->skipped, why, why_size);
     if (best >= 0)
         best = apply_preferences(ctx, cand, count,
-                                 confirm_best(ctx, &d, e, verbose, cand, count, best), verbose);
+                                 confirm_best(ctx, &d, e, verbose, cand, count, best, &k), verbose);
     free_data(&d);
+    if (hd__tool_interrupted) /* a comparison cut short is no record */
+        best = -1;
     if (best < 0) {
-        if (why[0] == '\0')
+        out->over_budget = !hd__tool_interrupted && why[0] == '\0' && out->skipped > 0;
+        if (hd__tool_interrupted)
             snprintf(why, why_size, "interrupted");
+        else if (out->over_budget)
+            snprintf(why, why_size,
+                     "skipped: every candidate is estimated over the case budget "
+                     "of %.3g s (--case-budget-s)",
+                     e->case_target_s);
+        else if (why[0] == '\0')
+            snprintf(why, why_size, "no candidate could be timed");
         return false;
     }
-    make_record(c, cand, count, best, rec, best_clblast, best_size);
+    make_record(c, cand, count, best, rec, out->best_clblast, sizeof out->best_clblast);
     return true;
+}
+
+double hd__tool_estimate_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e)
+{
+    candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
+    size_t count = list_candidates(ctx, c, e, cand);
+    case_clock k = {.gpu = hd__measure_device_is_gpu(ctx)};
+    tune_data d = {.op = c->op, .shape = c->shape};
+    double total = 0.0;
+    for (size_t i = 0; i < count; i++) {
+        double cost =
+            candidate_cost_s(&k, e, &cand[i], call_estimate_s(&k, &d, e, cand[i].backend));
+        /* a candidate over the budget is skipped, nearly free */
+        if (e->case_target_s <= 0 || cost <= e->case_target_s)
+            total += cost;
+    }
+    return e->case_target_s > 0 && total > e->case_target_s ? e->case_target_s : total;
 }
