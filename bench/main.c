@@ -938,6 +938,9 @@ static int run_suites(const options *o)
 
 int main(int argc, char **argv)
 {
+    /* Line by line even into a pipe (main.sh's tee), so that results and the progress lines
+     * on standard error appear in the order they happened. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     options o;
     int rc = parse_options(argc, argv, &o);
     if (rc != 0)
@@ -964,5 +967,8 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     hd__measure_set_stop_flag(&interrupted);
+    /* A reader of standard output that went away (tee stopped by the same Ctrl-C) must not
+     * kill the tool before it has written its files. */
+    signal(SIGPIPE, SIG_IGN);
     return run_suites(&o);
 }

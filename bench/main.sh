@@ -1,21 +1,37 @@
 #!/bin/sh
 # The main benchmark job. On a fresh Debian 12 machine, as root: installs what is missing,
-# builds a release, tunes, runs dispatch-bench on every suite, runs the peers that can run
-# here (numpy when python3-numpy imports, PyTorch when torch imports), and leaves JSON, CSV,
-# tables and plots under the results folder.
+# builds a release, tunes this machine into the tuning cache every program reads by default,
+# runs dispatch-bench on every suite, runs the peers that can run here (numpy when
+# python3-numpy imports, PyTorch when torch imports), and leaves JSON, CSV, tables and plots
+# under the results folder. From a built tree it takes about 10 minutes on a GPU machine and
+# 15 on a 2-core CPU machine: each tool skips, with a note, what its time budget cannot hold.
 #
-#   sh bench/main.sh [RESULTS_DIR]        (default: results/<date>)
+#   sh bench/main.sh [RESULTS_DIR]   (default: results/<date> in the repository; a relative
+#                                     folder is taken from the directory the command runs in)
 #
 # Environment: SUITES (default "seed,train,gemm"), BENCH_ARGS (extra dispatch-bench options),
-# AUTOTUNE_ARGS (extra dispatch-autotune options), PEERS (default "numpy torch"),
-# PYTHON (default /usr/bin/python3, which sees Debian's python3-numpy), BUILD (default
-# build-release), SKIP_APT=1, SKIP_BUILD=1 (use BUILD as it is, e.g. one built on another
-# machine of the same architecture).
+# AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and BENCH_TIME (seconds the
+# tuner and the benchmark may take, default 300 each), PEERS (default "numpy torch"), PYTHON
+# (default /usr/bin/python3, which sees Debian's python3-numpy), BUILD (default
+# build-release), HD_TUNE_CACHE (the cache to tune, default the one programs read:
+# $XDG_CACHE_HOME/hd-dispatch/tune.txt, else ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1,
+# SKIP_BUILD=1 (use BUILD as it is, e.g. one built on another machine of the same
+# architecture).
 set -eu
 
-cd "$(dirname "$0")/.."
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-out=${1:-results/$stamp}
+case "${1:-}" in
+"") out="" ;;
+/*) out=$1 ;;
+*) out=$PWD/$1 ;;
+esac
+cd "$(dirname "$0")/.."
+out=${out:-$PWD/results/$stamp}
+
+# Ctrl-C reaches every process of the job: the tools stop and write what they have, tee keeps
+# copying it (it ignores the interrupt), and the job stops after the step in progress.
+log() { (trap '' INT; exec tee "$1"); }
+trap 'echo "== interrupted: what finished is in $out" >&2; exit 130' INT
 suites=${SUITES:-seed,train,gemm}
 python=${PYTHON:-/usr/bin/python3}
 build=${BUILD:-build-release}
@@ -34,7 +50,7 @@ if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/n
     if [ -n "$need" ]; then
         echo "== installing:$need"
         apt-get update -q
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $need
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need
     fi
 fi
 
@@ -45,7 +61,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$PWD/$build/pocl-cache}
-export HD_TUNE_CACHE=${HD_TUNE_CACHE:-$PWD/$out/tune-cache.txt}
+cache=${HD_TUNE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hd-dispatch/tune.txt}
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -55,21 +71,23 @@ export HD_TUNE_CACHE=${HD_TUNE_CACHE:-$PWD/$out/tune-cache.txt}
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv || true
 } > "$out/machine.txt"
 
-echo "== dispatch-autotune"
+echo "== dispatch-autotune into $cache"
 if [ -x "$build/autotune/tool/dispatch-autotune" ]; then
     # shellcheck disable=SC2086
-    "$build/autotune/tool/dispatch-autotune" ${AUTOTUNE_ARGS:-} 2>&1 | tee "$out/autotune.txt"
+    "$build/autotune/tool/dispatch-autotune" --suites "$suites" --cache "$cache" \
+        --max-time "${TUNE_TIME:-300}" ${AUTOTUNE_ARGS:-} 2>&1 | log "$out/autotune.txt"
+    cp "$cache" "$out/tune-cache.txt" 2>/dev/null || true
 else
-    echo "dispatch-autotune not built; auto uses the untuned cost model" | tee "$out/autotune.txt"
+    echo "dispatch-autotune not built; auto uses the untuned cost model" | log "$out/autotune.txt"
 fi
 
 bench="$build/bench/dispatch-bench"
 "$bench" --list-cases --json "$out/cases.json"
 
-echo "== dispatch-bench --suite $suites"
+echo "== dispatch-bench --suites $suites"
 # shellcheck disable=SC2086
-"$bench" --suite "$suites" --json "$out/ours.json" --csv-out "$out/ours.csv" ${BENCH_ARGS:-} |
-    tee "$out/ours.txt"
+"$bench" --suites "$suites" --cache "$cache" --max-time "${BENCH_TIME:-300}" \
+    --json "$out/ours.json" --csv-out "$out/ours.csv" ${BENCH_ARGS:-} | log "$out/ours.txt"
 
 peers=""
 wants() { case " $peers_wanted " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -78,7 +96,7 @@ if ! wants numpy; then
 elif "$python" -c 'import numpy' 2>/dev/null; then
     echo "== numpy peer"
     "$python" bench/peers/numpy_peer.py --cases "$out/cases.json" --suite "$suites" \
-        --json "$out/numpy.json" | tee "$out/numpy.txt"
+        --json "$out/numpy.json" | log "$out/numpy.txt"
     peers="$peers numpy"
 else
     echo "== numpy peer skipped: numpy does not import in $python"
@@ -93,7 +111,7 @@ elif "$python" -c 'import torch' 2>/dev/null; then
     fi
     echo "== PyTorch peer ($dev)"
     "$python" bench/peers/torch_peer.py --device "$dev" --cases "$out/cases.json" \
-        --suite "$suites" --json "$out/torch.json" | tee "$out/torch.txt"
+        --suite "$suites" --json "$out/torch.json" | log "$out/torch.txt"
     peers="$peers torch"
 else
     echo "== PyTorch peer skipped: torch does not import in $python"
@@ -101,7 +119,7 @@ fi
 
 for peer in $peers; do
     echo "== gap table vs $peer"
-    "$bench" --compare "$out/$peer.json" --ours "$out/ours.json" | tee "$out/gap-$peer.txt"
+    "$bench" --compare "$out/$peer.json" --ours "$out/ours.json" | log "$out/gap-$peer.txt"
 done
 
 peer_files=""
@@ -111,3 +129,9 @@ for mode in device sync chain; do
     "$python" bench/plot.py --mode "$mode" --out "$out/plots" "$out/ours.json" $peer_files || true
 done
 echo "== results in $out"
+echo "== tuning cache: $cache (a copy: $out/tune-cache.txt)"
+if [ -n "${HD_TUNE_CACHE:-}" ]; then
+    echo "   programs read it with HD_TUNE_CACHE=$cache (or hd_context_options.tune_cache)"
+else
+    echo "   programs on this machine read it by default"
+fi

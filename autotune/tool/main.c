@@ -464,6 +464,9 @@ done:
 
 int main(int argc, char **argv)
 {
+    /* Line by line even into a pipe (main.sh's tee), so that results and the progress lines
+     * on standard error appear in the order they happened. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     tool_options o;
     int rc = parse_args(argc, argv, &o);
     if (rc != EXIT_TUNED)
@@ -488,5 +491,8 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     hd__measure_set_stop_flag(&hd__tool_interrupted);
+    /* A reader of standard output that went away (tee stopped by the same Ctrl-C) must not
+     * kill the tool before it has written its files. */
+    signal(SIGPIPE, SIG_IGN);
     return tune(&o, path);
 }

@@ -32,6 +32,9 @@ def add_common_args(p: argparse.ArgumentParser):
     p.add_argument("--budget-ms", type=float, default=300.0)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--chain", type=int, default=0, help="ops per chain sample (0: ~2 ms)")
+    p.add_argument("--case-budget-s", type=float, default=30.0,
+                   help="skip a case whose timing, estimated from one call, would take longer "
+                        "(0: no limit)")
     p.add_argument("--max-elements", type=float, default=0,
                    help="skip cases holding more floats than this (recorded as skipped)")
     p.add_argument("--json", required=True, help="where to write the results")
@@ -73,6 +76,24 @@ def too_large(args, case):
     elements = case["bytes"] / 4
     if args.max_elements and elements > args.max_elements:
         return f"{elements:.0f} elements > --max-elements"
+    return None
+
+
+def over_budget(args, run_one, sync, modes):
+    """The note of a case whose timing would not fit in --case-budget-s, judged by one call
+    (its second: the first may initialise the library), else None."""
+    if not args.case_budget_s:
+        return None
+    for _ in range(2):
+        t0 = time.perf_counter()
+        run_one(0)
+        sync()
+        one = time.perf_counter() - t0
+    calls = max(args.warmup, 1) + len(modes) * (args.repeats + max(args.warmup, 1))
+    est = calls * one
+    if est > args.case_budget_s:
+        return (f"est. {est:.3g} s > budget {args.case_budget_s:.3g} s (one call took "
+                f"{one:.3g} s; --case-budget-s)")
     return None
 
 
@@ -159,10 +180,17 @@ def result(suite, case, backend, status, note="", modes=None, check=None, ran_on
     return r
 
 
+_start = time.perf_counter()
+
+
 def progress(text):
-    """A progress line on a terminal, nothing otherwise."""
+    """A progress line on a terminal; elsewhere (logs, tee) one line per call, with the
+    elapsed time."""
     if sys.stderr.isatty():
         print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+    elif text:
+        print(f"{text} (elapsed {time.perf_counter() - _start:.1f} s)", file=sys.stderr,
+              flush=True)
 
 
 def cpu_model():
@@ -206,7 +234,7 @@ def print_table(results):
             continue
         for mode, s in r["modes"].items():
             def t(x):
-                return (f"{x * 1e6:8.1f} us" if x < 1e-3 else
+                return (f"{x * 1e6:8.1f} µs" if x < 1e-3 else
                         f"{x * 1e3:8.2f} ms" if x < 1 else f"{x:8.3f} s ")
             gf = f"{s['gflops']:9.1f}" if s["gflops"] is not None else f"{'-':>9}"
             print(f"{r['case']:24} {r['backend']:12} {mode:6} {t(s['median_s']):>11}"

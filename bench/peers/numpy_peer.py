@@ -73,6 +73,11 @@ def main():
         sets = common.input_sets(case)
         try:
             run = make_case(case, rng, sets)
+            note = common.over_budget(args, run, lambda: None, modes)
+            if note:
+                results.append(common.result(suite, case, "numpy", "skipped", note))
+                common.progress(f"{suite}: {case['case']}: skipped")
+                continue
             stats = {m: common.add_rates(case, common.measure(run, lambda: None, sets, m, args))
                      for m in modes}
             results.append(common.result(suite, case, "numpy", "ok", modes=stats))

@@ -86,6 +86,10 @@ def main():
         sets = common.input_sets(case)
         try:
             run = make_case(case, gen, dev, sets)
+            note = common.over_budget(args, run, sync, modes)
+            if note:
+                results.append(common.result(suite, case, backend, "skipped", note))
+                continue
 
             def device_sample(s):
                 start = torch.cuda.Event(enable_timing=True)
