@@ -22,16 +22,20 @@ static hd_ref_elem gemm_elem(const hd_shape *s, const hd_ref_inputs *in, size_t 
                              in->in[1], s->trans_b ? k : n, i, j);
 }
 
-/* x*W as a GEMM element, then the low-rank term: each (x*A)[i][q] as a GEMM element too. */
+/* x*op(W) as a GEMM element, then the low-rank term: each (x*op(A))[i][q] as a GEMM element
+ * too. A transposed weight is read where it is stored, as the backends read it. */
 static hd_ref_elem lora_elem(const hd_shape *s, const hd_ref_inputs *in, size_t i, size_t j)
 {
     size_t d_in = s->dim[1], d_out = s->dim[2], r = s->dim[3];
     const float *x = in->in[0], *w = in->in[1], *a = in->in[2], *b = in->in[3];
-    hd_f64_elem xw = hd__f64_gemm_elem(false, false, d_in, 1.0f, x, d_in, w, d_out, i, j);
+    bool tw = s->lora_layout & HD_LORA_TRANS_W, ta = s->lora_layout & HD_LORA_TRANS_A,
+         tb = s->lora_layout & HD_LORA_TRANS_B;
+    hd_f64_elem xw =
+        hd__f64_gemm_elem(false, tw, d_in, 1.0f, x, d_in, w, tw ? d_in : d_out, i, j);
     double sum = xw.want, mag = xw.bound;
     for (size_t q = 0; q < r; q++) {
-        hd_f64_elem xa = hd__f64_gemm_elem(false, false, d_in, 1.0f, x, d_in, a, r, i, q);
-        double bq = at(b, d_out, q, j);
+        hd_f64_elem xa = hd__f64_gemm_elem(false, ta, d_in, 1.0f, x, d_in, a, ta ? d_in : r, i, q);
+        double bq = tb ? at(b, r, j, q) : at(b, d_out, q, j);
         sum += in->scale * xa.want * bq;
         mag += fabs((double)in->scale) * xa.bound * fabs(bq);
     }

@@ -37,9 +37,12 @@ typedef struct hd_lora_args {
     const hd_tensor *x, *w, *a, *b;
     float scale;
     const hd_tensor *y;
-    size_t tokens, in, out, rank; /* x tokens×in, W in×out, A in×rank, B rank×out */
+    size_t tokens, in, out, rank; /* x tokens×in, op(W) in×out, op(A) in×rank, op(B) rank×out */
     const char *variant;          /* as for GEMM */
     hd_precision precision;       /* as for GEMM, for x*W */
+    /* hd_lora_forward_ex()'s layout: W stored out×in, A rank×in, B out×rank. A slot that
+     * cannot read a layout in place returns HD_ERR_UNSUPPORTED (and its supports() says so). */
+    bool trans_w, trans_a, trans_b;
 } hd_lora_args;
 
 /* Softmax, layer norm and RMS norm: one row at a time, y may be x. */
@@ -58,6 +61,7 @@ typedef struct hd_row_args {
 typedef struct hd_shape {
     size_t dim[4];
     bool trans_a, trans_b; /* GEMM only */
+    unsigned lora_layout;  /* LoRA only: hd_lora_layout flags, 0 for the default layout */
 } hd_shape;
 
 /* The argument struct of each op's backend slot (the op table says which member). */

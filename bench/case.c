@@ -124,6 +124,7 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
                       .alpha = 1.0f,
                       .beta = 0.0f,
                       .scale = inst->scale,
+                      .lora_layout = inst->c.shape.lora_layout,
                       .eps = inst->eps,
                       .batch = inst->c.shape.dim[3]};
     return hd__call(ctx, inst->c.op, t, &p);

@@ -27,6 +27,14 @@
             .dim = {(t), (in), (out), (r) }                                                        \
         }                                                                                          \
     }
+/* LoRA with the weights as PyTorch and PEFT store them: W out×in, A r×in, B out×r. */
+#define LORA_PT(t, in, out, r)                                                                     \
+    {                                                                                              \
+        HD_OP_LORA,                                                                                \
+        {                                                                                          \
+            .dim = {(t), (in), (out), (r)}, .lora_layout = HD_LORA_LAYOUT_PYTORCH                  \
+        }                                                                                          \
+    }
 #define ROWS(op, r, c)                                                                             \
     {                                                                                              \
         op,                                                                                        \
@@ -36,19 +44,19 @@
     }
 
 /* The shapes of the original comparison: one-token LoRA at three widths, a rank sweep at
- * 1024², and the row ops on 64×1024. */
+ * 1024², and the row ops on 64×1024; and the one-token LoRA with PyTorch's weights. */
 static const hd_bench_case seed_cases[] = {
     LORA(1, 512, 512, 8),           LORA(1, 1024, 1024, 8),        LORA(1, 2048, 2048, 8),
     LORA(1, 1024, 1024, 4),         LORA(1, 1024, 1024, 16),       LORA(1, 1024, 1024, 32),
     LORA(1, 1024, 1024, 64),        ROWS(HD_OP_SOFTMAX, 64, 1024), ROWS(HD_OP_LAYER_NORM, 64, 1024),
-    ROWS(HD_OP_RMS_NORM, 64, 1024),
+    ROWS(HD_OP_RMS_NORM, 64, 1024), LORA_PT(1, 1024, 1024, 8),
 };
 
 static const hd_bench_case train_cases[] = {
-    LORA(4096, 4096, 4096, 16),          ROWS(HD_OP_SOFTMAX, 4096, 4096),
-    ROWS(HD_OP_SOFTMAX, 32768, 1024),    ROWS(HD_OP_LAYER_NORM, 8192, 4096),
-    ROWS(HD_OP_LAYER_NORM, 32768, 1024), ROWS(HD_OP_RMS_NORM, 8192, 4096),
-    ROWS(HD_OP_RMS_NORM, 32768, 1024),
+    LORA(4096, 4096, 4096, 16),         LORA_PT(4096, 4096, 4096, 16),
+    ROWS(HD_OP_SOFTMAX, 4096, 4096),    ROWS(HD_OP_SOFTMAX, 32768, 1024),
+    ROWS(HD_OP_LAYER_NORM, 8192, 4096), ROWS(HD_OP_LAYER_NORM, 32768, 1024),
+    ROWS(HD_OP_RMS_NORM, 8192, 4096),   ROWS(HD_OP_RMS_NORM, 32768, 1024),
 };
 
 static const hd_bench_case gemm_cases[] = {
@@ -112,6 +120,7 @@ static const hd_bench_case ci_cases[] = {
     GEMM_T(1, 64, 48, false, true),
     LORA(1, 64, 48, 4),
     LORA(5, 37, 29, 3),
+    LORA_PT(5, 37, 29, 3),
     ROWS(HD_OP_SOFTMAX, 3, 100),
     ROWS(HD_OP_LAYER_NORM, 7, 129),
     ROWS(HD_OP_RMS_NORM, 1, 1000),

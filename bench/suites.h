@@ -40,9 +40,9 @@ const hd_bench_suite *hd__bench_suites(size_t *count);
 const hd_bench_suite *hd__bench_suite_find(const char *name);
 
 /* A case's stable name, the key that joins results with peers: "gemm 1x4096x4096" (m×n×k, with
- * " TN"-style suffix when a side is transposed), "lora 1x1024x1024 r8" (tokens×in×out),
- * "gemm_batched 64x64x64 x8" (m×n×k, batch), "softmax 64x1024" (rows×cols). Returns what
- * snprintf returns. */
+ * " TN"-style suffix when a side is transposed), "lora 1x1024x1024 r8" (tokens×in×out; " pt"
+ * with the weights in PyTorch's layout), "gemm_batched 64x64x64 x8" (m×n×k, batch),
+ * "softmax 64x1024" (rows×cols). Returns what snprintf returns. */
 int hd__bench_case_name(const hd_bench_case *c, char *buf, size_t cap);
 
 /* Floating-point operations of one call (2 per multiply-add; the row ops count their

@@ -137,15 +137,32 @@ hd_status hd__prepare_gemm_batched(hd_context *ctx, const hd_tensor *const t[],
 hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call)
 {
-    const char *fn = hd__op(HD_OP_LORA)->fn;
+    const char *fn = p->lora_layout == HD_LORA_LAYOUT_DEFAULT ? hd__op(HD_OP_LORA)->fn
+                                                              : "hd_lora_forward_ex";
     const hd_tensor *x = t[0], *w = t[1], *a = t[2], *b = t[3], *y = t[4];
-    size_t tokens = x->rows, in = x->cols, out = w->cols, rank = a->cols;
-    if (w->rows != in)
-        return shape_error(ctx, fn, "W must have as many rows as x has columns", w, "w", in, out);
-    if (a->rows != in)
-        return shape_error(ctx, fn, "A must have as many rows as x has columns", a, "a", in, rank);
-    if (b->rows != rank || b->cols != out)
-        return shape_error(ctx, fn, "B must be rank x out", b, "b", rank, out);
+    unsigned layout = p->lora_layout;
+    if (layout & ~(unsigned)HD_LORA_LAYOUT_PYTORCH)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "%s: unknown layout flags 0x%x (expected HD_LORA_TRANS_W, _A, _B)", fn,
+                         layout);
+    /* Sizes as the default layout names them; a transposed tensor holds them the other way. */
+    bool tw = layout & HD_LORA_TRANS_W, ta = layout & HD_LORA_TRANS_A,
+         tb = layout & HD_LORA_TRANS_B;
+    size_t tokens = x->rows, in = x->cols, out = tw ? w->rows : w->cols,
+           rank = ta ? a->rows : a->cols;
+    if ((tw ? w->cols : w->rows) != in)
+        return tw ? shape_error(ctx, fn, "W (out x in) must have as many columns as x", w, "w", out,
+                                in)
+                  : shape_error(ctx, fn, "W must have as many rows as x has columns", w, "w", in,
+                                out);
+    if ((ta ? a->cols : a->rows) != in)
+        return ta ? shape_error(ctx, fn, "A (rank x in) must have as many columns as x", a, "a",
+                                rank, in)
+                  : shape_error(ctx, fn, "A must have as many rows as x has columns", a, "a", in,
+                                rank);
+    if (tb ? (b->rows != out || b->cols != rank) : (b->rows != rank || b->cols != out))
+        return tb ? shape_error(ctx, fn, "B must be out x rank", b, "b", out, rank)
+                  : shape_error(ctx, fn, "B must be rank x out", b, "b", rank, out);
     if (y->rows != tokens || y->cols != out)
         return shape_error(ctx, fn, "y must be tokens x out", y, "y", tokens, out);
     call->args.lora = (hd_lora_args){.x = x,
@@ -158,8 +175,11 @@ hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd
                                      .in = in,
                                      .out = out,
                                      .rank = rank,
-                                     .precision = ctx->gemm_precision};
-    call->shape = (hd_shape){.dim = {tokens, in, out, rank}};
+                                     .precision = ctx->gemm_precision,
+                                     .trans_w = tw,
+                                     .trans_a = ta,
+                                     .trans_b = tb};
+    call->shape = (hd_shape){.dim = {tokens, in, out, rank}, .lora_layout = layout};
     set_io(HD_OP_LORA, t, call);
     call->beta = 0.0f;
     if (tokens == 0 || out == 0)

@@ -74,7 +74,8 @@ void hd__select_memo(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_
     key.residency = residency_bits(ctx, io);
     for (int i = 0; i < 4; i++)
         key.dim[i] = shape->dim[i];
-    key.trans = (uint32_t)shape->trans_a + 2u * (uint32_t)shape->trans_b;
+    key.trans = (uint32_t)shape->trans_a + 2u * (uint32_t)shape->trans_b +
+                4u * shape->lora_layout; /* LoRA's layout flags */
     key.forced = (uint32_t)ctx->forced[op];
     key.precision = (uint32_t)ctx->gemm_precision;
 

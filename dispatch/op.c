@@ -66,16 +66,18 @@ static double rms_norm_flops(const hd_shape *s)
     return 4.0 * (double)s->dim[0] * (double)s->dim[1];
 }
 
-/* LoRA's leading product y = x*W, which a plan of two backends computes with one backend's
+/* LoRA's leading product y = x*op(W), which a plan of two backends computes with one backend's
  * GEMM before the other's epilogue adds scale*(x*A)*B. */
 static void lora_product(const hd_shape *s, const hd_op_args *args, hd_shape *product,
                          hd_gemm_args *g)
 {
-    *product = (hd_shape){.dim = {s->dim[0], s->dim[2], s->dim[1]}};
+    *product = (hd_shape){.dim = {s->dim[0], s->dim[2], s->dim[1]},
+                          .trans_b = (s->lora_layout & HD_LORA_TRANS_W) != 0};
     if (args == NULL)
         return;
     const hd_lora_args *l = &args->lora;
-    *g = (hd_gemm_args){.alpha = 1.0f,
+    *g = (hd_gemm_args){.trans_b = l->trans_w, /* W read in place, as stored */
+                        .alpha = 1.0f,
                         .beta = 0.0f,
                         .a = l->x,
                         .b = l->w,
@@ -186,6 +188,8 @@ void hd__op_tensor_shape(hd_op op, int i, const hd_shape *s, size_t *rows, size_
     const hd_op_tensor *t = &hd__op(op)->tensors[i];
     size_t r = dim_of(s, t->rows), c = dim_of(s, t->cols);
     bool swap = (t->transpose == 1 && s->trans_a) || (t->transpose == 2 && s->trans_b);
+    /* LoRA's W, A and B (tensors 1 to 3) as their layout flags (1, 2, 4) store them */
+    swap |= op == HD_OP_LORA && i >= 1 && i <= 3 && (s->lora_layout & (1u << (i - 1))) != 0;
     *rows = (swap ? c : r) * dim_of(s, t->batch);
     *cols = swap ? r : c;
 }
@@ -236,6 +240,10 @@ int hd__op_text(hd_op op, const hd_shape *s, hd_text_style style, char *buf, siz
     for (int i = joined; i < d->dims && len < sizeof text; i++)
         len += (size_t)snprintf(text + len, sizeof text - len, " %c%zu", d->suffix_prefix[i],
                                 s->dim[i]);
+    if (op == HD_OP_LORA && s->lora_layout != 0 && len < sizeof text) /* hd_lora_forward_ex */
+        len += (size_t)(s->lora_layout == HD_LORA_LAYOUT_PYTORCH
+                            ? snprintf(text + len, sizeof text - len, " pt")
+                            : snprintf(text + len, sizeof text - len, " layout%u", s->lora_layout));
     return snprintf(buf, size, "%s", text);
 }
 

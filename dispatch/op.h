@@ -42,6 +42,7 @@ typedef struct hd_op_params {
     bool trans_a, trans_b;
     float alpha, beta; /* GEMM */
     float scale;       /* LoRA */
+    unsigned lora_layout; /* LoRA: hd_lora_layout flags (hd_lora_forward_ex) */
     float eps;         /* norms */
     size_t batch;      /* batched GEMM */
 } hd_op_params;

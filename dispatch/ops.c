@@ -220,8 +220,15 @@ hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bool tran
 hd_status hd_lora_forward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                           const hd_tensor *a, const hd_tensor *b, float scale, hd_tensor *y)
 {
+    return hd_lora_forward_ex(ctx, x, w, a, b, scale, HD_LORA_LAYOUT_DEFAULT, y);
+}
+
+hd_status hd_lora_forward_ex(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
+                             const hd_tensor *a, const hd_tensor *b, float scale, unsigned layout,
+                             hd_tensor *y)
+{
     const hd_tensor *t[] = {x, w, a, b, y};
-    hd_op_params p = {.scale = scale};
+    hd_op_params p = {.scale = scale, .lora_layout = layout};
     return hd__call(ctx, HD_OP_LORA, t, &p);
 }
 

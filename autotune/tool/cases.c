@@ -140,8 +140,11 @@ static int from_suites(const tool_options *o, tool_case_list *l)
                     name);
             return EXIT_USAGE;
         }
+        /* A record is keyed by shape alone: a LoRA case in another layout uses the record of
+         * its default-layout twin, minus the backends that cannot read the layout. */
         for (size_t i = 0; i < s->count; i++)
-            if (o->op_wanted[s->cases[i].op] && !add_case(l, &s->cases[i]))
+            if (o->op_wanted[s->cases[i].op] && s->cases[i].shape.lora_layout == 0 &&
+                !add_case(l, &s->cases[i]))
                 return EXIT_USAGE;
         p += len + (p[len] == ',');
     }

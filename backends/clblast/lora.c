@@ -15,9 +15,10 @@ static hd_status base_product(hd_clblast_state *st, hd_context *ctx, const hd_lo
     hd_status s = hd__clblast_prepare(st, ctx, variant);
     if (s != HD_OK)
         return s;
-    return hd__clblast_sgemm(ctx, true, false, false, l->tokens, l->out, l->in, 1.0f,
+    return hd__clblast_sgemm(ctx, true, false, l->trans_w, l->tokens, l->out, l->in, 1.0f,
                              l->x->state->device->mem, 0, l->in, l->w->state->device->mem, 0,
-                             l->out, 0.0f, l->y->state->device->mem, 0, l->out);
+                             l->trans_w ? l->in : l->out, 0.0f, l->y->state->device->mem, 0,
+                             l->out);
 }
 
 hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *l)
@@ -34,13 +35,14 @@ hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     hd__clblast_lock();
     hd_status s = base_product(state, ctx, l, l->variant);
     if (s == HD_OK && h != NULL)
-        s = hd__clblast_sgemm(ctx, true, false, false, l->tokens, l->rank, l->in, 1.0f,
+        s = hd__clblast_sgemm(ctx, true, false, l->trans_a, l->tokens, l->rank, l->in, 1.0f,
                               l->x->state->device->mem, 0, l->in, l->a->state->device->mem, 0,
-                              l->rank, 0.0f, h->mem, 0, l->rank);
+                              l->trans_a ? l->in : l->rank, 0.0f, h->mem, 0, l->rank);
     if (s == HD_OK && h != NULL)
-        s = hd__clblast_sgemm(ctx, true, false, false, l->tokens, l->out, l->rank, l->scale, h->mem,
-                              0, l->rank, l->b->state->device->mem, 0, l->out, 1.0f,
-                              l->y->state->device->mem, 0, l->out);
+        s = hd__clblast_sgemm(ctx, true, false, l->trans_b, l->tokens, l->out, l->rank, l->scale,
+                              h->mem, 0, l->rank, l->b->state->device->mem, 0,
+                              l->trans_b ? l->rank : l->out, 1.0f, l->y->state->device->mem, 0,
+                              l->out);
     hd__clblast_unlock();
     /* The queue is in order: whoever takes h from the pool next enqueues after these GEMMs. */
     if (h != NULL)

@@ -76,17 +76,20 @@ static void fused_destroy(void *state)
 
 static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part part)
 {
-    if (part == HD_PART_EPILOGUE)
-        return op == HD_OP_LORA && hd__fused_lora_update_supports(s);
+    if (part == HD_PART_EPILOGUE) /* y += scale*(x*A)*B reads A and B in the default layout */
+        return op == HD_OP_LORA && !(s->lora_layout & (HD_LORA_TRANS_A | HD_LORA_TRANS_B)) &&
+               hd__fused_lora_update_supports(s);
     switch (op) {
     case HD_OP_GEMM: /* m, n, k: the strip kernel's 32-bit indexing, or the tiled engine's */
     case HD_OP_GEMM_BATCHED:
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX;
-    case HD_OP_LORA: /* tokens, in, out, rank: the strip kernels' limits, or the tiled engine's */
-        if (s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64 && fits_int(s->dim[1], s->dim[2]) &&
-            hd__fused_lora_update_supports(s))
+    case HD_OP_LORA: /* tokens, in, out, rank: the strip kernels' limits (default layout
+                        only), or the tiled engine's, which reads W and B transposed alike */
+        if (s->lora_layout == 0 && s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64 &&
+            fits_int(s->dim[1], s->dim[2]) && hd__fused_lora_update_supports(s))
             return true;
-        return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
+        return !(s->lora_layout & HD_LORA_TRANS_W) == !(s->lora_layout & HD_LORA_TRANS_B) &&
+               s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
                s->dim[3] <= INT_MAX;
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:

@@ -117,7 +117,7 @@ static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, cl_m
 
 /* Many tokens on the tiled GEMM engine: u = scale * x * A in one launch, then
  * y = x * W + u * B in one more, the low-rank product summed in the same tiles as x * W
- * (k extended by the rank), so y is written once. */
+ * (k extended by the rank), so y is written once. Transposed weights are read in place. */
 static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
 {
     size_t tokens = l->tokens, in = l->in, out = l->out, rank = l->rank;
@@ -133,7 +133,7 @@ static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
                                  .alpha = l->scale,
                                  .beta = 0.0f,
                                  .a = {x, in, false},
-                                 .b = {hd__fused_mem(l->a), rank, false},
+                                 .b = {hd__fused_mem(l->a), l->trans_a ? in : rank, l->trans_a},
                                  .c = u,
                                  .ldc = rank,
                                  .precision = l->precision};
@@ -147,7 +147,7 @@ static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
                             .alpha = 1.0f,
                             .beta = 0.0f,
                             .a = {x, in, false},
-                            .b = {hd__fused_mem(l->w), out, false},
+                            .b = {hd__fused_mem(l->w), l->trans_w ? in : out, l->trans_w},
                             .c = hd__fused_mem(l->y),
                             .ldc = out,
                             .k2 = rank,
@@ -155,7 +155,7 @@ static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
                             .variant = l->variant};
     if (rank > 0) {
         y.a2 = (hd_fused_operand){u, rank, false};
-        y.b2 = (hd_fused_operand){hd__fused_mem(l->b), out, false};
+        y.b2 = (hd_fused_operand){hd__fused_mem(l->b), l->trans_b ? rank : out, l->trans_b};
     }
     return hd__fused_tile_gemm(f, ctx, &y);
 }
@@ -190,6 +190,18 @@ static hd_status lora_rows_then_update(hd_fused *f, hd_context *ctx, const hd_lo
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 {
     hd_fused *f = state;
+    if (l->trans_w || l->trans_a || l->trans_b) {
+        /* Only the tiled engine reads transposed weights in place, and its second product
+         * (u*B) takes the transposes of its first (x*W): W and B transposed alike, as
+         * PyTorch stores them. */
+        if (l->trans_w != l->trans_b)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: LoRA reads W and B transposed only together");
+        hd_lora_args tiled = *l;
+        if (tiled.variant != NULL && !hd__fused_is_tile_variant(tiled.variant))
+            tiled.variant = NULL; /* a strip-kernel variant tuned for the default layout */
+        return lora_tiled(f, ctx, &tiled);
+    }
     bool few_tokens = l->variant != NULL ? !hd__fused_is_tile_variant(l->variant)
                                          : l->tokens <= 16 && l->rank <= HD_FUSED_MAX_RANK;
     if (!few_tokens)

@@ -322,6 +322,31 @@ HD_API hd_status hd_lora_forward(hd_context *ctx, const hd_tensor *x, const hd_t
                                  const hd_tensor *a, const hd_tensor *b, float scale,
                                  hd_tensor *y);
 
+/* How hd_lora_forward_ex() reads the weights, as flags to OR together: each flag says that a
+ * tensor is stored transposed, as GEMM's trans_a and trans_b do. */
+typedef enum hd_lora_layout {
+    HD_LORA_LAYOUT_DEFAULT = 0, /* W in×out, A in×r, B r×out: y = x*W + scale*(x*A)*B */
+    HD_LORA_TRANS_W = 1,        /* W stored out×in */
+    HD_LORA_TRANS_A = 2,        /* A stored r×in */
+    HD_LORA_TRANS_B = 4,        /* B stored out×r */
+    /* torch.nn.Linear's weight and PEFT's lora_A and lora_B: W out×in, A r×in, B out×r */
+    HD_LORA_LAYOUT_PYTORCH = HD_LORA_TRANS_W | HD_LORA_TRANS_A | HD_LORA_TRANS_B
+} hd_lora_layout;
+
+/*
+ * The LoRA forward pass with the weights in the layout the flags give (hd_lora_layout, OR-ed):
+ * y = x*op(W) + scale*(x*op(A))*op(B), where op(X) is X, or its transpose when X's flag is set;
+ * x is T×in and y T×out as in hd_lora_forward(). Transposed weights are read where they are:
+ * no backend copies or transposes them. With HD_LORA_LAYOUT_PYTORCH, the tensors of a PyTorch
+ * model (W = linear.weight, A = lora_A.weight, B = lora_B.weight) go in as they are stored.
+ * A backend that cannot read a layout in place (the fused kernels read only the default one)
+ * leaves the call to one that can. Returns as hd_lora_forward(), and HD_ERR_INVALID_ARGUMENT
+ * for an unknown flag. Does not wait.
+ */
+HD_API hd_status hd_lora_forward_ex(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
+                                    const hd_tensor *a, const hd_tensor *b, float scale,
+                                    unsigned layout, hd_tensor *y);
+
 /* y[i][j] = exp(x[i][j] - max_j x[i]) / sum_j exp(x[i][j] - max_j x[i]), per row.
  * y may be x (in place). Returns as hd_gemm(). Does not wait. */
 HD_API hd_status hd_softmax(hd_context *ctx, const hd_tensor *x, hd_tensor *y);

@@ -1,0 +1,199 @@
+/*
+ * hd_lora_forward_ex(): the LoRA forward pass with W, A and B stored transposed (PyTorch and
+ * PEFT keep W out×in, A r×in, B out×r), on every backend this machine has, forced one by one,
+ * and on auto, against the float64 reference of the same product in the default layout.
+ * A backend that cannot read a layout in place must hand the call on (the fused backend reads
+ * W and B transposed only together): the result is still checked either way.
+ *
+ * Tolerance: the GEMM rounding bound over in + rank terms, as in the CPU suite.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testlib.h"
+
+#define GEMM_FACTOR 1.0
+
+static int setup(void **state)
+{
+    *state = hd_test_context(false);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    hd_context_destroy(*state);
+    return 0;
+}
+
+/* The rows×cols matrix m, transposed into a new cols×rows buffer. */
+static float *transposed(const float *m, size_t rows, size_t cols)
+{
+    float *t = hd_test_floats(rows * cols);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            t[j * rows + i] = m[i * cols + j];
+    return t;
+}
+
+typedef struct lora_case {
+    size_t tokens, in, out, rank;
+} lora_case;
+
+/* One call in `layout` on backend b (AUTO: the dispatcher's choice), checked against the
+ * reference. Returns the backend it ran on. */
+static hd_backend check_layout(hd_context *ctx, hd_backend b, unsigned layout, lora_case c,
+                               uint64_t salt)
+{
+    hd_rng rng = hd_test_rng(salt);
+    float *x = hd_test_random(&rng, c.tokens * c.in, -1.0f, 1.0f);
+    float *w = hd_test_random(&rng, c.in * c.out, -1.0f, 1.0f);
+    float *a = hd_test_random(&rng, c.in * c.rank, -1.0f, 1.0f);
+    float *bm = hd_test_random(&rng, c.rank * c.out, -1.0f, 1.0f);
+    bool tw = layout & HD_LORA_TRANS_W, ta = layout & HD_LORA_TRANS_A,
+         tb = layout & HD_LORA_TRANS_B;
+    /* stored as the layout says: the transpose of the default-layout matrix */
+    float *ws = tw ? transposed(w, c.in, c.out) : w, *as = ta ? transposed(a, c.in, c.rank) : a;
+    float *bs = tb ? transposed(bm, c.rank, c.out) : bm;
+    hd_tensor *tx = hd_test_tensor(ctx, c.tokens, c.in, x);
+    hd_tensor *twt =
+        tw ? hd_test_tensor(ctx, c.out, c.in, ws) : hd_test_tensor(ctx, c.in, c.out, ws);
+    hd_tensor *tat =
+        ta ? hd_test_tensor(ctx, c.rank, c.in, as) : hd_test_tensor(ctx, c.in, c.rank, as);
+    hd_tensor *tbt =
+        tb ? hd_test_tensor(ctx, c.out, c.rank, bs) : hd_test_tensor(ctx, c.rank, c.out, bs);
+    hd_tensor *ty = hd_test_tensor(ctx, c.tokens, c.out, NULL);
+
+    char what[200];
+    snprintf(what, sizeof what, "lora layout %u on %s: tokens=%zu in=%zu out=%zu rank=%zu", layout,
+             hd_backend_name(b), c.tokens, c.in, c.out, c.rank);
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA, b), HD_OK);
+    hd_status s = hd_lora_forward_ex(ctx, tx, twt, tat, tbt, 0.75f, layout, ty);
+    if (s != HD_OK)
+        fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+    hd_backend ran = hd_context_last_backend(ctx);
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA, HD_BACKEND_AUTO), HD_OK);
+
+    size_t n = c.tokens * c.out;
+    double *want = hd_test_doubles(n), *bound = hd_test_doubles(n);
+    hd_ref_lora(c.tokens, c.in, c.out, c.rank, x, w, a, bm, 0.75f, want, bound);
+    float *got = hd_test_read(ty);
+    hd_test_expect_gemm_close(what, got, want, bound, n, c.in + c.rank, GEMM_FACTOR);
+    /* the inputs are read in place, never rewritten */
+    hd_test_expect_unchanged(what, twt, ws);
+    hd_test_expect_unchanged(what, tat, as);
+    hd_test_expect_unchanged(what, tbt, bs);
+
+    free(got);
+    free(want);
+    free(bound);
+    hd_tensor *all[] = {tx, twt, tat, tbt, ty};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd_tensor_destroy(all[i]);
+    if (ws != w)
+        free(ws);
+    if (as != a)
+        free(as);
+    if (bs != bm)
+        free(bs);
+    free(x);
+    free(w);
+    free(a);
+    free(bm);
+    return ran;
+}
+
+static const unsigned layouts[] = {
+    HD_LORA_LAYOUT_DEFAULT, HD_LORA_TRANS_W,        HD_LORA_TRANS_A,
+    HD_LORA_TRANS_B,        HD_LORA_LAYOUT_PYTORCH, HD_LORA_TRANS_W | HD_LORA_TRANS_A,
+};
+/* One token (the GEMV-style path), a few, and more than the fused kernels' 16; odd sizes. */
+static const lora_case cases[] = {{1, 37, 29, 8}, {5, 64, 48, 3}, {33, 40, 24, 16}, {3, 17, 9, 0}};
+
+static void test_lora_layouts_match_reference_on_every_backend(void **state)
+{
+    hd_context *ctx = *state;
+    uint64_t salt = 9100;
+    for (int b = 0; b < HD_BACKEND_COUNT; b++) {
+        if (b != HD_BACKEND_AUTO && !hd_context_has_backend(ctx, (hd_backend)b))
+            continue;
+        for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                hd_backend ran = check_layout(ctx, (hd_backend)b, layouts[l], cases[i], salt++);
+                /* CPU and CLBlast read every layout in place: forced, they run it */
+                if (b == HD_BACKEND_CPU || b == HD_BACKEND_CLBLAST)
+                    assert_int_equal(ran, b);
+            }
+    }
+}
+
+/* The fused backend reads transposed weights on its tiled engine, whose low-rank product takes
+ * the transposes of x*W: W and B transposed alike (the PyTorch layout), A either way. A layout
+ * with W and B apart moves on to another backend. */
+static void test_lora_fused_reads_w_and_b_transposed_alike(void **state)
+{
+    hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED))
+        skip();
+    static const unsigned runs_fused[] = {HD_LORA_LAYOUT_DEFAULT, HD_LORA_LAYOUT_PYTORCH,
+                                          HD_LORA_TRANS_A, HD_LORA_TRANS_W | HD_LORA_TRANS_B};
+    static const unsigned moves_on[] = {HD_LORA_TRANS_W, HD_LORA_TRANS_B,
+                                        HD_LORA_TRANS_W | HD_LORA_TRANS_A};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t l = 0; l < sizeof runs_fused / sizeof runs_fused[0]; l++)
+            assert_int_equal(
+                check_layout(ctx, HD_BACKEND_FUSED, runs_fused[l], cases[i], 9300 + 10 * i + l),
+                HD_BACKEND_FUSED);
+        for (size_t l = 0; l < sizeof moves_on / sizeof moves_on[0]; l++)
+            assert_int_not_equal(
+                check_layout(ctx, HD_BACKEND_FUSED, moves_on[l], cases[i], 9350 + 10 * i + l),
+                HD_BACKEND_FUSED);
+    }
+}
+
+static void test_lora_layout_shape_errors_name_the_tensor(void **state)
+{
+    hd_context *ctx = *state;
+    hd_tensor *x = hd_test_tensor(ctx, 2, 6, NULL), *y = hd_test_tensor(ctx, 2, 5, NULL);
+    hd_tensor *w_pt = hd_test_tensor(ctx, 5, 6, NULL), *a_pt = hd_test_tensor(ctx, 3, 6, NULL);
+    hd_tensor *b_pt = hd_test_tensor(ctx, 5, 3, NULL);
+    float *y_before = hd_test_read(y);
+    /* the PyTorch layout is accepted as stored */
+    assert_int_equal(hd_lora_forward_ex(ctx, x, w_pt, a_pt, b_pt, 1.0f, HD_LORA_LAYOUT_PYTORCH, y),
+                     HD_OK);
+    hd_tensor_destroy(y);
+    y = hd_test_tensor(ctx, 2, 5, y_before);
+    /* the same tensors in the default layout do not fit */
+    assert_int_equal(hd_lora_forward_ex(ctx, x, w_pt, a_pt, b_pt, 1.0f, 0, y),
+                     HD_ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(hd_context_last_error(ctx), "'w'"));
+    /* only A transposed: W (5x6) still has to be in x out */
+    assert_int_equal(hd_lora_forward_ex(ctx, x, w_pt, a_pt, b_pt, 1.0f, HD_LORA_TRANS_A, y),
+                     HD_ERR_SHAPE_MISMATCH);
+    assert_int_equal(
+        hd_lora_forward_ex(ctx, x, w_pt, a_pt, b_pt, 1.0f, HD_LORA_TRANS_W | HD_LORA_TRANS_A, y),
+        HD_ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(hd_context_last_error(ctx), "'b'"));
+    /* an unknown flag is named, and the output stays untouched */
+    assert_int_equal(hd_lora_forward_ex(ctx, x, w_pt, a_pt, b_pt, 1.0f, 8, y),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "0x8"));
+    hd_test_expect_unchanged("y after refused calls", y, y_before);
+    free(y_before);
+    hd_tensor *all[] = {x, y, w_pt, a_pt, b_pt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd_tensor_destroy(all[i]);
+}
+
+int main(void)
+{
+    hd_test_seed();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lora_layouts_match_reference_on_every_backend),
+        cmocka_unit_test(test_lora_fused_reads_w_and_b_transposed_alike),
+        cmocka_unit_test(test_lora_layout_shape_errors_name_the_tensor),
+    };
+    return cmocka_run_group_tests_name("lora_layout", tests, setup, teardown);
+}
