@@ -28,8 +28,8 @@ static void test_suites_match_the_issue(void **state)
     assert_non_null(gemm);
     assert_non_null(hd__bench_suite_find("ci"));
     assert_null(hd__bench_suite_find("nope"));
-    assert_int_equal(seed->count, 10); /* 3 widths + 4 more ranks, 3 row ops */
-    assert_int_equal(train->count, 7);
+    assert_int_equal(seed->count, 11); /* 3 widths + 4 more ranks, 3 row ops, PyTorch layout */
+    assert_int_equal(train->count, 8); /* LoRA in both layouts, 6 row ops */
     assert_int_equal(gemm->count, 11); /* 64..8192 squares and three token counts */
     char name[64];
     hd__bench_case_name(&seed->cases[2], name, sizeof name);
@@ -38,6 +38,9 @@ static void test_suites_match_the_issue(void **state)
     assert_string_equal(name, "lora 4096x4096x4096 r16");
     hd__bench_case_name(&gemm->cases[10], name, sizeof name);
     assert_string_equal(name, "gemm 8192x4096x4096");
+    hd__bench_case_name(&seed->cases[10], name, sizeof name);
+    assert_string_equal(name, "lora 1x1024x1024 r8 pt");
+    assert_int_equal(seed->cases[10].shape.lora_layout, HD_LORA_LAYOUT_PYTORCH);
 }
 
 static void test_suites_names_are_unique(void **state)
@@ -124,6 +127,28 @@ static void test_measure_stops_at_budget_after_min_runs(void **state)
     hd_measure_result r;
     assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_OK);
     assert_int_equal(r.runs, 4);
+    hd_context_destroy(ctx);
+}
+
+/* An interrupt takes effect after the call in progress, not after the measurement: one
+ * warm-up call and one sample, whatever min_runs says. */
+static void test_measure_stops_after_one_call_once_the_stop_flag_is_set(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(true);
+    static volatile sig_atomic_t stop;
+    stop = 1;
+    hd__measure_set_stop_flag(&stop);
+    counter c = {0};
+    hd_measure_config cfg;
+    hd__measure_config_init(&cfg, HD_MEASURE_SYNC);
+    cfg.warmup = 5;
+    cfg.min_runs = 50;
+    hd_measure_result r;
+    assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_OK);
+    assert_int_equal(r.runs, 1);
+    assert_int_equal(c.calls, 2);
+    hd__measure_set_stop_flag(NULL);
     hd_context_destroy(ctx);
 }
 
@@ -301,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_case_figures_gemm_and_rows),
         cmocka_unit_test(test_measure_takes_min_runs_and_warms_every_set),
         cmocka_unit_test(test_measure_stops_at_budget_after_min_runs),
+        cmocka_unit_test(test_measure_stops_after_one_call_once_the_stop_flag_is_set),
         cmocka_unit_test(test_measure_reports_failing_call),
         cmocka_unit_test(test_measure_rejects_bad_arguments),
         cmocka_unit_test(test_measure_mode_names_round_trip),
