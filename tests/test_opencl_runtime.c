@@ -23,6 +23,7 @@
 #include "backends/opencl/internal.h" /* the pool cap, lowered for a test */
 #include "backends/opencl/runtime.h"
 #include "dispatch/context.h"
+#include "dispatch/error.h"
 #include "dispatch/tensor.h"
 
 static const char double_source[] = "__kernel void hd_test_double(__global float *x, uint n)\n"
@@ -841,6 +842,47 @@ static int remove_cache_root(void **state)
     return 0;
 }
 
+/* A kernel the compiler warns about builds, and whatever the compiler prints while building
+ * stays off the process's standard error: it becomes a note in the context's message. The
+ * source is new on every run, so that no program cache (ours or the driver's) skips the
+ * compiler. */
+static void test_build_output_goes_to_the_message_not_stderr(void **state)
+{
+    (void)state;
+    hd_context *ctx = message_context();
+    hd_cl_runtime *rt = open_runtime(ctx, NULL);
+    char source[256];
+    snprintf(source, sizeof source,
+             "/* %llu */\n#warning hd test warning\n"
+             "__kernel void hd_test_warns(__global int *x) { x[0] = 1; }\n",
+             (unsigned long long)hd_test_seed() ^ (unsigned long long)getpid());
+    char path[] = "/tmp/hd-test-stderr-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    cl_program program;
+    hd__error_clear(ctx);
+    hd_status s = hd__cl_program(rt, ctx, source, NULL, &program);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    assert_int_equal(s, HD_OK);
+    char seen[512] = "";
+    ssize_t n = pread(fd, seen, sizeof seen - 1, 0);
+    close(fd);
+    unlink(path);
+    if (n > 0)
+        fail_msg("the build printed on stderr: %s", seen);
+    const char *msg = hd_context_last_error(ctx);
+    print_message("context message after the build: '%s'\n", msg);
+    if (msg[0] != '\0')
+        expect_message_contains(ctx, "kernel build");
+    hd__cl_runtime_destroy(rt);
+    hd_context_destroy(ctx);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--no-platform-child") == 0)
@@ -848,6 +890,7 @@ int main(int argc, char **argv)
     hd_test_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_discovery_default_finds_a_device),
+        cmocka_unit_test(test_build_output_goes_to_the_message_not_stderr),
         cmocka_unit_test(test_discovery_index_and_name_pick_the_device),
         cmocka_unit_test(test_discovery_no_match_is_an_error_listing_devices),
         cmocka_unit_test(test_discovery_hd_device_environment_selects),

@@ -1,8 +1,10 @@
 /* Programs and kernels, built once per runtime: found in memory, else loaded from the on-disk
  * binary cache, else compiled from source (and then stored). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/opencl/internal.h"
 #include "dispatch/error.h"
@@ -73,6 +75,43 @@ static hd_status build_failed(hd_cl_runtime *rt, hd_context *ctx, cl_program pro
     return s;
 }
 
+/* Standard error is the process's: one redirection at a time, or a second would save and
+ * restore the first one's file. */
+static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * clBuildProgram with whatever the compiler prints on the process's standard error caught in
+ * captured (NUL-terminated, truncated to cap). PoCL's clang prints its diagnostics there
+ * ("1 warning generated.") besides the build log, which garbled the tools' progress lines
+ * and the user's own output; the text goes to the context's message instead. Anything another
+ * thread writes to stderr during the build is caught with it.
+ */
+static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, const char *options,
+                                     char *captured, size_t cap)
+{
+    captured[0] = '\0';
+    pthread_mutex_lock(&stderr_lock);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    int saved = tmp != NULL ? dup(STDERR_FILENO) : -1;
+    bool redirected = saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0;
+    cl_int err = clBuildProgram(program, 1, &rt->device, options, NULL, NULL);
+    if (redirected) {
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+    }
+    if (saved >= 0)
+        close(saved);
+    pthread_mutex_unlock(&stderr_lock);
+    if (tmp != NULL) {
+        rewind(tmp);
+        size_t n = fread(captured, 1, cap - 1, tmp);
+        captured[n] = '\0';
+        fclose(tmp);
+    }
+    return err;
+}
+
 static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const char *source,
                                    size_t len, const char *options, cl_program *out)
 {
@@ -80,12 +119,20 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
     cl_program program = clCreateProgramWithSource(rt->context, 1, &source, &len, &err);
     if (program == NULL)
         return hd__cl_error(ctx, err, "clCreateProgramWithSource");
-    err = clBuildProgram(program, 1, &rt->device, options, NULL, NULL);
+    char printed[1024];
+    err = build_capturing_stderr(rt, program, options, printed, sizeof printed);
     if (err != CL_SUCCESS) {
         hd_status s = build_failed(rt, ctx, program, err, options);
+        if (printed[0] != '\0') {
+            hd__error_append(ctx, "\ncompiler output:\n");
+            hd__error_append(ctx, printed);
+        }
         clReleaseProgram(program);
         return s;
     }
+    if (printed[0] != '\0') /* a note, not an error: the call goes on */
+        hd__error(ctx, HD_OK, "kernel build (options \"%.200s\") printed: %.600s", options,
+                  printed);
     rt->program_counters.source_builds++;
     *out = program;
     return HD_OK;
