@@ -6,8 +6,9 @@
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build without OpenCL: every suite, any
 #      sanitizer report fails;
 #   3. build without OpenBLAS and OpenCL (GEMM takes the plain C path): every suite;
-#   4. install into a temporary prefix, compile the README example through pkg-config against
-#      it, run it and check it against the float64 reference;
+#   4. install into a temporary prefix, compile the README example through pkg-config and
+#      through CMake's find_package against it, run both and check them against the float64
+#      reference;
 #   5. fuzz: the tuning cache parser's libFuzzer target (clang, ASan+UBSan) for
 #      $HD_FUZZ_SECONDS (default 60) seconds from its corpus; a crash or a failed check of the
 #      target (parse, write, parse must give the same file) fails the stage.
@@ -20,7 +21,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 builds="${HD_TEST_BUILD_ROOT:-$root/build-tests}"
 packages=(ocl-icd-opencl-dev opencl-headers libclblast-dev libopenblas-dev libcmocka-dev
-          pocl-opencl-icd meson ninja-build pkg-config clang)
+          pocl-opencl-icd meson ninja-build pkg-config clang cmake)
 
 passed=0
 failed=0
@@ -122,10 +123,26 @@ stage_plain_c() {
     suites "$builds/plain-c"
 }
 
+# check_example BIN LOG: the README test on an example built against the installed library.
+check_example() {
+    local example="$1" log="$2" rc
+    set +e
+    LD_LIBRARY_PATH="$libdir" HD_README="$root/README.md" \
+        HD_README_EXAMPLE_SOURCE="$root/tests/readme_example.c" \
+        HD_README_EXAMPLE_BIN="$example" "$builds/full/tests/test_readme_example" 2>&1 |
+        tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    passed=$((passed + $(awk '/^\[  PASSED  \]/ {n += $4} END {print n + 0}' "$log")))
+    failed=$((failed + $(awk '/^\[  FAILED  \] [0-9]/ {n += $4} END {print n + 0}' "$log")))
+    return "$rc"
+}
+
 stage_installed() {
     export POCL_CACHE_DIR="$builds/pocl-installed"
     [ -f "$builds/full/build.ninja" ] || stage_full build-only
-    local prefix="$builds/prefix" pc pcdir libdir flags example log rc
+    local prefix="$builds/prefix" pc pcdir flags example cmake_dir
+    libdir=""
     rm -rf "$prefix"
     say "[$stage] meson install into $prefix"
     meson install -C "$builds/full" >"$builds/install.log" 2>&1 ||
@@ -143,17 +160,19 @@ stage_installed() {
         die "the README example does not compile against the installed library"
     LD_LIBRARY_PATH="$libdir" ldd "$example" | grep -q "$libdir/libdispatch" ||
         die "the README example does not load libdispatch from $libdir"
-    log="$builds/installed.test.log"
-    set +e
-    LD_LIBRARY_PATH="$libdir" HD_README="$root/README.md" \
-        HD_README_EXAMPLE_SOURCE="$root/tests/readme_example.c" \
-        HD_README_EXAMPLE_BIN="$example" "$builds/full/tests/test_readme_example" 2>&1 |
-        tee "$log"
-    rc=${PIPESTATUS[0]}
-    set -e
-    passed=$((passed + $(awk '/^\[  PASSED  \]/ {n += $4} END {print n + 0}' "$log")))
-    failed=$((failed + $(awk '/^\[  FAILED  \] [0-9]/ {n += $4} END {print n + 0}' "$log")))
-    [ "$rc" -eq 0 ] || die "the installed README example does not match the reference"
+    check_example "$example" "$builds/installed.test.log" ||
+        die "the installed README example does not match the reference"
+
+    # The same example as a CMake user builds it: find_package(hd-dispatch), the imported
+    # target hd-dispatch::dispatch (tests/cmake/CMakeLists.txt).
+    cmake_dir="$builds/cmake-example"
+    rm -rf "$cmake_dir"
+    say "[$stage] cmake -S tests/cmake -DCMAKE_PREFIX_PATH=$prefix"
+    cmake -S tests/cmake -B "$cmake_dir" -DCMAKE_PREFIX_PATH="$prefix" >"$cmake_dir.log" 2>&1 &&
+        cmake --build "$cmake_dir" >>"$cmake_dir.log" 2>&1 ||
+        { cat "$cmake_dir.log"; die "the README example does not build with CMake's find_package"; }
+    check_example "$cmake_dir/readme_example" "$builds/installed-cmake.test.log" ||
+        die "the README example built with CMake does not match the reference"
 }
 
 stage_fuzz() {
