@@ -1,0 +1,55 @@
+#!/bin/sh
+# The command lines of dispatch-autotune and dispatch-bench: the same spellings, --version,
+# short errors that name the bad value (not the whole usage), the documented exit codes, and
+# --json - alone on standard output. Usage: tools_cli.sh AUTOTUNE BENCH WORKDIR
+set -eu
+tune=$1
+bench=$2
+dir=$3
+rm -rf "$dir"
+mkdir -p "$dir"
+
+fail() { echo "tools_cli: $*" >&2; exit 1; }
+
+# expect CODE NEEDLE COMMAND...: COMMAND exits with CODE and its stderr holds NEEDLE in at most
+# two lines.
+expect() {
+    code=$1 needle=$2
+    shift 2
+    set +e
+    "$@" >"$dir/out.txt" 2>"$dir/err.txt"
+    rc=$?
+    set -e
+    [ "$rc" -eq "$code" ] || fail "$*: exit $rc, expected $code ($(cat "$dir/err.txt"))"
+    grep -q -- "$needle" "$dir/err.txt" || fail "$*: stderr lacks '$needle': $(cat "$dir/err.txt")"
+    [ "$(wc -l <"$dir/err.txt")" -le 2 ] || fail "$*: more than a short error: $(cat "$dir/err.txt")"
+}
+
+for tool in "$tune" "$bench"; do
+    "$tool" --version | grep -q -E '^dispatch-(autotune|bench) [0-9]+\.[0-9]+\.[0-9]+ \(library ' ||
+        fail "$tool --version"
+    expect 2 "'--no-such-option'" "$tool" --no-such-option
+    expect 2 "'nosuite'" "$tool" --suites seed,nosuite
+    expect 2 "needs a value" "$tool" --cache
+done
+
+expect 2 "exclude each other" "$tune" --quick --full
+expect 2 "'foo'" "$tune" --ops gemm,foo --dry-run
+expect 2 "not a file" "$tune" --shapes "$dir" --dry-run
+printf 'gemm 4 4 4\nsoftmax 3 5 7\n' >"$dir/bad-shapes.txt"
+expect 2 "bad-shapes.txt:2" "$tune" --shapes "$dir/bad-shapes.txt" --dry-run
+printf 'sofmax 3 5\n' >"$dir/bad-op.txt"
+expect 2 "'sofmax'" "$tune" --shapes "$dir/bad-op.txt" --dry-run
+expect 2 "'abc'" "$tune" --case-budget-s abc
+
+expect 2 "'x'" "$bench" --repeats x
+expect 2 "'warp'" "$bench" --modes device,warp
+expect 2 "'cuda'" "$bench" --backends cpu,cuda
+expect 2 "both want standard output" "$bench" --csv --json -
+
+# --json - leaves standard output to the JSON: it parses as a whole.
+"$bench" --suites ci --cpu-only --modes sync --repeats 1 --budget-ms 1 --warmup 1 --rounds 1 \
+    --quiet --json - >"$dir/json.txt" 2>"$dir/table.txt" || fail "--json - run failed"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["schema"] == "hd-bench/1"' \
+    "$dir/json.txt" || fail "--json - output is not JSON alone: $(head -3 "$dir/json.txt")"
+echo "tools_cli: ok"
