@@ -21,9 +21,12 @@
 #include "bench/results.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/select.h"
 
 #define MAX_SUITES 8
 #define MAX_ROUNDS 16
+/* An op this slow (seconds) is warmed up with one call per round. */
+#define SLOW_OP_S 0.05
 
 /* Exit codes (documented in --help and README.md). */
 enum {
@@ -437,24 +440,24 @@ static void estimate_rates(bench_state *st)
         st->cal.copy_gbps = st->run->roof.device_bandwidth / 1e9;
 }
 
-static int backend_count(const options *o)
-{
-    int n = 0;
-    for (int b = 0; b < HD_BACKEND_COUNT; b++)
-        n += o->backends[b];
-    return n;
-}
-
 /* Seconds one backend takes on a case whose op takes op_s: a check, then per mode the larger
  * of the time budget and the minimum calls (with the warm-up of every round). */
+/* Untimed calls before each round: a slow op is warm after one (kernels built, data resident),
+ * and on a 2 s op the default three per round and mode cost more than the timing itself. */
+static unsigned round_warmup(const options *o, double op_s)
+{
+    return op_s > SLOW_OP_S && o->warmup > 1 ? 1 : o->warmup;
+}
+
 static double estimate_backend_s(const bench_state *st, double op_s)
 {
-    double total = op_s * (1 + st->o->warmup);
+    unsigned warmup = round_warmup(st->o, op_s);
+    double total = op_s * 3; /* the first, the timed and the checked call */
     for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
         if (!st->o->modes[m])
             continue;
-        double calls = st->o->repeats * (m == HD_MEASURE_CHAIN ? 2.0 : 1.0) +
-                       (double)st->o->warmup * st->o->rounds;
+        double calls =
+            st->o->repeats * (m == HD_MEASURE_CHAIN ? 2.0 : 1.0) + (double)warmup * st->o->rounds;
         double t = calls * op_s;
         total += t > st->o->budget_ms * 1e-3 ? t : st->o->budget_ms * 1e-3;
     }
@@ -477,8 +480,8 @@ static double estimate_op_s(const bench_state *st, hd_backend b, const hd_bench_
     return best;
 }
 
-/* The seconds case index `remaining` cases from the end may take: --case-budget-s, or less
- * where --max-time leaves less per case left; 0 for no limit, negative when time is up. */
+/* The seconds the current case may take: --case-budget-s, or less where --max-time leaves
+ * less per case left; 0 for no limit, negative when the time is up. */
 static double case_limit_s(const bench_state *st)
 {
     double limit = st->o->case_budget_s;
@@ -493,18 +496,29 @@ static double case_limit_s(const bench_state *st)
     return limit;
 }
 
+/* How many of the asked-for backends take case c here (auto always does): the ones that
+ * share its budget, since a backend that declines costs nothing. */
+static int takers(const bench_state *st, const hd_bench_case *c)
+{
+    int n = 0;
+    for (int b = 0; b < HD_BACKEND_COUNT; b++)
+        n += st->o->backends[b] &&
+             (b == HD_BACKEND_AUTO || hd__backend_takes(st->ctx, (hd_backend)b, c->op, &c->shape));
+    return n > 0 ? n : 1;
+}
+
 /* A backend's share of the case budget: 0 for no limit. */
-static double backend_limit_s(const bench_state *st)
+static double backend_limit_s(const bench_state *st, const hd_bench_case *c)
 {
     double limit = case_limit_s(st);
-    return limit > 0 ? limit / backend_count(st->o) : limit;
+    return limit > 0 ? limit / takers(st, c) : limit;
 }
 
 /* Seconds case c is expected to take in all (the backends over their share count as
  * skipped, nearly free), for the ETA. */
 static double estimate_case_s(const bench_state *st, const hd_bench_case *c)
 {
-    double share = st->o->case_budget_s > 0 ? st->o->case_budget_s / backend_count(st->o) : 0;
+    double share = st->o->case_budget_s > 0 ? st->o->case_budget_s / takers(st, c) : 0;
     double total = 0.0;
     for (int b = 0; b < HD_BACKEND_COUNT; b++) {
         if (!st->o->backends[b] ||
@@ -555,7 +569,7 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     hd_measure_config cfg;
     hd__measure_config_init(&cfg, m);
     /* the calls before each round also undo what the other backends' rounds moved or swapped */
-    cfg.warmup = st->o->warmup;
+    cfg.warmup = round_warmup(st->o, last_median > 0 ? last_median : r->op_s);
     cfg.min_runs = (st->o->repeats + rounds - 1) / rounds;
     cfg.max_runs = (st->o->max_runs + rounds - 1) / rounds;
     cfg.budget_s = st->o->budget_ms * 1e-3 / rounds;
@@ -658,7 +672,7 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     }
     /* What cannot finish within its share of the budget is not started: one call, once
      * queued, cannot be stopped. */
-    double limit = backend_limit_s(st);
+    double limit = backend_limit_s(st, &inst->c);
     double est = estimate_backend_s(st, estimate_op_s(st, b, &inst->c));
     if (limit < 0 || (limit > 0 && est > limit)) {
         hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
@@ -672,27 +686,32 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
                      limit);
         return false;
     }
-    /* A first call builds the kernels the shape needs: its time is not the op's. */
+    /* A first call builds the kernels the shape needs, moves the inputs and touches the
+     * output's fresh pages: its time is not the op's. */
     progress("[%zu/%zu] %s: %s on %s, first call (builds kernels)", st->done + 1, st->total, suite,
              name, r->backend);
     double t0 = hd__measure_now();
-    hd_status s = HD_OK;
-    if (b != HD_BACKEND_CPU) {
-        s = hd__bench_instance_run(st->ctx, inst, 0);
-        if (s == HD_OK)
-            s = hd_sync(st->ctx);
-    }
+    hd_status s = hd__bench_instance_run(st->ctx, inst, 0);
+    if (s == HD_OK)
+        s = hd_sync(st->ctx);
     double first_s = hd__measure_now() - t0;
+    /* One call alone, the op's own time: the checked call also reads every input back and
+     * runs the reference, which on a large row op takes far longer than the op. */
     progress("[%zu/%zu] %s: %s on %s, check", st->done + 1, st->total, suite, name, r->backend);
     t0 = hd__measure_now();
     if (s == HD_OK)
+        s = hd__bench_instance_run(st->ctx, inst, 0);
+    if (s == HD_OK)
+        s = hd_sync(st->ctx);
+    double op_s = hd__measure_now() - t0;
+    r->op_s = op_s;
+    if (s == HD_OK)
         s = hd__bench_instance_check(inst, &r->check);
-    double check_s = hd__measure_now() - t0;
     r->ran_on = hd_context_last_backend(st->ctx);
     hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
     /* A backend far slower than the estimate (PoCL running CLBlast, say) is caught here, by
      * the time its checked call really took. */
-    est = estimate_backend_s(st, check_s);
+    est = estimate_backend_s(st, op_s);
     if (interrupted) {
         r->state = HD_BENCH_SKIPPED;
         snprintf(r->note, sizeof r->note, "interrupted");
@@ -710,9 +729,9 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     } else if (limit > 0 && est > limit) {
         r->state = HD_BENCH_SKIPPED;
         snprintf(r->note, sizeof r->note,
-                 "est. %.3g s > budget %.3g s (one checked call took %.3g s, the first %.3g s; "
+                 "est. %.3g s > budget %.3g s (one call took %.3g s, the first %.3g s; "
                  "--case-budget-s)",
-                 est, limit, check_s, first_s);
+                 est, limit, op_s, first_s);
     } else {
         return true;
     }

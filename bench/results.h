@@ -26,6 +26,7 @@ typedef struct hd_bench_record {
     hd_bench_state state;
     char note[192];
     double check; /* worst error / tolerance of the reference check; < 0: not checked */
+    double op_s;  /* one call before timing (kernels built), for the budget; 0: not run */
     bool have[HD_MEASURE_MODE_COUNT];
     hd_measure_result m[HD_MEASURE_MODE_COUNT];
 } hd_bench_record;
