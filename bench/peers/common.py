@@ -239,3 +239,7 @@ def print_table(results):
             gf = f"{s['gflops']:9.1f}" if s["gflops"] is not None else f"{'-':>9}"
             print(f"{r['case']:24} {r['backend']:12} {mode:6} {t(s['median_s']):>11}"
                   f" {t(s['min_s']):>11} {t(s['max_s']):>11} {gf} {s['gbs']:8.2f}")
+    print("\n  modes: device = device events around one op; sync = host wall time of one op and"
+          " its wait;\n  chain = N ops queued, one wait, time per op. median, min, max: per call"
+          " over the timed runs;\n  GFLOP/s, GB/s: the op's FLOPs and fewest bytes over the"
+          " median. skipped: not run, the note says why.")
