@@ -61,7 +61,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$PWD/$build/pocl-cache}
-cache=${HD_TUNE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hd-dispatch/tune.txt}
+cache=${HD_TUNE_CACHE:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/hd-dispatch/tune.txt}
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
