@@ -29,7 +29,8 @@ typedef struct tool_effort {
     unsigned confirm_rounds; /* re-timings of the finalists, taking turns (0: none) */
     double budget_s;         /* timing budget per candidate */
     unsigned min_runs;       /* samples per candidate at least */
-    double case_target_s;    /* stop trying further variants of a case past this */
+    double case_target_s;    /* the case budget: a candidate that would not finish within what
+                                is left of it is skipped (0: no limit) */
     double cpu_limit_s;      /* skip the CPU candidate when one call would take longer */
     double run_target_s;     /* past this since the start, cases try only default parameters */
     /* Set per run, not per level: */
