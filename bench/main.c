@@ -334,6 +334,9 @@ static bool progress_log; /* not a terminal and not --quiet: one line per case *
 
 static void progress(const char *fmt, ...) HD_PRINTF(1, 2);
 
+/* The ETA of the run, set at the start of each case and shown at the end of every line. */
+static char progress_eta[48];
+
 static void progress(const char *fmt, ...)
 {
     if (!progress_on)
@@ -343,6 +346,8 @@ static void progress(const char *fmt, ...)
     fputs("\r\033[K", stderr);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
+    if (fmt[0] != '\0' && progress_eta[0] != '\0')
+        fprintf(stderr, "  (ETA %s)", progress_eta);
     fflush(stderr);
 }
 
@@ -791,10 +796,10 @@ static void progress_case_start(const bench_state *st, const char *suite, const 
     double left = 0.0;
     for (size_t i = st->done; i < st->total; i++)
         left += st->case_est_s[i];
-    char name[64], eta[32];
+    char name[64];
     hd__bench_case_name(c, name, sizeof name);
-    format_duration(eta, sizeof eta, left);
-    progress("[%zu/%zu] %s: %s (ETA %s)", st->done + 1, st->total, suite, name, eta);
+    format_duration(progress_eta, sizeof progress_eta, left);
+    progress("[%zu/%zu] %s: %s", st->done + 1, st->total, suite, name);
 }
 
 /* One line per finished case where the output is not a terminal (logs, CI, tee). */
@@ -943,6 +948,7 @@ static int run_suites(const options *o)
             progress_case_done(&st, s->name, &s->cases[j], first, hd__measure_now() - t0);
         }
     }
+    progress_eta[0] = '\0';
     progress("%s", "");
     if (interrupted)
         fprintf(stderr, "dispatch-bench: interrupted after %zu of %zu cases; writing them\n",
