@@ -788,14 +788,18 @@ static void format_duration(char *buf, size_t size, double s)
         snprintf(buf, size, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
-/* The ETA on a terminal: the estimates of the cases left, each within its budget. */
+/* The ETA on a terminal: the estimates of the cases left, each within its budget, scaled by
+ * how the finished cases compared with theirs (within a factor of 4 either way: the model
+ * knows nothing of kernel builds or of other work on the machine). */
 static void progress_case_start(const bench_state *st, const char *suite, const hd_bench_case *c)
 {
     if (!progress_on || st->case_est_s == NULL)
         return;
-    double left = 0.0;
-    for (size_t i = st->done; i < st->total; i++)
-        left += st->case_est_s[i];
+    double left = 0.0, done = 0.0;
+    for (size_t i = 0; i < st->total; i++)
+        *(i < st->done ? &done : &left) += st->case_est_s[i];
+    double scale = done > 0 ? (hd__measure_now() - st->start) / done : 1.0;
+    left *= scale < 0.25 ? 0.25 : scale > 4.0 ? 4.0 : scale;
     char name[64];
     hd__bench_case_name(c, name, sizeof name);
     format_duration(progress_eta, sizeof progress_eta, left);
