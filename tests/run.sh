@@ -158,7 +158,9 @@ stage_installed() {
     # shellcheck disable=SC2086 # the flags are separate words
     cc -std=c11 -Wall -Wextra -Wpedantic -Werror tests/readme_example.c -o "$example" $flags ||
         die "the README example does not compile against the installed library"
-    LD_LIBRARY_PATH="$libdir" ldd "$example" | grep -q "$libdir/libdispatch" ||
+    # grep reads all of ldd's output: with -q it may stop early, and under pipefail the
+    # SIGPIPE that ldd then gets fails the pipeline
+    LD_LIBRARY_PATH="$libdir" ldd "$example" | grep "$libdir/libdispatch" >/dev/null ||
         die "the README example does not load libdispatch from $libdir"
     check_example "$example" "$builds/installed.test.log" ||
         die "the installed README example does not match the reference"
