@@ -11,7 +11,7 @@
 #
 # Environment: SUITES (default "seed,train,gemm"), BENCH_ARGS (extra dispatch-bench options),
 # AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and BENCH_TIME (seconds the
-# tuner and the benchmark may take, default 300 each), PEERS (default "numpy torch"), PYTHON
+# tuner and the benchmark may take, default 300 each), PEER_TIME (each peer, default 120), PEERS (default "numpy torch"), PYTHON
 # (default /usr/bin/python3, which sees Debian's python3-numpy), BUILD (default
 # build-release), HD_TUNE_CACHE (the cache to tune, default the one programs read:
 # $XDG_CACHE_HOME/hd-dispatch/tune.txt, else ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1,
@@ -96,6 +96,7 @@ if ! wants numpy; then
 elif "$python" -c 'import numpy' 2>/dev/null; then
     echo "== numpy peer"
     "$python" bench/peers/numpy_peer.py --cases "$out/cases.json" --suite "$suites" \
+        --max-time "${PEER_TIME:-120}" \
         --json "$out/numpy.json" | log "$out/numpy.txt"
     peers="$peers numpy"
 else
@@ -111,6 +112,7 @@ elif "$python" -c 'import torch' 2>/dev/null; then
     fi
     echo "== PyTorch peer ($dev)"
     "$python" bench/peers/torch_peer.py --device "$dev" --cases "$out/cases.json" \
+        --max-time "${PEER_TIME:-120}" \
         --suite "$suites" --json "$out/torch.json" | log "$out/torch.txt"
     peers="$peers torch"
 else

@@ -8,6 +8,7 @@ budget is spent and at least `repeats` were taken; median, min and max per op.
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import socket
@@ -35,6 +36,9 @@ def add_common_args(p: argparse.ArgumentParser):
     p.add_argument("--case-budget-s", type=float, default=30.0,
                    help="skip a case whose timing, estimated from one call, would take longer "
                         "(0: no limit)")
+    p.add_argument("--max-time", type=float, default=0.0,
+                   help="the whole run within about this many seconds: the case budget shrinks "
+                        "to share what is left among the cases left (0: no limit)")
     p.add_argument("--max-elements", type=float, default=0,
                    help="skip cases holding more floats than this (recorded as skipped)")
     p.add_argument("--json", required=True, help="where to write the results")
@@ -79,10 +83,17 @@ def too_large(args, case):
     return None
 
 
-def over_budget(args, run_one, sync, modes):
-    """The note of a case whose timing would not fit in --case-budget-s, judged by one call
-    (its second: the first may initialise the library), else None."""
-    if not args.case_budget_s:
+def over_budget(args, run_one, sync, modes, remaining=1):
+    """The note of a case whose timing would not fit in its budget (--case-budget-s, or its
+    share of what --max-time leaves for the `remaining` cases), judged by one call (its
+    second: the first may initialise the library), else None."""
+    budget = args.case_budget_s or math.inf
+    if args.max_time:
+        left = args.max_time - (time.perf_counter() - _start)
+        budget = min(budget, left / max(remaining, 1))
+        if budget <= 0:
+            return f"no time left (--max-time {args.max_time:.0f} s)"
+    if budget == math.inf:
         return None
     for _ in range(2):
         t0 = time.perf_counter()
@@ -91,9 +102,9 @@ def over_budget(args, run_one, sync, modes):
         one = time.perf_counter() - t0
     calls = max(args.warmup, 1) + len(modes) * (args.repeats + max(args.warmup, 1))
     est = calls * one
-    if est > args.case_budget_s:
-        return (f"est. {est:.3g} s > budget {args.case_budget_s:.3g} s (one call took "
-                f"{one:.3g} s; --case-budget-s)")
+    if est > budget:
+        return (f"est. {est:.3g} s > budget {budget:.3g} s (one call took "
+                f"{one:.3g} s; --case-budget-s, --max-time)")
     return None
 
 

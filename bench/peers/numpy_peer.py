@@ -65,7 +65,7 @@ def main():
     cases = common.load_cases(args)
     rng = np.random.default_rng(args.seed)
     results = []
-    for suite, case in cases:
+    for index, (suite, case) in enumerate(cases):
         note = common.too_large(args, case)
         if note:
             results.append(common.result(suite, case, "numpy", "skipped", note))
@@ -73,7 +73,7 @@ def main():
         sets = common.input_sets(case)
         try:
             run = make_case(case, rng, sets)
-            note = common.over_budget(args, run, lambda: None, modes)
+            note = common.over_budget(args, run, lambda: None, modes, len(cases) - index)
             if note:
                 results.append(common.result(suite, case, "numpy", "skipped", note))
                 common.progress(f"{suite}: {case['case']}: skipped")

@@ -77,7 +77,8 @@ def main():
     gen = torch.Generator().manual_seed(args.seed if args.seed is not None else 12345)
     backend = "torch-cuda" if cuda else "torch-cpu"
     results = []
-    for suite, case in common.load_cases(args):
+    cases = common.load_cases(args)
+    for index, (suite, case) in enumerate(cases):
         note = common.too_large(args, case)
         if note:
             results.append(common.result(suite, case, backend, "skipped", note))
@@ -86,7 +87,7 @@ def main():
         sets = common.input_sets(case)
         try:
             run = make_case(case, gen, dev, sets)
-            note = common.over_budget(args, run, sync, modes)
+            note = common.over_budget(args, run, sync, modes, len(cases) - index)
             if note:
                 results.append(common.result(suite, case, backend, "skipped", note))
                 continue
