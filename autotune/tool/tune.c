@@ -525,7 +525,7 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         else if (out->over_budget)
             snprintf(why, why_size,
                      "skipped: every candidate is estimated over the case budget "
-                     "of %.3g s (--case-budget-s)",
+                     "of %.3g s (--case-budget-s, --max-time)",
                      e->case_target_s);
         else if (why[0] == '\0')
             snprintf(why, why_size, "no candidate could be timed");
