@@ -339,8 +339,8 @@ typedef enum hd_lora_layout {
  * x is T×in and y T×out as in hd_lora_forward(). Transposed weights are read where they are:
  * no backend copies or transposes them. With HD_LORA_LAYOUT_PYTORCH, the tensors of a PyTorch
  * model (W = linear.weight, A = lora_A.weight, B = lora_B.weight) go in as they are stored.
- * A backend that cannot read a layout in place (the fused kernels read only the default one)
- * leaves the call to one that can. Returns as hd_lora_forward(), and HD_ERR_INVALID_ARGUMENT
+ * A backend that cannot read a layout in place (the fused kernels take W and B transposed
+ * only together) leaves the call to one that can. Returns as hd_lora_forward(), and HD_ERR_INVALID_ARGUMENT
  * for an unknown flag. Does not wait.
  */
 HD_API hd_status hd_lora_forward_ex(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
