@@ -52,4 +52,30 @@ expect 2 "both want standard output" "$bench" --csv --json -
     --quiet --json - >"$dir/json.txt" 2>"$dir/table.txt" || fail "--json - run failed"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["schema"] == "hd-bench/1"' \
     "$dir/json.txt" || fail "--json - output is not JSON alone: $(head -3 "$dir/json.txt")"
+# interrupt SECONDS COMMAND...: runs COMMAND, sends SIGINT after SECONDS, and expects exit 130
+# within 5 s of the signal and the "stopping" line on stderr.
+interrupt() {
+    after=$1
+    shift
+    "$@" >"$dir/int-out.txt" 2>"$dir/int-err.txt" &
+    pid=$!
+    sleep "$after"
+    kill -INT "$pid" 2>/dev/null || fail "$*: ended before the interrupt"
+    start=$(date +%s)
+    set +e
+    wait "$pid"
+    rc=$?
+    set -e
+    took=$(($(date +%s) - start))
+    [ "$rc" -eq 130 ] || fail "$*: exit $rc after SIGINT, expected 130 ($(tail -3 "$dir/int-err.txt"))"
+    [ "$took" -le 5 ] || fail "$*: took $took s to stop after SIGINT"
+    grep -q "interrupted: stopping" "$dir/int-err.txt" || fail "$*: did not say it was stopping"
+}
+
+# Ctrl-C: the bench writes the JSON of the cases it finished, the tuner keeps its cache.
+interrupt 3 "$bench" --suites ci,seed --budget-ms 2000 --json "$dir/int.json"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$dir/int.json" ||
+    fail "the interrupted bench wrote no valid JSON"
+interrupt 3 "$tune" --suites ci,seed --force --cache "$dir/int-tune.txt" --case-budget-s 200
+grep -q '^hd-tune 1$' "$dir/int-tune.txt" || fail "the interrupted tuner left no cache"
 echo "tools_cli: ok"
