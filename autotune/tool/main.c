@@ -35,7 +35,7 @@ static const char usage[] =
     "stopped.\n"
     "\n"
     "  --quick            fewer variants and repeats (about a minute on an H100)\n"
-    "  --full             more variants and repeats\n"
+    "  --full             more variants and repeats (not with --quick)\n"
     "  --suites LIST      benchmark suites to tune (default seed,train,gemm; also ci)\n"
     "  --shapes FILE      tune these cases instead, one per line: 'gemm M N K [nn|nt|tn|tt]',\n"
     "                     'gemm_batched M N K BATCH [nn|..]', 'lora T IN OUT RANK',\n"
@@ -62,10 +62,10 @@ static const char usage[] =
     "Progress goes to standard error: a bar with the ETA (from the estimates) on a terminal,\n"
     "else one line per case with the elapsed time. Ctrl-C stops after the call in progress.\n"
     "\n"
-    "Exit status: 0 every case recorded; 1 some cases had no correct candidate (the others\n"
-    "were recorded); 2 bad command line or shapes file; 3 the library could not start or\n"
-    "calibrate; 4 the cache could not be read or written; 130 interrupted (what was measured\n"
-    "is saved).\n";
+    "Exit status: 0 every case recorded or skipped over its budget; 1 some cases had no\n"
+    "correct candidate (the others were recorded); 2 bad command line or shapes file; 3 the\n"
+    "library could not start or calibrate; 4 the cache could not be read or written; 130\n"
+    "interrupted (what was measured is saved).\n";
 
 tool_effort hd__tool_effort(tool_level level)
 {
