@@ -12,7 +12,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/testlib.h"
 
@@ -728,6 +731,43 @@ static void test_row_ops_on_three_threads_equal_one_thread(void **state)
     hd_context_destroy(three);
 }
 
+/* A child forked after the row threads started has none of them: its row ops still run (on
+ * the calling thread) and give the same result, and destroying its copy of the context does
+ * not wait for threads that are not there. */
+static void test_row_ops_run_in_a_child_forked_after_the_threads_started(void **state)
+{
+    (void)state;
+    hd_context *ctx = cpu_context_with_threads(2);
+    hd_rng rng = hd_test_rng(8970);
+    size_t n = (size_t)PARALLEL_ROWS * PARALLEL_COLS;
+    float *x = hd_test_random(&rng, n, -2.0f, 2.0f);
+    hd_tensor *tx = hd_test_tensor(ctx, PARALLEL_ROWS, PARALLEL_COLS, x);
+    hd_tensor *ty = hd_test_tensor(ctx, PARALLEL_ROWS, PARALLEL_COLS, NULL);
+    expect_ok(ctx, hd_softmax(ctx, tx, ty), "softmax before fork"); /* starts the threads */
+    float *want = hd_test_read(ty);
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        float *got = malloc(n * sizeof *got);
+        bool same = got != NULL && hd_softmax(ctx, tx, ty) == HD_OK &&
+                    hd_tensor_read(ty, got) == HD_OK && memcmp(got, want, n * sizeof *got) == 0;
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(ty);
+        hd_context_destroy(ctx);
+        _exit(same ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    free(want);
+    free(x);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(ty);
+    hd_context_destroy(ctx);
+}
+
 static double now_ms(void)
 {
     struct timespec t;
@@ -855,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_row_ops_empty_rows_or_cols_are_a_no_op),
         cmocka_unit_test(test_row_ops_on_three_threads_equal_one_thread),
         cmocka_unit_test(test_row_ops_after_a_gemm_run_at_their_own_speed),
+        cmocka_unit_test(test_row_ops_run_in_a_child_forked_after_the_threads_started),
     };
     return cmocka_run_group_tests_name("cpu_ops", tests, setup, teardown);
 }

@@ -7,10 +7,13 @@
  * environment before the program starts, so a library cannot fix it there.
  *
  * Workers are started on the first parallel call, so a context that never runs a large row op
- * on the CPU starts no thread.
+ * on the CPU starts no thread. A child process forked after that has none of them (fork copies
+ * only the calling thread): there the pool runs everything on the caller.
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "backends/cpu/cpu.h"
 
@@ -20,6 +23,7 @@ struct hd_cpu_pool {
     pthread_cond_t done; /* the last worker finished the job */
     size_t threads;      /* the caller and its workers */
     size_t started;      /* workers running */
+    pid_t owner;         /* the process the workers run in */
     bool stop;
     unsigned long generation; /* counts jobs, so that a worker runs each one once */
     size_t pending;           /* workers that have not finished the current job */
@@ -96,6 +100,10 @@ void hd__cpu_pool_destroy(hd_cpu_pool *p)
 {
     if (p == NULL)
         return;
+    if (p->started > 0 && p->owner != getpid()) { /* a forked child: no worker to stop */
+        free(p);
+        return;
+    }
     pthread_mutex_lock(&p->lock);
     p->stop = true;
     pthread_cond_broadcast(&p->wake);
@@ -118,6 +126,7 @@ size_t hd__cpu_pool_threads(const hd_cpu_pool *p)
  * job is posted, so workers see a consistent count. */
 static void start_workers(hd_cpu_pool *p)
 {
+    p->owner = getpid();
     while (p->started + 1 < p->threads) {
         struct worker *w = &p->worker[p->started];
         w->pool = p;
@@ -131,7 +140,7 @@ static void start_workers(hd_cpu_pool *p)
 
 void hd__cpu_pool_run(hd_cpu_pool *p, size_t n, hd_cpu_pool_fn fn, void *arg)
 {
-    if (p == NULL || p->threads <= 1 || n <= 1) {
+    if (p == NULL || p->threads <= 1 || n <= 1 || (p->started > 0 && p->owner != getpid())) {
         if (n > 0)
             fn(arg, 0, n);
         return;
