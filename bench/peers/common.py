@@ -124,8 +124,15 @@ def make_inputs(case, sets, uniform, transpose):
             b = transpose(uniform((n, k), -1, 1)) if case["trans_b"] else uniform((k, n), -1, 1)
             inputs.append((a, b))
         elif op == "lora":
+            # A weight in a transposed layout (7: PyTorch's W out x in, A r x in, B out x r) is
+            # stored so and used through a transposed view, as dispatch-bench reads it in place.
             t, i, o, r = d
-            inputs.append(tuple(uniform(shape, -1, 1) for shape in ((t, i), (i, o), (i, r), (r, o))))
+            layout = case.get("lora_layout", 0)
+            ws = [uniform((t, i), -1, 1)]
+            for flag, (rows, cols) in ((1, (i, o)), (2, (i, r)), (4, (r, o))):
+                ws.append(transpose(uniform((cols, rows), -1, 1)) if layout & flag
+                          else uniform((rows, cols), -1, 1))
+            inputs.append(tuple(ws))
         elif op == "softmax":
             inputs.append((uniform((d[0], d[1]), -4, 4),))
         elif op == "layer_norm":
