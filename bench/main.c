@@ -4,6 +4,8 @@
  * reference, judged against the measured roofline, and compared with a peer on request.
  */
 #include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -40,6 +42,20 @@ enum {
 /* Set by SIGINT or SIGTERM: the run stops after the call in progress and writes what it has. */
 static volatile sig_atomic_t interrupted;
 
+/* Seconds an interrupted run may still take before the watchdog writes the finished cases
+ * itself and exits: a kernel build (seconds on PoCL) or a long call cannot be cut short. */
+#define STOP_GRACE_S 2.0
+
+/* The finished cases, copied by the main thread after each case, for the watchdog thread; and
+ * whether the outputs are written (by either thread, under the lock). */
+static struct {
+    pthread_mutex_t lock;
+    hd_bench_run run; /* the run's header and its own copy of the finished records */
+    bool written;
+    bool ready; /* run holds a header */
+    sem_t wake; /* posted by the interrupt handler */
+} stopping = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 static void on_interrupt(int sig)
 {
     static const char msg[] = "\ndispatch-bench: interrupted: stopping after the call in "
@@ -48,6 +64,7 @@ static void on_interrupt(int sig)
     ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)ignored;
     signal(sig, SIG_DFL);
+    sem_post(&stopping.wake);
 }
 
 typedef struct options {
@@ -105,8 +122,9 @@ static void usage(FILE *f)
           "  --help              this text\n"
           "\n"
           "Progress goes to standard error: one line with the ETA on a terminal, else one line\n"
-          "per case with the elapsed time. Ctrl-C stops after the call in progress and writes the\n"
-          "table, CSV and JSON of the finished cases.\n"
+          "per case with the elapsed time. Ctrl-C stops after the call in progress (2 s at most:\n"
+          "a kernel build is left unfinished) and writes the table, CSV and JSON of the finished\n"
+          "cases.\n"
           "\n"
           "Exit status: 0 done (skipped cases carry a note); 1 an output could not be written or\n"
           "--compare failed; 2 bad command line; 3 the library could not start; 130 interrupted\n"
@@ -892,6 +910,58 @@ static int write_outputs(hd_bench_run *run, const options *o)
     return o->compare_path != NULL ? compare_with_peer(run, o) : EXIT_DONE;
 }
 
+/* Copies the run as it stands (its finished cases) for the watchdog. */
+static void publish(const hd_bench_run *run)
+{
+    pthread_mutex_lock(&stopping.lock);
+    size_t n = run->count;
+    hd_bench_record *copy = realloc(stopping.run.records, (n ? n : 1) * sizeof *copy);
+    if (copy != NULL) {
+        memcpy(copy, run->records, n * sizeof *copy);
+        stopping.run = *run;
+        stopping.run.records = copy;
+        stopping.run.capacity = n;
+        stopping.ready = true;
+    }
+    pthread_mutex_unlock(&stopping.lock);
+}
+
+static bool outputs_written(void)
+{
+    pthread_mutex_lock(&stopping.lock);
+    bool written = stopping.written;
+    pthread_mutex_unlock(&stopping.lock);
+    return written;
+}
+
+/* Waits for an interrupt; if the main thread has not written the outputs STOP_GRACE_S later
+ * (it is inside a kernel build or a long call), writes those of the finished cases and exits. */
+static void *watchdog(void *arg)
+{
+    const options *o = arg;
+    while (sem_wait(&stopping.wake) != 0)
+        ;
+    double until = hd__measure_now() + STOP_GRACE_S;
+    while (hd__measure_now() < until) {
+        if (outputs_written())
+            return NULL;
+        nanosleep(&(struct timespec){.tv_nsec = 50000000}, NULL);
+    }
+    pthread_mutex_lock(&stopping.lock);
+    if (stopping.written || !stopping.ready) {
+        pthread_mutex_unlock(&stopping.lock);
+        return NULL;
+    }
+    fprintf(stderr,
+            "\ndispatch-bench: a kernel build or call is still running: writing the %zu "
+            "finished record(s) and stopping there\n",
+            stopping.run.count);
+    settle_peak(&stopping.run, o);
+    write_outputs(&stopping.run, o);
+    fflush(NULL);
+    _exit(EXIT_INTERRUPTED);
+}
+
 static int run_suites(const options *o)
 {
     hd_context_options copt;
@@ -937,6 +1007,10 @@ static int run_suites(const options *o)
             st.case_est_s[index++] = estimate_case_s(&st, &s->cases[j]);
     }
     st.start = hd__measure_now();
+    publish(&run);
+    pthread_t dog;
+    if (pthread_create(&dog, NULL, watchdog, (void *)o) == 0)
+        pthread_detach(dog);
     index = 0;
     for (int i = 0; i < o->suite_count && !interrupted; i++) {
         const hd_bench_suite *s = hd__bench_suite_find(o->suites[i]);
@@ -950,6 +1024,7 @@ static int run_suites(const options *o)
                 break;
             }
             progress_case_done(&st, s->name, &s->cases[j], first, hd__measure_now() - t0);
+            publish(&run);
         }
     }
     progress_eta[0] = '\0';
@@ -957,8 +1032,13 @@ static int run_suites(const options *o)
     if (interrupted)
         fprintf(stderr, "dispatch-bench: interrupted after %zu of %zu cases; writing them\n",
                 st.done, st.total);
+    pthread_mutex_lock(&stopping.lock); /* the watchdog may be writing: then it exits the tool */
     settle_peak(&run, o);
     int rc = write_outputs(&run, o);
+    stopping.written = true;
+    free(stopping.run.records);
+    stopping.run.records = NULL;
+    pthread_mutex_unlock(&stopping.lock);
     free(st.case_est_s);
     free(run.records);
     hd_context_destroy(ctx);
@@ -989,6 +1069,7 @@ int main(int argc, char **argv)
     }
     if (o.compare_path != NULL && o.ours_path != NULL)
         return compare_with_peer(NULL, &o);
+    sem_init(&stopping.wake, 0, 0); /* before the handler that posts it */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;

@@ -15,6 +15,21 @@
 
 volatile sig_atomic_t hd__tool_interrupted = 0;
 
+/* Seconds an interrupted run may still take: a kernel build (seconds on PoCL) or a long call
+ * in progress cannot be cut short, and every record is already saved, by rename, as it is
+ * found; so past this the tool simply exits. */
+#define STOP_GRACE_S 2
+
+static void on_stop_timeout(int sig)
+{
+    (void)sig;
+    static const char msg[] = "dispatch-autotune: stopped in the middle of a kernel build or "
+                              "call; the cases tuned so far are saved\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(EXIT_INTERRUPTED);
+}
+
 static void on_interrupt(int sig)
 {
     static const char msg[] = "\ndispatch-autotune: interrupted: stopping after the call in "
@@ -23,6 +38,7 @@ static void on_interrupt(int sig)
     ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)ignored;
     signal(sig, SIG_DFL);
+    alarm(STOP_GRACE_S);
 }
 
 static const char usage[] =
@@ -60,7 +76,8 @@ static const char usage[] =
     "  --help             this text\n"
     "\n"
     "Progress goes to standard error: a bar with the ETA (from the estimates) on a terminal,\n"
-    "else one line per case with the elapsed time. Ctrl-C stops after the call in progress.\n"
+    "else one line per case with the elapsed time. Ctrl-C stops after the call in progress\n"
+    "(2 s at most: a kernel build is left unfinished; every record is saved as it is found).\n"
     "\n"
     "Exit status: 0 every case recorded or skipped over its budget; 1 some cases had no\n"
     "correct candidate (the others were recorded); 2 bad command line or shapes file; 3 the\n"
@@ -490,6 +507,8 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_stop_timeout;
+    sigaction(SIGALRM, &sa, NULL);
     hd__measure_set_stop_flag(&hd__tool_interrupted);
     /* A reader of standard output that went away (tee stopped by the same Ctrl-C) must not
      * kill the tool before it has written its files. */
