@@ -144,8 +144,8 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
     return s;
 }
 
-double hd__calibrate_estimate_s(const hd_tune_calibration *cal, bool gpu, hd_backend b,
-                                bool matmul, double flops, double bytes)
+double hd__calibrate_estimate_s(const hd_tune_calibration *cal, bool gpu, hd_backend b, bool matmul,
+                                double flops, double bytes)
 {
     double cpu_gflops = cal->cpu_gflops > 0.0 ? cal->cpu_gflops : 20.0;
     double cpu_gbps = cal->cpu_gbps > 0.0 ? cal->cpu_gbps : 5.0;
