@@ -37,7 +37,7 @@ if grep -q '^ *fused ' "$dir/dry.txt"; then
     HD_FAULT=cpu:probe "$tool" --force --verbose --ops softmax --shapes "$dir/shapes.txt" \
         --cache "$dir/variants-cache.txt" > "$dir/variants.txt" 2>&1 ||
         { cat "$dir/variants.txt"; fail "the default-level run failed"; }
-    grep -q -E '^ *fused +[0-9.]+ µs +[A-Z]+=' "$dir/variants.txt" ||
+    grep -q -E '^ *fused +[0-9.]+ (µs|ms|s) +[A-Z]+=' "$dir/variants.txt" ||
         { cat "$dir/variants.txt"; fail "no fused variant was timed"; }
 fi
 

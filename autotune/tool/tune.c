@@ -363,9 +363,12 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             defaults_s[cand[i].backend] = median_s;
             k->call_s[cand[i].backend] = median_s;
         }
-        if (verbose)
-            fprintf(stderr, "  %-14s %10.2f \u00b5s  %s\n", hd_backend_name(d->backend),
-                    median_s * 1e6, variant_text(&cand[i]));
+        if (verbose) {
+            char time[32];
+            hd__tool_time_text(median_s * 1e6, time, sizeof time);
+            fprintf(stderr, "  %-14s %12s  %s\n", hd_backend_name(d->backend), time,
+                    variant_text(&cand[i]));
+        }
         if (best < 0 || median_s < cand[best].median_s)
             best = (int)i;
     }
@@ -432,9 +435,12 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
     for (size_t f = 0; f < nfin; f++) {
         candidate *c = &cand[fin[f]];
         c->median_s = hd__measure_median(samples[f], taken[f]);
-        if (verbose)
-            fprintf(stderr, "  confirmed %-14s %10.2f \u00b5s  %s\n", hd_backend_name(c->backend),
-                    c->median_s * 1e6, variant_text(c));
+        if (verbose) {
+            char time[32];
+            hd__tool_time_text(c->median_s * 1e6, time, sizeof time);
+            fprintf(stderr, "  confirmed %-14s %12s  %s\n", hd_backend_name(c->backend), time,
+                    variant_text(c));
+        }
         if (winner < 0 || c->median_s < cand[winner].median_s)
             winner = fin[f];
     }
