@@ -975,10 +975,6 @@ static int run_suites(const options *o)
                 hd_context_last_error(NULL));
         return EXIT_NO_CONTEXT;
     }
-    progress("building kernels");
-    if (hd_context_warmup(ctx) != HD_OK)
-        fprintf(stderr, "dispatch-bench: warm-up: %s\n", hd_context_last_error(ctx));
-
     hd_bench_run run = {.warmup = o->warmup,
                         .min_runs = o->repeats,
                         .max_runs = o->max_runs,
@@ -994,6 +990,15 @@ static int run_suites(const options *o)
     time_t now = time(NULL);
     strftime(run.date, sizeof run.date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
 
+    /* From here an interrupt is answered within STOP_GRACE_S, kernel builds included. */
+    publish(&run);
+    pthread_t dog;
+    if (pthread_create(&dog, NULL, watchdog, (void *)o) == 0)
+        pthread_detach(dog);
+    progress("building kernels");
+    if (hd_context_warmup(ctx) != HD_OK)
+        fprintf(stderr, "dispatch-bench: warm-up: %s\n", hd_context_last_error(ctx));
+
     bench_state st = {.ctx = ctx, .o = o, .run = &run, .gpu = gpu};
     calibrate(ctx, &run, o, &st.cpu_rate);
     estimate_rates(&st);
@@ -1007,10 +1012,7 @@ static int run_suites(const options *o)
             st.case_est_s[index++] = estimate_case_s(&st, &s->cases[j]);
     }
     st.start = hd__measure_now();
-    publish(&run);
-    pthread_t dog;
-    if (pthread_create(&dog, NULL, watchdog, (void *)o) == 0)
-        pthread_detach(dog);
+    publish(&run); /* with the roofline the calibration measured */
     index = 0;
     for (int i = 0; i < o->suite_count && !interrupted; i++) {
         const hd_bench_suite *s = hd__bench_suite_find(o->suites[i]);
