@@ -83,7 +83,8 @@ static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
  * clBuildProgram with whatever the compiler prints on the process's standard error caught in
  * captured (NUL-terminated, truncated to cap). PoCL's clang prints its diagnostics there
  * ("1 warning generated.") besides the build log, which garbled the tools' progress lines
- * and the user's own output; the text goes to the context's message instead. Anything another
+ * and the user's own output; the text becomes a note of the context instead (its log callback,
+ * or stderr with $HD_LOG=1, where the user asked for it). Anything another
  * thread writes to stderr during the build is caught with it.
  */
 static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, const char *options,
@@ -106,6 +107,8 @@ static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, cons
     if (tmp != NULL) {
         rewind(tmp);
         size_t n = fread(captured, 1, cap - 1, tmp);
+        while (n > 0 && (captured[n - 1] == '\n' || captured[n - 1] == ' '))
+            n--; /* a note is one sentence */
         captured[n] = '\0';
         fclose(tmp);
     }
@@ -131,8 +134,7 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
         return s;
     }
     if (printed[0] != '\0') /* a note, not an error: the call goes on */
-        hd__error(ctx, HD_OK, "kernel build (options \"%.200s\") printed: %.600s", options,
-                  printed);
+        hd__note(ctx, "kernel build (options \"%.200s\") printed: %.600s", options, printed);
     rt->program_counters.source_builds++;
     *out = program;
     return HD_OK;
