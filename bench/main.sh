@@ -11,7 +11,8 @@
 #
 # Environment: SUITES (default "seed,train,gemm"), BENCH_ARGS (extra dispatch-bench options),
 # AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and BENCH_TIME (seconds the
-# tuner and the benchmark may take, default 300 each), PEER_TIME (each peer, default 120), PEERS (default "numpy torch"), PYTHON
+# tuner and the benchmark may take, default 220 and 240), PEER_TIME (each peer, default 60; the
+# budgets add up to under 10 minutes), PEERS (default "numpy torch"), PYTHON
 # (default /usr/bin/python3, which sees Debian's python3-numpy), BUILD (default
 # build-release), HD_TUNE_CACHE (the cache to tune, default the one programs read:
 # $XDG_CACHE_HOME/hd-dispatch/tune.txt, else ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1,
@@ -75,7 +76,7 @@ echo "== dispatch-autotune into $cache"
 if [ -x "$build/autotune/tool/dispatch-autotune" ]; then
     # shellcheck disable=SC2086
     "$build/autotune/tool/dispatch-autotune" --suites "$suites" --cache "$cache" \
-        --max-time "${TUNE_TIME:-300}" ${AUTOTUNE_ARGS:-} 2>&1 | log "$out/autotune.txt"
+        --max-time "${TUNE_TIME:-220}" ${AUTOTUNE_ARGS:-} 2>&1 | log "$out/autotune.txt"
     cp "$cache" "$out/tune-cache.txt" 2>/dev/null || true
 else
     echo "dispatch-autotune not built; auto uses the untuned cost model" | log "$out/autotune.txt"
@@ -86,7 +87,7 @@ bench="$build/bench/dispatch-bench"
 
 echo "== dispatch-bench --suites $suites"
 # shellcheck disable=SC2086
-"$bench" --suites "$suites" --cache "$cache" --max-time "${BENCH_TIME:-300}" \
+"$bench" --suites "$suites" --cache "$cache" --max-time "${BENCH_TIME:-240}" \
     --json "$out/ours.json" --csv-out "$out/ours.csv" ${BENCH_ARGS:-} | log "$out/ours.txt"
 
 peers=""
@@ -96,7 +97,7 @@ if ! wants numpy; then
 elif "$python" -c 'import numpy' 2>/dev/null; then
     echo "== numpy peer"
     "$python" bench/peers/numpy_peer.py --cases "$out/cases.json" --suite "$suites" \
-        --max-time "${PEER_TIME:-120}" \
+        --max-time "${PEER_TIME:-60}" \
         --json "$out/numpy.json" | log "$out/numpy.txt"
     peers="$peers numpy"
 else
@@ -112,7 +113,7 @@ elif "$python" -c 'import torch' 2>/dev/null; then
     fi
     echo "== PyTorch peer ($dev)"
     "$python" bench/peers/torch_peer.py --device "$dev" --cases "$out/cases.json" \
-        --max-time "${PEER_TIME:-120}" \
+        --max-time "${PEER_TIME:-60}" \
         --suite "$suites" --json "$out/torch.json" | log "$out/torch.txt"
     peers="$peers torch"
 else
