@@ -24,11 +24,11 @@ typedef struct hd_gemm_args {
     bool trans_a, trans_b;
     float alpha, beta;
     const hd_tensor *a, *b;
-    const hd_tensor *c;  /* written: the state behind the handle */
-    size_t m, n, k;      /* op(A) is m×k, op(B) k×n, C m×n */
-    const char *variant; /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
-    size_t batch;        /* gemm_batched: matrices stacked by rows in each tensor (m, n, k per
-                            matrix); unused by gemm */
+    const hd_tensor *c;     /* written: the state behind the handle */
+    size_t m, n, k;         /* op(A) is m×k, op(B) k×n, C m×n */
+    const char *variant;    /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
+    size_t batch;           /* gemm_batched: matrices stacked by rows in each tensor (m, n, k per
+                               matrix); unused by gemm */
     hd_precision precision; /* the context's GEMM arithmetic; backends without tensor-core
                                kernels compute fp32, which is at least as accurate */
 } hd_gemm_args;
@@ -48,13 +48,41 @@ typedef struct hd_lora_args {
 /* Softmax, layer norm and RMS norm: one row at a time, y may be x. */
 typedef struct hd_row_args {
     const hd_tensor *x;
-    const hd_tensor *gamma;  /* layer norm: scale; RMS norm: weight; softmax: NULL */
-    const hd_tensor *beta;   /* layer norm: shift; otherwise NULL */
+    const hd_tensor *gamma; /* layer norm: scale; RMS norm: weight; softmax: NULL */
+    const hd_tensor *beta;  /* layer norm: shift; otherwise NULL */
     float eps;
     const hd_tensor *y;
     size_t rows, cols;
     const char *variant; /* as for GEMM */
 } hd_row_args;
+
+/* The backward of a row op, one row at a time: softmax reads y (in x) and dy; the norms read
+ * x, their weight (gamma) and dy. dx may be dy. Weight gradients (dgamma: layer norm's gamma
+ * or RMS norm's weight; dbeta: layer norm's beta) may be NULL: not wanted. With rows = 0
+ * (cols >= 1) the dispatcher zeroes the weight gradients itself; a slot sees rows, cols >= 1. */
+typedef struct hd_row_backward_args {
+    const hd_tensor *x; /* softmax: its output y */
+    const hd_tensor *gamma;
+    const hd_tensor *dy;
+    float eps;
+    const hd_tensor *dx, *dgamma, *dbeta; /* written */
+    size_t rows, cols;
+    const char *variant; /* as for GEMM */
+} hd_row_backward_args;
+
+/* LoRA backward with W frozen: dx (may be NULL), da and db from x, W, A, B and dy, each
+ * overwritten or, with accumulate, added to. A slot sees tokens, in, out >= 1; rank may be 0
+ * (da and db are then empty). */
+typedef struct hd_lora_backward_args {
+    const hd_tensor *x, *w, *a, *b;
+    float scale;
+    const hd_tensor *dy;
+    const hd_tensor *dx, *da, *db; /* written; dx may be NULL */
+    bool accumulate;
+    size_t tokens, in, out, rank;
+    const char *variant;    /* as for GEMM */
+    hd_precision precision; /* as for GEMM */
+} hd_lora_backward_args;
 
 /* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
  * rank), row ops (rows, cols). */
@@ -69,6 +97,8 @@ typedef union hd_op_args {
     hd_gemm_args gemm; /* GEMM and batched GEMM */
     hd_lora_args lora;
     hd_row_args row;
+    hd_row_backward_args row_backward;
+    hd_lora_backward_args lora_backward;
 } hd_op_args;
 
 /* The device's measured constants for the cost model, from the tuning cache; 0 means not

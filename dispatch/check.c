@@ -22,7 +22,7 @@ hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[
         if (out->role != HD_ROLE_OUTPUT || t[o] == NULL)
             continue;
         for (int i = 0; i < d->tensor_count; i++) {
-            if (i == o || t[i] != t[o] || (out->in_place && i == 0))
+            if (i == o || t[i] != t[o] || (out->in_place && i == out->in_place_of))
                 continue;
             return hd__error(ctx, HD_ERR_ALIASING, "%s: output '%s' is also %s '%s'", d->fn,
                              out->name, d->tensors[i].role == HD_ROLE_INPUT ? "input" : "output",
@@ -231,4 +231,107 @@ hd_status hd__prepare_norm(hd_context *ctx, const hd_tensor *const t[], const hd
                            hd_call *call)
 {
     return prepare_rows(ctx, t, p, true, call);
+}
+
+static hd_status expect_shape(hd_context *ctx, const char *fn, const hd_tensor *t, const char *name,
+                              size_t rows, size_t cols, const char *what)
+{
+    if (t == NULL || (t->rows == rows && t->cols == cols))
+        return HD_OK;
+    return shape_error(ctx, fn, what, t, name, rows, cols);
+}
+
+/* t: x (softmax: y), [weight,] dy, dx[, weight gradients]; the op table gives the order. */
+hd_status hd__prepare_row_backward(hd_context *ctx, const hd_tensor *const t[],
+                                   const hd_op_params *p, hd_call *call)
+{
+    const hd_op_desc *d = hd__op(call->op);
+    bool norm = call->op != HD_OP_SOFTMAX_BACKWARD;
+    const hd_tensor *x = t[0], *gamma = norm ? t[1] : NULL, *dy = t[norm ? 2 : 1];
+    const hd_tensor *dx = t[norm ? 3 : 2];
+    const hd_tensor *dgamma = norm ? t[4] : NULL;
+    const hd_tensor *dbeta = call->op == HD_OP_LAYER_NORM_BACKWARD ? t[5] : NULL;
+    size_t rows = x->rows, cols = x->cols;
+    hd_status s = expect_shape(ctx, d->fn, dy, "dy", rows, cols, "dy must have the shape of x");
+    if (s == HD_OK)
+        s = expect_shape(ctx, d->fn, dx, "dx", rows, cols, "dx must have the shape of x");
+    if (s == HD_OK && norm)
+        s = expect_shape(ctx, d->fn, gamma, d->tensors[1].name, 1, cols,
+                         "parameters are one row as wide as x");
+    for (int i = norm ? 4 : d->tensor_count; i < d->tensor_count && s == HD_OK; i++)
+        s = expect_shape(ctx, d->fn, t[i], d->tensors[i].name, 1, cols,
+                         "a weight gradient is one row as wide as x");
+    if (s != HD_OK)
+        return s;
+    if (norm && !(isfinite(p->eps) && p->eps >= 0.0f))
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g",
+                         d->fn, (double)p->eps);
+    call->args.row_backward = (hd_row_backward_args){.x = x,
+                                                     .gamma = gamma,
+                                                     .dy = dy,
+                                                     .eps = p->eps,
+                                                     .dx = dx,
+                                                     .dgamma = dgamma,
+                                                     .dbeta = dbeta,
+                                                     .rows = rows,
+                                                     .cols = cols};
+    call->shape = (hd_shape){.dim = {rows, cols}};
+    set_io(call->op, t, call);
+    call->beta = 0.0f;
+    if (cols == 0)
+        call->kind = HD_CALL_NOTHING;
+    else if (rows == 0) /* weight gradients are sums over no rows */
+        call->kind = dgamma != NULL || dbeta != NULL ? HD_CALL_SCALE_ONLY : HD_CALL_NOTHING;
+    else
+        call->kind = HD_CALL_RUN;
+    return HD_OK;
+}
+
+hd_status hd__prepare_lora_backward(hd_context *ctx, const hd_tensor *const t[],
+                                    const hd_op_params *p, hd_call *call)
+{
+    const char *fn = hd__op(HD_OP_LORA_BACKWARD)->fn;
+    const hd_tensor *x = t[0], *w = t[1], *a = t[2], *b = t[3], *dy = t[4];
+    size_t tokens = x->rows, in = x->cols, out = w->cols, rank = a->cols;
+    hd_status s = expect_shape(ctx, fn, w, "w", in, out,
+                               "W must have as many rows as x has "
+                               "columns");
+    if (s == HD_OK)
+        s = expect_shape(ctx, fn, a, "a", in, rank, "A must have as many rows as x has columns");
+    if (s == HD_OK)
+        s = expect_shape(ctx, fn, b, "b", rank, out, "B must be rank x out");
+    if (s == HD_OK)
+        s = expect_shape(ctx, fn, dy, "dy", tokens, out, "dy must be tokens x out");
+    if (s == HD_OK)
+        s = expect_shape(ctx, fn, t[5], "dx", tokens, in, "dx must have the shape of x");
+    if (s == HD_OK)
+        s = expect_shape(ctx, fn, t[6], "da", in, rank, "dA must have the shape of A");
+    if (s == HD_OK)
+        s = expect_shape(ctx, fn, t[7], "db", rank, out, "dB must have the shape of B");
+    if (s != HD_OK)
+        return s;
+    call->args.lora_backward = (hd_lora_backward_args){.x = x,
+                                                       .w = w,
+                                                       .a = a,
+                                                       .b = b,
+                                                       .scale = p->scale,
+                                                       .dy = dy,
+                                                       .dx = t[5],
+                                                       .da = t[6],
+                                                       .db = t[7],
+                                                       .accumulate = p->accumulate,
+                                                       .tokens = tokens,
+                                                       .in = in,
+                                                       .out = out,
+                                                       .rank = rank,
+                                                       .precision = ctx->gemm_precision};
+    call->shape = (hd_shape){.dim = {tokens, in, out, rank}};
+    set_io(HD_OP_LORA_BACKWARD, t, call);
+    call->io.output_read = p->accumulate;
+    call->beta = 0.0f;
+    if (tokens > 0 && in > 0 && out > 0)
+        call->kind = HD_CALL_RUN;
+    else /* every gradient is a sum over nothing: zero, or nothing to add */
+        call->kind = p->accumulate ? HD_CALL_NOTHING : HD_CALL_SCALE_ONLY;
+    return HD_OK;
 }

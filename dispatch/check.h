@@ -24,5 +24,13 @@ hd_status hd__prepare_softmax(hd_context *ctx, const hd_tensor *const t[], const
                               hd_call *call);
 hd_status hd__prepare_norm(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call);
+/* The row ops' backward: dy and dx of x's shape, the weight one row as wide, eps (norms);
+ * rows = 0 with a weight gradient wanted zeroes it (scale-only with beta 0). */
+hd_status hd__prepare_row_backward(hd_context *ctx, const hd_tensor *const t[],
+                                   const hd_op_params *p, hd_call *call);
+/* LoRA backward: the forward's shapes, dy tokens x out, dx (optional) tokens x in, dA in x rank,
+ * dB rank x out; a sum over nothing zeroes the gradients unless they accumulate. */
+hd_status hd__prepare_lora_backward(hd_context *ctx, const hd_tensor *const t[],
+                                    const hd_op_params *p, hd_call *call);
 
 #endif

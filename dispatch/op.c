@@ -31,6 +31,17 @@
     {                                                                                              \
         .name = n, .role = HD_ROLE_OUTPUT, .rows = r, .cols = c, .batch = b                        \
     }
+/* A gradient the caller may leave NULL, and dx, which may be dy (tensor index dy_index). */
+#define GRAD_OUT(n, r, c)                                                                          \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .optional = true, .rows = r, .cols = c,                 \
+        .batch = HD_DIM_ONE                                                                        \
+    }
+#define DX_IN_PLACE_OF(dy_index)                                                                   \
+    {                                                                                              \
+        .name = "dx", .role = HD_ROLE_OUTPUT, .in_place = true, .in_place_of = dy_index,           \
+        .rows = 0, .cols = 1, .batch = HD_DIM_ONE                                                  \
+    }
 #define T_ONE HD_DIM_ONE
 
 static double gemm_flops(const hd_shape *s)
@@ -64,6 +75,31 @@ static double layer_norm_flops(const hd_shape *s) /* mean, variance, normalise, 
 static double rms_norm_flops(const hd_shape *s)
 {
     return 4.0 * (double)s->dim[0] * (double)s->dim[1];
+}
+
+/* Per element: the dot product of y and dy, then the scaled difference. */
+static double softmax_backward_flops(const hd_shape *s)
+{
+    return 4.0 * (double)s->dim[0] * (double)s->dim[1];
+}
+
+/* Per element: the statistics, two row sums, dx, and the weight gradients. */
+static double layer_norm_backward_flops(const hd_shape *s)
+{
+    return 14.0 * (double)s->dim[0] * (double)s->dim[1];
+}
+
+static double rms_norm_backward_flops(const hd_shape *s)
+{
+    return 10.0 * (double)s->dim[0] * (double)s->dim[1];
+}
+
+/* dy*B^T, x*A, dx = dy*W^T + scale*u*A^T, dA = scale*x^T*u, dB = scale*(xA)^T*dy. */
+static double lora_backward_flops(const hd_shape *s)
+{
+    double t = (double)s->dim[0], in = (double)s->dim[1], out = (double)s->dim[2];
+    double r = (double)s->dim[3];
+    return 2.0 * t * in * out + 2.0 * t * r * (2.0 * out + 3.0 * in);
 }
 
 /* LoRA's leading product y = x*op(W), which a plan of two backends computes with one backend's
@@ -175,6 +211,63 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
                         BATCH_OUT("c", 0, 1, 3)},
             .flops = gemm_batched_flops,
             .prepare = hd__prepare_gemm_batched,
+        },
+    [HD_OP_SOFTMAX_BACKWARD] =
+        {
+            .name = "softmax_backward",
+            .fn = "hd_softmax_backward",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_ROW_BACKWARD,
+            .tensor_count = 3,
+            .tensors = {IN("y", 0, 1, 0.0f, 0.1f), IN("dy", 0, 1, -1, 1), DX_IN_PLACE_OF(1)},
+            .flops = softmax_backward_flops,
+            .prepare = hd__prepare_row_backward,
+        },
+    [HD_OP_LAYER_NORM_BACKWARD] =
+        {
+            .name = "layer_norm_backward",
+            .fn = "hd_layer_norm_backward",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_ROW_BACKWARD,
+            .tensor_count = 6,
+            .tensors = {IN("x", 0, 1, -2, 3), IN("gamma", T_ONE, 1, 0.5f, 1.5f),
+                        IN("dy", 0, 1, -1, 1), DX_IN_PLACE_OF(2), GRAD_OUT("dgamma", T_ONE, 1),
+                        GRAD_OUT("dbeta", T_ONE, 1)},
+            .flops = layer_norm_backward_flops,
+            .prepare = hd__prepare_row_backward,
+        },
+    [HD_OP_RMS_NORM_BACKWARD] =
+        {
+            .name = "rms_norm_backward",
+            .fn = "hd_rms_norm_backward",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_ROW_BACKWARD,
+            .tensor_count = 5,
+            .tensors = {IN("x", 0, 1, -2, 3), IN("weight", T_ONE, 1, 0.5f, 1.5f),
+                        IN("dy", 0, 1, -1, 1), DX_IN_PLACE_OF(2), GRAD_OUT("dweight", T_ONE, 1)},
+            .flops = rms_norm_backward_flops,
+            .prepare = hd__prepare_row_backward,
+        },
+    [HD_OP_LORA_BACKWARD] =
+        {
+            .name = "lora_backward",
+            .fn = "hd_lora_backward",
+            .dims = 4,
+            .dim_names = {"tokens", "in", "out", "rank"},
+            .first_suffix_dim = 3,
+            .suffix_prefix = {[3] = 'r'},
+            .zero_dim_ok = {[3] = true},
+            .compute_bound = true,
+            .args = HD_ARGS_LORA_BACKWARD,
+            .tensor_count = 8,
+            .tensors = {IN("x", 0, 1, -1, 1), IN("w", 1, 2, -1, 1), IN("a", 1, 3, -1, 1),
+                        IN("b", 3, 2, -1, 1), IN("dy", 0, 2, -1, 1), GRAD_OUT("dx", 0, 1),
+                        OUT("da", 1, 3), OUT("db", 3, 2)},
+            .flops = lora_backward_flops,
+            .prepare = hd__prepare_lora_backward,
         },
 };
 

@@ -29,12 +29,13 @@ typedef enum hd_tensor_role {
 typedef struct hd_op_tensor {
     const char *name; /* as the public function's parameter, in messages */
     hd_tensor_role role;
-    bool optional;          /* may be NULL (a gradient the caller does not want) */
-    bool in_place;          /* an output that may be the op's first input (row ops) */
-    signed char rows, cols; /* dims (HD_DIM_ONE: 1) */
-    signed char transpose;  /* 0; 1 or 2: stored transposed when trans_a or trans_b is set */
-    signed char batch;      /* a dim that multiplies the rows (batched GEMM), or HD_DIM_ONE */
-    float lo, hi;           /* the value range tools and tests draw inputs from */
+    bool optional;           /* may be NULL (a gradient the caller does not want) */
+    bool in_place;           /* an output that may be the input in_place_of (row ops) */
+    signed char in_place_of; /* the index in tensors[] of that input: 0, or dy of a backward */
+    signed char rows, cols;  /* dims (HD_DIM_ONE: 1) */
+    signed char transpose;   /* 0; 1 or 2: stored transposed when trans_a or trans_b is set */
+    signed char batch;       /* a dim that multiplies the rows (batched GEMM), or HD_DIM_ONE */
+    float lo, hi;            /* the value range tools and tests draw inputs from */
 } hd_op_tensor;
 
 /* The scalar arguments of any op; each op reads its own. */
@@ -45,6 +46,7 @@ typedef struct hd_op_params {
     unsigned lora_layout; /* LoRA: hd_lora_layout flags (hd_lora_forward_ex) */
     float eps;         /* norms */
     size_t batch;      /* batched GEMM */
+    bool accumulate;   /* LoRA backward: add the gradients to the outputs */
 } hd_op_params;
 
 /* What a checked call amounts to before any backend is asked. */
@@ -60,6 +62,8 @@ typedef enum hd_args_kind {
     HD_ARGS_GEMM,
     HD_ARGS_LORA,
     HD_ARGS_ROW,
+    HD_ARGS_ROW_BACKWARD,
+    HD_ARGS_LORA_BACKWARD,
 } hd_args_kind;
 
 typedef struct hd_op_desc {

@@ -40,6 +40,12 @@ static void set_variant(hd_call *call, const char *variant)
     case HD_ARGS_ROW:
         call->args.row.variant = variant;
         break;
+    case HD_ARGS_ROW_BACKWARD:
+        call->args.row_backward.variant = variant;
+        break;
+    case HD_ARGS_LORA_BACKWARD:
+        call->args.lora_backward.variant = variant;
+        break;
     }
 }
 
@@ -192,8 +198,12 @@ hd_status hd__call(hd_context *ctx, hd_op op, const hd_tensor *const t[], const 
     switch (call.kind) {
     case HD_CALL_NOTHING:
         return HD_OK;
-    case HD_CALL_SCALE_ONLY:
-        return scale_only(ctx, call.io.outputs[0], call.beta);
+    case HD_CALL_SCALE_ONLY: /* each output that holds anything (a backward's, several) */
+        for (int i = 0; i < call.io.output_count; i++)
+            if (hd__tensor_count(call.io.outputs[i]) > 0 &&
+                (s = scale_only(ctx, call.io.outputs[i], call.beta)) != HD_OK)
+                return s;
+        return HD_OK;
     case HD_CALL_RUN:
         break;
     }
@@ -253,4 +263,38 @@ hd_status hd_rms_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *weig
     const hd_tensor *t[] = {x, weight, y};
     hd_op_params p = {.eps = eps};
     return hd__call(ctx, HD_OP_RMS_NORM, t, &p);
+}
+
+hd_status hd_softmax_backward(hd_context *ctx, const hd_tensor *y, const hd_tensor *dy,
+                              hd_tensor *dx)
+{
+    const hd_tensor *t[] = {y, dy, dx};
+    hd_op_params p = {0};
+    return hd__call(ctx, HD_OP_SOFTMAX_BACKWARD, t, &p);
+}
+
+hd_status hd_rms_norm_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *weight,
+                               const hd_tensor *dy, float eps, hd_tensor *dx, hd_tensor *dweight)
+{
+    const hd_tensor *t[] = {x, weight, dy, dx, dweight};
+    hd_op_params p = {.eps = eps};
+    return hd__call(ctx, HD_OP_RMS_NORM_BACKWARD, t, &p);
+}
+
+hd_status hd_layer_norm_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *gamma,
+                                 const hd_tensor *dy, float eps, hd_tensor *dx, hd_tensor *dgamma,
+                                 hd_tensor *dbeta)
+{
+    const hd_tensor *t[] = {x, gamma, dy, dx, dgamma, dbeta};
+    hd_op_params p = {.eps = eps};
+    return hd__call(ctx, HD_OP_LAYER_NORM_BACKWARD, t, &p);
+}
+
+hd_status hd_lora_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
+                           const hd_tensor *a, const hd_tensor *b, float scale, const hd_tensor *dy,
+                           hd_tensor *dx, hd_tensor *da, hd_tensor *db, bool accumulate)
+{
+    const hd_tensor *t[] = {x, w, a, b, dy, dx, da, db};
+    hd_op_params p = {.scale = scale, .accumulate = accumulate};
+    return hd__call(ctx, HD_OP_LORA_BACKWARD, t, &p);
 }

@@ -56,6 +56,14 @@ static inline hd_status fake_run_row(void *s, hd_context *ctx, const hd_op_args 
 {
     return fake_called(s, ctx, a->row.variant);
 }
+static inline hd_status fake_run_row_backward(void *s, hd_context *ctx, const hd_op_args *a)
+{
+    return fake_called(s, ctx, a->row_backward.variant);
+}
+static inline hd_status fake_run_lora_backward(void *s, hd_context *ctx, const hd_op_args *a)
+{
+    return fake_called(s, ctx, a->lora_backward.variant);
+}
 /* As the real fused backend: any GEMM, few-token LoRA (and any epilogue), rows up to a
  * limit. */
 static inline bool fake_fused_supports(void *s, hd_op op, const hd_shape *shape, hd_part part)
@@ -138,7 +146,11 @@ static const hd_backend_impl fake_cpu = {
             [HD_OP_LORA] = fake_run_lora,
             [HD_OP_SOFTMAX] = fake_run_row,
             [HD_OP_LAYER_NORM] = fake_run_row,
-            [HD_OP_RMS_NORM] = fake_run_row},
+            [HD_OP_RMS_NORM] = fake_run_row,
+            [HD_OP_SOFTMAX_BACKWARD] = fake_run_row_backward,
+            [HD_OP_LAYER_NORM_BACKWARD] = fake_run_row_backward,
+            [HD_OP_RMS_NORM_BACKWARD] = fake_run_row_backward,
+            [HD_OP_LORA_BACKWARD] = fake_run_lora_backward},
 };
 /* The device stand-ins run on the host: residency is the dispatcher's, not under test here;
  * their place for migration cost is set per test through fake_device_place. */
@@ -153,7 +165,11 @@ static hd_backend_impl fake_fused = {
             [HD_OP_LORA] = fake_run_lora,
             [HD_OP_SOFTMAX] = fake_run_row,
             [HD_OP_LAYER_NORM] = fake_run_row,
-            [HD_OP_RMS_NORM] = fake_run_row},
+            [HD_OP_RMS_NORM] = fake_run_row,
+            [HD_OP_SOFTMAX_BACKWARD] = fake_run_row_backward,
+            [HD_OP_LAYER_NORM_BACKWARD] = fake_run_row_backward,
+            [HD_OP_RMS_NORM_BACKWARD] = fake_run_row_backward,
+            [HD_OP_LORA_BACKWARD] = fake_run_lora_backward},
     .epilogue = {[HD_OP_LORA] = fake_run_lora},
 };
 static hd_backend_impl fake_clblast = {

@@ -193,6 +193,100 @@ static op_run run_rms_norm(hd_context *ctx, hd_rng *rng)
     return run_row_op(ctx, HD_TEST_RMS_NORM, rng);
 }
 
+/* The backward ops: inputs of the forward's shapes (dy random), every gradient wanted, the
+ * outputs checked against the float64 reference, or unchanged after a failure. */
+static op_run run_backward(hd_context *ctx, hd_op op, hd_rng *rng)
+{
+    op_run res = {0};
+    bool lora = op == HD_OP_LORA_BACKWARD;
+    size_t rows = lora ? L_T : R_ROWS, cols = lora ? L_IN : R_COLS;
+    size_t n_in[5] = {rows * cols, lora ? L_IN * L_OUT : R_COLS, lora ? L_IN * L_R : 0,
+                      lora ? L_R * L_OUT : 0, lora ? L_T * L_OUT : rows * cols};
+    size_t n_out[3] = {rows * cols, lora ? L_IN * L_R : R_COLS, lora ? L_R * L_OUT : R_COLS};
+    size_t shapes[8][2] = {{rows, cols},
+                           {lora ? L_IN : 1, lora ? L_OUT : cols},
+                           {L_IN, L_R},
+                           {L_R, L_OUT},
+                           {lora ? L_T : rows, lora ? L_OUT : cols},
+                           {rows, cols},
+                           {lora ? L_IN : 1, lora ? L_R : cols},
+                           {lora ? L_R : 1, lora ? L_OUT : cols}};
+    float *in[5], *out[3];
+    hd_tensor *t[8];
+    for (int i = 0; i < 5; i++) {
+        in[i] = hd_test_random(rng, n_in[i], i == 1 && !lora ? 0.5f : -1.0f, 1.0f);
+        t[i] = n_in[i] > 0 || lora ? hd_test_tensor(ctx, shapes[i][0], shapes[i][1], in[i]) : NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        out[i] = sentinels(n_out[i]);
+        t[5 + i] = hd_test_tensor(ctx, shapes[5 + i][0], shapes[5 + i][1], out[i]);
+    }
+    if (op == HD_OP_SOFTMAX_BACKWARD)
+        res.status = hd_softmax_backward(ctx, t[0], t[4], t[5]);
+    else if (op == HD_OP_RMS_NORM_BACKWARD)
+        res.status = hd_rms_norm_backward(ctx, t[0], t[1], t[4], 1e-5f, t[5], t[6]);
+    else if (op == HD_OP_LAYER_NORM_BACKWARD)
+        res.status = hd_layer_norm_backward(ctx, t[0], t[1], t[4], 1e-5f, t[5], t[6], t[7]);
+    else
+        res.status =
+            hd_lora_backward(ctx, t[0], t[1], t[2], t[3], 0.75f, t[4], t[5], t[6], t[7], false);
+    char err[HD_ERROR_CAPACITY];
+    snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
+    int outputs = op == HD_OP_SOFTMAX_BACKWARD ? 1 : op == HD_OP_RMS_NORM_BACKWARD ? 2 : 3;
+    if (res.status == HD_OK) {
+        double *want[3];
+        for (int i = 0; i < 3; i++)
+            want[i] = hd_test_doubles(n_out[i]);
+        if (op == HD_OP_SOFTMAX_BACKWARD)
+            hd_ref_softmax_backward(rows, cols, in[0], in[4], want[0]);
+        else if (op == HD_OP_RMS_NORM_BACKWARD)
+            hd_ref_rms_norm_backward(rows, cols, in[0], in[1], in[4], 1e-5f, want[0], want[1]);
+        else if (op == HD_OP_LAYER_NORM_BACKWARD)
+            hd_ref_layer_norm_backward(rows, cols, in[0], in[1], in[4], 1e-5f, want[0], want[1],
+                                       want[2]);
+        else
+            hd_ref_lora_backward(L_T, L_IN, L_OUT, L_R, in[0], in[1], in[2], in[3], 0.75f, in[4],
+                                 want[0], want[1], want[2], NULL, NULL, NULL);
+        for (int i = 0; i < outputs; i++) {
+            float *got = hd_test_read(t[5 + i]);
+            hd_test_expect_close(hd_op_name(op), got, want[i], n_out[i], 1e-3, 1e-3);
+            free(got);
+        }
+        for (int i = 0; i < 3; i++)
+            free(want[i]);
+    } else {
+        for (int i = 0; i < 3; i++)
+            hd_test_expect_unchanged("backward output after failure", t[5 + i], out[i]);
+    }
+    for (int i = 0; i < 5; i++)
+        if (t[i] != NULL)
+            hd_test_expect_unchanged("backward input", t[i], in[i]);
+    restore_error(ctx, err);
+    for (int i = 0; i < 8; i++)
+        hd_tensor_destroy(t[i]);
+    for (int i = 0; i < 5; i++)
+        free(in[i]);
+    for (int i = 0; i < 3; i++)
+        free(out[i]);
+    return res;
+}
+static op_run run_softmax_backward(hd_context *ctx, hd_rng *rng)
+{
+    return run_backward(ctx, HD_OP_SOFTMAX_BACKWARD, rng);
+}
+static op_run run_layer_norm_backward(hd_context *ctx, hd_rng *rng)
+{
+    return run_backward(ctx, HD_OP_LAYER_NORM_BACKWARD, rng);
+}
+static op_run run_rms_norm_backward(hd_context *ctx, hd_rng *rng)
+{
+    return run_backward(ctx, HD_OP_RMS_NORM_BACKWARD, rng);
+}
+static op_run run_lora_backward(hd_context *ctx, hd_rng *rng)
+{
+    return run_backward(ctx, HD_OP_LORA_BACKWARD, rng);
+}
+
 static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
 {
     static op_run (*const runners[HD_OP_COUNT])(hd_context *, hd_rng *) = {
@@ -202,6 +296,10 @@ static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
         [HD_OP_SOFTMAX] = run_softmax,
         [HD_OP_LAYER_NORM] = run_layer_norm,
         [HD_OP_RMS_NORM] = run_rms_norm,
+        [HD_OP_SOFTMAX_BACKWARD] = run_softmax_backward,
+        [HD_OP_LAYER_NORM_BACKWARD] = run_layer_norm_backward,
+        [HD_OP_RMS_NORM_BACKWARD] = run_rms_norm_backward,
+        [HD_OP_LORA_BACKWARD] = run_lora_backward,
     };
     hd_rng rng = hd_test_rng(salt);
     if (runners[op] == NULL)

@@ -69,6 +69,20 @@ void hd_ref_layer_norm(size_t rows, size_t cols, const float *x, const float *ga
 void hd_ref_rms_norm(size_t rows, size_t cols, const float *x, const float *weight, float eps,
                      double *y);
 
+/* The backward passes in double, from the float inputs the op reads (hd_softmax_backward()
+ * etc.). A NULL weight-gradient output is skipped. The LoRA bounds (may be NULL) are the sums
+ * of the magnitudes of each element's terms, as for GEMM. */
+void hd_ref_softmax_backward(size_t rows, size_t cols, const float *y, const float *dy, double *dx);
+void hd_ref_layer_norm_backward(size_t rows, size_t cols, const float *x, const float *gamma,
+                                const float *dy, float eps, double *dx, double *dgamma,
+                                double *dbeta);
+void hd_ref_rms_norm_backward(size_t rows, size_t cols, const float *x, const float *weight,
+                              const float *dy, float eps, double *dx, double *dweight);
+void hd_ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, const float *x,
+                          const float *w, const float *a, const float *b, float scale,
+                          const float *dy, double *dx, double *da, double *db, double *bound_dx,
+                          double *bound_da, double *bound_db);
+
 /* ---- the row operations as one ---- */
 
 typedef enum hd_test_row_op {

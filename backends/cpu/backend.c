@@ -81,6 +81,23 @@ static void cpu_destroy(void *state)
     free(cpu);
 }
 
+static hd_status cpu_softmax_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_softmax_backward(state, ctx, &args->row_backward);
+}
+static hd_status cpu_layer_norm_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_layer_norm_backward(state, ctx, &args->row_backward);
+}
+static hd_status cpu_rms_norm_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_rms_norm_backward(state, ctx, &args->row_backward);
+}
+static hd_status cpu_lora_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__cpu_lora_backward(state, ctx, &args->lora_backward);
+}
+
 const hd_backend_impl hd__backend_cpu = {
     .name = "cpu",
     .id = HD_BACKEND_CPU,
@@ -97,5 +114,9 @@ const hd_backend_impl hd__backend_cpu = {
             [HD_OP_SOFTMAX] = cpu_softmax,
             [HD_OP_LAYER_NORM] = cpu_layer_norm,
             [HD_OP_RMS_NORM] = cpu_rms_norm,
+            [HD_OP_SOFTMAX_BACKWARD] = cpu_softmax_backward,
+            [HD_OP_LAYER_NORM_BACKWARD] = cpu_layer_norm_backward,
+            [HD_OP_RMS_NORM_BACKWARD] = cpu_rms_norm_backward,
+            [HD_OP_LORA_BACKWARD] = cpu_lora_backward,
         },
 };

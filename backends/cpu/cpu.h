@@ -38,5 +38,10 @@ hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *args);
 hd_status hd__cpu_softmax(void *state, hd_context *ctx, const hd_row_args *args);
 hd_status hd__cpu_layer_norm(void *state, hd_context *ctx, const hd_row_args *args);
 hd_status hd__cpu_rms_norm(void *state, hd_context *ctx, const hd_row_args *args);
+hd_status hd__cpu_softmax_backward(void *state, hd_context *ctx, const hd_row_backward_args *args);
+hd_status hd__cpu_layer_norm_backward(void *state, hd_context *ctx,
+                                      const hd_row_backward_args *args);
+hd_status hd__cpu_rms_norm_backward(void *state, hd_context *ctx, const hd_row_backward_args *args);
+hd_status hd__cpu_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *args);
 
 #endif

@@ -93,7 +93,11 @@ typedef enum hd_backend {
     X(SOFTMAX, "softmax")                                                                      \
     X(LAYER_NORM, "layer_norm")                                                                \
     X(RMS_NORM, "rms_norm")                                                                    \
-    X(GEMM_BATCHED, "gemm_batched") /* hd_gemm_batched() */
+    X(GEMM_BATCHED, "gemm_batched") /* hd_gemm_batched() */                                    \
+    X(SOFTMAX_BACKWARD, "softmax_backward")                                                    \
+    X(LAYER_NORM_BACKWARD, "layer_norm_backward")                                              \
+    X(RMS_NORM_BACKWARD, "rms_norm_backward")                                                  \
+    X(LORA_BACKWARD, "lora_backward")
 
 typedef enum hd_op {
 #define HD_OP_ENUM(name, text) HD_OP_##name,
@@ -161,7 +165,8 @@ HD_API const char *hd_status_str(hd_status s);
 /* The code's name without prefix, e.g. "ERR_SHAPE_MISMATCH". Never NULL. */
 HD_API const char *hd_status_name(hd_status s);
 /* Lower-case name of a backend ("auto", "cpu", "clblast", "fused", "clblast+fused"), of an
- * operation ("gemm", "lora", "softmax", "layer_norm", "rms_norm", "gemm_batched").
+ * operation ("gemm", "lora", "softmax", "layer_norm", "rms_norm", "gemm_batched",
+ * "softmax_backward", "layer_norm_backward", "rms_norm_backward", "lora_backward").
  * Never NULL. */
 HD_API const char *hd_backend_name(hd_backend b);
 HD_API const char *hd_op_name(hd_op op);
@@ -230,8 +235,9 @@ HD_API hd_backend hd_context_last_backend(const hd_context *ctx);
 /*
  * Describes in buf, in English (a few lines, NUL-terminated, truncated to size), how the
  * dispatcher would choose a backend for op on a problem of the given dims: GEMM {m, n, k,
- * transposes} where transposes is trans_a + 2*trans_b; LoRA {tokens, in, out, rank}; batched
- * GEMM {m, n, k, batch} without transposes; row ops {rows, cols} (the rest ignored). It names
+ * transposes} where transposes is trans_a + 2*trans_b; LoRA and its backward {tokens, in,
+ * out, rank}; batched GEMM {m, n, k, batch} without transposes; row ops and their backward
+ * {rows, cols} (the rest ignored). It names
  * the rule that decided (forced, tuned, nearest, cost model, default), the tuned record and
  * its variant when one applies, the candidates in the order they would be tried, and why
  * other backends are out. Inputs are assumed to be
@@ -361,6 +367,61 @@ HD_API hd_status hd_layer_norm(hd_context *ctx, const hd_tensor *x, const hd_ten
  * eps must be finite and >= 0. Returns as hd_gemm(). Does not wait. */
 HD_API hd_status hd_rms_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *weight,
                              float eps, hd_tensor *y);
+
+/*
+ * Backward passes (LoRA fine-tuning). Each takes the forward's inputs (or, for softmax, its
+ * output) and dy, the gradient of the loss with respect to the forward's output, and writes
+ * the gradients with respect to the forward's inputs. Shapes are the forward's: dy and dx have
+ * the shape of x (of y for softmax), a weight gradient the shape of its weight. The checks and
+ * the rules of the forward ops hold: a NULL required tensor, mismatched shapes, a tensor of
+ * another context, an output that aliases a tensor it may not, or a non-finite or negative eps
+ * returns an error status with every output left exactly as it was. The library keeps no
+ * pointer to the tensors after the call. Returns HD_OK, HD_ERR_INVALID_ARGUMENT,
+ * HD_ERR_SHAPE_MISMATCH, HD_ERR_ALIASING, HD_ERR_WRONG_CONTEXT, HD_ERR_OUT_OF_MEMORY, or a
+ * device error. Does not wait.
+ *
+ * The row ops' gradients overwrite their outputs. Weight gradients are reduced over the rows
+ * in a fixed order (the same bits on every run), in double on the CPU. With zero rows a
+ * weight gradient is set to zeros.
+ */
+
+/* Softmax backward: dx[i][j] = y[i][j] * (dy[i][j] - sum_k y[i][k]*dy[i][k]), where y is the
+ * output of hd_softmax(). dx may be dy (in place); dx must not be y. */
+HD_API hd_status hd_softmax_backward(hd_context *ctx, const hd_tensor *y, const hd_tensor *dy,
+                                     hd_tensor *dx);
+
+/* RMS norm backward, for y = x * r * weight with r = 1/sqrt(mean(row of x^2) + eps):
+ * dx = r * (weight*dy - x * r^2 * mean(row of weight*dy*x)), and
+ * dweight[j] = sum over rows of dy[i][j] * x[i][j] * r_i. dweight may be NULL (not wanted).
+ * dx may be dy (in place); dx and dweight must not be any other tensor of the call. */
+HD_API hd_status hd_rms_norm_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *weight,
+                                      const hd_tensor *dy, float eps, hd_tensor *dx,
+                                      hd_tensor *dweight);
+
+/* Layer norm backward, for y = xhat * gamma + beta with xhat = (x - mean) * r and
+ * r = 1/sqrt(var + eps) per row (biased variance): with g = gamma*dy,
+ * dx = r * (g - mean(row of g) - xhat * mean(row of g*xhat)),
+ * dgamma[j] = sum over rows of dy[i][j] * xhat[i][j], dbeta[j] = sum over rows of dy[i][j].
+ * dgamma and dbeta may each be NULL. dx may be dy (in place); no other output may alias. */
+HD_API hd_status hd_layer_norm_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *gamma,
+                                        const hd_tensor *dy, float eps, hd_tensor *dx,
+                                        hd_tensor *dgamma, hd_tensor *dbeta);
+
+/*
+ * LoRA backward with W frozen, for y = x*W + scale*(x*A)*B (hd_lora_forward(), same shapes;
+ * dy is T×out): with u = dy*B^T (T×r, the only temporary besides x*A),
+ *   dx = dy*W^T + scale * u*A^T      (T×in; NULL: not wanted, e.g. the first layer)
+ *   dA = scale * x^T * u             (in×r)
+ *   dB = scale * (x*A)^T * dy        (r×out)
+ * accumulate false overwrites dx, da and db; true adds the gradients to what they hold
+ * (micro-batch accumulation). A gradient that is a sum over nothing (T, in or out 0) is zero:
+ * overwritten with zeros, or left as it is when accumulating. r = 0 gives dx = dy*W^T. No
+ * output may alias any tensor of the call.
+ */
+HD_API hd_status hd_lora_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
+                                  const hd_tensor *a, const hd_tensor *b, float scale,
+                                  const hd_tensor *dy, hd_tensor *dx, hd_tensor *da, hd_tensor *db,
+                                  bool accumulate);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,43 @@
+#include <stdlib.h>
+
+#include "backends/cpu/cpu.h"
+#include "dispatch/error.h"
+
+/*
+ * LoRA backward with W frozen, as four or five SGEMMs that read every transpose in place:
+ * u = dy*B^T and h = x*A (tokens x rank, the only temporaries), then
+ * dA = scale*x^T*u, dB = scale*h^T*dy, dx = dy*W^T + scale*u*A^T. accumulate makes beta 1.
+ * The in x out product A*B is never formed.
+ */
+hd_status hd__cpu_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *l)
+{
+    (void)state;
+    size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
+    const float *x = l->x->state->host, *w = l->w->state->host, *a = l->a->state->host;
+    const float *b = l->b->state->host, *dy = l->dy->state->host;
+    float beta = l->accumulate ? 1.0f : 0.0f;
+    float *u = NULL;
+    if (r > 0) {
+        u = malloc(2 * t * r * sizeof *u);
+        if (u == NULL)
+            return hd__error(ctx, HD_ERR_OUT_OF_MEMORY,
+                             "LoRA backward: no memory for the 2 x %zu x %zu low-rank products", t,
+                             r);
+    }
+    if (u != NULL) {
+        float *h = u + t * r;
+        hd__cpu_sgemm(false, true, t, r, out, 1.0f, dy, out, b, out, 0.0f, u, r);
+        hd__cpu_sgemm(false, false, t, r, in, 1.0f, x, in, a, r, 0.0f, h, r);
+        hd__cpu_sgemm(true, false, in, r, t, l->scale, x, in, u, r, beta, l->da->state->host, r);
+        hd__cpu_sgemm(true, false, r, out, t, l->scale, h, r, dy, out, beta, l->db->state->host,
+                      out);
+    }
+    if (l->dx != NULL) {
+        float *dx = l->dx->state->host;
+        hd__cpu_sgemm(false, true, t, in, out, 1.0f, dy, out, w, out, beta, dx, in);
+        if (u != NULL)
+            hd__cpu_sgemm(false, true, t, in, r, l->scale, u, r, a, r, 1.0f, dx, in);
+    }
+    free(u);
+    return HD_OK;
+}
