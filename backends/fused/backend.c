@@ -48,8 +48,8 @@ static hd_status fused_probe(hd_context *ctx, void **state)
     f->compute_units = units;
     f->ctx = ctx;
     hd__fused_tile_probe(f, hd__cl_device(ctx->cl));
-    hd_status s = err == CL_SUCCESS ? hd__fused_sources_create(f)
-                                    : hd__cl_error(ctx, err, "clGetDeviceInfo");
+    hd_status s =
+        err == CL_SUCCESS ? hd__fused_sources_create(f) : hd__cl_error(ctx, err, "clGetDeviceInfo");
     if (s != HD_OK) {
         hd__fused_sources_destroy(f);
         free(f);
@@ -71,6 +71,8 @@ static void fused_destroy(void *state)
     hd__fused_tile_release(f);
     if (f->lora_u != NULL)
         clReleaseMemObject(f->lora_u);
+    if (f->backward_stats != NULL)
+        clReleaseMemObject(f->backward_stats);
     free(f);
 }
 
@@ -95,6 +97,10 @@ static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part par
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX;
+    case HD_OP_SOFTMAX_BACKWARD: /* and 2 x rows floats of statistics, 32-bit indices */
+    case HD_OP_LAYER_NORM_BACKWARD:
+    case HD_OP_RMS_NORM_BACKWARD:
+        return s->dim[0] <= INT_MAX / 2 && s->dim[1] <= INT_MAX;
     default: /* batched GEMM and anything newer: not offered here */
         break;
     }
@@ -400,6 +406,19 @@ static hd_status fused_rms_norm(void *state, hd_context *ctx, const hd_op_args *
     return hd__fused_rms_norm(state, ctx, &args->row);
 }
 
+static hd_status fused_softmax_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_softmax_backward(state, ctx, &args->row_backward);
+}
+static hd_status fused_layer_norm_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_layer_norm_backward(state, ctx, &args->row_backward);
+}
+static hd_status fused_rms_norm_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_rms_norm_backward(state, ctx, &args->row_backward);
+}
+
 const hd_backend_impl hd__backend_fused = {
     .name = "fused",
     .id = HD_BACKEND_FUSED,
@@ -421,6 +440,9 @@ const hd_backend_impl hd__backend_fused = {
             [HD_OP_SOFTMAX] = fused_softmax,
             [HD_OP_LAYER_NORM] = fused_layer_norm,
             [HD_OP_RMS_NORM] = fused_rms_norm,
+            [HD_OP_SOFTMAX_BACKWARD] = fused_softmax_backward,
+            [HD_OP_LAYER_NORM_BACKWARD] = fused_layer_norm_backward,
+            [HD_OP_RMS_NORM_BACKWARD] = fused_rms_norm_backward,
         },
     .epilogue = {[HD_OP_LORA] = fused_lora_epilogue},
 };

@@ -22,6 +22,7 @@ extern const char hd__fused_cl_lora[];
 extern const char hd__fused_cl_lora_update[];
 extern const char hd__fused_cl_lowrank[];
 extern const char hd__fused_cl_rms_norm[];
+extern const char hd__fused_cl_rows_backward[];
 extern const char hd__fused_cl_softmax[];
 
 /* One OpenCL program per kind, its source the concatenation of the files it needs. */
@@ -32,14 +33,15 @@ typedef enum hd_fused_program {
     HD_FUSED_GEMV,
     HD_FUSED_LORA,
     HD_FUSED_LORA_UPDATE,
-    HD_FUSED_GEMM_TILE, /* tiled GEMM, fp32 FMAs */
-    HD_FUSED_GEMM_MMA,  /* tiled GEMM, tensor cores (NVIDIA sm_80+) */
+    HD_FUSED_GEMM_TILE,     /* tiled GEMM, fp32 FMAs */
+    HD_FUSED_GEMM_MMA,      /* tiled GEMM, tensor cores (NVIDIA sm_80+) */
+    HD_FUSED_ROWS_BACKWARD, /* softmax, layer norm and RMS norm backward */
     HD_FUSED_PROGRAM_COUNT
 } hd_fused_program;
 
 #define HD_FUSED_OPTIONS_CAPACITY 192
 /* Work-groups of the LoRA x*A launch at most (the partials buffer holds this many). */
-#define HD_FUSED_MAX_SPLIT 64
+#define HD_FUSED_MAX_SPLIT    64
 #define HD_FUSED_KERNEL_CACHE 64
 /* Work-groups splitting k per strip in the GEMV and LoRA kernels at most (KG). */
 #define HD_FUSED_MAX_KG 64
@@ -64,14 +66,16 @@ typedef struct hd_fused {
     size_t kg_part_bytes;
     cl_mem kg_count; /* per-strip arrival counts of the KG > 1 kernels, zero between launches */
     size_t kg_count_len;
-    size_t local_mem;     /* CL_DEVICE_LOCAL_MEM_SIZE */
-    bool mma;             /* NVIDIA sm_80+: the tensor-core kernels may be built */
-    bool nv_options;      /* cl_nv_compiler_options: -cl-nv-maxrregcount is understood */
-    bool mma_broken;      /* their build failed here: the fp32 kernels run instead */
-    cl_mem splitk_part;   /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
+    size_t local_mem;   /* CL_DEVICE_LOCAL_MEM_SIZE */
+    bool mma;           /* NVIDIA sm_80+: the tensor-core kernels may be built */
+    bool nv_options;    /* cl_nv_compiler_options: -cl-nv-maxrregcount is understood */
+    bool mma_broken;    /* their build failed here: the fp32 kernels run instead */
+    cl_mem splitk_part; /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
-    cl_mem lora_u;        /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
+    cl_mem lora_u; /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
     size_t lora_u_bytes;
+    cl_mem backward_stats; /* the norms' backward: mean and 1/std per row, 2 x rows floats */
+    size_t backward_stats_bytes;
 } hd_fused;
 
 /* ---- kernel parameters (params.c) ---- */
@@ -211,6 +215,12 @@ void hd__fused_tile_release(hd_fused *f);
 hd_status hd__fused_softmax(void *state, hd_context *ctx, const hd_row_args *args);
 hd_status hd__fused_layer_norm(void *state, hd_context *ctx, const hd_row_args *args);
 hd_status hd__fused_rms_norm(void *state, hd_context *ctx, const hd_row_args *args);
+hd_status hd__fused_softmax_backward(void *state, hd_context *ctx,
+                                     const hd_row_backward_args *args);
+hd_status hd__fused_layer_norm_backward(void *state, hd_context *ctx,
+                                        const hd_row_backward_args *args);
+hd_status hd__fused_rms_norm_backward(void *state, hd_context *ctx,
+                                      const hd_row_backward_args *args);
 hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__fused_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *args);

@@ -10,8 +10,7 @@
 #include "backends/fused/internal.h"
 
 static const char *const softmax_parts[] = {hd__fused_cl_common, hd__fused_cl_softmax, NULL};
-static const char *const layer_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_layer_norm,
-                                               NULL};
+static const char *const layer_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_layer_norm, NULL};
 static const char *const rms_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_rms_norm, NULL};
 static const char *const gemv_parts[] = {hd__fused_cl_common, hd__fused_cl_gemv, NULL};
 static const char *const lora_parts[] = {hd__fused_cl_common, hd__fused_cl_gemv,
@@ -20,11 +19,18 @@ static const char *const lora_update_parts[] = {hd__fused_cl_common, hd__fused_c
                                                 hd__fused_cl_lora_update, NULL};
 static const char *const gemm_tile_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_tile, NULL};
 static const char *const gemm_mma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_mma, NULL};
+static const char *const rows_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_rows_backward,
+                                                  NULL};
 static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
-    [HD_FUSED_SOFTMAX] = softmax_parts,   [HD_FUSED_LAYER_NORM] = layer_norm_parts,
-    [HD_FUSED_RMS_NORM] = rms_norm_parts, [HD_FUSED_GEMV] = gemv_parts,
-    [HD_FUSED_LORA] = lora_parts,         [HD_FUSED_LORA_UPDATE] = lora_update_parts,
-    [HD_FUSED_GEMM_TILE] = gemm_tile_parts, [HD_FUSED_GEMM_MMA] = gemm_mma_parts,
+    [HD_FUSED_SOFTMAX] = softmax_parts,
+    [HD_FUSED_LAYER_NORM] = layer_norm_parts,
+    [HD_FUSED_RMS_NORM] = rms_norm_parts,
+    [HD_FUSED_GEMV] = gemv_parts,
+    [HD_FUSED_LORA] = lora_parts,
+    [HD_FUSED_LORA_UPDATE] = lora_update_parts,
+    [HD_FUSED_GEMM_TILE] = gemm_tile_parts,
+    [HD_FUSED_GEMM_MMA] = gemm_mma_parts,
+    [HD_FUSED_ROWS_BACKWARD] = rows_backward_parts,
 };
 
 hd_status hd__fused_sources_create(hd_fused *f)
@@ -68,9 +74,9 @@ static hd_status fetch_kernel(hd_fused *f, hd_context *ctx, hd_fused_program pro
     if (s != HD_OK)
         return s;
     size_t max_group = 0;
-    cl_int err = clGetKernelWorkGroupInfo(e->kernel, hd__cl_device(ctx->cl),
-                                          CL_KERNEL_WORK_GROUP_SIZE, sizeof max_group,
-                                          &max_group, NULL);
+    cl_int err =
+        clGetKernelWorkGroupInfo(e->kernel, hd__cl_device(ctx->cl), CL_KERNEL_WORK_GROUP_SIZE,
+                                 sizeof max_group, &max_group, NULL);
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clGetKernelWorkGroupInfo");
     e->program = program;
@@ -85,8 +91,7 @@ hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program progra
     struct hd_fused_kernel_entry *hit = NULL, fresh;
     for (size_t i = 0; i < f->kernel_count && hit == NULL; i++) {
         struct hd_fused_kernel_entry *e = &f->kernels[i];
-        if (e->program == program && strcmp(e->name, name) == 0 &&
-            strcmp(e->options, options) == 0)
+        if (e->program == program && strcmp(e->name, name) == 0 && strcmp(e->options, options) == 0)
             hit = e;
     }
     if (hit == NULL) {
@@ -120,8 +125,8 @@ hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t 
 hd_status hd__fused_launch(hd_context *ctx, cl_kernel k, size_t groups, size_t group)
 {
     size_t global = groups * group, local = group;
-    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(ctx->cl), k, 1, NULL, &global, &local, 0,
-                                        NULL, hd__cl_event_slot(ctx->cl));
+    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(ctx->cl), k, 1, NULL, &global, &local, 0, NULL,
+                                        hd__cl_event_slot(ctx->cl));
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
     return HD_OK;

@@ -1,0 +1,142 @@
+/*
+ * The backward passes of softmax, layer norm and RMS norm.
+ *
+ * Layout: x (softmax: its output y), dy and dx rows x cols, row-major, dx may be dy; gamma (the
+ * norms' weight), dgamma and dbeta 1 x cols; stats 2 x rows floats (mean, 1/std per row).
+ * With VEC = 4, cols % 4 == 0 and the buffers start 16-byte aligned.
+ *
+ * softmax_backward_rows, norm_backward_rows: dx in one pass per row. Work decomposition as the
+ * forward row kernels (common.cl): a slot of T = WG / ROWS work-items per row, ROWS rows per
+ * work-group. softmax: dot = sum y*dy (one slot reduction), dx = y * (dy - dot): y and dy
+ * read twice (the second time mostly from cache), dx written once. norms: the statistics
+ * (layer norm: mean, then the deviations; RMS norm: the squares), then sum g and sum g*xhat
+ * with g = gamma*dy, then dx = r * (g - mean(g) - xhat * mean(g*xhat)): x read three times,
+ * dy twice, gamma twice (cached), dx written once.
+ *
+ * The weight gradients, deterministic and without atomics, in two small launches before dx
+ * (so that dx may overwrite dy): norm_stats_rows writes each row's mean and 1/std to stats
+ * (decomposed as above); norm_weight_grads gives one work-item per column, which sums
+ * dy*xhat and dy over the rows in row order with compensated (Kahan) float sums: x and dy
+ * read once more, 8 bytes per element; each column's result is the same on every run.
+ *
+ * Tuning parameters: WG, ROWS, VEC (common.cl). center: 1 for layer norm, 0 for RMS norm.
+ */
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+softmax_backward_rows(const __global float *y, const __global float *dy, __global float *dx,
+                      int rows, int cols)
+{
+    __local float red[WG];
+    const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
+    const int row = (int)get_group_id(0) * ROWS + slot;
+    const bool live = row < rows;
+    const int n = live ? cols / VEC : 0;
+    const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+    const __global floatv *yr = (const __global floatv *)(y + off);
+    const __global floatv *dyr = (const __global floatv *)(dy + off);
+    __global floatv *dxr = (__global floatv *)(dx + off);
+
+    float dot = 0.0f;
+    for (int j = t; j < n; j += T)
+        dot += HSUM(yr[j] * dyr[j]);
+    dot = slot_sum(dot, red, slot, t);
+    for (int j = t; j < n; j += T)
+        dxr[j] = yr[j] * (dyr[j] - dot);
+}
+
+/* The row's mean (0 without center) and 1/sqrt(var + eps); every work-item of the group calls
+ * it (center is the same for all). */
+inline float2 norm_row_stats(const __global floatv *xr, int n, int cols, float eps, int center,
+                             __local float *red, int slot, int t)
+{
+    float mean = 0.0f;
+    if (center) {
+        float s = 0.0f;
+        for (int j = t; j < n; j += T)
+            s += HSUM(xr[j]);
+        mean = slot_sum(s, red, slot, t) / (float)cols;
+    }
+    float sq = 0.0f;
+    for (int j = t; j < n; j += T) {
+        const floatv d = xr[j] - (floatv)(mean);
+        sq += HSUM(d * d);
+    }
+    sq = slot_sum(sq, red, slot, t);
+    return (float2)(mean, 1.0f / sqrt(sq / (float)cols + eps));
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+norm_backward_rows(const __global float *x, const __global float *gamma, const __global float *dy,
+                   __global float *dx, int rows, int cols, float eps, int center)
+{
+    __local float red[WG];
+    const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
+    const int row = (int)get_group_id(0) * ROWS + slot;
+    const bool live = row < rows;
+    const int n = live ? cols / VEC : 0;
+    const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+    const __global floatv *xr = (const __global floatv *)(x + off);
+    const __global floatv *gv = (const __global floatv *)gamma;
+    const __global floatv *dyr = (const __global floatv *)(dy + off);
+    __global floatv *dxr = (__global floatv *)(dx + off);
+
+    const float2 st = norm_row_stats(xr, n, cols, eps, center, red, slot, t);
+    const floatv mean = (floatv)(st.x);
+    float sg = 0.0f, sgx = 0.0f;
+    for (int j = t; j < n; j += T) {
+        const floatv g = gv[j] * dyr[j];
+        sg += HSUM(g);
+        sgx += HSUM(g * (xr[j] - mean));
+    }
+    sg = center ? slot_sum(sg, red, slot, t) / (float)cols : 0.0f;
+    sgx = slot_sum(sgx, red, slot, t) * st.y / (float)cols;
+    for (int j = t; j < n; j += T) {
+        const floatv xhat = (xr[j] - mean) * st.y;
+        dxr[j] = st.y * (gv[j] * dyr[j] - sg - xhat * sgx);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+norm_stats_rows(const __global float *x, __global float *stats, int rows, int cols, float eps,
+                int center)
+{
+    __local float red[WG];
+    const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
+    const int row = (int)get_group_id(0) * ROWS + slot;
+    const bool live = row < rows;
+    const int n = live ? cols / VEC : 0;
+    const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+    const float2 st =
+        norm_row_stats((const __global floatv *)(x + off), n, cols, eps, center, red, slot, t);
+    if (live && t == 0) {
+        stats[2 * row] = st.x;
+        stats[2 * row + 1] = st.y;
+    }
+}
+
+/* One work-item per column; dgamma or dbeta may be NULL (not wanted). */
+__kernel void norm_weight_grads(const __global float *x, const __global float *dy,
+                                const __global float *stats, __global float *dgamma,
+                                __global float *dbeta, int rows, int cols)
+{
+    const int j = (int)get_global_id(0);
+    if (j >= cols)
+        return;
+    float g = 0.0f, gc = 0.0f, b = 0.0f, bc = 0.0f; /* sums and their compensations */
+    for (int i = 0; i < rows; i++) {
+        const size_t at = (size_t)i * (size_t)cols + (size_t)j;
+        const float d = dy[at];
+        const float tg = d * ((x[at] - stats[2 * i]) * stats[2 * i + 1]) - gc;
+        const float ng = g + tg;
+        gc = (ng - g) - tg;
+        g = ng;
+        const float tb = d - bc;
+        const float nb = b + tb;
+        bc = (nb - b) - tb;
+        b = nb;
+    }
+    if (dgamma != 0)
+        dgamma[j] = g;
+    if (dbeta != 0)
+        dbeta[j] = b;
+}
