@@ -17,10 +17,10 @@
 #define HD_REF_SAMPLES 512
 
 typedef struct hd_ref_inputs {
-    const float *in[4]; /* GEMM a, b; LoRA x, w, a, b; rows x, gamma, beta */
-    float alpha, beta;  /* GEMM */
-    float scale;        /* LoRA */
-    float eps;          /* norms */
+    const float *in[4];     /* GEMM a, b; LoRA x, w, a, b; rows x, gamma, beta */
+    float alpha, beta;      /* GEMM */
+    float scale;            /* LoRA */
+    float eps;              /* norms */
     hd_precision precision; /* GEMM and LoRA: the arithmetic checked (tolerances below) */
 } hd_ref_inputs;
 
@@ -45,5 +45,20 @@ double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precisi
  * false, why says where and by how much. */
 bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,
                    char *why, size_t size);
+
+/* The backward passes in double, whole outputs, from the float inputs the ops read. Softmax:
+ * y (its output), dy -> dx. The norms (center: layer norm; else RMS norm, gamma its weight):
+ * x, gamma, dy -> dx and, where not NULL, dgamma and dbeta (1 x cols). LoRA with W frozen:
+ * dx (may be NULL), dA, dB, and the sums of the magnitudes of each element's terms (each may
+ * be NULL), which its float rounding error scales with; false without memory. */
+void hd__ref_softmax_backward(size_t rows, size_t cols, const float *y, const float *dy,
+                              double *dx);
+void hd__ref_norm_backward(bool center, size_t rows, size_t cols, const float *x,
+                           const float *gamma, const float *dy, float eps, double *dx,
+                           double *dgamma, double *dbeta);
+bool hd__ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, const float *x,
+                           const float *w, const float *a, const float *b, float scale,
+                           const float *dy, double *dx, double *da, double *db, double *bound_dx,
+                           double *bound_da, double *bound_db);
 
 #endif

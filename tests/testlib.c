@@ -199,100 +199,20 @@ void hd_ref_rms_norm(size_t rows, size_t cols, const float *x, const float *weig
 
 void hd_ref_softmax_backward(size_t rows, size_t cols, const float *y, const float *dy, double *dx)
 {
-    for (size_t i = 0; i < rows; i++) {
-        const float *yr = y + i * cols, *dyr = dy + i * cols;
-        double dot = 0.0;
-        for (size_t j = 0; j < cols; j++)
-            dot += (double)yr[j] * dyr[j];
-        for (size_t j = 0; j < cols; j++)
-            dx[i * cols + j] = (double)yr[j] * ((double)dyr[j] - dot);
-    }
-}
-
-/* Layer norm (center) and RMS norm: xhat = (x - mean) * r, g = gamma*dy,
- * dx = r * (g - mean(g) - xhat * mean(g*xhat)) (no mean(g) for RMS norm). */
-static void ref_norm_backward(size_t rows, size_t cols, const float *x, const float *gamma,
-                              const float *dy, float eps, bool center, double *dx, double *dgamma,
-                              double *dbeta)
-{
-    for (size_t j = 0; j < cols; j++) {
-        if (dgamma != NULL)
-            dgamma[j] = 0.0;
-        if (dbeta != NULL)
-            dbeta[j] = 0.0;
-    }
-    for (size_t i = 0; i < rows; i++) {
-        const float *xr = x + i * cols, *dyr = dy + i * cols;
-        double mean = 0.0, sq = 0.0, sum_g = 0.0, sum_gx = 0.0;
-        for (size_t j = 0; j < cols && center; j++)
-            mean += xr[j];
-        mean /= (double)cols;
-        for (size_t j = 0; j < cols; j++)
-            sq += ((double)xr[j] - mean) * ((double)xr[j] - mean);
-        double r = 1.0 / sqrt(sq / (double)cols + (double)eps);
-        for (size_t j = 0; j < cols; j++) {
-            double g = (double)gamma[j] * dyr[j], xhat = ((double)xr[j] - mean) * r;
-            sum_g += g;
-            sum_gx += g * xhat;
-            if (dgamma != NULL)
-                dgamma[j] += (double)dyr[j] * xhat;
-            if (dbeta != NULL)
-                dbeta[j] += dyr[j];
-        }
-        double mg = center ? sum_g / (double)cols : 0.0, mgx = sum_gx / (double)cols;
-        for (size_t j = 0; j < cols; j++) {
-            double xhat = ((double)xr[j] - mean) * r;
-            dx[i * cols + j] = r * ((double)gamma[j] * dyr[j] - mg - xhat * mgx);
-        }
-    }
+    hd__ref_softmax_backward(rows, cols, y, dy, dx);
 }
 
 void hd_ref_layer_norm_backward(size_t rows, size_t cols, const float *x, const float *gamma,
                                 const float *dy, float eps, double *dx, double *dgamma,
                                 double *dbeta)
 {
-    ref_norm_backward(rows, cols, x, gamma, dy, eps, true, dx, dgamma, dbeta);
+    hd__ref_norm_backward(true, rows, cols, x, gamma, dy, eps, dx, dgamma, dbeta);
 }
 
 void hd_ref_rms_norm_backward(size_t rows, size_t cols, const float *x, const float *weight,
                               const float *dy, float eps, double *dx, double *dweight)
 {
-    ref_norm_backward(rows, cols, x, weight, dy, eps, false, dx, dweight, NULL);
-}
-
-/* out (m x n) = sum_p op(A)[i][p] * op(B)[p][j] in double, from double operands, and the sums
- * of the terms' magnitudes; accumulating into out and bound. */
-static void ref_dgemm_add(bool ta, bool tb, size_t m, size_t n, size_t k, double alpha,
-                          const double *a, const double *b, double *out, double *bound)
-{
-    for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < n; j++) {
-            double sum = 0.0, mag = 0.0;
-            for (size_t p = 0; p < k; p++) {
-                double term =
-                    alpha * (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
-                sum += term;
-                mag += fabs(term);
-            }
-            out[i * n + j] += sum;
-            bound[i * n + j] += mag;
-        }
-}
-
-static double *ref_widen(const float *p, size_t n)
-{
-    double *d = hd_test_doubles(n);
-    for (size_t i = 0; i < n; i++)
-        d[i] = p[i];
-    return d;
-}
-
-static double *ref_zeros(size_t n)
-{
-    double *d = hd_test_doubles(n);
-    for (size_t i = 0; i < n; i++)
-        d[i] = 0.0;
-    return d;
+    hd__ref_norm_backward(false, rows, cols, x, weight, dy, eps, dx, dweight, NULL);
 }
 
 void hd_ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, const float *x,
@@ -300,43 +220,9 @@ void hd_ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, con
                           const float *dy, double *dx, double *da, double *db, double *bound_dx,
                           double *bound_da, double *bound_db)
 {
-    size_t t = tokens, r = rank;
-    double *xd = ref_widen(x, t * in), *wd = ref_widen(w, in * out), *ad = ref_widen(a, in * r);
-    double *bd = ref_widen(b, r * out), *dyd = ref_widen(dy, t * out);
-    /* u = dy*B^T and h = x*A are rounded to float by the op before their second product: the
-     * bounds of that product carry the magnitudes of their terms (ub, hb), not |u| and |h|. */
-    double *u = ref_zeros(t * r), *h = ref_zeros(t * r), *ub = ref_zeros(t * r);
-    double *hb = ref_zeros(t * r), *junk = ref_zeros(t * in + in * r + r * out);
-    double *bx = ref_zeros(t * in), *ba = ref_zeros(in * r), *bb = ref_zeros(r * out);
-    ref_dgemm_add(false, true, t, r, out, 1.0, dyd, bd, u, ub);
-    ref_dgemm_add(false, false, t, r, in, 1.0, xd, ad, h, hb);
-    double *gx = ref_zeros(t * in), *ga = ref_zeros(in * r), *gb = ref_zeros(r * out);
-    ref_dgemm_add(false, true, t, in, out, 1.0, dyd, wd, gx, bx);
-    ref_dgemm_add(false, true, t, in, r, scale, u, ad, gx, junk);
-    ref_dgemm_add(false, true, t, in, r, scale, ub, ad, junk, bx);
-    ref_dgemm_add(true, false, in, r, t, scale, xd, u, ga, junk);
-    ref_dgemm_add(true, false, in, r, t, scale, xd, ub, junk, ba);
-    ref_dgemm_add(true, false, r, out, t, scale, h, dyd, gb, junk);
-    ref_dgemm_add(true, false, r, out, t, scale, hb, dyd, junk, bb);
-    for (size_t i = 0; i < t * in; i++) {
-        if (dx != NULL)
-            dx[i] = gx[i];
-        if (bound_dx != NULL)
-            bound_dx[i] = bx[i];
-    }
-    for (size_t i = 0; i < in * r; i++) {
-        da[i] = ga[i];
-        if (bound_da != NULL)
-            bound_da[i] = ba[i];
-    }
-    for (size_t i = 0; i < r * out; i++) {
-        db[i] = gb[i];
-        if (bound_db != NULL)
-            bound_db[i] = bb[i];
-    }
-    double *all[] = {xd, wd, ad, bd, dyd, u, h, ub, hb, junk, bx, ba, bb, gx, ga, gb};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        free(all[i]);
+    if (!hd__ref_lora_backward(tokens, in, out, rank, x, w, a, b, scale, dy, dx, da, db, bound_dx,
+                               bound_da, bound_db))
+        fail_msg("hd_ref_lora_backward: out of memory");
 }
 
 const char *hd_test_row_op_name(hd_test_row_op op)
