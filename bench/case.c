@@ -40,21 +40,22 @@ typedef struct input_spec {
     float lo, hi;
 } input_spec;
 
-/* The input tensors of a case and the value ranges they are drawn from: the op table's. */
-static int input_specs(const hd_bench_case *c, input_spec spec[4], size_t *out_rows,
-                       size_t *out_cols)
+/* The input and output tensors of a case and the value ranges the inputs are drawn from: the
+ * op table's. Returns the number of inputs; *outputs gets that of outputs. */
+static int tensor_specs(const hd_bench_case *c, input_spec spec[HD_BENCH_MAX_INPUTS],
+                        input_spec out[HD_BENCH_MAX_OUTPUTS], int *outputs)
 {
     const hd_op_desc *d = hd__op(c->op);
     int n = 0;
+    *outputs = 0;
     for (int i = 0; i < d->tensor_count; i++) {
         size_t rows, cols;
         hd__op_tensor_shape(c->op, i, &c->shape, &rows, &cols);
-        if (d->tensors[i].role == HD_ROLE_OUTPUT) {
-            *out_rows = rows;
-            *out_cols = cols;
-        } else if (n < 4) {
-            spec[n++] = (input_spec){rows, cols, d->tensors[i].lo, d->tensors[i].hi};
-        }
+        input_spec one = {rows, cols, d->tensors[i].lo, d->tensors[i].hi};
+        if (d->tensors[i].role == HD_ROLE_OUTPUT && *outputs < HD_BENCH_MAX_OUTPUTS)
+            out[(*outputs)++] = one;
+        else if (d->tensors[i].role == HD_ROLE_INPUT && n < HD_BENCH_MAX_INPUTS)
+            spec[n++] = one;
     }
     return n;
 }
@@ -77,9 +78,10 @@ static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *sta
 void hd__bench_instance_destroy(hd_bench_instance *inst)
 {
     for (size_t s = 0; s < HD_BENCH_MAX_SETS; s++)
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++)
             hd_tensor_destroy(inst->in[s][i]);
-    hd_tensor_destroy(inst->out);
+    for (int i = 0; i < HD_BENCH_MAX_OUTPUTS; i++)
+        hd_tensor_destroy(inst->out[i]);
     memset(inst, 0, sizeof *inst);
 }
 
@@ -91,12 +93,14 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     inst->c = *c;
     inst->scale = 0.5f;
     inst->eps = 1e-5f;
-    input_spec spec[4];
-    size_t out_rows = 0, out_cols = 0;
-    inst->inputs = input_specs(c, spec, &out_rows, &out_cols);
+    input_spec spec[HD_BENCH_MAX_INPUTS], out[HD_BENCH_MAX_OUTPUTS];
+    inst->inputs = tensor_specs(c, spec, out, &inst->outputs);
     if (inst->inputs == 0)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d", (int)c->op);
-    double set_bytes = 4.0 * (hd__bench_case_elements(c) - (double)out_rows * (double)out_cols);
+    double out_elements = 0.0;
+    for (int i = 0; i < inst->outputs; i++)
+        out_elements += (double)out[i].rows * (double)out[i].cols;
+    double set_bytes = 4.0 * (hd__bench_case_elements(c) - out_elements);
     inst->sets = set_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES ? ROTATE_SETS : 1;
 
     uint64_t state = seed;
@@ -104,8 +108,8 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     for (size_t s = 0; s < inst->sets && st == HD_OK; s++)
         for (int i = 0; i < inst->inputs && st == HD_OK; i++)
             st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i]);
-    if (st == HD_OK)
-        st = hd_tensor_create(ctx, out_rows, out_cols, &inst->out);
+    for (int i = 0; i < inst->outputs && st == HD_OK; i++)
+        st = hd_tensor_create(ctx, out[i].rows, out[i].cols, &inst->out[i]);
     if (st != HD_OK)
         hd__bench_instance_destroy(inst);
     return st;
@@ -117,8 +121,8 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
     hd_tensor **in = inst->in[set < inst->sets ? set : 0];
     const hd_tensor *t[HD_OP_TENSOR_MAX];
     const hd_op_desc *d = hd__op(inst->c.op);
-    for (int i = 0, n = 0; i < d->tensor_count; i++)
-        t[i] = d->tensors[i].role == HD_ROLE_OUTPUT ? inst->out : in[n++];
+    for (int i = 0, n = 0, o = 0; i < d->tensor_count; i++)
+        t[i] = d->tensors[i].role == HD_ROLE_OUTPUT ? inst->out[o++] : in[n++];
     hd_op_params p = {.trans_a = inst->c.shape.trans_a,
                       .trans_b = inst->c.shape.trans_b,
                       .alpha = 1.0f,
@@ -194,6 +198,54 @@ static double check_rows(const hd_bench_instance *inst, const hd_ref_inputs *in,
     return worst;
 }
 
+/* The row ops' backward (in: x or y, [gamma,] dy): dx on the sampled rows, and the weight
+ * gradients over every row (one row of the reference at a time). */
+static double check_rows_backward(const hd_bench_instance *inst, float *const in[],
+                                  float *const got[])
+{
+    const hd_bench_case *c = &inst->c;
+    bool norm = c->op != HD_OP_SOFTMAX_BACKWARD, center = c->op == HD_OP_LAYER_NORM_BACKWARD;
+    size_t rows = c->shape.dim[0], cols = c->shape.dim[1];
+    const float *x = in[0], *gamma = norm ? in[1] : NULL, *dy = in[norm ? 2 : 1];
+    double *m = calloc(5 * (cols > 0 ? cols : 1), sizeof *m);
+    if (m == NULL)
+        return INFINITY;
+    double *dx = m, *dg = m + cols, *db = m + 2 * cols, *sum_g = m + 3 * cols,
+           *sum_b = m + 4 * cols;
+    double worst = 0.0;
+    size_t next = 0, si = 0; /* the next sampled row */
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x + i * cols, *dyr = dy + i * cols;
+        if (norm)
+            hd__ref_norm_backward(center, 1, cols, xr, gamma, dyr, inst->eps, dx, dg,
+                                  center ? db : NULL);
+        else if (i == next)
+            hd__ref_softmax_backward(1, cols, xr, dyr, dx);
+        for (size_t j = 0; norm && j < cols; j++) {
+            sum_g[j] += dg[j];
+            sum_b[j] += db[j];
+        }
+        if (i != next)
+            continue;
+        for (size_t j = 0; j < cols; j++) {
+            double e = ratio(fabs((double)got[0][i * cols + j] - dx[j]), 1e-5 + 1e-3 * fabs(dx[j]));
+            worst = e > worst ? e : worst;
+        }
+        si++;
+        next = si < sample_count(rows, CHECK_ROWS) ? sample(rows, CHECK_ROWS, si) : rows;
+    }
+    /* sums over the rows: float sums of rows terms on a device */
+    double atol = 1e-5 * (1.0 + sqrt((double)rows));
+    for (int o = 1; norm && o < inst->outputs; o++)
+        for (size_t j = 0; j < cols; j++) {
+            double want = o == 1 ? sum_g[j] : sum_b[j];
+            double e = ratio(fabs((double)got[o][j] - want), atol + 1e-3 * fabs(want));
+            worst = e > worst ? e : worst;
+        }
+    free(m);
+    return worst;
+}
+
 static float *read_all(const hd_tensor *t, hd_status *st)
 {
     size_t n = hd_tensor_rows(t) * hd_tensor_cols(t);
@@ -217,10 +269,17 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
         st = hd_sync(ctx);
     if (st != HD_OK)
         return st;
-    float *in[4] = {NULL, NULL, NULL, NULL}, *y = read_all(inst->out, &st);
+    if (inst->c.op == HD_OP_LORA_BACKWARD)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "no sampled reference of lora_backward yet");
+    float *in[HD_BENCH_MAX_INPUTS] = {NULL}, *got[HD_BENCH_MAX_OUTPUTS] = {NULL};
+    for (int i = 0; i < inst->outputs && st == HD_OK; i++)
+        got[i] = read_all(inst->out[i], &st);
     for (int i = 0; i < inst->inputs && st == HD_OK; i++)
         in[i] = read_all(inst->in[0][i], &st);
-    if (st == HD_OK) {
+    float *y = got[0];
+    if (st == HD_OK && hd__op(inst->c.op)->args == HD_ARGS_ROW_BACKWARD) {
+        *worst = check_rows_backward(inst, in, got);
+    } else if (st == HD_OK) {
         /* As hd__bench_instance_run calls them: GEMM with alpha 1 and beta 0. */
         hd_ref_inputs ref = {.in = {in[0], in[1], in[2], in[3]},
                              .alpha = 1.0f,
@@ -231,8 +290,9 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
         bool rows = !hd__op(inst->c.op)->compute_bound;
         *worst = rows ? check_rows(inst, &ref, y) : check_matmul(inst, &ref, y);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++)
         free(in[i]);
-    free(y);
+    for (int i = 0; i < HD_BENCH_MAX_OUTPUTS; i++)
+        free(got[i]);
     return st;
 }

@@ -8,15 +8,20 @@
 
 #include "bench/suites.h"
 
-#define HD_BENCH_MAX_SETS 4
+#define HD_BENCH_MAX_SETS    4
+#define HD_BENCH_MAX_INPUTS  5
+#define HD_BENCH_MAX_OUTPUTS 3
 
 typedef struct hd_bench_instance {
     hd_context *ctx;
     hd_bench_case c;
     size_t sets;
-    hd_tensor *in[HD_BENCH_MAX_SETS][4]; /* per op: GEMM A B; LoRA x W A B; rows x gamma beta */
+    /* the op table's inputs and outputs in its order: GEMM A B; LoRA x W A B; rows x gamma beta;
+     * the backward ops' inputs (dy among them) and their gradients */
+    hd_tensor *in[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS];
     int inputs;
-    hd_tensor *out;
+    hd_tensor *out[HD_BENCH_MAX_OUTPUTS]; /* out[0]: y, C, or dx */
+    int outputs;
     float scale; /* LoRA */
     float eps;   /* norms */
 } hd_bench_instance;
@@ -32,8 +37,10 @@ void hd__bench_instance_destroy(hd_bench_instance *inst);
 hd_status hd__bench_instance_run(hd_context *ctx, void *inst, size_t set);
 
 /* Runs set 0 once, waits, and compares the output with a float64 reference on sampled rows
- * and columns (every row of small cases). *worst is the largest error divided by its
- * tolerance: <= 1 passes. Returns HD_OK (whether or not it passed) or the failing status. */
+ * and columns (every row of small cases; the row ops' backward: dx on sampled rows, the weight
+ * gradients whole; LoRA's backward has no sampled reference yet: HD_ERR_UNSUPPORTED). *worst is the
+ * largest error divided by its tolerance: <= 1 passes. Returns HD_OK (whether or not it passed) or
+ * the failing status. */
 hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst);
 
 #endif

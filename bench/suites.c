@@ -59,6 +59,16 @@ static const hd_bench_case train_cases[] = {
     ROWS(HD_OP_RMS_NORM, 8192, 4096),   ROWS(HD_OP_RMS_NORM, 32768, 1024),
 };
 
+/* The row ops' backward on the train suite's shapes and the seed suite's 64x1024. (LoRA's
+ * backward has no sampled reference check yet, so no case.) */
+static const hd_bench_case backward_cases[] = {
+    ROWS(HD_OP_SOFTMAX_BACKWARD, 64, 1024),      ROWS(HD_OP_LAYER_NORM_BACKWARD, 64, 1024),
+    ROWS(HD_OP_RMS_NORM_BACKWARD, 64, 1024),     ROWS(HD_OP_SOFTMAX_BACKWARD, 4096, 4096),
+    ROWS(HD_OP_SOFTMAX_BACKWARD, 32768, 1024),   ROWS(HD_OP_LAYER_NORM_BACKWARD, 8192, 4096),
+    ROWS(HD_OP_LAYER_NORM_BACKWARD, 32768, 1024), ROWS(HD_OP_RMS_NORM_BACKWARD, 8192, 4096),
+    ROWS(HD_OP_RMS_NORM_BACKWARD, 32768, 1024),
+};
+
 static const hd_bench_case gemm_cases[] = {
     GEMM(64, 64, 64),       GEMM(128, 128, 128),    GEMM(256, 256, 256),    GEMM(512, 512, 512),
     GEMM(1024, 1024, 1024), GEMM(2048, 2048, 2048), GEMM(4096, 4096, 4096), GEMM(8192, 8192, 8192),
@@ -124,6 +134,9 @@ static const hd_bench_case ci_cases[] = {
     ROWS(HD_OP_SOFTMAX, 3, 100),
     ROWS(HD_OP_LAYER_NORM, 7, 129),
     ROWS(HD_OP_RMS_NORM, 1, 1000),
+    ROWS(HD_OP_SOFTMAX_BACKWARD, 3, 100),
+    ROWS(HD_OP_LAYER_NORM_BACKWARD, 7, 129),
+    ROWS(HD_OP_RMS_NORM_BACKWARD, 1, 1000),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -139,6 +152,8 @@ static const hd_bench_suite suites[] = {
                "MLP widths, every transpose, odd and prime sizes",
      shapes_cases, COUNT(shapes_cases)},
     {"ci", "small odd shapes for continuous integration", ci_cases, COUNT(ci_cases)},
+    {"backward", "the row ops' backward on the seed and train shapes (dx and weight gradients)",
+     backward_cases, COUNT(backward_cases)},
 };
 
 const hd_bench_suite *hd__bench_suites(size_t *count)

@@ -272,10 +272,10 @@ static void test_instance_ci_cases_check_on_cpu(void **state)
         assert_true(worst >= 0 && worst <= 1.0);
 
         /* Input sets hold different data: set 1 gives another output than set 0. */
-        float *y = hd_test_read(inst.out);
+        float *y = hd_test_read(inst.out[0]);
         assert_int_equal(hd__bench_instance_run(ctx, &inst, 1), HD_OK);
-        float *y2 = hd_test_read(inst.out);
-        size_t m = hd_tensor_rows(inst.out) * hd_tensor_cols(inst.out), diff = 0;
+        float *y2 = hd_test_read(inst.out[0]);
+        size_t m = hd_tensor_rows(inst.out[0]) * hd_tensor_cols(inst.out[0]), diff = 0;
         for (size_t j = 0; j < m; j++)
             diff += y[j] != y2[j];
         assert_true(diff > 0);
