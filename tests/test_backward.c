@@ -286,6 +286,8 @@ static void check_row_kind(hd_context *ctx, row_kind kind)
                            100 * kind + 50 + i);
     /* above the threshold where rows and columns are split across threads */
     check_row_backward(ctx, kind, 97, 1031, false, 100 * kind + 99);
+    /* rows over several of the fused kernels' chunks of weight-gradient partials */
+    check_row_backward(ctx, kind, 601, 67, false, 100 * kind + 98);
 }
 
 static void test_softmax_backward_matches_reference_and_differences(void **state)

@@ -73,6 +73,8 @@ static void fused_destroy(void *state)
         clReleaseMemObject(f->lora_u);
     if (f->backward_stats != NULL)
         clReleaseMemObject(f->backward_stats);
+    if (f->backward_parts != NULL)
+        clReleaseMemObject(f->backward_parts);
     free(f);
 }
 

@@ -76,6 +76,8 @@ typedef struct hd_fused {
     size_t lora_u_bytes;
     cl_mem backward_stats; /* the norms' backward: mean and 1/std per row, 2 x rows floats */
     size_t backward_stats_bytes;
+    cl_mem backward_parts; /* and their weight gradients' partial sums per chunk of rows */
+    size_t backward_parts_bytes;
 } hd_fused;
 
 /* ---- kernel parameters (params.c) ---- */

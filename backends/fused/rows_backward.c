@@ -1,11 +1,17 @@
 /* The backward passes of softmax, layer norm and RMS norm (kernels/rows_backward.cl): dx in
- * one launch; the norms' weight gradients, when wanted, in two small launches before it (the
- * rows' statistics into a scratch buffer, then one work-item per column), deterministic and
- * without atomics. */
+ * one launch; the norms' weight gradients, when wanted, in three small launches before it (the
+ * rows' statistics, partial sums per chunk of rows and column, the partials added in chunk
+ * order), deterministic and without atomics. */
+#include <limits.h>
+#include <stdint.h>
+
 #include "backends/fused/internal.h"
 
-/* Work-items per group of the column launch: a few warps, any device. */
+/* Work-items per group of the column launches: a few warps, any device. */
 #define GRADS_GROUP 64
+/* Rows per chunk of the weight-gradient partials: enough work-items to fill a device for 1024
+ * columns from a few thousand rows, short enough chains of dependent adds. */
+#define GRADS_CHUNK 256
 
 typedef struct arg {
     size_t size;
@@ -22,24 +28,21 @@ static hd_status launch(hd_fused *f, hd_context *ctx, const char *options, const
     return s == HD_OK ? hd__fused_launch(ctx, k, groups, group) : s;
 }
 
-/* The scratch of 2 x rows floats, grown on demand; in-order queue: reused by every call. */
-static hd_status stats_buffer(hd_fused *f, hd_context *ctx, size_t rows, cl_mem *out)
+/* A scratch buffer of at least bytes, grown on demand; in-order queue: reused by every call. */
+static hd_status scratch(hd_context *ctx, size_t bytes, cl_mem *buf, size_t *capacity)
 {
-    size_t bytes = 2 * rows * sizeof(float);
-    if (f->backward_stats == NULL || f->backward_stats_bytes < bytes) {
-        if (f->backward_stats != NULL)
-            clReleaseMemObject(f->backward_stats);
-        f->backward_stats_bytes = 0;
-        cl_int err;
-        f->backward_stats =
-            clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
-        if (err != CL_SUCCESS) {
-            f->backward_stats = NULL;
-            return hd__cl_error(ctx, err, "clCreateBuffer (norm backward statistics)");
-        }
-        f->backward_stats_bytes = bytes;
+    if (*buf != NULL && *capacity >= bytes)
+        return HD_OK;
+    if (*buf != NULL)
+        clReleaseMemObject(*buf);
+    *capacity = 0;
+    cl_int err;
+    *buf = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        *buf = NULL;
+        return hd__cl_error(ctx, err, "clCreateBuffer (norm backward scratch)");
     }
-    *out = f->backward_stats;
+    *capacity = bytes;
     return HD_OK;
 }
 
@@ -47,27 +50,41 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
                                    const hd_fused_params *p, const hd_row_backward_args *r,
                                    cl_int center)
 {
-    cl_mem stats, x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy);
+    cl_mem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy);
     cl_mem dg = r->dgamma != NULL ? hd__fused_mem(r->dgamma) : NULL;
     cl_mem db = r->dbeta != NULL ? hd__fused_mem(r->dbeta) : NULL;
-    cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols;
+    size_t chunks = (r->rows + GRADS_CHUNK - 1) / GRADS_CHUNK;
+    size_t span = (r->cols + GRADS_GROUP - 1) / GRADS_GROUP * GRADS_GROUP;
+    if (span > (size_t)INT_MAX / chunks || 2 * chunks > SIZE_MAX / sizeof(float) / r->cols)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",
+                         r->rows, r->cols);
+    cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols, chunk = GRADS_CHUNK;
+    cl_int nchunks = (cl_int)chunks, nspan = (cl_int)span;
     cl_float eps = r->eps;
-    hd_status s = stats_buffer(f, ctx, r->rows, &stats);
+    hd_status s =
+        scratch(ctx, 2 * r->rows * sizeof(float), &f->backward_stats, &f->backward_stats_bytes);
+    if (s == HD_OK)
+        s = scratch(ctx, 2 * chunks * r->cols * sizeof(float), &f->backward_parts,
+                    &f->backward_parts_bytes);
+    cl_mem stats = f->backward_stats, part = f->backward_parts;
     const arg st[] = {{sizeof x, &x},       {sizeof stats, &stats}, {sizeof rows, &rows},
                       {sizeof cols, &cols}, {sizeof eps, &eps},     {sizeof center, &center}};
     size_t row_groups = (r->rows + (size_t)p->rows - 1) / (size_t)p->rows;
     if (s == HD_OK)
         s = launch(f, ctx, options, "norm_stats_rows", (size_t)p->wg, row_groups, st, 6);
-    const arg wg[] = {{sizeof x, &x},
-                      {sizeof dy, &dy},
-                      {sizeof stats, &stats},
+    const arg pa[] = {{sizeof x, &x},         {sizeof dy, &dy},           {sizeof stats, &stats},
+                      {sizeof part, &part},   {sizeof rows, &rows},       {sizeof cols, &cols},
+                      {sizeof chunk, &chunk}, {sizeof nchunks, &nchunks}, {sizeof nspan, &nspan}};
+    if (s == HD_OK)
+        s = launch(f, ctx, options, "norm_weight_partials", GRADS_GROUP,
+                   span / GRADS_GROUP * chunks, pa, 9);
+    const arg co[] = {{sizeof part, &part},
                       {sizeof dg, dg != NULL ? &dg : NULL},
                       {sizeof db, db != NULL ? &db : NULL},
-                      {sizeof rows, &rows},
-                      {sizeof cols, &cols}};
-    size_t col_groups = (r->cols + GRADS_GROUP - 1) / GRADS_GROUP;
+                      {sizeof cols, &cols},
+                      {sizeof nchunks, &nchunks}};
     if (s == HD_OK)
-        s = launch(f, ctx, options, "norm_weight_grads", GRADS_GROUP, col_groups, wg, 7);
+        s = launch(f, ctx, options, "norm_weight_combine", GRADS_GROUP, span / GRADS_GROUP, co, 5);
     return s;
 }
 

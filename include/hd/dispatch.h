@@ -15,8 +15,9 @@
  *   hd_status_str() names a code; hd_context_last_error() gives the detail of the most recent
  *   failure on a context (the OpenCL error code, the kernel build log, the file path).
  * - Bad input never crashes and never half-writes: a NULL argument, mismatched shapes, an
- *   output that aliases an input of GEMM or LoRA, a tensor of another context, or a non-finite
- *   eps returns an error status, and every output is left exactly as it was.
+ *   output that aliases a tensor it may not (any input of GEMM or LoRA; each function says
+ *   which in-place use it allows), a tensor of another context, or a non-finite eps returns
+ *   an error status, and every output is left exactly as it was.
  * - Operations are asynchronous when they run on a device: they return once the work is queued.
  *   hd_tensor_read(), hd_sync(), and any CPU operation that needs a result wait for it. An error
  *   that the device reports late is returned by the call that waits.

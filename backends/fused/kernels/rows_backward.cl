@@ -13,11 +13,13 @@
  * with g = gamma*dy, then dx = r * (g - mean(g) - xhat * mean(g*xhat)): x read three times,
  * dy twice, gamma twice (cached), dx written once.
  *
- * The weight gradients, deterministic and without atomics, in two small launches before dx
+ * The weight gradients, deterministic and without atomics, in three small launches before dx
  * (so that dx may overwrite dy): norm_stats_rows writes each row's mean and 1/std to stats
- * (decomposed as above); norm_weight_grads gives one work-item per column, which sums
- * dy*xhat and dy over the rows in row order with compensated (Kahan) float sums: x and dy
- * read once more, 8 bytes per element; each column's result is the same on every run.
+ * (decomposed as above); norm_weight_partials gives one work-item to each (column, chunk of
+ * rows), which sums dy*xhat and dy over its rows in row order into partials (x and dy read
+ * once more, 8 bytes per element, coalesced along the columns); norm_weight_combine adds a
+ * column's partials in chunk order. Compensated (Kahan) float sums throughout; each column's
+ * result is the same on every run.
  *
  * Tuning parameters: WG, ROWS, VEC (common.cl). center: 1 for layer norm, 0 for RMS norm.
  */
@@ -114,26 +116,48 @@ norm_stats_rows(const __global float *x, __global float *stats, int rows, int co
     }
 }
 
-/* One work-item per column; dgamma or dbeta may be NULL (not wanted). */
-__kernel void norm_weight_grads(const __global float *x, const __global float *dy,
-                                const __global float *stats, __global float *dgamma,
-                                __global float *dbeta, int rows, int cols)
+/* Compensated float sum: *sum += v, *comp carrying what the adds lost. */
+inline void kahan_add(float *sum, float *comp, float v)
+{
+    const float y = v - *comp, t = *sum + y;
+    *comp = (t - *sum) - y;
+    *sum = t;
+}
+
+/* Work-item (j, c) of a span of `span` columns (j = id % span, c = id / span) sums dy*xhat
+ * and dy over rows c*chunk .. (c+1)*chunk - 1 of column j, in row order, into the partials
+ * part[c*cols + j] (dgamma's) and part[(chunks + c)*cols + j] (dbeta's). */
+__kernel void norm_weight_partials(const __global float *x, const __global float *dy,
+                                   const __global float *stats, __global float *part, int rows,
+                                   int cols, int chunk, int chunks, int span)
+{
+    const int id = (int)get_global_id(0), j = id % span, c = id / span;
+    if (j >= cols || c >= chunks)
+        return;
+    const int end = min(rows, (c + 1) * chunk);
+    float g = 0.0f, gc = 0.0f, b = 0.0f, bc = 0.0f;
+    for (int i = c * chunk; i < end; i++) {
+        const size_t at = (size_t)i * (size_t)cols + (size_t)j;
+        const float d = dy[at];
+        kahan_add(&g, &gc, d * ((x[at] - stats[2 * i]) * stats[2 * i + 1]));
+        kahan_add(&b, &bc, d);
+    }
+    part[(size_t)c * (size_t)cols + (size_t)j] = g;
+    part[(size_t)(chunks + c) * (size_t)cols + (size_t)j] = b;
+}
+
+/* One work-item per column: the chunks' partials in chunk order. dgamma or dbeta may be NULL
+ * (not wanted). */
+__kernel void norm_weight_combine(const __global float *part, __global float *dgamma,
+                                  __global float *dbeta, int cols, int chunks)
 {
     const int j = (int)get_global_id(0);
     if (j >= cols)
         return;
-    float g = 0.0f, gc = 0.0f, b = 0.0f, bc = 0.0f; /* sums and their compensations */
-    for (int i = 0; i < rows; i++) {
-        const size_t at = (size_t)i * (size_t)cols + (size_t)j;
-        const float d = dy[at];
-        const float tg = d * ((x[at] - stats[2 * i]) * stats[2 * i + 1]) - gc;
-        const float ng = g + tg;
-        gc = (ng - g) - tg;
-        g = ng;
-        const float tb = d - bc;
-        const float nb = b + tb;
-        bc = (nb - b) - tb;
-        b = nb;
+    float g = 0.0f, gc = 0.0f, b = 0.0f, bc = 0.0f;
+    for (int c = 0; c < chunks; c++) {
+        kahan_add(&g, &gc, part[(size_t)c * (size_t)cols + (size_t)j]);
+        kahan_add(&b, &bc, part[(size_t)(chunks + c) * (size_t)cols + (size_t)j]);
     }
     if (dgamma != 0)
         dgamma[j] = g;
