@@ -38,7 +38,8 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *inst, size_t set);
 
 /* Runs set 0 once, waits, and compares the output with a float64 reference on sampled rows
  * and columns (every row of small cases; the row ops' backward: dx on sampled rows, the weight
- * gradients whole; LoRA's backward has no sampled reference yet: HD_ERR_UNSUPPORTED). *worst is the
+ * gradients whole; LoRA's backward: dx on sampled elements, dA and dB on sampled rows and
+ * columns of each rank). *worst is the
  * largest error divided by its tolerance: <= 1 passes. Returns HD_OK (whether or not it passed) or
  * the failing status. */
 hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst);

@@ -59,13 +59,27 @@ static const hd_bench_case train_cases[] = {
     ROWS(HD_OP_RMS_NORM, 8192, 4096),   ROWS(HD_OP_RMS_NORM, 32768, 1024),
 };
 
-/* The row ops' backward on the train suite's shapes and the seed suite's 64x1024. (LoRA's
- * backward has no sampled reference check yet, so no case.) */
+#define LORA_BACKWARD(t, in, out, r)                                                               \
+    {                                                                                              \
+        HD_OP_LORA_BACKWARD,                                                                       \
+        {                                                                                          \
+            .dim = {(t), (in), (out), (r) }                                                        \
+        }                                                                                          \
+    }
+
+/* The backward passes: LoRA's at one token (1024², r 8) and at 4096 tokens (4096², r 16), the
+ * row ops' on the train suite's shapes and the seed suite's 64x1024. */
 static const hd_bench_case backward_cases[] = {
-    ROWS(HD_OP_SOFTMAX_BACKWARD, 64, 1024),      ROWS(HD_OP_LAYER_NORM_BACKWARD, 64, 1024),
-    ROWS(HD_OP_RMS_NORM_BACKWARD, 64, 1024),     ROWS(HD_OP_SOFTMAX_BACKWARD, 4096, 4096),
-    ROWS(HD_OP_SOFTMAX_BACKWARD, 32768, 1024),   ROWS(HD_OP_LAYER_NORM_BACKWARD, 8192, 4096),
-    ROWS(HD_OP_LAYER_NORM_BACKWARD, 32768, 1024), ROWS(HD_OP_RMS_NORM_BACKWARD, 8192, 4096),
+    LORA_BACKWARD(1, 1024, 1024, 8),
+    LORA_BACKWARD(4096, 4096, 4096, 16),
+    ROWS(HD_OP_SOFTMAX_BACKWARD, 64, 1024),
+    ROWS(HD_OP_LAYER_NORM_BACKWARD, 64, 1024),
+    ROWS(HD_OP_RMS_NORM_BACKWARD, 64, 1024),
+    ROWS(HD_OP_SOFTMAX_BACKWARD, 4096, 4096),
+    ROWS(HD_OP_SOFTMAX_BACKWARD, 32768, 1024),
+    ROWS(HD_OP_LAYER_NORM_BACKWARD, 8192, 4096),
+    ROWS(HD_OP_LAYER_NORM_BACKWARD, 32768, 1024),
+    ROWS(HD_OP_RMS_NORM_BACKWARD, 8192, 4096),
     ROWS(HD_OP_RMS_NORM_BACKWARD, 32768, 1024),
 };
 
@@ -137,6 +151,7 @@ static const hd_bench_case ci_cases[] = {
     ROWS(HD_OP_SOFTMAX_BACKWARD, 3, 100),
     ROWS(HD_OP_LAYER_NORM_BACKWARD, 7, 129),
     ROWS(HD_OP_RMS_NORM_BACKWARD, 1, 1000),
+    LORA_BACKWARD(5, 37, 29, 3),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
