@@ -159,14 +159,44 @@ static bool check_rows(hd_op op, const hd_shape *s, const hd_ref_inputs *in, con
     return ok;
 }
 
+/* Softmax backward, the one backward op of one output (y, dy -> dx), row by row. */
+static bool check_softmax_backward(hd_op op, const hd_shape *s, const hd_ref_inputs *in,
+                                   const float *out, char *why, size_t size)
+{
+    (void)op;
+    size_t rows = s->dim[0], cols = s->dim[1];
+    double *want = malloc((cols > 0 ? cols : 1) * sizeof *want);
+    if (want == NULL) {
+        snprintf(why, size, "out of memory for the reference");
+        return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < rows && ok; i++) {
+        hd__ref_softmax_backward(1, cols, in->in[0] + i * cols, in->in[1] + i * cols, want);
+        for (size_t j = 0; j < cols && ok; j++) {
+            double got = out[i * cols + j];
+            if (!isfinite(got) || fabs(got - want[j]) > 1e-5 + 1e-4 * fabs(want[j])) {
+                snprintf(why, size, "element (%zu, %zu): got %.9g, want %.9g", i, j, got, want[j]);
+                ok = false;
+            }
+        }
+    }
+    free(want);
+    return ok;
+}
+
 typedef bool (*ref_check_fn)(hd_op op, const hd_shape *shape, const hd_ref_inputs *in,
                              const float *out, char *why, size_t size);
 
 /* Each op's check; NULL: no reference yet. */
 static const ref_check_fn checks[HD_OP_COUNT] = {
-    [HD_OP_GEMM] = check_matmul,     [HD_OP_GEMM_BATCHED] = check_matmul,
-    [HD_OP_LORA] = check_matmul,     [HD_OP_SOFTMAX] = check_rows,
-    [HD_OP_LAYER_NORM] = check_rows, [HD_OP_RMS_NORM] = check_rows,
+    [HD_OP_GEMM] = check_matmul,
+    [HD_OP_GEMM_BATCHED] = check_matmul,
+    [HD_OP_LORA] = check_matmul,
+    [HD_OP_SOFTMAX] = check_rows,
+    [HD_OP_LAYER_NORM] = check_rows,
+    [HD_OP_RMS_NORM] = check_rows,
+    [HD_OP_SOFTMAX_BACKWARD] = check_softmax_backward,
 };
 
 bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,

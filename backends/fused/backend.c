@@ -180,6 +180,10 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         "TN=8 KS=32 UNROLL=4 KG=16 SPLIT=0",
         "TN=32 KS=8 UNROLL=4 KG=32 SPLIT=0",
     };
+    /* the row ops' backward: work-group size and rows per group */
+    static const char *const backward[] = {"WG=256 ROWS=4", "WG=256 ROWS=1", "WG=512 ROWS=1",
+                                           "WG=1024 ROWS=1", "WG=64 ROWS=1"};
+    static const size_t backward_wg[] = {256, 256, 512, 1024, 64};
     const hd_fused *f = state;
     size_t n = 0;
     if (part == HD_PART_EPILOGUE)
@@ -212,6 +216,13 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
         return row_variants(f, s, out, max);
+    case HD_OP_SOFTMAX_BACKWARD: /* the looped row kernels: CACHE does not apply */
+    case HD_OP_LAYER_NORM_BACKWARD:
+    case HD_OP_RMS_NORM_BACKWARD:
+        for (size_t i = 0; i < sizeof backward / sizeof backward[0] && n < max; i++)
+            if (backward_wg[i] <= f->device_max_group)
+                out[n++] = backward[i];
+        return n;
     default: /* batched GEMM and anything newer: not offered here */
         break;
     }
