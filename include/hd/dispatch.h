@@ -409,8 +409,9 @@ HD_API hd_status hd_layer_norm_backward(hd_context *ctx, const hd_tensor *x, con
                                         hd_tensor *dgamma, hd_tensor *dbeta);
 
 /*
- * LoRA backward with W frozen, for y = x*W + scale*(x*A)*B (hd_lora_forward(), same shapes;
- * dy is T×out): with u = dy*B^T (T×r, the only temporary besides x*A),
+ * LoRA backward with W frozen, for y = x*W + scale*(x*A)*B (hd_lora_forward(), same shapes,
+ * the default layout only: not hd_lora_forward_ex()'s transposed ones; dy is T×out): with
+ * u = dy*B^T (T×r, the only temporary besides x*A),
  *   dx = dy*W^T + scale * u*A^T      (T×in; NULL: not wanted, e.g. the first layer)
  *   dA = scale * x^T * u             (in×r)
  *   dB = scale * (x*A)^T * dy        (r×out)
