@@ -322,9 +322,14 @@ static void test_row_backward_in_place_and_without_weight_gradients(void **state
         float *in_place = run_row_backward(ctx, (row_kind)kind, &c, true, NULL, NULL);
         hd_test_expect_same("in place", in_place, apart, n);
         free(in_place);
-        in_place = run_row_backward(ctx, (row_kind)kind, &c, true, norm ? &dg : NULL, NULL);
+        float *dg_in_place = NULL;
+        in_place = run_row_backward(ctx, (row_kind)kind, &c, true, norm ? &dg_in_place : NULL,
+                                    NULL);
         hd_test_expect_same("in place with the weight gradient", in_place, apart, n);
+        if (norm)
+            hd_test_expect_same("weight gradient in place", dg_in_place, dg, c.cols);
         free(in_place);
+        free(dg_in_place);
         free(apart);
         free(dg);
         free(db);
