@@ -2,7 +2,6 @@
  * calls moves its input to the device once staying has cost one copy; hd_tensor_prefetch()
  * places a tensor up front. Runs on this machine's OpenCL device (PoCL in CI) with a tuning
  * cache whose record and calibration make the copy dear and the device fast. */
-#define _DEFAULT_SOURCE /* mkdtemp */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,19 +163,13 @@ static void test_residency_gemm_scale_only_stays_on_the_device(void **state)
 static int setup(void **state)
 {
     (void)state;
-    static char dir[] = "/tmp/hd-residency-test-XXXXXX";
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(cache_path, sizeof cache_path, "%s/tune.txt", dir);
-    return 0;
+    return hd_test_cache_dir_create("residency", cache_path, sizeof cache_path);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf \"$(dirname '%s')\"", cache_path);
-    return system(cmd) == 0 ? 0 : -1;
+    return hd_test_cache_dir_remove(cache_path);
 }
 
 int main(void)

@@ -1,7 +1,6 @@
 /* Backend selection: the order of the rules (forced, tuned, nearest, cost model, default),
  * nearest-shape lookup, migration cost, tuned variants reaching the backend, and the explain
  * call. Stand-in backends (tests/fake_backends.h) make it independent of the machine. */
-#define _DEFAULT_SOURCE /* mkdtemp */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,19 +14,13 @@ static char cache_path[256];
 static int setup(void **state)
 {
     (void)state;
-    static char dir[] = "/tmp/hd-select-test-XXXXXX";
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(cache_path, sizeof cache_path, "%s/tune.txt", dir);
-    return 0;
+    return hd_test_cache_dir_create("select", cache_path, sizeof cache_path);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf \"$(dirname '%s')\"", cache_path);
-    return system(cmd) == 0 ? 0 : -1;
+    return hd_test_cache_dir_remove(cache_path);
 }
 
 static hd_plan plan_of(hd_context *ctx, hd_op op, size_t d0, size_t d1, size_t d2, size_t d3,

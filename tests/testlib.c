@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE /* mkdtemp */
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -329,4 +330,21 @@ void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const cha
         fail_msg("%s ran on %s, expected %s: %s", what,
                  hd_backend_name(hd_context_last_backend(ctx)), hd_backend_name(b),
                  hd_context_last_error(ctx));
+}
+
+int hd_test_cache_dir_create(const char *suite, char *path, size_t size)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/hd-%s-test-XXXXXX", suite);
+    if (mkdtemp(dir) == NULL)
+        return -1;
+    snprintf(path, size, "%s/tune.txt", dir);
+    return 0;
+}
+
+int hd_test_cache_dir_remove(const char *path)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf \"$(dirname '%s')\"", path);
+    return system(cmd) == 0 ? 0 : -1;
 }

@@ -133,4 +133,10 @@ extern const size_t hd_test_gemm_shape_count;
 extern const hd_test_lora_shape hd_test_lora_shapes[];
 extern const size_t hd_test_lora_shape_count;
 
+/* A fresh temporary directory for a suite's tuning cache: path becomes DIR/tune.txt. Returns
+ * 0, or -1 when the directory cannot be made (a cmocka setup's failure). */
+int hd_test_cache_dir_create(const char *suite, char *path, size_t size);
+/* Removes the directory of a path made by hd_test_cache_dir_create(); 0 or -1. */
+int hd_test_cache_dir_remove(const char *path);
+
 #endif
