@@ -99,6 +99,9 @@ static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part par
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX;
+    case HD_OP_LORA_BACKWARD: /* tokens, in, out, rank: the tiled engine's 32-bit indices */
+        return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
+               s->dim[3] <= INT_MAX;
     case HD_OP_SOFTMAX_BACKWARD: /* and 2 x rows floats of statistics, 32-bit indices */
     case HD_OP_LAYER_NORM_BACKWARD:
     case HD_OP_RMS_NORM_BACKWARD:
@@ -216,6 +219,10 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
         return row_variants(f, s, out, max);
+    case HD_OP_LORA_BACKWARD: { /* the tiles of dx = dy*W^T (+ u*A^T), the largest product */
+        hd_shape dx = {.dim = {s->dim[0], s->dim[1], s->dim[2]}, .trans_b = true};
+        return hd__fused_tile_variants(f, &dx, f->ctx->gemm_precision, out, max);
+    }
     case HD_OP_SOFTMAX_BACKWARD: /* the looped row kernels: CACHE does not apply */
     case HD_OP_LAYER_NORM_BACKWARD:
     case HD_OP_RMS_NORM_BACKWARD:
@@ -290,6 +297,8 @@ static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, con
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
                              "fused: LoRA forward takes at most 16 tokens and rank 64");
         return hd__fused_gemv_params(f, ctx, variant, lora.out, lora.in, lora.tokens, &lora, &p);
+    case HD_OP_LORA_BACKWARD:
+        return hd__fused_lora_backward_check(f, ctx, s, variant);
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
@@ -378,7 +387,9 @@ static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_par
                  (op == HD_OP_LORA && s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64) ||
                  (op == HD_OP_GEMM && s->dim[0] <= HD_FUSED_MAX_ROWS && !s->trans_a && !s->trans_b);
     double rate = gflops * (strip ? GEMV_RATE_FRACTION : TILE_RATE_FRACTION);
-    return launch + fmax(flops / (rate * 1e3), bytes / (gbps * 1e3));
+    /* LoRA's backward: five products (lora_backward.c) */
+    double launches = op == HD_OP_LORA_BACKWARD ? 5.0 : 1.0;
+    return launches * launch + fmax(flops / (rate * 1e3), bytes / (gbps * 1e3));
 }
 
 static hd_status fused_gemm(void *state, hd_context *ctx, const hd_op_args *args)
@@ -404,6 +415,11 @@ static hd_status fused_scale(void *state, hd_context *ctx, const hd_tensor *t, f
     if (beta != 0.0f)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: scaling by %g", (double)beta);
     return hd__cl_zero(ctx->cl, ctx, t->state->device, t->rows * t->cols * sizeof(float));
+}
+
+static hd_status fused_lora_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__fused_lora_backward(state, ctx, &args->lora_backward);
 }
 
 static hd_status fused_softmax(void *state, hd_context *ctx, const hd_op_args *args)
@@ -456,6 +472,7 @@ const hd_backend_impl hd__backend_fused = {
             [HD_OP_SOFTMAX_BACKWARD] = fused_softmax_backward,
             [HD_OP_LAYER_NORM_BACKWARD] = fused_layer_norm_backward,
             [HD_OP_RMS_NORM_BACKWARD] = fused_rms_norm_backward,
+            [HD_OP_LORA_BACKWARD] = fused_lora_backward,
         },
     .epilogue = {[HD_OP_LORA] = fused_lora_epilogue},
 };

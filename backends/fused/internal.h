@@ -202,6 +202,10 @@ typedef struct hd_fused_tile_call {
     const char *variant;
 } hd_fused_tile_call;
 hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
+/* Everything of hd__fused_tile_gemm() that can refuse call (ranges, parameters, the kernels'
+ * builds, split-K scratch), queueing nothing: an op of several products prepares each before
+ * it launches any, so that a refusal leaves every output untouched. */
+hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
 /* Whether hd__fused_tile_gemm() would accept call's variant (parameters, device limits),
  * without building or queueing anything; call's buffers are not read. */
 hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
@@ -226,5 +230,8 @@ hd_status hd__fused_rms_norm_backward(void *state, hd_context *ctx,
 hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__fused_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *args);
+hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *args);
+hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
+                                        const char *variant);
 
 #endif

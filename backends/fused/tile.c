@@ -252,29 +252,54 @@ static bool fits_int(size_t v)
     return v <= (size_t)INT_MAX;
 }
 
-hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+/* Everything of a tiled product that can refuse it, queueing nothing: the 32-bit ranges, the
+ * parameters, the kernels' builds and the split-K scratch. */
+static hd_status tile_setup(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                            hd_fused_params *p, size_t *threads, cl_kernel *k, cl_mem *part)
 {
     if (!fits_int(c->m) || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->a.ld) ||
         !fits_int(c->b.ld) || !fits_int(c->ldc) || !fits_int(c->k2) || !fits_int(c->a2.ld) ||
         !fits_int(c->b2.ld))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: the tiled GEMM indexes rows and columns with 32-bit integers");
+    hd_status s = tile_kernel(f, ctx, c, p, threads, k);
+    if (s != HD_OK)
+        return s;
+    size_t slices = (size_t)p->sk;
+    size_t tiles = ceil_div(c->m, (size_t)p->bm) * ceil_div(c->n, (size_t)p->bn);
+    if (tiles > (size_t)INT_MAX / slices / c->batch)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu tiles exceed the launch's range",
+                         tiles * slices);
+    *part = c->c;
+    if (slices == 1)
+        return HD_OK;
+    cl_kernel reduce;
+    if ((s = splitk_scratch(f, ctx, slices * c->m * c->n * sizeof(float), part)) != HD_OK)
+        return s;
+    return hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256, &reduce);
+}
+
+hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+{
     hd_fused_params p;
     size_t threads;
     cl_kernel k;
-    hd_status s = tile_kernel(f, ctx, c, &p, &threads, &k);
+    cl_mem part;
+    return tile_setup(f, ctx, c, &p, &threads, &k, &part);
+}
+
+hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+{
+    hd_fused_params p;
+    size_t threads;
+    cl_kernel k;
+    cl_mem part;
+    hd_status s = tile_setup(f, ctx, c, &p, &threads, &k, &part);
     if (s != HD_OK)
         return s;
     size_t slices = (size_t)p.sk;
     size_t kchunk = ceil_div(ceil_div(c->k, slices), (size_t)p.bk) * (size_t)p.bk;
     size_t tiles = ceil_div(c->m, (size_t)p.bm) * ceil_div(c->n, (size_t)p.bn);
-    if (tiles > (size_t)INT_MAX / slices / c->batch)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu tiles exceed the launch's range",
-                         tiles * slices);
-    cl_mem part = c->c;
-    if (p.sk > 1 &&
-        (s = splitk_scratch(f, ctx, slices * c->m * c->n * sizeof(float), &part)) != HD_OK)
-        return s;
 
     cl_int m = (cl_int)c->m, n = (cl_int)c->n, kk = (cl_int)c->k, lda = (cl_int)c->a.ld,
            ldb = (cl_int)c->b.ld, ldc = (cl_int)c->ldc, chunk = (cl_int)kchunk,
