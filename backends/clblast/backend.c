@@ -49,9 +49,11 @@ static size_t clblast_variants(void *state, hd_op op, const hd_shape *shape, hd_
                                const char **out, size_t max)
 {
     hd_clblast_state *st = state;
-    if ((op != HD_OP_GEMM && op != HD_OP_LORA) || part != HD_PART_WHOLE)
+    if ((op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_LORA_BACKWARD) ||
+        part != HD_PART_WHOLE)
         return 0;
-    /* GEMM (m, n, k) and LoRA (tokens, in, out): the largest product is the first three. */
+    /* GEMM (m, n, k) and LoRA and its backward (tokens, in, out): the largest product is the
+     * first three. */
     double flops = (double)shape->dim[0] * (double)shape->dim[1] * (double)shape->dim[2];
     double t = (double)st->base.min_indirect_size;
     hd_clblast_kernel kernel = flops >= t * t * t ? HD_CLBLAST_XGEMM : HD_CLBLAST_XGEMM_DIRECT;
@@ -72,7 +74,9 @@ static hd_status clblast_check_variant(void *state, hd_context *ctx, hd_op op,
 {
     hd_clblast_state *st = state;
     (void)shape;
-    if ((op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED) || part != HD_PART_WHOLE)
+    if ((op != HD_OP_GEMM && op != HD_OP_LORA && op != HD_OP_GEMM_BATCHED &&
+         op != HD_OP_LORA_BACKWARD) ||
+        part != HD_PART_WHOLE)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "CLBlast: %s takes no variants",
                          hd_op_name(op));
     hd_clblast_params over, want = st->base;
@@ -154,7 +158,9 @@ static double gemm_us(const hd_clblast_state *st, const hd_tune_calibration *cal
     return launches * launch + fmax(compute, stream);
 }
 
-/* GEMM as one CLBlast call; LoRA as its three (x*W, x*A, then (xA)*B onto y). */
+/* GEMM as one CLBlast call; LoRA as its three (x*W, x*A, then (xA)*B onto y); LoRA's backward
+ * as its six (dy*W^T, u*A^T onto dx, u, h, dA, dB; lora_backward.c), without dx where the
+ * caller wants none, which the shape does not say: the estimate counts it. */
 static double clblast_estimate_us(void *state, hd_op op, const hd_shape *s, hd_part part,
                                   const hd_tune_calibration *cal)
 {
@@ -162,6 +168,12 @@ static double clblast_estimate_us(void *state, hd_op op, const hd_shape *s, hd_p
     double d0 = (double)s->dim[0], d1 = (double)s->dim[1], d2 = (double)s->dim[2];
     double d3 = (double)s->dim[3];
     (void)part;
+    if (op == HD_OP_LORA_BACKWARD)
+        return gemm_us(st, cal, d0, d1, d2, 1.0) +
+               (d3 > 0.0 ? gemm_us(st, cal, d0, d1, d3, 1.0) + gemm_us(st, cal, d0, d3, d2, 1.0) +
+                               gemm_us(st, cal, d0, d3, d1, 1.0) +
+                               gemm_us(st, cal, d1, d3, d0, 1.0) + gemm_us(st, cal, d3, d2, d0, 1.0)
+                         : 0.0);
     if (op == HD_OP_LORA)
         return gemm_us(st, cal, d0, d2, d1, 1.0) +
                (d3 > 0.0 ? gemm_us(st, cal, d0, d3, d1, 1.0) + gemm_us(st, cal, d0, d2, d3, 1.0)
@@ -181,6 +193,10 @@ static hd_status clblast_lora(void *state, hd_context *ctx, const hd_op_args *ar
 {
     return hd__clblast_lora(state, ctx, &args->lora);
 }
+static hd_status clblast_lora_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return hd__clblast_lora_backward(state, ctx, &args->lora_backward);
+}
 
 const hd_backend_impl hd__backend_clblast = {
     .name = "clblast",
@@ -198,5 +214,6 @@ const hd_backend_impl hd__backend_clblast = {
             [HD_OP_GEMM] = clblast_gemm,
             [HD_OP_GEMM_BATCHED] = clblast_gemm_batched,
             [HD_OP_LORA] = clblast_lora,
+            [HD_OP_LORA_BACKWARD] = clblast_lora_backward,
         },
 };

@@ -1,6 +1,6 @@
 /*
- * The CLBlast backend: SGEMM, strided-batched SGEMM and the LoRA forward as CLBlast GEMMs on
- * the OpenCL runtime's queue, and the per-device GEMM parameters CLBlast 1.5.3 lacks.
+ * The CLBlast backend: SGEMM, strided-batched SGEMM and LoRA's forward and backward as CLBlast
+ * GEMMs on the OpenCL runtime's queue, and the per-device GEMM parameters CLBlast 1.5.3 lacks.
  *
  * Parameters. CLBlast picks the parameters of its GEMM kernels from a database compiled into it;
  * devices it does not know (the H100, PoCL on this CPU) get a vendor or generic default.
@@ -193,6 +193,8 @@ hd_status hd__clblast_sgemm(hd_context *ctx, bool locked, bool trans_a, bool tra
 hd_status hd__clblast_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__clblast_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *args);
+hd_status hd__clblast_lora_backward(void *state, hd_context *ctx,
+                                    const hd_lora_backward_args *args);
 hd_status hd__clblast_scale(void *state, hd_context *ctx, const hd_tensor *t, float beta);
 
 #endif
