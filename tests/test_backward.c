@@ -33,6 +33,8 @@ static const hd_test_lora_shape fd_lora_shapes[] = {
  * (the fused kernels sum in float where the CPU sums in double). */
 static hd_backend expected = HD_BACKEND_CPU;
 static double row_tolerance = 1.0;
+/* The backend LoRA's backward is expected to run on. */
+static hd_backend lora_expected = HD_BACKEND_CPU;
 
 static int setup(void **state)
 {
@@ -45,6 +47,7 @@ static int teardown(void **state)
     hd_context_destroy(*state);
     expected = HD_BACKEND_CPU;
     row_tolerance = 1.0;
+    lora_expected = HD_BACKEND_CPU;
     return 0;
 }
 
@@ -63,6 +66,29 @@ static int setup_fused(void **state)
     expected = HD_BACKEND_FUSED;
     row_tolerance = 4.0;
     return 0;
+}
+
+/* A context of this machine with LoRA's backward forced onto backend b (PoCL in CI); the
+ * case is skipped where b is missing. */
+static int setup_lora_on(void **state, hd_backend b)
+{
+    hd_context *ctx = hd_test_context(false);
+    *state = ctx;
+    if (!hd_context_has_backend(ctx, b))
+        return 0;
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA_BACKWARD, b), HD_OK);
+    lora_expected = b;
+    return 0;
+}
+
+static int setup_lora_fused(void **state)
+{
+    return setup_lora_on(state, HD_BACKEND_FUSED);
+}
+
+static int setup_lora_clblast(void **state)
+{
+    return setup_lora_on(state, HD_BACKEND_CLBLAST);
 }
 
 /* ---- the forwards in double, for the finite differences ---- */
@@ -323,8 +349,8 @@ static void test_row_backward_in_place_and_without_weight_gradients(void **state
         hd_test_expect_same("in place", in_place, apart, n);
         free(in_place);
         float *dg_in_place = NULL;
-        in_place = run_row_backward(ctx, (row_kind)kind, &c, true, norm ? &dg_in_place : NULL,
-                                    NULL);
+        in_place =
+            run_row_backward(ctx, (row_kind)kind, &c, true, norm ? &dg_in_place : NULL, NULL);
         hd_test_expect_same("in place with the weight gradient", in_place, apart, n);
         if (norm)
             hd_test_expect_same("weight gradient in place", dg_in_place, dg, c.cols);
@@ -429,7 +455,7 @@ static lora_grads run_lora_backward(hd_context *ctx, const lora_case *c, bool wa
     hd_tensor *da = hd_test_tensor(ctx, c->in, c->r, start ? start->da : NULL);
     hd_tensor *db = hd_test_tensor(ctx, c->r, c->out, start ? start->db : NULL);
     hd_status s = hd_lora_backward(ctx, x, w, a, b, c->scale, dy, dx, da, db, accumulate);
-    hd_test_expect_ran_on(ctx, s, HD_BACKEND_CPU, "lora backward");
+    hd_test_expect_ran_on(ctx, s, lora_expected, "lora backward");
     lora_grads g = {want_dx ? hd_test_read(dx) : NULL, hd_test_read(da), hd_test_read(db)};
     hd_test_expect_unchanged("x", x, c->x);
     hd_test_expect_unchanged("w", w, c->w);
@@ -517,6 +543,8 @@ static void check_lora_backward(hd_context *ctx, size_t t, size_t in, size_t out
 static void test_lora_backward_matches_reference_and_differences(void **state)
 {
     hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, lora_expected))
+        skip();
     for (size_t i = 0; i < COUNT(fd_lora_shapes); i++) {
         const hd_test_lora_shape *s = &fd_lora_shapes[i];
         check_lora_backward(ctx, s->tokens, s->in, s->out, s->rank, true, 600 + i);
@@ -525,6 +553,8 @@ static void test_lora_backward_matches_reference_and_differences(void **state)
         const hd_test_lora_shape *s = &hd_test_lora_shapes[i];
         check_lora_backward(ctx, s->tokens, s->in, s->out, s->rank, false, 650 + i);
     }
+    /* deep sums over the tokens into few outputs: split-K on the tiled engine */
+    check_lora_backward(ctx, 1031, 37, 29, 3, false, 690);
 }
 
 /* accumulate adds to what the outputs hold: start + the overwritten gradients. Without dx, dA
@@ -532,6 +562,8 @@ static void test_lora_backward_matches_reference_and_differences(void **state)
 static void test_lora_backward_accumulates_and_dx_is_optional(void **state)
 {
     hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, lora_expected))
+        skip();
     lora_case c = lora_case_make(17, 31, 29, 5, 700);
     hd_rng rng = hd_test_rng(701);
     lora_grads start = {hd_test_random(&rng, c.t * c.in, -1, 1),
@@ -764,6 +796,18 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_norm_backward_weight_gradients_are_deterministic,
                                         setup_fused, teardown),
     };
+    const struct CMUnitTest lora_devices[] = {
+        cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
+                                        setup_lora_fused, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_backward_accumulates_and_dx_is_optional,
+                                        setup_lora_fused, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
+                                        setup_lora_clblast, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_backward_accumulates_and_dx_is_optional,
+                                        setup_lora_clblast, teardown),
+    };
     int failed = cmocka_run_group_tests_name("backward on the CPU", tests, setup, teardown);
-    return failed + cmocka_run_group_tests_name("backward on the fused kernels", fused, NULL, NULL);
+    failed += cmocka_run_group_tests_name("backward on the fused kernels", fused, NULL, NULL);
+    return failed + cmocka_run_group_tests_name("LoRA backward on the fused kernels and CLBlast",
+                                                lora_devices, NULL, NULL);
 }

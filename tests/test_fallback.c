@@ -865,9 +865,8 @@ static void test_fallback_hybrid_plan_refusal_leaves_y_untouched(void **state)
     (void)state;
     hd_context *ctx = hd_test_context(false);
     if (!hd_context_has_backend(ctx, HD_BACKEND_CLBLAST_FUSED)) {
-        print_message("# no clblast+fused plan here\n");
         hd_context_destroy(ctx);
-        return;
+        skip();
     }
     enum { T = 32, IN = 64, OUT = 48, R = 8 };
     hd_rng rng = hd_test_rng(1200);
@@ -905,6 +904,53 @@ static void test_fallback_hybrid_plan_refusal_leaves_y_untouched(void **state)
     hd_context_destroy(ctx);
 }
 
+/* LoRA's backward on the fused backend is five products: one that refuses its parameters
+ * (dx's variant, the third product) refuses the call before any product ran, so gradients
+ * that accumulate are left exactly as they were, for the next backend to add to once. */
+static void test_fallback_lora_backward_refusal_leaves_the_gradients_untouched(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+        hd_context_destroy(ctx);
+        skip();
+    }
+    enum { T = 19, IN = 37, OUT = 29, R = 5 };
+    const size_t n[8] = {T * IN, IN * OUT, IN * R, R * OUT, T * OUT, T * IN, IN * R, R * OUT};
+    const size_t rows[8] = {T, IN, IN, R, T, T, IN, R},
+                 cols[8] = {IN, OUT, R, OUT, OUT, IN, R, OUT};
+    hd_rng rng = hd_test_rng(1300);
+    float *data[8];
+    hd_tensor *t[8];
+    for (int i = 0; i < 8; i++) {
+        data[i] = hd_test_random(&rng, n[i], -1, 1);
+        t[i] = hd_test_tensor(ctx, rows[i], cols[i], data[i]);
+    }
+    /* the gradients live on the device only, as after a device op wrote them */
+    for (int i = 5; i < 8; i++) {
+        assert_int_equal(hd__tensor_to_place(t[i], HD_PLACE_DEVICE), HD_OK);
+        hd__tensor_written(t[i], HD_PLACE_DEVICE);
+    }
+    static const char *const refused[] = {"BM=64 BN=64 BK=8 RM=3 RN=4", "BM=64 BN=48", "TN=4 KS=64",
+                                          "BM=64 FOO=1"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        hd_call call;
+        hd_op_params p = {.scale = 0.5f, .accumulate = true};
+        const hd_tensor *args[8] = {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]};
+        assert_int_equal(hd__call_prepare(ctx, HD_OP_LORA_BACKWARD, args, &p, &call), HD_OK);
+        if (hd__call_run_on(ctx, HD_BACKEND_FUSED, &call, refused[i]) == HD_OK)
+            fail_msg("fused LoRA backward accepted \"%s\"", refused[i]);
+        hd_test_expect_unchanged("dx after a refusal", t[5], data[5]);
+        hd_test_expect_unchanged("dA after a refusal", t[6], data[6]);
+        hd_test_expect_unchanged("dB after a refusal", t[7], data[7]);
+    }
+    for (int i = 0; i < 8; i++) {
+        hd_tensor_destroy(t[i]);
+        free(data[i]);
+    }
+    hd_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -919,6 +965,7 @@ int main(void)
             test_fallback_tuned_variant_failing_at_the_call_falls_back_and_is_disabled),
         cmocka_unit_test(test_fallback_every_listed_variant_passes_the_load_check),
         cmocka_unit_test(test_fallback_hybrid_plan_refusal_leaves_y_untouched),
+        cmocka_unit_test(test_fallback_lora_backward_refusal_leaves_the_gradients_untouched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
