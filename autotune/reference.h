@@ -61,4 +61,18 @@ bool hd__ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, co
                            const float *dy, double *dx, double *da, double *db, double *bound_dx,
                            double *bound_da, double *bound_db);
 
+/* Whether op is a backward op, checked by hd__ref_check_backward(). */
+bool hd__ref_is_backward(hd_op op);
+
+/* The tools' check of a backward op (the tuner's and the benchmark's). in: the op's inputs in
+ * the op table's order (softmax: y, dy; the norms: x, weight, dy; LoRA: x, W, A, B, dy); got:
+ * its outputs (dx, then the weight gradients), outputs of them, NULL where not computed. dx on
+ * up to 16 rows (LoRA: and 256 columns) spread over the output, the weight gradients on every
+ * column (LoRA's dA and dB on 256 rows or columns), each against the reference with a
+ * tolerance from its sum's length and its terms' magnitudes. Returns the worst error over its
+ * tolerance: at most 1 passes; NaN, or no memory, gives infinity. */
+double hd__ref_check_backward(hd_op op, const hd_shape *shape, const float *const in[],
+                              const float *const got[], int outputs, float scale, float eps,
+                              hd_precision precision);
+
 #endif

@@ -198,128 +198,6 @@ static double check_rows(const hd_bench_instance *inst, const hd_ref_inputs *in,
     return worst;
 }
 
-/* The row ops' backward (in: x or y, [gamma,] dy): dx on the sampled rows, and the weight
- * gradients over every row (one row of the reference at a time). */
-static double check_rows_backward(const hd_bench_instance *inst, float *const in[],
-                                  float *const got[])
-{
-    const hd_bench_case *c = &inst->c;
-    bool norm = c->op != HD_OP_SOFTMAX_BACKWARD, center = c->op == HD_OP_LAYER_NORM_BACKWARD;
-    size_t rows = c->shape.dim[0], cols = c->shape.dim[1];
-    const float *x = in[0], *gamma = norm ? in[1] : NULL, *dy = in[norm ? 2 : 1];
-    double *m = calloc(5 * (cols > 0 ? cols : 1), sizeof *m);
-    if (m == NULL)
-        return INFINITY;
-    double *dx = m, *dg = m + cols, *db = m + 2 * cols, *sum_g = m + 3 * cols,
-           *sum_b = m + 4 * cols;
-    double worst = 0.0;
-    size_t next = 0, si = 0; /* the next sampled row */
-    for (size_t i = 0; i < rows; i++) {
-        const float *xr = x + i * cols, *dyr = dy + i * cols;
-        if (norm)
-            hd__ref_norm_backward(center, 1, cols, xr, gamma, dyr, inst->eps, dx, dg,
-                                  center ? db : NULL);
-        else if (i == next)
-            hd__ref_softmax_backward(1, cols, xr, dyr, dx);
-        for (size_t j = 0; norm && j < cols; j++) {
-            sum_g[j] += dg[j];
-            sum_b[j] += db[j];
-        }
-        if (i != next)
-            continue;
-        for (size_t j = 0; j < cols; j++) {
-            double e = ratio(fabs((double)got[0][i * cols + j] - dx[j]), 1e-5 + 1e-3 * fabs(dx[j]));
-            worst = e > worst ? e : worst;
-        }
-        si++;
-        next = si < sample_count(rows, CHECK_ROWS) ? sample(rows, CHECK_ROWS, si) : rows;
-    }
-    /* sums over the rows: float sums of rows terms on a device */
-    double atol = 1e-5 * (1.0 + sqrt((double)rows));
-    for (int o = 1; norm && o < inst->outputs; o++)
-        for (size_t j = 0; j < cols; j++) {
-            double want = o == 1 ? sum_g[j] : sum_b[j];
-            double e = ratio(fabs((double)got[o][j] - want), atol + 1e-3 * fabs(want));
-            worst = e > worst ? e : worst;
-        }
-    free(m);
-    return worst;
-}
-
-/* LoRA's backward (in: x, W, A, B, dy; out: dx, dA, dB) on sampled elements: u = dy*B^T and
- * h = x*A in double for every token (what dA and dB sum over), then each sampled element with
- * the sum of its terms' magnitudes as the bound (u's and h's own through ub and hb). */
-static double check_lora_backward(const hd_bench_instance *inst, float *const in[],
-                                  float *const got[], hd_precision precision)
-{
-    const hd_shape *s = &inst->c.shape;
-    size_t t = s->dim[0], d_in = s->dim[1], d_out = s->dim[2], r = s->dim[3];
-    const float *x = in[0], *w = in[1], *a = in[2], *b = in[3], *dy = in[4];
-    double sc = inst->scale, *m = calloc(4 * (t * r > 0 ? t * r : 1), sizeof *m);
-    if (m == NULL)
-        return INFINITY;
-    double *u = m, *ub = m + t * r, *h = m + 2 * t * r, *hb = m + 3 * t * r;
-    for (size_t i = 0; i < t; i++)
-        for (size_t q = 0; q < r; q++) {
-            for (size_t o = 0; o < d_out; o++) {
-                double term = (double)dy[i * d_out + o] * b[q * d_out + o];
-                u[i * r + q] += term;
-                ub[i * r + q] += fabs(term);
-            }
-            for (size_t p = 0; p < d_in; p++) {
-                double term = (double)x[i * d_in + p] * a[p * r + q];
-                h[i * r + q] += term;
-                hb[i * r + q] += fabs(term);
-            }
-        }
-    double worst = 0.0;
-    /* dx (t x in): sampled rows and columns */
-    for (size_t si = 0; si < sample_count(t, CHECK_ROWS); si++)
-        for (size_t sj = 0; sj < sample_count(d_in, CHECK_COLS); sj++) {
-            size_t i = sample(t, CHECK_ROWS, si), j = sample(d_in, CHECK_COLS, sj);
-            double want = 0.0, bound = 0.0;
-            for (size_t o = 0; o < d_out; o++) {
-                double term = (double)dy[i * d_out + o] * w[j * d_out + o];
-                want += term;
-                bound += fabs(term);
-            }
-            for (size_t q = 0; q < r; q++) {
-                want += sc * u[i * r + q] * a[j * r + q];
-                bound += fabs(sc * a[j * r + q]) * ub[i * r + q];
-            }
-            double tol = hd__ref_matmul_tolerance((double)(d_out + r + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[0][i * d_in + j] - want), tol);
-            worst = e > worst ? e : worst;
-        }
-    /* dA (in x r) on sampled rows, dB (r x out) on sampled columns: sums over the tokens */
-    for (size_t q = 0; q < r; q++) {
-        for (size_t sp = 0; sp < sample_count(d_in, CHECK_COLS); sp++) {
-            size_t p = sample(d_in, CHECK_COLS, sp);
-            double want = 0.0, bound = 0.0;
-            for (size_t i = 0; i < t; i++) {
-                want += sc * x[i * d_in + p] * u[i * r + q];
-                bound += fabs(sc * x[i * d_in + p]) * ub[i * r + q];
-            }
-            double tol = hd__ref_matmul_tolerance((double)(t + d_out + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[1][p * r + q] - want), tol);
-            worst = e > worst ? e : worst;
-        }
-        for (size_t so = 0; so < sample_count(d_out, CHECK_COLS); so++) {
-            size_t o = sample(d_out, CHECK_COLS, so);
-            double want = 0.0, bound = 0.0;
-            for (size_t i = 0; i < t; i++) {
-                want += sc * h[i * r + q] * dy[i * d_out + o];
-                bound += fabs(sc * dy[i * d_out + o]) * hb[i * r + q];
-            }
-            double tol = hd__ref_matmul_tolerance((double)(t + d_in + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[2][q * d_out + o] - want), tol);
-            worst = e > worst ? e : worst;
-        }
-    }
-    free(m);
-    return worst;
-}
-
 static float *read_all(const hd_tensor *t, hd_status *st)
 {
     size_t n = hd_tensor_rows(t) * hd_tensor_cols(t);
@@ -349,10 +227,11 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
     for (int i = 0; i < inst->inputs && st == HD_OK; i++)
         in[i] = read_all(inst->in[0][i], &st);
     float *y = got[0];
-    if (st == HD_OK && hd__op(inst->c.op)->args == HD_ARGS_ROW_BACKWARD) {
-        *worst = check_rows_backward(inst, in, got);
-    } else if (st == HD_OK && inst->c.op == HD_OP_LORA_BACKWARD) {
-        *worst = check_lora_backward(inst, in, got, hd_context_gemm_precision(ctx));
+    if (st == HD_OK && hd__ref_is_backward(inst->c.op)) {
+        const float *const *cin = (const float *const *)in, *const *cgot =
+                                                                (const float *const *)got;
+        *worst = hd__ref_check_backward(inst->c.op, &inst->c.shape, cin, cgot, inst->outputs,
+                                        inst->scale, inst->eps, hd_context_gemm_precision(ctx));
     } else if (st == HD_OK) {
         /* As hd__bench_instance_run calls them: GEMM with alpha 1 and beta 0. */
         hd_ref_inputs ref = {.in = {in[0], in[1], in[2], in[3]},

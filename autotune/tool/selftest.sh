@@ -41,6 +41,23 @@ if grep -q '^ *fused ' "$dir/dry.txt"; then
         { cat "$dir/variants.txt"; fail "no fused variant was timed"; }
 fi
 
+# The backward ops, of several outputs each, are tuned like the others: every candidate's
+# outputs checked against the reference, a record written per case. With the CPU backend failing
+# its probe the device backends (fused, CLBlast where present) are the candidates.
+if grep -q '^ *fused ' "$dir/dry.txt"; then
+    printf 'lora_backward 5 37 29 3\nrms_norm_backward 7 129\n' > "$dir/backward.txt"
+    HD_FAULT=cpu:probe "$tool" --quick --verbose --shapes "$dir/backward.txt" \
+        --cache "$dir/backward-cache.txt" > "$dir/backward-run.txt" 2>&1 ||
+        { cat "$dir/backward-run.txt"; fail "tuning the backward ops failed"; }
+    grep -q '^lora_backward 5 37 29 3 ' "$dir/backward-cache.txt" &&
+        grep -q '^rms_norm_backward 7 129 ' "$dir/backward-cache.txt" ||
+        { cat "$dir/backward-run.txt"; fail "no record for a backward op"; }
+    if grep -q 'rejected' "$dir/backward-run.txt"; then
+        cat "$dir/backward-run.txt"
+        fail "a backward candidate failed the reference check"
+    fi
+fi
+
 "$tool" --show --cache "$cache" > "$dir/show.txt" || fail "--show failed"
 grep -q '^softmax 37x300 ' "$dir/show.txt" || fail "--show lacks the record"
 

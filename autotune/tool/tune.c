@@ -26,16 +26,21 @@
 
 #define MAX_VARIANTS 64
 
+/* Inputs and outputs of one case at most (LoRA's backward: five and three). */
+#define MAX_INPUTS  5
+#define MAX_OUTPUTS 3
+
 typedef struct tune_data {
     hd_op op;
     hd_shape shape;
-    float *host[4];
-    size_t rows[4], cols[4];
+    float *host[MAX_INPUTS];
+    size_t rows[MAX_INPUTS], cols[MAX_INPUTS];
     int inputs;
-    hd_tensor *in[4];
-    hd_tensor *out;
-    size_t out_rows, out_cols;
-    hd_ref_inputs ref;
+    hd_tensor *in[MAX_INPUTS];
+    hd_tensor *out[MAX_OUTPUTS];
+    size_t out_rows[MAX_OUTPUTS], out_cols[MAX_OUTPUTS];
+    int outputs;
+    hd_ref_inputs ref; /* the forward ops' reference inputs (the first four) */
     hd_call call;
     hd_backend backend; /* the candidate being run */
     const char *variant;
@@ -53,7 +58,8 @@ static void free_data(tune_data *d)
         hd_tensor_destroy(d->in[i]);
         free(d->host[i]);
     }
-    hd_tensor_destroy(d->out);
+    for (int i = 0; i < d->outputs; i++)
+        hd_tensor_destroy(d->out[i]);
     memset(d, 0, sizeof *d);
 }
 
@@ -68,10 +74,9 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     int outputs = 0;
     for (int i = 0; i < desc->tensor_count; i++)
         outputs += desc->tensors[i].role == HD_ROLE_OUTPUT;
-    /* the backward ops: several outputs (and LoRA's five inputs) the tuner does not hold yet */
-    if (outputs != 1 || desc->tensor_count - outputs > 4)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED, "%s has %d outputs: not tuned yet", desc->name,
-                         outputs);
+    if (outputs > MAX_OUTPUTS || desc->tensor_count - outputs > MAX_INPUTS)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "%s has %d tensors: more than the tuner holds",
+                         desc->name, desc->tensor_count);
     static unsigned long long seed = 0x5eed;
     seed += 0x9e3779b97f4a7c15ull;
     unsigned long long st = seed;
@@ -82,10 +87,11 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
         size_t rows, cols;
         hd__op_tensor_shape(c->op, i, &c->shape, &rows, &cols);
         if (spec->role == HD_ROLE_OUTPUT) {
-            d->out_rows = rows;
-            d->out_cols = cols;
-            r = hd_tensor_create(ctx, rows, cols, &d->out);
-            t[i] = d->out;
+            int o = d->outputs++;
+            d->out_rows[o] = rows;
+            d->out_cols[o] = cols;
+            r = hd_tensor_create(ctx, rows, cols, &d->out[o]);
+            t[i] = d->out[o];
             continue;
         }
         int k = d->inputs++;
@@ -100,7 +106,8 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
         r = hd_tensor_create(ctx, rows, cols, &d->in[k]);
         if (r == HD_OK)
             r = hd_tensor_write(d->in[k], d->host[k]);
-        d->ref.in[k] = d->host[k];
+        if (k < 4)
+            d->ref.in[k] = d->host[k];
         t[i] = d->in[k];
     }
     if (r != HD_OK)
@@ -129,26 +136,51 @@ static hd_status run_candidate(hd_context *ctx, void *user, size_t set)
     return hd__call_run_on(ctx, d->backend, &call, d->variant);
 }
 
-/* Runs the candidate once on an output full of NaN and checks the result. */
+/* Whether the outputs read back into got match the reference; why says how they do not. */
+static bool outputs_correct(const tune_data *d, const hd_context *ctx, float *const got[],
+                            char *why, size_t size)
+{
+    if (!hd__ref_is_backward(d->op))
+        return hd__ref_check(d->op, &d->shape, &d->ref, got[0], why, size);
+    const float *in[MAX_INPUTS], *out[MAX_OUTPUTS];
+    for (int i = 0; i < d->inputs; i++)
+        in[i] = d->host[i];
+    for (int o = 0; o < d->outputs; o++)
+        out[o] = got[o];
+    double worst = hd__ref_check_backward(d->op, &d->shape, in, out, d->outputs, d->ref.scale,
+                                          d->ref.eps, hd_context_gemm_precision(ctx));
+    if (worst <= 1.0)
+        return true;
+    snprintf(why, size, "an output is %.3g times its tolerance from the reference", worst);
+    return false;
+}
+
+/* Runs the candidate once on outputs full of NaN and checks the results. */
 static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t size,
                               double *first_s, double *build_s)
 {
-    size_t n = d->out_rows * d->out_cols;
-    float *buf = malloc((n ? n : 1) * sizeof *buf);
-    if (buf == NULL) {
+    float *got[MAX_OUTPUTS] = {NULL};
+    bool have = true;
+    for (int o = 0; o < d->outputs; o++) {
+        size_t n = d->out_rows[o] * d->out_cols[o];
+        have &= (got[o] = malloc((n ? n : 1) * sizeof *got[o])) != NULL;
+        for (size_t i = 0; have && i < n; i++)
+            got[o][i] = NAN;
+    }
+    if (!have) {
         snprintf(why, size, "no memory");
+        for (int o = 0; o < d->outputs; o++)
+            free(got[o]);
         return false;
     }
-    for (size_t i = 0; i < n; i++)
-        buf[i] = NAN;
     /* A first call builds the kernels: not part of the time that judges the candidate. */
     double t_build = hd__measure_now();
     hd_status s = run_candidate(ctx, d, 0);
     if (s == HD_OK)
         s = hd_sync(ctx);
     t_build = hd__measure_now() - t_build;
-    if (s == HD_OK)
-        s = hd_tensor_write(d->out, buf);
+    for (int o = 0; o < d->outputs && s == HD_OK; o++)
+        s = hd_tensor_write(d->out[o], got[o]);
     if (s == HD_OK)
         s = hd_sync(ctx);
     double t0 = hd__measure_now();
@@ -158,14 +190,15 @@ static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t s
         s = hd_sync(ctx);
     *first_s = hd__measure_now() - t0;
     *build_s = t_build > *first_s ? t_build - *first_s : 0.0;
-    if (s == HD_OK)
-        s = hd_tensor_read(d->out, buf);
+    for (int o = 0; o < d->outputs && s == HD_OK; o++)
+        s = hd_tensor_read(d->out[o], got[o]);
     bool ok = false;
     if (s != HD_OK)
         snprintf(why, size, "%s: %s", hd_status_name(s), hd_context_last_error(ctx));
     else
-        ok = hd__ref_check(d->op, &d->shape, &d->ref, buf, why, size);
-    free(buf);
+        ok = outputs_correct(d, ctx, got, why, size);
+    for (int o = 0; o < d->outputs; o++)
+        free(got[o]);
     return ok;
 }
 
@@ -256,7 +289,7 @@ static double call_estimate_s(const case_clock *k, const tune_data *d, const too
     if (k->call_s[b] > 0)
         return k->call_s[b];
     hd_bench_case c = {.op = d->op, .shape = d->shape};
-    bool matmul = d->op == HD_OP_GEMM || d->op == HD_OP_LORA || d->op == HD_OP_GEMM_BATCHED;
+    bool matmul = hd__op(d->op)->compute_bound;
     return hd__calibrate_estimate_s(&e->cal, k->gpu, b, matmul, hd__bench_case_flops(&c),
                                     hd__bench_case_bytes(&c));
 }
