@@ -82,8 +82,8 @@ typedef struct options {
 static void usage(FILE *f)
 {
     fputs("usage: dispatch-bench [options]\n"
-          "  --suites LIST       comma list of seed, train, gemm, ci, or all (= seed,train,\n"
-          "                      gemm) (default: seed; --suite is the same option)\n"
+          "  --suites LIST       comma list of seed, train, gemm, shapes, backward, ci, or all\n"
+          "                      (every suite but ci) (default: seed; --suite is the same)\n"
           "  --modes LIST        device,sync,chain (default: all three)\n"
           "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
           "  --repeats N         at least N timed runs per mode (default 5)\n"
@@ -145,14 +145,18 @@ static bool parse_list(const char *arg, bool (*item)(const char *, options *), o
 
 static bool add_suite(const char *name, options *o)
 {
-    if (strcmp(name, "all") == 0)
-        return add_suite("seed", o) && add_suite("train", o) && add_suite("gemm", o);
+    if (strcmp(name, "all") == 0) {
+        size_t count;
+        const hd_bench_suite *all = hd__bench_suites(&count);
+        for (size_t i = 0; i < count; i++)
+            if (hd__bench_suite_in_all(&all[i]) && !add_suite(all[i].name, o))
+                return false;
+        return true;
+    }
     const hd_bench_suite *s = hd__bench_suite_find(name);
     if (s == NULL) {
-        fprintf(stderr,
-                "dispatch-bench: unknown suite '%s' (expected seed, train, gemm, ci or "
-                "all)\n",
-                name);
+        fprintf(stderr, "dispatch-bench: unknown suite '%s' (expected %s)\n", name,
+                hd__bench_suite_names());
         return false;
     }
     for (int i = 0; i < o->suite_count; i++)

@@ -9,8 +9,8 @@
 #   sh bench/main.sh [RESULTS_DIR]   (default: results/<date> in the repository; a relative
 #                                     folder is taken from the directory the command runs in)
 #
-# Environment: SUITES (default "seed,train,gemm"), BENCH_ARGS (extra dispatch-bench options),
-# AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and BENCH_TIME (seconds the
+# Environment: SUITES (default "seed,train,gemm,backward"), BENCH_ARGS (extra dispatch-bench
+# options), AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and BENCH_TIME (seconds the
 # tuner and the benchmark may take, default 220 and 240), PEER_TIME (each peer, default 60; the
 # budgets add up to under 10 minutes), PEERS (default "numpy torch"), PYTHON
 # (default /usr/bin/python3, which sees Debian's python3-numpy), BUILD (default
@@ -33,7 +33,7 @@ out=${out:-$PWD/results/$stamp}
 # copying it (it ignores the interrupt), and the job stops after the step in progress.
 log() { (trap '' INT; exec tee "$1"); }
 trap 'echo "== interrupted: what finished is in $out" >&2; exit 130' INT
-suites=${SUITES:-seed,train,gemm}
+suites=${SUITES:-seed,train,gemm,backward}
 python=${PYTHON:-/usr/bin/python3}
 build=${BUILD:-build-release}
 peers_wanted=${PEERS:-numpy torch}

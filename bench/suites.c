@@ -163,8 +163,9 @@ static const hd_bench_suite suites[] = {
      COUNT(train_cases)},
     {"gemm", "square 64..8192 and 1/16/8192 tokens over a 4096x4096 weight", gemm_cases,
      COUNT(gemm_cases)},
-    {"shapes", "GEMM and LoRA as fine-tuning meets them: 1-8192 tokens, widths 512-16384 with "
-               "MLP widths, every transpose, odd and prime sizes",
+    {"shapes",
+     "GEMM and LoRA as fine-tuning meets them: 1-8192 tokens, widths 512-16384 with "
+     "MLP widths, every transpose, odd and prime sizes",
      shapes_cases, COUNT(shapes_cases)},
     {"ci", "small odd shapes for continuous integration", ci_cases, COUNT(ci_cases)},
     {"backward", "the row ops' backward on the seed and train shapes (dx and weight gradients)",
@@ -184,6 +185,46 @@ const hd_bench_suite *hd__bench_suite_find(const char *name)
         if (strcmp(suites[i].name, name) == 0)
             return &suites[i];
     return NULL;
+}
+
+bool hd__bench_suite_in_all(const hd_bench_suite *s)
+{
+    return strcmp(s->name, "ci") != 0;
+}
+
+/* "a, b, c or d" of count names, into buf (static storage of the caller). */
+static const char *join_names(char *buf, size_t cap, const char *(*name)(size_t), size_t count)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < count && len < cap; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == count ? " or " : ", ";
+        int n = snprintf(buf + len, cap - len, "%s%s", sep, name(i));
+        len += n > 0 ? (size_t)n : 0;
+    }
+    return buf;
+}
+
+static const char *suite_or_all(size_t i)
+{
+    return i < COUNT(suites) ? suites[i].name : "all";
+}
+
+static const char *op_name(size_t i)
+{
+    return hd_op_name((hd_op)i);
+}
+
+const char *hd__bench_suite_names(void)
+{
+    static char text[160];
+    return text[0] != '\0' ? text : join_names(text, sizeof text, suite_or_all, COUNT(suites) + 1);
+}
+
+const char *hd__bench_op_names(void)
+{
+    static char text[256];
+    return text[0] != '\0' ? text : join_names(text, sizeof text, op_name, HD_OP_COUNT);
 }
 
 int hd__bench_case_name(const hd_bench_case *c, char *buf, size_t cap)

@@ -6,7 +6,9 @@
  *          norms on 64×1024
  *   train  LoRA fine-tuning sizes: 4096 tokens, 4096-wide rows, 32768 short rows
  *   gemm   square 64..8192 and the token-count sweep over a 4096×4096 weight
+ *   shapes GEMM and LoRA as fine-tuning meets them (tokens, widths, transposes, odd sizes)
  *   ci     a few small odd shapes that run in seconds on PoCL
+ *   backward  the backward ops on the seed and train shapes
  *
  * A case is an operation and its shape, as the dispatcher keys it (backends/backend.h): GEMM
  * dim = {m, n, k} with transposes (C m×n = op(A) m×k · op(B) k×n); LoRA dim = {tokens, in,
@@ -18,6 +20,7 @@
 #ifndef HD_BENCH_SUITES_H
 #define HD_BENCH_SUITES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "backends/backend.h"
@@ -34,10 +37,17 @@ typedef struct hd_bench_suite {
     size_t count;
 } hd_bench_suite;
 
-/* Every suite, in the order "seed", "train", "gemm", "ci". */
+/* Every suite, in the order "seed", "train", "gemm", "shapes", "ci", "backward". */
 const hd_bench_suite *hd__bench_suites(size_t *count);
 /* The suite of that name, or NULL. */
 const hd_bench_suite *hd__bench_suite_find(const char *name);
+/* Whether the suite is one of "all": every suite but ci, whose cases the others hold at the
+ * sizes that matter. */
+bool hd__bench_suite_in_all(const hd_bench_suite *s);
+/* "seed, train, ..., backward or all", for the tools' messages; "a, b or c" of every operation's
+ * name. Static strings. */
+const char *hd__bench_suite_names(void);
+const char *hd__bench_op_names(void);
 
 /* A case's stable name, the key that joins results with peers: "gemm 1x4096x4096" (m×n×k, with
  * " TN"-style suffix when a side is transposed), "lora 1x1024x1024 r8" (tokens×in×out; " pt"

@@ -20,10 +20,7 @@ bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t
         return false;
     }
     if (!hd__op_from_name(name, &op)) {
-        snprintf(why, size,
-                 "unknown operation '%s' (expected gemm, gemm_batched, lora, softmax, "
-                 "layer_norm or rms_norm)",
-                 name);
+        snprintf(why, size, "unknown operation '%s' (expected %s)", name, hd__bench_op_names());
         return false;
     }
     /* The op's dims, then (where it has them) its transposes, "nn" when left out. */
@@ -119,9 +116,21 @@ static int from_file(const tool_options *o, tool_case_list *l)
     return rc;
 }
 
+/* A suite's cases of the operations asked for. A record is keyed by shape alone: a LoRA case
+ * in another layout uses the record of its default-layout twin, minus the backends that
+ * cannot read the layout. */
+static int add_suite(const tool_options *o, const hd_bench_suite *s, tool_case_list *l)
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (o->op_wanted[s->cases[i].op] && s->cases[i].shape.lora_layout == 0 &&
+            !add_case(l, &s->cases[i]))
+            return EXIT_USAGE;
+    return EXIT_TUNED;
+}
+
 static int from_suites(const tool_options *o, tool_case_list *l)
 {
-    const char *list = o->suites ? o->suites : "seed,train,gemm";
+    const char *list = o->suites ? o->suites : "seed,train,gemm,backward";
     const char *p = list;
     while (*p != '\0') {
         size_t len = strcspn(p, ",");
@@ -132,19 +141,16 @@ static int from_suites(const tool_options *o, tool_case_list *l)
         }
         memcpy(name, p, len);
         name[len] = '\0';
-        const hd_bench_suite *s = hd__bench_suite_find(name);
-        if (s == NULL) {
-            fprintf(stderr,
-                    "dispatch-autotune: unknown suite '%s' (expected seed, train, gemm or "
-                    "ci)\n",
-                    name);
+        size_t count;
+        const hd_bench_suite *all = hd__bench_suites(&count), *s = hd__bench_suite_find(name);
+        if (s == NULL && strcmp(name, "all") != 0) {
+            fprintf(stderr, "dispatch-autotune: unknown suite '%s' (expected %s)\n", name,
+                    hd__bench_suite_names());
             return EXIT_USAGE;
         }
-        /* A record is keyed by shape alone: a LoRA case in another layout uses the record of
-         * its default-layout twin, minus the backends that cannot read the layout. */
-        for (size_t i = 0; i < s->count; i++)
-            if (o->op_wanted[s->cases[i].op] && s->cases[i].shape.lora_layout == 0 &&
-                !add_case(l, &s->cases[i]))
+        for (size_t i = 0; i < count; i++)
+            if ((s != NULL ? &all[i] == s : hd__bench_suite_in_all(&all[i])) &&
+                add_suite(o, &all[i], l) != EXIT_TUNED)
                 return EXIT_USAGE;
         p += len + (p[len] == ',');
     }

@@ -52,12 +52,14 @@ static const char usage[] =
     "\n"
     "  --quick            fewer variants and repeats (about a minute on an H100)\n"
     "  --full             more variants and repeats (not with --quick)\n"
-    "  --suites LIST      benchmark suites to tune (default seed,train,gemm; also ci)\n"
+    "  --suites LIST      benchmark suites to tune (default seed,train,gemm,backward; also\n"
+    "                     shapes, ci, or all: every suite but ci)\n"
     "  --shapes FILE      tune these cases instead, one per line: 'gemm M N K [nn|nt|tn|tt]',\n"
     "                     'gemm_batched M N K BATCH [nn|..]', 'lora T IN OUT RANK',\n"
-    "                     'softmax|layer_norm|rms_norm ROWS COLS'\n"
+    "                     'softmax|layer_norm|rms_norm ROWS COLS', their backward ops\n"
+    "                     'softmax_backward ROWS COLS', ..., 'lora_backward T IN OUT RANK'\n"
     "  --ops LIST         only these operations (gemm,lora,softmax,layer_norm,rms_norm,\n"
-    "                     gemm_batched)\n"
+    "                     gemm_batched, and each one's _backward but GEMM's)\n"
     "  --force            re-tune cases the cache already holds\n"
     "  --cache PATH       the cache file (default: $HD_TUNE_CACHE, else\n"
     "                     $XDG_CACHE_HOME/hd-dispatch/tune.txt or ~/.cache/hd-dispatch/tune.txt)\n"
@@ -137,10 +139,8 @@ static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])
         memcpy(name, list, len);
         name[len] = '\0';
         if (!hd__op_from_name(name, &op)) {
-            fprintf(stderr,
-                    "dispatch-autotune: --ops: unknown operation '%s' (expected gemm, lora, "
-                    "softmax, layer_norm, rms_norm or gemm_batched)\n",
-                    name);
+            fprintf(stderr, "dispatch-autotune: --ops: unknown operation '%s' (expected %s)\n",
+                    name, hd__bench_op_names());
             return false;
         }
         wanted[op] = true;
