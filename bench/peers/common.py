@@ -25,8 +25,9 @@ def add_common_args(p: argparse.ArgumentParser):
     p.add_argument("--cases", help="cases JSON from `dispatch-bench --list-cases --json FILE`")
     p.add_argument("--bench", default="dispatch-bench",
                    help="dispatch-bench binary to ask for the cases when --cases is not given")
-    p.add_argument("--suite", default="seed",
-                   help="seed, train, gemm, ci, all (= seed,train,gemm), or a comma list")
+    p.add_argument("--suite", "--suites", default="seed",
+                   help="seed, train, gemm, shapes, backward, ci, all (every suite but ci), "
+                        "or a comma list")
     p.add_argument("--modes", default=None, help="comma list of modes")
     p.add_argument("--repeats", type=int, default=5, help="at least this many samples per mode")
     p.add_argument("--max-runs", type=int, default=1000)
@@ -57,7 +58,8 @@ def load_cases(args):
         raise SystemExit("cases file: not an hd-bench-cases/1 document")
     wanted = []
     for name in args.suite.split(","):
-        wanted += ["seed", "train", "gemm"] if name == "all" else [name]
+        wanted += [s["name"] for s in doc["suites"] if s["name"] != "ci"] if name == "all" \
+            else [name]
     suites = {s["name"]: s for s in doc["suites"]}
     picked = []
     for name in wanted:
@@ -70,16 +72,19 @@ def load_cases(args):
 def input_sets(case):
     """3 sets when all inputs of 3 sets stay under 64 MiB, else 1 (as bench/case.c)."""
     d = case["dims"]
-    out = {"gemm": d[0] * d[1], "lora": d[0] * d[2]}.get(case["op"], d[0] * d[1])
+    out = {"gemm": d[0] * d[1], "lora": d[0] * d[2],
+           "lora_backward": d[0] * d[1] + d[1] * d[3] + d[3] * d[2],
+           "layer_norm_backward": d[0] * d[1] + 2 * d[1],
+           "rms_norm_backward": d[0] * d[1] + d[1]}.get(case["op"], d[0] * d[1])
     in_bytes = case["bytes"] - 4 * out
     return ROTATE_SETS if in_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES else 1
 
 
-def too_large(args, case):
-    """The note of a case the peer skips (--max-elements; the backward ops, which the peers do
-    not time yet), else None."""
-    if case["op"].endswith("_backward"):
-        return "the peers do not time the backward ops yet"
+def too_large(args, case, backward=True):
+    """The note of a case the peer skips (--max-elements; the backward ops where the peer
+    times none: backward=False), else None."""
+    if case["op"].endswith("_backward") and not backward:
+        return "this peer does not time the backward ops"
     elements = case["bytes"] / 4
     if args.max_elements and elements > args.max_elements:
         return f"{elements:.0f} elements > --max-elements"
@@ -141,8 +146,19 @@ def make_inputs(case, sets, uniform, transpose):
         elif op == "layer_norm":
             inputs.append((uniform((d[0], d[1]), -2, 3), uniform((d[1],), 0.5, 1.5),
                            uniform((d[1],), -0.5, 0.5)))
-        else:
+        elif op == "rms_norm":
             inputs.append((uniform((d[0], d[1]), -2, 3), uniform((d[1],), 0.5, 1.5)))
+        elif op == "lora_backward":
+            # the forward's inputs (default layout), then dy
+            t, i, o, r = d
+            inputs.append((uniform((t, i), -1, 1), uniform((i, o), -1, 1), uniform((i, r), -1, 1),
+                           uniform((r, o), -1, 1), uniform((t, o), -1, 1)))
+        else:
+            # the row ops' backward: the forward's inputs (softmax: x, whose softmax is the y
+            # that dispatch-bench passes), then dy
+            forward = make_inputs(dict(case, op=op[:-len("_backward")]), 1, uniform,
+                                  transpose)[0]
+            inputs.append(forward + (uniform((d[0], d[1]), -1, 1),))
     return inputs
 
 
@@ -188,7 +204,8 @@ def measure(run_one, sync, sets, mode, args, device_sample=None):
 
 def add_rates(case, stats):
     t = stats["median_s"]
-    stats["gflops"] = case["flops"] / t * 1e-9 if case["op"] in ("gemm", "lora") and t > 0 else None
+    matmul = case["op"] in ("gemm", "lora", "lora_backward")
+    stats["gflops"] = case["flops"] / t * 1e-9 if matmul and t > 0 else None
     stats["gbs"] = case["bytes"] / t * 1e-9 if t > 0 else None
     stats["roofline_pct"] = None
     return stats

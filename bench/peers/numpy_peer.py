@@ -66,7 +66,7 @@ def main():
     rng = np.random.default_rng(args.seed)
     results = []
     for index, (suite, case) in enumerate(cases):
-        note = common.too_large(args, case)
+        note = common.too_large(args, case, backward=False)
         if note:
             results.append(common.result(suite, case, "numpy", "skipped", note))
             continue

@@ -3,9 +3,13 @@
 
 On CUDA: GEMM is torch.matmul (cuBLAS) with TF32 off, so it is an fp32 GEMM like ours; softmax,
 layer norm and RMS norm are torch.nn.functional; LoRA is x@W + scale*(x@A)@B as a user writes
-it. Modes: `device` (CUDA events recorded around one op, then the end event waited on),
-`sync` (host wall time of the op plus torch.cuda.synchronize()), `chain` (N ops queued, one
-synchronize, per op). On the CPU (--device cpu) only sync and chain exist.
+it. The backward ops are autograd's backward of the same forward (x, A and B requiring
+gradients, W frozen; the norms' weights requiring theirs): the forward runs once per input set
+before timing, and each timed call is one torch.autograd.grad over its retained graph, so the
+forward is excluded; LoRA's backward reuses the x@A its forward saved, where dispatch-bench's
+call recomputes it. Modes: `device` (CUDA events recorded around one op, then the end event
+waited on), `sync` (host wall time of the op plus torch.cuda.synchronize()), `chain` (N ops
+queued, one synchronize, per op). On the CPU (--device cpu) only sync and chain exist.
 Output: schema hd-bench/1, backend "torch-cuda" or "torch-cpu".
 
     dispatch-bench --list-cases --json cases.json
@@ -31,6 +35,24 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def backward_graph(op, x, cols, eps, scale):
+    """The forward of a backward case on one input set: (its output, the tensors whose
+    gradients the op computes, dy)."""
+    if op == "lora_backward":
+        xin, w, a, b, dy = x
+        wrt = tuple(t.requires_grad_() for t in (xin, a, b))
+        y = torch.matmul(xin, w) + scale * torch.matmul(torch.matmul(xin, a), b)
+        return y, wrt, dy
+    wrt = tuple(t.requires_grad_() for t in x[:-1])
+    if op == "softmax_backward":
+        y = F.softmax(wrt[0], dim=-1)
+    elif op == "layer_norm_backward":
+        y = F.layer_norm(wrt[0], (cols,), wrt[1], wrt[2], eps)
+    else:
+        y = rms_norm(wrt[0], wrt[1], eps)
+    return y, wrt, x[-1]
+
+
 def make_case(case, gen, dev, sets):
     d = case["dims"]
     op = case["op"]
@@ -42,6 +64,13 @@ def make_case(case, gen, dev, sets):
     inputs = common.make_inputs(case, sets, u, lambda a: a.t())
     eps, scale = 1e-5, 0.5
     holder = {}
+    if op.endswith("_backward"):
+        graphs = [backward_graph(op, x, d[1], eps, scale) for x in inputs]
+
+        def run_backward(s):
+            y, wrt, dy = graphs[s]
+            holder["grads"] = torch.autograd.grad(y, wrt, dy, retain_graph=True)
+        return run_backward
 
     def run(s):
         x = inputs[s]
