@@ -418,7 +418,8 @@ HD_API hd_status hd_layer_norm_backward(hd_context *ctx, const hd_tensor *x, con
  * accumulate false overwrites dx, da and db; true adds the gradients to what they hold
  * (micro-batch accumulation). A gradient that is a sum over nothing (T, in or out 0) is zero:
  * overwritten with zeros, or left as it is when accumulating. r = 0 gives dx = dy*W^T. No
- * output may alias any tensor of the call.
+ * output may alias any tensor of the call. The products follow the context's GEMM precision
+ * (hd_context_options.gemm_precision), as hd_gemm() does.
  */
 HD_API hd_status hd_lora_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                                   const hd_tensor *a, const hd_tensor *b, float scale,
