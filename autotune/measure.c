@@ -1,4 +1,5 @@
-/* Timing one operation in the device, sync and chain modes; bandwidth figures for the roofline. */
+/* Timing one operation in the device, sync, chain and host modes; bandwidth figures for the
+ * roofline. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,7 +13,7 @@
 #include "backends/opencl/runtime.h"
 #endif
 
-static const char *const mode_names[HD_MEASURE_MODE_COUNT] = {"device", "sync", "chain"};
+static const char *const mode_names[HD_MEASURE_MODE_COUNT] = {"device", "sync", "chain", "host"};
 
 const char *hd__measure_mode_name(hd_measure_mode mode)
 {
@@ -145,6 +146,22 @@ static hd_status sample_chain(hd_context *ctx, hd_measure_fn fn, void *user, siz
     return s;
 }
 
+/* A chain of length calls on input set `set`, after reset wrote it again from the host. */
+static hd_status sample_host(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn,
+                             void *user, size_t set, unsigned length, double *seconds)
+{
+    hd_status s = cfg->reset(ctx, user, set);
+    if (s != HD_OK)
+        return s;
+    double t0 = hd__measure_now();
+    for (unsigned i = 0; i < length && s == HD_OK; i++)
+        s = fn(ctx, user, set);
+    if (s == HD_OK)
+        s = hd_sync(ctx);
+    *seconds = (hd__measure_now() - t0) / length;
+    return s;
+}
+
 /* Warm-up: every input set once at least, so each is resident and every kernel built. Returns
  * the sync time of the last call, the estimate that sizes a chain. */
 static hd_status warm_up(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn,
@@ -174,7 +191,8 @@ hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_
 {
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
-    if (cfg == NULL || fn == NULL || out == NULL || (unsigned)cfg->mode >= HD_MEASURE_MODE_COUNT)
+    if (cfg == NULL || fn == NULL || out == NULL || (unsigned)cfg->mode >= HD_MEASURE_MODE_COUNT ||
+        (cfg->mode == HD_MEASURE_HOST && cfg->reset == NULL))
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd__measure: bad configuration");
     size_t sets = cfg->input_sets > 0 ? cfg->input_sets : 1;
     unsigned max_runs = cfg->max_runs == 0 ? 1 : cfg->max_runs;
@@ -194,7 +212,7 @@ hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd__measure: %u samples", max_runs);
 
     *out = (hd_measure_result){.mode = cfg->mode, .chain_length = 1};
-    if (cfg->mode == HD_MEASURE_CHAIN)
+    if (cfg->mode == HD_MEASURE_CHAIN || cfg->mode == HD_MEASURE_HOST)
         out->chain_length = chain_length_for(cfg, warm_s);
     size_t set = 0;
     double spent = 0.0;
@@ -211,8 +229,12 @@ hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_
             s = sample_sync(ctx, fn, user, set, &seconds);
             set = (set + 1) % sets;
             break;
-        default:
+        case HD_MEASURE_CHAIN:
             s = sample_chain(ctx, fn, user, sets, &set, out->chain_length, &seconds);
+            break;
+        default:
+            s = sample_host(ctx, cfg, fn, user, set, out->chain_length, &seconds);
+            set = (set + 1) % sets;
             break;
         }
         spent += hd__measure_now() - t0;

@@ -10,6 +10,9 @@
  *           the result says so (host_timed).
  *   sync    host wall time of one op plus hd_sync().
  *   chain   chain_length ops queued back to back, one hd_sync(), the total divided by the count.
+ *   host    as chain, each sample on inputs first written again from the host (the reset
+ *           callback, untimed): what a loop over host-written data costs per call, the moves
+ *           that the scheduler makes (or does not) included.
  *
  * Each measurement first runs warm-up calls (at least one per input set, so that every set is
  * resident where the op runs and every kernel is built), then repeats until the time budget is
@@ -31,6 +34,7 @@ typedef enum hd_measure_mode {
     HD_MEASURE_DEVICE = 0,
     HD_MEASURE_SYNC,
     HD_MEASURE_CHAIN,
+    HD_MEASURE_HOST,
     HD_MEASURE_MODE_COUNT
 } hd_measure_mode;
 
@@ -44,8 +48,11 @@ typedef struct hd_measure_config {
     unsigned min_runs;     /* samples taken even when the budget is spent */
     unsigned max_runs;     /* at most this many samples (capped at HD_MEASURE_MAX_RUNS) */
     double budget_s;       /* stop taking samples once this much time went into them */
-    unsigned chain_length; /* ops per sample in chain mode; 0: enough for about 2 ms, 4..256 */
+    unsigned chain_length; /* ops per sample in the chain and host modes; 0: enough for about
+                              2 ms, 4..256 */
     size_t input_sets;     /* sets the callback rotates over; 0 counts as 1 */
+    hd_measure_fn reset;   /* host mode (required there): writes input set `set` again from
+                              the host, so that it is valid there alone */
 } hd_measure_config;
 
 #define HD_MEASURE_MAX_RUNS 10000
@@ -75,7 +82,7 @@ hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_
  * takes effect within one call rather than one measurement. NULL: never stop early. */
 void hd__measure_set_stop_flag(volatile sig_atomic_t *flag);
 
-/* "device", "sync", "chain". */
+/* "device", "sync", "chain", "host". */
 const char *hd__measure_mode_name(hd_measure_mode mode);
 bool hd__measure_mode_from_name(const char *name, hd_measure_mode *mode);
 

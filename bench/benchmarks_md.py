@@ -3,20 +3,20 @@
 fastest of our backends, the dispatcher's choice (auto) and every peer, in one timing mode,
 and the peer's time over ours.
 
-usage: benchmarks_md.py --ours OURS.json [--peer PEER.json ...] [--mode device|chain|sync]
+usage: benchmarks_md.py --ours OURS.json [--peer PEER.json ...] [--mode device|chain|sync|host]
                         [--suites a,b] [--extra NAME=OURS.json ...]
 
 OURS.json and PEER.json are dispatch-bench / peer JSON (schema hd-bench/1). --extra adds a
 column with the best backend of another run of ours (another GEMM precision, say). A peer with
 no figure in the mode asked for (numpy has no device mode) is read in chain mode, and the
-column says so. Prints to standard output.
+column says so (peers have no host mode: chain stands in). Prints to standard output.
 """
 import argparse
 import json
 import math
 import sys
 
-FALLBACK = {"device": "chain", "chain": "sync", "sync": "chain"}
+FALLBACK = {"device": "chain", "chain": "sync", "sync": "chain", "host": "chain"}
 
 
 def load(path):
@@ -84,8 +84,11 @@ def table(suite, cases, ours, peers, extras, mode):
         s, backend = best(runs, mode)
         auto = runs.get("auto")
         a = seconds(auto, mode) if auto else None
+        # what auto ran on in this mode (after the host mode's moves), else in its check
+        ran_on = auto.get("modes", {}).get(mode, {}).get("ran_on", auto.get("ran_on", "?")) \
+            if auto else "?"
         row = [case, "%s (%s)" % (scaled(s), backend) if s else "-",
-               "%s (%s)" % (scaled(a), auto.get("ran_on", "?")) if a else "-"]
+               "%s (%s)" % (scaled(a), ran_on) if a else "-"]
         for _, _, extra in extras:
             es, eb = best(extra[0].get(case, {}), mode)
             row.append("%s (%s)" % (scaled(es), eb) if es else "-")
@@ -115,7 +118,7 @@ def main(argv):
     ap.add_argument("--ours", required=True)
     ap.add_argument("--peer", action="append", default=[])
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=OURS.json")
-    ap.add_argument("--mode", default="device", choices=["device", "chain", "sync"])
+    ap.add_argument("--mode", default="device", choices=["device", "chain", "sync", "host"])
     ap.add_argument("--suites", default="")
     a = ap.parse_args(argv)
     ours, order = index(load(a.ours))

@@ -60,26 +60,28 @@ static int tensor_specs(const hd_bench_case *c, input_spec spec[HD_BENCH_MAX_INP
     return n;
 }
 
-static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *state, hd_tensor **t)
+/* A tensor of random contents, which *data keeps. */
+static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *state, hd_tensor **t,
+                             float **data)
 {
     hd_status st = hd_tensor_create(ctx, s->rows, s->cols, t);
     if (st != HD_OK)
         return st;
     size_t n = s->rows * s->cols;
-    float *data = malloc((n > 0 ? n : 1) * sizeof *data);
-    if (data == NULL)
+    *data = malloc((n > 0 ? n : 1) * sizeof **data);
+    if (*data == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "benchmark input of %zu floats", n);
-    fill(state, data, n, s->lo, s->hi);
-    st = hd_tensor_write(*t, data);
-    free(data);
-    return st;
+    fill(state, *data, n, s->lo, s->hi);
+    return hd_tensor_write(*t, *data);
 }
 
 void hd__bench_instance_destroy(hd_bench_instance *inst)
 {
     for (size_t s = 0; s < HD_BENCH_MAX_SETS; s++)
-        for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++)
+        for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++) {
             hd_tensor_destroy(inst->in[s][i]);
+            free(inst->host[s][i]);
+        }
     for (int i = 0; i < HD_BENCH_MAX_OUTPUTS; i++)
         hd_tensor_destroy(inst->out[i]);
     memset(inst, 0, sizeof *inst);
@@ -107,7 +109,7 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     hd_status st = HD_OK;
     for (size_t s = 0; s < inst->sets && st == HD_OK; s++)
         for (int i = 0; i < inst->inputs && st == HD_OK; i++)
-            st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i]);
+            st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i], &inst->host[s][i]);
     for (int i = 0; i < inst->outputs && st == HD_OK; i++)
         st = hd_tensor_create(ctx, out[i].rows, out[i].cols, &inst->out[i]);
     if (st != HD_OK)
@@ -132,6 +134,17 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
                       .eps = inst->eps,
                       .batch = inst->c.shape.dim[3]};
     return hd__call(ctx, inst->c.op, t, &p);
+}
+
+hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
+{
+    (void)ctx;
+    hd_bench_instance *inst = user;
+    size_t s = set < inst->sets ? set : 0;
+    hd_status st = HD_OK;
+    for (int i = 0; i < inst->inputs && st == HD_OK; i++)
+        st = hd_tensor_write(inst->in[s][i], inst->host[s][i]);
+    return st;
 }
 
 /* The sampled rows or columns: all of them up to max, else max spread evenly, first and last

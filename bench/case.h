@@ -19,6 +19,7 @@ typedef struct hd_bench_instance {
     /* the op table's inputs and outputs in its order: GEMM A B; LoRA x W A B; rows x gamma beta;
      * the backward ops' inputs (dy among them) and their gradients */
     hd_tensor *in[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS];
+    float *host[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS]; /* their contents, for the host mode */
     int inputs;
     hd_tensor *out[HD_BENCH_MAX_OUTPUTS]; /* out[0]: y, C, or dx */
     int outputs;
@@ -35,6 +36,10 @@ void hd__bench_instance_destroy(hd_bench_instance *inst);
 
 /* The measured call: runs the case with input set `set`; an hd_measure_fn. */
 hd_status hd__bench_instance_run(hd_context *ctx, void *inst, size_t set);
+
+/* Writes input set `set` again from the host (the host mode's reset; an hd_measure_fn): the
+ * inputs are then valid on the host alone, as a program's freshly written data. */
+hd_status hd__bench_instance_reset(hd_context *ctx, void *inst, size_t set);
 
 /* Runs set 0 once, waits, and compares the output with a float64 reference on sampled rows
  * and columns (every row of small cases; the row ops' backward: dx on sampled rows, the weight

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 STATUSES = {"ok", "n/a", "skipped", "wrong", "error"}
-MODES = {"device", "sync", "chain"}
+MODES = {"device", "sync", "chain", "host"}
 
 
 def fail(msg):

@@ -84,7 +84,9 @@ static void usage(FILE *f)
     fputs("usage: dispatch-bench [options]\n"
           "  --suites LIST       comma list of seed, train, gemm, shapes, backward, ci, or all\n"
           "                      (every suite but ci) (default: seed; --suite is the same)\n"
-          "  --modes LIST        device,sync,chain (default: all three)\n"
+          "  --modes LIST        device,sync,chain,host (default: device,sync,chain); host:\n"
+          "                      chains on inputs written again from the host before each\n"
+          "                      (what a loop over host data costs, the scheduler's moves in)\n"
           "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
           "  --repeats N         at least N timed runs per mode (default 5)\n"
           "  --max-runs N        at most N timed runs per mode (default 1000)\n"
@@ -172,8 +174,8 @@ static bool add_mode(const char *name, options *o)
 {
     hd_measure_mode m;
     if (!hd__measure_mode_from_name(name, &m)) {
-        fprintf(stderr, "dispatch-bench: unknown mode '%s' (expected device, sync or chain)\n",
-                name);
+        fprintf(stderr,
+                "dispatch-bench: unknown mode '%s' (expected device, sync, chain or host)\n", name);
         return false;
     }
     o->modes[m] = true;
@@ -325,7 +327,7 @@ static int parse_options(int argc, char **argv, options *o)
     for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++)
         any |= o->modes[m];
     for (int m = 0; m < HD_MEASURE_MODE_COUNT && !any; m++)
-        o->modes[m] = true;
+        o->modes[m] = m != HD_MEASURE_HOST; /* host only when asked for */
     any = false;
     for (int b = 0; b < HD_BACKEND_COUNT; b++)
         any |= o->backends[b];
@@ -483,8 +485,8 @@ static double estimate_backend_s(const bench_state *st, double op_s)
     for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
         if (!st->o->modes[m])
             continue;
-        double calls =
-            st->o->repeats * (m == HD_MEASURE_CHAIN ? 2.0 : 1.0) + (double)warmup * st->o->rounds;
+        bool chained = m == HD_MEASURE_CHAIN || m == HD_MEASURE_HOST;
+        double calls = st->o->repeats * (chained ? 2.0 : 1.0) + (double)warmup * st->o->rounds;
         double t = calls * op_s;
         total += t > st->o->budget_ms * 1e-3 ? t : st->o->budget_ms * 1e-3;
     }
@@ -602,9 +604,11 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     cfg.budget_s = st->o->budget_ms * 1e-3 / rounds;
     cfg.chain_length = st->o->chain;
     /* A chain of slow ops adds nothing but time: two are enough to overlap the wait. */
-    if (m == HD_MEASURE_CHAIN && cfg.chain_length == 0 && last_median > 0.05)
+    if ((m == HD_MEASURE_CHAIN || m == HD_MEASURE_HOST) && cfg.chain_length == 0 &&
+        last_median > 0.05)
         cfg.chain_length = 2;
     cfg.input_sets = inst->sets;
+    cfg.reset = hd__bench_instance_reset;
     hd_measure_result res;
     hd_status s = hd__measure(st->ctx, &cfg, hd__bench_instance_run, inst, &res);
     hd_context_set_backend(st->ctx, r->c.op, HD_BACKEND_AUTO);

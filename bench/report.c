@@ -128,13 +128,15 @@ static void table_row(FILE *f, const hd_bench_run *run, const hd_bench_record *r
         size_t used = 0;
         if (x->host_timed)
             used += (size_t)snprintf(note + used, sizeof note - used, "host-timed ");
-        if (m == HD_MEASURE_CHAIN)
+        if (m == HD_MEASURE_CHAIN || m == HD_MEASURE_HOST)
             used += (size_t)snprintf(note + used, sizeof note - used, "x%u ", x->chain_length);
         if (strcmp(r->backend, "auto") == 0) {
             double regret;
             const char *best;
+            /* what the mode's last call ran on: in the host mode, where the moves led */
+            hd_backend ran_on = x->ran_on != HD_BACKEND_AUTO ? x->ran_on : r->ran_on;
             used += (size_t)snprintf(note + used, sizeof note - used, "-> %s ",
-                                     hd_backend_name(r->ran_on));
+                                     hd_backend_name(ran_on));
             if (hd__bench_regret(run, r, (hd_measure_mode)m, &regret, &best))
                 used += (size_t)snprintf(note + used, sizeof note - used, "regret %+.1f%% vs %s ",
                                          regret, best);
@@ -154,7 +156,8 @@ static void table_row(FILE *f, const hd_bench_run *run, const hd_bench_record *r
 static void table_legend(FILE *f)
 {
     fputs("\n  modes: device = device events around one op; sync = host wall time of one op and\n"
-          "  the wait for it; chain = N ops queued, one wait, time per op (xN: N ops per chain).\n"
+          "  the wait for it; chain = N ops queued, one wait, time per op (xN: N ops per chain);\n"
+          "  host = a chain on inputs written again from the host before it, moves included.\n"
           "  host-timed: the op ran on the CPU, which has no device events: host wall time.\n"
           "  median, min, max: per call, over all timed runs. GFLOP/s, GB/s: the op's FLOPs and\n"
           "  fewest bytes over the median. %roof: the roofline time (bytes at the bandwidth,\n"
@@ -367,6 +370,10 @@ static void json_modes(FILE *f, const hd_bench_run *run, const hd_bench_record *
         json_number(f, fg.roof_pct);
         double regret;
         const char *best;
+        if (strcmp(r->backend, "auto") == 0 && x->ran_on != HD_BACKEND_AUTO) {
+            fputs(", \"ran_on\": ", f);
+            hd__bench_json_string(f, hd_backend_name(x->ran_on));
+        }
         if (strcmp(r->backend, "auto") == 0 &&
             hd__bench_regret(run, r, (hd_measure_mode)m, &regret, &best)) {
             fputs(", \"regret_pct\": ", f);

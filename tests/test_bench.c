@@ -89,6 +89,18 @@ static hd_status count_call(hd_context *ctx, void *user, size_t set)
     return HD_OK;
 }
 
+/* The host mode's resets, counted apart from the calls. */
+static unsigned resets;
+
+static hd_status count_reset(hd_context *ctx, void *user, size_t set)
+{
+    (void)ctx;
+    (void)user;
+    (void)set;
+    resets++;
+    return HD_OK;
+}
+
 static void test_measure_takes_min_runs_and_warms_every_set(void **state)
 {
     (void)state;
@@ -103,11 +115,15 @@ static void test_measure_takes_min_runs_and_warms_every_set(void **state)
         cfg.max_runs = 7;
         cfg.budget_s = 0.0;
         cfg.chain_length = 5;
+        cfg.reset = count_reset;
+        resets = 0;
         hd_measure_result r;
         assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_OK);
         assert_int_equal(r.runs, 7);
-        assert_int_equal(r.chain_length, m == HD_MEASURE_CHAIN ? 5 : 1);
-        assert_int_equal(c.calls, 3 + 7 * r.chain_length); /* warm-up covers all 3 sets */
+        bool chained = m == HD_MEASURE_CHAIN || m == HD_MEASURE_HOST;
+        assert_int_equal(r.chain_length, chained ? 5 : 1);
+        assert_int_equal(resets, m == HD_MEASURE_HOST ? 7 : 0); /* once before each sample */
+        assert_int_equal(c.calls, 3 + 7 * r.chain_length);      /* warm-up covers all 3 sets */
         assert_int_equal(c.max_set, 2);
         assert_true(r.min_s <= r.median_s && r.median_s <= r.max_s);
         assert_true(r.host_timed == (m == HD_MEASURE_DEVICE));
@@ -220,6 +236,8 @@ static void test_measure_rejects_bad_arguments(void **state)
     assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, NULL), HD_ERR_INVALID_ARGUMENT);
     cfg.mode = HD_MEASURE_MODE_COUNT;
     assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_ERR_INVALID_ARGUMENT);
+    cfg.mode = HD_MEASURE_HOST; /* without the reset that makes it the host mode */
+    assert_int_equal(hd__measure(ctx, &cfg, count_call, &c, &r), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(c.calls, 0);
     hd_context_destroy(ctx);
 }
@@ -283,6 +301,31 @@ static void test_instance_ci_cases_check_on_cpu(void **state)
         free(y2);
         hd__bench_instance_destroy(&inst);
     }
+    hd_context_destroy(ctx);
+}
+
+/* The host mode's reset leaves a set's inputs valid on the host alone, holding the data they
+ * were made with, as a program's freshly written inputs; where the machine has a device, after
+ * calls forced onto it had moved them there. */
+static void test_instance_reset_leaves_the_inputs_on_the_host(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    hd_bench_case c = {HD_OP_RMS_NORM, {.dim = {7, 129}}};
+    hd_bench_instance inst;
+    assert_int_equal(hd__bench_instance_create(ctx, &c, hd_test_seed(), &inst), HD_OK);
+    if (hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+        assert_int_equal(hd_context_set_backend(ctx, c.op, HD_BACKEND_FUSED), HD_OK);
+        assert_int_equal(hd__bench_instance_run(ctx, &inst, 1), HD_OK);
+        assert_true(inst.in[1][0]->state->device_valid);
+    }
+    assert_int_equal(hd__bench_instance_reset(ctx, &inst, 1), HD_OK);
+    for (int i = 0; i < inst.inputs; i++) {
+        const hd_tensor *t = inst.in[1][i];
+        assert_true(t->state->host_valid && !t->state->device_valid);
+        hd_test_expect_unchanged("a reset input", t, inst.host[1][i]);
+    }
+    hd__bench_instance_destroy(&inst);
     hd_context_destroy(ctx);
 }
 
@@ -373,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_measure_mode_names_round_trip),
         cmocka_unit_test(test_measure_host_bandwidth_is_positive),
         cmocka_unit_test(test_instance_ci_cases_check_on_cpu),
+        cmocka_unit_test(test_instance_reset_leaves_the_inputs_on_the_host),
         cmocka_unit_test(test_json_parses_and_rejects),
         cmocka_unit_test(test_compare_known_pair),
     };
