@@ -82,6 +82,9 @@ typedef struct hd_lora_backward_args {
     size_t tokens, in, out, rank;
     const char *variant;    /* as for GEMM */
     hd_precision precision; /* as for GEMM */
+    /* hd_lora_backward_ex()'s layout, as the forward's: W stored out×in, A (and dA) rank×in,
+     * B (and dB) out×rank. */
+    bool trans_w, trans_a, trans_b;
 } hd_lora_backward_args;
 
 /* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
@@ -89,7 +92,7 @@ typedef struct hd_lora_backward_args {
 typedef struct hd_shape {
     size_t dim[4];
     bool trans_a, trans_b; /* GEMM only */
-    unsigned lora_layout;  /* LoRA only: hd_lora_layout flags, 0 for the default layout */
+    unsigned lora_layout;  /* LoRA and its backward: hd_lora_layout flags, 0 by default */
 } hd_shape;
 
 /* The argument struct of each op's backend slot (the op table says which member). */

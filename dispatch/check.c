@@ -134,13 +134,19 @@ hd_status hd__prepare_gemm_batched(hd_context *ctx, const hd_tensor *const t[],
     return HD_OK;
 }
 
-hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
-                           hd_call *call)
+/* LoRA's sizes as the default layout names them, and whether W, A and B are stored
+ * transposed (hd_lora_layout). */
+typedef struct lora_dims {
+    size_t tokens, in, out, rank;
+    bool tw, ta, tb;
+} lora_dims;
+
+/* The layout flags, and W, A and B against x as the flags store them: the forward's and the
+ * backward's checks. */
+static hd_status check_lora_weights(hd_context *ctx, const char *fn, unsigned layout,
+                                    const hd_tensor *x, const hd_tensor *w, const hd_tensor *a,
+                                    const hd_tensor *b, lora_dims *d)
 {
-    const char *fn = p->lora_layout == HD_LORA_LAYOUT_DEFAULT ? hd__op(HD_OP_LORA)->fn
-                                                              : "hd_lora_forward_ex";
-    const hd_tensor *x = t[0], *w = t[1], *a = t[2], *b = t[3], *y = t[4];
-    unsigned layout = p->lora_layout;
     if (layout & ~(unsigned)HD_LORA_LAYOUT_PYTORCH)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
                          "%s: unknown layout flags 0x%x (expected HD_LORA_TRANS_W, _A, _B)", fn,
@@ -163,6 +169,23 @@ hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd
     if (tb ? (b->rows != out || b->cols != rank) : (b->rows != rank || b->cols != out))
         return tb ? shape_error(ctx, fn, "B must be out x rank", b, "b", out, rank)
                   : shape_error(ctx, fn, "B must be rank x out", b, "b", rank, out);
+    *d = (lora_dims){tokens, in, out, rank, tw, ta, tb};
+    return HD_OK;
+}
+
+hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call)
+{
+    const char *fn =
+        p->lora_layout == HD_LORA_LAYOUT_DEFAULT ? hd__op(HD_OP_LORA)->fn : "hd_lora_forward_ex";
+    const hd_tensor *x = t[0], *w = t[1], *a = t[2], *b = t[3], *y = t[4];
+    unsigned layout = p->lora_layout;
+    lora_dims d;
+    hd_status s = check_lora_weights(ctx, fn, layout, x, w, a, b, &d);
+    if (s != HD_OK)
+        return s;
+    size_t tokens = d.tokens, in = d.in, out = d.out, rank = d.rank;
+    bool tw = d.tw, ta = d.ta, tb = d.tb;
     if (y->rows != tokens || y->cols != out)
         return shape_error(ctx, fn, "y must be tokens x out", y, "y", tokens, out);
     call->args.lora = (hd_lora_args){.x = x,
@@ -290,24 +313,20 @@ hd_status hd__prepare_row_backward(hd_context *ctx, const hd_tensor *const t[],
 hd_status hd__prepare_lora_backward(hd_context *ctx, const hd_tensor *const t[],
                                     const hd_op_params *p, hd_call *call)
 {
-    const char *fn = hd__op(HD_OP_LORA_BACKWARD)->fn;
+    const char *fn = p->lora_layout == HD_LORA_LAYOUT_DEFAULT ? hd__op(HD_OP_LORA_BACKWARD)->fn
+                                                              : "hd_lora_backward_ex";
     const hd_tensor *x = t[0], *w = t[1], *a = t[2], *b = t[3], *dy = t[4];
-    size_t tokens = x->rows, in = x->cols, out = w->cols, rank = a->cols;
-    hd_status s = expect_shape(ctx, fn, w, "w", in, out,
-                               "W must have as many rows as x has "
-                               "columns");
-    if (s == HD_OK)
-        s = expect_shape(ctx, fn, a, "a", in, rank, "A must have as many rows as x has columns");
-    if (s == HD_OK)
-        s = expect_shape(ctx, fn, b, "b", rank, out, "B must be rank x out");
+    lora_dims d = {0};
+    hd_status s = check_lora_weights(ctx, fn, p->lora_layout, x, w, a, b, &d);
+    size_t tokens = d.tokens, in = d.in, out = d.out, rank = d.rank;
     if (s == HD_OK)
         s = expect_shape(ctx, fn, dy, "dy", tokens, out, "dy must be tokens x out");
     if (s == HD_OK)
         s = expect_shape(ctx, fn, t[5], "dx", tokens, in, "dx must have the shape of x");
     if (s == HD_OK)
-        s = expect_shape(ctx, fn, t[6], "da", in, rank, "dA must have the shape of A");
+        s = expect_shape(ctx, fn, t[6], "da", a->rows, a->cols, "dA must have the shape of A");
     if (s == HD_OK)
-        s = expect_shape(ctx, fn, t[7], "db", rank, out, "dB must have the shape of B");
+        s = expect_shape(ctx, fn, t[7], "db", b->rows, b->cols, "dB must have the shape of B");
     if (s != HD_OK)
         return s;
     call->args.lora_backward = (hd_lora_backward_args){.x = x,
@@ -324,8 +343,11 @@ hd_status hd__prepare_lora_backward(hd_context *ctx, const hd_tensor *const t[],
                                                        .in = in,
                                                        .out = out,
                                                        .rank = rank,
-                                                       .precision = ctx->gemm_precision};
-    call->shape = (hd_shape){.dim = {tokens, in, out, rank}};
+                                                       .precision = ctx->gemm_precision,
+                                                       .trans_w = d.tw,
+                                                       .trans_a = d.ta,
+                                                       .trans_b = d.tb};
+    call->shape = (hd_shape){.dim = {tokens, in, out, rank}, .lora_layout = p->lora_layout};
     set_io(HD_OP_LORA_BACKWARD, t, call);
     call->io.output_read = p->accumulate;
     call->beta = 0.0f;

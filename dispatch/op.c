@@ -42,6 +42,16 @@
         .name = "dx", .role = HD_ROLE_OUTPUT, .in_place = true, .in_place_of = dy_index,           \
         .rows = 0, .cols = 1, .batch = HD_DIM_ONE                                                  \
     }
+/* LoRA's weights, and their gradients, stored transposed under the layout flag fl. */
+#define WEIGHT_IN(n, r, c, fl)                                                                     \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_INPUT, .rows = r, .cols = c, .layout = fl, .batch = HD_DIM_ONE, \
+        .lo = -1, .hi = 1                                                                          \
+    }
+#define WEIGHT_GRAD(n, r, c, fl)                                                                   \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .rows = r, .cols = c, .layout = fl, .batch = HD_DIM_ONE \
+    }
 #define T_ONE HD_DIM_ONE
 
 static double gemm_flops(const hd_shape *s)
@@ -151,8 +161,10 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .compute_bound = true,
             .args = HD_ARGS_LORA,
             .tensor_count = 5,
-            .tensors = {IN("x", 0, 1, -1, 1), IN("w", 1, 2, -1, 1), IN("a", 1, 3, -1, 1),
-                        IN("b", 3, 2, -1, 1), OUT("y", 0, 2)},
+            .lora_layout = true,
+            .tensors = {IN("x", 0, 1, -1, 1), WEIGHT_IN("w", 1, 2, HD_LORA_TRANS_W),
+                        WEIGHT_IN("a", 1, 3, HD_LORA_TRANS_A),
+                        WEIGHT_IN("b", 3, 2, HD_LORA_TRANS_B), OUT("y", 0, 2)},
             .flops = lora_flops,
             .prepare = hd__prepare_lora,
             .product = lora_product,
@@ -255,6 +267,7 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         {
             .name = "lora_backward",
             .fn = "hd_lora_backward",
+            .lora_layout = true,
             .dims = 4,
             .dim_names = {"tokens", "in", "out", "rank"},
             .first_suffix_dim = 3,
@@ -263,9 +276,11 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .compute_bound = true,
             .args = HD_ARGS_LORA_BACKWARD,
             .tensor_count = 8,
-            .tensors = {IN("x", 0, 1, -1, 1), IN("w", 1, 2, -1, 1), IN("a", 1, 3, -1, 1),
-                        IN("b", 3, 2, -1, 1), IN("dy", 0, 2, -1, 1), GRAD_OUT("dx", 0, 1),
-                        OUT("da", 1, 3), OUT("db", 3, 2)},
+            .tensors = {IN("x", 0, 1, -1, 1), WEIGHT_IN("w", 1, 2, HD_LORA_TRANS_W),
+                        WEIGHT_IN("a", 1, 3, HD_LORA_TRANS_A),
+                        WEIGHT_IN("b", 3, 2, HD_LORA_TRANS_B), IN("dy", 0, 2, -1, 1),
+                        GRAD_OUT("dx", 0, 1), WEIGHT_GRAD("da", 1, 3, HD_LORA_TRANS_A),
+                        WEIGHT_GRAD("db", 3, 2, HD_LORA_TRANS_B)},
             .flops = lora_backward_flops,
             .prepare = hd__prepare_lora_backward,
         },
@@ -281,8 +296,7 @@ void hd__op_tensor_shape(hd_op op, int i, const hd_shape *s, size_t *rows, size_
     const hd_op_tensor *t = &hd__op(op)->tensors[i];
     size_t r = dim_of(s, t->rows), c = dim_of(s, t->cols);
     bool swap = (t->transpose == 1 && s->trans_a) || (t->transpose == 2 && s->trans_b);
-    /* LoRA's W, A and B (tensors 1 to 3) as their layout flags (1, 2, 4) store them */
-    swap |= op == HD_OP_LORA && i >= 1 && i <= 3 && (s->lora_layout & (1u << (i - 1))) != 0;
+    swap |= t->layout != 0 && (s->lora_layout & (unsigned)t->layout) != 0;
     *rows = (swap ? c : r) * dim_of(s, t->batch);
     *cols = swap ? r : c;
 }
@@ -333,7 +347,7 @@ int hd__op_text(hd_op op, const hd_shape *s, hd_text_style style, char *buf, siz
     for (int i = joined; i < d->dims && len < sizeof text; i++)
         len += (size_t)snprintf(text + len, sizeof text - len, " %c%zu", d->suffix_prefix[i],
                                 s->dim[i]);
-    if (op == HD_OP_LORA && s->lora_layout != 0 && len < sizeof text) /* hd_lora_forward_ex */
+    if (d->lora_layout && s->lora_layout != 0 && len < sizeof text) /* the _ex calls */
         len += (size_t)(s->lora_layout == HD_LORA_LAYOUT_PYTORCH
                             ? snprintf(text + len, sizeof text - len, " pt")
                             : snprintf(text + len, sizeof text - len, " layout%u", s->lora_layout));

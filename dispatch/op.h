@@ -34,6 +34,8 @@ typedef struct hd_op_tensor {
     signed char in_place_of; /* the index in tensors[] of that input: 0, or dy of a backward */
     signed char rows, cols;  /* dims (HD_DIM_ONE: 1) */
     signed char transpose;   /* 0; 1 or 2: stored transposed when trans_a or trans_b is set */
+    signed char layout;      /* 0, or the hd_lora_layout flag under which it is stored
+                                transposed (LoRA's W, A and B, and their gradients) */
     signed char batch;       /* a dim that multiplies the rows (batched GEMM), or HD_DIM_ONE */
     float lo, hi;            /* the value range tools and tests draw inputs from */
 } hd_op_tensor;
@@ -41,12 +43,12 @@ typedef struct hd_op_tensor {
 /* The scalar arguments of any op; each op reads its own. */
 typedef struct hd_op_params {
     bool trans_a, trans_b;
-    float alpha, beta; /* GEMM */
-    float scale;       /* LoRA */
-    unsigned lora_layout; /* LoRA: hd_lora_layout flags (hd_lora_forward_ex) */
-    float eps;         /* norms */
-    size_t batch;      /* batched GEMM */
-    bool accumulate;   /* LoRA backward: add the gradients to the outputs */
+    float alpha, beta;    /* GEMM */
+    float scale;          /* LoRA */
+    unsigned lora_layout; /* LoRA and its backward: hd_lora_layout flags (the _ex calls) */
+    float eps;            /* norms */
+    size_t batch;         /* batched GEMM */
+    bool accumulate;      /* LoRA backward: add the gradients to the outputs */
 } hd_op_params;
 
 /* What a checked call amounts to before any backend is asked. */
@@ -76,6 +78,7 @@ typedef struct hd_op_desc {
     int first_suffix_dim;
     char suffix_prefix[HD_OP_DIM_MAX];
     bool transposes;                 /* the shape carries trans_a and trans_b */
+    bool lora_layout;                /* the shape carries hd_lora_layout flags */
     bool zero_dim_ok[HD_OP_DIM_MAX]; /* a dim that may be 0 in a tuned case (LoRA's rank) */
     bool compute_bound;              /* reported in GFLOP/s; costed by its multiply-adds */
     hd_args_kind args;               /* which member of hd_op_args its slots read */

@@ -294,7 +294,16 @@ hd_status hd_lora_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor 
                            const hd_tensor *a, const hd_tensor *b, float scale, const hd_tensor *dy,
                            hd_tensor *dx, hd_tensor *da, hd_tensor *db, bool accumulate)
 {
+    return hd_lora_backward_ex(ctx, x, w, a, b, scale, HD_LORA_LAYOUT_DEFAULT, dy, dx, da, db,
+                               accumulate);
+}
+
+hd_status hd_lora_backward_ex(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
+                              const hd_tensor *a, const hd_tensor *b, float scale, unsigned layout,
+                              const hd_tensor *dy, hd_tensor *dx, hd_tensor *da, hd_tensor *db,
+                              bool accumulate)
+{
     const hd_tensor *t[] = {x, w, a, b, dy, dx, da, db};
-    hd_op_params p = {.scale = scale, .accumulate = accumulate};
+    hd_op_params p = {.scale = scale, .lora_layout = layout, .accumulate = accumulate};
     return hd__call(ctx, HD_OP_LORA_BACKWARD, t, &p);
 }

@@ -33,8 +33,11 @@ static const hd_test_lora_shape fd_lora_shapes[] = {
  * (the fused kernels sum in float where the CPU sums in double). */
 static hd_backend expected = HD_BACKEND_CPU;
 static double row_tolerance = 1.0;
-/* The backend LoRA's backward is expected to run on. */
+/* The backend LoRA's backward is expected to run on, and the layout its weights are stored in
+ * (hd_lora_backward_ex): the LoRA cases build the default layout's data and store W, A, B, dA
+ * and dB transposed where the layout says, so that one reference serves every layout. */
 static hd_backend lora_expected = HD_BACKEND_CPU;
+static unsigned lora_layout = HD_LORA_LAYOUT_DEFAULT;
 
 static int setup(void **state)
 {
@@ -48,6 +51,7 @@ static int teardown(void **state)
     expected = HD_BACKEND_CPU;
     row_tolerance = 1.0;
     lora_expected = HD_BACKEND_CPU;
+    lora_layout = HD_LORA_LAYOUT_DEFAULT;
     return 0;
 }
 
@@ -89,6 +93,40 @@ static int setup_lora_fused(void **state)
 static int setup_lora_clblast(void **state)
 {
     return setup_lora_on(state, HD_BACKEND_CLBLAST);
+}
+
+/* Each backend with the weights in PyTorch's layout, and with W and A transposed apart (the
+ * fused backend's second launch). */
+static int setup_lora_cpu_pytorch(void **state)
+{
+    setup(state);
+    lora_layout = HD_LORA_LAYOUT_PYTORCH;
+    return 0;
+}
+
+static int setup_lora_fused_pytorch(void **state)
+{
+    lora_layout = HD_LORA_LAYOUT_PYTORCH;
+    return setup_lora_on(state, HD_BACKEND_FUSED);
+}
+
+static int setup_lora_fused_w_b(void **state)
+{
+    lora_layout = HD_LORA_TRANS_W | HD_LORA_TRANS_B;
+    return setup_lora_on(state, HD_BACKEND_FUSED);
+}
+
+static int setup_lora_clblast_pytorch(void **state)
+{
+    lora_layout = HD_LORA_LAYOUT_PYTORCH;
+    return setup_lora_on(state, HD_BACKEND_CLBLAST);
+}
+
+static int setup_lora_cpu_a(void **state)
+{
+    setup(state);
+    lora_layout = HD_LORA_TRANS_A;
+    return 0;
 }
 
 /* ---- the forwards in double, for the finite differences ---- */
@@ -443,28 +481,63 @@ static void lora_grads_free(lora_grads *g)
     free(g->db);
 }
 
+/* p (rows x cols; NULL: zeros) as a tensor stored in the layout of the LoRA cases: transposed
+ * when flag is in it. *held gets what the tensor holds, for the check that it is unchanged. */
+static hd_tensor *weight_tensor(hd_context *ctx, size_t rows, size_t cols, const float *p,
+                                unsigned flag, float **held)
+{
+    bool t = (lora_layout & flag) != 0;
+    *held = hd_test_floats(rows * cols);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            (*held)[t ? j * rows + i : i * cols + j] = p != NULL ? p[i * cols + j] : 0.0f;
+    return hd_test_tensor(ctx, t ? cols : rows, t ? rows : cols, *held);
+}
+
+/* A weight gradient read back into the default layout (rows x cols). */
+static float *weight_read(const hd_tensor *g, size_t rows, size_t cols, unsigned flag)
+{
+    float *stored = hd_test_read(g);
+    if (!(lora_layout & flag))
+        return stored;
+    float *back = hd_test_floats(rows * cols);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            back[i * cols + j] = stored[j * rows + i];
+    free(stored);
+    return back;
+}
+
 static lora_grads run_lora_backward(hd_context *ctx, const lora_case *c, bool want_dx,
                                     bool accumulate, const lora_grads *start)
 {
+    float *held[5];
     hd_tensor *x = hd_test_tensor(ctx, c->t, c->in, c->x);
-    hd_tensor *w = hd_test_tensor(ctx, c->in, c->out, c->w);
-    hd_tensor *a = hd_test_tensor(ctx, c->in, c->r, c->a);
-    hd_tensor *b = hd_test_tensor(ctx, c->r, c->out, c->b);
+    hd_tensor *w = weight_tensor(ctx, c->in, c->out, c->w, HD_LORA_TRANS_W, &held[0]);
+    hd_tensor *a = weight_tensor(ctx, c->in, c->r, c->a, HD_LORA_TRANS_A, &held[1]);
+    hd_tensor *b = weight_tensor(ctx, c->r, c->out, c->b, HD_LORA_TRANS_B, &held[2]);
     hd_tensor *dy = hd_test_tensor(ctx, c->t, c->out, c->dy);
     hd_tensor *dx = want_dx ? hd_test_tensor(ctx, c->t, c->in, start ? start->dx : NULL) : NULL;
-    hd_tensor *da = hd_test_tensor(ctx, c->in, c->r, start ? start->da : NULL);
-    hd_tensor *db = hd_test_tensor(ctx, c->r, c->out, start ? start->db : NULL);
-    hd_status s = hd_lora_backward(ctx, x, w, a, b, c->scale, dy, dx, da, db, accumulate);
+    hd_tensor *da =
+        weight_tensor(ctx, c->in, c->r, start ? start->da : NULL, HD_LORA_TRANS_A, &held[3]);
+    hd_tensor *db =
+        weight_tensor(ctx, c->r, c->out, start ? start->db : NULL, HD_LORA_TRANS_B, &held[4]);
+    hd_status s =
+        hd_lora_backward_ex(ctx, x, w, a, b, c->scale, lora_layout, dy, dx, da, db, accumulate);
     hd_test_expect_ran_on(ctx, s, lora_expected, "lora backward");
-    lora_grads g = {want_dx ? hd_test_read(dx) : NULL, hd_test_read(da), hd_test_read(db)};
+    lora_grads g = {want_dx ? hd_test_read(dx) : NULL,
+                    weight_read(da, c->in, c->r, HD_LORA_TRANS_A),
+                    weight_read(db, c->r, c->out, HD_LORA_TRANS_B)};
     hd_test_expect_unchanged("x", x, c->x);
-    hd_test_expect_unchanged("w", w, c->w);
-    hd_test_expect_unchanged("a", a, c->a);
-    hd_test_expect_unchanged("b", b, c->b);
+    hd_test_expect_unchanged("w", w, held[0]);
+    hd_test_expect_unchanged("a", a, held[1]);
+    hd_test_expect_unchanged("b", b, held[2]);
     hd_test_expect_unchanged("dy", dy, c->dy);
     hd_tensor *all[] = {x, w, a, b, dy, dx, da, db};
     for (size_t i = 0; i < COUNT(all); i++)
         hd_tensor_destroy(all[i]);
+    for (size_t i = 0; i < COUNT(held); i++)
+        free(held[i]);
     return g;
 }
 
@@ -755,6 +828,17 @@ static void test_lora_backward_rejects_bad_arguments(void **state)
                 hd_lora_backward(ctx, t[0], t[1], t[2], t[3], 1, t[4], t[5], t[6], t[7], acc),
                 wrong, "foreign tensor");
         }
+        /* the layout flags: an unknown one, and the default layout's shapes under PyTorch's
+         * (W in x out where out x in is expected; dA and dB that do not follow A and B) */
+        expect_failed(ctx, &k, hd_lora_backward_ex(ctx, x, w, a, b, 1, 8, dy, dx, da, db, acc),
+                      inval, "unknown layout flag");
+        expect_failed(
+            ctx, &k,
+            hd_lora_backward_ex(ctx, x, w, a, b, 1, HD_LORA_LAYOUT_PYTORCH, dy, dx, da, db, acc),
+            shape, "default shapes in PyTorch's layout");
+        expect_failed(ctx, &k,
+                      hd_lora_backward_ex(ctx, x, w, a, b, 1, HD_LORA_TRANS_W, dy, dx, da, db, acc),
+                      shape, "W not stored out x in");
         expect_failed(ctx, &k, hd_lora_backward(ctx, x, w, a, b, 1, dy, x, da, db, acc), alias,
                       "dx == x");
         expect_failed(ctx, &k, hd_lora_backward(ctx, x, w, a, b, 1, dy, dx, a, db, acc), alias,
@@ -796,6 +880,18 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_norm_backward_weight_gradients_are_deterministic,
                                         setup_fused, teardown),
     };
+    const struct CMUnitTest lora_layouts[] = {
+        cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
+                                        setup_lora_cpu_pytorch, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_backward_accumulates_and_dx_is_optional,
+                                        setup_lora_cpu_a, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
+                                        setup_lora_fused_pytorch, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_backward_accumulates_and_dx_is_optional,
+                                        setup_lora_fused_w_b, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
+                                        setup_lora_clblast_pytorch, teardown),
+    };
     const struct CMUnitTest lora_devices[] = {
         cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
                                         setup_lora_fused, teardown),
@@ -808,6 +904,8 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("backward on the CPU", tests, setup, teardown);
     failed += cmocka_run_group_tests_name("backward on the fused kernels", fused, NULL, NULL);
-    return failed + cmocka_run_group_tests_name("LoRA backward on the fused kernels and CLBlast",
-                                                lora_devices, NULL, NULL);
+    failed += cmocka_run_group_tests_name("LoRA backward on the fused kernels and CLBlast",
+                                          lora_devices, NULL, NULL);
+    return failed + cmocka_run_group_tests_name("LoRA backward in transposed layouts", lora_layouts,
+                                                NULL, NULL);
 }

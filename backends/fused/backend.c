@@ -220,7 +220,8 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     case HD_OP_RMS_NORM:
         return row_variants(f, s, out, max);
     case HD_OP_LORA_BACKWARD: { /* the tiles of dx = dy*W^T (+ u*A^T), the largest product */
-        hd_shape dx = {.dim = {s->dim[0], s->dim[1], s->dim[2]}, .trans_b = true};
+        hd_shape dx = {.dim = {s->dim[0], s->dim[1], s->dim[2]},
+                       .trans_b = !(s->lora_layout & HD_LORA_TRANS_W)};
         return hd__fused_tile_variants(f, &dx, f->ctx->gemm_precision, out, max);
     }
     case HD_OP_SOFTMAX_BACKWARD: /* the looped row kernels: CACHE does not apply */

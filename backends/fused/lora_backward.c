@@ -6,7 +6,11 @@
  *                               extended by the rank), so dx is written once
  *   dA = x^T * u                in x rank, k = tokens deep: split-K where tiles are few
  *   dB = scale * h^T * dy       rank x out, likewise
- * Every transpose is read in place; neither W^T nor A*B is ever formed. accumulate makes beta 1.
+ * Every transpose and every layout (hd_lora_backward_ex) is read in place, dA and dB written as
+ * A and B are stored (u^T * x and scale * dy^T * h where they are transposed); neither W^T nor
+ * A*B is ever formed. Where W and A are stored transposed apart, u * A^T takes a launch of its
+ * own after dx's (the engine's second product shares the first's transposes). accumulate
+ * makes beta 1.
  * A tuned variant sets dx's product, the largest; the others take their shapes' defaults.
  * The temporaries are taken and every product prepared (parameters, builds, scratch) before
  * the first launch, so a refusal leaves every gradient as it was.
@@ -20,7 +24,7 @@ typedef struct backward_mems {
 
 /* The products of one call, in launch order. */
 typedef struct backward_plan {
-    hd_fused_tile_call step[5];
+    hd_fused_tile_call step[6];
     size_t count;
 } backward_plan;
 
@@ -41,18 +45,23 @@ static hd_fused_tile_call product(size_t m, size_t n, size_t k, float alpha, flo
                                 .precision = precision};
 }
 
-/* dx = dy * W^T + u * A^T: W (in x out) and A (in x r) are the stored-transposed operands. */
-static hd_fused_tile_call dx_product(size_t t, size_t in, size_t out, size_t r, float beta,
-                                     const backward_mems *m, hd_precision precision,
-                                     const char *variant)
+/* dx = dy * W^T (+ u * A^T): W and A are read as stored, transposed in the default layout
+ * (W in x out, A in x r) and as they are in PyTorch's (W out x in, A r x in). The rank-r
+ * product joins dx's own launch where both take the same transpose (the engine's second
+ * product shares the first's); *apart says it needs a launch of its own. */
+static hd_fused_tile_call dx_product(const hd_lora_backward_args *l, float beta,
+                                     const backward_mems *m, const char *variant, bool *apart)
 {
-    hd_fused_tile_call c = product(t, in, out, 1.0f, beta, (hd_fused_operand){m->dy, out, false},
-                                   (hd_fused_operand){m->w, out, true}, m->dx, precision);
+    size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
+    hd_fused_tile_call c =
+        product(t, in, out, 1.0f, beta, (hd_fused_operand){m->dy, out, false},
+                (hd_fused_operand){m->w, l->trans_w ? in : out, !l->trans_w}, m->dx, l->precision);
     c.variant = variant;
-    if (r > 0) {
+    *apart = r > 0 && l->trans_w != l->trans_a;
+    if (r > 0 && !*apart) {
         c.k2 = r;
         c.a2 = (hd_fused_operand){m->u, r, false};
-        c.b2 = (hd_fused_operand){m->a, r, true};
+        c.b2 = (hd_fused_operand){m->a, l->trans_a ? in : r, !l->trans_a};
     }
     return c;
 }
@@ -60,32 +69,49 @@ static hd_fused_tile_call dx_product(size_t t, size_t in, size_t out, size_t r, 
 static void plan_backward(const hd_lora_backward_args *l, const backward_mems *m, backward_plan *p)
 {
     size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
+    bool ta = l->trans_a, tb = l->trans_b, apart = false;
     float beta = l->accumulate ? 1.0f : 0.0f;
     hd_precision prec = l->precision;
     p->count = 0;
     if (r > 0) {
         p->step[p->count++] =
             product(t, r, out, l->scale, 0.0f, (hd_fused_operand){m->dy, out, false},
-                    (hd_fused_operand){m->b, out, true}, m->u, prec);
+                    (hd_fused_operand){m->b, tb ? r : out, !tb}, m->u, prec);
         p->step[p->count++] = product(t, r, in, 1.0f, 0.0f, (hd_fused_operand){m->x, in, false},
-                                      (hd_fused_operand){m->a, r, false}, m->h, prec);
+                                      (hd_fused_operand){m->a, ta ? in : r, ta}, m->h, prec);
     }
-    if (l->dx != NULL)
-        p->step[p->count++] = dx_product(t, in, out, r, beta, m, prec, l->variant);
-    if (r > 0) {
-        p->step[p->count++] = product(in, r, t, 1.0f, beta, (hd_fused_operand){m->x, in, true},
-                                      (hd_fused_operand){m->u, r, false}, m->da, prec);
-        p->step[p->count++] = product(r, out, t, l->scale, beta, (hd_fused_operand){m->h, r, true},
-                                      (hd_fused_operand){m->dy, out, false}, m->db, prec);
+    if (l->dx != NULL) {
+        p->step[p->count++] = dx_product(l, beta, m, l->variant, &apart);
+        if (apart)
+            p->step[p->count++] = product(t, in, r, 1.0f, 1.0f, (hd_fused_operand){m->u, r, false},
+                                          (hd_fused_operand){m->a, ta ? in : r, !ta}, m->dx, prec);
     }
+    if (r == 0)
+        return;
+    /* dA and dB as A and B are stored: x^T * u (in x r) or u^T * x (r x in), and
+     * scale * h^T * dy (r x out) or scale * dy^T * h (out x r) */
+    hd_fused_operand x_t = {m->x, in, true}, x = {m->x, in, false}, u_t = {m->u, r, true},
+                     u = {m->u, r, false}, h_t = {m->h, r, true}, h = {m->h, r, false},
+                     dy_t = {m->dy, out, true}, dy = {m->dy, out, false};
+    p->step[p->count++] = ta ? product(r, in, t, 1.0f, beta, u_t, x, m->da, prec)
+                             : product(in, r, t, 1.0f, beta, x_t, u, m->da, prec);
+    p->step[p->count++] = tb ? product(out, r, t, l->scale, beta, dy_t, h, m->db, prec)
+                             : product(r, out, t, l->scale, beta, h_t, dy, m->db, prec);
 }
 
 hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
                                         const char *variant)
 {
     const backward_mems none = {NULL};
-    hd_fused_tile_call c = dx_product(shape->dim[0], shape->dim[1], shape->dim[2], shape->dim[3],
-                                      0.0f, &none, ctx->gemm_precision, variant);
+    const hd_lora_backward_args l = {.tokens = shape->dim[0],
+                                     .in = shape->dim[1],
+                                     .out = shape->dim[2],
+                                     .rank = shape->dim[3],
+                                     .precision = ctx->gemm_precision,
+                                     .trans_w = (shape->lora_layout & HD_LORA_TRANS_W) != 0,
+                                     .trans_a = (shape->lora_layout & HD_LORA_TRANS_A) != 0};
+    bool apart;
+    hd_fused_tile_call c = dx_product(&l, 0.0f, &none, variant, &apart);
     return hd__fused_tile_check(f, ctx, &c);
 }
 

@@ -409,8 +409,8 @@ HD_API hd_status hd_layer_norm_backward(hd_context *ctx, const hd_tensor *x, con
                                         hd_tensor *dgamma, hd_tensor *dbeta);
 
 /*
- * LoRA backward with W frozen, for y = x*W + scale*(x*A)*B (hd_lora_forward(), same shapes,
- * the default layout only: not hd_lora_forward_ex()'s transposed ones; dy is T×out): with
+ * LoRA backward with W frozen, for y = x*W + scale*(x*A)*B (hd_lora_forward(), same shapes;
+ * dy is T×out): with
  * u = dy*B^T (T×r, the only temporary besides x*A),
  *   dx = dy*W^T + scale * u*A^T      (T×in; NULL: not wanted, e.g. the first layer)
  *   dA = scale * x^T * u             (in×r)
@@ -425,6 +425,16 @@ HD_API hd_status hd_lora_backward(hd_context *ctx, const hd_tensor *x, const hd_
                                   const hd_tensor *a, const hd_tensor *b, float scale,
                                   const hd_tensor *dy, hd_tensor *dx, hd_tensor *da, hd_tensor *db,
                                   bool accumulate);
+
+/* LoRA backward with the weights in the layout the flags give (hd_lora_layout, OR-ed), as
+ * hd_lora_forward_ex() reads them: W out×in, A r×in, B out×r where flagged. dA and dB take the
+ * layout of A and B (PyTorch's: dA r×in, dB out×r, as autograd gives them). Every backend
+ * reads every layout in place. hd_lora_backward() is this with HD_LORA_LAYOUT_DEFAULT; the
+ * same checks, statuses and rules, and an unknown flag is HD_ERR_INVALID_ARGUMENT. */
+HD_API hd_status hd_lora_backward_ex(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
+                                     const hd_tensor *a, const hd_tensor *b, float scale,
+                                     unsigned layout, const hd_tensor *dy, hd_tensor *dx,
+                                     hd_tensor *da, hd_tensor *db, bool accumulate);
 
 #ifdef __cplusplus
 }
