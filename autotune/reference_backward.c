@@ -208,6 +208,9 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
 {
     size_t t = s->dim[0], d_in = s->dim[1], d_out = s->dim[2], r = s->dim[3];
     const float *x = in[0], *w = in[1], *a = in[2], *b = in[3], *dy = in[4];
+    /* W, A and B (and dA, dB) as the layout flags store them */
+    bool tw = s->lora_layout & HD_LORA_TRANS_W, ta = s->lora_layout & HD_LORA_TRANS_A,
+         tb = s->lora_layout & HD_LORA_TRANS_B;
     double sc = scale, *m = calloc(4 * (t * r > 0 ? t * r : 1), sizeof *m);
     if (m == NULL)
         return INFINITY;
@@ -215,12 +218,12 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
     for (size_t i = 0; i < t; i++)
         for (size_t q = 0; q < r; q++) {
             for (size_t o = 0; o < d_out; o++) {
-                double term = (double)dy[i * d_out + o] * b[q * d_out + o];
+                double term = (double)dy[i * d_out + o] * b[tb ? o * r + q : q * d_out + o];
                 u[i * r + q] += term;
                 ub[i * r + q] += fabs(term);
             }
             for (size_t p = 0; p < d_in; p++) {
-                double term = (double)x[i * d_in + p] * a[p * r + q];
+                double term = (double)x[i * d_in + p] * a[ta ? q * d_in + p : p * r + q];
                 h[i * r + q] += term;
                 hb[i * r + q] += fabs(term);
             }
@@ -232,13 +235,13 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
             size_t i = sample(t, CHECK_ROWS, si), j = sample(d_in, CHECK_COLS, sj);
             double want = 0.0, bound = 0.0;
             for (size_t o = 0; o < d_out; o++) {
-                double term = (double)dy[i * d_out + o] * w[j * d_out + o];
+                double term = (double)dy[i * d_out + o] * w[tw ? o * d_in + j : j * d_out + o];
                 want += term;
                 bound += fabs(term);
             }
             for (size_t q = 0; q < r; q++) {
-                want += sc * u[i * r + q] * a[j * r + q];
-                bound += fabs(sc * a[j * r + q]) * ub[i * r + q];
+                want += sc * u[i * r + q] * a[ta ? q * d_in + j : j * r + q];
+                bound += fabs(sc * a[ta ? q * d_in + j : j * r + q]) * ub[i * r + q];
             }
             double tol = hd__ref_matmul_tolerance((double)(d_out + r + 1), bound, 2.0, precision);
             double e = ratio(fabs((double)got[0][i * d_in + j] - want), tol);
@@ -254,7 +257,7 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
                 bound += fabs(sc * x[i * d_in + p]) * ub[i * r + q];
             }
             double tol = hd__ref_matmul_tolerance((double)(t + d_out + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[1][p * r + q] - want), tol);
+            double e = ratio(fabs((double)got[1][ta ? q * d_in + p : p * r + q] - want), tol);
             worst = e > worst ? e : worst;
         }
         for (size_t so = 0; so < sample_count(d_out, CHECK_COLS); so++) {
@@ -265,7 +268,7 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
                 bound += fabs(sc * dy[i * d_out + o]) * hb[i * r + q];
             }
             double tol = hd__ref_matmul_tolerance((double)(t + d_in + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[2][q * d_out + o] - want), tol);
+            double e = ratio(fabs((double)got[2][tb ? o * r + q : q * d_out + o] - want), tol);
             worst = e > worst ? e : worst;
         }
     }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "bench/results.h"
+#include "dispatch/op.h"
 
 hd_bench_record *hd__bench_record_add(hd_bench_run *run)
 {
@@ -397,7 +398,7 @@ static void json_case_fields(FILE *f, const hd_bench_case *c, const char *name)
             "\"trans_b\": %s, \"flops\": %.17g, \"bytes\": %.17g",
             hd_op_name(c->op), d[0], d[1], d[2], d[3], c->shape.trans_a ? "true" : "false",
             c->shape.trans_b ? "true" : "false", hd__bench_case_flops(c), hd__bench_case_bytes(c));
-    if (c->op == HD_OP_LORA) /* hd_lora_layout flags: 7 is PyTorch's W out×in, A r×in, B out×r */
+    if (hd__op(c->op)->lora_layout) /* hd_lora_layout: 7 is PyTorch's W out×in, A r×in, B out×r */
         fprintf(f, ", \"lora_layout\": %u", c->shape.lora_layout);
 }
 

@@ -67,11 +67,21 @@ static const hd_bench_case train_cases[] = {
         }                                                                                          \
     }
 
-/* The backward passes: LoRA's at one token (1024², r 8) and at 4096 tokens (4096², r 16), the
- * row ops' on the train suite's shapes and the seed suite's 64x1024. */
+#define LORA_BACKWARD_PT(t, in, out, r)                                                            \
+    {                                                                                              \
+        HD_OP_LORA_BACKWARD,                                                                       \
+        {                                                                                          \
+            .dim = {(t), (in), (out), (r)}, .lora_layout = HD_LORA_LAYOUT_PYTORCH                  \
+        }                                                                                          \
+    }
+
+/* The backward passes: LoRA's at one token (1024², r 8) and at 4096 tokens (4096², r 16), in
+ * both layouts, the row ops' on the train suite's shapes and the seed suite's 64x1024. */
 static const hd_bench_case backward_cases[] = {
     LORA_BACKWARD(1, 1024, 1024, 8),
     LORA_BACKWARD(4096, 4096, 4096, 16),
+    LORA_BACKWARD_PT(1, 1024, 1024, 8),
+    LORA_BACKWARD_PT(4096, 4096, 4096, 16),
     ROWS(HD_OP_SOFTMAX_BACKWARD, 64, 1024),
     ROWS(HD_OP_LAYER_NORM_BACKWARD, 64, 1024),
     ROWS(HD_OP_RMS_NORM_BACKWARD, 64, 1024),
@@ -152,6 +162,7 @@ static const hd_bench_case ci_cases[] = {
     ROWS(HD_OP_LAYER_NORM_BACKWARD, 7, 129),
     ROWS(HD_OP_RMS_NORM_BACKWARD, 1, 1000),
     LORA_BACKWARD(5, 37, 29, 3),
+    LORA_BACKWARD_PT(5, 37, 29, 3),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

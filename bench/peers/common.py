@@ -149,10 +149,14 @@ def make_inputs(case, sets, uniform, transpose):
         elif op == "rms_norm":
             inputs.append((uniform((d[0], d[1]), -2, 3), uniform((d[1],), 0.5, 1.5)))
         elif op == "lora_backward":
-            # the forward's inputs (default layout), then dy
+            # the forward's inputs, then dy; a weight in a transposed layout is stored so (not
+            # a view: the peer takes its gradient as stored, as dispatch-bench writes dA, dB)
             t, i, o, r = d
-            inputs.append((uniform((t, i), -1, 1), uniform((i, o), -1, 1), uniform((i, r), -1, 1),
-                           uniform((r, o), -1, 1), uniform((t, o), -1, 1)))
+            layout = case.get("lora_layout", 0)
+            ws = [uniform((t, i), -1, 1)]
+            for flag, (rows, cols) in ((1, (i, o)), (2, (i, r)), (4, (r, o))):
+                ws.append(uniform((cols, rows) if layout & flag else (rows, cols), -1, 1))
+            inputs.append(tuple(ws) + (uniform((t, o), -1, 1),))
         else:
             # the row ops' backward: the forward's inputs (softmax: x, whose softmax is the y
             # that dispatch-bench passes), then dy

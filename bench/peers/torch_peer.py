@@ -35,13 +35,18 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def backward_graph(op, x, cols, eps, scale):
+def backward_graph(op, x, cols, eps, scale, layout):
     """The forward of a backward case on one input set: (its output, the tensors whose
-    gradients the op computes, dy)."""
+    gradients the op computes, dy). LoRA's weights in a transposed layout (flags 1, 2, 4 for
+    W, A, B) enter the forward transposed, so their gradients come as they are stored."""
     if op == "lora_backward":
         xin, w, a, b, dy = x
         wrt = tuple(t.requires_grad_() for t in (xin, a, b))
-        y = torch.matmul(xin, w) + scale * torch.matmul(torch.matmul(xin, a), b)
+
+        def op_of(t, flag):
+            return t.t() if layout & flag else t
+        xa = torch.matmul(xin, op_of(a, 2))
+        y = torch.matmul(xin, op_of(w, 1)) + scale * torch.matmul(xa, op_of(b, 4))
         return y, wrt, dy
     wrt = tuple(t.requires_grad_() for t in x[:-1])
     if op == "softmax_backward":
@@ -65,7 +70,8 @@ def make_case(case, gen, dev, sets):
     eps, scale = 1e-5, 0.5
     holder = {}
     if op.endswith("_backward"):
-        graphs = [backward_graph(op, x, d[1], eps, scale) for x in inputs]
+        layout = case.get("lora_layout", 0)
+        graphs = [backward_graph(op, x, d[1], eps, scale, layout) for x in inputs]
 
         def run_backward(s):
             y, wrt, dy = graphs[s]
