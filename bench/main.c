@@ -119,7 +119,7 @@ static void usage(FILE *f)
           "                      ~/.cache/hd-dispatch/tune.txt)\n"
           "  --cpu-only          no OpenCL: the CPU backend alone\n"
           "  --seed N            random data seed (default: from the clock)\n"
-          "  --quiet             no progress lines\n"
+          "  --quiet, -q         no progress lines\n"
           "  --version           the tool's and the library's version\n"
           "  --help              this text\n"
           "\n"
@@ -304,7 +304,7 @@ static int parse_options(int argc, char **argv, options *o)
                 o->csv = true;
             else if (strcmp(a, "--list-cases") == 0)
                 o->list_cases = true;
-            else if (strcmp(a, "--quiet") == 0)
+            else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0)
                 o->quiet = true;
             else if (strcmp(a, "--cpu-only") == 0)
                 o->cpu_only = true;

@@ -33,6 +33,22 @@ for tool in "$tune" "$bench"; do
     expect 2 "needs a value" "$tool" --cache
 done
 
+# --device in both tools: a device that matches none is a start failure (3) that names it.
+for tool in "$tune" "$bench"; do
+    set +e
+    "$tool" --device no-such-device --suites ci --cache "$dir/none.txt" >/dev/null 2>"$dir/err.txt"
+    rc=$?
+    set -e
+    [ "$rc" -eq 3 ] || fail "$tool --device no-such-device: exit $rc, expected 3"
+    grep -q "'no-such-device'" "$dir/err.txt" || fail "$tool --device: the bad name is not said"
+done
+# 'all' is every suite but ci in both tools; the help of each names the suites.
+"$tune" --suites all --dry-run --cache "$dir/none.txt" >/dev/null 2>&1 || fail "tuner: --suites all"
+"$bench" --suites all --list-cases --json "$dir/all.json" >/dev/null 2>&1 || fail "bench: --suites all"
+for tool in "$tune" "$bench"; do
+    "$tool" --help | grep -q "backward" || fail "$tool --help does not name the backward suite"
+done
+
 expect 2 "exclude each other" "$tune" --quick --full
 expect 2 "'foo'" "$tune" --ops gemm,foo --dry-run
 expect 2 "not a file" "$tune" --shapes "$dir" --dry-run
@@ -52,6 +68,15 @@ expect 2 "both want standard output" "$bench" --csv --json -
     --quiet --json - >"$dir/json.txt" 2>"$dir/table.txt" || fail "--json - run failed"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["schema"] == "hd-bench/1"' \
     "$dir/json.txt" || fail "--json - output is not JSON alone: $(head -3 "$dir/json.txt")"
+# Where standard error is not a terminal: one progress line per case with the elapsed time;
+# --quiet (-q) none.
+"$bench" --suites ci --cpu-only --modes sync --repeats 1 --budget-ms 1 --warmup 1 --rounds 1 \
+    --json "$dir/p.json" >/dev/null 2>"$dir/progress.txt" || fail "the progress run failed"
+[ "$(grep -c '(elapsed ' "$dir/progress.txt")" -ge 10 ] ||
+    fail "no progress line per case: $(head -3 "$dir/progress.txt")"
+"$bench" -q --suites ci --cpu-only --modes sync --repeats 1 --budget-ms 1 --warmup 1 --rounds 1 \
+    --json "$dir/q.json" >/dev/null 2>"$dir/quiet.txt" || fail "the -q run failed"
+! grep -q '(elapsed ' "$dir/quiet.txt" || fail "-q still printed progress"
 # interrupt SECONDS COMMAND...: runs COMMAND, sends SIGINT after SECONDS, and expects exit 130
 # within 5 s of the signal and the "stopping" line on stderr.
 interrupt() {
