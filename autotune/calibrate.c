@@ -5,11 +5,8 @@
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
 #include "dispatch/context.h"
+#include "dispatch/device.h"
 #include "dispatch/error.h"
-
-#ifdef HD_HAVE_OPENCL
-#include "backends/opencl/runtime.h"
-#endif
 
 typedef struct gemm_job {
     hd_tensor *a, *b, *c;
@@ -73,16 +70,14 @@ hd_status hd__calibrate_gemm(hd_context *ctx, hd_backend b, size_t n, hd_measure
 static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budget_s, double *gflops)
 {
     hd_measure_result r;
-    hd_status s = hd__calibrate_gemm(ctx, b, n,
-                                     b == HD_BACKEND_CPU ? HD_MEASURE_SYNC : HD_MEASURE_DEVICE,
-                                     budget_s, &r);
+    hd_status s = hd__calibrate_gemm(
+        ctx, b, n, b == HD_BACKEND_CPU ? HD_MEASURE_SYNC : HD_MEASURE_DEVICE, budget_s, &r);
     *gflops = s == HD_OK && r.median_s > 0.0
                   ? 2.0 * (double)n * (double)n * (double)n / r.median_s * 1e-9
                   : 0.0;
     return s;
 }
 
-#ifdef HD_HAVE_OPENCL
 static hd_status upload_rate(hd_context *ctx, size_t bytes, double *gbps)
 {
     *gbps = 0.0;
@@ -90,40 +85,26 @@ static hd_status upload_rate(hd_context *ctx, size_t bytes, double *gbps)
     if (src == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "calibration: no memory for the upload");
     memset(src, 1, bytes);
-    struct hd_device_buffer *buf = NULL;
-    hd_status s = hd__cl_buffer_acquire(ctx->cl, ctx, bytes, &buf);
-    double best = 0.0;
-    for (int i = 0; i < 5 && s == HD_OK; i++) {
-        double t0 = hd__measure_now();
-        s = hd__cl_upload(ctx->cl, ctx, buf, src, bytes);
-        if (s == HD_OK)
-            s = hd__cl_finish(ctx->cl, ctx);
-        double t = hd__measure_now() - t0;
-        if (s == HD_OK && i > 0 && t > 0.0 && (double)bytes / t > best) /* i = 0: warm-up */
-            best = (double)bytes / t;
-    }
-    if (buf != NULL)
-        hd__cl_buffer_release(ctx->cl, buf);
+    double best_s = 0.0;
+    hd_status s = hd__device_upload_seconds(ctx, src, bytes, 4, &best_s);
     free(src);
-    *gbps = best * 1e-9;
+    *gbps = s == HD_OK && best_s > 0.0 ? (double)bytes / best_s * 1e-9 : 0.0;
     return s;
 }
-#endif
 
 hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
 {
     memset(out, 0, sizeof *out);
     hd_status s = HD_OK;
     double bps = 0.0;
-#ifdef HD_HAVE_OPENCL
-    if (ctx->cl != NULL) {
-        bool gpu = hd__cl_device_is_gpu(ctx->cl);
+    if (hd__device_present(ctx)) {
+        bool gpu = hd__device_is_gpu(ctx);
         double dev_s = 0.0, host_s = 0.0;
-        s = hd__cl_launch_latency(ctx->cl, ctx, &dev_s, &host_s);
+        s = hd__device_launch_latency(ctx, &dev_s, &host_s);
         out->launch_us = host_s * 1e6;
         size_t copy_bytes = gpu ? (quick ? 64u : 256u) << 20 : 16u << 20;
         if (s == HD_OK)
-            s = hd__cl_copy_bandwidth(ctx->cl, ctx, copy_bytes, &bps);
+            s = hd__device_copy_bandwidth(ctx, copy_bytes, &bps);
         out->copy_gbps = bps * 1e-9;
         if (s == HD_OK)
             s = upload_rate(ctx, gpu ? 64u << 20 : 16u << 20, &out->host_gbps);
@@ -136,7 +117,6 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
                 out->gemm_gflops = g;
         }
     }
-#endif
     if (s == HD_OK)
         s = gemm_rate(ctx, HD_BACKEND_CPU, quick ? 256 : 512, quick ? 0.1 : 0.3, &out->cpu_gflops);
     if (s == HD_OK && hd__measure_host_bandwidth(64u << 20, &bps) == HD_OK)

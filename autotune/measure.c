@@ -6,12 +6,9 @@
 
 #include "autotune/measure.h"
 #include "dispatch/context.h"
+#include "dispatch/device.h"
 #include "dispatch/error.h"
 #include "dispatch/select.h"
-
-#ifdef HD_HAVE_OPENCL
-#include "backends/opencl/runtime.h"
-#endif
 
 static const char *const mode_names[HD_MEASURE_MODE_COUNT] = {"device", "sync", "chain", "host"};
 
@@ -77,28 +74,25 @@ static bool stopping(void)
     return stop_flag != NULL && *stop_flag != 0;
 }
 
-#ifdef HD_HAVE_OPENCL
 /* Whether the last op ran where device events cannot see it. */
 static bool ran_on_host(const hd_context *ctx)
 {
     hd_backend b = hd_context_last_backend(ctx);
     return b == HD_BACKEND_AUTO || !hd__backend_usable(ctx, b) ||
-           hd__backend_place(ctx, b) == HD_PLACE_HOST || ctx->cl == NULL;
+           hd__backend_place(ctx, b) == HD_PLACE_HOST;
 }
-#endif
 
 /* One device-mode sample: the op between capture_begin and capture_end. An op on the CPU left
  * nothing to capture; its host wall time stands in, and *host_timed says so. */
 static hd_status sample_device(hd_context *ctx, hd_measure_fn fn, void *user, size_t set,
                                double *seconds, bool *host_timed)
 {
-#ifdef HD_HAVE_OPENCL
-    if (ctx->cl != NULL) {
+    if (hd__device_present(ctx)) {
         double t0 = hd__measure_now();
-        hd__cl_capture_begin(ctx->cl);
+        hd__device_capture_begin(ctx);
         hd_status s = fn(ctx, user, set);
         double device_s = 0.0;
-        hd_status e = hd__cl_capture_end(ctx->cl, ctx, &device_s);
+        hd_status e = hd__device_capture_end(ctx, &device_s);
         double t1 = hd__measure_now();
         if (s != HD_OK)
             return s;
@@ -110,7 +104,6 @@ static hd_status sample_device(hd_context *ctx, hd_measure_fn fn, void *user, si
         *seconds = device_s;
         return e;
     }
-#endif
     double t0 = hd__measure_now();
     hd_status s = fn(ctx, user, set);
     if (s == HD_OK)
@@ -288,45 +281,25 @@ hd_status hd__measure_device_bandwidth(hd_context *ctx, size_t bytes, double *by
 {
     if (ctx == NULL || bytes_per_second == NULL)
         return HD_ERR_INVALID_ARGUMENT;
-#ifdef HD_HAVE_OPENCL
-    if (ctx->cl != NULL)
-        return hd__cl_copy_bandwidth(ctx->cl, ctx, bytes, bytes_per_second);
-#endif
-    (void)bytes;
-    return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "no OpenCL device to measure");
+    return hd__device_copy_bandwidth(ctx, bytes, bytes_per_second);
 }
 
 bool hd__measure_has_device(const hd_context *ctx)
 {
-    return ctx != NULL && ctx->cl != NULL;
+    return hd__device_present(ctx);
 }
 
 bool hd__measure_device_is_gpu(const hd_context *ctx)
 {
-#ifdef HD_HAVE_OPENCL
-    if (ctx != NULL && ctx->cl != NULL)
-        return hd__cl_device_is_gpu(ctx->cl);
-#endif
-    (void)ctx;
-    return false;
+    return hd__device_is_gpu(ctx);
 }
 
 const char *hd__measure_device_driver(const hd_context *ctx)
 {
-#ifdef HD_HAVE_OPENCL
-    if (ctx != NULL && ctx->cl != NULL)
-        return hd__cl_driver_version(ctx->cl);
-#endif
-    (void)ctx;
-    return "";
+    return hd__device_driver(ctx);
 }
 
 const char *hd__measure_device_platform(const hd_context *ctx)
 {
-#ifdef HD_HAVE_OPENCL
-    if (ctx != NULL && ctx->cl != NULL)
-        return hd__cl_platform_name(ctx->cl);
-#endif
-    (void)ctx;
-    return "";
+    return hd__device_platform(ctx);
 }

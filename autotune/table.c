@@ -11,13 +11,10 @@
 
 #include "autotune/table.h"
 #include "dispatch/context.h"
+#include "dispatch/device.h"
 #include "dispatch/error.h"
-#include "dispatch/select.h"
 #include "dispatch/memo.h"
-
-#ifdef HD_HAVE_OPENCL
-#include "backends/opencl/runtime.h"
-#endif
+#include "dispatch/select.h"
 
 struct hd_tune_table {
     hd_tune_file file;
@@ -32,15 +29,11 @@ void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key)
     memset(key, 0, sizeof *key);
     snprintf(key->library, sizeof key->library, "%s", hd_version());
     const char *platform = "none", *device = "none", *driver = "none";
-#ifdef HD_HAVE_OPENCL
-    if (ctx->cl != NULL) {
-        platform = hd__cl_platform_name(ctx->cl);
-        device = hd__cl_device_name(ctx->cl);
-        driver = hd__cl_driver_version(ctx->cl);
+    if (hd__device_present(ctx)) {
+        platform = hd__device_platform(ctx);
+        device = hd__device_name(ctx);
+        driver = hd__device_driver(ctx);
     }
-#else
-    (void)ctx;
-#endif
     snprintf(key->platform, sizeof key->platform, "%s", platform);
     snprintf(key->device, sizeof key->device, "%s", device);
     snprintf(key->driver, sizeof key->driver, "%s", driver);
@@ -115,8 +108,9 @@ static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char 
 void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape)
 {
     hd_tune_record *r =
-        ctx->tune != NULL ? (hd_tune_record *)hd__tune_find(&ctx->tune->file, op, shape,
-                                                           ctx->gemm_precision) : NULL;
+        ctx->tune != NULL
+            ? (hd_tune_record *)hd__tune_find(&ctx->tune->file, op, shape, ctx->gemm_precision)
+            : NULL;
     if (r != NULL) {
         r->disabled = true;
         hd__plans_invalidate(ctx); /* plans may name it */

@@ -200,6 +200,20 @@ typedef struct hd_device_ops {
                           void *dst, size_t bytes); /* waits */
     hd_status (*zero)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                       size_t bytes);
+
+    /* What the tools measure and record of the device (dispatch/device.h). */
+    bool (*is_gpu)(const struct hd_cl_runtime *rt);
+    const char *(*driver)(const struct hd_cl_runtime *rt);
+    const char *(*platform)(const struct hd_cl_runtime *rt);
+    /* Device time of what the backends queue between the two calls (waits). */
+    void (*capture_begin)(struct hd_cl_runtime *rt);
+    hd_status (*capture_end)(struct hd_cl_runtime *rt, hd_context *ctx, double *seconds);
+    /* Device copy bandwidth (read plus written bytes per second) and the cost of an empty
+     * launch in device and host time (both wait). */
+    hd_status (*copy_bandwidth)(struct hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
+                                double *bytes_per_second);
+    hd_status (*launch_latency)(struct hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
+                                double *host_seconds);
 } hd_device_ops;
 
 /* The device hooks of this build (backends/registry.c); NULL when built without a device. */

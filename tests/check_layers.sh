@@ -1,8 +1,8 @@
 #!/bin/sh
 # The layers point one way (ARCHITECTURE.md): libdispatch.so holds none of the tools' code
 # (measurement, calibration, candidate choice, the reference, the cache writer, the suites)
-# and no fault injection, and no file of dispatch/ includes a header of backends/opencl/ or
-# autotune/.
+# and no fault injection, no file of dispatch/ includes a header of backends/opencl/ or
+# autotune/, and neither autotune/ nor bench/ includes the OpenCL runtime.
 # Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT
 set -u
 lib=$1
@@ -24,6 +24,13 @@ nm "$lib" | grep -q ' hd__call' || fail "nm shows no library symbols in $lib: ch
 
 bad=$(grep -nE '#include "(backends/opencl|autotune)/' "$root"/dispatch/*.c "$root"/dispatch/*.h)
 [ -z "$bad" ] || fail "dispatch/ includes a header of backends/opencl/ or autotune/:
+$bad"
+
+# The tuning cache and the tools reach the device through dispatch/device.h, never the
+# OpenCL runtime itself.
+bad=$(grep -rnE '#include "backends/opencl/' "$root"/autotune "$root"/bench --include='*.c' \
+    --include='*.h')
+[ -z "$bad" ] || fail "autotune/ or bench/ includes the OpenCL runtime:
 $bad"
 
 [ $status -eq 0 ] && echo "layers: ok"

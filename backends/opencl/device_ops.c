@@ -15,4 +15,11 @@ const hd_device_ops hd__opencl_device_ops = {
     .upload = hd__cl_upload,
     .download = hd__cl_download,
     .zero = hd__cl_zero,
+    .is_gpu = hd__cl_device_is_gpu,
+    .driver = hd__cl_driver_version,
+    .platform = hd__cl_platform_name,
+    .capture_begin = hd__cl_capture_begin,
+    .capture_end = hd__cl_capture_end,
+    .copy_bandwidth = hd__cl_copy_bandwidth,
+    .launch_latency = hd__cl_launch_latency,
 };

@@ -1,0 +1,89 @@
+/* The context's device through its hooks (dispatch/device.h). */
+#include <time.h>
+
+#include "dispatch/context.h"
+#include "dispatch/device.h"
+#include "dispatch/error.h"
+
+bool hd__device_present(const hd_context *ctx)
+{
+    return ctx != NULL && ctx->dev != NULL;
+}
+
+bool hd__device_is_gpu(const hd_context *ctx)
+{
+    return hd__device_present(ctx) && ctx->dev->is_gpu(ctx->cl);
+}
+
+const char *hd__device_name(const hd_context *ctx)
+{
+    return hd__device_present(ctx) ? ctx->dev->name(ctx->cl) : "";
+}
+
+const char *hd__device_driver(const hd_context *ctx)
+{
+    return hd__device_present(ctx) ? ctx->dev->driver(ctx->cl) : "";
+}
+
+const char *hd__device_platform(const hd_context *ctx)
+{
+    return hd__device_present(ctx) ? ctx->dev->platform(ctx->cl) : "";
+}
+
+static hd_status no_device(hd_context *ctx)
+{
+    return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "the context has no device to measure");
+}
+
+void hd__device_capture_begin(hd_context *ctx)
+{
+    if (hd__device_present(ctx))
+        ctx->dev->capture_begin(ctx->cl);
+}
+
+hd_status hd__device_capture_end(hd_context *ctx, double *seconds)
+{
+    return hd__device_present(ctx) ? ctx->dev->capture_end(ctx->cl, ctx, seconds) : no_device(ctx);
+}
+
+hd_status hd__device_copy_bandwidth(hd_context *ctx, size_t bytes, double *bytes_per_second)
+{
+    return hd__device_present(ctx) ? ctx->dev->copy_bandwidth(ctx->cl, ctx, bytes, bytes_per_second)
+                                   : no_device(ctx);
+}
+
+hd_status hd__device_launch_latency(hd_context *ctx, double *device_seconds, double *host_seconds)
+{
+    return hd__device_present(ctx)
+               ? ctx->dev->launch_latency(ctx->cl, ctx, device_seconds, host_seconds)
+               : no_device(ctx);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t bytes,
+                                    unsigned repeats, double *best_seconds)
+{
+    *best_seconds = 0.0;
+    if (!hd__device_present(ctx))
+        return no_device(ctx);
+    struct hd_device_buffer *buf = NULL;
+    hd_status s = ctx->dev->acquire(ctx->cl, ctx, bytes, &buf);
+    for (unsigned i = 0; i <= repeats && s == HD_OK; i++) {
+        double t0 = now_s();
+        s = ctx->dev->upload(ctx->cl, ctx, buf, src, bytes);
+        if (s == HD_OK)
+            s = ctx->dev->finish(ctx->cl, ctx);
+        double t = now_s() - t0;
+        if (s == HD_OK && i > 0 && (*best_seconds == 0.0 || t < *best_seconds)) /* 0: warm-up */
+            *best_seconds = t;
+    }
+    if (buf != NULL)
+        ctx->dev->release(ctx->cl, buf);
+    return s;
+}

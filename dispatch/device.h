@@ -1,0 +1,37 @@
+/*
+ * The context's device as the tuning cache and the tools see it: its names, whether it is a
+ * GPU, and the measurements of calibration and timing, through the device hooks
+ * (backends/backend.h), so that nothing above dispatch/ reaches the OpenCL runtime. Without a
+ * device: no names (""), not a GPU, and HD_ERR_BACKEND_UNAVAILABLE from the measurements.
+ */
+#ifndef HD_DISPATCH_DEVICE_H
+#define HD_DISPATCH_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+bool hd__device_present(const hd_context *ctx);
+bool hd__device_is_gpu(const hd_context *ctx);
+const char *hd__device_name(const hd_context *ctx);
+const char *hd__device_driver(const hd_context *ctx);
+const char *hd__device_platform(const hd_context *ctx);
+
+/* Device time of what is queued between begin and end; end waits. Without a device, begin
+ * does nothing and end fails. */
+void hd__device_capture_begin(hd_context *ctx);
+hd_status hd__device_capture_end(hd_context *ctx, double *seconds);
+
+/* Device-to-device copy bandwidth over a buffer of bytes (read plus written bytes per second);
+ * the cost of an empty launch, in device time and in host time to completion. Both wait. */
+hd_status hd__device_copy_bandwidth(hd_context *ctx, size_t bytes, double *bytes_per_second);
+hd_status hd__device_launch_latency(hd_context *ctx, double *device_seconds, double *host_seconds);
+
+/* The fastest of repeats uploads of bytes from src to a scratch buffer of the device, each
+ * timed on the host to completion after one untimed upload: the host link as a program's
+ * hd_tensor_write and first device call meet it. */
+hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t bytes,
+                                    unsigned repeats, double *best_seconds);
+
+#endif
