@@ -9,6 +9,10 @@
  *   3. per row, dx, rows across threads.
  *
  * The weight gradients are taken before dx is written, so dx may be dy.
+ *
+ * As in the forward kernels (rows.c), every sum along a row keeps LANES independent partial
+ * sums in double, combined at the end: vector code without fast-math flags, the same order of
+ * additions on every machine, and no chain of dependent adds to wait on.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -19,8 +23,32 @@
 
 /* As the forward row kernels: below this many elements one thread beats waking the pool. */
 #define HD_CPU_PARALLEL_ELEMENTS 65536
-/* Columns per block of the weight-gradient step: a block of each row is one cache line. */
-#define COLUMN_BLOCK 16
+/* Columns per block of the weight-gradient step: a block of each row is eight cache lines,
+ * read as one stretch, and its sums (two of 128 doubles) stay in the first-level cache. */
+#define COLUMN_BLOCK 128
+/* Partial sums per pass along a row: four vectors of doubles. */
+#define LANES 8
+
+static double lanes_total(const double *part)
+{
+    double total = 0.0;
+    for (size_t l = 0; l < LANES; l++)
+        total += part[l];
+    return total;
+}
+
+/* The sum of a[j] * b[j], in double. */
+static double row_dot(const float *a, const float *b, size_t n)
+{
+    double part[LANES] = {0.0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            part[l] += (double)a[j + l] * b[j + l];
+    for (; j < n; j++)
+        part[0] += (double)a[j] * b[j];
+    return lanes_total(part);
+}
 
 /* The pool when the call is large enough to pay for waking it, else NULL (the caller alone). */
 static hd_cpu_pool *pool_for(void *state, size_t rows, size_t cols)
@@ -32,9 +60,7 @@ static hd_cpu_pool *pool_for(void *state, size_t rows, size_t cols)
 /* softmax: dx = y * (dy - sum(y*dy)); the sum in double. dx may be dy. */
 static void softmax_backward_row(const float *y, const float *dy, float *dx, size_t n)
 {
-    double dot = 0.0;
-    for (size_t j = 0; j < n; j++)
-        dot += (double)y[j] * dy[j];
+    double dot = row_dot(y, dy, n);
     for (size_t j = 0; j < n; j++)
         dx[j] = (float)((double)y[j] * ((double)dy[j] - dot));
 }
@@ -60,17 +86,23 @@ hd_status hd__cpu_softmax_backward(void *state, hd_context *ctx, const hd_row_ba
 static void norm_stats_row(const float *x, size_t n, float eps, bool center, double *mean,
                            double *rstd)
 {
-    double m = 0.0;
-    if (center) {
-        for (size_t j = 0; j < n; j++)
-            m += x[j];
-        m /= (double)n;
-    }
-    double sq = 0.0;
-    for (size_t j = 0; j < n; j++)
-        sq += ((double)x[j] - m) * ((double)x[j] - m);
+    double sum[LANES] = {0.0}, sq[LANES] = {0.0};
+    size_t j = 0;
+    for (; center && j + LANES <= n; j += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            sum[l] += x[j + l];
+    for (; center && j < n; j++)
+        sum[0] += x[j];
+    double m = center ? lanes_total(sum) / (double)n : 0.0;
+    for (j = 0; j + LANES <= n; j += LANES)
+        for (size_t l = 0; l < LANES; l++) {
+            double d = (double)x[j + l] - m;
+            sq[l] += d * d;
+        }
+    for (; j < n; j++)
+        sq[0] += ((double)x[j] - m) * ((double)x[j] - m);
     *mean = m;
-    *rstd = 1.0 / sqrt(sq / (double)n + (double)eps);
+    *rstd = 1.0 / sqrt(lanes_total(sq) / (double)n + (double)eps);
 }
 
 /* dgamma[j] = sum_i dy[i][j] * xhat[i][j] and dbeta[j] = sum_i dy[i][j], for the columns of
@@ -101,13 +133,21 @@ static void norm_weight_grads_block(const hd_row_backward_args *r, const double 
 static void norm_backward_row(const float *x, const float *gamma, const float *dy, double mean,
                               double rstd, bool center, float *dx, size_t n)
 {
-    double sum_g = 0.0, sum_gx = 0.0;
-    for (size_t j = 0; j < n; j++) {
+    double sum_g[LANES] = {0.0}, sum_gx[LANES] = {0.0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t l = 0; l < LANES; l++) {
+            double g = (double)gamma[j + l] * dy[j + l];
+            sum_g[l] += g;
+            sum_gx[l] += g * (((double)x[j + l] - mean) * rstd);
+        }
+    for (; j < n; j++) {
         double g = (double)gamma[j] * dy[j];
-        sum_g += g;
-        sum_gx += g * (((double)x[j] - mean) * rstd);
+        sum_g[0] += g;
+        sum_gx[0] += g * (((double)x[j] - mean) * rstd);
     }
-    double mean_g = center ? sum_g / (double)n : 0.0, mean_gx = sum_gx / (double)n;
+    double mean_g = center ? lanes_total(sum_g) / (double)n : 0.0;
+    double mean_gx = lanes_total(sum_gx) / (double)n;
     for (size_t j = 0; j < n; j++) {
         double xhat = ((double)x[j] - mean) * rstd;
         dx[j] = (float)(rstd * ((double)gamma[j] * dy[j] - mean_g - xhat * mean_gx));
