@@ -2,7 +2,7 @@
 """Checks dispatch-bench output for the test suite.
 
     check_results.py schema FILE [--min-ok N]
-        FILE must follow schema hd-bench/1 (BENCHMARKS.md) and hold at least N results with
+        FILE must follow schema hd-bench/1 (bench/SCHEMA.md) and hold at least N results with
         status ok whose timings are positive and ordered (min <= median <= max).
     check_results.py run OUT.json --min-ok N -- dispatch-bench ARGS...
         runs the command with --json OUT.json appended, then checks OUT.json as above.
