@@ -16,10 +16,14 @@ enum { ROWS = 256, COLS = 256 };
 
 static char cache_path[256];
 
-/* A device context whose cache says: softmax ROWS x COLS takes 100 us on the fused kernels
- * and 400 us on the CPU, and one copy of its input takes about 1000 us. NULL without a
+/* The model's times of the contexts below, in microseconds. */
+#define DEVICE_US 100.0
+#define CPU_US    400.0
+
+/* A device context whose cache says: softmax ROWS x COLS takes DEVICE_US on the fused kernels
+ * and CPU_US on the CPU, and one copy of its input takes about copy_us. NULL without a
  * device. */
-static hd_context *dear_copy_context(void)
+static hd_context *context_with_copy(double copy_us)
 {
     hd_context *ctx = hd_test_context(false);
     if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
@@ -31,11 +35,11 @@ static hd_context *dear_copy_context(void)
     hd_tune_record r = {.op = HD_OP_SOFTMAX,
                         .shape = {.dim = {ROWS, COLS}},
                         .backend = HD_BACKEND_FUSED,
-                        .median_us = 100.0,
+                        .median_us = DEVICE_US,
                         .runner_up = HD_BACKEND_CPU,
-                        .margin_pct = 300.0};
+                        .margin_pct = (CPU_US / DEVICE_US - 1.0) * 100.0};
     assert_int_equal(hd__tune_put(&f, &r), HD_OK);
-    f.cal.host_gbps = ROWS * COLS * 4.0 / 1000.0 / 1e3; /* one copy: 1000 us */
+    f.cal.host_gbps = ROWS * COLS * 4.0 / copy_us / 1e3; /* bytes / copy_us, in GB/s */
     hd__tune_context_key(ctx, &f.key);
     char msg[256];
     remove(cache_path);
@@ -47,6 +51,11 @@ static hd_context *dear_copy_context(void)
     hd__tune_close(ctx);
     assert_int_equal(hd__tune_open(ctx, &opt), HD_OK);
     return ctx;
+}
+
+static hd_context *dear_copy_context(void)
+{
+    return context_with_copy(1000.0);
 }
 
 static hd_tensor *host_written(hd_context *ctx, uint64_t salt)
@@ -106,6 +115,41 @@ static void test_residency_loop_on_host_data_ends_on_the_device(void **state)
     hd_tensor_destroy(x);
     hd_tensor_destroy(y);
     hd_context_destroy(ctx);
+}
+
+/* The break-even rule as a bound: over any number of calls of a loop on host-written data,
+ * what the scheduler's choices cost in the model (the CPU's calls, the copy, the device's
+ * calls) is at most twice the better of copying at once and never copying, whether the copy
+ * is cheap, dear or far dearer than a call's regret. */
+static void test_residency_loop_costs_at_most_twice_the_better_of_copying_and_staying(void **state)
+{
+    (void)state;
+    static const double copies_us[] = {150.0, 1000.0, 3000.0};
+    enum { CALLS = 16 };
+    for (size_t c = 0; c < sizeof copies_us / sizeof copies_us[0]; c++) {
+        double copy_us = copies_us[c];
+        hd_context *ctx = context_with_copy(copy_us);
+        if (ctx == NULL)
+            skip();
+        hd_tensor *x = host_written(ctx, 10 + c), *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
+        double spent = 0.0;
+        bool moved = false;
+        for (int n = 1; n <= CALLS; n++) {
+            assert_int_equal(hd_softmax(ctx, x, y), HD_OK);
+            bool on_device = hd_context_last_backend(ctx) == HD_BACKEND_FUSED;
+            spent += on_device ? DEVICE_US + (moved ? 0.0 : copy_us) : CPU_US;
+            moved |= on_device;
+            double always = copy_us + n * DEVICE_US, never = n * CPU_US;
+            double better = always < never ? always : never;
+            if (spent > 2.0 * better)
+                fail_msg("copy %.0f us, call %d: the choices cost %.0f us, over twice %.0f us",
+                         copy_us, n, spent, better);
+        }
+        assert_true(moved); /* 16 calls pay for every one of these copies */
+        hd_tensor_destroy(x);
+        hd_tensor_destroy(y);
+        hd_context_destroy(ctx);
+    }
 }
 
 static void test_residency_prefetch_places_a_tensor_up_front(void **state)
@@ -177,6 +221,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_residency_single_call_on_host_data_stays_on_the_host),
         cmocka_unit_test(test_residency_loop_on_host_data_ends_on_the_device),
+        cmocka_unit_test(test_residency_loop_costs_at_most_twice_the_better_of_copying_and_staying),
         cmocka_unit_test(test_residency_prefetch_places_a_tensor_up_front),
         cmocka_unit_test(test_residency_gemm_scale_only_stays_on_the_device),
     };
