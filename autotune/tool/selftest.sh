@@ -43,10 +43,11 @@ fi
 
 # The backward ops, of several outputs each, are tuned like the others: every candidate's
 # outputs checked against the reference, a record written per case. With the CPU backend failing
-# its probe the device backends (fused, CLBlast where present) are the candidates.
+# its probe the device backends (fused, CLBlast where present) are the candidates; the case
+# budget leaves room for their first builds on a cold program cache.
 if grep -q '^ *fused ' "$dir/dry.txt"; then
     printf 'lora_backward 5 37 29 3\nrms_norm_backward 7 129\n' > "$dir/backward.txt"
-    HD_FAULT=cpu:probe "$tool" --quick --verbose --shapes "$dir/backward.txt" \
+    HD_FAULT=cpu:probe "$tool" --quick --verbose --case-budget-s 300 --shapes "$dir/backward.txt" \
         --cache "$dir/backward-cache.txt" > "$dir/backward-run.txt" 2>&1 ||
         { cat "$dir/backward-run.txt"; fail "tuning the backward ops failed"; }
     grep -q '^lora_backward 5 37 29 3 ' "$dir/backward-cache.txt" &&
