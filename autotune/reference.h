@@ -66,7 +66,8 @@ bool hd__ref_is_backward(hd_op op);
 
 /* The tools' check of a backward op (the tuner's and the benchmark's). in: the op's inputs in
  * the op table's order (softmax: y, dy; the norms: x, weight, dy; LoRA: x, W, A, B, dy); got:
- * its outputs (dx, then the weight gradients), outputs of them, NULL where not computed. dx on
+ * its outputs (dx, then the weight gradients), outputs of them; one that is NULL (not computed)
+ * is not checked. dx on
  * up to 16 rows (LoRA: and 256 columns) spread over the output, the weight gradients on every
  * column (LoRA's dA and dB on 256 rows or columns), each against the reference with a
  * tolerance from its sum's length and its terms' magnitudes. Returns the worst error over its

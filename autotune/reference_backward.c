@@ -249,7 +249,7 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
         }
     /* dA (in x r) on sampled rows, dB (r x out) on sampled columns: sums over the tokens */
     for (size_t q = 0; q < r; q++) {
-        for (size_t sp = 0; sp < sample_count(d_in, CHECK_COLS); sp++) {
+        for (size_t sp = 0; got[1] != NULL && sp < sample_count(d_in, CHECK_COLS); sp++) {
             size_t p = sample(d_in, CHECK_COLS, sp);
             double want = 0.0, bound = 0.0;
             for (size_t i = 0; i < t; i++) {
@@ -260,7 +260,7 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
             double e = ratio(fabs((double)got[1][ta ? q * d_in + p : p * r + q] - want), tol);
             worst = e > worst ? e : worst;
         }
-        for (size_t so = 0; so < sample_count(d_out, CHECK_COLS); so++) {
+        for (size_t so = 0; got[2] != NULL && so < sample_count(d_out, CHECK_COLS); so++) {
             size_t o = sample(d_out, CHECK_COLS, so);
             double want = 0.0, bound = 0.0;
             for (size_t i = 0; i < t; i++) {

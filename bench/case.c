@@ -60,19 +60,24 @@ static int tensor_specs(const hd_bench_case *c, input_spec spec[HD_BENCH_MAX_INP
     return n;
 }
 
-/* A tensor of random contents, which *data keeps. */
+/* A tensor of random contents; *kept (NULL: not wanted) keeps them. */
 static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *state, hd_tensor **t,
-                             float **data)
+                             float **kept)
 {
     hd_status st = hd_tensor_create(ctx, s->rows, s->cols, t);
     if (st != HD_OK)
         return st;
     size_t n = s->rows * s->cols;
-    *data = malloc((n > 0 ? n : 1) * sizeof **data);
-    if (*data == NULL)
+    float *data = malloc((n > 0 ? n : 1) * sizeof *data);
+    if (data == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "benchmark input of %zu floats", n);
-    fill(state, *data, n, s->lo, s->hi);
-    return hd_tensor_write(*t, *data);
+    fill(state, data, n, s->lo, s->hi);
+    st = hd_tensor_write(*t, data);
+    if (kept != NULL)
+        *kept = data;
+    else
+        free(data);
+    return st;
 }
 
 void hd__bench_instance_destroy(hd_bench_instance *inst)
@@ -88,7 +93,7 @@ void hd__bench_instance_destroy(hd_bench_instance *inst)
 }
 
 hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uint64_t seed,
-                                    hd_bench_instance *inst)
+                                    bool keep_host, hd_bench_instance *inst)
 {
     memset(inst, 0, sizeof *inst);
     inst->ctx = ctx;
@@ -109,7 +114,8 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     hd_status st = HD_OK;
     for (size_t s = 0; s < inst->sets && st == HD_OK; s++)
         for (int i = 0; i < inst->inputs && st == HD_OK; i++)
-            st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i], &inst->host[s][i]);
+            st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i],
+                             keep_host ? &inst->host[s][i] : NULL);
     for (int i = 0; i < inst->outputs && st == HD_OK; i++)
         st = hd_tensor_create(ctx, out[i].rows, out[i].cols, &inst->out[i]);
     if (st != HD_OK)
@@ -138,12 +144,14 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
 
 hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
 {
-    (void)ctx;
     hd_bench_instance *inst = user;
     size_t s = set < inst->sets ? set : 0;
     hd_status st = HD_OK;
     for (int i = 0; i < inst->inputs && st == HD_OK; i++)
-        st = hd_tensor_write(inst->in[s][i], inst->host[s][i]);
+        st = inst->host[s][i] != NULL
+                 ? hd_tensor_write(inst->in[s][i], inst->host[s][i])
+                 : hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "benchmark instance made without its inputs' host copies");
     return st;
 }
 

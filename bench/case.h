@@ -4,6 +4,7 @@
 #ifndef HD_BENCH_CASE_H
 #define HD_BENCH_CASE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "bench/suites.h"
@@ -19,7 +20,8 @@ typedef struct hd_bench_instance {
     /* the op table's inputs and outputs in its order: GEMM A B; LoRA x W A B; rows x gamma beta;
      * the backward ops' inputs (dy among them) and their gradients */
     hd_tensor *in[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS];
-    float *host[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS]; /* their contents, for the host mode */
+    /* their contents, kept for the host mode (keep_host), else NULL */
+    float *host[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS];
     int inputs;
     hd_tensor *out[HD_BENCH_MAX_OUTPUTS]; /* out[0]: y, C, or dx */
     int outputs;
@@ -28,17 +30,19 @@ typedef struct hd_bench_instance {
 } hd_bench_instance;
 
 /* Creates the tensors of c and fills every input with random values from seed (never zeros):
- * 3 input sets when all of them together stay under 64 MiB, else 1. On failure everything
+ * 3 input sets when all of them together stay under 64 MiB, else 1. keep_host keeps a host
+ * copy of every input for hd__bench_instance_reset() (the host mode). On failure everything
  * made is freed and the context's message says why. */
 hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uint64_t seed,
-                                    hd_bench_instance *inst);
+                                    bool keep_host, hd_bench_instance *inst);
 void hd__bench_instance_destroy(hd_bench_instance *inst);
 
 /* The measured call: runs the case with input set `set`; an hd_measure_fn. */
 hd_status hd__bench_instance_run(hd_context *ctx, void *inst, size_t set);
 
 /* Writes input set `set` again from the host (the host mode's reset; an hd_measure_fn): the
- * inputs are then valid on the host alone, as a program's freshly written data. */
+ * inputs are then valid on the host alone, as a program's freshly written data. Needs an
+ * instance made with keep_host. */
 hd_status hd__bench_instance_reset(hd_context *ctx, void *inst, size_t set);
 
 /* Runs set 0 once, waits, and compares the output with a float64 reference on sampled rows

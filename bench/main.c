@@ -788,7 +788,7 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
     hd_bench_instance inst;
     progress("[%zu/%zu] %s: %s, making random inputs", st->done + 1, st->total, suite, name);
     if (hd__bench_instance_create(st->ctx, c, st->o->seed + 0x9e3779b97f4a7c15u * (index + 1),
-                                  &inst) != HD_OK) {
+                                  st->o->modes[HD_MEASURE_HOST], &inst) != HD_OK) {
         snprintf(note, sizeof note, "%.180s", hd_context_last_error(st->ctx));
         add_note_record(st, suite, c, name, "-", HD_BENCH_ERROR, note);
         return;

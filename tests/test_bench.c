@@ -276,8 +276,8 @@ static void test_instance_ci_cases_check_on_cpu(void **state)
     const hd_bench_suite *ci = hd__bench_suite_find("ci");
     for (size_t i = 0; i < ci->count; i++) {
         hd_bench_instance inst;
-        assert_int_equal(hd__bench_instance_create(ctx, &ci->cases[i], hd_test_seed() + i, &inst),
-                         HD_OK);
+        assert_int_equal(
+            hd__bench_instance_create(ctx, &ci->cases[i], hd_test_seed() + i, false, &inst), HD_OK);
         assert_true(inst.sets >= 2); /* small inputs rotate */
         float *x = hd_test_read(inst.in[0][0]);
         size_t n = hd_tensor_rows(inst.in[0][0]) * hd_tensor_cols(inst.in[0][0]), zeros = 0;
@@ -313,7 +313,7 @@ static void test_instance_reset_leaves_the_inputs_on_the_host(void **state)
     hd_context *ctx = hd_test_context(false);
     hd_bench_case c = {HD_OP_RMS_NORM, {.dim = {7, 129}}};
     hd_bench_instance inst;
-    assert_int_equal(hd__bench_instance_create(ctx, &c, hd_test_seed(), &inst), HD_OK);
+    assert_int_equal(hd__bench_instance_create(ctx, &c, hd_test_seed(), true, &inst), HD_OK);
     if (hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
         assert_int_equal(hd_context_set_backend(ctx, c.op, HD_BACKEND_FUSED), HD_OK);
         assert_int_equal(hd__bench_instance_run(ctx, &inst, 1), HD_OK);

@@ -388,8 +388,9 @@ static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_par
                  (op == HD_OP_LORA && s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64) ||
                  (op == HD_OP_GEMM && s->dim[0] <= HD_FUSED_MAX_ROWS && !s->trans_a && !s->trans_b);
     double rate = gflops * (strip ? GEMV_RATE_FRACTION : TILE_RATE_FRACTION);
-    /* LoRA's backward: five products (lora_backward.c) */
-    double launches = op == HD_OP_LORA_BACKWARD ? 5.0 : 1.0;
+    /* LoRA's backward: five products, six with W and A transposed apart (lora_backward.c) */
+    bool apart = !(s->lora_layout & HD_LORA_TRANS_W) != !(s->lora_layout & HD_LORA_TRANS_A);
+    double launches = op != HD_OP_LORA_BACKWARD ? 1.0 : apart ? 6.0 : 5.0;
     return launches * launch + fmax(flops / (rate * 1e3), bytes / (gbps * 1e3));
 }
 

@@ -13,7 +13,8 @@
  * makes beta 1.
  * A tuned variant sets dx's product, the largest; the others take their shapes' defaults.
  * The temporaries are taken and every product prepared (parameters, builds, scratch) before
- * the first launch, so a refusal leaves every gradient as it was.
+ * the first launch, so a refusal leaves every gradient as it was; only an enqueue that the
+ * device itself refuses can stop the call after a gradient was written.
  */
 #include "backends/fused/internal.h"
 
@@ -115,6 +116,38 @@ hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_s
     return hd__fused_tile_check(f, ctx, &c);
 }
 
+/* Prepares every product of the plan; again from the start if a tensor-core build failed on
+ * the way (the products before it were prepared for the tensor cores, which the launches will
+ * no longer use), so that the launches meet exactly what was prepared. */
+static hd_status prepare_all(hd_fused *f, hd_context *ctx, const backward_plan *plan)
+{
+    bool broken = f->mma_broken;
+    hd_status s = HD_OK;
+    for (size_t i = 0; i < plan->count && s == HD_OK; i++)
+        s = hd__fused_tile_prepare(f, ctx, &plan->step[i]);
+    for (size_t i = 0; s == HD_OK && f->mma_broken != broken && i < plan->count; i++)
+        s = hd__fused_tile_prepare(f, ctx, &plan->step[i]);
+    return s;
+}
+
+/* The call's variant: a tuning record is keyed by shape, not layout, so a variant tuned for
+ * the default layout that this layout's dx cannot run (its tiles in local memory differ) is
+ * left for the defaults, with a note, rather than refused. */
+static const char *variant_for_layout(hd_fused *f, hd_context *ctx, const hd_lora_backward_args *l)
+{
+    if (l->variant == NULL || !(l->trans_w || l->trans_a))
+        return l->variant;
+    hd_shape s = {.dim = {l->tokens, l->in, l->out, l->rank},
+                  .lora_layout =
+                      (l->trans_w ? HD_LORA_TRANS_W : 0u) | (l->trans_a ? HD_LORA_TRANS_A : 0u)};
+    if (hd__fused_lora_backward_check(f, ctx, &s, l->variant) == HD_OK)
+        return l->variant;
+    hd__error_clear(ctx);
+    hd__note(ctx, "fused: LoRA backward in this layout runs its defaults, not '%.100s'",
+             l->variant);
+    return NULL;
+}
+
 hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *l)
 {
     hd_fused *f = state;
@@ -122,6 +155,9 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
                          "fused: LoRA backward takes the tiled engine's variants, not '%.100s'",
                          l->variant);
+    hd_lora_backward_args call = *l;
+    call.variant = variant_for_layout(f, ctx, l);
+    l = &call;
     size_t low_rank_bytes = l->tokens * l->rank * sizeof(float);
     struct hd_device_buffer *u = NULL, *h = NULL;
     hd_status s = HD_OK;
@@ -141,8 +177,8 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
     }
     backward_plan plan;
     plan_backward(l, &m, &plan);
-    for (size_t i = 0; i < plan.count && s == HD_OK; i++)
-        s = hd__fused_tile_prepare(f, ctx, &plan.step[i]);
+    if (s == HD_OK)
+        s = prepare_all(f, ctx, &plan);
     for (size_t i = 0; i < plan.count && s == HD_OK; i++)
         s = hd__fused_tile_gemm(f, ctx, &plan.step[i]);
     /* The queue is in order: whoever takes u or h from the pool next runs after these. */

@@ -6,8 +6,8 @@ layer norm and RMS norm are torch.nn.functional; LoRA is x@W + scale*(x@A)@B as 
 it. The backward ops are autograd's backward of the same forward (x, A and B requiring
 gradients, W frozen; the norms' weights requiring theirs): the forward runs once per input set
 before timing, and each timed call is one torch.autograd.grad over its retained graph, so the
-forward is excluded; LoRA's backward reuses the x@A its forward saved, where dispatch-bench's
-call recomputes it. Modes: `device` (CUDA events recorded around one op, then the end event
+forward is excluded; autograd's backward reuses what its forward saved (LoRA's x@A, the norms'
+mean and 1/std), where dispatch-bench's call recomputes them. Modes: `device` (CUDA events recorded around one op, then the end event
 waited on), `sync` (host wall time of the op plus torch.cuda.synchronize()), `chain` (N ops
 queued, one synchronize, per op). On the CPU (--device cpu) only sync and chain exist.
 Output: schema hd-bench/1, backend "torch-cuda" or "torch-cpu".
