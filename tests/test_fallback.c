@@ -951,6 +951,42 @@ static void test_fallback_lora_backward_refusal_leaves_the_gradients_untouched(v
     hd_context_destroy(ctx);
 }
 
+/* A tuning record is keyed by shape, not layout: in PyTorch's layout a variant that this
+ * layout's dx cannot run leaves the call to the fused backend's defaults, with a note and no
+ * error, rather than refusing it. */
+static void test_fallback_lora_backward_variant_of_another_layout_runs_the_defaults(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+        hd_context_destroy(ctx);
+        skip();
+    }
+    enum { T = 7, IN = 37, OUT = 29, R = 5 };
+    /* x, W (out x in), A (r x in), B (out x r), dy, dx, dA (r x in), dB (out x r) */
+    const size_t rows[8] = {T, OUT, R, OUT, T, T, R, OUT},
+                 cols[8] = {IN, IN, IN, R, OUT, IN, IN, R};
+    hd_tensor *t[8];
+    hd_rng rng = hd_test_rng(1400);
+    for (int i = 0; i < 8; i++) {
+        float *d = hd_test_random(&rng, rows[i] * cols[i], -1, 1);
+        t[i] = hd_test_tensor(ctx, rows[i], cols[i], d);
+        free(d);
+    }
+    hd_call call;
+    hd_op_params p = {.scale = 0.5f, .lora_layout = HD_LORA_LAYOUT_PYTORCH};
+    const hd_tensor *args[8] = {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]};
+    assert_int_equal(hd__call_prepare(ctx, HD_OP_LORA_BACKWARD, args, &p, &call), HD_OK);
+    hd_test_notes_clear();
+    assert_int_equal(hd__call_run_on(ctx, HD_BACKEND_FUSED, &call, "BM=64 BN=64 BK=8 RM=3 RN=4"),
+                     HD_OK);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    assert_non_null(strstr(hd_test_notes(), "runs its defaults"));
+    for (int i = 0; i < 8; i++)
+        hd_tensor_destroy(t[i]);
+    hd_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -966,6 +1002,7 @@ int main(void)
         cmocka_unit_test(test_fallback_every_listed_variant_passes_the_load_check),
         cmocka_unit_test(test_fallback_hybrid_plan_refusal_leaves_y_untouched),
         cmocka_unit_test(test_fallback_lora_backward_refusal_leaves_the_gradients_untouched),
+        cmocka_unit_test(test_fallback_lora_backward_variant_of_another_layout_runs_the_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
