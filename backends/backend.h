@@ -214,6 +214,9 @@ typedef struct hd_device_ops {
                                 double *bytes_per_second);
     hd_status (*launch_latency)(struct hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
                                 double *host_seconds);
+    /* The fastest of repeats uploads of bytes from src, each timed to completion (waits). */
+    hd_status (*upload_seconds)(struct hd_cl_runtime *rt, hd_context *ctx, const void *src,
+                                size_t bytes, unsigned repeats, double *best_seconds);
 } hd_device_ops;
 
 /* The device hooks of this build (backends/registry.c); NULL when built without a device. */

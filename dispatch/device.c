@@ -1,6 +1,4 @@
 /* The context's device through its hooks (dispatch/device.h). */
-#include <time.h>
-
 #include "dispatch/context.h"
 #include "dispatch/device.h"
 #include "dispatch/error.h"
@@ -59,31 +57,11 @@ hd_status hd__device_launch_latency(hd_context *ctx, double *device_seconds, dou
                : no_device(ctx);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t bytes,
                                     unsigned repeats, double *best_seconds)
 {
     *best_seconds = 0.0;
-    if (!hd__device_present(ctx))
-        return no_device(ctx);
-    struct hd_device_buffer *buf = NULL;
-    hd_status s = ctx->dev->acquire(ctx->cl, ctx, bytes, &buf);
-    for (unsigned i = 0; i <= repeats && s == HD_OK; i++) {
-        double t0 = now_s();
-        s = ctx->dev->upload(ctx->cl, ctx, buf, src, bytes);
-        if (s == HD_OK)
-            s = ctx->dev->finish(ctx->cl, ctx);
-        double t = now_s() - t0;
-        if (s == HD_OK && i > 0 && (*best_seconds == 0.0 || t < *best_seconds)) /* 0: warm-up */
-            *best_seconds = t;
-    }
-    if (buf != NULL)
-        ctx->dev->release(ctx->cl, buf);
-    return s;
+    return hd__device_present(ctx)
+               ? ctx->dev->upload_seconds(ctx->cl, ctx, src, bytes, repeats, best_seconds)
+               : no_device(ctx);
 }

@@ -22,4 +22,5 @@ const hd_device_ops hd__opencl_device_ops = {
     .capture_end = hd__cl_capture_end,
     .copy_bandwidth = hd__cl_copy_bandwidth,
     .launch_latency = hd__cl_launch_latency,
+    .upload_seconds = hd__cl_upload_seconds,
 };

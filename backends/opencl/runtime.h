@@ -100,6 +100,10 @@ hd_status hd__cl_copy_bandwidth(hd_cl_runtime *rt, hd_context *ctx, size_t bytes
                                 double *bytes_per_second);
 hd_status hd__cl_launch_latency(hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
                                 double *host_seconds);
+/* The fastest of repeats uploads of bytes from src to a pooled buffer, each timed on the host
+ * to completion, after one untimed upload. Waits. */
+hd_status hd__cl_upload_seconds(hd_cl_runtime *rt, hd_context *ctx, const void *src, size_t bytes,
+                                unsigned repeats, double *best_seconds);
 
 /* Counters, for tests and diagnostics. */
 struct hd_cl_pool_counters {

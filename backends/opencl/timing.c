@@ -173,6 +173,26 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+hd_status hd__cl_upload_seconds(hd_cl_runtime *rt, hd_context *ctx, const void *src, size_t bytes,
+                                unsigned repeats, double *best_seconds)
+{
+    *best_seconds = 0.0;
+    struct hd_device_buffer *buf = NULL;
+    hd_status s = hd__cl_buffer_acquire(rt, ctx, bytes, &buf);
+    for (unsigned i = 0; i <= repeats && s == HD_OK; i++) { /* i = 0: warm-up */
+        double t0 = now_seconds();
+        s = hd__cl_upload(rt, ctx, buf, src, bytes);
+        if (s == HD_OK)
+            s = hd__cl_finish(rt, ctx);
+        double t = now_seconds() - t0;
+        if (s == HD_OK && i > 0 && (*best_seconds == 0.0 || t < *best_seconds))
+            *best_seconds = t;
+    }
+    if (buf != NULL)
+        hd__cl_buffer_release(rt, buf);
+    return s;
+}
+
 static const char empty_source[] = "__kernel void hd_empty(void) {}\n";
 
 hd_status hd__cl_launch_latency(hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
