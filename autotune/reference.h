@@ -61,6 +61,17 @@ bool hd__ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, co
                            const float *dy, double *dx, double *da, double *db, double *bound_dx,
                            double *bound_da, double *bound_db);
 
+/* The tools' sampled checks (dispatch-bench's, and the backward ops' of both tools): up to
+ * HD_REF_CHECK_ROWS rows and HD_REF_CHECK_COLS columns of a large output. */
+#define HD_REF_CHECK_ROWS 16
+#define HD_REF_CHECK_COLS 256
+/* The j-th of hd__ref_sample_count(n, max) indices sampled from n: all of them up to max, else
+ * max spread evenly, first and last included. */
+size_t hd__ref_sample(size_t n, size_t max, size_t j);
+size_t hd__ref_sample_count(size_t n, size_t max);
+/* err / tol, infinite where err is NaN: at most 1 passes. */
+double hd__ref_error_ratio(double err, double tol);
+
 /* Whether op is a backward op, checked by hd__ref_check_backward(). */
 bool hd__ref_is_backward(hd_op op);
 

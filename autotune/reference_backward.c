@@ -129,25 +129,19 @@ bool hd__ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, co
 
 /* ---- the tools' check: sampled elements against the reference ---- */
 
-/* Rows and columns the check samples on large outputs. */
-#define CHECK_ROWS 16
-#define CHECK_COLS 256
-
-/* The sampled rows or columns: all of them up to max, else max spread evenly, first and last
- * included. */
-static size_t sample(size_t n, size_t max, size_t j)
+size_t hd__ref_sample(size_t n, size_t max, size_t j)
 {
     if (n <= max)
         return j;
     return (size_t)((double)j * (double)(n - 1) / (double)(max - 1) + 0.5);
 }
 
-static size_t sample_count(size_t n, size_t max)
+size_t hd__ref_sample_count(size_t n, size_t max)
 {
     return n < max ? n : max;
 }
 
-static double ratio(double err, double tol)
+double hd__ref_error_ratio(double err, double tol)
 {
     if (isnan(err))
         return INFINITY;
@@ -182,21 +176,51 @@ static double check_rows_backward(hd_op op, const hd_shape *shape, const float *
         if (i != next)
             continue;
         for (size_t j = 0; j < cols; j++) {
-            double e = ratio(fabs((double)got[0][i * cols + j] - dx[j]), 1e-5 + 1e-3 * fabs(dx[j]));
+            double e = hd__ref_error_ratio(fabs((double)got[0][i * cols + j] - dx[j]),
+                                           1e-5 + 1e-3 * fabs(dx[j]));
             worst = e > worst ? e : worst;
         }
         si++;
-        next = si < sample_count(rows, CHECK_ROWS) ? sample(rows, CHECK_ROWS, si) : rows;
+        next = si < hd__ref_sample_count(rows, HD_REF_CHECK_ROWS)
+                   ? hd__ref_sample(rows, HD_REF_CHECK_ROWS, si)
+                   : rows;
     }
     /* sums over the rows: float sums of rows terms on a device */
     double atol = 1e-5 * (1.0 + sqrt((double)rows));
     for (int o = 1; norm && o < outputs; o++)
         for (size_t j = 0; got[o] != NULL && j < cols; j++) {
             double want = o == 1 ? sum_g[j] : sum_b[j];
-            double e = ratio(fabs((double)got[o][j] - want), atol + 1e-3 * fabs(want));
+            double e =
+                hd__ref_error_ratio(fabs((double)got[o][j] - want), atol + 1e-3 * fabs(want));
             worst = e > worst ? e : worst;
         }
     free(m);
+    return worst;
+}
+
+/* A weight gradient of LoRA's backward, g[c][q] = scale * sum over the tokens of a[i][c] *
+ * v[i][q] (dA: a = x, v = u; dB: a = dy, v = h), on sampled columns c of a (t x width) and every
+ * q < r; vb holds the sums of the terms' magnitudes behind v, k the length of the longest sum
+ * behind an element. got holds g as r x width (q_major) or width x r. The worst error over its
+ * tolerance. */
+static double check_weight_grad(size_t t, size_t r, const float *a, size_t width, const double *v,
+                                const double *vb, double scale, double k, const float *got,
+                                bool q_major, hd_precision precision)
+{
+    double worst = 0.0;
+    for (size_t q = 0; q < r; q++)
+        for (size_t sc = 0; sc < hd__ref_sample_count(width, HD_REF_CHECK_COLS); sc++) {
+            size_t c = hd__ref_sample(width, HD_REF_CHECK_COLS, sc);
+            double want = 0.0, bound = 0.0;
+            for (size_t i = 0; i < t; i++) {
+                want += scale * a[i * width + c] * v[i * r + q];
+                bound += fabs(scale * a[i * width + c]) * vb[i * r + q];
+            }
+            double tol = hd__ref_matmul_tolerance(k, bound, 2.0, precision);
+            double e = hd__ref_error_ratio(
+                fabs((double)got[q_major ? q * width + c : c * r + q] - want), tol);
+            worst = e > worst ? e : worst;
+        }
     return worst;
 }
 
@@ -230,9 +254,10 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
         }
     double worst = 0.0;
     /* dx (t x in): sampled rows and columns */
-    for (size_t si = 0; got[0] != NULL && si < sample_count(t, CHECK_ROWS); si++)
-        for (size_t sj = 0; sj < sample_count(d_in, CHECK_COLS); sj++) {
-            size_t i = sample(t, CHECK_ROWS, si), j = sample(d_in, CHECK_COLS, sj);
+    for (size_t si = 0; got[0] != NULL && si < hd__ref_sample_count(t, HD_REF_CHECK_ROWS); si++)
+        for (size_t sj = 0; sj < hd__ref_sample_count(d_in, HD_REF_CHECK_COLS); sj++) {
+            size_t i = hd__ref_sample(t, HD_REF_CHECK_ROWS, si),
+                   j = hd__ref_sample(d_in, HD_REF_CHECK_COLS, sj);
             double want = 0.0, bound = 0.0;
             for (size_t o = 0; o < d_out; o++) {
                 double term = (double)dy[i * d_out + o] * w[tw ? o * d_in + j : j * d_out + o];
@@ -244,34 +269,16 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
                 bound += fabs(sc * a[ta ? q * d_in + j : j * r + q]) * ub[i * r + q];
             }
             double tol = hd__ref_matmul_tolerance((double)(d_out + r + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[0][i * d_in + j] - want), tol);
+            double e = hd__ref_error_ratio(fabs((double)got[0][i * d_in + j] - want), tol);
             worst = e > worst ? e : worst;
         }
-    /* dA (in x r) on sampled rows, dB (r x out) on sampled columns: sums over the tokens */
-    for (size_t q = 0; q < r; q++) {
-        for (size_t sp = 0; got[1] != NULL && sp < sample_count(d_in, CHECK_COLS); sp++) {
-            size_t p = sample(d_in, CHECK_COLS, sp);
-            double want = 0.0, bound = 0.0;
-            for (size_t i = 0; i < t; i++) {
-                want += sc * x[i * d_in + p] * u[i * r + q];
-                bound += fabs(sc * x[i * d_in + p]) * ub[i * r + q];
-            }
-            double tol = hd__ref_matmul_tolerance((double)(t + d_out + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[1][ta ? q * d_in + p : p * r + q] - want), tol);
-            worst = e > worst ? e : worst;
-        }
-        for (size_t so = 0; got[2] != NULL && so < sample_count(d_out, CHECK_COLS); so++) {
-            size_t o = sample(d_out, CHECK_COLS, so);
-            double want = 0.0, bound = 0.0;
-            for (size_t i = 0; i < t; i++) {
-                want += sc * h[i * r + q] * dy[i * d_out + o];
-                bound += fabs(sc * dy[i * d_out + o]) * hb[i * r + q];
-            }
-            double tol = hd__ref_matmul_tolerance((double)(t + d_in + 1), bound, 2.0, precision);
-            double e = ratio(fabs((double)got[2][tb ? o * r + q : q * d_out + o] - want), tol);
-            worst = e > worst ? e : worst;
-        }
-    }
+    /* dA and dB on sampled rows or columns of each rank: sums over the tokens */
+    if (got[1] != NULL)
+        worst = fmax(worst, check_weight_grad(t, r, x, d_in, u, ub, sc, (double)(t + d_out + 1),
+                                              got[1], ta, precision));
+    if (got[2] != NULL)
+        worst = fmax(worst, check_weight_grad(t, r, dy, d_out, h, hb, sc, (double)(t + d_in + 1),
+                                              got[2], !tb, precision));
     free(m);
     return worst;
 }

@@ -13,9 +13,6 @@
  * is not a figure of data left hot in a cache by the previous run. */
 #define ROTATE_BELOW_BYTES (64.0 * 1024 * 1024)
 #define ROTATE_SETS        3
-/* Rows and columns the reference check samples on large outputs. */
-#define CHECK_ROWS 16
-#define CHECK_COLS 256
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -155,27 +152,6 @@ hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
     return st;
 }
 
-/* The sampled rows or columns: all of them up to max, else max spread evenly, first and last
- * included. */
-static size_t sample(size_t n, size_t max, size_t j)
-{
-    if (n <= max)
-        return j;
-    return (size_t)((double)j * (double)(n - 1) / (double)(max - 1) + 0.5);
-}
-
-static size_t sample_count(size_t n, size_t max)
-{
-    return n < max ? n : max;
-}
-
-static double ratio(double err, double tol)
-{
-    if (isnan(err))
-        return INFINITY;
-    return err / tol;
-}
-
 static double check_matmul(const hd_bench_instance *inst, const hd_ref_inputs *in, const float *y)
 {
     const hd_bench_case *c = &inst->c;
@@ -184,13 +160,13 @@ static double check_matmul(const hd_bench_instance *inst, const hd_ref_inputs *i
     /* The rounding bound of a k-long float sum; LoRA adds the scaling of its low-rank term. */
     double k = lora ? (double)(c->shape.dim[1] + c->shape.dim[3] + 1) : (double)c->shape.dim[2];
     double worst = 0.0;
-    for (size_t si = 0; si < sample_count(rows, CHECK_ROWS); si++) {
-        size_t i = sample(rows, CHECK_ROWS, si);
-        for (size_t sj = 0; sj < sample_count(cols, CHECK_COLS); sj++) {
-            size_t j = sample(cols, CHECK_COLS, sj);
+    for (size_t si = 0; si < hd__ref_sample_count(rows, HD_REF_CHECK_ROWS); si++) {
+        size_t i = hd__ref_sample(rows, HD_REF_CHECK_ROWS, si);
+        for (size_t sj = 0; sj < hd__ref_sample_count(cols, HD_REF_CHECK_COLS); sj++) {
+            size_t j = hd__ref_sample(cols, HD_REF_CHECK_COLS, sj);
             hd_ref_elem e = hd__ref_matmul_elem(c->op, &c->shape, in, 0, i, j);
             double tol = hd__ref_matmul_tolerance(k, e.bound, 2.0, in->precision);
-            double r = ratio(fabs((double)y[i * cols + j] - e.want), tol);
+            double r = hd__ref_error_ratio(fabs((double)y[i * cols + j] - e.want), tol);
             worst = r > worst ? r : worst;
         }
     }
@@ -207,11 +183,12 @@ static double check_rows(const hd_bench_instance *inst, const hd_ref_inputs *in,
     /* Softmax values are around 1/cols; the norms' around 1. */
     double atol = c->op == HD_OP_SOFTMAX ? 1e-6 : 1e-4, rtol = 1e-3;
     double worst = 0.0;
-    for (size_t si = 0; si < sample_count(rows, CHECK_ROWS); si++) {
-        size_t i = sample(rows, CHECK_ROWS, si);
+    for (size_t si = 0; si < hd__ref_sample_count(rows, HD_REF_CHECK_ROWS); si++) {
+        size_t i = hd__ref_sample(rows, HD_REF_CHECK_ROWS, si);
         hd__ref_row(c->op, &c->shape, in, i, want);
         for (size_t j = 0; j < cols; j++) {
-            double e = ratio(fabs((double)y[i * cols + j] - want[j]), atol + rtol * fabs(want[j]));
+            double e = hd__ref_error_ratio(fabs((double)y[i * cols + j] - want[j]),
+                                           atol + rtol * fabs(want[j]));
             worst = e > worst ? e : worst;
         }
     }
