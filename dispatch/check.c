@@ -180,7 +180,7 @@ hd_status hd__prepare_lora(hd_context *ctx, const hd_tensor *const t[], const hd
         p->lora_layout == HD_LORA_LAYOUT_DEFAULT ? hd__op(HD_OP_LORA)->fn : "hd_lora_forward_ex";
     const hd_tensor *x = t[0], *w = t[1], *a = t[2], *b = t[3], *y = t[4];
     unsigned layout = p->lora_layout;
-    lora_dims d;
+    lora_dims d = {0};
     hd_status s = check_lora_weights(ctx, fn, layout, x, w, a, b, &d);
     if (s != HD_OK)
         return s;

@@ -148,7 +148,7 @@ static void norm_backward_row(const float *x, const float *gamma, const float *d
     }
     double mean_g = center ? lanes_total(sum_g) / (double)n : 0.0;
     double mean_gx = lanes_total(sum_gx) / (double)n;
-    for (size_t j = 0; j < n; j++) {
+    for (j = 0; j < n; j++) {
         double xhat = ((double)x[j] - mean) * rstd;
         dx[j] = (float)(rstd * ((double)gamma[j] * dy[j] - mean_g - xhat * mean_gx));
     }
