@@ -3,8 +3,9 @@
  * that it is checked on every machine, also where no NVIDIA device can run the kernel: TF32
  * rounding (nearest, ties away, low 13 bits cleared), the fp32x3 split x = big + small, the
  * three products small*big + big*small + big*big per 8-deep step with one rounding to fp32
- * each, and the per-stage accumulation of fp32x3. The real kernels are checked against
- * float64 on the GPU machine by test_fused and the probe recorded in BENCHMARKS.md.
+ * each, the kernel's order of depths, and fp32x3's accumulation per 16-deep group. The real kernels
+ * are checked against float64 on the GPU machine by test_fused and the probe recorded in
+ * BENCHMARKS.md.
  */
 #include <float.h>
 #include <math.h>
@@ -14,7 +15,7 @@
 
 #include "tests/testlib.h"
 
-enum { STAGE = 16 }; /* BK of the default tensor-core tiles */
+enum { GROUP = 16 }; /* depths a work-item reads at once; fp32x3 accumulates per group */
 
 static float tf32(float x)
 {
@@ -45,26 +46,29 @@ static float mma8(float d, const float *a, const float *b, size_t n)
 }
 
 /* Element of op = a (1 x k) . b (k x 1) as the kernel computes it in precision prec (1: tf32,
- * 3: fp32x3). */
+ * 3: fp32x3): per 16-deep group, step s (0, 1) takes depths 4t + 2s and 4t + 2s + 1 for
+ * t < 4 (zero past k); tf32 adds every step into the one accumulator, fp32x3 each group's
+ * steps into a fresh one, added to the total in fp32. */
 static float emulated_dot(const float *a, const float *b, size_t k, int prec)
 {
     float acc = 0.0f;
-    for (size_t s0 = 0; s0 < k; s0 += STAGE) {
-        float part = 0.0f;
-        for (size_t p0 = s0; p0 < k && p0 < s0 + STAGE; p0 += 8) {
-            size_t n = k - p0 < 8 ? k - p0 : 8;
+    for (size_t g0 = 0; g0 < k; g0 += GROUP) {
+        float part = prec == 3 ? 0.0f : acc;
+        for (size_t s = 0; s < 2; s++) {
             float ab[8], as[8], bb[8], bs[8];
-            for (size_t p = 0; p < n; p++) {
-                split(a[p0 + p], prec, &ab[p], &as[p]);
-                split(b[p0 + p], prec, &bb[p], &bs[p]);
+            for (size_t slot = 0; slot < 8; slot++) {
+                size_t p = g0 + 4 * (slot % 4) + 2 * s + slot / 4;
+                float x = p < k ? a[p] : 0.0f, y = p < k ? b[p] : 0.0f;
+                split(x, prec, &ab[slot], &as[slot]);
+                split(y, prec, &bb[slot], &bs[slot]);
             }
             if (prec == 3) {
-                part = mma8(part, as, bb, n);
-                part = mma8(part, ab, bs, n);
+                part = mma8(part, as, bb, 8);
+                part = mma8(part, ab, bs, 8);
             }
-            part = mma8(part, ab, bb, n);
+            part = mma8(part, ab, bb, 8);
         }
-        acc += part;
+        acc = prec == 3 ? acc + part : part;
     }
     return acc;
 }

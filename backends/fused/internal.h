@@ -70,6 +70,7 @@ typedef struct hd_fused {
     bool mma;           /* NVIDIA sm_80+: the tensor-core kernels may be built */
     bool nv_options;    /* cl_nv_compiler_options: -cl-nv-maxrregcount is understood */
     bool mma_broken;    /* their build failed here: the fp32 kernels run instead */
+    bool mma_emulated;  /* tests only: the tensor-core kernels' OpenCL C stand-in for the PTX */
     cl_mem splitk_part; /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
     cl_mem lora_u; /* scale * x * A of the tiled LoRA path, lora_u_bytes long */

@@ -102,12 +102,13 @@ static hd_status unsupported(hd_context *ctx, const char *why, const hd_fused_pa
 }
 
 /* Local memory of one kernel (two stages of each operand), as gemm.cl lays it out. */
-static size_t local_bytes(const hd_fused_params *p, bool mma, const hd_fused_tile_call *c)
+static size_t local_bytes(const hd_fused_params *p, bool mma)
 {
     size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
-    if (mma) {
-        a = c->a.trans ? bk * (bm + 8) : bm * (bk + 4);
-        b = c->b.trans ? bn * (bk + 4) : bk * (bn + 8);
+    if (mma) { /* depth-contiguous rows of MMA_STRIDE floats, 16 past a multiple of 32 */
+        size_t stride = bk + (48 - bk % 32) % 32;
+        a = bm * stride;
+        b = bn * stride;
     } else {
         a = bk * (bm + 4);
         b = bk * (bn + 4);
@@ -133,8 +134,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         mma = false; /* an fp32 variant: FMAs are at least as accurate */
     default_tile(f, c, mma, p);
     if (mma) {
-        if (p->wm % 16 != 0 || p->bm % p->wm != 0 || p->bn % p->wn != 0 || p->bk % 8 != 0)
-            return unsupported(ctx, "WM (WN) must divide BM (BN) and BK be a multiple of 8", p);
+        if (p->wm % 16 != 0 || p->bm % p->wm != 0 || p->bn % p->wn != 0 || p->bk % 16 != 0)
+            return unsupported(ctx, "WM (WN) must divide BM (BN) and BK be a multiple of 16", p);
         *threads = (size_t)(p->bm / p->wm) * (size_t)(p->bn / p->wn) * 32;
     } else {
         if (p->bm % p->rm != 0 || p->bn % p->rn != 0)
@@ -145,7 +146,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (*threads > f->device_max_group || *threads > 1024 || stage_a % *threads != 0 ||
         stage_b % *threads != 0)
         return unsupported(ctx, "the work-items do not split a stage evenly, or are too many", p);
-    if (f->local_mem > 0 && local_bytes(p, mma, c) > f->local_mem)
+    if (f->local_mem > 0 && local_bytes(p, mma) > f->local_mem)
         return unsupported(ctx, "the stages exceed the device's local memory", p);
     if (p->sk > 1 && c->batch > 1)
         return unsupported(ctx, "split-K serves single products only", p);
@@ -215,8 +216,9 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        (int)c->b.trans, p->sk > 1);
     if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
-                        " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d", p->wm, p->wn,
-                        c->precision == HD_PRECISION_TF32 ? 1 : 3);
+                        " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d%s", p->wm, p->wn,
+                        c->precision == HD_PRECISION_TF32 ? 1 : 3,
+                        f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else
         len +=
             snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d", p->rm, p->rn);
@@ -339,9 +341,9 @@ typedef struct tile_variant {
     int bm, bn, bk, wm_or_rm, wn_or_rn;
 } tile_variant;
 
-/* Whether v fits the device for operands of these transposes: its work-items and its local
- * memory (which depends on the layouts), so that the tuner is not offered what must fail. */
-static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma, const hd_shape *s)
+/* Whether v fits the device: its work-items and its local memory, so that the tuner is not
+ * offered what must fail. */
+static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
 {
     hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk};
     size_t threads;
@@ -352,9 +354,8 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma, con
     } else {
         threads = (size_t)(v->bm / v->wm_or_rm) * (size_t)(v->bn / v->wn_or_rn);
     }
-    hd_fused_tile_call c = {.a = {.trans = s->trans_a}, .b = {.trans = s->trans_b}};
     return threads <= f->device_max_group &&
-           (f->local_mem == 0 || local_bytes(&p, mma, &c) <= f->local_mem);
+           (f->local_mem == 0 || local_bytes(&p, mma) <= f->local_mem);
 }
 
 /* Tile shapes worth timing: large and small tiles, deep and shallow stages; the tensor-core
@@ -379,14 +380,16 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     static const tile_variant mma_tiles[] = {
         {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32},
         {"BM=128 BN=128 BK=16 WM=32 WN=64", 128, 128, 16, 32, 64},
-        {"BM=128 BN=64 BK=32 WM=64 WN=32", 128, 64, 32, 64, 32},
+        {"BM=128 BN=128 BK=16 WM=64 WN=64", 128, 128, 16, 64, 64},
+        {"BM=128 BN=128 BK=16 WM=128 WN=32", 128, 128, 16, 128, 32},
+        {"BM=256 BN=128 BK=16 WM=64 WN=64", 256, 128, 16, 64, 64},
+        {"BM=128 BN=256 BK=16 WM=64 WN=64", 128, 256, 16, 64, 64},
+        {"BM=256 BN=128 BK=16 WM=128 WN=32", 256, 128, 16, 128, 32},
         {"BM=128 BN=64 BK=16 WM=32 WN=32", 128, 64, 16, 32, 32},
         {"BM=64 BN=128 BK=16 WM=32 WN=32", 64, 128, 16, 32, 32},
         {"BM=64 BN=64 BK=16 WM=32 WN=32", 64, 64, 16, 32, 32},
         {"BM=64 BN=64 BK=32 WM=32 WN=32", 64, 64, 32, 32, 32},
-        {"BM=64 BN=128 BK=32 WM=32 WN=64", 64, 128, 32, 32, 64},
-        {"BM=128 BN=128 BK=16 WM=64 WN=64", 128, 128, 16, 64, 64},
-        {"BM=64 BN=128 BK=16 WM=64 WN=32", 64, 128, 16, 64, 32},
+        {"BM=64 BN=64 BK=32 WM=64 WN=32", 64, 64, 32, 64, 32},
     };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};
@@ -394,7 +397,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     static const char *const fma_capped[] = {"BM=128 BN=128 BK=8 RM=8 RN=8 REG=128",
                                              "BM=128 BN=128 BK=16 RM=8 RN=8 REG=128"};
     static const char *const mma_capped[] = {"BM=128 BN=128 BK=16 WM=64 WN=32 REG=128",
-                                             "BM=128 BN=128 BK=16 WM=32 WN=64 REG=128",
+                                             "BM=128 BN=128 BK=16 WM=64 WN=64 REG=168",
                                              "BM=64 BN=128 BK=16 WM=32 WN=32 REG=128"};
     bool mma = wants_mma(f, precision);
     const tile_variant *tiles = mma ? mma_tiles : fma_tiles;
@@ -402,7 +405,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         mma ? sizeof mma_tiles / sizeof mma_tiles[0] : sizeof fma_tiles / sizeof fma_tiles[0];
     size_t n = 0;
     for (size_t i = 0; i < count && n < max; i++)
-        if (variant_fits(f, &tiles[i], mma, s))
+        if (variant_fits(f, &tiles[i], mma))
             out[n++] = tiles[i].text;
     const char *const *capped = mma ? mma_capped : fma_capped;
     size_t capped_count = mma ? 3 : 2;

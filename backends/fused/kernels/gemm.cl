@@ -79,8 +79,13 @@
 #endif
 #if MMA
 /* Tensor cores: warps of 32 work-items, each owning a WM x WN block of the tile. Local memory
- * keeps each operand in its stored direction, padded so that the fragment reads of one warp
- * (8 rows by 4 depths, or 4 depths by 8 columns) fall in 32 distinct banks. */
+ * keeps both operands depth-contiguous (A as the tile's rows, B as its columns), so that a
+ * work-item reads four consecutive depths of a row or column as one float4 (gemm_mma.cl). A
+ * row is MMA_STRIDE floats, 16 past a multiple of 32: the 8 work-items of a quarter-warp, which
+ * read rows g and g + 1 at depths 4t (t < 4), then meet 8 distinct 16-byte bank groups. An
+ * operand stored depth-major (A with TRANS_A, B without TRANS_B) is transposed on its way in:
+ * consecutive work-items load consecutive depths (two work-items share each 32-byte sector),
+ * so that their scalar stores meet at most two to a bank. */
 #ifndef WM
 #define WM 64 /* rows of C per warp */
 #endif
@@ -88,27 +93,18 @@
 #define WN 32 /* columns of C per warp */
 #endif
 #define THREADS ((BM / WM) * (BN / WN) * 32)
-#if TRANS_A
-#define AS_STRIDE (BM + 8)
-#define AS_SIZE (BK * AS_STRIDE)
-#define AS_AT(i, p) ((p) * AS_STRIDE + (i))
-#else
-#define AS_STRIDE (BK + 4)
-#define AS_SIZE (BM * AS_STRIDE)
-#define AS_AT(i, p) ((i) * AS_STRIDE + (p))
-#endif
-#if TRANS_B
-#define BS_STRIDE (BK + 4)
-#define BS_SIZE (BN * BS_STRIDE)
-#define BS_AT(p, j) ((j) * BS_STRIDE + (p))
-#else
-#define BS_STRIDE (BN + 8)
-#define BS_SIZE (BK * BS_STRIDE)
-#define BS_AT(p, j) ((p) * BS_STRIDE + (j))
-#endif
-/* A run of VEC_A loaded floats lies along the stored row, and so along local memory's rows. */
-#define A_RUN_CONTIGUOUS 1
-#define B_RUN_CONTIGUOUS 1
+#define MMA_STRIDE (BK + (48 - BK % 32) % 32)
+#define AS_SIZE (BM * MMA_STRIDE)
+#define AS_AT(i, p) ((i) * MMA_STRIDE + (p))
+#define BS_SIZE (BN * MMA_STRIDE)
+#define BS_AT(p, j) ((j) * MMA_STRIDE + (p))
+/* A run of VEC loaded floats lies along the stored row: contiguous in local memory only for an
+ * operand stored depth-contiguous. */
+#define A_RUN_CONTIGUOUS (!TRANS_A)
+#define B_RUN_CONTIGUOUS TRANS_B
+/* Consecutive loads of a depth-major operand go along the depth. */
+#define A_LOADS_ALONG_DEPTH TRANS_A
+#define B_LOADS_ALONG_DEPTH (!TRANS_B)
 #else
 /* FMAs: RM x RN results per work-item, read from local memory as float4 runs along i and j,
  * so both operands are kept depth-major; rows padded by 4 floats put one warp's transposed
@@ -129,6 +125,8 @@
 /* Depth-major local rows: A's loaded runs are contiguous there only when A is stored k x m. */
 #define A_RUN_CONTIGUOUS TRANS_A
 #define B_RUN_CONTIGUOUS (!TRANS_B)
+#define A_LOADS_ALONG_DEPTH 0
+#define B_LOADS_ALONG_DEPTH 0
 #endif
 
 #define A_LOADS (BM * BK / (VEC_A * THREADS))
@@ -161,10 +159,13 @@ static inline tile_pos tile_of(int g, int m, int n, int slices)
 }
 
 /* Load e of a stage of A: its row in the tile (i) and depth (p), VEC_A wide along the stored
- * row. */
+ * row; consecutive loads along the stored row, or along the depth where the layout asks it. */
 static inline void a_coord(int e, int *i, int *p)
 {
-#if TRANS_A
+#if A_LOADS_ALONG_DEPTH
+    *p = e % BK;
+    *i = (e / BK) * VEC_A;
+#elif TRANS_A
     *p = e / (BM / VEC_A);
     *i = (e % (BM / VEC_A)) * VEC_A;
 #else
@@ -175,7 +176,10 @@ static inline void a_coord(int e, int *i, int *p)
 
 static inline void b_coord(int e, int *p, int *j)
 {
-#if TRANS_B
+#if B_LOADS_ALONG_DEPTH
+    *p = e % BK;
+    *j = (e / BK) * VEC_B;
+#elif TRANS_B
     *j = e / (BK / VEC_B);
     *p = (e % (BK / VEC_B)) * VEC_B;
 #else

@@ -1,36 +1,49 @@
 /*
  * Tiled GEMM on NVIDIA tensor cores (sm_80 and later) through inline PTX (follows gemm.cl,
- * which describes the tile, the stages and the loads). The host builds this file only for
- * such devices, and falls back to gemm_tile.cl when the build fails.
+ * which describes the tile, the stages, the loads and the local layout). The host builds this
+ * file only for such devices, and falls back to gemm_tile.cl when the build fails.
  *
  * Arithmetic: mma.sync.m16n8k8 with TF32 operands (10-bit mantissa) and fp32 accumulation.
  *   PREC = 1 (tf32): each operand rounded to TF32 (round to nearest, ties away), one product;
  *            error near 1e-3 of |A||B|, as PyTorch's allow_tf32.
  *   PREC = 3 (fp32x3, "3xTF32"): each operand split as x = big + small, big = tf32(x),
- *            small = tf32(x - big); three products big*big + big*small + small*big (the
+ *            small = tf32(x - big); three products small*big + big*small + big*big (the
  *            small*small term is below fp32's rounding), the small ones first. The error is
  *            within twice fp32's, or 2^-20 of the terms' magnitudes on short sums; a
  *            non-finite x keeps small = 0, so NaN propagates, and an infinity meets the
  *            other operand's zero residual and gives NaN.
  * Work decomposition: THREADS = (BM / WM) * (BN / WN) * 32; warp w owns a WM x WN block of
- * the tile, (WM / 16) x (WN / 8) mma tiles, each with its 4 accumulators per work-item. Per
- * depth step of 8, a work-item reads 4 values of A per 16-row block and 2 of B per 8-column
- * block from local memory (the fragment layout of the PTX ISA: lane = 4 * g + t holds A rows
- * g and g + 8 at depths t and t + 4, B depths t and t + 4 of column g, C rows g and g + 8 at
- * columns 2t and 2t + 1), splits them, and issues PREC mma per block pair.
+ * the tile, (WM / 16) x (WN / 8) mma tiles, each with its 4 accumulators per work-item. The
+ * fragments follow the PTX ISA (lane = 4 * g + t holds A rows g and g + 8 at k slots t and
+ * t + 4, B k slots t and t + 4 of column g, C rows g and g + 8 at columns 2t and 2t + 1), but
+ * the k slots are free to name any depths as long as A and B agree: in each 16-deep group, step
+ * s (0 or 1) gives slot t depth 4t + 2s and slot t + 4 depth 4t + 2s + 1. A work-item thus
+ * reads the four depths 4t .. 4t + 3 of each of its rows and columns as one float4 from the
+ * depth-contiguous local layout, which serves both steps: per 16 depths a warp reads 2 float4
+ * per 16 rows of A and 1 per 8 columns of B, where scalar reads would take four times as many
+ * instructions.
+ * Registers: per group, B's fragments of all WN / 8 column blocks, split, then for each 16-row
+ * block A's, split, and its products.
  * Accumulation: the tensor cores add into their fp32 accumulators with truncation, which over
  * a deep k (three products per step) costs fp32x3 more than fp32's rounding; so fp32x3 sums
- * each stage's products in a fresh accumulator and adds that to the tile's with an fp32 add,
- * the tensor cores never carrying more than one stage (BK deep).
+ * each 16-deep group's products of a row block in a fresh accumulator and adds that to the
+ * tile's with an fp32 add, the tensor cores never carrying more than 16 depths.
+ *
+ * MMA_EMULATE = 1 replaces the PTX by OpenCL C with the same fragment layout (the operands
+ * exchanged through local memory, products rounded as fp32), so that everything but the
+ * instructions themselves can be tested where no tensor core is (PoCL in CI).
  *
  * Tuning parameters: WM (a multiple of 16), WN (a multiple of 8), PREC (1 or 3); BK a multiple
- * of 8 (gemm.cl).
+ * of 16 (gemm.cl).
  */
 #ifndef PREC
 #define PREC 3 /* TF32 products per multiply: 3 (fp32x3) or 1 (tf32) */
 #endif
-#if WM % 16 != 0 || WN % 8 != 0 || BM % WM != 0 || BN % WN != 0 || BK % 8 != 0
-#error "WM must be a multiple of 16 and WN of 8, dividing BM and BN; BK a multiple of 8"
+#ifndef MMA_EMULATE
+#define MMA_EMULATE 0
+#endif
+#if WM % 16 != 0 || WN % 8 != 0 || BM % WM != 0 || BN % WN != 0 || BK % 16 != 0
+#error "WM must be a multiple of 16 and WN of 8, dividing BM and BN; BK a multiple of 16"
 #endif
 #if PREC != 1 && PREC != 3
 #error "PREC must be 1 or 3"
@@ -43,64 +56,135 @@
  * cvt leaves the low 13 bits of its result unspecified, and the mma would drop them. */
 static inline uint tf32_of(float x)
 {
+#if MMA_EMULATE
+    uint u = as_uint(x);
+    if ((u & 0x7f800000u) != 0x7f800000u)
+        u += 0x1000u; /* ties away from zero: the magnitude's bits round up */
+    return u & 0xffffe000u;
+#else
     uint r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r & 0xffffe000u;
-}
-
-/* x as big + small in TF32 (small = 0 for PREC = 1 and for non-finite x). */
-static inline void split(float x, uint *big, uint *small)
-{
-    *big = tf32_of(x);
-#if PREC == 3
-    float rest = x - as_float(*big);
-    *small = tf32_of(isfinite(rest) ? rest : 0.0f);
-#else
-    *small = 0;
 #endif
 }
 
+/* The four values of v as TF32 big parts and, for PREC = 3, small parts (0 for non-finite
+ * values). */
+static inline void split4(float4 v, uint big[4], uint small[4])
+{
+    float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int d = 0; d < 4; d++) {
+        big[d] = tf32_of(x[d]);
+#if PREC == 3
+        float rest = x[d] - as_float(big[d]);
+        small[d] = tf32_of(isfinite(rest) ? rest : 0.0f);
+#else
+        small[d] = 0;
+#endif
+    }
+}
+
+#if MMA_EMULATE
+/* d += a * b for one 16 x 8 x 8 block, the fragments exchanged through the warp's 32 * 6
+ * floats of local scratch; every work-item of the group calls it the same number of times. */
+static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
+                            __local float *x, int lane)
+{
+    __local float *mine = x + lane * 6;
+    mine[0] = as_float(a0 & 0xffffe000u);
+    mine[1] = as_float(a1 & 0xffffe000u);
+    mine[2] = as_float(a2 & 0xffffe000u);
+    mine[3] = as_float(a3 & 0xffffe000u);
+    mine[4] = as_float(b0 & 0xffffe000u);
+    mine[5] = as_float(b1 & 0xffffe000u);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int g = lane / 4, t = lane % 4;
+    float r[4];
+    for (int o = 0; o < 4; o++) {
+        int row = g + 8 * (o >> 1), col = 2 * t + (o & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 8; k++)
+            sum += x[(4 * (row % 8) + k % 4) * 6 + row / 8 + 2 * (k / 4)] *
+                   x[(4 * col + k % 4) * 6 + 4 + k / 4];
+        r[o] = sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *d += (float4)(r[0], r[1], r[2], r[3]);
+}
+#define SCRATCH_PARAM , __local float *scratch, int lane
+#define SCRATCH_ARG , scratch + (lid / 32) * 32 * 6, lane
+#define SCRATCH_PASS , scratch, lane
+/* kept rolled: PoCL compiles each barrier of an unrolled loop as a region of its own */
+#define MMA_UNROLL _Pragma("unroll 1")
+#else
 /* d += a * b for one 16 x 8 x 8 block. */
 static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1)
 {
     float d0 = d->x, d1 = d->y, d2 = d->z, d3 = d->w;
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
     *d = (float4)(d0, d1, d2, d3);
 }
-
-/* acc += the stage in as, bs for the warp's block at (wm0, wn0) of the tile. Per depth step,
- * A's fragments are split once and kept; B's one column block at a time, so that the
- * registers hold MI A fragments and a single B fragment beside the accumulators. */
-static inline void stage_mma(__local const float *as, __local const float *bs, int wm0, int wn0,
-                             int g, int t, float4 acc[MI][NI])
-{
-#pragma unroll
-    for (int p = 0; p < BK; p += 8) {
-        uint ab[MI][4], asm_[MI][4];
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                split(as[AS_AT(wm0 + i * 16 + g + 8 * (r & 1), p + t + 4 * (r >> 1))], &ab[i][r],
-                      &asm_[i][r]);
-#pragma unroll
-        for (int j = 0; j < NI; j++) {
-            uint bb[2], bsm[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-                split(bs[BS_AT(p + t + 4 * r, wn0 + j * 8 + g)], &bb[r], &bsm[r]);
-#pragma unroll
-            for (int i = 0; i < MI; i++) {
-#if PREC == 3
-                mma_tf32(&acc[i][j], asm_[i][0], asm_[i][1], asm_[i][2], asm_[i][3], bb[0],
-                         bb[1]);
-                mma_tf32(&acc[i][j], ab[i][0], ab[i][1], ab[i][2], ab[i][3], bsm[0], bsm[1]);
+#define SCRATCH_PARAM
+#define SCRATCH_ARG
+#define SCRATCH_PASS
+#define MMA_UNROLL _Pragma("unroll")
 #endif
-                mma_tf32(&acc[i][j], ab[i][0], ab[i][1], ab[i][2], ab[i][3], bb[0], bb[1]);
+
+/* The product of step s of a group: a[h][d] holds depth 4t + d of row g + 8h, b[d] depth
+ * 4t + d of column g. */
+#define MMA(d, a, s, b) \
+    mma_tf32(d, (a)[0][2 * (s)], (a)[1][2 * (s)], (a)[0][2 * (s) + 1], (a)[1][2 * (s) + 1], \
+             (b)[2 * (s)], (b)[2 * (s) + 1] SCRATCH_PASS)
+
+/* acc += the stage in as, bs for the warp's block at (wm0, wn0) of the tile. */
+static inline void stage_mma(__local const float *as, __local const float *bs, int wm0, int wn0,
+                             int g, int t, float4 acc[MI][NI] SCRATCH_PARAM)
+{
+MMA_UNROLL
+    for (int q = 0; q < BK; q += 16) {
+        uint bb[NI][4], bsm[NI][4];
+MMA_UNROLL
+        for (int j = 0; j < NI; j++)
+            split4(*(__local const float4 *)(bs + BS_AT(q + 4 * t, wn0 + j * 8 + g)), bb[j],
+                   bsm[j]);
+MMA_UNROLL
+        for (int i = 0; i < MI; i++) {
+            uint ab[2][4], asm_[2][4];
+MMA_UNROLL
+            for (int h = 0; h < 2; h++)
+                split4(*(__local const float4 *)(as + AS_AT(wm0 + i * 16 + g + 8 * h, q + 4 * t)),
+                       ab[h], asm_[h]);
+#if PREC == 3
+            float4 part[NI];
+MMA_UNROLL
+            for (int j = 0; j < NI; j++)
+                part[j] = (float4)(0.0f);
+MMA_UNROLL
+            for (int s = 0; s < 2; s++) {
+MMA_UNROLL
+                for (int j = 0; j < NI; j++)
+                    MMA(&part[j], asm_, s, bb[j]);
+MMA_UNROLL
+                for (int j = 0; j < NI; j++)
+                    MMA(&part[j], ab, s, bsm[j]);
+MMA_UNROLL
+                for (int j = 0; j < NI; j++)
+                    MMA(&part[j], ab, s, bb[j]);
             }
+MMA_UNROLL
+            for (int j = 0; j < NI; j++)
+                acc[i][j] += part[j];
+#else
+MMA_UNROLL
+            for (int s = 0; s < 2; s++)
+MMA_UNROLL
+                for (int j = 0; j < NI; j++)
+                    MMA(&acc[i][j], ab, s, bb[j]);
+#endif
         }
     }
 }
@@ -116,6 +200,9 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
 {
     __local float as[2][AS_SIZE] __attribute__((aligned(16)));
     __local float bs[2][BS_SIZE] __attribute__((aligned(16)));
+#if MMA_EMULATE
+    __local float scratch[THREADS * 6];
+#endif
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
     a += pos.batch * stride_a;
     b += pos.batch * stride_b;
@@ -145,22 +232,7 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
         bool more = s + 1 < stages;
         if (more)
             load_stage(&q, s + 1, m0, n0, m, n, ra, rb);
-#if PREC == 3
-        float4 part[MI][NI];
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NI; j++)
-                part[i][j] = (float4)(0.0f);
-        stage_mma(as[s & 1], bs[s & 1], wm0, wn0, g, t, part);
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NI; j++)
-                acc[i][j] += part[i][j];
-#else
-        stage_mma(as[s & 1], bs[s & 1], wm0, wn0, g, t, acc);
-#endif
+        stage_mma(as[s & 1], bs[s & 1], wm0, wn0, g, t, acc SCRATCH_ARG);
         if (more) {
             store_a(as[(s + 1) & 1], ra);
             store_b(bs[(s + 1) & 1], rb);
