@@ -497,7 +497,19 @@ typedef struct gemm_case {
     bool trans_a, trans_b;
 } gemm_case;
 
-static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant, uint64_t salt)
+/* The error bound's factor (hd_test_expect_gemm_close) of a precision: fp32's, also for fp32x3
+ * (within twice fp32's error, or 2^-20 of the terms' magnitudes on short sums), and 2^-10 of
+ * the terms' magnitudes for one TF32 product. */
+static double gemm_factor(hd_precision precision, size_t k)
+{
+    double floor = precision == HD_PRECISION_TF32     ? 8192.0
+                   : precision == HD_PRECISION_FP32X3 ? 8.0
+                                                      : 0.0;
+    return GEMM_FACTOR + floor / (double)(k + 1);
+}
+
+static void check_gemm_in(hd_context *ctx, const gemm_case *gc, const char *variant,
+                          hd_precision precision, uint64_t salt)
 {
     hd_rng rng = hd_test_rng(salt);
     size_t m = gc->m, n = gc->n, k = gc->k;
@@ -514,9 +526,10 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant
     hd_tensor *tb = gc->trans_b ? hd_test_tensor(ctx, n, k, b) : hd_test_tensor(ctx, k, n, b);
     hd_tensor *tc = hd_test_tensor(ctx, m, n, c);
     char what[160];
-    snprintf(what, sizeof what, "gemm %zux%zux%zu %c%c alpha %g beta %g%s [%s]", m, n, k,
+    snprintf(what, sizeof what, "gemm %zux%zux%zu %c%c alpha %g beta %g%s %s [%s]", m, n, k,
              gc->trans_a ? 't' : 'n', gc->trans_b ? 't' : 'n', (double)gc->alpha,
-             (double)gc->beta, gc->nan_c ? " NaN C" : "", variant ? variant : "default");
+             (double)gc->beta, gc->nan_c ? " NaN C" : "", hd_precision_name(precision),
+             variant ? variant : "default");
     if (variant == NULL) {
         expect_fused(ctx,
                      hd_gemm(ctx, gc->trans_a, gc->trans_b, gc->alpha, ta, tb, gc->beta, tc),
@@ -530,7 +543,7 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant
         hd_gemm_args args = {.trans_a = gc->trans_a, .trans_b = gc->trans_b,
                              .alpha = gc->alpha, .beta = gc->beta, .a = ta, .b = tb, .c = tc,
                              .m = m, .n = n, .k = k, .variant = variant,
-                             .precision = hd_context_gemm_precision(ctx)};
+                             .precision = precision};
         hd_status s = impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = args});
         if (beyond_device_limit(ctx, s, what))
             variant = "declined";
@@ -540,7 +553,7 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant
     }
     if (variant == NULL || strcmp(variant, "declined") != 0) {
         float *got = hd_test_read(tc);
-        hd_test_expect_gemm_close(what, got, want, bound, m * n, k, GEMM_FACTOR);
+        hd_test_expect_gemm_close(what, got, want, bound, m * n, k, gemm_factor(precision, k));
         free(got);
     }
     hd_tensor_destroy(ta);
@@ -551,6 +564,11 @@ static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant
     free(c);
     free(want);
     free(bound);
+}
+
+static void check_gemm(hd_context *ctx, const gemm_case *gc, const char *variant, uint64_t salt)
+{
+    check_gemm_in(ctx, gc, variant, hd_context_gemm_precision(ctx), salt);
 }
 
 static void test_gemm_few_rows_matches_reference(void **state)
@@ -635,6 +653,48 @@ static void test_gemm_tiles_every_variant_and_transpose(void **state)
         }
         check_gemm(ctx, &gc, list[tr][i], 2400 + i);
     }
+}
+
+/* The tensor-core kernels in fp32x3 and tf32: every variant the tuner offers, each transpose
+ * combination, odd sizes, k = 1, k inside and past a 16-deep group, alpha and beta, NaN in a
+ * C that beta = 0 ignores, split-K. Where the device has tensor cores these are the real PTX
+ * kernels; elsewhere their emulation (MMA_EMULATE in gemm_mma.cl), the same layouts, loads,
+ * fragments and accumulation in OpenCL C, so that all but the instructions is checked in CI. */
+static void test_gemm_tensor_core_kernels_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    fused_impl(ctx, &fs);
+    hd_fused *f = fs;
+    bool emulate = !f->mma;
+    if (f->mma_broken)
+        skip();
+    if (emulate)
+        f->mma = f->mma_emulated = true;
+    static const hd_precision precisions[] = {HD_PRECISION_FP32X3, HD_PRECISION_TF32};
+    static const gemm_case edges[] = {
+        {37, 29, 67, 1.5f, -0.5f, false, false, false}, {33, 45, 1, 1.0f, 0.0f, true, true, false},
+        {70, 9, 17, 1.0f, 0.5f, false, false, true},    {5, 131, 33, -1.0f, 0.0f, true, true, true},
+        {129, 66, 301, 1.0f, 0.0f, false, true, true},
+    };
+    for (size_t pi = 0; pi < 2; pi++) {
+        hd_shape shape = {.dim = {70, 45, 1100}};
+        const char *list[48];
+        size_t count = hd__fused_tile_variants(f, &shape, precisions[pi], list, 46);
+        assert_true(count > 4);
+        list[count++] = "BM=64 BN=64 SK=3";
+        for (size_t i = 0; i < count; i++) {
+            bool split = strstr(list[i], "SK=") != NULL;
+            gemm_case gc = edges[i % (sizeof edges / sizeof edges[0])];
+            gc.trans_a = i % 2 == 1;
+            gc.trans_b = i / 2 % 2 == 1;
+            if (split)
+                gc.k = 301;
+            check_gemm_in(ctx, &gc, list[i], precisions[pi], 2700 + i + 50 * pi);
+        }
+    }
+    if (emulate)
+        f->mma = f->mma_emulated = false;
 }
 
 /* Default parameters on the shared shapes with more than 16 rows or a transpose (the tiled
@@ -755,6 +815,10 @@ static void test_gemm_k_groups_match_reference(void **state)
         {{1, 1028, 400, 1.0f, 0.0f, false, false, false}, "KG=3"},
         {{1, 8, 1, 1.0f, 0.0f, true, false, false}, "KG=3"},
         {{5, 9, 77, 1.0f, 1.0f, false, false, false}, "TN=8 KS=32 UNROLL=2 KG=3"},
+        /* rows staged in chunks of depths: several chunks, the last one partial */
+        {{7, 36, 2999, 1.0f, 0.0f, false, false, false}, NULL},
+        {{16, 20, 1500, 0.5f, 1.0f, false, false, false}, "TN=32 KS=8 UNROLL=8 KG=3"},
+        {{3, 132, 5001, 1.0f, 0.0f, false, false, false}, "TN=4 KS=64 UNROLL=16"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_gemm(*state, &cases[i].gc, cases[i].variant, 2400 + i);
@@ -917,6 +981,8 @@ static void test_lora_few_tokens_matches_reference(void **state)
     static const hd_test_lora_shape extra[] = {
         {1, 1, 1, 0},    {1, 64, 36, 0},   {1, 37, 12, 1},  {1, 129, 260, 7},
         {16, 61, 40, 64}, {16, 33, 5, 13}, {1, 300, 64, 64}, {2, 1, 3, 2},
+        /* several rows of x staged in chunks of depths, the last one partial */
+        {5, 2999, 36, 16}, {16, 1301, 20, 3}, {2, 4099, 9, 8},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         check_lora(*state, extra[i].tokens, extra[i].in, extra[i].out, extra[i].rank, NULL,
@@ -1202,6 +1268,7 @@ int main(void)
         cmocka_unit_test(test_gemm_every_variant),
         cmocka_unit_test(test_gemm_tiles_every_variant_and_transpose),
         cmocka_unit_test(test_gemm_tiles_match_reference),
+        cmocka_unit_test(test_gemm_tensor_core_kernels_match_reference),
         cmocka_unit_test(test_gemm_batched_tiles_match_reference),
         cmocka_unit_test(test_gemm_outside_design_is_declined),
         cmocka_unit_test(test_gemm_k_groups_match_reference),

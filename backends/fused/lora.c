@@ -160,33 +160,6 @@ static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
     return hd__fused_tile_gemm(f, ctx, &y);
 }
 
-/* 2 to 16 tokens by default: the strip GEMM reads W once for all rows, as hd_gemm does, and
- * the epilogue then adds scale * (x*A) * B. The one-launch kernel recomputes x*A in every
- * work-group, which costs more than the second launch once there are several rows (H100,
- * 8 tokens at 4096², r = 16: 197 µs in one launch, 62 µs for the strip GEMM alone). The
- * epilogue is prepared first, so y is written only once both have accepted the call. */
-static hd_status lora_rows_then_update(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
-{
-    hd_lora_args defaults = *l;
-    defaults.variant = NULL;
-    hd_fused_update u;
-    hd_status s = hd__fused_lora_update_prepare(f, ctx, &defaults, &u);
-    if (s != HD_OK)
-        return s;
-    hd_gemm_args g = {.alpha = 1.0f,
-                      .beta = 0.0f,
-                      .a = l->x,
-                      .b = l->w,
-                      .c = l->y,
-                      .m = l->tokens,
-                      .n = l->out,
-                      .k = l->in,
-                      .precision = l->precision};
-    if ((s = hd__fused_gemm(f, ctx, &g)) != HD_OK)
-        return s;
-    return hd__fused_lora_update_enqueue(ctx, &u);
-}
-
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 {
     hd_fused *f = state;
@@ -206,8 +179,6 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
                                          : l->tokens <= 16 && l->rank <= HD_FUSED_MAX_RANK;
     if (!few_tokens)
         return lora_tiled(f, ctx, l);
-    if (l->variant == NULL && l->tokens > 1)
-        return lora_rows_then_update(f, ctx, l);
     if (l->tokens > 16 || l->rank > HD_FUSED_MAX_RANK)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: LoRA forward takes at most 16 tokens and rank 64");

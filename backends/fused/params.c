@@ -198,12 +198,12 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
 /* The split of the LoRA x*A pass when the variant leaves it open. One launch recomputes h in
  * every work-group; a second launch costs a fixed time per call. With one token the wide-strip
  * default below keeps the prologue short at every rank (H100, device time of one call: 1024²
- * r = 64 one launch 9.2 µs, split 22.4 µs), so it never splits. Several tokens keep the
- * strip of the GEMM: measured on an H100 at r = 64, one launch 12.9 µs and split 10.2-10.6 µs
- * (one token, 200 calls queued), so split above r = 32, about 256 rows of A per work-group. */
+ * r = 64 one launch 9.2 µs, split 22.4 µs), so it never splits. Several tokens multiply that
+ * prologue (in * r * T per work-group: 8 tokens at 4096², r = 16, one launch 143 µs), so they
+ * split from 256 rows of A up, about 256 rows of A per work-group of the x*A launch. */
 static int default_split(const hd_lora_args *l)
 {
-    if (l->tokens <= 1 || l->rank <= 32 || l->in < 256)
+    if (l->tokens <= 1 || l->in < 256)
         return 0;
     size_t s = hd__fused_pow2_ceil(l->in / 256);
     return s > 32 ? 32 : (int)s;

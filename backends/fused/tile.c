@@ -65,15 +65,19 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
 {
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool large = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch >= units;
+    /* tensor cores: 256-row tiles of 128-row warps where they still give every unit two
+     * (H100, 4096³: fp32x3 2.95 ms against 3.46 ms with 128 x 128 tiles, tf32 1.46 ms against
+     * 2.19 ms) */
+    bool huge = mma && ceil_div(c->m, 256) * ceil_div(c->n, 128) * c->batch >= 2 * units;
     if (p->bm == 0)
-        p->bm = large ? 128 : 64;
+        p->bm = huge ? 256 : large ? 128 : 64;
     if (p->bn == 0)
         p->bn = large ? 128 : 64;
     if (mma) {
         if (p->bk == 0)
             p->bk = 16;
         if (p->wm == 0)
-            p->wm = p->bm >= 128 ? 64 : 32;
+            p->wm = p->bm >= 256 ? 128 : p->bm >= 128 ? 64 : 32;
         if (p->wn == 0)
             p->wn = 32;
     } else {

@@ -56,6 +56,71 @@
 #error "TN * KS * VEC must be at most 4096"
 #endif
 
+/* With several rows, A (x of the LoRA kernels) is read from local memory: loaded from global
+ * memory as MR scalars per vector of B, uniform across the TN work-items of a column group,
+ * its loads cost more than the stream of B itself (H100, 8 x 4096 x 4096: 63 us with 8
+ * distinct depths per warp, 305 us with the whole warp on one depth, against 28.5 us for one
+ * row). So the work-group stages XCH depths of all its rows at a time into xs[p][MR] (MR
+ * floats per depth, zeros past m), and each work-item reads its MR values of a depth as
+ * float4 broadcasts. A chunk holds whole rounds of XU loads of B per work-item. */
+#define XS_FLOATS 4096
+#define XS_DEPTHS (XS_FLOATS / MR)
+#define XU (UNROLL < XS_DEPTHS / KS ? UNROLL : XS_DEPTHS / KS)
+#define XCH ((XS_DEPTHS / (KS * XU)) * KS * XU)
+#if MR > 1 && XU < 1
+#error "MR * KS must be at most 4096"
+#endif
+#define XS_SIZE (MR > 1 ? XS_FLOATS : 4) /* the local array of a kernel */
+
+/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < p1 of A[i][p] * B[p][jv], for i < MR,
+ * through xs (XS_FLOATS, 16-byte aligned). Every work-item of the group calls it, with the
+ * same p0 and p1: it holds barriers. */
+inline void strip_accumulate_staged(floatv *acc, __local float *xs, const __global float *a,
+                                    int lda, int m, const __global floatv *bv, int nv, int p0,
+                                    int p1, int jv, int ks)
+{
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+        acc[i] = (floatv)(0.0f);
+    for (int c0 = p0; c0 < p1; c0 += XCH) {
+        const int len = min(XCH, p1 - c0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last chunk's readers are done */
+        for (int e = (int)get_local_id(0); e < MR * len; e += GROUP) {
+            const int i = e / len, p = e % len;
+            xs[p * MR + i] = i < m ? a[(size_t)i * lda + c0 + p] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int p = ks; p < len; p += XU * KS) {
+            floatv bp[XU];
+#pragma unroll
+            for (int u = 0; u < XU; u++)
+                bp[u] = p + u * KS < len ? bv[(c0 + p + u * KS) * nv + jv] : (floatv)(0.0f);
+#pragma unroll
+            for (int u = 0; u < XU; u++) {
+                const __local float *x = xs + (p + u * KS) * MR;
+                float xr[MR];
+#if MR % 4 == 0
+#pragma unroll
+                for (int i = 0; i < MR; i += 4) {
+                    const float4 v = *(const __local float4 *)(x + i);
+                    xr[i] = v.x;
+                    xr[i + 1] = v.y;
+                    xr[i + 2] = v.z;
+                    xr[i + 3] = v.w;
+                }
+#else
+#pragma unroll
+                for (int i = 0; i < MR; i++)
+                    xr[i] = x[i];
+#endif
+#pragma unroll
+                for (int i = 0; i < MR; i++)
+                    acc[i] = fma((floatv)(xr[i]), bp[u], acc[i]);
+            }
+        }
+    }
+}
+
 /* acc[i] += sum over p = p0, p0 + KS, ... < k of A[i][p] * B[p][jv] (vectors), for i < MR,
  * where arow[i] is the offset of row i of A; UNROLL loads of B issued before their FMAs. */
 inline void strip_accumulate_from(floatv *acc, const int *arow, const __global float *a,
@@ -93,32 +158,43 @@ inline void strip_start(floatv *acc, int *arow, int lda, int m)
     }
 }
 
-/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < k of A[i][p] * B[p][jv], for i < MR. */
-inline void strip_accumulate(floatv *acc, const __global float *a, int lda, int m,
-                             const __global floatv *bv, int nv, int p0, int k, int jv, int ks)
+/* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < k of A[i][p] * B[p][jv], for i < MR;
+ * several rows go through xs (strip_accumulate_staged). */
+inline void strip_accumulate(floatv *acc, __local float *xs, const __global float *a, int lda,
+                             int m, const __global floatv *bv, int nv, int p0, int k, int jv,
+                             int ks)
 {
+#if MR > 1
+    strip_accumulate_staged(acc, xs, a, lda, m, bv, nv, p0, k, jv, ks);
+#else
     int arow[MR];
     strip_start(acc, arow, lda, m);
     strip_accumulate_from(acc, arow, a, bv, nv, p0 + ks, k, jv);
+#endif
 }
 
 /* The same sum in two steps, for a kernel that puts other loads in flight between them:
  * strip_preload issues the work-item's first UNROLL loads of B (bp[u] = B[p0 + ks + u * KS][jv],
- * zero at or past k); strip_accumulate_preloaded uses them and goes on from there. */
+ * zero at or past k); strip_accumulate_preloaded uses them and goes on from there. Several
+ * rows take the staged pass, which issues its own loads (bp is zero). */
 inline void strip_preload(floatv *bp, const __global floatv *bv, int nv, int p0, int k, int jv,
                           int ks)
 {
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
         const int p = p0 + ks + u * KS;
-        bp[u] = p < k ? bv[p * nv + jv] : (floatv)(0.0f);
+        bp[u] = MR == 1 && p < k ? bv[p * nv + jv] : (floatv)(0.0f);
     }
 }
 
-inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp, const __global float *a,
-                                       int lda, int m, const __global floatv *bv, int nv, int p0,
-                                       int k, int jv, int ks)
+inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp, __local float *xs,
+                                       const __global float *a, int lda, int m,
+                                       const __global floatv *bv, int nv, int p0, int k, int jv,
+                                       int ks)
 {
+#if MR > 1
+    strip_accumulate_staged(acc, xs, a, lda, m, bv, nv, p0, k, jv, ks);
+#else
     int arow[MR];
     strip_start(acc, arow, lda, m);
 #pragma unroll
@@ -131,6 +207,7 @@ inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp, const __gl
         }
     }
     strip_accumulate_from(acc, arow, a, bv, nv, p0 + ks + UNROLL * KS, k, jv);
+#endif
 }
 
 /* Adds the KS partial sums of each column and writes C[i][jv] = alpha * sum + beta * C[i][jv]
@@ -241,8 +318,9 @@ gemm_rows(int m, int n, int k, float alpha, const __global float *a, const __glo
     const int strip = strip_place(nv, k, &g, &p0, &p1);
     const int jv0 = strip * TN, jv = jv0 + lid % TN;
     __global floatv *parts = (__global floatv *)part + (size_t)strip * (KG * MR * TN);
+    __local float xs[XS_SIZE] __attribute__((aligned(16)));
     floatv acc[MR];
-    strip_accumulate(acc, a, k, m, (const __global floatv *)b, nv, p0, p1, min(jv, nv - 1),
+    strip_accumulate(acc, xs, a, k, m, (const __global floatv *)b, nv, p0, p1, min(jv, nv - 1),
                      lid / TN);
     strip_store(acc, red, m, nv, jv0, lid, alpha, beta, (__global floatv *)c,
                 parts + g * (MR * TN));

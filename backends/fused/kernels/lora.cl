@@ -79,6 +79,7 @@ lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __gl
 {
     __local floatv red[RED_FLOATS / VEC];
     __local float h[MR * RMAX];
+    __local float xs[XS_SIZE] __attribute__((aligned(16)));
     __local int last;
     const int lid = (int)get_local_id(0), nv = out / VEC, ks = lid / TN;
     int g, p0, p1;
@@ -93,7 +94,7 @@ lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __gl
         lowrank_h(x, tokens, in, p0, p1, a, r, rp, h, (__local float *)red, lid);
     __global floatv *parts = (__global floatv *)part + (size_t)strip * (KG * MR * TN);
     floatv acc[MR];
-    strip_accumulate_preloaded(acc, wp, x, in, tokens, wv, nv, p0, p1, jv, ks);
+    strip_accumulate_preloaded(acc, wp, xs, x, in, tokens, wv, nv, p0, p1, jv, ks);
     strip_add_lowrank(acc, bq, tokens, h, RMAX, bv, nv, jv, ks, r, scale);
     strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y,
                 parts + g * (MR * TN));
@@ -125,6 +126,7 @@ lora_forward_split(int tokens, int in, int out, int r, int parts, float scale,
 {
     __local floatv red[RED_FLOATS / VEC];
     __local float h[MR * RMAX];
+    __local float xs[XS_SIZE] __attribute__((aligned(16)));
     __local int last;
     const int lid = (int)get_local_id(0), nv = out / VEC;
     int g, p0, p1;
@@ -144,7 +146,7 @@ lora_forward_split(int tokens, int in, int out, int r, int parts, float scale,
         }
     }
     floatv acc[MR];
-    strip_accumulate_preloaded(acc, wp, x, in, tokens, wv, nv, p0, p1, jv, ks);
+    strip_accumulate_preloaded(acc, wp, xs, x, in, tokens, wv, nv, p0, p1, jv, ks);
     barrier(CLK_LOCAL_MEM_FENCE); /* h complete */
     if (g == 0)
         strip_add_lowrank(acc, bq, tokens, h, RMAX, bv, nv, jv, ks, r, scale);
