@@ -841,9 +841,11 @@ static void test_gemv_default_k_groups(void **state)
     assert_int_equal(p.split, 0);
     assert_int_equal(p.kg, 16);
     const hd_lora_args l16 = {.tokens = 16, .in = 2048, .out = 2048, .rank = 8};
+    /* several tokens: 16 strips of 32 vectors, split 32 ways (two rounds of 8 x 8 rows each) */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 16, &l16, &p), HD_OK);
-    assert_int_equal(p.tn, 4);
-    assert_int_equal(p.kg, 1);
+    assert_int_equal(p.tn, 32);
+    assert_int_equal(p.split, 0);
+    assert_int_equal(p.kg, 32);
     /* rank 64: one launch for one token, x*A in its own launch for several */
     const hd_lora_args l64 = {.tokens = 1, .in = 2048, .out = 2048, .rank = 64};
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 1, &l64, &p), HD_OK);
@@ -852,14 +854,14 @@ static void test_gemv_default_k_groups(void **state)
     const hd_lora_args l64x4 = {.tokens = 4, .in = 2048, .out = 2048, .rank = 64};
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 4, &l64x4, &p), HD_OK);
     assert_true(p.split > 0);
-    assert_int_equal(p.kg, 1);
+    assert_int_equal(p.kg, 32);
     /* 8 strips; k-groups stop where a work-item would get less than one round (16 x 4 rows) */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 512, 512, 1, &l512, &p), HD_OK);
     assert_int_equal(p.kg, 8);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 4);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 16, NULL, &p), HD_OK);
-    assert_int_equal(p.kg, 1);
+    assert_int_equal(p.kg, 32);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 100, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 1);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, "KG=7", 4096, 4096, 16, NULL, &p), HD_OK);

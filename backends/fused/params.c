@@ -198,12 +198,13 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
 /* The split of the LoRA x*A pass when the variant leaves it open. One launch recomputes h in
  * every work-group; a second launch costs a fixed time per call. With one token the wide-strip
  * default below keeps the prologue short at every rank (H100, device time of one call: 1024²
- * r = 64 one launch 9.2 µs, split 22.4 µs), so it never splits. Several tokens multiply that
- * prologue (in * r * T per work-group: 8 tokens at 4096², r = 16, one launch 143 µs), so they
- * split from 256 rows of A up, about 256 rows of A per work-group of the x*A launch. */
+ * r = 64 one launch 9.2 µs, split 22.4 µs), so it never splits. Several tokens split k over
+ * many work-groups (KG below), each computing x*A over its own k-range only; above r = 32
+ * that prologue still costs more than the second launch, so they split there, about 256
+ * rows of A per work-group of the x*A launch. */
 static int default_split(const hd_lora_args *l)
 {
-    if (l->tokens <= 1 || l->in < 256)
+    if (l->tokens <= 1 || l->rank <= 32 || l->in < 256)
         return 0;
     size_t s = hd__fused_pow2_ceil(l->in / 256);
     return s > 32 ? 32 : (int)s;
@@ -214,18 +215,19 @@ static int default_split(const hd_lora_args *l)
  * flight. Double KG while the groups stay within 8 per compute unit (8 x 256 work-items fill
  * an SM) and every work-item still gets one full unrolled round of UNROLL loads. Measured on
  * an H100 (200 calls queued): one row gains (LoRA 2048² r=8 10.1 -> 7.8 µs, GEMM 1x4096² 30.0
- * -> 28.3 µs), 16 rows lose (GEMM 16x4096² 67 -> 122 µs at KG=4), and the split LoRA path sums
- * all x*A partials in every group; so one row, no split, only. */
+ * -> 28.3 µs), and so do several rows on their wide strips (GEMM 8x4096²: 64.5 µs at KG=1 with
+ * the one-row strip, 40.2 µs with 32 x 8 strips at KG=32); the one-token split LoRA path sums
+ * all x*A partials in every group, so it keeps KG=1. */
 static int default_kg(const hd_fused *f, const hd_fused_params *p, size_t n, size_t k,
                       size_t rows)
 {
-    if (rows > 1 || p->split > 0)
+    if (rows <= 1 && p->split > 0)
         return 1;
     size_t strips = (n / (size_t)p->vec + (size_t)p->tn - 1) / (size_t)p->tn;
     size_t target = 8 * (f->compute_units > 0 ? f->compute_units : 1);
     size_t round = (size_t)p->ks * (size_t)p->unroll;
-    int kg = 1;
-    while (kg < 16 && strips * (size_t)kg * 2 <= target && k / ((size_t)kg * 2) >= round)
+    int kg = 1, most = rows > 1 ? 32 : 16;
+    while (kg < most && strips * (size_t)kg * 2 <= target && k / ((size_t)kg * 2) >= round)
         kg *= 2;
     return kg;
 }
@@ -248,15 +250,17 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
      * 4 loads per round) split many ways over k (KG below) keep that prologue short:
      * 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 % of the fastest variant of
      * each shape, where the GEMM's strip took 8.2-12.5 µs in one launch and 22.4 µs split
-     * (r = 64). LoRA with more tokens keeps the GEMM's strip with 8 loads per round (the rows
-     * share the registers). */
+     * (r = 64). Several rows, GEMM or LoRA, take strips of 32 vectors by 8 k-slices with 8
+     * loads per round, split many ways over k (KG below): their x comes from local memory
+     * (gemv.cl), and at 8 x 4096 x 4096 such strips ran in 40.2 µs against 64.5 µs for the
+     * one-row strip. */
     const bool wide = needs_rank && rows <= 1;
     if (p->tn == 0)
-        p->tn = wide ? 16 : 4;
+        p->tn = rows > 1 ? 32 : wide ? 16 : 4;
     if (p->ks == 0)
         p->ks = 256 / p->tn > 0 ? 256 / p->tn : 1;
     if (p->unroll == 0)
-        p->unroll = wide ? 4 : needs_rank ? 8 : 16;
+        p->unroll = wide ? 4 : rows > 1 ? 8 : 16;
     if (!needs_rank && p->split >= 0)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: SPLIT applies to LoRA only");
     if (needs_rank && p->split < 0)
