@@ -85,8 +85,10 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
     size_t batch = o->batch == HD_DIM_ONE ? 1 : s->dim[o->batch];
     size_t rows = out_rows / batch;
     double k = gemm ? (double)s->dim[2] : (double)(s->dim[1] + s->dim[3]);
+    double per = gemm ? k : (double)s->dim[1] * (1.0 + (double)s->dim[3]);
     size_t total = batch * rows * cols;
-    size_t count = total <= HD_REF_FULL ? total : HD_REF_SAMPLES;
+    size_t count = total <= HD_REF_FULL ? hd__ref_affordable(per, total)
+                                        : hd__ref_affordable(per, HD_REF_SAMPLES);
     unsigned long long state = 0x9e3779b97f4a7c15ull;
     for (size_t t = 0; t < count; t++) {
         size_t idx = t;

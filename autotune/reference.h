@@ -15,6 +15,11 @@
 
 #define HD_REF_FULL    65536
 #define HD_REF_SAMPLES 512
+/* Multiply-adds a check of a GEMM or LoRA output may spend in float64 (about 30 ms): an
+ * element of x*W costs k of them, one of LoRA in * (1 + rank); checks of larger products
+ * sample fewer elements (never under HD_REF_MIN_SAMPLES). */
+#define HD_REF_CHECK_MACS  (1u << 25)
+#define HD_REF_MIN_SAMPLES 64
 
 typedef struct hd_ref_inputs {
     const float *in[4];     /* GEMM a, b; LoRA x, w, a, b; rows x, gamma, beta */
@@ -68,6 +73,9 @@ bool hd__ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, co
 /* The j-th of hd__ref_sample_count(n, max) indices sampled from n: all of them up to max, else
  * max spread evenly, first and last included. */
 size_t hd__ref_sample(size_t n, size_t max, size_t j);
+/* How many of `want` elements costing per_element multiply-adds each a check affords:
+ * HD_REF_CHECK_MACS worth, at least HD_REF_MIN_SAMPLES and at most want. */
+size_t hd__ref_affordable(double per_element, size_t want);
 size_t hd__ref_sample_count(size_t n, size_t max);
 /* err / tol, infinite where err is NaN: at most 1 passes. */
 double hd__ref_error_ratio(double err, double tol);

@@ -136,6 +136,13 @@ size_t hd__ref_sample(size_t n, size_t max, size_t j)
     return (size_t)((double)j * (double)(n - 1) / (double)(max - 1) + 0.5);
 }
 
+size_t hd__ref_affordable(double per_element, size_t want)
+{
+    double fit = per_element > 0.0 ? (double)HD_REF_CHECK_MACS / per_element : (double)want;
+    size_t n = fit >= (double)want ? want : (size_t)fit;
+    return n > HD_REF_MIN_SAMPLES ? n : want < HD_REF_MIN_SAMPLES ? want : HD_REF_MIN_SAMPLES;
+}
+
 size_t hd__ref_sample_count(size_t n, size_t max)
 {
     return n < max ? n : max;

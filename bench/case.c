@@ -159,11 +159,16 @@ static double check_matmul(const hd_bench_instance *inst, const hd_ref_inputs *i
     size_t rows = c->shape.dim[0], cols = lora ? c->shape.dim[2] : c->shape.dim[1];
     /* The rounding bound of a k-long float sum; LoRA adds the scaling of its low-rank term. */
     double k = lora ? (double)(c->shape.dim[1] + c->shape.dim[3] + 1) : (double)c->shape.dim[2];
+    /* columns per sampled row within the float64 budget of a check */
+    double per = lora ? (double)c->shape.dim[1] * (1.0 + (double)c->shape.dim[3])
+                      : (double)c->shape.dim[2];
+    size_t nrows = hd__ref_sample_count(rows, HD_REF_CHECK_ROWS);
+    size_t max_cols = hd__ref_affordable(per * (double)(nrows > 0 ? nrows : 1), HD_REF_CHECK_COLS);
     double worst = 0.0;
-    for (size_t si = 0; si < hd__ref_sample_count(rows, HD_REF_CHECK_ROWS); si++) {
+    for (size_t si = 0; si < nrows; si++) {
         size_t i = hd__ref_sample(rows, HD_REF_CHECK_ROWS, si);
-        for (size_t sj = 0; sj < hd__ref_sample_count(cols, HD_REF_CHECK_COLS); sj++) {
-            size_t j = hd__ref_sample(cols, HD_REF_CHECK_COLS, sj);
+        for (size_t sj = 0; sj < hd__ref_sample_count(cols, max_cols); sj++) {
+            size_t j = hd__ref_sample(cols, max_cols, sj);
             hd_ref_elem e = hd__ref_matmul_elem(c->op, &c->shape, in, 0, i, j);
             double tol = hd__ref_matmul_tolerance(k, e.bound, 2.0, in->precision);
             double r = hd__ref_error_ratio(fabs((double)y[i * cols + j] - e.want), tol);
