@@ -151,8 +151,9 @@ static double copy_us(const hd_context *ctx, double bytes)
 
 bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t)
 {
-    return t->state->stay_us > 0.0 &&
-           t->state->stay_us >= copy_us(ctx, (double)hd__tensor_count(t) * 4.0);
+    return t->state->move_expected ||
+           (t->state->stay_us > 0.0 &&
+            t->state->stay_us >= copy_us(ctx, (double)hd__tensor_count(t) * 4.0));
 }
 
 /* Microseconds to make the call's inputs valid where backend b runs. A tensor whose staying

@@ -65,7 +65,8 @@ hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, con
                                     const char *variant);
 
 /* Whether t's staying has cost as much as one copy of it, so that the scheduler moves it for
- * free (the break-even rule of residency). */
+ * free (the break-even rule of residency), or t was written from the host again after its
+ * last written contents moved to the device (a loop over host-written data: it moves at once). */
 bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t);
 
 /* After a call ran on plan's first backend: charges the plan's regret to the inputs that

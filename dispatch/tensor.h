@@ -30,6 +30,11 @@ typedef struct hd_tensor_state {
      * this reaches the cost of one copy, the copy pays for itself and the scheduler counts
      * the tensor's migration as free; the copy resets it. */
     double stay_us;
+    /* Loops that write a tensor from the host before each round of calls: moved_after_write
+     * says that the contents last written from the host were then copied to the device;
+     * move_expected, that the tensor has been written again since, so its next copy to the
+     * device counts as paid at once instead of after another round of staying. */
+    bool moved_after_write, move_expected;
 } hd_tensor_state;
 
 struct hd_tensor {

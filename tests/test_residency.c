@@ -152,6 +152,43 @@ static void test_residency_loop_costs_at_most_twice_the_better_of_copying_and_st
     }
 }
 
+/* A loop that writes its input from the host before each round of calls: the first round pays
+ * for the copy by staying, as above; each later round moves the new contents at its first
+ * call. Contents written again without having moved (single calls) stay on the host. */
+static void test_residency_rewritten_input_moves_at_once_after_a_round_that_moved(void **state)
+{
+    (void)state;
+    hd_context *ctx = dear_copy_context();
+    if (ctx == NULL)
+        skip();
+    hd_rng rng = hd_test_rng(20);
+    float *data = hd_test_random(&rng, ROWS * COLS, -4, 4);
+    hd_tensor *x = host_written(ctx, 21), *y = hd_test_tensor(ctx, ROWS, COLS, NULL);
+    hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_CPU, "a single call");
+    assert_int_equal(hd_tensor_write(x, data), HD_OK);
+    hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_CPU,
+                          "a single call on contents written again");
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(hd_softmax(ctx, x, y), HD_OK);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_FUSED);
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(hd_tensor_write(x, data), HD_OK);
+        assert_false(x->state->device_valid);
+        hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_FUSED,
+                              "the first call of a round after one that moved");
+    }
+    float *got = hd_test_read(y);
+    double *want = hd_test_doubles(ROWS * COLS);
+    hd_ref_softmax(ROWS, COLS, data, want);
+    hd_test_expect_close("softmax of the rewritten input", got, want, ROWS * COLS, 1e-6, 1e-4);
+    free(got);
+    free(want);
+    free(data);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
 static void test_residency_prefetch_places_a_tensor_up_front(void **state)
 {
     (void)state;
@@ -222,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_residency_single_call_on_host_data_stays_on_the_host),
         cmocka_unit_test(test_residency_loop_on_host_data_ends_on_the_device),
         cmocka_unit_test(test_residency_loop_costs_at_most_twice_the_better_of_copying_and_staying),
+        cmocka_unit_test(test_residency_rewritten_input_moves_at_once_after_a_round_that_moved),
         cmocka_unit_test(test_residency_prefetch_places_a_tensor_up_front),
         cmocka_unit_test(test_residency_gemm_scale_only_stays_on_the_device),
     };

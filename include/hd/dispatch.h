@@ -284,7 +284,8 @@ HD_API hd_status hd_tensor_write(hd_tensor *t, const float *src);
  * copy against running on the host. Without prefetch the library moves a tensor by itself
  * once what keeping it on the host has cost its calls exceeds one copy (a single call on host
  * data stays on the host; a loop moves to the device after a few calls). Writing t later
- * makes the host copy the valid one again. Without a device this does nothing.
+ * makes the host copy the valid one again; if t's previous contents had moved to the device,
+ * the new ones move at t's next device call. Without a device this does nothing.
  * Does not wait. Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL), HD_ERR_DEVICE_OUT_OF_MEMORY,
  * HD_ERR_DEVICE.
  */
