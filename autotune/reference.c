@@ -53,6 +53,12 @@ hd_ref_elem hd__ref_matmul_elem(hd_op op, const hd_shape *shape, const hd_ref_in
     return gemm_elem(shape, &one, i, j);
 }
 
+double hd__ref_matmul_cost(hd_op op, const hd_shape *shape)
+{
+    return op == HD_OP_LORA ? (double)shape->dim[1] * (1.0 + (double)shape->dim[3])
+                            : (double)shape->dim[2];
+}
+
 double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precision precision)
 {
     double rel = scale * k * FLT_EPSILON;
@@ -85,7 +91,7 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
     size_t batch = o->batch == HD_DIM_ONE ? 1 : s->dim[o->batch];
     size_t rows = out_rows / batch;
     double k = gemm ? (double)s->dim[2] : (double)(s->dim[1] + s->dim[3]);
-    double per = gemm ? k : (double)s->dim[1] * (1.0 + (double)s->dim[3]);
+    double per = hd__ref_matmul_cost(op, s);
     size_t total = batch * rows * cols;
     size_t count = total <= HD_REF_FULL ? hd__ref_affordable(per, total)
                                         : hd__ref_affordable(per, HD_REF_SAMPLES);

@@ -43,6 +43,9 @@ void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_
  * (`scale` times k·ε, relative to the sum of the terms' magnitudes `bound`); fp32x3 is held to
  * the same bound as fp32, tf32 adds its operands' rounding (2^-9 of `bound`). */
 double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precision precision);
+/* Float64 multiply-adds one output element of GEMM (k) or LoRA (in * (1 + rank)) costs
+ * hd__ref_matmul_elem: what a check's sample size is budgeted by (hd__ref_affordable). */
+double hd__ref_matmul_cost(hd_op op, const hd_shape *shape);
 
 /* The tuner's check. Row ops are checked in full; GEMM and LoRA outputs of more than
  * HD_REF_FULL elements on a fixed sample of HD_REF_SAMPLES elements.

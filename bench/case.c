@@ -160,8 +160,7 @@ static double check_matmul(const hd_bench_instance *inst, const hd_ref_inputs *i
     /* The rounding bound of a k-long float sum; LoRA adds the scaling of its low-rank term. */
     double k = lora ? (double)(c->shape.dim[1] + c->shape.dim[3] + 1) : (double)c->shape.dim[2];
     /* columns per sampled row within the float64 budget of a check */
-    double per = lora ? (double)c->shape.dim[1] * (1.0 + (double)c->shape.dim[3])
-                      : (double)c->shape.dim[2];
+    double per = hd__ref_matmul_cost(c->op, &c->shape);
     size_t nrows = hd__ref_sample_count(rows, HD_REF_CHECK_ROWS);
     size_t max_cols = hd__ref_affordable(per * (double)(nrows > 0 ? nrows : 1), HD_REF_CHECK_COLS);
     double worst = 0.0;
