@@ -657,7 +657,8 @@ static void test_gemm_tiles_every_variant_and_transpose(void **state)
 
 /* The tensor-core kernels in fp32x3 and tf32: every variant the tuner offers, each transpose
  * combination, odd sizes, k = 1, k inside and past a 16-deep group, alpha and beta, NaN in a
- * C that beta = 0 ignores, split-K. Where the device has tensor cores these are the real PTX
+ * C that beta = 0 ignores, split-K; the cp.async variants also in every transpose on sizes
+ * that let them copy. Where the device has tensor cores these are the real PTX
  * kernels; elsewhere their emulation (MMA_EMULATE in gemm_mma.cl), the same layouts, loads,
  * fragments and accumulation in OpenCL C, so that all but the instructions is checked in CI. */
 static void test_gemm_tensor_core_kernels_match_reference(void **state)
@@ -691,6 +692,17 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
             if (split)
                 gc.k = 301;
             check_gemm_in(ctx, &gc, list[i], precisions[pi], 2700 + i + 50 * pi);
+            if (strstr(list[i], "ASYNC=") == NULL)
+                continue;
+            /* cp.async copies only rows of whole float4s: sizes that are multiples of 4 but
+             * not of the tiles, k = 4 (one partial stage) and a deep k past its last stage */
+            static const size_t async_k[] = {100, 4, 1060};
+            for (int tr = 0; tr < 4; tr++) {
+                gemm_case ac = {4 * (33 + i), 4 * (17 + 2 * tr), async_k[(i + tr) % 3],
+                                tr % 2 ? 1.0f : -0.5f, tr / 2 ? 0.25f : 0.0f, tr == 0,
+                                tr % 2 == 1, tr / 2 == 1};
+                check_gemm_in(ctx, &ac, list[i], precisions[pi], 2800 + 4 * i + tr + 100 * pi);
+            }
         }
     }
     if (emulate)

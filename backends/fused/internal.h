@@ -89,7 +89,7 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
     HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
-    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG */
+    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -104,6 +104,8 @@ typedef struct hd_fused_params {
     int sk;                   /* tile family: k slices (split-K) */
     int reg;                  /* tile family: registers per work-item at most (NVIDIA), 0: the
                                  compiler's choice */
+    int async;                /* tile family, tensor cores: stages copied by cp.async, 0:
+                                 staged through registers */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0, CACHE and

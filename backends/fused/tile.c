@@ -65,12 +65,19 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
 {
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool large = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch >= units;
-    /* tensor cores: 256-row tiles of 128-row warps where they still give every unit two
-     * (H100, 4096³: fp32x3 2.95 ms against 3.46 ms with 128 x 128 tiles, tf32 1.46 ms against
-     * 2.19 ms) */
-    bool huge = mma && ceil_div(c->m, 256) * ceil_div(c->n, 128) * c->batch >= 2 * units;
+    if (mma && large && p->bm == 0 && p->bn == 0 && p->wm == 0 && p->wn == 0 && p->async == 0) {
+        /* tensor cores, stages through cp.async (H100, 4096^3 NN: tf32 1.26 ms with 128 x 128
+         * tiles of 128 x 32 warps, 3 stages; fp32x3 2.43 ms with 64 x 128 tiles of 32 x 64
+         * warps, 4 stages; 1.46 and 2.53 ms with 256 x 128 tiles staged through registers) */
+        bool tf32 = c->precision == HD_PRECISION_TF32;
+        p->bm = tf32 ? 128 : 64;
+        p->bn = 128;
+        p->wm = tf32 ? 128 : 32;
+        p->wn = tf32 ? 32 : 64;
+        p->async = tf32 ? 3 : 4;
+    }
     if (p->bm == 0)
-        p->bm = huge ? 256 : large ? 128 : 64;
+        p->bm = large ? 128 : 64;
     if (p->bn == 0)
         p->bn = large ? 128 : 64;
     if (mma) {
@@ -105,9 +112,10 @@ static hd_status unsupported(hd_context *ctx, const char *why, const hd_fused_pa
                      p->bn, p->bk, p->rm, p->rn, p->wm, p->wn, why);
 }
 
-/* Local memory of one kernel (two stages of each operand), as gemm.cl lays it out. */
+/* Local memory of one kernel (two stages of each operand, or ASYNC), as gemm.cl lays it out. */
 static size_t local_bytes(const hd_fused_params *p, bool mma)
 {
+    size_t buffers = mma && p->async > 0 ? (size_t)p->async : 2;
     size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
     if (mma) { /* depth-contiguous rows of MMA_STRIDE floats, 16 past a multiple of 32 */
         size_t stride = bk + (48 - bk % 32) % 32;
@@ -117,7 +125,7 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
         a = bk * (bm + 4);
         b = bk * (bn + 4);
     }
-    return 2 * (a + b) * sizeof(float);
+    return buffers * (a + b) * sizeof(float);
 }
 
 /* The parameters of call c: the variant's, the rest from the shape; checked against what the
@@ -128,10 +136,10 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, c->variant, p);
     if (s != HD_OK)
         return s;
-    bool warp_params = p->wm != 0 || p->wn != 0;
+    bool warp_params = p->wm != 0 || p->wn != 0 || p->async != 0;
     if (warp_params && !mma)
         return unsupported(ctx,
-                           "WM and WN are the tensor-core kernel's, which this context "
+                           "WM, WN and ASYNC are the tensor-core kernel's, which this context "
                            "does not run",
                            p);
     if (mma && (p->rm != 0 || p->rn != 0))
@@ -140,6 +148,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (mma) {
         if (p->wm % 16 != 0 || p->bm % p->wm != 0 || p->bn % p->wn != 0 || p->bk % 16 != 0)
             return unsupported(ctx, "WM (WN) must divide BM (BN) and BK be a multiple of 16", p);
+        if (p->async != 0 && (p->bm % 32 != 0 || p->bn % 32 != 0))
+            return unsupported(ctx, "ASYNC needs BM and BN multiples of 32", p);
         *threads = (size_t)(p->bm / p->wm) * (size_t)(p->bn / p->wn) * 32;
     } else {
         if (p->bm % p->rm != 0 || p->bn % p->rn != 0)
@@ -211,17 +221,19 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     size_t a_ld = c->k2 > 0 && c->a2.ld % 4 != 0 ? 1 : c->a.ld;
     size_t b_ld = c->k2 > 0 && c->b2.ld % 4 != 0 ? 1 : c->b.ld;
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
+    int vec_a = vec_of(a_ld, stage_a, *threads), vec_b = vec_of(b_ld, stage_b, *threads);
     char options[HD_FUSED_OPTIONS_CAPACITY];
     int len = snprintf(options, sizeof options,
                        "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DVEC_C=%d -DTRANS_A=%d "
                        "-DTRANS_B=%d -DSPLIT_K=%d",
-                       p->bm, p->bn, p->bk, vec_of(a_ld, stage_a, *threads),
-                       vec_of(b_ld, stage_b, *threads), c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
-                       (int)c->b.trans, p->sk > 1);
+                       p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1,
+                       (int)c->a.trans, (int)c->b.trans, p->sk > 1);
+    /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers */
+    int async = vec_a == 4 && vec_b == 4 ? p->async : 0;
     if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
-                        " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d%s", p->wm, p->wn,
-                        c->precision == HD_PRECISION_TF32 ? 1 : 3,
+                        " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d -DASYNC=%d%s", p->wm, p->wn,
+                        c->precision == HD_PRECISION_TF32 ? 1 : 3, async,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else
         len +=
@@ -342,14 +354,14 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
 /* One tile variant of the tuner's list, with the numbers its text names. */
 typedef struct tile_variant {
     const char *text;
-    int bm, bn, bk, wm_or_rm, wn_or_rn;
+    int bm, bn, bk, wm_or_rm, wn_or_rn, async;
 } tile_variant;
 
 /* Whether v fits the device: its work-items and its local memory, so that the tuner is not
  * offered what must fail. */
 static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
 {
-    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk};
+    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk, .async = v->async};
     size_t threads;
     if (mma) {
         p.wm = v->wm_or_rm;
@@ -368,32 +380,40 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
                                const char **out, size_t max)
 {
     static const tile_variant fma_tiles[] = {
-        {"BM=128 BN=128 BK=8 RM=8 RN=8", 128, 128, 8, 8, 8},
-        {"BM=128 BN=128 BK=16 RM=8 RN=8", 128, 128, 16, 8, 8},
-        {"BM=128 BN=64 BK=16 RM=8 RN=4", 128, 64, 16, 8, 4},
-        {"BM=64 BN=128 BK=16 RM=4 RN=8", 64, 128, 16, 4, 8},
-        {"BM=64 BN=64 BK=16 RM=4 RN=4", 64, 64, 16, 4, 4},
-        {"BM=64 BN=64 BK=8 RM=8 RN=8", 64, 64, 8, 8, 8},
-        {"BM=32 BN=64 BK=16 RM=4 RN=4", 32, 64, 16, 4, 4},
-        {"BM=128 BN=128 BK=16 RM=8 RN=16", 128, 128, 16, 8, 16},
-        {"BM=128 BN=128 BK=8 RM=16 RN=8", 128, 128, 8, 16, 8},
-        {"BM=64 BN=64 BK=32 RM=4 RN=4", 64, 64, 32, 4, 4},
-        {"BM=64 BN=128 BK=16 RM=8 RN=8", 64, 128, 16, 8, 8},
-        {"BM=128 BN=64 BK=16 RM=8 RN=8", 128, 64, 16, 8, 8},
+        {"BM=128 BN=128 BK=8 RM=8 RN=8", 128, 128, 8, 8, 8, 0},
+        {"BM=128 BN=128 BK=16 RM=8 RN=8", 128, 128, 16, 8, 8, 0},
+        {"BM=128 BN=64 BK=16 RM=8 RN=4", 128, 64, 16, 8, 4, 0},
+        {"BM=64 BN=128 BK=16 RM=4 RN=8", 64, 128, 16, 4, 8, 0},
+        {"BM=64 BN=64 BK=16 RM=4 RN=4", 64, 64, 16, 4, 4, 0},
+        {"BM=64 BN=64 BK=8 RM=8 RN=8", 64, 64, 8, 8, 8, 0},
+        {"BM=32 BN=64 BK=16 RM=4 RN=4", 32, 64, 16, 4, 4, 0},
+        {"BM=128 BN=128 BK=16 RM=8 RN=16", 128, 128, 16, 8, 16, 0},
+        {"BM=128 BN=128 BK=8 RM=16 RN=8", 128, 128, 8, 16, 8, 0},
+        {"BM=64 BN=64 BK=32 RM=4 RN=4", 64, 64, 32, 4, 4, 0},
+        {"BM=64 BN=128 BK=16 RM=8 RN=8", 64, 128, 16, 8, 8, 0},
+        {"BM=128 BN=64 BK=16 RM=8 RN=8", 128, 64, 16, 8, 8, 0},
     };
     static const tile_variant mma_tiles[] = {
-        {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32},
-        {"BM=128 BN=128 BK=16 WM=32 WN=64", 128, 128, 16, 32, 64},
-        {"BM=128 BN=128 BK=16 WM=64 WN=64", 128, 128, 16, 64, 64},
-        {"BM=128 BN=128 BK=16 WM=128 WN=32", 128, 128, 16, 128, 32},
-        {"BM=256 BN=128 BK=16 WM=64 WN=64", 256, 128, 16, 64, 64},
-        {"BM=128 BN=256 BK=16 WM=64 WN=64", 128, 256, 16, 64, 64},
-        {"BM=256 BN=128 BK=16 WM=128 WN=32", 256, 128, 16, 128, 32},
-        {"BM=128 BN=64 BK=16 WM=32 WN=32", 128, 64, 16, 32, 32},
-        {"BM=64 BN=128 BK=16 WM=32 WN=32", 64, 128, 16, 32, 32},
-        {"BM=64 BN=64 BK=16 WM=32 WN=32", 64, 64, 16, 32, 32},
-        {"BM=64 BN=64 BK=32 WM=32 WN=32", 64, 64, 32, 32, 32},
-        {"BM=64 BN=64 BK=32 WM=64 WN=32", 64, 64, 32, 64, 32},
+        {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32, 0},
+        {"BM=128 BN=128 BK=16 WM=32 WN=64", 128, 128, 16, 32, 64, 0},
+        {"BM=128 BN=128 BK=16 WM=64 WN=64", 128, 128, 16, 64, 64, 0},
+        {"BM=128 BN=128 BK=16 WM=128 WN=32", 128, 128, 16, 128, 32, 0},
+        {"BM=256 BN=128 BK=16 WM=64 WN=64", 256, 128, 16, 64, 64, 0},
+        {"BM=128 BN=256 BK=16 WM=64 WN=64", 128, 256, 16, 64, 64, 0},
+        {"BM=256 BN=128 BK=16 WM=128 WN=32", 256, 128, 16, 128, 32, 0},
+        {"BM=128 BN=64 BK=16 WM=32 WN=32", 128, 64, 16, 32, 32, 0},
+        {"BM=64 BN=128 BK=16 WM=32 WN=32", 64, 128, 16, 32, 32, 0},
+        {"BM=64 BN=64 BK=16 WM=32 WN=32", 64, 64, 16, 32, 32, 0},
+        {"BM=64 BN=64 BK=32 WM=32 WN=32", 64, 64, 32, 32, 32, 0},
+        {"BM=64 BN=64 BK=32 WM=64 WN=32", 64, 64, 32, 64, 32, 0},
+        {"BM=128 BN=128 BK=16 WM=64 WN=32 ASYNC=3", 128, 128, 16, 64, 32, 3},
+        {"BM=128 BN=128 BK=16 WM=64 WN=64 ASYNC=3", 128, 128, 16, 64, 64, 3},
+        {"BM=128 BN=128 BK=16 WM=128 WN=32 ASYNC=3", 128, 128, 16, 128, 32, 3},
+        {"BM=256 BN=128 BK=16 WM=128 WN=32 ASYNC=2", 256, 128, 16, 128, 32, 2},
+        {"BM=256 BN=128 BK=16 WM=64 WN=64 ASYNC=2", 256, 128, 16, 64, 64, 2},
+        {"BM=128 BN=64 BK=16 WM=64 WN=32 ASYNC=4", 128, 64, 16, 64, 32, 4},
+        {"BM=64 BN=128 BK=16 WM=32 WN=64 ASYNC=4", 64, 128, 16, 32, 64, 4},
+        {"BM=64 BN=64 BK=16 WM=32 WN=32 ASYNC=4", 64, 64, 16, 32, 32, 4},
     };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};

@@ -92,19 +92,45 @@
 #ifndef WN
 #define WN 32 /* columns of C per warp */
 #endif
+#ifndef ASYNC
+#define ASYNC 0 /* stages in flight through cp.async (2 to 4); 0: register staging */
+#endif
 #define THREADS ((BM / WM) * (BN / WN) * 32)
 #define MMA_STRIDE (BK + (48 - BK % 32) % 32)
-#define AS_SIZE (BM * MMA_STRIDE)
-#define AS_AT(i, p) ((i) * MMA_STRIDE + (p))
-#define BS_SIZE (BN * MMA_STRIDE)
-#define BS_AT(p, j) ((j) * MMA_STRIDE + (p))
+/* Consecutive loads of a depth-major operand go along the depth. */
+#define A_LOADS_ALONG_DEPTH TRANS_A
+#define B_LOADS_ALONG_DEPTH (!TRANS_B)
 /* A run of VEC loaded floats lies along the stored row: contiguous in local memory only for an
  * operand stored depth-contiguous. */
 #define A_RUN_CONTIGUOUS (!TRANS_A)
 #define B_RUN_CONTIGUOUS TRANS_B
-/* Consecutive loads of a depth-major operand go along the depth. */
-#define A_LOADS_ALONG_DEPTH TRANS_A
-#define B_LOADS_ALONG_DEPTH (!TRANS_B)
+/* With ASYNC, cp.async copies 16-byte runs as they are stored, so a depth-major operand stays
+ * depth-major in local memory: BK rows of the tile's BM (BN) values, the run of 4 values at i
+ * placed at run (i / 4) ^ (2 * ((p / 4) % 4)) of row p. A fragment read then takes four
+ * scalars, and in each the 32 work-items of a warp (rows g < 8 of two runs, depth 4t + d for
+ * the four t) meet 8 distinct runs mod 8, so 32 distinct banks (BM, BN multiples of 32). */
+#define SWIZZLED(x, p) (((((x) >> 2) ^ (((p) >> 1) & 6)) << 2) | ((x)&3))
+#if ASYNC && ((TRANS_A && BM % 32 != 0) || (!TRANS_B && BN % 32 != 0) || ASYNC < 2 || ASYNC > 4)
+#error "ASYNC takes 2 to 4 stages, and a depth-major operand's tile side a multiple of 32"
+#endif
+#if ASYNC && TRANS_A
+#define A_DEPTH_MAJOR 1
+#define AS_SIZE (BK * BM)
+#define AS_AT(i, p) ((p)*BM + SWIZZLED(i, p))
+#else
+#define A_DEPTH_MAJOR 0
+#define AS_SIZE (BM * MMA_STRIDE)
+#define AS_AT(i, p) ((i)*MMA_STRIDE + (p))
+#endif
+#if ASYNC && !TRANS_B
+#define B_DEPTH_MAJOR 1
+#define BS_SIZE (BK * BN)
+#define BS_AT(p, j) ((p)*BN + SWIZZLED(j, p))
+#else
+#define B_DEPTH_MAJOR 0
+#define BS_SIZE (BN * MMA_STRIDE)
+#define BS_AT(p, j) ((j)*MMA_STRIDE + (p))
+#endif
 #else
 /* FMAs: RM x RN results per work-item, read from local memory as float4 runs along i and j,
  * so both operands are kept depth-major; rows padded by 4 floats put one warp's transposed

@@ -10,8 +10,7 @@
  *            small = tf32(x - big); three products small*big + big*small + big*big (the
  *            small*small term is below fp32's rounding), the small ones first. The error is
  *            within twice fp32's, or 2^-20 of the terms' magnitudes on short sums; a
- *            non-finite x keeps small = 0, so NaN propagates, and an infinity meets the
- *            other operand's zero residual and gives NaN.
+ *            non-finite x has small = NaN, so an infinity gives NaN as NaN does.
  * Work decomposition: THREADS = (BM / WM) * (BN / WN) * 32; warp w owns a WM x WN block of
  * the tile, (WM / 16) x (WN / 8) mma tiles, each with its 4 accumulators per work-item. The
  * fragments follow the PTX ISA (lane = 4 * g + t holds A rows g and g + 8 at k slots t and
@@ -52,34 +51,31 @@
 #define NI (WN / 8)
 #define WARPS_N (BN / WN)
 
-/* x rounded to TF32 (nearest, ties away from zero), as the exact float the tensor cores read:
- * cvt leaves the low 13 bits of its result unspecified, and the mma would drop them. */
-static inline uint tf32_of(float x)
-{
-#if MMA_EMULATE
-    uint u = as_uint(x);
-    if ((u & 0x7f800000u) != 0x7f800000u)
-        u += 0x1000u; /* ties away from zero: the magnitude's bits round up */
-    return u & 0xffffe000u;
-#else
-    uint r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r & 0xffffe000u;
-#endif
-}
+/* TF32 operands as the tensor cores read them: an mma ignores the low 13 bits of each 32-bit
+ * operand, so adding half of TF32's last place to the magnitude's bits (x's bits + 0x1000)
+ * rounds x to nearest, ties away from zero, in one integer add; the carry of a mantissa of
+ * ones goes into the exponent as it should, and an infinity stays infinite (the carry stays
+ * in the ignored bits). */
+#define TF32_HALF_ULP 0x1000u
+#define TF32_KEPT 0xffffe000u
 
-/* The four values of v as TF32 big parts and, for PREC = 3, small parts (0 for non-finite
- * values). */
+/* The four values of v as TF32 big parts and, for PREC = 3, small parts: small = x - big, exact
+ * in fp32, itself rounded by the same add: four operations per value, where a split through
+ * cvt.rna.tf32.f32, a mask and a finiteness test takes seven; the split runs on every fragment
+ * read and competes with the mma for issue slots. A non-finite x has small = NaN (inf - inf),
+ * and so has a finite x that rounds to infinity (within half a TF32 place of FLT_MAX): its
+ * products are NaN. */
 static inline void split4(float4 v, uint big[4], uint small[4])
 {
     float x[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int d = 0; d < 4; d++) {
-        big[d] = tf32_of(x[d]);
 #if PREC == 3
-        float rest = x[d] - as_float(big[d]);
-        small[d] = tf32_of(isfinite(rest) ? rest : 0.0f);
+        big[d] = as_uint(x[d]) + TF32_HALF_ULP;
+        small[d] = as_uint(x[d] - as_float(big[d] & TF32_KEPT)) + TF32_HALF_ULP;
 #else
+        /* a NaN whose payload lies in the ignored bits would read as infinity */
+        big[d] = isnan(x[d]) ? 0x7fc00000u : as_uint(x[d]) + TF32_HALF_ULP;
         small[d] = 0;
 #endif
     }
@@ -92,12 +88,12 @@ static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint 
                             __local float *x, int lane)
 {
     __local float *mine = x + lane * 6;
-    mine[0] = as_float(a0 & 0xffffe000u);
-    mine[1] = as_float(a1 & 0xffffe000u);
-    mine[2] = as_float(a2 & 0xffffe000u);
-    mine[3] = as_float(a3 & 0xffffe000u);
-    mine[4] = as_float(b0 & 0xffffe000u);
-    mine[5] = as_float(b1 & 0xffffe000u);
+    mine[0] = as_float(a0 & TF32_KEPT);
+    mine[1] = as_float(a1 & TF32_KEPT);
+    mine[2] = as_float(a2 & TF32_KEPT);
+    mine[3] = as_float(a3 & TF32_KEPT);
+    mine[4] = as_float(b0 & TF32_KEPT);
+    mine[5] = as_float(b1 & TF32_KEPT);
     barrier(CLK_LOCAL_MEM_FENCE);
     int g = lane / 4, t = lane % 4;
     float r[4];
@@ -134,6 +130,22 @@ static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint 
 #define MMA_UNROLL _Pragma("unroll")
 #endif
 
+/* Depths p .. p + 3 of row i of A (column j of B) in the stage's local layout (gemm.cl). */
+#if A_DEPTH_MAJOR
+#define A_FRAG(as, i, p) \
+    ((float4)((as)[AS_AT(i, p)], (as)[AS_AT(i, (p) + 1)], (as)[AS_AT(i, (p) + 2)], \
+              (as)[AS_AT(i, (p) + 3)]))
+#else
+#define A_FRAG(as, i, p) (*(__local const float4 *)((as) + AS_AT(i, p)))
+#endif
+#if B_DEPTH_MAJOR
+#define B_FRAG(bs, p, j) \
+    ((float4)((bs)[BS_AT(p, j)], (bs)[BS_AT((p) + 1, j)], (bs)[BS_AT((p) + 2, j)], \
+              (bs)[BS_AT((p) + 3, j)]))
+#else
+#define B_FRAG(bs, p, j) (*(__local const float4 *)((bs) + BS_AT(p, j)))
+#endif
+
 /* The product of step s of a group: a[h][d] holds depth 4t + d of row g + 8h, b[d] depth
  * 4t + d of column g. */
 #define MMA(d, a, s, b) \
@@ -149,15 +161,13 @@ MMA_UNROLL
         uint bb[NI][4], bsm[NI][4];
 MMA_UNROLL
         for (int j = 0; j < NI; j++)
-            split4(*(__local const float4 *)(bs + BS_AT(q + 4 * t, wn0 + j * 8 + g)), bb[j],
-                   bsm[j]);
+            split4(B_FRAG(bs, q + 4 * t, wn0 + j * 8 + g), bb[j], bsm[j]);
 MMA_UNROLL
         for (int i = 0; i < MI; i++) {
             uint ab[2][4], asm_[2][4];
 MMA_UNROLL
             for (int h = 0; h < 2; h++)
-                split4(*(__local const float4 *)(as + AS_AT(wm0 + i * 16 + g + 8 * h, q + 4 * t)),
-                       ab[h], asm_[h]);
+                split4(A_FRAG(as, wm0 + i * 16 + g + 8 * h, q + 4 * t), ab[h], asm_[h]);
 #if PREC == 3
             float4 part[NI];
 MMA_UNROLL
@@ -189,6 +199,91 @@ MMA_UNROLL
     }
 }
 
+#if ASYNC
+#if VEC_A != 4 || VEC_B != 4
+#error "ASYNC copies 16-byte runs: VEC_A and VEC_B must be 4"
+#endif
+#define A_RUNS (BM * BK / (4 * THREADS))
+#define B_RUNS (BK * BN / (4 * THREADS))
+
+/* Copies 16 bytes to local memory at dst: the first `bytes` (a multiple of 4, at most 16)
+ * from src, zeros after them. cp.async returns before the copy lands; cp_commit closes the
+ * work-item's group of copies issued since the last, and CP_WAIT waits until at most
+ * ASYNC - 2 of its groups are in flight. Emulated by a plain copy. */
+static inline void copy16(__local float *dst, __global const float *src, int bytes)
+{
+#if MMA_EMULATE
+    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int q = 0; q < bytes / 4; q++)
+        e[q] = src[q];
+    *(__local float4 *)dst = (float4)(e[0], e[1], e[2], e[3]);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :
+                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
+                 : "memory");
+#endif
+}
+
+#if MMA_EMULATE
+#define cp_commit()
+#define CP_WAIT()
+#else
+#define cp_commit() asm volatile("cp.async.commit_group;" ::: "memory")
+#if ASYNC == 2
+#define CP_WAIT() asm volatile("cp.async.wait_group 0;" ::: "memory")
+#elif ASYNC == 3
+#define CP_WAIT() asm volatile("cp.async.wait_group 1;" ::: "memory")
+#else
+#define CP_WAIT() asm volatile("cp.async.wait_group 2;" ::: "memory")
+#endif
+#endif
+
+/* Issues the copies of stage s into as, bs: runs of 4 along the stored rows, zeros outside
+ * rows < m (columns < n) and depths < kend; a run that crosses kend (or m, n) copies only its
+ * part inside. The source pointer of an empty run is the matrix's start, never read. */
+static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
+                              __local float *as, __local float *bs)
+{
+    bool first = s < q->stages;
+    __global const float *a = first ? q->a : q->a2, *b = first ? q->b : q->b2;
+    int lda = first ? q->lda : q->lda2, ldb = first ? q->ldb : q->ldb2;
+    int k0 = first ? q->kbegin + s * BK : (s - q->stages) * BK, kend = first ? q->kend : q->k2;
+    int lid = get_local_id(0);
+#pragma unroll
+    for (int l = 0; l < A_RUNS; l++) {
+        int e = lid + l * THREADS;
+#if A_DEPTH_MAJOR
+        int p = e / (BM / 4), i = (e % (BM / 4)) * 4, kk = k0 + p, row = m0 + i;
+        int bytes = kk < kend ? clamp(4 * (m - row), 0, 16) : 0;
+        size_t at = (size_t)kk * lda + row;
+#else
+        int i = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, row = m0 + i;
+        int bytes = row < m ? clamp(4 * (kend - kk), 0, 16) : 0;
+        size_t at = (size_t)row * lda + kk;
+#endif
+        copy16(as + AS_AT(i, p), bytes > 0 ? a + at : a, bytes);
+    }
+#pragma unroll
+    for (int l = 0; l < B_RUNS; l++) {
+        int e = lid + l * THREADS;
+#if B_DEPTH_MAJOR
+        int p = e / (BN / 4), j = (e % (BN / 4)) * 4, kk = k0 + p, col = n0 + j;
+        int bytes = kk < kend ? clamp(4 * (n - col), 0, 16) : 0;
+        size_t at = (size_t)kk * ldb + col;
+#else
+        int j = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, col = n0 + j;
+        int bytes = col < n ? clamp(4 * (kend - kk), 0, 16) : 0;
+        size_t at = (size_t)col * ldb + kk;
+#endif
+        copy16(bs + BS_AT(p, j), bytes > 0 ? b + at : b, bytes);
+    }
+}
+#define BUFFERS ASYNC
+#else
+#define BUFFERS 2
+#endif
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
 gemm_mma(const int m, const int n, const int k, const float alpha,
          __global const float *restrict a, const int lda, __global const float *restrict b,
@@ -198,8 +293,8 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
          __global const float *restrict a2, const int lda2, __global const float *restrict b2,
          const int ldb2, const int k2)
 {
-    __local float as[2][AS_SIZE] __attribute__((aligned(16)));
-    __local float bs[2][BS_SIZE] __attribute__((aligned(16)));
+    __local float as[BUFFERS][AS_SIZE] __attribute__((aligned(16)));
+    __local float bs[BUFFERS][BS_SIZE] __attribute__((aligned(16)));
 #if MMA_EMULATE
     __local float scratch[THREADS * 6];
 #endif
@@ -220,10 +315,29 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
         for (int j = 0; j < NI; j++)
             acc[i][j] = (float4)(0.0f);
 
-    float ra[A_LOADS * VEC_A], rb[B_LOADS * VEC_B];
     gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
                     max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
     int stages = q.stages + q.stages2;
+#if ASYNC
+    /* ASYNC - 1 stages in flight while one is multiplied; stage s + ASYNC - 1 goes into the
+     * buffer of stage s - 1, which every warp has left at the barrier. Every work-item
+     * commits a group per stage, empty past the last, so that CP_WAIT counts alike. */
+    for (int s = 0; s < ASYNC - 1; s++) {
+        if (s < stages)
+            copy_stage(&q, s, m0, n0, m, n, as[s], bs[s]);
+        cp_commit();
+    }
+    for (int s = 0; s < stages; s++) {
+        CP_WAIT();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        int next = s + ASYNC - 1;
+        if (next < stages)
+            copy_stage(&q, next, m0, n0, m, n, as[next % ASYNC], bs[next % ASYNC]);
+        cp_commit();
+        stage_mma(as[s % ASYNC], bs[s % ASYNC], wm0, wn0, g, t, acc SCRATCH_ARG);
+    }
+#else
+    float ra[A_LOADS * VEC_A], rb[B_LOADS * VEC_B];
     load_stage(&q, 0, m0, n0, m, n, ra, rb);
     store_a(as[0], ra);
     store_b(bs[0], rb);
@@ -239,6 +353,7 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#endif
 
     gemm_out o = out_of(c, ldc, alpha, beta, part, pos, m, n);
 #pragma unroll
