@@ -631,14 +631,11 @@ static void test_lora_backward_matches_reference_and_differences(void **state)
 }
 
 /* accumulate adds to what the outputs hold: start + the overwritten gradients. Without dx, dA
- * and dB are the same bits. */
-static void test_lora_backward_accumulates_and_dx_is_optional(void **state)
+ * and dB are the same bits. Many tokens and few (the fused backend's two plans). */
+static void check_lora_accumulates(hd_context *ctx, size_t tokens, uint64_t salt)
 {
-    hd_context *ctx = *state;
-    if (!hd_context_has_backend(ctx, lora_expected))
-        skip();
-    lora_case c = lora_case_make(17, 31, 29, 5, 700);
-    hd_rng rng = hd_test_rng(701);
+    lora_case c = lora_case_make(tokens, 31, 29, 5, salt);
+    hd_rng rng = hd_test_rng(salt + 1);
     lora_grads start = {hd_test_random(&rng, c.t * c.in, -1, 1),
                         hd_test_random(&rng, c.in * c.r, -1, 1),
                         hd_test_random(&rng, c.r * c.out, -1, 1)};
@@ -662,6 +659,15 @@ static void test_lora_backward_accumulates_and_dx_is_optional(void **state)
     lora_grads_free(&added);
     lora_grads_free(&no_dx);
     lora_case_free(&c);
+}
+
+static void test_lora_backward_accumulates_and_dx_is_optional(void **state)
+{
+    hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, lora_expected))
+        skip();
+    check_lora_accumulates(ctx, 17, 700);
+    check_lora_accumulates(ctx, 5, 710);
 }
 
 /* No tokens: every gradient is a sum over nothing, zeros when overwriting, kept when

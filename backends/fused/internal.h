@@ -17,8 +17,10 @@ extern const char hd__fused_cl_gemm[];
 extern const char hd__fused_cl_gemm_mma[];
 extern const char hd__fused_cl_gemm_tile[];
 extern const char hd__fused_cl_gemv[];
+extern const char hd__fused_cl_gemv_nt[];
 extern const char hd__fused_cl_layer_norm[];
 extern const char hd__fused_cl_lora[];
+extern const char hd__fused_cl_lora_backward[];
 extern const char hd__fused_cl_lora_update[];
 extern const char hd__fused_cl_lowrank[];
 extern const char hd__fused_cl_rms_norm[];
@@ -31,8 +33,10 @@ typedef enum hd_fused_program {
     HD_FUSED_LAYER_NORM,
     HD_FUSED_RMS_NORM,
     HD_FUSED_GEMV,
+    HD_FUSED_GEMV_NT, /* few rows, B stored transposed (dot form) */
     HD_FUSED_LORA,
     HD_FUSED_LORA_UPDATE,
+    HD_FUSED_LORA_BACKWARD, /* few tokens, one launch */
     HD_FUSED_GEMM_TILE,     /* tiled GEMM, fp32 FMAs */
     HD_FUSED_GEMM_MMA,      /* tiled GEMM, tensor cores (NVIDIA sm_80+) */
     HD_FUSED_ROWS_BACKWARD, /* softmax, layer norm and RMS norm backward */
@@ -168,6 +172,27 @@ static inline cl_mem hd__fused_mem(const hd_tensor *t)
 }
 
 size_t hd__fused_pow2_ceil(size_t v);
+
+/* ---- products of few rows (few_rows.c) ---- */
+
+/* Tokens up to which LoRA's backward runs its products on the few-row kernels. */
+#define HD_FUSED_FEW_TOKENS 16
+
+/* C = alpha * A * op(B) (+ A2 * op(B2)) + beta * C for m <= 16 rows, every matrix dense and
+ * row-major: op(B) = B stored k x n (gemv.cl's strip kernel), or B^T with B stored n x k (the
+ * dot form of gemv_nt.cl, which alone takes the second product, B2 stored n x k2). The
+ * variant is the strip kernel's (TN KS ...), NULL for the defaults. */
+typedef struct hd_fused_rows_call {
+    size_t m, n, k, k2;
+    float alpha, beta;
+    cl_mem a, b, a2, b2, c;
+    bool b_trans;
+    const char *variant;
+} hd_fused_rows_call;
+/* Everything that can refuse call (ranges, parameters, the kernel's build, scratch), queueing
+ * nothing. */
+hd_status hd__fused_rows_prepare(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *call);
+hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *call);
 
 /* ---- the tiled GEMM engine (tile.c) ---- */
 

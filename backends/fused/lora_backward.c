@@ -1,5 +1,6 @@
 /*
- * LoRA backward with W frozen on the tiled GEMM engine (tile.c), everything queued:
+ * LoRA backward with W frozen, everything queued. Many tokens, or a tuned variant, on the
+ * tiled GEMM engine (tile.c):
  *   u  = scale * dy * B^T       tokens x rank, a temporary
  *   h  = x * A                  tokens x rank, a temporary
  *   dx = dy * W^T + u * A^T     one launch: the rank-r product is summed in dx's own tiles (k
@@ -12,10 +13,17 @@
  * own after dx's (the engine's second product shares the first's transposes). accumulate
  * makes beta 1.
  * A tuned variant sets dx's product, the largest; the others take their shapes' defaults.
+ * Few tokens (at most HD_FUSED_FEW_TOKENS) and no variant: in the default layout with a rank
+ * up to 16, every gradient in one launch (kernels/lora_backward.cl); else u, h and dx on the
+ * few-row kernels (few_rows.c), which read each weight once at full bandwidth, where the tiled
+ * engine walks the depth of a one-row tile stage by stage (plan_few_tokens).
  * The temporaries are taken and every product prepared (parameters, builds, scratch) before
  * the first launch, so a refusal leaves every gradient as it was; only an enqueue that the
  * device itself refuses can stop the call after a gradient was written.
  */
+#include <limits.h>
+#include <stdio.h>
+
 #include "backends/fused/internal.h"
 
 /* The buffers of one call; NULL where a check runs without them. */
@@ -23,11 +31,28 @@ typedef struct backward_mems {
     cl_mem x, w, a, b, dy, dx, da, db, u, h;
 } backward_mems;
 
+/* One product of a call: on the tiled engine, or on the few-row kernels. */
+typedef struct backward_step {
+    bool few_rows;
+    hd_fused_tile_call tile;
+    hd_fused_rows_call rows;
+} backward_step;
+
 /* The products of one call, in launch order. */
 typedef struct backward_plan {
-    hd_fused_tile_call step[6];
+    backward_step step[6];
     size_t count;
 } backward_plan;
+
+static void add_tile(backward_plan *p, hd_fused_tile_call c)
+{
+    p->step[p->count++] = (backward_step){.tile = c};
+}
+
+static void add_rows(backward_plan *p, hd_fused_rows_call c)
+{
+    p->step[p->count++] = (backward_step){.few_rows = true, .rows = c};
+}
 
 static hd_fused_tile_call product(size_t m, size_t n, size_t k, float alpha, float beta,
                                   hd_fused_operand a, hd_fused_operand b, cl_mem c,
@@ -67,6 +92,72 @@ static hd_fused_tile_call dx_product(const hd_lora_backward_args *l, float beta,
     return c;
 }
 
+/* dA and dB as A and B are stored: x^T * u (in x r) or u^T * x (r x in), and
+ * scale * h^T * dy (r x out) or scale * dy^T * h (out x r); tokens deep, on the tiled engine. */
+static void add_weight_gradients(const hd_lora_backward_args *l, const backward_mems *m,
+                                 backward_plan *p)
+{
+    size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
+    if (r == 0)
+        return;
+    bool ta = l->trans_a, tb = l->trans_b;
+    float beta = l->accumulate ? 1.0f : 0.0f;
+    hd_precision prec = l->precision;
+    hd_fused_operand x_t = {m->x, in, true}, x = {m->x, in, false}, u_t = {m->u, r, true},
+                     u = {m->u, r, false}, h_t = {m->h, r, true}, h = {m->h, r, false},
+                     dy_t = {m->dy, out, true}, dy = {m->dy, out, false};
+    add_tile(p, ta ? product(r, in, t, 1.0f, beta, u_t, x, m->da, prec)
+                   : product(in, r, t, 1.0f, beta, x_t, u, m->da, prec));
+    add_tile(p, tb ? product(out, r, t, l->scale, beta, dy_t, h, m->db, prec)
+                   : product(r, out, t, l->scale, beta, h_t, dy, m->db, prec));
+}
+
+/* A few-row product C (m x n) = alpha * A * op(B) + beta * C, op(B) = B^T where B is stored
+ * n x k (the dot form), else B stored k x n. */
+static hd_fused_rows_call few(size_t m, size_t n, size_t k, float alpha, float beta, cl_mem a,
+                              cl_mem b, bool b_trans, cl_mem c)
+{
+    return (hd_fused_rows_call){.m = m,
+                                .n = n,
+                                .k = k,
+                                .alpha = alpha,
+                                .beta = beta,
+                                .a = a,
+                                .b = b,
+                                .c = c,
+                                .b_trans = b_trans};
+}
+
+/* Few tokens: u, h and dx on the few-row kernels, each reading its weights once at full
+ * bandwidth. Each product takes the dot form where its weight is stored with the product's
+ * depth along its rows (B as r x out for u; W as in x out and A as in x r for dx, both in one
+ * launch), the strip kernel where the depth runs down its columns (PyTorch's layout). */
+static void plan_few_tokens(const hd_lora_backward_args *l, const backward_mems *m,
+                            backward_plan *p)
+{
+    size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
+    bool tw = l->trans_w, ta = l->trans_a, tb = l->trans_b;
+    float beta = l->accumulate ? 1.0f : 0.0f;
+    p->count = 0;
+    if (r > 0) {
+        add_rows(p, few(t, r, out, l->scale, 0.0f, m->dy, m->b, !tb, m->u));
+        add_rows(p, few(t, r, in, 1.0f, 0.0f, m->x, m->a, ta, m->h));
+    }
+    if (l->dx != NULL) {
+        hd_fused_rows_call dx = few(t, in, out, 1.0f, beta, m->dy, m->w, !tw, m->dx);
+        bool joined = r > 0 && !tw && !ta; /* the dot form's second product */
+        if (joined) {
+            dx.k2 = r;
+            dx.a2 = m->u;
+            dx.b2 = m->a;
+        }
+        add_rows(p, dx);
+        if (r > 0 && !joined)
+            add_rows(p, few(t, in, r, 1.0f, 1.0f, m->u, m->a, !ta, m->dx));
+    }
+    add_weight_gradients(l, m, p);
+}
+
 static void plan_backward(const hd_lora_backward_args *l, const backward_mems *m, backward_plan *p)
 {
     size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
@@ -75,29 +166,18 @@ static void plan_backward(const hd_lora_backward_args *l, const backward_mems *m
     hd_precision prec = l->precision;
     p->count = 0;
     if (r > 0) {
-        p->step[p->count++] =
-            product(t, r, out, l->scale, 0.0f, (hd_fused_operand){m->dy, out, false},
-                    (hd_fused_operand){m->b, tb ? r : out, !tb}, m->u, prec);
-        p->step[p->count++] = product(t, r, in, 1.0f, 0.0f, (hd_fused_operand){m->x, in, false},
-                                      (hd_fused_operand){m->a, ta ? in : r, ta}, m->h, prec);
+        add_tile(p, product(t, r, out, l->scale, 0.0f, (hd_fused_operand){m->dy, out, false},
+                            (hd_fused_operand){m->b, tb ? r : out, !tb}, m->u, prec));
+        add_tile(p, product(t, r, in, 1.0f, 0.0f, (hd_fused_operand){m->x, in, false},
+                            (hd_fused_operand){m->a, ta ? in : r, ta}, m->h, prec));
     }
     if (l->dx != NULL) {
-        p->step[p->count++] = dx_product(l, beta, m, l->variant, &apart);
+        add_tile(p, dx_product(l, beta, m, l->variant, &apart));
         if (apart)
-            p->step[p->count++] = product(t, in, r, 1.0f, 1.0f, (hd_fused_operand){m->u, r, false},
-                                          (hd_fused_operand){m->a, ta ? in : r, !ta}, m->dx, prec);
+            add_tile(p, product(t, in, r, 1.0f, 1.0f, (hd_fused_operand){m->u, r, false},
+                                (hd_fused_operand){m->a, ta ? in : r, !ta}, m->dx, prec));
     }
-    if (r == 0)
-        return;
-    /* dA and dB as A and B are stored: x^T * u (in x r) or u^T * x (r x in), and
-     * scale * h^T * dy (r x out) or scale * dy^T * h (out x r) */
-    hd_fused_operand x_t = {m->x, in, true}, x = {m->x, in, false}, u_t = {m->u, r, true},
-                     u = {m->u, r, false}, h_t = {m->h, r, true}, h = {m->h, r, false},
-                     dy_t = {m->dy, out, true}, dy = {m->dy, out, false};
-    p->step[p->count++] = ta ? product(r, in, t, 1.0f, beta, u_t, x, m->da, prec)
-                             : product(in, r, t, 1.0f, beta, x_t, u, m->da, prec);
-    p->step[p->count++] = tb ? product(out, r, t, l->scale, beta, dy_t, h, m->db, prec)
-                             : product(r, out, t, l->scale, beta, h_t, dy, m->db, prec);
+    add_weight_gradients(l, m, p);
 }
 
 hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
@@ -119,14 +199,20 @@ hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_s
 /* Prepares every product of the plan; again from the start if a tensor-core build failed on
  * the way (the products before it were prepared for the tensor cores, which the launches will
  * no longer use), so that the launches meet exactly what was prepared. */
+static hd_status prepare_step(hd_fused *f, hd_context *ctx, const backward_step *step)
+{
+    return step->few_rows ? hd__fused_rows_prepare(f, ctx, &step->rows)
+                          : hd__fused_tile_prepare(f, ctx, &step->tile);
+}
+
 static hd_status prepare_all(hd_fused *f, hd_context *ctx, const backward_plan *plan)
 {
     bool broken = f->mma_broken;
     hd_status s = HD_OK;
     for (size_t i = 0; i < plan->count && s == HD_OK; i++)
-        s = hd__fused_tile_prepare(f, ctx, &plan->step[i]);
+        s = prepare_step(f, ctx, &plan->step[i]);
     for (size_t i = 0; s == HD_OK && f->mma_broken != broken && i < plan->count; i++)
-        s = hd__fused_tile_prepare(f, ctx, &plan->step[i]);
+        s = prepare_step(f, ctx, &plan->step[i]);
     return s;
 }
 
@@ -148,6 +234,57 @@ static const char *variant_for_layout(hd_fused *f, hd_context *ctx, const hd_lor
     return NULL;
 }
 
+/* The rank up to which few tokens in the default layout run in one launch: each of its
+ * in / 8 row groups reads B (r x out) from cache, against W (in x out) read once in all. */
+#define ONE_LAUNCH_MAX_RANK 16
+
+static bool one_launch_fits(const hd_lora_backward_args *l)
+{
+    size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
+    return l->variant == NULL && !l->trans_w && !l->trans_a && !l->trans_b && t >= 1 &&
+           t <= HD_FUSED_FEW_TOKENS && r >= 1 && r <= ONE_LAUNCH_MAX_RANK && in >= 1 &&
+           out >= 1 && in <= (size_t)INT_MAX / 16 && out <= (size_t)INT_MAX / 16 &&
+           in * r <= (size_t)INT_MAX && r * out <= (size_t)INT_MAX;
+}
+
+/* Few tokens in the default layout: every gradient from one launch of lora_backward_few. */
+static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora_backward_args *l)
+{
+    enum { warps = 8, group = warps * 32 };
+    int vec = l->out % 4 == 0 ? 4 : 1;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    snprintf(options, sizeof options, "-DGROUP=%d -DWARPS=%d -DMR=%zu -DVEC=%d", group, warps,
+             hd__fused_pow2_ceil(l->tokens), vec);
+    cl_kernel k;
+    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_BACKWARD, options, "lora_backward_few",
+                                   group, &k);
+    if (s != HD_OK)
+        return s;
+    cl_int sizes[5] = {(cl_int)l->tokens, (cl_int)l->in, (cl_int)l->out, (cl_int)l->rank,
+                       (cl_int)hd__fused_pow2_ceil(l->rank)};
+    cl_float scale = l->scale, beta = l->accumulate ? 1.0f : 0.0f;
+    cl_int has_dx = l->dx != NULL;
+    cl_mem da = hd__fused_mem(l->da);
+    /* without dx the kernel never writes it; any valid buffer fills the argument */
+    cl_mem mems[8] = {hd__fused_mem(l->x),  hd__fused_mem(l->w),
+                      hd__fused_mem(l->a),  hd__fused_mem(l->b),
+                      hd__fused_mem(l->dy), l->dx != NULL ? hd__fused_mem(l->dx) : da,
+                      da,                   hd__fused_mem(l->db)};
+    for (cl_uint i = 0; i < 5 && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, i, sizeof sizes[i], &sizes[i]);
+    if (s == HD_OK)
+        s = hd__fused_set_arg(ctx, k, 5, sizeof scale, &scale);
+    if (s == HD_OK)
+        s = hd__fused_set_arg(ctx, k, 6, sizeof beta, &beta);
+    if (s == HD_OK)
+        s = hd__fused_set_arg(ctx, k, 7, sizeof has_dx, &has_dx);
+    for (cl_uint i = 0; i < 8 && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, 8 + i, sizeof mems[i], &mems[i]);
+    size_t row_groups = (l->in + warps - 1) / warps;
+    size_t column_groups = (l->out / (size_t)vec + group - 1) / group;
+    return s == HD_OK ? hd__fused_launch(ctx, k, row_groups + column_groups, group) : s;
+}
+
 hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *l)
 {
     hd_fused *f = state;
@@ -158,6 +295,8 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
     hd_lora_backward_args call = *l;
     call.variant = variant_for_layout(f, ctx, l);
     l = &call;
+    if (one_launch_fits(l))
+        return backward_one_launch(f, ctx, l);
     size_t low_rank_bytes = l->tokens * l->rank * sizeof(float);
     struct hd_device_buffer *u = NULL, *h = NULL;
     hd_status s = HD_OK;
@@ -176,11 +315,15 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
         m.h = h->mem;
     }
     backward_plan plan;
-    plan_backward(l, &m, &plan);
+    if (l->tokens <= HD_FUSED_FEW_TOKENS && l->variant == NULL)
+        plan_few_tokens(l, &m, &plan);
+    else
+        plan_backward(l, &m, &plan);
     if (s == HD_OK)
         s = prepare_all(f, ctx, &plan);
     for (size_t i = 0; i < plan.count && s == HD_OK; i++)
-        s = hd__fused_tile_gemm(f, ctx, &plan.step[i]);
+        s = plan.step[i].few_rows ? hd__fused_rows_gemm(f, ctx, &plan.step[i].rows)
+                                  : hd__fused_tile_gemm(f, ctx, &plan.step[i].tile);
     /* The queue is in order: whoever takes u or h from the pool next runs after these. */
     if (u != NULL)
         hd__cl_buffer_release(ctx->cl, u);

@@ -13,10 +13,13 @@ static const char *const softmax_parts[] = {hd__fused_cl_common, hd__fused_cl_so
 static const char *const layer_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_layer_norm, NULL};
 static const char *const rms_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_rms_norm, NULL};
 static const char *const gemv_parts[] = {hd__fused_cl_common, hd__fused_cl_gemv, NULL};
+static const char *const gemv_nt_parts[] = {hd__fused_cl_common, hd__fused_cl_gemv_nt, NULL};
 static const char *const lora_parts[] = {hd__fused_cl_common, hd__fused_cl_gemv,
                                          hd__fused_cl_lowrank, hd__fused_cl_lora, NULL};
 static const char *const lora_update_parts[] = {hd__fused_cl_common, hd__fused_cl_lowrank,
                                                 hd__fused_cl_lora_update, NULL};
+static const char *const lora_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_lowrank,
+                                                  hd__fused_cl_lora_backward, NULL};
 static const char *const gemm_tile_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_tile, NULL};
 static const char *const gemm_mma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_mma, NULL};
 static const char *const rows_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_rows_backward,
@@ -26,8 +29,10 @@ static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_LAYER_NORM] = layer_norm_parts,
     [HD_FUSED_RMS_NORM] = rms_norm_parts,
     [HD_FUSED_GEMV] = gemv_parts,
+    [HD_FUSED_GEMV_NT] = gemv_nt_parts,
     [HD_FUSED_LORA] = lora_parts,
     [HD_FUSED_LORA_UPDATE] = lora_update_parts,
+    [HD_FUSED_LORA_BACKWARD] = lora_backward_parts,
     [HD_FUSED_GEMM_TILE] = gemm_tile_parts,
     [HD_FUSED_GEMM_MMA] = gemm_mma_parts,
     [HD_FUSED_ROWS_BACKWARD] = rows_backward_parts,

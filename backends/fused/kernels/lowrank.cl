@@ -21,9 +21,11 @@
 #define HCH_FIT (4096 / GROUP)
 #define HCH (MR < HCH_FIT ? MR : HCH_FIT)
 
-inline void lowrank_h(const __global float *x, int m, int in, int p0, int p1,
-                      const __global float *a, int r, int rp, __local float *h,
-                      __local float *red, int lid)
+/* As lowrank_h, with element (p, q) of the in x r operand at a[p * sp + q * sq]: LoRA's
+ * backward sums dy * B^T with B stored r x out (sp = 1, sq = out). */
+inline void lowrank_h_strided(const __global float *x, int m, int in, int p0, int p1,
+                              const __global float *a, int sp, int sq, int r, int rp,
+                              __local float *h, __local float *red, int lid)
 {
     const int q = lid % rp, s = lid / rp, ns = GROUP / rp;
     float acc[MR];
@@ -37,7 +39,7 @@ inline void lowrank_h(const __global float *x, int m, int in, int p0, int p1,
         /* unrolled so that several loads of A and x are in flight at once */
 #pragma unroll 8
         for (int p = p0 + s; p < p1; p += ns) {
-            const float av = a[p * r + q];
+            const float av = a[p * sp + q * sq];
 #pragma unroll
             for (int i = 0; i < MR; i++)
                 acc[i] = fma(x[xrow[i] + p], av, acc[i]);
@@ -73,4 +75,11 @@ inline void lowrank_h(const __global float *x, int m, int in, int p0, int p1,
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+inline void lowrank_h(const __global float *x, int m, int in, int p0, int p1,
+                      const __global float *a, int r, int rp, __local float *h,
+                      __local float *red, int lid)
+{
+    lowrank_h_strided(x, m, in, p0, p1, a, r, 1, r, rp, h, red, lid);
 }

@@ -1,0 +1,122 @@
+/*
+ * Products of few rows (m <= 16), where reading B once at full bandwidth is the whole cost:
+ * B stored k x n on the strip kernel of gemv.cl (columns of B to work-items), B stored n x k
+ * (op(B) = B^T) on the dot form of gemv_nt.cl (rows of B to warps). hd_gemm's few-row calls
+ * and LoRA's few-token backward run here.
+ */
+#include <limits.h>
+#include <stdio.h>
+
+#include "backends/fused/internal.h"
+
+#define NT_WARPS 8
+
+/* A prepared product: the kernel, its launch, and for the strip kernel its parameters. */
+typedef struct rows_launch {
+    cl_kernel kernel;
+    size_t groups, group, strips;
+    hd_fused_params p;
+} rows_launch;
+
+static bool fits_int(size_t v)
+{
+    return v <= (size_t)INT_MAX;
+}
+
+/* Warps per row of B in the dot form: one where rows are many; more, up to all the
+ * work-group's, where one warp per row would leave compute units without a work-group. */
+static int warps_per_row(const hd_fused *f, size_t n)
+{
+    size_t units = f->compute_units > 0 ? f->compute_units : 1;
+    int kw = 1;
+    while (kw < NT_WARPS && (n * (size_t)kw + NT_WARPS - 1) / NT_WARPS < units)
+        kw *= 2;
+    return kw;
+}
+
+static hd_status setup(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c, rows_launch *l)
+{
+    if (c->m > 16 || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->k2) ||
+        !fits_int(c->m * c->k) || !fits_int(c->n * c->k))
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: a few-row product takes at most 16 rows and 32-bit indexable "
+                         "sizes");
+    if (c->k2 > 0 && !c->b_trans)
+        return hd__error(ctx, HD_ERR_INTERNAL, "fused: the strip kernel takes one product only");
+    if (c->m == 0 || c->n == 0)
+        return HD_OK; /* nothing to launch */
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    hd_status s;
+    if (!c->b_trans) {
+        if ((s = hd__fused_gemv_params(f, ctx, c->variant, c->n, c->k, c->m, NULL, &l->p)) !=
+            HD_OK)
+            return s;
+        hd__fused_options(HD_FUSED_FAMILY_GEMV, &l->p, c->m, options);
+        l->group = (size_t)l->p.tn * (size_t)l->p.ks;
+        size_t nv = c->n / (size_t)l->p.vec;
+        l->strips = (nv + (size_t)l->p.tn - 1) / (size_t)l->p.tn;
+        l->groups = l->strips * (size_t)l->p.kg;
+        cl_mem part, count;
+        if ((s = hd__fused_kg_buffers(f, ctx, &l->p, l->strips, c->m, c->c, &part, &count)) !=
+            HD_OK)
+            return s;
+        return hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", l->group,
+                                &l->kernel);
+    }
+    if (c->variant != NULL)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: the dot-form product takes no variant, not '%.100s'", c->variant);
+    int kw = warps_per_row(f, c->n);
+    snprintf(options, sizeof options, "-DWARPS=%d -DKW=%d -DMR=%zu -DVEC=%d", NT_WARPS, kw,
+             hd__fused_pow2_ceil(c->m > 0 ? c->m : 1), c->k % 4 == 0 ? 4 : 1);
+    size_t rows_per_group = (size_t)(NT_WARPS / kw);
+    l->group = NT_WARPS * 32;
+    l->groups = (c->n + rows_per_group - 1) / rows_per_group;
+    return hd__fused_kernel(f, ctx, HD_FUSED_GEMV_NT, options, "gemm_rows_nt", l->group,
+                            &l->kernel);
+}
+
+hd_status hd__fused_rows_prepare(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c)
+{
+    rows_launch l;
+    return setup(f, ctx, c, &l);
+}
+
+static hd_status set_args(hd_context *ctx, cl_kernel k, const void *const *values,
+                          const size_t *sizes, cl_uint count)
+{
+    hd_status s = HD_OK;
+    for (cl_uint i = 0; i < count && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, i, sizes[i], values[i]);
+    return s;
+}
+
+hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c)
+{
+    rows_launch l;
+    hd_status s = setup(f, ctx, c, &l);
+    if (s != HD_OK || c->m == 0 || c->n == 0)
+        return s;
+    cl_int m = (cl_int)c->m, n = (cl_int)c->n, k = (cl_int)c->k, k2 = (cl_int)c->k2;
+    cl_float alpha = c->alpha, beta = c->beta;
+    if (!c->b_trans) {
+        cl_mem part, count;
+        if ((s = hd__fused_kg_buffers(f, ctx, &l.p, l.strips, c->m, c->c, &part, &count)) !=
+            HD_OK)
+            return s;
+        const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &beta, &c->c, &part, &count};
+        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,       sizeof alpha,
+                                sizeof(cl_mem), sizeof(cl_mem), sizeof beta,    sizeof(cl_mem),
+                                sizeof(cl_mem), sizeof(cl_mem)};
+        s = set_args(ctx, l.kernel, values, sizes, 10);
+    } else {
+        /* without a second product its buffers are the first's, never read (k2 = 0) */
+        cl_mem a2 = c->k2 > 0 ? c->a2 : c->a, b2 = c->k2 > 0 ? c->b2 : c->b;
+        const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &k2, &a2, &b2, &beta, &c->c};
+        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,    sizeof alpha,
+                                sizeof(cl_mem), sizeof(cl_mem), sizeof k2,   sizeof(cl_mem),
+                                sizeof(cl_mem), sizeof beta,    sizeof(cl_mem)};
+        s = set_args(ctx, l.kernel, values, sizes, 11);
+    }
+    return s == HD_OK ? hd__fused_launch(ctx, l.kernel, l.groups, l.group) : s;
+}

@@ -1,0 +1,88 @@
+/*
+ * GEMM for few rows with B stored transposed, the dot form:
+ *   C = alpha * (A * B^T + A2 * B2^T) + beta * C
+ * A m x k, A2 m x k2 (m <= MR <= 16), B n x k, B2 n x k2, C m x n, all row-major and dense
+ * (row strides k, k2, k, k2, n). Every element of C is a dot product of a row of B with a row
+ * of A, so B is read along its rows: LoRA's backward dx = dy * W^T + u * A^T with W (in x out)
+ * and A (in x r) stored as the library stores them, and u = dy * B^T with B (r x out). The
+ * second product is LoRA's rank-r term, summed before C is written once; k2 = 0 leaves it out.
+ * With VEC = 4, k % 4 == 0 and the buffers start 16-byte aligned.
+ *
+ * Work decomposition: a work-group of WARPS * 32 work-items serves WARPS / KW rows of B (columns
+ * of C), KW warps to a row: where n is small, more warps share a row so that the device still
+ * gets work-groups enough. The 32 * KW work-items of a row stride over its depths VEC at a time:
+ * each reads its part of B's row once (consecutive work-items, consecutive vectors) and the
+ * m rows of A at the same depths (the same addresses for every row of B: from cache), keeping
+ * m sums; A2 * B2^T likewise, one depth at a time. The sums of a row's work-items are then
+ * added in a tree through local memory, and work-item i < m of the row writes C[i][j].
+ * Reads: B and B2 once (the whole cost when m is small), A and A2 once per row of B from cache;
+ * C once where beta != 0 (beta = 0 never reads C, so NaN there is ignored as BLAS does).
+ *
+ * Tuning parameters (-D from the host): WARPS, KW (a power of two dividing WARPS), MR, VEC.
+ */
+#ifndef WARPS
+#define WARPS 8
+#endif
+#ifndef KW
+#define KW 1
+#endif
+#ifndef MR
+#define MR 1
+#endif
+#define NT_GROUP (WARPS * 32)
+#define NT_LANES (KW * 32)
+#if WARPS % KW != 0 || MR > 16
+#error "KW must divide WARPS, and MR be at most 16"
+#endif
+
+__kernel __attribute__((reqd_work_group_size(NT_GROUP, 1, 1))) void
+gemm_rows_nt(const int m, const int n, const int k, const float alpha,
+             const __global float *restrict a, const __global float *restrict b, const int k2,
+             const __global float *restrict a2, const __global float *restrict b2,
+             const float beta, __global float *restrict c)
+{
+    __local float red[MR * NT_GROUP];
+    const int lid = (int)get_local_id(0);
+    const int slot = lid / NT_LANES, lane = lid % NT_LANES;
+    const int j = (int)get_group_id(0) * (WARPS / KW) + slot;
+    float acc[MR];
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+        acc[i] = 0.0f;
+    if (j < n) {
+        const int kv = k / VEC;
+        const __global floatv *bj = (const __global floatv *)(b + (size_t)j * (size_t)k);
+#pragma unroll 4
+        for (int p = lane; p < kv; p += NT_LANES) {
+            const floatv bv = bj[p];
+#pragma unroll
+            for (int i = 0; i < MR; i++)
+                if (i < m)
+                    acc[i] += HSUM(((const __global floatv *)(a + (size_t)i * (size_t)k))[p] * bv);
+        }
+        for (int p = lane; p < k2; p += NT_LANES) {
+            const float bv = b2[(size_t)j * (size_t)k2 + p];
+#pragma unroll
+            for (int i = 0; i < MR; i++)
+                if (i < m)
+                    acc[i] = fma(a2[(size_t)i * (size_t)k2 + p], bv, acc[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+        red[i * NT_GROUP + lid] = acc[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = NT_LANES / 2; width > 0; width /= 2) {
+        if (lane < width) {
+#pragma unroll
+            for (int i = 0; i < MR; i++)
+                red[i * NT_GROUP + lid] += red[i * NT_GROUP + lid + width];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (j < n && lane < m) {
+        const float v = alpha * red[lane * NT_GROUP + slot * NT_LANES];
+        __global float *at = c + (size_t)lane * (size_t)n + j;
+        *at = beta != 0.0f ? fma(beta, *at, v) : v;
+    }
+}
