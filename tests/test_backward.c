@@ -352,6 +352,8 @@ static void check_row_kind(hd_context *ctx, row_kind kind)
     check_row_backward(ctx, kind, 97, 1031, false, 100 * kind + 99);
     /* rows over several of the fused kernels' chunks of weight-gradient partials */
     check_row_backward(ctx, kind, 601, 67, false, 100 * kind + 98);
+    /* rows too long for the fused kernels' single pass (its registers): the three-launch path */
+    check_row_backward(ctx, kind, 5, 2053, false, 100 * kind + 97);
 }
 
 static void test_softmax_backward_matches_reference_and_differences(void **state)

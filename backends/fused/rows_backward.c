@@ -1,7 +1,9 @@
 /* The backward passes of softmax, layer norm and RMS norm (kernels/rows_backward.cl): dx in
- * one launch; the norms' weight gradients, when wanted, in three small launches before it (the
- * rows' statistics, partial sums per chunk of rows and column, the partials added in chunk
- * order), deterministic and without atomics. */
+ * one launch; the norms' weight gradients, when wanted, with dx in one pass where a row fits
+ * in a work-group's registers, then the groups' partials added in group order (two launches);
+ * for longer rows in three small launches before dx (the rows' statistics, partial sums per
+ * chunk of rows and column, the partials added in chunk order). Deterministic and without
+ * atomics either way. */
 #include <limits.h>
 #include <stdint.h>
 
@@ -88,6 +90,61 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
     return s;
 }
 
+/* Vectors per work-item the single pass holds in registers at most (per row: x, dy, gamma and
+ * four partial sums each). */
+#define FUSED_CACHE_MAX 4
+
+/* A norm's dx and weight gradients in one pass over x and dy (norm_backward_fused), then the
+ * groups' partials added per column: where a row fits in the registers of a work-group of 256
+ * or 512 work-items. *done: whether it ran (or failed) here. */
+static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                            const hd_row_backward_args *r, cl_int center, bool *done)
+{
+    size_t n = r->cols / (size_t)p->vec;
+    size_t wg = n <= FUSED_CACHE_MAX * 256 ? 256 : 512;
+    *done = r->rows > 0 && n > 0 && n <= FUSED_CACHE_MAX * wg && wg <= f->device_max_group &&
+            r->rows <= (size_t)INT_MAX && r->cols <= (size_t)INT_MAX;
+    if (!*done)
+        return HD_OK;
+    hd_fused_params one = *p;
+    one.wg = (int)wg;
+    one.rows = 1;
+    one.cache = (int)((n + wg - 1) / wg);
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    hd__fused_options(HD_FUSED_FAMILY_ROWS, &one, 0, options);
+    size_t units = f->compute_units > 0 ? f->compute_units : 1;
+    size_t groups = r->rows < 4 * units ? r->rows : 4 * units;
+    size_t chunk = (r->rows + groups - 1) / groups;
+    groups = (r->rows + chunk - 1) / chunk;
+    if (2 * groups > SIZE_MAX / sizeof(float) / r->cols)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",
+                         r->rows, r->cols);
+    hd_status s = scratch(ctx, 2 * groups * r->cols * sizeof(float), &f->backward_parts,
+                          &f->backward_parts_bytes);
+    cl_mem x = hd__fused_mem(r->x), g = hd__fused_mem(r->gamma), dy = hd__fused_mem(r->dy),
+           dx = hd__fused_mem(r->dx), part = f->backward_parts;
+    cl_mem dg = r->dgamma != NULL ? hd__fused_mem(r->dgamma) : NULL;
+    cl_mem db = r->dbeta != NULL ? hd__fused_mem(r->dbeta) : NULL;
+    cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols, nchunk = (cl_int)chunk,
+           ngroups = (cl_int)groups;
+    cl_float eps = r->eps;
+    const arg a[] = {{sizeof x, &x},           {sizeof g, &g},          {sizeof dy, &dy},
+                     {sizeof dx, &dx},         {sizeof part, &part},    {sizeof rows, &rows},
+                     {sizeof cols, &cols},     {sizeof eps, &eps},      {sizeof center, &center},
+                     {sizeof nchunk, &nchunk}, {sizeof ngroups, &ngroups}};
+    if (s == HD_OK)
+        s = launch(f, ctx, options, "norm_backward_fused", wg, groups, a, 11);
+    const arg co[] = {{sizeof part, &part},
+                      {sizeof dg, dg != NULL ? &dg : NULL},
+                      {sizeof db, db != NULL ? &db : NULL},
+                      {sizeof cols, &cols},
+                      {sizeof ngroups, &ngroups}};
+    size_t span = (r->cols + GRADS_GROUP - 1) / GRADS_GROUP;
+    if (s == HD_OK)
+        s = launch(f, ctx, options, "norm_weight_combine", GRADS_GROUP, span, co, 5);
+    return s;
+}
+
 static hd_status run(hd_fused *f, hd_context *ctx, const hd_row_backward_args *r, int norm)
 {
     hd_fused_params p;
@@ -98,8 +155,13 @@ static hd_status run(hd_fused *f, hd_context *ctx, const hd_row_backward_args *r
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &p, 0, options);
     cl_int center = norm == 1;
-    if (norm && (r->dgamma != NULL || r->dbeta != NULL))
+    if (norm && (r->dgamma != NULL || r->dbeta != NULL)) {
+        bool done;
+        s = norm_fused(f, ctx, &p, r, center, &done);
+        if (done || s != HD_OK)
+            return s;
         s = norm_weight_grads(f, ctx, options, &p, r, center);
+    }
     cl_mem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy), dx = hd__fused_mem(r->dx);
     cl_mem g = norm ? hd__fused_mem(r->gamma) : NULL;
     cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols;

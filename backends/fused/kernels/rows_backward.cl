@@ -13,15 +13,18 @@
  * with g = gamma*dy, then dx = r * (g - mean(g) - xhat * mean(g*xhat)): x read three times,
  * dy twice, gamma twice (cached), dx written once.
  *
- * The weight gradients, deterministic and without atomics, in three small launches before dx
- * (so that dx may overwrite dy): norm_stats_rows writes each row's mean and 1/std to stats
+ * The weight gradients with dx in one pass, where a row fits in a work-group's registers
+ * (norm_backward_fused below, then norm_weight_combine); else, deterministic and without
+ * atomics, in three small launches before dx (so that dx may overwrite dy): norm_stats_rows
+ * writes each row's mean and 1/std to stats
  * (decomposed as above); norm_weight_partials gives one work-item to each (column, chunk of
  * rows), which sums dy*xhat and dy over its rows in row order into partials (x and dy read
  * once more, 8 bytes per element, coalesced along the columns); norm_weight_combine adds a
  * column's partials in chunk order. Compensated (Kahan) float sums throughout; each column's
  * result is the same on every run.
  *
- * Tuning parameters: WG, ROWS, VEC (common.cl). center: 1 for layer norm, 0 for RMS norm.
+ * Tuning parameters: WG, ROWS, VEC, CACHE (common.cl). center: 1 for layer norm, 0 for RMS
+ * norm.
  */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -164,3 +167,89 @@ __kernel void norm_weight_combine(const __global float *part, __global float *dg
     if (dbeta != 0)
         dbeta[j] = b;
 }
+
+#if defined(CACHE) && CACHE > 0
+/* kahan_add on each lane of a vector. */
+inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
+{
+    const floatv y = v - *comp, t = *sum + y;
+    *comp = (t - *sum) - y;
+    *sum = t;
+}
+
+/* A norm's dx and its weight gradients' partial sums in one pass (ROWS = 1, a row of at most
+ * CACHE * WG vectors): work-group g takes rows g * chunk .. (g + 1) * chunk - 1 in order, one
+ * at a time with all its work-items, each holding its vectors j = t, t + WG, ... of the row's
+ * x and dy in registers: the statistics, sum g and sum g*xhat, dx, and the compensated sums of
+ * dy*xhat and dy over the group's rows per column, written at the end as the group's partials
+ * part[g * cols + j] (dgamma's) and part[(groups + g) * cols + j] (dbeta's), which
+ * norm_weight_combine adds in group order. x and dy read once, dx written once (dx may be
+ * dy: a row is read whole before it is written); the partials are 2 * groups * cols floats. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+norm_backward_fused(const __global float *x, const __global float *gamma,
+                    const __global float *dy, __global float *dx, __global float *part, int rows,
+                    int cols, float eps, int center, int chunk, int groups)
+{
+    __local float red[WG];
+    const int t = (int)get_local_id(0), g = (int)get_group_id(0);
+    const int n = cols / VEC;
+    floatv gam[CACHE], pg[CACHE], pgc[CACHE], pb[CACHE], pbc[CACHE];
+    slot_load(gam, CACHE, (const __global floatv *)gamma, true, n, t, (floatv)(0.0f));
+#pragma unroll
+    for (int i = 0; i < CACHE; i++)
+        pg[i] = pgc[i] = pb[i] = pbc[i] = (floatv)(0.0f);
+    const int end = min(rows, (g + 1) * chunk);
+    for (int row = g * chunk; row < end; row++) {
+        const size_t off = (size_t)row * (size_t)cols;
+        floatv xv[CACHE], dv[CACHE];
+        slot_load(xv, CACHE, (const __global floatv *)(x + off), true, n, t, (floatv)(0.0f));
+        slot_load(dv, CACHE, (const __global floatv *)(dy + off), true, n, t, (floatv)(0.0f));
+        float mean = 0.0f;
+        if (center) {
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < CACHE; i++)
+                s += HSUM(xv[i]); /* zeros past the row */
+            mean = slot_sum(s, red, 0, t) / (float)cols;
+        }
+        float sq = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CACHE; i++)
+            if (t + i * WG < n) {
+                const floatv d = xv[i] - (floatv)(mean);
+                sq += HSUM(d * d);
+            }
+        const float rstd = 1.0f / sqrt(slot_sum(sq, red, 0, t) / (float)cols + eps);
+        float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CACHE; i++) {
+            const floatv gd = gam[i] * dv[i]; /* zero past the row */
+            sg += HSUM(gd);
+            sgx += HSUM(gd * (xv[i] - (floatv)(mean)));
+        }
+        sg = center ? slot_sum(sg, red, 0, t) / (float)cols : 0.0f;
+        sgx = slot_sum(sgx, red, 0, t) * rstd / (float)cols;
+        __global floatv *dxr = (__global floatv *)(dx + off);
+#pragma unroll
+        for (int i = 0; i < CACHE; i++) {
+            const int j = t + i * WG;
+            if (j < n) {
+                const floatv xhat = (xv[i] - (floatv)(mean)) * rstd;
+                dxr[j] = rstd * (gam[i] * dv[i] - sg - xhat * sgx);
+                kahan_addv(&pg[i], &pgc[i], dv[i] * xhat);
+                kahan_addv(&pb[i], &pbc[i], dv[i]);
+            }
+        }
+    }
+    __global floatv *pgv = (__global floatv *)(part + (size_t)g * (size_t)cols);
+    __global floatv *pbv = (__global floatv *)(part + (size_t)(groups + g) * (size_t)cols);
+#pragma unroll
+    for (int i = 0; i < CACHE; i++) {
+        const int j = t + i * WG;
+        if (j < n) {
+            pgv[j] = pg[i];
+            pbv[j] = pb[i];
+        }
+    }
+}
+#endif
