@@ -96,7 +96,8 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
 
 /* A norm's dx and weight gradients in one pass over x and dy (norm_backward_fused), then the
  * groups' partials added per column: where a row fits in the registers of a work-group of 256
- * or 512 work-items. *done: whether it ran (or failed) here. */
+ * (or 512, where the device runs that many of the kernel). *done: whether it ran (or failed)
+ * here. */
 static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
                             const hd_row_backward_args *r, cl_int center, bool *done)
 {
@@ -112,6 +113,18 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     one.cache = (int)((n + wg - 1) / wg);
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &one, 0, options);
+    /* a compiler may give the kernel's registers fewer work-items than asked (H100, 512 for
+     * CACHE=3: at most 256): the three-launch path then */
+    cl_kernel k;
+    hd_status built =
+        hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, options, "norm_backward_fused", wg, &k);
+    if (built == HD_ERR_UNSUPPORTED && wg > 256) {
+        hd__error_clear(ctx);
+        *done = false;
+        return HD_OK;
+    }
+    if (built != HD_OK)
+        return built;
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     size_t groups = r->rows < 4 * units ? r->rows : 4 * units;
     size_t chunk = (r->rows + groups - 1) / groups;
