@@ -307,6 +307,57 @@ static float norm_row(norm_kind k, hd_op op, size_t cols, hd_rng *rng, float *x)
     return k == NORM_TINY_NO_EPS ? 0.0f : NORM_EPS;
 }
 
+/* softmax backward on rows held in registers (default variant) and looped ones (CACHE=0), with
+ * float4 loads and scalar ones, rows past a work-group's, against the float64 reference. */
+static void test_softmax_backward_both_kernels_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    static const size_t col_counts[] = {256, 67, 1};
+    static const char *const variants[] = {NULL, "CACHE=0", "WG=64 ROWS=4"};
+    enum { ROWS = 5 };
+    for (size_t c = 0; c < sizeof col_counts / sizeof col_counts[0]; c++) {
+        size_t cols = col_counts[c], n = ROWS * cols;
+        hd_rng rng = hd_test_rng(2100 + c);
+        float *y = hd_test_random(&rng, n, 0.0f, 1.0f);
+        float *dy = hd_test_random(&rng, n, -1.0f, 1.0f);
+        double *want = hd_test_doubles(n);
+        hd_ref_softmax_backward(ROWS, cols, y, dy, want);
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+            hd_tensor *ty = hd_test_tensor(ctx, ROWS, cols, y);
+            hd_tensor *tdy = hd_test_tensor(ctx, ROWS, cols, dy);
+            hd_tensor *tdx = hd_test_tensor(ctx, ROWS, cols, NULL);
+            void *fs;
+            const hd_backend_impl *impl = fused_impl(ctx, &fs);
+            to_device(ty);
+            to_device(tdy);
+            to_device(tdx);
+            hd_row_backward_args args = {.x = ty,
+                                         .dy = tdy,
+                                         .dx = tdx,
+                                         .rows = ROWS,
+                                         .cols = cols,
+                                         .variant = variants[v]};
+            hd_status s =
+                impl->run[HD_OP_SOFTMAX_BACKWARD](fs, ctx, &(hd_op_args){.row_backward = args});
+            char what[96];
+            snprintf(what, sizeof what, "softmax backward, %zu columns [%s]", cols,
+                     variants[v] ? variants[v] : "default");
+            if (s != HD_OK)
+                fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+            hd__tensor_written(tdx, HD_PLACE_DEVICE);
+            float *got = hd_test_read(tdx);
+            hd_test_expect_close(what, got, want, n, 1e-6, 1e-5);
+            free(got);
+            hd_tensor_destroy(ty);
+            hd_tensor_destroy(tdy);
+            hd_tensor_destroy(tdx);
+        }
+        free(y);
+        free(dy);
+        free(want);
+    }
+}
+
 /* Every kind, on rows held in registers (default variant) and looped ones (CACHE=0), with
  * float4 loads (256 columns) and scalar ones (67), against the float64 reference. The CPU
  * backend was right on all of these; the fused kernels gave 0, beta, -inf or 3 % errors. */
@@ -1275,6 +1326,7 @@ int main(void)
         cmocka_unit_test(test_row_ops_in_place),
         cmocka_unit_test(test_softmax_nan_row_is_nan_and_others_finite),
         cmocka_unit_test(test_norms_extreme_magnitudes_match_reference),
+        cmocka_unit_test(test_softmax_backward_both_kernels_match_reference),
         cmocka_unit_test(test_row_ops_every_variant),
         cmocka_unit_test(test_variant_malformed_is_rejected),
         cmocka_unit_test(test_gemm_few_rows_matches_reference),

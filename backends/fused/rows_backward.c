@@ -188,7 +188,8 @@ static hd_status run(hd_fused *f, hd_context *ctx, const hd_row_backward_args *r
                          {sizeof dx, &dx},
                          {sizeof rows, &rows},
                          {sizeof cols, &cols}};
-        return launch(f, ctx, options, "softmax_backward_rows", (size_t)p.wg, groups, a, 5);
+        return launch(f, ctx, options, cached ? "softmax_backward_cached" : "softmax_backward_rows",
+                      (size_t)p.wg, groups, a, 5);
     }
     const arg a[] = {{sizeof x, &x},     {sizeof g, &g},          {sizeof dy, &dy},
                      {sizeof dx, &dx},   {sizeof rows, &rows},    {sizeof cols, &cols},

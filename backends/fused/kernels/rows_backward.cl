@@ -5,7 +5,8 @@
  * norms' weight), dgamma and dbeta 1 x cols; stats 2 x rows floats (mean, 1/std per row).
  * With VEC = 4, cols % 4 == 0 and the buffers start 16-byte aligned.
  *
- * softmax_backward_rows, norm_backward_rows: dx in one pass per row. Work decomposition as the
+ * softmax_backward_rows, norm_backward_rows: dx in one pass per row (softmax_backward_cached:
+ * the row held in registers where it fits, so y and dy are read once). Work decomposition as the
  * forward row kernels (common.cl): a slot of T = WG / ROWS work-items per row, ROWS rows per
  * work-group. softmax: dot = sum y*dy (one slot reduction), dx = y * (dy - dot): y and dy
  * read twice (the second time mostly from cache), dx written once. norms: the statistics
@@ -169,6 +170,37 @@ __kernel void norm_weight_combine(const __global float *part, __global float *dg
 }
 
 #if defined(CACHE) && CACHE > 0
+/* softmax_backward_rows with the row of y and dy held in registers (CACHE vectors per
+ * work-item, rows of at most T * VEC * CACHE elements): each read once. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+softmax_backward_cached(const __global float *y, const __global float *dy, __global float *dx,
+                        int rows, int cols)
+{
+    __local float red[WG];
+    const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
+    const int row = (int)get_group_id(0) * ROWS + slot;
+    const bool live = row < rows;
+    const int n = cols / VEC;
+    const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+    floatv yv[CACHE], dv[CACHE];
+    slot_load(yv, CACHE, (const __global floatv *)(y + off), live, n, t, (floatv)(0.0f));
+    slot_load(dv, CACHE, (const __global floatv *)(dy + off), live, n, t, (floatv)(0.0f));
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CACHE; i++)
+        dot += HSUM(yv[i] * dv[i]); /* zeros past the row */
+    dot = slot_sum(dot, red, slot, t);
+    __global floatv *dxr = (__global floatv *)(dx + off);
+    if (live) {
+#pragma unroll
+        for (int i = 0; i < CACHE; i++) {
+            const int j = t + i * T;
+            if (j < n)
+                dxr[j] = yv[i] * (dv[i] - (floatv)(dot));
+        }
+    }
+}
+
 /* kahan_add on each lane of a vector. */
 inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
 {
@@ -198,12 +230,20 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
 #pragma unroll
     for (int i = 0; i < CACHE; i++)
         pg[i] = pgc[i] = pb[i] = pbc[i] = (floatv)(0.0f);
+    /* the next row's loads are issued before this row's reductions, so that a work-group keeps
+     * memory busy while it waits at their barriers */
     const int end = min(rows, (g + 1) * chunk);
+    floatv xv[CACHE], dv[CACHE];
+    const size_t first = (size_t)min(g * chunk, rows - 1) * (size_t)cols;
+    slot_load(xv, CACHE, (const __global floatv *)(x + first), true, n, t, (floatv)(0.0f));
+    slot_load(dv, CACHE, (const __global floatv *)(dy + first), true, n, t, (floatv)(0.0f));
     for (int row = g * chunk; row < end; row++) {
         const size_t off = (size_t)row * (size_t)cols;
-        floatv xv[CACHE], dv[CACHE];
-        slot_load(xv, CACHE, (const __global floatv *)(x + off), true, n, t, (floatv)(0.0f));
-        slot_load(dv, CACHE, (const __global floatv *)(dy + off), true, n, t, (floatv)(0.0f));
+        const bool more = row + 1 < end;
+        const size_t next = more ? off + (size_t)cols : off;
+        floatv xn[CACHE], dn[CACHE];
+        slot_load(xn, CACHE, (const __global floatv *)(x + next), more, n, t, (floatv)(0.0f));
+        slot_load(dn, CACHE, (const __global floatv *)(dy + next), more, n, t, (floatv)(0.0f));
         float mean = 0.0f;
         if (center) {
             float s = 0.0f;
@@ -239,6 +279,11 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
                 kahan_addv(&pg[i], &pgc[i], dv[i] * xhat);
                 kahan_addv(&pb[i], &pbc[i], dv[i]);
             }
+        }
+#pragma unroll
+        for (int i = 0; i < CACHE; i++) {
+            xv[i] = xn[i];
+            dv[i] = dn[i];
         }
     }
     __global floatv *pgv = (__global floatv *)(part + (size_t)g * (size_t)cols);
