@@ -11,6 +11,10 @@
 
 /* Work-items per group of the column launches: a few warps, any device. */
 #define GRADS_GROUP 64
+/* norm_weight_combine's work-group: columns by slices of each column's partials (as
+ * kernels/rows_backward.cl defines them). */
+#define COMBINE_COLS 32
+#define COMBINE_GROUP (COMBINE_COLS * 8)
 /* Rows per chunk of the weight-gradient partials: enough work-items to fill a device for 1024
  * columns from a few thousand rows, short enough chains of dependent adds. */
 #define GRADS_CHUNK 256
@@ -86,7 +90,8 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
                       {sizeof cols, &cols},
                       {sizeof nchunks, &nchunks}};
     if (s == HD_OK)
-        s = launch(f, ctx, options, "norm_weight_combine", GRADS_GROUP, span / GRADS_GROUP, co, 5);
+        s = launch(f, ctx, options, "norm_weight_combine", COMBINE_GROUP,
+                   (r->cols + COMBINE_COLS - 1) / COMBINE_COLS, co, 5);
     return s;
 }
 
@@ -152,9 +157,9 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
                       {sizeof db, db != NULL ? &db : NULL},
                       {sizeof cols, &cols},
                       {sizeof ngroups, &ngroups}};
-    size_t span = (r->cols + GRADS_GROUP - 1) / GRADS_GROUP;
     if (s == HD_OK)
-        s = launch(f, ctx, options, "norm_weight_combine", GRADS_GROUP, span, co, 5);
+        s = launch(f, ctx, options, "norm_weight_combine", COMBINE_GROUP,
+                   (r->cols + COMBINE_COLS - 1) / COMBINE_COLS, co, 5);
     return s;
 }
 

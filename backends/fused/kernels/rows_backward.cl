@@ -21,8 +21,8 @@
  * (decomposed as above); norm_weight_partials gives one work-item to each (column, chunk of
  * rows), which sums dy*xhat and dy over its rows in row order into partials (x and dy read
  * once more, 8 bytes per element, coalesced along the columns); norm_weight_combine adds a
- * column's partials in chunk order. Compensated (Kahan) float sums throughout; each column's
- * result is the same on every run.
+ * column's partials in a fixed order (slices of chunks, then the slices). Compensated (Kahan)
+ * float sums throughout; each column's result is the same on every run.
  *
  * Tuning parameters: WG, ROWS, VEC, CACHE (common.cl). center: 1 for layer norm, 0 for RMS
  * norm.
@@ -150,18 +150,36 @@ __kernel void norm_weight_partials(const __global float *x, const __global float
     part[(size_t)(chunks + c) * (size_t)cols + (size_t)j] = b;
 }
 
-/* One work-item per column: the chunks' partials in chunk order. dgamma or dbeta may be NULL
- * (not wanted). */
-__kernel void norm_weight_combine(const __global float *part, __global float *dgamma,
-                                  __global float *dbeta, int cols, int chunks)
+/* The chunks' partials of each column added: a work-group of COMBINE_COLS x COMBINE_SLICES
+ * work-items takes COMBINE_COLS columns, work-item (c, s) the chunks s, s + COMBINE_SLICES, ...
+ * of its column in order, and slice 0 adds the slices' sums in slice order: the same result on
+ * every run, with COMBINE_SLICES times the work-items of one per column (a column's chunks can
+ * number hundreds). dgamma or dbeta may be NULL (not wanted). */
+#define COMBINE_COLS 32
+#define COMBINE_SLICES 8
+__kernel __attribute__((reqd_work_group_size(COMBINE_COLS * COMBINE_SLICES, 1, 1))) void
+norm_weight_combine(const __global float *part, __global float *dgamma, __global float *dbeta,
+                    int cols, int chunks)
 {
-    const int j = (int)get_global_id(0);
-    if (j >= cols)
-        return;
+    __local float sums[2][COMBINE_SLICES][COMBINE_COLS];
+    const int lid = (int)get_local_id(0), c = lid % COMBINE_COLS, sl = lid / COMBINE_COLS;
+    const int j = (int)get_group_id(0) * COMBINE_COLS + c;
     float g = 0.0f, gc = 0.0f, b = 0.0f, bc = 0.0f;
-    for (int c = 0; c < chunks; c++) {
-        kahan_add(&g, &gc, part[(size_t)c * (size_t)cols + (size_t)j]);
-        kahan_add(&b, &bc, part[(size_t)(chunks + c) * (size_t)cols + (size_t)j]);
+    if (j < cols) {
+        for (int k = sl; k < chunks; k += COMBINE_SLICES) {
+            kahan_add(&g, &gc, part[(size_t)k * (size_t)cols + (size_t)j]);
+            kahan_add(&b, &bc, part[(size_t)(chunks + k) * (size_t)cols + (size_t)j]);
+        }
+    }
+    sums[0][sl][c] = g;
+    sums[1][sl][c] = b;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (sl != 0 || j >= cols)
+        return;
+    g = gc = b = bc = 0.0f;
+    for (int k = 0; k < COMBINE_SLICES; k++) {
+        kahan_add(&g, &gc, sums[0][k][c]);
+        kahan_add(&b, &bc, sums[1][k][c]);
     }
     if (dgamma != 0)
         dgamma[j] = g;
@@ -215,7 +233,7 @@ inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
  * x and dy in registers: the statistics, sum g and sum g*xhat, dx, and the compensated sums of
  * dy*xhat and dy over the group's rows per column, written at the end as the group's partials
  * part[g * cols + j] (dgamma's) and part[(groups + g) * cols + j] (dbeta's), which
- * norm_weight_combine adds in group order. x and dy read once, dx written once (dx may be
+ * norm_weight_combine adds. x and dy read once, dx written once (dx may be
  * dy: a row is read whole before it is written); the partials are 2 * groups * cols floats. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_backward_fused(const __global float *x, const __global float *gamma,
@@ -230,20 +248,12 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
 #pragma unroll
     for (int i = 0; i < CACHE; i++)
         pg[i] = pgc[i] = pb[i] = pbc[i] = (floatv)(0.0f);
-    /* the next row's loads are issued before this row's reductions, so that a work-group keeps
-     * memory busy while it waits at their barriers */
     const int end = min(rows, (g + 1) * chunk);
-    floatv xv[CACHE], dv[CACHE];
-    const size_t first = (size_t)min(g * chunk, rows - 1) * (size_t)cols;
-    slot_load(xv, CACHE, (const __global floatv *)(x + first), true, n, t, (floatv)(0.0f));
-    slot_load(dv, CACHE, (const __global floatv *)(dy + first), true, n, t, (floatv)(0.0f));
     for (int row = g * chunk; row < end; row++) {
         const size_t off = (size_t)row * (size_t)cols;
-        const bool more = row + 1 < end;
-        const size_t next = more ? off + (size_t)cols : off;
-        floatv xn[CACHE], dn[CACHE];
-        slot_load(xn, CACHE, (const __global floatv *)(x + next), more, n, t, (floatv)(0.0f));
-        slot_load(dn, CACHE, (const __global floatv *)(dy + next), more, n, t, (floatv)(0.0f));
+        floatv xv[CACHE], dv[CACHE];
+        slot_load(xv, CACHE, (const __global floatv *)(x + off), true, n, t, (floatv)(0.0f));
+        slot_load(dv, CACHE, (const __global floatv *)(dy + off), true, n, t, (floatv)(0.0f));
         float mean = 0.0f;
         if (center) {
             float s = 0.0f;
@@ -279,11 +289,6 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
                 kahan_addv(&pg[i], &pgc[i], dv[i] * xhat);
                 kahan_addv(&pb[i], &pbc[i], dv[i]);
             }
-        }
-#pragma unroll
-        for (int i = 0; i < CACHE; i++) {
-            xv[i] = xn[i];
-            dv[i] = dn[i];
         }
     }
     __global floatv *pgv = (__global floatv *)(part + (size_t)g * (size_t)cols);
