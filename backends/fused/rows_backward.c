@@ -130,8 +130,11 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     }
     if (built != HD_OK)
         return built;
+    /* work-groups per compute unit (H100, device time: 8192 x 4096 layer norm 191.5 us with
+     * 2, 198.6 with 4, 219.0 with 8; 32768 x 1024 248.5, 181.2 and 193.5 us) */
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
-    size_t groups = r->rows < 4 * units ? r->rows : 4 * units;
+    size_t wanted = units * (one.cache >= 3 ? 2 : 4);
+    size_t groups = r->rows < wanted ? r->rows : wanted;
     size_t chunk = (r->rows + groups - 1) / groups;
     groups = (r->rows + chunk - 1) / chunk;
     if (2 * groups > SIZE_MAX / sizeof(float) / r->cols)
