@@ -331,12 +331,8 @@ static void test_softmax_backward_both_kernels_match_reference(void **state)
             to_device(ty);
             to_device(tdy);
             to_device(tdx);
-            hd_row_backward_args args = {.x = ty,
-                                         .dy = tdy,
-                                         .dx = tdx,
-                                         .rows = ROWS,
-                                         .cols = cols,
-                                         .variant = variants[v]};
+            hd_row_backward_args args = {
+                .x = ty, .dy = tdy, .dx = tdx, .rows = ROWS, .cols = cols, .variant = variants[v]};
             hd_status s =
                 impl->run[HD_OP_SOFTMAX_BACKWARD](fs, ctx, &(hd_op_args){.row_backward = args});
             char what[96];
@@ -749,9 +745,10 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
              * not of the tiles, k = 4 (one partial stage) and a deep k past its last stage */
             static const size_t async_k[] = {100, 4, 1060};
             for (int tr = 0; tr < 4; tr++) {
-                gemm_case ac = {4 * (33 + i), 4 * (17 + 2 * tr), async_k[(i + tr) % 3],
-                                tr % 2 ? 1.0f : -0.5f, tr / 2 ? 0.25f : 0.0f, tr == 0,
-                                tr % 2 == 1, tr / 2 == 1};
+                gemm_case ac = {4 * (33 + i),          4 * (17 + 2 * tr),
+                                async_k[(i + tr) % 3], tr % 2 ? 1.0f : -0.5f,
+                                tr / 2 ? 0.25f : 0.0f, tr == 0,
+                                tr % 2 == 1,           tr / 2 == 1};
                 check_gemm_in(ctx, &ac, list[i], precisions[pi], 2800 + 4 * i + tr + 100 * pi);
             }
         }

@@ -48,8 +48,7 @@ static hd_status setup(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd_status s;
     if (!c->b_trans) {
-        if ((s = hd__fused_gemv_params(f, ctx, c->variant, c->n, c->k, c->m, NULL, &l->p)) !=
-            HD_OK)
+        if ((s = hd__fused_gemv_params(f, ctx, c->variant, c->n, c->k, c->m, NULL, &l->p)) != HD_OK)
             return s;
         hd__fused_options(HD_FUSED_FAMILY_GEMV, &l->p, c->m, options);
         l->group = (size_t)l->p.tn * (size_t)l->p.ks;
@@ -60,8 +59,7 @@ static hd_status setup(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c
         if ((s = hd__fused_kg_buffers(f, ctx, &l->p, l->strips, c->m, c->c, &part, &count)) !=
             HD_OK)
             return s;
-        return hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", l->group,
-                                &l->kernel);
+        return hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", l->group, &l->kernel);
     }
     if (c->variant != NULL)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
@@ -101,20 +99,19 @@ hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_
     cl_float alpha = c->alpha, beta = c->beta;
     if (!c->b_trans) {
         cl_mem part, count;
-        if ((s = hd__fused_kg_buffers(f, ctx, &l.p, l.strips, c->m, c->c, &part, &count)) !=
-            HD_OK)
+        if ((s = hd__fused_kg_buffers(f, ctx, &l.p, l.strips, c->m, c->c, &part, &count)) != HD_OK)
             return s;
         const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &beta, &c->c, &part, &count};
-        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,       sizeof alpha,
-                                sizeof(cl_mem), sizeof(cl_mem), sizeof beta,    sizeof(cl_mem),
+        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,    sizeof alpha,
+                                sizeof(cl_mem), sizeof(cl_mem), sizeof beta, sizeof(cl_mem),
                                 sizeof(cl_mem), sizeof(cl_mem)};
         s = set_args(ctx, l.kernel, values, sizes, 10);
     } else {
         /* without a second product its buffers are the first's, never read (k2 = 0) */
         cl_mem a2 = c->k2 > 0 ? c->a2 : c->a, b2 = c->k2 > 0 ? c->b2 : c->b;
         const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &k2, &a2, &b2, &beta, &c->c};
-        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,    sizeof alpha,
-                                sizeof(cl_mem), sizeof(cl_mem), sizeof k2,   sizeof(cl_mem),
+        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,      sizeof alpha,
+                                sizeof(cl_mem), sizeof(cl_mem), sizeof k2,     sizeof(cl_mem),
                                 sizeof(cl_mem), sizeof beta,    sizeof(cl_mem)};
         s = set_args(ctx, l.kernel, values, sizes, 11);
     }

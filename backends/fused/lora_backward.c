@@ -242,9 +242,9 @@ static bool one_launch_fits(const hd_lora_backward_args *l)
 {
     size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
     return l->variant == NULL && !l->trans_w && !l->trans_a && !l->trans_b && t >= 1 &&
-           t <= HD_FUSED_FEW_TOKENS && r >= 1 && r <= ONE_LAUNCH_MAX_RANK && in >= 1 &&
-           out >= 1 && in <= (size_t)INT_MAX / 16 && out <= (size_t)INT_MAX / 16 &&
-           in * r <= (size_t)INT_MAX && r * out <= (size_t)INT_MAX;
+           t <= HD_FUSED_FEW_TOKENS && r >= 1 && r <= ONE_LAUNCH_MAX_RANK && in >= 1 && out >= 1 &&
+           in <= (size_t)INT_MAX / 16 && out <= (size_t)INT_MAX / 16 && in * r <= (size_t)INT_MAX &&
+           r * out <= (size_t)INT_MAX;
 }
 
 /* Few tokens in the default layout: every gradient from one launch of lora_backward_few. */
@@ -256,8 +256,8 @@ static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora
     snprintf(options, sizeof options, "-DGROUP=%d -DWARPS=%d -DMR=%zu -DVEC=%d", group, warps,
              hd__fused_pow2_ceil(l->tokens), vec);
     cl_kernel k;
-    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_BACKWARD, options, "lora_backward_few",
-                                   group, &k);
+    hd_status s =
+        hd__fused_kernel(f, ctx, HD_FUSED_LORA_BACKWARD, options, "lora_backward_few", group, &k);
     if (s != HD_OK)
         return s;
     cl_int sizes[5] = {(cl_int)l->tokens, (cl_int)l->in, (cl_int)l->out, (cl_int)l->rank,
@@ -266,10 +266,14 @@ static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora
     cl_int has_dx = l->dx != NULL;
     cl_mem da = hd__fused_mem(l->da);
     /* without dx the kernel never writes it; any valid buffer fills the argument */
-    cl_mem mems[8] = {hd__fused_mem(l->x),  hd__fused_mem(l->w),
-                      hd__fused_mem(l->a),  hd__fused_mem(l->b),
-                      hd__fused_mem(l->dy), l->dx != NULL ? hd__fused_mem(l->dx) : da,
-                      da,                   hd__fused_mem(l->db)};
+    cl_mem mems[8] = {hd__fused_mem(l->x),
+                      hd__fused_mem(l->w),
+                      hd__fused_mem(l->a),
+                      hd__fused_mem(l->b),
+                      hd__fused_mem(l->dy),
+                      l->dx != NULL ? hd__fused_mem(l->dx) : da,
+                      da,
+                      hd__fused_mem(l->db)};
     for (cl_uint i = 0; i < 5 && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, i, sizeof sizes[i], &sizes[i]);
     if (s == HD_OK)

@@ -13,7 +13,7 @@
 #define GRADS_GROUP 64
 /* norm_weight_combine's work-group: columns by slices of each column's partials (as
  * kernels/rows_backward.cl defines them). */
-#define COMBINE_COLS 32
+#define COMBINE_COLS  32
 #define COMBINE_GROUP (COMBINE_COLS * 8)
 /* Rows per chunk of the weight-gradient partials: enough work-items to fill a device for 1024
  * columns from a few thousand rows, short enough chains of dependent adds. */
@@ -149,10 +149,17 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols, nchunk = (cl_int)chunk,
            ngroups = (cl_int)groups;
     cl_float eps = r->eps;
-    const arg a[] = {{sizeof x, &x},           {sizeof g, &g},          {sizeof dy, &dy},
-                     {sizeof dx, &dx},         {sizeof part, &part},    {sizeof rows, &rows},
-                     {sizeof cols, &cols},     {sizeof eps, &eps},      {sizeof center, &center},
-                     {sizeof nchunk, &nchunk}, {sizeof ngroups, &ngroups}};
+    const arg a[] = {{sizeof x, &x},
+                     {sizeof g, &g},
+                     {sizeof dy, &dy},
+                     {sizeof dx, &dx},
+                     {sizeof part, &part},
+                     {sizeof rows, &rows},
+                     {sizeof cols, &cols},
+                     {sizeof eps, &eps},
+                     {sizeof center, &center},
+                     {sizeof nchunk, &nchunk},
+                     {sizeof ngroups, &ngroups}};
     if (s == HD_OK)
         s = launch(f, ctx, options, "norm_backward_fused", wg, groups, a, 11);
     const arg co[] = {{sizeof part, &part},

@@ -226,8 +226,8 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     int len = snprintf(options, sizeof options,
                        "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DVEC_C=%d -DTRANS_A=%d "
                        "-DTRANS_B=%d -DSPLIT_K=%d",
-                       p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1,
-                       (int)c->a.trans, (int)c->b.trans, p->sk > 1);
+                       p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
+                       (int)c->b.trans, p->sk > 1);
     /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers */
     int async = vec_a == 4 && vec_b == 4 ? p->async : 0;
     if (mma)
