@@ -80,15 +80,6 @@ hd_status hd__fused_rows_prepare(hd_fused *f, hd_context *ctx, const hd_fused_ro
     return setup(f, ctx, c, &l);
 }
 
-static hd_status set_args(hd_context *ctx, cl_kernel k, const void *const *values,
-                          const size_t *sizes, cl_uint count)
-{
-    hd_status s = HD_OK;
-    for (cl_uint i = 0; i < count && s == HD_OK; i++)
-        s = hd__fused_set_arg(ctx, k, i, sizes[i], values[i]);
-    return s;
-}
-
 hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c)
 {
     rows_launch l;
@@ -105,7 +96,7 @@ hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_
         const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,    sizeof alpha,
                                 sizeof(cl_mem), sizeof(cl_mem), sizeof beta, sizeof(cl_mem),
                                 sizeof(cl_mem), sizeof(cl_mem)};
-        s = set_args(ctx, l.kernel, values, sizes, 10);
+        s = hd__fused_set_args(ctx, l.kernel, values, sizes, 10);
     } else {
         /* without a second product its buffers are the first's, never read (k2 = 0) */
         cl_mem a2 = c->k2 > 0 ? c->a2 : c->a, b2 = c->k2 > 0 ? c->b2 : c->b;
@@ -113,7 +104,7 @@ hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_
         const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,      sizeof alpha,
                                 sizeof(cl_mem), sizeof(cl_mem), sizeof k2,     sizeof(cl_mem),
                                 sizeof(cl_mem), sizeof beta,    sizeof(cl_mem)};
-        s = set_args(ctx, l.kernel, values, sizes, 11);
+        s = hd__fused_set_args(ctx, l.kernel, values, sizes, 11);
     }
     return s == HD_OK ? hd__fused_launch(ctx, l.kernel, l.groups, l.group) : s;
 }

@@ -152,6 +152,9 @@ hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program progra
 /* Sets kernel arguments in order; each pair is (size, pointer). */
 hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t size,
                             const void *value);
+/* Arguments 0 .. count - 1 of k: values[i], sizes[i] bytes. */
+hd_status hd__fused_set_args(hd_context *ctx, cl_kernel k, const void *const *values,
+                             const size_t *sizes, cl_uint count);
 
 /* Enqueues groups work-groups of group items on the context's queue, with the capture event
  * slot as event. */

@@ -127,6 +127,15 @@ hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t 
     return HD_OK;
 }
 
+hd_status hd__fused_set_args(hd_context *ctx, cl_kernel k, const void *const *values,
+                             const size_t *sizes, cl_uint count)
+{
+    hd_status s = HD_OK;
+    for (cl_uint i = 0; i < count && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, i, sizes[i], values[i]);
+    return s;
+}
+
 hd_status hd__fused_launch(hd_context *ctx, cl_kernel k, size_t groups, size_t group)
 {
     size_t global = groups * group, local = group;

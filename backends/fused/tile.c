@@ -256,15 +256,6 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     return s;
 }
 
-static hd_status set_args(hd_context *ctx, cl_kernel k, const void *const *values,
-                          const size_t *sizes, cl_uint count)
-{
-    hd_status s = HD_OK;
-    for (cl_uint i = 0; i < count && s == HD_OK; i++)
-        s = hd__fused_set_arg(ctx, k, i, sizes[i], values[i]);
-    return s;
-}
-
 static bool fits_int(size_t v)
 {
     return v <= (size_t)INT_MAX;
@@ -335,7 +326,7 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         sizeof(cl_mem), sizeof ldb,     sizeof beta, sizeof(cl_mem), sizeof ldc,     sizeof(cl_mem),
         sizeof chunk,   sizeof nslices, sizeof sa,   sizeof sb,      sizeof sc,      sizeof(cl_mem),
         sizeof lda2,    sizeof(cl_mem), sizeof ldb2, sizeof k2};
-    if ((s = set_args(ctx, k, values, sizes, 22)) != HD_OK ||
+    if ((s = hd__fused_set_args(ctx, k, values, sizes, 22)) != HD_OK ||
         (s = hd__fused_launch(ctx, k, tiles * slices * c->batch, threads)) != HD_OK || slices == 1)
         return s;
 
@@ -346,7 +337,7 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     const void *rvalues[] = {&m, &n, &alpha, &beta, &c->c, &ldc, &part, &nslices};
     const size_t rsizes[] = {sizeof m,       sizeof n,   sizeof alpha,   sizeof beta,
                              sizeof(cl_mem), sizeof ldc, sizeof(cl_mem), sizeof nslices};
-    if ((s = set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
+    if ((s = hd__fused_set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
         return s;
     return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
 }
