@@ -196,15 +196,15 @@ hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_s
     return hd__fused_tile_check(f, ctx, &c);
 }
 
-/* Prepares every product of the plan; again from the start if a tensor-core build failed on
- * the way (the products before it were prepared for the tensor cores, which the launches will
- * no longer use), so that the launches meet exactly what was prepared. */
 static hd_status prepare_step(hd_fused *f, hd_context *ctx, const backward_step *step)
 {
     return step->few_rows ? hd__fused_rows_prepare(f, ctx, &step->rows)
                           : hd__fused_tile_prepare(f, ctx, &step->tile);
 }
 
+/* Prepares every product of the plan; again from the start if a tensor-core build failed on
+ * the way (the products before it were prepared for the tensor cores, which the launches will
+ * no longer use), so that the launches meet exactly what was prepared. */
 static hd_status prepare_all(hd_fused *f, hd_context *ctx, const backward_plan *plan)
 {
     bool broken = f->mma_broken;

@@ -10,10 +10,11 @@
  * rows of A and columns of B in the L2 cache. The k loop stages BK-deep slices of op(A) and
  * op(B) through local memory, double-buffered: the global loads of slice s + 1 go into
  * registers before the arithmetic of slice s and into the other buffer after it, so one
- * barrier per slice suffices. Loads read VEC_A (VEC_B) floats along the stored row, through
- * float4 pointers (vload4 would let the compiler split them: it cannot prove the alignment
- * that the host guarantees); edge tiles load zeros outside the matrix, so any m, n, k work
- * without padding copies.
+ * barrier per slice suffices (gemm_mma.cl with ASYNC: ASYNC - 1 slices in flight through
+ * cp.async instead, no registers on the way). Loads read VEC_A (VEC_B) floats along the
+ * stored row, through float4 pointers (vload4 would let the compiler split them: it cannot
+ * prove the alignment that the host guarantees); edge tiles load zeros outside the matrix, so
+ * any m, n, k work without padding copies.
  * Split-K (SPLIT_K = 1): the k range is cut into `slices` slices of kchunk (a multiple of BK);
  * each work-group writes its slice's unscaled partial tile to part[slice][m][n], and
  * gemm_splitk_reduce then adds the slices in order (deterministic) and applies alpha and beta.
@@ -36,9 +37,9 @@
  *   TRANS_A, TRANS_B   the stored layouts above
  *   SPLIT_K   1: k is cut into slices whose partial tiles gemm_splitk_reduce adds
  *   GROUP_M   tile rows per band of the launch order
- * and the arithmetic's own (gemm_tile.cl: RM, RN; gemm_mma.cl: WM, WN, PREC). THREADS and the
- * local layouts AS_AT(i, p), BS_AT(p, j) (row i or column j of the tile at depth p) are defined
- * per arithmetic below.
+ * and the arithmetic's own (gemm_tile.cl: RM, RN; gemm_mma.cl: WM, WN, PREC, ASYNC). THREADS
+ * and the local layouts AS_AT(i, p), BS_AT(p, j) (row i or column j of the tile at depth p) are
+ * defined per arithmetic below.
  */
 #ifndef BM
 #define BM 128 /* rows of C per work-group */

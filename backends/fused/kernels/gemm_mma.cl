@@ -32,8 +32,8 @@
  * exchanged through local memory, products rounded as fp32), so that everything but the
  * instructions themselves can be tested where no tensor core is (PoCL in CI).
  *
- * Tuning parameters: WM (a multiple of 16), WN (a multiple of 8), PREC (1 or 3); BK a multiple
- * of 16 (gemm.cl).
+ * Tuning parameters: WM (a multiple of 16), WN (a multiple of 8), PREC (1 or 3), ASYNC (0, or
+ * 2 to 4 stages copied by cp.async, with VEC_A = VEC_B = 4); BK a multiple of 16 (gemm.cl).
  */
 #ifndef PREC
 #define PREC 3 /* TF32 products per multiply: 3 (fp32x3) or 1 (tf32) */
