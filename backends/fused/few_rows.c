@@ -11,11 +11,11 @@
 
 #define NT_WARPS 8
 
-/* A prepared product: the kernel, its launch, and for the strip kernel its parameters. */
+/* A prepared product: the kernel, its launch, and for the strip kernel its KG scratch. */
 typedef struct rows_launch {
     cl_kernel kernel;
-    size_t groups, group, strips;
-    hd_fused_params p;
+    size_t groups, group;
+    cl_mem part, count;
 } rows_launch;
 
 static bool fits_int(size_t v)
@@ -48,15 +48,15 @@ static hd_status setup(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd_status s;
     if (!c->b_trans) {
-        if ((s = hd__fused_gemv_params(f, ctx, c->variant, c->n, c->k, c->m, NULL, &l->p)) != HD_OK)
+        hd_fused_params p;
+        if ((s = hd__fused_gemv_params(f, ctx, c->variant, c->n, c->k, c->m, NULL, &p)) != HD_OK)
             return s;
-        hd__fused_options(HD_FUSED_FAMILY_GEMV, &l->p, c->m, options);
-        l->group = (size_t)l->p.tn * (size_t)l->p.ks;
-        size_t nv = c->n / (size_t)l->p.vec;
-        l->strips = (nv + (size_t)l->p.tn - 1) / (size_t)l->p.tn;
-        l->groups = l->strips * (size_t)l->p.kg;
-        cl_mem part, count;
-        if ((s = hd__fused_kg_buffers(f, ctx, &l->p, l->strips, c->m, c->c, &part, &count)) !=
+        hd__fused_options(HD_FUSED_FAMILY_GEMV, &p, c->m, options);
+        l->group = (size_t)p.tn * (size_t)p.ks;
+        size_t nv = c->n / (size_t)p.vec;
+        size_t strips = (nv + (size_t)p.tn - 1) / (size_t)p.tn;
+        l->groups = strips * (size_t)p.kg;
+        if ((s = hd__fused_kg_buffers(f, ctx, &p, strips, c->m, c->c, &l->part, &l->count)) !=
             HD_OK)
             return s;
         return hd__fused_kernel(f, ctx, HD_FUSED_GEMV, options, "gemm_rows", l->group, &l->kernel);
@@ -89,10 +89,8 @@ hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_
     cl_int m = (cl_int)c->m, n = (cl_int)c->n, k = (cl_int)c->k, k2 = (cl_int)c->k2;
     cl_float alpha = c->alpha, beta = c->beta;
     if (!c->b_trans) {
-        cl_mem part, count;
-        if ((s = hd__fused_kg_buffers(f, ctx, &l.p, l.strips, c->m, c->c, &part, &count)) != HD_OK)
-            return s;
-        const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &beta, &c->c, &part, &count};
+        /* the scratch as of this setup: preparing later products may have replaced it */
+        const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &beta, &c->c, &l.part, &l.count};
         const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,    sizeof alpha,
                                 sizeof(cl_mem), sizeof(cl_mem), sizeof beta, sizeof(cl_mem),
                                 sizeof(cl_mem), sizeof(cl_mem)};

@@ -260,30 +260,22 @@ static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora
         hd__fused_kernel(f, ctx, HD_FUSED_LORA_BACKWARD, options, "lora_backward_few", group, &k);
     if (s != HD_OK)
         return s;
-    cl_int sizes[5] = {(cl_int)l->tokens, (cl_int)l->in, (cl_int)l->out, (cl_int)l->rank,
-                       (cl_int)hd__fused_pow2_ceil(l->rank)};
+    cl_int tokens = (cl_int)l->tokens, in = (cl_int)l->in, out = (cl_int)l->out,
+           rank = (cl_int)l->rank, rp = (cl_int)hd__fused_pow2_ceil(l->rank);
     cl_float scale = l->scale, beta = l->accumulate ? 1.0f : 0.0f;
     cl_int has_dx = l->dx != NULL;
-    cl_mem da = hd__fused_mem(l->da);
+    cl_mem x = hd__fused_mem(l->x), w = hd__fused_mem(l->w), a = hd__fused_mem(l->a),
+           b = hd__fused_mem(l->b), dy = hd__fused_mem(l->dy), da = hd__fused_mem(l->da),
+           db = hd__fused_mem(l->db);
     /* without dx the kernel never writes it; any valid buffer fills the argument */
-    cl_mem mems[8] = {hd__fused_mem(l->x),
-                      hd__fused_mem(l->w),
-                      hd__fused_mem(l->a),
-                      hd__fused_mem(l->b),
-                      hd__fused_mem(l->dy),
-                      l->dx != NULL ? hd__fused_mem(l->dx) : da,
-                      da,
-                      hd__fused_mem(l->db)};
-    for (cl_uint i = 0; i < 5 && s == HD_OK; i++)
-        s = hd__fused_set_arg(ctx, k, i, sizeof sizes[i], &sizes[i]);
-    if (s == HD_OK)
-        s = hd__fused_set_arg(ctx, k, 5, sizeof scale, &scale);
-    if (s == HD_OK)
-        s = hd__fused_set_arg(ctx, k, 6, sizeof beta, &beta);
-    if (s == HD_OK)
-        s = hd__fused_set_arg(ctx, k, 7, sizeof has_dx, &has_dx);
-    for (cl_uint i = 0; i < 8 && s == HD_OK; i++)
-        s = hd__fused_set_arg(ctx, k, 8 + i, sizeof mems[i], &mems[i]);
+    cl_mem dx = l->dx != NULL ? hd__fused_mem(l->dx) : da;
+    const void *values[] = {&tokens, &in, &out, &rank, &rp, &scale, &beta, &has_dx,
+                            &x,      &w,  &a,   &b,    &dy, &dx,    &da,   &db};
+    const size_t sizes[] = {sizeof tokens,  sizeof in,      sizeof out,     sizeof rank,
+                            sizeof rp,      sizeof scale,   sizeof beta,    sizeof has_dx,
+                            sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem),
+                            sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem)};
+    s = hd__fused_set_args(ctx, k, values, sizes, 16);
     size_t row_groups = (l->in + warps - 1) / warps;
     size_t column_groups = (l->out / (size_t)vec + group - 1) / group;
     return s == HD_OK ? hd__fused_launch(ctx, k, row_groups + column_groups, group) : s;

@@ -24,14 +24,22 @@ typedef struct arg {
     const void *value; /* NULL with a cl_mem size: a NULL buffer argument */
 } arg;
 
+/* Sets k's arguments and launches groups work-groups of group work-items. */
+static hd_status launch_kernel(hd_context *ctx, cl_kernel k, size_t group, size_t groups,
+                               const arg *args, int count)
+{
+    hd_status s = HD_OK;
+    for (int i = 0; i < count && s == HD_OK; i++)
+        s = hd__fused_set_arg(ctx, k, (cl_uint)i, args[i].size, args[i].value);
+    return s == HD_OK ? hd__fused_launch(ctx, k, groups, group) : s;
+}
+
 static hd_status launch(hd_fused *f, hd_context *ctx, const char *options, const char *name,
                         size_t group, size_t groups, const arg *args, int count)
 {
     cl_kernel k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, options, name, group, &k);
-    for (int i = 0; i < count && s == HD_OK; i++)
-        s = hd__fused_set_arg(ctx, k, (cl_uint)i, args[i].size, args[i].value);
-    return s == HD_OK ? hd__fused_launch(ctx, k, groups, group) : s;
+    return s == HD_OK ? launch_kernel(ctx, k, group, groups, args, count) : s;
 }
 
 /* A scratch buffer of at least bytes, grown on demand; in-order queue: reused by every call. */
@@ -52,13 +60,28 @@ static hd_status scratch(hd_context *ctx, size_t bytes, cl_mem *buf, size_t *cap
     return HD_OK;
 }
 
+/* dgamma and dbeta (either may be absent) from the partials of `chunks` chunks of rows in
+ * part (dgamma's chunk by chunk, then dbeta's), added per column in a fixed order. */
+static hd_status combine_partials(hd_fused *f, hd_context *ctx, const char *options,
+                                  const hd_row_backward_args *r, cl_mem part, cl_int chunks)
+{
+    cl_mem dg = r->dgamma != NULL ? hd__fused_mem(r->dgamma) : NULL;
+    cl_mem db = r->dbeta != NULL ? hd__fused_mem(r->dbeta) : NULL;
+    cl_int cols = (cl_int)r->cols;
+    const arg co[] = {{sizeof part, &part},
+                      {sizeof dg, dg != NULL ? &dg : NULL},
+                      {sizeof db, db != NULL ? &db : NULL},
+                      {sizeof cols, &cols},
+                      {sizeof chunks, &chunks}};
+    return launch(f, ctx, options, "norm_weight_combine", COMBINE_GROUP,
+                  (r->cols + COMBINE_COLS - 1) / COMBINE_COLS, co, 5);
+}
+
 static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *options,
                                    const hd_fused_params *p, const hd_row_backward_args *r,
                                    cl_int center)
 {
     cl_mem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy);
-    cl_mem dg = r->dgamma != NULL ? hd__fused_mem(r->dgamma) : NULL;
-    cl_mem db = r->dbeta != NULL ? hd__fused_mem(r->dbeta) : NULL;
     size_t chunks = (r->rows + GRADS_CHUNK - 1) / GRADS_CHUNK;
     size_t span = (r->cols + GRADS_GROUP - 1) / GRADS_GROUP * GRADS_GROUP;
     if (span > (size_t)INT_MAX / chunks || 2 * chunks > SIZE_MAX / sizeof(float) / r->cols)
@@ -84,14 +107,8 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
     if (s == HD_OK)
         s = launch(f, ctx, options, "norm_weight_partials", GRADS_GROUP,
                    span / GRADS_GROUP * chunks, pa, 9);
-    const arg co[] = {{sizeof part, &part},
-                      {sizeof dg, dg != NULL ? &dg : NULL},
-                      {sizeof db, db != NULL ? &db : NULL},
-                      {sizeof cols, &cols},
-                      {sizeof nchunks, &nchunks}};
     if (s == HD_OK)
-        s = launch(f, ctx, options, "norm_weight_combine", COMBINE_GROUP,
-                   (r->cols + COMBINE_COLS - 1) / COMBINE_COLS, co, 5);
+        s = combine_partials(f, ctx, options, r, part, nchunks);
     return s;
 }
 
@@ -144,8 +161,6 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
                           &f->backward_parts_bytes);
     cl_mem x = hd__fused_mem(r->x), g = hd__fused_mem(r->gamma), dy = hd__fused_mem(r->dy),
            dx = hd__fused_mem(r->dx), part = f->backward_parts;
-    cl_mem dg = r->dgamma != NULL ? hd__fused_mem(r->dgamma) : NULL;
-    cl_mem db = r->dbeta != NULL ? hd__fused_mem(r->dbeta) : NULL;
     cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols, nchunk = (cl_int)chunk,
            ngroups = (cl_int)groups;
     cl_float eps = r->eps;
@@ -161,15 +176,9 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
                      {sizeof nchunk, &nchunk},
                      {sizeof ngroups, &ngroups}};
     if (s == HD_OK)
-        s = launch(f, ctx, options, "norm_backward_fused", wg, groups, a, 11);
-    const arg co[] = {{sizeof part, &part},
-                      {sizeof dg, dg != NULL ? &dg : NULL},
-                      {sizeof db, db != NULL ? &db : NULL},
-                      {sizeof cols, &cols},
-                      {sizeof ngroups, &ngroups}};
+        s = launch_kernel(ctx, k, wg, groups, a, 11);
     if (s == HD_OK)
-        s = launch(f, ctx, options, "norm_weight_combine", COMBINE_GROUP,
-                   (r->cols + COMBINE_COLS - 1) / COMBINE_COLS, co, 5);
+        s = combine_partials(f, ctx, options, r, part, ngroups);
     return s;
 }
 
