@@ -67,6 +67,17 @@ static hd_tensor *host_written(hd_context *ctx, uint64_t salt)
     return t;
 }
 
+/* y holds softmax(in) (ROWS x COLS) within the float64 reference's tolerance. */
+static void expect_softmax_of(const hd_tensor *y, const float *in, const char *what)
+{
+    float *got = hd_test_read(y);
+    double *want = hd_test_doubles(ROWS * COLS);
+    hd_ref_softmax(ROWS, COLS, in, want);
+    hd_test_expect_close(what, got, want, ROWS * COLS, 1e-6, 1e-4);
+    free(got);
+    free(want);
+}
+
 static void test_residency_single_call_on_host_data_stays_on_the_host(void **state)
 {
     (void)state;
@@ -105,13 +116,9 @@ static void test_residency_loop_on_host_data_ends_on_the_device(void **state)
         assert_int_equal(ran[i], HD_BACKEND_FUSED);
     assert_true(x->state->device_valid && x->state->host_valid);
     /* The results are the reference's wherever they ran. */
-    float *got = hd_test_read(y), *in = hd_test_read(x);
-    double *want = hd_test_doubles(ROWS * COLS);
-    hd_ref_softmax(ROWS, COLS, in, want);
-    hd_test_expect_close("softmax after the move", got, want, ROWS * COLS, 1e-6, 1e-4);
-    free(got);
+    float *in = hd_test_read(x);
+    expect_softmax_of(y, in, "softmax after the move");
     free(in);
-    free(want);
     hd_tensor_destroy(x);
     hd_tensor_destroy(y);
     hd_context_destroy(ctx);
@@ -177,12 +184,7 @@ static void test_residency_rewritten_input_moves_at_once_after_a_round_that_move
         hd_test_expect_ran_on(ctx, hd_softmax(ctx, x, y), HD_BACKEND_FUSED,
                               "the first call of a round after one that moved");
     }
-    float *got = hd_test_read(y);
-    double *want = hd_test_doubles(ROWS * COLS);
-    hd_ref_softmax(ROWS, COLS, data, want);
-    hd_test_expect_close("softmax of the rewritten input", got, want, ROWS * COLS, 1e-6, 1e-4);
-    free(got);
-    free(want);
+    expect_softmax_of(y, data, "softmax of the rewritten input");
     free(data);
     hd_tensor_destroy(x);
     hd_tensor_destroy(y);
