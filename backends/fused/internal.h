@@ -16,6 +16,7 @@ extern const char hd__fused_cl_common[];
 extern const char hd__fused_cl_gemm[];
 extern const char hd__fused_cl_gemm_mma[];
 extern const char hd__fused_cl_gemm_tile[];
+extern const char hd__fused_cl_gemm_wgmma[];
 extern const char hd__fused_cl_gemv[];
 extern const char hd__fused_cl_gemv_nt[];
 extern const char hd__fused_cl_layer_norm[];
@@ -39,6 +40,7 @@ typedef enum hd_fused_program {
     HD_FUSED_LORA_BACKWARD, /* few tokens, one launch */
     HD_FUSED_GEMM_TILE,     /* tiled GEMM, fp32 FMAs */
     HD_FUSED_GEMM_MMA,      /* tiled GEMM, tensor cores (NVIDIA sm_80+) */
+    HD_FUSED_GEMM_WGMMA,    /* tiled GEMM, warpgroup tensor cores (NVIDIA sm_90a) */
     HD_FUSED_ROWS_BACKWARD, /* softmax, layer norm and RMS norm backward */
     HD_FUSED_PROGRAM_COUNT
 } hd_fused_program;
@@ -75,6 +77,8 @@ typedef struct hd_fused {
     bool nv_options;    /* cl_nv_compiler_options: -cl-nv-maxrregcount is understood */
     bool mma_broken;    /* their build failed here: the fp32 kernels run instead */
     bool mma_emulated;  /* tests only: the tensor-core kernels' OpenCL C stand-in for the PTX */
+    bool wgmma;         /* NVIDIA compute capability 9.0: the warpgroup kernel may be built */
+    bool wgmma_broken;  /* its build failed here: tf32 runs on the mma.sync kernel */
     cl_mem splitk_part; /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
     cl_mem lora_u; /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
@@ -93,7 +97,7 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
     HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
-    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC */
+    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -110,6 +114,7 @@ typedef struct hd_fused_params {
                                  compiler's choice */
     int async;                /* tile family, tensor cores: stages copied by cp.async, 0:
                                  staged through registers */
+    int wgmma;                /* tile family, tf32: 1 runs the warpgroup kernel (Hopper) */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0, CACHE and

@@ -39,11 +39,12 @@ static const param_spec update_spec[] = {
 };
 
 static const param_spec tile_spec[] = {
-    SPEC("BM", 16, 256, true, bm),    SPEC("BN", 16, 256, true, bn),
-    SPEC("BK", 4, 64, true, bk),      SPEC("RM", 4, 16, true, rm),
-    SPEC("RN", 4, 16, true, rn),      SPEC("WM", 16, 128, true, wm),
-    SPEC("WN", 8, 128, true, wn),     SPEC("SK", 1, 64, false, sk),
-    SPEC("REG", 64, 255, false, reg), SPEC("ASYNC", 2, 4, false, async),
+    SPEC("BM", 16, 256, true, bm),     SPEC("BN", 16, 256, true, bn),
+    SPEC("BK", 4, 64, true, bk),       SPEC("RM", 4, 16, true, rm),
+    SPEC("RN", 4, 16, true, rn),       SPEC("WM", 16, 128, true, wm),
+    SPEC("WN", 8, 128, true, wn),      SPEC("SK", 1, 64, false, sk),
+    SPEC("REG", 64, 255, false, reg),  SPEC("ASYNC", 2, 8, false, async),
+    SPEC("WGMMA", 0, 1, false, wgmma),
 };
 
 static const param_spec *family_spec(hd_fused_family family, size_t *count)

@@ -22,6 +22,7 @@ static const char *const lora_backward_parts[] = {hd__fused_cl_common, hd__fused
                                                   hd__fused_cl_lora_backward, NULL};
 static const char *const gemm_tile_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_tile, NULL};
 static const char *const gemm_mma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_mma, NULL};
+static const char *const gemm_wgmma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_wgmma, NULL};
 static const char *const rows_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_rows_backward,
                                                   NULL};
 static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
@@ -35,6 +36,7 @@ static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_LORA_BACKWARD] = lora_backward_parts,
     [HD_FUSED_GEMM_TILE] = gemm_tile_parts,
     [HD_FUSED_GEMM_MMA] = gemm_mma_parts,
+    [HD_FUSED_GEMM_WGMMA] = gemm_wgmma_parts,
     [HD_FUSED_ROWS_BACKWARD] = rows_backward_parts,
 };
 

@@ -1,9 +1,10 @@
 /*
- * The tiled GEMM engine (kernels/gemm.cl with gemm_tile.cl or gemm_mma.cl): parameters from
- * the shape or a tuned variant, build options, split-K scratch and the launches. fp32 runs the
- * FMA kernel everywhere; fp32x3 and tf32 run the tensor-core kernel where the device is NVIDIA
- * with compute capability 8.0 or later and the kernel builds, else the FMA kernel (at least as
- * accurate), with a note.
+ * The tiled GEMM engine (kernels/gemm.cl with gemm_tile.cl, gemm_mma.cl or gemm_wgmma.cl):
+ * parameters from the shape or a tuned variant, build options, split-K scratch and the
+ * launches. fp32 runs the FMA kernel everywhere; fp32x3 and tf32 run the tensor-core kernel
+ * where the device is NVIDIA with compute capability 8.0 or later and the kernel builds, else
+ * the FMA kernel (at least as accurate), with a note. tf32 on compute capability 9.0 runs the
+ * warpgroup kernel (wgmma), else, or where that does not build, the mma.sync one.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -13,6 +14,9 @@
 
 #ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
 #define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#endif
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV
+#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
 #endif
 
 /* Split-K scratch beyond this is not worth it: such products have tiles enough. */
@@ -37,6 +41,12 @@ void hd__fused_tile_probe(hd_fused *f, cl_device_id device)
              clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
                              NULL) == CL_SUCCESS &&
              major >= 8;
+    /* wgmma exists on sm_90a alone: not on later architectures */
+    cl_uint minor = 0;
+    f->wgmma = f->mma && major == 9 &&
+               clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor,
+                               NULL) == CL_SUCCESS &&
+               minor == 0;
 }
 
 void hd__fused_tile_release(hd_fused *f)
@@ -58,6 +68,19 @@ static bool wants_mma(const hd_fused *f, hd_precision precision)
     return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken;
 }
 
+/* Whether it may run on the warpgroup kernel: tf32 on compute capability 9.0. */
+static bool wants_wgmma(const hd_fused *f, hd_precision precision)
+{
+    return precision == HD_PRECISION_TF32 && wants_mma(f, precision) && f->wgmma &&
+           !f->wgmma_broken;
+}
+
+/* Local memory of one stage of the warpgroup kernel, in bytes. */
+static size_t wgmma_stage_bytes(const hd_fused_params *p)
+{
+    return ((size_t)p->bm + (size_t)p->bn) * (size_t)p->bk * sizeof(float);
+}
+
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
  * (more groups) elsewhere; split-K where even those leave most units idle and k is deep. */
 static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
@@ -65,7 +88,22 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
 {
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool large = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch >= units;
-    if (mma && large && p->bm == 0 && p->bn == 0 && p->wm == 0 && p->wn == 0 && p->async == 0) {
+    if (p->wgmma) {
+        if (p->bm == 0)
+            p->bm = large ? 128 : 64;
+        if (p->bn == 0)
+            p->bn = large ? 128 : 64;
+        if (p->wn == 0)
+            p->wn = p->bn % 128 == 0 ? 128 : 64;
+        if (p->bk == 0)
+            p->bk = 8;
+        /* as many buffers as the local memory holds, 3 to 6 */
+        if (p->async == 0) {
+            size_t fit = f->local_mem > 0 ? f->local_mem / wgmma_stage_bytes(p) : 6;
+            p->async = fit < 3 ? 3 : fit > 6 ? 6 : (int)fit;
+        }
+    } else if (mma && large && p->bm == 0 && p->bn == 0 && p->wm == 0 && p->wn == 0 &&
+               p->async == 0) {
         /* tensor cores, stages through cp.async (H100, 4096^3 NN: tf32 1.26 ms with 128 x 128
          * tiles of 128 x 32 warps, 3 stages; fp32x3 2.43 ms with 64 x 128 tiles of 32 x 64
          * warps, 4 stages; 1.46 and 2.53 ms with 256 x 128 tiles staged through registers) */
@@ -80,14 +118,14 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->bm = large ? 128 : 64;
     if (p->bn == 0)
         p->bn = large ? 128 : 64;
-    if (mma) {
+    if (mma && !p->wgmma) {
         if (p->bk == 0)
             p->bk = 16;
         if (p->wm == 0)
             p->wm = p->bm >= 256 ? 128 : p->bm >= 128 ? 64 : 32;
         if (p->wn == 0)
             p->wn = 32;
-    } else {
+    } else if (!mma) {
         if (p->bk == 0)
             p->bk = large ? 8 : 16;
         if (p->rm == 0)
@@ -115,6 +153,8 @@ static hd_status unsupported(hd_context *ctx, const char *why, const hd_fused_pa
 /* Local memory of one kernel (two stages of each operand, or ASYNC), as gemm.cl lays it out. */
 static size_t local_bytes(const hd_fused_params *p, bool mma)
 {
+    if (p->wgmma)
+        return (size_t)p->async * wgmma_stage_bytes(p);
     size_t buffers = mma && p->async > 0 ? (size_t)p->async : 2;
     size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
     if (mma) { /* depth-contiguous rows of MMA_STRIDE floats, 16 past a multiple of 32 */
@@ -144,8 +184,26 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                            p);
     if (mma && (p->rm != 0 || p->rn != 0))
         mma = false; /* an fp32 variant: FMAs are at least as accurate */
+    bool wgmma = mma && wants_wgmma(f, c->precision);
+    if (p->wgmma && !wgmma)
+        return unsupported(ctx,
+                           "WGMMA is the tf32 kernel of compute capability 9.0, which this "
+                           "context does not run",
+                           p);
+    if (wgmma && p->wm == 0)
+        p->wgmma = 1; /* the default for tf32 here, unless the variant names mma.sync warps */
     default_tile(f, c, mma, p);
-    if (mma) {
+    if (p->wgmma) {
+        if (p->bm % 64 != 0 || (p->wn != 64 && p->wn != 128) || p->bn % p->wn != 0 ||
+            p->bk % 8 != 0 || p->async < 3)
+            return unsupported(ctx,
+                               "WGMMA needs BM a multiple of 64, WN 64 or 128 dividing BN, BK a "
+                               "multiple of 8 and ASYNC at least 3",
+                               p);
+        *threads = (size_t)(p->bm / 64) * (size_t)(p->bn / p->wn) * 128;
+    } else if (mma) {
+        if (p->async > 4)
+            return unsupported(ctx, "the mma.sync kernel takes ASYNC 2 to 4", p);
         if (p->wm % 16 != 0 || p->bm % p->wm != 0 || p->bn % p->wn != 0 || p->bk % 16 != 0)
             return unsupported(ctx, "WM (WN) must divide BM (BN) and BK be a multiple of 16", p);
         if (p->async != 0 && (p->bm % 32 != 0 || p->bn % 32 != 0))
@@ -228,9 +286,14 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        "-DTRANS_B=%d -DSPLIT_K=%d",
                        p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
                        (int)c->b.trans, p->sk > 1);
-    /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers */
+    /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers
+     * (the warpgroup kernel copies those 4 bytes at a time) */
     int async = vec_a == 4 && vec_b == 4 ? p->async : 0;
-    if (mma)
+    if (p->wgmma)
+        len +=
+            snprintf(options + len, sizeof options - (size_t)len, " -DWGMMA=1 -DWN=%d -DASYNC=%d%s",
+                     p->wn, p->async, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+    else if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d -DASYNC=%d%s", p->wm, p->wn,
                         c->precision == HD_PRECISION_TF32 ? 1 : 3, async,
@@ -241,6 +304,20 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0)
         snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
+    if (p->wgmma) {
+        s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_WGMMA, options, "gemm_wgmma", *threads, out);
+        if (s != HD_ERR_BUILD)
+            return s;
+        /* the mma.sync kernel instead, for this context */
+        f->wgmma_broken = true;
+        hd_fused_tile_call mma_sync = *c;
+        mma_sync.variant = NULL;
+        s = tile_kernel(f, ctx, &mma_sync, p, threads, out);
+        if (s == HD_OK)
+            hd__note(ctx, "fused: the warpgroup tensor-core GEMM did not build on this device; "
+                          "tf32 runs on mma.sync");
+        return s;
+    }
     s = hd__fused_kernel(f, ctx, mma ? HD_FUSED_GEMM_MMA : HD_FUSED_GEMM_TILE, options,
                          mma ? "gemm_mma" : "gemm_tile", *threads, out);
     if (s == HD_ERR_BUILD && mma) {
@@ -365,6 +442,14 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
            (f->local_mem == 0 || local_bytes(&p, mma) <= f->local_mem);
 }
 
+static bool wgmma_fits(const hd_fused *f, const tile_variant *v)
+{
+    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk, .async = v->async, .wgmma = 1};
+    size_t threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128;
+    return threads <= f->device_max_group &&
+           (f->local_mem == 0 || local_bytes(&p, true) <= f->local_mem);
+}
+
 /* Tile shapes worth timing: large and small tiles, deep and shallow stages; the tensor-core
  * kernel's by warp layout; split-K where tiles are few. */
 size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision precision,
@@ -406,6 +491,22 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=128 BK=16 WM=32 WN=64 ASYNC=4", 64, 128, 16, 32, 64, 4},
         {"BM=64 BN=64 BK=16 WM=32 WN=32 ASYNC=4", 64, 64, 16, 32, 32, 4},
     };
+    /* tf32 on compute capability 9.0: the warpgroup kernel's tiles, its buffers filling the
+     * local memory (48 KiB on an H100, which refuses more through a __local argument too).
+     * 256 work-items at most: the H100 ran 512 of them per group with none of the tiles
+     * tried (128 x 128 of 64 x 64 blocks, 256 x 128, 128 x 256), also with the registers
+     * capped at 128 through -cl-nv-maxrregcount. H100, 4096^3 NN: 1.21 ms with the first
+     * (128 x 128, 8 deep, 6 buffers), 1.48 ms with 16-deep stages and 3 buffers, 1.58-1.62
+     * ms with 64-row tiles. */
+    static const tile_variant wgmma_tiles[] = {
+        {"BM=128 BN=128 BK=8 WN=128 ASYNC=6 WGMMA=1", 128, 128, 8, 0, 128, 6},
+        {"BM=128 BN=128 BK=16 WN=128 ASYNC=3 WGMMA=1", 128, 128, 16, 0, 128, 3},
+        {"BM=64 BN=256 BK=8 WN=128 ASYNC=4 WGMMA=1", 64, 256, 8, 0, 128, 4},
+        {"BM=64 BN=128 BK=8 WN=128 ASYNC=8 WGMMA=1", 64, 128, 8, 0, 128, 8},
+        {"BM=64 BN=128 BK=16 WN=128 ASYNC=4 WGMMA=1", 64, 128, 16, 0, 128, 4},
+        {"BM=128 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 128, 64, 16, 0, 64, 4},
+        {"BM=64 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 64, 64, 16, 0, 64, 4},
+    };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};
     /* NVIDIA: the large tiles again at 128 registers, two work-groups per SM */
@@ -419,6 +520,11 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     size_t count =
         mma ? sizeof mma_tiles / sizeof mma_tiles[0] : sizeof fma_tiles / sizeof fma_tiles[0];
     size_t n = 0;
+    for (size_t i = 0;
+         wants_wgmma(f, precision) && i < sizeof wgmma_tiles / sizeof wgmma_tiles[0] && n < max;
+         i++)
+        if (wgmma_fits(f, &wgmma_tiles[i]))
+            out[n++] = wgmma_tiles[i].text;
     for (size_t i = 0; i < count && n < max; i++)
         if (variant_fits(f, &tiles[i], mma))
             out[n++] = tiles[i].text;

@@ -115,6 +115,101 @@ static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, cons
     return err;
 }
 
+/* Text of the PTX that NVIDIA's compiler returns as a program's binary, NUL-terminated, or
+ * NULL (no memory, or not one binary). */
+static char *program_text(cl_program program)
+{
+    size_t size = 0;
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
+            CL_SUCCESS ||
+        size == 0)
+        return NULL;
+    char *text = malloc(size + 1);
+    if (text == NULL)
+        return NULL;
+    unsigned char *bins[1] = {(unsigned char *)text};
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) != CL_SUCCESS) {
+        free(text);
+        return NULL;
+    }
+    text[size] = '\0';
+    return text;
+}
+
+/*
+ * Architecture-specific PTX. NVIDIA's OpenCL compiler targets the plain architecture (PTX
+ * ".target sm_90"), where instructions of the architecture-specific target (sm_90a: wgmma)
+ * are refused. A kernel writes such instructions behind HD_CL_PTX_SM90A, a PTX comment, so
+ * that the build from source succeeds; this turns the built PTX into the sm_90a program: the
+ * marked lines uncommented, the target renamed, the text built again as a binary. Only PTX of
+ * target sm_90 carrying the marker is touched; any other program is left as built.
+ */
+#define HD_CL_PTX_SM90A "// @sm_90a@ "
+
+static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *options,
+                                cl_program *program)
+{
+    char *ptx = program_text(*program);
+    if (ptx == NULL || strstr(ptx, HD_CL_PTX_SM90A) == NULL) {
+        free(ptx);
+        return HD_OK; /* nothing marked was compiled (another device, or an emulation) */
+    }
+    static const char target[] = ".target sm_90";
+    char *at = strstr(ptx, target);
+    char after = at != NULL ? at[sizeof target - 1] : '\0';
+    if (at == NULL || (after != ',' && after != '\n' && after != ' ')) {
+        free(ptx);
+        return hd__error(ctx, HD_ERR_BUILD,
+                         "the kernel's sm_90a instructions need PTX of target sm_90 (options "
+                         "\"%.200s\")",
+                         options);
+    }
+    /* the patched text is shorter (markers out) but for the one "a" of the target */
+    size_t len = strlen(ptx);
+    char *out = malloc(len + 2), *w = out;
+    if (out == NULL) {
+        free(ptx);
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to retarget a program");
+    }
+    size_t marker = strlen(HD_CL_PTX_SM90A);
+    for (const char *r = ptx; *r != '\0';) {
+        if (r == at) {
+            memcpy(w, target, sizeof target - 1);
+            w += sizeof target - 1;
+            *w++ = 'a';
+            r += sizeof target - 1;
+        } else if (strncmp(r, HD_CL_PTX_SM90A, marker) == 0) {
+            r += marker;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    free(ptx);
+    size_t out_len = strlen(out) + 1;
+    const unsigned char *bin = (const unsigned char *)out;
+    cl_int status = CL_SUCCESS, err;
+    cl_program patched =
+        clCreateProgramWithBinary(rt->context, 1, &rt->device, &out_len, &bin, &status, &err);
+    free(out);
+    if (patched == NULL || err != CL_SUCCESS || status != CL_SUCCESS) {
+        if (patched != NULL)
+            clReleaseProgram(patched);
+        return hd__cl_error(ctx, err != CL_SUCCESS ? err : status,
+                            "clCreateProgramWithBinary (sm_90a PTX)");
+    }
+    char printed[1024];
+    err = build_capturing_stderr(rt, patched, options, printed, sizeof printed);
+    if (err != CL_SUCCESS) {
+        hd_status s = build_failed(rt, ctx, patched, err, options);
+        clReleaseProgram(patched);
+        return s;
+    }
+    clReleaseProgram(*program);
+    *program = patched;
+    return HD_OK;
+}
+
 static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const char *source,
                                    size_t len, const char *options, cl_program *out)
 {
@@ -135,6 +230,13 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
     }
     if (printed[0] != '\0') /* a note, not an error: the call goes on */
         hd__note(ctx, "kernel build (options \"%.200s\") printed: %.600s", options, printed);
+    if (strstr(source, HD_CL_PTX_SM90A) != NULL) {
+        hd_status s = retarget_sm90a(rt, ctx, options, &program);
+        if (s != HD_OK) {
+            clReleaseProgram(program);
+            return s;
+        }
+    }
     rt->program_counters.source_builds++;
     *out = program;
     return HD_OK;

@@ -69,7 +69,10 @@ hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffe
  * source is recognised by its address first, so the text at an address must not change while
  * the runtime lives (the embedded kernel arrays never do); the same text at another address
  * finds the same program through its hash. options may be NULL. The disk cache lives under
- * $XDG_CACHE_HOME/hd-dispatch/programs (else ~/.cache/...); $HD_PROGRAM_CACHE=0 turns it off. */
+ * $XDG_CACHE_HOME/hd-dispatch/programs (else ~/.cache/...); $HD_PROGRAM_CACHE=0 turns it off.
+ * Instructions of NVIDIA's sm_90a target (wgmma) are written in inline PTX behind the comment
+ * "// @sm_90a@ ": where the built PTX carries them, the program is rebuilt from that PTX with
+ * the marks removed and the target set to sm_90a (HD_ERR_BUILD where that fails). */
 hd_status hd__cl_program(hd_cl_runtime *rt, hd_context *ctx, const char *source,
                          const char *options, cl_program *out);
 

@@ -118,8 +118,9 @@ typedef enum hd_precision {
                               short sums; an infinite input gives NaN where it reaches
                               (NVIDIA sm_80+ devices) */
     HD_PRECISION_TF32,     /* one TF32 tensor-core product, like PyTorch's allow_tf32: operands
-                              rounded to 10 mantissa bits, relative error near 1e-3 of
-                              |A|*|B| (NVIDIA sm_80+ devices) */
+                              reduced to 10 mantissa bits (rounded, or truncated on Hopper's
+                              warpgroup kernel), error within 2^-9 of sum |a*b| (NVIDIA sm_80+
+                              devices) */
     HD_PRECISION_COUNT
 } hd_precision;
 

@@ -37,7 +37,8 @@
  *   TRANS_A, TRANS_B   the stored layouts above
  *   SPLIT_K   1: k is cut into slices whose partial tiles gemm_splitk_reduce adds
  *   GROUP_M   tile rows per band of the launch order
- * and the arithmetic's own (gemm_tile.cl: RM, RN; gemm_mma.cl: WM, WN, PREC, ASYNC). THREADS
+ * and the arithmetic's own (gemm_tile.cl: RM, RN; gemm_mma.cl: WM, WN, PREC, ASYNC;
+ * gemm_wgmma.cl: WN, ASYNC). THREADS
  * and the local layouts AS_AT(i, p), BS_AT(p, j) (row i or column j of the tile at depth p) are
  * defined per arithmetic below.
  */
@@ -50,8 +51,11 @@
 #ifndef MMA
 #define MMA 0 /* 1: the tensor-core arithmetic of gemm_mma.cl */
 #endif
+#ifndef WGMMA
+#define WGMMA 0 /* 1: the warpgroup tensor-core arithmetic of gemm_wgmma.cl (Hopper) */
+#endif
 #ifndef BK
-#if MMA
+#if MMA || WGMMA
 #define BK 16 /* k depth of one local-memory stage */
 #else
 #define BK 8
@@ -78,7 +82,26 @@
 #ifndef GROUP_M
 #define GROUP_M 8 /* tile rows per band of the launch order */
 #endif
-#if MMA
+#if WGMMA
+/* Warpgroup tensor cores: groups of 128 work-items, each owning a 64 x WN block of the tile.
+ * Both operands are kept depth-contiguous in core matrices of 8 rows by 4 depths (128
+ * contiguous bytes, 16 per row): the core matrix of row group r and depth group d starts at
+ * float (r * BK / 4 + d) * 32, the layout the products' descriptors name (gemm_wgmma.cl). */
+#ifndef WN
+#define WN 128 /* columns of C per warpgroup */
+#endif
+#define THREADS ((BM / 64) * (BN / WN) * 128)
+#define CORE_AT(r, p) (((((r) >> 3) * (BK / 4) + ((p) >> 2)) << 5) | (((r)&7) << 2) | ((p)&3))
+#define AS_SIZE (BM * BK)
+#define AS_AT(i, p) CORE_AT(i, p)
+#define BS_SIZE (BN * BK)
+#define BS_AT(p, j) CORE_AT(j, p)
+/* (the register-staged loads below serve the other arithmetics; cp.async copies here) */
+#define A_LOADS_ALONG_DEPTH 0
+#define B_LOADS_ALONG_DEPTH 0
+#define A_RUN_CONTIGUOUS 0
+#define B_RUN_CONTIGUOUS 0
+#elif MMA
 /* Tensor cores: warps of 32 work-items, each owning a WM x WN block of the tile. Local memory
  * keeps both operands depth-contiguous (A as the tile's rows, B as its columns), so that a
  * work-item reads four consecutive depths of a row or column as one float4 (gemm_mma.cl). A

@@ -1,0 +1,316 @@
+/*
+ * Tiled GEMM on Hopper's warpgroup tensor cores (sm_90a: wgmma.mma_async) through inline PTX
+ * (follows gemm.cl, which describes the tile, the stages and the local layout). Hopper only:
+ * the host builds this file where the device reports compute capability 9.0, and the
+ * instructions that exist on sm_90a alone are written behind the "// @sm_90a@ " marker, which
+ * the OpenCL runtime removes from the compiled PTX before retargeting it to sm_90a
+ * (backends/opencl/program.c). A failed build falls back to gemm_mma.cl.
+ *
+ * Arithmetic: wgmma.m64nWNk8 with TF32 operands read from local memory as they were copied
+ * (the tensor cores ignore an operand's 13 low bits: each operand is truncated to TF32, a
+ * relative error below 2^-10) and fp32 accumulation; the error stays within 2^-9 of the sum
+ * of the terms' magnitudes. A NaN whose payload lies in the 13 low bits alone reads as an
+ * infinity.
+ * Work decomposition: THREADS = (BM / 64) * (BN / WN) * 128: warpgroup w (four warps) owns a
+ * 64 x WN block of the tile; each k8 step of a stage is one wgmma per warpgroup, whose
+ * accumulators follow the PTX ISA (warp q of the group holds rows 16q + g and 16q + g + 8 of
+ * each 8-column block j at columns 8j + 2t and 8j + 2t + 1, lane = 4g + t).
+ * Stages: ASYNC buffers, ASYNC - 2 stages in flight through cp.async while the warpgroups
+ * multiply one and the products of the one before drain: a warpgroup issues stage s's
+ * products and waits only for stage s - 1's, so the tensor cores work through the next
+ * barrier; the buffer refilled after that barrier is stage s - 2's, which every warpgroup
+ * has finished. An operand stored K-major (A untransposed, B transposed) with
+ * VEC 4 is copied in 16-byte runs; any other in 4-byte copies, transposed on the way in.
+ * Local memory reads: the warpgroups' descriptors name core matrices of 8 rows x 16 bytes,
+ * 128 contiguous bytes each (gemm.cl's AS_AT), so the tensor cores read every bank once per
+ * core matrix.
+ *
+ * MMA_EMULATE = 1 replaces the PTX by OpenCL C that reads the same local layout through the
+ * same descriptor offsets, truncating operands as the tensor cores do, so that everything but
+ * the instructions themselves can be tested where no tensor core is (PoCL in CI).
+ *
+ * Tuning parameters: BM (a multiple of 64), BN, WN (64 or 128, dividing BN), BK (a multiple
+ * of 8), ASYNC (3 to 8 buffers, within the device's local memory).
+ */
+#ifndef MMA_EMULATE
+#define MMA_EMULATE 0
+#endif
+#ifndef ASYNC
+#define ASYNC 3
+#endif
+#if BM % 64 != 0 || BN % WN != 0 || (WN != 64 && WN != 128) || BK % 8 != 0
+#error "BM must be a multiple of 64, WN 64 or 128 dividing BN, BK a multiple of 8"
+#endif
+#if ASYNC < 3 || ASYNC > 8
+#error "ASYNC takes 3 to 8 buffers"
+#endif
+#define WGROUPS_N (BN / WN)
+#define ACC (WN / 2) /* accumulators per work-item */
+
+/* Byte offsets between core matrices: along the depth (leading) and to the next 8 rows
+ * (stride), as AS_AT and BS_AT lay them out. */
+#define CORE_LBO 128
+#define CORE_SBO (BK / 4 * 128)
+
+/* Keeps the compiler from moving accumulator reads or writes across the asynchronous
+ * products (the assembler itself orders them against the wgmma instructions). */
+static inline void fence_acc(float *d)
+{
+#if !MMA_EMULATE
+#pragma unroll
+    for (int i = 0; i < ACC; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+#if MMA_EMULATE
+/* d += A * B for one 64 x WN x 8 step, A's 64 rows at byte offset a_off of as and B's WN
+ * columns at b_off of bs, read through the core-matrix offsets the descriptors give the
+ * tensor cores; each operand truncated to TF32. */
+static inline void wgmma_step(float *d, __local const float *as, int a_off,
+                              __local const float *bs, int b_off, int lid)
+{
+    int q = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
+    for (int j = 0; j < WN / 8; j++) {
+        for (int o = 0; o < 4; o++) {
+            int row = 16 * q + g + 8 * (o >> 1), col = 8 * j + 2 * t + (o & 1);
+            float sum = 0.0f;
+            for (int kk = 0; kk < 8; kk++) {
+                int ak = (a_off + (row / 8) * CORE_SBO + (kk / 4) * CORE_LBO) / 4 +
+                         (row % 8) * 4 + kk % 4;
+                int bk = (b_off + (col / 8) * CORE_SBO + (kk / 4) * CORE_LBO) / 4 +
+                         (col % 8) * 4 + kk % 4;
+                sum += as_float(as_uint(as[ak]) & 0xffffe000u) *
+                       as_float(as_uint(bs[bk]) & 0xffffe000u);
+            }
+            d[4 * j + o] += sum;
+        }
+    }
+}
+#define WGMMA_BEGIN()
+#define WGMMA_END()
+#define WGMMA_DRAIN()
+#else
+/* The shared-memory matrix descriptor of the PTX ISA: start address, leading and stride byte
+ * offsets, each >> 4, no swizzle. */
+static inline ulong descriptor(__local const float *base, int offset)
+{
+    uint addr = (uint)(size_t)base + (uint)offset;
+    return (ulong)((addr & 0x3ffff) >> 4) | ((ulong)(CORE_LBO >> 4) << 16) |
+           ((ulong)(CORE_SBO >> 4) << 32);
+}
+
+#define F4(d, i) "+f"(d[i]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define F16(d, i) F4(d, i), F4(d, (i) + 4), F4(d, (i) + 8), F4(d, (i) + 12)
+#define F32(d, i) F16(d, i), F16(d, (i) + 16)
+#define F64(d, i) F32(d, i), F32(d, (i) + 32)
+
+static inline void wgmma_step(float *d, __local const float *as, int a_off,
+                              __local const float *bs, int b_off, int lid)
+{
+    ulong da = descriptor(as, a_off), db = descriptor(bs, b_off);
+#if WN == 64
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+                 "%31}, %32, %33, p, 1, 1;\n}\n"
+                 : F32(d, 0)
+                 : "l"(da), "l"(db), "r"(1));
+#else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+                 "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+                 "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
+                 "%61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+                 : F64(d, 0)
+                 : "l"(da), "l"(db), "r"(1));
+#endif
+}
+/* The products of a stage: fenced against earlier register use and committed as one group;
+ * WGMMA_END then waits for the group before it (the stage before), WGMMA_DRAIN for all. */
+#define WGMMA_BEGIN() asm volatile("// @sm_90a@ wgmma.fence.sync.aligned;\n" ::: "memory")
+#define WGMMA_END() \
+    asm volatile("// @sm_90a@ wgmma.commit_group.sync.aligned;\n" \
+                 "// @sm_90a@ wgmma.wait_group.sync.aligned 1;\n" ::: "memory")
+#define WGMMA_DRAIN() \
+    asm volatile("// @sm_90a@ wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
+#endif
+
+/* Copies of 16 and 4 bytes to local memory (cp.async, zeros past `bytes`), their groups and
+ * the wait for all but ASYNC - 3 of them; the wait also fences the copies against the
+ * tensor cores' reads (the async proxy). Emulated by plain copies. */
+#if MMA_EMULATE
+static inline void copy16(__local float *dst, __global const float *src, int bytes)
+{
+    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int q = 0; q < bytes / 4; q++)
+        e[q] = src[q];
+    *(__local float4 *)dst = (float4)(e[0], e[1], e[2], e[3]);
+}
+static inline void copy4(__local float *dst, __global const float *src, int bytes)
+{
+    *dst = bytes > 0 ? *src : 0.0f;
+}
+#define cp_commit()
+#define CP_WAIT()
+#else
+static inline void copy16(__local float *dst, __global const float *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :
+                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+static inline void copy4(__local float *dst, __global const float *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                 :
+                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+#define cp_commit() asm volatile("cp.async.commit_group;" ::: "memory")
+#define CP_WAIT_N(n) \
+    asm volatile("cp.async.wait_group " #n ";\n// @sm_90a@ fence.proxy.async.shared::cta;" :: \
+                     : "memory")
+#if ASYNC == 3
+#define CP_WAIT() CP_WAIT_N(0)
+#elif ASYNC == 4
+#define CP_WAIT() CP_WAIT_N(1)
+#elif ASYNC == 5
+#define CP_WAIT() CP_WAIT_N(2)
+#elif ASYNC == 6
+#define CP_WAIT() CP_WAIT_N(3)
+#elif ASYNC == 7
+#define CP_WAIT() CP_WAIT_N(4)
+#else
+#define CP_WAIT() CP_WAIT_N(5)
+#endif
+#endif
+
+/* Copies one operand's stage: rows (or columns) 0 .. SIDE - 1 of the tile from r0 on, depths
+ * k0 .. k0 + BK - 1, zeros outside rows < rows and depths < kend. K_MAJOR: the operand is
+ * stored with its depths contiguous (x[row * ld + depth]), else x[depth * ld + row]. 16-byte
+ * runs go to 16 consecutive bytes of local memory (core-matrix rows), so a quarter-warp
+ * fills 128 distinct bytes; 4-byte copies are spread so that a warp's 32 land in 32 banks
+ * (8 rows by 4 depths) and read 32-byte sectors whole. */
+#define COPY_OPERAND(SIDE, K_MAJOR, VEC, x, ld, r0, rows, k0, kend, dst, AT) \
+    do { \
+        int lid_ = get_local_id(0); \
+        if ((K_MAJOR) && (VEC) == 4) { \
+            _Pragma("unroll") for (int l = 0; l < SIDE * BK / (4 * THREADS); l++) { \
+                int e = lid_ + l * THREADS; \
+                int i = 8 * (e / (2 * BK)) + e % 8, p = 4 * ((e / 8) % (BK / 4)); \
+                int row = (r0) + i, kk = (k0) + p; \
+                int bytes = row < (rows) ? clamp(4 * ((kend) - kk), 0, 16) : 0; \
+                copy16((dst) + 4 * e, bytes > 0 ? (x) + (size_t)row * (ld) + kk : (x), bytes); \
+            } \
+        } else { \
+            _Pragma("unroll") for (int l = 0; l < SIDE * BK / THREADS; l++) { \
+                int e = lid_ + l * THREADS, i, p; \
+                if (K_MAJOR) { \
+                    p = e % 4 + 4 * ((e / 32) % (BK / 4)); \
+                    i = (e / 4) % 8 + 8 * (e / (8 * BK)); \
+                } else { \
+                    i = e % 8 + 8 * ((e / 32) % (SIDE / 8)); \
+                    p = (e / 8) % 4 + 4 * (e / (4 * SIDE)); \
+                } \
+                int row = (r0) + i, kk = (k0) + p; \
+                bool in = row < (rows) && kk < (kend); \
+                size_t at = (K_MAJOR) ? (size_t)row * (ld) + kk : (size_t)kk * (ld) + row; \
+                copy4((dst) + AT(i, p), in ? (x) + at : (x), in ? 4 : 0); \
+            } \
+        } \
+    } while (0)
+
+#define A_AT(i, p) AS_AT(i, p)
+#define B_AT(j, p) BS_AT(p, j)
+
+/* Issues the copies of stage s into as, bs (gemm.cl's gemm_pairs: the first pair's stages,
+ * then the second's). */
+static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
+                              __local float *as, __local float *bs)
+{
+    bool first = s < q->stages;
+    __global const float *a = first ? q->a : q->a2, *b = first ? q->b : q->b2;
+    int lda = first ? q->lda : q->lda2, ldb = first ? q->ldb : q->ldb2;
+    int k0 = first ? q->kbegin + s * BK : (s - q->stages) * BK, kend = first ? q->kend : q->k2;
+    COPY_OPERAND(BM, !TRANS_A, VEC_A, a, lda, m0, m, k0, kend, as, A_AT);
+    COPY_OPERAND(BN, TRANS_B, VEC_B, b, ldb, n0, n, k0, kend, bs, B_AT);
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
+gemm_wgmma(const int m, const int n, const int k, const float alpha,
+           __global const float *restrict a, const int lda, __global const float *restrict b,
+           const int ldb, const float beta, __global float *restrict c, const int ldc,
+           __global float *restrict part, const int kchunk, const int slices,
+           const ulong stride_a, const ulong stride_b, const ulong stride_c,
+           __global const float *restrict a2, const int lda2, __global const float *restrict b2,
+           const int ldb2, const int k2)
+{
+    __local float as[ASYNC][AS_SIZE] __attribute__((aligned(128)));
+    __local float bs[ASYNC][BS_SIZE] __attribute__((aligned(128)));
+    tile_pos pos = tile_of(get_group_id(0), m, n, slices);
+    a += pos.batch * stride_a;
+    b += pos.batch * stride_b;
+    c += pos.batch * stride_c;
+    int m0 = pos.bm * BM, n0 = pos.bn * BN;
+    int kbegin = pos.slice * kchunk, kend = min(k, kbegin + kchunk);
+    int lid = get_local_id(0), wg = lid / 128;
+    int wm0 = (wg / WGROUPS_N) * 64, wn0 = (wg % WGROUPS_N) * WN;
+    /* the warpgroup's first core matrices: row group wm0 / 8 of A, column group wn0 / 8 of B */
+    int a_base = (wm0 / 8) * CORE_SBO, b_base = (wn0 / 8) * CORE_SBO;
+
+    float acc[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; i++)
+        acc[i] = 0.0f;
+
+    gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
+                    max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
+    int stages = q.stages + q.stages2;
+    /* Every work-item commits a group per stage, empty past the last, so that CP_WAIT counts
+     * alike; stage s + ASYNC - 2 goes into the buffer of stage s - 2, whose products every
+     * warpgroup waited for before the barrier. */
+    for (int s = 0; s < ASYNC - 2; s++) {
+        if (s < stages)
+            copy_stage(&q, s, m0, n0, m, n, as[s], bs[s]);
+        cp_commit();
+    }
+    for (int s = 0; s < stages; s++) {
+        CP_WAIT();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        int next = s + ASYNC - 2;
+        if (next < stages)
+            copy_stage(&q, next, m0, n0, m, n, as[next % ASYNC], bs[next % ASYNC]);
+        cp_commit();
+        __local const float *sa = as[s % ASYNC], *sb = bs[s % ASYNC];
+        fence_acc(acc);
+        WGMMA_BEGIN();
+#pragma unroll
+        for (int kk = 0; kk < BK / 8; kk++)
+            wgmma_step(acc, sa, a_base + 2 * kk * CORE_LBO, sb, b_base + 2 * kk * CORE_LBO, lid);
+        WGMMA_END();
+        fence_acc(acc);
+    }
+    WGMMA_DRAIN();
+    fence_acc(acc);
+
+    gemm_out o = out_of(c, ldc, alpha, beta, part, pos, m, n);
+    int quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int row = m0 + wm0 + 16 * quarter + g + 8 * h;
+        if (row >= m)
+            continue;
+#pragma unroll
+        for (int j = 0; j < WN / 8; j++) {
+            int col = n0 + wn0 + 8 * j + 2 * t;
+            if (col < n)
+                store_run(o, row, col, n,
+                          (float4)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], 0.0f, 0.0f), 2);
+        }
+    }
+}
