@@ -741,16 +741,23 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
             if (split)
                 gc.k = 301;
             check_gemm_in(ctx, &gc, list[i], precisions[pi], 2700 + i + 50 * pi);
-            if (strstr(list[i], "ASYNC=") == NULL)
+            /* the warpgroup kernel's copies depend on its stage depth alone: its first two
+             * variants (8 and 16 deep) cover them, and its emulation is slow on PoCL */
+            bool wgmma = strstr(list[i], "WGMMA=") != NULL;
+            if (strstr(list[i], "ASYNC=") == NULL || (wgmma && i >= 2))
                 continue;
             /* cp.async copies only rows of whole float4s: sizes that are multiples of 4 but
              * not of the tiles, k = 4 (one partial stage) and a deep k past its last stage */
-            static const size_t async_k[] = {100, 4, 1060};
+            static const size_t async_k[] = {100, 4, 1060}, wgmma_k[] = {100, 4, 260};
             for (int tr = 0; tr < 4; tr++) {
-                gemm_case ac = {4 * (33 + i),          4 * (17 + 2 * tr),
-                                async_k[(i + tr) % 3], tr % 2 ? 1.0f : -0.5f,
-                                tr / 2 ? 0.25f : 0.0f, tr == 0,
-                                tr % 2 == 1,           tr / 2 == 1};
+                gemm_case ac = {4 * (33 + i),
+                                4 * (17 + 2 * tr),
+                                (wgmma ? wgmma_k : async_k)[(i + tr) % 3],
+                                tr % 2 ? 1.0f : -0.5f,
+                                tr / 2 ? 0.25f : 0.0f,
+                                tr == 0,
+                                tr % 2 == 1,
+                                tr / 2 == 1};
                 check_gemm_in(ctx, &ac, list[i], precisions[pi], 2800 + 4 * i + tr + 100 * pi);
             }
         }
