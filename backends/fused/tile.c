@@ -419,7 +419,8 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
 }
 
-/* One tile variant of the tuner's list, with the numbers its text names. */
+/* One tile variant of the tuner's list, with the numbers its text names (wm_or_rm 0: the
+ * warpgroup kernel's). */
 typedef struct tile_variant {
     const char *text;
     int bm, bn, bk, wm_or_rm, wn_or_rn, async;
@@ -429,9 +430,13 @@ typedef struct tile_variant {
  * offered what must fail. */
 static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
 {
-    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk, .async = v->async};
+    /* the warpgroup kernel's variants name no warp rows: its warpgroups are 64 rows by WN */
+    bool wgmma = mma && v->wm_or_rm == 0;
+    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk, .async = v->async, .wgmma = wgmma};
     size_t threads;
-    if (mma) {
+    if (wgmma) {
+        threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128;
+    } else if (mma) {
         p.wm = v->wm_or_rm;
         p.wn = v->wn_or_rn;
         threads = (size_t)(v->bm / v->wm_or_rm) * (size_t)(v->bn / v->wn_or_rn) * 32;
@@ -440,14 +445,6 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
     }
     return threads <= f->device_max_group &&
            (f->local_mem == 0 || local_bytes(&p, mma) <= f->local_mem);
-}
-
-static bool wgmma_fits(const hd_fused *f, const tile_variant *v)
-{
-    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk, .async = v->async, .wgmma = 1};
-    size_t threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128;
-    return threads <= f->device_max_group &&
-           (f->local_mem == 0 || local_bytes(&p, true) <= f->local_mem);
 }
 
 /* Tile shapes worth timing: large and small tiles, deep and shallow stages; the tensor-core
@@ -523,7 +520,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0;
          wants_wgmma(f, precision) && i < sizeof wgmma_tiles / sizeof wgmma_tiles[0] && n < max;
          i++)
-        if (wgmma_fits(f, &wgmma_tiles[i]))
+        if (variant_fits(f, &wgmma_tiles[i], true))
             out[n++] = wgmma_tiles[i].text;
     for (size_t i = 0; i < count && n < max; i++)
         if (variant_fits(f, &tiles[i], mma))

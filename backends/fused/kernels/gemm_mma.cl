@@ -38,9 +38,6 @@
 #ifndef PREC
 #define PREC 3 /* TF32 products per multiply: 3 (fp32x3) or 1 (tf32) */
 #endif
-#ifndef MMA_EMULATE
-#define MMA_EMULATE 0
-#endif
 #if WM % 16 != 0 || WN % 8 != 0 || BM % WM != 0 || BN % WN != 0 || BK % 16 != 0
 #error "WM must be a multiple of 16 and WN of 8, dividing BM and BN; BK a multiple of 16"
 #endif
@@ -206,30 +203,11 @@ MMA_UNROLL
 #define A_RUNS (BM * BK / (4 * THREADS))
 #define B_RUNS (BK * BN / (4 * THREADS))
 
-/* Copies 16 bytes to local memory at dst: the first `bytes` (a multiple of 4, at most 16)
- * from src, zeros after them. cp.async returns before the copy lands; cp_commit closes the
- * work-item's group of copies issued since the last, and CP_WAIT waits until at most
- * ASYNC - 2 of its groups are in flight. Emulated by a plain copy. */
-static inline void copy16(__local float *dst, __global const float *src, int bytes)
-{
+/* CP_WAIT waits until at most ASYNC - 2 of the work-item's groups of copies (gemm.cl's
+ * copy16, cp_commit) are in flight. */
 #if MMA_EMULATE
-    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int q = 0; q < bytes / 4; q++)
-        e[q] = src[q];
-    *(__local float4 *)dst = (float4)(e[0], e[1], e[2], e[3]);
-#else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :
-                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
-                 : "memory");
-#endif
-}
-
-#if MMA_EMULATE
-#define cp_commit()
 #define CP_WAIT()
 #else
-#define cp_commit() asm volatile("cp.async.commit_group;" ::: "memory")
 #if ASYNC == 2
 #define CP_WAIT() asm volatile("cp.async.wait_group 0;" ::: "memory")
 #elif ASYNC == 3

@@ -32,9 +32,6 @@
  * Tuning parameters: BM (a multiple of 64), BN, WN (64 or 128, dividing BN), BK (a multiple
  * of 8), ASYNC (3 to 8 buffers, within the device's local memory).
  */
-#ifndef MMA_EMULATE
-#define MMA_EMULATE 0
-#endif
 #ifndef ASYNC
 #define ASYNC 3
 #endif
@@ -139,39 +136,12 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
     asm volatile("// @sm_90a@ wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
 #endif
 
-/* Copies of 16 and 4 bytes to local memory (cp.async, zeros past `bytes`), their groups and
- * the wait for all but ASYNC - 3 of them; the wait also fences the copies against the
- * tensor cores' reads (the async proxy). Emulated by plain copies. */
+/* CP_WAIT waits until at most ASYNC - 3 of the work-item's groups of copies (gemm.cl's
+ * copy16, copy4, cp_commit) are in flight, and fences its landed copies against the tensor
+ * cores' reads (the async proxy). */
 #if MMA_EMULATE
-static inline void copy16(__local float *dst, __global const float *src, int bytes)
-{
-    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int q = 0; q < bytes / 4; q++)
-        e[q] = src[q];
-    *(__local float4 *)dst = (float4)(e[0], e[1], e[2], e[3]);
-}
-static inline void copy4(__local float *dst, __global const float *src, int bytes)
-{
-    *dst = bytes > 0 ? *src : 0.0f;
-}
-#define cp_commit()
 #define CP_WAIT()
 #else
-static inline void copy16(__local float *dst, __global const float *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :
-                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-static inline void copy4(__local float *dst, __global const float *src, int bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                 :
-                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-#define cp_commit() asm volatile("cp.async.commit_group;" ::: "memory")
 #define CP_WAIT_N(n) \
     asm volatile("cp.async.wait_group " #n ";\n// @sm_90a@ fence.proxy.async.shared::cta;" :: \
                      : "memory")
