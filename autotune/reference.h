@@ -86,6 +86,18 @@ double hd__ref_error_ratio(double err, double tol);
 /* Whether op is a backward op, checked by hd__ref_check_backward(). */
 bool hd__ref_is_backward(hd_op op);
 
+/* What the checks of one case share from candidate to candidate: LoRA's u = dy*B^T and
+ * h = x*A in double with their terms' magnitudes, the bulk of its check's time (seconds for a
+ * 4096-token layer of 4096^2). Start it zeroed; the first check on a shape and inputs fills
+ * it, later checks on the same shape and input pointers reuse it (the caller keeps those
+ * inputs unchanged meanwhile); hd__ref_backward_memo_free releases it. */
+typedef struct hd_ref_backward_memo {
+    hd_shape shape;
+    const float *in[5];
+    double *lowrank; /* u, ub, h, hb: tokens x rank each */
+} hd_ref_backward_memo;
+void hd__ref_backward_memo_free(hd_ref_backward_memo *memo);
+
 /* The tools' check of a backward op (the tuner's and the benchmark's). in: the op's inputs in
  * the op table's order (softmax: y, dy; the norms: x, weight, dy; LoRA: x, W, A, B, dy); got:
  * its outputs (dx, then the weight gradients), outputs of them; one that is NULL (not computed)
@@ -93,9 +105,10 @@ bool hd__ref_is_backward(hd_op op);
  * up to 16 rows (LoRA: and 256 columns) spread over the output, the weight gradients on every
  * column (LoRA's dA and dB on 256 rows or columns), each against the reference with a
  * tolerance from its sum's length and its terms' magnitudes. Returns the worst error over its
- * tolerance: at most 1 passes; NaN, or no memory, gives infinity. */
+ * tolerance: at most 1 passes; NaN, or no memory, gives infinity. memo: NULL, or what checks
+ * of the same case share (above). */
 double hd__ref_check_backward(hd_op op, const hd_shape *shape, const float *const in[],
                               const float *const got[], int outputs, float scale, float eps,
-                              hd_precision precision);
+                              hd_precision precision, hd_ref_backward_memo *memo);
 
 #endif

@@ -2,6 +2,7 @@
  * sampled check of their outputs (the tuner's and the benchmark's). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "autotune/reference.h"
 #include "dispatch/op.h"
@@ -231,22 +232,42 @@ static double check_weight_grad(size_t t, size_t r, const float *a, size_t width
     return worst;
 }
 
+void hd__ref_backward_memo_free(hd_ref_backward_memo *memo)
+{
+    free(memo->lowrank);
+    memset(memo, 0, sizeof *memo);
+}
+
+static bool memo_holds(const hd_ref_backward_memo *memo, const hd_shape *s, const float *const in[])
+{
+    if (memo == NULL || memo->lowrank == NULL ||
+        !hd__op_same_shape(HD_OP_LORA_BACKWARD, &memo->shape, s))
+        return false;
+    for (int i = 0; i < 5; i++)
+        if (memo->in[i] != in[i])
+            return false;
+    return true;
+}
+
 /* LoRA's backward (in: x, W, A, B, dy; out: dx, dA, dB) on sampled elements: u = dy*B^T and
- * h = x*A in double for every token (what dA and dB sum over), then each sampled element with
- * the sum of its terms' magnitudes as the bound (u's and h's own through ub and hb). */
+ * h = x*A in double for every token (what dA and dB sum over; from memo where it holds them),
+ * then each sampled element with the sum of its terms' magnitudes as the bound (u's and h's
+ * own through ub and hb). */
 static double check_lora_backward(const hd_shape *s, const float *const in[],
-                                  const float *const got[], float scale, hd_precision precision)
+                                  const float *const got[], float scale, hd_precision precision,
+                                  hd_ref_backward_memo *memo)
 {
     size_t t = s->dim[0], d_in = s->dim[1], d_out = s->dim[2], r = s->dim[3];
     const float *x = in[0], *w = in[1], *a = in[2], *b = in[3], *dy = in[4];
     /* W, A and B (and dA, dB) as the layout flags store them */
     bool tw = s->lora_layout & HD_LORA_TRANS_W, ta = s->lora_layout & HD_LORA_TRANS_A,
          tb = s->lora_layout & HD_LORA_TRANS_B;
-    double sc = scale, *m = calloc(4 * (t * r > 0 ? t * r : 1), sizeof *m);
+    bool held = memo_holds(memo, s, in);
+    double sc = scale, *m = held ? memo->lowrank : calloc(4 * (t * r > 0 ? t * r : 1), sizeof *m);
     if (m == NULL)
         return INFINITY;
     double *u = m, *ub = m + t * r, *h = m + 2 * t * r, *hb = m + 3 * t * r;
-    for (size_t i = 0; i < t; i++)
+    for (size_t i = 0; !held && i < t; i++)
         for (size_t q = 0; q < r; q++) {
             for (size_t o = 0; o < d_out; o++) {
                 double term = (double)dy[i * d_out + o] * b[tb ? o * r + q : q * d_out + o];
@@ -286,7 +307,16 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
     if (got[2] != NULL)
         worst = fmax(worst, check_weight_grad(t, r, dy, d_out, h, hb, sc, (double)(t + d_in + 1),
                                               got[2], !tb, precision));
-    free(m);
+    if (held)
+        return worst;
+    if (memo != NULL) { /* kept for the next check of the case */
+        hd__ref_backward_memo_free(memo);
+        memo->shape = *s;
+        memcpy(memo->in, in, sizeof memo->in);
+        memo->lowrank = m;
+    } else {
+        free(m);
+    }
     return worst;
 }
 
@@ -298,9 +328,9 @@ bool hd__ref_is_backward(hd_op op)
 
 double hd__ref_check_backward(hd_op op, const hd_shape *shape, const float *const in[],
                               const float *const got[], int outputs, float scale, float eps,
-                              hd_precision precision)
+                              hd_precision precision, hd_ref_backward_memo *memo)
 {
     if (op == HD_OP_LORA_BACKWARD)
-        return check_lora_backward(shape, in, got, scale, precision);
+        return check_lora_backward(shape, in, got, scale, precision, memo);
     return check_rows_backward(op, shape, in, got, outputs, eps);
 }

@@ -232,8 +232,9 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
     if (st == HD_OK && hd__ref_is_backward(inst->c.op)) {
         const float *const *cin = (const float *const *)in, *const *cgot =
                                                                 (const float *const *)got;
-        *worst = hd__ref_check_backward(inst->c.op, &inst->c.shape, cin, cgot, inst->outputs,
-                                        inst->scale, inst->eps, hd_context_gemm_precision(ctx));
+        *worst =
+            hd__ref_check_backward(inst->c.op, &inst->c.shape, cin, cgot, inst->outputs,
+                                   inst->scale, inst->eps, hd_context_gemm_precision(ctx), NULL);
     } else if (st == HD_OK) {
         /* As hd__bench_instance_run calls them: GEMM with alpha 1 and beta 0. */
         hd_ref_inputs ref = {.in = {in[0], in[1], in[2], in[3]},

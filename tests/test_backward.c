@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune/reference.h"
 #include "tests/testlib.h"
 
 #define EPS         1e-5f
@@ -578,6 +579,68 @@ static void lora_differences(const lora_case *c, double *x, double *w, double *a
     }
 }
 
+/* The tools' check of LoRA's backward (the tuner's, per candidate): it passes the float64
+ * reference's results and fails one changed gradient element, alike with its memo (u and h
+ * computed once per case) and without; the memo is reused while the shape and inputs stay,
+ * and recomputed for other inputs. */
+static void test_tools_lora_backward_check_with_and_without_memo(void **state)
+{
+    (void)state;
+    size_t t = 37, in = 29, out = 23, r = 5;
+    lora_case c = lora_case_make(t, in, out, r, 990);
+    double *dx = hd_test_doubles(t * in), *da = hd_test_doubles(in * r);
+    double *db = hd_test_doubles(r * out), *bx = hd_test_doubles(t * in);
+    double *ba = hd_test_doubles(in * r), *bb = hd_test_doubles(r * out);
+    hd_ref_lora_backward(t, in, out, r, c.x, c.w, c.a, c.b, c.scale, c.dy, dx, da, db, bx, ba, bb);
+    float *got[3] = {hd_test_floats(t * in), hd_test_floats(in * r), hd_test_floats(r * out)};
+    for (size_t i = 0; i < t * in; i++)
+        got[0][i] = (float)dx[i];
+    for (size_t i = 0; i < in * r; i++)
+        got[1][i] = (float)da[i];
+    for (size_t i = 0; i < r * out; i++)
+        got[2][i] = (float)db[i];
+    hd_shape shape = {.dim = {t, in, out, r}};
+    const float *inputs[5] = {c.x, c.w, c.a, c.b, c.dy};
+    const float *const *cgot = (const float *const *)got;
+    double plain = hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale,
+                                          0.0f, HD_PRECISION_FP32, NULL);
+    assert_true(plain <= 1.0);
+    hd_ref_backward_memo memo = {0};
+    for (int pass = 0; pass < 2; pass++) /* the first fills the memo, the second reads it */
+        assert_true(hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale,
+                                           0.0f, HD_PRECISION_FP32, &memo) == plain);
+    assert_non_null(memo.lowrank);
+    double *kept = memo.lowrank;
+    got[1][in * r / 2] += 0.5f;
+    assert_true(hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale, 0.0f,
+                                       HD_PRECISION_FP32, &memo) > 1.0);
+    assert_ptr_equal(memo.lowrank, kept);
+    got[1][in * r / 2] -= 0.5f;
+    /* other inputs (another x with other values): u stays, h is recomputed */
+    float *x2 = hd_test_floats(t * in);
+    for (size_t i = 0; i < t * in; i++)
+        x2[i] = -c.x[i];
+    inputs[0] = x2;
+    double other = hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale,
+                                          0.0f, HD_PRECISION_FP32, &memo);
+    assert_true(other > 1.0); /* dA and dB of the first x do not fit the second */
+    assert_ptr_equal(memo.in[0], x2);
+    assert_true(hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale, 0.0f,
+                                       HD_PRECISION_FP32, NULL) == other);
+    hd__ref_backward_memo_free(&memo);
+    assert_null(memo.lowrank);
+    free(x2);
+    for (int i = 0; i < 3; i++)
+        free(got[i]);
+    free(dx);
+    free(da);
+    free(db);
+    free(bx);
+    free(ba);
+    free(bb);
+    lora_case_free(&c);
+}
+
 static void check_lora_backward(hd_context *ctx, size_t t, size_t in, size_t out, size_t r,
                                 bool differences, uint64_t salt)
 {
@@ -864,6 +927,7 @@ static void test_lora_backward_rejects_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tools_lora_backward_check_with_and_without_memo),
         cmocka_unit_test(test_softmax_backward_matches_reference_and_differences),
         cmocka_unit_test(test_layer_norm_backward_matches_reference_and_differences),
         cmocka_unit_test(test_rms_norm_backward_matches_reference_and_differences),

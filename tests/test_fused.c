@@ -1366,6 +1366,10 @@ int main(void)
      * time: asking PoCL for a program's binary compiles every kernel of it for any work-group
      * size, on top of the compile for the size each launch uses. */
     setenv("HD_PROGRAM_CACHE", "0", 1);
+    /* HD_TEST_FILTER: the tests whose names match its pattern (cmocka's: * and ?) alone */
+    const char *filter = getenv("HD_TEST_FILTER");
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
     hd_test_seed();
     return cmocka_run_group_tests(tests, setup, teardown);
 }

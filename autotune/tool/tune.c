@@ -41,6 +41,7 @@ typedef struct tune_data {
     size_t out_rows[MAX_OUTPUTS], out_cols[MAX_OUTPUTS];
     int outputs;
     hd_ref_inputs ref; /* the forward ops' reference inputs (the first four) */
+    hd_ref_backward_memo memo; /* the backward ops' checks: what they share */
     hd_call call;
     hd_backend backend; /* the candidate being run */
     const char *variant;
@@ -60,6 +61,7 @@ static void free_data(tune_data *d)
     }
     for (int i = 0; i < d->outputs; i++)
         hd_tensor_destroy(d->out[i]);
+    hd__ref_backward_memo_free(&d->memo);
     memset(d, 0, sizeof *d);
 }
 
@@ -137,8 +139,8 @@ static hd_status run_candidate(hd_context *ctx, void *user, size_t set)
 }
 
 /* Whether the outputs read back into got match the reference; why says how they do not. */
-static bool outputs_correct(const tune_data *d, const hd_context *ctx, float *const got[],
-                            char *why, size_t size)
+static bool outputs_correct(tune_data *d, const hd_context *ctx, float *const got[], char *why,
+                            size_t size)
 {
     if (!hd__ref_is_backward(d->op))
         return hd__ref_check(d->op, &d->shape, &d->ref, got[0], why, size);
@@ -148,7 +150,7 @@ static bool outputs_correct(const tune_data *d, const hd_context *ctx, float *co
     for (int o = 0; o < d->outputs; o++)
         out[o] = got[o];
     double worst = hd__ref_check_backward(d->op, &d->shape, in, out, d->outputs, d->ref.scale,
-                                          d->ref.eps, hd_context_gemm_precision(ctx));
+                                          d->ref.eps, hd_context_gemm_precision(ctx), &d->memo);
     if (worst <= 1.0)
         return true;
     snprintf(why, size, "an output is %.3g times its tolerance from the reference", worst);
