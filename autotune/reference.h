@@ -97,6 +97,10 @@ typedef struct hd_ref_backward_memo {
     double *lowrank; /* u, ub, h, hb: tokens x rank each */
 } hd_ref_backward_memo;
 void hd__ref_backward_memo_free(hd_ref_backward_memo *memo);
+/* Fills memo for op on shape and in (nothing for ops without a shared part): a caller that
+ * times its checks can pay for the shared part before the clock starts. */
+void hd__ref_backward_prepare(hd_op op, const hd_shape *shape, const float *const in[],
+                              hd_ref_backward_memo *memo);
 
 /* The tools' check of a backward op (the tuner's and the benchmark's). in: the op's inputs in
  * the op table's order (softmax: y, dy; the norms: x, weight, dy; LoRA: x, W, A, B, dy); got:

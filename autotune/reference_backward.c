@@ -320,6 +320,14 @@ static double check_lora_backward(const hd_shape *s, const float *const in[],
     return worst;
 }
 
+void hd__ref_backward_prepare(hd_op op, const hd_shape *shape, const float *const in[],
+                              hd_ref_backward_memo *memo)
+{
+    const float *none[3] = {NULL, NULL, NULL}; /* no output to check: the shared part alone */
+    if (op == HD_OP_LORA_BACKWARD)
+        check_lora_backward(shape, in, none, 1.0f, HD_PRECISION_FP32, memo);
+}
+
 bool hd__ref_is_backward(hd_op op)
 {
     hd_args_kind args = hd__op(op)->args;

@@ -581,8 +581,8 @@ static void lora_differences(const lora_case *c, double *x, double *w, double *a
 
 /* The tools' check of LoRA's backward (the tuner's, per candidate): it passes the float64
  * reference's results and fails one changed gradient element, alike with its memo (u and h
- * computed once per case) and without; the memo is reused while the shape and inputs stay,
- * and recomputed for other inputs. */
+ * computed once per case, by the first check or beforehand) and without; the memo is reused
+ * while the shape and inputs stay, and recomputed for other inputs. */
 static void test_tools_lora_backward_check_with_and_without_memo(void **state)
 {
     (void)state;
@@ -605,7 +605,12 @@ static void test_tools_lora_backward_check_with_and_without_memo(void **state)
     double plain = hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale,
                                           0.0f, HD_PRECISION_FP32, NULL);
     assert_true(plain <= 1.0);
-    hd_ref_backward_memo memo = {0};
+    hd_ref_backward_memo memo = {0}, prepared = {0};
+    hd__ref_backward_prepare(HD_OP_LORA_BACKWARD, &shape, inputs, &prepared);
+    assert_non_null(prepared.lowrank);
+    assert_true(hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale, 0.0f,
+                                       HD_PRECISION_FP32, &prepared) == plain);
+    hd__ref_backward_memo_free(&prepared);
     for (int pass = 0; pass < 2; pass++) /* the first fills the memo, the second reads it */
         assert_true(hd__ref_check_backward(HD_OP_LORA_BACKWARD, &shape, inputs, cgot, 3, c.scale,
                                            0.0f, HD_PRECISION_FP32, &memo) == plain);

@@ -565,6 +565,13 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         free_data(&d);
         return false;
     }
+    /* the backward checks' shared reference: a cost of the case, not of its first candidate */
+    if (hd__ref_is_backward(d.op)) {
+        const float *in[MAX_INPUTS];
+        for (int i = 0; i < d.inputs; i++)
+            in[i] = d.host[i];
+        hd__ref_backward_prepare(d.op, &d.shape, in, &d.memo);
+    }
     case_clock k = {.start = hd__measure_now(),
                     .budget_s = e->case_target_s,
                     .gpu = hd__measure_device_is_gpu(ctx)};
