@@ -144,11 +144,7 @@ static bool outputs_correct(tune_data *d, const hd_context *ctx, float *const go
 {
     if (!hd__ref_is_backward(d->op))
         return hd__ref_check(d->op, &d->shape, &d->ref, got[0], why, size);
-    const float *in[MAX_INPUTS], *out[MAX_OUTPUTS];
-    for (int i = 0; i < d->inputs; i++)
-        in[i] = d->host[i];
-    for (int o = 0; o < d->outputs; o++)
-        out[o] = got[o];
+    const float *const *in = (const float *const *)d->host, *const *out = (const float *const *)got;
     double worst = hd__ref_check_backward(d->op, &d->shape, in, out, d->outputs, d->ref.scale,
                                           d->ref.eps, hd_context_gemm_precision(ctx), &d->memo);
     if (worst <= 1.0)
@@ -566,12 +562,8 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         return false;
     }
     /* the backward checks' shared reference: a cost of the case, not of its first candidate */
-    if (hd__ref_is_backward(d.op)) {
-        const float *in[MAX_INPUTS];
-        for (int i = 0; i < d.inputs; i++)
-            in[i] = d.host[i];
-        hd__ref_backward_prepare(d.op, &d.shape, in, &d.memo);
-    }
+    if (hd__ref_is_backward(d.op))
+        hd__ref_backward_prepare(d.op, &d.shape, (const float *const *)d.host, &d.memo);
     case_clock k = {.start = hd__measure_now(),
                     .budget_s = e->case_target_s,
                     .gpu = hd__measure_device_is_gpu(ctx)};

@@ -393,6 +393,18 @@ typedef struct gemm_pairs {
     int stages, stages2;
 } gemm_pairs;
 
+/* The pairs of the work-group at pos: its slice's stages of the first pair, and the second
+ * pair's in slice 0 alone. */
+static inline gemm_pairs gemm_pairs_of(tile_pos pos, __global const float *a, int lda,
+                                       __global const float *b, int ldb, int kbegin, int kend,
+                                       __global const float *a2, int lda2,
+                                       __global const float *b2, int ldb2, int k2)
+{
+    gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
+                    max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
+    return q;
+}
+
 static inline void load_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
                               float ra[A_LOADS * VEC_A], float rb[B_LOADS * VEC_B])
 {

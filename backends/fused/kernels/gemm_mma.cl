@@ -293,8 +293,7 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
         for (int j = 0; j < NI; j++)
             acc[i][j] = (float4)(0.0f);
 
-    gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
-                    max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
+    gemm_pairs q = gemm_pairs_of(pos, a, lda, b, ldb, kbegin, kend, a2, lda2, b2, ldb2, k2);
     int stages = q.stages + q.stages2;
 #if ASYNC
     /* ASYNC - 1 stages in flight while one is multiplied; stage s + ASYNC - 1 goes into the

@@ -75,8 +75,7 @@ gemm_tile(const int m, const int n, const int k, const float alpha,
             acc[i][j] = 0.0f;
 
     float ra[A_LOADS * VEC_A], rb[B_LOADS * VEC_B];
-    gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
-                    max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
+    gemm_pairs q = gemm_pairs_of(pos, a, lda, b, ldb, kbegin, kend, a2, lda2, b2, ldb2, k2);
     int stages = q.stages + q.stages2;
     load_stage(&q, 0, m0, n0, m, n, ra, rb);
     store_a(as[0], ra);

@@ -238,8 +238,7 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
     for (int i = 0; i < ACC; i++)
         acc[i] = 0.0f;
 
-    gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
-                    max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
+    gemm_pairs q = gemm_pairs_of(pos, a, lda, b, ldb, kbegin, kend, a2, lda2, b2, ldb2, k2);
     int stages = q.stages + q.stages2;
     /* Every work-item commits a group per stage, empty past the last, so that CP_WAIT counts
      * alike; stage s + ASYNC - 2 goes into the buffer of stage s - 2, whose products every
