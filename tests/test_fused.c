@@ -636,6 +636,16 @@ static void test_gemm_few_rows_matches_reference(void **state)
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         check_gemm(*state, &extra[i], NULL, 2100 + i);
+    /* One group per strip over k: several chunks of staged rows, B's loads running a round
+     * ahead across them, the last chunk cut short. */
+    static const gemm_case chunked[] = {
+        {16, 36, 1037, 1.0f, 0.0f, false, false, false},
+        {7, 20, 2311, 1.0f, 0.0f, false, false, false},
+    };
+    for (size_t i = 0; i < sizeof chunked / sizeof chunked[0]; i++) {
+        check_gemm(*state, &chunked[i], "KG=1", 2150 + i);
+        check_gemm(*state, &chunked[i], "KG=1 UNROLL=3", 2160 + i);
+    }
 }
 
 static void test_gemm_alpha_beta_and_nan_c(void **state)
@@ -915,27 +925,40 @@ static void test_gemv_default_k_groups(void **state)
     assert_int_equal(p.split, 0);
     assert_int_equal(p.kg, 16);
     const hd_lora_args l16 = {.tokens = 16, .in = 2048, .out = 2048, .rank = 8};
-    /* several tokens: 16 strips of 32 vectors, split 32 ways (two rounds of 8 x 8 rows each) */
+    /* several tokens: 8 strips of 64 vectors by 4 k-slices, split while the groups stay
+     * within one per compute unit: 16 ways */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 16, &l16, &p), HD_OK);
-    assert_int_equal(p.tn, 32);
+    assert_int_equal(p.tn, 64);
+    assert_int_equal(p.ks, 4);
+    assert_int_equal(p.unroll, 8);
     assert_int_equal(p.split, 0);
-    assert_int_equal(p.kg, 32);
-    /* rank 64: one launch for one token, x*A in its own launch for several */
+    assert_int_equal(p.kg, 16);
+    /* rank 64: x*A in the same launch for one token and for several */
     const hd_lora_args l64 = {.tokens = 1, .in = 2048, .out = 2048, .rank = 64};
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 1, &l64, &p), HD_OK);
     assert_int_equal(p.split, 0);
     assert_int_equal(p.kg, 16);
     const hd_lora_args l64x4 = {.tokens = 4, .in = 2048, .out = 2048, .rank = 64};
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 2048, 4, &l64x4, &p), HD_OK);
-    assert_true(p.split > 0);
-    assert_int_equal(p.kg, 32);
+    assert_int_equal(p.split, 0);
+    assert_int_equal(p.kg, 16);
+    /* the split stays a variant */
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, "SPLIT=8", 2048, 2048, 4, &l64x4, &p), HD_OK);
+    assert_int_equal(p.split, 8);
     /* 8 strips; k-groups stop where a work-item would get less than one round (16 x 4 rows) */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 512, 512, 1, &l512, &p), HD_OK);
     assert_int_equal(p.kg, 8);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 4);
+    /* GEMM: up to 8 rows in 32 strips of 32 vectors, 2 groups per compute unit (KG=8); 16
+     * rows in 16 strips of 64, one per compute unit (KG=8 too) */
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 8, NULL, &p), HD_OK);
+    assert_int_equal(p.tn, 32);
+    assert_int_equal(p.unroll, 4);
+    assert_int_equal(p.kg, 8);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 16, NULL, &p), HD_OK);
-    assert_int_equal(p.kg, 32);
+    assert_int_equal(p.tn, 64);
+    assert_int_equal(p.kg, 8);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 100, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 1);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, "KG=7", 4096, 4096, 16, NULL, &p), HD_OK);

@@ -195,14 +195,17 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         "TN=8 KS=32 UNROLL=4 KG=16 SPLIT=0",
         "TN=32 KS=8 UNROLL=4 KG=32 SPLIT=0",
     };
-    /* several rows: wide strips split many ways over k come first, since x is read from local
-     * memory (H100, GEMM 8 x 4096 x 4096: 39.9-40.5 µs against 64.5 µs for the one-row
-     * strip), and LoRA takes its x*A in the same launch, over each group's k-range */
+    /* several rows: the two default strips (32 vectors by 8 k-slices, 4 loads per round; 64
+     * by 4, 8 loads), each split a few ways over k, come first (H100: 32.3-46.8 µs at 4 to 16
+     * x 4096², against 43.7-70.9 µs with 32 k-groups), then other strips; LoRA takes its x*A in
+     * the same launch, over each group's k-range, or in its own */
     static const char *const several_rows[] = {
-        "TN=32 KS=8 UNROLL=8 KG=32",         "TN=64 KS=4 UNROLL=16 KG=32",
-        "TN=32 KS=8 UNROLL=16 KG=16",        "TN=16 KS=16 UNROLL=16 KG=16",
-        "TN=32 KS=8 UNROLL=8 KG=32 SPLIT=0", "TN=64 KS=4 UNROLL=16 KG=32 SPLIT=0",
-        "TN=32 KS=8 UNROLL=8 KG=16 SPLIT=8",
+        "TN=32 KS=8 UNROLL=4 KG=8",         "TN=64 KS=4 UNROLL=8 KG=8",
+        "TN=32 KS=8 UNROLL=4 KG=4",         "TN=64 KS=4 UNROLL=8 KG=4",
+        "TN=32 KS=8 UNROLL=4 KG=16",        "TN=64 KS=4 UNROLL=8 KG=16",
+        "TN=32 KS=8 UNROLL=8 KG=8",         "TN=64 KS=4 UNROLL=16 KG=8",
+        "TN=32 KS=8 UNROLL=4 KG=2",         "TN=64 KS=4 UNROLL=8 KG=2",
+        "TN=64 KS=4 UNROLL=8 KG=8 SPLIT=8", "TN=32 KS=8 UNROLL=8 KG=16 SPLIT=8",
     };
     /* the row ops' backward: work-group size and rows per group */
     static const char *const backward[] = {"WG=256 ROWS=4", "WG=256 ROWS=1", "WG=512 ROWS=1",

@@ -197,36 +197,25 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
     return too_large_group(f, ctx, (size_t)p->wg);
 }
 
-/* The split of the LoRA x*A pass when the variant leaves it open. One launch recomputes h in
- * every work-group; a second launch costs a fixed time per call. With one token the wide-strip
- * default below keeps the prologue short at every rank (H100, device time of one call: 1024²
- * r = 64 one launch 9.2 µs, split 22.4 µs), so it never splits. Several tokens split k over
- * many work-groups (KG below), each computing x*A over its own k-range only; above r = 32
- * that prologue still costs more than the second launch, so they split there, about 256
- * rows of A per work-group of the x*A launch. */
-static int default_split(const hd_lora_args *l)
-{
-    if (l->tokens <= 1 || l->rank <= 32 || l->in < 256)
-        return 0;
-    size_t s = hd__fused_pow2_ceil(l->in / 256);
-    return s > 32 ? 32 : (int)s;
-}
-
 /* KG when the variant leaves it open: the strips alone are n / (TN * VEC) work-groups, 128 for
  * n = 2048 at the default strip, about one per SM of an H100 and far from enough loads in
- * flight. Double KG while the groups stay within 8 per compute unit (8 x 256 work-items fill
- * an SM) and every work-item still gets one full unrolled round of UNROLL loads. Measured on
- * an H100 (200 calls queued): one row gains (LoRA 2048² r=8 10.1 -> 7.8 µs, GEMM 1x4096² 30.0
- * -> 28.3 µs), and so do several rows on their wide strips (GEMM 8x4096²: 64.5 µs at KG=1 with
- * the one-row strip, 40.2 µs with 32 x 8 strips at KG=32); the one-token split LoRA path sums
- * all x*A partials in every group, so it keeps KG=1. */
+ * flight. Double KG while every work-item still gets one full unrolled round of UNROLL loads
+ * and the groups stay within 8 per compute unit for one row (8 x 256 work-items fill an SM).
+ * Several rows stage x through local memory chunk by chunk and LoRA's compute their share of
+ * x*A first, costs that fewer, longer groups pay less often: their groups stay within 64
+ * strip vectors per compute unit (2 groups of 32-vector strips, 1 of 64). Measured on an
+ * H100 (device time, one call): one row gains (LoRA 2048² r=8 10.1 -> 7.8 µs, GEMM 1x4096²
+ * 30.0 -> 28.3 µs); GEMM 8 x 4096² (32-vector strips): 32.3 µs at KG=8, 36.9 at 4, 35.7 at
+ * 16, 43.7 at 32 with 8 loads per round. The one-token split LoRA path sums all x*A partials
+ * in every group, so it keeps KG=1. */
 static int default_kg(const hd_fused *f, const hd_fused_params *p, size_t n, size_t k,
                       size_t rows)
 {
     if (rows <= 1 && p->split > 0)
         return 1;
     size_t strips = (n / (size_t)p->vec + (size_t)p->tn - 1) / (size_t)p->tn;
-    size_t target = 8 * (f->compute_units > 0 ? f->compute_units : 1);
+    size_t per_cu = rows > 1 ? (p->tn < 64 ? 64 / (size_t)p->tn : 1) : 8;
+    size_t target = per_cu * (f->compute_units > 0 ? f->compute_units : 1);
     size_t round = (size_t)p->ks * (size_t)p->unroll;
     int kg = 1, most = rows > 1 ? 32 : 16;
     while (kg < most && strips * (size_t)kg * 2 <= target && k / ((size_t)kg * 2) >= round)
@@ -252,21 +241,28 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
      * 4 loads per round) split many ways over k (KG below) keep that prologue short:
      * 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 % of the fastest variant of
      * each shape, where the GEMM's strip took 8.2-12.5 µs in one launch and 22.4 µs split
-     * (r = 64). Several rows, GEMM or LoRA, take strips of 32 vectors by 8 k-slices with 8
-     * loads per round, split many ways over k (KG below): their x comes from local memory
-     * (gemv.cl), and at 8 x 4096 x 4096 such strips ran in 40.2 µs against 64.5 µs for the
-     * one-row strip. */
+     * (r = 64). Several rows read x from local memory (gemv.cl). GEMM up to 8 rows: strips of
+     * 32 vectors by 8 k-slices with 4 loads per round, 2 groups per SM (KG below): 8 x 4096²
+     * 32.3 µs, 4 x 5504 x 2048 22.1 µs, each the fastest tried. LoRA, and GEMM of 9 to 16 rows:
+     * strips of 64 vectors by 4 k-slices with 8 loads per round, one group per SM, which halves
+     * the groups that compute x*A: 4, 8 and 16 x 4096² r=16 33.9, 39.8 and 46.8 µs (32 x 8
+     * strips: 34.4, 47.9 and 61.9 at best), GEMM 16 x 4096² 37.5 µs (44.5). */
     const bool wide = needs_rank && rows <= 1;
+    const bool wider = rows > 1 && (needs_rank || rows > 8);
     if (p->tn == 0)
-        p->tn = rows > 1 ? 32 : wide ? 16 : 4;
+        p->tn = wider ? 64 : rows > 1 ? 32 : wide ? 16 : 4;
     if (p->ks == 0)
         p->ks = 256 / p->tn > 0 ? 256 / p->tn : 1;
     if (p->unroll == 0)
-        p->unroll = wide ? 4 : rows > 1 ? 8 : 16;
+        p->unroll = rows > 1 ? (p->tn >= 64 ? 8 : 4) : wide ? 4 : 16;
     if (!needs_rank && p->split >= 0)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: SPLIT applies to LoRA only");
+    /* x*A in the same launch unless the variant splits it: each work-group computes it over
+     * its own k-range only, and a second launch costs more than that prologue (H100, LoRA 16 x
+     * 1024² r = 64: 20.8-25.2 µs in one launch, 33.1 µs and more split; one token, 1024² r =
+     * 64: 9.2 µs against 22.4 µs) */
     if (needs_rank && p->split < 0)
-        p->split = default_split(lora);
+        p->split = 0;
     if (needs_rank && lora->rank == 0)
         p->split = 0; /* nothing to split */
     if (p->kg == 0)
