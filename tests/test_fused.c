@@ -1147,6 +1147,10 @@ static void test_lora_k_groups_match_reference(void **state)
         {1, 37, 12, 1, "KG=64"},          {1, 64, 36, 0, "KG=3"},
         {3, 257, 36, 64, "SPLIT=5 KG=3"}, {1, 300, 64, 64, "SPLIT=7 KG=4"},
         {1, 1100, 64, 8, NULL},           {1, 4100, 20, 8, NULL},
+        /* several tokens, one group per strip: x*A summed over several staged chunks of x,
+         * past the A values each work-item loads ahead */
+        {13, 1031, 36, 13, "KG=1"},       {5, 2053, 20, 64, "KG=1 UNROLL=3"},
+        {9, 3001, 12, 1, "KG=1"},         {2, 1500, 8, 0, "KG=1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_lora(*state, cases[i].tokens, cases[i].in, cases[i].out, cases[i].rank,
