@@ -1142,15 +1142,22 @@ static void test_lora_k_groups_match_reference(void **state)
         size_t tokens, in, out, rank;
         const char *variant;
     } cases[] = {
-        {1, 1100, 64, 8, "KG=3"},         {1, 129, 260, 7, "KG=4"},
-        {16, 61, 40, 64, "KG=3"},         {3, 33, 5, 13, "KG=3"},
-        {1, 37, 12, 1, "KG=64"},          {1, 64, 36, 0, "KG=3"},
-        {3, 257, 36, 64, "SPLIT=5 KG=3"}, {1, 300, 64, 64, "SPLIT=7 KG=4"},
-        {1, 1100, 64, 8, NULL},           {1, 4100, 20, 8, NULL},
-        /* several tokens, one group per strip: x*A summed over several staged chunks of x,
-         * past the A values each work-item loads ahead */
-        {13, 1031, 36, 13, "KG=1"},       {5, 2053, 20, 64, "KG=1 UNROLL=3"},
-        {9, 3001, 12, 1, "KG=1"},         {2, 1500, 8, 0, "KG=1"},
+        {1, 1100, 64, 8, "KG=3"},
+        {1, 129, 260, 7, "KG=4"},
+        {16, 61, 40, 64, "KG=3"},
+        {3, 33, 5, 13, "KG=3"},
+        {1, 37, 12, 1, "KG=64"},
+        {1, 64, 36, 0, "KG=3"},
+        {3, 257, 36, 64, "SPLIT=5 KG=3"},
+        {1, 300, 64, 64, "SPLIT=7 KG=4"},
+        {1, 1100, 64, 8, NULL},
+        {1, 4100, 20, 8, NULL},
+        /* several tokens, one group per strip: x staged in several chunks, W's loads running
+         * a round ahead across them */
+        {13, 1031, 36, 13, "KG=1"},
+        {5, 2053, 20, 64, "KG=1 UNROLL=3"},
+        {9, 3001, 12, 1, "KG=1"},
+        {2, 1500, 8, 0, "KG=1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_lora(*state, cases[i].tokens, cases[i].in, cases[i].out, cases[i].rank,
