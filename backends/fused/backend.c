@@ -183,17 +183,17 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         "TN=16 KS=16 UNROLL=16 KG=16",
         "TN=64 KS=4 UNROLL=16 KG=32",
     };
-    /* LoRA: x*A in the same launch or in its own, with the default strip and with wide strips
-     * split many ways over k (few strips recompute the prologue, many k-groups shorten it) */
+    /* LoRA: x*A in its own launch (the default computes it in the same one), and wide strips
+     * split many ways over k (few strips recompute the prologue, many k-groups shorten it);
+     * add_unique drops those the lists above hold already */
     static const char *const lora_split[] = {
-        "SPLIT=0",
         "SPLIT=4",
         "SPLIT=16",
         "SPLIT=64",
-        "TN=16 KS=16 UNROLL=4 SPLIT=0",
-        "TN=16 KS=16 UNROLL=4 KG=32 SPLIT=0",
-        "TN=8 KS=32 UNROLL=4 KG=16 SPLIT=0",
-        "TN=32 KS=8 UNROLL=4 KG=32 SPLIT=0",
+        "TN=16 KS=16 UNROLL=4",
+        "TN=16 KS=16 UNROLL=4 KG=32",
+        "TN=8 KS=32 UNROLL=4 KG=16",
+        "TN=32 KS=8 UNROLL=4 KG=32",
     };
     /* several rows: the two default strips (32 vectors by 8 k-slices, 4 loads per round; 64
      * by 4, 8 loads), each split a few ways over k, come first (H100: 32.3-46.8 µs at 4 to 16

@@ -203,16 +203,20 @@ inline void strip_accumulate(floatv *acc, __local float *xs, const __global floa
 
 /* The same sum in two steps, for a kernel that puts other loads in flight between them:
  * strip_preload issues the work-item's first round of loads of B (bp[u] = B[p0 + ks + u * KS][jv]
- * for u < UNROLL, or XU for the staged pass of several rows; zero at or past k);
+ * for u < UNROLL, zero at or past k; several rows: the staged pass's first round, XU of them);
  * strip_accumulate_preloaded uses them and goes on from there. */
 inline void strip_preload(floatv *bp, const __global floatv *bv, int nv, int p0, int k, int jv,
                           int ks)
 {
+#if MR > 1
+    staged_round(bp, bv, nv, p0, k - p0, ks, jv);
+#else
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
         const int p = p0 + ks + u * KS;
-        bp[u] = (MR == 1 || u < XU) && p < k ? bv[p * nv + jv] : (floatv)(0.0f);
+        bp[u] = p < k ? bv[p * nv + jv] : (floatv)(0.0f);
     }
+#endif
 }
 
 inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp, __local float *xs,
