@@ -21,6 +21,7 @@
 #include "dispatch/error.h"
 #include "dispatch/file.h"
 #include "dispatch/op.h"
+#include "dispatch/tools.h"
 
 #define MAX_TOKENS     16
 #define MAX_TIME_US    1e9 /* a quarter of an hour per call is not a tuned op */

@@ -4,9 +4,9 @@
 
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
-#include "dispatch/context.h"
 #include "dispatch/device.h"
 #include "dispatch/error.h"
+#include "dispatch/tools.h"
 
 typedef struct gemm_job {
     hd_tensor *a, *b, *c;

@@ -5,10 +5,9 @@
 #include <time.h>
 
 #include "autotune/measure.h"
-#include "dispatch/context.h"
 #include "dispatch/device.h"
 #include "dispatch/error.h"
-#include "dispatch/select.h"
+#include "dispatch/tools.h"
 
 static const char *const mode_names[HD_MEASURE_MODE_COUNT] = {"device", "sync", "chain", "host"};
 

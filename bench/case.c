@@ -6,8 +6,9 @@
 
 #include "autotune/reference.h"
 #include "bench/case.h"
-#include "dispatch/call.h"
 #include "dispatch/error.h"
+#include "dispatch/op.h"
+#include "dispatch/tools.h"
 
 /* Inputs of all sets together under this size rotate among several sets, so that a timing
  * is not a figure of data left hot in a cache by the previous run. */

@@ -18,9 +18,7 @@
 #include "autotune/cache.h"
 #include "autotune/measure.h"
 #include "autotune/table.h"
-#include "dispatch/call.h"
-#include "dispatch/context.h"
-#include "dispatch/memo.h"
+#include "dispatch/tools.h"
 
 static int fail(const char *what, hd_context *ctx)
 {
@@ -62,13 +60,12 @@ static double time_calls(hd_context *ctx, hd_tensor *x, hd_tensor *y, size_t cal
     const hd_tensor *t[] = {x, y};
     hd_op_params p = {0};
     *status = hd__call_prepare(ctx, HD_OP_SOFTMAX, t, &p, &call);
-    const hd_backend_impl *cpu = ctx->backends[HD_BACKEND_CPU];
     double best = 1e30;
     for (int round = 0; round < 5 && *status == HD_OK; round++) {
         double t0 = hd__measure_now();
         for (size_t i = 0; i < calls && *status == HD_OK; i++)
             *status =
-                slot_only ? cpu->run[HD_OP_SOFTMAX](NULL, ctx, &call.args) : hd_softmax(ctx, x, y);
+                slot_only ? hd__call_run_slot(ctx, HD_BACKEND_CPU, &call) : hd_softmax(ctx, x, y);
         double us = (hd__measure_now() - t0) * 1e6 / (double)calls;
         best = us < best ? us : best;
     }

@@ -21,9 +21,8 @@
 #include "bench/case.h"
 #include "bench/compare.h"
 #include "bench/results.h"
-#include "dispatch/context.h"
 #include "dispatch/error.h"
-#include "dispatch/select.h"
+#include "dispatch/tools.h"
 
 #define MAX_SUITES 8
 #define MAX_ROUNDS 16

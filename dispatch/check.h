@@ -5,7 +5,7 @@
 #ifndef HD_DISPATCH_CHECK_H
 #define HD_DISPATCH_CHECK_H
 
-#include "dispatch/call.h"
+#include "dispatch/tools.h"
 
 /* The checks every op shares, from its row of the table: each tensor non-NULL (unless
  * optional) and of ctx, no output that is also an input (but an in-place output may be the

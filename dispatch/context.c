@@ -5,6 +5,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/memo.h"
+#include "dispatch/tools.h"
 
 /* More threads than any machine this runs on has cores: a larger $HD_THREADS is a typo. */
 #define HD_MAX_CPU_THREADS 4096

@@ -51,17 +51,10 @@ struct hd_context {
 hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
                                  hd_backend forced[HD_OP_COUNT]);
 
-/* Backend by name ("cpu", "clblast", "fused", "clblast+fused", "auto"); false if unknown. */
-bool hd__backend_from_name(const char *name, hd_backend *b);
-bool hd__op_from_name(const char *name, hd_op *op);
+/* GEMM precision by name ("fp32", "fp32x3", "tf32"); false if unknown. Backends and ops by
+ * name, whether a backend is usable and the backend an op is forced to are declared in
+ * dispatch/tools.h: the tools ask them too. */
 bool hd__precision_from_name(const char *name, hd_precision *p);
-
-/* Whether backend or plan b is present and healthy in ctx (a plan: both its backends). */
-bool hd__backend_usable(const hd_context *ctx, hd_backend b);
-
-/* The backend op is forced to (HD_BACKEND_AUTO: none), for tools that force one for a while
- * and put the old choice back with hd_context_set_backend(). */
-hd_backend hd__forced_backend(const hd_context *ctx, hd_op op);
 
 /* Marks b unhealthy after a device failure: the dispatcher stops choosing it. */
 void hd__backend_mark_unhealthy(hd_context *ctx, hd_backend b);

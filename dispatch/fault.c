@@ -4,6 +4,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/fault.h"
+#include "dispatch/tools.h"
 
 #ifdef HD_FAULT_INJECTION
 

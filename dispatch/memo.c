@@ -5,6 +5,7 @@
 
 #include "dispatch/context.h"
 #include "dispatch/memo.h"
+#include "dispatch/tools.h"
 
 #define MEMO_SLOTS 256 /* a power of two; a training step has a few dozen distinct calls */
 #define MEMO_PROBE 8   /* slots tried from the home slot before the home slot is replaced */

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "dispatch/context.h"
+#include "dispatch/tools.h"
 
 const char *hd_version(void)
 {

@@ -3,13 +3,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dispatch/call.h"
 #include "dispatch/check.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/fault.h"
 #include "dispatch/memo.h"
 #include "dispatch/select.h"
+#include "dispatch/tools.h"
 #include "dispatch/tuning.h"
 
 static hd_status place_tensors(const hd_call *call, hd_place place)
@@ -78,6 +78,11 @@ static hd_status run_slot(hd_context *ctx, hd_backend b, const hd_call *call, co
     if (ctx->composite[b] != NULL)
         return run_composite(ctx, b, call, variant);
     return ctx->backends[b]->run[call->op](ctx->backend_state[b], ctx, &call->args);
+}
+
+hd_status hd__call_run_slot(hd_context *ctx, hd_backend b, const hd_call *call)
+{
+    return run_slot(ctx, b, call, NULL);
 }
 
 hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const char *variant)

@@ -24,6 +24,7 @@
 
 #include "dispatch/context.h"
 #include "dispatch/select.h"
+#include "dispatch/tools.h"
 #include "dispatch/tuning.h"
 
 /* Below this many multiply-adds (GEMM, LoRA) or elements (row ops), with every input on the

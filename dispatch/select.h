@@ -3,7 +3,7 @@
 #define HD_DISPATCH_SELECT_H
 
 #include "backends/backend.h"
-#include "dispatch/call.h"
+#include "dispatch/tools.h"
 
 /* Which rule put the first backend of a plan first. */
 typedef enum hd_select_rule {
@@ -41,22 +41,13 @@ typedef struct hd_plan {
 void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_tensors *io,
                 hd_plan *plan);
 
-/* Whether backend b is usable in ctx and takes (op, shape): it has the slot and its
- * supports() agrees. */
-bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape);
-
-/* Where backend or plan b needs its tensors (a plan: where its first stage runs). */
-hd_place hd__backend_place(const hd_context *ctx, hd_backend b);
+/* Whether a backend takes a call, where it runs and the variants it lists are declared in
+ * dispatch/tools.h: the tuner asks them too. */
 
 /* b's estimate of one call with its inputs in place, in microseconds (a plan: the sum of its
  * stages); negative where b does not estimate. */
 double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                                const hd_tune_calibration *cal);
-
-/* The kernel-parameter variants b lists for (op, shape), for the tuner (a plan: its
- * epilogue's); returns how many, at most max. */
-size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
-                            const char **out, size_t max);
 
 /* Whether b would accept variant for (op, shape), checked without running anything (a plan:
  * its epilogue's check): HD_OK, or the status its slot would return, with the message; HD_OK
@@ -75,8 +66,5 @@ void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_
 
 /* Why plan's first backend was chosen, in one line. */
 void hd__plan_reason(const hd_plan *plan, char *buf, size_t size);
-
-/* "gemm 1x4096x4096 nt", "softmax 64x1024": the key of a call in messages. */
-void hd__shape_text(hd_op op, const hd_shape *shape, char *buf, size_t size);
 
 #endif

@@ -2,7 +2,8 @@
 # The layers point one way (ARCHITECTURE.md): libdispatch.so holds none of the tools' code
 # (measurement, calibration, candidate choice, the reference, the cache writer, the suites)
 # and no fault injection, no file of dispatch/ includes a header of backends/opencl/ or
-# autotune/, and neither autotune/ nor bench/ includes the OpenCL runtime.
+# autotune/, neither autotune/ nor bench/ includes the OpenCL runtime, and the tools reach
+# dispatch/ only through its tools' interface (dispatch/tools.h).
 # Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT
 set -u
 lib=$1
@@ -31,6 +32,23 @@ $bad"
 bad=$(grep -rnE '#include "backends/opencl/' "$root"/autotune "$root"/bench --include='*.c' \
     --include='*.h')
 [ -z "$bad" ] || fail "autotune/ or bench/ includes the OpenCL runtime:
+$bad"
+
+# The tools (autotune/tool/, bench/, the tools' library in autotune/) use dispatch/tools.h and
+# the few headers it names beside it, never the dispatcher's own (context, checks, scheduler,
+# memo, tensors, fault injection), and never the context's fields, so that dispatch/ can change
+# those without breaking a tool. The cache reader (autotune/cache.c, table.c) is part of the
+# library and reads the context as dispatch/ does; the fuzzer, like the tests, is white-box.
+tools=$(find "$root"/autotune "$root"/bench \( -name '*.c' -o -name '*.h' \) \
+    ! -path "$root/autotune/cache.[ch]" ! -path "$root/autotune/table.[ch]" \
+    ! -path "$root/autotune/fuzz/*" | sort)
+[ -n "$tools" ] || fail "no sources of the tools under $root: check the test itself"
+bad=$(grep -nE '#include "dispatch/' /dev/null $tools |
+    grep -vE '#include "dispatch/(tools|op|error|device|tuning|file)\.h"')
+[ -z "$bad" ] || fail "a tool includes a header of dispatch/ other than its interface (tools.h):
+$bad"
+bad=$(grep -nE '(^|[^A-Za-z0-9_])ctx->' /dev/null $tools)
+[ -z "$bad" ] || fail "a tool reads the context's fields:
 $bad"
 
 [ $status -eq 0 ] && echo "layers: ok"

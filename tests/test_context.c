@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dispatch/context.h"
+#include "dispatch/tools.h"
 #include "tests/testlib.h"
 
 /* The variables the library reads, saved around each test that changes them so that a

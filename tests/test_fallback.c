@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dispatch/call.h"
 #include "dispatch/check.h"
+#include "dispatch/tools.h"
 #include "tests/fake_backends.h"
 
 /* Shapes above the "small problem" threshold, so that a device is chosen where there is one. */

@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 
 #include "autotune/tool/tool.h"
-#include "dispatch/context.h"
 #include "dispatch/op.h"
+#include "dispatch/tools.h"
 
 bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t size)
 {

@@ -11,7 +11,7 @@
 #include "autotune/table.h"
 #include "autotune/tool/tool.h"
 #include "dispatch/op.h"
-#include "dispatch/context.h"
+#include "dispatch/tools.h"
 
 volatile sig_atomic_t hd__tool_interrupted = 0;
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "autotune/tool/tool.h"
-#include "dispatch/select.h"
+#include "dispatch/tools.h"
 
 static int by_key(const void *pa, const void *pb)
 {

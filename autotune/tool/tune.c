@@ -19,10 +19,9 @@
 #include "autotune/measure.h"
 #include "autotune/reference.h"
 #include "autotune/tool/tool.h"
-#include "dispatch/call.h"
-#include "dispatch/context.h"
 #include "dispatch/error.h"
-#include "dispatch/select.h"
+#include "dispatch/op.h"
+#include "dispatch/tools.h"
 
 #define MAX_VARIANTS 64
 
