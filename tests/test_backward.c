@@ -702,9 +702,10 @@ static void test_lora_backward_matches_reference_and_differences(void **state)
 
 /* accumulate adds to what the outputs hold: start + the overwritten gradients. Without dx, dA
  * and dB are the same bits. Many tokens and few (the fused backend's two plans). */
-static void check_lora_accumulates(hd_context *ctx, size_t tokens, uint64_t salt)
+static void check_lora_accumulates(hd_context *ctx, size_t tokens, size_t in, size_t out,
+                                   size_t rank, uint64_t salt)
 {
-    lora_case c = lora_case_make(tokens, 31, 29, 5, salt);
+    lora_case c = lora_case_make(tokens, in, out, rank, salt);
     hd_rng rng = hd_test_rng(salt + 1);
     lora_grads start = {hd_test_random(&rng, c.t * c.in, -1, 1),
                         hd_test_random(&rng, c.in * c.r, -1, 1),
@@ -736,8 +737,34 @@ static void test_lora_backward_accumulates_and_dx_is_optional(void **state)
     hd_context *ctx = *state;
     if (!hd_context_has_backend(ctx, lora_expected))
         skip();
-    check_lora_accumulates(ctx, 17, 700);
-    check_lora_accumulates(ctx, 5, 710);
+    check_lora_accumulates(ctx, 17, 31, 29, 5, 700);
+    check_lora_accumulates(ctx, 5, 31, 29, 5, 710);
+}
+
+/* Few tokens on the fused kernels in each of the eight layouts: one launch up to rank 16, where
+ * W stored out x in takes blocks of 64 columns of dx over ranges of W's rows summed by the last
+ * group of a block to arrive (a long out over a short in makes several ranges), float4 loads
+ * where the rows allow them, 16 tokens in chunks; rank 17 and rank 0 take the few-row plan. */
+static void test_lora_backward_few_tokens_match_reference_in_every_layout(void **state)
+{
+    hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, lora_expected))
+        skip();
+    static const hd_test_lora_shape shapes[] = {
+        {5, 61, 509, 7},  {16, 64, 1024, 16}, {3, 130, 257, 16},  {1, 1031, 97, 8}, {2, 4, 3, 1},
+        {16, 17, 19, 17}, {4, 9, 700, 2},     {1, 256, 2048, 16}, {7, 13, 11, 0},
+    };
+    for (unsigned layout = 0; layout < 8; layout++) {
+        lora_layout = layout;
+        for (size_t i = 0; i < COUNT(shapes); i++) {
+            const hd_test_lora_shape *s = &shapes[i];
+            check_lora_backward(ctx, s->tokens, s->in, s->out, s->rank, false,
+                                900 + 16 * layout + i);
+        }
+        check_lora_accumulates(ctx, 5, 61, 509, 7, 1000 + layout);
+        check_lora_accumulates(ctx, 16, 64, 1024, 16, 1010 + layout);
+    }
+    lora_layout = HD_LORA_LAYOUT_DEFAULT;
 }
 
 /* No tokens: every gradient is a sum over nothing, zeros when overwriting, kept when
@@ -974,6 +1001,9 @@ int main(void)
                                         setup_lora_fused, teardown),
         cmocka_unit_test_setup_teardown(test_lora_backward_accumulates_and_dx_is_optional,
                                         setup_lora_fused, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_lora_backward_few_tokens_match_reference_in_every_layout, setup_lora_fused,
+            teardown),
         cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
                                         setup_lora_clblast, teardown),
         cmocka_unit_test_setup_teardown(test_lora_backward_accumulates_and_dx_is_optional,

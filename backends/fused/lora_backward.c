@@ -13,10 +13,11 @@
  * own after dx's (the engine's second product shares the first's transposes). accumulate
  * makes beta 1.
  * A tuned variant sets dx's product, the largest; the others take their shapes' defaults.
- * Few tokens (at most HD_FUSED_FEW_TOKENS) and no variant: in the default layout with a rank
- * up to 16, every gradient in one launch (kernels/lora_backward.cl); else u, h and dx on the
- * few-row kernels (few_rows.c), which read each weight once at full bandwidth, where the tiled
- * engine walks the depth of a one-row tile stage by stage (plan_few_tokens).
+ * Few tokens (at most HD_FUSED_FEW_TOKENS) and no variant: with a rank up to 16, in any layout,
+ * every gradient in one launch (kernels/lora_backward.cl) where the sums of u its groups each
+ * make stay small (one_launch_fits: small weights); else u, h and dx on the few-row kernels
+ * (few_rows.c), which read each weight once at full bandwidth, where the tiled engine walks
+ * the depth of a one-row tile stage by stage (plan_few_tokens).
  * The temporaries are taken and every product prepared (parameters, builds, scratch) before
  * the first launch, so a refusal leaves every gradient as it was; only an enqueue that the
  * device itself refuses can stop the call after a gradient was written.
@@ -234,51 +235,97 @@ static const char *variant_for_layout(hd_fused *f, hd_context *ctx, const hd_lor
     return NULL;
 }
 
-/* The rank up to which few tokens in the default layout run in one launch: each of its
- * in / 8 row groups reads B (r x out) from cache, against W (in x out) read once in all. */
+/* The rank up to which few tokens run in one launch. */
 #define ONE_LAUNCH_MAX_RANK 16
 
-static bool one_launch_fits(const hd_lora_backward_args *l)
+/* Each dx group of the one launch sums u = dy * B^T itself, reading dy and B (tokens + rank
+ * rows of out floats) from cache: the launch is worth it while all the groups together read
+ * at most this many bytes that way. On an H100 (queued calls, fused): 1024^2 at rank 8 ran in
+ * one launch in 12-30 us from 1 to 16 tokens (4.7-25 MB read so), against 37-55 us for the
+ * few-row kernels' five launches; 4096^2 at rank 16 and one token read 89-142 MB so and took
+ * 60-94 us, against 44-50 us. */
+#define ONE_LAUNCH_MAX_PROLOGUE_BYTES ((size_t)32 << 20)
+
+/* The one launch's groups: W in x out, a group per WARPS rows of W; W out x in, blocks of
+ * COLUMN_BLOCK columns of dx times `ranges` ranges of `chunk` rows of W. */
+enum { WARPS = 8, GROUP = WARPS * 32, COLUMN_BLOCK = 64 };
+
+typedef struct one_launch {
+    size_t blocks, ranges, chunk, dx_groups;
+} one_launch;
+
+/* W out x in: the ranges of W's rows per column block, so that the blocks times the ranges
+ * give each compute unit about two groups, each range at least 4 rows per row slice of the
+ * group (chunk rows, a multiple of 16). W in x out, or no dx: one range. */
+static one_launch one_launch_groups(const hd_fused *f, const hd_lora_backward_args *l)
 {
-    size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
-    return l->variant == NULL && !l->trans_w && !l->trans_a && !l->trans_b && t >= 1 &&
-           t <= HD_FUSED_FEW_TOKENS && r >= 1 && r <= ONE_LAUNCH_MAX_RANK && in >= 1 && out >= 1 &&
-           in <= (size_t)INT_MAX / 16 && out <= (size_t)INT_MAX / 16 && in * r <= (size_t)INT_MAX &&
-           r * out <= (size_t)INT_MAX;
+    one_launch g = {
+        .blocks = (l->in + COLUMN_BLOCK - 1) / COLUMN_BLOCK, .ranges = 1, .chunk = l->out};
+    if (l->trans_w && l->dx != NULL) {
+        size_t units = f->compute_units > 0 ? f->compute_units : 1;
+        size_t kg = (2 * units + g.blocks - 1) / g.blocks, most = (l->out + 63) / 64;
+        kg = kg > most ? most : kg > 16 ? 16 : kg < 1 ? 1 : kg;
+        g.chunk = ((l->out + kg - 1) / kg + 15) / 16 * 16;
+        g.ranges = (l->out + g.chunk - 1) / g.chunk;
+    }
+    g.dx_groups = l->trans_w ? g.blocks * g.ranges : (l->in + WARPS - 1) / WARPS;
+    return g;
 }
 
-/* Few tokens in the default layout: every gradient from one launch of lora_backward_few. */
+static bool one_launch_fits(const hd_fused *f, const hd_lora_backward_args *l)
+{
+    size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
+    if (!(l->variant == NULL && t >= 1 && t <= HD_FUSED_FEW_TOKENS && r >= 1 &&
+          r <= ONE_LAUNCH_MAX_RANK && in >= 1 && out >= 1 && in <= (size_t)INT_MAX / 16 &&
+          out <= (size_t)INT_MAX / 16 && in * r <= (size_t)INT_MAX && r * out <= (size_t)INT_MAX))
+        return false;
+    one_launch g = one_launch_groups(f, l);
+    return g.dx_groups * (t + r) * out * sizeof(float) <= ONE_LAUNCH_MAX_PROLOGUE_BYTES;
+}
+
+/* Few tokens: every gradient from one launch of lora_backward_few, in the call's layout. */
 static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora_backward_args *l)
 {
-    enum { warps = 8, group = warps * 32 };
-    int vec = l->out % 4 == 0 ? 4 : 1;
+    int vec = (l->trans_w ? l->in : l->out) % 4 == 0 ? 4 : 1;
+    int db_vec = l->out % 4 == 0 ? 4 : 1;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DGROUP=%d -DWARPS=%d -DMR=%zu -DVEC=%d", group, warps,
-             hd__fused_pow2_ceil(l->tokens), vec);
+    snprintf(options, sizeof options,
+             "-DGROUP=%d -DWARPS=%d -DMR=%zu -DVEC=%d -DDB_VEC=%d -DTRANS_W=%d -DTRANS_A=%d "
+             "-DTRANS_B=%d",
+             GROUP, WARPS, hd__fused_pow2_ceil(l->tokens), vec, db_vec, l->trans_w, l->trans_a,
+             l->trans_b);
     cl_kernel k;
     hd_status s =
-        hd__fused_kernel(f, ctx, HD_FUSED_LORA_BACKWARD, options, "lora_backward_few", group, &k);
+        hd__fused_kernel(f, ctx, HD_FUSED_LORA_BACKWARD, options, "lora_backward_few", GROUP, &k);
     if (s != HD_OK)
+        return s;
+    one_launch g = one_launch_groups(f, l);
+    size_t db_groups = (l->out / (size_t)db_vec + GROUP - 1) / GROUP;
+    cl_mem x = hd__fused_mem(l->x), w = hd__fused_mem(l->w), a = hd__fused_mem(l->a),
+           b = hd__fused_mem(l->b), dy = hd__fused_mem(l->dy), da = hd__fused_mem(l->da),
+           db = hd__fused_mem(l->db);
+    /* without dx the kernel never writes it, nor with one range the partials or counters: any
+     * valid buffer fills those arguments */
+    cl_mem dx = l->dx != NULL ? hd__fused_mem(l->dx) : da, part, count;
+    hd_fused_params kg = {.kg = (int)g.ranges, .tn = COLUMN_BLOCK / vec, .vec = vec};
+    if ((s = hd__fused_kg_buffers(f, ctx, &kg, g.blocks, l->tokens, da, &part, &count)) != HD_OK)
         return s;
     cl_int tokens = (cl_int)l->tokens, in = (cl_int)l->in, out = (cl_int)l->out,
            rank = (cl_int)l->rank, rp = (cl_int)hd__fused_pow2_ceil(l->rank);
     cl_float scale = l->scale, beta = l->accumulate ? 1.0f : 0.0f;
-    cl_int has_dx = l->dx != NULL;
-    cl_mem x = hd__fused_mem(l->x), w = hd__fused_mem(l->w), a = hd__fused_mem(l->a),
-           b = hd__fused_mem(l->b), dy = hd__fused_mem(l->dy), da = hd__fused_mem(l->da),
-           db = hd__fused_mem(l->db);
-    /* without dx the kernel never writes it; any valid buffer fills the argument */
-    cl_mem dx = l->dx != NULL ? hd__fused_mem(l->dx) : da;
-    const void *values[] = {&tokens, &in, &out, &rank, &rp, &scale, &beta, &has_dx,
-                            &x,      &w,  &a,   &b,    &dy, &dx,    &da,   &db};
-    const size_t sizes[] = {sizeof tokens,  sizeof in,      sizeof out,     sizeof rank,
-                            sizeof rp,      sizeof scale,   sizeof beta,    sizeof has_dx,
-                            sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem),
-                            sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem)};
-    s = hd__fused_set_args(ctx, k, values, sizes, 16);
-    size_t row_groups = (l->in + warps - 1) / warps;
-    size_t column_groups = (l->out / (size_t)vec + group - 1) / group;
-    return s == HD_OK ? hd__fused_launch(ctx, k, row_groups + column_groups, group) : s;
+    cl_int has_dx = l->dx != NULL, dx_count = (cl_int)g.dx_groups, range_count = (cl_int)g.ranges,
+           range_rows = (cl_int)g.chunk;
+    const void *values[] = {&tokens, &in,       &out,         &rank,       &rp, &scale, &beta,
+                            &has_dx, &dx_count, &range_count, &range_rows, &x,  &w,     &a,
+                            &b,      &dy,       &dx,          &da,         &db, &part,  &count};
+    const size_t sizes[] = {sizeof tokens,   sizeof in,          sizeof out,        sizeof rank,
+                            sizeof rp,       sizeof scale,       sizeof beta,       sizeof has_dx,
+                            sizeof dx_count, sizeof range_count, sizeof range_rows, sizeof(cl_mem),
+                            sizeof(cl_mem),  sizeof(cl_mem),     sizeof(cl_mem),    sizeof(cl_mem),
+                            sizeof(cl_mem),  sizeof(cl_mem),     sizeof(cl_mem),    sizeof(cl_mem),
+                            sizeof(cl_mem)};
+    s = hd__fused_set_args(ctx, k, values, sizes, 21);
+    return s == HD_OK ? hd__fused_launch(ctx, k, g.dx_groups + db_groups, GROUP) : s;
 }
 
 hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *l)
@@ -291,7 +338,7 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
     hd_lora_backward_args call = *l;
     call.variant = variant_for_layout(f, ctx, l);
     l = &call;
-    if (one_launch_fits(l))
+    if (one_launch_fits(f, l))
         return backward_one_launch(f, ctx, l);
     size_t low_rank_bytes = l->tokens * l->rank * sizeof(float);
     struct hd_device_buffer *u = NULL, *h = NULL;
