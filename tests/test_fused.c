@@ -636,6 +636,13 @@ static void test_gemm_few_rows_matches_reference(void **state)
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         check_gemm(*state, &extra[i], NULL, 2100 + i);
+    /* B stored n x k (the dot form): slots of several rows of B where A has several rows, n
+     * not a multiple of them, k odd (scalar loads) */
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+        gemm_case gc = extra[i];
+        gc.trans_b = true;
+        check_gemm(*state, &gc, NULL, 2170 + i);
+    }
     /* One group per strip over k: several chunks of staged rows, B's loads running a round
      * ahead across them, the last chunk cut short. */
     static const gemm_case chunked[] = {
@@ -651,9 +658,15 @@ static void test_gemm_few_rows_matches_reference(void **state)
 static void test_gemm_alpha_beta_and_nan_c(void **state)
 {
     static const gemm_case cases[] = {
-        {1, 12, 7, 1.0f, 0.0f, true, false, false},     {3, 13, 11, 2.5f, 0.0f, true, false, false},
-        {4, 16, 19, -1.5f, 0.5f, false, false, false},  {1, 7, 3, 1.0f, 1.0f, false, false, false},
-        {16, 20, 40, 0.25f, -2.0f, false, false, false}, {2, 3, 1, -1.0f, 1.0f, false, false, false},
+        {1, 12, 7, 1.0f, 0.0f, true, false, false},
+        {3, 13, 11, 2.5f, 0.0f, true, false, false},
+        {4, 16, 19, -1.5f, 0.5f, false, false, false},
+        {1, 7, 3, 1.0f, 1.0f, false, false, false},
+        {16, 20, 40, 0.25f, -2.0f, false, false, false},
+        {2, 3, 1, -1.0f, 1.0f, false, false, false},
+        /* B transposed: the dot form */
+        {3, 13, 11, 2.5f, 0.0f, true, false, true},
+        {7, 21, 16, -1.5f, 0.5f, false, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_gemm(*state, &cases[i], NULL, 2200 + i);

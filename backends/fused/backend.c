@@ -414,7 +414,8 @@ static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_par
         return launch + bytes / (gbps * 1e3);
     bool strip = part == HD_PART_EPILOGUE ||
                  (op == HD_OP_LORA && s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64) ||
-                 (op == HD_OP_GEMM && s->dim[0] <= HD_FUSED_MAX_ROWS && !s->trans_a && !s->trans_b);
+                 (op == HD_OP_GEMM && !s->trans_a &&
+                  s->dim[0] <= (s->trans_b ? HD_FUSED_DOT_FORM_MAX_ROWS : HD_FUSED_MAX_ROWS));
     double rate = gflops * (strip ? GEMV_RATE_FRACTION : TILE_RATE_FRACTION);
     /* LoRA's backward: five products, six with W and A transposed apart (lora_backward.c) */
     bool apart = !(s->lora_layout & HD_LORA_TRANS_W) != !(s->lora_layout & HD_LORA_TRANS_A);

@@ -8,17 +8,20 @@
  * second product is LoRA's rank-r term, summed before C is written once; k2 = 0 leaves it out.
  * With VEC = 4, k % 4 == 0 and the buffers start 16-byte aligned.
  *
- * Work decomposition: a work-group of WARPS * 32 work-items serves WARPS / KW rows of B (columns
- * of C), KW warps to a row: where n is small, more warps share a row so that the device still
- * gets work-groups enough. The 32 * KW work-items of a row stride over its depths VEC at a time:
- * each reads its part of B's row once (consecutive work-items, consecutive vectors) and the
- * m rows of A at the same depths (the same addresses for every row of B: from cache), keeping
- * m sums; A2 * B2^T likewise, one depth at a time. The sums of a row's work-items are then
- * added in a tree through local memory, and work-item i < m of the row writes C[i][j].
- * Reads: B and B2 once (the whole cost when m is small), A and A2 once per row of B from cache;
+ * Work decomposition: a work-group of WARPS * 32 work-items serves WARPS / KW slots of RPW rows
+ * of B (columns of C), KW warps to a slot: where n is small, more warps share a slot so that
+ * the device still gets work-groups enough. The 32 * KW work-items of a slot stride over the
+ * depths VEC at a time: each loads the m rows of A at its depths once (the same addresses for
+ * every slot: from cache) and reads its part of each of the slot's RPW rows of B once
+ * (consecutive work-items, consecutive vectors), keeping RPW * m sums; A2 * B2^T likewise, one
+ * depth at a time. RPW rows to a slot cut the loads of A from cache by RPW: with several rows
+ * of A, those loads (n * m * k floats at RPW = 1) outweighed B's own. The sums of a slot's
+ * work-items are then added in a tree through local memory, a row of B at a time, and
+ * work-item i < m of the slot writes C[i][j].
+ * Reads: B and B2 once (the whole cost when m is small), A and A2 once per slot from cache;
  * C once where beta != 0 (beta = 0 never reads C, so NaN there is ignored as BLAS does).
  *
- * Tuning parameters (-D from the host): WARPS, KW (a power of two dividing WARPS), MR, VEC.
+ * Tuning parameters (-D from the host): WARPS, KW (a power of two dividing WARPS), MR, VEC, RPW.
  */
 #ifndef WARPS
 #define WARPS 8
@@ -28,6 +31,9 @@
 #endif
 #ifndef MR
 #define MR 1
+#endif
+#ifndef RPW
+#define RPW 1
 #endif
 #define NT_GROUP (WARPS * 32)
 #define NT_LANES (KW * 32)
@@ -44,45 +50,71 @@ gemm_rows_nt(const int m, const int n, const int k, const float alpha,
     __local float red[MR * NT_GROUP];
     const int lid = (int)get_local_id(0);
     const int slot = lid / NT_LANES, lane = lid % NT_LANES;
-    const int j = (int)get_group_id(0) * (WARPS / KW) + slot;
-    float acc[MR];
+    const int j0 = ((int)get_group_id(0) * (WARPS / KW) + slot) * RPW;
+    float acc[RPW][MR];
 #pragma unroll
-    for (int i = 0; i < MR; i++)
-        acc[i] = 0.0f;
-    if (j < n) {
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+            acc[r][i] = 0.0f;
+    if (j0 < n) {
         const int kv = k / VEC;
-        const __global floatv *bj = (const __global floatv *)(b + (size_t)j * (size_t)k);
 #pragma unroll 4
         for (int p = lane; p < kv; p += NT_LANES) {
-            const floatv bv = bj[p];
+            floatv av[MR];
 #pragma unroll
             for (int i = 0; i < MR; i++)
-                if (i < m)
-                    acc[i] += HSUM(((const __global floatv *)(a + (size_t)i * (size_t)k))[p] * bv);
+                av[i] = i < m ? ((const __global floatv *)(a + (size_t)i * (size_t)k))[p]
+                              : (floatv)(0.0f);
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                if (j0 + r < n) {
+                    const floatv bv =
+                        ((const __global floatv *)(b + (size_t)(j0 + r) * (size_t)k))[p];
+#pragma unroll
+                    for (int i = 0; i < MR; i++)
+                        if (i < m)
+                            acc[r][i] += HSUM(av[i] * bv);
+                }
+            }
         }
         for (int p = lane; p < k2; p += NT_LANES) {
-            const float bv = b2[(size_t)j * (size_t)k2 + p];
+            float av[MR];
 #pragma unroll
             for (int i = 0; i < MR; i++)
-                if (i < m)
-                    acc[i] = fma(a2[(size_t)i * (size_t)k2 + p], bv, acc[i]);
+                av[i] = i < m ? a2[(size_t)i * (size_t)k2 + p] : 0.0f;
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                if (j0 + r < n) {
+                    const float bv = b2[(size_t)(j0 + r) * (size_t)k2 + p];
+#pragma unroll
+                    for (int i = 0; i < MR; i++)
+                        if (i < m)
+                            acc[r][i] = fma(av[i], bv, acc[r][i]);
+                }
+            }
         }
     }
 #pragma unroll
-    for (int i = 0; i < MR; i++)
-        red[i * NT_GROUP + lid] = acc[i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int width = NT_LANES / 2; width > 0; width /= 2) {
-        if (lane < width) {
+    for (int r = 0; r < RPW; r++) {
 #pragma unroll
-            for (int i = 0; i < MR; i++)
-                red[i * NT_GROUP + lid] += red[i * NT_GROUP + lid + width];
+        for (int i = 0; i < MR; i++)
+            red[i * NT_GROUP + lid] = acc[r][i];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int width = NT_LANES / 2; width > 0; width /= 2) {
+            if (lane < width) {
+#pragma unroll
+                for (int i = 0; i < MR; i++)
+                    red[i * NT_GROUP + lid] += red[i * NT_GROUP + lid + width];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        const int j = j0 + r;
+        if (j < n && lane < m) {
+            const float v = alpha * red[lane * NT_GROUP + slot * NT_LANES];
+            __global float *at = c + (size_t)lane * (size_t)n + j;
+            *at = beta != 0.0f ? fma(beta, *at, v) : v;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (j < n && lane < m) {
-        const float v = alpha * red[lane * NT_GROUP + slot * NT_LANES];
-        __global float *at = c + (size_t)lane * (size_t)n + j;
-        *at = beta != 0.0f ? fma(beta, *at, v) : v;
     }
 }
