@@ -113,6 +113,15 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->wm = tf32 ? 128 : 32;
         p->wn = tf32 ? 32 : 64;
         p->async = tf32 ? 3 : 4;
+    } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
+               p->rn == 0) {
+        /* 16 x 8 results per work-item (H100, fp32, 4096^3: 3.28 ms NN and 3.31 ms NT, against
+         * 3.50 and 3.63 with 8 x 8) */
+        p->bm = 128;
+        p->bn = 128;
+        p->bk = 8;
+        p->rm = 16;
+        p->rn = 8;
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side, where 64 x 64 tiles
