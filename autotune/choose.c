@@ -29,3 +29,19 @@ int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest, bo
         chosen = defaults;
     return chosen;
 }
+
+void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *est_s, size_t *order)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (cand[i].variant != NULL)
+            continue;
+        size_t j = n++;
+        for (; j > 0 && est_s[cand[order[j - 1]].backend] > est_s[cand[i].backend]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    for (size_t i = 0; i < count; i++)
+        if (cand[i].variant != NULL)
+            order[n++] = i;
+}

@@ -42,4 +42,14 @@ int hd__tune_fastest(const hd_tune_candidate *cand, size_t count, hd_backend b, 
  * candidate) and whether the OpenCL device is a GPU. Returns fastest or another ok index. */
 int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest, bool device_is_gpu);
 
+/* The order in which dispatch-autotune times cand[0..count) into order (count indices):
+ * every backend's defaults first, so that one backend's variants cannot spend the budget the
+ * others' defaults need, the defaults by their estimated call est_s[backend] (indexed by
+ * hd_backend), fastest first, ties in list order, so that a case budget that runs out leaves
+ * the likely slowest untimed (H100: the CPU's 32 ms call of a row op's backward went first and
+ * left the fused kernel's 0.17 ms untimed, and the record took the CPU); then the variants as
+ * listed. */
+void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *est_s,
+                    size_t *order);
+
 #endif

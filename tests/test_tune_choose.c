@@ -105,6 +105,37 @@ static void test_defaults_kept_unless_a_variant_wins_by_its_margin(void **state)
 
 /* After the device preference, the variant it chose still gives way to its defaults only
  * within the margin: a fused variant 10 % faster than its defaults stays. */
+/* The defaults by their estimated call, fastest first, ties in list order; then the variants
+ * as listed, whatever their backend's estimate. */
+static void test_defaults_are_timed_fastest_estimate_first_then_variants(void **state)
+{
+    (void)state;
+    const hd_tune_candidate cand[] = {
+        {HD_BACKEND_CPU, NULL, 0, false},
+        {HD_BACKEND_CLBLAST, NULL, 0, false},
+        {HD_BACKEND_FUSED, NULL, 0, false},
+        {HD_BACKEND_CLBLAST_FUSED, NULL, 0, false},
+        {HD_BACKEND_CLBLAST, "KWID=2", 0, false},
+        {HD_BACKEND_FUSED, "WG=256 ROWS=4", 0, false},
+        {HD_BACKEND_FUSED, "WG=64 ROWS=1", 0, false},
+    };
+    double est_s[HD_BACKEND_COUNT] = {0};
+    est_s[HD_BACKEND_CPU] = 32e-3;
+    est_s[HD_BACKEND_CLBLAST] = 1e-3;
+    est_s[HD_BACKEND_FUSED] = 0.17e-3;
+    est_s[HD_BACKEND_CLBLAST_FUSED] = 1e-3;
+    size_t order[7];
+    hd__tune_order(cand, 7, est_s, order);
+    const size_t want[] = {2, 1, 3, 0, 4, 5, 6};
+    for (size_t i = 0; i < 7; i++)
+        assert_int_equal(order[i], want[i]);
+    /* variants alone, and nothing */
+    hd__tune_order(cand + 4, 3, est_s, order);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(order[i], i);
+    hd__tune_order(cand, 0, est_s, order);
+}
+
 static void test_device_preference_then_defaults_rule(void **state)
 {
     (void)state;
@@ -121,6 +152,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_machine_records_device_over_narrowly_faster_cpu),
+        cmocka_unit_test(test_defaults_are_timed_fastest_estimate_first_then_variants),
         cmocka_unit_test(test_gpu_machine_keeps_cpu_that_wins_clearly),
         cmocka_unit_test(test_cpu_device_machine_records_the_fastest_backend),
         cmocka_unit_test(test_failed_candidates_are_never_chosen),

@@ -27,6 +27,22 @@ grep -q 'in the cache already' "$dir/run2.txt" || fail "the rerun did not resume
     fail "--dry-run failed"
 grep -q 'cpu' "$dir/dry.txt" || fail "--dry-run lists no candidates"
 [ ! -e "$dir/none.txt" ] || fail "--dry-run wrote a cache"
+# The backends' defaults are listed, and timed, fastest estimate first, so that a budget that
+# runs out leaves the likely slowest untimed (a large row op: the CPU's estimate is far above
+# the device's wherever one is present).
+printf 'softmax 37 300\nrms_norm_backward 32768 1024\ngemm 64 64 64\n' > "$dir/order.txt"
+"$tool" --dry-run --shapes "$dir/order.txt" --cache "$dir/none.txt" > "$dir/order-dry.txt" 2>&1 ||
+    fail "--dry-run of several cases failed"
+grep -q 'default parameters, est\. ' "$dir/order-dry.txt" || fail "--dry-run gives no estimates"
+awk '/^[^ ]/ { prev = -1 }
+     /default parameters, est\. / {
+         v = $0; sub(/.*est\. /, "", v); split(v, p, " ")
+         t = p[1] * (p[2] == "s" ? 1e6 : p[2] == "ms" ? 1e3 : 1)
+         if (prev >= 0 && t < prev) bad = 1
+         prev = t
+     }
+     END { exit bad }' "$dir/order-dry.txt" ||
+    { cat "$dir/order-dry.txt"; fail "--dry-run: the defaults are not in the order of their estimates"; }
 
 # The default level times kernel parameter variants, not only each backend's defaults. With
 # the CPU backend failing its probe the fused kernels are the only candidates, so no timing

@@ -327,19 +327,29 @@ static void say_skipped(bool verbose, const candidate *c, const char *fmt, doubl
     fprintf(stderr, "  %s %s: skipped: %s\n", hd_backend_name(c->backend), variant_text(c), reason);
 }
 
-/* Checks and times the candidates on d within the case budget; the index of the fastest
- * correct one, or -1. why gets the first rejection. Every backend's defaults go first, so
- * that one backend's variants cannot spend the budget the others' defaults need. */
+/* hd__tune_order() with the estimated call of each backend's defaults. */
+static void candidate_order(const case_clock *k, const tune_data *d, const tool_effort *e,
+                            const candidate *cand, size_t count, size_t *order)
+{
+    double est_s[HD_BACKEND_COUNT] = {0.0};
+    for (size_t i = 0; i < count; i++)
+        if (cand[i].variant == NULL)
+            est_s[cand[i].backend] = call_estimate_s(k, d, e, cand[i].backend);
+    hd__tune_order(cand, count, est_s, order);
+}
+
+/* Checks and times the candidates on d within the case budget, in hd__tune_order()'s order;
+ * the index of the fastest correct one, or -1. why gets the first rejection. */
 static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
                            candidate *cand, size_t count, case_clock *k, size_t *skipped, char *why,
                            size_t why_size)
 {
     int best = -1;
     double defaults_s[HD_BACKEND_COUNT] = {0.0}; /* each backend's defaults, once timed */
-    for (size_t n = 0; n < 2 * count && !hd__tool_interrupted; n++) {
-        size_t i = n % count;
-        if ((cand[i].variant != NULL) != (n >= count))
-            continue;
+    size_t order[HD_BACKEND_COUNT * MAX_VARIANTS];
+    candidate_order(k, d, e, cand, count, order);
+    for (size_t n = 0; n < count && !hd__tool_interrupted; n++) {
+        size_t i = order[n];
         /* What cannot finish within what is left of the case is not started: a call once
          * queued cannot be stopped. */
         double cost = candidate_cost_s(k, e, &cand[i], call_estimate_s(k, d, e, cand[i].backend));
@@ -556,10 +566,22 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     why[0] = '\0';
     candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     size_t count = list_candidates(ctx, c, e, cand);
-    if (dry_run) {
-        for (size_t i = 0; i < count; i++)
-            printf("    %-14s %s\n", hd_backend_name(cand[i].backend),
-                   cand[i].variant ? cand[i].variant : "(default parameters)");
+    if (dry_run) { /* in the order they would be timed; the defaults with their estimate */
+        case_clock k = {.gpu = hd__measure_device_is_gpu(ctx)};
+        tune_data d = {.op = c->op, .shape = c->shape};
+        size_t order[HD_BACKEND_COUNT * MAX_VARIANTS];
+        candidate_order(&k, &d, e, cand, count, order);
+        for (size_t n = 0; n < count; n++) {
+            const candidate *ci = &cand[order[n]];
+            if (ci->variant != NULL) {
+                printf("    %-14s %s\n", hd_backend_name(ci->backend), ci->variant);
+                continue;
+            }
+            char time[32];
+            hd__tool_time_text(call_estimate_s(&k, &d, e, ci->backend) * 1e6, time, sizeof time);
+            printf("    %-14s (default parameters, est. %s per call)\n",
+                   hd_backend_name(ci->backend), time);
+        }
         snprintf(why, why_size, "dry run");
         return false;
     }
