@@ -255,8 +255,8 @@ typedef struct one_launch {
 } one_launch;
 
 /* W out x in: the ranges of W's rows per column block, so that the blocks times the ranges
- * give each compute unit about two groups, each range at least 4 rows per row slice of the
- * group (chunk rows, a multiple of 16). W in x out, or no dx: one range. */
+ * give each compute unit about two groups, each range at least 64 rows (chunk rows, a
+ * multiple of 16), at most 16 ranges. W in x out, or no dx: one range. */
 static one_launch one_launch_groups(const hd_fused *f, const hd_lora_backward_args *l)
 {
     one_launch g = {
