@@ -806,11 +806,20 @@ static void test_gemm_tiles_match_reference(void **state)
             check_gemm(*state, &gc, NULL, 2500 + i);
     }
     static const gemm_case edges[] = {
-        {17, 19, 1, 1.0f, 0.0f, false, false, false},  {33, 5, 7, 2.0f, 1.0f, false, true, true},
-        {130, 67, 17, 1.0f, 0.0f, true, true, false},  {1, 131, 9, 1.0f, 0.5f, false, true, false},
-        {129, 1, 33, -1.0f, 0.0f, false, false, true}, {1, 1, 1, 1.0f, 0.0f, false, true, true},
+        {17, 19, 1, 1.0f, 0.0f, false, false, false},
+        {33, 5, 7, 2.0f, 1.0f, false, true, true},
+        {130, 67, 17, 1.0f, 0.0f, true, true, false},
+        {1, 131, 9, 1.0f, 0.5f, false, true, false},
+        {129, 1, 33, -1.0f, 0.0f, false, false, true},
+        {1, 1, 1, 1.0f, 0.0f, false, true, true},
         {263, 130, 129, 0.5f, 2.0f, false, false, false},
         {20, 40, 2003, 1.0f, 0.0f, false, true, true},
+        /* thin products, deep, few tiles (on PoCL too): the thin side across 16 or 32, the
+         * depth split */
+        {100, 13, 1031, 1.0f, 0.0f, false, false, true},
+        {120, 29, 1100, 1.0f, 0.5f, false, true, false},
+        {7, 100, 1500, 1.0f, 0.0f, true, true, false},
+        {31, 90, 4099, -1.0f, 0.0f, false, false, false},
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
         check_gemm(*state, &edges[i], NULL, 2550 + i);

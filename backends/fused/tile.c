@@ -123,16 +123,20 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->rm = 16;
         p->rn = 8;
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
-               (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
-        /* thin products, as LoRA's rank-r ones: 128 along the long side, where 64 x 64 tiles
-         * compute four times the thin side (H100, fp32: 4096 x 16 x 4096 in 75 us against
-         * 100, 16 x 4096 x 4096 TN in 81 against 98, each with the split-K below) */
+               p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
+        /* thin products, as LoRA's rank-r ones: 128 along the long side, the thin side's 16
+         * or 32 across, and the depth split 16 ways (H100, fp32, 4096 x 16 x 4096 in each
+         * transpose: 34-43 us, against 70-73 with 128 x 64 tiles and 100 with 64 x 64; 16 x
+         * 4096 x 4096 TN: 34 us, against 76) */
         bool thin_n = c->n <= 32;
-        p->bm = thin_n ? 128 : 64;
-        p->bn = thin_n ? 64 : 128;
+        int across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
+        p->bm = thin_n ? 128 : across;
+        p->bn = thin_n ? across : 128;
         p->rm = thin_n ? 8 : 4;
         p->rn = thin_n ? 4 : 8;
         p->bk = 16;
+        if (c->batch == 1)
+            p->sk = c->k / 256 < 16 ? (int)(c->k / 256) : 16;
     }
     if (p->bm == 0)
         p->bm = large ? 128 : 64;
