@@ -77,14 +77,26 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["schema
 "$bench" -q --suites ci --cpu-only --modes sync --repeats 1 --budget-ms 1 --warmup 1 --rounds 1 \
     --json "$dir/q.json" >/dev/null 2>"$dir/quiet.txt" || fail "the -q run failed"
 ! grep -q '(elapsed ' "$dir/quiet.txt" || fail "-q still printed progress"
-# interrupt SECONDS COMMAND...: runs COMMAND, sends SIGINT after SECONDS, and expects exit 130
+# interrupt WHEN COMMAND...: runs COMMAND, sends SIGINT once WHEN holds (a number: after that
+# many seconds; else once a line of stderr matches WHEN, within 300 s), and expects exit 130
 # within 5 s of the signal and the "stopping" line on stderr.
 interrupt() {
-    after=$1
+    when=$1
     shift
     "$@" >"$dir/int-out.txt" 2>"$dir/int-err.txt" &
     pid=$!
-    sleep "$after"
+    case "$when" in
+    *[!0-9]*)
+        waited=0
+        until grep -q -- "$when" "$dir/int-err.txt"; do
+            [ "$waited" -lt 1500 ] || fail "$*: no line matching '$when' within 300 s"
+            kill -0 "$pid" 2>/dev/null || fail "$*: ended before a line matching '$when'"
+            sleep 0.2
+            waited=$((waited + 1))
+        done
+        ;;
+    *) sleep "$when" ;;
+    esac
     kill -INT "$pid" 2>/dev/null || fail "$*: ended before the interrupt"
     start=$(date +%s)
     set +e
@@ -101,6 +113,7 @@ interrupt() {
 interrupt 3 "$bench" --suites ci,seed --budget-ms 2000 --json "$dir/int.json"
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$dir/int.json" ||
     fail "the interrupted bench wrote no valid JSON"
-interrupt 3 "$tune" --suites ci,seed --force --cache "$dir/int-tune.txt" --case-budget-s 200
+# (after its first case: before it, there is nothing measured to keep)
+interrupt '^\[1/' "$tune" --suites ci,seed --force --cache "$dir/int-tune.txt" --case-budget-s 200
 grep -q '^hd-tune 1$' "$dir/int-tune.txt" || fail "the interrupted tuner left no cache"
 echo "tools_cli: ok"
