@@ -170,12 +170,15 @@ static hd_status warm_up(hd_context *ctx, const hd_measure_config *cfg, hd_measu
     return HD_OK;
 }
 
-static unsigned chain_length_for(const hd_measure_config *cfg, double op_s)
+unsigned hd__measure_chain_length(double op_s)
 {
-    if (cfg->chain_length > 0)
-        return cfg->chain_length;
     double want = op_s > 0.0 ? 2e-3 / op_s : 256.0;
     return want < 4.0 ? 4u : want > 256.0 ? 256u : (unsigned)want;
+}
+
+static unsigned chain_length_for(const hd_measure_config *cfg, double op_s)
+{
+    return cfg->chain_length > 0 ? cfg->chain_length : hd__measure_chain_length(op_s);
 }
 
 hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_fn fn, void *user,

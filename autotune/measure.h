@@ -69,6 +69,10 @@ typedef struct hd_measure_result {
 /* Defaults: 3 warm-up calls, at least 5 and at most 1000 samples, 0.5 s, chain auto, 1 set. */
 void hd__measure_config_init(hd_measure_config *cfg, hd_measure_mode mode);
 
+/* The chain length "auto" gives an op that takes op_s seconds: enough calls for about 2 ms,
+ * 4..256 (256 for op_s <= 0). */
+unsigned hd__measure_chain_length(double op_s);
+
 /*
  * Times fn as cfg says. Waits for the context before starting and after the last call. Returns
  * HD_OK with *out filled, HD_ERR_INVALID_ARGUMENT (NULL argument, unknown mode), the first

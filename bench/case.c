@@ -96,6 +96,7 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     memset(inst, 0, sizeof *inst);
     inst->ctx = ctx;
     inst->c = *c;
+    inst->seed = seed;
     inst->scale = 0.5f;
     inst->eps = 1e-5f;
     input_spec spec[HD_BENCH_MAX_INPUTS], out[HD_BENCH_MAX_OUTPUTS];

@@ -16,6 +16,7 @@
 typedef struct hd_bench_instance {
     hd_context *ctx;
     hd_bench_case c;
+    uint64_t seed; /* of the inputs' contents: an instance made again from it holds the same */
     size_t sets;
     /* the op table's inputs and outputs in its order: GEMM A B; LoRA x W A B; rows x gamma beta;
      * the backward ops' inputs (dy among them) and their gradients */

@@ -584,7 +584,8 @@ typedef struct round_samples {
 /* One round of mode m for the backend of record r: a share of the runs and of the budget.
  * False (with the record's state and note set) when the backend failed or fell back. */
 static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_record *r,
-                          hd_backend b, hd_measure_mode m, double last_median, round_samples *rs)
+                          hd_backend b, hd_measure_mode m, double last_median, unsigned chain,
+                          round_samples *rs)
 {
     const unsigned rounds = st->o->rounds;
     progress("[%zu/%zu] %s: %s on %s, %s, round %u of %u", st->done + 1, st->total, r->suite,
@@ -601,11 +602,7 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     cfg.min_runs = (st->o->repeats + rounds - 1) / rounds;
     cfg.max_runs = (st->o->max_runs + rounds - 1) / rounds;
     cfg.budget_s = st->o->budget_ms * 1e-3 / rounds;
-    cfg.chain_length = st->o->chain;
-    /* A chain of slow ops adds nothing but time: two are enough to overlap the wait. */
-    if ((m == HD_MEASURE_CHAIN || m == HD_MEASURE_HOST) && cfg.chain_length == 0 &&
-        last_median > 0.05)
-        cfg.chain_length = 2;
+    cfg.chain_length = chain;
     cfg.input_sets = inst->sets;
     cfg.reset = hd__bench_instance_reset;
     hd_measure_result res;
@@ -636,6 +633,35 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     return true;
 }
 
+/* Calls per sample in the chained modes of a case whose op takes op_s (0: measure.c sizes the
+ * chain after the warm-up). A chain of slow ops adds nothing but time: two are enough to
+ * overlap the wait. */
+static unsigned chain_length(const options *o, hd_measure_mode m, double op_s)
+{
+    if (m != HD_MEASURE_CHAIN && m != HD_MEASURE_HOST)
+        return 0;
+    if (o->chain > 0)
+        return o->chain;
+    if (op_s > SLOW_OP_S)
+        return 2;
+    return m == HD_MEASURE_HOST ? hd__measure_chain_length(op_s) : 0;
+}
+
+/* The fastest time one call of the case took on the backends to be timed: their medians in
+ * the mode measured last, else their checked call. */
+static double fastest_op_s(const bench_state *st, const size_t *record_index,
+                           const double *last_median, size_t n)
+{
+    double best = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const hd_bench_record *r = &st->run->records[record_index[i]];
+        double t = last_median[i] > 0 ? last_median[i] : r->op_s;
+        if (r->state == HD_BENCH_OK && t > 0 && (best == 0.0 || t < best))
+            best = t;
+    }
+    return best;
+}
+
 /*
  * Times the backends that passed their check (the records at record_index[0..n), the backend
  * of each in bs), mode by mode. The backends take turns, one round each, rounds times over: a
@@ -646,6 +672,14 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
  * (runtime threads still busy, caches holding its data, CLBlast's parameters swapped) then
  * falls on every backend alike. Each mode reports the median of the rounds' medians, the
  * extremes and the number of runs over all rounds.
+ *
+ * The host mode times a loop that writes its inputs from the host and then calls the op a
+ * chain of times, so two things are set apart there. Every backend gets the same chain, sized
+ * for the fastest: the write's copy is shared by the chain's calls, and a backend given fewer
+ * calls (by a warm-up that ran slow) would pay more of it per call. And auto runs on inputs of
+ * its own, with the same contents: where a tensor lives and how it moved after its last writes
+ * is what the dispatcher learns from a program's loop, and the forced backends' rounds on
+ * shared inputs (a CPU round that never moved them) are no loop a program runs.
  */
 static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t *record_index,
                          const hd_backend *bs, size_t n)
@@ -654,16 +688,37 @@ static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t 
     for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++) {
         if (!st->o->modes[m])
             continue;
+        bool host = m == HD_MEASURE_HOST;
+        unsigned host_chain =
+            host ? chain_length(st->o, m, fastest_op_s(st, record_index, last_median, n)) : 0;
+        hd_bench_instance own;
+        bool have_own = false, own_failed = false;
+        for (size_t i = 0; host && i < n; i++) {
+            hd_bench_record *r = &st->run->records[record_index[i]];
+            if (bs[i] != HD_BACKEND_AUTO || r->state != HD_BENCH_OK)
+                continue;
+            have_own =
+                hd__bench_instance_create(st->ctx, &inst->c, inst->seed, true, &own) == HD_OK;
+            own_failed = !have_own;
+            if (own_failed)
+                snprintf(r->note, sizeof r->note, "host mode not timed: auto's own inputs: %.140s",
+                         hd_context_last_error(st->ctx));
+        }
         round_samples rs[HD_BACKEND_COUNT + 1];
         memset(rs, 0, sizeof rs);
         for (unsigned round = 0; round < st->o->rounds && !interrupted; round++) {
             for (size_t k = 0; k < n && !interrupted; k++) {
                 size_t i = (k + round) % n;
                 hd_bench_record *r = &st->run->records[record_index[i]];
-                if (r->state == HD_BENCH_OK)
-                    measure_round(st, inst, r, bs[i], (hd_measure_mode)m, last_median[i], &rs[i]);
+                bool mine = bs[i] == HD_BACKEND_AUTO && host;
+                unsigned chain = host ? host_chain : chain_length(st->o, m, last_median[i]);
+                if (r->state == HD_BENCH_OK && !(mine && own_failed))
+                    measure_round(st, mine ? &own : inst, r, bs[i], (hd_measure_mode)m,
+                                  last_median[i], chain, &rs[i]);
             }
         }
+        if (have_own)
+            hd__bench_instance_destroy(&own);
         for (size_t i = 0; i < n; i++) {
             hd_bench_record *r = &st->run->records[record_index[i]];
             if (r->state != HD_BENCH_OK || rs[i].count == 0)
