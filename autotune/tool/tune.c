@@ -596,8 +596,7 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         return false;
     }
     /* the backward checks' shared reference: a cost of the case, not of its first candidate */
-    if (hd__ref_is_backward(d.op))
-        hd__ref_backward_prepare(d.op, &d.shape, (const float *const *)d.host, &d.memo);
+    hd__ref_backward_prepare(d.op, &d.shape, (const float *const *)d.host, &d.memo);
     case_clock k = {.start = hd__measure_now(),
                     .budget_s = e->case_target_s,
                     .gpu = hd__measure_device_is_gpu(ctx)};
