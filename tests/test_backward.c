@@ -1,9 +1,10 @@
 /*
  * The backward passes: hd_softmax_backward, hd_layer_norm_backward, hd_rms_norm_backward and
  * hd_lora_backward against the float64 reference (tests/testlib.c) on every shape of the
- * shared lists, and against central finite differences of the forward in double on small
- * shapes (odd, prime, one row, rank 1, rank 0); overwrite and accumulate; optional outputs;
- * in place; empty problems; and every error path, with the outputs untouched after an error.
+ * shared lists and on shapes drawn at random from the whole class, and against central finite
+ * differences of the forward in double on small shapes (odd, prime, one row, rank 1, rank 0);
+ * overwrite and accumulate; optional outputs; in place; empty problems; and every error path,
+ * with the outputs untouched after an error.
  */
 #include <float.h>
 #include <math.h>
@@ -741,6 +742,25 @@ static void test_lora_backward_accumulates_and_dx_is_optional(void **state)
     check_lora_accumulates(ctx, 5, 31, 29, 5, 710);
 }
 
+/* Shapes drawn from the whole class (testlib), fresh each run, each in a layout drawn from all
+ * eight; overwrite and accumulate in turn. */
+static void test_lora_backward_random_shapes_and_layouts_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, lora_expected))
+        skip();
+    hd_rng rng = hd_test_rng(1100 + (uint64_t)lora_expected);
+    for (int i = 0; i < 6; i++) {
+        hd_test_lora_shape s = hd_test_random_lora_shape(&rng);
+        lora_layout = (unsigned)hd_test_uniform(&rng, 0.0f, 7.99f);
+        if (i % 2 == 0)
+            check_lora_backward(ctx, s.tokens, s.in, s.out, s.rank, false, 1110 + i);
+        else
+            check_lora_accumulates(ctx, s.tokens, s.in, s.out, s.rank, 1110 + i);
+    }
+    lora_layout = HD_LORA_LAYOUT_DEFAULT;
+}
+
 /* Few tokens on the fused kernels in each of the eight layouts: one launch up to rank 16, where
  * W stored out x in takes blocks of 64 columns of dx over ranges of W's rows summed by the last
  * group of a block to arrive (a long out over a short in makes several ranges), float4 loads
@@ -973,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_norm_backward_without_rows_zeroes_the_weight_gradients),
         cmocka_unit_test(test_lora_backward_matches_reference_and_differences),
         cmocka_unit_test(test_lora_backward_accumulates_and_dx_is_optional),
+        cmocka_unit_test(test_lora_backward_random_shapes_and_layouts_match_reference),
         cmocka_unit_test(test_lora_backward_sums_over_nothing),
         cmocka_unit_test(test_row_backward_rejects_bad_arguments),
         cmocka_unit_test(test_lora_backward_rejects_bad_arguments),
@@ -1009,10 +1030,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_lora_backward_few_tokens_match_reference_in_every_layout, setup_lora_fused,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            test_lora_backward_random_shapes_and_layouts_match_reference, setup_lora_fused,
+            teardown),
         cmocka_unit_test_setup_teardown(test_lora_backward_matches_reference_and_differences,
                                         setup_lora_clblast, teardown),
         cmocka_unit_test_setup_teardown(test_lora_backward_accumulates_and_dx_is_optional,
                                         setup_lora_clblast, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_lora_backward_random_shapes_and_layouts_match_reference, setup_lora_clblast,
+            teardown),
     };
     int failed = cmocka_run_group_tests_name("backward on the CPU", tests, setup, teardown);
     failed += cmocka_run_group_tests_name("backward on the fused kernels", fused, NULL, NULL);

@@ -83,6 +83,19 @@ static void test_clblast_gemm_all_transposes_match_reference(void **state)
     }
 }
 
+/* Shapes drawn from the whole class (testlib), fresh each run, in every transpose. */
+static void test_clblast_gemm_random_shapes_match_reference(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(4);
+    for (int i = 0; i < 8; i++) {
+        hd_test_gemm_shape s = hd_test_random_gemm_shape(&rng);
+        float alpha = hd_test_uniform(&rng, -2.0f, 2.0f);
+        float beta = i % 3 == 0 ? 0.0f : hd_test_uniform(&rng, -1.0f, 1.0f);
+        check_gemm(ctx, &rng, i & 1, i & 2, s.m, s.n, s.k, alpha, beta, HD_BACKEND_CLBLAST);
+    }
+}
+
 /* Above XGEMM_MIN_INDIRECT_SIZE: the padded, tiled Xgemm path on sizes no tile divides. */
 static void test_clblast_gemm_indirect_path_matches_reference(void **state)
 {
@@ -614,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_clblast_two_threads_at_once),
         cmocka_unit_test(test_clblast_warmup_succeeds),
         cmocka_unit_test(test_clblast_gemm_all_transposes_match_reference),
+        cmocka_unit_test(test_clblast_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_clblast_gemm_indirect_path_matches_reference),
         cmocka_unit_test(test_clblast_gemm_k_one_and_thin_shapes),
         cmocka_unit_test(test_clblast_gemm_alpha_zero_ignores_nan_inputs),

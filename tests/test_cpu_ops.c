@@ -120,6 +120,25 @@ static void test_gemm_matches_reference_on_every_shape_and_transpose(void **stat
     }
 }
 
+/* Shapes drawn from the whole class (testlib), fresh each run, in a random transpose, with
+ * alpha and beta. */
+static void test_gemm_random_shapes_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    hd_rng rng = hd_test_rng(90);
+    for (int i = 0; i < 8; i++) {
+        hd_test_gemm_shape s = hd_test_random_gemm_shape(&rng);
+        gemm_case gc = {.trans_a = i & 1,
+                        .trans_b = i & 2,
+                        .m = s.m,
+                        .n = s.n,
+                        .k = s.k,
+                        .alpha = hd_test_uniform(&rng, -2.0f, 2.0f),
+                        .beta = i % 3 == 0 ? 0.0f : hd_test_uniform(&rng, -1.0f, 1.0f)};
+        check_gemm(ctx, &gc, 91 + (uint64_t)i, NULL);
+    }
+}
+
 static void test_gemm_matches_reference_for_alpha_and_beta_values(void **state)
 {
     hd_context *ctx = *state;
@@ -861,6 +880,7 @@ int main(void)
     hd_test_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_matches_reference_on_every_shape_and_transpose),
+        cmocka_unit_test(test_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_gemm_matches_reference_for_alpha_and_beta_values),
         cmocka_unit_test(test_gemm_large_matches_reference),
         cmocka_unit_test(test_gemm_beta_zero_ignores_nan_in_c),

@@ -794,6 +794,27 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
         f->mma = f->mma_emulated = f->wgmma = false;
 }
 
+/* Default parameters on shapes drawn from the whole class (testlib), fresh each run: few-row
+ * kernels, dot form, tiles and the depth split as the shape takes them, in every transpose,
+ * with alpha, beta and NaN in a C that beta = 0 ignores. */
+static void test_gemm_random_shapes_match_reference(void **state)
+{
+    hd_rng rng = hd_test_rng(2600);
+    for (int i = 0; i < 8; i++) {
+        hd_test_gemm_shape s = hd_test_random_gemm_shape(&rng);
+        bool beta_zero = i % 3 == 0;
+        gemm_case gc = {.m = s.m,
+                        .n = s.n,
+                        .k = s.k,
+                        .alpha = hd_test_uniform(&rng, -2.0f, 2.0f),
+                        .beta = beta_zero ? 0.0f : hd_test_uniform(&rng, -1.0f, 1.0f),
+                        .nan_c = beta_zero,
+                        .trans_a = (i & 1) != 0,
+                        .trans_b = (i & 2) != 0};
+        check_gemm(*state, &gc, NULL, 2610 + (uint64_t)i);
+    }
+}
+
 /* Default parameters on the shared shapes with more than 16 rows or a transpose (the tiled
  * engine's), and its edges: k = 1, k below and just past a stage, one row or column with
  * transposes, columns not a multiple of 4, tiles that cover the matrix many times. */
@@ -1401,6 +1422,7 @@ int main(void)
         cmocka_unit_test(test_gemm_every_variant),
         cmocka_unit_test(test_gemm_tiles_every_variant_and_transpose),
         cmocka_unit_test(test_gemm_tiles_match_reference),
+        cmocka_unit_test(test_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_gemm_tensor_core_kernels_match_reference),
         cmocka_unit_test(test_gemm_batched_tiles_match_reference),
         cmocka_unit_test(test_gemm_outside_design_is_declined),

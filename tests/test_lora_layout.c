@@ -3,7 +3,8 @@
  * PEFT keep W out×in, A r×in, B out×r), on every backend this machine has, forced one by one,
  * and on auto, against the float64 reference of the same product in the default layout.
  * A backend that cannot read a layout in place must hand the call on (the fused backend reads
- * W and B transposed only together): the result is still checked either way.
+ * W and B transposed only together): the result is still checked either way. Besides the
+ * listed cases, shapes drawn at random from the whole class, fresh each run.
  *
  * Tolerance: the GEMM rounding bound over in + rank terms, as in the CPU suite.
  */
@@ -129,6 +130,22 @@ static void test_lora_layouts_match_reference_on_every_backend(void **state)
     }
 }
 
+/* Shapes drawn from the whole class (testlib), each in a layout drawn from all eight, on every
+ * backend and on auto. */
+static void test_lora_random_shapes_match_reference_on_every_backend(void **state)
+{
+    hd_context *ctx = *state;
+    hd_rng rng = hd_test_rng(9200);
+    for (int i = 0; i < 6; i++) {
+        hd_test_lora_shape s = hd_test_random_lora_shape(&rng);
+        lora_case c = {s.tokens, s.in, s.out, s.rank};
+        unsigned layout = (unsigned)hd_test_uniform(&rng, 0.0f, 7.99f);
+        for (int b = 0; b < HD_BACKEND_COUNT; b++)
+            if (b == HD_BACKEND_AUTO || hd_context_has_backend(ctx, (hd_backend)b))
+                check_layout(ctx, (hd_backend)b, layout, c, 9210 + 10 * (uint64_t)i + b);
+    }
+}
+
 /* The fused backend reads transposed weights on its tiled engine, whose low-rank product takes
  * the transposes of x*W: W and B transposed alike (the PyTorch layout), A either way. A layout
  * with W and B apart moves on to another backend. */
@@ -192,6 +209,7 @@ int main(void)
     hd_test_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lora_layouts_match_reference_on_every_backend),
+        cmocka_unit_test(test_lora_random_shapes_match_reference_on_every_backend),
         cmocka_unit_test(test_lora_fused_reads_w_and_b_transposed_alike),
         cmocka_unit_test(test_lora_layout_shape_errors_name_the_tensor),
     };

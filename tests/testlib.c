@@ -322,6 +322,39 @@ const hd_test_lora_shape hd_test_lora_shapes[] = {
 };
 const size_t hd_test_lora_shape_count = sizeof hd_test_lora_shapes / sizeof hd_test_lora_shapes[0];
 
+/* An integer in [lo, hi]. */
+static size_t uniform_size(hd_rng *rng, size_t lo, size_t hi)
+{
+    return lo + (size_t)(splitmix(&rng->state) % (hi - lo + 1));
+}
+
+/* One side: 1, a few (2-16), about a tile (17-70) or a few hundred, in equal parts. */
+static size_t random_side(hd_rng *rng)
+{
+    static const size_t lo[] = {1, 2, 17, 71}, hi[] = {1, 16, 70, 300};
+    size_t band = uniform_size(rng, 0, 3);
+    return uniform_size(rng, lo[band], hi[band]);
+}
+
+hd_test_gemm_shape hd_test_random_gemm_shape(hd_rng *rng)
+{
+    hd_test_gemm_shape s = {random_side(rng), random_side(rng), random_side(rng)};
+    if (uniform_size(rng, 0, 3) == 0) { /* deep: the depth split, LoRA's thin products */
+        s.k = uniform_size(rng, 500, 2500);
+        s.m = s.m > 70 ? s.m % 70 + 1 : s.m;
+        s.n = s.n > 70 ? s.n % 70 + 1 : s.n;
+    }
+    return s;
+}
+
+hd_test_lora_shape hd_test_random_lora_shape(hd_rng *rng)
+{
+    static const size_t ranks[] = {0, 1, 2, 3, 4, 7, 8, 13, 16, 17, 32, 64};
+    hd_test_lora_shape s = {random_side(rng), random_side(rng), random_side(rng),
+                            ranks[uniform_size(rng, 0, sizeof ranks / sizeof ranks[0] - 1)]};
+    return s;
+}
+
 void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const char *what)
 {
     if (s != HD_OK)

@@ -133,6 +133,14 @@ extern const size_t hd_test_gemm_shape_count;
 extern const hd_test_lora_shape hd_test_lora_shapes[];
 extern const size_t hd_test_lora_shape_count;
 
+/* Shapes drawn from the class the library serves rather than from a list, a fresh draw each
+ * run (the run's seed; HD_TEST_SEED replays it): each side 1, a few (2-16), about a tile
+ * (17-70) or a few hundred, in equal parts, so odd and prime sizes, single rows and columns
+ * and few-row products all come up; a GEMM's depth is deep (500-2500, its sides at most 70)
+ * one time in four, as in LoRA's rank-r products. LoRA's rank is one of 0 to 64. */
+hd_test_gemm_shape hd_test_random_gemm_shape(hd_rng *rng);
+hd_test_lora_shape hd_test_random_lora_shape(hd_rng *rng);
+
 /* A fresh temporary directory for a suite's tuning cache: path becomes DIR/tune.txt. Returns
  * 0, or -1 when the directory cannot be made (a cmocka setup's failure). */
 int hd_test_cache_dir_create(const char *suite, char *path, size_t size);
