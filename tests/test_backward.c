@@ -356,6 +356,12 @@ static void check_row_kind(hd_context *ctx, row_kind kind)
     check_row_backward(ctx, kind, 601, 67, false, 100 * kind + 98);
     /* rows too long for the fused kernels' single pass (its registers): the three-launch path */
     check_row_backward(ctx, kind, 5, 2053, false, 100 * kind + 97);
+    /* shapes drawn from the whole class (testlib), fresh each run */
+    hd_rng rng = hd_test_rng(190 + (uint64_t)kind);
+    for (int i = 0; i < 3; i++) {
+        hd_test_matrix_shape s = hd_test_random_row_shape(&rng);
+        check_row_backward(ctx, kind, s.rows, s.cols, false, 100 * kind + 90 + (uint64_t)i);
+    }
 }
 
 static void test_softmax_backward_matches_reference_and_differences(void **state)

@@ -176,6 +176,18 @@ static void test_rms_norm_matches_reference(void **state)
     check_row_op(*state, HD_OP_RMS_NORM);
 }
 
+/* Shapes drawn from the whole class (testlib), fresh each run, every other one in place. */
+static void test_row_ops_random_shapes_match_reference(void **state)
+{
+    hd_rng rng = hd_test_rng(600);
+    for (int op = HD_OP_SOFTMAX; op <= HD_OP_RMS_NORM; op++)
+        for (int i = 0; i < 4; i++) {
+            hd_test_matrix_shape s = hd_test_random_row_shape(&rng);
+            check_row_shape(*state, (hd_op)op, s.rows, s.cols, i % 2 == 1,
+                            610 + 10 * (uint64_t)op + (uint64_t)i);
+        }
+}
+
 static void test_row_ops_in_place(void **state)
 {
     for (int op = HD_OP_SOFTMAX; op <= HD_OP_RMS_NORM; op++) {
@@ -1411,6 +1423,7 @@ int main(void)
         cmocka_unit_test(test_softmax_matches_reference),
         cmocka_unit_test(test_layer_norm_matches_reference),
         cmocka_unit_test(test_rms_norm_matches_reference),
+        cmocka_unit_test(test_row_ops_random_shapes_match_reference),
         cmocka_unit_test(test_row_ops_in_place),
         cmocka_unit_test(test_softmax_nan_row_is_nan_and_others_finite),
         cmocka_unit_test(test_norms_extreme_magnitudes_match_reference),

@@ -347,6 +347,14 @@ hd_test_gemm_shape hd_test_random_gemm_shape(hd_rng *rng)
     return s;
 }
 
+hd_test_matrix_shape hd_test_random_row_shape(hd_rng *rng)
+{
+    static const size_t lo[] = {1, 17, 301, 1501}, hi[] = {16, 300, 1500, 6000};
+    size_t band = uniform_size(rng, 0, 3);
+    hd_test_matrix_shape s = {random_side(rng), uniform_size(rng, lo[band], hi[band])};
+    return s;
+}
+
 hd_test_lora_shape hd_test_random_lora_shape(hd_rng *rng)
 {
     static const size_t ranks[] = {0, 1, 2, 3, 4, 7, 8, 13, 16, 17, 32, 64};

@@ -140,6 +140,9 @@ extern const size_t hd_test_lora_shape_count;
  * one time in four, as in LoRA's rank-r products. LoRA's rank is one of 0 to 64. */
 hd_test_gemm_shape hd_test_random_gemm_shape(hd_rng *rng);
 hd_test_lora_shape hd_test_random_lora_shape(hd_rng *rng);
+/* A row op's rows as a side above; its columns 1-16, 17-300, 301-1500 or 1501-6000 in equal
+ * parts (short rows, one work-group's worth, several, and rows past a work-group's registers). */
+hd_test_matrix_shape hd_test_random_row_shape(hd_rng *rng);
 
 /* A fresh temporary directory for a suite's tuning cache: path becomes DIR/tune.txt. Returns
  * 0, or -1 when the directory cannot be made (a cmocka setup's failure). */
