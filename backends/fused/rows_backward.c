@@ -6,6 +6,7 @@
  * atomics either way. */
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backends/fused/internal.h"
 
@@ -113,33 +114,47 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
 }
 
 /* Vectors per work-item the single pass holds in registers at most (per row: x, dy, gamma and
- * four partial sums each). */
+ * four partial sums each; with the next row's prefetch, x and dy twice). */
 #define FUSED_CACHE_MAX 4
+/* Work-items per group of the single pass: slots of T work-items, as many rows at a time as
+ * the slots fit (a slot holds a row; T up to 512 for the longest rows). */
+#define FUSED_GROUP 256
 
 /* A norm's dx and weight gradients in one pass over x and dy (norm_backward_fused), then the
- * groups' partials added per column: where a row fits in the registers of a work-group of 256
- * (or 512, where the device runs that many of the kernel). *done: whether it ran (or failed)
- * here. */
+ * groups' partials added per column: where a row fits in the registers of a slot of at most 512
+ * work-items. *done: whether it ran (or failed) here. */
 static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
                             const hd_row_backward_args *r, cl_int center, bool *done)
 {
     size_t n = r->cols / (size_t)p->vec;
-    size_t wg = n <= FUSED_CACHE_MAX * 256 ? 256 : 512;
-    *done = r->rows > 0 && n > 0 && n <= FUSED_CACHE_MAX * wg && wg <= f->device_max_group &&
+    size_t slot = 1; /* T: the fewest work-items whose registers hold the row */
+    while (slot * FUSED_CACHE_MAX < n && slot < 512)
+        slot *= 2;
+    size_t wg = slot > FUSED_GROUP ? slot : FUSED_GROUP;
+    *done = r->rows > 0 && n > 0 && n <= FUSED_CACHE_MAX * slot && wg <= f->device_max_group &&
             r->rows <= (size_t)INT_MAX && r->cols <= (size_t)INT_MAX;
     if (!*done)
         return HD_OK;
     hd_fused_params one = *p;
     one.wg = (int)wg;
-    one.rows = 1;
-    one.cache = (int)((n + wg - 1) / wg);
+    one.rows = (int)(wg / slot);
+    one.cache = (int)((n + slot - 1) / slot);
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &one, 0, options);
+    /* the next row's loads in flight through the reductions: twice the registers for x and dy,
+     * which 512 work-items of the longest rows do not have */
+    char fused_options[HD_FUSED_OPTIONS_CAPACITY];
+    size_t used = strlen(options);
+    const char *prefetch = wg <= 256 ? " -DPREFETCH=1" : " -DPREFETCH=0";
+    if (used + strlen(prefetch) >= sizeof fused_options)
+        return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
+    memcpy(fused_options, options, used);
+    strcpy(fused_options + used, prefetch);
     /* a compiler may give the kernel's registers fewer work-items than asked (H100, 512 for
      * CACHE=3: at most 256): the three-launch path then */
     cl_kernel k;
-    hd_status built =
-        hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, options, "norm_backward_fused", wg, &k);
+    hd_status built = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, fused_options,
+                                       "norm_backward_fused", wg, &k);
     if (built == HD_ERR_UNSUPPORTED && wg > 256) {
         hd__error_clear(ctx);
         *done = false;
@@ -147,12 +162,15 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     }
     if (built != HD_OK)
         return built;
-    /* work-groups per compute unit (H100, device time: 8192 x 4096 layer norm 191.5 us with
-     * 2, 198.6 with 4, 219.0 with 8; 32768 x 1024 248.5, 181.2 and 193.5 us) */
+    /* work-groups per compute unit (H100, device time, before the prefetch: 8192 x 4096 layer
+     * norm 191.5 us with 2, 198.6 with 4, 219.0 with 8; 32768 x 1024 248.5, 181.2 and 193.5
+     * us) */
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
-    size_t wanted = units * (one.cache >= 3 ? 2 : 4);
+    size_t wanted = units * 2;
     size_t groups = r->rows < wanted ? r->rows : wanted;
+    size_t rows_at_once = (size_t)one.rows;
     size_t chunk = (r->rows + groups - 1) / groups;
+    chunk = (chunk + rows_at_once - 1) / rows_at_once * rows_at_once; /* no idle slot */
     groups = (r->rows + chunk - 1) / chunk;
     if (2 * groups > SIZE_MAX / sizeof(float) / r->cols)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",

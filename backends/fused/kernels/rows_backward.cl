@@ -227,75 +227,217 @@ inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
     *sum = t;
 }
 
-/* A norm's dx and its weight gradients' partial sums in one pass (ROWS = 1, a row of at most
- * CACHE * WG vectors): work-group g takes rows g * chunk .. (g + 1) * chunk - 1 in order, one
- * at a time with all its work-items, each holding its vectors j = t, t + WG, ... of the row's
- * x and dy in registers: the statistics, sum g and sum g*xhat, dx, and the compensated sums of
- * dy*xhat and dy over the group's rows per column, written at the end as the group's partials
+/* What one reduction gives a norm's backward about a row, or about a part of it: its element
+ * count c, its mean m, the sum of squared deviations from m (m2), and with g = gamma * dy the
+ * sums G = sum g and H = sum g * (x - m). Without center, m stays 0: m2 is the sum of squares
+ * and H the sum of g * x. */
+typedef struct norm_moments {
+    float c, m, m2, g, h;
+} norm_moments;
+
+/* a and b merged (Chan et al.'s update of mean and squared deviations, and of H by the shift
+ * of its mean): as stable as two passes over the data, in one. */
+inline norm_moments norm_moments_merge(norm_moments a, norm_moments b, int center)
+{
+    if (b.c == 0.0f)
+        return a;
+    if (a.c == 0.0f)
+        return b;
+    norm_moments r;
+    r.c = a.c + b.c;
+    r.g = a.g + b.g;
+    if (!center) {
+        r.m = 0.0f;
+        r.m2 = a.m2 + b.m2;
+        r.h = a.h + b.h;
+        return r;
+    }
+    const float d = b.m - a.m, wb = b.c / r.c;
+    r.m = fma(d, wb, a.m);
+    r.m2 = a.m2 + b.m2 + d * d * a.c * wb;
+    r.h = fma(a.g, a.m - r.m, a.h) + fma(b.g, b.m - r.m, b.h);
+    return r;
+}
+
+/* The moments of the slot's row from each work-item's own: one tree over local memory (red:
+ * five arrays of WG floats), as slot_sum. */
+inline norm_moments slot_moments(norm_moments v, __local float (*red)[WG], int slot, int t,
+                                 int center)
+{
+    const int base = slot * T;
+    red[0][base + t] = v.c;
+    red[1][base + t] = v.m;
+    red[2][base + t] = v.m2;
+    red[3][base + t] = v.g;
+    red[4][base + t] = v.h;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = T; w > 1;) {
+        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw;
+        if (t < nw) {
+            norm_moments acc = v;
+            for (int f = 1; f < fan; f++) {
+                const int at = base + t + f * nw;
+                const norm_moments o = {red[0][at], red[1][at], red[2][at], red[3][at],
+                                        red[4][at]};
+                acc = norm_moments_merge(acc, o, center);
+            }
+            v = acc;
+            red[0][base + t] = v.c;
+            red[1][base + t] = v.m;
+            red[2][base + t] = v.m2;
+            red[3][base + t] = v.g;
+            red[4][base + t] = v.h;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        w = nw;
+    }
+    const norm_moments out = {red[0][base], red[1][base], red[2][base], red[3][base],
+                              red[4][base]};
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return out;
+}
+
+/* A norm's dx and its weight gradients' partial sums in one pass over x and dy, where a row
+ * fits in a slot's registers (CACHE vectors per work-item: j = t, t + T, ... of the row).
+ * Work-group g takes rows g * chunk .. (g + 1) * chunk - 1, ROWS at a time (slot s the rows
+ * s, s + ROWS, ... of its chunk); with PREFETCH a slot's next row is loaded before the
+ * current one is reduced, so the loads stay in flight through the reductions. Per row one
+ * reduction (slot_moments: the statistics, sum g and sum g*xhat together), then dx, and the
+ * compensated sums of dy*xhat and dy per column over the slot's rows. At the end the slots'
+ * sums are added in slot order through local memory and written as the group's partials
  * part[g * cols + j] (dgamma's) and part[(groups + g) * cols + j] (dbeta's), which
- * norm_weight_combine adds. x and dy read once, dx written once (dx may be
- * dy: a row is read whole before it is written); the partials are 2 * groups * cols floats. */
+ * norm_weight_combine adds. x and dy read once, dx written once (dx may be dy: a row is read
+ * whole before it is written); the partials are 2 * groups * cols floats. */
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
+#define SLOT_SPAN (T * CACHE) /* vectors a slot holds: at least a row */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_backward_fused(const __global float *x, const __global float *gamma,
                     const __global float *dy, __global float *dx, __global float *part, int rows,
                     int cols, float eps, int center, int chunk, int groups)
 {
-    __local float red[WG];
-    const int t = (int)get_local_id(0), g = (int)get_group_id(0);
+    __local float red[5][WG];
+#if ROWS > 1
+    __local floatv sums[ROWS - 1][SLOT_SPAN];
+#endif
+    const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
+    const int g = (int)get_group_id(0);
     const int n = cols / VEC;
     floatv gam[CACHE], pg[CACHE], pgc[CACHE], pb[CACHE], pbc[CACHE];
     slot_load(gam, CACHE, (const __global floatv *)gamma, true, n, t, (floatv)(0.0f));
+    float count = 0.0f; /* elements of the row this work-item holds */
 #pragma unroll
-    for (int i = 0; i < CACHE; i++)
+    for (int i = 0; i < CACHE; i++) {
         pg[i] = pgc[i] = pb[i] = pbc[i] = (floatv)(0.0f);
-    const int end = min(rows, (g + 1) * chunk);
-    for (int row = g * chunk; row < end; row++) {
-        const size_t off = (size_t)row * (size_t)cols;
-        floatv xv[CACHE], dv[CACHE];
-        slot_load(xv, CACHE, (const __global floatv *)(x + off), true, n, t, (floatv)(0.0f));
-        slot_load(dv, CACHE, (const __global floatv *)(dy + off), true, n, t, (floatv)(0.0f));
-        float mean = 0.0f;
-        if (center) {
+        count += t + i * T < n ? (float)VEC : 0.0f;
+    }
+    const int begin = g * chunk, end = min(rows, begin + chunk);
+    const int steps = (end - begin + ROWS - 1) / ROWS;
+    floatv xv[CACHE], dv[CACHE];
+#if PREFETCH
+    floatv xn[CACHE], dn[CACHE];
+    {
+        const int row = begin + slot;
+        const size_t off = (size_t)(row < end ? row : 0) * (size_t)cols;
+        slot_load(xn, CACHE, (const __global floatv *)(x + off), row < end, n, t, (floatv)(0.0f));
+        slot_load(dn, CACHE, (const __global floatv *)(dy + off), row < end, n, t, (floatv)(0.0f));
+    }
+#endif
+    for (int step = 0; step < steps; step++) {
+        const int row = begin + step * ROWS + slot;
+        const bool live = row < end;
+        const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+#if PREFETCH
+#pragma unroll
+        for (int i = 0; i < CACHE; i++) {
+            xv[i] = xn[i];
+            dv[i] = dn[i];
+        }
+        const int next = row + ROWS;
+        if (step + 1 < steps) {
+            const size_t noff = (size_t)(next < end ? next : 0) * (size_t)cols;
+            slot_load(xn, CACHE, (const __global floatv *)(x + noff), next < end, n, t,
+                      (floatv)(0.0f));
+            slot_load(dn, CACHE, (const __global floatv *)(dy + noff), next < end, n, t,
+                      (floatv)(0.0f));
+        }
+#else
+        slot_load(xv, CACHE, (const __global floatv *)(x + off), live, n, t, (floatv)(0.0f));
+        slot_load(dv, CACHE, (const __global floatv *)(dy + off), live, n, t, (floatv)(0.0f));
+#endif
+        /* this work-item's moments, two passes over its registers (zeros past the row); the
+         * deviations' own sum corrects the first pass's rounded mean (the corrected two-pass
+         * algorithm), which matters where the mean is large against the deviations */
+        norm_moments mo = {live ? count : 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (center && mo.c > 0.0f) {
             float s = 0.0f;
 #pragma unroll
             for (int i = 0; i < CACHE; i++)
-                s += HSUM(xv[i]); /* zeros past the row */
-            mean = slot_sum(s, red, 0, t) / (float)cols;
+                s += HSUM(xv[i]);
+            mo.m = s / mo.c;
         }
-        float sq = 0.0f;
+        float sd = 0.0f;
 #pragma unroll
         for (int i = 0; i < CACHE; i++)
-            if (t + i * WG < n) {
-                const floatv d = xv[i] - (floatv)(mean);
-                sq += HSUM(d * d);
+            if (t + i * T < n) {
+                const floatv d = xv[i] - (floatv)(mo.m), gd = gam[i] * dv[i];
+                sd += HSUM(d);
+                mo.m2 += HSUM(d * d);
+                mo.g += HSUM(gd);
+                mo.h += HSUM(gd * d);
             }
-        const float rstd = 1.0f / sqrt(slot_sum(sq, red, 0, t) / (float)cols + eps);
-        float sg = 0.0f, sgx = 0.0f;
-#pragma unroll
-        for (int i = 0; i < CACHE; i++) {
-            const floatv gd = gam[i] * dv[i]; /* zero past the row */
-            sg += HSUM(gd);
-            sgx += HSUM(gd * (xv[i] - (floatv)(mean)));
+        if (center && mo.c > 0.0f) {
+            const float shift = sd / mo.c;
+            mo.m += shift;
+            mo.m2 -= sd * shift;
+            mo.h -= mo.g * shift;
         }
-        sg = center ? slot_sum(sg, red, 0, t) / (float)cols : 0.0f;
-        sgx = slot_sum(sgx, red, 0, t) * rstd / (float)cols;
-        __global floatv *dxr = (__global floatv *)(dx + off);
+        mo = slot_moments(mo, red, slot, t, center);
+        const float mean = mo.m, rstd = 1.0f / sqrt(mo.m2 / (float)cols + eps);
+        const float sg = center ? mo.g / (float)cols : 0.0f, sgx = mo.h * rstd / (float)cols;
+        if (live) {
+            __global floatv *dxr = (__global floatv *)(dx + off);
 #pragma unroll
-        for (int i = 0; i < CACHE; i++) {
-            const int j = t + i * WG;
-            if (j < n) {
-                const floatv xhat = (xv[i] - (floatv)(mean)) * rstd;
-                dxr[j] = rstd * (gam[i] * dv[i] - sg - xhat * sgx);
-                kahan_addv(&pg[i], &pgc[i], dv[i] * xhat);
-                kahan_addv(&pb[i], &pbc[i], dv[i]);
+            for (int i = 0; i < CACHE; i++) {
+                const int j = t + i * T;
+                if (j < n) {
+                    const floatv xhat = (xv[i] - (floatv)(mean)) * rstd;
+                    dxr[j] = rstd * (gam[i] * dv[i] - sg - xhat * sgx);
+                    kahan_addv(&pg[i], &pgc[i], dv[i] * xhat);
+                    kahan_addv(&pb[i], &pbc[i], dv[i]);
+                }
             }
         }
     }
+#if ROWS > 1
+    /* the slots' sums added in slot order: slot s > 0 leaves its sums in local memory, slot 0
+     * adds them (dgamma's, then dbeta's, through the same space) */
+    for (int which = 0; which < 2; which++) {
+        if (slot > 0)
+#pragma unroll
+            for (int i = 0; i < CACHE; i++)
+                sums[slot - 1][t + i * T] = which == 0 ? pg[i] : pb[i];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (slot == 0)
+            for (int s = 0; s < ROWS - 1; s++)
+#pragma unroll
+                for (int i = 0; i < CACHE; i++) {
+                    if (which == 0)
+                        kahan_addv(&pg[i], &pgc[i], sums[s][t + i * T]);
+                    else
+                        kahan_addv(&pb[i], &pbc[i], sums[s][t + i * T]);
+                }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (slot > 0)
+        return;
+#endif
     __global floatv *pgv = (__global floatv *)(part + (size_t)g * (size_t)cols);
     __global floatv *pbv = (__global floatv *)(part + (size_t)(groups + g) * (size_t)cols);
 #pragma unroll
     for (int i = 0; i < CACHE; i++) {
-        const int j = t + i * WG;
+        const int j = t + i * T;
         if (j < n) {
             pgv[j] = pg[i];
             pbv[j] = pb[i];
