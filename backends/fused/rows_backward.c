@@ -6,7 +6,7 @@
  * atomics either way. */
 #include <limits.h>
 #include <stdint.h>
-#include <string.h>
+#include <stdio.h>
 
 #include "backends/fused/internal.h"
 
@@ -141,20 +141,18 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     one.cache = (int)((n + slot - 1) / slot);
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &one, 0, options);
-    /* the next row's loads in flight through the reductions: twice the registers for x and dy,
-     * which 512 work-items of the longest rows do not have */
+    /* the next row's loads in flight through the reductions: twice the registers for x and
+     * dy, which 512 work-items of the longest rows do not have */
     char fused_options[HD_FUSED_OPTIONS_CAPACITY];
-    size_t used = strlen(options);
-    const char *prefetch = wg <= 256 ? " -DPREFETCH=1" : " -DPREFETCH=0";
-    if (used + strlen(prefetch) >= sizeof fused_options)
+    int len = snprintf(fused_options, sizeof fused_options, "%s -DPREFETCH=%d", options,
+                       wg <= 256);
+    if (len < 0 || (size_t)len >= sizeof fused_options)
         return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
-    memcpy(fused_options, options, used);
-    strcpy(fused_options + used, prefetch);
-    /* a compiler may give the kernel's registers fewer work-items than asked (H100, 512 for
-     * CACHE=3: at most 256): the three-launch path then */
     cl_kernel k;
     hd_status built = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, fused_options,
                                        "norm_backward_fused", wg, &k);
+    /* a compiler may give the kernel's registers fewer work-items than asked (H100, 512 for
+     * CACHE=3: at most 256): the three-launch path then */
     if (built == HD_ERR_UNSUPPORTED && wg > 256) {
         hd__error_clear(ctx);
         *done = false;
@@ -162,11 +160,11 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     }
     if (built != HD_OK)
         return built;
-    /* work-groups per compute unit (H100, device time, before the prefetch: 8192 x 4096 layer
-     * norm 191.5 us with 2, 198.6 with 4, 219.0 with 8; 32768 x 1024 248.5, 181.2 and 193.5
-     * us) */
+    /* one work-group per compute unit: with the prefetch it keeps the loads in flight alone
+     * (H100, 8192 x 4096 and 32768 x 1024: 152-153 us with one per unit, 153-155 with two,
+     * 158-164 with four) */
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
-    size_t wanted = units * 2;
+    size_t wanted = units;
     size_t groups = r->rows < wanted ? r->rows : wanted;
     size_t rows_at_once = (size_t)one.rows;
     size_t chunk = (r->rows + groups - 1) / groups;
