@@ -143,9 +143,10 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &one, 0, options);
     /* the next row's loads in flight through the reductions: twice the registers for x and
      * dy, which 512 work-items of the longest rows do not have */
+    bool prefetch = wg <= 256;
     char fused_options[HD_FUSED_OPTIONS_CAPACITY];
     int len = snprintf(fused_options, sizeof fused_options, "%s -DPREFETCH=%d", options,
-                       wg <= 256);
+                       prefetch);
     if (len < 0 || (size_t)len >= sizeof fused_options)
         return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
     cl_kernel k;
@@ -160,11 +161,13 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     }
     if (built != HD_OK)
         return built;
-    /* one work-group per compute unit: with the prefetch it keeps the loads in flight alone
-     * (H100, 8192 x 4096 and 32768 x 1024: 152-153 us with one per unit, 153-155 with two,
-     * 158-164 with four) */
+    /* work-groups per compute unit: one with the prefetch, which keeps the loads in flight
+     * alone (H100, 8192 x 4096 and 32768 x 1024: 152-153 us with one per unit, 153-155 with
+     * two, 158-164 with four); without it, others load while one reduces (H100, before the
+     * prefetch: 8192 x 4096 191.5 us with 2, 198.6 with 4; 32768 x 1024 248.5 us with 2,
+     * 181.2 with 4) */
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
-    size_t wanted = units;
+    size_t wanted = units * (prefetch ? 1 : one.cache >= 3 ? 2 : 4);
     size_t groups = r->rows < wanted ? r->rows : wanted;
     size_t rows_at_once = (size_t)one.rows;
     size_t chunk = (r->rows + groups - 1) / groups;
