@@ -59,25 +59,46 @@ inline void slot_load(floatv *v, int count, const __global floatv *row, bool liv
     }
 }
 
+/* The tree every slot reduction walks: r holds the slot's T values (r[t] written by work-item
+ * t); each step folds up to 8 of them with COMBINE(acc, value) into the first nw, in a fixed
+ * order, and ends with a barrier, until r[0] holds the whole slot's. */
+#define SLOT_TREE(TYPE, r, t, COMBINE) \
+    do { \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        for (int w = T; w > 1;) { \
+            const int nw = w >= 8 ? w / 8 : 1, fan = w / nw; \
+            if ((t) < nw) { \
+                TYPE acc = (r)[t]; \
+                for (int f = 1; f < fan; f++) \
+                    acc = COMBINE(acc, (r)[(t) + f * nw]); \
+                (r)[t] = acc; \
+            } \
+            barrier(CLK_LOCAL_MEM_FENCE); \
+            w = nw; \
+        } \
+    } while (0)
+#define SLOT_ADD(a, b) ((a) + (b))
+
 /* Sum of v over the T work-items of slot `slot`; t is the work-item's index in its slot.
  * red holds WG floats. */
 inline float slot_sum(float v, __local float *red, int slot, int t)
 {
     __local float *r = red + slot * T;
     r[t] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = T; w > 1;) {
-        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw;
-        if (t < nw) {
-            float acc = r[t];
-            for (int f = 1; f < fan; f++)
-                acc += r[t + f * nw];
-            r[t] = acc;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        w = nw;
-    }
+    SLOT_TREE(float, r, t, SLOT_ADD);
     float out = r[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return out;
+}
+
+/* Up to four sums at once, as slot_sum: v's lanes summed over the slot in one tree. red holds
+ * WG float4. */
+inline float4 slot_sum4(float4 v, __local float4 *red, int slot, int t)
+{
+    __local float4 *r = red + slot * T;
+    r[t] = v;
+    SLOT_TREE(float4, r, t, SLOT_ADD);
+    float4 out = r[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return out;
 }
@@ -87,18 +108,7 @@ inline float slot_max(float v, __local float *red, int slot, int t)
 {
     __local float *r = red + slot * T;
     r[t] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = T; w > 1;) {
-        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw;
-        if (t < nw) {
-            float acc = r[t];
-            for (int f = 1; f < fan; f++)
-                acc = fmax(acc, r[t + f * nw]);
-            r[t] = acc;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        w = nw;
-    }
+    SLOT_TREE(float, r, t, fmax);
     float out = r[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return out;

@@ -227,29 +227,6 @@ inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
     *sum = t;
 }
 
-/* Up to four sums over the slot at once, in one tree (slot_sum's): v's lanes summed over the
- * slot's work-items in a fixed order. red holds WG float4. */
-inline float4 slot_sum4(float4 v, __local float4 *red, int slot, int t)
-{
-    __local float4 *r = red + slot * T;
-    r[t] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = T; w > 1;) {
-        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw;
-        if (t < nw) {
-            float4 acc = r[t];
-            for (int f = 1; f < fan; f++)
-                acc += r[t + f * nw];
-            r[t] = acc;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        w = nw;
-    }
-    const float4 out = r[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return out;
-}
-
 /* A norm's dx and its weight gradients' partial sums in one pass over x and dy, where a row
  * fits in a slot's registers (CACHE vectors per work-item: j = t, t + T, ... of the row).
  * Work-group g takes rows g * chunk .. (g + 1) * chunk - 1, ROWS at a time (slot s the rows
