@@ -299,15 +299,13 @@ static void row_reference(row_kind kind, const row_case *c, double *dx, double *
         hd_ref_layer_norm_backward(c->rows, c->cols, c->x, c->gamma, c->dy, EPS, dx, dg, db);
 }
 
-static void check_row_backward(hd_context *ctx, row_kind kind, size_t rows, size_t cols,
-                               bool differences, uint64_t salt)
+/* The backward of kind on c against the float64 reference (and, with differences, the
+ * reference against central differences). */
+static void check_row_case(hd_context *ctx, row_kind kind, const char *what, const row_case *cp,
+                           bool differences)
 {
-    static const char *const names[] = {"softmax_backward", "layer_norm_backward",
-                                        "rms_norm_backward"};
-    char what[160];
-    snprintf(what, sizeof what, "%s %zux%zu", names[kind], rows, cols);
-    row_case c = row_case_make(ctx, kind, rows, cols, salt);
-    size_t n = rows * cols;
+    row_case c = *cp;
+    size_t rows = c.rows, cols = c.cols, n = rows * cols;
     bool norm = kind != SOFTMAX;
     float *dg = NULL, *db = NULL;
     float *dx =
@@ -337,6 +335,18 @@ static void check_row_backward(hd_context *ctx, row_kind kind, size_t rows, size
     free(want);
     free(want_g);
     free(want_b);
+}
+
+static const char *const row_kind_names[] = {"softmax_backward", "layer_norm_backward",
+                                             "rms_norm_backward"};
+
+static void check_row_backward(hd_context *ctx, row_kind kind, size_t rows, size_t cols,
+                               bool differences, uint64_t salt)
+{
+    char what[160];
+    snprintf(what, sizeof what, "%s %zux%zu", row_kind_names[kind], rows, cols);
+    row_case c = row_case_make(ctx, kind, rows, cols, salt);
+    check_row_case(ctx, kind, what, &c, differences);
     row_case_free(&c);
 }
 
@@ -377,6 +387,45 @@ static void test_layer_norm_backward_matches_reference_and_differences(void **st
 static void test_rms_norm_backward_matches_reference_and_differences(void **state)
 {
     check_row_kind(*state, RMS_NORM);
+}
+
+/* Layer norm's rows far from zero against their spread (means up to 1e4 with deviations of
+ * 0.02, as the forward takes them): the mean is kept as a pair, so the deviations keep their
+ * digits. Every fused path: the single pass (with the weight gradients), dx alone, and rows
+ * too long for the single pass. */
+static void test_layer_norm_backward_far_from_zero(void **state)
+{
+    hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, expected))
+        skip();
+    const struct {
+        size_t rows, cols;
+        double offset, spread;
+    } cases[] = {{7, 37, 1e4, 0.01}, {5, 1031, -3e3, 0.05}, {3, 2053, 1e3, 0.02},
+                 {64, 256, 250.0, 1.0}, {2, 8, 1e4, 0.01}};
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        row_case c = row_case_make(ctx, LAYER_NORM, cases[i].rows, cases[i].cols, 600 + i);
+        size_t n = c.rows * c.cols;
+        for (size_t j = 0; j < n; j++) {
+            c.x[j] = (float)(cases[i].offset + cases[i].spread * c.x[j]);
+            c.xd[j] = c.x[j];
+        }
+        char what[160];
+        snprintf(what, sizeof what, "layer_norm_backward %zux%zu, mean %g, spread %g", c.rows,
+                 c.cols, cases[i].offset, cases[i].spread);
+        check_row_case(ctx, LAYER_NORM, what, &c, false);
+        float *alone = run_row_backward(ctx, LAYER_NORM, &c, false, NULL, NULL);
+        double *want = hd_test_doubles(n), *want_g = hd_test_doubles(c.cols);
+        double *want_b = hd_test_doubles(c.cols);
+        row_reference(LAYER_NORM, &c, want, want_g, want_b);
+        hd_test_expect_close(what, alone, want, n, ROW_ATOL * row_tolerance,
+                             ROW_RTOL * row_tolerance);
+        free(alone);
+        free(want);
+        free(want_g);
+        free(want_b);
+        row_case_free(&c);
+    }
 }
 
 /* dx == dy gives the same bits as a separate dx, with the weight gradients and without them;
@@ -1011,6 +1060,7 @@ int main(void)
         cmocka_unit_test(test_softmax_backward_matches_reference_and_differences),
         cmocka_unit_test(test_layer_norm_backward_matches_reference_and_differences),
         cmocka_unit_test(test_rms_norm_backward_matches_reference_and_differences),
+        cmocka_unit_test(test_layer_norm_backward_far_from_zero),
         cmocka_unit_test(test_row_backward_in_place_and_without_weight_gradients),
         cmocka_unit_test(test_norm_backward_weight_gradients_are_deterministic),
         cmocka_unit_test(test_norm_backward_without_rows_zeroes_the_weight_gradients),
@@ -1028,6 +1078,8 @@ int main(void)
                                         setup_fused, teardown),
         cmocka_unit_test_setup_teardown(test_rms_norm_backward_matches_reference_and_differences,
                                         setup_fused, teardown),
+        cmocka_unit_test_setup_teardown(test_layer_norm_backward_far_from_zero, setup_fused,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_row_backward_in_place_and_without_weight_gradients,
                                         setup_fused, teardown),
         cmocka_unit_test_setup_teardown(test_norm_backward_weight_gradients_are_deterministic,

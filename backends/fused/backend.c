@@ -103,10 +103,10 @@ static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part par
     case HD_OP_LORA_BACKWARD: /* tokens, in, out, rank: the tiled engine's 32-bit indices */
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
                s->dim[3] <= INT_MAX;
-    case HD_OP_SOFTMAX_BACKWARD: /* and 2 x rows floats of statistics, 32-bit indices */
+    case HD_OP_SOFTMAX_BACKWARD: /* and 3 x rows floats of statistics, 32-bit indices */
     case HD_OP_LAYER_NORM_BACKWARD:
     case HD_OP_RMS_NORM_BACKWARD:
-        return s->dim[0] <= INT_MAX / 2 && s->dim[1] <= INT_MAX;
+        return s->dim[0] <= INT_MAX / 3 && s->dim[1] <= INT_MAX;
     default: /* batched GEMM and anything newer: not offered here */
         break;
     }

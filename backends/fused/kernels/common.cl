@@ -176,6 +176,25 @@ inline void slot_sum2(float *hi, float *lo, __local float *rh, __local float *rl
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* a + b, where .x + .y holds a sum as an unevaluated pair (TwoSum) and .z, .w plain sums. */
+inline float4 pair_add4(float4 a, float4 b)
+{
+    float e;
+    const float hi = two_sum(a.x, b.x, &e);
+    return (float4)(hi, a.y + b.y + e, a.z + b.z, a.w + b.w);
+}
+
+/* As slot_sum4, v.x + v.y summed as a pair (slot_sum2's arithmetic), v.z and v.w plainly. */
+inline float4 slot_pair_sum4(float4 v, __local float4 *red, int slot, int t)
+{
+    __local float4 *r = red + slot * T;
+    r[t] = v;
+    SLOT_TREE(float4, r, t, pair_add4);
+    float4 out = r[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return out;
+}
+
 /* (hi + lo) / n as mean + *mean_lo: the remainder of the division is exact through fma, so
  * x - mean - mean_lo is the deviation from the mean to about a float's precision of the
  * deviation, not of the mean. */

@@ -2,7 +2,8 @@
  * The backward passes of softmax, layer norm and RMS norm.
  *
  * Layout: x (softmax: its output y), dy and dx rows x cols, row-major, dx may be dy; gamma (the
- * norms' weight), dgamma and dbeta 1 x cols; stats 2 x rows floats (mean, 1/std per row).
+ * norms' weight), dgamma and dbeta 1 x cols; stats 3 x rows floats (per row the mean as
+ * mean + mean_lo, and 1/std).
  * With VEC = 4, cols % 4 == 0 and the buffers start 16-byte aligned.
  *
  * softmax_backward_rows, norm_backward_rows: dx in one pass per row (softmax_backward_cached:
@@ -50,32 +51,34 @@ softmax_backward_rows(const __global float *y, const __global float *dy, __globa
         dxr[j] = yr[j] * (dyr[j] - dot);
 }
 
-/* The row's mean (0 without center) and 1/sqrt(var + eps); every work-item of the group calls
- * it (center is the same for all). */
-inline float2 norm_row_stats(const __global floatv *xr, int n, int cols, float eps, int center,
-                             __local float *red, int slot, int t)
+/* The row's mean as mean + mean_lo (0 without center: common.cl's pair sum, so that a mean far
+ * from zero keeps the digits of the deviations) and 1/sqrt(var + eps), as (mean, mean_lo,
+ * rstd); every work-item of the group calls it (center is the same for all). red: WG float4. */
+inline float4 norm_row_stats(const __global floatv *xr, int n, int cols, float eps, int center,
+                             __local float4 *red, int slot, int t)
 {
-    float mean = 0.0f;
+    float mean = 0.0f, mean_lo = 0.0f;
     if (center) {
-        float s = 0.0f;
+        float hi = 0.0f, lo = 0.0f;
         for (int j = t; j < n; j += T)
-            s += HSUM(xr[j]);
-        mean = slot_sum(s, red, slot, t) / (float)cols;
+            sum2_add(&hi, &lo, xr[j]);
+        const float4 s = slot_pair_sum4((float4)(hi, lo, 0.0f, 0.0f), red, slot, t);
+        mean = mean2(s.x, s.y, (float)cols, &mean_lo);
     }
     float sq = 0.0f;
     for (int j = t; j < n; j += T) {
-        const floatv d = xr[j] - (floatv)(mean);
+        const floatv d = (xr[j] - (floatv)(mean)) - (floatv)(mean_lo);
         sq += HSUM(d * d);
     }
-    sq = slot_sum(sq, red, slot, t);
-    return (float2)(mean, 1.0f / sqrt(sq / (float)cols + eps));
+    sq = slot_sum4((float4)(sq, 0.0f, 0.0f, 0.0f), red, slot, t).x;
+    return (float4)(mean, mean_lo, 1.0f / sqrt(sq / (float)cols + eps), 0.0f);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_backward_rows(const __global float *x, const __global float *gamma, const __global float *dy,
                    __global float *dx, int rows, int cols, float eps, int center)
 {
-    __local float red[WG];
+    __local float4 red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
     const bool live = row < rows;
@@ -86,37 +89,40 @@ norm_backward_rows(const __global float *x, const __global float *gamma, const _
     const __global floatv *dyr = (const __global floatv *)(dy + off);
     __global floatv *dxr = (__global floatv *)(dx + off);
 
-    const float2 st = norm_row_stats(xr, n, cols, eps, center, red, slot, t);
-    const floatv mean = (floatv)(st.x);
-    float sg = 0.0f, sgx = 0.0f;
+    const float4 st = norm_row_stats(xr, n, cols, eps, center, red, slot, t);
+    const floatv mean = (floatv)(st.x), mean_lo = (floatv)(st.y);
+    const float rstd = st.z;
+    float4 s = (float4)(0.0f);
     for (int j = t; j < n; j += T) {
         const floatv g = gv[j] * dyr[j];
-        sg += HSUM(g);
-        sgx += HSUM(g * (xr[j] - mean));
+        s.x += HSUM(g);
+        s.y += HSUM(g * ((xr[j] - mean) - mean_lo));
     }
-    sg = center ? slot_sum(sg, red, slot, t) / (float)cols : 0.0f;
-    sgx = slot_sum(sgx, red, slot, t) * st.y / (float)cols;
+    s = slot_sum4(s, red, slot, t);
+    const float sg = center ? s.x / (float)cols : 0.0f, sgx = s.y * rstd / (float)cols;
     for (int j = t; j < n; j += T) {
-        const floatv xhat = (xr[j] - mean) * st.y;
-        dxr[j] = st.y * (gv[j] * dyr[j] - sg - xhat * sgx);
+        const floatv xhat = ((xr[j] - mean) - mean_lo) * rstd;
+        dxr[j] = rstd * (gv[j] * dyr[j] - sg - xhat * sgx);
     }
 }
 
+/* Each row's (mean, mean_lo, rstd) into stats[3 * row ..]. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_stats_rows(const __global float *x, __global float *stats, int rows, int cols, float eps,
                 int center)
 {
-    __local float red[WG];
+    __local float4 red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
     const bool live = row < rows;
     const int n = live ? cols / VEC : 0;
     const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
-    const float2 st =
+    const float4 st =
         norm_row_stats((const __global floatv *)(x + off), n, cols, eps, center, red, slot, t);
     if (live && t == 0) {
-        stats[2 * row] = st.x;
-        stats[2 * row + 1] = st.y;
+        stats[3 * row] = st.x;
+        stats[3 * row + 1] = st.y;
+        stats[3 * row + 2] = st.z;
     }
 }
 
@@ -143,7 +149,8 @@ __kernel void norm_weight_partials(const __global float *x, const __global float
     for (int i = c * chunk; i < end; i++) {
         const size_t at = (size_t)i * (size_t)cols + (size_t)j;
         const float d = dy[at];
-        kahan_add(&g, &gc, d * ((x[at] - stats[2 * i]) * stats[2 * i + 1]));
+        const float xhat = ((x[at] - stats[3 * i]) - stats[3 * i + 1]) * stats[3 * i + 2];
+        kahan_add(&g, &gc, d * xhat);
         kahan_add(&b, &bc, d);
     }
     part[(size_t)c * (size_t)cols + (size_t)j] = g;
@@ -294,26 +301,26 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
         slot_load(xv, CACHE, (const __global floatv *)(x + off), live, n, t, (floatv)(0.0f));
         slot_load(dv, CACHE, (const __global floatv *)(dy + off), live, n, t, (floatv)(0.0f));
 #endif
-        /* the row's statistics and sums of g = gamma * dy: layer norm in two trees (sum x and
-         * sum g; then, with the mean, the squared deviations and sum g * (x - mean)), RMS norm
-         * in one (sum x^2, sum g * x); zeros past the row */
-        float mean = 0.0f, sg = 0.0f;
+        /* the row's statistics and sums of g = gamma * dy: layer norm in two trees (sum x as a
+         * pair, for the mean as mean + mean_lo, and sum g; then the squared deviations and
+         * sum g * (x - mean)), RMS norm in one (sum x^2, sum g * x); zeros past the row */
+        float mean = 0.0f, mean_lo = 0.0f, sg = 0.0f;
         if (center) {
-            float4 s1 = (float4)(0.0f);
+            float hi = 0.0f, lo = 0.0f, gs = 0.0f;
 #pragma unroll
             for (int i = 0; i < CACHE; i++) {
-                s1.x += HSUM(xv[i]);
-                s1.y += HSUM(gam[i] * dv[i]);
+                sum2_add(&hi, &lo, xv[i]);
+                gs += HSUM(gam[i] * dv[i]);
             }
-            s1 = slot_sum4(s1, red, slot, t);
-            mean = s1.x / (float)cols;
-            sg = s1.y / (float)cols;
+            const float4 s1 = slot_pair_sum4((float4)(hi, lo, gs, 0.0f), red, slot, t);
+            mean = mean2(s1.x, s1.y, (float)cols, &mean_lo);
+            sg = s1.z / (float)cols;
         }
         float4 s2 = (float4)(0.0f);
 #pragma unroll
         for (int i = 0; i < CACHE; i++)
             if (t + i * T < n) {
-                const floatv d = xv[i] - (floatv)(mean);
+                const floatv d = (xv[i] - (floatv)(mean)) - (floatv)(mean_lo);
                 s2.x += HSUM(d * d);
                 s2.y += HSUM(gam[i] * dv[i] * d);
             }
@@ -326,7 +333,7 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
             for (int i = 0; i < CACHE; i++) {
                 const int j = t + i * T;
                 if (j < n) {
-                    const floatv xhat = (xv[i] - (floatv)(mean)) * rstd;
+                    const floatv xhat = ((xv[i] - (floatv)(mean)) - (floatv)(mean_lo)) * rstd;
                     dxr[j] = rstd * (gam[i] * dv[i] - sg - xhat * sgx);
                     kahan_addv(&pg[i], &pgc[i], dv[i] * xhat);
                     kahan_addv(&pb[i], &pbc[i], dv[i]);
