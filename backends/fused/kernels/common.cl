@@ -59,60 +59,40 @@ inline void slot_load(floatv *v, int count, const __global floatv *row, bool liv
     }
 }
 
-/* The tree every slot reduction walks: r holds the slot's T values (r[t] written by work-item
- * t); each step folds up to 8 of them with COMBINE(acc, value) into the first nw, in a fixed
- * order, and ends with a barrier, until r[0] holds the whole slot's. */
-#define SLOT_TREE(TYPE, r, t, COMBINE) \
-    do { \
+/* Defines TYPE NAME(TYPE v, __local TYPE *red, int slot, int t): v combined over the T
+ * work-items of slot `slot` (t: the work-item's index in its slot; red: WG values of TYPE),
+ * every work-item getting the result. One tree for every slot reduction: each step folds up to
+ * 8 values with COMBINE(acc, value) into the first nw, in a fixed order, and ends with a
+ * barrier, until r[0] holds the slot's. */
+#define SLOT_REDUCTION(NAME, TYPE, COMBINE) \
+    inline TYPE NAME(TYPE v, __local TYPE *red, int slot, int t) \
+    { \
+        __local TYPE *r = red + slot * T; \
+        r[t] = v; \
         barrier(CLK_LOCAL_MEM_FENCE); \
         for (int w = T; w > 1;) { \
             const int nw = w >= 8 ? w / 8 : 1, fan = w / nw; \
-            if ((t) < nw) { \
-                TYPE acc = (r)[t]; \
+            if (t < nw) { \
+                TYPE acc = r[t]; \
                 for (int f = 1; f < fan; f++) \
-                    acc = COMBINE(acc, (r)[(t) + f * nw]); \
-                (r)[t] = acc; \
+                    acc = COMBINE(acc, r[t + f * nw]); \
+                r[t] = acc; \
             } \
             barrier(CLK_LOCAL_MEM_FENCE); \
             w = nw; \
         } \
-    } while (0)
+        TYPE out = r[0]; \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        return out; \
+    }
 #define SLOT_ADD(a, b) ((a) + (b))
 
-/* Sum of v over the T work-items of slot `slot`; t is the work-item's index in its slot.
- * red holds WG floats. */
-inline float slot_sum(float v, __local float *red, int slot, int t)
-{
-    __local float *r = red + slot * T;
-    r[t] = v;
-    SLOT_TREE(float, r, t, SLOT_ADD);
-    float out = r[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return out;
-}
-
-/* Up to four sums at once, as slot_sum: v's lanes summed over the slot in one tree. red holds
- * WG float4. */
-inline float4 slot_sum4(float4 v, __local float4 *red, int slot, int t)
-{
-    __local float4 *r = red + slot * T;
-    r[t] = v;
-    SLOT_TREE(float4, r, t, SLOT_ADD);
-    float4 out = r[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return out;
-}
-
-/* Maximum as slot_sum; fmax ignores NaN, so a NaN row is caught by the later sums instead. */
-inline float slot_max(float v, __local float *red, int slot, int t)
-{
-    __local float *r = red + slot * T;
-    r[t] = v;
-    SLOT_TREE(float, r, t, fmax);
-    float out = r[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return out;
-}
+/* slot_sum: the sum of v over the slot. slot_sum4: up to four sums at once, v's lanes, in one
+ * tree (red holds WG float4). slot_max: the maximum; fmax ignores NaN, so a NaN row is caught
+ * by the later sums instead. */
+SLOT_REDUCTION(slot_sum, float, SLOT_ADD)
+SLOT_REDUCTION(slot_sum4, float4, SLOT_ADD)
+SLOT_REDUCTION(slot_max, float, fmax)
 
 /* The exponent e of the power of two 2^-e that scales values of magnitude up to m into
  * [0, 4): ilogb(m), clamped so that 2^-e and 2^e are normal floats (a zero, subnormal, NaN or
@@ -184,16 +164,9 @@ inline float4 pair_add4(float4 a, float4 b)
     return (float4)(hi, a.y + b.y + e, a.z + b.z, a.w + b.w);
 }
 
-/* As slot_sum4, v.x + v.y summed as a pair (slot_sum2's arithmetic), v.z and v.w plainly. */
-inline float4 slot_pair_sum4(float4 v, __local float4 *red, int slot, int t)
-{
-    __local float4 *r = red + slot * T;
-    r[t] = v;
-    SLOT_TREE(float4, r, t, pair_add4);
-    float4 out = r[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return out;
-}
+/* slot_pair_sum4: as slot_sum4, v.x + v.y summed as a pair (slot_sum2's arithmetic), v.z and
+ * v.w plainly. */
+SLOT_REDUCTION(slot_pair_sum4, float4, pair_add4)
 
 /* (hi + lo) / n as mean + *mean_lo: the remainder of the division is exact through fma, so
  * x - mean - mean_lo is the deviation from the mean to about a float's precision of the
