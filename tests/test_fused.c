@@ -517,6 +517,9 @@ static void test_variant_malformed_is_rejected(void **state)
     ga.variant = "TN=64 KS=64"; /* group of 4096 */
     assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
                      HD_ERR_INVALID_ARGUMENT);
+    ga.variant = "OVERLAP=2"; /* 0 or 1 */
+    assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
+                     HD_ERR_INVALID_ARGUMENT);
     ga.variant = "SPLIT=4"; /* LoRA only */
     assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
                      HD_ERR_INVALID_ARGUMENT);
@@ -920,16 +923,17 @@ static void test_gemm_outside_design_is_declined(void **state)
         "BM=16 BN=128 BK=4 RM=4 RN=4",  /* 128 work-items for a 64-float stage of A */
         "BM=256 BN=256 BK=64 RM=4 RN=4", /* 4096 work-items */
         "BM=64 BN=64 BK=16 WM=32 WN=32", /* tensor-core parameters in fp32 */
+        "BM=64 BN=64 OVERLAP=0",         /* the warpgroup kernel's parameter in fp32 */
     };
     static const char *const capped = "BM=64 BN=64 REG=128";
     const hd_fused *f = fs;
     for (size_t i = 0; i < sizeof declined / sizeof declined[0] + 1; i++) {
-        if (i == 2 && hd_context_gemm_precision(ctx) != HD_PRECISION_FP32)
+        if ((i == 2 || i == 3) && hd_context_gemm_precision(ctx) != HD_PRECISION_FP32)
             continue;
-        if (i == 3 && f->nv_options)
+        if (i == 4 && f->nv_options)
             continue; /* the register cap, elsewhere than NVIDIA's compiler */
         hd_gemm_args args = {.alpha = 1.0f, .a = a, .b = b, .c = c, .m = 20, .n = 8, .k = 8,
-                             .variant = i < 3 ? declined[i] : capped};
+                             .variant = i < 4 ? declined[i] : capped};
         assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = args}), HD_ERR_UNSUPPORTED);
     }
     hd_tensor_destroy(a);

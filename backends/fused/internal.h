@@ -97,7 +97,7 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
     HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
-    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA */
+    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -115,10 +115,12 @@ typedef struct hd_fused_params {
     int async;                /* tile family, tensor cores: stages copied by cp.async, 0:
                                  staged through registers */
     int wgmma;                /* tile family, tf32: 1 runs the warpgroup kernel (Hopper) */
+    int overlap;              /* warpgroup kernel: 1 a stage's products run through the next
+                                 barrier, 0 they finish before it (a stage more in flight) */
 } hd_fused_params;
 
-/* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0, CACHE and
- * SPLIT -1). NULL or "" names none. Unknown names, repeated names, values outside the allowed
+/* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
+ * SPLIT and OVERLAP -1). NULL or "" names none. Unknown names, repeated names, values outside the allowed
  * set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in the message. */
 hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,
                                  hd_fused_params *out);

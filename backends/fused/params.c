@@ -42,9 +42,9 @@ static const param_spec tile_spec[] = {
     SPEC("BM", 16, 256, true, bm),     SPEC("BN", 16, 256, true, bn),
     SPEC("BK", 4, 64, true, bk),       SPEC("RM", 4, 16, true, rm),
     SPEC("RN", 4, 16, true, rn),       SPEC("WM", 16, 128, true, wm),
-    SPEC("WN", 8, 128, true, wn),      SPEC("SK", 1, 64, false, sk),
+    SPEC("WN", 8, 256, true, wn),      SPEC("SK", 1, 64, false, sk),
     SPEC("REG", 64, 255, false, reg),  SPEC("ASYNC", 2, 8, false, async),
-    SPEC("WGMMA", 0, 1, false, wgmma),
+    SPEC("WGMMA", 0, 1, false, wgmma), SPEC("OVERLAP", 0, 1, false, overlap),
 };
 
 static const param_spec *family_spec(hd_fused_family family, size_t *count)
@@ -130,6 +130,7 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
     memset(out, 0, sizeof *out);
     out->cache = -1; /* CACHE=0 is a choice (the looped kernel), so unset is -1 */
     out->split = -1; /* as is SPLIT=0 (one launch) */
+    out->overlap = -1;
     if (variant == NULL)
         return HD_OK;
     size_t count;

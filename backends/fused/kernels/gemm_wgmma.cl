@@ -15,12 +15,17 @@
  * 64 x WN block of the tile; each k8 step of a stage is one wgmma per warpgroup, whose
  * accumulators follow the PTX ISA (warp q of the group holds rows 16q + g and 16q + g + 8 of
  * each 8-column block j at columns 8j + 2t and 8j + 2t + 1, lane = 4g + t).
- * Stages: ASYNC buffers, ASYNC - 2 stages in flight through cp.async while the warpgroups
- * multiply one and the products of the one before drain: a warpgroup issues stage s's
- * products and waits only for stage s - 1's, so the tensor cores work through the next
- * barrier; the buffer refilled after that barrier is stage s - 2's, which every warpgroup
- * has finished. An operand stored K-major (A untransposed, B transposed) with
- * VEC 4 is copied in 16-byte runs; any other in 4-byte copies, transposed on the way in.
+ * Stages: ASYNC buffers, copied through cp.async AHEAD stages ahead of the one the warpgroups
+ * multiply. OVERLAP = 1: a warpgroup issues stage s's products and waits only for stage
+ * s - 1's, so the tensor cores work through the next barrier; the buffer refilled after that
+ * barrier is stage s - 2's, which every warpgroup has finished: ASYNC - 2 stages ahead.
+ * OVERLAP = 0: each stage's products finish before the next barrier, which frees stage s - 1's
+ * buffer: ASYNC - 1 stages ahead, the tensor cores idle across the barrier. The products run
+ * several times faster than the copies feed them (an H100 issues wgmma from local memory at
+ * about 490 TFLOP/s in tf32, barrier or not), so the stages in flight, which hide the copies'
+ * latency, can matter more than the overlap. An operand stored K-major (A untransposed, B
+ * transposed) with VEC 4 is copied in 16-byte runs; any other in 4-byte copies, transposed
+ * on the way in.
  * Local memory reads: the warpgroups' descriptors name core matrices of 8 rows x 16 bytes,
  * 128 contiguous bytes each (gemm.cl's AS_AT), so the tensor cores read every bank once per
  * core matrix.
@@ -29,17 +34,23 @@
  * same descriptor offsets, truncating operands as the tensor cores do, so that everything but
  * the instructions themselves can be tested where no tensor core is (PoCL in CI).
  *
- * Tuning parameters: BM (a multiple of 64), BN, WN (64 or 128, dividing BN), BK (a multiple
- * of 8), ASYNC (3 to 8 buffers, within the device's local memory).
+ * Tuning parameters: BM (a multiple of 64), BN, WN (64, 128 or 256, dividing BN), BK (a
+ * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0). A wider WN gives
+ * each barrier more products: 128 x 256 tiles of two warpgroups do twice the work of 128 x 128
+ * ones per stage on the same 256 work-items.
  */
 #ifndef ASYNC
 #define ASYNC 3
 #endif
-#if BM % 64 != 0 || BN % WN != 0 || (WN != 64 && WN != 128) || BK % 8 != 0
-#error "BM must be a multiple of 64, WN 64 or 128 dividing BN, BK a multiple of 8"
+#ifndef OVERLAP
+#define OVERLAP 1
 #endif
-#if ASYNC < 3 || ASYNC > 8
-#error "ASYNC takes 3 to 8 buffers"
+#define AHEAD (ASYNC - 1 - OVERLAP) /* stages copied ahead of the one multiplied */
+#if BM % 64 != 0 || BN % WN != 0 || (WN != 64 && WN != 128 && WN != 256) || BK % 8 != 0
+#error "BM must be a multiple of 64, WN 64, 128 or 256 dividing BN, BK a multiple of 8"
+#endif
+#if ASYNC < 3 || ASYNC > 8 || (OVERLAP != 0 && OVERLAP != 1)
+#error "ASYNC takes 3 to 8 buffers, OVERLAP 0 or 1"
 #endif
 #define WGROUPS_N (BN / WN)
 #define ACC (WN / 2) /* accumulators per work-item */
@@ -101,6 +112,7 @@ static inline ulong descriptor(__local const float *base, int offset)
 #define F16(d, i) F4(d, i), F4(d, (i) + 4), F4(d, (i) + 8), F4(d, (i) + 12)
 #define F32(d, i) F16(d, i), F16(d, (i) + 16)
 #define F64(d, i) F32(d, i), F32(d, (i) + 32)
+#define F128(d, i) F64(d, i), F64(d, (i) + 64)
 
 static inline void wgmma_step(float *d, __local const float *as, int a_off,
                               __local const float *bs, int b_off, int lid)
@@ -114,7 +126,7 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
                  "%31}, %32, %33, p, 1, 1;\n}\n"
                  : F32(d, 0)
                  : "l"(da), "l"(db), "r"(1));
-#else
+#elif WN == 128
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -124,39 +136,63 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
                  "%61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
                  : F64(d, 0)
                  : "l"(da), "l"(db), "r"(1));
+#else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
+                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, "
+                 "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+                 "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, "
+                 "%77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+                 "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, "
+                 "%106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, "
+                 "%118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+                 "%128, %129, p, 1, 1;\n}\n"
+                 : F128(d, 0)
+                 : "l"(da), "l"(db), "r"(1));
 #endif
 }
 /* The products of a stage: fenced against earlier register use and committed as one group;
- * WGMMA_END then waits for the group before it (the stage before), WGMMA_DRAIN for all. */
+ * WGMMA_END then waits for the group before it (OVERLAP 1: the stage before) or for this one
+ * (OVERLAP 0), WGMMA_DRAIN for all. */
 #define WGMMA_BEGIN() asm volatile("// @sm_90a@ wgmma.fence.sync.aligned;\n" ::: "memory")
+#if OVERLAP
 #define WGMMA_END() \
     asm volatile("// @sm_90a@ wgmma.commit_group.sync.aligned;\n" \
                  "// @sm_90a@ wgmma.wait_group.sync.aligned 1;\n" ::: "memory")
+#else
+#define WGMMA_END() \
+    asm volatile("// @sm_90a@ wgmma.commit_group.sync.aligned;\n" \
+                 "// @sm_90a@ wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
+#endif
 #define WGMMA_DRAIN() \
     asm volatile("// @sm_90a@ wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
 #endif
 
-/* CP_WAIT waits until at most ASYNC - 3 of the work-item's groups of copies (gemm.cl's
- * copy16, copy4, cp_commit) are in flight, and fences its landed copies against the tensor
- * cores' reads (the async proxy). */
+/* CP_WAIT waits until at most AHEAD - 1 of the work-item's groups of copies (gemm.cl's
+ * copy16, copy4, cp_commit) are in flight, the stage about to be multiplied landed, and fences
+ * its landed copies against the tensor cores' reads (the async proxy). */
 #if MMA_EMULATE
 #define CP_WAIT()
 #else
 #define CP_WAIT_N(n) \
     asm volatile("cp.async.wait_group " #n ";\n// @sm_90a@ fence.proxy.async.shared::cta;" :: \
                      : "memory")
-#if ASYNC == 3
+#if AHEAD == 1
 #define CP_WAIT() CP_WAIT_N(0)
-#elif ASYNC == 4
+#elif AHEAD == 2
 #define CP_WAIT() CP_WAIT_N(1)
-#elif ASYNC == 5
+#elif AHEAD == 3
 #define CP_WAIT() CP_WAIT_N(2)
-#elif ASYNC == 6
+#elif AHEAD == 4
 #define CP_WAIT() CP_WAIT_N(3)
-#elif ASYNC == 7
+#elif AHEAD == 5
 #define CP_WAIT() CP_WAIT_N(4)
-#else
+#elif AHEAD == 6
 #define CP_WAIT() CP_WAIT_N(5)
+#else
+#define CP_WAIT() CP_WAIT_N(6)
 #endif
 #endif
 
@@ -241,9 +277,9 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
     gemm_pairs q = gemm_pairs_of(pos, a, lda, b, ldb, kbegin, kend, a2, lda2, b2, ldb2, k2);
     int stages = q.stages + q.stages2;
     /* Every work-item commits a group per stage, empty past the last, so that CP_WAIT counts
-     * alike; stage s + ASYNC - 2 goes into the buffer of stage s - 2, whose products every
-     * warpgroup waited for before the barrier. */
-    for (int s = 0; s < ASYNC - 2; s++) {
+     * alike; stage s + AHEAD goes into the buffer of stage s - 1 - OVERLAP, whose products
+     * every warpgroup waited for before the barrier. */
+    for (int s = 0; s < AHEAD; s++) {
         if (s < stages)
             copy_stage(&q, s, m0, n0, m, n, as[s], bs[s]);
         cp_commit();
@@ -251,7 +287,7 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
     for (int s = 0; s < stages; s++) {
         CP_WAIT();
         barrier(CLK_LOCAL_MEM_FENCE);
-        int next = s + ASYNC - 2;
+        int next = s + AHEAD;
         if (next < stages)
             copy_stage(&q, next, m0, n0, m, n, as[next % ASYNC], bs[next % ASYNC]);
         cp_commit();
