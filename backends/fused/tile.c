@@ -531,10 +531,11 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     /* tf32 on compute capability 9.0: the warpgroup kernel's tiles, its buffers filling the
      * local memory (48 KiB on an H100, which refuses more through a __local argument too).
      * 256 work-items at most: the H100 ran 512 of them per group with none of the tiles
-     * tried (128 x 128 of 64 x 64 blocks, 256 x 128, 128 x 256), also with the registers
-     * capped at 128 through -cl-nv-maxrregcount. H100, 4096^3 NN: 1.21 ms with the first
-     * (128 x 128, 8 deep, 6 buffers), 1.48 ms with 16-deep stages and 3 buffers, 1.58-1.62
-     * ms with 64-row tiles. */
+     * tried (128 x 128 of 64 x 64 blocks, 256 x 128, 128 x 256 of 64 x 128 blocks), also
+     * with the registers capped at 128 through -cl-nv-maxrregcount; 128 x 256 tiles run as
+     * two warpgroups of 64 x 256. H100, 4096^3 NN: 1.11 ms with 128 x 256 (4 buffers,
+     * OVERLAP=0), 1.16 with OVERLAP=1, 1.22 with 128 x 128 in 6 buffers, 1.48 with 16-deep
+     * stages and 3 buffers, 1.31-1.62 with 64-row tiles. */
     static const tile_variant wgmma_tiles[] = {
         {"BM=128 BN=128 BK=8 WN=128 ASYNC=6 WGMMA=1", 128, 128, 8, 0, 128, 6},
         {"BM=128 BN=128 BK=16 WN=128 ASYNC=3 WGMMA=1", 128, 128, 16, 0, 128, 3},
