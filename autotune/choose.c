@@ -1,5 +1,7 @@
 #include "autotune/choose.h"
 
+#include <math.h>
+
 int hd__tune_fastest(const hd_tune_candidate *cand, size_t count, hd_backend b, bool defaults_only)
 {
     int best = -1;
@@ -44,4 +46,27 @@ void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *e
     for (size_t i = 0; i < count; i++)
         if (cand[i].variant != NULL)
             order[n++] = i;
+}
+
+size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t n)
+{
+    double best_device = INFINITY, best_queued = INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        best_device = fmin(best_device, device_s[i]);
+        if (!isnan(queued_s[i]))
+            best_queued = fmin(best_queued, queued_s[i]);
+    }
+    size_t winner = (size_t)-1;
+    double winner_ratio = INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        double ratio = device_s[i] / best_device;
+        if (!isnan(queued_s[i]))
+            ratio = fmax(ratio, queued_s[i] / best_queued);
+        if (winner == (size_t)-1 || ratio < winner_ratio ||
+            (ratio == winner_ratio && device_s[i] < device_s[winner])) {
+            winner = i;
+            winner_ratio = ratio;
+        }
+    }
+    return winner;
 }

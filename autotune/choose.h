@@ -42,6 +42,11 @@ int hd__tune_fastest(const hd_tune_candidate *cand, size_t count, hd_backend b, 
  * candidate) and whether the OpenCL device is a GPU. Returns fastest or another ok index. */
 int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest, bool device_is_gpu);
 
+/* Among n finalists timed in two modes (device_s; queued_s, NaN where that timing failed or was
+ * not made), the index whose worse ratio to its mode's best is least, ties to the lower device
+ * time: a finalist within x % of the best in both modes wherever one is. (size_t)-1 for n = 0. */
+size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t n);
+
 /* The order in which dispatch-autotune times cand[0..count) into order (count indices):
  * every backend's defaults first, so that one backend's variants cannot spend the budget the
  * others' defaults need, the defaults by their estimated call est_s[backend] (indexed by
