@@ -247,11 +247,7 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
 /* Variants of a backend whose defaults take this many times the best so far are not tried. */
 #define HOPELESS 3.0
 
-/* The median time of the candidate d names, within budget_s; false if timing failed. On a GPU
- * that is device time (the CPU backend's is its host wall time). An OpenCL device on the CPU
- * (PoCL) shares the host's cores with the runtime that feeds it, and its events leave that
- * work out, so there every candidate is timed by host wall time to completion instead. */
-/* The median of the candidate's calls in mode. */
+/* The median time of the candidate d names in mode, within budget_s; false if timing failed. */
 static bool time_in_mode(hd_context *ctx, tune_data *d, hd_measure_mode mode, unsigned min_runs,
                          double budget_s, double *median_s)
 {
@@ -268,8 +264,10 @@ static bool time_in_mode(hd_context *ctx, tune_data *d, hd_measure_mode mode, un
     return true;
 }
 
-/* The candidate's time as the tuner judges it: device events on a GPU (and where there is no
- * OpenCL device), host wall time of one call and its wait elsewhere. */
+/* The candidate's time as the tuner judges it. On a GPU that is device time (the CPU backend's
+ * is its host wall time). An OpenCL device on the CPU (PoCL) shares the host's cores with the
+ * runtime that feeds it, and its events leave that work out, so there every candidate is timed
+ * by host wall time to completion instead. */
 static bool time_one(hd_context *ctx, tune_data *d, unsigned min_runs, double budget_s,
                      double *median_s)
 {
@@ -523,8 +521,8 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
             double median_s;
             if (time_one(ctx, d, e->min_runs, e->budget_s / 2, &median_s))
                 samples[f][taken[f]++] = median_s;
-            if (queued && time_in_mode(ctx, d, HD_MEASURE_CHAIN, e->min_runs, e->budget_s / 2,
-                                       &median_s))
+            if (queued &&
+                time_in_mode(ctx, d, HD_MEASURE_CHAIN, e->min_runs, e->budget_s / 2, &median_s))
                 chain[f][chained[f]++] = median_s;
         }
     }

@@ -120,8 +120,9 @@ typedef struct hd_fused_params {
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
- * SPLIT and OVERLAP -1). NULL or "" names none. Unknown names, repeated names, values outside the allowed
- * set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in the message. */
+ * SPLIT and OVERLAP -1). NULL or "" names none. Unknown names, repeated names, values outside
+ * the allowed set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in the
+ * message. */
 hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,
                                  hd_fused_params *out);
 

@@ -130,7 +130,7 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
     memset(out, 0, sizeof *out);
     out->cache = -1; /* CACHE=0 is a choice (the looped kernel), so unset is -1 */
     out->split = -1; /* as is SPLIT=0 (one launch) */
-    out->overlap = -1;
+    out->overlap = -1; /* and OVERLAP=0 (the warpgroup kernel's products finish each stage) */
     if (variant == NULL)
         return HD_OK;
     size_t count;

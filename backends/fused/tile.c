@@ -330,9 +330,9 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
      * (the warpgroup kernel copies those 4 bytes at a time) */
     int async = vec_a == 4 && vec_b == 4 ? p->async : 0;
     if (p->wgmma)
-        len +=
-            snprintf(options + len, sizeof options - (size_t)len, " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d%s",
-                     p->wn, p->async, p->overlap, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+        len += snprintf(options + len, sizeof options - (size_t)len,
+                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d%s", p->wn, p->async, p->overlap,
+                        f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d -DASYNC=%d%s", p->wm, p->wn,

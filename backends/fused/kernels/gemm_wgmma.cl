@@ -35,9 +35,9 @@
  * the instructions themselves can be tested where no tensor core is (PoCL in CI).
  *
  * Tuning parameters: BM (a multiple of 64), BN, WN (64, 128 or 256, dividing BN), BK (a
- * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0). A wider WN gives
- * each barrier more products: 128 x 256 tiles of two warpgroups do twice the work of 128 x 128
- * ones per stage on the same 256 work-items.
+ * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0).
+ * A wider WN gives each barrier more products: 128 x 256 tiles of two warpgroups do twice the
+ * work of 128 x 128 ones per stage on the same 256 work-items.
  */
 #ifndef ASYNC
 #define ASYNC 3
