@@ -222,7 +222,13 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     case HD_OP_LORA:
         if (op == HD_OP_GEMM && (s->dim[0] > HD_FUSED_MAX_ROWS || s->trans_a || s->trans_b))
             return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
-        if (op == HD_OP_LORA && (s->dim[0] > HD_FUSED_MAX_ROWS || s->dim[3] > 64)) {
+        /* transposed weights: the dot form for few tokens with W and B transposed (no
+         * parameters), else the tiled engine; the strip kernel reads the default layout only */
+        if (op == HD_OP_LORA && (s->lora_layout & HD_LORA_TRANS_W) &&
+            s->dim[0] <= HD_FUSED_DOT_FORM_MAX_ROWS)
+            return 0;
+        if (op == HD_OP_LORA &&
+            (s->dim[0] > HD_FUSED_MAX_ROWS || s->dim[3] > 64 || s->lora_layout != 0)) {
             hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}}; /* tokens x out, k = in */
             return hd__fused_tile_variants(f, &xw, f->ctx->gemm_precision, out, max);
         }
@@ -413,7 +419,10 @@ static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_par
     if (!hd__op(op)->compute_bound)
         return launch + bytes / (gbps * 1e3);
     bool strip = part == HD_PART_EPILOGUE ||
-                 (op == HD_OP_LORA && s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64) ||
+                 (op == HD_OP_LORA && s->lora_layout == 0 && s->dim[0] <= HD_FUSED_MAX_ROWS &&
+                  s->dim[3] <= 64) ||
+                 (op == HD_OP_LORA && (s->lora_layout & HD_LORA_TRANS_W) &&
+                  s->dim[0] <= HD_FUSED_DOT_FORM_MAX_ROWS) ||
                  (op == HD_OP_GEMM && !s->trans_a &&
                   s->dim[0] <= (s->trans_b ? HD_FUSED_DOT_FORM_MAX_ROWS : HD_FUSED_MAX_ROWS));
     double rate = gflops * (strip ? GEMV_RATE_FRACTION : TILE_RATE_FRACTION);

@@ -1,6 +1,7 @@
-/* The LoRA forward pass: for few tokens the strip kernels of lora.cl (one launch), for more
- * tokens, or where a tuned variant names it, the tiled GEMM engine (two launches); and the
- * epilogue y += scale * (x*A) * B for any number of tokens (lora_update.cl), one launch. */
+/* The LoRA forward pass: for few tokens the strip kernels of lora.cl (one launch), in
+ * PyTorch's layout the dot form of few_rows.c (two launches); for more tokens, or where a
+ * tuned variant names it, the tiled GEMM engine (two launches); and the epilogue
+ * y += scale * (x*A) * B for any number of tokens (lora_update.cl), one launch. */
 #include <limits.h>
 
 #include "backends/fused/fused.h"
@@ -160,16 +161,64 @@ static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
     return hd__fused_tile_gemm(f, ctx, &y);
 }
 
+/* Few tokens with W and B stored transposed (PyTorch's layout) on the dot form of the few-row
+ * kernels (few_rows.c): u = scale * x * op(A) in one launch (the dot form where A is stored r x
+ * in, the strip kernel where in x r), then y = x * W^T + u * B^T in one more, which reads W
+ * once at full bandwidth, as the default layout's one-launch kernel does, where the tiled
+ * engine would take a tile of rows for each token. HD_ERR_UNSUPPORTED, nothing queued, where
+ * the few-row kernels refuse the sizes. */
+static hd_status lora_dot_form(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
+{
+    cl_mem u = NULL;
+    hd_status s;
+    if (l->rank > 0 && (s = lora_u_buffer(f, ctx, l->tokens * l->rank, &u)) != HD_OK)
+        return s;
+    hd_fused_rows_call xa = {.m = l->tokens,
+                             .n = l->rank,
+                             .k = l->in,
+                             .alpha = l->scale,
+                             .beta = 0.0f,
+                             .a = hd__fused_mem(l->x),
+                             .b = l->rank > 0 ? hd__fused_mem(l->a) : NULL,
+                             .c = u,
+                             .b_trans = l->trans_a};
+    hd_fused_rows_call y = {.m = l->tokens,
+                            .n = l->out,
+                            .k = l->in,
+                            .k2 = l->rank,
+                            .alpha = 1.0f,
+                            .beta = 0.0f,
+                            .a = hd__fused_mem(l->x),
+                            .b = hd__fused_mem(l->w),
+                            .a2 = u,
+                            .b2 = l->rank > 0 ? hd__fused_mem(l->b) : NULL,
+                            .c = hd__fused_mem(l->y),
+                            .b_trans = true};
+    if ((l->rank > 0 && (s = hd__fused_rows_prepare(f, ctx, &xa)) != HD_OK) ||
+        (s = hd__fused_rows_prepare(f, ctx, &y)) != HD_OK)
+        return s;
+    if (l->rank > 0 && (s = hd__fused_rows_gemm(f, ctx, &xa)) != HD_OK)
+        return s;
+    return hd__fused_rows_gemm(f, ctx, &y);
+}
+
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
 {
     hd_fused *f = state;
     if (l->trans_w || l->trans_a || l->trans_b) {
-        /* Only the tiled engine reads transposed weights in place, and its second product
-         * (u*B) takes the transposes of its first (x*W): W and B transposed alike, as
-         * PyTorch stores them. */
+        /* The tiled engine and the dot form read transposed weights in place, each taking
+         * its second product (u*B) with the transposes of its first (x*W): W and B
+         * transposed alike, as PyTorch stores them. */
         if (l->trans_w != l->trans_b)
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
                              "fused: LoRA reads W and B transposed only together");
+        bool tile_variant = l->variant != NULL && hd__fused_is_tile_variant(l->variant);
+        if (l->trans_w && !tile_variant && l->tokens <= HD_FUSED_DOT_FORM_MAX_ROWS) {
+            hd_status s = lora_dot_form(f, ctx, l);
+            if (s != HD_ERR_UNSUPPORTED)
+                return s;
+            hd__error_clear(ctx); /* sizes past the few-row kernels: the tiled engine */
+        }
         hd_lora_args tiled = *l;
         if (tiled.variant != NULL && !hd__fused_is_tile_variant(tiled.variant))
             tiled.variant = NULL; /* a strip-kernel variant tuned for the default layout */
