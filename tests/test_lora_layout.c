@@ -110,8 +110,10 @@ static const unsigned layouts[] = {
     HD_LORA_LAYOUT_DEFAULT, HD_LORA_TRANS_W,        HD_LORA_TRANS_A,
     HD_LORA_TRANS_B,        HD_LORA_LAYOUT_PYTORCH, HD_LORA_TRANS_W | HD_LORA_TRANS_A,
 };
-/* One token (the GEMV-style path), a few, and more than the fused kernels' 16; odd sizes. */
-static const lora_case cases[] = {{1, 37, 29, 8}, {5, 64, 48, 3}, {33, 40, 24, 16}, {3, 17, 9, 0}};
+/* One token (the GEMV-style path), a few, and more than the fused kernels' 16; odd sizes; 8
+ * and 9 tokens on either side of the dot form's limit in PyTorch's layout; a depth of one. */
+static const lora_case cases[] = {{1, 37, 29, 8}, {5, 64, 48, 3}, {33, 40, 24, 16}, {3, 17, 9, 0},
+                                  {8, 45, 23, 7}, {9, 45, 23, 7}, {2, 1, 19, 4}};
 
 static void test_lora_layouts_match_reference_on_every_backend(void **state)
 {
