@@ -571,6 +571,10 @@ static double gemm_factor(hd_precision precision, size_t k)
     return GEMM_FACTOR + floor / (double)(k + 1);
 }
 
+/* check_gemm_in's variant for the backend's own choice of parameters in a precision other
+ * than the context's: the fused slot called directly with no variant. */
+static const char DEFAULT_PARAMETERS[] = "default parameters";
+
 static void check_gemm_in(hd_context *ctx, const gemm_case *gc, const char *variant,
                           hd_precision precision, uint64_t salt)
 {
@@ -603,9 +607,17 @@ static void check_gemm_in(hd_context *ctx, const gemm_case *gc, const char *vari
         to_device(ta);
         to_device(tb);
         to_device(tc);
-        hd_gemm_args args = {.trans_a = gc->trans_a, .trans_b = gc->trans_b,
-                             .alpha = gc->alpha, .beta = gc->beta, .a = ta, .b = tb, .c = tc,
-                             .m = m, .n = n, .k = k, .variant = variant,
+        hd_gemm_args args = {.trans_a = gc->trans_a,
+                             .trans_b = gc->trans_b,
+                             .alpha = gc->alpha,
+                             .beta = gc->beta,
+                             .a = ta,
+                             .b = tb,
+                             .c = tc,
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .variant = variant == DEFAULT_PARAMETERS ? NULL : variant,
                              .precision = precision};
         hd_status s = impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = args});
         if (beyond_device_limit(ctx, s, what))
@@ -803,6 +815,11 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
             }
         }
     }
+    /* The parameters chosen from the shape: on tiles that fill the device, tf32's 128 x 256
+     * warpgroup tiles (here wherever there are a few such tiles per compute unit). */
+    static const gemm_case wide = {257, 300, 41, 1.0f, 0.5f, false, false, true};
+    for (size_t pi = 0; pi < 2; pi++)
+        check_gemm_in(ctx, &wide, DEFAULT_PARAMETERS, precisions[pi], 2990 + pi);
     /* a warpgroup kernel that failed to build would have passed on mma.sync's results */
     assert_false(f->wgmma_broken);
     if (emulate)
