@@ -91,8 +91,10 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     if (p->wgmma) {
         /* 128 x 256 tiles, whose two warpgroups do twice the products of 128 x 128 ones per
          * stage, their buffers filling 48 KiB (H100, tf32: 1.11 ms at 4096^3 NN and NT, 8.58
-         * ms at 8192^3, against 1.22, 1.41 and 9.35 with 128 x 128 tiles and 6 buffers) */
-        bool wide = ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= units &&
+         * ms at 8192^3, against 1.22, 1.41 and 9.35 with 128 x 128 tiles and 6 buffers),
+         * where the matrices fill such a tile and the tiles the device */
+        bool wide = c->m >= 128 && c->n >= 256 &&
+                    ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= units &&
                     (f->local_mem == 0 || f->local_mem >= 3 * (128 + 256) * 8 * sizeof(float));
         if (wide && p->bm == 0 && p->bn == 0 && p->wn == 0 && p->bk == 0 && p->async == 0 &&
             p->overlap < 0) {
