@@ -83,7 +83,8 @@ typedef struct hd_fused {
     size_t splitk_bytes;
     cl_mem lora_u; /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
     size_t lora_u_bytes;
-    cl_mem backward_stats; /* the norms' backward: mean, its low part and 1/std per row, 3 x rows floats */
+    cl_mem backward_stats; /* the norms' backward: mean, its low part and 1/std per row,
+                              3 x rows floats */
     size_t backward_stats_bytes;
     cl_mem backward_parts; /* and their weight gradients' partial sums per chunk of rows */
     size_t backward_parts_bytes;

@@ -250,6 +250,16 @@ inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
 #define PREFETCH 0
 #endif
 #define SLOT_SPAN (T * CACHE) /* vectors a slot holds: at least a row */
+
+/* Row `row` of x and dy into this work-item's xv and dv where row < end, zeros otherwise. */
+inline void load_row(floatv *xv, floatv *dv, const __global float *x, const __global float *dy,
+                     int row, int end, int cols, int n, int t)
+{
+    const bool live = row < end;
+    const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
+    slot_load(xv, CACHE, (const __global floatv *)(x + off), live, n, t, (floatv)(0.0f));
+    slot_load(dv, CACHE, (const __global floatv *)(dy + off), live, n, t, (floatv)(0.0f));
+}
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_backward_fused(const __global float *x, const __global float *gamma,
                     const __global float *dy, __global float *dx, __global float *part, int rows,
@@ -272,12 +282,7 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
     floatv xv[CACHE], dv[CACHE];
 #if PREFETCH
     floatv xn[CACHE], dn[CACHE];
-    {
-        const int row = begin + slot;
-        const size_t off = (size_t)(row < end ? row : 0) * (size_t)cols;
-        slot_load(xn, CACHE, (const __global floatv *)(x + off), row < end, n, t, (floatv)(0.0f));
-        slot_load(dn, CACHE, (const __global floatv *)(dy + off), row < end, n, t, (floatv)(0.0f));
-    }
+    load_row(xn, dn, x, dy, begin + slot, end, cols, n, t);
 #endif
     for (int step = 0; step < steps; step++) {
         const int row = begin + step * ROWS + slot;
@@ -289,17 +294,10 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
             xv[i] = xn[i];
             dv[i] = dn[i];
         }
-        const int next = row + ROWS;
-        if (step + 1 < steps) {
-            const size_t noff = (size_t)(next < end ? next : 0) * (size_t)cols;
-            slot_load(xn, CACHE, (const __global floatv *)(x + noff), next < end, n, t,
-                      (floatv)(0.0f));
-            slot_load(dn, CACHE, (const __global floatv *)(dy + noff), next < end, n, t,
-                      (floatv)(0.0f));
-        }
+        if (step + 1 < steps)
+            load_row(xn, dn, x, dy, row + ROWS, end, cols, n, t);
 #else
-        slot_load(xv, CACHE, (const __global floatv *)(x + off), live, n, t, (floatv)(0.0f));
-        slot_load(dv, CACHE, (const __global floatv *)(dy + off), live, n, t, (floatv)(0.0f));
+        load_row(xv, dv, x, dy, row, end, cols, n, t);
 #endif
         /* the row's statistics and sums of g = gamma * dy: layer norm in two trees (sum x as a
          * pair, for the mean as mean + mean_lo, and sum g; then the squared deviations and
