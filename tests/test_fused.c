@@ -826,6 +826,48 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
         f->mma = f->mma_emulated = f->wgmma = false;
 }
 
+/* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
+ * elsewhere like the tensor-core kernels): each in every transpose combination, on sizes that
+ * let them copy (multiples of 4: a partial stage, k = 4, a deep k past its last stage, edge
+ * tiles) and on sizes that do not (the stages then go through registers), with alpha, beta and
+ * a NaN C that beta = 0 ignores. */
+static void test_gemm_fma_async_variants_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    fused_impl(ctx, &fs);
+    hd_fused *f = fs;
+    bool emulate = !f->mma;
+    if (emulate)
+        f->mma = f->mma_emulated = true;
+    hd_shape shape = {.dim = {700, 450, 1100}};
+    const char *list[48];
+    size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_FP32, list, 46);
+    size_t tested = 0;
+    static const size_t ks[] = {100, 4, 1060, 37};
+    for (size_t i = 0; i < count; i++) {
+        if (strstr(list[i], "ASYNC=") == NULL || strstr(list[i], "REG=") != NULL)
+            continue;
+        for (int tr = 0; tr < 4; tr++) {
+            bool odd = (i + (size_t)tr) % 4 == 3; /* scalar rows: register staging */
+            gemm_case gc = {4 * (33 + i) + odd,
+                            4 * (17 + 2 * tr) + odd,
+                            ks[(i + (size_t)tr) % 4],
+                            tr % 2 ? 1.0f : -0.5f,
+                            tr / 2 ? 0.25f : 0.0f,
+                            tr == 0,
+                            tr % 2 == 1,
+                            tr / 2 == 1};
+            check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32, 3100 + 4 * i + (size_t)tr);
+        }
+        tested++;
+    }
+    assert_true(tested >= 8);
+    assert_false(f->fma_async_broken);
+    if (emulate)
+        f->mma = f->mma_emulated = false;
+}
+
 /* Default parameters on shapes drawn from the whole class (testlib), fresh each run: few-row
  * kernels, dot form, tiles and the depth split as the shape takes them, in every transpose,
  * with alpha, beta and NaN in a C that beta = 0 ignores. */
@@ -941,16 +983,19 @@ static void test_gemm_outside_design_is_declined(void **state)
         "BM=256 BN=256 BK=64 RM=4 RN=4", /* 4096 work-items */
         "BM=64 BN=64 BK=16 WM=32 WN=32", /* tensor-core parameters in fp32 */
         "BM=64 BN=64 OVERLAP=0",         /* the warpgroup kernel's parameter in fp32 */
+        "BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=3", /* cp.async where it does not exist */
     };
     static const char *const capped = "BM=64 BN=64 REG=128";
     const hd_fused *f = fs;
     for (size_t i = 0; i < sizeof declined / sizeof declined[0] + 1; i++) {
         if ((i == 2 || i == 3) && hd_context_gemm_precision(ctx) != HD_PRECISION_FP32)
             continue;
-        if (i == 4 && f->nv_options)
+        if (i == 4 && f->mma)
+            continue;
+        if (i == 5 && f->nv_options)
             continue; /* the register cap, elsewhere than NVIDIA's compiler */
         hd_gemm_args args = {.alpha = 1.0f, .a = a, .b = b, .c = c, .m = 20, .n = 8, .k = 8,
-                             .variant = i < 4 ? declined[i] : capped};
+                             .variant = i < 5 ? declined[i] : capped};
         assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = args}), HD_ERR_UNSUPPORTED);
     }
     hd_tensor_destroy(a);
@@ -1455,6 +1500,7 @@ int main(void)
         cmocka_unit_test(test_gemm_alpha_beta_and_nan_c),
         cmocka_unit_test(test_gemm_every_variant),
         cmocka_unit_test(test_gemm_tiles_every_variant_and_transpose),
+        cmocka_unit_test(test_gemm_fma_async_variants_match_reference),
         cmocka_unit_test(test_gemm_tiles_match_reference),
         cmocka_unit_test(test_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_gemm_tensor_core_kernels_match_reference),

@@ -76,6 +76,7 @@ typedef struct hd_fused {
     bool mma;           /* NVIDIA sm_80+: the tensor-core kernels may be built */
     bool nv_options;    /* cl_nv_compiler_options: -cl-nv-maxrregcount is understood */
     bool mma_broken;    /* their build failed here: the fp32 kernels run instead */
+    bool fma_async_broken; /* the FMA kernel's cp.async build failed: register staging */
     bool mma_emulated;  /* tests only: the tensor-core kernels' OpenCL C stand-in for the PTX */
     bool wgmma;         /* NVIDIA compute capability 9.0: the warpgroup kernel may be built */
     bool wgmma_broken;  /* its build failed here: tf32 runs on the mma.sync kernel */

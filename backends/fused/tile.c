@@ -195,14 +195,16 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
 {
     if (p->wgmma)
         return (size_t)p->async * wgmma_stage_bytes(p);
-    size_t buffers = mma && p->async > 0 ? (size_t)p->async : 2;
+    size_t buffers = p->async > 0 ? (size_t)p->async : 2;
     size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
     if (mma) { /* depth-contiguous rows of MMA_STRIDE floats, 16 past a multiple of 32 */
         size_t stride = bk + (48 - bk % 32) % 32;
         a = bm * stride;
         b = bn * stride;
-    } else {
+    } else { /* depth-major rows of BM + 4 floats; with ASYNC, A may keep rows of BK + 4 */
         a = bk * (bm + 4);
+        if (p->async > 0 && bm * (bk + 4) > a)
+            a = bm * (bk + 4);
         b = bk * (bn + 4);
     }
     return buffers * (a + b) * sizeof(float);
@@ -216,14 +218,23 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, c->variant, p);
     if (s != HD_OK)
         return s;
-    bool warp_params = p->wm != 0 || p->wn != 0 || p->async != 0 || p->overlap >= 0;
+    bool warp_params = p->wm != 0 || p->wn != 0 || p->overlap >= 0;
     if (warp_params && !mma)
         return unsupported(ctx,
-                           "WM, WN, ASYNC and OVERLAP are the tensor-core kernels', which this "
-                           "context does not run",
+                           "WM, WN and OVERLAP are the tensor-core kernels', which this context "
+                           "does not run",
                            p);
     if (mma && (p->rm != 0 || p->rn != 0))
         mma = false; /* an fp32 variant: FMAs are at least as accurate */
+    if (!mma && p->async != 0) {
+        if (!f->mma)
+            return unsupported(ctx,
+                               "ASYNC copies through cp.async, of NVIDIA compute capability 8.0 "
+                               "and later",
+                               p);
+        if (f->fma_async_broken)
+            p->async = 0; /* its build failed here: the stages go through registers */
+    }
     bool wgmma = mma && wants_wgmma(f, c->precision);
     if (p->wgmma && !wgmma)
         return unsupported(ctx,
@@ -254,6 +265,9 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     } else {
         if (p->bm % p->rm != 0 || p->bn % p->rn != 0)
             return unsupported(ctx, "RM (RN) must divide BM (BN)", p);
+        if (p->async > 4 || (p->async != 0 && p->bk % 4 != 0))
+            return unsupported(ctx, "the FMA kernel takes ASYNC 2 to 4, with BK a multiple of 4",
+                               p);
         *threads = (size_t)(p->bm / p->rm) * (size_t)(p->bn / p->rn);
     }
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
@@ -329,8 +343,9 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
                        (int)c->b.trans, p->sk > 1);
     /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers
-     * (the warpgroup kernel copies those 4 bytes at a time) */
-    int async = vec_a == 4 && vec_b == 4 ? p->async : 0;
+     * (the warpgroup kernel copies those 4 bytes at a time; the FMA kernel stages a B stored
+     * n x k through registers anyway) */
+    int async = vec_a == 4 && (vec_b == 4 || (!mma && c->b.trans)) ? p->async : 0;
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d%s", p->wn, p->async, p->overlap,
@@ -341,8 +356,8 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                         c->precision == HD_PRECISION_TF32 ? 1 : 3, async,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else
-        len +=
-            snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d", p->rm, p->rn);
+        len += snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s",
+                        p->rm, p->rn, async, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0)
         snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
@@ -362,6 +377,15 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     }
     s = hd__fused_kernel(f, ctx, mma ? HD_FUSED_GEMM_MMA : HD_FUSED_GEMM_TILE, options,
                          mma ? "gemm_mma" : "gemm_tile", *threads, out);
+    if (s == HD_ERR_BUILD && !mma && async != 0) {
+        /* the FMA kernel with register staging, for this context */
+        f->fma_async_broken = true;
+        s = tile_kernel(f, ctx, c, p, threads, out);
+        if (s == HD_OK)
+            hd__note(ctx, "fused: the GEMM's cp.async copies did not build on this device; its "
+                          "stages go through registers");
+        return s;
+    }
     if (s == HD_ERR_BUILD && mma) {
         f->mma_broken = true;
         hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, NULL, p);
@@ -553,11 +577,24 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 128, 64, 16, 0, 64, 4},
         {"BM=64 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 64, 64, 16, 0, 64, 4},
     };
+    /* compute capability 8.0 and later, fp32: the FMA tiles with their stages copied by
+     * cp.async, more of them in flight, none through registers (but a B stored n x k) */
+    static const tile_variant fma_async_tiles[] = {
+        {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=3", 128, 128, 8, 8, 8, 3},
+        {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=4", 128, 128, 8, 8, 8, 4},
+        {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=3", 128, 128, 8, 16, 8, 3},
+        {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=4", 128, 128, 8, 16, 8, 4},
+        {"BM=128 BN=128 BK=16 RM=8 RN=16 ASYNC=2", 128, 128, 16, 8, 16, 2},
+        {"BM=128 BN=64 BK=16 RM=8 RN=8 ASYNC=3", 128, 64, 16, 8, 8, 3},
+        {"BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", 64, 128, 16, 8, 8, 3},
+        {"BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=4", 64, 64, 16, 4, 4, 4},
+    };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};
     /* NVIDIA: the large tiles again at 128 registers, two work-groups per SM */
     static const char *const fma_capped[] = {"BM=128 BN=128 BK=8 RM=8 RN=8 REG=128",
                                              "BM=128 BN=128 BK=16 RM=8 RN=8 REG=128"};
+    static const char fma_async_capped[] = "BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=4 REG=128";
     static const char *const mma_capped[] = {"BM=128 BN=128 BK=16 WM=64 WN=32 REG=128",
                                              "BM=128 BN=128 BK=16 WM=64 WN=64 REG=168",
                                              "BM=64 BN=128 BK=16 WM=32 WN=32 REG=128"};
@@ -574,10 +611,17 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0; i < count && n < max; i++)
         if (variant_fits(f, &tiles[i], mma))
             out[n++] = tiles[i].text;
+    for (size_t i = 0; !mma && f->mma && !f->fma_async_broken &&
+                       i < sizeof fma_async_tiles / sizeof fma_async_tiles[0] && n < max;
+         i++)
+        if (variant_fits(f, &fma_async_tiles[i], false))
+            out[n++] = fma_async_tiles[i].text;
     const char *const *capped = mma ? mma_capped : fma_capped;
     size_t capped_count = mma ? 3 : 2;
     for (size_t i = 0; f->nv_options && i < capped_count && n < max; i++)
         out[n++] = capped[i];
+    if (!mma && f->mma && !f->fma_async_broken && f->nv_options && n < max)
+        out[n++] = fma_async_capped;
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;
     for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < max; i++)

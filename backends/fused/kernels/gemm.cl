@@ -155,20 +155,43 @@
 #define BS_SIZE (BN * MMA_STRIDE)
 #define BS_AT(p, j) ((j)*MMA_STRIDE + (p))
 #endif
+#define B_ASYNC ASYNC /* both operands are copied by cp.async */
 #else
 /* FMAs: RM x RN results per work-item, read from local memory as float4 runs along i and j,
  * so both operands are kept depth-major; rows padded by 4 floats put one warp's transposed
- * stores in distinct banks and keep every row 16-byte aligned. */
+ * stores in distinct banks and keep every row 16-byte aligned.
+ * With ASYNC (NVIDIA compute capability 8.0 and later), cp.async copies each stage as stored,
+ * ASYNC - 1 stages in flight: an A stored m x k then stays depth-contiguous, rows of BK + 4
+ * floats read four depths at a time (gemm_tile.cl), the rows a warp reads at once (2 or 4,
+ * 4 apart) meeting in distinct banks or two to a bank; a B stored n x k keeps the register
+ * staging into the depth-major layout, since a warp reads 8 or 16 of its columns at once,
+ * which depth-contiguous rows would put in two banks. */
 #ifndef RM
 #define RM 8 /* rows of C per work-item */
 #endif
 #ifndef RN
 #define RN 8 /* columns of C per work-item */
 #endif
+#ifndef ASYNC
+#define ASYNC 0 /* stages in flight through cp.async (2 to 4); 0: register staging */
+#endif
+#if ASYNC && (ASYNC < 2 || ASYNC > 4)
+#error "ASYNC takes 2 to 4 stages"
+#endif
 #define THREADS ((BM / RM) * (BN / RN))
+#if ASYNC && !TRANS_A
+#define A_DEPTH_MAJOR 0
+#define AS_ROW (BK + 4)
+#define AS_SIZE (BM * AS_ROW)
+#define AS_AT(i, p) ((i) * AS_ROW + (p))
+#else
+#define A_DEPTH_MAJOR 1
 #define AS_STRIDE (BM + 4)
 #define AS_SIZE (BK * AS_STRIDE)
 #define AS_AT(i, p) ((p) * AS_STRIDE + (i))
+#endif
+#define B_DEPTH_MAJOR 1
+#define B_ASYNC (ASYNC && !TRANS_B)
 #define BS_STRIDE (BN + 4)
 #define BS_SIZE (BK * BS_STRIDE)
 #define BS_AT(p, j) ((p) * BS_STRIDE + (j))
@@ -185,9 +208,9 @@
 #error "a stage must split evenly over the work-items"
 #endif
 
-#if MMA || WGMMA
+#if MMA || WGMMA || ASYNC
 #ifndef MMA_EMULATE
-#define MMA_EMULATE 0 /* 1: OpenCL C in place of the tensor-core kernels' PTX (tests) */
+#define MMA_EMULATE 0 /* 1: OpenCL C in place of the PTX: tensor cores, cp.async (tests) */
 #endif
 /* Copies of 16 and 4 bytes to local memory at dst: the first `bytes` (a multiple of 4, at
  * most the copy's size) from src, zeros after them. cp.async returns before the copy lands;
@@ -416,6 +439,87 @@ static inline void load_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
         load_b(q->b2, q->ldb2, n0, (s - q->stages) * BK, n, q->k2, rb);
     }
 }
+
+/* B's part of stage s alone, for kernels that copy A with cp.async and stage B through
+ * registers. */
+static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
+                                float rb[B_LOADS * VEC_B])
+{
+    if (s < q->stages)
+        load_b(q->b, q->ldb, n0, q->kbegin + s * BK, n, q->kend, rb);
+    else
+        load_b(q->b2, q->ldb2, n0, (s - q->stages) * BK, n, q->k2, rb);
+}
+
+#if ASYNC && !WGMMA
+#if VEC_A != 4 || (B_ASYNC && VEC_B != 4)
+#error "ASYNC copies 16-byte runs: VEC_A (and VEC_B where B is copied) must be 4"
+#endif
+#define A_RUNS (BM * BK / (4 * THREADS))
+#define B_RUNS (BK * BN / (4 * THREADS))
+
+/* CP_WAIT waits until at most ASYNC - 2 of the work-item's groups of copies (copy16,
+ * cp_commit) are in flight. */
+#if MMA_EMULATE
+#define CP_WAIT()
+#elif ASYNC == 2
+#define CP_WAIT() asm volatile("cp.async.wait_group 0;" ::: "memory")
+#elif ASYNC == 3
+#define CP_WAIT() asm volatile("cp.async.wait_group 1;" ::: "memory")
+#else
+#define CP_WAIT() asm volatile("cp.async.wait_group 2;" ::: "memory")
+#endif
+
+/* Issues the copies of stage s into as (and bs, where B_ASYNC): runs of 4 along the stored
+ * rows, zeros outside rows < m (columns < n) and depths < kend; a run that crosses kend (or m,
+ * n) copies only its part inside. The source pointer of an empty run is the matrix's start,
+ * never read. */
+static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
+                              __local float *as, __local float *bs)
+{
+    bool first = s < q->stages;
+    __global const float *a = first ? q->a : q->a2, *b = first ? q->b : q->b2;
+    int lda = first ? q->lda : q->lda2, ldb = first ? q->ldb : q->ldb2;
+    int k0 = first ? q->kbegin + s * BK : (s - q->stages) * BK, kend = first ? q->kend : q->k2;
+    int lid = get_local_id(0);
+#pragma unroll
+    for (int l = 0; l < A_RUNS; l++) {
+        int e = lid + l * THREADS;
+#if TRANS_A
+        int p = e / (BM / 4), i = (e % (BM / 4)) * 4, kk = k0 + p, row = m0 + i;
+        int bytes = kk < kend ? clamp(4 * (m - row), 0, 16) : 0;
+        size_t at = (size_t)kk * lda + row;
+#else
+        int i = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, row = m0 + i;
+        int bytes = row < m ? clamp(4 * (kend - kk), 0, 16) : 0;
+        size_t at = (size_t)row * lda + kk;
+#endif
+        copy16(as + AS_AT(i, p), bytes > 0 ? a + at : a, bytes);
+    }
+#if B_ASYNC
+#pragma unroll
+    for (int l = 0; l < B_RUNS; l++) {
+        int e = lid + l * THREADS;
+#if !TRANS_B
+        int p = e / (BN / 4), j = (e % (BN / 4)) * 4, kk = k0 + p, col = n0 + j;
+        int bytes = kk < kend ? clamp(4 * (n - col), 0, 16) : 0;
+        size_t at = (size_t)kk * ldb + col;
+#else
+        int j = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, col = n0 + j;
+        int bytes = col < n ? clamp(4 * (kend - kk), 0, 16) : 0;
+        size_t at = (size_t)col * ldb + kk;
+#endif
+        copy16(bs + BS_AT(p, j), bytes > 0 ? b + at : b, bytes);
+    }
+#else
+    (void)bs;
+    (void)ldb;
+    (void)n0;
+    (void)n;
+    (void)b;
+#endif
+}
+#endif
 
 /* Where a tile's results go: C scaled by alpha and beta, or, under split-K, the slice's
  * partial tile, unscaled. */

@@ -197,66 +197,6 @@ MMA_UNROLL
 }
 
 #if ASYNC
-#if VEC_A != 4 || VEC_B != 4
-#error "ASYNC copies 16-byte runs: VEC_A and VEC_B must be 4"
-#endif
-#define A_RUNS (BM * BK / (4 * THREADS))
-#define B_RUNS (BK * BN / (4 * THREADS))
-
-/* CP_WAIT waits until at most ASYNC - 2 of the work-item's groups of copies (gemm.cl's
- * copy16, cp_commit) are in flight. */
-#if MMA_EMULATE
-#define CP_WAIT()
-#else
-#if ASYNC == 2
-#define CP_WAIT() asm volatile("cp.async.wait_group 0;" ::: "memory")
-#elif ASYNC == 3
-#define CP_WAIT() asm volatile("cp.async.wait_group 1;" ::: "memory")
-#else
-#define CP_WAIT() asm volatile("cp.async.wait_group 2;" ::: "memory")
-#endif
-#endif
-
-/* Issues the copies of stage s into as, bs: runs of 4 along the stored rows, zeros outside
- * rows < m (columns < n) and depths < kend; a run that crosses kend (or m, n) copies only its
- * part inside. The source pointer of an empty run is the matrix's start, never read. */
-static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
-                              __local float *as, __local float *bs)
-{
-    bool first = s < q->stages;
-    __global const float *a = first ? q->a : q->a2, *b = first ? q->b : q->b2;
-    int lda = first ? q->lda : q->lda2, ldb = first ? q->ldb : q->ldb2;
-    int k0 = first ? q->kbegin + s * BK : (s - q->stages) * BK, kend = first ? q->kend : q->k2;
-    int lid = get_local_id(0);
-#pragma unroll
-    for (int l = 0; l < A_RUNS; l++) {
-        int e = lid + l * THREADS;
-#if A_DEPTH_MAJOR
-        int p = e / (BM / 4), i = (e % (BM / 4)) * 4, kk = k0 + p, row = m0 + i;
-        int bytes = kk < kend ? clamp(4 * (m - row), 0, 16) : 0;
-        size_t at = (size_t)kk * lda + row;
-#else
-        int i = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, row = m0 + i;
-        int bytes = row < m ? clamp(4 * (kend - kk), 0, 16) : 0;
-        size_t at = (size_t)row * lda + kk;
-#endif
-        copy16(as + AS_AT(i, p), bytes > 0 ? a + at : a, bytes);
-    }
-#pragma unroll
-    for (int l = 0; l < B_RUNS; l++) {
-        int e = lid + l * THREADS;
-#if B_DEPTH_MAJOR
-        int p = e / (BN / 4), j = (e % (BN / 4)) * 4, kk = k0 + p, col = n0 + j;
-        int bytes = kk < kend ? clamp(4 * (n - col), 0, 16) : 0;
-        size_t at = (size_t)kk * ldb + col;
-#else
-        int j = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, col = n0 + j;
-        int bytes = col < n ? clamp(4 * (kend - kk), 0, 16) : 0;
-        size_t at = (size_t)col * ldb + kk;
-#endif
-        copy16(bs + BS_AT(p, j), bytes > 0 ? b + at : b, bytes);
-    }
-}
 #define BUFFERS ASYNC
 #else
 #define BUFFERS 2
