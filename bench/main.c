@@ -676,10 +676,11 @@ static double fastest_op_s(const bench_state *st, const size_t *record_index,
  * The host mode times a loop that writes its inputs from the host and then calls the op a
  * chain of times, so two things are set apart there. Every backend gets the same chain, sized
  * for the fastest: the write's copy is shared by the chain's calls, and a backend given fewer
- * calls (by a warm-up that ran slow) would pay more of it per call. And auto runs on inputs of
- * its own, with the same contents: where a tensor lives and how it moved after its last writes
- * is what the dispatcher learns from a program's loop, and the forced backends' rounds on
- * shared inputs (a CPU round that never moved them) are no loop a program runs.
+ * calls (by a warm-up that ran slow) would pay more of it per call. And every backend runs on
+ * inputs of its own, with the same contents, made for this mode: where a tensor lives and how
+ * it moved after its last writes is what the dispatcher learns from a program's loop, and
+ * rounds of other backends on shared inputs (a CPU round that never moved them) are no loop a
+ * program runs; all of them made at once, none has host memory older or warmer than another's.
  */
 static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t *record_index,
                          const hd_backend *bs, size_t n)
@@ -691,17 +692,16 @@ static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t 
         bool host = m == HD_MEASURE_HOST;
         unsigned host_chain =
             host ? chain_length(st->o, m, fastest_op_s(st, record_index, last_median, n)) : 0;
-        hd_bench_instance own;
-        bool have_own = false, own_failed = false;
+        hd_bench_instance own[HD_BACKEND_COUNT + 1];
+        bool have_own[HD_BACKEND_COUNT + 1] = {false};
         for (size_t i = 0; host && i < n; i++) {
             hd_bench_record *r = &st->run->records[record_index[i]];
-            if (bs[i] != HD_BACKEND_AUTO || r->state != HD_BENCH_OK)
+            if (r->state != HD_BENCH_OK)
                 continue;
-            have_own =
-                hd__bench_instance_create(st->ctx, &inst->c, inst->seed, true, &own) == HD_OK;
-            own_failed = !have_own;
-            if (own_failed)
-                snprintf(r->note, sizeof r->note, "host mode not timed: auto's own inputs: %.140s",
+            have_own[i] =
+                hd__bench_instance_create(st->ctx, &inst->c, inst->seed, true, &own[i]) == HD_OK;
+            if (!have_own[i])
+                snprintf(r->note, sizeof r->note, "host mode not timed: its own inputs: %.150s",
                          hd_context_last_error(st->ctx));
         }
         round_samples rs[HD_BACKEND_COUNT + 1];
@@ -710,15 +710,15 @@ static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t 
             for (size_t k = 0; k < n && !interrupted; k++) {
                 size_t i = (k + round) % n;
                 hd_bench_record *r = &st->run->records[record_index[i]];
-                bool mine = bs[i] == HD_BACKEND_AUTO && host;
                 unsigned chain = host ? host_chain : chain_length(st->o, m, last_median[i]);
-                if (r->state == HD_BENCH_OK && !(mine && own_failed))
-                    measure_round(st, mine ? &own : inst, r, bs[i], (hd_measure_mode)m,
+                if (r->state == HD_BENCH_OK && (!host || have_own[i]))
+                    measure_round(st, host ? &own[i] : inst, r, bs[i], (hd_measure_mode)m,
                                   last_median[i], chain, &rs[i]);
             }
         }
-        if (have_own)
-            hd__bench_instance_destroy(&own);
+        for (size_t i = 0; i < n; i++)
+            if (have_own[i])
+                hd__bench_instance_destroy(&own[i]);
         for (size_t i = 0; i < n; i++) {
             hd_bench_record *r = &st->run->records[record_index[i]];
             if (r->state != HD_BENCH_OK || rs[i].count == 0)
@@ -841,8 +841,9 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
     }
     hd_bench_instance inst;
     progress("[%zu/%zu] %s: %s, making random inputs", st->done + 1, st->total, suite, name);
+    /* no host copies: the host mode makes inputs of its own for each backend */
     if (hd__bench_instance_create(st->ctx, c, st->o->seed + 0x9e3779b97f4a7c15u * (index + 1),
-                                  st->o->modes[HD_MEASURE_HOST], &inst) != HD_OK) {
+                                  false, &inst) != HD_OK) {
         snprintf(note, sizeof note, "%.180s", hd_context_last_error(st->ctx));
         add_note_record(st, suite, c, name, "-", HD_BENCH_ERROR, note);
         return;
