@@ -827,10 +827,10 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
 }
 
 /* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
- * elsewhere like the tensor-core kernels): each in every transpose combination, on sizes that
- * let them copy (multiples of 4: a partial stage, k = 4, a deep k past its last stage, edge
- * tiles) and on sizes that do not (the stages then go through registers), with alpha, beta and
- * a NaN C that beta = 0 ignores. */
+ * elsewhere like the tensor-core kernels): each in every transpose combination (which copies
+ * A, B, both or neither), on sizes that let them copy (multiples of 4: a partial stage, k = 4,
+ * a deep k past its last stage, edge tiles) and on sizes that do not (the stages then go
+ * through registers), with alpha, beta and a NaN C that beta = 0 ignores. */
 static void test_gemm_fma_async_variants_match_reference(void **state)
 {
     hd_context *ctx = *state;

@@ -201,10 +201,8 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
         size_t stride = bk + (48 - bk % 32) % 32;
         a = bm * stride;
         b = bn * stride;
-    } else { /* depth-major rows of BM + 4 floats; with ASYNC, A may keep rows of BK + 4 */
+    } else { /* depth-major rows of BM + 4 (BN + 4) floats */
         a = bk * (bm + 4);
-        if (p->async > 0 && bm * (bk + 4) > a)
-            a = bm * (bk + 4);
         b = bk * (bn + 4);
     }
     return buffers * (a + b) * sizeof(float);
@@ -265,9 +263,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     } else {
         if (p->bm % p->rm != 0 || p->bn % p->rn != 0)
             return unsupported(ctx, "RM (RN) must divide BM (BN)", p);
-        if (p->async > 4 || (p->async != 0 && p->bk % 4 != 0))
-            return unsupported(ctx, "the FMA kernel takes ASYNC 2 to 4, with BK a multiple of 4",
-                               p);
+        if (p->async > 4)
+            return unsupported(ctx, "the FMA kernel takes ASYNC 2 to 4", p);
         *threads = (size_t)(p->bm / p->rm) * (size_t)(p->bn / p->rn);
     }
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
@@ -343,9 +340,10 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
                        (int)c->b.trans, p->sk > 1);
     /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers
-     * (the warpgroup kernel copies those 4 bytes at a time; the FMA kernel stages a B stored
-     * n x k through registers anyway) */
-    int async = vec_a == 4 && (vec_b == 4 || (!mma && c->b.trans)) ? p->async : 0;
+     * (the warpgroup kernel copies those 4 bytes at a time; the FMA kernel copies only the
+     * operands stored depth-major, A stored k x m and B stored k x n) */
+    bool copies_a = mma || c->a.trans, copies_b = mma || !c->b.trans;
+    int async = (!copies_a || vec_a == 4) && (!copies_b || vec_b == 4) ? p->async : 0;
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d%s", p->wn, p->async, p->overlap,
@@ -577,8 +575,9 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 128, 64, 16, 0, 64, 4},
         {"BM=64 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 64, 64, 16, 0, 64, 4},
     };
-    /* compute capability 8.0 and later, fp32: the FMA tiles with their stages copied by
-     * cp.async, more of them in flight, none through registers (but a B stored n x k) */
+    /* compute capability 8.0 and later, fp32: the FMA tiles with the operands stored
+     * depth-major copied by cp.async, more stages in flight (none where A is stored m x k and
+     * B n x k: both go through registers) */
     static const tile_variant fma_async_tiles[] = {
         {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=3", 128, 128, 8, 8, 8, 3},
         {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=4", 128, 128, 8, 8, 8, 4},
@@ -611,7 +610,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0; i < count && n < max; i++)
         if (variant_fits(f, &tiles[i], mma))
             out[n++] = tiles[i].text;
-    for (size_t i = 0; !mma && f->mma && !f->fma_async_broken &&
+    bool copies = s->trans_a || !s->trans_b;
+    for (size_t i = 0; !mma && f->mma && !f->fma_async_broken && copies &&
                        i < sizeof fma_async_tiles / sizeof fma_async_tiles[0] && n < max;
          i++)
         if (variant_fits(f, &fma_async_tiles[i], false))
@@ -620,7 +620,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     size_t capped_count = mma ? 3 : 2;
     for (size_t i = 0; f->nv_options && i < capped_count && n < max; i++)
         out[n++] = capped[i];
-    if (!mma && f->mma && !f->fma_async_broken && f->nv_options && n < max)
+    if (!mma && f->mma && !f->fma_async_broken && copies && f->nv_options && n < max)
         out[n++] = fma_async_capped;
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;

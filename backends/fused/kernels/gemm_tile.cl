@@ -9,9 +9,9 @@
  * Arithmetic per stage and work-item: BK * RM * RN FMAs against BK * (RM + RN) / 4 local
  * vector reads.
  *
- * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 4 stages
- * copied by cp.async, with VEC_A = 4, and VEC_B = 4 where B is stored k x n); BK a multiple of
- * 4 with ASYNC.
+ * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 4 buffers,
+ * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 (VEC_B = 4) for
+ * them).
  */
 #if RM % 4 != 0 || RN % 4 != 0 || BM % RM != 0 || BN % RN != 0
 #error "RM and RN must be multiples of 4 dividing BM and BN"
@@ -23,34 +23,6 @@
 static inline void stage_fma(__local const float *as, __local const float *bs, int tm, int tn,
                              float acc[RM][RN])
 {
-#if !A_DEPTH_MAJOR
-    /* A depth-contiguous (gemm.cl, ASYNC): four depths of a row per float4, so the reads per
-     * depth are as many as from the depth-major layout: RM / 4 for A, RN / 4 for B */
-#pragma unroll
-    for (int p = 0; p < BK; p += 4) {
-        float bv[4][RN];
-#pragma unroll
-        for (int d = 0; d < 4; d++)
-#pragma unroll
-            for (int r = 0; r < RN / 4; r++) {
-                float4 v = *(__local const float4 *)(bs + BS_AT(p + d, r * 4 * TH_N + tn * 4));
-                bv[d][r * 4 + 0] = v.x;
-                bv[d][r * 4 + 1] = v.y;
-                bv[d][r * 4 + 2] = v.z;
-                bv[d][r * 4 + 3] = v.w;
-            }
-#pragma unroll
-        for (int i = 0; i < RM; i++) {
-            float4 v = *(__local const float4 *)(as + AS_AT((i / 4) * 4 * TH_M + tm * 4 + i % 4, p));
-            float av[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int d = 0; d < 4; d++)
-#pragma unroll
-                for (int j = 0; j < RN; j++)
-                    acc[i][j] = fma(av[d], bv[d][j], acc[i][j]);
-        }
-    }
-#else
 #pragma unroll
     for (int p = 0; p < BK; p++) {
         float av[RM], bv[RN];
@@ -76,7 +48,6 @@ static inline void stage_fma(__local const float *as, __local const float *bs, i
             for (int j = 0; j < RN; j++)
                 acc[i][j] = fma(av[i], bv[j], acc[i][j]);
     }
-#endif
 }
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
@@ -111,15 +82,22 @@ gemm_tile(const int m, const int n, const int k, const float alpha,
 #if ASYNC
     /* As gemm_mma.cl's: ASYNC - 1 stages in flight while one is multiplied, stage s + ASYNC -
      * 1 going into the buffer of stage s - 1, which every work-item has left at the barrier;
-     * a group committed per stage, empty past the last. A B staged through registers is
-     * loaded with its stage's copies and stored after the products, before the next barrier,
-     * which orders it before its own products ASYNC - 1 stages later. */
+     * a group committed per stage, empty past the last. An operand staged through registers
+     * is loaded with its stage's copies and stored after the products, before the next
+     * barrier, which orders it before its own products ASYNC - 1 stages later. */
+#if !A_ASYNC
+    float ra[A_LOADS * VEC_A];
+#endif
 #if !B_ASYNC
     float rb[B_LOADS * VEC_B];
 #endif
     for (int s = 0; s < ASYNC - 1; s++) {
         if (s < stages) {
             copy_stage(&q, s, m0, n0, m, n, as[s], bs[s]);
+#if !A_ASYNC
+            load_stage_a(&q, s, m0, m, ra);
+            store_a(as[s], ra);
+#endif
 #if !B_ASYNC
             load_stage_b(&q, s, n0, n, rb);
             store_b(bs[s], rb);
@@ -134,16 +112,23 @@ gemm_tile(const int m, const int n, const int k, const float alpha,
         bool more = next < stages;
         if (more) {
             copy_stage(&q, next, m0, n0, m, n, as[next % ASYNC], bs[next % ASYNC]);
+#if !A_ASYNC
+            load_stage_a(&q, next, m0, m, ra);
+#endif
 #if !B_ASYNC
             load_stage_b(&q, next, n0, n, rb);
 #endif
         }
         cp_commit();
         stage_fma(as[s % ASYNC], bs[s % ASYNC], tm, tn, acc);
+        if (more) {
+#if !A_ASYNC
+            store_a(as[next % ASYNC], ra);
+#endif
 #if !B_ASYNC
-        if (more)
             store_b(bs[next % ASYNC], rb);
 #endif
+        }
     }
 #else
     float ra[A_LOADS * VEC_A], rb[B_LOADS * VEC_B];
