@@ -339,9 +339,11 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        "-DTRANS_B=%d -DSPLIT_K=%d",
                        p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
                        (int)c->b.trans, p->sk > 1);
-    /* the mma.sync kernel's cp.async copies 16-byte runs: rows that do not allow them are
-     * staged through registers (the warpgroup and FMA kernels copy those 4 bytes at a time) */
-    int async = !mma || (vec_a == 4 && vec_b == 4) ? p->async : 0;
+    /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers
+     * (the warpgroup kernel copies those 4 bytes at a time; the FMA kernel copies only the
+     * operands stored depth-major, A stored k x m and B stored k x n) */
+    bool copies_a = mma || c->a.trans, copies_b = mma || !c->b.trans;
+    int async = (!copies_a || vec_a == 4) && (!copies_b || vec_b == 4) ? p->async : 0;
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d%s", p->wn, p->async, p->overlap,
@@ -573,8 +575,9 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 128, 64, 16, 0, 64, 4},
         {"BM=64 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 64, 64, 16, 0, 64, 4},
     };
-    /* compute capability 8.0 and later, fp32: the FMA tiles with their stages copied by
-     * cp.async, more of them in flight */
+    /* compute capability 8.0 and later, fp32: the FMA tiles with the operands stored
+     * depth-major copied by cp.async, more stages in flight (none where A is stored m x k and
+     * B n x k: both go through registers) */
     static const tile_variant fma_async_tiles[] = {
         {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=3", 128, 128, 8, 8, 8, 3},
         {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=4", 128, 128, 8, 8, 8, 4},
@@ -607,7 +610,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0; i < count && n < max; i++)
         if (variant_fits(f, &tiles[i], mma))
             out[n++] = tiles[i].text;
-    for (size_t i = 0; !mma && f->mma && !f->fma_async_broken &&
+    bool copies = s->trans_a || !s->trans_b;
+    for (size_t i = 0; !mma && f->mma && !f->fma_async_broken && copies &&
                        i < sizeof fma_async_tiles / sizeof fma_async_tiles[0] && n < max;
          i++)
         if (variant_fits(f, &fma_async_tiles[i], false))
@@ -616,7 +620,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     size_t capped_count = mma ? 3 : 2;
     for (size_t i = 0; f->nv_options && i < capped_count && n < max; i++)
         out[n++] = capped[i];
-    if (!mma && f->mma && !f->fma_async_broken && f->nv_options && n < max)
+    if (!mma && f->mma && !f->fma_async_broken && copies && f->nv_options && n < max)
         out[n++] = fma_async_capped;
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;

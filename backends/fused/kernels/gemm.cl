@@ -155,20 +155,18 @@
 #define BS_SIZE (BN * MMA_STRIDE)
 #define BS_AT(p, j) ((j)*MMA_STRIDE + (p))
 #endif
-#define A_COPY_RUN 4 /* floats per cp.async: the operands' rows allow 16 bytes (host) */
-#define B_COPY_RUN 4
+#define A_ASYNC ASYNC /* both operands are copied by cp.async */
+#define B_ASYNC ASYNC
 #else
 /* FMAs: RM x RN results per work-item, read from local memory as float4 runs along i and j,
  * so both operands are kept depth-major; rows padded by 4 floats put one warp's transposed
  * stores in distinct banks and keep every row 16-byte aligned.
  * With ASYNC (NVIDIA compute capability 8.0 and later), ASYNC buffers, ASYNC - 1 stages in
- * flight, copied by cp.async into the same layout, no registers on the way: an operand stored
- * depth-major (A stored k x m, B stored k x n) in runs of 4 floats where its rows allow them,
- * else, and an operand stored depth-contiguous, one float per copy, consecutive work-items
- * along the stored row, each float placed where the depth-major layout wants it (the padded
- * rows keep a warp's 4-byte stores in distinct banks for BK = 8, two to a bank for 16). Kept
- * depth-contiguous instead and read four depths at a time, an A stored m x k ran 4096^3 on
- * the H100 in 3.80 ms, where the register staging takes 3.51 (8 x 8 per work-item). */
+ * flight: cp.async copies the operands stored depth-major (A stored k x m, B stored k x n) as
+ * they are stored; the others still go through registers, transposed on their way in. On
+ * the H100 at 4096^3 (16 x 8 per work-item) the other ways ran slower: an A stored m x k kept
+ * depth-contiguous and read four depths at a time, 3.22 ms NN against 3.11; copied one float
+ * per cp.async into the depth-major layout, 3.58 ms NN and 4.04 NT against 3.11 and 2.86. */
 #ifndef RM
 #define RM 8 /* rows of C per work-item */
 #endif
@@ -182,8 +180,8 @@
 #error "ASYNC takes 2 to 4 stages"
 #endif
 #define THREADS ((BM / RM) * (BN / RN))
-#define A_COPY_RUN (TRANS_A && VEC_A == 4 ? 4 : 1) /* floats per cp.async */
-#define B_COPY_RUN (!TRANS_B && VEC_B == 4 ? 4 : 1)
+#define A_ASYNC (ASYNC && TRANS_A)
+#define B_ASYNC (ASYNC && !TRANS_B)
 #define AS_STRIDE (BM + 4)
 #define AS_SIZE (BK * AS_STRIDE)
 #define AS_AT(i, p) ((p) * AS_STRIDE + (i))
@@ -435,12 +433,31 @@ static inline void load_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
     }
 }
 
+/* One operand's part of stage s, for kernels that copy the other with cp.async. */
+static inline void load_stage_a(const gemm_pairs *q, int s, int m0, int m,
+                                float ra[A_LOADS * VEC_A])
+{
+    if (s < q->stages)
+        load_a(q->a, q->lda, m0, q->kbegin + s * BK, m, q->kend, ra);
+    else
+        load_a(q->a2, q->lda2, m0, (s - q->stages) * BK, m, q->k2, ra);
+}
+
+static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
+                                float rb[B_LOADS * VEC_B])
+{
+    if (s < q->stages)
+        load_b(q->b, q->ldb, n0, q->kbegin + s * BK, n, q->kend, rb);
+    else
+        load_b(q->b2, q->ldb2, n0, (s - q->stages) * BK, n, q->k2, rb);
+}
+
 #if ASYNC && !WGMMA
-#if (A_COPY_RUN == 4 && VEC_A != 4) || (B_COPY_RUN == 4 && VEC_B != 4)
-#error "copies of 16 bytes need VEC_A (VEC_B) = 4"
+#if (A_ASYNC && VEC_A != 4) || (B_ASYNC && VEC_B != 4)
+#error "ASYNC copies 16-byte runs: VEC_A (VEC_B) must be 4 where A (B) is copied"
 #endif
-#define A_RUNS (BM * BK / (A_COPY_RUN * THREADS))
-#define B_RUNS (BK * BN / (B_COPY_RUN * THREADS))
+#define A_RUNS (BM * BK / (4 * THREADS))
+#define B_RUNS (BK * BN / (4 * THREADS))
 
 /* CP_WAIT waits until at most ASYNC - 2 of the work-item's groups of copies (copy16,
  * cp_commit) are in flight. */
@@ -454,10 +471,10 @@ static inline void load_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
 #define CP_WAIT() asm volatile("cp.async.wait_group 2;" ::: "memory")
 #endif
 
-/* Issues the copies of stage s into as and bs: runs of A_COPY_RUN (B_COPY_RUN) floats along
- * the stored rows, zeros outside rows < m (columns < n) and depths < kend; a run that crosses
- * kend (or m, n) copies only its part inside. The source pointer of an empty run is the
- * matrix's start, never read. */
+/* Issues the copies of stage s into as and bs (each where A_ASYNC, B_ASYNC): runs of 4 along
+ * the stored rows, zeros outside rows < m (columns < n) and depths < kend; a run that crosses kend (or m,
+ * n) copies only its part inside. The source pointer of an empty run is the matrix's start,
+ * never read. */
 static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
                               __local float *as, __local float *bs)
 {
@@ -466,46 +483,50 @@ static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
     int lda = first ? q->lda : q->lda2, ldb = first ? q->ldb : q->ldb2;
     int k0 = first ? q->kbegin + s * BK : (s - q->stages) * BK, kend = first ? q->kend : q->k2;
     int lid = get_local_id(0);
+#if A_ASYNC
 #pragma unroll
     for (int l = 0; l < A_RUNS; l++) {
         int e = lid + l * THREADS;
 #if TRANS_A
-        int p = e / (BM / A_COPY_RUN), i = (e % (BM / A_COPY_RUN)) * A_COPY_RUN;
-        int kk = k0 + p, row = m0 + i;
-        int bytes = kk < kend ? clamp(4 * (m - row), 0, 4 * A_COPY_RUN) : 0;
+        int p = e / (BM / 4), i = (e % (BM / 4)) * 4, kk = k0 + p, row = m0 + i;
+        int bytes = kk < kend ? clamp(4 * (m - row), 0, 16) : 0;
         size_t at = (size_t)kk * lda + row;
 #else
-        int i = e / (BK / A_COPY_RUN), p = (e % (BK / A_COPY_RUN)) * A_COPY_RUN;
-        int kk = k0 + p, row = m0 + i;
-        int bytes = row < m ? clamp(4 * (kend - kk), 0, 4 * A_COPY_RUN) : 0;
+        int i = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, row = m0 + i;
+        int bytes = row < m ? clamp(4 * (kend - kk), 0, 16) : 0;
         size_t at = (size_t)row * lda + kk;
 #endif
-#if A_COPY_RUN == 4
         copy16(as + AS_AT(i, p), bytes > 0 ? a + at : a, bytes);
-#else
-        copy4(as + AS_AT(i, p), bytes > 0 ? a + at : a, bytes);
-#endif
     }
+#else
+    (void)as;
+    (void)lda;
+    (void)m0;
+    (void)m;
+    (void)a;
+#endif
+#if B_ASYNC
 #pragma unroll
     for (int l = 0; l < B_RUNS; l++) {
         int e = lid + l * THREADS;
 #if !TRANS_B
-        int p = e / (BN / B_COPY_RUN), j = (e % (BN / B_COPY_RUN)) * B_COPY_RUN;
-        int kk = k0 + p, col = n0 + j;
-        int bytes = kk < kend ? clamp(4 * (n - col), 0, 4 * B_COPY_RUN) : 0;
+        int p = e / (BN / 4), j = (e % (BN / 4)) * 4, kk = k0 + p, col = n0 + j;
+        int bytes = kk < kend ? clamp(4 * (n - col), 0, 16) : 0;
         size_t at = (size_t)kk * ldb + col;
 #else
-        int j = e / (BK / B_COPY_RUN), p = (e % (BK / B_COPY_RUN)) * B_COPY_RUN;
-        int kk = k0 + p, col = n0 + j;
-        int bytes = col < n ? clamp(4 * (kend - kk), 0, 4 * B_COPY_RUN) : 0;
+        int j = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, col = n0 + j;
+        int bytes = col < n ? clamp(4 * (kend - kk), 0, 16) : 0;
         size_t at = (size_t)col * ldb + kk;
 #endif
-#if B_COPY_RUN == 4
         copy16(bs + BS_AT(p, j), bytes > 0 ? b + at : b, bytes);
-#else
-        copy4(bs + BS_AT(p, j), bytes > 0 ? b + at : b, bytes);
-#endif
     }
+#else
+    (void)bs;
+    (void)ldb;
+    (void)n0;
+    (void)n;
+    (void)b;
+#endif
 }
 #endif
 

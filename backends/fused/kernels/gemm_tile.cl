@@ -9,8 +9,9 @@
  * Arithmetic per stage and work-item: BK * RM * RN FMAs against BK * (RM + RN) / 4 local
  * vector reads.
  *
- * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 4 buffers
- * filled by cp.async).
+ * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 4 buffers,
+ * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 (VEC_B = 4) for
+ * them).
  */
 #if RM % 4 != 0 || RN % 4 != 0 || BM % RM != 0 || BN % RN != 0
 #error "RM and RN must be multiples of 4 dividing BM and BN"
@@ -81,20 +82,53 @@ gemm_tile(const int m, const int n, const int k, const float alpha,
 #if ASYNC
     /* As gemm_mma.cl's: ASYNC - 1 stages in flight while one is multiplied, stage s + ASYNC -
      * 1 going into the buffer of stage s - 1, which every work-item has left at the barrier;
-     * a group committed per stage, empty past the last. */
+     * a group committed per stage, empty past the last. An operand staged through registers
+     * is loaded with its stage's copies and stored after the products, before the next
+     * barrier, which orders it before its own products ASYNC - 1 stages later. */
+#if !A_ASYNC
+    float ra[A_LOADS * VEC_A];
+#endif
+#if !B_ASYNC
+    float rb[B_LOADS * VEC_B];
+#endif
     for (int s = 0; s < ASYNC - 1; s++) {
-        if (s < stages)
+        if (s < stages) {
             copy_stage(&q, s, m0, n0, m, n, as[s], bs[s]);
+#if !A_ASYNC
+            load_stage_a(&q, s, m0, m, ra);
+            store_a(as[s], ra);
+#endif
+#if !B_ASYNC
+            load_stage_b(&q, s, n0, n, rb);
+            store_b(bs[s], rb);
+#endif
+        }
         cp_commit();
     }
     for (int s = 0; s < stages; s++) {
         CP_WAIT();
         barrier(CLK_LOCAL_MEM_FENCE);
         int next = s + ASYNC - 1;
-        if (next < stages)
+        bool more = next < stages;
+        if (more) {
             copy_stage(&q, next, m0, n0, m, n, as[next % ASYNC], bs[next % ASYNC]);
+#if !A_ASYNC
+            load_stage_a(&q, next, m0, m, ra);
+#endif
+#if !B_ASYNC
+            load_stage_b(&q, next, n0, n, rb);
+#endif
+        }
         cp_commit();
         stage_fma(as[s % ASYNC], bs[s % ASYNC], tm, tn, acc);
+        if (more) {
+#if !A_ASYNC
+            store_a(as[next % ASYNC], ra);
+#endif
+#if !B_ASYNC
+            store_b(bs[next % ASYNC], rb);
+#endif
+        }
     }
 #else
     float ra[A_LOADS * VEC_A], rb[B_LOADS * VEC_B];
