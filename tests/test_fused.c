@@ -826,48 +826,6 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
         f->mma = f->mma_emulated = f->wgmma = false;
 }
 
-/* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
- * elsewhere like the tensor-core kernels): each in every transpose combination (which copies
- * A, B, both or neither), on sizes that let them copy (multiples of 4: a partial stage, k = 4,
- * a deep k past its last stage, edge tiles) and on sizes that do not (the stages then go
- * through registers), with alpha, beta and a NaN C that beta = 0 ignores. */
-static void test_gemm_fma_async_variants_match_reference(void **state)
-{
-    hd_context *ctx = *state;
-    void *fs;
-    fused_impl(ctx, &fs);
-    hd_fused *f = fs;
-    bool emulate = !f->mma;
-    if (emulate)
-        f->mma = f->mma_emulated = true;
-    hd_shape shape = {.dim = {700, 450, 1100}};
-    const char *list[48];
-    size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_FP32, list, 46);
-    size_t tested = 0;
-    static const size_t ks[] = {100, 4, 1060, 37};
-    for (size_t i = 0; i < count; i++) {
-        if (strstr(list[i], "ASYNC=") == NULL || strstr(list[i], "REG=") != NULL)
-            continue;
-        for (int tr = 0; tr < 4; tr++) {
-            bool odd = (i + (size_t)tr) % 4 == 3; /* scalar rows: register staging */
-            gemm_case gc = {4 * (33 + i) + odd,
-                            4 * (17 + 2 * tr) + odd,
-                            ks[(i + (size_t)tr) % 4],
-                            tr % 2 ? 1.0f : -0.5f,
-                            tr / 2 ? 0.25f : 0.0f,
-                            tr == 0,
-                            tr % 2 == 1,
-                            tr / 2 == 1};
-            check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32, 3100 + 4 * i + (size_t)tr);
-        }
-        tested++;
-    }
-    assert_true(tested >= 8);
-    assert_false(f->fma_async_broken);
-    if (emulate)
-        f->mma = f->mma_emulated = false;
-}
-
 /* Default parameters on shapes drawn from the whole class (testlib), fresh each run: few-row
  * kernels, dot form, tiles and the depth split as the shape takes them, in every transpose,
  * with alpha, beta and NaN in a C that beta = 0 ignores. */
@@ -1189,6 +1147,51 @@ static void test_lora_tiles_match_reference(void **state)
     assert_true(count > 4);
     for (size_t i = 0; i < count; i++)
         check_lora(ctx, i % 2 ? 3 : 37 + i, 96, 80 + 4 * i, i % 3 ? 8 : 3, list[i], 3150 + i);
+}
+
+/* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
+ * elsewhere like the tensor-core kernels): each in every transpose combination (which copies
+ * A, B, both or neither), on sizes that let them copy (multiples of 4: a partial stage, k = 4,
+ * a deep k past its last stage, edge tiles) and on sizes that do not (the stages then go
+ * through registers), with alpha, beta and a NaN C that beta = 0 ignores; LoRA's tiles too. */
+static void test_gemm_fma_async_variants_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    fused_impl(ctx, &fs);
+    hd_fused *f = fs;
+    bool emulate = !f->mma;
+    if (emulate)
+        f->mma = f->mma_emulated = true;
+    hd_shape shape = {.dim = {700, 450, 1100}};
+    const char *list[48];
+    size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_FP32, list, 46);
+    size_t tested = 0;
+    static const size_t ks[] = {100, 4, 1060, 37};
+    for (size_t i = 0; i < count; i++) {
+        if (strstr(list[i], "ASYNC=") == NULL || strstr(list[i], "REG=") != NULL)
+            continue;
+        for (int tr = 0; tr < 4; tr++) {
+            bool odd = (i + (size_t)tr) % 4 == 3; /* scalar rows: register staging */
+            gemm_case gc = {4 * (33 + i) + odd,
+                            4 * (17 + 2 * tr) + odd,
+                            ks[(i + (size_t)tr) % 4],
+                            tr % 2 ? 1.0f : -0.5f,
+                            tr / 2 ? 0.25f : 0.0f,
+                            tr == 0,
+                            tr % 2 == 1,
+                            tr / 2 == 1};
+            check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32, 3100 + 4 * i + (size_t)tr);
+        }
+        tested++;
+    }
+    assert_true(tested >= 8);
+    /* LoRA's tiles: the low-rank product's stages through the same copies */
+    check_lora(ctx, 37, 96, 84, 8, "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", 3190);
+    check_lora(ctx, 70, 100, 131, 13, "BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=3", 3191);
+    assert_false(f->fma_async_broken);
+    if (emulate)
+        f->mma = f->mma_emulated = false;
 }
 
 static void test_lora_few_tokens_matches_reference(void **state)

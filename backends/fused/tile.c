@@ -75,6 +75,14 @@ static bool wants_wgmma(const hd_fused *f, hd_precision precision)
            !f->wgmma_broken;
 }
 
+/* Whether the FMA kernel's ASYNC copies an operand of c through cp.async: the device has it
+ * and an operand is stored depth-major (gemm.cl); where both are stored depth-contiguous (A
+ * m x k, B n x k) ASYNC would only add a buffer. */
+static bool copies_an_operand(const hd_fused *f, const hd_fused_tile_call *c)
+{
+    return f->mma && !f->fma_async_broken && (c->a.trans || !c->b.trans);
+}
+
 /* Local memory of one stage of the warpgroup kernel, in bytes. */
 static size_t wgmma_stage_bytes(const hd_fused_params *p)
 {
@@ -88,6 +96,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
 {
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool large = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch >= units;
+    bool half_fill = !large && 2 * ceil_div(c->m, 64) * ceil_div(c->n, 128) * c->batch >= units;
     if (p->wgmma) {
         /* 128 x 256 tiles, whose two warpgroups do twice the products of 128 x 128 ones per
          * stage, their buffers filling 48 KiB (H100, tf32: 1.11 ms at 4096^3 NN and NT, 8.58
@@ -132,12 +141,27 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
         /* 16 x 8 results per work-item (H100, fp32, 4096^3: 3.28 ms NN and 3.31 ms NT, against
-         * 3.50 and 3.63 with 8 x 8) */
+         * 3.50 and 3.63 with 8 x 8); 3 buffers through cp.async where it copies an operand
+         * (3.11 ms NN, 2.94 TN, 3.12 TT, against 3.28, 3.08 and 3.08) */
         p->bm = 128;
         p->bn = 128;
         p->bk = 8;
         p->rm = 16;
         p->rn = 8;
+        if (p->async == 0 && copies_an_operand(f, c))
+            p->async = 3;
+    } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
+               p->rn == 0 && p->sk == 0) {
+        /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
+         * units work or more (H100, fp32, 512 x 4096 x 4096: 431 us, 429 with cp.async,
+         * against 538 with 64 x 64 tiles; 997 x 1009 x 1013: 90 and 86 us against 94) */
+        p->bm = 64;
+        p->bn = 128;
+        p->bk = 16;
+        p->rm = 8;
+        p->rn = 8;
+        if (p->async == 0 && copies_an_operand(f, c))
+            p->async = 3;
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side, the thin side's 16
