@@ -611,8 +611,6 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=64 BK=16 RM=8 RN=8 ASYNC=3", 128, 64, 16, 8, 8, 3},
         {"BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", 64, 128, 16, 8, 8, 3},
         {"BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=4", 64, 64, 16, 4, 4, 4},
-        {"BM=256 BN=128 BK=8 RM=16 RN=8 ASYNC=3", 256, 128, 8, 16, 8, 3},
-        {"BM=128 BN=256 BK=8 RM=8 RN=16 ASYNC=3", 128, 256, 8, 8, 16, 3},
     };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};
