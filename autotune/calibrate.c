@@ -78,16 +78,19 @@ static hd_status gemm_rate(hd_context *ctx, hd_backend b, size_t n, double budge
     return s;
 }
 
+/* The host link as tensors meet it: from host memory taken the way theirs is (pinned where
+ * the context pins large tensors). */
 static hd_status upload_rate(hd_context *ctx, size_t bytes, double *gbps)
 {
     *gbps = 0.0;
-    char *src = malloc(bytes);
+    bool pinned;
+    char *src = hd__host_alloc(ctx, bytes, &pinned);
     if (src == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "calibration: no memory for the upload");
     memset(src, 1, bytes);
     double best_s = 0.0;
     hd_status s = hd__device_upload_seconds(ctx, src, bytes, 4, &best_s);
-    free(src);
+    hd__host_free(ctx, src, pinned);
     *gbps = s == HD_OK && best_s > 0.0 ? (double)bytes / best_s * 1e-9 : 0.0;
     return s;
 }

@@ -200,6 +200,10 @@ typedef struct hd_device_ops {
                           void *dst, size_t bytes); /* waits */
     hd_status (*zero)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                       size_t bytes);
+    /* Host memory the copies above move at the link's full speed (pinned), contents
+     * undefined; NULL where the device cannot give it. Freed before the device closes. */
+    void *(*host_alloc)(struct hd_cl_runtime *rt, size_t bytes);
+    void (*host_free)(struct hd_cl_runtime *rt, void *p);
 
     /* What the tools measure and record of the device (dispatch/device.h). */
     bool (*is_gpu)(const struct hd_cl_runtime *rt);

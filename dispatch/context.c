@@ -117,6 +117,11 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
     }
     if (s == HD_OK)
         ctx->dev = dev;
+    /* pinned host copies: on a GPU unless $HD_PINNED=0; elsewhere only with $HD_PINNED=1 */
+    const char *pinned = getenv("HD_PINNED");
+    ctx->pinned_host = s == HD_OK && dev->host_alloc != NULL &&
+                       (pinned != NULL && pinned[0] != '\0' ? strcmp(pinned, "0") != 0
+                                                              : dev->is_gpu(ctx->cl));
     return s;
 }
 

@@ -39,6 +39,7 @@ struct hd_context {
 
     struct hd_cl_runtime *cl;        /* NULL: no OpenCL device */
     const hd_device_ops *dev;        /* its hooks (backends/backend.h); NULL without one */
+    bool pinned_host;                /* large tensors' host copies pinned ($HD_PINNED) */
     struct hd_tune_table *tune;      /* NULL: no tuning cache */
     char tune_cache_path[1024];      /* "" when none */
     hd_fault_spec fault;             /* $HD_FAULT, for tests (dispatch/fault.h) */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dispatch/context.h"
+#include "dispatch/device.h"
 #include "dispatch/error.h"
 #include "dispatch/tensor.h"
 
@@ -52,7 +53,7 @@ void hd_tensor_destroy(hd_tensor *t)
     if (t == NULL)
         return;
     release_device(t);
-    free(t->state->host);
+    hd__host_free(t->ctx, t->state->host, t->state->host_pinned);
     free(t);
 }
 
@@ -72,8 +73,10 @@ static hd_status ensure_host_storage(const hd_tensor *t)
         return HD_OK;
     /* Zeroed: a tensor never written reads as zeros. At least one element, so that empty
      * tensors still have an address. */
-    size_t n = hd__tensor_count(t);
-    t->state->host = calloc(n > 0 ? n : 1, sizeof(float));
+    size_t n = hd__tensor_count(t), bytes = (n > 0 ? n : 1) * sizeof(float);
+    t->state->host = hd__host_alloc(t->ctx, bytes, &t->state->host_pinned);
+    if (t->state->host != NULL)
+        memset(t->state->host, 0, bytes);
     if (t->state->host == NULL)
         return hd__error(t->ctx, HD_ERR_OUT_OF_MEMORY, "no host memory for a %zu x %zu tensor",
                          t->rows, t->cols);

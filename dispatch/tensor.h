@@ -35,6 +35,7 @@ typedef struct hd_tensor_state {
      * move_expected, that the tensor has been written again since, so its next copy to the
      * device counts as paid at once instead of after another round of staying. */
     bool moved_after_write, move_expected;
+    bool host_pinned; /* host came from the device's host_alloc (hd__host_alloc) */
 } hd_tensor_state;
 
 struct hd_tensor {

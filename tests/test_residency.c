@@ -243,6 +243,69 @@ static void test_residency_gemm_scale_only_stays_on_the_device(void **state)
     hd_context_destroy(ctx);
 }
 
+/* Pinned host copies ($HD_PINNED): with it on, a tensor of 1 MiB or more takes its host copy
+ * from the device (pinned where the driver pins), a smaller one malloc's; it reads as zeros
+ * before any write, contents go to the device and back unchanged, and a device op's output
+ * lands in it. With it off, no tensor is pinned. */
+static void test_residency_pinned_host_copies(void **state)
+{
+    (void)state;
+    const char *before = getenv("HD_PINNED");
+    char saved[16] = "";
+    if (before != NULL)
+        snprintf(saved, sizeof saved, "%s", before);
+    for (int on = 1; on >= 0; on--) {
+        setenv("HD_PINNED", on ? "1" : "0", 1);
+        hd_context *ctx = hd_test_context(false);
+        if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+            hd_context_destroy(ctx);
+            continue;
+        }
+        enum { R = 512, C = 1031 }; /* 2 MiB and a bit */
+        float *v = hd_test_floats(R * C), *got = hd_test_floats(R * C);
+        for (size_t i = 0; i < (size_t)R * C; i++)
+            v[i] = (float)(i % 977) - 488.0f;
+        hd_tensor *x = hd_test_tensor(ctx, R, C, NULL);
+        hd_tensor *small = hd_test_tensor(ctx, 3, 5, NULL);
+        assert_int_equal(hd_tensor_read(x, got), HD_OK); /* zeros before any write */
+        for (size_t i = 0; i < (size_t)R * C; i++)
+            assert_true(got[i] == 0.0f);
+        assert_int_equal(hd_tensor_write(x, v), HD_OK);
+        assert_int_equal(hd_tensor_write(small, v), HD_OK);
+        assert_int_equal(x->state->host_pinned, on == 1);
+        assert_false(small->state->host_pinned);
+        assert_int_equal(hd_tensor_prefetch(x), HD_OK);
+        assert_int_equal(hd_context_set_backend(ctx, HD_OP_GEMM, HD_BACKEND_FUSED), HD_OK);
+        hd_tensor *one = hd_test_tensor(ctx, 1, 1, (float[]){1.0f});
+        hd_tensor *xs = hd_test_tensor(ctx, (size_t)R * C, 1, NULL);
+        assert_int_equal(hd_tensor_write(xs, v), HD_OK);
+        /* y = x scaled by the GEMM of an R*C x 1 column by 1 x 1 (2) on the device, read into
+         * y's host copy */
+        hd_tensor *col = hd_test_tensor(ctx, (size_t)R * C, 1, NULL);
+        hd_test_expect_ran_on(ctx, hd_gemm(ctx, false, false, 2.0f, xs, one, 0.0f, col),
+                              HD_BACKEND_FUSED, "pinned");
+        assert_int_equal(hd_tensor_read(col, got), HD_OK);
+        assert_int_equal(col->state->host_pinned, on == 1);
+        for (size_t i = 0; i < (size_t)R * C; i++)
+            assert_true(got[i] == 2.0f * v[i]);
+        x->state->host_valid = false; /* the device copy alone: read it back */
+        assert_int_equal(hd_tensor_read(x, got), HD_OK);
+        assert_memory_equal(got, v, sizeof(float) * R * C);
+        hd_tensor_destroy(x);
+        hd_tensor_destroy(small);
+        hd_tensor_destroy(one);
+        hd_tensor_destroy(xs);
+        hd_tensor_destroy(col);
+        free(v);
+        free(got);
+        hd_context_destroy(ctx);
+    }
+    if (before != NULL)
+        setenv("HD_PINNED", saved, 1);
+    else
+        unsetenv("HD_PINNED");
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -264,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_residency_rewritten_input_moves_at_once_after_a_round_that_moved),
         cmocka_unit_test(test_residency_prefetch_places_a_tensor_up_front),
         cmocka_unit_test(test_residency_gemm_scale_only_stays_on_the_device),
+        cmocka_unit_test(test_residency_pinned_host_copies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -248,6 +248,8 @@ void hd__cl_runtime_destroy(hd_cl_runtime *rt)
     hd__cl_pool_trim(rt);
     if (rt->queue != NULL)
         clReleaseCommandQueue(rt->queue);
+    if (rt->map_queue != NULL)
+        clReleaseCommandQueue(rt->map_queue);
     if (rt->context != NULL)
         clReleaseContext(rt->context);
     free(rt);

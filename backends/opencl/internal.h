@@ -43,6 +43,7 @@ struct hd_cl_runtime {
     cl_device_id device;
     cl_context context;
     cl_command_queue queue;
+    cl_command_queue map_queue; /* pinned host memory's maps (host_memory.c); NULL until used */
     bool is_gpu;
     cl_ulong max_alloc;
     char device_name[256];

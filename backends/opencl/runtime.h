@@ -62,6 +62,12 @@ hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
 hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                       size_t bytes);
 
+/* Pinned (page-locked) host memory of at least bytes, contents undefined, or NULL where the
+ * runtime cannot give it (the caller then takes ordinary memory); freed by hd__cl_host_free
+ * before the runtime is destroyed. Neither waits for the runtime's queue. */
+void *hd__cl_host_alloc(hd_cl_runtime *rt, size_t bytes);
+void hd__cl_host_free(hd_cl_runtime *rt, void *p);
+
 /* Returns the program for (source, options), building it on first use: from the on-disk
  * binary cache when an entry for this device, driver, source and options is there and loads,
  * else from source (then stored). The program stays owned by the runtime. A build failure
