@@ -472,9 +472,9 @@ static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
 #endif
 
 /* Issues the copies of stage s into as and bs (each where A_ASYNC, B_ASYNC): runs of 4 along
- * the stored rows, zeros outside rows < m (columns < n) and depths < kend; a run that crosses kend (or m,
- * n) copies only its part inside. The source pointer of an empty run is the matrix's start,
- * never read. */
+ * the stored rows, zeros outside rows < m (columns < n) and depths < kend; a run that crosses
+ * kend (or m, n) copies only its part inside. The source pointer of an empty run is the
+ * matrix's start, never read. */
 static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
                               __local float *as, __local float *bs)
 {

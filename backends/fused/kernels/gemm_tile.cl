@@ -17,6 +17,7 @@
 #error "RM and RN must be multiples of 4 dividing BM and BN"
 #endif
 #define TH_M (BM / RM)
+#define BUFFERS (ASYNC ? ASYNC : 2) /* local stages of each operand */
 #define TH_N (BN / RN)
 
 /* acc += the stage in as, bs for work-item (tm, tn). */
@@ -59,7 +60,6 @@ gemm_tile(const int m, const int n, const int k, const float alpha,
          __global const float *restrict a2, const int lda2, __global const float *restrict b2,
          const int ldb2, const int k2)
 {
-#define BUFFERS (ASYNC ? ASYNC : 2)
     __local float as[BUFFERS][AS_SIZE] __attribute__((aligned(16)));
     __local float bs[BUFFERS][BS_SIZE] __attribute__((aligned(16)));
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
