@@ -83,6 +83,20 @@ static bool copies_an_operand(const hd_fused *f, const hd_fused_tile_call *c)
     return f->mma && !f->fma_async_broken && (c->a.trans || !c->b.trans);
 }
 
+/* The FMA kernel's tile bm x bn, bk deep, rm x rn results per work-item, with 3 buffers
+ * through cp.async where that copies an operand (unless the variant named ASYNC). */
+static void fma_tile(const hd_fused *f, const hd_fused_tile_call *c, hd_fused_params *p, int bm,
+                     int bn, int bk, int rm, int rn)
+{
+    p->bm = bm;
+    p->bn = bn;
+    p->bk = bk;
+    p->rm = rm;
+    p->rn = rn;
+    if (p->async == 0 && copies_an_operand(f, c))
+        p->async = 3;
+}
+
 /* Local memory of one stage of the warpgroup kernel, in bytes. */
 static size_t wgmma_stage_bytes(const hd_fused_params *p)
 {
@@ -143,25 +157,13 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         /* 16 x 8 results per work-item (H100, fp32, 4096^3: 3.28 ms NN and 3.31 ms NT, against
          * 3.50 and 3.63 with 8 x 8); 3 buffers through cp.async where it copies an operand
          * (3.11 ms NN, 2.94 TN, 3.12 TT, against 3.28, 3.08 and 3.08) */
-        p->bm = 128;
-        p->bn = 128;
-        p->bk = 8;
-        p->rm = 16;
-        p->rn = 8;
-        if (p->async == 0 && copies_an_operand(f, c))
-            p->async = 3;
+        fma_tile(f, c, p, 128, 128, 8, 16, 8);
     } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0) {
         /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
          * units work or more (H100, fp32, 512 x 4096 x 4096: 431 us, 429 with cp.async,
          * against 538 with 64 x 64 tiles; 997 x 1009 x 1013: 90 and 86 us against 94) */
-        p->bm = 64;
-        p->bn = 128;
-        p->bk = 16;
-        p->rm = 8;
-        p->rn = 8;
-        if (p->async == 0 && copies_an_operand(f, c))
-            p->async = 3;
+        fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side, the thin side's 16
