@@ -84,7 +84,7 @@ static hd_status upload_rate(hd_context *ctx, size_t bytes, double *gbps)
 {
     *gbps = 0.0;
     bool pinned;
-    char *src = hd__host_alloc(ctx, bytes, &pinned);
+    char *src = hd__host_alloc(ctx, bytes, false, &pinned);
     if (src == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "calibration: no memory for the upload");
     memset(src, 1, bytes);

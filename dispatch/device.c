@@ -1,5 +1,6 @@
 /* The context's device through its hooks (dispatch/device.h). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "dispatch/context.h"
 #include "dispatch/device.h"
@@ -36,17 +37,18 @@ const char *hd__device_platform(const hd_context *ctx)
  * ones are not worth the pinning's cost per allocation. */
 #define HD_PINNED_MIN_BYTES ((size_t)1 << 20)
 
-void *hd__host_alloc(const hd_context *ctx, size_t bytes, bool *pinned)
+void *hd__host_alloc(const hd_context *ctx, size_t bytes, bool zeroed, bool *pinned)
 {
     *pinned = false;
     if (ctx->pinned_host && bytes >= HD_PINNED_MIN_BYTES) {
         void *p = ctx->dev->host_alloc(ctx->cl, bytes);
         if (p != NULL) {
             *pinned = true;
-            return p;
+            return zeroed ? memset(p, 0, bytes) : p;
         }
     }
-    return malloc(bytes > 0 ? bytes : 1);
+    /* calloc's zeros cost nothing until the pages are touched */
+    return zeroed ? calloc(bytes > 0 ? bytes : 1, 1) : malloc(bytes > 0 ? bytes : 1);
 }
 
 void hd__host_free(const hd_context *ctx, void *p, bool pinned)

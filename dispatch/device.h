@@ -19,9 +19,10 @@ const char *hd__device_driver(const hd_context *ctx);
 const char *hd__device_platform(const hd_context *ctx);
 
 /* Host memory as tensors take it: pinned where the context pins large tensors ($HD_PINNED)
- * and the device gives it (*pinned then true), else malloc's; at least one byte, contents
- * undefined. Freed with the same flag, before the context is destroyed. */
-void *hd__host_alloc(const hd_context *ctx, size_t bytes, bool *pinned);
+ * and the device gives it (*pinned then true), else malloc's; at least one byte, zeros where
+ * zeroed asks, else contents undefined. Freed with the same flag, before the context is
+ * destroyed. */
+void *hd__host_alloc(const hd_context *ctx, size_t bytes, bool zeroed, bool *pinned);
 void hd__host_free(const hd_context *ctx, void *p, bool pinned);
 
 /* Device time of what is queued between begin and end; end waits. Without a device, begin

@@ -73,10 +73,9 @@ static hd_status ensure_host_storage(const hd_tensor *t)
         return HD_OK;
     /* Zeroed: a tensor never written reads as zeros. At least one element, so that empty
      * tensors still have an address. */
-    size_t n = hd__tensor_count(t), bytes = (n > 0 ? n : 1) * sizeof(float);
-    t->state->host = hd__host_alloc(t->ctx, bytes, &t->state->host_pinned);
-    if (t->state->host != NULL)
-        memset(t->state->host, 0, bytes);
+    size_t n = hd__tensor_count(t);
+    t->state->host =
+        hd__host_alloc(t->ctx, (n > 0 ? n : 1) * sizeof(float), true, &t->state->host_pinned);
     if (t->state->host == NULL)
         return hd__error(t->ctx, HD_ERR_OUT_OF_MEMORY, "no host memory for a %zu x %zu tensor",
                          t->rows, t->cols);
