@@ -203,6 +203,7 @@ static void describe(hd_cl_runtime *rt, const device_ref *r)
     rt->max_alloc = r->max_alloc;
     rt->pool_cap_bytes =
         r->global_mem / 8 < HD_CL_POOL_CAP_MAX ? (size_t)(r->global_mem / 8) : HD_CL_POOL_CAP_MAX;
+    rt->pinned_cap = r->global_mem / 8 < SIZE_MAX ? (size_t)(r->global_mem / 8) : SIZE_MAX;
 }
 
 hd_status hd__cl_runtime_create(hd_context *ctx, const char *spec, hd_cl_runtime **out)

@@ -44,6 +44,7 @@ struct hd_cl_runtime {
     cl_context context;
     cl_command_queue queue;
     cl_command_queue map_queue; /* pinned host memory's maps (host_memory.c); NULL until used */
+    size_t pinned_bytes, pinned_cap; /* pinned host memory handed out, and its cap */
     bool is_gpu;
     cl_ulong max_alloc;
     char device_name[256];

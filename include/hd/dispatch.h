@@ -263,9 +263,10 @@ HD_API hd_status hd_sync(hd_context *ctx);
  * Creates a rows×cols tensor in ctx, filled with zeros. Memory is taken lazily on first use,
  * on the host or the device. On a context whose device is a GPU, the host copy of a tensor of
  * 1 MiB or more is pinned (page-locked) memory where the driver gives it, so that copies to
- * and from the device run at the link's full speed; $HD_PINNED=0 turns that off, and
- * $HD_PINNED=1 turns it on for other OpenCL devices too. rows or cols may be 0. On failure *t
- * is set to NULL.
+ * and from the device run at the link's full speed; such memory also holds device memory on
+ * NVIDIA's driver, so at most an eighth of the device's memory is pinned (beyond it, ordinary
+ * memory). $HD_PINNED=0 turns pinning off, $HD_PINNED=1 on for other OpenCL devices too. rows
+ * or cols may be 0. On failure *t is set to NULL.
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL), HD_ERR_SIZE_OVERFLOW (rows*cols*4 bytes does
  * not fit in size_t), HD_ERR_OUT_OF_MEMORY.
  */
