@@ -421,35 +421,55 @@ static inline gemm_pairs gemm_pairs_of(tile_pos pos, __global const float *a, in
     return q;
 }
 
+/* Where stage s reads: its pair's matrices and row strides, its first depth, and the end of
+ * the pair's depths. */
+typedef struct stage_source {
+    __global const float *a, *b;
+    int lda, ldb, k0, kend;
+} stage_source;
+
+static inline stage_source stage_of(const gemm_pairs *q, int s)
+{
+    stage_source r;
+    if (s < q->stages) {
+        r.a = q->a;
+        r.b = q->b;
+        r.lda = q->lda;
+        r.ldb = q->ldb;
+        r.k0 = q->kbegin + s * BK;
+        r.kend = q->kend;
+    } else {
+        r.a = q->a2;
+        r.b = q->b2;
+        r.lda = q->lda2;
+        r.ldb = q->ldb2;
+        r.k0 = (s - q->stages) * BK;
+        r.kend = q->k2;
+    }
+    return r;
+}
+
 static inline void load_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
                               float ra[A_LOADS * VEC_A], float rb[B_LOADS * VEC_B])
 {
-    if (s < q->stages) {
-        load_a(q->a, q->lda, m0, q->kbegin + s * BK, m, q->kend, ra);
-        load_b(q->b, q->ldb, n0, q->kbegin + s * BK, n, q->kend, rb);
-    } else {
-        load_a(q->a2, q->lda2, m0, (s - q->stages) * BK, m, q->k2, ra);
-        load_b(q->b2, q->ldb2, n0, (s - q->stages) * BK, n, q->k2, rb);
-    }
+    stage_source src = stage_of(q, s);
+    load_a(src.a, src.lda, m0, src.k0, m, src.kend, ra);
+    load_b(src.b, src.ldb, n0, src.k0, n, src.kend, rb);
 }
 
 /* One operand's part of stage s, for kernels that copy the other with cp.async. */
 static inline void load_stage_a(const gemm_pairs *q, int s, int m0, int m,
                                 float ra[A_LOADS * VEC_A])
 {
-    if (s < q->stages)
-        load_a(q->a, q->lda, m0, q->kbegin + s * BK, m, q->kend, ra);
-    else
-        load_a(q->a2, q->lda2, m0, (s - q->stages) * BK, m, q->k2, ra);
+    stage_source src = stage_of(q, s);
+    load_a(src.a, src.lda, m0, src.k0, m, src.kend, ra);
 }
 
 static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
                                 float rb[B_LOADS * VEC_B])
 {
-    if (s < q->stages)
-        load_b(q->b, q->ldb, n0, q->kbegin + s * BK, n, q->kend, rb);
-    else
-        load_b(q->b2, q->ldb2, n0, (s - q->stages) * BK, n, q->k2, rb);
+    stage_source src = stage_of(q, s);
+    load_b(src.b, src.ldb, n0, src.k0, n, src.kend, rb);
 }
 
 #if ASYNC && !WGMMA
@@ -478,10 +498,9 @@ static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
 static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
                               __local float *as, __local float *bs)
 {
-    bool first = s < q->stages;
-    __global const float *a = first ? q->a : q->a2, *b = first ? q->b : q->b2;
-    int lda = first ? q->lda : q->lda2, ldb = first ? q->ldb : q->ldb2;
-    int k0 = first ? q->kbegin + s * BK : (s - q->stages) * BK, kend = first ? q->kend : q->k2;
+    stage_source src = stage_of(q, s);
+    __global const float *a = src.a, *b = src.b;
+    int lda = src.lda, ldb = src.ldb, k0 = src.k0, kend = src.kend;
     int lid = get_local_id(0);
 #if A_ASYNC
 #pragma unroll

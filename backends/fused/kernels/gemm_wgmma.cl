@@ -234,17 +234,14 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
 #define A_AT(i, p) AS_AT(i, p)
 #define B_AT(j, p) BS_AT(p, j)
 
-/* Issues the copies of stage s into as, bs (gemm.cl's gemm_pairs: the first pair's stages,
- * then the second's). */
+/* Issues the copies of stage s into as, bs (gemm.cl's stage_of: the first pair's stages, then
+ * the second's). */
 static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
                               __local float *as, __local float *bs)
 {
-    bool first = s < q->stages;
-    __global const float *a = first ? q->a : q->a2, *b = first ? q->b : q->b2;
-    int lda = first ? q->lda : q->lda2, ldb = first ? q->ldb : q->ldb2;
-    int k0 = first ? q->kbegin + s * BK : (s - q->stages) * BK, kend = first ? q->kend : q->k2;
-    COPY_OPERAND(BM, !TRANS_A, VEC_A, a, lda, m0, m, k0, kend, as, A_AT);
-    COPY_OPERAND(BN, TRANS_B, VEC_B, b, ldb, n0, n, k0, kend, bs, B_AT);
+    stage_source src = stage_of(q, s);
+    COPY_OPERAND(BM, !TRANS_A, VEC_A, src.a, src.lda, m0, m, src.k0, src.kend, as, A_AT);
+    COPY_OPERAND(BN, TRANS_B, VEC_B, src.b, src.ldb, n0, n, src.k0, src.kend, bs, B_AT);
 }
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
