@@ -499,52 +499,38 @@ static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
                               __local float *as, __local float *bs)
 {
     stage_source src = stage_of(q, s);
-    __global const float *a = src.a, *b = src.b;
-    int lda = src.lda, ldb = src.ldb, k0 = src.k0, kend = src.kend;
     int lid = get_local_id(0);
 #if A_ASYNC
 #pragma unroll
     for (int l = 0; l < A_RUNS; l++) {
         int e = lid + l * THREADS;
 #if TRANS_A
-        int p = e / (BM / 4), i = (e % (BM / 4)) * 4, kk = k0 + p, row = m0 + i;
-        int bytes = kk < kend ? clamp(4 * (m - row), 0, 16) : 0;
-        size_t at = (size_t)kk * lda + row;
+        int p = e / (BM / 4), i = (e % (BM / 4)) * 4, kk = src.k0 + p, row = m0 + i;
+        int bytes = kk < src.kend ? clamp(4 * (m - row), 0, 16) : 0;
+        size_t at = (size_t)kk * src.lda + row;
 #else
-        int i = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, row = m0 + i;
-        int bytes = row < m ? clamp(4 * (kend - kk), 0, 16) : 0;
-        size_t at = (size_t)row * lda + kk;
+        int i = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = src.k0 + p, row = m0 + i;
+        int bytes = row < m ? clamp(4 * (src.kend - kk), 0, 16) : 0;
+        size_t at = (size_t)row * src.lda + kk;
 #endif
-        copy16(as + AS_AT(i, p), bytes > 0 ? a + at : a, bytes);
+        copy16(as + AS_AT(i, p), bytes > 0 ? src.a + at : src.a, bytes);
     }
-#else
-    (void)as;
-    (void)lda;
-    (void)m0;
-    (void)m;
-    (void)a;
 #endif
 #if B_ASYNC
 #pragma unroll
     for (int l = 0; l < B_RUNS; l++) {
         int e = lid + l * THREADS;
 #if !TRANS_B
-        int p = e / (BN / 4), j = (e % (BN / 4)) * 4, kk = k0 + p, col = n0 + j;
-        int bytes = kk < kend ? clamp(4 * (n - col), 0, 16) : 0;
-        size_t at = (size_t)kk * ldb + col;
+        int p = e / (BN / 4), j = (e % (BN / 4)) * 4, kk = src.k0 + p, col = n0 + j;
+        int bytes = kk < src.kend ? clamp(4 * (n - col), 0, 16) : 0;
+        size_t at = (size_t)kk * src.ldb + col;
 #else
-        int j = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = k0 + p, col = n0 + j;
-        int bytes = col < n ? clamp(4 * (kend - kk), 0, 16) : 0;
-        size_t at = (size_t)col * ldb + kk;
+        int j = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = src.k0 + p, col = n0 + j;
+        int bytes = col < n ? clamp(4 * (src.kend - kk), 0, 16) : 0;
+        size_t at = (size_t)col * src.ldb + kk;
 #endif
-        copy16(bs + BS_AT(p, j), bytes > 0 ? b + at : b, bytes);
+        copy16(bs + BS_AT(p, j), bytes > 0 ? src.b + at : src.b, bytes);
     }
-#else
-    (void)bs;
-    (void)ldb;
-    (void)n0;
-    (void)n;
-    (void)b;
 #endif
 }
 #endif
