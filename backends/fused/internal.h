@@ -99,7 +99,7 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
     HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
-    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP COPY_ALL */
+    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -119,8 +119,6 @@ typedef struct hd_fused_params {
     int wgmma;                /* tile family, tf32: 1 runs the warpgroup kernel (Hopper) */
     int overlap;              /* warpgroup kernel: 1 a stage's products run through the next
                                  barrier, 0 they finish before it (a stage more in flight) */
-    int copy_all;             /* FMA kernel with ASYNC: 1 cp.async copies the operands stored
-                                 depth-contiguous too, kept so in local memory */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,

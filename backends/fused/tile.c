@@ -227,14 +227,9 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
         size_t stride = bk + (48 - bk % 32) % 32;
         a = bm * stride;
         b = bn * stride;
-    } else { /* depth-major rows of BM + 4 (BN + 4) floats, or with COPY_ALL an operand
-              * stored depth-contiguous as rows of BK + 4: the larger of the two */
+    } else { /* depth-major rows of BM + 4 (BN + 4) floats */
         a = bk * (bm + 4);
         b = bk * (bn + 4);
-        if (p->copy_all) {
-            a = a > bm * (bk + 4) ? a : bm * (bk + 4);
-            b = b > bn * (bk + 4) ? b : bn * (bk + 4);
-        }
     }
     return buffers * (a + b) * sizeof(float);
 }
@@ -262,11 +257,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                                "and later",
                                p);
         if (f->fma_async_broken)
-            p->async = p->copy_all = 0; /* its build failed here: the stages go through
-                                           registers */
+            p->async = 0; /* its build failed here: the stages go through registers */
     }
-    if (p->copy_all && (mma || p->async == 0))
-        return unsupported(ctx, "COPY_ALL is the FMA kernel's, with ASYNC", p);
     bool wgmma = mma && wants_wgmma(f, c->precision);
     if (p->wgmma && !wgmma)
         return unsupported(ctx,
@@ -376,7 +368,7 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers
      * (the warpgroup kernel copies those 4 bytes at a time; the FMA kernel copies only the
      * operands stored depth-major, A stored k x m and B stored k x n) */
-    bool copies_a = mma || c->a.trans || p->copy_all, copies_b = mma || !c->b.trans || p->copy_all;
+    bool copies_a = mma || c->a.trans, copies_b = mma || !c->b.trans;
     int async = (!copies_a || vec_a == 4) && (!copies_b || vec_b == 4) ? p->async : 0;
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
@@ -388,9 +380,8 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                         c->precision == HD_PRECISION_TF32 ? 1 : 3, async,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else
-        len += snprintf(options + len, sizeof options - (size_t)len,
-                        " -DRM=%d -DRN=%d -DASYNC=%d -DCOPY_ALL=%d%s", p->rm, p->rn, async,
-                        async && p->copy_all, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+        len += snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s",
+                        p->rm, p->rn, async, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0)
         snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
@@ -522,7 +513,7 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
  * warpgroup kernel's). */
 typedef struct tile_variant {
     const char *text;
-    int bm, bn, bk, wm_or_rm, wn_or_rn, async, copy_all;
+    int bm, bn, bk, wm_or_rm, wn_or_rn, async;
 } tile_variant;
 
 /* Whether v fits the device: its work-items and its local memory, so that the tuner is not
@@ -531,12 +522,7 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
 {
     /* the warpgroup kernel's variants name no warp rows: its warpgroups are 64 rows by WN */
     bool wgmma = mma && v->wm_or_rm == 0;
-    hd_fused_params p = {.bm = v->bm,
-                         .bn = v->bn,
-                         .bk = v->bk,
-                         .async = v->async,
-                         .wgmma = wgmma,
-                         .copy_all = v->copy_all};
+    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk, .async = v->async, .wgmma = wgmma};
     size_t threads;
     if (wgmma) {
         threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128;
@@ -628,14 +614,6 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", 64, 128, 16, 8, 8, 3},
         {"BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=4", 64, 64, 16, 4, 4, 4},
     };
-    /* and with the operands stored depth-contiguous copied too (A stored m x k, B n x k) */
-    static const tile_variant fma_copy_all_tiles[] = {
-        {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=3 COPY_ALL=1", 128, 128, 8, 8, 8, 3, 1},
-        {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=4 COPY_ALL=1", 128, 128, 8, 8, 8, 4, 1},
-        {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=3 COPY_ALL=1", 128, 128, 8, 16, 8, 3, 1},
-        {"BM=128 BN=128 BK=16 RM=8 RN=8 ASYNC=2 COPY_ALL=1", 128, 128, 16, 8, 8, 2, 1},
-        {"BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 COPY_ALL=1", 64, 128, 16, 8, 8, 3, 1},
-    };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};
     /* NVIDIA: the large tiles again at 128 registers, two work-groups per SM */
@@ -664,12 +642,6 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
          i++)
         if (variant_fits(f, &fma_async_tiles[i], false))
             out[n++] = fma_async_tiles[i].text;
-    bool kept_rows = !s->trans_a || s->trans_b;
-    for (size_t i = 0; !mma && f->mma && !f->fma_async_broken && kept_rows &&
-                       i < sizeof fma_copy_all_tiles / sizeof fma_copy_all_tiles[0] && n < max;
-         i++)
-        if (variant_fits(f, &fma_copy_all_tiles[i], false))
-            out[n++] = fma_copy_all_tiles[i].text;
     const char *const *capped = mma ? mma_capped : fma_capped;
     size_t capped_count = mma ? 3 : 2;
     for (size_t i = 0; f->nv_options && i < capped_count && n < max; i++)

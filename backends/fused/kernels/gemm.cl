@@ -166,13 +166,11 @@
  * they are stored; the others still go through registers, transposed on their way in. On
  * the H100 at 4096^3 (16 x 8 per work-item) the other ways ran slower: an A stored m x k kept
  * depth-contiguous and read four depths at a time, 3.22 ms NN against 3.11; copied one float
- * per cp.async into the depth-major layout, 3.58 ms NN and 4.04 NT against 3.11 and 2.86.
- * With COPY_ALL as well, cp.async copies the operands stored depth-contiguous too, as they are
- * stored: rows of the tile BK deep, padded to BK + 4 floats (A_ROWS, B_ROWS). The arithmetic
- * reads such an operand four depths at a time, one float4 per row, and a work-item owns rows
- * (columns) spaced TH_M (TH_N) apart rather than runs of 4, so that the 8 work-items of a
- * quarter-warp, reading 8 consecutive rows BK + 4 floats apart, meet 8 distinct groups of 4
- * banks. */
+ * per cp.async into the depth-major layout, 3.58 ms NN and 4.04 NT against 3.11 and 2.86;
+ * both operands copied, the depth-contiguous one kept as rows of BK + 4 floats and read four
+ * depths at a time by work-items owning rows spaced BM / RM apart (no bank conflicts): 3.37 to
+ * 4.16 ms NN and 3.63 to 4.14 NT against 3.09 and 3.18 (8 x 8 per work-item: 167 to 250
+ * registers against about 135). */
 #ifndef RM
 #define RM 8 /* rows of C per work-item */
 #endif
@@ -182,37 +180,18 @@
 #ifndef ASYNC
 #define ASYNC 0 /* stages in flight through cp.async (2 to 4); 0: register staging */
 #endif
-#ifndef COPY_ALL
-#define COPY_ALL 0 /* 1 (with ASYNC): cp.async copies the depth-contiguous operands too */
-#endif
 #if ASYNC && (ASYNC < 2 || ASYNC > 4)
 #error "ASYNC takes 2 to 4 stages"
 #endif
-#if COPY_ALL && !ASYNC
-#error "COPY_ALL copies through cp.async: it needs ASYNC"
-#endif
 #define THREADS ((BM / RM) * (BN / RN))
-#define A_ROWS (COPY_ALL && !TRANS_A) /* A kept depth-contiguous: rows of BK + 4 floats */
-#define B_ROWS (COPY_ALL && TRANS_B)
-#define A_ASYNC (ASYNC && (TRANS_A || A_ROWS))
-#define B_ASYNC (ASYNC && (!TRANS_B || B_ROWS))
-#define ROW_STRIDE (BK + 4)
-#if A_ROWS
-#define AS_SIZE (BM * ROW_STRIDE)
-#define AS_AT(i, p) ((i) * ROW_STRIDE + (p))
-#else
+#define A_ASYNC (ASYNC && TRANS_A)
+#define B_ASYNC (ASYNC && !TRANS_B)
 #define AS_STRIDE (BM + 4)
 #define AS_SIZE (BK * AS_STRIDE)
 #define AS_AT(i, p) ((p) * AS_STRIDE + (i))
-#endif
-#if B_ROWS
-#define BS_SIZE (BN * ROW_STRIDE)
-#define BS_AT(p, j) ((j) * ROW_STRIDE + (p))
-#else
 #define BS_STRIDE (BN + 4)
 #define BS_SIZE (BK * BS_STRIDE)
 #define BS_AT(p, j) ((p) * BS_STRIDE + (j))
-#endif
 /* Depth-major local rows: A's loaded runs are contiguous there only when A is stored k x m. */
 #define A_RUN_CONTIGUOUS TRANS_A
 #define B_RUN_CONTIGUOUS (!TRANS_B)
@@ -589,13 +568,6 @@ static inline gemm_out out_of(__global float *c, int ldc, float alpha, float bet
 static inline float scaled(gemm_out o, float v, __global const float *at)
 {
     return o.beta != 0.0f ? fma(o.beta, *at, o.alpha * v) : o.alpha * v;
-}
-
-/* Writes v at (row, col). */
-static inline void store_one(gemm_out o, int row, int col, float v)
-{
-    __global float *at = o.base + (size_t)row * o.ld + col;
-    *at = scaled(o, v, at);
 }
 
 /* Writes the first len (2 or 4) of v at (row, col..), the columns below n. */

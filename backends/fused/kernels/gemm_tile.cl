@@ -5,15 +5,13 @@
  * Work decomposition: THREADS = (BM / RM) * (BN / RN) work-items per tile; work-item
  * (tm, tn) owns RM x RN results in registers: RM / 4 runs of 4 rows spaced 4 * (BM / RM)
  * apart, and likewise RN / 4 runs of 4 columns, so that at each depth a warp reads two
- * float4 of A (a broadcast each) and consecutive float4 of B from local memory. An operand
- * kept as rows (gemm.cl: A_ROWS, B_ROWS) is read four depths at a time, a float4 per row
- * (column), and the work-item owns single rows (columns) spaced BM / RM (BN / RN) apart.
+ * float4 of A (a broadcast each) and consecutive float4 of B from local memory.
  * Arithmetic per stage and work-item: BK * RM * RN FMAs against BK * (RM + RN) / 4 local
- * vector reads either way.
+ * vector reads.
  *
  * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 4 buffers,
  * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 (VEC_B = 4) for
- * them); COPY_ALL (gemm.cl: with ASYNC, the others copied too, kept as rows).
+ * them).
  */
 #if RM % 4 != 0 || RN % 4 != 0 || BM % RM != 0 || BN % RN != 0
 #error "RM and RN must be multiples of 4 dividing BM and BN"
@@ -22,80 +20,6 @@
 #define BUFFERS (ASYNC ? ASYNC : 2) /* local stages of each operand */
 #define TH_N (BN / RN)
 
-/* The tile row of the work-item's result row i (tm its row of work-items), and the tile
- * column of its result column j. */
-#if A_ROWS
-#define ROW_OF(tm, i) ((tm) + (i) * TH_M)
-#else
-#define ROW_OF(tm, i) (((i) / 4) * 4 * TH_M + (tm) * 4 + (i) % 4)
-#endif
-#if B_ROWS
-#define COL_OF(tn, j) ((tn) + (j) * TH_N)
-#else
-#define COL_OF(tn, j) (((j) / 4) * 4 * TH_N + (tn) * 4 + (j) % 4)
-#endif
-
-#if A_ROWS || B_ROWS
-/* acc += the stage in as, bs for work-item (tm, tn), four depths at a time: an operand kept
- * as rows gives a float4 of depths per row, a depth-major one a float4 of rows per depth. */
-static inline void stage_fma(__local const float *as, __local const float *bs, int tm, int tn,
-                             float acc[RM][RN])
-{
-#pragma unroll
-    for (int p = 0; p < BK; p += 4) {
-        float av[RM][4], bv[RN][4];
-#if A_ROWS
-#pragma unroll
-        for (int i = 0; i < RM; i++) {
-            float4 v = *(__local const float4 *)(as + AS_AT(ROW_OF(tm, i), p));
-            av[i][0] = v.x;
-            av[i][1] = v.y;
-            av[i][2] = v.z;
-            av[i][3] = v.w;
-        }
-#else
-#pragma unroll
-        for (int d = 0; d < 4; d++)
-#pragma unroll
-            for (int r = 0; r < RM / 4; r++) {
-                float4 v = *(__local const float4 *)(as + AS_AT(ROW_OF(tm, r * 4), p + d));
-                av[r * 4 + 0][d] = v.x;
-                av[r * 4 + 1][d] = v.y;
-                av[r * 4 + 2][d] = v.z;
-                av[r * 4 + 3][d] = v.w;
-            }
-#endif
-#if B_ROWS
-#pragma unroll
-        for (int j = 0; j < RN; j++) {
-            float4 v = *(__local const float4 *)(bs + BS_AT(p, COL_OF(tn, j)));
-            bv[j][0] = v.x;
-            bv[j][1] = v.y;
-            bv[j][2] = v.z;
-            bv[j][3] = v.w;
-        }
-#else
-#pragma unroll
-        for (int d = 0; d < 4; d++)
-#pragma unroll
-            for (int r = 0; r < RN / 4; r++) {
-                float4 v = *(__local const float4 *)(bs + BS_AT(p + d, COL_OF(tn, r * 4)));
-                bv[r * 4 + 0][d] = v.x;
-                bv[r * 4 + 1][d] = v.y;
-                bv[r * 4 + 2][d] = v.z;
-                bv[r * 4 + 3][d] = v.w;
-            }
-#endif
-#pragma unroll
-        for (int d = 0; d < 4; d++)
-#pragma unroll
-            for (int i = 0; i < RM; i++)
-#pragma unroll
-                for (int j = 0; j < RN; j++)
-                    acc[i][j] = fma(av[i][d], bv[j][d], acc[i][j]);
-    }
-}
-#else
 /* acc += the stage in as, bs for work-item (tm, tn). */
 static inline void stage_fma(__local const float *as, __local const float *bs, int tm, int tn,
                              float acc[RM][RN])
@@ -105,7 +29,7 @@ static inline void stage_fma(__local const float *as, __local const float *bs, i
         float av[RM], bv[RN];
 #pragma unroll
         for (int r = 0; r < RM / 4; r++) {
-            float4 v = *(__local const float4 *)(as + AS_AT(ROW_OF(tm, r * 4), p));
+            float4 v = *(__local const float4 *)(as + AS_AT(r * 4 * TH_M + tm * 4, p));
             av[r * 4 + 0] = v.x;
             av[r * 4 + 1] = v.y;
             av[r * 4 + 2] = v.z;
@@ -113,7 +37,7 @@ static inline void stage_fma(__local const float *as, __local const float *bs, i
         }
 #pragma unroll
         for (int r = 0; r < RN / 4; r++) {
-            float4 v = *(__local const float4 *)(bs + BS_AT(p, COL_OF(tn, r * 4)));
+            float4 v = *(__local const float4 *)(bs + BS_AT(p, r * 4 * TH_N + tn * 4));
             bv[r * 4 + 0] = v.x;
             bv[r * 4 + 1] = v.y;
             bv[r * 4 + 2] = v.z;
@@ -126,7 +50,6 @@ static inline void stage_fma(__local const float *as, __local const float *bs, i
                 acc[i][j] = fma(av[i], bv[j], acc[i][j]);
     }
 }
-#endif
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
 gemm_tile(const int m, const int n, const int k, const float alpha,
@@ -229,26 +152,17 @@ gemm_tile(const int m, const int n, const int k, const float alpha,
     gemm_out o = out_of(c, ldc, alpha, beta, part, pos, m, n);
 #pragma unroll
     for (int i = 0; i < RM; i++) {
-        int row = m0 + ROW_OF(tm, i);
+        int row = m0 + (i / 4) * 4 * TH_M + tm * 4 + i % 4;
         if (row >= m)
             continue;
-#if B_ROWS
-#pragma unroll
-        for (int j = 0; j < RN; j++) {
-            int col = n0 + COL_OF(tn, j);
-            if (col < n)
-                store_one(o, row, col, acc[i][j]);
-        }
-#else
 #pragma unroll
         for (int r = 0; r < RN / 4; r++) {
-            int col = n0 + COL_OF(tn, r * 4);
+            int col = n0 + r * 4 * TH_N + tn * 4;
             if (col < n)
                 store_run(o, row, col, n,
                           (float4)(acc[i][r * 4], acc[i][r * 4 + 1], acc[i][r * 4 + 2],
                                    acc[i][r * 4 + 3]),
                           4);
         }
-#endif
     }
 }
