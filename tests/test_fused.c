@@ -876,6 +876,13 @@ static void test_gemm_tiles_match_reference(void **state)
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
         check_gemm(*state, &edges[i], NULL, 2550 + i);
+    /* A tile whose stage of A does not split into runs of 4 over its work-items (16 x 4
+     * floats, 64 work-items): A's loads scalar, B's in runs of 4, aligned or not */
+    for (int tr = 0; tr < 4; tr++) {
+        gemm_case gc = {37, 68 + (size_t)tr, 45 + 4 * (size_t)tr, 1.0f, tr / 2 ? 0.5f : 0.0f,
+                        tr == 3, tr % 2 == 1, tr / 2 == 1};
+        check_gemm(*state, &gc, "BM=16 BN=64 BK=4 RM=4 RN=4", 2570 + (size_t)tr);
+    }
 }
 
 /* Batched GEMM on the tiled engine, every transpose combination, against the reference of

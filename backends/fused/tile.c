@@ -316,11 +316,12 @@ hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile
     return tile_params(f, ctx, c, wants_mma(f, c->precision), &p, &threads);
 }
 
-/* VEC for an operand: float4 loads where the stored rows allow them and the stage splits into
- * float4s evenly over the work-items. */
-static int vec_of(size_t ld, size_t stage, size_t threads)
+/* VEC for an operand: runs of 4 where the stage splits into them evenly over the work-items
+ * (one float4 load each where the rows are aligned, else four scalar loads; the warpgroup
+ * kernel's VEC means 16-byte copies, aligned ones alone). */
+static int vec_of(bool aligned, size_t stage, size_t threads, bool wgmma)
 {
-    return ld % 4 == 0 && stage % (4 * threads) == 0 ? 4 : 1;
+    return (aligned || !wgmma) && stage % (4 * threads) == 0 ? 4 : 1;
 }
 
 static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *out)
@@ -354,22 +355,25 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (s != HD_OK)
         return s;
     mma = mma && p->wm != 0;
-    /* one VEC for both products: float4 only where both pairs' rows allow it */
-    size_t a_ld = c->k2 > 0 && c->a2.ld % 4 != 0 ? 1 : c->a.ld;
-    size_t b_ld = c->k2 > 0 && c->b2.ld % 4 != 0 ? 1 : c->b.ld;
+    /* one layout for both products: aligned only where both pairs' rows are */
+    bool aligned_a = c->a.ld % 4 == 0 && (c->k2 == 0 || c->a2.ld % 4 == 0);
+    bool aligned_b = c->b.ld % 4 == 0 && (c->k2 == 0 || c->b2.ld % 4 == 0);
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
-    int vec_a = vec_of(a_ld, stage_a, *threads), vec_b = vec_of(b_ld, stage_b, *threads);
+    int vec_a = vec_of(aligned_a, stage_a, *threads, p->wgmma);
+    int vec_b = vec_of(aligned_b, stage_b, *threads, p->wgmma);
     char options[HD_FUSED_OPTIONS_CAPACITY];
     int len = snprintf(options, sizeof options,
-                       "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DVEC_C=%d -DTRANS_A=%d "
-                       "-DTRANS_B=%d -DSPLIT_K=%d",
-                       p->bm, p->bn, p->bk, vec_a, vec_b, c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans,
-                       (int)c->b.trans, p->sk > 1);
+                       "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DALIGN_A=%d -DALIGN_B=%d "
+                       "-DVEC_C=%d -DTRANS_A=%d -DTRANS_B=%d -DSPLIT_K=%d",
+                       p->bm, p->bn, p->bk, vec_a, vec_b, (int)aligned_a, (int)aligned_b,
+                       c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans, (int)c->b.trans, p->sk > 1);
     /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers
      * (the warpgroup kernel copies those 4 bytes at a time; the FMA kernel copies only the
      * operands stored depth-major, A stored k x m and B stored k x n) */
     bool copies_a = mma || c->a.trans, copies_b = mma || !c->b.trans;
-    int async = (!copies_a || vec_a == 4) && (!copies_b || vec_b == 4) ? p->async : 0;
+    int async = (!copies_a || (vec_a == 4 && aligned_a)) && (!copies_b || (vec_b == 4 && aligned_b))
+                    ? p->async
+                    : 0;
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d%s", p->wn, p->async, p->overlap,

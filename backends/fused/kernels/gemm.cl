@@ -12,9 +12,10 @@
  * registers before the arithmetic of slice s and into the other buffer after it, so one
  * barrier per slice suffices (gemm_mma.cl with ASYNC: ASYNC - 1 slices in flight through
  * cp.async instead, no registers on the way). Loads read VEC_A (VEC_B) floats along the
- * stored row, through float4 pointers (vload4 would let the compiler split them: it cannot
- * prove the alignment that the host guarantees); edge tiles load zeros outside the matrix, so
- * any m, n, k work without padding copies.
+ * stored row, through float4 pointers where the rows are 16-byte aligned (vload4 would let
+ * the compiler split them: it cannot prove the alignment that the host guarantees), else as
+ * four scalar loads off one address, each checked against the matrix's edge; edge tiles load
+ * zeros outside the matrix, so any m, n, k work without padding copies.
  * Split-K (SPLIT_K = 1): the k range is cut into `slices` slices of kchunk (a multiple of BK);
  * each work-group writes its slice's unscaled partial tile to part[slice][m][n], and
  * gemm_splitk_reduce then adds the slices in order (deterministic) and applies alpha and beta.
@@ -31,8 +32,13 @@
  * that fill the device with large tiles; smaller ones get smaller tiles and split-K):
  *   BM, BN    tile of C per work-group
  *   BK        k depth of one local-memory stage
- *   VEC_A     4: A is read as float4 along its stored rows (lda % 4 == 0); 1: scalar loads
+ *   VEC_A     4: A is read in runs of 4 along its stored rows; 1: scalar loads
  *   VEC_B     likewise for B
+ *   ALIGN_A   1: A's rows are 16-byte aligned (lda % 4 == 0), a run is one float4 load; 0: four
+ *             scalar loads off one address (fewer registers than VEC_A = 1, whose loads each
+ *             hold an address of their own: 189 to 254 against 167 for 64 x 128 tiles of 8 x 8
+ *             on the H100)
+ *   ALIGN_B   likewise for B
  *   VEC_C     4: C is read and written in vectors where a run lies inside (ldc % 4 == 0)
  *   TRANS_A, TRANS_B   the stored layouts above
  *   SPLIT_K   1: k is cut into slices whose partial tiles gemm_splitk_reduce adds
@@ -66,6 +72,12 @@
 #endif
 #ifndef VEC_B
 #define VEC_B 1 /* float4 loads of B (host: ldb % 4 == 0) */
+#endif
+#ifndef ALIGN_A
+#define ALIGN_A 1 /* runs of A are 16-byte aligned (host: lda % 4 == 0) */
+#endif
+#ifndef ALIGN_B
+#define ALIGN_B 1 /* runs of B are 16-byte aligned (host: ldb % 4 == 0) */
 #endif
 #ifndef VEC_C
 #define VEC_C 1 /* vector access to C (host: ldc % 4 == 0) */
@@ -298,9 +310,10 @@ static inline void b_coord(int e, int *p, int *j)
 #endif
 }
 
-/* Loads the stage of A at depth k0 into ra: zeros outside rows < m and depths < kend. A vector
- * lies wholly inside or outside, since VEC_A = 4 only where the stored row length is a
- * multiple of 4 and kend is k or a multiple of BK. */
+/* Loads the stage of A at depth k0 into ra: zeros outside rows < m and depths < kend. An
+ * aligned run lies wholly inside or outside, since ALIGN_A = 1 only where the stored row
+ * length is a multiple of 4 and kend is k or a multiple of BK; an unaligned one is checked
+ * element by element. */
 static inline void load_a(__global const float *restrict a, int lda, int m0, int k0, int m,
                           int kend, float ra[A_LOADS * VEC_A])
 {
@@ -316,12 +329,22 @@ static inline void load_a(__global const float *restrict a, int lda, int m0, int
 #else
         size_t at = (size_t)row * lda + kk;
 #endif
-#if VEC_A == 4
+#if VEC_A == 4 && ALIGN_A
         float4 v = in ? *(__global const float4 *)(a + at) : (float4)(0.0f);
         ra[l * 4 + 0] = v.x;
         ra[l * 4 + 1] = v.y;
         ra[l * 4 + 2] = v.z;
         ra[l * 4 + 3] = v.w;
+#elif VEC_A == 4
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#if TRANS_A
+            bool in_q = row + q < m && kk < kend;
+#else
+            bool in_q = row < m && kk + q < kend;
+#endif
+            ra[l * 4 + q] = in_q ? a[at + q] : 0.0f;
+        }
 #else
         ra[l] = in ? a[at] : 0.0f;
 #endif
@@ -343,12 +366,22 @@ static inline void load_b(__global const float *restrict b, int ldb, int n0, int
 #else
         size_t at = (size_t)kk * ldb + col;
 #endif
-#if VEC_B == 4
+#if VEC_B == 4 && ALIGN_B
         float4 v = in ? *(__global const float4 *)(b + at) : (float4)(0.0f);
         rb[l * 4 + 0] = v.x;
         rb[l * 4 + 1] = v.y;
         rb[l * 4 + 2] = v.z;
         rb[l * 4 + 3] = v.w;
+#elif VEC_B == 4
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#if TRANS_B
+            bool in_q = col < n && kk + q < kend;
+#else
+            bool in_q = col + q < n && kk < kend;
+#endif
+            rb[l * 4 + q] = in_q ? b[at + q] : 0.0f;
+        }
 #else
         rb[l] = in ? b[at] : 0.0f;
 #endif
@@ -477,8 +510,8 @@ static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
 }
 
 #if ASYNC && !WGMMA
-#if (A_ASYNC && VEC_A != 4) || (B_ASYNC && VEC_B != 4)
-#error "ASYNC copies 16-byte runs: VEC_A (VEC_B) must be 4 where A (B) is copied"
+#if (A_ASYNC && (VEC_A != 4 || !ALIGN_A)) || (B_ASYNC && (VEC_B != 4 || !ALIGN_B))
+#error "ASYNC copies 16-byte runs: VEC_A (VEC_B) must be 4 and aligned where A (B) is copied"
 #endif
 #define A_RUNS (BM * BK / (4 * THREADS))
 #define B_RUNS (BK * BN / (4 * THREADS))

@@ -33,7 +33,8 @@
  * instructions themselves can be tested where no tensor core is (PoCL in CI).
  *
  * Tuning parameters: WM (a multiple of 16), WN (a multiple of 8), PREC (1 or 3), ASYNC (0, or
- * 2 to 4 stages copied by cp.async, with VEC_A = VEC_B = 4); BK a multiple of 16 (gemm.cl).
+ * 2 to 4 stages copied by cp.async, with VEC_A = VEC_B = 4 and aligned); BK a multiple of 16
+ * (gemm.cl).
  */
 #ifndef PREC
 #define PREC 3 /* TF32 products per multiply: 3 (fp32x3) or 1 (tf32) */
