@@ -620,6 +620,11 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};
+    /* fp32, where the large tiles leave compute units idle: them and the half-size ones with
+     * the depth cut in two or four */
+    static const char *const split_large[] = {
+        "BM=128 BN=128 BK=8 RM=16 RN=8 SK=2", "BM=64 BN=128 BK=16 RM=8 RN=8 SK=2",
+        "BM=128 BN=64 BK=16 RM=8 RN=8 SK=2", "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4"};
     /* NVIDIA: the large tiles again at 128 registers, two work-groups per SM */
     static const char *const fma_capped[] = {"BM=128 BN=128 BK=8 RM=8 RN=8 REG=128",
                                              "BM=128 BN=128 BK=16 RM=8 RN=8 REG=128"};
@@ -656,5 +661,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;
     for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < max; i++)
         out[n++] = split[i];
+    bool idle_units = ceil_div(s->dim[0], 128) * ceil_div(s->dim[1], 128) < units;
+    for (size_t i = 0; !mma && idle_units && s->dim[2] >= 1024 && i < 4 && n < max; i++)
+        out[n++] = split_large[i];
     return n;
 }
