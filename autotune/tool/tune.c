@@ -287,7 +287,11 @@ typedef struct case_clock {
     double start, budget_s; /* budget 0: unlimited */
     bool gpu;
     double call_s[HD_BACKEND_COUNT];  /* a backend's measured call, 0 until one ran */
-    double build_s[HD_BACKEND_COUNT]; /* the longest first-call overhead (kernel builds) seen */
+    /* The mean first-call overhead (a kernel build) of a backend's variants timed so far, 0
+     * before the first: a variant builds one program, where the defaults' first call builds
+     * every program the op needs, and one slow build is not each variant's. */
+    double build_s[HD_BACKEND_COUNT];
+    unsigned builds[HD_BACKEND_COUNT];
 } case_clock;
 
 static double left_s(const case_clock *k)
@@ -382,7 +386,10 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         char fail[512];
         double first_s = 0.0, build_s = 0.0;
         bool correct = candidate_correct(ctx, d, fail, sizeof fail, &first_s, &build_s);
-        k->build_s[d->backend] = fmax(k->build_s[d->backend], build_s);
+        if (cand[i].variant != NULL) {
+            unsigned seen = k->builds[d->backend]++;
+            k->build_s[d->backend] = (k->build_s[d->backend] * seen + build_s) / (seen + 1);
+        }
         /* A backend's defaults build its kernels once for the whole run (later cases reuse
          * them): that build is not charged to this case, or the builds of the backends that
          * come first leave the later ones' defaults untimed (H100: a 3.3 s case of LoRA at
