@@ -1034,8 +1034,12 @@ static void test_gemv_default_k_groups(void **state)
     /* 8 strips; k-groups stop where a work-item would get less than one round (16 x 4 rows) */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 512, 512, 1, &l512, &p), HD_OK);
     assert_int_equal(p.kg, 8);
+    /* GEMM, one row: 128 strips of 8 vectors by 32 k-slices, split while the groups stay
+     * within 8 per compute unit: 8 ways */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 1, NULL, &p), HD_OK);
-    assert_int_equal(p.kg, 4);
+    assert_int_equal(p.tn, 8);
+    assert_int_equal(p.ks, 32);
+    assert_int_equal(p.kg, 8);
     /* GEMM: up to 8 rows in 32 strips of 32 vectors, 2 groups per compute unit (KG=8); 16
      * rows in 16 strips of 64, one per compute unit (KG=8 too) */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 8, NULL, &p), HD_OK);
@@ -1049,9 +1053,9 @@ static void test_gemv_default_k_groups(void **state)
     assert_int_equal(p.kg, 1);
     assert_int_equal(hd__fused_gemv_params(&f, ctx, "KG=7", 4096, 4096, 16, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 7);
-    f.compute_units = 1; /* 8 groups fill it: 4 strips may split in two */
+    f.compute_units = 1; /* 8 groups fill it: 2 strips may split in four */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 64, 4096, 1, NULL, &p), HD_OK);
-    assert_int_equal(p.kg, 2);
+    assert_int_equal(p.kg, 4);
 }
 
 /* ---- LoRA ---- */

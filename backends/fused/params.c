@@ -206,7 +206,7 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
  * x*A first, costs that fewer, longer groups pay less often: their groups stay within 64
  * strip vectors per compute unit (2 groups of 32-vector strips, 1 of 64). Measured on an
  * H100 (device time, one call): one row gains (LoRA 2048² r=8 10.1 -> 7.8 µs, GEMM 1x4096²
- * 30.0 -> 28.3 µs); GEMM 8 x 4096² (32-vector strips): 32.3 µs at KG=8, 36.9 at 4, 35.7 at
+ * 30.0 -> 28.3 µs with strips of 4 vectors); GEMM 8 x 4096² (32-vector strips): 32.3 µs at KG=8, 36.9 at 4, 35.7 at
  * 16, 43.7 at 32 with 8 loads per round. The one-token split LoRA path sums all x*A partials
  * in every group, so it keeps KG=1. */
 static int default_kg(const hd_fused *f, const hd_fused_params *p, size_t n, size_t k,
@@ -234,12 +234,13 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
         return s;
     if (p->vec == 0 || n % 4 != 0)
         p->vec = n % 4 == 0 ? 4 : 1;
-    /* Measured on an H100, device time per call. GEMM 1x4096x4096: strips of 4 vectors by 64
-     * k-slices with 16 loads in flight per work-item, 30.2-30.5 µs; the best other strips
-     * (32 x 8, or 8 x 32 split 4 ways over k) 29.3-30.1 µs, within the spread between runs,
-     * so the default stays and the tuner picks them where they win. One-token LoRA: every
-     * work-group recomputes its k-range of x*A, so few wide strips (16 vectors, 16 k-slices,
-     * 4 loads per round) split many ways over k (KG below) keep that prologue short:
+    /* Measured on an H100, device time per call. GEMM of one row: strips of 8 vectors by 32
+     * k-slices with 8 loads in flight per work-item, so that a quarter-warp reads 128
+     * contiguous bytes of a row of W: 1 x 16384 x 4096 97.1 µs (94.0 split 4 ways over k),
+     * where strips of 4 vectors by 64 k-slices, reading half sectors, took 117.5; 1 x 4096^2
+     * 30.3 against 30.2 (2026-11-26; the tuner picks the others where they win). One-token
+     * LoRA: every work-group recomputes its k-range of x*A, so few wide strips (16 vectors,
+     * 16 k-slices, 4 loads per round) split many ways over k (KG below) keep that prologue short:
      * 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 % of the fastest variant of
      * each shape, where the GEMM's strip took 8.2-12.5 µs in one launch and 22.4 µs split
      * (r = 64). Several rows read x from local memory (gemv.cl). GEMM up to 8 rows: strips of
@@ -251,11 +252,11 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
     const bool wide = needs_rank && rows <= 1;
     const bool wider = rows > 1 && (needs_rank || rows > 8);
     if (p->tn == 0)
-        p->tn = wider ? 64 : rows > 1 ? 32 : wide ? 16 : 4;
+        p->tn = wider ? 64 : rows > 1 ? 32 : wide ? 16 : 8;
     if (p->ks == 0)
         p->ks = 256 / p->tn > 0 ? 256 / p->tn : 1;
     if (p->unroll == 0)
-        p->unroll = rows > 1 ? (p->tn >= 64 ? 8 : 4) : wide ? 4 : 16;
+        p->unroll = rows > 1 ? (p->tn >= 64 ? 8 : 4) : wide ? 4 : 8;
     if (!needs_rank && p->split >= 0)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: SPLIT applies to LoRA only");
     /* x*A in the same launch unless the variant splits it: each work-group computes it over
