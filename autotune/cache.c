@@ -194,6 +194,21 @@ static bool tok_size(const token *t, size_t lo, size_t hi, size_t *out)
     return true;
 }
 
+/* A LoRA layout other than the default: "pt" (HD_LORA_LAYOUT_PYTORCH) or "layoutN", N the
+ * hd_lora_layout flags, 1 to 7. */
+static bool tok_layout(const token *t, unsigned *out)
+{
+    if (tok_is(t, "pt")) {
+        *out = HD_LORA_LAYOUT_PYTORCH;
+        return true;
+    }
+    if (t->quoted || t->len != 7 || memcmp(t->text, "layout", 6) != 0 || t->text[6] < '1' ||
+        t->text[6] > '7')
+        return false;
+    *out = (unsigned)(t->text[6] - '0');
+    return true;
+}
+
 static bool tok_double(const token *t, double lo, double hi, double *out)
 {
     char buf[48];
@@ -254,7 +269,9 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
 {
     int dims = hd__tune_dim_count(op);
     int want = 1 + dims + hd__tune_has_transposes(op) + 5;
-    if (n != want)
+    /* LoRA's records of another layout than the default name it after the dimensions */
+    bool layout = hd__op(op)->lora_layout && n == want + 1;
+    if (n != want && !layout)
         return bad_line(ps, "%s record with %d fields, expected %d", hd_op_name(op), n, want);
     hd_tune_record r = {.op = op, .precision = precision};
     int i = 1;
@@ -272,6 +289,8 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
         r.shape.trans_a = t->text[0] == 't';
         r.shape.trans_b = t->text[1] == 't';
     }
+    if (layout && !tok_layout(&tok[i++], &r.shape.lora_layout))
+        return bad_line(ps, "layout must be pt or layout1 to layout7");
     if (!tok_backend(&tok[i++], &r.backend))
         return bad_line(ps, "unknown backend");
     if (!tok_variant(&tok[i++], r.variant, sizeof r.variant))

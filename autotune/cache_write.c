@@ -115,6 +115,8 @@ static int record_cmp(const void *pa, const void *pb)
     int ta = a->shape.trans_a * 2 + a->shape.trans_b, tb = b->shape.trans_a * 2 + b->shape.trans_b;
     if (ta != tb)
         return ta - tb;
+    if (a->shape.lora_layout != b->shape.lora_layout)
+        return a->shape.lora_layout < b->shape.lora_layout ? -1 : 1;
     return (int)a->precision - (int)b->precision;
 }
 
@@ -179,6 +181,10 @@ char *hd__tune_format(const hd_tune_file *f)
             put(&t, " %zu", r->shape.dim[d]);
         if (hd__tune_has_transposes(r->op))
             put(&t, " %c%c", r->shape.trans_a ? 't' : 'n', r->shape.trans_b ? 't' : 'n');
+        if (r->shape.lora_layout == HD_LORA_LAYOUT_PYTORCH)
+            put(&t, " pt");
+        else if (r->shape.lora_layout != 0)
+            put(&t, " layout%u", r->shape.lora_layout);
         put(&t, " %s ", hd_backend_name(r->backend));
         if (r->variant[0] == '\0')
             put(&t, "-");

@@ -199,11 +199,11 @@ static double log_gap(size_t a, size_t b)
     return fabs(log2(1.0 + (double)a) - log2(1.0 + (double)b));
 }
 
-const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
-                                       double *distance)
+/* The nearest record of op in the given LoRA layout (0 for ops without one). */
+static const hd_tune_record *nearest_in_layout(const hd_context *ctx, hd_op op,
+                                               const hd_shape *shape, unsigned layout,
+                                               double *distance)
 {
-    if (ctx->tune == NULL)
-        return NULL;
     const hd_tune_file *f = &ctx->tune->file;
     const hd_tune_record *best = NULL;
     double best_d = INFINITY;
@@ -211,7 +211,8 @@ const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd
     for (size_t i = 0; i < f->count; i++) {
         const hd_tune_record *r = &f->records[i];
         if (r->op != op || r->disabled ||
-            r->precision != hd__tune_precision_of(op, ctx->gemm_precision))
+            r->precision != hd__tune_precision_of(op, ctx->gemm_precision) ||
+            r->shape.lora_layout != layout)
             continue;
         if (hd__tune_has_transposes(op) &&
             (r->shape.trans_a != shape->trans_a || r->shape.trans_b != shape->trans_b))
@@ -231,6 +232,20 @@ const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd
     if (best != NULL && distance != NULL)
         *distance = best_d;
     return best;
+}
+
+/* Records of the shape's own LoRA layout first; a cache without any near one in that layout
+ * gives the nearest of the default layout (the backends that cannot read the shape's layout
+ * then fall out at the choice). */
+const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
+                                       double *distance)
+{
+    if (ctx->tune == NULL)
+        return NULL;
+    const hd_tune_record *r = nearest_in_layout(ctx, op, shape, shape->lora_layout, distance);
+    if (r == NULL && shape->lora_layout != 0)
+        r = nearest_in_layout(ctx, op, shape, 0, distance);
+    return r;
 }
 
 const hd_tune_calibration *hd__tune_calibration(const hd_context *ctx)

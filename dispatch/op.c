@@ -360,5 +360,7 @@ bool hd__op_same_shape(hd_op op, const hd_shape *a, const hd_shape *b)
     for (int i = 0; i < d->dims; i++)
         if (a->dim[i] != b->dim[i])
             return false;
+    if (d->lora_layout && a->lora_layout != b->lora_layout)
+        return false;
     return !d->transposes || (a->trans_a == b->trans_a && a->trans_b == b->trans_b);
 }

@@ -125,7 +125,8 @@ typedef enum hd_text_style {
 /* The text of (op, shape) in a style; returns what snprintf returns. */
 int hd__op_text(hd_op op, const hd_shape *shape, hd_text_style style, char *buf, size_t size);
 
-/* Whether two shapes are the same call of op (its dims and, where it has them, transposes). */
+/* Whether two shapes are the same call of op (its dims and, where it has them, transposes and
+ * LoRA layout flags). */
 bool hd__op_same_shape(hd_op op, const hd_shape *a, const hd_shape *b);
 
 #endif

@@ -16,6 +16,7 @@
 #include "autotune/cache.h"
 #include "autotune/table.h"
 #include "dispatch/context.h"
+#include "dispatch/op.h"
 #include "tests/testlib.h"
 
 #ifndef HD_TEST_DATA
@@ -640,6 +641,8 @@ static void random_file(hd_rng *rng, hd_tune_file *f)
             r.shape.dim[d] = 1 + (size_t)exp(random_in(rng, 0, log((double)HD_TUNE_DIM_MAX - 1)));
         r.shape.trans_a = hd__tune_has_transposes(r.op) && hd_test_uniform(rng, 0, 1) < 0.5f;
         r.shape.trans_b = hd__tune_has_transposes(r.op) && hd_test_uniform(rng, 0, 1) < 0.5f;
+        if (hd__op(r.op)->lora_layout && hd_test_uniform(rng, 0, 1) < 0.5f)
+            r.shape.lora_layout = 1 + (unsigned)hd_test_uniform(rng, 0, 6.99f);
         r.precision = hd__tune_precision_of(
             r.op, (hd_precision)(int)hd_test_uniform(rng, 0, HD_PRECISION_COUNT - 0.01f));
         r.backend = (hd_backend)(1 + (int)hd_test_uniform(rng, 0, HD_BACKEND_COUNT - 1.01f));
@@ -709,6 +712,86 @@ static void test_cache_records_are_keyed_by_precision(void **state)
     free(text);
     hd__tune_file_free(&f);
     hd__tune_file_free(&back);
+}
+
+/* LoRA's records are keyed by the layout: the default layout's and PyTorch's (and any other
+ * flags) for the same dimensions are two records, written "pt" and "layoutN" and read back;
+ * the nearest record of a layout is of that layout, else of the default one. */
+static void test_cache_records_are_keyed_by_lora_layout(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    snprintf(f.key.library, sizeof f.key.library, "0.1.0");
+    snprintf(f.key.platform, sizeof f.key.platform, "P");
+    snprintf(f.key.device, sizeof f.key.device, "D");
+    snprintf(f.key.driver, sizeof f.key.driver, "1");
+    snprintf(f.key.clblast, sizeof f.key.clblast, "none");
+    hd_tune_record plain = record(HD_OP_LORA, 4096, 4096, 4096, 16, HD_BACKEND_CLBLAST_FUSED, 3307);
+    hd_tune_record pt = record(HD_OP_LORA, 4096, 4096, 4096, 16, HD_BACKEND_FUSED, 3306);
+    pt.shape.lora_layout = HD_LORA_LAYOUT_PYTORCH;
+    hd_tune_record w_only = record(HD_OP_LORA_BACKWARD, 8, 64, 32, 4, HD_BACKEND_CPU, 12);
+    w_only.shape.lora_layout = HD_LORA_TRANS_W;
+    assert_int_equal(hd__tune_put(&f, &plain), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &pt), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &w_only), HD_OK);
+    assert_int_equal(f.count, 3);
+    char *text = hd__tune_format(&f);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\nlora 4096 4096 4096 16 clblast+fused"));
+    assert_non_null(strstr(text, "\nlora 4096 4096 4096 16 pt fused"));
+    assert_non_null(strstr(text, "\nlora_backward 8 64 32 4 layout1 cpu"));
+    expect_round_trip(&f, "records of three layouts");
+    /* a layout token where the op has none, or an unknown one, is a bad line */
+    static const char bad[] = "gemm 8 8 8 nn pt cpu - 3 - -\nlora 8 8 8 2 layout9 cpu - 3 - -\n"
+                              "lora 8 8 8 2 tp cpu - 3 - -\nsoftmax 8 8 pt cpu - 3 - -\n";
+    size_t len = strlen(text);
+    char *all = malloc(len + sizeof bad);
+    assert_non_null(all);
+    memcpy(all, text, len);
+    memcpy(all + len, bad, sizeof bad);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(all, strlen(all), &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.count, 3);
+    assert_int_equal(back.bad_lines, 4);
+    hd__tune_file_free(&back);
+    free(all);
+    /* the context's lookups: its own layout first, the default layout's as the fallback */
+    char path[512];
+    tmp_path(path, sizeof path, "ctx-layout.txt");
+    hd_context *probe = context_with_cache("/nonexistent/none.txt");
+    hd_tune_file keyed;
+    file_for(probe, &keyed);
+    hd_context_destroy(probe);
+    assert_int_equal(hd__tune_put(&keyed, &plain), HD_OK);
+    assert_int_equal(hd__tune_save(path, &keyed, msg, sizeof msg), HD_OK);
+    hd_context *ctx = context_with_cache(path);
+    hd_shape near_pt = pt.shape;
+    near_pt.dim[0] = 4000;
+    double distance = -1.0;
+    const hd_tune_record *r = hd__tune_nearest(ctx, HD_OP_LORA, &near_pt, &distance);
+    assert_non_null(r); /* only the default layout's: taken */
+    assert_int_equal(r->shape.lora_layout, 0);
+    assert_null(hd__tune_exact(ctx, HD_OP_LORA, &pt.shape));
+    hd_context_destroy(ctx);
+    assert_int_equal(hd__tune_put(&keyed, &pt), HD_OK);
+    assert_int_equal(hd__tune_save(path, &keyed, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&keyed);
+    ctx = context_with_cache(path);
+    r = hd__tune_nearest(ctx, HD_OP_LORA, &near_pt, &distance);
+    assert_non_null(r);
+    assert_int_equal(r->shape.lora_layout, HD_LORA_LAYOUT_PYTORCH);
+    r = hd__tune_exact(ctx, HD_OP_LORA, &pt.shape);
+    assert_non_null(r);
+    assert_int_equal(r->backend, HD_BACKEND_FUSED);
+    r = hd__tune_exact(ctx, HD_OP_LORA, &plain.shape);
+    assert_non_null(r);
+    assert_int_equal(r->backend, HD_BACKEND_CLBLAST_FUSED);
+    hd_context_destroy(ctx);
+    free(text);
+    hd__tune_file_free(&f);
 }
 
 static void test_cache_round_trip_of_random_files_keeps_every_field(void **state)
@@ -930,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
         cmocka_unit_test(test_cache_context_survives_every_broken_file),
         cmocka_unit_test(test_cache_round_trip_of_every_parsable_corpus_file),
+        cmocka_unit_test(test_cache_records_are_keyed_by_lora_layout),
         cmocka_unit_test(test_cache_round_trip_of_random_files_keeps_every_field),
         cmocka_unit_test(test_cache_records_are_keyed_by_precision),
         cmocka_unit_test(test_cache_load_refuses_a_fifo_without_blocking),

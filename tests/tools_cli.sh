@@ -57,6 +57,19 @@ expect 2 "bad-shapes.txt:2" "$tune" --shapes "$dir/bad-shapes.txt" --dry-run
 printf 'sofmax 3 5\n' >"$dir/bad-op.txt"
 expect 2 "'sofmax'" "$tune" --shapes "$dir/bad-op.txt" --dry-run
 expect 2 "'abc'" "$tune" --case-budget-s abc
+# LoRA's layouts in a shapes file: tuned as records of their own, written with the layout.
+printf 'lora 3 16 8 2 pt\nlora 3 16 8 2\nlora_backward 2 8 8 1 layout1\n' >"$dir/layouts.txt"
+"$tune" --shapes "$dir/layouts.txt" --quick --case-budget-s 1 --cache "$dir/layouts-cache.txt" \
+    >/dev/null 2>&1 || fail "tuning LoRA's layouts failed"
+for rec in 'lora 3 16 8 2 pt [a-z]' 'lora 3 16 8 2 (cpu|fused|clblast)' \
+    'lora_backward 2 8 8 1 layout1 [a-z]'; do
+    grep -q -E "^$rec" "$dir/layouts-cache.txt" ||
+        fail "no '$rec' record: $(cat "$dir/layouts-cache.txt")"
+done
+printf 'lora 3 16 8 2 tp\n' >"$dir/bad-layout.txt"
+expect 2 "pt or layout1..7" "$tune" --shapes "$dir/bad-layout.txt" --dry-run
+printf 'gemm 4 4 4 nn pt\n' >"$dir/bad-gemm-layout.txt"
+expect 2 "bad-gemm-layout.txt:1" "$tune" --shapes "$dir/bad-gemm-layout.txt" --dry-run
 
 expect 2 "'x'" "$bench" --repeats x
 expect 2 "'warp'" "$bench" --modes device,warp

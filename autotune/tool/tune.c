@@ -123,6 +123,7 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
                       .alpha = 1.0f,
                       .beta = 0.0f,
                       .scale = 0.5f,
+                      .lora_layout = c->shape.lora_layout,
                       .eps = 1e-5f,
                       .batch = c->shape.dim[3]};
     return hd__call_prepare(ctx, c->op, t, &p, &d->call);
