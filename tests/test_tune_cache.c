@@ -416,6 +416,36 @@ static void test_cache_context_uses_a_file_for_its_device(void **state)
     hd_context_destroy(ctx);
 }
 
+/* A record whose winner the tuner preferred though its runner-up measured faster (a negative
+ * margin) keeps the winner where no input has to move for either. */
+static void test_cache_preferred_winner_is_kept_against_a_faster_runner_up(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "ctx-preferred.txt");
+    hd_context *probe = context_with_cache("/nonexistent/none.txt");
+    bool fused = hd_context_has_backend(probe, HD_BACKEND_FUSED);
+    hd_tune_file f;
+    file_for(probe, &f);
+    hd_context_destroy(probe);
+    hd_tune_record r = record(HD_OP_SOFTMAX, 6, 10, 0, 0, fused ? HD_BACKEND_FUSED : HD_BACKEND_CPU,
+                              100.0);
+    r.runner_up = fused ? HD_BACKEND_CPU : HD_BACKEND_AUTO;
+    r.margin_pct = fused ? -3.0 : 0.0;
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+    hd_context *ctx = context_with_cache(path);
+    char text[2048];
+    const size_t dims[4] = {6, 10};
+    assert_int_equal(hd_context_explain(ctx, HD_OP_SOFTMAX, dims, text, sizeof text), HD_OK);
+    if (fused)
+        assert_non_null(strstr(text, "chosen fused by rule 'tuned'"));
+    else
+        assert_non_null(strstr(text, "chosen cpu by rule 'tuned'"));
+    hd_context_destroy(ctx);
+}
+
 static void test_cache_context_ignores_another_device_with_a_note(void **state)
 {
     (void)state;
@@ -1010,6 +1040,7 @@ int main(void)
         cmocka_unit_test(test_cache_save_reports_unwritable_path),
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
+        cmocka_unit_test(test_cache_preferred_winner_is_kept_against_a_faster_runner_up),
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
         cmocka_unit_test(test_cache_context_survives_every_broken_file),
         cmocka_unit_test(test_cache_round_trip_of_every_parsable_corpus_file),
