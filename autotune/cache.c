@@ -290,7 +290,9 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
         r.shape.trans_b = t->text[1] == 't';
     }
     if (layout && !tok_layout(&tok[i++], &r.shape.lora_layout))
-        return bad_line(ps, "layout must be pt or layout1 to layout7");
+        return bad_line(ps, "%s record with %d fields: the one after the dimensions must be a "
+                            "layout, pt or layout1 to layout7",
+                        hd_op_name(op), n);
     if (!tok_backend(&tok[i++], &r.backend))
         return bad_line(ps, "unknown backend");
     if (!tok_variant(&tok[i++], r.variant, sizeof r.variant))

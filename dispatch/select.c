@@ -175,6 +175,15 @@ static double migrate_us(const hd_context *ctx, hd_backend b, const hd_call_tens
     return copy_us(ctx, bytes);
 }
 
+/* The runner-up's time by the record: the winner's and its margin. A negative margin is the
+ * tuner's preference for a winner slower by device time (for its queued time, a kernel
+ * variant's allowance or the CPU's): it counts as none, or the runner-up would take over
+ * wherever no input has to move. */
+static double runner_up_us(const hd_tune_record *r)
+{
+    return r->median_us * (1.0 + (r->margin_pct > 0.0 ? r->margin_pct : 0.0) / 100.0);
+}
+
 /* Each backend's time for the call with its inputs in place: the tuned record's times where
  * it names the backend (winner and runner-up), else the backend's estimate from the
  * calibration (or its defaults). */
@@ -189,7 +198,7 @@ static void resident_times(const hd_context *ctx, hd_plan *plan, hd_op op, const
     if (r != NULL && plan->resident_us[r->backend] >= 0.0)
         plan->resident_us[r->backend] = r->median_us;
     if (r != NULL && r->runner_up != HD_BACKEND_AUTO && plan->resident_us[r->runner_up] >= 0.0)
-        plan->resident_us[r->runner_up] = r->median_us * (1.0 + r->margin_pct / 100.0);
+        plan->resident_us[r->runner_up] = runner_up_us(r);
 }
 
 /* What staying costs this call: the first backend's time against the fastest backend at the
@@ -232,11 +241,7 @@ void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_
 }
 
 /* Rules 2 and 3: puts the record's backend first, or its runner-up when moving the inputs to
- * the winner would cost more than the runner-up's measured disadvantage. A negative margin is
- * the tuner's preference for a winner slower by some measure (queued time, a kernel variant's
- * or the CPU's allowance): it counts as no disadvantage, so that the runner-up takes over only
- * where the winner's inputs must move and its own need not move as far (the H100's GEMM 4096^3
- * ran on the fused engine, 8 % slower, against a record of CLBlast at -2.7 %). */
+ * the winner would cost more than the runner-up's measured disadvantage (runner_up_us). */
 static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune_record *r,
                              bool exact, double distance, hd_op op, const hd_shape *shape)
 {
@@ -246,9 +251,7 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
     const char *variant = exact && r->variant[0] != '\0' ? r->variant : NULL;
     double win_us = r->median_us + plan->migrate_us[r->backend];
     if (r->runner_up != HD_BACKEND_AUTO && hd__backend_takes(ctx, r->runner_up, op, shape)) {
-        double behind_pct = r->margin_pct > 0.0 ? r->margin_pct : 0.0;
-        double run_us =
-            r->median_us * (1.0 + behind_pct / 100.0) + plan->migrate_us[r->runner_up];
+        double run_us = runner_up_us(r) + plan->migrate_us[r->runner_up];
         if (run_us < win_us) {
             first = r->runner_up;
             variant = NULL;

@@ -131,9 +131,7 @@ static int from_file(const tool_options *o, tool_case_list *l)
 }
 
 /* A suite's cases of the operations asked for, LoRA's in each layout they name: a record is
- * keyed by the layout too (the backends' speeds differ by layout: H100, LoRA 4096 tokens at
- * 4096², r 16, PyTorch's layout: the fused kernel 3.31 ms, CLBlast's GEMM and the fused
- * epilogue 3.75, where both took 3.31 in the default layout). */
+ * keyed by the layout too, since the backends' speeds differ by layout (BENCHMARKS.md). */
 static int add_suite(const tool_options *o, const hd_bench_suite *s, tool_case_list *l)
 {
     for (size_t i = 0; i < s->count; i++)

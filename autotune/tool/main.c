@@ -59,6 +59,7 @@ static const char usage[] =
     "                     for PyTorch's layout, or layout1..7: hd_lora_layout's flags),\n"
     "                     'softmax|layer_norm|rms_norm ROWS COLS', their backward ops\n"
     "                     'softmax_backward ROWS COLS', ..., 'lora_backward T IN OUT RANK'\n"
+    "                     (pt or layout1..7 as LoRA's)\n"
     "  --ops LIST         only these operations (gemm,lora,softmax,layer_norm,rms_norm,\n"
     "                     gemm_batched, and each one's _backward but GEMM's)\n"
     "  --force            re-tune cases the cache already holds\n"

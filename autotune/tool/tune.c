@@ -288,9 +288,9 @@ typedef struct case_clock {
     double start, budget_s; /* budget 0: unlimited */
     bool gpu;
     double call_s[HD_BACKEND_COUNT];  /* a backend's measured call, 0 until one ran */
-    /* The mean first-call overhead (a kernel build) of a backend's variants timed so far, 0
-     * before the first: a variant builds one program, where the defaults' first call builds
-     * every program the op needs, and one slow build is not each variant's. */
+    /* The mean first-call overhead (a kernel build) of a backend's variants timed so far, and
+     * before the first the defaults' (which build every program the op needs, where a variant
+     * builds one: an estimate on the safe side until a variant shows its own) */
     double build_s[HD_BACKEND_COUNT];
     unsigned builds[HD_BACKEND_COUNT];
 } case_clock;
@@ -390,6 +390,8 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (cand[i].variant != NULL) {
             unsigned seen = k->builds[d->backend]++;
             k->build_s[d->backend] = (k->build_s[d->backend] * seen + build_s) / (seen + 1);
+        } else if (k->builds[d->backend] == 0) {
+            k->build_s[d->backend] = build_s;
         }
         /* A backend's defaults build its kernels once for the whole run (later cases reuse
          * them): that build is not charged to this case, or the builds of the backends that

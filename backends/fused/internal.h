@@ -45,7 +45,7 @@ typedef enum hd_fused_program {
     HD_FUSED_PROGRAM_COUNT
 } hd_fused_program;
 
-#define HD_FUSED_OPTIONS_CAPACITY 192
+#define HD_FUSED_OPTIONS_CAPACITY 256
 /* Work-groups of the LoRA x*A launch at most (the partials buffer holds this many). */
 #define HD_FUSED_MAX_SPLIT    64
 #define HD_FUSED_KERNEL_CACHE 64

@@ -198,17 +198,18 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
     return too_large_group(f, ctx, (size_t)p->wg);
 }
 
-/* KG when the variant leaves it open: the strips alone are n / (TN * VEC) work-groups, 128 for
- * n = 2048 at the default strip, about one per SM of an H100 and far from enough loads in
- * flight. Double KG while every work-item still gets one full unrolled round of UNROLL loads
- * and the groups stay within 8 per compute unit for one row (8 x 256 work-items fill an SM).
+/* KG when the variant leaves it open: the strips alone are n / (TN * VEC) work-groups, 64 for
+ * n = 2048 at the one-row GEMM's default strip, fewer than the SMs of an H100 and far from
+ * enough loads in flight. Double KG while every work-item still gets one full unrolled round
+ * of UNROLL loads and the groups stay within 8 per compute unit for one row (8 x 256
+ * work-items fill an SM).
  * Several rows stage x through local memory chunk by chunk and LoRA's compute their share of
  * x*A first, costs that fewer, longer groups pay less often: their groups stay within 64
  * strip vectors per compute unit (2 groups of 32-vector strips, 1 of 64). Measured on an
  * H100 (device time, one call): one row gains (LoRA 2048² r=8 10.1 -> 7.8 µs, GEMM 1x4096²
- * 30.0 -> 28.3 µs with strips of 4 vectors); GEMM 8 x 4096² (32-vector strips): 32.3 µs at KG=8, 36.9 at 4, 35.7 at
- * 16, 43.7 at 32 with 8 loads per round. The one-token split LoRA path sums all x*A partials
- * in every group, so it keeps KG=1. */
+ * 30.0 -> 28.3 µs with strips of 4 vectors); GEMM 8 x 4096² (32-vector strips): 32.3 µs at
+ * KG=8, 36.9 at 4, 35.7 at 16, 43.7 at 32 with 8 loads per round. The one-token split LoRA
+ * path sums all x*A partials in every group, so it keeps KG=1. */
 static int default_kg(const hd_fused *f, const hd_fused_params *p, size_t n, size_t k,
                       size_t rows)
 {
@@ -234,13 +235,12 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
         return s;
     if (p->vec == 0 || n % 4 != 0)
         p->vec = n % 4 == 0 ? 4 : 1;
-    /* Measured on an H100, device time per call. GEMM of one row: strips of 8 vectors by 32
-     * k-slices with 8 loads in flight per work-item, so that a quarter-warp reads 128
-     * contiguous bytes of a row of W: 1 x 16384 x 4096 97.1 µs (94.0 split 4 ways over k),
-     * where strips of 4 vectors by 64 k-slices, reading half sectors, took 117.5; 1 x 4096^2
-     * 30.3 against 30.2 (2026-11-26; the tuner picks the others where they win). One-token
-     * LoRA: every work-group recomputes its k-range of x*A, so few wide strips (16 vectors,
-     * 16 k-slices, 4 loads per round) split many ways over k (KG below) keep that prologue short:
+    /* GEMM of one row: strips of 8 vectors by 32 k-slices with 8 loads in flight per
+     * work-item, so that a quarter-warp reads 128 contiguous bytes of a row of W (strips of 4
+     * vectors read half sectors and ran slower on the H100 as n grew: BENCHMARKS.md).
+     * Measured on an H100, device time per call. One-token LoRA: every work-group recomputes
+     * its k-range of x*A, so few wide strips (16 vectors, 16 k-slices, 4 loads per round)
+     * split many ways over k (KG below) keep that prologue short:
      * 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 % of the fastest variant of
      * each shape, where the GEMM's strip took 8.2-12.5 µs in one launch and 22.4 µs split
      * (r = 64). Several rows read x from local memory (gemv.cl). GEMM up to 8 rows: strips of

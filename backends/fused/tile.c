@@ -387,8 +387,12 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         len += snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s",
                         p->rm, p->rn, async, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     /* fewer registers per work-item let two work-groups share an SM */
-    if (p->reg != 0)
-        snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
+    if (p->reg != 0 && len >= 0 && (size_t)len < sizeof options)
+        len += snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d",
+                        p->reg);
+    if (len < 0 || (size_t)len >= sizeof options)
+        return hd__error(ctx, HD_ERR_INTERNAL,
+                         "fused: the tiled GEMM's build options are too long");
     if (p->wgmma) {
         s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_WGMMA, options, "gemm_wgmma", *threads, out);
         if (s != HD_ERR_BUILD)
@@ -541,11 +545,10 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
            (f->local_mem == 0 || local_bytes(&p, mma) <= f->local_mem);
 }
 
-/* The fp32 tiles that won most often on the H100 (2026-11-26: the fastest on 21 of 24 GEMM,
- * LoRA and LoRA backward shapes swept with every variant, from 64 x 4096 x 4096 and 997 x
- * 1009 x 1013 to 4096^3 in each transpose), first in the list in this order, so that a tuner
- * whose time runs out before the list does (dispatch-autotune's --max-time, --quick) has
- * timed them. */
+/* The fp32 tiles that won most often where the H100 sweeps timed every variant (GEMM, LoRA and
+ * LoRA backward, from a few tiles to thousands, each transpose; BENCHMARKS.md), first in the
+ * list in this order, so that a tuner whose time or count runs out before the list does
+ * (dispatch-autotune's --max-time, --quick) has timed them. */
 static const char *const fma_first[] = {
     "BM=64 BN=128 BK=16 RM=8 RN=8",         "BM=128 BN=128 BK=8 RM=16 RN=8",
     "BM=128 BN=128 BK=16 RM=8 RN=16",       "BM=128 BN=64 BK=16 RM=8 RN=8",
@@ -559,9 +562,9 @@ static const char *const fma_first[] = {
 static void fma_first_to_front(const char **list, size_t n)
 {
     size_t front = 0;
-    for (size_t f = 0; f < sizeof fma_first / sizeof fma_first[0]; f++)
+    for (size_t rank = 0; rank < sizeof fma_first / sizeof fma_first[0]; rank++)
         for (size_t i = front; i < n; i++)
-            if (strcmp(list[i], fma_first[f]) == 0) {
+            if (strcmp(list[i], fma_first[rank]) == 0) {
                 const char *hit = list[i];
                 memmove(list + front + 1, list + front, (i - front) * sizeof *list);
                 list[front++] = hit;
@@ -574,6 +577,10 @@ static void fma_first_to_front(const char **list, size_t n)
 size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision precision,
                                const char **out, size_t max)
 {
+    /* the whole list, ordered, then its first max: the tiles fma_first names come first even
+     * where the caller takes few */
+    const char *all[96];
+    const size_t cap = sizeof all / sizeof all[0];
     static const tile_variant fma_tiles[] = {
         {"BM=128 BN=128 BK=8 RM=8 RN=8", 128, 128, 8, 8, 8, 0},
         {"BM=128 BN=128 BK=16 RM=8 RN=8", 128, 128, 16, 8, 8, 0},
@@ -666,33 +673,35 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         mma ? sizeof mma_tiles / sizeof mma_tiles[0] : sizeof fma_tiles / sizeof fma_tiles[0];
     size_t n = 0;
     for (size_t i = 0;
-         wants_wgmma(f, precision) && i < sizeof wgmma_tiles / sizeof wgmma_tiles[0] && n < max;
+         wants_wgmma(f, precision) && i < sizeof wgmma_tiles / sizeof wgmma_tiles[0] && n < cap;
          i++)
         if (variant_fits(f, &wgmma_tiles[i], true))
-            out[n++] = wgmma_tiles[i].text;
-    for (size_t i = 0; i < count && n < max; i++)
+            all[n++] = wgmma_tiles[i].text;
+    for (size_t i = 0; i < count && n < cap; i++)
         if (variant_fits(f, &tiles[i], mma))
-            out[n++] = tiles[i].text;
+            all[n++] = tiles[i].text;
     bool copies = s->trans_a || !s->trans_b;
     for (size_t i = 0; !mma && f->mma && !f->fma_async_broken && copies &&
-                       i < sizeof fma_async_tiles / sizeof fma_async_tiles[0] && n < max;
+                       i < sizeof fma_async_tiles / sizeof fma_async_tiles[0] && n < cap;
          i++)
         if (variant_fits(f, &fma_async_tiles[i], false))
-            out[n++] = fma_async_tiles[i].text;
+            all[n++] = fma_async_tiles[i].text;
     const char *const *capped = mma ? mma_capped : fma_capped;
     size_t capped_count = mma ? 3 : 2;
-    for (size_t i = 0; f->nv_options && i < capped_count && n < max; i++)
-        out[n++] = capped[i];
-    if (!mma && f->mma && !f->fma_async_broken && copies && f->nv_options && n < max)
-        out[n++] = fma_async_capped;
+    for (size_t i = 0; f->nv_options && i < capped_count && n < cap; i++)
+        all[n++] = capped[i];
+    if (!mma && f->mma && !f->fma_async_broken && copies && f->nv_options && n < cap)
+        all[n++] = fma_async_capped;
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     bool few_tiles = ceil_div(s->dim[0], 64) * ceil_div(s->dim[1], 64) < 2 * units;
-    for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < max; i++)
-        out[n++] = split[i];
+    for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < cap; i++)
+        all[n++] = split[i];
     bool idle_units = ceil_div(s->dim[0], 128) * ceil_div(s->dim[1], 128) < units;
-    for (size_t i = 0; !mma && idle_units && s->dim[2] >= 1024 && i < 4 && n < max; i++)
-        out[n++] = split_large[i];
+    for (size_t i = 0; !mma && idle_units && s->dim[2] >= 1024 && i < 4 && n < cap; i++)
+        all[n++] = split_large[i];
     if (!mma)
-        fma_first_to_front(out, n);
+        fma_first_to_front(all, n);
+    n = n < max ? n : max;
+    memcpy(out, all, n * sizeof *out);
     return n;
 }

@@ -35,10 +35,9 @@
  *   VEC_A     4: A is read in runs of 4 along its stored rows; 1: scalar loads
  *   VEC_B     likewise for B
  *   ALIGN_A   1: A's rows are 16-byte aligned (lda % 4 == 0), a run is one float4 load; 0: four
- *             scalar loads off one address (fewer registers than VEC_A = 1, whose loads each
- *             hold an address of their own: 189 to 254 against 167 for 64 x 128 tiles of 8 x 8;
- *             H100, fp32, tuned: 2048 x 2048 x 2047 387 us against 436 with VEC_A = 1 and 391
- *             at 2048^3, 997 x 1009 x 1013 79 against 88, 4093 x 521 x 1031 TN 188 against 206)
+ *             scalar loads off one address, which keep fewer addresses in registers than
+ *             VEC_A = 1, one load per element with an address each
+ *             (cp.async and the warpgroup kernel's 16-byte copies need ALIGN_A = 1)
  *   ALIGN_B   likewise for B
  *   VEC_C     4: C is read and written in vectors where a run lies inside (ldc % 4 == 0)
  *   TRANS_A, TRANS_B   the stored layouts above
@@ -69,16 +68,19 @@
 #endif
 #endif
 #ifndef VEC_A
-#define VEC_A 1 /* float4 loads of A (host: lda % 4 == 0) */
+#define VEC_A 1 /* A loaded in runs of 4 (host: where a stage splits into them) */
 #endif
 #ifndef VEC_B
-#define VEC_B 1 /* float4 loads of B (host: ldb % 4 == 0) */
+#define VEC_B 1 /* B loaded in runs of 4 (host: likewise) */
 #endif
 #ifndef ALIGN_A
 #define ALIGN_A 1 /* runs of A are 16-byte aligned (host: lda % 4 == 0) */
 #endif
 #ifndef ALIGN_B
 #define ALIGN_B 1 /* runs of B are 16-byte aligned (host: ldb % 4 == 0) */
+#endif
+#if WGMMA && ((VEC_A == 4 && !ALIGN_A) || (VEC_B == 4 && !ALIGN_B))
+#error "the warpgroup kernel copies a run of 4 as 16 bytes: VEC_A (VEC_B) = 4 needs aligned rows"
 #endif
 #ifndef VEC_C
 #define VEC_C 1 /* vector access to C (host: ldc % 4 == 0) */
@@ -180,10 +182,8 @@
  * the H100 at 4096^3 (16 x 8 per work-item) the other ways ran slower: an A stored m x k kept
  * depth-contiguous and read four depths at a time, 3.22 ms NN against 3.11; copied one float
  * per cp.async into the depth-major layout, 3.58 ms NN and 4.04 NT against 3.11 and 2.86;
- * both operands copied, the depth-contiguous one kept as rows of BK + 4 floats and read four
- * depths at a time by work-items owning rows spaced BM / RM apart (no bank conflicts): 3.37 to
- * 4.16 ms NN and 3.63 to 4.14 NT against 3.09 and 3.18 (8 x 8 per work-item: 167 to 250
- * registers against about 135). */
+ * and both operands copied, the depth-contiguous one kept as rows and read four depths at a
+ * time (it holds a run of four depths of every row in registers at once). */
 #ifndef RM
 #define RM 8 /* rows of C per work-item */
 #endif

@@ -10,8 +10,8 @@
  * vector reads.
  *
  * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 4 buffers,
- * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 (VEC_B = 4) for
- * them).
+ * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 and ALIGN_A = 1
+ * (VEC_B, ALIGN_B) for them).
  */
 #if RM % 4 != 0 || RN % 4 != 0 || BM % RM != 0 || BN % RN != 0
 #error "RM and RN must be multiples of 4 dividing BM and BN"

@@ -15,11 +15,11 @@
  * With KG > 1, k is split over KG work-groups per strip as well (work-group id = g * strips +
  * strip, so the groups in flight at once read neighbouring columns of the same rows of B): a
  * strip alone gives too few work-groups, and too few loads in flight, to fill a GPU when n is
- * small (n = 2048: 128 groups on 132 SMs). Each group writes its reduced partial sums (MR x TN
- * vectors) to `part` and counts itself in count[strip]; the last of the KG to arrive adds the
- * KG partials in order of g (so the result does not depend on which group came last), writes C
- * and resets the count for the next launch. One launch still; extra traffic 2 * KG * m * n
- * floats, from cache.
+ * small (n = 2048: 64 groups on 132 SMs at the one-row default). Each group writes its reduced
+ * partial sums (MR x TN vectors) to `part` and counts itself in count[strip]; the last of the
+ * KG to arrive adds the KG partials in order of g (so the result does not depend on which
+ * group came last), writes C and resets the count for the next launch. One launch still;
+ * extra traffic 2 * KG * m * n floats, from cache.
  *
  * Tuning parameters (-D from the host):
  *   TN      column vectors per work-group
