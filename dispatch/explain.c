@@ -6,6 +6,7 @@
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "dispatch/select.h"
+#include "dispatch/tools.h"
 #include "dispatch/tuning.h"
 
 static const char *rule_name(hd_select_rule r)
@@ -71,11 +72,16 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
         shape.trans_a = (dims[d->dims] & 1) != 0;
         shape.trans_b = (dims[d->dims] & 2) != 0;
     }
+    return hd__explain_shape(ctx, op, &shape, buf, size);
+}
 
+hd_status hd__explain_shape(hd_context *ctx, hd_op op, const hd_shape *shape, char *buf,
+                            size_t size)
+{
     hd_plan plan;
-    hd__select(ctx, op, &shape, NULL, &plan);
+    hd__select(ctx, op, shape, NULL, &plan);
     char key[96];
-    hd__op_text(op, &shape, HD_TEXT_KEY, key, sizeof key);
+    hd__op_text(op, shape, HD_TEXT_KEY, key, sizeof key);
     out o = {buf, size, 0};
     buf[0] = '\0';
     say(&o, "%s: ", key);
@@ -99,7 +105,7 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
     say(&o, "\n");
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
         bool present = ctx->backends[b] != NULL || ctx->composite[b] != NULL;
-        if (present && !hd__backend_takes(ctx, (hd_backend)b, op, &shape))
+        if (present && !hd__backend_takes(ctx, (hd_backend)b, op, shape))
             say(&o, "  %s: %s\n", hd_backend_name((hd_backend)b),
                 ctx->backend_unhealthy[b] ? "unhealthy (its device failed)"
                                           : "does not take this shape");

@@ -103,6 +103,11 @@ void hd__plans_stats(const hd_context *ctx, unsigned long *hits, unsigned long *
 bool hd__backend_from_name(const char *name, hd_backend *b);
 bool hd__op_from_name(const char *name, hd_op *op);
 
+/* hd_context_explain() for a shape as the op table holds it (with LoRA's layout flags, which
+ * the public call's dims cannot carry). */
+hd_status hd__explain_shape(hd_context *ctx, hd_op op, const hd_shape *shape, char *buf,
+                            size_t size);
+
 /* "gemm 1x4096x4096 nt", "softmax 64x1024": the key of a call in messages. */
 void hd__shape_text(hd_op op, const hd_shape *shape, char *buf, size_t size);
 

@@ -66,6 +66,10 @@ for rec in 'lora 3 16 8 2 pt [a-z]' 'lora 3 16 8 2 (cpu|fused|clblast)' \
     grep -q -E "^$rec" "$dir/layouts-cache.txt" ||
         fail "no '$rec' record: $(cat "$dir/layouts-cache.txt")"
 done
+"$tune" --cache "$dir/layouts-cache.txt" --explain 'lora 3 16 8 2 pt' >"$dir/explain.txt" 2>&1 ||
+    fail "--explain of a layout failed"
+grep -q "lora 3x16x8 r2 pt: chosen .* tuned record: lora 3x16x8 r2 pt" "$dir/explain.txt" ||
+    fail "--explain does not use the layout's record: $(cat "$dir/explain.txt")"
 printf 'lora 3 16 8 2 tp\n' >"$dir/bad-layout.txt"
 expect 2 "pt or layout1..7" "$tune" --shapes "$dir/bad-layout.txt" --dry-run
 printf 'gemm 4 4 4 nn pt\n' >"$dir/bad-gemm-layout.txt"

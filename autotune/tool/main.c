@@ -276,11 +276,8 @@ static int explain(const tool_options *o, const char *path)
         return EXIT_NO_CONTEXT;
     if (hd_context_last_error(ctx)[0] != '\0')
         printf("context: %s\n", hd_context_last_error(ctx));
-    size_t dims[4] = {c.shape.dim[0], c.shape.dim[1], c.shape.dim[2], c.shape.dim[3]};
-    if (hd__op(c.op)->transposes && hd__op(c.op)->dims < 4) /* as hd_context_explain takes them */
-        dims[hd__op(c.op)->dims] = (size_t)c.shape.trans_a + 2u * (size_t)c.shape.trans_b;
     char text[4096];
-    hd_status s = hd_context_explain(ctx, c.op, dims, text, sizeof text);
+    hd_status s = hd__explain_shape(ctx, c.op, &c.shape, text, sizeof text);
     if (s == HD_OK)
         fputs(text, stdout);
     hd_context_destroy(ctx);
