@@ -207,6 +207,14 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         "TN=32 KS=8 UNROLL=4 KG=2",         "TN=64 KS=4 UNROLL=8 KG=2",
         "TN=64 KS=4 UNROLL=8 KG=8 SPLIT=8", "TN=32 KS=8 UNROLL=8 KG=16 SPLIT=8",
     };
+    /* one row: the strips that were fastest where the H100 sweeps timed every variant
+     * (BENCHMARKS.md) first, so that a tuner out of time has timed them: for GEMM, strips
+     * whose quarter-warps read 128 contiguous bytes of a row of W; for LoRA, wide strips split
+     * many ways over k, which shortens each group's share of x*A */
+    static const char *const one_row_gemm[] = {"TN=8 KS=32 UNROLL=8 KG=4", "TN=32 KS=8 UNROLL=8",
+                                               "TN=16 KS=16 UNROLL=8"};
+    static const char *const one_row_lora[] = {"TN=64 KS=4 UNROLL=16 KG=32",
+                                               "TN=16 KS=16 UNROLL=4 KG=32"};
     /* the row ops' backward: work-group size and rows per group */
     static const char *const backward[] = {"WG=256 ROWS=4", "WG=256 ROWS=1", "WG=512 ROWS=1",
                                            "WG=1024 ROWS=1", "WG=64 ROWS=1"};
@@ -236,6 +244,14 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
              i++)
             if (op == HD_OP_LORA ? s->dim[3] > 0 : strstr(several_rows[i], "SPLIT") == NULL)
                 n = add_unique(out, n, max, several_rows[i]);
+        for (size_t i = 0; s->dim[0] == 1 && op == HD_OP_GEMM &&
+                           i < sizeof one_row_gemm / sizeof one_row_gemm[0];
+             i++)
+            n = add_unique(out, n, max, one_row_gemm[i]);
+        for (size_t i = 0; s->dim[0] == 1 && op == HD_OP_LORA && s->dim[3] > 0 &&
+                           i < sizeof one_row_lora / sizeof one_row_lora[0];
+             i++)
+            n = add_unique(out, n, max, one_row_lora[i]);
         for (size_t i = 0; i < sizeof gemv / sizeof gemv[0]; i++)
             n = add_unique(out, n, max, gemv[i]);
         for (size_t i = 0; i < sizeof kgroups / sizeof kgroups[0]; i++)
