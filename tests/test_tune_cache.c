@@ -689,6 +689,31 @@ static void random_file(hd_rng *rng, hd_tune_file *f)
     }
 }
 
+/* An empty file under a made-up key that a write and a read keep as it is. */
+static void made_up_file(hd_tune_file *f)
+{
+    hd__tune_file_init(f);
+    snprintf(f->key.library, sizeof f->key.library, "0.1.0");
+    snprintf(f->key.platform, sizeof f->key.platform, "P");
+    snprintf(f->key.device, sizeof f->key.device, "D");
+    snprintf(f->key.driver, sizeof f->key.driver, "1");
+    snprintf(f->key.clblast, sizeof f->key.clblast, "none");
+}
+
+/* Parses the written text with the lines of bad appended into *back: the file is accepted. */
+static void parse_with_lines(const char *text, const char *bad, hd_tune_file *back)
+{
+    size_t len = strlen(text), extra = strlen(bad);
+    char *all = malloc(len + extra + 1);
+    assert_non_null(all);
+    memcpy(all, text, len);
+    memcpy(all + len, bad, extra + 1);
+    hd__tune_file_init(back);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(all, len + extra, back, msg, sizeof msg), HD_OK);
+    free(all);
+}
+
 /* Records are keyed by the GEMM arithmetic they were tuned in: "gemm.fp32x3" beside "gemm" for
  * the same shape, both kept through a write and a read; a context finds only its own mode's,
  * and row ops carry none ("softmax.tf32" is a bad line). */
@@ -696,11 +721,7 @@ static void test_cache_records_are_keyed_by_precision(void **state)
 {
     (void)state;
     hd_tune_file f;
-    hd__tune_file_init(&f);
-    snprintf(f.key.library, sizeof f.key.library, "0.1.0");
-    snprintf(f.key.platform, sizeof f.key.platform, "P");
-    snprintf(f.key.device, sizeof f.key.device, "D");
-    snprintf(f.key.driver, sizeof f.key.driver, "1");
+    made_up_file(&f);
     hd_tune_record fp32 = record(HD_OP_GEMM, 64, 64, 64, 0, HD_BACKEND_FUSED, 10.0);
     snprintf(fp32.variant, sizeof fp32.variant, "BM=64 BN=64 RM=4 RN=4");
     hd_tune_record x3 = fp32;
@@ -717,16 +738,9 @@ static void test_cache_records_are_keyed_by_precision(void **state)
     assert_non_null(strstr(text, "\ngemm.fp32x3 64 64 64 nn fused"));
     assert_non_null(strstr(text, "\nlora.tf32 8 64 64 4 fused"));
     /* row ops carry no precision, and an unknown one is a bad line */
-    size_t len = strlen(text);
-    static const char bad[] = "softmax.tf32 4 64 fused - 3 - -\ngemm.fp64 64 64 64 nn cpu - 3 - -\n";
-    char *all = malloc(len + sizeof bad);
-    assert_non_null(all);
-    memcpy(all, text, len);
-    memcpy(all + len, bad, sizeof bad);
     hd_tune_file back;
-    hd__tune_file_init(&back);
-    char msg[160];
-    assert_int_equal(hd__tune_parse(all, strlen(all), &back, msg, sizeof msg), HD_OK);
+    parse_with_lines(text, "softmax.tf32 4 64 fused - 3 - -\ngemm.fp64 64 64 64 nn cpu - 3 - -\n",
+                     &back);
     assert_int_equal(back.count, 3);
     assert_int_equal(back.bad_lines, 2);
     const hd_tune_record *r = hd__tune_find(&back, HD_OP_GEMM, &fp32.shape, HD_PRECISION_FP32);
@@ -738,7 +752,6 @@ static void test_cache_records_are_keyed_by_precision(void **state)
     assert_null(hd__tune_find(&back, HD_OP_GEMM, &fp32.shape, HD_PRECISION_TF32));
     assert_null(hd__tune_find(&back, HD_OP_LORA, &tf32.shape, HD_PRECISION_FP32));
     assert_non_null(hd__tune_find(&back, HD_OP_LORA, &tf32.shape, HD_PRECISION_TF32));
-    free(all);
     free(text);
     hd__tune_file_free(&f);
     hd__tune_file_free(&back);
@@ -751,12 +764,7 @@ static void test_cache_records_are_keyed_by_lora_layout(void **state)
 {
     (void)state;
     hd_tune_file f;
-    hd__tune_file_init(&f);
-    snprintf(f.key.library, sizeof f.key.library, "0.1.0");
-    snprintf(f.key.platform, sizeof f.key.platform, "P");
-    snprintf(f.key.device, sizeof f.key.device, "D");
-    snprintf(f.key.driver, sizeof f.key.driver, "1");
-    snprintf(f.key.clblast, sizeof f.key.clblast, "none");
+    made_up_file(&f);
     hd_tune_record plain = record(HD_OP_LORA, 4096, 4096, 4096, 16, HD_BACKEND_CLBLAST_FUSED, 3307);
     hd_tune_record pt = record(HD_OP_LORA, 4096, 4096, 4096, 16, HD_BACKEND_FUSED, 3306);
     pt.shape.lora_layout = HD_LORA_LAYOUT_PYTORCH;
@@ -775,21 +783,13 @@ static void test_cache_records_are_keyed_by_lora_layout(void **state)
     /* a layout token where the op has none, or an unknown one, is a bad line */
     static const char bad[] = "gemm 8 8 8 nn pt cpu - 3 - -\nlora 8 8 8 2 layout9 cpu - 3 - -\n"
                               "lora 8 8 8 2 tp cpu - 3 - -\nsoftmax 8 8 pt cpu - 3 - -\n";
-    size_t len = strlen(text);
-    char *all = malloc(len + sizeof bad);
-    assert_non_null(all);
-    memcpy(all, text, len);
-    memcpy(all + len, bad, sizeof bad);
     hd_tune_file back;
-    hd__tune_file_init(&back);
-    char msg[160];
-    assert_int_equal(hd__tune_parse(all, strlen(all), &back, msg, sizeof msg), HD_OK);
+    parse_with_lines(text, bad, &back);
     assert_int_equal(back.count, 3);
     assert_int_equal(back.bad_lines, 4);
     hd__tune_file_free(&back);
-    free(all);
     /* the context's lookups: its own layout first, the default layout's as the fallback */
-    char path[512];
+    char path[512], msg[256];
     tmp_path(path, sizeof path, "ctx-layout.txt");
     hd_context *probe = context_with_cache("/nonexistent/none.txt");
     hd_tune_file keyed;
