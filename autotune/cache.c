@@ -194,19 +194,10 @@ static bool tok_size(const token *t, size_t lo, size_t hi, size_t *out)
     return true;
 }
 
-/* A LoRA layout other than the default: "pt" (HD_LORA_LAYOUT_PYTORCH) or "layoutN", N the
- * hd_lora_layout flags, 1 to 7. */
+/* A LoRA layout other than the default (hd__lora_layout_from_name()). */
 static bool tok_layout(const token *t, unsigned *out)
 {
-    if (tok_is(t, "pt")) {
-        *out = HD_LORA_LAYOUT_PYTORCH;
-        return true;
-    }
-    if (t->quoted || t->len != 7 || memcmp(t->text, "layout", 6) != 0 || t->text[6] < '1' ||
-        t->text[6] > '7')
-        return false;
-    *out = (unsigned)(t->text[6] - '0');
-    return true;
+    return !t->quoted && hd__lora_layout_from_name(t->text, t->len, out);
 }
 
 static bool tok_double(const token *t, double lo, double hi, double *out)

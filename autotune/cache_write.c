@@ -19,6 +19,7 @@
 #include "autotune/cache.h"
 #include "dispatch/error.h"
 #include "dispatch/file.h"
+#include "dispatch/op.h"
 
 typedef struct text {
     char *p;
@@ -181,10 +182,9 @@ char *hd__tune_format(const hd_tune_file *f)
             put(&t, " %zu", r->shape.dim[d]);
         if (hd__tune_has_transposes(r->op))
             put(&t, " %c%c", r->shape.trans_a ? 't' : 'n', r->shape.trans_b ? 't' : 'n');
-        if (r->shape.lora_layout == HD_LORA_LAYOUT_PYTORCH)
-            put(&t, " pt");
-        else if (r->shape.lora_layout != 0)
-            put(&t, " layout%u", r->shape.lora_layout);
+        char layout[8];
+        if (r->shape.lora_layout != 0)
+            put(&t, " %s", hd__lora_layout_name(r->shape.lora_layout, layout));
         put(&t, " %s ", hd_backend_name(r->backend));
         if (r->variant[0] == '\0')
             put(&t, "-");

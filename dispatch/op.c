@@ -347,11 +347,35 @@ int hd__op_text(hd_op op, const hd_shape *s, hd_text_style style, char *buf, siz
     for (int i = joined; i < d->dims && len < sizeof text; i++)
         len += (size_t)snprintf(text + len, sizeof text - len, " %c%zu", d->suffix_prefix[i],
                                 s->dim[i]);
+    char layout[8];
     if (d->lora_layout && s->lora_layout != 0 && len < sizeof text) /* the _ex calls */
-        len += (size_t)(s->lora_layout == HD_LORA_LAYOUT_PYTORCH
-                            ? snprintf(text + len, sizeof text - len, " pt")
-                            : snprintf(text + len, sizeof text - len, " layout%u", s->lora_layout));
+        len += (size_t)snprintf(text + len, sizeof text - len, " %s",
+                                hd__lora_layout_name(s->lora_layout, layout));
     return snprintf(buf, size, "%s", text);
+}
+
+const char *hd__lora_layout_name(unsigned layout, char buf[8])
+{
+    if (layout == 0)
+        return "";
+    if (layout == HD_LORA_LAYOUT_PYTORCH)
+        return "pt";
+    memcpy(buf, "layout", 6); /* three flags: one digit (the calls refuse any other bit) */
+    buf[6] = (char)('0' + (layout & 7u));
+    buf[7] = '\0';
+    return buf;
+}
+
+bool hd__lora_layout_from_name(const char *text, size_t len, unsigned *layout)
+{
+    if (len == 2 && memcmp(text, "pt", 2) == 0) {
+        *layout = HD_LORA_LAYOUT_PYTORCH;
+        return true;
+    }
+    if (len != 7 || memcmp(text, "layout", 6) != 0 || text[6] < '1' || text[6] > '7')
+        return false;
+    *layout = (unsigned)(text[6] - '0');
+    return true;
 }
 
 bool hd__op_same_shape(hd_op op, const hd_shape *a, const hd_shape *b)

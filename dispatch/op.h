@@ -125,6 +125,15 @@ typedef enum hd_text_style {
 /* The text of (op, shape) in a style; returns what snprintf returns. */
 int hd__op_text(hd_op op, const hd_shape *shape, hd_text_style style, char *buf, size_t size);
 
+/* LoRA's layout flags as the case names, the tuning cache and a shapes file spell them: "" for
+ * the default, "pt" for HD_LORA_LAYOUT_PYTORCH, "layoutN" for the other flags N; buf holds the
+ * text where it is not a literal. */
+const char *hd__lora_layout_name(unsigned layout, char buf[8]);
+
+/* The flags the len bytes at text name ("pt", "layout1" to "layout7"); false for anything
+ * else, the default layout's empty name included. */
+bool hd__lora_layout_from_name(const char *text, size_t len, unsigned *layout);
+
 /* Whether two shapes are the same call of op (its dims and, where it has them, transposes and
  * LoRA layout flags). */
 bool hd__op_same_shape(hd_op op, const hd_shape *a, const hd_shape *b);

@@ -42,14 +42,8 @@ bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t
     if (desc->transposes && extra >= 1)
         memcpy(trans, rest, sizeof trans);
     bool layout_ok = extra < 1;
-    if (desc->lora_layout && extra == 1) {
-        if (strcmp(rest, "pt") == 0)
-            layout = HD_LORA_LAYOUT_PYTORCH;
-        else if (strncmp(rest, "layout", 6) == 0 && rest[6] >= '1' && rest[6] <= '7' &&
-                 rest[7] == '\0')
-            layout = (unsigned)(rest[6] - '0');
-        layout_ok = layout != 0;
-    }
+    if (desc->lora_layout && extra == 1)
+        layout_ok = hd__lora_layout_from_name(rest, strlen(rest), &layout);
     if (extra > 1 || (!desc->transposes && extra == 1 && !layout_ok) || strlen(trans) != 2 ||
         strspn(trans, "nt") != 2) {
         snprintf(why, size, "'%s': expected %s %s%s", text, name,
