@@ -951,9 +951,9 @@ static void test_fallback_lora_backward_refusal_leaves_the_gradients_untouched(v
     hd_context_destroy(ctx);
 }
 
-/* A tuning record is keyed by shape, not layout: in PyTorch's layout a variant that this
- * layout's dx cannot run leaves the call to the fused backend's defaults, with a note and no
- * error, rather than refusing it. */
+/* A layout without records of its own takes the default layout's nearest record: in PyTorch's
+ * layout a variant that this layout's dx cannot run leaves the call to the fused backend's
+ * defaults, with a note and no error, rather than refusing it. */
 static void test_fallback_lora_backward_variant_of_another_layout_runs_the_defaults(void **state)
 {
     (void)state;

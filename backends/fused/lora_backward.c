@@ -217,9 +217,10 @@ static hd_status prepare_all(hd_fused *f, hd_context *ctx, const backward_plan *
     return s;
 }
 
-/* The call's variant: a tuning record is keyed by shape, not layout, so a variant tuned for
- * the default layout that this layout's dx cannot run (its tiles in local memory differ) is
- * left for the defaults, with a note, rather than refused. */
+/* The call's variant: a layout without tuning records of its own takes the default layout's
+ * nearest record, so a variant tuned for the default layout that this layout's dx cannot run
+ * (its tiles in local memory differ) is left for the defaults, with a note, rather than
+ * refused. */
 static const char *variant_for_layout(hd_fused *f, hd_context *ctx, const hd_lora_backward_args *l)
 {
     if (l->variant == NULL || !(l->trans_w || l->trans_a))
