@@ -820,6 +820,20 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
     static const gemm_case wide = {257, 300, 41, 1.0f, 0.5f, false, false, true};
     for (size_t pi = 0; pi < 2; pi++)
         check_gemm_in(ctx, &wide, DEFAULT_PARAMETERS, precisions[pi], 2990 + pi);
+    /* The warpgroup kernel with A in registers (AREG): its fragments' layout and its ring of
+     * stages, which turns over every few stages: a partial stage alone (k = 4), a ring not
+     * filled (k = 20), several turns ending mid-stage (k = 203) and mid-ring (k = 260), in
+     * every transpose, on tiles cut by the matrix's edge; B also unaligned (VEC 1 copies). */
+    static const char *const areg[] = {"BM=128 BN=128 BK=8 WN=128 ASYNC=4 AREG=1 WGMMA=1",
+                                       "BM=64 BN=64 BK=16 WN=64 ASYNC=3 AREG=1 WGMMA=1"};
+    static const size_t areg_k[] = {4, 20, 203, 260};
+    for (size_t v = 0; v < 2; v++)
+        for (int tr = 0; tr < 4; tr++) {
+            gemm_case ac = {70 + 61 * v,      45 + 4 * (size_t)tr, areg_k[(v + (size_t)tr) % 4],
+                            tr % 2 ? 1.0f : -0.5f, tr / 2 ? 0.25f : 0.0f, tr == 1,
+                            tr >= 2,          tr % 2 == 0};
+            check_gemm_in(ctx, &ac, areg[v], HD_PRECISION_TF32, 3000 + 4 * v + (size_t)tr);
+        }
     /* a warpgroup kernel that failed to build would have passed on mma.sync's results */
     assert_false(f->wgmma_broken);
     if (emulate)

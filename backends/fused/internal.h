@@ -119,6 +119,8 @@ typedef struct hd_fused_params {
     int wgmma;                /* tile family, tf32: 1 runs the warpgroup kernel (Hopper) */
     int overlap;              /* warpgroup kernel: 1 a stage's products run through the next
                                  barrier, 0 they finish before it (a stage more in flight) */
+    int areg;                 /* warpgroup kernel: 1 A's fragments go from global memory straight
+                                 into registers, local memory holds B alone */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,

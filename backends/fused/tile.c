@@ -97,10 +97,11 @@ static void fma_tile(const hd_fused *f, const hd_fused_tile_call *c, hd_fused_pa
         p->async = 3;
 }
 
-/* Local memory of one stage of the warpgroup kernel, in bytes. */
+/* Local memory of one stage of the warpgroup kernel, in bytes: B's alone with AREG (its
+ * emulation's scratch of one A step is left out: PoCL's local memory is far larger). */
 static size_t wgmma_stage_bytes(const hd_fused_params *p)
 {
-    return ((size_t)p->bm + (size_t)p->bn) * (size_t)p->bk * sizeof(float);
+    return ((p->areg ? 0 : (size_t)p->bm) + (size_t)p->bn) * (size_t)p->bk * sizeof(float);
 }
 
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
@@ -113,18 +114,21 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     bool half_fill = !large && 2 * ceil_div(c->m, 64) * ceil_div(c->n, 128) * c->batch >= units;
     if (p->wgmma) {
         /* 128 x 256 tiles, whose two warpgroups do twice the products of 128 x 128 ones per
-         * stage, their buffers filling 48 KiB (H100, tf32: 1.11 ms at 4096^3 NN and NT, 8.58
-         * ms at 8192^3, against 1.22, 1.41 and 9.35 with 128 x 128 tiles and 6 buffers),
-         * where the matrices fill such a tile and the tiles the device */
+         * stage, where the matrices fill such a tile and the tiles the device; A's fragments
+         * in registers (AREG), local memory holding B's stages alone: 16 deep in 3 buffers
+         * where B is copied transposed (stored k x n), else 8 deep in 6 (BENCHMARKS.md) */
         bool wide = c->m >= 128 && c->n >= 256 &&
                     ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= units &&
-                    (f->local_mem == 0 || f->local_mem >= 3 * (128 + 256) * 8 * sizeof(float));
+                    (f->local_mem == 0 || f->local_mem >= 3 * 256 * 16 * sizeof(float));
         if (wide && p->bm == 0 && p->bn == 0 && p->wn == 0 && p->bk == 0 && p->async == 0 &&
-            p->overlap < 0) {
+            p->overlap < 0 && p->areg == 0) {
             p->bm = 128;
             p->bn = 256;
             p->wn = 256;
             p->overlap = 0;
+            p->areg = 1;
+            p->bk = c->b.trans ? 8 : 16;
+            p->async = c->b.trans ? 6 : 3;
         }
         if (p->bm == 0)
             p->bm = large ? 128 : 64;
@@ -135,11 +139,12 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         if (p->bk == 0)
             p->bk = 8;
         if (p->overlap < 0)
-            p->overlap = 1;
-        /* as many buffers as the local memory holds, 3 to 6 */
+            p->overlap = p->areg ? 0 : 1;
+        /* as many buffers as the local memory holds, 3 to 6 (8 with B's alone) */
         if (p->async == 0) {
-            size_t fit = f->local_mem > 0 ? f->local_mem / wgmma_stage_bytes(p) : 6;
-            p->async = fit < 3 ? 3 : fit > 6 ? 6 : (int)fit;
+            size_t most = p->areg ? 8 : 6;
+            size_t fit = f->local_mem > 0 ? f->local_mem / wgmma_stage_bytes(p) : most;
+            p->async = fit < 3 ? 3 : fit > most ? (int)most : (int)fit;
         }
     } else if (mma && large && p->bm == 0 && p->bn == 0 && p->wm == 0 && p->wn == 0 &&
                p->async == 0) {
@@ -269,6 +274,10 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         p->wgmma = 1; /* the default for tf32 here, unless the variant names mma.sync warps */
     if (p->overlap >= 0 && !p->wgmma)
         return unsupported(ctx, "OVERLAP is the warpgroup kernel's", p);
+    if (p->areg && !p->wgmma)
+        return unsupported(ctx, "AREG is the warpgroup kernel's", p);
+    if (p->areg && p->overlap == 1)
+        return unsupported(ctx, "AREG runs with OVERLAP=0", p);
     default_tile(f, c, mma, p);
     if (p->wgmma) {
         if (p->bm % 64 != 0 || (p->wn != 64 && p->wn != 128 && p->wn != 256) ||
@@ -376,7 +385,8 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                     : 0;
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
-                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d%s", p->wn, p->async, p->overlap,
+                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s", p->wn, p->async,
+                        p->overlap, p->areg,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
@@ -530,7 +540,12 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
 {
     /* the warpgroup kernel's variants name no warp rows: its warpgroups are 64 rows by WN */
     bool wgmma = mma && v->wm_or_rm == 0;
-    hd_fused_params p = {.bm = v->bm, .bn = v->bn, .bk = v->bk, .async = v->async, .wgmma = wgmma};
+    hd_fused_params p = {.bm = v->bm,
+                         .bn = v->bn,
+                         .bk = v->bk,
+                         .async = v->async,
+                         .wgmma = wgmma,
+                         .areg = wgmma && strstr(v->text, "AREG=1") != NULL};
     size_t threads;
     if (wgmma) {
         threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128;
@@ -622,9 +637,9 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
      * 256 work-items at most: the H100 ran 512 of them per group with none of the tiles
      * tried (128 x 128 of 64 x 64 blocks, 256 x 128, 128 x 256 of 64 x 128 blocks), also
      * with the registers capped at 128 through -cl-nv-maxrregcount; 128 x 256 tiles run as
-     * two warpgroups of 64 x 256. H100, 4096^3 NN: 1.11 ms with 128 x 256 (4 buffers,
-     * OVERLAP=0), 1.16 with OVERLAP=1, 1.22 with 128 x 128 in 6 buffers, 1.48 with 16-deep
-     * stages and 3 buffers, 1.31-1.62 with 64-row tiles. */
+     * two warpgroups of 64 x 256. With A's fragments in registers (AREG) the local memory
+     * holds B's stages alone, which lets 128 x 256 tiles take 16-deep stages; the H100's
+     * timings of each tile are in BENCHMARKS.md. */
     static const tile_variant wgmma_tiles[] = {
         {"BM=128 BN=128 BK=8 WN=128 ASYNC=6 WGMMA=1", 128, 128, 8, 0, 128, 6},
         {"BM=128 BN=128 BK=16 WN=128 ASYNC=3 WGMMA=1", 128, 128, 16, 0, 128, 3},
@@ -639,6 +654,10 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=128 BK=16 WN=128 ASYNC=4 WGMMA=1", 64, 128, 16, 0, 128, 4},
         {"BM=128 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 128, 64, 16, 0, 64, 4},
         {"BM=64 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1", 64, 64, 16, 0, 64, 4},
+        {"BM=128 BN=256 BK=16 WN=256 ASYNC=3 AREG=1 WGMMA=1", 128, 256, 16, 0, 256, 3},
+        {"BM=128 BN=256 BK=8 WN=256 ASYNC=6 AREG=1 WGMMA=1", 128, 256, 8, 0, 256, 6},
+        {"BM=64 BN=256 BK=8 WN=256 ASYNC=6 AREG=1 WGMMA=1", 64, 256, 8, 0, 256, 6},
+        {"BM=128 BN=128 BK=16 WN=128 ASYNC=6 AREG=1 WGMMA=1", 128, 128, 16, 0, 128, 6},
     };
     /* compute capability 8.0 and later, fp32: the FMA tiles with the operands stored
      * depth-major copied by cp.async, more stages in flight (none where A is stored m x k and

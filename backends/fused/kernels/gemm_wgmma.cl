@@ -34,8 +34,19 @@
  * same descriptor offsets, truncating operands as the tensor cores do, so that everything but
  * the instructions themselves can be tested where no tensor core is (PoCL in CI).
  *
+ * AREG = 1: A does not go through local memory. Each work-item loads its own fragment of A
+ * from global memory into registers (the PTX ISA's register layout of wgmma's A for tf32: in
+ * warp q of the warpgroup, lane 4g + t holds rows 16q + g and 16q + g + 8 at depths t and
+ * t + 4 of each k8 step), RING stages ahead, truncated to TF32 as the tensor cores read local
+ * memory, and the products take A from those registers (wgmma's register form). Local memory
+ * then holds B's stages alone: twice as many buffers for 128 x 128 tiles, and the latency of
+ * A's loads is hidden by registers rather than by local memory. OVERLAP is 0: a stage's
+ * registers are loaded again once its products have finished. Under MMA_EMULATE the
+ * fragments go through a local scratch of one k8 step, which checks their layout.
+ *
  * Tuning parameters: BM (a multiple of 64), BN, WN (64, 128 or 256, dividing BN), BK (a
- * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0).
+ * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0),
+ * AREG (0 or 1).
  * A wider WN gives each barrier more products: 128 x 256 tiles of two warpgroups do twice the
  * work of 128 x 128 ones per stage on the same 256 work-items.
  */
@@ -44,6 +55,12 @@
 #endif
 #ifndef OVERLAP
 #define OVERLAP 1
+#endif
+#ifndef AREG
+#define AREG 0 /* 1: A's fragments loaded from global memory straight into registers */
+#endif
+#if AREG && OVERLAP
+#error "AREG runs with OVERLAP = 0: a stage's A registers are loaded again once its products finish"
 #endif
 #define AHEAD (ASYNC - 1 - OVERLAP) /* stages copied ahead of the one multiplied */
 #if BM % 64 != 0 || BN % WN != 0 || (WN != 64 && WN != 128 && WN != 256) || BK % 8 != 0
@@ -153,6 +170,56 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
                  : "l"(da), "l"(db), "r"(1));
 #endif
 }
+#if AREG
+/* As wgmma_step, with A's fragment in registers (fr: the work-item's four values of the 64 x 8
+ * step, AREG's layout above), truncated to TF32 here, where the loads have long landed. */
+static inline void wgmma_step_rs(float *d, const uint *fragment, __local const float *bs,
+                                 int b_off)
+{
+    ulong db = descriptor(bs, b_off);
+    uint fr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        fr[i] = fragment[i] & 0xffffe000u;
+#if WN == 64
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
+                 "%30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : F32(d, 0)
+                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(1));
+#elif WN == 128
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
+                 "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+                 "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "
+                 "%58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : F64(d, 0)
+                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(1));
+#else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
+                 "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+                 "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "
+                 "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+                 "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, "
+                 "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "
+                 "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "
+                 "%124, %125, %126, %127"
+                 "}, {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+                 : F128(d, 0)
+                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(1));
+#endif
+}
+#endif
 /* The products of a stage: fenced against earlier register use and committed as one group;
  * WGMMA_END then waits for the group before it (OVERLAP 1: the stage before) or for this one
  * (OVERLAP 0), WGMMA_DRAIN for all. */
@@ -240,9 +307,61 @@ static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
                               __local float *as, __local float *bs)
 {
     stage_source src = stage_of(q, s);
+#if !AREG
     COPY_OPERAND(BM, !TRANS_A, VEC_A, src.a, src.lda, m0, m, src.k0, src.kend, as, A_AT);
+#endif
     COPY_OPERAND(BN, TRANS_B, VEC_B, src.b, src.ldb, n0, n, src.k0, src.kend, bs, B_AT);
 }
+
+#if AREG
+#define A_FRAG (4 * (BK / 8)) /* A values a work-item holds per stage: four per k8 step */
+#define RING (AHEAD + 1)      /* stages of A in registers: the one multiplied, those ahead */
+
+/* Loads the work-item's fragments of stage s of A into fr (the layout above), zeros outside
+ * rows < m and the pair's depths, and past the last stage. row0: the warpgroup's first row.
+ * Nothing here uses the loaded values: an instruction that did would stall the work-item
+ * until they arrive, which is what loading RING stages ahead avoids. */
+static inline void load_a_fragments(const gemm_pairs *q, int s, int stages, int row0, int m,
+                                    uint fr[A_FRAG])
+{
+    if (s >= stages) {
+#pragma unroll
+        for (int i = 0; i < A_FRAG; i++)
+            fr[i] = 0u;
+        return;
+    }
+    stage_source src = stage_of(q, s);
+    int lid = get_local_id(0), quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
+#pragma unroll
+    for (int i = 0; i < A_FRAG; i++) {
+        int row = row0 + 16 * quarter + g + 8 * (i & 1);
+        int kk = src.k0 + 8 * (i / 4) + t + 4 * ((i >> 1) & 1);
+        bool in = row < m && kk < src.kend;
+#if TRANS_A
+        size_t at = (size_t)kk * src.lda + row;
+#else
+        size_t at = (size_t)row * src.lda + kk;
+#endif
+        fr[i] = in ? as_uint(src.a[at]) : 0u; /* truncated where used: nothing waits here */
+    }
+}
+
+#if MMA_EMULATE
+/* The register form through a local scratch of one 64 x 8 step per warpgroup (AS_AT's layout,
+ * the warpgroup's rows from wm0): each work-item stores its fragment where the layout above
+ * says it belongs, and wgmma_step reads the scratch as it reads A's local stages. */
+static inline void wgmma_step_rs_emulated(float *d, const uint *fr, __local float *scratch,
+                                          int wm0, __local const float *bs, int b_off, int lid)
+{
+    int quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
+    barrier(CLK_LOCAL_MEM_FENCE); /* the previous step's reads are done */
+    for (int o = 0; o < 4; o++)
+        scratch[AS_AT(wm0 + 16 * quarter + g + 8 * (o & 1), t + 4 * (o >> 1))] = as_float(fr[o]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    wgmma_step(d, scratch, (wm0 / 8) * CORE_SBO, bs, b_off, lid);
+}
+#endif
+#endif
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
 gemm_wgmma(const int m, const int n, const int k, const float alpha,
@@ -253,7 +372,12 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
            __global const float *restrict a2, const int lda2, __global const float *restrict b2,
            const int ldb2, const int k2)
 {
+#if AREG
+    /* A never enters local memory: one buffer, the emulation's scratch (a stub elsewhere) */
+    __local float as[1][MMA_EMULATE ? AS_SIZE : 4] __attribute__((aligned(128)));
+#else
     __local float as[ASYNC][AS_SIZE] __attribute__((aligned(128)));
+#endif
     __local float bs[ASYNC][BS_SIZE] __attribute__((aligned(128)));
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
     a += pos.batch * stride_a;
@@ -278,9 +402,46 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
      * every warpgroup waited for before the barrier. */
     for (int s = 0; s < AHEAD; s++) {
         if (s < stages)
-            copy_stage(&q, s, m0, n0, m, n, as[s], bs[s]);
+            copy_stage(&q, s, m0, n0, m, n, as[AREG ? 0 : s], bs[s]);
         cp_commit();
     }
+#if AREG
+    /* A's stages in a ring of registers, indexed by constants: the loop runs RING stages per
+     * turn, stage s0 + u in slot u, which is loaded with stage s0 + u + RING once its
+     * products have finished. */
+    uint afr[RING][A_FRAG];
+#pragma unroll
+    for (int u = 0; u < RING; u++)
+        load_a_fragments(&q, u, stages, m0 + wm0, m, afr[u]);
+    for (int s0 = 0; s0 < stages; s0 += RING) {
+#pragma unroll
+        for (int u = 0; u < RING; u++) {
+            int s = s0 + u;
+            if (s >= stages)
+                break;
+            CP_WAIT();
+            barrier(CLK_LOCAL_MEM_FENCE);
+            int next = s + AHEAD;
+            if (next < stages)
+                copy_stage(&q, next, m0, n0, m, n, as[0], bs[next % ASYNC]);
+            cp_commit();
+            __local const float *sb = bs[s % ASYNC];
+            fence_acc(acc);
+            WGMMA_BEGIN();
+#pragma unroll
+            for (int kk = 0; kk < BK / 8; kk++)
+#if MMA_EMULATE
+                wgmma_step_rs_emulated(acc, afr[u] + 4 * kk, as[0], wm0, sb,
+                                       b_base + 2 * kk * CORE_LBO, lid);
+#else
+                wgmma_step_rs(acc, afr[u] + 4 * kk, sb, b_base + 2 * kk * CORE_LBO);
+#endif
+            WGMMA_END();
+            fence_acc(acc);
+            load_a_fragments(&q, s + RING, stages, m0 + wm0, m, afr[u]);
+        }
+    }
+#else
     for (int s = 0; s < stages; s++) {
         CP_WAIT();
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -297,6 +458,7 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
         WGMMA_END();
         fence_acc(acc);
     }
+#endif
     WGMMA_DRAIN();
     fence_acc(acc);
 
