@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "autotune/cache.h"
+#include "autotune/table.h"
 #include "backends/clblast/clblast.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
@@ -498,6 +501,64 @@ static void test_clblast_params_illegal_set_is_rejected(void **state)
     check_gemm(ctx, &rng, false, false, 29, 31, 37, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
 }
 
+/* A log callback that runs a CLBlast GEMM on another context (user), once. */
+typedef struct gemm_from_log {
+    hd_context *other;
+    int notes;
+    hd_status status;
+} gemm_from_log;
+
+static void run_gemm_from_log(void *user, const char *message)
+{
+    (void)message;
+    gemm_from_log *g = user;
+    if (g->notes++ > 0)
+        return;
+    hd_rng rng = hd_test_rng(14);
+    check_gemm(g->other, &rng, false, true, 9, 7, 5, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
+    g->status = hd_sync(g->other);
+}
+
+/* The note that the tuning cache's CLBlast base set is refused here reaches the log callback
+ * outside the process-wide CLBlast lock: a callback that calls the library, here a CLBlast GEMM
+ * of another context on the same thread, would otherwise wait for that lock forever (the
+ * alarm ends the test then). */
+static void test_clblast_cache_note_reaches_a_log_that_calls_the_library(void **state)
+{
+    (void)state;
+    char path[256], msg[256];
+    assert_int_equal(hd_test_cache_dir_create("clblast", path, sizeof path), 0);
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    hd__tune_context_key(ctx, &f.key);
+    f.params[0] = (hd_tune_param){.backend = HD_BACKEND_CLBLAST, .name = "base", .value = "KWG=7"};
+    f.param_count = 1;
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.no_tune_cache = true;
+    opt.backends = "clblast";
+    gemm_from_log g = {.status = HD_ERR_INTERNAL};
+    assert_int_equal(hd_context_create(&g.other, &opt), HD_OK);
+    opt.no_tune_cache = false;
+    opt.tune_cache = path;
+    opt.log = run_gemm_from_log;
+    opt.log_user = &g;
+    hd_context *noted;
+    assert_int_equal(hd_context_create(&noted, &opt), HD_OK);
+    alarm(300);
+    hd_rng rng = hd_test_rng(13);
+    check_gemm(noted, &rng, false, false, 11, 13, 17, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
+    alarm(0);
+    assert_true(g.notes >= 1);
+    assert_int_equal(g.status, HD_OK);
+    hd_context_destroy(noted);
+    hd_context_destroy(g.other);
+    assert_int_equal(hd_test_cache_dir_remove(path), 0);
+}
+
 /* A legal set other than the base is verified against the reference and becomes the base. */
 static void test_clblast_params_verified_set_is_applied(void **state)
 {
@@ -643,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_clblast_variant_text_errors_are_reported),
         cmocka_unit_test(test_clblast_params_illegal_set_is_rejected),
         cmocka_unit_test(test_clblast_params_verified_set_is_applied),
+        cmocka_unit_test(test_clblast_cache_note_reaches_a_log_that_calls_the_library),
         cmocka_unit_test(test_clblast_verify_sizes_are_bounded_by_tiles_not_threshold),
         cmocka_unit_test(test_clblast_params_threshold_4096_verifies_in_seconds),
         cmocka_unit_test(test_clblast_status_codes_map_with_name_and_number),

@@ -124,7 +124,7 @@ static hd_status scratch_gemm(hd_context *ctx, size_t m, size_t n, size_t k, siz
 static hd_status clblast_warmup(void *state, hd_context *ctx)
 {
     hd_clblast_state *st = state;
-    hd__clblast_lock();
+    hd__clblast_lock_tuned(st, ctx);
     hd_status s = hd__clblast_prepare(st, ctx, NULL);
     size_t t = st->base.min_indirect_size;
     if (s == HD_OK)

@@ -149,7 +149,14 @@ const char *hd__clblast_status_name(CLBlastStatusCode code);
 void hd__clblast_lock(void);
 void hd__clblast_unlock(void);
 
-/* With the lock held: makes CLBlast run with st->base laid under variant (NULL: base alone),
+/* Takes the lock for calls that hd__clblast_prepare() serves: first reads the tuning cache's
+ * CLBlast base set for st on first use, outside the lock, since a set the cache holds but this
+ * device refuses is a note, and the context's log callback, which receives it, may itself call
+ * the library (another context's CLBlast call would wait for this lock forever). */
+void hd__clblast_lock_tuned(hd_clblast_state *st, hd_context *ctx);
+
+/* With the lock held (hd__clblast_lock_tuned): makes CLBlast run with st->base laid under
+ * variant (NULL: base alone),
  * verifying that combination first if this process has not yet, and overriding CLBlast's
  * parameters only when they differ from what the device runs with now. A set that is illegal,
  * rejected or wrong returns its error; the device keeps its previous parameters. */

@@ -204,10 +204,15 @@ static void read_tuned_base(hd_clblast_state *st, hd_context *ctx)
     hd__error_clear(ctx);
 }
 
-hd_status hd__clblast_prepare(hd_clblast_state *st, hd_context *ctx, const char *variant)
+void hd__clblast_lock_tuned(hd_clblast_state *st, hd_context *ctx)
 {
     if (!st->tuned_base_read)
         read_tuned_base(st, ctx);
+    hd__clblast_lock();
+}
+
+hd_status hd__clblast_prepare(hd_clblast_state *st, hd_context *ctx, const char *variant)
+{
     device_record *rec = record_of(st->dev.id);
     if (rec == NULL)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "CLBlast: more than %d OpenCL devices in use",

@@ -37,7 +37,7 @@ hd_status hd__clblast_sgemm(hd_context *ctx, bool locked, bool trans_a, bool tra
 
 hd_status hd__clblast_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
 {
-    hd__clblast_lock();
+    hd__clblast_lock_tuned(state, ctx);
     hd_status s = hd__clblast_prepare(state, ctx, g->variant);
     if (s == HD_OK)
         s = hd__clblast_sgemm(ctx, true, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha,
@@ -55,7 +55,7 @@ hd_status hd__clblast_gemm_batched(void *state, hd_context *ctx, const hd_gemm_a
         return hd__error(ctx, HD_ERR_INTERNAL, "CLBlast batched GEMM with an empty dimension");
     size_t stride_a = g->m * g->k, stride_b = g->k * g->n, stride_c = g->m * g->n;
     cl_command_queue queue = hd__cl_queue(ctx->cl);
-    hd__clblast_lock();
+    hd__clblast_lock_tuned(state, ctx);
     hd_status s = hd__clblast_prepare(state, ctx, g->variant);
     if (s == HD_OK)
         s = hd__cl_capture_mark(ctx->cl, ctx); /* CLBlast reports its last kernel only */

@@ -32,7 +32,7 @@ hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *l)
         if (s != HD_OK)
             return s;
     }
-    hd__clblast_lock();
+    hd__clblast_lock_tuned(state, ctx);
     hd_status s = base_product(state, ctx, l, l->variant);
     if (s == HD_OK && h != NULL)
         s = hd__clblast_sgemm(ctx, true, false, l->trans_a, l->tokens, l->rank, l->in, 1.0f,

@@ -122,7 +122,7 @@ hd_status hd__clblast_lora_backward(void *state, hd_context *ctx, const hd_lora_
               : acc  ? scratch_mem(&sc, 4)
                      : mem_of(l->db),
     };
-    hd__clblast_lock();
+    hd__clblast_lock_tuned(state, ctx);
     if (s == HD_OK)
         s = hd__clblast_prepare(state, ctx, l->variant);
     if (s == HD_OK && r > 0)
