@@ -698,6 +698,26 @@ static void test_context_threads_env_sets_the_cpu_thread_count(void **state)
     hd_context_destroy(ctx);
 }
 
+/* A context without a thread setting takes OpenBLAS's own count as it was before any context
+ * set one, not what the last context with a setting left in OpenBLAS (one count per process). */
+static void test_context_default_threads_ignore_an_earlier_setting(void **state)
+{
+    (void)state;
+    unsetenv("HD_THREADS");
+    hd_context_options opt = cpu_options();
+    hd_context *ctx = create_ok(&opt);
+    size_t own = hd_context_cpu_threads(ctx);
+    hd_context_destroy(ctx);
+    opt.threads = (int)own + 1;
+    ctx = create_ok(&opt);
+    assert_int_equal(hd_context_cpu_threads(ctx), own + 1);
+    hd_context_destroy(ctx);
+    opt.threads = 0;
+    ctx = create_ok(&opt);
+    assert_int_equal(hd_context_cpu_threads(ctx), own);
+    hd_context_destroy(ctx);
+}
+
 static void test_context_bad_threads_are_rejected_naming_the_value(void **state)
 {
     (void)state;
@@ -759,6 +779,7 @@ int main(void)
         WITH_ENV(test_contexts_on_separate_threads_run_concurrently),
         WITH_ENV(test_context_threads_option_sets_the_cpu_thread_count),
         WITH_ENV(test_context_threads_env_sets_the_cpu_thread_count),
+        WITH_ENV(test_context_default_threads_ignore_an_earlier_setting),
         WITH_ENV(test_context_bad_threads_are_rejected_naming_the_value),
     };
     return cmocka_run_group_tests_name("context", tests, NULL, NULL);

@@ -1,6 +1,8 @@
 /* Programs and kernels, built once per runtime: found in memory, else loaded from the on-disk
  * binary cache, else compiled from source (and then stored). */
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,22 +81,35 @@ static hd_status build_failed(hd_cl_runtime *rt, hd_context *ctx, cl_program pro
  * restore the first one's file. */
 static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Whether the platform's compiler prints on the process's standard error besides the build
+ * log: PoCL's clang does ("1 warning generated."). */
+static bool compiler_prints_on_stderr(const hd_cl_runtime *rt)
+{
+    return strstr(rt->platform_name, "Portable Computing Language") != NULL;
+}
+
 /*
- * clBuildProgram with whatever the compiler prints on the process's standard error caught in
- * captured (NUL-terminated, truncated to cap). PoCL's clang prints its diagnostics there
- * ("1 warning generated.") besides the build log, which garbled the tools' progress lines
- * and the user's own output; the text becomes a note of the context instead (its log callback,
- * or stderr with $HD_LOG=1, where the user asked for it). Anything another
- * thread writes to stderr during the build is caught with it.
+ * clBuildProgram, with whatever the compiler prints on the process's standard error caught in
+ * captured (NUL-terminated, truncated to cap) where the platform's compiler prints there.
+ * PoCL's did, which garbled the tools' progress lines and the user's own output; the text
+ * becomes a note of the context instead (its log callback, or stderr with $HD_LOG=1). The
+ * redirection is of the whole process for the build's duration, so it also catches what
+ * other threads write meanwhile and holds every other build of the process back: it is
+ * confined to those platforms, and elsewhere (NVIDIA's, whose compiler reports in the build
+ * log alone) the build runs as it is. The descriptors it opens are closed on exec.
  */
 static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, const char *options,
                                      char *captured, size_t cap)
 {
     captured[0] = '\0';
+    if (!compiler_prints_on_stderr(rt))
+        return clBuildProgram(program, 1, &rt->device, options, NULL, NULL);
     pthread_mutex_lock(&stderr_lock);
     fflush(stderr);
     FILE *tmp = tmpfile();
-    int saved = tmp != NULL ? dup(STDERR_FILENO) : -1;
+    if (tmp != NULL)
+        (void)fcntl(fileno(tmp), F_SETFD, FD_CLOEXEC);
+    int saved = tmp != NULL ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0) : -1;
     bool redirected = saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0;
     cl_int err = clBuildProgram(program, 1, &rt->device, options, NULL, NULL);
     if (redirected) {

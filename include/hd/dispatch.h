@@ -143,9 +143,10 @@ typedef struct hd_context_options {
                                     $HD_GEMM_PRECISION ("fp32", "fp32x3", "tf32"), else fp32 */
     int threads;            /* threads of the CPU backend, shared by OpenBLAS and the row
                                kernels; 0: $HD_THREADS, else OpenBLAS's own count (which
-                               follows $OPENBLAS_NUM_THREADS, else the cores available). A
-                               count set here or in $HD_THREADS is also given to OpenBLAS,
-                               whose count is per process: the last context created sets it */
+                               follows $OPENBLAS_NUM_THREADS, else the cores available) as it
+                               was before any context set one. A count set here or in
+                               $HD_THREADS is also given to OpenBLAS, whose count is per
+                               process: the last context created with a count sets it */
     /* Notes: what the library did that is worth knowing but is no error (a backend that is
      * not available here, a tuning cache that was ignored and why, a call that ran on its
      * second backend after the first failed). log(log_user, message) is called with one
