@@ -18,6 +18,7 @@
 #include "autotune/cache.h"
 #include "autotune/table.h"
 #include "backends/clblast/clblast.h"
+#include "backends/opencl/runtime.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
 #include "tests/testlib.h"
@@ -559,6 +560,29 @@ static void test_clblast_cache_note_reaches_a_log_that_calls_the_library(void **
     assert_int_equal(hd_test_cache_dir_remove(path), 0);
 }
 
+/* The last context using CLBlast leaves nothing of its OpenCL context behind: CLBlast's
+ * process-wide program cache held each context it had built for through its programs, so a
+ * program that made and destroyed contexts grew with each (the suite's context is destroyed
+ * for the test and made again after it). */
+static void test_clblast_last_context_releases_its_opencl_context(void **state)
+{
+    (void)state;
+    hd_context_destroy(ctx);
+    hd_context *own = hd_test_context(false);
+    hd_rng rng = hd_test_rng(15);
+    assert_int_equal(hd_context_set_backend(own, HD_OP_GEMM, HD_BACKEND_CLBLAST), HD_OK);
+    check_gemm(own, &rng, true, false, 19, 23, 29, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
+    cl_context cl = hd__cl_context(own->cl);
+    assert_int_equal(clRetainContext(cl), CL_SUCCESS);
+    hd_context_destroy(own);
+    cl_uint refs = 0;
+    assert_int_equal(clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
+                     CL_SUCCESS);
+    clReleaseContext(cl);
+    assert_int_equal(refs, 1); /* the test's own reference alone */
+    assert_int_equal(suite_setup(NULL), 0);
+}
+
 /* A legal set other than the base is verified against the reference and becomes the base. */
 static void test_clblast_params_verified_set_is_applied(void **state)
 {
@@ -705,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_clblast_params_illegal_set_is_rejected),
         cmocka_unit_test(test_clblast_params_verified_set_is_applied),
         cmocka_unit_test(test_clblast_cache_note_reaches_a_log_that_calls_the_library),
+        cmocka_unit_test(test_clblast_last_context_releases_its_opencl_context),
         cmocka_unit_test(test_clblast_verify_sizes_are_bounded_by_tiles_not_threshold),
         cmocka_unit_test(test_clblast_params_threshold_4096_verifies_in_seconds),
         cmocka_unit_test(test_clblast_status_codes_map_with_name_and_number),
