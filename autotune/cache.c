@@ -418,6 +418,16 @@ static bool parse_header_line(hd_tune_file *f, int index, const token *tok, int 
     return ok;
 }
 
+/* A comment is free text: it may hold any bytes, quotes and words, so it is recognised before
+ * any of the checks that records must pass. */
+static bool is_comment(const char *p, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    return i < len && p[i] == '#';
+}
+
 static bool printable(const char *p, size_t len)
 {
     for (size_t i = 0; i < len; i++)
@@ -451,6 +461,8 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
             problem = "last line is cut short (no newline)";
         else if (line_len > HD_TUNE_LINE_MAX)
             problem = "line too long";
+        else if (is_comment(start, line_len))
+            continue;
         else if (!printable(start, line_len))
             problem = "line holds bytes that are not printable ASCII";
         int n = 0;
@@ -461,8 +473,8 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
             if (n < 0)
                 problem = "malformed quoted string or too many fields";
         }
-        if (problem == NULL && (n == 0 || (!tok[0].quoted && tok[0].text[0] == '#')))
-            continue; /* blank or comment */
+        if (problem == NULL && n == 0)
+            continue; /* blank */
 
         if (header < 6) {
             if (problem == NULL &&

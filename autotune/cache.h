@@ -1,6 +1,7 @@
 /*
  * The tuning cache file: what dispatch-autotune measured on one device, as text a person can
- * read and diff. The format (version 1), one item per line, '#' starts a comment line:
+ * read and diff. The format (version 1), one item per line; a line whose first character
+ * other than blanks is '#' is a comment, free text in any bytes:
  *
  *   hd-tune 1                                   format version, always the first line
  *   library 0.1.0                               hd_version() of the writer
@@ -126,12 +127,16 @@ char *hd__tune_format(const hd_tune_file *f);
  * (f's win on the same (op, shape)). Holds an flock on "<path>.lock" throughout, writes a
  * temporary file in the same directory, fsyncs it, renames it over path and fsyncs the
  * directory, so readers see the old or the new file and concurrent writers lose nothing.
- * A file there for another key, or a damaged one, is replaced. Creates the directory if
+ * A file there for another key is replaced. One that is there but cannot be read, or whose
+ * header is broken, is left as it is and the save refused (HD_ERR_IO or HD_ERR_CACHE_INVALID,
+ * msg names the file and the problem): its records may still be repaired by hand. Bad record
+ * lines of a file that loads are dropped, as the reader drops them. Creates the directory if
  * needed. A symbolic link at path is followed: the file it resolves to is replaced and the
  * link kept (a dangling link is refused). Anything at path, or at the link's end, other than
  * a regular file (a FIFO, a device, a directory) is refused and left alone. Under the lock,
  * temporary files of killed writers ("<path>.tmp.*") older than HD_TUNE_STALE_SECONDS are
- * removed. Returns HD_OK, HD_ERR_IO (msg says why), HD_ERR_OUT_OF_MEMORY.
+ * removed. Returns HD_OK, HD_ERR_IO (msg says why), HD_ERR_CACHE_INVALID (the file there is
+ * damaged, or the merge would exceed HD_TUNE_RECORD_MAX records), HD_ERR_OUT_OF_MEMORY.
  */
 hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size);
 

@@ -714,6 +714,92 @@ static void parse_with_lines(const char *text, const char *bad, hd_tune_file *ba
     free(all);
 }
 
+/* A comment is free text: many words, a backslash, an odd quote and UTF-8 ("µs"), in the
+ * header and between records, indented or not, and on the last line. */
+static const char commented[] =
+    "# tuned on the lab machine, by hand, after the driver update of the week before, as the\n"
+    "hd-tune 1\n"
+    "# 7.1 µs per launch, \"measured\\ by hand\n"
+    "library 0.1.0\nplatform \"P\"\ndevice \"D\"\ndriver \"1\"\n"
+    "   # the CLBlast of C:\\Program Files\\ \"\n"
+    "clblast none\n"
+    "softmax 8 8 cpu - 7.25 - -\n"
+    "\t# — a note between records é\n"
+    "rms_norm 4 4 cpu - 2.5 - -\n"
+    "# the end\n";
+
+static void test_cache_comments_may_hold_any_text(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(commented, strlen(commented), &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(f.bad_lines, 0);
+    assert_int_equal(f.count, 2);
+    assert_string_equal(f.key.device, "D");
+    hd__tune_file_free(&f);
+}
+
+/* The bytes of the file at path, malloc'd and NUL-terminated. */
+static char *read_text(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    char *buf = calloc(1, 65536);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, 65535, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+/* A save into a file the reader cannot take leaves it as it is, its records with it; a file
+ * with comments of any text is merged with, not replaced. */
+static void test_cache_save_keeps_a_file_it_cannot_read(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "unreadable-header.txt");
+    static const char broken[] = "hd-tune 1\nlibrary 0.1.0\nplatform P\ndevice \"D\"\n"
+                                 "driver \"1\"\nclblast none\nsoftmax 8 8 cpu - 3 - -\n";
+    write_text(path, broken);
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record r = record(HD_OP_RMS_NORM, 4, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_ERR_CACHE_INVALID);
+    assert_non_null(strstr(msg, "not replaced"));
+    assert_non_null(strstr(msg, "unreadable-header.txt"));
+    char *now = read_text(path);
+    assert_string_equal(now, broken);
+    free(now);
+
+    /* Comments of any text: the file loads, and a save keeps both of its records. */
+    tmp_path(path, sizeof path, "commented.txt");
+    write_text(path, commented);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.count, 3);
+    hd__tune_file_free(&back);
+
+    /* A file there that cannot be opened is kept as well (root opens anything). */
+    if (geteuid() != 0) {
+        tmp_path(path, sizeof path, "no-read-permission.txt");
+        write_text(path, broken);
+        assert_int_equal(chmod(path, 0200), 0);
+        assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_ERR_IO);
+        assert_non_null(strstr(msg, "not replaced"));
+        assert_int_equal(chmod(path, 0644), 0);
+        now = read_text(path);
+        assert_string_equal(now, broken);
+        free(now);
+    }
+    hd__tune_file_free(&f);
+}
+
 /* Records are keyed by the GEMM arithmetic they were tuned in: "gemm.fp32x3" beside "gemm" for
  * the same shape, both kept through a write and a read; a context finds only its own mode's,
  * and row ops carry none ("softmax.tf32" is a bad line). */
@@ -1039,6 +1125,8 @@ int main(void)
         cmocka_unit_test(test_cache_save_merges_with_records_on_disk),
         cmocka_unit_test(test_cache_save_reports_unwritable_path),
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
+        cmocka_unit_test(test_cache_comments_may_hold_any_text),
+        cmocka_unit_test(test_cache_save_keeps_a_file_it_cannot_read),
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
         cmocka_unit_test(test_cache_preferred_winner_is_kept_against_a_faster_runner_up),
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
