@@ -44,6 +44,25 @@ void hd__tune_file_free(hd_tune_file *f)
     hd__tune_file_init(f);
 }
 
+/* Bytes a string of the format cannot hold become '?', as the writer writes them. */
+static void spell_as_written(char *s)
+{
+    for (; *s != '\0'; s++)
+        if (!((*s >= 0x20 && *s < 0x7f) || *s == '\t'))
+            *s = '?';
+}
+
+void hd__tune_key_normalize(hd_tune_key *k)
+{
+    char *const fields[] = {k->library, k->platform, k->device, k->driver, k->clblast};
+    const char *const empty[] = {"unknown", "none", "none", "none", "none"};
+    for (int i = 0; i < 5; i++) {
+        if (fields[i][0] == '\0')
+            strcpy(fields[i], empty[i]);
+        spell_as_written(fields[i]);
+    }
+}
+
 bool hd__tune_has_transposes(hd_op op)
 {
     return hd__op(op)->transposes;

@@ -85,6 +85,12 @@ typedef struct hd_tune_file {
     char first_problem[160];
 } hd_tune_file;
 
+/* The key as a file written with it reads back: an empty field as the writer fills it
+ * ("unknown" library, else "none") and every byte a string of the format cannot hold as '?'.
+ * A key is normalised wherever it is made or compared with a file's (a device name with a
+ * byte outside printable ASCII would otherwise never match its own file). */
+void hd__tune_key_normalize(hd_tune_key *k);
+
 void hd__tune_file_init(hd_tune_file *f);
 void hd__tune_file_free(hd_tune_file *f);
 

@@ -130,16 +130,18 @@ char *hd__tune_format(const hd_tune_file *f)
     t.p[0] = '\0';
     put(&t, "hd-tune %d\n# written by dispatch-autotune; see README.md, section Autotuning\n",
         HD_TUNE_FORMAT);
+    hd_tune_key key = f->key;
+    hd__tune_key_normalize(&key);
     put(&t, "library ");
-    put_word(&t, f->key.library[0] ? f->key.library : "unknown");
+    put_word(&t, key.library);
     put(&t, "\nplatform ");
-    put_quoted(&t, f->key.platform[0] ? f->key.platform : "none");
+    put_quoted(&t, key.platform);
     put(&t, "\ndevice ");
-    put_quoted(&t, f->key.device[0] ? f->key.device : "none");
+    put_quoted(&t, key.device);
     put(&t, "\ndriver ");
-    put_quoted(&t, f->key.driver[0] ? f->key.driver : "none");
+    put_quoted(&t, key.driver);
     put(&t, "\nclblast ");
-    put_word(&t, f->key.clblast[0] ? f->key.clblast : "none");
+    put_word(&t, key.clblast);
     put(&t, "\n");
 
     const hd_tune_calibration *c = &f->cal;
@@ -206,21 +208,6 @@ char *hd__tune_format(const hd_tune_file *f)
         return NULL;
     }
     return t.p;
-}
-
-/* Empty fields as the writer spells them, so that a key compares equal to its reread self. */
-static void normalize_key(hd_tune_key *k)
-{
-    if (k->library[0] == '\0')
-        strcpy(k->library, "unknown");
-    if (k->platform[0] == '\0')
-        strcpy(k->platform, "none");
-    if (k->device[0] == '\0')
-        strcpy(k->device, "none");
-    if (k->driver[0] == '\0')
-        strcpy(k->driver, "none");
-    if (k->clblast[0] == '\0')
-        strcpy(k->clblast, "none");
 }
 
 static bool same_tune_key(const hd_tune_key *a, const hd_tune_key *b)
@@ -322,7 +309,7 @@ static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tun
                                  char *msg, size_t size)
 {
     hd_tune_key key = f->key;
-    normalize_key(&key);
+    hd__tune_key_normalize(&key);
     hd_status s = read_disk(path, &key, out, msg, size);
     if (s != HD_OK)
         return s;

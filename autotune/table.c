@@ -44,6 +44,7 @@ void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key)
 #else
     snprintf(key->clblast, sizeof key->clblast, "none");
 #endif
+    hd__tune_key_normalize(key);
 }
 
 bool hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size)

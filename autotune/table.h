@@ -13,7 +13,8 @@
 /* hd__tune_exact, hd__tune_nearest and hd__tune_calibration, what the scheduler reads, are
  * declared in dispatch/tuning.h. */
 
-/* This context's device key: what a cache file must carry to be used here. */
+/* This context's device key: what a cache file must carry to be used here, normalised
+ * (hd__tune_key_normalize) as a file written with it reads back. */
 void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key);
 /* The first field in which a file's key differs from the context's ("device", "driver
  * version", ...), NULL when the file is for this context. */

@@ -800,6 +800,68 @@ static void test_cache_save_keeps_a_file_it_cannot_read(void **state)
     hd__tune_file_free(&f);
 }
 
+static const char *mali_name(const struct hd_cl_runtime *rt)
+{
+    (void)rt;
+    return "Mali\xc2\xae G78";
+}
+
+static const char *mali_text(const struct hd_cl_runtime *rt)
+{
+    (void)rt;
+    return "ARM\xc2\xae 1.0";
+}
+
+/* A device name with bytes outside printable ASCII is written with '?' for them; the key a
+ * context compares and the key a save merges under are spelled the same way, so the file
+ * stays this device's: a second save keeps the first one's record and a context reads both. */
+static void test_cache_key_with_a_non_ascii_byte_matches_its_own_file(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "non-ascii-key.txt");
+    hd_tune_file f;
+    made_up_file(&f);
+    snprintf(f.key.device, sizeof f.key.device, "%s", mali_name(NULL));
+    hd_tune_record first = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &first), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    f.count = 0;
+    hd_tune_record second = record(HD_OP_RMS_NORM, 8, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &second), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_string_equal(back.key.device, "Mali?? G78");
+    assert_int_equal(back.count, 2);
+    hd__tune_file_free(&back);
+
+    /* A context on such a device (its names made up through the device hooks) takes the
+     * file that the tuner writes under its key. */
+    hd_context *ctx = context_with_cache("/nonexistent/none.txt");
+    const hd_device_ops *real = ctx->dev;
+    hd_device_ops made_up = {.name = mali_name, .platform = mali_text, .driver = mali_text};
+    ctx->dev = &made_up;
+    hd_tune_file keyed;
+    file_for(ctx, &keyed);
+    assert_int_equal(hd__tune_put(&keyed, &first), HD_OK);
+    tmp_path(path, sizeof path, "non-ascii-context.txt");
+    assert_int_equal(hd__tune_save(path, &keyed, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&keyed);
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.tune_cache = path;
+    hd_test_notes_clear();
+    hd__tune_close(ctx);
+    assert_int_equal(hd__tune_open(ctx, &opt), HD_OK);
+    ctx->dev = real;
+    assert_null(strstr(hd_test_notes(), "written for another"));
+    assert_non_null(hd__tune_exact(ctx, HD_OP_SOFTMAX, &first.shape));
+    hd_context_destroy(ctx);
+}
+
 /* Records are keyed by the GEMM arithmetic they were tuned in: "gemm.fp32x3" beside "gemm" for
  * the same shape, both kept through a write and a read; a context finds only its own mode's,
  * and row ops carry none ("softmax.tf32" is a bad line). */
@@ -1127,6 +1189,7 @@ int main(void)
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
         cmocka_unit_test(test_cache_comments_may_hold_any_text),
         cmocka_unit_test(test_cache_save_keeps_a_file_it_cannot_read),
+        cmocka_unit_test(test_cache_key_with_a_non_ascii_byte_matches_its_own_file),
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
         cmocka_unit_test(test_cache_preferred_winner_is_kept_against_a_faster_runner_up),
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
