@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <locale.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,27 @@ void hd__tune_file_free(hd_tune_file *f)
         return;
     free(f->records);
     hd__tune_file_init(f);
+}
+
+static locale_t c_numeric;
+static pthread_once_t c_numeric_once = PTHREAD_ONCE_INIT;
+
+static void make_c_numeric(void)
+{
+    c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+}
+
+/* Should newlocale() fail, c_numeric stays 0, and uselocale(0) changes nothing: the numbers
+ * then follow the program's locale, as they would without this. */
+locale_t hd__tune_numbers_begin(void)
+{
+    pthread_once(&c_numeric_once, make_c_numeric);
+    return uselocale(c_numeric);
+}
+
+void hd__tune_numbers_end(locale_t previous)
+{
+    uselocale(previous);
 }
 
 /* Bytes a string of the format cannot hold become '?', as the writer writes them. */
@@ -228,7 +251,9 @@ static bool tok_double(const token *t, double lo, double hi, double *out)
         return false; /* no hex, inf or nan spellings */
     char *end;
     errno = 0;
+    locale_t previous = hd__tune_numbers_begin();
     double v = strtod(buf, &end);
+    hd__tune_numbers_end(previous);
     if (errno != 0 || *end != '\0' || !isfinite(v) || v < lo || v > hi)
         return false;
     *out = v;

@@ -22,7 +22,7 @@
  * Strings are double-quoted with \" and \\ as the only escapes, printable ASCII and TAB only;
  * the library and clblast values may be bare (one plain word) or quoted. Numbers are written
  * with the fewest digits that read back exactly, so a file parsed and written again parses to
- * the same records.
+ * the same records, always with '.' for the decimal point whatever the program's locale.
  *
  * Trust: the six header lines (hd-tune to clblast, in that order, before anything else but
  * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown
@@ -33,6 +33,7 @@
 #ifndef HD_AUTOTUNE_CACHE_H
 #define HD_AUTOTUNE_CACHE_H
 
+#include <locale.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -90,6 +91,13 @@ typedef struct hd_tune_file {
  * A key is normalised wherever it is made or compared with a file's (a device name with a
  * byte outside printable ASCII would otherwise never match its own file). */
 void hd__tune_key_normalize(hd_tune_key *k);
+
+/* The file's numbers are written and read in the "C" locale between these two calls, on the
+ * calling thread only: a program that set a comma-decimal LC_NUMERIC (setlocale is
+ * process-wide) must not make "7.25" unreadable, nor have "7,25" written. begin returns the
+ * thread's locale for end to put back. */
+locale_t hd__tune_numbers_begin(void);
+void hd__tune_numbers_end(locale_t previous);
 
 void hd__tune_file_init(hd_tune_file *f);
 void hd__tune_file_free(hd_tune_file *f);

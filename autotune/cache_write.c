@@ -97,11 +97,13 @@ static void put_word(text *t, const char *s)
 static void put_number(text *t, double v)
 {
     char buf[40];
+    locale_t previous = hd__tune_numbers_begin();
     for (int digits = 6; digits <= 17; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, v);
         if (strtod(buf, NULL) == v)
             break;
     }
+    hd__tune_numbers_end(previous);
     put(t, "%s", buf);
 }
 

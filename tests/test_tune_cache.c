@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -862,6 +863,64 @@ static void test_cache_key_with_a_non_ascii_byte_matches_its_own_file(void **sta
     hd_context_destroy(ctx);
 }
 
+/* Sets LC_NUMERIC to an installed locale whose decimal point is a comma; false where none is. */
+static bool set_comma_decimal_locale(void)
+{
+    static const char *const names[] = {"de_DE.UTF-8", "de_DE.utf8", "de_DE", "fr_FR.UTF-8",
+                                        "fr_FR.utf8", "fr_FR", "nl_NL.UTF-8", "ru_RU.UTF-8"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (setlocale(LC_NUMERIC, names[i]) != NULL &&
+            strcmp(localeconv()->decimal_point, ",") == 0)
+            return true;
+    setlocale(LC_NUMERIC, "C");
+    return false;
+}
+
+/* A program may set a comma-decimal LC_NUMERIC (setlocale is process-wide): the cache's
+ * numbers still read "7.25" as seven and a quarter and are written with a point, and a save
+ * and a load keep them. */
+static void test_cache_numbers_ignore_the_program_locale(void **state)
+{
+    (void)state;
+    if (!set_comma_decimal_locale()) {
+        print_message("# no comma-decimal locale installed (de_DE, fr_FR, nl_NL or ru_RU; see "
+                      "locale -a): the locale test is skipped\n");
+        skip();
+    }
+    static const char text[] = "hd-tune 1\nlibrary 0.1.0\nplatform \"P\"\ndevice \"D\"\n"
+                               "driver \"1\"\nclblast none\ncalibration launch_us=7.5\n"
+                               "softmax 8 8 cpu - 7.25 fused 12.5\n";
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    char msg[256], path[512];
+    assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(f.bad_lines, 0);
+    assert_int_equal(f.count, 1);
+    assert_true(f.records[0].median_us == 7.25 && f.records[0].margin_pct == 12.5);
+    assert_true(f.cal.launch_us == 7.5);
+
+    hd_tune_record r = record(HD_OP_RMS_NORM, 4, 4, 0, 0, HD_BACKEND_CPU, 41.25);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    char *written = hd__tune_format(&f);
+    assert_non_null(written);
+    assert_non_null(strstr(written, " 41.25 - -\n"));
+    assert_null(strstr(written, "41,25"));
+    free(written);
+    tmp_path(path, sizeof path, "comma-locale.txt");
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.bad_lines, 0);
+    assert_int_equal(back.count, 2);
+    assert_true(hd__tune_find(&back, HD_OP_RMS_NORM, &r.shape, HD_PRECISION_FP32)->median_us ==
+                41.25);
+    assert_true(back.cal.launch_us == 7.5);
+    setlocale(LC_NUMERIC, "C");
+    hd__tune_file_free(&back);
+    hd__tune_file_free(&f);
+}
+
 /* Records are keyed by the GEMM arithmetic they were tuned in: "gemm.fp32x3" beside "gemm" for
  * the same shape, both kept through a write and a read; a context finds only its own mode's,
  * and row ops carry none ("softmax.tf32" is a bad line). */
@@ -1190,6 +1249,7 @@ int main(void)
         cmocka_unit_test(test_cache_comments_may_hold_any_text),
         cmocka_unit_test(test_cache_save_keeps_a_file_it_cannot_read),
         cmocka_unit_test(test_cache_key_with_a_non_ascii_byte_matches_its_own_file),
+        cmocka_unit_test(test_cache_numbers_ignore_the_program_locale),
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
         cmocka_unit_test(test_cache_preferred_winner_is_kept_against_a_faster_runner_up),
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
