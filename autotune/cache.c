@@ -585,7 +585,7 @@ void hd__tune_margin_text(const hd_tune_record *r, char *buf, size_t size)
                  hd_backend_name(r->runner_up));
 }
 
-bool hd__tune_default_path(char *buf, size_t size)
+size_t hd__tune_default_path(char *buf, size_t size)
 {
     const char *xdg = getenv("XDG_CACHE_HOME");
     int n;
@@ -594,8 +594,8 @@ bool hd__tune_default_path(char *buf, size_t size)
     } else {
         const char *home = getenv("HOME");
         if (home == NULL || home[0] != '/')
-            return false;
+            return 0;
         n = snprintf(buf, size, "%s/.cache/hd-dispatch/tune.txt", home);
     }
-    return n > 0 && (size_t)n < size;
+    return n > 0 ? (size_t)n : 0;
 }

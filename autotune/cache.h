@@ -155,7 +155,8 @@ char *hd__tune_format(const hd_tune_file *f);
 hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size);
 
 /* The default cache path: $XDG_CACHE_HOME/hd-dispatch/tune.txt, else
- * $HOME/.cache/hd-dispatch/tune.txt. false when neither variable is usable. */
-bool hd__tune_default_path(char *buf, size_t size);
+ * $HOME/.cache/hd-dispatch/tune.txt. Returns its length, as snprintf() does (size or more:
+ * it did not fit), or 0 when neither variable is usable. */
+size_t hd__tune_default_path(char *buf, size_t size);
 
 #endif

@@ -1211,19 +1211,19 @@ static void test_cache_path_follows_option_env_and_default(void **state)
     hd_context_options opt;
     hd_context_options_init(&opt);
     setenv("HD_TUNE_CACHE", "/from/env.txt", 1);
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/from/env.txt");
     opt.tune_cache = "/from/option.txt";
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/from/option.txt");
     opt.tune_cache = NULL;
     unsetenv("HD_TUNE_CACHE");
     setenv("XDG_CACHE_HOME", "/xdg", 1);
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/xdg/hd-dispatch/tune.txt");
     unsetenv("XDG_CACHE_HOME");
     setenv("HOME", "/home/someone", 1);
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/home/someone/.cache/hd-dispatch/tune.txt");
 
     /* no_tune_cache: not even the path is looked at. */
@@ -1234,6 +1234,75 @@ static void test_cache_path_follows_option_env_and_default(void **state)
     assert_null(ctx->tune);
     assert_null(strstr(hd_context_last_error(ctx), "tuning cache"));
     hd_context_destroy(ctx);
+}
+
+/* An empty tune_cache is no path, never a fallback to $HD_TUNE_CACHE or the default (whose
+ * file the tuner would then rewrite); a path that does not fit is said to be too long. A
+ * context reads no cache in either case and says why in a note. */
+static void test_cache_path_empty_or_too_long_is_refused_with_a_note(void **state)
+{
+    (void)state;
+    char buf[1024], env_file[512];
+    char saved_env[1024] = "", saved_home[1024] = "";
+    if (getenv("HD_TUNE_CACHE") != NULL)
+        snprintf(saved_env, sizeof saved_env, "%s", getenv("HD_TUNE_CACHE"));
+    if (getenv("HOME") != NULL)
+        snprintf(saved_home, sizeof saved_home, "%s", getenv("HOME"));
+    char *long_path = malloc(1501);
+    assert_non_null(long_path);
+    memset(long_path, 'x', 1500);
+    long_path[0] = '/';
+    long_path[1500] = '\0';
+
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    tmp_path(env_file, sizeof env_file, "from-env.txt");
+    setenv("HD_TUNE_CACHE", env_file, 1);
+    opt.tune_cache = "";
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_EMPTY);
+    assert_string_equal(buf, "");
+    opt.tune_cache = long_path;
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_TOO_LONG);
+    assert_string_equal(buf, "");
+    opt.tune_cache = NULL;
+    setenv("HD_TUNE_CACHE", long_path, 1);
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_TOO_LONG);
+    setenv("HD_TUNE_CACHE", "", 1); /* an empty variable is unset */
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", long_path, 1);
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_TOO_LONG);
+    unsetenv("HOME");
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_NONE);
+
+    /* The context: a valid cache at $HD_TUNE_CACHE is not read for tune_cache "". */
+    setenv("HD_TUNE_CACHE", env_file, 1);
+    hd_context *ctx = context_with_cache("/nonexistent/none.txt");
+    hd_tune_file f;
+    file_for(ctx, &f);
+    hd_context_destroy(ctx);
+    hd_tune_record r = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    char msg[256];
+    assert_int_equal(hd__tune_save(env_file, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+    ctx = context_with_cache("");
+    assert_string_equal(hd_context_last_error(ctx), "");
+    assert_null(ctx->tune);
+    assert_string_equal(ctx->tune_cache_path, "");
+    assert_non_null(strstr(hd_test_notes(), "tune_cache option is \"\""));
+    hd_context_destroy(ctx);
+    ctx = context_with_cache(long_path);
+    assert_null(ctx->tune);
+    assert_non_null(strstr(hd_test_notes(), "tuning cache not used: its path is longer than"));
+    hd_context_destroy(ctx);
+
+    free(long_path);
+    if (saved_env[0] != '\0')
+        setenv("HD_TUNE_CACHE", saved_env, 1);
+    else
+        unsetenv("HD_TUNE_CACHE");
+    if (saved_home[0] != '\0')
+        setenv("HOME", saved_home, 1);
 }
 
 int main(void)
@@ -1263,6 +1332,7 @@ int main(void)
         cmocka_unit_test(test_cache_save_through_a_symlink_updates_its_target),
         cmocka_unit_test(test_cache_save_removes_stale_temporary_files),
         cmocka_unit_test(test_cache_path_follows_option_env_and_default),
+        cmocka_unit_test(test_cache_path_empty_or_too_long_is_refused_with_a_note),
         cmocka_unit_test(test_cache_notes_go_to_the_log_and_to_stderr_with_hd_log),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);

@@ -31,7 +31,10 @@ for tool in "$tune" "$bench"; do
     expect 2 "'--no-such-option'" "$tool" --no-such-option
     expect 2 "'nosuite'" "$tool" --suites seed,nosuite
     expect 2 "needs a value" "$tool" --cache
+    # an unset variable in --cache "$CACHE" must not select the user's own cache
+    expect 2 "the path is empty" "$tool" --cache ''
 done
+expect 2 "too long" "$tune" --cache "$dir/$(printf '%01100d' 0)" --dry-run
 
 # --device in both tools: a device that matches none is a start failure (3) that names it.
 for tool in "$tune" "$bench"; do

@@ -501,9 +501,20 @@ int main(int argc, char **argv)
     hd_context_options opt;
     hd_context_options_init(&opt);
     opt.tune_cache = o.cache;
-    if (!hd__tune_resolve_path(&opt, path, sizeof path)) {
+    switch (hd__tune_resolve_path(&opt, path, sizeof path)) {
+    case HD_TUNE_PATH_FOUND:
+        break;
+    case HD_TUNE_PATH_NONE:
         fprintf(stderr, "dispatch-autotune: no cache path: set --cache, $HD_TUNE_CACHE or "
                         "$HOME\n");
+        return EXIT_USAGE;
+    case HD_TUNE_PATH_EMPTY:
+        fprintf(stderr, "dispatch-autotune: --cache: the path is empty (leave the option out "
+                        "for $HD_TUNE_CACHE or the default path)\n");
+        return EXIT_USAGE;
+    case HD_TUNE_PATH_TOO_LONG:
+        fprintf(stderr, "dispatch-autotune: the cache path is too long (more than %zu bytes)\n",
+                sizeof path - 1);
         return EXIT_USAGE;
     }
     if (o.show)
