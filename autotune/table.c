@@ -16,6 +16,10 @@
 #include "dispatch/memo.h"
 #include "dispatch/select.h"
 
+#ifdef HD_HAVE_CLBLAST
+#include <clblast_c.h> /* CLBLAST_VERSION_*, for the key */
+#endif
+
 struct hd_tune_table {
     hd_tune_file file;
     bool has_calibration;
@@ -41,6 +45,8 @@ void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key)
     snprintf(
         key->clblast, sizeof key->clblast, "%s",
         STR(CLBLAST_VERSION_MAJOR) "." STR(CLBLAST_VERSION_MINOR) "." STR(CLBLAST_VERSION_PATCH));
+#elif defined(HD_HAVE_CLBLAST)
+    snprintf(key->clblast, sizeof key->clblast, "unknown"); /* a CLBlast without the macros */
 #else
     snprintf(key->clblast, sizeof key->clblast, "none");
 #endif

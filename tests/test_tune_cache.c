@@ -20,6 +20,10 @@
 #include "dispatch/op.h"
 #include "tests/testlib.h"
 
+#ifdef HD_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
+
 #ifndef HD_TEST_DATA
 #error "HD_TEST_DATA must name tests/data"
 #endif
@@ -1305,6 +1309,25 @@ static void test_cache_path_empty_or_too_long_is_refused_with_a_note(void **stat
         setenv("HOME", saved_home, 1);
 }
 
+/* The key names the CLBlast this build runs, so that a cache tuned with one CLBlast is not
+ * taken for another's; "none" only in a build without CLBlast. */
+static void test_cache_key_names_the_clblast_built_in(void **state)
+{
+    (void)state;
+    hd_context *ctx = context_with_cache("/nonexistent/none.txt");
+    hd_tune_key key;
+    hd__tune_context_key(ctx, &key);
+    hd_context_destroy(ctx);
+#ifdef HD_HAVE_CLBLAST
+    char version[32];
+    snprintf(version, sizeof version, "%d.%d.%d", CLBLAST_VERSION_MAJOR, CLBLAST_VERSION_MINOR,
+             CLBLAST_VERSION_PATCH);
+    assert_string_equal(key.clblast, version);
+#else
+    assert_string_equal(key.clblast, "none");
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1333,6 +1356,7 @@ int main(void)
         cmocka_unit_test(test_cache_save_removes_stale_temporary_files),
         cmocka_unit_test(test_cache_path_follows_option_env_and_default),
         cmocka_unit_test(test_cache_path_empty_or_too_long_is_refused_with_a_note),
+        cmocka_unit_test(test_cache_key_names_the_clblast_built_in),
         cmocka_unit_test(test_cache_notes_go_to_the_log_and_to_stderr_with_hd_log),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
