@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <locale.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,46 @@ void hd__tune_file_free(hd_tune_file *f)
         return;
     free(f->records);
     hd__tune_file_init(f);
+}
+
+static locale_t c_numeric;
+static pthread_once_t c_numeric_once = PTHREAD_ONCE_INIT;
+
+static void make_c_numeric(void)
+{
+    c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+}
+
+/* Should newlocale() fail, c_numeric stays 0, and uselocale(0) changes nothing: the numbers
+ * then follow the program's locale, as they would without this. */
+locale_t hd__tune_numbers_begin(void)
+{
+    pthread_once(&c_numeric_once, make_c_numeric);
+    return uselocale(c_numeric);
+}
+
+void hd__tune_numbers_end(locale_t previous)
+{
+    uselocale(previous);
+}
+
+/* Bytes a string of the format cannot hold become '?', as the writer writes them. */
+static void spell_as_written(char *s)
+{
+    for (; *s != '\0'; s++)
+        if (!((*s >= 0x20 && *s < 0x7f) || *s == '\t'))
+            *s = '?';
+}
+
+void hd__tune_key_normalize(hd_tune_key *k)
+{
+    char *const fields[] = {k->library, k->platform, k->device, k->driver, k->clblast};
+    const char *const empty[] = {"unknown", "none", "none", "none", "none"};
+    for (int i = 0; i < 5; i++) {
+        if (fields[i][0] == '\0')
+            strcpy(fields[i], empty[i]);
+        spell_as_written(fields[i]);
+    }
 }
 
 bool hd__tune_has_transposes(hd_op op)
@@ -209,7 +251,9 @@ static bool tok_double(const token *t, double lo, double hi, double *out)
         return false; /* no hex, inf or nan spellings */
     char *end;
     errno = 0;
+    locale_t previous = hd__tune_numbers_begin();
     double v = strtod(buf, &end);
+    hd__tune_numbers_end(previous);
     if (errno != 0 || *end != '\0' || !isfinite(v) || v < lo || v > hi)
         return false;
     *out = v;
@@ -418,6 +462,16 @@ static bool parse_header_line(hd_tune_file *f, int index, const token *tok, int 
     return ok;
 }
 
+/* A comment is free text: it may hold any bytes, quotes and words, so it is recognised before
+ * any of the checks that records must pass. */
+static bool is_comment(const char *p, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    return i < len && p[i] == '#';
+}
+
 static bool printable(const char *p, size_t len)
 {
     for (size_t i = 0; i < len; i++)
@@ -451,6 +505,8 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
             problem = "last line is cut short (no newline)";
         else if (line_len > HD_TUNE_LINE_MAX)
             problem = "line too long";
+        else if (is_comment(start, line_len))
+            continue;
         else if (!printable(start, line_len))
             problem = "line holds bytes that are not printable ASCII";
         int n = 0;
@@ -461,8 +517,8 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
             if (n < 0)
                 problem = "malformed quoted string or too many fields";
         }
-        if (problem == NULL && (n == 0 || (!tok[0].quoted && tok[0].text[0] == '#')))
-            continue; /* blank or comment */
+        if (problem == NULL && n == 0)
+            continue; /* blank */
 
         if (header < 6) {
             if (problem == NULL &&
@@ -529,7 +585,7 @@ void hd__tune_margin_text(const hd_tune_record *r, char *buf, size_t size)
                  hd_backend_name(r->runner_up));
 }
 
-bool hd__tune_default_path(char *buf, size_t size)
+size_t hd__tune_default_path(char *buf, size_t size)
 {
     const char *xdg = getenv("XDG_CACHE_HOME");
     int n;
@@ -538,8 +594,8 @@ bool hd__tune_default_path(char *buf, size_t size)
     } else {
         const char *home = getenv("HOME");
         if (home == NULL || home[0] != '/')
-            return false;
+            return 0;
         n = snprintf(buf, size, "%s/.cache/hd-dispatch/tune.txt", home);
     }
-    return n > 0 && (size_t)n < size;
+    return n > 0 ? (size_t)n : 0;
 }

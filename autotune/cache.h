@@ -1,6 +1,7 @@
 /*
  * The tuning cache file: what dispatch-autotune measured on one device, as text a person can
- * read and diff. The format (version 1), one item per line, '#' starts a comment line:
+ * read and diff. The format (version 1), one item per line; a line whose first character
+ * other than blanks is '#' is a comment, free text in any bytes:
  *
  *   hd-tune 1                                   format version, always the first line
  *   library 0.1.0                               hd_version() of the writer
@@ -21,7 +22,7 @@
  * Strings are double-quoted with \" and \\ as the only escapes, printable ASCII and TAB only;
  * the library and clblast values may be bare (one plain word) or quoted. Numbers are written
  * with the fewest digits that read back exactly, so a file parsed and written again parses to
- * the same records.
+ * the same records, always with '.' for the decimal point whatever the program's locale.
  *
  * Trust: the six header lines (hd-tune to clblast, in that order, before anything else but
  * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown
@@ -32,6 +33,7 @@
 #ifndef HD_AUTOTUNE_CACHE_H
 #define HD_AUTOTUNE_CACHE_H
 
+#include <locale.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -84,6 +86,19 @@ typedef struct hd_tune_file {
     char first_problem[160];
 } hd_tune_file;
 
+/* The key as a file written with it reads back: an empty field as the writer fills it
+ * ("unknown" library, else "none") and every byte a string of the format cannot hold as '?'.
+ * A key is normalised wherever it is made or compared with a file's (a device name with a
+ * byte outside printable ASCII would otherwise never match its own file). */
+void hd__tune_key_normalize(hd_tune_key *k);
+
+/* The file's numbers are written and read in the "C" locale between these two calls, on the
+ * calling thread only: a program that set a comma-decimal LC_NUMERIC (setlocale is
+ * process-wide) must not make "7.25" unreadable, nor have "7,25" written. begin returns the
+ * thread's locale for end to put back. */
+locale_t hd__tune_numbers_begin(void);
+void hd__tune_numbers_end(locale_t previous);
+
 void hd__tune_file_init(hd_tune_file *f);
 void hd__tune_file_free(hd_tune_file *f);
 
@@ -126,17 +141,22 @@ char *hd__tune_format(const hd_tune_file *f);
  * (f's win on the same (op, shape)). Holds an flock on "<path>.lock" throughout, writes a
  * temporary file in the same directory, fsyncs it, renames it over path and fsyncs the
  * directory, so readers see the old or the new file and concurrent writers lose nothing.
- * A file there for another key, or a damaged one, is replaced. Creates the directory if
+ * A file there for another key is replaced. One that is there but cannot be read, or whose
+ * header is broken, is left as it is and the save refused (HD_ERR_IO or HD_ERR_CACHE_INVALID,
+ * msg names the file and the problem): its records may still be repaired by hand. Bad record
+ * lines of a file that loads are dropped, as the reader drops them. Creates the directory if
  * needed. A symbolic link at path is followed: the file it resolves to is replaced and the
  * link kept (a dangling link is refused). Anything at path, or at the link's end, other than
  * a regular file (a FIFO, a device, a directory) is refused and left alone. Under the lock,
  * temporary files of killed writers ("<path>.tmp.*") older than HD_TUNE_STALE_SECONDS are
- * removed. Returns HD_OK, HD_ERR_IO (msg says why), HD_ERR_OUT_OF_MEMORY.
+ * removed. Returns HD_OK, HD_ERR_IO (msg says why), HD_ERR_CACHE_INVALID (the file there is
+ * damaged, or the merge would exceed HD_TUNE_RECORD_MAX records), HD_ERR_OUT_OF_MEMORY.
  */
 hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size);
 
 /* The default cache path: $XDG_CACHE_HOME/hd-dispatch/tune.txt, else
- * $HOME/.cache/hd-dispatch/tune.txt. false when neither variable is usable. */
-bool hd__tune_default_path(char *buf, size_t size);
+ * $HOME/.cache/hd-dispatch/tune.txt. Returns its length, as snprintf() does (size or more:
+ * it did not fit), or 0 when neither variable is usable. */
+size_t hd__tune_default_path(char *buf, size_t size);
 
 #endif

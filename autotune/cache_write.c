@@ -97,11 +97,13 @@ static void put_word(text *t, const char *s)
 static void put_number(text *t, double v)
 {
     char buf[40];
+    locale_t previous = hd__tune_numbers_begin();
     for (int digits = 6; digits <= 17; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, v);
         if (strtod(buf, NULL) == v)
             break;
     }
+    hd__tune_numbers_end(previous);
     put(t, "%s", buf);
 }
 
@@ -130,16 +132,18 @@ char *hd__tune_format(const hd_tune_file *f)
     t.p[0] = '\0';
     put(&t, "hd-tune %d\n# written by dispatch-autotune; see README.md, section Autotuning\n",
         HD_TUNE_FORMAT);
+    hd_tune_key key = f->key;
+    hd__tune_key_normalize(&key);
     put(&t, "library ");
-    put_word(&t, f->key.library[0] ? f->key.library : "unknown");
+    put_word(&t, key.library);
     put(&t, "\nplatform ");
-    put_quoted(&t, f->key.platform[0] ? f->key.platform : "none");
+    put_quoted(&t, key.platform);
     put(&t, "\ndevice ");
-    put_quoted(&t, f->key.device[0] ? f->key.device : "none");
+    put_quoted(&t, key.device);
     put(&t, "\ndriver ");
-    put_quoted(&t, f->key.driver[0] ? f->key.driver : "none");
+    put_quoted(&t, key.driver);
     put(&t, "\nclblast ");
-    put_word(&t, f->key.clblast[0] ? f->key.clblast : "none");
+    put_word(&t, key.clblast);
     put(&t, "\n");
 
     const hd_tune_calibration *c = &f->cal;
@@ -206,21 +210,6 @@ char *hd__tune_format(const hd_tune_file *f)
         return NULL;
     }
     return t.p;
-}
-
-/* Empty fields as the writer spells them, so that a key compares equal to its reread self. */
-static void normalize_key(hd_tune_key *k)
-{
-    if (k->library[0] == '\0')
-        strcpy(k->library, "unknown");
-    if (k->platform[0] == '\0')
-        strcpy(k->platform, "none");
-    if (k->device[0] == '\0')
-        strcpy(k->device, "none");
-    if (k->driver[0] == '\0')
-        strcpy(k->driver, "none");
-    if (k->clblast[0] == '\0')
-        strcpy(k->clblast, "none");
 }
 
 static bool same_tune_key(const hd_tune_key *a, const hd_tune_key *b)
@@ -292,21 +281,40 @@ static void fsync_dir_of(const char *path)
     }
 }
 
-/* Merges what is on disk (same key) with f into *out: on-disk first, f's entries win. */
-static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tune_file *out)
+/* What is on disk under key into *disk: nothing where no file is there yet, or where the file
+ * is for another key (its records could never be used with this one, which replaces them). A
+ * file that is there but cannot be read or whose header is broken is refused, msg says why:
+ * writing over it would throw away records that a person can still repair. */
+static hd_status read_disk(const char *path, const hd_tune_key *key, hd_tune_file *disk,
+                           char *msg, size_t size)
 {
-    char ignored[160];
-    hd__tune_file_init(out);
-    hd_tune_file disk;
-    hd__tune_file_init(&disk);
-    hd_tune_key key = f->key;
-    normalize_key(&key);
-    if (hd__tune_load(path, &disk, ignored, sizeof ignored) == HD_OK &&
-        same_tune_key(&disk.key, &key)) {
-        *out = disk; /* takes the records */
-    } else {
-        hd__tune_file_free(&disk);
+    char why[200];
+    hd__tune_file_init(disk);
+    hd_status s = hd__tune_load(path, disk, why, sizeof why);
+    if (s == HD_OK) {
+        if (!same_tune_key(&disk->key, key))
+            hd__tune_file_free(disk);
+        return HD_OK;
     }
+    struct stat st;
+    if (s == HD_ERR_IO && stat(path, &st) != 0 && errno == ENOENT)
+        return HD_OK;
+    snprintf(msg, size,
+             "the cache '%s' on disk cannot be read (%s): not replaced, so that its records are "
+             "kept; repair or remove it",
+             path, why);
+    return s;
+}
+
+/* Merges what is on disk (same key) with f into *out: on-disk first, f's entries win. */
+static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tune_file *out,
+                                 char *msg, size_t size)
+{
+    hd_tune_key key = f->key;
+    hd__tune_key_normalize(&key);
+    hd_status s = read_disk(path, &key, out, msg, size);
+    if (s != HD_OK)
+        return s;
     out->key = key;
     out->bad_lines = 0;
     const double *src = &f->cal.launch_us;
@@ -314,11 +322,13 @@ static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tun
     for (size_t i = 0; i < sizeof f->cal / sizeof(double); i++)
         if (src[i] > 0.0)
             dst[i] = src[i];
-    hd_status s = HD_OK;
     for (size_t i = 0; i < f->param_count && s == HD_OK; i++)
         s = hd__tune_put_param(out, &f->params[i]);
     for (size_t i = 0; i < f->count && s == HD_OK; i++)
         s = hd__tune_put(out, &f->records[i]);
+    if (s != HD_OK)
+        snprintf(msg, size, "%s",
+                 s == HD_ERR_CACHE_INVALID ? "too many records" : "no memory to merge the cache");
     return s;
 }
 
@@ -440,12 +450,12 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     remove_stale_temps(target);
 
     hd_tune_file merged;
-    hd_status s = merge_with_disk(target, f, &merged);
+    hd_status s = merge_with_disk(target, f, &merged, msg, size);
     char *body = s == HD_OK ? hd__tune_format(&merged) : NULL;
     hd__tune_file_free(&merged);
     if (body == NULL) {
-        snprintf(msg, size, "%s",
-                 s == HD_ERR_CACHE_INVALID ? "too many records" : "no memory to format the cache");
+        if (s == HD_OK)
+            snprintf(msg, size, "no memory to format the cache");
         close(lock);
         return s == HD_OK ? HD_ERR_OUT_OF_MEMORY : s;
     }

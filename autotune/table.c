@@ -16,6 +16,10 @@
 #include "dispatch/memo.h"
 #include "dispatch/select.h"
 
+#ifdef HD_HAVE_CLBLAST
+#include <clblast_c.h> /* CLBLAST_VERSION_*, for the key */
+#endif
+
 struct hd_tune_table {
     hd_tune_file file;
     bool has_calibration;
@@ -41,21 +45,32 @@ void hd__tune_context_key(const hd_context *ctx, hd_tune_key *key)
     snprintf(
         key->clblast, sizeof key->clblast, "%s",
         STR(CLBLAST_VERSION_MAJOR) "." STR(CLBLAST_VERSION_MINOR) "." STR(CLBLAST_VERSION_PATCH));
+#elif defined(HD_HAVE_CLBLAST)
+    snprintf(key->clblast, sizeof key->clblast, "unknown"); /* a CLBlast without the macros */
 #else
     snprintf(key->clblast, sizeof key->clblast, "none");
 #endif
+    hd__tune_key_normalize(key);
 }
 
-bool hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size)
+/* An empty option is refused rather than taken for NULL: a caller's unset variable would
+ * otherwise select $HD_TUNE_CACHE or the user's default cache, which the tuner then rewrites.
+ * An empty $HD_TUNE_CACHE is unset, as the library's other variables. */
+hd_tune_path hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size)
 {
+    buf[0] = '\0';
     const char *p = opt != NULL ? opt->tune_cache : NULL;
-    if (p == NULL || p[0] == '\0')
+    if (p != NULL && p[0] == '\0')
+        return HD_TUNE_PATH_EMPTY;
+    if (p == NULL)
         p = getenv("HD_TUNE_CACHE");
-    if (p != NULL && p[0] != '\0') {
-        int n = snprintf(buf, size, "%s", p);
-        return n > 0 && (size_t)n < size;
+    size_t n = p != NULL && p[0] != '\0' ? (size_t)snprintf(buf, size, "%s", p)
+                                           : hd__tune_default_path(buf, size);
+    if (n >= size) {
+        buf[0] = '\0';
+        return HD_TUNE_PATH_TOO_LONG;
     }
-    return hd__tune_default_path(buf, size);
+    return n == 0 ? HD_TUNE_PATH_NONE : HD_TUNE_PATH_FOUND;
 }
 
 const char *hd__tune_key_mismatch(const hd_tune_key *file, const hd_tune_key *here)
@@ -123,9 +138,19 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     ctx->tune_cache_path[0] = '\0';
     if (opt->no_tune_cache)
         return HD_OK;
-    if (!hd__tune_resolve_path(opt, ctx->tune_cache_path, sizeof ctx->tune_cache_path)) {
-        ctx->tune_cache_path[0] = '\0';
+    switch (hd__tune_resolve_path(opt, ctx->tune_cache_path, sizeof ctx->tune_cache_path)) {
+    case HD_TUNE_PATH_FOUND:
+        break;
+    case HD_TUNE_PATH_NONE:
         return HD_OK; /* no home directory: run untuned */
+    case HD_TUNE_PATH_EMPTY:
+        hd__note(ctx, "tuning cache not used: the tune_cache option is \"\" (NULL selects "
+                      "$HD_TUNE_CACHE or the default path; no_tune_cache reads none)");
+        return HD_OK;
+    case HD_TUNE_PATH_TOO_LONG:
+        hd__note(ctx, "tuning cache not used: its path is longer than %zu bytes",
+                 sizeof ctx->tune_cache_path - 1);
+        return HD_OK;
     }
     const char *path = ctx->tune_cache_path;
 

@@ -294,6 +294,10 @@ static int parse_options(int argc, char **argv, options *o)
         } else if (strcmp(a, "--device") == 0 && v) {
             o->device = v;
         } else if (strcmp(a, "--cache") == 0 && v) {
+            ok = v[0] != '\0';
+            if (!ok)
+                fprintf(stderr, "dispatch-bench: --cache: the path is empty (leave the option "
+                                "out for $HD_TUNE_CACHE or the default path)\n");
             o->cache = v;
         } else {
             takes = false;

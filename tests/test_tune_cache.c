@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,6 +19,10 @@
 #include "dispatch/context.h"
 #include "dispatch/op.h"
 #include "tests/testlib.h"
+
+#ifdef HD_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
 
 #ifndef HD_TEST_DATA
 #error "HD_TEST_DATA must name tests/data"
@@ -714,6 +719,212 @@ static void parse_with_lines(const char *text, const char *bad, hd_tune_file *ba
     free(all);
 }
 
+/* A comment is free text: many words, a backslash, an odd quote and UTF-8 ("µs"), in the
+ * header and between records, indented or not, and on the last line. */
+static const char commented[] =
+    "# tuned on the lab machine, by hand, after the driver update of the week before, as the\n"
+    "hd-tune 1\n"
+    "# 7.1 µs per launch, \"measured\\ by hand\n"
+    "library 0.1.0\nplatform \"P\"\ndevice \"D\"\ndriver \"1\"\n"
+    "   # the CLBlast of C:\\Program Files\\ \"\n"
+    "clblast none\n"
+    "softmax 8 8 cpu - 7.25 - -\n"
+    "\t# — a note between records é\n"
+    "rms_norm 4 4 cpu - 2.5 - -\n"
+    "# the end\n";
+
+static void test_cache_comments_may_hold_any_text(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(commented, strlen(commented), &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(f.bad_lines, 0);
+    assert_int_equal(f.count, 2);
+    assert_string_equal(f.key.device, "D");
+    hd__tune_file_free(&f);
+}
+
+/* The bytes of the file at path, malloc'd and NUL-terminated. */
+static char *read_text(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    char *buf = calloc(1, 65536);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, 65535, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+/* A save into a file the reader cannot take leaves it as it is, its records with it; a file
+ * with comments of any text is merged with, not replaced. */
+static void test_cache_save_keeps_a_file_it_cannot_read(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "unreadable-header.txt");
+    static const char broken[] = "hd-tune 1\nlibrary 0.1.0\nplatform P\ndevice \"D\"\n"
+                                 "driver \"1\"\nclblast none\nsoftmax 8 8 cpu - 3 - -\n";
+    write_text(path, broken);
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record r = record(HD_OP_RMS_NORM, 4, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_ERR_CACHE_INVALID);
+    assert_non_null(strstr(msg, "not replaced"));
+    assert_non_null(strstr(msg, "unreadable-header.txt"));
+    char *now = read_text(path);
+    assert_string_equal(now, broken);
+    free(now);
+
+    /* Comments of any text: the file loads, and a save keeps both of its records. */
+    tmp_path(path, sizeof path, "commented.txt");
+    write_text(path, commented);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.count, 3);
+    hd__tune_file_free(&back);
+
+    /* A file there that cannot be opened is kept as well (root opens anything). */
+    if (geteuid() != 0) {
+        tmp_path(path, sizeof path, "no-read-permission.txt");
+        write_text(path, broken);
+        assert_int_equal(chmod(path, 0200), 0);
+        assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_ERR_IO);
+        assert_non_null(strstr(msg, "not replaced"));
+        assert_int_equal(chmod(path, 0644), 0);
+        now = read_text(path);
+        assert_string_equal(now, broken);
+        free(now);
+    }
+    hd__tune_file_free(&f);
+}
+
+static const char *mali_name(const struct hd_cl_runtime *rt)
+{
+    (void)rt;
+    return "Mali\xc2\xae G78";
+}
+
+static const char *mali_text(const struct hd_cl_runtime *rt)
+{
+    (void)rt;
+    return "ARM\xc2\xae 1.0";
+}
+
+/* A device name with bytes outside printable ASCII is written with '?' for them; the key a
+ * context compares and the key a save merges under are spelled the same way, so the file
+ * stays this device's: a second save keeps the first one's record and a context reads both. */
+static void test_cache_key_with_a_non_ascii_byte_matches_its_own_file(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "non-ascii-key.txt");
+    hd_tune_file f;
+    made_up_file(&f);
+    snprintf(f.key.device, sizeof f.key.device, "%s", mali_name(NULL));
+    hd_tune_record first = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &first), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    f.count = 0;
+    hd_tune_record second = record(HD_OP_RMS_NORM, 8, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &second), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_string_equal(back.key.device, "Mali?? G78");
+    assert_int_equal(back.count, 2);
+    hd__tune_file_free(&back);
+
+    /* A context on such a device (its names made up through the device hooks) takes the
+     * file that the tuner writes under its key. */
+    hd_context *ctx = context_with_cache("/nonexistent/none.txt");
+    const hd_device_ops *real = ctx->dev;
+    hd_device_ops made_up = {.name = mali_name, .platform = mali_text, .driver = mali_text};
+    ctx->dev = &made_up;
+    hd_tune_file keyed;
+    file_for(ctx, &keyed);
+    assert_int_equal(hd__tune_put(&keyed, &first), HD_OK);
+    tmp_path(path, sizeof path, "non-ascii-context.txt");
+    assert_int_equal(hd__tune_save(path, &keyed, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&keyed);
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.tune_cache = path;
+    hd_test_notes_clear();
+    hd__tune_close(ctx);
+    assert_int_equal(hd__tune_open(ctx, &opt), HD_OK);
+    ctx->dev = real;
+    assert_null(strstr(hd_test_notes(), "written for another"));
+    assert_non_null(hd__tune_exact(ctx, HD_OP_SOFTMAX, &first.shape));
+    hd_context_destroy(ctx);
+}
+
+/* Sets LC_NUMERIC to an installed locale whose decimal point is a comma; false where none is. */
+static bool set_comma_decimal_locale(void)
+{
+    static const char *const names[] = {"de_DE.UTF-8", "de_DE.utf8", "de_DE", "fr_FR.UTF-8",
+                                        "fr_FR.utf8", "fr_FR", "nl_NL.UTF-8", "ru_RU.UTF-8"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (setlocale(LC_NUMERIC, names[i]) != NULL &&
+            strcmp(localeconv()->decimal_point, ",") == 0)
+            return true;
+    setlocale(LC_NUMERIC, "C");
+    return false;
+}
+
+/* A program may set a comma-decimal LC_NUMERIC (setlocale is process-wide): the cache's
+ * numbers still read "7.25" as seven and a quarter and are written with a point, and a save
+ * and a load keep them. */
+static void test_cache_numbers_ignore_the_program_locale(void **state)
+{
+    (void)state;
+    if (!set_comma_decimal_locale()) {
+        print_message("# no comma-decimal locale installed (de_DE, fr_FR, nl_NL or ru_RU; see "
+                      "locale -a): the locale test is skipped\n");
+        skip();
+    }
+    static const char text[] = "hd-tune 1\nlibrary 0.1.0\nplatform \"P\"\ndevice \"D\"\n"
+                               "driver \"1\"\nclblast none\ncalibration launch_us=7.5\n"
+                               "softmax 8 8 cpu - 7.25 fused 12.5\n";
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    char msg[256], path[512];
+    assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(f.bad_lines, 0);
+    assert_int_equal(f.count, 1);
+    assert_true(f.records[0].median_us == 7.25 && f.records[0].margin_pct == 12.5);
+    assert_true(f.cal.launch_us == 7.5);
+
+    hd_tune_record r = record(HD_OP_RMS_NORM, 4, 4, 0, 0, HD_BACKEND_CPU, 41.25);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    char *written = hd__tune_format(&f);
+    assert_non_null(written);
+    assert_non_null(strstr(written, " 41.25 - -\n"));
+    assert_null(strstr(written, "41,25"));
+    free(written);
+    tmp_path(path, sizeof path, "comma-locale.txt");
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    assert_int_equal(back.bad_lines, 0);
+    assert_int_equal(back.count, 2);
+    assert_true(hd__tune_find(&back, HD_OP_RMS_NORM, &r.shape, HD_PRECISION_FP32)->median_us ==
+                41.25);
+    assert_true(back.cal.launch_us == 7.5);
+    setlocale(LC_NUMERIC, "C");
+    hd__tune_file_free(&back);
+    hd__tune_file_free(&f);
+}
+
 /* Records are keyed by the GEMM arithmetic they were tuned in: "gemm.fp32x3" beside "gemm" for
  * the same shape, both kept through a write and a read; a context finds only its own mode's,
  * and row ops carry none ("softmax.tf32" is a bad line). */
@@ -1004,19 +1215,19 @@ static void test_cache_path_follows_option_env_and_default(void **state)
     hd_context_options opt;
     hd_context_options_init(&opt);
     setenv("HD_TUNE_CACHE", "/from/env.txt", 1);
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/from/env.txt");
     opt.tune_cache = "/from/option.txt";
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/from/option.txt");
     opt.tune_cache = NULL;
     unsetenv("HD_TUNE_CACHE");
     setenv("XDG_CACHE_HOME", "/xdg", 1);
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/xdg/hd-dispatch/tune.txt");
     unsetenv("XDG_CACHE_HOME");
     setenv("HOME", "/home/someone", 1);
-    assert_true(hd__tune_resolve_path(&opt, buf, sizeof buf));
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_FOUND);
     assert_string_equal(buf, "/home/someone/.cache/hd-dispatch/tune.txt");
 
     /* no_tune_cache: not even the path is looked at. */
@@ -1029,6 +1240,94 @@ static void test_cache_path_follows_option_env_and_default(void **state)
     hd_context_destroy(ctx);
 }
 
+/* An empty tune_cache is no path, never a fallback to $HD_TUNE_CACHE or the default (whose
+ * file the tuner would then rewrite); a path that does not fit is said to be too long. A
+ * context reads no cache in either case and says why in a note. */
+static void test_cache_path_empty_or_too_long_is_refused_with_a_note(void **state)
+{
+    (void)state;
+    char buf[1024], env_file[512];
+    char saved_env[1024] = "", saved_home[1024] = "";
+    if (getenv("HD_TUNE_CACHE") != NULL)
+        snprintf(saved_env, sizeof saved_env, "%s", getenv("HD_TUNE_CACHE"));
+    if (getenv("HOME") != NULL)
+        snprintf(saved_home, sizeof saved_home, "%s", getenv("HOME"));
+    char *long_path = malloc(1501);
+    assert_non_null(long_path);
+    memset(long_path, 'x', 1500);
+    long_path[0] = '/';
+    long_path[1500] = '\0';
+
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    tmp_path(env_file, sizeof env_file, "from-env.txt");
+    setenv("HD_TUNE_CACHE", env_file, 1);
+    opt.tune_cache = "";
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_EMPTY);
+    assert_string_equal(buf, "");
+    opt.tune_cache = long_path;
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_TOO_LONG);
+    assert_string_equal(buf, "");
+    opt.tune_cache = NULL;
+    setenv("HD_TUNE_CACHE", long_path, 1);
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_TOO_LONG);
+    setenv("HD_TUNE_CACHE", "", 1); /* an empty variable is unset */
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", long_path, 1);
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_TOO_LONG);
+    unsetenv("HOME");
+    assert_int_equal(hd__tune_resolve_path(&opt, buf, sizeof buf), HD_TUNE_PATH_NONE);
+
+    /* The context: a valid cache at $HD_TUNE_CACHE is not read for tune_cache "". */
+    setenv("HD_TUNE_CACHE", env_file, 1);
+    hd_context *ctx = context_with_cache("/nonexistent/none.txt");
+    hd_tune_file f;
+    file_for(ctx, &f);
+    hd_context_destroy(ctx);
+    hd_tune_record r = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    char msg[256];
+    assert_int_equal(hd__tune_save(env_file, &f, msg, sizeof msg), HD_OK);
+    hd__tune_file_free(&f);
+    ctx = context_with_cache("");
+    assert_string_equal(hd_context_last_error(ctx), "");
+    assert_null(ctx->tune);
+    assert_string_equal(ctx->tune_cache_path, "");
+    assert_non_null(strstr(hd_test_notes(), "tune_cache option is \"\""));
+    hd_context_destroy(ctx);
+    ctx = context_with_cache(long_path);
+    assert_null(ctx->tune);
+    assert_non_null(strstr(hd_test_notes(), "tuning cache not used: its path is longer than"));
+    hd_context_destroy(ctx);
+
+    free(long_path);
+    if (saved_env[0] != '\0')
+        setenv("HD_TUNE_CACHE", saved_env, 1);
+    else
+        unsetenv("HD_TUNE_CACHE");
+    if (saved_home[0] != '\0')
+        setenv("HOME", saved_home, 1);
+}
+
+/* The key names the CLBlast this build runs, so that a cache tuned with one CLBlast is not
+ * taken for another's; "none" only in a build without CLBlast. */
+static void test_cache_key_names_the_clblast_built_in(void **state)
+{
+    (void)state;
+    hd_context *ctx = context_with_cache("/nonexistent/none.txt");
+    hd_tune_key key;
+    hd__tune_context_key(ctx, &key);
+    hd_context_destroy(ctx);
+#ifdef HD_HAVE_CLBLAST
+    char version[32];
+    snprintf(version, sizeof version, "%d.%d.%d", CLBLAST_VERSION_MAJOR, CLBLAST_VERSION_MINOR,
+             CLBLAST_VERSION_PATCH);
+    assert_string_equal(key.clblast, version);
+#else
+    assert_string_equal(key.clblast, "none");
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1039,6 +1338,10 @@ int main(void)
         cmocka_unit_test(test_cache_save_merges_with_records_on_disk),
         cmocka_unit_test(test_cache_save_reports_unwritable_path),
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
+        cmocka_unit_test(test_cache_comments_may_hold_any_text),
+        cmocka_unit_test(test_cache_save_keeps_a_file_it_cannot_read),
+        cmocka_unit_test(test_cache_key_with_a_non_ascii_byte_matches_its_own_file),
+        cmocka_unit_test(test_cache_numbers_ignore_the_program_locale),
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),
         cmocka_unit_test(test_cache_preferred_winner_is_kept_against_a_faster_runner_up),
         cmocka_unit_test(test_cache_context_ignores_another_device_with_a_note),
@@ -1052,6 +1355,8 @@ int main(void)
         cmocka_unit_test(test_cache_save_through_a_symlink_updates_its_target),
         cmocka_unit_test(test_cache_save_removes_stale_temporary_files),
         cmocka_unit_test(test_cache_path_follows_option_env_and_default),
+        cmocka_unit_test(test_cache_path_empty_or_too_long_is_refused_with_a_note),
+        cmocka_unit_test(test_cache_key_names_the_clblast_built_in),
         cmocka_unit_test(test_cache_notes_go_to_the_log_and_to_stderr_with_hd_log),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);

@@ -31,7 +31,10 @@ for tool in "$tune" "$bench"; do
     expect 2 "'--no-such-option'" "$tool" --no-such-option
     expect 2 "'nosuite'" "$tool" --suites seed,nosuite
     expect 2 "needs a value" "$tool" --cache
+    # an unset variable in --cache "$CACHE" must not select the user's own cache
+    expect 2 "the path is empty" "$tool" --cache ''
 done
+expect 2 "too long" "$tune" --cache "$dir/$(printf '%01100d' 0)" --dry-run
 
 # --device in both tools: a device that matches none is a start failure (3) that names it.
 for tool in "$tune" "$bench"; do
@@ -57,6 +60,11 @@ expect 2 "bad-shapes.txt:2" "$tune" --shapes "$dir/bad-shapes.txt" --dry-run
 printf 'sofmax 3 5\n' >"$dir/bad-op.txt"
 expect 2 "'sofmax'" "$tune" --shapes "$dir/bad-op.txt" --dry-run
 expect 2 "'abc'" "$tune" --case-budget-s abc
+# A cache that cannot be read is not replaced: its records are kept for repair.
+printf 'hd-tune 1\nlibrary 0.1.0\nplatform unquoted\nsoftmax 8 8 cpu - 3 - -\n' >"$dir/damaged.txt"
+cp "$dir/damaged.txt" "$dir/damaged-before.txt"
+expect 4 "not replaced" "$tune" --suites ci --cache "$dir/damaged.txt"
+cmp -s "$dir/damaged.txt" "$dir/damaged-before.txt" || fail "a damaged cache was replaced"
 # LoRA's layouts in a shapes file: tuned as records of their own, written with the layout.
 printf 'lora 3 16 8 2 pt\nlora 3 16 8 2\nlora_backward 2 8 8 1 layout1\n' >"$dir/layouts.txt"
 "$tune" --shapes "$dir/layouts.txt" --quick --case-budget-s 1 --cache "$dir/layouts-cache.txt" \

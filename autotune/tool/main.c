@@ -378,13 +378,23 @@ static int tune(const tool_options *o, const char *path)
     hd__tune_file_init(&part);
     hd__tune_context_key(ctx, &part.key);
 
-    /* What the cache already holds for this device: skipped unless --force. */
+    /* What the cache already holds for this device: skipped unless --force. A cache there
+     * that cannot be read is refused by every save, so it is said before anything is
+     * measured. */
     hd_tune_file have;
     hd__tune_file_init(&have);
     char msg[256];
-    if (hd__tune_load(path, &have, msg, sizeof msg) == HD_OK &&
-        hd__tune_key_mismatch(&have.key, &part.key) != NULL)
+    hd_status loaded = hd__tune_load(path, &have, msg, sizeof msg);
+    if (loaded == HD_OK && hd__tune_key_mismatch(&have.key, &part.key) != NULL)
         hd__tune_file_free(&have);
+    if (loaded != HD_OK && !o->dry_run && access(path, F_OK) == 0) {
+        fprintf(stderr,
+                "dispatch-autotune: the cache '%s' cannot be read (%s): not replaced, so that "
+                "its records are kept; repair or remove it\n",
+                path, msg);
+        rc = EXIT_CACHE;
+        goto done;
+    }
     tool_effort effort = hd__tool_effort(o->level);
     if (o->case_budget_s >= 0)
         effort.case_target_s = o->case_budget_s;
@@ -491,9 +501,20 @@ int main(int argc, char **argv)
     hd_context_options opt;
     hd_context_options_init(&opt);
     opt.tune_cache = o.cache;
-    if (!hd__tune_resolve_path(&opt, path, sizeof path)) {
+    switch (hd__tune_resolve_path(&opt, path, sizeof path)) {
+    case HD_TUNE_PATH_FOUND:
+        break;
+    case HD_TUNE_PATH_NONE:
         fprintf(stderr, "dispatch-autotune: no cache path: set --cache, $HD_TUNE_CACHE or "
                         "$HOME\n");
+        return EXIT_USAGE;
+    case HD_TUNE_PATH_EMPTY:
+        fprintf(stderr, "dispatch-autotune: --cache: the path is empty (leave the option out "
+                        "for $HD_TUNE_CACHE or the default path)\n");
+        return EXIT_USAGE;
+    case HD_TUNE_PATH_TOO_LONG:
+        fprintf(stderr, "dispatch-autotune: the cache path is too long (more than %zu bytes)\n",
+                sizeof path - 1);
         return EXIT_USAGE;
     }
     if (o.show)

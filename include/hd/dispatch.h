@@ -135,7 +135,8 @@ typedef struct hd_context_options {
                                the first GPU, else the first device */
     const char *backends;   /* forced backends, as $HD_BACKEND: "cpu" or "gemm=clblast,..." */
     const char *tune_cache; /* tuning cache path; NULL: $HD_TUNE_CACHE, else the default path
-                               under $XDG_CACHE_HOME or ~/.cache */
+                               under $XDG_CACHE_HOME or ~/.cache. "" is no path: no cache is
+                               read, with a note (no_tune_cache says so without one) */
     bool disable_opencl;    /* true: CPU backend only (also $HD_DISABLE_OPENCL=1) */
     bool no_tune_cache;     /* true: do not read any tuning cache */
     bool warmup;            /* true: build every kernel at creation (see hd_context_warmup) */
@@ -184,8 +185,9 @@ HD_API void hd_context_options_init(hd_context_options *opt);
  * loads the tuning cache for the chosen device. A machine without OpenCL, or with no usable
  * device, gives a context whose only backend is the CPU; that is not an error. A damaged tuning
  * cache is ignored with a note (hd_context_options.log); so is a cache path that names anything
- * but a regular file (a FIFO is refused at once, never waited on), and a record whose kernel
- * parameters its backend would refuse is dropped with a note. hd_context_last_error() is ""
+ * but a regular file (a FIFO is refused at once, never waited on), an empty tune_cache and a
+ * path of 1024 bytes or more, and a record whose kernel parameters its backend would refuse is
+ * dropped with a note. hd_context_last_error() is ""
  * after a successful creation. Safe to call from any number of threads at once.
  *
  * opt may be NULL for the defaults. On success *ctx owns everything it created; free it with
