@@ -57,6 +57,23 @@ expect 2 "bad-shapes.txt:2" "$tune" --shapes "$dir/bad-shapes.txt" --dry-run
 printf 'sofmax 3 5\n' >"$dir/bad-op.txt"
 expect 2 "'sofmax'" "$tune" --shapes "$dir/bad-op.txt" --dry-run
 expect 2 "'abc'" "$tune" --case-budget-s abc
+# Blanks before a case are no part of it, in a shapes file and in --explain; a line is read
+# whole however long, so a long comment or long run of blanks stays in its line.
+blanks=$(printf '%300s' '')
+comment=$(echo "$blanks" | tr ' ' x)
+printf '  softmax 3 5\n\tgemm 4 4 4 nt\ngemm 8 8 8%snt\nrms_norm 2 3 # %s\n' "$blanks" "$comment" \
+    >"$dir/blanks.txt"
+HD_DISABLE_OPENCL=1 "$tune" --shapes "$dir/blanks.txt" --dry-run --cache "$dir/none.txt" \
+    >"$dir/blanks-out.txt" 2>&1 || fail "blanks and long lines: $(cat "$dir/blanks-out.txt")"
+for case in 'softmax 3x5:' 'gemm 4x4x4 NT:' 'gemm 8x8x8 NT:' 'rms_norm 2x3:'; do
+    grep -q "^$case" "$dir/blanks-out.txt" || fail "no '$case' case: $(cat "$dir/blanks-out.txt")"
+done
+printf 'softmax 3 5 # %s\nsofmax 3 5\n' "$comment" >"$dir/long-then-bad.txt"
+expect 2 "long-then-bad.txt:2: unknown operation 'sofmax'" \
+    "$tune" --shapes "$dir/long-then-bad.txt" --dry-run
+out=$dir/explain-blanks.txt
+HD_DISABLE_OPENCL=1 "$tune" --cache "$dir/none.txt" --explain '  softmax 64 1024' >"$out" 2>&1 &&
+    grep -q "^softmax 64x1024: chosen" "$out" || fail "--explain with leading blanks: $(cat "$out")"
 # LoRA's layouts in a shapes file: tuned as records of their own, written with the layout.
 printf 'lora 3 16 8 2 pt\nlora 3 16 8 2\nlora_backward 2 8 8 1 layout1\n' >"$dir/layouts.txt"
 "$tune" --shapes "$dir/layouts.txt" --quick --case-budget-s 1 --cache "$dir/layouts-cache.txt" \
