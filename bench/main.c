@@ -3,6 +3,7 @@
  * hybrid plan and on auto, in the device, sync and chain modes; checked against a float64
  * reference, judged against the measured roofline, and compared with a peer on request.
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -87,22 +88,23 @@ static void usage(FILE *f)
           "                      chains on inputs written again from the host before each\n"
           "                      (what a loop over host data costs, the scheduler's moves in)\n"
           "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
-          "  --repeats N         at least N timed runs per mode (default 5)\n"
-          "  --max-runs N        at most N timed runs per mode (default 1000)\n"
+          "  --repeats N         at least N timed runs per mode (default 5, at most 10000)\n"
+          "  --max-runs N        at most N timed runs per mode (default 1000, at most 10000)\n"
           "  --budget-ms MS      stop repeating a mode after MS milliseconds (default 300)\n"
           "  --rounds N          time the backends of a case in turn, N rounds per mode, each\n"
           "                      with 1/N of the runs and budget; report the median of the\n"
           "                      rounds' medians (default 3, at most 16)\n"
-          "  --warmup N          untimed calls before timing (default 3, at least one per input "
-          "set)\n"
-          "  --chain N           ops per chain sample (default: enough for ~2 ms, 4..256)\n"
+          "  --warmup N          untimed calls before timing (default 3, at least one per\n"
+          "                      input set; at most 10000)\n"
+          "  --chain N           ops per chain sample, at most 10000 (default 0: enough for\n"
+          "                      ~2 ms, 4..256)\n"
           "  --peak-flops GFLOPS compute roof (default: the best GEMM rate measured in this run)\n"
           "  --max-elements N    skip cases holding more than N floats (says so)\n"
           "  --case-budget-s S   per case, skip each backend estimated (from the calibration,\n"
           "                      then from its checked call) to take more than its share of S\n"
           "                      seconds, with a note saying so (default 30; 0: unlimited)\n"
           "  --max-time S        the whole run within about S seconds: the case budget shrinks\n"
-          "                      to share what is left among the cases left (default: no limit)\n"
+          "                      to share what is left among the cases left (default 0: no limit)\n"
           "  --csv               CSV on standard output instead of the table\n"
           "  --csv-out FILE      also write the CSV to FILE\n"
           "  --json FILE         also write the results as JSON (schema hd-bench/1); '-': JSON\n"
@@ -117,7 +119,7 @@ static void usage(FILE *f)
           "                      $XDG_CACHE_HOME/hd-dispatch/tune.txt or\n"
           "                      ~/.cache/hd-dispatch/tune.txt)\n"
           "  --cpu-only          no OpenCL: the CPU backend alone\n"
-          "  --seed N            random data seed (default: from the clock)\n"
+          "  --seed N            random data seed, decimal (default: from the clock)\n"
           "  --quiet, -q         no progress lines\n"
           "  --version           the tool's and the library's version\n"
           "  --help              this text\n"
@@ -195,14 +197,58 @@ static bool add_backend(const char *name, options *o)
     return true;
 }
 
+/* Seconds, milliseconds, GFLOP/s, elements: a finite number >= 0 (inf and 1e400 are not). */
 static bool parse_number(const char *opt, const char *arg, double *out)
 {
     char *end;
+    errno = 0;
     *out = arg ? strtod(arg, &end) : 0.0;
-    if (arg == NULL || end == arg || *end != '\0' || !(*out >= 0)) {
-        fprintf(stderr, "dispatch-bench: %s: '%s' is not a number >= 0\n", opt, arg ? arg : "");
+    if (arg == NULL || end == arg || *end != '\0' || errno == ERANGE || !isfinite(*out) ||
+        !(*out >= 0)) {
+        fprintf(stderr, "dispatch-bench: %s: '%s' is not a finite number >= 0\n", opt,
+                arg ? arg : "");
         return false;
     }
+    return true;
+}
+
+/* Decimal digits alone, at most max: no sign, exponent, fraction or blank, which strtoull
+ * would take, wrap or read as another base. */
+static bool parse_decimal(const char *arg, unsigned long long max, unsigned long long *out)
+{
+    if (arg == NULL || arg[0] < '0' || arg[0] > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(arg, &end, 10);
+    if (*end != '\0' || errno == ERANGE || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A count of calls or rounds, 0 to max. */
+static bool parse_count(const char *opt, const char *arg, unsigned max, unsigned *out)
+{
+    unsigned long long v;
+    if (!parse_decimal(arg, max, &v)) {
+        fprintf(stderr, "dispatch-bench: %s: '%s' is not a whole number from 0 to %u\n", opt,
+                arg ? arg : "", max);
+        return false;
+    }
+    *out = (unsigned)v;
+    return true;
+}
+
+static bool parse_seed(const char *opt, const char *arg, uint64_t *out)
+{
+    unsigned long long v;
+    if (!parse_decimal(arg, UINT64_MAX, &v)) {
+        fprintf(stderr, "dispatch-bench: %s: '%s' is not a whole number from 0 to %llu\n", opt,
+                arg ? arg : "", (unsigned long long)UINT64_MAX);
+        return false;
+    }
+    *out = v;
     return true;
 }
 
@@ -252,18 +298,20 @@ static int parse_options(int argc, char **argv, options *o)
             ok = parse_list(v, add_mode, o);
         } else if (strcmp(a, "--backends") == 0 && v) {
             ok = parse_list(v, add_backend, o);
-        } else if (strcmp(a, "--repeats") == 0 && (ok = parse_number(a, v, &num))) {
-            o->repeats = (unsigned)num;
-        } else if (strcmp(a, "--max-runs") == 0 && (ok = parse_number(a, v, &num))) {
-            o->max_runs = num < 1 ? 1 : (unsigned)num;
+        } else if (strcmp(a, "--repeats") == 0) {
+            ok = parse_count(a, v, HD_MEASURE_MAX_RUNS, &o->repeats);
+        } else if (strcmp(a, "--max-runs") == 0) {
+            ok = parse_count(a, v, HD_MEASURE_MAX_RUNS, &o->max_runs);
+            o->max_runs = o->max_runs < 1 ? 1 : o->max_runs;
         } else if (strcmp(a, "--budget-ms") == 0 && (ok = parse_number(a, v, &num))) {
             o->budget_ms = num;
-        } else if (strcmp(a, "--rounds") == 0 && (ok = parse_number(a, v, &num))) {
-            o->rounds = num < 1 ? 1 : num > MAX_ROUNDS ? MAX_ROUNDS : (unsigned)num;
-        } else if (strcmp(a, "--warmup") == 0 && (ok = parse_number(a, v, &num))) {
-            o->warmup = (unsigned)num;
-        } else if (strcmp(a, "--chain") == 0 && (ok = parse_number(a, v, &num))) {
-            o->chain = (unsigned)num;
+        } else if (strcmp(a, "--rounds") == 0) {
+            ok = parse_count(a, v, MAX_ROUNDS, &o->rounds);
+            o->rounds = o->rounds < 1 ? 1 : o->rounds;
+        } else if (strcmp(a, "--warmup") == 0) {
+            ok = parse_count(a, v, HD_MEASURE_MAX_RUNS, &o->warmup);
+        } else if (strcmp(a, "--chain") == 0) {
+            ok = parse_count(a, v, HD_MEASURE_MAX_RUNS, &o->chain);
         } else if (strcmp(a, "--peak-flops") == 0 && (ok = parse_number(a, v, &num))) {
             o->peak_gflops = num;
         } else if (strcmp(a, "--max-elements") == 0 && (ok = parse_number(a, v, &num))) {
@@ -272,8 +320,8 @@ static int parse_options(int argc, char **argv, options *o)
             o->case_budget_s = num;
         } else if (strcmp(a, "--max-time") == 0 && (ok = parse_number(a, v, &num))) {
             o->max_time_s = num;
-        } else if (strcmp(a, "--seed") == 0 && (ok = parse_number(a, v, &num))) {
-            o->seed = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--seed") == 0) {
+            ok = parse_seed(a, v, &o->seed);
         } else if (strcmp(a, "--csv-out") == 0 && v) {
             o->csv_path = v;
         } else if (strcmp(a, "--json") == 0 && v) {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "dispatch/context.h"
+#include "dispatch/env.h"
 #include "dispatch/error.h"
 #include "dispatch/memo.h"
 #include "dispatch/tools.h"
@@ -14,12 +15,6 @@ void hd_context_options_init(hd_context_options *opt)
 {
     if (opt != NULL)
         memset(opt, 0, sizeof *opt);
-}
-
-static bool env_flag(const char *name)
-{
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
 }
 
 static const char *nonempty(const char *s)
@@ -81,7 +76,8 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
 }
 
 /* The CPU backend's thread count: the option, else $HD_THREADS, else 0 (the backend's
- * default). A typo in the variable is an error rather than a silent default. */
+ * default). A typo in the variable is an error rather than a silent default; blanks around
+ * the number are no typo, as around a switch's value (dispatch/env.h). */
 static hd_status cpu_threads_requested(hd_context *ctx, const hd_context_options *opt)
 {
     if (opt->threads < 0 || opt->threads > HD_MAX_CPU_THREADS)
@@ -89,12 +85,18 @@ static hd_status cpu_threads_requested(hd_context *ctx, const hd_context_options
                          "threads %d: expected a number of threads from 0 (default) to %d",
                          opt->threads, HD_MAX_CPU_THREADS);
     ctx->cpu_threads = (size_t)opt->threads;
-    const char *env = nonempty(getenv("HD_THREADS"));
+    const char *env = getenv("HD_THREADS");
     if (ctx->cpu_threads > 0 || env == NULL)
         return HD_OK;
-    char *end;
-    unsigned long n = strtoul(env, &end, 10);
-    if (*end != '\0' || env[0] == '-' || env[0] == '+' || n > HD_MAX_CPU_THREADS)
+    size_t len;
+    const char *digits = hd__env_trim(env, &len);
+    if (len == 0)
+        return HD_OK;
+    bool number = strspn(digits, "0123456789") == len;
+    size_t n = 0;
+    for (size_t i = 0; number && i < len && n <= HD_MAX_CPU_THREADS; i++)
+        n = 10 * n + (size_t)(digits[i] - '0');
+    if (!number || n > HD_MAX_CPU_THREADS)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
                          "HD_THREADS='%s': expected a number of threads from 0 (default) to %d",
                          env, HD_MAX_CPU_THREADS);
@@ -105,7 +107,7 @@ static hd_status cpu_threads_requested(hd_context *ctx, const hd_context_options
 static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
 {
     const hd_device_ops *dev = hd__registry_device();
-    if (dev == NULL || opt->disable_opencl || env_flag("HD_DISABLE_OPENCL"))
+    if (dev == NULL || opt->disable_opencl || hd__env_bool(ctx, "HD_DISABLE_OPENCL", false))
         return HD_OK;
     const char *spec = nonempty(opt->device) ? opt->device : nonempty(getenv("HD_DEVICE"));
     hd_status s = dev->open(ctx, spec, &ctx->cl);
@@ -117,11 +119,9 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
     }
     if (s == HD_OK)
         ctx->dev = dev;
-    /* pinned host copies: on a GPU unless $HD_PINNED=0; elsewhere only with $HD_PINNED=1 */
-    const char *pinned = getenv("HD_PINNED");
+    /* pinned host copies: on a GPU unless $HD_PINNED is off; elsewhere only when it is on */
     ctx->pinned_host = s == HD_OK && dev->host_alloc != NULL &&
-                       (pinned != NULL && pinned[0] != '\0' ? strcmp(pinned, "0") != 0
-                                                              : dev->is_gpu(ctx->cl));
+                       hd__env_bool(ctx, "HD_PINNED", dev->is_gpu(ctx->cl));
     return s;
 }
 
@@ -177,7 +177,7 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
 
     ctx->log = opt->log;
     ctx->log_user = opt->log_user;
-    ctx->log_stderr = env_flag("HD_LOG");
+    ctx->log_stderr = hd__env_bool(ctx, "HD_LOG", false);
     hd__fault_init(ctx);
     hd_status s = cpu_threads_requested(ctx, opt);
     if (s == HD_OK)

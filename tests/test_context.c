@@ -1,7 +1,8 @@
 /*
- * Context lifecycle and configuration: options, the HD_BACKEND / HD_DISABLE_OPENCL / HD_DEVICE
- * environment overrides, forcing a backend, the last backend, the last error, names of
- * statuses, backends and operations, the version, and tensors' own lifecycle.
+ * Context lifecycle and configuration: options, the environment overrides (HD_BACKEND,
+ * HD_DEVICE, HD_THREADS and the switches HD_DISABLE_OPENCL, HD_PINNED, HD_LOG and
+ * HD_PROGRAM_CACHE), forcing a backend, the last backend, the last error, names of statuses,
+ * backends and operations, the version, and tensors' own lifecycle.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -9,13 +10,15 @@
 #include <string.h>
 
 #include "dispatch/context.h"
+#include "dispatch/env.h"
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
 
 /* The variables the library reads, saved around each test that changes them so that a
  * user's own settings neither leak into nor out of the cases. */
-static const char *const env_names[] = {"HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL",
-                                        "HD_GEMM_PRECISION", "HD_THREADS"};
+static const char *const env_names[] = {
+    "HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL", "HD_GEMM_PRECISION", "HD_THREADS",
+    "HD_PINNED",  "HD_LOG",    "HD_PROGRAM_CACHE"};
 #define ENV_COUNT (sizeof env_names / sizeof env_names[0])
 
 static int save_env(void **state)
@@ -721,7 +724,7 @@ static void test_context_default_threads_ignore_an_earlier_setting(void **state)
 static void test_context_bad_threads_are_rejected_naming_the_value(void **state)
 {
     (void)state;
-    static const char *const bad[] = {"two", "-1", "2x", "99999", "+3"};
+    static const char *const bad[] = {"two", "-1", "2x", "99999", "+3", " +3", " -1", "4 4"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("HD_THREADS", bad[i], 1);
         hd_context *ctx = (hd_context *)&ctx;
@@ -741,6 +744,169 @@ static void test_context_bad_threads_are_rejected_naming_the_value(void **state)
     hd_context *ctx = NULL;
     assert_int_equal(hd_context_create(&ctx, &opt), HD_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(hd_context_last_error(NULL), "threads -2"));
+}
+
+static void test_context_threads_env_ignores_blanks_around_the_number(void **state)
+{
+    (void)state;
+    static const char *const spaced[] = {" 4", "4 ", " 4 ", "\t4\t"};
+    hd_context_options opt = cpu_options();
+    for (size_t i = 0; i < sizeof spaced / sizeof spaced[0]; i++) {
+        setenv("HD_THREADS", spaced[i], 1);
+        hd_context *ctx = create_ok(&opt);
+        if (hd_context_cpu_threads(ctx) != 4)
+            fail_msg("HD_THREADS='%s': %d threads", spaced[i], hd_context_cpu_threads(ctx));
+        hd_context_destroy(ctx);
+    }
+    setenv("HD_THREADS", "  ", 1); /* blanks alone: as empty, the default */
+    hd_context *ctx = create_ok(&opt);
+    assert_true(hd_context_cpu_threads(ctx) >= 1);
+    hd_context_destroy(ctx);
+}
+
+/* ---- the switches: one spelling of on and off for every variable ---- */
+
+static const char *const on_spellings[] = {"1", "on", "On", "TRUE", "yes", " on "};
+static const char *const off_spellings[] = {"0", "off", "OFF", "FALSE", "No", " false "};
+#define SPELLINGS (sizeof on_spellings / sizeof on_spellings[0])
+
+/* A context that may use OpenCL, with hd_test_log collecting its notes. */
+static hd_context *create_with_opencl(void)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.no_tune_cache = true;
+    opt.log = hd_test_log;
+    return create_ok(&opt);
+}
+
+static void test_context_disable_opencl_env_takes_every_spelling(void **state)
+{
+    (void)state;
+    hd_context *ctx = create_with_opencl();
+    char device[256];
+    snprintf(device, sizeof device, "%s", hd_context_device_name(ctx));
+    hd_context_destroy(ctx);
+    for (size_t i = 0; i < SPELLINGS; i++) {
+        setenv("HD_DISABLE_OPENCL", on_spellings[i], 1);
+        ctx = create_with_opencl();
+        expect_cpu_only(ctx);
+        hd_context_destroy(ctx);
+        setenv("HD_DISABLE_OPENCL", off_spellings[i], 1);
+        ctx = create_with_opencl();
+        if (strcmp(hd_context_device_name(ctx), device) != 0)
+            fail_msg("HD_DISABLE_OPENCL='%s': device %s, expected %s", off_spellings[i],
+                     hd_context_device_name(ctx), device);
+        hd_context_destroy(ctx);
+    }
+}
+
+static void test_context_log_env_takes_every_spelling(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    for (size_t i = 0; i < SPELLINGS; i++) {
+        setenv("HD_LOG", on_spellings[i], 1);
+        hd_context *ctx = create_ok(&opt);
+        if (!ctx->log_stderr)
+            fail_msg("HD_LOG='%s' does not log", on_spellings[i]);
+        hd_context_destroy(ctx);
+        setenv("HD_LOG", off_spellings[i], 1);
+        ctx = create_ok(&opt);
+        if (ctx->log_stderr)
+            fail_msg("HD_LOG='%s' logs", off_spellings[i]);
+        hd_context_destroy(ctx);
+    }
+}
+
+/* Pinning is on where the device can pin and the variable says on, whatever the device. */
+static void test_context_pinned_env_takes_every_spelling(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < SPELLINGS; i++) {
+        setenv("HD_PINNED", on_spellings[i], 1);
+        hd_context *ctx = create_with_opencl();
+        bool can_pin = ctx->dev != NULL && ctx->dev->host_alloc != NULL;
+        if (ctx->pinned_host != can_pin)
+            fail_msg("HD_PINNED='%s': pinned %d on a device that %s pin", on_spellings[i],
+                     ctx->pinned_host, can_pin ? "can" : "cannot");
+        hd_context_destroy(ctx);
+        setenv("HD_PINNED", off_spellings[i], 1);
+        ctx = create_with_opencl();
+        if (ctx->pinned_host)
+            fail_msg("HD_PINNED='%s' pins", off_spellings[i]);
+        hd_context_destroy(ctx);
+    }
+}
+
+static void test_env_bool_parse_takes_each_spelling_in_any_case(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < SPELLINGS; i++) {
+        bool on = false, off = true;
+        if (!hd__env_bool_parse(on_spellings[i], &on) || !on)
+            fail_msg("'%s' does not read as on", on_spellings[i]);
+        if (!hd__env_bool_parse(off_spellings[i], &off) || off)
+            fail_msg("'%s' does not read as off", off_spellings[i]);
+    }
+    static const char *const neither[] = {"", "  ", "2", "of", "onn", "y", "true!", "o n"};
+    for (size_t i = 0; i < sizeof neither / sizeof neither[0]; i++) {
+        bool untouched = true;
+        if (hd__env_bool_parse(neither[i], &untouched) || !untouched)
+            fail_msg("'%s' reads as a switch", neither[i]);
+    }
+    assert_false(hd__env_bool_parse(NULL, &(bool){true}));
+}
+
+/* $HD_PROGRAM_CACHE is read by the OpenCL runtime through hd__env_bool, on by default. */
+static void test_env_bool_reads_the_program_cache_switch(void **state)
+{
+    (void)state;
+    assert_true(hd__env_bool(NULL, "HD_PROGRAM_CACHE", true));
+    for (size_t i = 0; i < SPELLINGS; i++) {
+        setenv("HD_PROGRAM_CACHE", off_spellings[i], 1);
+        if (hd__env_bool(NULL, "HD_PROGRAM_CACHE", true))
+            fail_msg("HD_PROGRAM_CACHE='%s' leaves the cache on", off_spellings[i]);
+        setenv("HD_PROGRAM_CACHE", on_spellings[i], 1);
+        if (!hd__env_bool(NULL, "HD_PROGRAM_CACHE", false))
+            fail_msg("HD_PROGRAM_CACHE='%s' leaves the cache off", on_spellings[i]);
+    }
+    setenv("HD_PROGRAM_CACHE", "", 1);
+    assert_true(hd__env_bool(NULL, "HD_PROGRAM_CACHE", true));
+    hd_context *ctx = hd_test_context(true);
+    setenv("HD_PROGRAM_CACHE", "disabled", 1);
+    hd_test_notes_clear();
+    assert_true(hd__env_bool(ctx, "HD_PROGRAM_CACHE", true));
+    assert_non_null(strstr(hd_test_notes(), "HD_PROGRAM_CACHE='disabled' is ignored"));
+    hd_context_destroy(ctx);
+}
+
+/* A value that is no switch keeps the default, and a note names it: not an error. */
+static void test_context_unknown_switch_value_keeps_the_default_with_a_note(void **state)
+{
+    (void)state;
+    hd_context *ctx = create_with_opencl();
+    char device[256];
+    snprintf(device, sizeof device, "%s", hd_context_device_name(ctx));
+    bool pinned = ctx->pinned_host;
+    hd_context_destroy(ctx);
+    setenv("HD_DISABLE_OPENCL", "maybe", 1);
+    setenv("HD_PINNED", "sometimes", 1);
+    setenv("HD_LOG", "loud", 1);
+    hd_test_notes_clear();
+    ctx = create_with_opencl();
+    assert_string_equal(hd_context_device_name(ctx), device);
+    assert_int_equal(ctx->pinned_host, pinned);
+    assert_false(ctx->log_stderr);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    static const char *const named[] = {"HD_DISABLE_OPENCL='maybe'", "HD_LOG='loud'"};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (strstr(hd_test_notes(), named[i]) == NULL)
+            fail_msg("no note names %s: '%s'", named[i], hd_test_notes());
+    if (ctx->dev != NULL && ctx->dev->host_alloc != NULL &&
+        strstr(hd_test_notes(), "HD_PINNED='sometimes'") == NULL)
+        fail_msg("no note names HD_PINNED='sometimes': '%s'", hd_test_notes());
+    hd_context_destroy(ctx);
 }
 
 #define WITH_ENV(test) cmocka_unit_test_setup_teardown(test, save_env, restore_env)
@@ -781,6 +947,13 @@ int main(void)
         WITH_ENV(test_context_threads_env_sets_the_cpu_thread_count),
         WITH_ENV(test_context_default_threads_ignore_an_earlier_setting),
         WITH_ENV(test_context_bad_threads_are_rejected_naming_the_value),
+        WITH_ENV(test_context_threads_env_ignores_blanks_around_the_number),
+        WITH_ENV(test_context_disable_opencl_env_takes_every_spelling),
+        WITH_ENV(test_context_log_env_takes_every_spelling),
+        WITH_ENV(test_context_pinned_env_takes_every_spelling),
+        WITH_ENV(test_context_unknown_switch_value_keeps_the_default_with_a_note),
+        WITH_ENV(test_env_bool_parse_takes_each_spelling_in_any_case),
+        WITH_ENV(test_env_bool_reads_the_program_cache_switch),
     };
     return cmocka_run_group_tests_name("context", tests, NULL, NULL);
 }

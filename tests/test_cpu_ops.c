@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu.h"
 #include "tests/testlib.h"
 
 #define GEMM_FACTOR  1.0
@@ -504,6 +505,50 @@ static void test_lora_empty_tokens_or_out_is_a_no_op(void **state)
     }
 }
 
+/* The scratch of tokens x rank floats (twice that backward) is checked before it is
+ * allocated: each tensor's size is checked on creation, but not this product of two tensors'
+ * dimensions. The slots are called directly with dimensions no tensor could have, and 1 x 1
+ * tensors that a product that wrapped would then read past. */
+static void test_lora_scratch_size_overflow_is_an_error(void **state)
+{
+    hd_context *ctx = *state;
+    hd_tensor *t = hd_test_tensor(ctx, 1, 1, NULL);
+    static const size_t dims[][2] = {
+        {((size_t)1 << (sizeof(size_t) * 8 - 2)) + 1, 4}, /* wraps to 16 bytes */
+        {SIZE_MAX / 2, 3},
+        {3, SIZE_MAX / sizeof(float) / 2},
+        {SIZE_MAX / sizeof(float) / 2 + 1, 1}, /* fits once, not twice as backward needs */
+    };
+    size_t count = sizeof dims / sizeof dims[0];
+    for (size_t i = 0; i < count; i++) {
+        size_t tokens = dims[i][0], rank = dims[i][1];
+        hd_lora_args f = {.tokens = tokens, .in = 1, .out = 1, .rank = rank};
+        f.x = f.w = f.a = f.b = f.y = t;
+        if (i + 1 < count && hd__cpu_lora(NULL, ctx, &f) != HD_ERR_SIZE_OVERFLOW)
+            fail_msg("lora tokens=%zu rank=%zu: %s", tokens, rank, hd_context_last_error(ctx));
+        hd_lora_backward_args b = {.tokens = tokens, .in = 1, .out = 1, .rank = rank};
+        b.x = b.w = b.a = b.b = b.dy = b.da = b.db = t;
+        if (hd__cpu_lora_backward(NULL, ctx, &b) != HD_ERR_SIZE_OVERFLOW)
+            fail_msg("lora_backward tokens=%zu rank=%zu: %s", tokens, rank,
+                     hd_context_last_error(ctx));
+    }
+    hd_tensor_destroy(t);
+}
+
+static void test_cpu_scratch_bytes_refuses_what_overflows(void **state)
+{
+    (void)state;
+    size_t bytes = 0, floats_max = SIZE_MAX / sizeof(float);
+    assert_true(hd__cpu_scratch_bytes(2, 3, 5, &bytes));
+    assert_int_equal(bytes, 2 * 3 * 5 * sizeof(float));
+    assert_true(hd__cpu_scratch_bytes(1, floats_max, 1, &bytes));
+    assert_false(hd__cpu_scratch_bytes(1, floats_max + 1, 1, &bytes));
+    assert_false(hd__cpu_scratch_bytes(1, 1, floats_max + 1, &bytes));
+    assert_false(hd__cpu_scratch_bytes(2, floats_max / 2 + 1, 1, &bytes));
+    size_t root = (size_t)1 << (sizeof(size_t) * 4); /* root * root wraps to zero */
+    assert_false(hd__cpu_scratch_bytes(1, root, root, &bytes));
+}
+
 /* ---- row operations ---- */
 
 /* x gets values in [lo, hi]; poke may plant specials; in_place runs with y == x. */
@@ -897,6 +942,8 @@ int main(void)
         cmocka_unit_test(test_lora_propagates_nan_and_inf_like_reference),
         cmocka_unit_test(test_lora_in_zero_gives_zeros),
         cmocka_unit_test(test_lora_empty_tokens_or_out_is_a_no_op),
+        cmocka_unit_test(test_lora_scratch_size_overflow_is_an_error),
+        cmocka_unit_test(test_cpu_scratch_bytes_refuses_what_overflows),
         cmocka_unit_test(test_softmax_matches_reference_on_every_shape),
         cmocka_unit_test(test_softmax_in_place_matches_reference),
         cmocka_unit_test(test_softmax_large_values_are_stable),

@@ -65,6 +65,31 @@ printf 'hd-tune 1\nlibrary 0.1.0\nplatform unquoted\nsoftmax 8 8 cpu - 3 - -\n' 
 cp "$dir/damaged.txt" "$dir/damaged-before.txt"
 expect 4 "not replaced" "$tune" --suites ci --cache "$dir/damaged.txt"
 cmp -s "$dir/damaged.txt" "$dir/damaged-before.txt" || fail "a damaged cache was replaced"
+# Seconds are finite numbers >= 0, 0 meaning no limit.
+for bad in inf nan 1e400 -1; do
+    expect 2 "'$bad' is not a finite number" "$tune" --case-budget-s "$bad" --dry-run
+    expect 2 "'$bad' is not a finite number" "$tune" --max-time "$bad" --dry-run
+done
+HD_DISABLE_OPENCL=1 "$tune" --suites ci --case-budget-s 0 --max-time 0 --dry-run \
+    --cache "$dir/none.txt" >/dev/null 2>&1 || fail "tuner: --case-budget-s 0 --max-time 0"
+"$tune" --help | grep -q "0: unlimited" || fail "tuner: --help does not say what 0 means"
+# Blanks before a case are no part of it, in a shapes file and in --explain; a line is read
+# whole however long, so a long comment or long run of blanks stays in its line.
+blanks=$(printf '%300s' '')
+comment=$(echo "$blanks" | tr ' ' x)
+printf '  softmax 3 5\n\tgemm 4 4 4 nt\ngemm 8 8 8%snt\nrms_norm 2 3 # %s\n' "$blanks" "$comment" \
+    >"$dir/blanks.txt"
+HD_DISABLE_OPENCL=1 "$tune" --shapes "$dir/blanks.txt" --dry-run --cache "$dir/none.txt" \
+    >"$dir/blanks-out.txt" 2>&1 || fail "blanks and long lines: $(cat "$dir/blanks-out.txt")"
+for case in 'softmax 3x5:' 'gemm 4x4x4 NT:' 'gemm 8x8x8 NT:' 'rms_norm 2x3:'; do
+    grep -q "^$case" "$dir/blanks-out.txt" || fail "no '$case' case: $(cat "$dir/blanks-out.txt")"
+done
+printf 'softmax 3 5 # %s\nsofmax 3 5\n' "$comment" >"$dir/long-then-bad.txt"
+expect 2 "long-then-bad.txt:2: unknown operation 'sofmax'" \
+    "$tune" --shapes "$dir/long-then-bad.txt" --dry-run
+out=$dir/explain-blanks.txt
+HD_DISABLE_OPENCL=1 "$tune" --cache "$dir/none.txt" --explain '  softmax 64 1024' >"$out" 2>&1 &&
+    grep -q "^softmax 64x1024: chosen" "$out" || fail "--explain with leading blanks: $(cat "$out")"
 # LoRA's layouts in a shapes file: tuned as records of their own, written with the layout.
 printf 'lora 3 16 8 2 pt\nlora 3 16 8 2\nlora_backward 2 8 8 1 layout1\n' >"$dir/layouts.txt"
 "$tune" --shapes "$dir/layouts.txt" --quick --case-budget-s 1 --cache "$dir/layouts-cache.txt" \
@@ -84,15 +109,30 @@ printf 'gemm 4 4 4 nn pt\n' >"$dir/bad-gemm-layout.txt"
 expect 2 "bad-gemm-layout.txt:1" "$tune" --shapes "$dir/bad-gemm-layout.txt" --dry-run
 
 expect 2 "'x'" "$bench" --repeats x
+# Counts are decimal whole numbers within their bounds (a count past 2^32 once wrapped), the
+# seed a decimal 64-bit number (once read in the base its prefix named, after strtod checked
+# it), seconds and milliseconds finite.
+for bad in '--repeats 1e10' '--repeats 10001' '--max-runs 4294967297' '--warmup 2.5' \
+    '--chain 5e9' '--chain -1' '--rounds 17' '--seed 1e3' '--seed -1' \
+    '--seed 18446744073709551616' '--seed 0x10'; do
+    opt=${bad% *} value=${bad#* }
+    expect 2 "$opt: '$value' is not a whole number" "$bench" "$opt" "$value" --list-cases
+done
+for bad in '--budget-ms inf' '--max-time 1e400' '--case-budget-s nan' '--peak-flops -1'; do
+    opt=${bad% *} value=${bad#* }
+    expect 2 "$opt: '$value' is not a finite number" "$bench" "$opt" "$value" --list-cases
+done
 expect 2 "'warp'" "$bench" --modes device,warp
 expect 2 "'cuda'" "$bench" --backends cpu,cuda
 expect 2 "both want standard output" "$bench" --csv --json -
 
 # --json - leaves standard output to the JSON: it parses as a whole.
 "$bench" --suites ci --cpu-only --modes sync --repeats 1 --budget-ms 1 --warmup 1 --rounds 1 \
-    --quiet --json - >"$dir/json.txt" 2>"$dir/table.txt" || fail "--json - run failed"
+    --seed 010 --quiet --json - >"$dir/json.txt" 2>"$dir/table.txt" || fail "--json - run failed"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["schema"] == "hd-bench/1"' \
     "$dir/json.txt" || fail "--json - output is not JSON alone: $(head -3 "$dir/json.txt")"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["settings"]["seed"] == 10' \
+    "$dir/json.txt" || fail "--seed 010 is not seed 10"
 # Where standard error is not a terminal: one progress line per case with the elapsed time;
 # --quiet (-q) none.
 "$bench" --suites ci --cpu-only --modes sync --repeats 1 --budget-ms 1 --warmup 1 --rounds 1 \

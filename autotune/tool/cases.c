@@ -13,7 +13,8 @@ bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t
 {
     char name[32], trans[8] = "nn";
     unsigned long long d[4] = {0, 0, 0, 0};
-    int n = sscanf(text, "%31s", name);
+    int name_end = 0; /* after the blanks before the name too */
+    int n = sscanf(text, " %31s%n", name, &name_end);
     hd_op op;
     if (n < 1) {
         snprintf(why, size, "empty case");
@@ -26,7 +27,7 @@ bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t
     /* The op's dims, then (where it has them) its transposes, "nn" when left out. */
     const hd_op_desc *desc = hd__op(op);
     int dims = desc->dims, used = 0;
-    const char *p = text + strlen(name);
+    const char *p = text + name_end;
     for (int i = 0; i < dims; i++, p += used)
         if (sscanf(p, " %llu%n", &d[i], &used) != 1) {
             snprintf(why, size, "'%s': %s takes %d dimensions (%s%s%s%s%s%s%s)", text, name, dims,
@@ -99,9 +100,11 @@ static int from_file(const tool_options *o, tool_case_list *l)
         fprintf(stderr, "dispatch-autotune: --shapes %s: %s\n", o->shapes, strerror(errno));
         return EXIT_USAGE;
     }
-    char line[256];
+    /* Whole lines, however long: a long comment must not become a line of its own. */
+    char *line = NULL;
+    size_t capacity = 0;
     int no = 0, rc = EXIT_TUNED;
-    while (rc == EXIT_TUNED && fgets(line, sizeof line, f) != NULL) {
+    while (rc == EXIT_TUNED && getline(&line, &capacity, f) != -1) {
         no++;
         line[strcspn(line, "\r\n#")] = '\0';
         if (strspn(line, " \t") == strlen(line))
@@ -115,6 +118,7 @@ static int from_file(const tool_options *o, tool_case_list *l)
             rc = EXIT_USAGE;
         }
     }
+    free(line);
     fclose(f);
     if (rc == EXIT_TUNED && l->count == 0) {
         fprintf(stderr, "dispatch-autotune: --shapes %s: no case (of the operations asked for)\n",

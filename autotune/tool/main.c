@@ -1,5 +1,7 @@
 /* dispatch-autotune: measures which backend is fastest per operation and shape on this
  * machine and records it in the tuning cache that every context reads. */
+#include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,9 +73,9 @@ static const char usage[] =
     "  --explain 'OP DIMS'  print how a context with this cache chooses for one case\n"
     "  --case-budget-s S  per case, skip each candidate whose estimate (from the calibration,\n"
     "                     then from its checked call) does not fit in what is left of S s\n"
-    "                     (default 20; 2 with --quick, 120 with --full)\n"
+    "                     (default 20; 2 with --quick, 120 with --full; 0: unlimited)\n"
     "  --max-time S       the whole run within about S seconds: the case budget shrinks to\n"
-    "                     share what is left among the cases left (default: no limit)\n"
+    "                     share what is left among the cases left (default 0: no limit)\n"
     "  --verbose          every candidate's time or why it was rejected\n"
     "  --quiet            no progress lines (the summary of each case is still printed)\n"
     "  --version          the tool's and the library's version\n"
@@ -179,9 +181,11 @@ static int parse_args(int argc, char **argv, tool_options *o)
         } else if (strcmp(a, "--case-budget-s") == 0 || strcmp(a, "--max-time") == 0) {
             double *target = a[2] == 'c' ? &o->case_budget_s : &o->max_time_s;
             char *end = NULL;
+            errno = 0;
             double v = i + 1 < argc ? strtod(argv[i + 1], &end) : -1.0;
-            if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || !(v >= 0)) {
-                fprintf(stderr, "dispatch-autotune: %s: '%s' is not a number >= 0\n", a,
+            if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || errno == ERANGE ||
+                !isfinite(v) || !(v >= 0)) {
+                fprintf(stderr, "dispatch-autotune: %s: '%s' is not a finite number >= 0\n", a,
                         i + 1 < argc ? argv[i + 1] : "");
                 return EXIT_USAGE;
             }

@@ -27,6 +27,11 @@ void hd__cpu_pool_run(hd_cpu_pool *pool, size_t n, hd_cpu_pool_fn fn, void *arg)
  * $HD_THREADS; 0 for the default) becomes OpenBLAS's count and the pool's. */
 size_t hd__cpu_threads_resolve(size_t requested);
 
+/* The bytes of blocks scratch matrices of rows x cols floats (scratch.c); false where that
+ * overflows size_t. Each tensor's size is checked when it is created, but a scratch sized by
+ * the dimensions of two tensors (LoRA's tokens x rank) is not, so its slot checks it here. */
+bool hd__cpu_scratch_bytes(size_t blocks, size_t rows, size_t cols, size_t *bytes);
+
 /* The backend's state: one per context. */
 typedef struct hd_cpu_state {
     hd_cpu_pool *pool;

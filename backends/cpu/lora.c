@@ -11,7 +11,12 @@ hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     (void)state;
     float *h = NULL;
     if (l->rank > 0) {
-        h = malloc(l->tokens * l->rank * sizeof *h);
+        size_t bytes;
+        if (!hd__cpu_scratch_bytes(1, l->tokens, l->rank, &bytes))
+            return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
+                             "LoRA: the %zu x %zu low-rank activations do not fit in memory",
+                             l->tokens, l->rank);
+        h = malloc(bytes);
         if (h == NULL)
             return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "LoRA: no memory for the %zu x %zu "
                              "low-rank activations", l->tokens, l->rank);

@@ -21,7 +21,11 @@ hd_status hd__cpu_lora_backward(void *state, hd_context *ctx, const hd_lora_back
     float beta = l->accumulate ? 1.0f : 0.0f;
     float *u = NULL;
     if (r > 0) {
-        u = malloc(2 * t * r * sizeof *u);
+        size_t bytes;
+        if (!hd__cpu_scratch_bytes(2, t, r, &bytes))
+            return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
+                             "LoRA backward: the 2 x %zu x %zu low-rank products do not fit", t, r);
+        u = malloc(bytes);
         if (u == NULL)
             return hd__error(ctx, HD_ERR_OUT_OF_MEMORY,
                              "LoRA backward: no memory for the 2 x %zu x %zu low-rank products", t,

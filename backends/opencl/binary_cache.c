@@ -1,7 +1,7 @@
 /*
  * The on-disk program-binary cache. One file per (device, driver, platform version, source,
  * options), named by a hash of that key, under $XDG_CACHE_HOME/hd-dispatch/programs (else
- * ~/.cache/hd-dispatch/programs); $HD_PROGRAM_CACHE=0 turns it off.
+ * ~/.cache/hd-dispatch/programs); $HD_PROGRAM_CACHE=0 (or off, no, false) turns it off.
  *
  * File layout, integers little-endian:
  *   0  magic "HDCLBIN\n"        8 bytes
@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "backends/opencl/internal.h"
+#include "dispatch/env.h"
 #include "dispatch/file.h"
 
 #define CACHE_MAGIC        "HDCLBIN\n"
@@ -30,17 +31,11 @@
 #define CACHE_KEY_MAX      65536u
 #define CACHE_PAYLOAD_MAX  ((uint64_t)1 << 30)
 
-static bool env_off(const char *v)
-{
-    return v != NULL && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0 || strcmp(v, "no") == 0 ||
-                         strcmp(v, "false") == 0);
-}
-
-void hd__cl_disk_cache_init(hd_cl_runtime *rt)
+void hd__cl_disk_cache_init(hd_context *ctx, hd_cl_runtime *rt)
 {
     rt->cache_dir[0] = '\0';
     rt->disk_cache_enabled = false;
-    if (env_off(getenv("HD_PROGRAM_CACHE")))
+    if (!hd__env_bool(ctx, "HD_PROGRAM_CACHE", true))
         return;
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");

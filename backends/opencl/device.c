@@ -232,7 +232,7 @@ hd_status hd__cl_runtime_create(hd_context *ctx, const char *spec, hd_cl_runtime
         hd__cl_runtime_destroy(rt);
         return s;
     }
-    hd__cl_disk_cache_init(rt);
+    hd__cl_disk_cache_init(ctx, rt);
     *out = rt;
     return HD_OK;
 }

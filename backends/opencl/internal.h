@@ -87,6 +87,7 @@ void hd__cl_capture_discard(hd_cl_runtime *rt);
 cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, uint64_t source_hash, const char *options);
 void hd__cl_disk_cache_store(hd_cl_runtime *rt, uint64_t source_hash, const char *options,
                              cl_program program);
-void hd__cl_disk_cache_init(hd_cl_runtime *rt);
+/* Reads $HD_PROGRAM_CACHE; a value it does not understand is a note on ctx. */
+void hd__cl_disk_cache_init(hd_context *ctx, hd_cl_runtime *rt);
 
 #endif

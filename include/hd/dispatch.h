@@ -333,7 +333,8 @@ HD_API hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bo
 /*
  * The LoRA forward pass: y = x*W + scale*(x*A)*B, with x T×in, W in×out, A in×r, B r×out and
  * y T×out. The low-rank product is never formed as an in×out matrix. r = 0 gives y = x*W.
- * y must not be any input. Returns as hd_gemm(). Does not wait.
+ * y must not be any input. Returns as hd_gemm(), and HD_ERR_SIZE_OVERFLOW where the T×r
+ * temporary x*A would not fit in the address space. Does not wait.
  */
 HD_API hd_status hd_lora_forward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                                  const hd_tensor *a, const hd_tensor *b, float scale,
@@ -429,7 +430,7 @@ HD_API hd_status hd_layer_norm_backward(hd_context *ctx, const hd_tensor *x, con
  * (micro-batch accumulation). A gradient that is a sum over nothing (T, in or out 0) is zero:
  * overwritten with zeros, or left as it is when accumulating. r = 0 gives dx = dy*W^T. No
  * output may alias any tensor of the call. The products follow the context's GEMM precision
- * (hd_context_options.gemm_precision), as hd_gemm() does.
+ * (hd_context_options.gemm_precision), as hd_gemm() does. Returns as hd_lora_forward().
  */
 HD_API hd_status hd_lora_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                                   const hd_tensor *a, const hd_tensor *b, float scale,
