@@ -170,7 +170,10 @@ static int from_suites(const tool_options *o, tool_case_list *l)
 int hd__tool_cases(const tool_options *o, tool_case_list *out)
 {
     memset(out, 0, sizeof *out);
-    return o->shapes ? from_file(o, out) : from_suites(o, out);
+    int rc = o->shapes ? from_file(o, out) : from_suites(o, out);
+    if (rc != EXIT_TUNED)
+        hd__tool_cases_free(out); /* the cases before the bad one */
+    return rc;
 }
 
 void hd__tool_cases_free(tool_case_list *l)
