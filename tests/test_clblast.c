@@ -579,8 +579,8 @@ static void test_clblast_last_context_releases_its_opencl_context(void **state)
     assert_int_equal(clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
                      CL_SUCCESS);
     clReleaseContext(cl);
-    assert_int_equal(refs, 1); /* the test's own reference alone */
-    assert_int_equal(suite_setup(NULL), 0);
+    assert_int_equal(suite_setup(NULL), 0); /* first: the later tests need the context */
+    assert_int_equal(refs, 1);              /* the test's own reference alone */
 }
 
 /* A legal set other than the base is verified against the reference and becomes the base. */

@@ -13,6 +13,13 @@
 #define DEFAULT_DEVICE_GFLOPS 1000.0
 #define DEFAULT_DEVICE_GBPS   100.0
 
+/* The backend states alive in this process, under the CLBlast lock. CLBlast caches its
+ * programs per OpenCL context in a cache of its own for the whole process, and each program
+ * holds its context: a context's memory outlives hd_context_destroy() until that cache is
+ * cleared, which the last state does on its way out (clearing it earlier would make the
+ * other contexts build their programs again). */
+static int open_states;
+
 static hd_status clblast_probe(hd_context *ctx, void **state)
 {
     *state = NULL;
@@ -34,12 +41,21 @@ static hd_status clblast_probe(hd_context *ctx, void **state)
         if (hd__clblast_params_known(&st->dev, (hd_clblast_kernel)k, &known, 1) == 1)
             hd__clblast_params_merge(&st->base, &known);
     }
+    hd__clblast_lock();
+    open_states++;
+    hd__clblast_unlock();
     *state = st;
     return HD_OK;
 }
 
 static void clblast_destroy(void *state)
 {
+    if (state == NULL)
+        return;
+    hd__clblast_lock();
+    if (--open_states == 0)
+        (void)CLBlastClearCache(); /* nothing left to report a failure to */
+    hd__clblast_unlock();
     free(state);
 }
 
