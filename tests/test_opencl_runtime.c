@@ -521,6 +521,46 @@ static void test_program_cache_cold_warm_and_damaged(void **state)
     hd_context_destroy(ctx);
 }
 
+/* An entry is code the device runs: one in a directory that others may write to, or one that
+ * others may write to, is neither loaded nor replaced; the program is compiled instead. */
+static void test_program_cache_trusts_only_private_entries(void **state)
+{
+    (void)state;
+    use_fresh_cache_dir();
+    hd_context *ctx = message_context();
+    static char source[1024];
+    unique_source(source, sizeof source, 37);
+    char path[1400], dir[1400];
+    hd_cl_runtime *rt = open_runtime(ctx, NULL);
+    assert_true(hd__cl_program_cache_file(rt, source, NULL, path, sizeof path));
+    hd__cl_runtime_destroy(rt);
+    struct hd_cl_program_counters c = build_in_fresh_runtime(ctx, source, 1);
+    assert_int_equal(c.disk_stores, 1);
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+
+    /* the entry writable by others */
+    assert_int_equal(chmod(path, 0666), 0);
+    c = build_in_fresh_runtime(ctx, source, 2);
+    assert_int_equal(c.disk_loads, 0);
+    assert_int_equal(c.disk_rejects, 1);
+    assert_int_equal(c.source_builds, 1);
+    assert_int_equal(chmod(path, 0600), 0);
+    c = build_in_fresh_runtime(ctx, source, 3);
+    assert_int_equal(c.disk_loads, 1);
+
+    /* the directory writable by others: nothing read, nothing stored */
+    assert_int_equal(chmod(dir, 0777), 0);
+    c = build_in_fresh_runtime(ctx, source, 4);
+    assert_int_equal(c.disk_loads, 0);
+    assert_int_equal(c.source_builds, 1);
+    assert_int_equal(c.disk_stores, 0);
+    assert_int_equal(chmod(dir, 0700), 0);
+    c = build_in_fresh_runtime(ctx, source, 5);
+    assert_int_equal(c.disk_loads, 1);
+    hd_context_destroy(ctx);
+}
+
 /* A FIFO where an entry belongs blocked the build that needed it, forever: it is refused at
  * once, the program is compiled and a regular entry replaces the FIFO. */
 static void test_program_cache_fifo_entry_is_rebuilt_without_blocking(void **state)
@@ -902,6 +942,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_uploads_queue_many_then_read_in_order),
         cmocka_unit_test(test_tensor_migrates_host_device_cpu_and_back),
         cmocka_unit_test(test_program_cache_cold_warm_and_damaged),
+        cmocka_unit_test(test_program_cache_trusts_only_private_entries),
         cmocka_unit_test(test_program_cache_fifo_entry_is_rebuilt_without_blocking),
         cmocka_unit_test(test_program_cache_key_includes_options),
         cmocka_unit_test(test_program_cache_off_writes_nothing),

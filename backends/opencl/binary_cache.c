@@ -13,6 +13,11 @@
  * An entry is used only when every field checks out, the key equals this runtime's key in
  * full and the file has exactly the announced length; anything else is ignored and rebuilt.
  * Entries are written to a temporary file and renamed, so readers never see a partial one.
+ * A payload is code the device runs (native code on PoCL): the checksum finds damage, not a
+ * forged entry, so an entry is read only from a directory this user owns that no one else may
+ * write to, and only when this user owns it too; nothing is stored in any other directory.
+ * The cache lives under an absolute $XDG_CACHE_HOME or $HOME alone, never under the working
+ * directory.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -42,7 +47,7 @@ void hd__cl_disk_cache_init(hd_context *ctx, hd_cl_runtime *rt)
     int n;
     if (xdg != NULL && xdg[0] == '/')
         n = snprintf(rt->cache_dir, sizeof rt->cache_dir, "%s/hd-dispatch/programs", xdg);
-    else if (home != NULL && home[0] != '\0')
+    else if (home != NULL && home[0] == '/')
         n = snprintf(rt->cache_dir, sizeof rt->cache_dir, "%s/.cache/hd-dispatch/programs", home);
     else
         return;
@@ -116,12 +121,26 @@ static uint64_t get_u64(const unsigned char *p)
     return v;
 }
 
+/* Whether st, a file or directory of the cache, is this user's and writable by no one else. */
+static bool owned_and_private(const struct stat *st)
+{
+    return st->st_uid == geteuid() && (st->st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+/* Whether the cache directory may be trusted with entries: see the top of this file. */
+static bool cache_dir_trusted(const hd_cl_runtime *rt)
+{
+    struct stat st;
+    return lstat(rt->cache_dir, &st) == 0 && S_ISDIR(st.st_mode) && owned_and_private(&st);
+}
+
 /* Reads and checks the entry; returns its payload (free it) or NULL. */
 static unsigned char *read_entry(FILE *f, const char *key, size_t *payload_len)
 {
     unsigned char head[CACHE_HEADER_BYTES];
     struct stat st;
-    if (fread(head, 1, sizeof head, f) != sizeof head || fstat(fileno(f), &st) != 0)
+    if (fread(head, 1, sizeof head, f) != sizeof head || fstat(fileno(f), &st) != 0 ||
+        !owned_and_private(&st))
         return NULL;
     size_t key_len = strlen(key);
     uint64_t len = get_u64(head + 16);
@@ -174,6 +193,12 @@ cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, uint64_t source_hash, const
         if (errno != ENOENT) /* a FIFO, a directory, no permission: rebuilt and replaced */
             rt->program_counters.disk_rejects++;
         return NULL; /* no entry yet */
+    }
+    if (!cache_dir_trusted(rt)) {
+        fclose(f);
+        free(key);
+        rt->program_counters.disk_rejects++;
+        return NULL;
     }
     size_t len = 0;
     unsigned char *payload = read_entry(f, key, &len);
@@ -255,7 +280,7 @@ void hd__cl_disk_cache_store(hd_cl_runtime *rt, uint64_t source_hash, const char
     unsigned char *bin = NULL;
     char *key = cache_key(rt, source_hash, options);
     if (key == NULL || !entry_path(rt, key, path, sizeof path) || !make_dirs(rt->cache_dir) ||
-        (bin = program_binary(program, &len)) == NULL) {
+        !cache_dir_trusted(rt) || (bin = program_binary(program, &len)) == NULL) {
         free(key);
         return;
     }
