@@ -521,8 +521,9 @@ static void test_program_cache_cold_warm_and_damaged(void **state)
     hd_context_destroy(ctx);
 }
 
-/* An entry is code the device runs: one in a directory that others may write to, or one that
- * others may write to, is neither loaded nor replaced; the program is compiled instead. */
+/* An entry is code the device runs: one that others may write to is not loaded but compiled
+ * and replaced by a private one; in a directory that others may write to nothing is read or
+ * stored. */
 static void test_program_cache_trusts_only_private_entries(void **state)
 {
     (void)state;
@@ -539,25 +540,20 @@ static void test_program_cache_trusts_only_private_entries(void **state)
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = '\0';
 
-    /* the entry writable by others */
-    assert_int_equal(chmod(path, 0666), 0);
-    c = build_in_fresh_runtime(ctx, source, 2);
-    assert_int_equal(c.disk_loads, 0);
-    assert_int_equal(c.disk_rejects, 1);
-    assert_int_equal(c.source_builds, 1);
-    assert_int_equal(chmod(path, 0600), 0);
-    c = build_in_fresh_runtime(ctx, source, 3);
-    assert_int_equal(c.disk_loads, 1);
-
-    /* the directory writable by others: nothing read, nothing stored */
-    assert_int_equal(chmod(dir, 0777), 0);
-    c = build_in_fresh_runtime(ctx, source, 4);
-    assert_int_equal(c.disk_loads, 0);
-    assert_int_equal(c.source_builds, 1);
-    assert_int_equal(c.disk_stores, 0);
-    assert_int_equal(chmod(dir, 0700), 0);
-    c = build_in_fresh_runtime(ctx, source, 5);
-    assert_int_equal(c.disk_loads, 1);
+    /* the entry writable by others, then the directory: compiled instead */
+    const char *const open_up[] = {path, dir};
+    const mode_t shared[] = {0666, 0777}, private[] = {0600, 0700};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(chmod(open_up[i], shared[i]), 0);
+        c = build_in_fresh_runtime(ctx, source, 2 + 2 * (uint64_t)i);
+        assert_int_equal(c.disk_loads, 0);
+        assert_int_equal(c.disk_rejects, 1);
+        assert_int_equal(c.source_builds, 1);
+        assert_int_equal(c.disk_stores, i == 0 ? 1 : 0); /* a private entry replaces it */
+        assert_int_equal(chmod(open_up[i], private[i]), 0);
+        c = build_in_fresh_runtime(ctx, source, 3 + 2 * (uint64_t)i);
+        assert_int_equal(c.disk_loads, 1);
+    }
     hd_context_destroy(ctx);
 }
 
