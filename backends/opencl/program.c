@@ -81,29 +81,19 @@ static hd_status build_failed(hd_cl_runtime *rt, hd_context *ctx, cl_program pro
  * restore the first one's file. */
 static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Whether the platform's compiler prints on the process's standard error besides the build
- * log: PoCL's clang does ("1 warning generated."). */
-static bool compiler_prints_on_stderr(const hd_cl_runtime *rt)
-{
-    return strstr(rt->platform_name, "Portable Computing Language") != NULL;
-}
-
 /*
- * clBuildProgram, with whatever the compiler prints on the process's standard error caught in
- * captured (NUL-terminated, truncated to cap) where the platform's compiler prints there.
- * PoCL's did, which garbled the tools' progress lines and the user's own output; the text
- * becomes a note of the context instead (its log callback, or stderr with $HD_LOG=1). The
- * redirection is of the whole process for the build's duration, so it also catches what
- * other threads write meanwhile and holds every other build of the process back: it is
- * confined to those platforms, and elsewhere (NVIDIA's, whose compiler reports in the build
- * log alone) the build runs as it is. The descriptors it opens are closed on exec.
+ * clBuildProgram with whatever the compiler prints on the process's standard error caught in
+ * captured (NUL-terminated, truncated to cap). The compilers print there besides the build
+ * log (PoCL's clang, NVIDIA's front end: "1 warning generated."), which garbled the tools'
+ * progress lines and the user's own output; the text becomes a note of the context instead
+ * (its log callback, or stderr with $HD_LOG=1). The redirection is of the whole process for the
+ * build's duration, so it also catches what other threads write meanwhile (README, Threads);
+ * the descriptors it opens are closed on exec.
  */
 static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, const char *options,
                                      char *captured, size_t cap)
 {
     captured[0] = '\0';
-    if (!compiler_prints_on_stderr(rt))
-        return clBuildProgram(program, 1, &rt->device, options, NULL, NULL);
     pthread_mutex_lock(&stderr_lock);
     fflush(stderr);
     FILE *tmp = tmpfile();

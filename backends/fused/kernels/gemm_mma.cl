@@ -146,7 +146,7 @@ static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint 
 
 /* The product of step s of a group: a[h][d] holds depth 4t + d of row g + 8h, b[d] depth
  * 4t + d of column g. */
-#define MMA(d, a, s, b) \
+#define MMA_STEP(d, a, s, b) \
     mma_tf32(d, (a)[0][2 * (s)], (a)[1][2 * (s)], (a)[0][2 * (s) + 1], (a)[1][2 * (s) + 1], \
              (b)[2 * (s)], (b)[2 * (s) + 1] SCRATCH_PASS)
 
@@ -175,13 +175,13 @@ MMA_UNROLL
             for (int s = 0; s < 2; s++) {
 MMA_UNROLL
                 for (int j = 0; j < NI; j++)
-                    MMA(&part[j], asm_, s, bb[j]);
+                    MMA_STEP(&part[j], asm_, s, bb[j]);
 MMA_UNROLL
                 for (int j = 0; j < NI; j++)
-                    MMA(&part[j], ab, s, bsm[j]);
+                    MMA_STEP(&part[j], ab, s, bsm[j]);
 MMA_UNROLL
                 for (int j = 0; j < NI; j++)
-                    MMA(&part[j], ab, s, bb[j]);
+                    MMA_STEP(&part[j], ab, s, bb[j]);
             }
 MMA_UNROLL
             for (int j = 0; j < NI; j++)
@@ -191,7 +191,7 @@ MMA_UNROLL
             for (int s = 0; s < 2; s++)
 MMA_UNROLL
                 for (int j = 0; j < NI; j++)
-                    MMA(&acc[i][j], ab, s, bb[j]);
+                    MMA_STEP(&acc[i][j], ab, s, bb[j]);
 #endif
         }
     }
