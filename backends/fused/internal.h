@@ -121,8 +121,6 @@ typedef struct hd_fused_params {
                                  barrier, 0 they finish before it (a stage more in flight) */
     int areg;                 /* warpgroup kernel: 1 A's fragments go from global memory straight
                                  into registers, local memory holds B alone */
-    int split_b;              /* warpgroup kernel, fp32x3 (not parsed): B's small parts take one
-                                 more stage of local memory */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,

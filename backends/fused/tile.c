@@ -68,17 +68,11 @@ static bool wants_mma(const hd_fused *f, hd_precision precision)
     return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken;
 }
 
-/* Whether the warpgroup kernel can run precision here. */
-static bool may_wgmma(const hd_fused *f, hd_precision precision)
-{
-    return wants_mma(f, precision) && f->wgmma && !f->wgmma_broken;
-}
-
-/* Whether it may run on the warpgroup kernel: tf32 on compute capability 9.0, where it is
- * the default; fp32x3 there too, where a variant names it (WGMMA=1, with A in registers). */
+/* Whether it may run on the warpgroup kernel: tf32 on compute capability 9.0. */
 static bool wants_wgmma(const hd_fused *f, hd_precision precision)
 {
-    return precision == HD_PRECISION_TF32 && may_wgmma(f, precision);
+    return precision == HD_PRECISION_TF32 && wants_mma(f, precision) && f->wgmma &&
+           !f->wgmma_broken;
 }
 
 /* Whether the FMA kernel's ASYNC copies an operand of c through cp.async: the device has it
@@ -108,12 +102,6 @@ static void fma_tile(const hd_fused *f, const hd_fused_tile_call *c, hd_fused_pa
 static size_t wgmma_stage_bytes(const hd_fused_params *p)
 {
     return ((p->areg ? 0 : (size_t)p->bm) + (size_t)p->bn) * (size_t)p->bk * sizeof(float);
-}
-
-/* fp32x3's buffer of B's small parts, one stage of B. */
-static size_t wgmma_split_bytes(const hd_fused_params *p)
-{
-    return p->split_b ? (size_t)p->bn * (size_t)p->bk * sizeof(float) : 0;
 }
 
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
@@ -155,9 +143,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         /* as many buffers as the local memory holds, 3 to 6 (8 with B's alone) */
         if (p->async == 0) {
             size_t most = p->areg ? 8 : 6;
-            size_t fit = f->local_mem > 0 ? (f->local_mem - wgmma_split_bytes(p)) /
-                                                wgmma_stage_bytes(p)
-                                          : most;
+            size_t fit = f->local_mem > 0 ? f->local_mem / wgmma_stage_bytes(p) : most;
             p->async = fit < 3 ? 3 : fit > most ? (int)most : (int)fit;
         }
     } else if (mma && large && p->bm == 0 && p->bn == 0 && p->wm == 0 && p->wn == 0 &&
@@ -239,7 +225,7 @@ static hd_status unsupported(hd_context *ctx, const char *why, const hd_fused_pa
 static size_t local_bytes(const hd_fused_params *p, bool mma)
 {
     if (p->wgmma)
-        return (size_t)p->async * wgmma_stage_bytes(p) + wgmma_split_bytes(p);
+        return (size_t)p->async * wgmma_stage_bytes(p);
     size_t buffers = p->async > 0 ? (size_t)p->async : 2;
     size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
     if (mma) { /* depth-contiguous rows of MMA_STRIDE floats, 16 past a multiple of 32 */
@@ -279,27 +265,13 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
             p->async = 0; /* its build failed here: the stages go through registers */
     }
     bool wgmma = mma && wants_wgmma(f, c->precision);
-    if (p->wgmma && !(mma && may_wgmma(f, c->precision)))
+    if (p->wgmma && !wgmma)
         return unsupported(ctx,
-                           "WGMMA is the tensor-core kernel of compute capability 9.0, which "
-                           "this context does not run",
+                           "WGMMA is the tf32 kernel of compute capability 9.0, which this "
+                           "context does not run",
                            p);
     if (wgmma && p->wm == 0)
         p->wgmma = 1; /* the default for tf32 here, unless the variant names mma.sync warps */
-    if (p->wgmma && c->precision == HD_PRECISION_FP32X3) {
-        /* fp32x3 splits A where its registers are used: A in registers always, and twice the
-         * accumulators (a stage's products apart) */
-        p->areg = 1;
-        if (p->wn > 128 || (p->wn == 0 && p->bn > 128))
-            return unsupported(ctx, "fp32x3 on WGMMA takes WN at most 128", p);
-        p->split_b = 1;
-        if (p->bm == 0)
-            p->bm = 128;
-        if (p->bn == 0)
-            p->bn = 128;
-        if (p->wn == 0)
-            p->wn = 128;
-    }
     if (p->overlap >= 0 && !p->wgmma)
         return unsupported(ctx, "OVERLAP is the warpgroup kernel's", p);
     if (p->areg && !p->wgmma)
@@ -413,8 +385,8 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                     : 0;
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
-                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d -DPREC=%d%s", p->wn,
-                        p->async, p->overlap, p->areg, p->split_b ? 3 : 1,
+                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s", p->wn, p->async,
+                        p->overlap, p->areg,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
@@ -564,19 +536,16 @@ typedef struct tile_variant {
 
 /* Whether v fits the device: its work-items and its local memory, so that the tuner is not
  * offered what must fail. */
-static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma,
-                         hd_precision precision)
+static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
 {
     /* the warpgroup kernel's variants name no warp rows: its warpgroups are 64 rows by WN */
     bool wgmma = mma && v->wm_or_rm == 0;
-    bool x3 = wgmma && precision == HD_PRECISION_FP32X3;
     hd_fused_params p = {.bm = v->bm,
                          .bn = v->bn,
                          .bk = v->bk,
                          .async = v->async,
                          .wgmma = wgmma,
-                         .areg = wgmma && (x3 || strstr(v->text, "AREG=1") != NULL),
-                         .split_b = x3};
+                         .areg = wgmma && strstr(v->text, "AREG=1") != NULL};
     size_t threads;
     if (wgmma) {
         threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128;
@@ -690,14 +659,6 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=256 BK=8 WN=256 ASYNC=6 AREG=1 WGMMA=1", 64, 256, 8, 0, 256, 6},
         {"BM=128 BN=128 BK=16 WN=128 ASYNC=6 AREG=1 WGMMA=1", 128, 128, 16, 0, 128, 6},
     };
-    /* fp32x3 on compute capability 9.0: the warpgroup kernel with A split in registers and B
-     * split in local memory (its small parts take one more stage), WN at most 128 */
-    static const tile_variant wgmma_x3_tiles[] = {
-        {"BM=128 BN=128 BK=8 WN=128 ASYNC=8 WGMMA=1", 128, 128, 8, 0, 128, 8},
-        {"BM=128 BN=128 BK=16 WN=128 ASYNC=4 WGMMA=1", 128, 128, 16, 0, 128, 4},
-        {"BM=64 BN=128 BK=16 WN=128 ASYNC=4 WGMMA=1", 64, 128, 16, 0, 128, 4},
-        {"BM=128 BN=64 BK=16 WN=64 ASYNC=6 WGMMA=1", 128, 64, 16, 0, 64, 6},
-    };
     /* compute capability 8.0 and later, fp32: the FMA tiles with the operands stored
      * depth-major copied by cp.async, more stages in flight (none where A is stored m x k and
      * B n x k: both go through registers) */
@@ -733,21 +694,16 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0;
          wants_wgmma(f, precision) && i < sizeof wgmma_tiles / sizeof wgmma_tiles[0] && n < cap;
          i++)
-        if (variant_fits(f, &wgmma_tiles[i], true, precision))
+        if (variant_fits(f, &wgmma_tiles[i], true))
             all[n++] = wgmma_tiles[i].text;
-    for (size_t i = 0; precision == HD_PRECISION_FP32X3 && may_wgmma(f, precision) &&
-                       i < sizeof wgmma_x3_tiles / sizeof wgmma_x3_tiles[0] && n < cap;
-         i++)
-        if (variant_fits(f, &wgmma_x3_tiles[i], true, precision))
-            all[n++] = wgmma_x3_tiles[i].text;
     for (size_t i = 0; i < count && n < cap; i++)
-        if (variant_fits(f, &tiles[i], mma, precision))
+        if (variant_fits(f, &tiles[i], mma))
             all[n++] = tiles[i].text;
     bool copies = s->trans_a || !s->trans_b;
     for (size_t i = 0; !mma && f->mma && !f->fma_async_broken && copies &&
                        i < sizeof fma_async_tiles / sizeof fma_async_tiles[0] && n < cap;
          i++)
-        if (variant_fits(f, &fma_async_tiles[i], false, precision))
+        if (variant_fits(f, &fma_async_tiles[i], false))
             all[n++] = fma_async_tiles[i].text;
     const char *const *capped = mma ? mma_capped : fma_capped;
     size_t capped_count = mma ? 3 : 2;

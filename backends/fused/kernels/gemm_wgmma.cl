@@ -44,18 +44,9 @@
  * registers are loaded again once its products have finished. Under MMA_EMULATE the
  * fragments go through a local scratch of one k8 step, which checks their layout.
  *
- * PREC = 3 (fp32x3, with AREG): the 3xTF32 split of gemm_mma.cl on the warpgroup products.
- * Each A value is split in registers where it is used, big = tf32(x) and small = tf32(x -
- * big), rounded to nearest; each landed stage of B is split in place by the work-items (big
- * parts where they were, small parts into one more buffer, BL), fenced for the tensor cores'
- * reads. Per k8 step three products, small * big and big * small first, then big * big, into
- * a fresh set of accumulators per stage that is added to the tile's with fp32 adds after the
- * stage (the tensor cores truncate what they add, which over a deep k would cost more than
- * fp32's rounding): twice the accumulator registers, so WN is at most 128.
- *
  * Tuning parameters: BM (a multiple of 64), BN, WN (64, 128 or 256, dividing BN), BK (a
  * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0),
- * AREG (0 or 1), PREC (1 or 3).
+ * AREG (0 or 1).
  * A wider WN gives each barrier more products: 128 x 256 tiles of two warpgroups do twice the
  * work of 128 x 128 ones per stage on the same 256 work-items.
  */
@@ -71,16 +62,6 @@
 #if AREG && OVERLAP
 #error "AREG runs with OVERLAP = 0: a stage's A registers are loaded again once its products finish"
 #endif
-#ifndef PREC
-#define PREC 1 /* TF32 products per multiply: 1 (tf32) or 3 (fp32x3, with AREG) */
-#endif
-#if PREC != 1 && (PREC != 3 || !AREG || WN > 128)
-#error "PREC is 1, or 3 with AREG = 1 and WN at most 128"
-#endif
-/* TF32 rounding as gemm_mma.cl's split4: half of TF32's last place added to the bits (the
- * tensor cores ignore the low 13), the kept bits masked where a value is stored. */
-#define TF32_HALF_ULP 0x1000u
-#define TF32_KEPT 0xffffe000u
 #define AHEAD (ASYNC - 1 - OVERLAP) /* stages copied ahead of the one multiplied */
 #if BM % 64 != 0 || BN % WN != 0 || (WN != 64 && WN != 128 && WN != 256) || BK % 8 != 0
 #error "BM must be a multiple of 64, WN 64, 128 or 256 dividing BN, BK a multiple of 8"
@@ -190,14 +171,16 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
 #endif
 }
 #if AREG
-/* As wgmma_step, with A's fragment in registers (fragment: the work-item's four TF32 values of
- * the 64 x 8 step, AREG's layout above); accumulate = 0 starts d afresh (the product's
- * scale-d). */
+/* As wgmma_step, with A's fragment in registers (fr: the work-item's four values of the 64 x 8
+ * step, AREG's layout above), truncated to TF32 here, where the loads have long landed. */
 static inline void wgmma_step_rs(float *d, const uint *fragment, __local const float *bs,
-                                 int b_off, int accumulate)
+                                 int b_off)
 {
     ulong db = descriptor(bs, b_off);
-    const uint *fr = fragment;
+    uint fr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        fr[i] = fragment[i] & 0xffffe000u;
 #if WN == 64
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
@@ -206,7 +189,7 @@ static inline void wgmma_step_rs(float *d, const uint *fragment, __local const f
                  "%30, %31"
                  "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
                  : F32(d, 0)
-                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(accumulate));
+                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(1));
 #elif WN == 128
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
@@ -217,7 +200,7 @@ static inline void wgmma_step_rs(float *d, const uint *fragment, __local const f
                  "%58, %59, %60, %61, %62, %63"
                  "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
                  : F64(d, 0)
-                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(accumulate));
+                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(1));
 #else
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
                  "// @sm_90a@ wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
@@ -233,7 +216,7 @@ static inline void wgmma_step_rs(float *d, const uint *fragment, __local const f
                  "%124, %125, %126, %127"
                  "}, {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
                  : F128(d, 0)
-                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(accumulate));
+                 : "r"(fr[0]), "r"(fr[1]), "r"(fr[2]), "r"(fr[3]), "l"(db), "r"(1));
 #endif
 }
 #endif
@@ -368,12 +351,9 @@ static inline void load_a_fragments(const gemm_pairs *q, int s, int stages, int 
  * the warpgroup's rows from wm0): each work-item stores its fragment where the layout above
  * says it belongs, and wgmma_step reads the scratch as it reads A's local stages. */
 static inline void wgmma_step_rs_emulated(float *d, const uint *fr, __local float *scratch,
-                                          int wm0, __local const float *bs, int b_off, int lid,
-                                          int accumulate)
+                                          int wm0, __local const float *bs, int b_off, int lid)
 {
     int quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
-    for (int i = 0; accumulate == 0 && i < ACC; i++)
-        d[i] = 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE); /* the previous step's reads are done */
     for (int o = 0; o < 4; o++)
         scratch[AS_AT(wm0 + 16 * quarter + g + 8 * (o & 1), t + 4 * (o >> 1))] = as_float(fr[o]);
@@ -381,67 +361,6 @@ static inline void wgmma_step_rs_emulated(float *d, const uint *fr, __local floa
     wgmma_step(d, scratch, (wm0 / 8) * CORE_SBO, bs, b_off, lid);
 }
 #endif
-#endif
-
-#if AREG
-#if MMA_EMULATE
-#define STEP_RS(d, fr, sb, b_off, accumulate) \
-    wgmma_step_rs_emulated(d, fr, scratch, wm0, sb, b_off, lid, accumulate)
-#else
-#define STEP_RS(d, fr, sb, b_off, accumulate) wgmma_step_rs(d, fr, sb, b_off, accumulate)
-#endif
-
-#if PREC == 3
-/* Splits the landed stage of B in place into its TF32 big parts, the small parts going to sbl,
- * and makes both visible to the tensor cores; every work-item calls it. */
-static inline void split_b_stage(__local float *sb, __local float *sbl)
-{
-    for (int e = get_local_id(0); e < BS_SIZE; e += THREADS) {
-        float v = sb[e];
-        float big = as_float((as_uint(v) + TF32_HALF_ULP) & TF32_KEPT);
-        sb[e] = big;
-        sbl[e] = as_float((as_uint(v - big) + TF32_HALF_ULP) & TF32_KEPT);
-    }
-#if !MMA_EMULATE
-    asm volatile("// @sm_90a@ fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-#endif
-
-/* The products of one stage with A in registers (fr: the stage's A_FRAG values): into acc
- * (PREC 1), or into fresh from zero, three per step (PREC 3). The operands are made (TF32
- * bits, split for PREC 3) before the products' fence: a register written between the fence
- * and a product that reads it makes the assembler fence again before that product. */
-static inline void stage_products_rs(float *acc, float *fresh, const uint *fr,
-                                     __local const float *sb, __local const float *sbl,
-                                     int b_base, __local float *scratch, int wm0, int lid)
-{
-    uint big[A_FRAG], small[A_FRAG];
-#pragma unroll
-    for (int i = 0; i < A_FRAG; i++) {
-#if PREC == 1
-        big[i] = fr[i] & TF32_KEPT;
-        small[i] = 0u;
-#else
-        float x = as_float(fr[i]);
-        big[i] = (as_uint(x) + TF32_HALF_ULP) & TF32_KEPT;
-        small[i] = (as_uint(x - as_float(big[i])) + TF32_HALF_ULP) & TF32_KEPT;
-#endif
-    }
-    WGMMA_BEGIN();
-#pragma unroll
-    for (int kk = 0; kk < BK / 8; kk++) {
-        int b_off = b_base + 2 * kk * CORE_LBO;
-#if PREC == 1
-        STEP_RS(acc, big + 4 * kk, sb, b_off, 1);
-#else
-        STEP_RS(fresh, small + 4 * kk, sb, b_off, kk > 0);
-        STEP_RS(fresh, big + 4 * kk, sbl, b_off, 1);
-        STEP_RS(fresh, big + 4 * kk, sb, b_off, 1);
-#endif
-    }
-}
 #endif
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
@@ -460,11 +379,6 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
     __local float as[ASYNC][AS_SIZE] __attribute__((aligned(128)));
 #endif
     __local float bs[ASYNC][BS_SIZE] __attribute__((aligned(128)));
-#if PREC == 3
-    __local float bl[BS_SIZE] __attribute__((aligned(128))); /* B's small parts, one stage */
-#else
-    __local float *bl = NULL;
-#endif
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
     a += pos.batch * stride_a;
     b += pos.batch * stride_b;
@@ -496,11 +410,6 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
      * turn, stage s0 + u in slot u, which is loaded with stage s0 + u + RING once its
      * products have finished. */
     uint afr[RING][A_FRAG];
-#if PREC == 3
-    float fresh[ACC]; /* a stage's products, added to acc after it */
-#else
-    float *fresh = acc; /* unused */
-#endif
 #pragma unroll
     for (int u = 0; u < RING; u++)
         load_a_fragments(&q, u, stages, m0 + wm0, m, afr[u]);
@@ -516,20 +425,19 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
             if (next < stages)
                 copy_stage(&q, next, m0, n0, m, n, as[0], bs[next % ASYNC]);
             cp_commit();
-#if PREC == 3
-            split_b_stage(bs[s % ASYNC], bl);
-#endif
+            __local const float *sb = bs[s % ASYNC];
             fence_acc(acc);
-            fence_acc(fresh);
-            stage_products_rs(acc, fresh, afr[u], bs[s % ASYNC], bl, b_base, as[0], wm0, lid);
+            WGMMA_BEGIN();
+#pragma unroll
+            for (int kk = 0; kk < BK / 8; kk++)
+#if MMA_EMULATE
+                wgmma_step_rs_emulated(acc, afr[u] + 4 * kk, as[0], wm0, sb,
+                                       b_base + 2 * kk * CORE_LBO, lid);
+#else
+                wgmma_step_rs(acc, afr[u] + 4 * kk, sb, b_base + 2 * kk * CORE_LBO);
+#endif
             WGMMA_END();
             fence_acc(acc);
-            fence_acc(fresh);
-#if PREC == 3
-#pragma unroll
-            for (int i = 0; i < ACC; i++)
-                acc[i] += fresh[i];
-#endif
             load_a_fragments(&q, s + RING, stages, m0 + wm0, m, afr[u]);
         }
     }
