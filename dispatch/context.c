@@ -107,7 +107,9 @@ static hd_status cpu_threads_requested(hd_context *ctx, const hd_context_options
 static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
 {
     const hd_device_ops *dev = hd__registry_device();
-    if (dev == NULL || opt->disable_opencl || hd__env_bool(ctx, "HD_DISABLE_OPENCL", false))
+    /* read even where there is no device to disable: a bad value is worth its note anywhere */
+    bool env_off = hd__env_bool(ctx, "HD_DISABLE_OPENCL", false);
+    if (dev == NULL || opt->disable_opencl || env_off)
         return HD_OK;
     const char *spec = nonempty(opt->device) ? opt->device : nonempty(getenv("HD_DEVICE"));
     hd_status s = dev->open(ctx, spec, &ctx->cl);
