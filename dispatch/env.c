@@ -1,3 +1,4 @@
+/* The library's switches in the environment, read one way (dispatch/env.h). */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

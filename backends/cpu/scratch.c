@@ -1,3 +1,5 @@
+/* Sizes of the CPU backend's scratch (the LoRA products' temporaries), checked against
+ * size_t's range: the tensors' own sizes are checked at creation, their products are not. */
 #include <stdint.h>
 
 #include "backends/cpu/cpu.h"
