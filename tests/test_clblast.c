@@ -729,10 +729,11 @@ int main(void)
         cmocka_unit_test(test_clblast_params_illegal_set_is_rejected),
         cmocka_unit_test(test_clblast_params_verified_set_is_applied),
         cmocka_unit_test(test_clblast_cache_note_reaches_a_log_that_calls_the_library),
-        cmocka_unit_test(test_clblast_last_context_releases_its_opencl_context),
         cmocka_unit_test(test_clblast_verify_sizes_are_bounded_by_tiles_not_threshold),
         cmocka_unit_test(test_clblast_params_threshold_4096_verifies_in_seconds),
         cmocka_unit_test(test_clblast_status_codes_map_with_name_and_number),
+        /* last: it clears CLBlast's programs, which the tests after it would build again */
+        cmocka_unit_test(test_clblast_last_context_releases_its_opencl_context),
     };
     return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }
