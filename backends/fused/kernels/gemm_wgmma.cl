@@ -372,11 +372,16 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
            __global const float *restrict a2, const int lda2, __global const float *restrict b2,
            const int ldb2, const int k2)
 {
-#if AREG
-    /* A never enters local memory: one buffer, the emulation's scratch (a stub elsewhere) */
-    __local float as[1][MMA_EMULATE ? AS_SIZE : 4] __attribute__((aligned(128)));
+/* A_STAGE(s): A's buffer of stage s. With AREG, A never enters local memory (copy_stage
+ * copies B alone): no buffer, but the emulation's scratch of one A step. */
+#if AREG && MMA_EMULATE
+    __local float as[1][AS_SIZE] __attribute__((aligned(128)));
+#define A_STAGE(s) as[0]
+#elif AREG
+#define A_STAGE(s) ((__local float *)0)
 #else
     __local float as[ASYNC][AS_SIZE] __attribute__((aligned(128)));
+#define A_STAGE(s) as[s]
 #endif
     __local float bs[ASYNC][BS_SIZE] __attribute__((aligned(128)));
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
@@ -402,7 +407,7 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
      * every warpgroup waited for before the barrier. */
     for (int s = 0; s < AHEAD; s++) {
         if (s < stages)
-            copy_stage(&q, s, m0, n0, m, n, as[AREG ? 0 : s], bs[s]);
+            copy_stage(&q, s, m0, n0, m, n, A_STAGE(s), bs[s]);
         cp_commit();
     }
 #if AREG
@@ -423,7 +428,7 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
             barrier(CLK_LOCAL_MEM_FENCE);
             int next = s + AHEAD;
             if (next < stages)
-                copy_stage(&q, next, m0, n0, m, n, as[0], bs[next % ASYNC]);
+                copy_stage(&q, next, m0, n0, m, n, A_STAGE(next % ASYNC), bs[next % ASYNC]);
             cp_commit();
             __local const float *sb = bs[s % ASYNC];
             fence_acc(acc);
