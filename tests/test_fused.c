@@ -753,6 +753,29 @@ static void test_gemm_tiles_every_variant_and_transpose(void **state)
     }
 }
 
+/* The fused backend's state with its tensor-core kernels on: the real ones where the device
+ * has them, else their emulation (*emulating says which, for tensor_cores_end). Skips the test
+ * where they failed here, or where it needs the warpgroup kernel (wgmma) and a device with
+ * tensor cores has none. */
+static hd_fused *tensor_cores_begin(hd_context *ctx, bool wgmma, bool *emulating)
+{
+    void *fs;
+    fused_impl(ctx, &fs);
+    hd_fused *f = fs;
+    *emulating = !f->mma;
+    if (f->mma_broken || (wgmma && !*emulating && !f->wgmma))
+        skip();
+    if (*emulating)
+        f->mma = f->mma_emulated = f->wgmma = true;
+    return f;
+}
+
+static void tensor_cores_end(hd_fused *f, bool emulating)
+{
+    if (emulating)
+        f->mma = f->mma_emulated = f->wgmma = false;
+}
+
 /* The tensor-core kernels in fp32x3 and tf32: every variant the tuner offers, each transpose
  * combination, odd sizes, k = 1, k inside and past a 16-deep group, alpha and beta, NaN in a
  * C that beta = 0 ignores, split-K; the cp.async variants also in every transpose on sizes
@@ -763,14 +786,8 @@ static void test_gemm_tiles_every_variant_and_transpose(void **state)
 static void test_gemm_tensor_core_kernels_match_reference(void **state)
 {
     hd_context *ctx = *state;
-    void *fs;
-    fused_impl(ctx, &fs);
-    hd_fused *f = fs;
-    bool emulate = !f->mma;
-    if (f->mma_broken)
-        skip();
-    if (emulate)
-        f->mma = f->mma_emulated = f->wgmma = true;
+    bool emulate;
+    hd_fused *f = tensor_cores_begin(ctx, false, &emulate);
     static const hd_precision precisions[] = {HD_PRECISION_FP32X3, HD_PRECISION_TF32};
     static const gemm_case edges[] = {
         {37, 29, 67, 1.5f, -0.5f, false, false, false}, {33, 45, 1, 1.0f, 0.0f, true, true, false},
@@ -836,8 +853,7 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
         }
     /* a warpgroup kernel that failed to build would have passed on mma.sync's results */
     assert_false(f->wgmma_broken);
-    if (emulate)
-        f->mma = f->mma_emulated = f->wgmma = false;
+    tensor_cores_end(f, emulate);
 }
 
 /* Default parameters on shapes drawn from the whole class (testlib), fresh each run: few-row
@@ -1180,14 +1196,8 @@ static void test_lora_tiles_match_reference(void **state)
 static void test_lora_tf32_a_in_registers_matches_reference(void **state)
 {
     hd_context *ctx = *state;
-    void *fs;
-    fused_impl(ctx, &fs);
-    hd_fused *f = fs;
-    bool emulate = !f->mma;
-    if (f->mma_broken || (!emulate && !f->wgmma))
-        skip();
-    if (emulate)
-        f->mma = f->mma_emulated = f->wgmma = true;
+    bool emulate;
+    hd_fused *f = tensor_cores_begin(ctx, true, &emulate);
     hd_precision saved = ctx->gemm_precision;
     ctx->gemm_precision = HD_PRECISION_TF32;
     check_lora(ctx, 130, 96, 300, 8, "BM=128 BN=256 BK=16 WN=256 ASYNC=3 AREG=1 WGMMA=1", 3200);
@@ -1195,8 +1205,7 @@ static void test_lora_tf32_a_in_registers_matches_reference(void **state)
     check_lora(ctx, 129, 64, 520, 19, NULL, 3202); /* the defaults: wide tiles, AREG */
     ctx->gemm_precision = saved;
     assert_false(f->wgmma_broken);
-    if (emulate)
-        f->mma = f->mma_emulated = f->wgmma = false;
+    tensor_cores_end(f, emulate);
 }
 
 /* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
