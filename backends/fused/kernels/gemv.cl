@@ -85,19 +85,33 @@ inline void staged_round(floatv *bp, const __global floatv *bv, int nv, int c0, 
 /* acc[i] = sum over p = p0 + ks, p0 + ks + KS, ... < p1 of A[i][p] * B[p][jv], for i < MR,
  * through xs (XS_FLOATS, 16-byte aligned). first: the first round's loads (strip_preload).
  * The loads run one round ahead of the FMAs, across the chunks too: the next chunk's first
- * round is in flight while its x is staged, so no work-item waits on B and x in turn (H100,
- * GEMM 8 x 4096 x 4096: 39.0 us at best with each round's loads issued after the last round's
- * FMAs, 32.4 us with them a round ahead; one row 29 us). Every work-item of the group calls
- * it, with the same p0 and p1: it holds barriers. */
+ * round is in flight while its x is staged, so no work-item waits on B and x in turn (loads
+ * issued after the last round's FMAs left the memory idle between rounds). Every work-item of
+ * the group calls it, with the same p0 and p1: it holds barriers.
+ * A second matrix LA (in x r, row-major; lr.la NULL: none) may ride along: hacc[i] = the
+ * work-item's part of the sum over the same depths of A[i][p] * LA[p][q], q = tn % lr.rp,
+ * from the x already staged in xs (LoRA's x * A, lora.cl, which then adds the parts up), so
+ * that no prologue makes the pass over B wait for loads of its own. The depths of each round
+ * of column group ks are spread over the TN / rp work-items of each q (TN a multiple of rp, a
+ * power of two); their LA loads go out before the round's FMAs on B. */
+typedef struct strip_lowrank {
+    const __global float *la;
+    int r, rp;
+} strip_lowrank;
+
 inline void strip_accumulate_staged(floatv *acc, const floatv *first, __local float *xs,
                                     const __global float *a, int lda, int m,
                                     const __global floatv *bv, int nv, int p0, int p1, int jv,
-                                    int ks)
+                                    int ks, strip_lowrank lr, float *hacc)
 {
     floatv bp[XU];
+    const int tn = (int)get_local_id(0) % TN;
+    const int hq = tn % lr.rp, hu0 = tn / lr.rp, hstep = TN / lr.rp;
 #pragma unroll
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < MR; i++) {
         acc[i] = (floatv)(0.0f);
+        hacc[i] = 0.0f;
+    }
 #pragma unroll
     for (int u = 0; u < XU; u++)
         bp[u] = first[u];
@@ -121,6 +135,15 @@ inline void strip_accumulate_staged(floatv *acc, const floatv *first, __local fl
                 staged_round(bp, bv, nv, c0, len, p + XU * KS, jv);
             else if (c0 + XCH < p1)
                 staged_round(bp, bv, nv, c0 + XCH, min(XCH, p1 - c0 - XCH), ks, jv);
+            float hv[XU];
+            if (lr.la != NULL) {
+#pragma unroll
+                for (int j = 0; j < XU; j++) {
+                    const int u = hu0 + j * hstep, d = p + u * KS;
+                    hv[j] = u < XU && d < len && hq < lr.r ? lr.la[(size_t)(c0 + d) * lr.r + hq]
+                                                           : 0.0f;
+                }
+            }
 #pragma unroll
             for (int u = 0; u < XU; u++) {
                 const __local float *x = xs + (p + u * KS) * MR;
@@ -142,6 +165,18 @@ inline void strip_accumulate_staged(floatv *acc, const floatv *first, __local fl
 #pragma unroll
                 for (int i = 0; i < MR; i++)
                     acc[i] = fma((floatv)(xr[i]), cur[u], acc[i]);
+            }
+            if (lr.la != NULL) {
+#pragma unroll
+                for (int j = 0; j < XU; j++) {
+                    const int u = hu0 + j * hstep;
+                    if (u < XU) {
+                        const __local float *x = xs + (p + u * KS) * MR;
+#pragma unroll
+                        for (int i = 0; i < MR; i++)
+                            hacc[i] = fma(x[i], hv[j], hacc[i]);
+                    }
+                }
             }
         }
     }
@@ -192,8 +227,10 @@ inline void strip_accumulate(floatv *acc, __local float *xs, const __global floa
 {
 #if MR > 1
     floatv first[XU];
+    float unused[MR];
     staged_round(first, bv, nv, p0, k - p0, ks, jv);
-    strip_accumulate_staged(acc, first, xs, a, lda, m, bv, nv, p0, k, jv, ks);
+    strip_accumulate_staged(acc, first, xs, a, lda, m, bv, nv, p0, k, jv, ks,
+                            (strip_lowrank){NULL, 0, 1}, unused);
 #else
     int arow[MR];
     strip_start(acc, arow, lda, m);
@@ -225,7 +262,9 @@ inline void strip_accumulate_preloaded(floatv *acc, const floatv *bp, __local fl
                                        int ks)
 {
 #if MR > 1
-    strip_accumulate_staged(acc, bp, xs, a, lda, m, bv, nv, p0, k, jv, ks);
+    float unused[MR];
+    strip_accumulate_staged(acc, bp, xs, a, lda, m, bv, nv, p0, k, jv, ks,
+                            (strip_lowrank){NULL, 0, 1}, unused);
 #else
     int arow[MR];
     strip_start(acc, arow, lda, m);

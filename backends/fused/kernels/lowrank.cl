@@ -9,7 +9,8 @@
  * ... for every row i (A reads are coalesced across q, X reads are broadcasts), then the
  * k-slices are added in a tree through local memory, HCH rows at a time, up to 8 per step.
  * Reads: A once and X once per work-group (both small, from cache); writes only local memory.
- * GROUP must be a power of two of at least 64.
+ * GROUP must be a power of two of at least 64. lowrank_reduce is the tree alone, for partial
+ * sums made elsewhere (lora.cl sums them during its pass over W).
  */
 #ifndef GROUP
 #define GROUP WG
@@ -20,6 +21,45 @@
 #define RMAX 64
 #define HCH_FIT (4096 / GROUP)
 #define HCH (MR < HCH_FIT ? MR : HCH_FIT)
+
+/* Adds up the partial sums of h that the work-items hold (acc[i] for row i, column
+ * q = lid % rp, one of GROUP / rp slices s = lid / rp of the depths) into h: a tree through
+ * local memory (red, 4096 floats), HCH rows at a time, up to 8 slices per step (log8 of the
+ * slices barriers). Every work-item of the group calls it: it holds barriers. */
+inline void lowrank_reduce(const float *acc, int r, int rp, __local float *h, __local float *red,
+                           int lid)
+{
+    const int q = lid % rp, s = lid / rp, ns = GROUP / rp;
+#pragma unroll
+    for (int c0 = 0; c0 < MR; c0 += HCH) {
+#pragma unroll
+        for (int i = 0; i < HCH; i++)
+            if (c0 + i < MR)
+                red[i * GROUP + lid] = acc[c0 + i];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int wdt = ns; wdt > 1;) {
+            const int nw = wdt >= 8 ? wdt / 8 : 1, fan = wdt / nw;
+            if (s < nw) {
+#pragma unroll
+                for (int i = 0; i < HCH; i++) {
+                    float sum = red[i * GROUP + lid];
+                    for (int f = 1; f < fan; f++)
+                        sum += red[i * GROUP + lid + f * nw * rp];
+                    red[i * GROUP + lid] = sum;
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            wdt = nw;
+        }
+        if (lid < rp && q < r) {
+#pragma unroll
+            for (int i = 0; i < HCH; i++)
+                if (c0 + i < MR)
+                    h[(c0 + i) * RMAX + q] = red[i * GROUP + q];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
 
 /* As lowrank_h, with element (p, q) of the in x r operand at a[p * sp + q * sq]: LoRA's
  * backward sums dy * B^T with B stored r x out (sp = 1, sq = out). */
@@ -45,36 +85,7 @@ inline void lowrank_h_strided(const __global float *x, int m, int in, int p0, in
                 acc[i] = fma(x[xrow[i] + p], av, acc[i]);
         }
     }
-#pragma unroll
-    for (int c0 = 0; c0 < MR; c0 += HCH) {
-#pragma unroll
-        for (int i = 0; i < HCH; i++)
-            if (c0 + i < MR)
-                red[i * GROUP + lid] = acc[c0 + i];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* up to 8 slices added per step, as strip_store does: log8(ns) barriers */
-        for (int wdt = ns; wdt > 1;) {
-            const int nw = wdt >= 8 ? wdt / 8 : 1, fan = wdt / nw;
-            if (s < nw) {
-#pragma unroll
-                for (int i = 0; i < HCH; i++) {
-                    float sum = red[i * GROUP + lid];
-                    for (int f = 1; f < fan; f++)
-                        sum += red[i * GROUP + lid + f * nw * rp];
-                    red[i * GROUP + lid] = sum;
-                }
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            wdt = nw;
-        }
-        if (lid < rp && q < r) {
-#pragma unroll
-            for (int i = 0; i < HCH; i++)
-                if (c0 + i < MR)
-                    h[(c0 + i) * RMAX + q] = red[i * GROUP + q];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    lowrank_reduce(acc, r, rp, h, red, lid);
 }
 
 inline void lowrank_h(const __global float *x, int m, int in, int p0, int p1,
