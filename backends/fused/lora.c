@@ -3,6 +3,8 @@
  * tuned variant names it, the tiled GEMM engine (two launches); and the epilogue
  * y += scale * (x*A) * B for any number of tokens (lora_update.cl), one launch. */
 #include <limits.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "backends/fused/fused.h"
 #include "backends/fused/internal.h"
@@ -237,6 +239,12 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_GEMV, &p, l->tokens, options);
+    /* several tokens in strips as wide as the rank rounded up: x*A during the pass over W */
+    if (p.split == 0 && l->tokens > 1 && l->rank > 0 &&
+        hd__fused_pow2_ceil(l->rank) <= (size_t)p.tn) {
+        size_t used = strlen(options);
+        snprintf(options + used, sizeof options - used, " -DXA_IN_PASS=1");
+    }
     size_t group = (size_t)p.tn * (size_t)p.ks;
     cl_kernel k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options,

@@ -93,11 +93,23 @@ inline void staged_round(floatv *bp, const __global floatv *bv, int nv, int c0, 
  * from the x already staged in xs (LoRA's x * A, lora.cl, which then adds the parts up), so
  * that no prologue makes the pass over B wait for loads of its own. The depths of each round
  * of column group ks are spread over the TN / rp work-items of each q (TN a multiple of rp, a
- * power of two); their LA loads go out before the round's FMAs on B. */
+ * power of two); their LA loads run a round ahead, as B's do. */
 typedef struct strip_lowrank {
     const __global float *la;
     int r, rp;
 } strip_lowrank;
+
+/* hv[j] = LA[c0 + p + u * KS][q] for the depths u = u0 + j * ustep < XU of the round at p of a
+ * chunk of len depths from c0 (zero past len, and for q >= r). */
+inline void lowrank_round(float *hv, strip_lowrank lr, int c0, int len, int p, int q, int u0,
+                          int ustep)
+{
+#pragma unroll
+    for (int j = 0; j < XU; j++) {
+        const int u = u0 + j * ustep, d = p + u * KS;
+        hv[j] = u < XU && d < len && q < lr.r ? lr.la[(size_t)(c0 + d) * lr.r + q] : 0.0f;
+    }
+}
 
 inline void strip_accumulate_staged(floatv *acc, const floatv *first, __local float *xs,
                                     const __global float *a, int lda, int m,
@@ -105,6 +117,7 @@ inline void strip_accumulate_staged(floatv *acc, const floatv *first, __local fl
                                     int ks, strip_lowrank lr, float *hacc)
 {
     floatv bp[XU];
+    float hn[XU];
     const int tn = (int)get_local_id(0) % TN;
     const int hq = tn % lr.rp, hu0 = tn / lr.rp, hstep = TN / lr.rp;
 #pragma unroll
@@ -115,6 +128,8 @@ inline void strip_accumulate_staged(floatv *acc, const floatv *first, __local fl
 #pragma unroll
     for (int u = 0; u < XU; u++)
         bp[u] = first[u];
+    if (lr.la != NULL)
+        lowrank_round(hn, lr, p0, min(XCH, p1 - p0), ks, hq, hu0, hstep);
     for (int c0 = p0; c0 < p1; c0 += XCH) {
         /* the depths of the chunk's last round past len are read too (times B's zeros):
          * staged as zeros, never left holding a NaN */
@@ -128,21 +143,21 @@ inline void strip_accumulate_staged(floatv *acc, const floatv *first, __local fl
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int p = ks; p < len; p += XU * KS) {
             floatv cur[XU];
-#pragma unroll
-            for (int u = 0; u < XU; u++)
-                cur[u] = bp[u];
-            if (p + XU * KS < len)
-                staged_round(bp, bv, nv, c0, len, p + XU * KS, jv);
-            else if (c0 + XCH < p1)
-                staged_round(bp, bv, nv, c0 + XCH, min(XCH, p1 - c0 - XCH), ks, jv);
             float hv[XU];
-            if (lr.la != NULL) {
 #pragma unroll
-                for (int j = 0; j < XU; j++) {
-                    const int u = hu0 + j * hstep, d = p + u * KS;
-                    hv[j] = u < XU && d < len && hq < lr.r ? lr.la[(size_t)(c0 + d) * lr.r + hq]
-                                                           : 0.0f;
-                }
+            for (int u = 0; u < XU; u++) {
+                cur[u] = bp[u];
+                hv[u] = hn[u];
+            }
+            if (p + XU * KS < len) {
+                staged_round(bp, bv, nv, c0, len, p + XU * KS, jv);
+                if (lr.la != NULL)
+                    lowrank_round(hn, lr, c0, len, p + XU * KS, hq, hu0, hstep);
+            } else if (c0 + XCH < p1) {
+                staged_round(bp, bv, nv, c0 + XCH, min(XCH, p1 - c0 - XCH), ks, jv);
+                if (lr.la != NULL)
+                    lowrank_round(hn, lr, c0 + XCH, min(XCH, p1 - c0 - XCH), ks, hq, hu0,
+                                  hstep);
             }
 #pragma unroll
             for (int u = 0; u < XU; u++) {

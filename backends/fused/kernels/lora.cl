@@ -8,7 +8,7 @@
  * memory (lowrank.cl): redundant across work-groups, but A and x are small and stay in cache,
  * while the pass over W, which dominates, is read exactly once. One token, or strips narrower
  * than r rounded up to a power of two: in a prologue before the pass; several tokens in
- * wider strips: during the pass, from the x it stages (lora_forward). The strip of x * W is
+ * wider strips: during the pass, from the x it stages (XA_IN_PASS). The strip of x * W is
  * accumulated with split k, the low-rank term h * B added with the same split (each
  * work-item takes the rows q = ks, ks + KS, ... of B), the KS partials reduced and y written.
  * Reads: W once (4 bytes per element), B once, x and A once per work-group from cache;
@@ -32,6 +32,17 @@
  *
  * Tuning parameters: TN, KS, VEC, MR, UNROLL, KG as gemv.cl.
  */
+/* XA_IN_PASS (host: several tokens, a rank above 0 and rp <= TN, so that TN, a power of two,
+ * is a multiple of rp): x * A rides along lora_forward's pass over W (strip_accumulate_staged,
+ * from the x it stages) instead of a prologue whose loads of A and x the pass would wait for.
+ * One token stages no x and keeps the prologue, as do strips narrower than rp. */
+#ifndef XA_IN_PASS
+#define XA_IN_PASS 0
+#endif
+#if XA_IN_PASS && MR < 2
+#error "XA_IN_PASS needs the staged pass of several tokens"
+#endif
+
 /* The low-rank term of LoRA, scale * sum over q < r of h[i][q] * LB[q][jv], is spread over the
  * KS work-items of each column: work-item ks takes q = ks, ks + KS, ..., so that it loads at
  * most ceil(r / KS) vectors of LB and strip_store's reduction adds them up with the rest. The
@@ -94,24 +105,16 @@ lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __gl
     strip_preload_lowrank(bq, bv, nv, jv, ks, r);
     __global floatv *parts = (__global floatv *)part + (size_t)strip * (KG * MR * TN);
     floatv acc[MR];
-    /* Several tokens, a strip as wide as r rounded up (TN, a power of two, then a multiple
-     * of rp): x * A rides along the pass over W (strip_accumulate_staged, from the x it
-     * stages) instead of a prologue whose loads of A and x the pass would wait for. One
-     * token stages no x and keeps the prologue, as do narrower strips. */
-#if MR > 1
-    if (rp <= TN) {
-        float hs[MR];
-        strip_accumulate_staged(acc, wp, xs, x, in, tokens, wv, nv, p0, p1, jv, ks,
-                                (strip_lowrank){r > 0 ? a : NULL, r, rp}, hs);
-        if (r > 0)
-            lowrank_reduce(hs, r, rp, h, (__local float *)red, lid);
-    } else
+#if XA_IN_PASS
+    float hs[MR];
+    strip_accumulate_staged(acc, wp, xs, x, in, tokens, wv, nv, p0, p1, jv, ks,
+                            (strip_lowrank){a, r, rp}, hs);
+    lowrank_reduce(hs, r, rp, h, (__local float *)red, lid);
+#else
+    if (r > 0)
+        lowrank_h(x, tokens, in, p0, p1, a, r, rp, h, (__local float *)red, lid);
+    strip_accumulate_preloaded(acc, wp, xs, x, in, tokens, wv, nv, p0, p1, jv, ks);
 #endif
-    {
-        if (r > 0)
-            lowrank_h(x, tokens, in, p0, p1, a, r, rp, h, (__local float *)red, lid);
-        strip_accumulate_preloaded(acc, wp, xs, x, in, tokens, wv, nv, p0, p1, jv, ks);
-    }
     strip_add_lowrank(acc, bq, tokens, h, RMAX, bv, nv, jv, ks, r, scale);
     strip_store(acc, red, tokens, nv, jv0, lid, 1.0f, 0.0f, (__global floatv *)y,
                 parts + g * (MR * TN));
