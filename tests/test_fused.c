@@ -1291,6 +1291,10 @@ static void test_lora_every_variant(void **state)
     }
     /* four k-slices: rows of B past the 8 * KS kept in registers come from the loop */
     check_lora(ctx, 2, 70, 260, 64, "TN=64 KS=4 UNROLL=2", 3290);
+    /* strips of 128 vectors by 2 k-slices, x*A in the pass: rank 64 (two work-items to each
+     * column of A), rank 3, and scalar columns */
+    check_lora(ctx, 5, 301, 1032, 64, "TN=128 KS=2 UNROLL=8", 3291);
+    check_lora(ctx, 16, 77, 1030, 3, "TN=128 KS=2 UNROLL=8", 3292);
     /* past the strip kernels' limits the tiled engine takes over; past 32-bit sizes, nobody */
     hd_shape big_rank = {.dim = {1, 8, 8, 65}}, many = {.dim = {17, 8, 8, 4}};
     hd_shape huge = {.dim = {17, (size_t)INT_MAX + 1, 8, 4}};

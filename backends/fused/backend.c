@@ -199,6 +199,10 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
      * by 4, 8 loads), each split a few ways over k, come first (H100: 32.3-46.8 µs at 4 to 16
      * x 4096², against 43.7-70.9 µs with 32 k-groups), then other strips; LoRA takes its x*A in
      * the same launch, over each group's k-range, or in its own */
+    /* several tokens of LoRA, whose x*A rides along the pass in strips as wide as the rank:
+     * the widest strips first (H100: the fastest on the larger weights, BENCHMARKS.md) */
+    static const char *const several_tokens_lora[] = {"TN=128 KS=2 UNROLL=8", "TN=64 KS=4 UNROLL=8",
+                                                      "TN=64 KS=4 UNROLL=16"};
     static const char *const several_rows[] = {
         "TN=32 KS=8 UNROLL=4 KG=8",         "TN=64 KS=4 UNROLL=8 KG=8",
         "TN=32 KS=8 UNROLL=4 KG=4",         "TN=64 KS=4 UNROLL=8 KG=4",
@@ -240,6 +244,10 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
             hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}}; /* tokens x out, k = in */
             return hd__fused_tile_variants(f, &xw, f->ctx->gemm_precision, out, max);
         }
+        for (size_t i = 0; s->dim[0] > 1 && op == HD_OP_LORA && s->dim[3] > 0 &&
+                           i < sizeof several_tokens_lora / sizeof several_tokens_lora[0];
+             i++)
+            n = add_unique(out, n, max, several_tokens_lora[i]);
         for (size_t i = 0; s->dim[0] > 1 && i < sizeof several_rows / sizeof several_rows[0];
              i++)
             if (op == HD_OP_LORA ? s->dim[3] > 0 : strstr(several_rows[i], "SPLIT") == NULL)

@@ -252,8 +252,12 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
      * strips: 34.4, 47.9 and 61.9 at best), GEMM 16 x 4096² 37.5 µs (44.5). */
     const bool wide = needs_rank && rows <= 1;
     const bool wider = rows > 1 && (needs_rank || rows > 8);
+    /* LoRA of several tokens over a large W (2^25 elements and up, 4096 columns or more):
+     * strips of 128 vectors by 2 k-slices, faster there in the H100 sweeps of BENCHMARKS.md,
+     * slower on 4096^2 */
+    const bool widest = wider && needs_rank && n >= 4096 && n * k >= ((size_t)1 << 25);
     if (p->tn == 0)
-        p->tn = wider ? 64 : rows > 1 ? 32 : wide ? 16 : 8;
+        p->tn = widest ? 128 : wider ? 64 : rows > 1 ? 32 : wide ? 16 : 8;
     if (p->ks == 0)
         p->ks = 256 / p->tn > 0 ? 256 / p->tn : 1;
     if (p->unroll == 0)
