@@ -1248,6 +1248,14 @@ static void test_gemm_fma_async_variants_match_reference(void **state)
     /* LoRA's tiles: the low-rank product's stages through the same copies */
     check_lora(ctx, 37, 96, 84, 8, "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", 3190);
     check_lora(ctx, 70, 100, 131, 13, "BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=3", 3191);
+    /* the depth split over four slices with the copies (the default of deep products with
+     * few tiles), LoRA's second product in the first slice */
+    static const char split_async[] = "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=4";
+    check_gemm_in(ctx, &(gemm_case){68, 260, 1060, 0.5f, 0.25f, false, false, false}, split_async,
+                  HD_PRECISION_FP32, 3193);
+    check_gemm_in(ctx, &(gemm_case){45, 132, 1031, 1.0f, 0.0f, true, true, false}, split_async,
+                  HD_PRECISION_FP32, 3194);
+    check_lora(ctx, 45, 1032, 260, 16, split_async, 3192);
     assert_false(f->fma_async_broken);
     if (emulate)
         f->mma = f->mma_emulated = false;

@@ -169,6 +169,11 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * units work or more (H100, fp32, 512 x 4096 x 4096: 431 us, 429 with cp.async,
          * against 538 with 64 x 64 tiles; 997 x 1009 x 1013: 90 and 86 us against 94) */
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
+    } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
+               p->rn == 0 && c->m > 32 && c->n >= 128 && c->k >= 1024) {
+        /* few tiles of any size, deep: 64 x 128 tiles as above, the depth split below
+         * (H100 sweeps of 64 x 4096 x 4096 and 64 x 11008 x 4096: BENCHMARKS.md) */
+        fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side, the thin side's 16
@@ -207,8 +212,10 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     if (p->sk == 0) {
         size_t tiles = ceil_div(c->m, (size_t)p->bm) * ceil_div(c->n, (size_t)p->bn) * c->batch;
         size_t sk = 1;
+        /* FMA tiles that leave units idle: at least 4 slices, the groups then a wave or
+         * more (fewer slices left the H100's units waiting on one group's whole depth) */
         if (c->batch == 1 && tiles < units && c->k >= 1024)
-            sk = units / tiles;
+            sk = units / tiles < 4 && !mma ? 4 : units / tiles;
         size_t deepest = c->k / 256 > 0 ? c->k / 256 : 1;
         p->sk = (int)(sk < deepest ? (sk < 16 ? sk : 16) : deepest);
     }
@@ -587,6 +594,23 @@ static void fma_first_to_front(const char **list, size_t n)
             }
 }
 
+/* Puts text at the front of list[0..n) (cap entries at most), moving it there if the list
+ * holds it; returns the new count. */
+static size_t to_front(const char **list, size_t n, size_t cap, const char *text)
+{
+    size_t at = 0;
+    while (at < n && strcmp(list[at], text) != 0)
+        at++;
+    if (at == n) {
+        if (n == cap)
+            at = --n; /* full: the last entry makes room */
+        n++;
+    }
+    memmove(list + 1, list, at * sizeof *list);
+    list[0] = text;
+    return n;
+}
+
 /* Tile shapes worth timing: large and small tiles, deep and shallow stages; the tensor-core
  * kernel's by warp layout; split-K where tiles are few. */
 size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision precision,
@@ -720,6 +744,13 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         all[n++] = split_large[i];
     if (!mma)
         fma_first_to_front(all, n);
+    /* few tiles, deep: half-size tiles in 4 slices first, the fastest of the H100 sweeps of
+     * 64-row products (BENCHMARKS.md), with and without cp.async */
+    if (!mma && idle_units && s->dim[0] > 32 && s->dim[2] >= 1024) {
+        if (f->mma && !f->fma_async_broken && copies)
+            n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=4");
+        n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4");
+    }
     n = n < max ? n : max;
     memcpy(out, all, n * sizeof *out);
     return n;
