@@ -104,6 +104,16 @@ static size_t wgmma_stage_bytes(const hd_fused_params *p)
     return ((p->areg ? 0 : (size_t)p->bm) + (size_t)p->bn) * (size_t)p->bk * sizeof(float);
 }
 
+/* Deep products whose 128 x 128 tiles leave units idle but whose 64 x 128 ones, each cut into
+ * 4 slices of the depth, come to half a wave or more (rows past the thin products' 32): there
+ * those split tiles ran fastest in the H100 sweeps of 64-row products (BENCHMARKS.md); with
+ * fewer tiles the 64 x 64 ones keep more groups. */
+static bool deep_few_tiles(size_t units, size_t m, size_t n, size_t k)
+{
+    return m > 32 && n >= 128 && k >= 1024 && ceil_div(m, 128) * ceil_div(n, 128) < units &&
+           ceil_div(m, 64) * ceil_div(n, 128) * 8 >= units;
+}
+
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
  * (more groups) elsewhere; split-K where even those leave most units idle and k is deep. */
 static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
@@ -169,10 +179,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * units work or more (H100, fp32, 512 x 4096 x 4096: 431 us, 429 with cp.async,
          * against 538 with 64 x 64 tiles; 997 x 1009 x 1013: 90 and 86 us against 94) */
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
-    } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
-               p->rn == 0 && c->m > 32 && c->n >= 128 && c->k >= 1024) {
-        /* few tiles of any size, deep: 64 x 128 tiles as above, the depth split below
-         * (H100 sweeps of 64 x 4096 x 4096 and 64 x 11008 x 4096: BENCHMARKS.md) */
+    } else if (!mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 && p->rn == 0 &&
+               deep_few_tiles(units, c->m, c->n, c->k)) {
+        /* 64 x 128 tiles as above, the depth split below */
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
@@ -744,9 +753,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         all[n++] = split_large[i];
     if (!mma)
         fma_first_to_front(all, n);
-    /* few tiles, deep: half-size tiles in 4 slices first, the fastest of the H100 sweeps of
-     * 64-row products (BENCHMARKS.md), with and without cp.async */
-    if (!mma && idle_units && s->dim[0] > 32 && s->dim[2] >= 1024) {
+    /* the split tiles of deep_few_tiles first, with and without cp.async */
+    if (!mma && deep_few_tiles(units, s->dim[0], s->dim[1], s->dim[2])) {
         if (f->mma && !f->fma_async_broken && copies)
             n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=4");
         n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4");
