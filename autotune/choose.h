@@ -6,9 +6,9 @@
  *   1. Where the OpenCL device is a GPU, the fastest device candidate is recorded instead of
  *      the CPU backend unless the CPU wins by more than HD_TUNE_PREFER_DEVICE. The CPU's time is
  *      host wall time, which on a shared many-core host moves between processes more than
- *      device time does: on the H100 machine a 64³ SGEMM took 25.8 µs in the tuner, 39.7 µs in
- *      the benchmark a minute later and 41.8 µs in a standalone loop before both, while
- *      CLBlast's device time stayed within 26-31 µs (BENCHMARKS.md).
+ *      device time does: on the H100 machine a 64³ SGEMM's host time moved widely between the
+ *      tuner, the benchmark a minute later and a standalone loop before both, while CLBlast's
+ *      device time stayed steady (BENCHMARKS.md).
  *   2. Then a backend's defaults are recorded instead of its variant unless the variant wins by
  *      more than HD_TUNE_PREFER_DEFAULTS: the defaults need no extra program. A CLBlast
  *      parameter set other than the device's costs a swap of CLBlast's parameters whenever the
@@ -51,9 +51,9 @@ size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t 
  * every backend's defaults first, so that one backend's variants cannot spend the budget the
  * others' defaults need, the defaults by their estimated call est_s[backend] (indexed by
  * hd_backend), fastest first, ties in list order, so that a case budget that runs out leaves
- * the likely slowest untimed (H100: the CPU's 32 ms call of a row op's backward went first and
- * left the fused kernel's 0.17 ms untimed, and the record took the CPU); then the variants as
- * listed. */
+ * the likely slowest untimed (H100: the CPU's call of a row op's backward went first and left
+ * the fused kernel's far faster call untimed, and the record took the CPU); then the variants
+ * as listed. */
 void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *est_s,
                     size_t *order);
 

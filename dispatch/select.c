@@ -28,7 +28,8 @@
 #include "dispatch/tuning.h"
 
 /* Below this many multiply-adds (GEMM, LoRA) or elements (row ops), with every input on the
- * host, a backend on the host beats any device: a launch plus two copies costs ~10-30 us. */
+ * host, a backend on the host beats any device: a launch plus two copies costs more than such
+ * work takes on the host. */
 #define HD_SMALL_WORK 32768.0
 
 /* Used for migration where the calibration lacks the host link: a PCIe 3 x16 link in

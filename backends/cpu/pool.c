@@ -2,8 +2,8 @@
  * The CPU backend's own fork-join pool for the row kernels. Idle workers sleep on a condition
  * variable instead of spinning: OpenMP's default is to spin at the end of every parallel
  * region, and on a machine with few cores those spinning threads took the cores that
- * OpenBLAS's pool needed and the other way round (row ops after one GEMM went from about 1 ms
- * to 8 ms per call on 2 cores). OpenMP's wait policy can only be chosen through the
+ * OpenBLAS's pool needed and the other way round (row ops after one GEMM ran several times
+ * slower per call on 2 cores). OpenMP's wait policy can only be chosen through the
  * environment before the program starts, so a library cannot fix it there.
  *
  * Workers are started on the first parallel call, so a context that never runs a large row op

@@ -194,8 +194,8 @@ size_t hd__fused_pow2_ceil(size_t v);
 #define HD_FUSED_FEW_TOKENS 16
 
 /* Rows up to which hd_gemm with B transposed takes the dot form by default: on an H100 at
- * 4096^2 it took 30-49 us for 1 to 8 rows where the tiled engine takes 77-79; from 9 rows on
- * the tiled engine is the faster (16 rows: 78 against 89 us). */
+ * 4096^2 it beat the tiled engine from 1 to 8 rows; from 9 rows on the tiled engine is the
+ * faster (measured: BENCHMARKS.md). */
 #define HD_FUSED_DOT_FORM_MAX_ROWS 8
 
 /* C = alpha * A * op(B) (+ A2 * op(B2)) + beta * C for m <= 16 rows, every matrix dense and

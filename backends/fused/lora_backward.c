@@ -241,10 +241,10 @@ static const char *variant_for_layout(hd_fused *f, hd_context *ctx, const hd_lor
 
 /* Each dx group of the one launch sums u = dy * B^T itself, reading dy and B (tokens + rank
  * rows of out floats) from cache: the launch is worth it while all the groups together read
- * at most this many bytes that way. On an H100 (queued calls, fused): 1024^2 at rank 8 ran in
- * one launch in 12-30 us from 1 to 16 tokens (4.7-25 MB read so), against 37-55 us for the
- * few-row kernels' five launches; 4096^2 at rank 16 and one token read 89-142 MB so and took
- * 60-94 us, against 44-50 us. */
+ * at most this many bytes that way. On an H100 (queued calls, fused): 1024^2 at rank 8 from 1
+ * to 16 tokens (4.7-25 MB read so) ran faster in one launch than in the few-row kernels' five
+ * launches; 4096^2 at rank 16 and one token read 89-142 MB so and was slower in one launch
+ * (measured: BENCHMARKS.md). */
 #define ONE_LAUNCH_MAX_PROLOGUE_BYTES ((size_t)32 << 20)
 
 /* The one launch's groups: W in x out, a group per WARPS rows of W; W out x in, blocks of

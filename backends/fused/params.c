@@ -207,10 +207,10 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
  * Several rows stage x through local memory chunk by chunk and LoRA's compute their share of
  * x*A first, costs that fewer, longer groups pay less often: their groups stay within 64
  * strip vectors per compute unit (2 groups of 32-vector strips, 1 of 64). Measured on an
- * H100 (device time, one call): one row gains (LoRA 2048² r=8 10.1 -> 7.8 µs, GEMM 1x4096²
- * 30.0 -> 28.3 µs with strips of 4 vectors); GEMM 8 x 4096² (32-vector strips): 32.3 µs at
- * KG=8, 36.9 at 4, 35.7 at 16, 43.7 at 32 with 8 loads per round. The one-token split LoRA
- * path sums all x*A partials in every group, so it keeps KG=1. */
+ * H100 (device time, one call; BENCHMARKS.md): one row gains (LoRA 2048² r=8, GEMM 1x4096²
+ * with strips of 4 vectors); GEMM 8 x 4096² (32-vector strips) was fastest at KG=8, ahead of
+ * 4, 16 and 32 with 8 loads per round. The one-token split LoRA path sums all x*A partials in
+ * every group, so it keeps KG=1. */
 static int default_kg(const hd_fused *f, const hd_fused_params *p, size_t n, size_t k,
                       size_t rows)
 {
@@ -241,15 +241,14 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
      * vectors read half sectors and ran slower on the H100 as n grew: BENCHMARKS.md).
      * Measured on an H100, device time per call. One-token LoRA: every work-group recomputes
      * its k-range of x*A, so few wide strips (16 vectors, 16 k-slices, 4 loads per round)
-     * split many ways over k (KG below) keep that prologue short:
-     * 7.8-10.2 µs at 512², 1024² (r 4..64) and 2048², within 7 % of the fastest variant of
-     * each shape, where the GEMM's strip took 8.2-12.5 µs in one launch and 22.4 µs split
-     * (r = 64). Several rows read x from local memory (gemv.cl). GEMM up to 8 rows: strips of
-     * 32 vectors by 8 k-slices with 4 loads per round, 2 groups per SM (KG below): 8 x 4096²
-     * 32.3 µs, 4 x 5504 x 2048 22.1 µs, each the fastest tried. LoRA, and GEMM of 9 to 16 rows:
-     * strips of 64 vectors by 4 k-slices with 8 loads per round, one group per SM, which halves
-     * the groups that compute x*A: 4, 8 and 16 x 4096² r=16 33.9, 39.8 and 46.8 µs (32 x 8
-     * strips: 34.4, 47.9 and 61.9 at best), GEMM 16 x 4096² 37.5 µs (44.5). */
+     * split many ways over k (KG below) keep that prologue short: close to the fastest
+     * variant of each shape at 512², 1024² (r 4..64) and 2048², faster than the GEMM's strip
+     * in one launch or split (r = 64). Several rows read x from local memory (gemv.cl). GEMM
+     * up to 8 rows: strips of 32 vectors by 8 k-slices with 4 loads per round, 2 groups per SM
+     * (KG below), the fastest tried at 8 x 4096² and 4 x 5504 x 2048. LoRA, and GEMM of 9 to
+     * 16 rows: strips of 64 vectors by 4 k-slices with 8 loads per round, one group per SM,
+     * which halves the groups that compute x*A: faster than the best 32 x 8 strips at 4, 8 and
+     * 16 x 4096² r=16 and at GEMM 16 x 4096² (H100 sweeps: BENCHMARKS.md). */
     const bool wide = needs_rank && rows <= 1;
     const bool wider = rows > 1 && (needs_rank || rows > 8);
     /* LoRA of several tokens over a large W (2^25 elements and up, 4096 columns or more):
@@ -266,8 +265,8 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: SPLIT applies to LoRA only");
     /* x*A in the same launch unless the variant splits it: each work-group computes it over
      * its own k-range only, and a second launch costs more than that prologue (H100, LoRA 16 x
-     * 1024² r = 64: 20.8-25.2 µs in one launch, 33.1 µs and more split; one token, 1024² r =
-     * 64: 9.2 µs against 22.4 µs) */
+     * 1024² r = 64 and one token at 1024² r = 64, both faster in one launch than split:
+     * BENCHMARKS.md) */
     if (needs_rank && p->split < 0)
         p->split = 0;
     if (needs_rank && lora->rank == 0)

@@ -162,10 +162,9 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     if (built != HD_OK)
         return built;
     /* work-groups per compute unit: one with the prefetch, which keeps the loads in flight
-     * alone (H100, 8192 x 4096 and 32768 x 1024: 152-153 us with one per unit, 153-155 with
-     * two, 158-164 with four); without it, others load while one reduces (H100, before the
-     * prefetch: 8192 x 4096 191.5 us with 2, 198.6 with 4; 32768 x 1024 248.5 us with 2,
-     * 181.2 with 4) */
+     * alone (H100, 8192 x 4096 and 32768 x 1024: one per unit at least as fast as two, and
+     * ahead of four); without it, others load while one reduces (H100, before the prefetch: 2
+     * per unit the faster at 8192 x 4096, 4 at 32768 x 1024; measured: BENCHMARKS.md) */
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     size_t wanted = units * (prefetch ? 1 : one.cache >= 3 ? 2 : 4);
     size_t groups = r->rows < wanted ? r->rows : wanted;

@@ -158,9 +158,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         }
     } else if (mma && large && p->bm == 0 && p->bn == 0 && p->wm == 0 && p->wn == 0 &&
                p->async == 0) {
-        /* tensor cores, stages through cp.async (H100, 4096^3 NN: tf32 1.26 ms with 128 x 128
-         * tiles of 128 x 32 warps, 3 stages; fp32x3 2.43 ms with 64 x 128 tiles of 32 x 64
-         * warps, 4 stages; 1.46 and 2.53 ms with 256 x 128 tiles staged through registers) */
+        /* tensor cores, stages through cp.async: tf32 with 128 x 128 tiles of 128 x 32 warps,
+         * 3 stages; fp32x3 with 64 x 128 tiles of 32 x 64 warps, 4 stages; both faster than
+         * 256 x 128 tiles staged through registers (H100, 4096^3 NN: BENCHMARKS.md) */
         bool tf32 = c->precision == HD_PRECISION_TF32;
         p->bm = tf32 ? 128 : 64;
         p->bn = 128;
@@ -169,15 +169,15 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->async = tf32 ? 3 : 4;
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
-        /* 16 x 8 results per work-item (H100, fp32, 4096^3: 3.28 ms NN and 3.31 ms NT, against
-         * 3.50 and 3.63 with 8 x 8); 3 buffers through cp.async where it copies an operand
-         * (3.11 ms NN, 2.94 TN, 3.12 TT, against 3.28, 3.08 and 3.08) */
+        /* 16 x 8 results per work-item, faster than 8 x 8 on the H100 at 4096^3 in NN and NT;
+         * 3 buffers through cp.async where it copies an operand, faster in NN and TN, about
+         * even in TT (fp32 sweeps: BENCHMARKS.md) */
         fma_tile(f, c, p, 128, 128, 8, 16, 8);
     } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0) {
         /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
-         * units work or more (H100, fp32, 512 x 4096 x 4096: 431 us, 429 with cp.async,
-         * against 538 with 64 x 64 tiles; 997 x 1009 x 1013: 90 and 86 us against 94) */
+         * units work or more: faster than 64 x 64 tiles, with or without cp.async (H100, fp32,
+         * 512 x 4096 x 4096 and 997 x 1009 x 1013: BENCHMARKS.md) */
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 && p->rn == 0 &&
                deep_few_tiles(units, c->m, c->n, c->k)) {
@@ -186,9 +186,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side, the thin side's 16
-         * or 32 across, and the depth split 16 ways (H100, fp32, 4096 x 16 x 4096 in each
-         * transpose: 34-43 us, against 70-73 with 128 x 64 tiles and 100 with 64 x 64; 16 x
-         * 4096 x 4096 TN: 34 us, against 76) */
+         * or 32 across, and the depth split 16 ways: well ahead of 128 x 64 tiles and further
+         * still of 64 x 64 (H100, fp32, 4096 x 16 x 4096 in each transpose and
+         * 16 x 4096 x 4096 TN: BENCHMARKS.md) */
         bool thin_n = c->n <= 32;
         int across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
         p->bm = thin_n ? 128 : across;

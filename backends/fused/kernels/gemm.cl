@@ -179,11 +179,11 @@
  * With ASYNC (NVIDIA compute capability 8.0 and later), ASYNC buffers, ASYNC - 1 stages in
  * flight: cp.async copies the operands stored depth-major (A stored k x m, B stored k x n) as
  * they are stored; the others still go through registers, transposed on their way in. On
- * the H100 at 4096^3 (16 x 8 per work-item) the other ways ran slower: an A stored m x k kept
- * depth-contiguous and read four depths at a time, 3.22 ms NN against 3.11; copied one float
- * per cp.async into the depth-major layout, 3.58 ms NN and 4.04 NT against 3.11 and 2.86;
- * and both operands copied, the depth-contiguous one kept as rows and read four depths at a
- * time (it holds a run of four depths of every row in registers at once). */
+ * the H100 at 4096^3 (16 x 8 per work-item) the other ways ran slower (BENCHMARKS.md): an A
+ * stored m x k kept depth-contiguous and read four depths at a time, in NN; copied one float
+ * per cp.async into the depth-major layout, in NN and NT; and both operands copied, the
+ * depth-contiguous one kept as rows and read four depths at a time (it holds a run of four
+ * depths of every row in registers at once). */
 #ifndef RM
 #define RM 8 /* rows of C per work-item */
 #endif
