@@ -903,9 +903,16 @@ static void test_gemm_tiles_match_reference(void **state)
         {120, 29, 1100, 1.0f, 0.5f, false, true, false},
         {7, 100, 1500, 1.0f, 0.0f, true, true, false},
         {31, 90, 4099, -1.0f, 0.0f, false, false, false},
+        {64, 16, 1100, 1.0f, 0.0f, false, false, false}, /* 64 along the long side */
+        {9, 60, 1300, 1.0f, 0.25f, false, true, true},
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
         check_gemm(*state, &edges[i], NULL, 2550 + i);
+    /* thin tiles in many short slices (the default where their tiles are few on a GPU) */
+    check_gemm(*state, &(gemm_case){64, 16, 4099, 1.0f, 0.5f, false, false, false},
+               "BM=64 BN=16 BK=16 RM=8 RN=4 SK=64", 2580);
+    check_gemm(*state, &(gemm_case){29, 64, 2600, 1.0f, 0.0f, true, true, true},
+               "BM=32 BN=64 BK=16 RM=4 RN=8 SK=40", 2581);
     /* A tile whose stage of A does not split into runs of 4 over its work-items (16 x 4
      * floats, 64 work-items): A's loads scalar, B's in runs of 4, aligned or not */
     for (int tr = 0; tr < 4; tr++) {
@@ -1086,6 +1093,57 @@ static void test_gemv_default_k_groups(void **state)
     f.compute_units = 1; /* 8 groups fill it: 2 strips may split in four */
     assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 64, 4096, 1, NULL, &p), HD_OK);
     assert_int_equal(p.kg, 4);
+    f.compute_units = 132;
+    /* LoRA of several tokens over a large W: strips of 128 vectors by 2 k-slices; 4096² keeps
+     * 64 by 4, as does a large W of few columns */
+    const hd_lora_args l8 = {.tokens = 8, .in = 4096, .out = 14336, .rank = 16};
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 14336, 4096, 8, &l8, &p), HD_OK);
+    assert_int_equal(p.tn, 128);
+    assert_int_equal(p.ks, 2);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 4096, 4096, 8, &l8, &p), HD_OK);
+    assert_int_equal(p.tn, 64);
+    assert_int_equal(hd__fused_gemv_params(&f, ctx, NULL, 2048, 32768, 8, &l8, &p), HD_OK);
+    assert_int_equal(p.tn, 64);
+}
+
+/* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): large tiles where
+ * they fill it, 64 x 128 tiles cut in 4 slices where they come to half a wave, 64 x 64 ones
+ * below that, and thin products split into more, shorter slices where their tiles are few. */
+static void test_gemm_tile_defaults(void **state)
+{
+    hd_context *ctx = *state;
+    hd_fused f = {.device_max_group = 1024, .compute_units = 132};
+    static const struct {
+        size_t m, n, k;
+        int bm, bn, rm, rn, sk;
+    } cases[] = {
+        {4096, 4096, 4096, 128, 128, 16, 8, 1}, /* fills the units */
+        {64, 4096, 4096, 64, 128, 8, 8, 4},     /* 32 tiles of 64 x 128 */
+        {64, 11008, 4096, 64, 128, 8, 8, 4},    /* 86: half the units, still split */
+        {37, 997, 1031, 64, 64, 4, 4, 4},       /* 8 of 64 x 128: 64 x 64 keeps more groups */
+        {4096, 16, 4096, 128, 16, 8, 4, 16},    /* thin, 32 tiles */
+        {64, 16, 4096, 64, 16, 8, 4, 64},       /* thin, one tile (LoRA's x*A) */
+        {16, 4096, 4096, 16, 128, 4, 8, 16},    /* thin the other way */
+        {64, 16, 1024, 64, 16, 8, 4, 16},       /* slices at least 64 deep */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hd_fused_tile_call c = {.m = cases[i].m,
+                                .n = cases[i].n,
+                                .k = cases[i].k,
+                                .batch = 1,
+                                .alpha = 1.0f,
+                                .a = {NULL, cases[i].k, false},
+                                .b = {NULL, cases[i].n, false},
+                                .ldc = cases[i].n,
+                                .precision = HD_PRECISION_FP32};
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        char what[64];
+        snprintf(what, sizeof what, "%zu x %zu x %zu", cases[i].m, cases[i].n, cases[i].k);
+        if (p.bm != cases[i].bm || p.bn != cases[i].bn || p.rm != cases[i].rm ||
+            p.rn != cases[i].rn || p.sk != cases[i].sk)
+            fail_msg("%s: BM=%d BN=%d RM=%d RN=%d SK=%d", what, p.bm, p.bn, p.rm, p.rn, p.sk);
+    }
 }
 
 /* ---- LoRA ---- */
@@ -1582,6 +1640,7 @@ int main(void)
         cmocka_unit_test(test_gemm_outside_design_is_declined),
         cmocka_unit_test(test_gemm_k_groups_match_reference),
         cmocka_unit_test(test_gemv_default_k_groups),
+        cmocka_unit_test(test_gemm_tile_defaults),
         cmocka_unit_test(test_lora_few_tokens_matches_reference),
         cmocka_unit_test(test_lora_tiles_match_reference),
         cmocka_unit_test(test_lora_tf32_a_in_registers_matches_reference),

@@ -257,6 +257,10 @@ hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_ti
 /* Whether hd__fused_tile_gemm() would accept call's variant (parameters, device limits),
  * without building or queueing anything; call's buffers are not read. */
 hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
+/* As hd__fused_tile_check(), and the parameters the call would run with in *p: the variant's,
+ * the rest from the shape (the defaults). */
+hd_status hd__fused_tile_resolve(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call,
+                                 hd_fused_params *p);
 
 /* The variants worth timing for a GEMM of this shape in precision p. */
 size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision p,

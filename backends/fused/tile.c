@@ -185,19 +185,28 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
-        /* thin products, as LoRA's rank-r ones: 128 along the long side, the thin side's 16
-         * or 32 across, and the depth split 16 ways: well ahead of 128 x 64 tiles and further
+        /* thin products, as LoRA's rank-r ones: 128 along the long side (64 where it is no
+         * longer), the thin side's 16 or 32 across, and the depth split 16 ways: well ahead of 128 x 64 tiles and further
          * still of 64 x 64 (H100, fp32, 4096 x 16 x 4096 in each transpose and
          * 16 x 4096 x 4096 TN: BENCHMARKS.md) */
         bool thin_n = c->n <= 32;
-        int across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
-        p->bm = thin_n ? 128 : across;
-        p->bn = thin_n ? across : 128;
+        size_t across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
+        size_t along = (thin_n ? c->m : c->n) <= 64 ? 64 : 128;
+        p->bm = (int)(thin_n ? along : across);
+        p->bn = (int)(thin_n ? across : along);
         p->rm = thin_n ? 8 : 4;
         p->rn = thin_n ? 4 : 8;
         p->bk = 16;
+        /* few tiles (LoRA's x*A of a few dozen tokens: one tile): more and shorter slices,
+         * down to 64 deep, for two groups per unit */
+        size_t tiles = ceil_div(thin_n ? c->m : c->n, along), sk = c->k / 256 < 16 ? c->k / 256 : 16;
+        if (tiles * sk < 2 * units) {
+            sk = 2 * units / tiles;
+            sk = sk < c->k / 64 ? sk : c->k / 64;
+            sk = sk < 64 ? sk : 64;
+        }
         if (c->batch == 1)
-            p->sk = c->k / 256 < 16 ? (int)(c->k / 256) : 16;
+            p->sk = (int)sk;
     }
     if (p->bm == 0)
         p->bm = large ? 128 : 64;
@@ -334,11 +343,17 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     return HD_OK;
 }
 
+hd_status hd__fused_tile_resolve(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                                 hd_fused_params *p)
+{
+    size_t threads;
+    return tile_params(f, ctx, c, wants_mma(f, c->precision), p, &threads);
+}
+
 hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
 {
     hd_fused_params p;
-    size_t threads;
-    return tile_params(f, ctx, c, wants_mma(f, c->precision), &p, &threads);
+    return hd__fused_tile_resolve(f, ctx, c, &p);
 }
 
 /* VEC for an operand: runs of 4 where the stage splits into them evenly over the work-items
