@@ -68,8 +68,9 @@ static void on_interrupt(int sig)
 }
 
 typedef struct options {
-    const char *suites[MAX_SUITES];
+    const hd_bench_suite *suites[MAX_SUITES];
     int suite_count;
+    hd_bench_suite file; /* --shapes: the suite "file", its cases malloc'd */
     bool modes[HD_MEASURE_MODE_COUNT];
     bool backends[HD_BACKEND_COUNT];
     unsigned warmup, repeats, max_runs, chain, rounds;
@@ -84,6 +85,10 @@ static void usage(FILE *f)
     fputs("usage: dispatch-bench [options]\n"
           "  --suites LIST       comma list of seed, train, gemm, shapes, backward, ci, or all\n"
           "                      (every suite but ci) (default: seed; --suite is the same)\n"
+          "  --shapes FILE       also time these cases, as the suite 'file' (default: them\n"
+          "                      alone), one per line as dispatch-autotune --shapes reads them:\n"
+          "                      'gemm M N K [nn|nt|tn|tt]', 'lora T IN OUT RANK [pt]',\n"
+          "                      'softmax ROWS COLS', ...; '#' starts a comment\n"
           "  --modes LIST        device,sync,chain,host (default: device,sync,chain); host:\n"
           "                      chains on inputs written again from the host before each\n"
           "                      (what a loop over host data costs, the scheduler's moves in)\n"
@@ -146,6 +151,35 @@ static bool parse_list(const char *arg, bool (*item)(const char *, options *), o
     return true;
 }
 
+static bool add_suite_of(const hd_bench_suite *s, options *o)
+{
+    for (int i = 0; i < o->suite_count; i++)
+        if (o->suites[i] == s)
+            return true;
+    if (o->suite_count == MAX_SUITES)
+        return false;
+    o->suites[o->suite_count++] = s;
+    return true;
+}
+
+/* --shapes FILE: its cases become the suite "file". */
+static bool add_shapes_file(const char *path, options *o)
+{
+    if (o->file.cases != NULL) {
+        fprintf(stderr, "dispatch-bench: --shapes given twice\n");
+        return false;
+    }
+    hd_bench_case *cases;
+    size_t count;
+    char why[400];
+    if (!hd__bench_shapes_read(path, &cases, &count, why, sizeof why)) {
+        fprintf(stderr, "dispatch-bench: --shapes %s\n", why);
+        return false;
+    }
+    o->file = (hd_bench_suite){.name = "file", .description = path, .cases = cases, .count = count};
+    return add_suite_of(&o->file, o);
+}
+
 static bool add_suite(const char *name, options *o)
 {
     if (strcmp(name, "all") == 0) {
@@ -162,13 +196,7 @@ static bool add_suite(const char *name, options *o)
                 hd__bench_suite_names());
         return false;
     }
-    for (int i = 0; i < o->suite_count; i++)
-        if (strcmp(o->suites[i], s->name) == 0)
-            return true;
-    if (o->suite_count == MAX_SUITES)
-        return false;
-    o->suites[o->suite_count++] = s->name;
-    return true;
+    return add_suite_of(s, o);
 }
 
 static bool add_mode(const char *name, options *o)
@@ -260,7 +288,7 @@ static bool takes_value(const char *a)
         "--max-runs",   "--budget-ms",    "--rounds",        "--warmup",   "--chain",
         "--peak-flops", "--max-elements", "--case-budget-s", "--max-time", "--seed",
         "--csv-out",    "--json",         "--compare",       "--ours",     "--compare-mode",
-        "--device",     "--cache"};
+        "--device",     "--cache",        "--shapes"};
     for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++)
         if (strcmp(a, with_value[i]) == 0)
             return true;
@@ -294,6 +322,8 @@ static int parse_options(int argc, char **argv, options *o)
             return 2;
         } else if ((strcmp(a, "--suites") == 0 || strcmp(a, "--suite") == 0) && v) {
             ok = parse_list(v, add_suite, o);
+        } else if (strcmp(a, "--shapes") == 0 && v) {
+            ok = add_shapes_file(v, o);
         } else if (strcmp(a, "--modes") == 0 && v) {
             ok = parse_list(v, add_mode, o);
         } else if (strcmp(a, "--backends") == 0 && v) {
@@ -387,19 +417,26 @@ static int parse_options(int argc, char **argv, options *o)
     return 0;
 }
 
-static void list_cases(FILE *f)
+static void list_suite(FILE *f, const hd_bench_suite *s)
+{
+    fprintf(f, "%s: %s\n", s->name, s->description);
+    for (size_t j = 0; j < s->count; j++) {
+        char name[64];
+        hd__bench_case_name(&s->cases[j], name, sizeof name);
+        fprintf(f, "  %-26s %10.3g FLOP %10.3g bytes\n", name, hd__bench_case_flops(&s->cases[j]),
+                hd__bench_case_bytes(&s->cases[j]));
+    }
+}
+
+/* Every suite's cases, and those of a --shapes file (extra, or NULL). */
+static void list_cases(FILE *f, const hd_bench_suite *extra)
 {
     size_t n;
     const hd_bench_suite *s = hd__bench_suites(&n);
-    for (size_t i = 0; i < n; i++) {
-        fprintf(f, "%s: %s\n", s[i].name, s[i].description);
-        for (size_t j = 0; j < s[i].count; j++) {
-            char name[64];
-            hd__bench_case_name(&s[i].cases[j], name, sizeof name);
-            fprintf(f, "  %-26s %10.3g FLOP %10.3g bytes\n", name,
-                    hd__bench_case_flops(&s[i].cases[j]), hd__bench_case_bytes(&s[i].cases[j]));
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        list_suite(f, &s[i]);
+    if (extra != NULL)
+        list_suite(f, extra);
 }
 
 /* ---- progress ---- */
@@ -1118,11 +1155,11 @@ static int run_suites(const options *o)
     calibrate(ctx, &run, o, &st.cpu_rate);
     estimate_rates(&st);
     for (int i = 0; i < o->suite_count; i++)
-        st.total += hd__bench_suite_find(o->suites[i])->count;
+        st.total += o->suites[i]->count;
     st.case_est_s = calloc(st.total ? st.total : 1, sizeof *st.case_est_s);
     size_t index = 0;
     for (int i = 0; i < o->suite_count && st.case_est_s != NULL; i++) {
-        const hd_bench_suite *s = hd__bench_suite_find(o->suites[i]);
+        const hd_bench_suite *s = o->suites[i];
         for (size_t j = 0; j < s->count; j++)
             st.case_est_s[index++] = estimate_case_s(&st, &s->cases[j]);
     }
@@ -1130,7 +1167,7 @@ static int run_suites(const options *o)
     publish(&run); /* with the roofline the calibration measured */
     index = 0;
     for (int i = 0; i < o->suite_count && !interrupted; i++) {
-        const hd_bench_suite *s = hd__bench_suite_find(o->suites[i]);
+        const hd_bench_suite *s = o->suites[i];
         for (size_t j = 0; j < s->count && !interrupted; j++, st.done++) {
             size_t first = run.count;
             double t0 = hd__measure_now();
@@ -1162,30 +1199,25 @@ static int run_suites(const options *o)
     return interrupted ? EXIT_INTERRUPTED : rc;
 }
 
-int main(int argc, char **argv)
+/* What the tool does with the options parsed: list the cases, compare files, or run. */
+static int run(const options *o)
 {
-    /* Line by line even into a pipe (main.sh's tee), so that results and the progress lines
-     * on standard error appear in the order they happened. */
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    options o;
-    int rc = parse_options(argc, argv, &o);
-    if (rc != 0)
-        return rc == 1 ? 0 : 2;
-    progress_on = !o.quiet && isatty(STDERR_FILENO);
-    progress_log = !o.quiet && !progress_on;
-    if (o.list_cases) {
-        if (o.json_path == NULL) {
-            list_cases(stdout);
+    progress_on = !o->quiet && isatty(STDERR_FILENO);
+    progress_log = !o->quiet && !progress_on;
+    const hd_bench_suite *file = o->file.cases != NULL ? &o->file : NULL;
+    if (o->list_cases) {
+        if (o->json_path == NULL) {
+            list_cases(stdout, file);
             return 0;
         }
-        FILE *f = strcmp(o.json_path, "-") == 0 ? stdout : fopen(o.json_path, "w");
+        FILE *f = strcmp(o->json_path, "-") == 0 ? stdout : fopen(o->json_path, "w");
         if (f == NULL)
             return 1;
-        hd__bench_write_cases_json(f);
+        hd__bench_write_cases_json(f, file);
         return f != stdout && fclose(f) != 0;
     }
-    if (o.compare_path != NULL && o.ours_path != NULL)
-        return compare_with_peer(NULL, &o);
+    if (o->compare_path != NULL && o->ours_path != NULL)
+        return compare_with_peer(NULL, o);
     sem_init(&stopping.wake, 0, 0); /* before the handler that posts it */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -1197,5 +1229,17 @@ int main(int argc, char **argv)
     /* A reader of standard output that went away (tee stopped by the same Ctrl-C) must not
      * kill the tool before it has written its files. */
     signal(SIGPIPE, SIG_IGN);
-    return run_suites(&o);
+    return run_suites(o);
+}
+
+int main(int argc, char **argv)
+{
+    /* Line by line even into a pipe (main.sh's tee), so that results and the progress lines
+     * on standard error appear in the order they happened. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    rc = rc == 0 ? run(&o) : rc == 1 ? 0 : 2;
+    free((void *)o.file.cases);
+    return rc;
 }

@@ -17,7 +17,9 @@
 # build-release), HD_TUNE_CACHE (the cache to tune, default the one programs read:
 # $XDG_CACHE_HOME/hd-dispatch/tune.txt, else ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1,
 # SKIP_BUILD=1 (use BUILD as it is, e.g. one built on another machine of the same
-# architecture).
+# architecture), SHAPES (a shapes file, as dispatch-autotune --shapes reads it: its cases are
+# tuned too, within SHAPES_TUNE_TIME seconds, default 60, and timed by the benchmark and the
+# peers as the suite "file").
 set -eu
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -26,6 +28,9 @@ case "${1:-}" in
 /*) out=$1 ;;
 *) out=$PWD/$1 ;;
 esac
+shapes=${SHAPES:-}
+[ -z "$shapes" ] || [ -f "$shapes" ] || { echo "SHAPES=$shapes: no such file" >&2; exit 2; }
+case "$shapes" in "" | /*) ;; *) shapes=$PWD/$shapes ;; esac
 cd "$(dirname "$0")/.."
 out=${out:-$PWD/results/$stamp}
 
@@ -77,18 +82,27 @@ if [ -x "$build/autotune/tool/dispatch-autotune" ]; then
     # shellcheck disable=SC2086
     "$build/autotune/tool/dispatch-autotune" --suites "$suites" --cache "$cache" \
         --max-time "${TUNE_TIME:-220}" ${AUTOTUNE_ARGS:-} 2>&1 | log "$out/autotune.txt"
+    if [ -n "$shapes" ]; then
+        "$build/autotune/tool/dispatch-autotune" --shapes "$shapes" --cache "$cache" \
+            --max-time "${SHAPES_TUNE_TIME:-60}" 2>&1 | log "$out/autotune-shapes.txt"
+    fi
     cp "$cache" "$out/tune-cache.txt" 2>/dev/null || true
 else
     echo "dispatch-autotune not built; auto uses the untuned cost model" | log "$out/autotune.txt"
 fi
 
 bench="$build/bench/dispatch-bench"
-"$bench" --list-cases --json "$out/cases.json"
+# dispatch-bench, with the SHAPES file's cases where there is one (the suite "file")
+bench_run() {
+    if [ -n "$shapes" ]; then "$bench" --shapes "$shapes" "$@"; else "$bench" "$@"; fi
+}
+bench_run --list-cases --json "$out/cases.json"
 
-echo "== dispatch-bench --suites $suites"
+echo "== dispatch-bench --suites $suites${shapes:+ --shapes $shapes}"
 # shellcheck disable=SC2086
-"$bench" --suites "$suites" --cache "$cache" --max-time "${BENCH_TIME:-240}" \
+bench_run --suites "$suites" --cache "$cache" --max-time "${BENCH_TIME:-240}" \
     --json "$out/ours.json" --csv-out "$out/ours.csv" ${BENCH_ARGS:-} | log "$out/ours.txt"
+[ -z "$shapes" ] || suites="$suites,file" # the peers' list
 
 peers=""
 wants() { case " $peers_wanted " in *" $1 "*) return 0 ;; esac; return 1; }

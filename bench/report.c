@@ -427,23 +427,31 @@ void hd__bench_write_json(FILE *f, const hd_bench_run *run)
     fputs("\n  ]\n}\n", f);
 }
 
-void hd__bench_write_cases_json(FILE *f)
+static void write_suite_json(FILE *f, const hd_bench_suite *s, bool first)
+{
+    fprintf(f, "%s\n    {\"name\": ", first ? "" : ",");
+    hd__bench_json_string(f, s->name);
+    fputs(", \"description\": ", f);
+    hd__bench_json_string(f, s->description);
+    fputs(", \"cases\": [", f);
+    for (size_t j = 0; j < s->count; j++) {
+        char name[64];
+        hd__bench_case_name(&s->cases[j], name, sizeof name);
+        fprintf(f, "%s\n      {", j ? "," : "");
+        json_case_fields(f, &s->cases[j], name);
+        fputc('}', f);
+    }
+    fputs("]}", f);
+}
+
+void hd__bench_write_cases_json(FILE *f, const hd_bench_suite *extra)
 {
     size_t n;
     const hd_bench_suite *s = hd__bench_suites(&n);
     fputs("{\n  \"schema\": \"hd-bench-cases/1\",\n  \"suites\": [", f);
-    for (size_t i = 0; i < n; i++) {
-        fprintf(f, "%s\n    {\"name\": \"%s\", \"description\": ", i ? "," : "", s[i].name);
-        hd__bench_json_string(f, s[i].description);
-        fputs(", \"cases\": [", f);
-        for (size_t j = 0; j < s[i].count; j++) {
-            char name[64];
-            hd__bench_case_name(&s[i].cases[j], name, sizeof name);
-            fprintf(f, "%s\n      {", j ? "," : "");
-            json_case_fields(f, &s[i].cases[j], name);
-            fputc('}', f);
-        }
-        fputs("]}", f);
-    }
+    for (size_t i = 0; i < n; i++)
+        write_suite_json(f, &s[i], i == 0);
+    if (extra != NULL)
+        write_suite_json(f, extra, n == 0);
     fputs("\n  ]\n}\n", f);
 }

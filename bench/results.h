@@ -67,8 +67,9 @@ bool hd__bench_regret(const hd_bench_run *run, const hd_bench_record *rec, hd_me
 void hd__bench_write_table(FILE *f, const hd_bench_run *run);
 void hd__bench_write_csv(FILE *f, const hd_bench_run *run);
 void hd__bench_write_json(FILE *f, const hd_bench_run *run);
-/* The cases of the suites as JSON, for the peer scripts. */
-void hd__bench_write_cases_json(FILE *f);
+/* The cases of the suites as JSON, for the peer scripts, and those of a --shapes file (extra,
+ * or NULL) as one suite more. */
+void hd__bench_write_cases_json(FILE *f, const hd_bench_suite *extra);
 
 /* A time in seconds as "41.2 µs", "3.07 ms" or "1.384 s" ("-" for s <= 0), right-aligned to
  * width columns (0: not padded); "µ" counts as the one column it takes. */

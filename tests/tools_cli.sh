@@ -174,6 +174,35 @@ interrupt() {
     grep -q "interrupted: stopping" "$dir/int-err.txt" || fail "$*: did not say it was stopping"
 }
 
+# dispatch-bench --shapes: the file's cases as the suite "file", each once, listed for the
+# peers and timed; the tuner's errors for a bad file.
+expect 2 "not a file" "$bench" --shapes "$dir" --list-cases
+expect 2 "bad-shapes.txt:2" "$bench" --shapes "$dir/bad-shapes.txt" --list-cases
+printf '# nothing\n\n' >"$dir/no-cases.txt"
+expect 2 "no case" "$bench" --shapes "$dir/no-cases.txt" --list-cases
+printf 'gemm 5 7 3 tn\n  softmax 3 9 # a comment\nlora 2 6 5 2 pt\ngemm 5 7 3 tn\n' >"$dir/user.txt"
+expect 2 "twice" "$bench" --shapes "$dir/user.txt" --shapes "$dir/user.txt" --list-cases
+"$bench" --shapes "$dir/user.txt" --list-cases --json - | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+f = [s for s in d["suites"] if s["name"] == "file"]
+assert len(f) == 1, "no suite file"
+names = [c["case"] for c in f[0]["cases"]]
+assert names == ["gemm 5x7x3 TN", "softmax 3x9", "lora 2x6x5 r2 pt"], names
+assert "seed" in [s["name"] for s in d["suites"]]
+' || fail "--shapes --list-cases --json: the file's cases"
+HD_DISABLE_OPENCL=1 "$bench" --shapes "$dir/user.txt" --modes chain --budget-ms 5 --repeats 2 \
+    --json "$dir/user.json" -q >/dev/null 2>"$dir/user-err.txt" ||
+    fail "--shapes run: $(cat "$dir/user-err.txt")"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+got = sorted({(r["suite"], r["case"]) for r in d["results"]})
+want = [("file", "gemm 5x7x3 TN"), ("file", "lora 2x6x5 r2 pt"), ("file", "softmax 3x9")]
+assert got == want, got
+assert all(r["status"] == "ok" for r in d["results"] if r["backend"] in ("cpu", "auto")), d
+' "$dir/user.json" || fail "--shapes run: the file's cases, and them alone"
+
 # Ctrl-C: the bench writes the JSON of the cases it finished, the tuner keeps its cache.
 interrupt 3 "$bench" --suites ci,seed --budget-ms 2000 --json "$dir/int.json"
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$dir/int.json" ||

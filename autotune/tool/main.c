@@ -271,7 +271,7 @@ static int explain(const tool_options *o, const char *path)
 {
     hd_bench_case c;
     char why[300];
-    if (!hd__tool_parse_case(o->explain, &c, why, sizeof why)) {
+    if (!hd__bench_case_parse(o->explain, &c, why, sizeof why)) {
         fprintf(stderr, "dispatch-autotune: --explain: %s\n", why);
         return EXIT_USAGE;
     }

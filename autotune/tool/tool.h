@@ -64,8 +64,6 @@ tool_effort hd__tool_effort(tool_level level);
  * exit code: EXIT_TUNED on success, EXIT_USAGE with the reason on stderr. */
 int hd__tool_cases(const tool_options *o, tool_case_list *out);
 void hd__tool_cases_free(tool_case_list *l);
-/* Parses "gemm 1 4096 4096 [nn]", "lora 1 1024 1024 8", "softmax 64 1024". */
-bool hd__tool_parse_case(const char *text, hd_bench_case *out, char *why, size_t size);
 
 /* What tuning one case did beside its record. */
 typedef struct tool_case_outcome {

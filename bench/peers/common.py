@@ -27,6 +27,7 @@ def add_common_args(p: argparse.ArgumentParser):
                    help="dispatch-bench binary to ask for the cases when --cases is not given")
     p.add_argument("--suite", "--suites", default="seed",
                    help="seed, train, gemm, shapes, backward, ci, all (every suite but ci), "
+                        "file (the cases of `dispatch-bench --shapes FILE --list-cases --json`), "
                         "or a comma list")
     p.add_argument("--modes", default=None, help="comma list of modes")
     p.add_argument("--repeats", type=int, default=5, help="at least this many samples per mode")
