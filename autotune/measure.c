@@ -1,8 +1,10 @@
 /* Timing one operation in the device, sync, chain and host modes; bandwidth figures for the
  * roofline. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "autotune/measure.h"
 #include "dispatch/device.h"
@@ -66,6 +68,20 @@ static volatile sig_atomic_t *stop_flag;
 void hd__measure_set_stop_flag(volatile sig_atomic_t *flag)
 {
     stop_flag = flag;
+}
+
+static int kept_stderr = STDERR_FILENO;
+
+void hd__measure_keep_stderr(void)
+{
+    int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (fd >= 0)
+        kept_stderr = fd;
+}
+
+int hd__measure_stderr_fd(void)
+{
+    return kept_stderr;
 }
 
 static bool stopping(void)

@@ -86,6 +86,14 @@ hd_status hd__measure(hd_context *ctx, const hd_measure_config *cfg, hd_measure_
  * takes effect within one call rather than one measurement. NULL: never stop early. */
 void hd__measure_set_stop_flag(volatile sig_atomic_t *flag);
 
+/* Where the tools' signal handlers write: a copy of the standard error the tool started with.
+ * The library sends file descriptor 2 to a temporary file around each kernel build, to catch
+ * what the compiler prints, and a message written to 2 in the meantime would end up there.
+ * hd__measure_keep_stderr() makes the copy (at start, before any build); the handlers write
+ * to hd__measure_stderr_fd(), which is 2 where no copy could be made. */
+void hd__measure_keep_stderr(void);
+int hd__measure_stderr_fd(void);
+
 /* "device", "sync", "chain", "host". */
 const char *hd__measure_mode_name(hd_measure_mode mode);
 bool hd__measure_mode_from_name(const char *name, hd_measure_mode *mode);

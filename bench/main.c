@@ -61,7 +61,7 @@ static void on_interrupt(int sig)
     static const char msg[] = "\ndispatch-bench: interrupted: stopping after the call in "
                               "progress and writing the finished cases (again: quit at once)\n";
     interrupted = 1;
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t ignored = write(hd__measure_stderr_fd(), msg, sizeof msg - 1);
     (void)ignored;
     signal(sig, SIG_DFL);
     sem_post(&stopping.wake);
@@ -1104,7 +1104,7 @@ static void *watchdog(void *arg)
         pthread_mutex_unlock(&stopping.lock);
         return NULL;
     }
-    fprintf(stderr,
+    dprintf(hd__measure_stderr_fd(), /* fd 2 may be a kernel build's capture now */
             "\ndispatch-bench: a kernel build or call is still running: writing the %zu "
             "finished record(s) and stopping there\n",
             stopping.run.count);
@@ -1219,6 +1219,7 @@ static int run(const options *o)
     if (o->compare_path != NULL && o->ours_path != NULL)
         return compare_with_peer(NULL, o);
     sem_init(&stopping.wake, 0, 0); /* before the handler that posts it */
+    hd__measure_keep_stderr();       /* before the handlers that write to it */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;

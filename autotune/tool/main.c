@@ -27,7 +27,7 @@ static void on_stop_timeout(int sig)
     (void)sig;
     static const char msg[] = "dispatch-autotune: stopped in the middle of a kernel build or "
                               "call; the cases tuned so far are saved\n";
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t ignored = write(hd__measure_stderr_fd(), msg, sizeof msg - 1);
     (void)ignored;
     _exit(EXIT_INTERRUPTED);
 }
@@ -37,7 +37,7 @@ static void on_interrupt(int sig)
     static const char msg[] = "\ndispatch-autotune: interrupted: stopping after the call in "
                               "progress; the cases tuned so far are saved (again: quit at once)\n";
     hd__tool_interrupted = 1;
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t ignored = write(hd__measure_stderr_fd(), msg, sizeof msg - 1);
     (void)ignored;
     signal(sig, SIG_DFL);
     alarm(STOP_GRACE_S);
@@ -525,6 +525,7 @@ int main(int argc, char **argv)
         return show(path);
     if (o.explain != NULL)
         return explain(&o, path);
+    hd__measure_keep_stderr(); /* before the handlers that write to it */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
