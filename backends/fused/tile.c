@@ -186,9 +186,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side (64 where it is no
-         * longer), the thin side's 16 or 32 across, and the depth split 16 ways: well ahead of 128 x 64 tiles and further
-         * still of 64 x 64 (H100, fp32, 4096 x 16 x 4096 in each transpose and
-         * 16 x 4096 x 4096 TN: BENCHMARKS.md) */
+         * longer), the thin side's 16 or 32 across, and the depth split 16 ways: well ahead of
+         * 128 x 64 tiles and further still of 64 x 64 (H100, fp32, 4096 x 16 x 4096 in each
+         * transpose and 16 x 4096 x 4096 TN: BENCHMARKS.md) */
         bool thin_n = c->n <= 32;
         size_t across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
         size_t along = (thin_n ? c->m : c->n) <= 64 ? 64 : 128;
@@ -199,7 +199,8 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->bk = 16;
         /* few tiles (LoRA's x*A of a few dozen tokens: one tile): more and shorter slices,
          * down to 64 deep, for two groups per unit */
-        size_t tiles = ceil_div(thin_n ? c->m : c->n, along), sk = c->k / 256 < 16 ? c->k / 256 : 16;
+        size_t tiles = ceil_div(thin_n ? c->m : c->n, along);
+        size_t sk = c->k / 256 < 16 ? c->k / 256 : 16;
         if (tiles * sk < 2 * units) {
             sk = 2 * units / tiles;
             sk = sk < c->k / 64 ? sk : c->k / 64;
