@@ -169,14 +169,14 @@ static bool add_shapes_file(const char *path, options *o)
         fprintf(stderr, "dispatch-bench: --shapes given twice\n");
         return false;
     }
-    hd_bench_case *cases;
-    size_t count;
+    hd_bench_case_list file;
     char why[400];
-    if (!hd__bench_shapes_read(path, &cases, &count, why, sizeof why)) {
+    if (!hd__bench_shapes_read(path, &file, why, sizeof why)) {
         fprintf(stderr, "dispatch-bench: --shapes %s\n", why);
         return false;
     }
-    o->file = (hd_bench_suite){.name = "file", .description = path, .cases = cases, .count = count};
+    o->file = (hd_bench_suite){
+        .name = "file", .description = path, .cases = file.cases, .count = file.count};
     return add_suite_of(&o->file, o);
 }
 

@@ -72,31 +72,26 @@ bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_
     return true;
 }
 
-/* Appends c to cases[0..*count) unless it holds the same case already; false when out of
- * memory. */
-static bool add_unique(hd_bench_case **cases, size_t *count, size_t *capacity,
-                       const hd_bench_case *c)
+bool hd__bench_case_list_add(hd_bench_case_list *l, const hd_bench_case *c)
 {
-    for (size_t i = 0; i < *count; i++)
-        if ((*cases)[i].op == c->op && hd__op_same_shape(c->op, &(*cases)[i].shape, &c->shape))
+    for (size_t i = 0; i < l->count; i++)
+        if (l->cases[i].op == c->op && hd__op_same_shape(c->op, &l->cases[i].shape, &c->shape))
             return true;
-    if (*count == *capacity) {
-        size_t cap = *capacity ? 2 * *capacity : 32;
-        hd_bench_case *p = realloc(*cases, cap * sizeof *p);
+    if (l->count == l->capacity) {
+        size_t cap = l->capacity ? 2 * l->capacity : 32;
+        hd_bench_case *p = realloc(l->cases, cap * sizeof *p);
         if (p == NULL)
             return false;
-        *cases = p;
-        *capacity = cap;
+        l->cases = p;
+        l->capacity = cap;
     }
-    (*cases)[(*count)++] = *c;
+    l->cases[l->count++] = *c;
     return true;
 }
 
-bool hd__bench_shapes_read(const char *path, hd_bench_case **cases, size_t *count, char *why,
-                           size_t size)
+bool hd__bench_shapes_read(const char *path, hd_bench_case_list *out, char *why, size_t size)
 {
-    *cases = NULL;
-    *count = 0;
+    *out = (hd_bench_case_list){NULL, 0, 0};
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         snprintf(why, size, "%s: not a file", path);
@@ -109,7 +104,7 @@ bool hd__bench_shapes_read(const char *path, hd_bench_case **cases, size_t *coun
     }
     /* Whole lines, however long: a long comment must not become a line of its own. */
     char *line = NULL;
-    size_t line_capacity = 0, capacity = 0;
+    size_t line_capacity = 0;
     int no = 0;
     bool ok = true;
     while (ok && getline(&line, &line_capacity, f) != -1) {
@@ -122,21 +117,20 @@ bool hd__bench_shapes_read(const char *path, hd_bench_case **cases, size_t *coun
         if (!hd__bench_case_parse(line, &c, reason, sizeof reason)) {
             snprintf(why, size, "%s:%d: %s", path, no, reason);
             ok = false;
-        } else if (!add_unique(cases, count, &capacity, &c)) {
+        } else if (!hd__bench_case_list_add(out, &c)) {
             snprintf(why, size, "%s: out of memory", path);
             ok = false;
         }
     }
     free(line);
     fclose(f);
-    if (ok && *count == 0) {
+    if (ok && out->count == 0) {
         snprintf(why, size, "%s: no case", path);
         ok = false;
     }
     if (!ok) {
-        free(*cases);
-        *cases = NULL;
-        *count = 0;
+        free(out->cases);
+        *out = (hd_bench_case_list){NULL, 0, 0};
     }
     return ok;
 }

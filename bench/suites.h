@@ -65,14 +65,22 @@ double hd__bench_case_elements(const hd_bench_case *c);
 /* Whether the op is reported in GFLOP/s (GEMM, LoRA) rather than only GB/s. */
 int hd__bench_case_compute_bound(const hd_bench_case *c);
 
+/* A growing list of cases, each held once (bench/shapes_file.c): cases malloc'd, the owner
+ * frees them. hd__bench_case_list_add appends c unless the list holds the same op and shape;
+ * false when out of memory. */
+typedef struct hd_bench_case_list {
+    hd_bench_case *cases;
+    size_t count, capacity;
+} hd_bench_case_list;
+bool hd__bench_case_list_add(hd_bench_case_list *l, const hd_bench_case *c);
+
 /* Shapes files (bench/shapes_file.c), read by both tools' --shapes: one case per line, as the
  * tuning cache spells them ("gemm 1 4096 4096 [nn|nt|tn|tt]", "lora 8 4096 4096 16 [pt]",
  * "softmax 64 1024", ...), '#' to the end of a line a comment, blank lines ignored.
  * hd__bench_case_parse reads one case; false with the reason in why. hd__bench_shapes_read
- * reads a file's cases, each once, into *cases (malloc'd, the caller frees; count > 0); false
- * with the reason ("PATH:LINE: ...", "PATH: no case") in why and nothing allocated. */
+ * reads a file's cases, each once, into *out (at least one); false with the reason
+ * ("PATH:LINE: ...", "PATH: no case") in why and *out empty, nothing allocated. */
 bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_t size);
-bool hd__bench_shapes_read(const char *path, hd_bench_case **cases, size_t *count, char *why,
-                           size_t size);
+bool hd__bench_shapes_read(const char *path, hd_bench_case_list *out, char *why, size_t size);
 
 #endif

@@ -7,39 +7,19 @@
 #include "dispatch/op.h"
 #include "dispatch/tools.h"
 
-static bool add_case(tool_case_list *l, const hd_bench_case *c)
-{
-    for (size_t i = 0; i < l->count; i++) {
-        const hd_bench_case *o = &l->cases[i];
-        if (o->op == c->op && hd__op_same_shape(c->op, &o->shape, &c->shape))
-            return true;
-    }
-    if (l->count == l->capacity) {
-        size_t cap = l->capacity ? 2 * l->capacity : 32;
-        hd_bench_case *p = realloc(l->cases, cap * sizeof *p);
-        if (p == NULL)
-            return false;
-        l->cases = p;
-        l->capacity = cap;
-    }
-    l->cases[l->count++] = *c;
-    return true;
-}
-
 static int from_file(const tool_options *o, tool_case_list *l)
 {
-    hd_bench_case *cases;
-    size_t count;
+    hd_bench_case_list file;
     char why[400];
-    if (!hd__bench_shapes_read(o->shapes, &cases, &count, why, sizeof why)) {
+    if (!hd__bench_shapes_read(o->shapes, &file, why, sizeof why)) {
         fprintf(stderr, "dispatch-autotune: --shapes %s\n", why);
         return EXIT_USAGE;
     }
     int rc = EXIT_TUNED;
-    for (size_t i = 0; i < count && rc == EXIT_TUNED; i++)
-        if (o->op_wanted[cases[i].op] && !add_case(l, &cases[i]))
+    for (size_t i = 0; i < file.count && rc == EXIT_TUNED; i++)
+        if (o->op_wanted[file.cases[i].op] && !hd__bench_case_list_add(l, &file.cases[i]))
             rc = EXIT_USAGE;
-    free(cases);
+    free(file.cases);
     if (rc == EXIT_TUNED && l->count == 0) {
         fprintf(stderr, "dispatch-autotune: --shapes %s: no case (of the operations asked for)\n",
                 o->shapes);
@@ -53,7 +33,7 @@ static int from_file(const tool_options *o, tool_case_list *l)
 static int add_suite(const tool_options *o, const hd_bench_suite *s, tool_case_list *l)
 {
     for (size_t i = 0; i < s->count; i++)
-        if (o->op_wanted[s->cases[i].op] && !add_case(l, &s->cases[i]))
+        if (o->op_wanted[s->cases[i].op] && !hd__bench_case_list_add(l, &s->cases[i]))
             return EXIT_USAGE;
     return EXIT_TUNED;
 }

@@ -51,10 +51,7 @@ typedef struct tool_options {
     const char *device;
 } tool_options;
 
-typedef struct tool_case_list {
-    hd_bench_case *cases;
-    size_t count, capacity;
-} tool_case_list;
+typedef hd_bench_case_list tool_case_list;
 
 extern volatile sig_atomic_t hd__tool_interrupted;
 
