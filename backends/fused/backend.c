@@ -195,14 +195,14 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         "TN=8 KS=32 UNROLL=4 KG=16",
         "TN=32 KS=8 UNROLL=4 KG=32",
     };
-    /* several rows: the two default strips (32 vectors by 8 k-slices, 4 loads per round; 64
-     * by 4, 8 loads), each split a few ways over k, come first (H100: faster at 4 to 16 x
-     * 4096² than with 32 k-groups, BENCHMARKS.md), then other strips; LoRA takes its x*A in
-     * the same launch, over each group's k-range, or in its own */
     /* several tokens of LoRA, whose x*A rides along the pass in strips as wide as the rank:
      * the widest strips first (H100: the fastest on the larger weights, BENCHMARKS.md) */
     static const char *const several_tokens_lora[] = {"TN=128 KS=2 UNROLL=8", "TN=64 KS=4 UNROLL=8",
                                                       "TN=64 KS=4 UNROLL=16"};
+    /* several rows: the two default strips (32 vectors by 8 k-slices, 4 loads per round; 64
+     * by 4, 8 loads), each split a few ways over k, come first (H100: faster at 4 to 16 x
+     * 4096² than with 32 k-groups, BENCHMARKS.md), then other strips; LoRA takes its x*A in
+     * the same launch, over each group's k-range, or in its own */
     static const char *const several_rows[] = {
         "TN=32 KS=8 UNROLL=4 KG=8",         "TN=64 KS=4 UNROLL=8 KG=8",
         "TN=32 KS=8 UNROLL=4 KG=4",         "TN=64 KS=4 UNROLL=8 KG=4",
