@@ -259,6 +259,47 @@ static const hd_tune_record *nearest_in_layout(const hd_context *ctx, hd_op op,
     return best;
 }
 
+/* Whether r holds a time of backend b, in the precision the context computes op in. */
+static bool timed(const hd_context *ctx, const hd_tune_record *r, hd_op op, hd_backend b)
+{
+    return r->op == op && !r->disabled && (r->backend == b || r->runner_up == b) &&
+           r->precision == hd__tune_precision_of(op, ctx->gemm_precision);
+}
+
+static bool same_layout(hd_op op, const hd_tune_record *r, const hd_shape *shape)
+{
+    return r->shape.lora_layout == shape->lora_layout &&
+           (!hd__tune_has_transposes(op) ||
+            (r->shape.trans_a == shape->trans_a && r->shape.trans_b == shape->trans_b));
+}
+
+const hd_tune_record *hd__tune_nearest_timing(const hd_context *ctx, hd_op op,
+                                              const hd_shape *shape, hd_backend b)
+{
+    if (ctx->tune == NULL)
+        return NULL;
+    const hd_tune_file *f = &ctx->tune->file;
+    const hd_tune_record *best = NULL;
+    double best_d = INFINITY;
+    bool best_same = false;
+    int dims = hd__tune_dim_count(op);
+    for (size_t i = 0; i < f->count; i++) {
+        const hd_tune_record *r = &f->records[i];
+        if (!timed(ctx, r, op, b))
+            continue;
+        bool same = same_layout(op, r, shape);
+        double sum = 0.0;
+        for (int d = 0; d < dims; d++)
+            sum += log_gap(r->shape.dim[d], shape->dim[d]);
+        if ((same && !best_same) || (same == best_same && sum < best_d)) {
+            best = r;
+            best_d = sum;
+            best_same = same;
+        }
+    }
+    return best;
+}
+
 /* Records of the shape's own LoRA layout first; a cache without any near one in that layout
  * gives the nearest of the default layout (the backends that cannot read the shape's layout
  * then fall out at the choice). */

@@ -36,6 +36,10 @@
  * practice. */
 #define DEFAULT_HOST_GBPS 10.0
 
+/* A download's round trip where the calibration lacks one (its launch time: a command
+ * enqueued and waited for). */
+#define DEFAULT_ROUND_TRIP_US 10.0
+
 /* Whether backend b (not a plan) offers op's part and takes the shape by its own limits. */
 static bool impl_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                        hd_part part)
@@ -160,20 +164,28 @@ bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t)
 
 /* Microseconds to make the call's inputs valid where backend b runs. A tensor whose staying
  * has already cost as much as its copy moves for free: the break-even rule, which keeps any
- * sequence of calls within twice the cost of the better of always copying and never copying. */
+ * sequence of calls within twice the cost of the better of always copying and never copying.
+ * A copy to the host also waits for it: the host needs the data before it can start, so each
+ * such download costs a round trip through the queue besides its bytes (uploads are queued
+ * ahead of the kernel that reads them). */
 static double migrate_us(const hd_context *ctx, hd_backend b, const hd_call_tensors *io)
 {
     if (io == NULL)
         return 0.0;
     hd_place place = hd__backend_place(ctx, b);
     double bytes = 0.0;
-    for (int i = 0; i < io->input_count; i++)
-        if (!hd__tensor_move_paid(ctx, io->inputs[i]))
-            bytes += (double)hd__tensor_migration_bytes(io->inputs[i], place);
-    for (int i = 0; io->output_read && i < io->output_count; i++)
-        if (!hd__tensor_move_paid(ctx, io->outputs[i]))
-            bytes += (double)hd__tensor_migration_bytes(io->outputs[i], place);
-    return copy_us(ctx, bytes);
+    int copies = 0;
+    for (int i = 0; i < io->input_count + (io->output_read ? io->output_count : 0); i++) {
+        const hd_tensor *t =
+            i < io->input_count ? io->inputs[i] : io->outputs[i - io->input_count];
+        size_t moved = hd__tensor_move_paid(ctx, t) ? 0 : hd__tensor_migration_bytes(t, place);
+        bytes += (double)moved;
+        copies += moved > 0;
+    }
+    const hd_tune_calibration *cal = hd__tune_calibration(ctx);
+    double round_trip =
+        cal != NULL && cal->launch_us > 0.0 ? cal->launch_us : DEFAULT_ROUND_TRIP_US;
+    return copy_us(ctx, bytes) + (place == HD_PLACE_HOST ? copies * round_trip : 0.0);
 }
 
 /* The runner-up's time by the record: the winner's and its margin. A negative margin is the
@@ -185,15 +197,42 @@ static double runner_up_us(const hd_tune_record *r)
     return r->median_us * (1.0 + (r->margin_pct > 0.0 ? r->margin_pct : 0.0) / 100.0);
 }
 
+/* A measured time over an estimate counts within these bounds: past them the record says
+ * more about its own shape than about the backend. */
+#define MODEL_SCALE_MIN 0.05
+#define MODEL_SCALE_MAX 20.0
+
+/* Backend b's estimate for the call with its inputs in place, scaled by how its estimate
+ * compared with its measured time on the nearest tuned shape of the op that timed it (as the
+ * record's winner or runner-up): the backends' estimates are rough models of a device, the
+ * records measurements on this one (a kernel faster or slower than the calibrated GEMM rate,
+ * a library's host time per call). Unscaled where no record timed b; -1 where b has no
+ * estimate. */
+static double model_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                       const hd_tune_calibration *cal)
+{
+    double us = hd__backend_estimate_us(ctx, b, op, shape, cal);
+    const hd_tune_record *r = us > 0.0 ? hd__tune_nearest_timing(ctx, op, shape, b) : NULL;
+    if (r == NULL)
+        return us;
+    double there = hd__backend_estimate_us(ctx, b, op, &r->shape, cal);
+    double measured = r->backend == b ? r->median_us : runner_up_us(r);
+    if (there <= 0.0 || measured <= 0.0)
+        return us;
+    double scale = measured / there;
+    scale = scale < MODEL_SCALE_MIN ? MODEL_SCALE_MIN : scale;
+    return us * (scale > MODEL_SCALE_MAX ? MODEL_SCALE_MAX : scale);
+}
+
 /* Each backend's time for the call with its inputs in place: the tuned record's times where
- * it names the backend (winner and runner-up), else the backend's estimate from the
- * calibration (or its defaults). */
+ * it names the backend (winner and runner-up), else the backend's estimate scaled by the
+ * records (model_us). */
 static void resident_times(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
         plan->resident_us[b] = hd__backend_takes(ctx, (hd_backend)b, op, shape)
-                                   ? hd__backend_estimate_us(ctx, (hd_backend)b, op, shape, cal)
+                                   ? model_us(ctx, (hd_backend)b, op, shape, cal)
                                    : -1.0;
     const hd_tune_record *r = plan->record;
     if (r != NULL && plan->resident_us[r->backend] >= 0.0)
@@ -266,7 +305,7 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
     return true;
 }
 
-/* Rule 4: every candidate by its estimated time plus migration, best first. */
+/* Rule 4: every candidate by its estimated time (model_us) plus migration, best first. */
 static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
@@ -275,7 +314,7 @@ static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, cons
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
         if (!hd__backend_takes(ctx, (hd_backend)b, op, shape))
             continue;
-        double us = hd__backend_estimate_us(ctx, (hd_backend)b, op, shape, cal);
+        double us = model_us(ctx, (hd_backend)b, op, shape, cal);
         if (us >= 0.0)
             plan->model_us[b] = us + plan->migrate_us[b];
     }

@@ -41,6 +41,13 @@ void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape);
 const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
                                        double *distance);
 
+/* The tuned record of op that timed backend b (its winner or runner-up) closest to shape in
+ * log space, at any distance: records of the shape's own transposes and LoRA layout first,
+ * else of any. NULL if no record of op timed b. For the cost model, which scales b's estimate
+ * by how it compared with the time measured there. */
+const hd_tune_record *hd__tune_nearest_timing(const hd_context *ctx, hd_op op,
+                                              const hd_shape *shape, hd_backend b);
+
 /* A device-level param of backend b (e.g. CLBlast "base"), or NULL. Backends read theirs
  * when they first need it: the table opens after the backends are probed. */
 const char *hd__tune_param(const hd_context *ctx, hd_backend b, const char *name);

@@ -194,6 +194,67 @@ static void test_select_cost_model_beats_default_order(void **state)
     hd__tune_file_free(&f);
 }
 
+/* Rule 4 scales each backend's estimate by the record of the op that timed it nearest the
+ * shape: far from any record (a factor of 4 in each dimension), the fast-GPU model above puts
+ * CLBlast first for a 2048^3 GEMM, but a record at 8192^3 measured the fused kernel at less
+ * than half its estimate and CLBlast above its own. A closer record of other transposes does
+ * not count where one of the shape's own exists. */
+static void test_select_cost_model_scaled_by_the_records(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    f.cal = (hd_tune_calibration){.launch_us = 5,
+                                  .copy_gbps = 2000,
+                                  .host_gbps = 25,
+                                  .gemm_gflops = 50000,
+                                  .cpu_gflops = 100,
+                                  .cpu_gbps = 20};
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    hd_plan raw = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
+    assert_int_equal(raw.rule, HD_SELECT_COST);
+    assert_int_equal(raw.order[0], HD_BACKEND_CLBLAST);
+    hd_context_destroy(ctx);
+
+    hd_tune_record far =
+        fake_record(HD_OP_GEMM, 8192, 8192, 8192, 0, HD_BACKEND_FUSED, 20000, HD_BACKEND_CLBLAST,
+                    25);
+    hd_tune_record other = fake_record(HD_OP_GEMM, 1024, 1024, 1024, 0, HD_BACKEND_CLBLAST, 50,
+                                       HD_BACKEND_FUSED, 300);
+    other.shape.trans_b = true;
+    assert_int_equal(hd__tune_put(&f, &far), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &other), HD_OK);
+    ctx = fake_context(false, &f, cache_path);
+    hd_plan p = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_COST);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    /* each estimate times measured / estimated at 8192^3 */
+    hd_shape at = far.shape, here = {.dim = {2048, 2048, 2048}};
+    double fused_scale = 20000.0 / fake_fused_estimate(NULL, HD_OP_GEMM, &at, HD_PART_WHOLE,
+                                                       &f.cal),
+           clblast_scale = 25000.0 / fake_clblast_estimate(NULL, HD_OP_GEMM, &at, HD_PART_WHOLE,
+                                                           &f.cal);
+    assert_true(fabs(p.model_us[HD_BACKEND_FUSED] -
+                     fused_scale * fake_fused_estimate(NULL, HD_OP_GEMM, &here, HD_PART_WHOLE,
+                                                       &f.cal)) < 1e-6 * p.model_us[HD_BACKEND_FUSED]);
+    assert_true(fabs(p.model_us[HD_BACKEND_CLBLAST] -
+                     clblast_scale * fake_clblast_estimate(NULL, HD_OP_GEMM, &here,
+                                                           HD_PART_WHOLE, &f.cal)) <
+                1e-6 * p.model_us[HD_BACKEND_CLBLAST]);
+    /* with B transposed the nearest record is its own (1024^3, CLBlast far ahead) */
+    p = plan_of(ctx, HD_OP_GEMM, 4096, 4096, 4096, 0, NULL);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    hd_shape nt = {.dim = {4096, 4096, 4096}, .trans_b = true};
+    hd__select(ctx, HD_OP_GEMM, &nt, NULL, &p);
+    assert_int_equal(p.rule, HD_SELECT_COST);
+    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST);
+    /* the CPU, which no record timed, keeps its own estimate */
+    assert_true(fabs(p.model_us[HD_BACKEND_CPU] -
+                     fake_cpu_estimate(NULL, HD_OP_GEMM, &nt, HD_PART_WHOLE, &f.cal)) < 1e-6);
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
 static void test_select_default_order_without_a_cache(void **state)
 {
     (void)state;
@@ -254,6 +315,37 @@ static void test_select_migration_cost_changes_the_choice(void **state)
     p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
     assert_true(p.migrate_us[HD_BACKEND_CPU] > 500.0);
+    fake_fused.place = HD_PLACE_HOST;
+    hd_context_destroy(ctx);
+    hd__tune_file_free(&f);
+}
+
+/* A backend on the host reading an input held on the device alone waits for its download: a
+ * round trip through the queue (the calibrated launch time) besides the bytes, for each such
+ * input. Uploads are queued ahead of the kernel and cost their bytes. */
+static void test_select_download_costs_a_round_trip(void **state)
+{
+    (void)state;
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    f.cal = (hd_tune_calibration){.launch_us = 40, .copy_gbps = 2000, .host_gbps = 10,
+                                  .gemm_gflops = 50000, .cpu_gflops = 100, .cpu_gbps = 20};
+    hd_context *ctx = fake_context(false, &f, cache_path);
+    fake_fused.place = HD_PLACE_DEVICE;
+    hd_tensor_state xs = {.device_valid = true}, gs = {.device_valid = true},
+                    bs = {.host_valid = true}, ys = {0};
+    hd_tensor x = {.ctx = ctx, .rows = 1, .cols = 4096, .state = &xs};
+    hd_tensor g = {.ctx = ctx, .rows = 1, .cols = 4096, .state = &gs};
+    hd_tensor b = {.ctx = ctx, .rows = 1, .cols = 4096, .state = &bs};
+    hd_tensor y = {.ctx = ctx, .rows = 1, .cols = 4096, .state = &ys};
+    hd_call_tensors io = {.inputs = {&x, &g, &b}, .input_count = 3, .outputs = {&y},
+                          .output_count = 1};
+    hd_plan p = plan_of(ctx, HD_OP_LAYER_NORM, 1, 4096, 0, 0, &io);
+    double bytes_us = 2 * 4096 * 4 / (10 * 1e3); /* x and gamma down, at 10 GB/s */
+    assert_true(fabs(p.migrate_us[HD_BACKEND_CPU] - (bytes_us + 2 * 40.0)) < 1e-6);
+    /* beta goes up: its bytes alone */
+    assert_true(fabs(p.migrate_us[HD_BACKEND_FUSED] - 4096 * 4 / (10 * 1e3)) < 1e-6);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
     fake_fused.place = HD_PLACE_HOST;
     hd_context_destroy(ctx);
     hd__tune_file_free(&f);
@@ -426,6 +518,8 @@ int main(void)
         cmocka_unit_test(test_select_cost_model_beats_default_order),
         cmocka_unit_test(test_select_default_order_without_a_cache),
         cmocka_unit_test(test_select_migration_cost_changes_the_choice),
+        cmocka_unit_test(test_select_cost_model_scaled_by_the_records),
+        cmocka_unit_test(test_select_download_costs_a_round_trip),
         cmocka_unit_test(test_select_public_call_runs_the_tuned_backend),
         cmocka_unit_test(test_select_explain_names_rule_candidates_and_record),
     };
