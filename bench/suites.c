@@ -35,6 +35,14 @@
             .dim = {(t), (in), (out), (r)}, .lora_layout = HD_LORA_LAYOUT_PYTORCH                  \
         }                                                                                          \
     }
+/* A batch of GEMMs: m x n x k, batch of them (attention's per-head products). */
+#define BATCHED(m, n, k, batch)                                                                    \
+    {                                                                                              \
+        HD_OP_GEMM_BATCHED,                                                                        \
+        {                                                                                          \
+            .dim = {(m), (n), (k), (batch) }                                                       \
+        }                                                                                          \
+    }
 #define ROWS(op, r, c)                                                                             \
     {                                                                                              \
         op,                                                                                        \
@@ -97,6 +105,7 @@ static const hd_bench_case gemm_cases[] = {
     GEMM(64, 64, 64),       GEMM(128, 128, 128),    GEMM(256, 256, 256),    GEMM(512, 512, 512),
     GEMM(1024, 1024, 1024), GEMM(2048, 2048, 2048), GEMM(4096, 4096, 4096), GEMM(8192, 8192, 8192),
     GEMM(1, 4096, 4096),    GEMM(16, 4096, 4096),   GEMM(8192, 4096, 4096),
+    BATCHED(256, 256, 64, 16), BATCHED(512, 64, 512, 12),
 };
 
 /* The space as LoRA fine-tuning meets it, beyond the named suites: token counts 1 to 8192;
@@ -172,7 +181,10 @@ static const hd_bench_suite suites[] = {
      COUNT(seed_cases)},
     {"train", "fine-tuning sizes: 4096 tokens, long and many rows", train_cases,
      COUNT(train_cases)},
-    {"gemm", "square 64..8192 and 1/16/8192 tokens over a 4096x4096 weight", gemm_cases,
+    {"gemm",
+     "square 64..8192, 1/16/8192 tokens over a 4096x4096 weight, batches of attention-sized "
+     "products",
+     gemm_cases,
      COUNT(gemm_cases)},
     {"shapes",
      "GEMM and LoRA as fine-tuning meets them: 1-8192 tokens, widths 512-16384 with "

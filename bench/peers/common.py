@@ -73,7 +73,7 @@ def load_cases(args):
 def input_sets(case):
     """3 sets when all inputs of 3 sets stay under 64 MiB, else 1 (as bench/case.c)."""
     d = case["dims"]
-    out = {"gemm": d[0] * d[1], "lora": d[0] * d[2],
+    out = {"gemm": d[0] * d[1], "gemm_batched": d[0] * d[1] * d[3], "lora": d[0] * d[2],
            "lora_backward": d[0] * d[1] + d[1] * d[3] + d[3] * d[2],
            "layer_norm_backward": d[0] * d[1] + 2 * d[1],
            "rms_norm_backward": d[0] * d[1] + d[1]}.get(case["op"], d[0] * d[1])
@@ -120,8 +120,9 @@ def over_budget(args, run_one, sync, modes, remaining=1):
 def make_inputs(case, sets, uniform, transpose):
     """`sets` tuples of the case's inputs, in dispatch-bench's order and value ranges.
 
-    uniform(shape, lo, hi) draws a float32 array of the peer's kind; transpose(a) is a
-    transposed view, so that a transposed GEMM operand is stored as dispatch-bench stores it.
+    uniform(shape, lo, hi) draws a float32 array of the peer's kind; transpose(a) is a view
+    with the last two axes swapped, so that a transposed GEMM operand is stored as
+    dispatch-bench stores it.
     """
     d = case["dims"]
     op = case["op"]
@@ -131,6 +132,13 @@ def make_inputs(case, sets, uniform, transpose):
             m, n, k = d[0], d[1], d[2]
             a = transpose(uniform((k, m), -1, 1)) if case["trans_a"] else uniform((m, k), -1, 1)
             b = transpose(uniform((n, k), -1, 1)) if case["trans_b"] else uniform((k, n), -1, 1)
+            inputs.append((a, b))
+        elif op == "gemm_batched":
+            m, n, k, batch = d
+            a = transpose(uniform((batch, k, m), -1, 1)) if case["trans_a"] \
+                else uniform((batch, m, k), -1, 1)
+            b = transpose(uniform((batch, n, k), -1, 1)) if case["trans_b"] \
+                else uniform((batch, k, n), -1, 1)
             inputs.append((a, b))
         elif op == "lora":
             # A weight in a transposed layout (7: PyTorch's W out x in, A r x in, B out x r) is
@@ -209,7 +217,7 @@ def measure(run_one, sync, sets, mode, args, device_sample=None):
 
 def add_rates(case, stats):
     t = stats["median_s"]
-    matmul = case["op"] in ("gemm", "lora", "lora_backward")
+    matmul = case["op"] in ("gemm", "gemm_batched", "lora", "lora_backward")
     stats["gflops"] = case["flops"] / t * 1e-9 if matmul and t > 0 else None
     stats["gbs"] = case["bytes"] / t * 1e-9 if t > 0 else None
     stats["roofline_pct"] = None

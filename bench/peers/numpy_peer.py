@@ -29,14 +29,14 @@ def make_case(case, rng, sets):
     def u(shape, lo, hi):
         return rng.uniform(lo, hi, size=shape).astype(np.float32)
 
-    inputs = common.make_inputs(case, sets, u, lambda a: a.T)
+    inputs = common.make_inputs(case, sets, u, lambda a: np.swapaxes(a, -2, -1))
     rows, cols = (d[0], d[2]) if op == "lora" else (d[0], d[1])
-    out = np.empty((rows, cols), dtype=np.float32)
+    out = np.empty((d[3], rows, cols) if op == "gemm_batched" else (rows, cols), dtype=np.float32)
     eps, scale = np.float32(1e-5), np.float32(0.5)
 
     def run(s):
         x = inputs[s]
-        if op == "gemm":
+        if op in ("gemm", "gemm_batched"):
             np.matmul(x[0], x[1], out=out)
         elif op == "lora":
             np.matmul(x[0], x[1], out=out)

@@ -66,7 +66,7 @@ def make_case(case, gen, dev, sets):
         t = torch.rand(shape, generator=gen, dtype=torch.float32)
         return (t * (hi - lo) + lo).to(dev)
 
-    inputs = common.make_inputs(case, sets, u, lambda a: a.t())
+    inputs = common.make_inputs(case, sets, u, lambda a: a.transpose(-2, -1))
     eps, scale = 1e-5, 0.5
     holder = {}
     if op.endswith("_backward"):
@@ -80,7 +80,7 @@ def make_case(case, gen, dev, sets):
 
     def run(s):
         x = inputs[s]
-        if op == "gemm":
+        if op in ("gemm", "gemm_batched"):
             y = torch.matmul(x[0], x[1])
         elif op == "lora":
             y = torch.matmul(x[0], x[1]) + scale * torch.matmul(torch.matmul(x[0], x[2]), x[3])
