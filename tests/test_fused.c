@@ -1181,33 +1181,16 @@ static void lora_data_free(lora_data *d)
     free(d->bound);
 }
 
-/* rows x cols row-major src, transposed into a new buffer */
-static float *transposed(const float *src, size_t rows, size_t cols)
-{
-    float *t = hd_test_floats(rows * cols);
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++)
-            t[j * rows + i] = src[i * cols + j];
-    return t;
-}
-
-/* LoRA on the fused backend against the reference, W, A and B stored transposed where pt
- * (PyTorch's layout; a variant is then needed: the public call takes the layout elsewhere). */
-static void check_lora_in(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
-                          bool pt, const char *variant, uint64_t salt)
+static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
+                       const char *variant, uint64_t salt)
 {
     lora_data d = lora_data_make(tokens, in, out, rank, salt);
-    float *ws = pt ? transposed(d.w, in, out) : d.w, *as = pt ? transposed(d.a, in, rank) : d.a;
-    float *bs = pt ? transposed(d.b, rank, out) : d.b;
-    hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x);
-    hd_tensor *w = pt ? hd_test_tensor(ctx, out, in, ws) : hd_test_tensor(ctx, in, out, ws);
-    hd_tensor *a = pt ? hd_test_tensor(ctx, rank, in, as) : hd_test_tensor(ctx, in, rank, as);
-    hd_tensor *b = pt ? hd_test_tensor(ctx, out, rank, bs) : hd_test_tensor(ctx, rank, out, bs);
+    hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x), *w = hd_test_tensor(ctx, in, out, d.w);
+    hd_tensor *a = hd_test_tensor(ctx, in, rank, d.a), *b = hd_test_tensor(ctx, rank, out, d.b);
     hd_tensor *y = hd_test_tensor(ctx, tokens, out, NULL);
-    char what[160];
-    snprintf(what, sizeof what, "lora T=%zu %zux%zu r=%zu%s [%s]", tokens, in, out, rank,
-             pt ? " pt" : "", variant ? variant : "default");
-    assert_true(variant != NULL || !pt);
+    char what[128];
+    snprintf(what, sizeof what, "lora T=%zu %zux%zu r=%zu [%s]", tokens, in, out, rank,
+             variant ? variant : "default");
     if (variant == NULL) {
         expect_fused(ctx, hd_lora_forward(ctx, x, w, a, b, d.scale, y), what);
     } else {
@@ -1220,7 +1203,6 @@ static void check_lora_in(hd_context *ctx, size_t tokens, size_t in, size_t out,
         assert_int_equal(hd__tensor_reserve(y, HD_PLACE_DEVICE), HD_OK);
         hd_lora_args args = {.x = x, .w = w, .a = a, .b = b, .scale = d.scale, .y = y,
                              .tokens = tokens, .in = in, .out = out, .rank = rank,
-                             .trans_w = pt, .trans_a = pt, .trans_b = pt,
                              .variant = variant, .precision = hd_context_gemm_precision(ctx)};
         hd_status s = impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = args});
         if (beyond_device_limit(ctx, s, what))
@@ -1240,18 +1222,7 @@ static void check_lora_in(hd_context *ctx, size_t tokens, size_t in, size_t out,
     hd_tensor_destroy(a);
     hd_tensor_destroy(b);
     hd_tensor_destroy(y);
-    if (pt) {
-        free(ws);
-        free(as);
-        free(bs);
-    }
     lora_data_free(&d);
-}
-
-static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
-                       const char *variant, uint64_t salt)
-{
-    check_lora_in(ctx, tokens, in, out, rank, false, variant, salt);
 }
 
 /* Many tokens, and ranks past the strip kernels' 64, on the tiled engine (x * W with the
@@ -1277,34 +1248,6 @@ static void test_lora_tiles_match_reference(void **state)
         check_lora(ctx, i % 2 ? 3 : 37 + i, 96, 80 + 4 * i, i % 3 ? 8 : 3, list[i], 3150 + i);
 }
 
-/* LoRA with x * A summed by the tiles under split-K (gemm.cl's LORA_XA) and (s * x * A) * B
- * applied by the reduction: both layouts; ranks 1, odd, a multiple of 4 and 64; slices of
- * uneven depth, more slices than stages (empty shares), tile columns fewer than the x * A
- * groups would take, several tile rows, one token, depths not a multiple of 4; and the
- * parameters the defaults give several tokens on a deep product (test_gemm_tile_defaults'
- * 132-unit device would split; here whatever the device's defaults are). */
-static void test_lora_xa_in_tiles_matches_reference(void **state)
-{
-    hd_context *ctx = *state;
-    static const struct {
-        size_t tokens, in, out, rank;
-        const char *variant;
-    } cases[] = {
-        {37, 1031, 260, 13, "BM=64 BN=64 SK=4"},
-        {64, 1024, 512, 16, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4"},
-        {17, 301, 67, 1, "BM=32 BN=64 BK=16 RM=4 RN=4 SK=3"},
-        {1, 203, 40, 64, "BM=16 BN=16 BK=4 RM=4 RN=4 SK=64"}, /* more slices than stages */
-        {130, 517, 1100, 8, "BM=64 BN=64 SK=2"},                /* three tile rows */
-        {23, 2053, 1031, 3, "BM=32 BN=32 BK=8 RM=4 RN=4 SK=8"}, /* 33 tile columns */
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int pt = 0; pt < 2; pt++)
-            check_lora_in(ctx, cases[i].tokens, cases[i].in, cases[i].out, cases[i].rank, pt,
-                          cases[i].variant, 3600 + 2 * i + (size_t)pt);
-    /* ranks past 64 keep the two products, also with a split */
-    check_lora(ctx, 40, 600, 96, 65, "BM=64 BN=64 SK=4", 3620);
-}
-
 /* LoRA in tf32 on the warpgroup kernel with A in registers (emulated where no Hopper is): the
  * low-rank product (scale * x * A) * B runs through the same ring of A's stages as x * W, its
  * own depth of rank stages after x * W's; uneven tiles, ranks that end mid-stage. */
@@ -1318,11 +1261,6 @@ static void test_lora_tf32_a_in_registers_matches_reference(void **state)
     check_lora(ctx, 130, 96, 300, 8, "BM=128 BN=256 BK=16 WN=256 ASYNC=3 AREG=1 WGMMA=1", 3200);
     check_lora(ctx, 70, 45, 131, 5, "BM=64 BN=64 BK=16 WN=64 ASYNC=3 AREG=1 WGMMA=1", 3201);
     check_lora(ctx, 129, 64, 520, 19, NULL, 3202); /* the defaults: wide tiles, AREG */
-    /* x * A summed by the tiles under split-K (LORA_XA), on both tensor-core kernels */
-    check_lora_in(ctx, 40, 260, 128, 8, true, "BM=64 BN=64 BK=16 WN=64 ASYNC=4 WGMMA=1 SK=3",
-                  3203);
-    ctx->gemm_precision = HD_PRECISION_FP32X3;
-    check_lora_in(ctx, 33, 203, 72, 5, false, "BM=64 BN=64 BK=16 WM=32 WN=32 SK=3", 3204);
     ctx->gemm_precision = saved;
     assert_false(f->wgmma_broken);
     tensor_cores_end(f, emulate);
@@ -1705,7 +1643,6 @@ int main(void)
         cmocka_unit_test(test_gemm_tile_defaults),
         cmocka_unit_test(test_lora_few_tokens_matches_reference),
         cmocka_unit_test(test_lora_tiles_match_reference),
-        cmocka_unit_test(test_lora_xa_in_tiles_matches_reference),
         cmocka_unit_test(test_lora_tf32_a_in_registers_matches_reference),
         cmocka_unit_test(test_lora_every_variant),
         cmocka_unit_test(test_lora_split_matches_reference),

@@ -246,13 +246,6 @@ typedef struct hd_fused_tile_call {
     size_t stride_a, stride_b, stride_c;
     hd_fused_operand a2, b2;
     size_t k2;
-    /* LoRA's term with x * A summed by the tiles themselves (lowrank.mem != NULL; A = x, k2
-     * = 0): lowrank is LoRA's A (k x rank, or rank x k where trans), and split-K's reduction
-     * adds (scale * x * A) * op(B2), B2 rank x n with b's transpose. Only where the
-     * parameters cut k into slices and rank <= 64: hd__fused_tile_resolve() refuses the rest. */
-    hd_fused_operand lowrank;
-    size_t rank;
-    float scale;
     hd_precision precision;
     const char *variant;
 } hd_fused_tile_call;

@@ -118,41 +118,14 @@ static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, cl_m
     return HD_OK;
 }
 
-/* Many tokens on the tiled GEMM engine. Where its parameters cut the depth into slices, one
- * product: the tiles of y = x * W also sum x * A over shares of their depths, and split-K's
- * reduction adds the slices and (scale * x * A) * B (gemm.cl's LORA_XA), so that x * A takes
- * no launches of its own. Elsewhere u = scale * x * A in one launch, then y = x * W + u * B in
- * one more, the low-rank product summed in the same tiles as x * W (k extended by the rank),
- * so y is written once. Transposed weights are read in place. */
+/* Many tokens on the tiled GEMM engine: u = scale * x * A in one launch, then
+ * y = x * W + u * B in one more, the low-rank product summed in the same tiles as x * W
+ * (k extended by the rank), so y is written once. Transposed weights are read in place. */
 static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
 {
     size_t tokens = l->tokens, in = l->in, out = l->out, rank = l->rank;
     cl_mem x = hd__fused_mem(l->x), u = NULL;
     hd_status s;
-    hd_fused_tile_call one = {.m = tokens,
-                              .n = out,
-                              .k = in,
-                              .batch = 1,
-                              .alpha = 1.0f,
-                              .beta = 0.0f,
-                              .a = {x, in, false},
-                              .b = {hd__fused_mem(l->w), l->trans_w ? in : out, l->trans_w},
-                              .c = hd__fused_mem(l->y),
-                              .ldc = out,
-                              .b2 = {rank > 0 ? hd__fused_mem(l->b) : NULL,
-                                     l->trans_b ? rank : out, l->trans_b},
-                              .lowrank = {rank > 0 ? hd__fused_mem(l->a) : NULL,
-                                          l->trans_a ? in : rank, l->trans_a},
-                              .rank = rank,
-                              .scale = l->scale,
-                              .precision = l->precision,
-                              .variant = l->variant};
-    hd_fused_params p;
-    if (rank > 0 && rank <= HD_FUSED_MAX_RANK && tokens > 0 && out > 0 && in > 0) {
-        if (hd__fused_tile_resolve(f, ctx, &one, &p) == HD_OK)
-            return hd__fused_tile_gemm(f, ctx, &one);
-        hd__error_clear(ctx); /* no split here, or a variant that refuses: the two products */
-    }
     if (rank > 0) {
         if ((s = lora_u_buffer(f, ctx, tokens * rank, &u)) != HD_OK)
             return s;

@@ -21,8 +21,6 @@
 
 /* Split-K scratch beyond this is not worth it: such products have tiles enough. */
 #define SPLITK_PART_MAX_BYTES ((size_t)256 << 20)
-/* Partials of LoRA's x * A at most (gemm.cl's XA_PARTS_MAX). */
-#define XA_PARTS_MAX 64
 
 bool hd__fused_is_tile_variant(const char *variant)
 {
@@ -343,19 +341,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     /* slices of whole stages: the slices actually cut, which can be fewer than SK */
     size_t kchunk = ceil_div(ceil_div(c->k, (size_t)p->sk), (size_t)p->bk) * (size_t)p->bk;
     p->sk = (int)ceil_div(c->k, kchunk);
-    if (c->lowrank.mem != NULL &&
-        (p->sk < 2 || c->a.trans || c->k2 != 0 || c->rank == 0 || c->rank > 64))
-        return unsupported(ctx, "LoRA's x * A is summed in the tiles only under split-K", p);
     return HD_OK;
-}
-
-/* Partials of LoRA's x * A that the tiles write (gemm.cl's xa_groups, times the slices). */
-static size_t xa_parts(const hd_fused_tile_call *c, const hd_fused_params *p)
-{
-    size_t slices = (size_t)p->sk, tiles_n = ceil_div(c->n, (size_t)p->bn);
-    size_t groups = XA_PARTS_MAX / slices;
-    groups = groups < 1 ? 1 : groups > tiles_n ? tiles_n : groups;
-    return slices * groups;
 }
 
 hd_status hd__fused_tile_resolve(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
@@ -442,9 +428,6 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     else
         len += snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s",
                         p->rm, p->rn, async, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
-    if (c->lowrank.mem != NULL && len >= 0 && (size_t)len < sizeof options)
-        len += snprintf(options + len, sizeof options - (size_t)len, " -DLORA_XA=1 -DXA_TRANS=%d",
-                        (int)c->lowrank.trans);
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0 && len >= 0 && (size_t)len < sizeof options)
         len += snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d",
@@ -495,12 +478,6 @@ static bool fits_int(size_t v)
     return v <= (size_t)INT_MAX;
 }
 
-/* Split-K's reduction: the plain one, or LoRA's, which also applies (scale * x * A) * B. */
-static const char *reduce_name(const hd_fused_tile_call *c)
-{
-    return c->lowrank.mem != NULL ? "lora_splitk_reduce" : "gemm_splitk_reduce";
-}
-
 /* Everything of a tiled product that can refuse it, queueing nothing: the 32-bit ranges, the
  * parameters, the kernels' builds and the split-K scratch. */
 static hd_status tile_setup(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
@@ -508,7 +485,7 @@ static hd_status tile_setup(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
 {
     if (!fits_int(c->m) || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->a.ld) ||
         !fits_int(c->b.ld) || !fits_int(c->ldc) || !fits_int(c->k2) || !fits_int(c->a2.ld) ||
-        !fits_int(c->b2.ld) || !fits_int(c->lowrank.ld))
+        !fits_int(c->b2.ld))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: the tiled GEMM indexes rows and columns with 32-bit integers");
     hd_status s = tile_kernel(f, ctx, c, p, threads, k);
@@ -523,12 +500,9 @@ static hd_status tile_setup(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
     if (slices == 1)
         return HD_OK;
     cl_kernel reduce;
-    size_t floats = slices * c->m * c->n;
-    if (c->lowrank.mem != NULL)
-        floats += xa_parts(c, p) * c->m * c->rank;
-    if ((s = splitk_scratch(f, ctx, floats * sizeof(float), part)) != HD_OK)
+    if ((s = splitk_scratch(f, ctx, slices * c->m * c->n * sizeof(float), part)) != HD_OK)
         return s;
-    return hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", reduce_name(c), 256, &reduce);
+    return hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256, &reduce);
 }
 
 hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
@@ -558,16 +532,9 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
            nslices = (cl_int)slices;
     cl_float alpha = c->alpha, beta = c->beta;
     cl_ulong sa = c->stride_a, sb = c->stride_b, sc = c->stride_c;
-    /* without a second product its buffers are the first's, never read (k2 = 0); with LoRA's
-     * x * A in the tiles, a2, lda2 and k2 carry its A, row stride and rank (gemm.cl) */
+    /* without a second product its buffers are the first's, never read (k2 = 0) */
     cl_mem a2 = c->k2 > 0 ? c->a2.mem : c->a.mem, b2 = c->k2 > 0 ? c->b2.mem : c->b.mem;
     cl_int lda2 = (cl_int)c->a2.ld, ldb2 = (cl_int)c->b2.ld, k2 = (cl_int)c->k2;
-    bool lowrank = c->lowrank.mem != NULL;
-    if (lowrank) {
-        a2 = c->lowrank.mem;
-        lda2 = (cl_int)c->lowrank.ld;
-        k2 = (cl_int)c->rank;
-    }
     const void *values[] = {&m,    &n,    &kk,   &alpha, &c->a.mem, &lda,     &c->b.mem, &ldb,
                             &beta, &c->c, &ldc,  &part,  &chunk,    &nslices, &sa,       &sb,
                             &sc,   &a2,   &lda2, &b2,    &ldb2,     &k2};
@@ -581,26 +548,15 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         return s;
 
     cl_kernel reduce;
-    if ((s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", reduce_name(c), 256, &reduce)) !=
-        HD_OK)
+    if ((s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256,
+                              &reduce)) != HD_OK)
         return s;
     const void *rvalues[] = {&m, &n, &alpha, &beta, &c->c, &ldc, &part, &nslices};
     const size_t rsizes[] = {sizeof m,       sizeof n,   sizeof alpha,   sizeof beta,
                              sizeof(cl_mem), sizeof ldc, sizeof(cl_mem), sizeof nslices};
     if ((s = hd__fused_set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
         return s;
-    if (!lowrank)
-        return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
-    /* lora_splitk_reduce: a work-group per 1024 columns of a row (gemm.cl) */
-    cl_int parts = (cl_int)xa_parts(c, &p), rank = (cl_int)c->rank,
-           ldb_low = (cl_int)c->b2.ld, b_trans = c->b2.trans;
-    cl_float scale = c->scale;
-    const void *lvalues[] = {&parts, &rank, &scale, &c->b2.mem, &ldb_low, &b_trans};
-    const size_t lsizes[] = {sizeof parts,   sizeof rank,    sizeof scale,
-                             sizeof(cl_mem), sizeof ldb_low, sizeof b_trans};
-    for (cl_uint i = 0; i < 6 && s == HD_OK; i++)
-        s = hd__fused_set_arg(ctx, reduce, 8 + i, lsizes[i], lvalues[i]);
-    return s == HD_OK ? hd__fused_launch(ctx, reduce, c->m * ceil_div(c->n, 1024), 256) : s;
+    return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
 }
 
 /* One tile variant of the tuner's list, with the numbers its text names (wm_or_rm 0: the

@@ -22,9 +22,7 @@
  * Batches: matrix i of A, B and C starts i * stride_a (stride_b, stride_c) floats in; split-K
  * serves single products only.
  * A second product (a2, b2, k2 > 0; same transposes) is summed into the same tile after the
- * first: LoRA's y = x * W + (scale * x * A) * B without a second pass over y. Under split-K,
- * LoRA's x * A can instead be summed by the tiles themselves (LORA_XA, below) and its product
- * with B applied by the reduction, so that x * A takes no launches of its own.
+ * first: LoRA's y = x * W + (scale * x * A) * B without a second pass over y.
  *
  * Reads: A n / BN times and B m / BM times (mostly from L2), C once when beta != 0 (beta = 0
  * never reads C, so NaN there is ignored as BLAS does); writes C once. Split-K writes and reads
@@ -98,15 +96,6 @@
 #endif
 #ifndef GROUP_M
 #define GROUP_M 8 /* tile rows per band of the launch order */
-#endif
-#ifndef LORA_XA
-#define LORA_XA 0 /* 1: the tiles also sum LoRA's x * A (lora_xa_partial), under split-K */
-#endif
-#ifndef XA_TRANS
-#define XA_TRANS 0 /* LORA_XA: LoRA's A stored rank x k (PyTorch's layout) */
-#endif
-#if LORA_XA && (!SPLIT_K || TRANS_A)
-#error "LORA_XA sums x * A beside split-K partial tiles of an A (x) stored m x k"
 #endif
 #if WGMMA
 /* Warpgroup tensor cores: groups of 128 work-items, each owning a 64 x WN block of the tile.
@@ -465,72 +454,9 @@ static inline gemm_pairs gemm_pairs_of(tile_pos pos, __global const float *a, in
                                        __global const float *a2, int lda2,
                                        __global const float *b2, int ldb2, int k2)
 {
-    /* with LORA_XA, a2 and k2 are LoRA's A and rank, for lora_xa_partial: no second pair */
     gemm_pairs q = {a, b, a2, b2, lda, ldb, lda2, ldb2, kbegin, kend, k2,
-                    max((kend - kbegin + BK - 1) / BK, 0),
-                    pos.slice == 0 && !LORA_XA ? (k2 + BK - 1) / BK : 0};
+                    max((kend - kbegin + BK - 1) / BK, 0), pos.slice == 0 ? (k2 + BK - 1) / BK : 0};
     return q;
-}
-
-/*
- * LoRA's x * A under split-K (LORA_XA = 1): the work-groups of slice s whose tile column bn is
- * below xa_groups() each sum x * A over their share of the slice's depths, for their tile's
- * rows, into partial s * groups + bn of xa[parts][m][rank], which follows the slices' partial
- * tiles in `part`; lora_splitk_reduce adds the partials in order and applies (scale * x * A) *
- * op(B). Every partial is written, zeros where a share is empty. The kernels pass LoRA's A,
- * its row stride and the rank in a2, lda2 and k2. A is stored k x rank, or rank x k with
- * XA_TRANS; rank <= 64 (host). The groups' shares are small (tens of depths), read from L2
- * beside the tile's own stages.
- */
-#define XA_PARTS_MAX 64 /* partials of x * A at most, whatever the slices (host: tile.c) */
-
-static inline int xa_groups(int tiles_n, int slices)
-{
-    return clamp(XA_PARTS_MAX / slices, 1, tiles_n);
-}
-
-static inline float xa_at(__global const float *restrict la, int ldla, int d, int j)
-{
-#if XA_TRANS
-    return la[(size_t)j * ldla + d];
-#else
-    return la[(size_t)d * ldla + j];
-#endif
-}
-
-static inline void lora_xa_partial(tile_pos pos, int m, int n, int kbegin, int kend,
-                                   __global const float *restrict x, int ldx,
-                                   __global const float *restrict la, int ldla, int rank,
-                                   __global float *restrict part, int slices)
-{
-#if LORA_XA
-    int groups = xa_groups((n + BN - 1) / BN, slices);
-    if (pos.bn >= groups)
-        return;
-    int share = (max(kend - kbegin, 0) + groups - 1) / groups;
-    int d0 = kbegin + pos.bn * share, d1 = min(kend, d0 + share);
-    int quads = (rank + 3) / 4; /* each work-item sums four ranks of one row */
-    __global float *xa = part + (size_t)slices * m * n +
-                         (size_t)(pos.slice * groups + pos.bn) * m * rank;
-    for (int e = get_local_id(0); e < BM * quads; e += THREADS) {
-        int row = pos.bm * BM + e / quads, j0 = (e % quads) * 4;
-        if (row >= m)
-            break; /* e grows with the row */
-        __global const float *xr = x + (size_t)row * ldx;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int d = d0; d < d1; d++) {
-            float xv = xr[d];
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                if (j0 + q < rank)
-                    acc[q] = fma(xv, xa_at(la, ldla, d, j0 + q), acc[q]);
-        }
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            if (j0 + q < rank)
-                xa[(size_t)row * rank + j0 + q] = acc[q];
-    }
-#endif
 }
 
 /* Where stage s reads: its pair's matrices and row strides, its first depth, and the end of
@@ -718,54 +644,4 @@ __kernel void gemm_splitk_reduce(const int m, const int n, const float alpha, co
         sum += part[(size_t)s * total + e];
     __global float *at = c + (e / (size_t)n) * ldc + e % (size_t)n;
     *at = beta != 0.0f ? fma(beta, *at, alpha * sum) : alpha * sum;
-}
-
-/* LoRA under split-K with x * A summed by the tiles (LORA_XA): C = alpha * (the slices'
- * partial tiles + (scale * x * A) * op(B)) + beta * C, x * A the sum of its xa_parts partials
- * in order, B rank x n (n x rank where b_trans). A work-group takes LORA_REDUCE_COLS columns
- * of one row, and first sums that row of x * A into local memory: 256 work-items, rank <= 64. */
-#define LORA_REDUCE_COLS 1024
-
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
-lora_splitk_reduce(const int m, const int n, const float alpha, const float beta,
-                   __global float *restrict c, const int ldc, __global const float *restrict part,
-                   const int slices, const int xa_parts, const int rank, const float scale,
-                   __global const float *restrict b, const int ldb, const int b_trans)
-{
-    __local float sums[256], u[64];
-    int lid = get_local_id(0);
-    int per_row = (n + LORA_REDUCE_COLS - 1) / LORA_REDUCE_COLS;
-    int row = get_group_id(0) / per_row, c0 = (get_group_id(0) % per_row) * LORA_REDUCE_COLS;
-    size_t total = (size_t)m * n;
-    /* this row of x * A: work-item lid sums partials lid / rank, + lanes, ... of rank lid % rank */
-    __global const float *xa = part + (size_t)slices * total + (size_t)row * rank;
-    int lanes = 256 / rank;
-    float s = 0.0f;
-    if (lid < lanes * rank)
-        for (int p = lid / rank; p < xa_parts; p += lanes)
-            s += xa[(size_t)p * m * rank + lid % rank];
-    sums[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < rank) {
-        float t = 0.0f;
-        for (int w = 0; w < lanes; w++)
-            t += sums[w * rank + lid];
-        u[lid] = scale * t;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int q = 0; q < LORA_REDUCE_COLS / 256; q++) {
-        int col = c0 + q * 256 + lid;
-        if (col >= n)
-            break;
-        size_t e = (size_t)row * n + col;
-        float sum = 0.0f;
-        for (int sl = 0; sl < slices; sl++)
-            sum += part[(size_t)sl * total + e];
-        float low = 0.0f;
-        for (int j = 0; j < rank; j++)
-            low = fma(u[j], b_trans ? b[(size_t)col * ldb + j] : b[(size_t)j * ldb + col], low);
-        __global float *at = c + (size_t)row * ldc + col;
-        float v = alpha * (sum + low);
-        *at = beta != 0.0f ? fma(beta, *at, v) : v;
-    }
 }

@@ -273,7 +273,6 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
     }
 #endif
 
-    lora_xa_partial(pos, m, n, kbegin, kend, a, lda, a2, lda2, k2, part, slices);
     gemm_out o = out_of(c, ldc, alpha, beta, part, pos, m, n);
 #pragma unroll
     for (int i = 0; i < MI; i++)

@@ -467,7 +467,6 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
     WGMMA_DRAIN();
     fence_acc(acc);
 
-    lora_xa_partial(pos, m, n, kbegin, kend, a, lda, a2, lda2, k2, part, slices);
     gemm_out o = out_of(c, ldc, alpha, beta, part, pos, m, n);
     int quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
 #pragma unroll
