@@ -1106,9 +1106,10 @@ static void test_gemv_default_k_groups(void **state)
     assert_int_equal(p.tn, 64);
 }
 
-/* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): large tiles where
- * they fill it, 64 x 128 tiles cut in 4 slices where they come to half a wave, 64 x 64 ones
- * below that, and thin products split into more, shorter slices where their tiles are few. */
+/* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): 64 x 128 tiles
+ * where they fill it (128 x 128 ones of 16 x 8 where cp.async copies both operands: below),
+ * cut in 4 slices where they come to half a wave, 64 x 64 ones below that, and thin products
+ * split into more, shorter slices where their tiles are few. */
 static void test_gemm_tile_defaults(void **state)
 {
     hd_context *ctx = *state;
@@ -1117,7 +1118,8 @@ static void test_gemm_tile_defaults(void **state)
         size_t m, n, k;
         int bm, bn, rm, rn, sk;
     } cases[] = {
-        {4096, 4096, 4096, 128, 128, 16, 8, 1}, /* fills the units */
+        {4096, 4096, 4096, 64, 128, 8, 8, 1},   /* fills the units */
+        {1536, 4096, 4096, 64, 128, 8, 8, 1},   /* likewise */
         {64, 4096, 4096, 64, 128, 8, 8, 4},     /* 32 tiles of 64 x 128 */
         {64, 11008, 4096, 64, 128, 8, 8, 4},    /* 86: half the units, still split */
         {37, 997, 1031, 64, 64, 4, 4, 4},       /* 8 of 64 x 128: 64 x 64 keeps more groups */
@@ -1143,6 +1145,27 @@ static void test_gemm_tile_defaults(void **state)
         if (p.bm != cases[i].bm || p.bn != cases[i].bn || p.rm != cases[i].rm ||
             p.rn != cases[i].rn || p.sk != cases[i].sk)
             fail_msg("%s: BM=%d BN=%d RM=%d RN=%d SK=%d", what, p.bm, p.bn, p.rm, p.rn, p.sk);
+    }
+    /* with cp.async: 128 x 128 tiles of 16 x 8 where it copies both operands (TN), 3 buffers
+     * wherever it copies one; the other transposes keep 64 x 128 */
+    f.mma = true;
+    for (int tr = 0; tr < 4; tr++) {
+        bool ta = tr & 1, tb = tr & 2;
+        hd_fused_tile_call c = {.m = 2048,
+                                .n = 2048,
+                                .k = 2048,
+                                .batch = 1,
+                                .alpha = 1.0f,
+                                .a = {NULL, 2048, ta},
+                                .b = {NULL, 2048, tb},
+                                .ldc = 2048,
+                                .precision = HD_PRECISION_FP32};
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        bool tn = ta && !tb;
+        assert_int_equal(p.bm, tn ? 128 : 64);
+        assert_int_equal(p.rm, tn ? 16 : 8);
+        assert_int_equal(p.async, ta || !tb ? 3 : 0);
     }
 }
 

@@ -169,10 +169,16 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->async = tf32 ? 3 : 4;
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
-        /* 16 x 8 results per work-item, faster than 8 x 8 on the H100 at 4096^3 in NN and NT;
-         * 3 buffers through cp.async where it copies an operand, faster in NN and TN, about
-         * even in TT (fp32 sweeps: BENCHMARKS.md) */
-        fma_tile(f, c, p, 128, 128, 8, 16, 8);
+        /* where cp.async copies both operands (A stored k x m, B k x n): 128 x 128 tiles of 16
+         * x 8 results per work-item, 8 deep; elsewhere 64 x 128 tiles of 8 x 8, 16 deep, which
+         * ran faster on the H100 in NN and NT at 4096^3 and further ahead where 128 x 128
+         * tiles leave the last wave part empty (1536 x 4096, 3000^2); both with 3 buffers
+         * through cp.async where it copies an operand (BENCHMARKS.md) */
+        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
+        if (copies_both)
+            fma_tile(f, c, p, 128, 128, 8, 16, 8);
+        else
+            fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0) {
         /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
