@@ -831,6 +831,11 @@ static void test_fallback_every_listed_variant_passes_the_load_check(void **stat
         {HD_OP_SOFTMAX, {.dim = {8, 256}}},
         {HD_OP_LAYER_NORM, {.dim = {3, 67}}},
         {HD_OP_RMS_NORM, {.dim = {8, 4096}}},
+        {HD_OP_SOFTMAX_BACKWARD, {.dim = {64, 1024}}},
+        {HD_OP_LAYER_NORM_BACKWARD, {.dim = {5, 300}}},
+        {HD_OP_RMS_NORM_BACKWARD, {.dim = {64, 4096}}},
+        {HD_OP_LORA_BACKWARD, {.dim = {1, 64, 48, 4}}},
+        {HD_OP_LORA_BACKWARD, {.dim = {70, 64, 96, 8}}},
     };
     hd_context *ctx = hd_test_context(false);
     int checked = 0;

@@ -361,6 +361,9 @@ static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, con
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
+    case HD_OP_SOFTMAX_BACKWARD: /* the row kernels' parameters, as rows_backward.c reads them */
+    case HD_OP_LAYER_NORM_BACKWARD:
+    case HD_OP_RMS_NORM_BACKWARD:
         return hd__fused_rows_params(f, ctx, variant, s->dim[1], &p, &cached);
     default:
         break;
