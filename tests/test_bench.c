@@ -31,7 +31,7 @@ static void test_suites_match_the_issue(void **state)
     assert_null(hd__bench_suite_find("nope"));
     assert_int_equal(seed->count, 11); /* 3 widths + 4 more ranks, 3 row ops, PyTorch layout */
     assert_int_equal(train->count, 8); /* LoRA in both layouts, 6 row ops */
-    assert_int_equal(gemm->count, 11); /* 64..8192 squares and three token counts */
+    assert_int_equal(gemm->count, 13); /* 64..8192 squares, three token counts, 2 batched */
     char name[64];
     hd__bench_case_name(&seed->cases[2], name, sizeof name);
     assert_string_equal(name, "lora 1x2048x2048 r8");
@@ -39,6 +39,8 @@ static void test_suites_match_the_issue(void **state)
     assert_string_equal(name, "lora 4096x4096x4096 r16");
     hd__bench_case_name(&gemm->cases[10], name, sizeof name);
     assert_string_equal(name, "gemm 8192x4096x4096");
+    hd__bench_case_name(&gemm->cases[12], name, sizeof name);
+    assert_string_equal(name, "gemm_batched 512x64x512 x12");
     hd__bench_case_name(&seed->cases[10], name, sizeof name);
     assert_string_equal(name, "lora 1x1024x1024 r8 pt");
     assert_int_equal(seed->cases[10].shape.lora_layout, HD_LORA_LAYOUT_PYTORCH);
