@@ -7,13 +7,15 @@
  *      within HD_TUNE_NEAR_DIM); it lends its backend, not its variant, since kernel
  *      parameters are tuned for one shape;
  *   4. cost: each backend's own estimate (its estimate_us, from the device's calibrated
- *      constants) plus moving the inputs, when the cache holds a calibration;
+ *      constants), scaled by how it compared with the time measured on the nearest record of
+ *      the op that timed that backend (model_us), plus moving the inputs, when the cache
+ *      holds a calibration;
  *   5. default: the device backends by their own estimates (from their defaults), the host's
  *      after them, and the host's first for work so small that a launch and the copies would
  *      cost more than the work itself.
  *
  * Moving inputs counts in rules 2-4: a backend whose inputs are not valid at its place pays
- * bytes / host-link bandwidth. A tuned winner that would have to move its inputs loses to its
+ * bytes / host-link bandwidth, and a backend on the host a round trip per download. A tuned winner that would have to move its inputs loses to its
  * runner-up when the runner-up's measured time plus its own migration is lower.
  * Every other usable backend that takes the call follows as a fallback, in the registry's
  * order (the CPU last). The scheduler knows backends only through their slots, supports()
