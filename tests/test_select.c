@@ -148,6 +148,15 @@ static void test_select_unhealthy_backend_is_skipped_by_every_rule(void **state)
     hd__tune_file_free(&f);
 }
 
+/* A fast GPU's calibration: the cost model puts large GEMMs on CLBlast, one-token ones on the
+ * fused kernels. */
+static const hd_tune_calibration fast_gpu = {.launch_us = 5,
+                                             .copy_gbps = 2000,
+                                             .host_gbps = 25,
+                                             .gemm_gflops = 50000,
+                                             .cpu_gflops = 100,
+                                             .cpu_gbps = 20};
+
 static void test_select_cost_model_beats_default_order(void **state)
 {
     (void)state;
@@ -171,12 +180,7 @@ static void test_select_cost_model_beats_default_order(void **state)
 
     /* The reverse device: a fast GPU. A large GEMM goes to CLBlast, a one-token GEMM to the
      * fused GEMV-style kernel, both by the model. */
-    f.cal = (hd_tune_calibration){.launch_us = 5,
-                                  .copy_gbps = 2000,
-                                  .host_gbps = 25,
-                                  .gemm_gflops = 50000,
-                                  .cpu_gflops = 100,
-                                  .cpu_gbps = 20};
+    f.cal = fast_gpu;
     ctx = fake_context(false, &f, cache_path);
     p = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
     assert_int_equal(p.rule, HD_SELECT_COST);
@@ -204,12 +208,7 @@ static void test_select_cost_model_scaled_by_the_records(void **state)
     (void)state;
     hd_tune_file f;
     hd__tune_file_init(&f);
-    f.cal = (hd_tune_calibration){.launch_us = 5,
-                                  .copy_gbps = 2000,
-                                  .host_gbps = 25,
-                                  .gemm_gflops = 50000,
-                                  .cpu_gflops = 100,
-                                  .cpu_gbps = 20};
+    f.cal = fast_gpu;
     hd_context *ctx = fake_context(false, &f, cache_path);
     hd_plan raw = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
     assert_int_equal(raw.rule, HD_SELECT_COST);
