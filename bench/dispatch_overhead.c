@@ -4,7 +4,8 @@
  * the documented maximum of records (tests/data/tune_too_many_records.txt, rewritten for this
  * context's device key so that its records are used). The difference per call is the
  * dispatch overhead: checks, the memoized plan, residency and the call of the slot. A shape
- * without a record of its own (3×9) shows the same once its plan is memoized.
+ * without a record of its own (3×9) shows the same once its plan is memoized; the first calls
+ * of 500 shapes never seen show what making a plan costs.
  *
  * Usage: dispatch-overhead RECORDS_FILE [CALLS]. Prints one line per case; exits 0 unless the
  * library fails.
@@ -97,6 +98,40 @@ static int run_case(hd_context *ctx, size_t rows, size_t cols, size_t calls, con
     return 0;
 }
 
+/* The first call of each of `count` shapes the context has not seen (rows 1..count, 8
+ * columns): what making a plan costs (rules, nearest-record searches, estimates), per call,
+ * tensors made and written beforehand. */
+static int run_new_shapes(hd_context *ctx, size_t count, const char *cache)
+{
+    hd_tensor **x = calloc(count, sizeof *x), **y = calloc(count, sizeof *y);
+    float *data = calloc(count * 8, sizeof *data);
+    int rc = x != NULL && y != NULL && data != NULL ? 0 : fail("memory", ctx);
+    for (size_t i = 0; i < count && rc == 0; i++)
+        if (hd_tensor_create(ctx, i + 1, 8, &x[i]) != HD_OK ||
+            hd_tensor_create(ctx, i + 1, 8, &y[i]) != HD_OK || hd_tensor_write(x[i], data) != HD_OK)
+            rc = fail("tensors", ctx);
+    unsigned long hits0, misses0, hits, misses;
+    hd__plans_stats(ctx, &hits0, &misses0);
+    double t0 = hd__measure_now();
+    for (size_t i = 0; i < count && rc == 0; i++)
+        if (hd_softmax(ctx, x[i], y[i]) != HD_OK)
+            rc = fail("softmax", ctx);
+    double us = (hd__measure_now() - t0) * 1e6 / (double)count;
+    hd__plans_stats(ctx, &hits, &misses);
+    if (rc == 0)
+        printf("softmax of %zu new shapes (1..%zux8), cache %s: %.3f us per first call (plans "
+               "made %lu)\n",
+               count, count, cache, us, misses - misses0);
+    for (size_t i = 0; i < count; i++) {
+        hd_tensor_destroy(x[i]);
+        hd_tensor_destroy(y[i]);
+    }
+    free(x);
+    free(y);
+    free(data);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -128,6 +163,8 @@ int main(int argc, char **argv)
         rc = run_case(ctx, 1, 8, calls, label);
         if (rc == 0)
             rc = run_case(ctx, 3, 9, calls, label);
+        if (rc == 0)
+            rc = run_new_shapes(ctx, 500, label);
         hd_context_destroy(ctx);
     }
     unlink(path);
