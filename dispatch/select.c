@@ -15,8 +15,9 @@
  *      cost more than the work itself.
  *
  * Moving inputs counts in rules 2-4: a backend whose inputs are not valid at its place pays
- * bytes / host-link bandwidth, and a backend on the host a round trip per download. A tuned winner that would have to move its inputs loses to its
- * runner-up when the runner-up's measured time plus its own migration is lower.
+ * bytes / host-link bandwidth, and a backend on the host a round trip per download. A tuned
+ * winner that would have to move its inputs loses to its runner-up when the runner-up's
+ * measured time plus its own migration is lower.
  * Every other usable backend that takes the call follows as a fallback, in the registry's
  * order (the CPU last). The scheduler knows backends only through their slots, supports()
  * and estimate_us(): no backend is named here.

@@ -233,14 +233,14 @@ static void test_select_cost_model_scaled_by_the_records(void **state)
                                                        &f.cal),
            clblast_scale = 25000.0 / fake_clblast_estimate(NULL, HD_OP_GEMM, &at, HD_PART_WHOLE,
                                                            &f.cal);
-    assert_true(fabs(p.model_us[HD_BACKEND_FUSED] -
-                     fused_scale * fake_fused_estimate(NULL, HD_OP_GEMM, &here, HD_PART_WHOLE,
-                                                       &f.cal)) < 1e-6 * p.model_us[HD_BACKEND_FUSED]);
-    assert_true(fabs(p.model_us[HD_BACKEND_CLBLAST] -
-                     clblast_scale * fake_clblast_estimate(NULL, HD_OP_GEMM, &here,
-                                                           HD_PART_WHOLE, &f.cal)) <
-                1e-6 * p.model_us[HD_BACKEND_CLBLAST]);
-    /* with B transposed the nearest record is its own (1024^3, CLBlast far ahead) */
+    double fused_us = fused_scale * fake_fused_estimate(NULL, HD_OP_GEMM, &here,
+                                                        HD_PART_WHOLE, &f.cal),
+           clblast_us = clblast_scale * fake_clblast_estimate(NULL, HD_OP_GEMM, &here,
+                                                              HD_PART_WHOLE, &f.cal);
+    assert_true(fabs(p.model_us[HD_BACKEND_FUSED] - fused_us) < 1e-6 * fused_us);
+    assert_true(fabs(p.model_us[HD_BACKEND_CLBLAST] - clblast_us) < 1e-6 * clblast_us);
+    /* 4096^3: the 8192^3 record again; with B transposed the nearest record is its own
+     * (1024^3, CLBlast far ahead) */
     p = plan_of(ctx, HD_OP_GEMM, 4096, 4096, 4096, 0, NULL);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
     hd_shape nt = {.dim = {4096, 4096, 4096}, .trans_b = true};
