@@ -575,9 +575,18 @@ static void test_clblast_last_context_releases_its_opencl_context(void **state)
     cl_context cl = hd__cl_context(own->cl);
     assert_int_equal(clRetainContext(cl), CL_SUCCESS);
     hd_context_destroy(own);
+    /* PoCL's worker threads drop their references to finished commands (and through them to
+     * the queue and the context) a moment after the commands complete: on a loaded machine the
+     * count can still be above one right after the destroy. A leak stays; poll for a while. */
     cl_uint refs = 0;
-    assert_int_equal(clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
-                     CL_SUCCESS);
+    for (int tries = 0; tries < 500; tries++) {
+        assert_int_equal(
+            clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
+            CL_SUCCESS);
+        if (refs == 1)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
     clReleaseContext(cl);
     assert_int_equal(suite_setup(NULL), 0); /* first: the later tests need the context */
     assert_int_equal(refs, 1);              /* the test's own reference alone */
