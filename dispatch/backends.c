@@ -10,15 +10,16 @@ hd_status hd__backends_probe(hd_context *ctx)
     for (size_t i = 0; i < n; i++) {
         const hd_backend_impl *impl = list[i];
         void *state = NULL;
-        hd_status s = hd__fault(ctx, impl->id, "probe") ? HD_ERR_BACKEND_UNAVAILABLE
-                                                        : impl->probe(ctx, &state);
-        if (s == HD_ERR_BACKEND_UNAVAILABLE) { /* not on this machine: a note, not an error */
+        hd_status s = hd__fault(ctx, impl->id, "probe")          ? HD_ERR_BACKEND_UNAVAILABLE
+                      : hd__fault(ctx, impl->id, "probe-device") ? HD_ERR_DEVICE
+                                                                 : impl->probe(ctx, &state);
+        if (s == HD_ERR_OUT_OF_MEMORY || s == HD_ERR_INVALID_ARGUMENT)
+            return s;     /* the host's memory, or the caller's options: the context's own error */
+        if (s != HD_OK) { /* not on this machine, or its device fails it: a note, not an error */
             hd__note(ctx, "backend %s not available: %s", impl->name, ctx->last_error);
             hd__error_clear(ctx);
             continue;
         }
-        if (s != HD_OK)
-            return s;
         ctx->backends[impl->id] = impl;
         ctx->backend_state[impl->id] = state;
     }

@@ -1,4 +1,5 @@
 #include <math.h>
+#include <stdint.h>
 
 #include "dispatch/check.h"
 #include "dispatch/context.h"
@@ -169,6 +170,12 @@ static hd_status check_lora_weights(hd_context *ctx, const char *fn, unsigned la
     if (tb ? (b->rows != out || b->cols != rank) : (b->rows != rank || b->cols != out))
         return tb ? shape_error(ctx, fn, "B must be out x rank", b, "b", out, rank)
                   : shape_error(ctx, fn, "B must be rank x out", b, "b", rank, out);
+    /* The backends keep x*A (and, backward, dy*B^T beside it) as T x r temporaries of their
+     * own: checked here, before any tensor is placed, for every backend at once. */
+    if (rank > 0 && tokens > SIZE_MAX / 2 / sizeof(float) / rank)
+        return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
+                         "%s: the %zu x %zu low-rank temporaries do not fit in the address space",
+                         fn, tokens, rank);
     *d = (lora_dims){tokens, in, out, rank, tw, ta, tb};
     return HD_OK;
 }

@@ -24,8 +24,7 @@ static const char *nonempty(const char *s)
 
 /* Splits "op=backend,op=backend" (or a lone backend name for every op) at commas. Spaces
  * around names are not allowed: the specification is short and exact. */
-hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
-                                 hd_backend forced[HD_OP_COUNT])
+hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec, hd_backend forced[HD_OP_COUNT])
 {
     hd_backend parsed[HD_OP_COUNT];
     for (int i = 0; i < HD_OP_COUNT; i++)
@@ -62,8 +61,7 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec,
                                  spec, item);
             if (!hd__backend_from_name(eq + 1, &b))
                 return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                                 "backend specification '%s': unknown backend '%s'", spec,
-                                 eq + 1);
+                                 "backend specification '%s': unknown backend '%s'", spec, eq + 1);
             parsed[op] = b;
         }
         p += len;
@@ -112,10 +110,13 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
     if (dev == NULL || opt->disable_opencl || env_off)
         return HD_OK;
     const char *spec = nonempty(opt->device) ? opt->device : nonempty(getenv("HD_DEVICE"));
-    hd_status s = dev->open(ctx, spec, &ctx->cl);
-    if (s == HD_ERR_BACKEND_UNAVAILABLE && spec == NULL) {
-        /* no OpenCL here: the CPU serves alone, which is worth a note, not an error */
-        hd__note(ctx, "%s", ctx->last_error);
+    hd_status s =
+        hd__fault(ctx, HD_BACKEND_AUTO, "open") ? HD_ERR_DEVICE : dev->open(ctx, spec, &ctx->cl);
+    if (s != HD_OK && s != HD_ERR_OUT_OF_MEMORY && spec == NULL) {
+        /* no OpenCL here, or a device that cannot be used now (another process holds it in
+         * exclusive mode, its driver fails): the CPU serves alone, which is worth a note, not
+         * an error. A device the user named is an error: they asked for that one. */
+        hd__note(ctx, "no usable OpenCL device, the CPU serves alone: %s", ctx->last_error);
         hd__error_clear(ctx);
         return HD_OK;
     }
@@ -306,6 +307,7 @@ hd_status hd_sync(hd_context *ctx)
 {
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(ctx);
     if (ctx->dev != NULL)
         return ctx->dev->finish(ctx->cl, ctx);
     return HD_OK;

@@ -32,6 +32,7 @@ struct hd_context {
 
     hd_backend forced[HD_OP_COUNT]; /* HD_BACKEND_AUTO: dispatcher chooses */
     hd_backend last_backend;
+    bool outputs_changed; /* the running slot failed after writing an output (error.h) */
     hd_precision gemm_precision; /* what GEMMs run in: requested and available; in plan keys */
 
     struct hd_plan_memo *plans; /* memoized plans (dispatch/memo.h); NULL until first used */

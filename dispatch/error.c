@@ -43,6 +43,12 @@ void hd__error_append(hd_context *ctx, const char *text)
         snprintf(ctx->last_error + used, sizeof ctx->last_error - used, "%s", text);
 }
 
+void hd__error_outputs_changed(hd_context *ctx)
+{
+    if (ctx != NULL)
+        ctx->outputs_changed = true;
+}
+
 void hd__error_clear(hd_context *ctx)
 {
     if (ctx != NULL)

@@ -21,6 +21,11 @@ void hd__note(hd_context *ctx, const char *fmt, ...) HD_PRINTF(2, 3);
 /* Appends further detail (a build log, say) to the last error, truncating to the buffer. */
 void hd__error_append(hd_context *ctx, const char *text);
 
+/* Said by a backend slot that fails after it has begun writing the call's outputs (a device
+ * failing between launches that add into them): no other backend may run the call then, since
+ * it would start from outputs that are no longer the caller's. */
+void hd__error_outputs_changed(hd_context *ctx);
+
 /* Clears the last error: called at the start of every public operation. */
 void hd__error_clear(hd_context *ctx);
 

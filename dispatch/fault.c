@@ -1,3 +1,4 @@
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ void hd__fault_init(hd_context *ctx)
     while (*spec != '\0' && f->count < HD_FAULT_MAX) {
         size_t len = strcspn(spec, ",");
         char item[64];
+        bool taken = false;
         if (len < sizeof item) {
             memcpy(item, spec, len);
             item[len] = '\0';
@@ -29,9 +31,13 @@ void hd__fault_init(hd_context *ctx)
                     f->backend[f->count] = b;
                     strcpy(f->step[f->count], colon + 1);
                     f->count++;
+                    taken = true;
                 }
             }
         }
+        if (!taken) /* a test that misspells its fault must not pass without it */
+            hd__note(ctx, "HD_FAULT item '%.*s' ignored: expected <backend or *>:<step>",
+                     (int)(len < 64 ? len : 64), spec);
         spec += len;
         if (*spec == ',')
             spec++;

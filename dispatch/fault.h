@@ -4,10 +4,11 @@
  * $HD_FAULT="<backend>:<step>[,<backend>:<step>...]" (read once, at context creation) makes the
  * named backend fail at the named step with HD_ERR_DEVICE, as if its device had failed there, so
  * that tests can prove the fallback of every operation. Steps the dispatcher checks itself: "probe"
- * (the backend is not available), "migrate" (moving inputs to its place), "launch" (just before its
- * op slot). Device backends may check further steps of their own, e.g. "build", with hd__fault(). A
- * backend of "*" matches all but the CPU. An unknown backend or step name is ignored: the switch is
- * for tests.
+ * (the backend is not available), "probe-device" (its probe fails as a failing device would),
+ * "migrate" (moving inputs to its place), "launch" (just before its op slot), and "*:open" (opening
+ * the OpenCL device fails). Device backends may check further steps of their own, e.g. "build",
+ * with hd__fault(). A backend of "*" matches all but the CPU. An item it cannot read is ignored
+ * with a note; a step no one checks is simply never met.
  */
 #ifndef HD_DISPATCH_FAULT_H
 #define HD_DISPATCH_FAULT_H

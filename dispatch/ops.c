@@ -94,8 +94,12 @@ hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const ch
     hd_status s = place_tensors(call, place);
     if (s == HD_OK && hd__fault(ctx, b, "launch"))
         s = HD_ERR_DEVICE;
+    ctx->outputs_changed = false;
     if (s == HD_OK)
         s = run_slot(ctx, b, call, variant);
+    if (s != HD_OK && ctx->outputs_changed) /* what the device holds now is all there is */
+        for (int i = 0; i < call->io.output_count; i++)
+            hd__tensor_written(call->io.outputs[i], place);
     if (s == HD_OK) {
         for (int i = 0; i < call->io.output_count; i++)
             hd__tensor_written(call->io.outputs[i], place);
@@ -134,6 +138,11 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
             hd__tune_disable(ctx, call->op, &call->shape);
         if (s == HD_ERR_DEVICE) /* out of memory or a failed build may be this shape's alone */
             hd__backend_mark_unhealthy(ctx, b);
+        if (ctx->outputs_changed)
+            return hd__error(ctx, s,
+                             "%s failed on %s after it had begun writing the outputs, which are "
+                             "undefined now (no other backend ran): %.600s",
+                             hd_op_name(call->op), hd_backend_name(b), ctx->last_error);
         size_t used = strlen(failures);
         const char *v = plan.variant[i];
         snprintf(failures + used, sizeof failures - used, "%s[%s%s%.200s%s] %.600s",

@@ -4,7 +4,10 @@
  * HD_PROGRAM_CACHE), forcing a backend, the last backend, the last error, names of statuses,
  * backends and operations, the version, and tensors' own lifecycle.
  */
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +17,15 @@
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
 
+#ifdef HD_HAVE_OPENBLAS_THREADS
+#include <cblas.h>
+#endif
+
 /* The variables the library reads, saved around each test that changes them so that a
  * user's own settings neither leak into nor out of the cases. */
 static const char *const env_names[] = {
     "HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL", "HD_GEMM_PRECISION", "HD_THREADS",
-    "HD_PINNED",  "HD_LOG",    "HD_PROGRAM_CACHE"};
+    "HD_PINNED",  "HD_LOG",    "HD_PROGRAM_CACHE",  "HD_FAULT"};
 #define ENV_COUNT (sizeof env_names / sizeof env_names[0])
 
 static int save_env(void **state)
@@ -202,6 +209,66 @@ static void test_context_device_spec_matching_nothing_fails(void **state)
     expect_cpu_only(ctx);
     hd_context_destroy(ctx);
 #endif
+}
+
+/* A device that is there but cannot be used (held in exclusive mode by another process, a
+ * failing driver) is no error: the context runs on what is left, with a note. */
+static void test_context_unusable_device_leaves_a_working_context(void **state)
+{
+    (void)state;
+#ifdef HD_HAVE_OPENCL
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.no_tune_cache = true;
+    opt.log = hd_test_log;
+    setenv("HD_FAULT", "*:open", 1);
+    hd_test_notes_clear();
+    hd_context *ctx = create_ok(&opt);
+    expect_cpu_only(ctx);
+    assert_string_equal(hd_context_last_error(ctx), "");
+    if (strstr(hd_test_notes(), "no usable OpenCL device") == NULL)
+        fail_msg("no note says the device could not be used: '%s'", hd_test_notes());
+    hd_context_destroy(ctx);
+
+    setenv("HD_FAULT", "fused:probe-device,clblast:probe-device", 1);
+    hd_test_notes_clear();
+    ctx = create_ok(&opt);
+    assert_true(hd_context_has_backend(ctx, HD_BACKEND_CPU));
+    assert_false(hd_context_has_backend(ctx, HD_BACKEND_FUSED));
+    assert_false(hd_context_has_backend(ctx, HD_BACKEND_CLBLAST));
+    if (strstr(hd_test_notes(), "backend fused not available") == NULL)
+        fail_msg("no note names the fused backend: '%s'", hd_test_notes());
+    hd_context_destroy(ctx);
+
+    /* a device the user named and cannot have is an error */
+    setenv("HD_FAULT", "*:open", 1);
+    setenv("HD_DEVICE", "0", 1);
+    ctx = (hd_context *)&ctx;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_ERR_DEVICE);
+    assert_null(ctx);
+#else
+    /* no device to open: the fault is never met */
+    setenv("HD_FAULT", "*:open", 1);
+    hd_context *ctx = create_ok(NULL);
+    expect_cpu_only(ctx);
+    hd_context_destroy(ctx);
+#endif
+}
+
+/* A fault a test misspells must not pass unnoticed. */
+static void test_context_unreadable_fault_item_is_noted(void **state)
+{
+    (void)state;
+    hd_context_options opt = cpu_options();
+    opt.log = hd_test_log;
+    setenv("HD_FAULT", "fused-launch,cpu:launch", 1);
+    hd_test_notes_clear();
+    hd_context *ctx = create_ok(&opt);
+    if (strstr(hd_test_notes(), "HD_FAULT item 'fused-launch' ignored") == NULL)
+        fail_msg("no note names the unread item: '%s'", hd_test_notes());
+    if (strstr(hd_test_notes(), "cpu:launch") != NULL)
+        fail_msg("a readable item was noted: '%s'", hd_test_notes());
+    hd_context_destroy(ctx);
 }
 
 /* ---- HD_BACKEND and the backends option ---- */
@@ -512,6 +579,27 @@ static void test_last_error_is_cleared_by_the_next_successful_call(void **state)
                         strlen(hd_status_str(HD_ERR_SHAPE_MISMATCH))) == 0);
     assert_int_equal(hd_softmax(ctx, x, x), HD_OK);
     assert_string_equal(hd_context_last_error(ctx), "");
+    /* every call that returns a status and succeeds, not only the ops */
+    float data[6] = {0};
+    char text[512];
+    const size_t dims[4] = {2, 3, 0, 0};
+    hd_tensor *made = NULL;
+    for (int call = 0; call < 8; call++) {
+        assert_int_equal(hd_softmax(ctx, x, y), HD_ERR_SHAPE_MISMATCH);
+        hd_status s = call == 0   ? hd_sync(ctx)
+                      : call == 1 ? hd_context_warmup(ctx)
+                      : call == 2 ? hd_context_set_backend(ctx, HD_OP_SOFTMAX, HD_BACKEND_AUTO)
+                      : call == 3 ? hd_context_explain(ctx, HD_OP_SOFTMAX, dims, text, sizeof text)
+                      : call == 4 ? hd_tensor_write(x, data)
+                      : call == 5 ? hd_tensor_read(x, data)
+                      : call == 6 ? hd_tensor_prefetch(x)
+                                  : hd_tensor_create(ctx, 2, 2, &made);
+        assert_int_equal(s, HD_OK);
+        if (hd_context_last_error(ctx)[0] != '\0')
+            fail_msg("call %d succeeded and left the error '%s'", call,
+                     hd_context_last_error(ctx));
+    }
+    hd_tensor_destroy(made);
     hd_tensor_destroy(x);
     hd_tensor_destroy(y);
     hd_context_destroy(ctx);
@@ -670,6 +758,138 @@ static void test_contexts_on_separate_threads_run_concurrently(void **state)
         assert_true(ok[i]);
     }
 }
+
+/* Contexts of different thread counts running GEMMs and being created on other threads at
+ * the same time: OpenBLAS's count is one per process and its setter is not safe against
+ * itself or a running product (this crashed in OpenBLAS's workers when creation set it). */
+enum { THREADED_GEMM_N = 160, THREADED_GEMM_CALLS = 150 };
+
+typedef struct threaded_gemm {
+    int threads;     /* the context's count */
+    const float *ab; /* A = B, n x n */
+    const double *want, *bound;
+    const char *failure; /* NULL: every product matched */
+} threaded_gemm;
+
+static void *threaded_gemm_body(void *arg)
+{
+    threaded_gemm *job = arg;
+    const size_t n = THREADED_GEMM_N;
+    hd_context_options opt = cpu_options();
+    opt.threads = job->threads;
+    hd_context *ctx = NULL;
+    job->failure = "hd_context_create failed";
+    if (hd_context_create(&ctx, &opt) != HD_OK)
+        return NULL;
+    hd_tensor *a = NULL, *c = NULL;
+    float *got = malloc(n * n * sizeof *got);
+    job->failure = "a call failed";
+    bool good = got != NULL && hd_tensor_create(ctx, n, n, &a) == HD_OK &&
+                hd_tensor_create(ctx, n, n, &c) == HD_OK && hd_tensor_write(a, job->ab) == HD_OK;
+    for (int call = 0; call < THREADED_GEMM_CALLS && good; call++) {
+        good = hd_gemm(ctx, false, false, 1.0f, a, a, 0.0f, c) == HD_OK &&
+               hd_tensor_read(c, got) == HD_OK;
+        for (size_t i = 0; i < n * n && good; i++)
+            if (fabs(got[i] - job->want[i]) > 4.0 * FLT_EPSILON * job->bound[i] + 1e-30) {
+                job->failure = "a product differs from the float64 reference";
+                good = false;
+            }
+    }
+    if (good)
+        job->failure = NULL;
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(c);
+    hd_context_destroy(ctx);
+    free(got);
+    return NULL;
+}
+
+static atomic_bool threaded_gemms_done;
+
+static void *create_and_destroy_contexts(void *arg)
+{
+    int *failed = arg;
+    for (int k = 0; k < 100000 && !*failed && !atomic_load(&threaded_gemms_done); k++) {
+        hd_context_options opt = cpu_options();
+        opt.threads = 1 + k % 4;
+        hd_context *ctx = NULL;
+        if (hd_context_create(&ctx, &opt) != HD_OK)
+            *failed = 1;
+        hd_context_destroy(ctx);
+    }
+    return NULL;
+}
+
+static void test_contexts_of_other_thread_counts_run_gemms_at_once(void **state)
+{
+    (void)state;
+    const size_t n = THREADED_GEMM_N;
+    hd_rng rng = hd_test_rng(31);
+    float *ab = hd_test_random(&rng, n * n, -1.0f, 1.0f);
+    double *want = hd_test_doubles(n * n), *bound = hd_test_doubles(n * n);
+    hd_ref_gemm(false, false, n, n, n, 1.0f, ab, ab, 0.0f, NULL, want, bound);
+    threaded_gemm jobs[3];
+    pthread_t gemm_threads[3], creators[2];
+    int creator_failed[2] = {0, 0};
+    atomic_store(&threaded_gemms_done, false);
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (threaded_gemm){.threads = i, .ab = ab, .want = want, .bound = bound};
+        assert_int_equal(pthread_create(&gemm_threads[i], NULL, threaded_gemm_body, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(
+            pthread_create(&creators[i], NULL, create_and_destroy_contexts, &creator_failed[i]),
+            0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_join(gemm_threads[i], NULL), 0);
+    atomic_store(&threaded_gemms_done, true);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(creators[i], NULL), 0);
+    for (int i = 0; i < 3; i++)
+        if (jobs[i].failure != NULL)
+            fail_msg("context of %d threads: %s", jobs[i].threads, jobs[i].failure);
+    assert_int_equal(creator_failed[0] + creator_failed[1], 0);
+    free(ab);
+    free(want);
+    free(bound);
+}
+
+#ifdef HD_HAVE_OPENBLAS_THREADS
+/* Each context's products run with its own count; creating one changes nothing, so a
+ * creation that fails leaves OpenBLAS as it was. */
+static void test_each_context_runs_openblas_with_its_own_count(void **state)
+{
+    (void)state;
+    int before = openblas_get_num_threads();
+    hd_context_options opt = cpu_options();
+    opt.threads = before + 1;
+    opt.backends = "no-such-backend";
+    hd_context *bad = NULL;
+    assert_int_equal(hd_context_create(&bad, &opt), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(openblas_get_num_threads(), before);
+    opt.backends = NULL;
+    hd_context *one = NULL, *three = NULL;
+    opt.threads = 1;
+    assert_int_equal(hd_context_create(&one, &opt), HD_OK);
+    opt.threads = 3;
+    assert_int_equal(hd_context_create(&three, &opt), HD_OK);
+    assert_int_equal(openblas_get_num_threads(), before);
+    hd_tensor *a = hd_test_tensor(one, 9, 9, NULL), *c = hd_test_tensor(one, 9, 9, NULL);
+    hd_tensor *a3 = hd_test_tensor(three, 9, 9, NULL), *c3 = hd_test_tensor(three, 9, 9, NULL);
+    assert_int_equal(hd_gemm(one, false, false, 1.0f, a, a, 0.0f, c), HD_OK);
+    assert_int_equal(openblas_get_num_threads(), 1);
+    assert_int_equal(hd_gemm(three, false, false, 1.0f, a3, a3, 0.0f, c3), HD_OK);
+    assert_int_equal(openblas_get_num_threads(), 3);
+    assert_int_equal(hd_gemm(one, false, false, 1.0f, a, a, 0.0f, c), HD_OK);
+    assert_int_equal(openblas_get_num_threads(), 1);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(c);
+    hd_tensor_destroy(a3);
+    hd_tensor_destroy(c3);
+    hd_context_destroy(one);
+    hd_context_destroy(three);
+}
+#endif
 
 static void test_context_threads_option_sets_the_cpu_thread_count(void **state)
 {
@@ -924,6 +1144,8 @@ int main(void)
         WITH_ENV(test_context_null_arguments_are_harmless),
         WITH_ENV(test_context_device_env_is_ignored_without_opencl),
         WITH_ENV(test_context_device_spec_matching_nothing_fails),
+        WITH_ENV(test_context_unusable_device_leaves_a_working_context),
+        WITH_ENV(test_context_unreadable_fault_item_is_noted),
         WITH_ENV(test_context_bad_backend_env_is_rejected),
         WITH_ENV(test_context_gemm_precision_is_chosen_checked_and_lowered),
         WITH_ENV(test_context_bad_backend_option_is_rejected),
@@ -943,6 +1165,10 @@ int main(void)
         WITH_ENV(test_tensor_new_reads_as_zeros_and_round_trips),
         WITH_ENV(test_tensor_empty_shapes_are_allowed),
         WITH_ENV(test_contexts_on_separate_threads_run_concurrently),
+        WITH_ENV(test_contexts_of_other_thread_counts_run_gemms_at_once),
+#ifdef HD_HAVE_OPENBLAS_THREADS
+        WITH_ENV(test_each_context_runs_openblas_with_its_own_count),
+#endif
         WITH_ENV(test_context_threads_option_sets_the_cpu_thread_count),
         WITH_ENV(test_context_threads_env_sets_the_cpu_thread_count),
         WITH_ENV(test_context_default_threads_ignore_an_earlier_setting),

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch/tensor.h"
 #include "tests/testlib.h"
 
 typedef struct fixture {
@@ -473,6 +474,37 @@ static void test_lora_tensor_of_another_context_is_rejected(void **state)
     lora_release(&o);
 }
 
+/* T x r temporaries beyond the address space: refused before any tensor is placed (none of
+ * these tensors could be: each is 2^31 floats or more, far over the test's memory). */
+static void test_lora_temporaries_over_the_address_space_are_refused(void **state)
+{
+    fixture *f = *state;
+    hd_context *ctx = f->ctx;
+    const size_t huge = (size_t)1 << 31;
+    hd_tensor *x = NULL, *w = NULL, *a = NULL, *b = NULL, *y = NULL, *dy = NULL, *dx = NULL;
+    hd_tensor *da = NULL, *db = NULL;
+    assert_int_equal(hd_tensor_create(ctx, huge, 1, &x), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, 1, 1, &w), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, 1, huge, &a), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, huge, 1, &b), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, huge, 1, &y), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, huge, 1, &dy), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, huge, 1, &dx), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, 1, huge, &da), HD_OK);
+    assert_int_equal(hd_tensor_create(ctx, huge, 1, &db), HD_OK);
+    expect_error(ctx, "lora T x r", hd_lora_forward(ctx, x, w, a, b, 1.0f, y),
+                 HD_ERR_SIZE_OVERFLOW, "low-rank", NULL, 0);
+    expect_error(ctx, "lora backward T x r",
+                 hd_lora_backward(ctx, x, w, a, b, 1.0f, dy, dx, da, db, false),
+                 HD_ERR_SIZE_OVERFLOW, "low-rank", NULL, 0);
+    hd_tensor *all[] = {x, w, a, b, y, dy, dx, da, db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (all[i]->state->host != NULL || all[i]->state->device != NULL)
+            fail_msg("tensor %zu was given memory before the refusal", i);
+        hd_tensor_destroy(all[i]);
+    }
+}
+
 /* ---- row operations ---- */
 
 enum { ROWS = 4, COLS = 9 };
@@ -675,6 +707,7 @@ static const struct CMUnitTest error_tests[] = {
     cmocka_unit_test(test_lora_shape_mismatch_is_rejected),
     cmocka_unit_test(test_lora_output_aliasing_an_input_is_rejected),
     cmocka_unit_test(test_lora_tensor_of_another_context_is_rejected),
+    cmocka_unit_test(test_lora_temporaries_over_the_address_space_are_refused),
     cmocka_unit_test(test_row_ops_null_context_or_tensor_is_invalid),
     cmocka_unit_test(test_row_ops_shape_mismatch_is_rejected),
     cmocka_unit_test(test_row_ops_output_aliasing_a_parameter_is_rejected),

@@ -131,12 +131,16 @@ hd_status hd__clblast_lora_backward(void *state, hd_context *ctx, const hd_lora_
         s = dx_products(ctx, l, scratch_mem(&sc, 0), g.dx);
     /* Accumulating, the gradients were made apart and are added only now: a product that
      * failed has left the caller's gradients as they were, for the next backend to add to. */
-    if (s == HD_OK && acc && l->dx != NULL)
-        s = add_into(ctx, t * in, g.dx, mem_of(l->dx));
-    if (s == HD_OK && acc && r > 0)
-        s = add_into(ctx, in * r, g.da, mem_of(l->da));
+    bool added = false; /* a gradient has been added to: the call can no longer be retried */
+    if (s == HD_OK && acc && l->dx != NULL &&
+        (s = add_into(ctx, t * in, g.dx, mem_of(l->dx))) == HD_OK)
+        added = true;
+    if (s == HD_OK && acc && r > 0 && (s = add_into(ctx, in * r, g.da, mem_of(l->da))) == HD_OK)
+        added = true;
     if (s == HD_OK && acc && r > 0)
         s = add_into(ctx, r * out, g.db, mem_of(l->db));
+    if (s != HD_OK && added)
+        hd__error_outputs_changed(ctx);
     hd__clblast_unlock();
     scratch_give(ctx, &sc);
     return s;

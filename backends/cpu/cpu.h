@@ -24,8 +24,12 @@ size_t hd__cpu_pool_threads(const hd_cpu_pool *pool);
 void hd__cpu_pool_run(hd_cpu_pool *pool, size_t n, hd_cpu_pool_fn fn, void *arg);
 
 /* The threads of the CPU backend (threads.c): requested (hd_context_options.threads or
- * $HD_THREADS; 0 for the default) becomes OpenBLAS's count and the pool's. */
+ * $HD_THREADS; 0 for the default) gives the count of the context's pool and OpenBLAS calls. */
 size_t hd__cpu_threads_resolve(size_t requested);
+/* Around every OpenBLAS call of a context: sets OpenBLAS's process-wide count to the context's
+ * where it differs, and keeps other threads from changing it until hd__cpu_blas_end(). */
+void hd__cpu_blas_begin(size_t threads);
+void hd__cpu_blas_end(void);
 
 /* The bytes of blocks scratch matrices of rows x cols floats (scratch.c); false where that
  * overflows size_t. Each tensor's size is checked when it is created, but a scratch sized by
@@ -35,6 +39,7 @@ bool hd__cpu_scratch_bytes(size_t blocks, size_t rows, size_t cols, size_t *byte
 /* The backend's state: one per context. */
 typedef struct hd_cpu_state {
     hd_cpu_pool *pool;
+    size_t threads; /* the context's count, for the pool and OpenBLAS */
 } hd_cpu_state;
 
 hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);

@@ -43,6 +43,20 @@ static hd_status launch(hd_fused *f, hd_context *ctx, const char *options, const
     return s == HD_OK ? launch_kernel(ctx, k, group, groups, args, count) : s;
 }
 
+/* Builds (or finds built) each named kernel of the program of options before anything is
+ * launched: a build that fails then leaves every output as it was, for the fallback to start
+ * from (dx may be dy, which the first launch would overwrite). */
+static hd_status build_first(hd_fused *f, hd_context *ctx, const char *options,
+                             const char *const names[], const size_t groups[], int count)
+{
+    hd_status s = HD_OK;
+    for (int i = 0; i < count && s == HD_OK; i++) {
+        cl_kernel k;
+        s = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, options, names[i], groups[i], &k);
+    }
+    return s;
+}
+
 /* A scratch buffer of at least bytes, grown on demand; in-order queue: reused by every call. */
 static hd_status scratch(hd_context *ctx, size_t bytes, cl_mem *buf, size_t *capacity)
 {
@@ -145,8 +159,7 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
      * dy, which 512 work-items of the longest rows do not have */
     bool prefetch = wg <= 256;
     char fused_options[HD_FUSED_OPTIONS_CAPACITY];
-    int len = snprintf(fused_options, sizeof fused_options, "%s -DPREFETCH=%d", options,
-                       prefetch);
+    int len = snprintf(fused_options, sizeof fused_options, "%s -DPREFETCH=%d", options, prefetch);
     if (len < 0 || (size_t)len >= sizeof fused_options)
         return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
     cl_kernel k;
@@ -159,6 +172,9 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
         *done = false;
         return HD_OK;
     }
+    if (built == HD_OK)
+        built = build_first(f, ctx, options, (const char *const[]){"norm_weight_combine"},
+                            (const size_t[]){COMBINE_GROUP}, 1);
     if (built != HD_OK)
         return built;
     /* work-groups per compute unit: one with the prefetch, which keeps the loads in flight
@@ -215,7 +231,12 @@ static hd_status run(hd_fused *f, hd_context *ctx, const hd_row_backward_args *r
         s = norm_fused(f, ctx, &p, r, center, &done);
         if (done || s != HD_OK)
             return s;
-        s = norm_weight_grads(f, ctx, options, &p, r, center);
+        static const char *const names[] = {"norm_backward_rows", "norm_stats_rows",
+                                            "norm_weight_partials", "norm_weight_combine"};
+        const size_t groups[] = {(size_t)p.wg, (size_t)p.wg, GRADS_GROUP, COMBINE_GROUP};
+        s = build_first(f, ctx, options, names, groups, 4);
+        if (s == HD_OK)
+            s = norm_weight_grads(f, ctx, options, &p, r, center);
     }
     cl_mem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy), dx = hd__fused_mem(r->dx);
     cl_mem g = norm ? hd__fused_mem(r->gamma) : NULL;

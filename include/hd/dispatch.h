@@ -26,7 +26,10 @@
  *   discovery runs once per process.
  * - When the backend chosen for a call fails (it declines, its device fails, or the tuned
  *   parameters it was given are refused), the next backend runs the call; no backend writes an
- *   output before every stage of its plan has accepted its arguments and parameters.
+ *   output before every stage of its plan has accepted its arguments and parameters. A device
+ *   that fails after a backend began adding into the outputs (LoRA backward accumulating on
+ *   CLBlast adds its gradients in separate launches) cannot be undone: the call then returns
+ *   HD_ERR_DEVICE without another backend, and those outputs are undefined.
  * - Destroying NULL is a harmless no-op.
  */
 #ifndef HD_DISPATCH_H
@@ -334,7 +337,8 @@ HD_API hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bo
  * The LoRA forward pass: y = x*W + scale*(x*A)*B, with x T×in, W in×out, A in×r, B r×out and
  * y T×out. The low-rank product is never formed as an in×out matrix. r = 0 gives y = x*W.
  * y must not be any input. Returns as hd_gemm(), and HD_ERR_SIZE_OVERFLOW where the T×r
- * temporary x*A would not fit in the address space. Does not wait.
+ * temporaries (x*A; backward, dy*B^T beside it) would not fit in the address space, before
+ * anything is allocated. Does not wait.
  */
 HD_API hd_status hd_lora_forward(hd_context *ctx, const hd_tensor *x, const hd_tensor *w,
                                  const hd_tensor *a, const hd_tensor *b, float scale,
