@@ -148,9 +148,9 @@ typedef struct hd_context_options {
     int threads;            /* threads of the CPU backend, shared by OpenBLAS and the row
                                kernels; 0: $HD_THREADS, else OpenBLAS's own count (which
                                follows $OPENBLAS_NUM_THREADS, else the cores available) as it
-                               was before any context set one. A count set here or in
-                               $HD_THREADS is also given to OpenBLAS, whose count is per
-                               process: the last context created with a count sets it */
+                               was before any context set one. OpenBLAS's count is one per
+                               process: each of the context's CPU products sets it to the
+                               context's count first where another context left another */
     /* Notes: what the library did that is worth knowing but is no error (a backend that is
      * not available here, a tuning cache that was ignored and why, a call that ran on its
      * second backend after the first failed). log(log_user, message) is called with one
