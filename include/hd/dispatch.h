@@ -20,7 +20,11 @@
  *   an error status, and every output is left exactly as it was.
  * - Operations are asynchronous when they run on a device: they return once the work is queued.
  *   hd_tensor_read(), hd_sync(), and any CPU operation that needs a result wait for it. An error
- *   that the device reports late is returned by the call that waits.
+ *   that the device reports late is returned by the call that waits. One exception: copying
+ *   a tensor of more than 4 MiB from the host to the device (hd_tensor_prefetch(), or a device
+ *   call on host data) waits until the device has taken the host's bytes, and with them for
+ *   the work queued before; smaller copies are staged aside (up to 64 MiB in flight) and do not
+ *   wait.
  * - A context is used by one thread at a time. Separate contexts may be used concurrently from
  *   separate threads, and any number of threads may call hd_context_create() at once: OpenCL
  *   discovery runs once per process.
@@ -298,8 +302,9 @@ HD_API hd_status hd_tensor_write(hd_tensor *t, const float *src);
  * data stays on the host; a loop moves to the device after a few calls). Writing t later
  * makes the host copy the valid one again; if t's previous contents had moved to the device,
  * the new ones move at t's next device call. Without a device this does nothing.
- * Does not wait. Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL), HD_ERR_DEVICE_OUT_OF_MEMORY,
- * HD_ERR_DEVICE.
+ * Does not wait for tensors of up to 4 MiB; a larger one is copied from its host memory before
+ * this returns (see the asynchrony note at the top). Returns HD_OK, HD_ERR_INVALID_ARGUMENT
+ * (NULL), HD_ERR_DEVICE_OUT_OF_MEMORY, HD_ERR_DEVICE.
  */
 HD_API hd_status hd_tensor_prefetch(hd_tensor *t);
 
