@@ -54,19 +54,26 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec, hd_backend f
         } else {
             *eq = '\0';
             hd_op op;
-            if (!hd__op_from_name(item, &op))
-                return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                                 "backend specification '%s': unknown operation '%s' (expected "
-                                 "gemm, lora, softmax, layer_norm or rms_norm)",
-                                 spec, item);
+            if (!hd__op_from_name(item, &op)) {
+                hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                          "backend specification '%s': unknown operation '%s' (expected one of",
+                          spec, item);
+                for (int i = 0; i < HD_OP_COUNT; i++) {
+                    hd__error_append(ctx, i == 0 ? " " : ", ");
+                    hd__error_append(ctx, hd_op_name((hd_op)i));
+                }
+                hd__error_append(ctx, ")");
+                return HD_ERR_INVALID_ARGUMENT;
+            }
             if (!hd__backend_from_name(eq + 1, &b))
                 return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
                                  "backend specification '%s': unknown backend '%s'", spec, eq + 1);
             parsed[op] = b;
         }
         p += len;
-        if (*p == ',')
-            p++;
+        if (*p == ',' && *++p == '\0') /* "cpu,": an item missing, not a finished list */
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "backend specification '%s': empty item after the last comma", spec);
     }
     for (int i = 0; i < HD_OP_COUNT; i++)
         forced[i] = parsed[i];

@@ -284,6 +284,8 @@ static const char *const bad_specs[] = {
     "matmul=cpu",
     ",",
     ",cpu",
+    "cpu,",
+    "gemm=cpu,",
     "gemm=cpu,,lora=cpu",
     "gemm=cpu=cpu",
     "gemm:cpu",
@@ -377,6 +379,10 @@ static void test_context_backend_message_names_the_bad_item(void **state)
     hd_context *ctx = NULL;
     assert_int_equal(hd_context_create(&ctx, NULL), HD_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(hd_context_last_error(NULL), "'sofmax'"));
+    for (int op = 0; op < HD_OP_COUNT; op++) /* the message lists every operation there is */
+        if (strstr(hd_context_last_error(NULL), hd_op_name((hd_op)op)) == NULL)
+            fail_msg("'%s' does not list %s", hd_context_last_error(NULL),
+                     hd_op_name((hd_op)op));
     setenv("HD_BACKEND", "gemm=cuda", 1);
     assert_int_equal(hd_context_create(&ctx, NULL), HD_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(hd_context_last_error(NULL), "'cuda'"));
