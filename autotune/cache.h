@@ -1,7 +1,7 @@
 /*
  * The tuning cache file: what dispatch-autotune measured on one device, as text a person can
  * read and diff. The format (version 1), one item per line; a line whose first character
- * other than blanks is '#' is a comment, free text in any bytes:
+ * other than blanks is '#' is a comment, free text in any bytes and of any length:
  *
  *   hd-tune 1                                   format version, always the first line
  *   library 0.1.0                               hd_version() of the writer
@@ -27,8 +27,8 @@
  * Trust: the six header lines (hd-tune to clblast, in that order, before anything else but
  * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown
  * name, malformed or absurd number, overlong line, duplicate key) is skipped and counted; the rest
- * are used. Lines are at most HD_TUNE_LINE_MAX bytes and files hold at most HD_TUNE_RECORD_MAX
- * records.
+ * are used. Lines other than comments are at most HD_TUNE_LINE_MAX bytes and files hold at most
+ * HD_TUNE_RECORD_MAX records.
  */
 #ifndef HD_AUTOTUNE_CACHE_H
 #define HD_AUTOTUNE_CACHE_H

@@ -746,6 +746,74 @@ static void test_cache_comments_may_hold_any_text(void **state)
     hd__tune_file_free(&f);
 }
 
+static const char header_pd1[] = "hd-tune 1\nlibrary 0.1.0\nplatform \"P\"\ndevice \"D\"\n"
+                                 "driver \"1\"\nclblast none\n";
+
+/* A comment or blank last line without its newline is no cut-off record, and a comment longer
+ * than a record line may be is still a comment. */
+static void test_cache_last_comment_without_newline_and_long_comments_are_not_bad(void **state)
+{
+    (void)state;
+    static const char *const tails[] = {"# the end, without a newline", "   ", "\t# end\r"};
+    char text[4096];
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        snprintf(text, sizeof text, "%ssoftmax 8 8 cpu - 7.25 - -\n%s", header_pd1, tails[i]);
+        hd_tune_file f;
+        hd__tune_file_init(&f);
+        char msg[160];
+        assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+        if (f.bad_lines != 0)
+            fail_msg("tail '%s': %s", tails[i], f.first_problem);
+        assert_int_equal(f.count, 1);
+        hd__tune_file_free(&f);
+    }
+    size_t used = (size_t)snprintf(text, sizeof text, "%s# ", header_pd1);
+    memset(text + used, 'x', 2000);
+    used += 2000;
+    snprintf(text + used, sizeof text - used, "\nsoftmax 8 8 cpu - 7.25 - -\n");
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(f.bad_lines, 0);
+    assert_int_equal(f.count, 1);
+    hd__tune_file_free(&f);
+}
+
+/* The message of a bad line names what is wrong in it, not only the kind of problem. */
+static void test_cache_bad_line_message_names_the_offending_token(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *line, *needle;
+    } cases[] = {
+        {"softmax 8 8 cpx - 7.25 - -", "unknown backend 'cpx'"},
+        {"sofmax 8 8 cpu - 7.25 - -", "unknown keyword 'sofmax'"},
+        {"softmax 8 8 cpu - 7.25 cpux 3", "unknown runner-up backend 'cpux'"},
+        {"softmax 8 8 cpu - 7.25 cpu 3", "runner-up 'cpu' is the winner's backend"},
+        {"softmax 8 8 cpu - 7.25 fused -", "'-' together or not at all"},
+        {"softmax 8 8 cpu - 7.25 fused 1e7", "margin '1e7'"},
+        {"softmax 8 -8 cpu - 7.25 - -", "dimension 2 (cols) '-8'"},
+        {"gemm 8 8 8 nx cpu - 7.25 - -", "transposes 'nx'"},
+        {"softmax 8 8 cpu - 2e9 - -", "median time '2e9'"},
+        {"gemm.fp64 8 8 8 nn cpu - 7.25 - -", "unknown precision in 'gemm.fp64'"},
+        {"calibration launch_us=5 copy=3", "calibration item 'copy=3'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512], msg[160];
+        snprintf(text, sizeof text, "%s%s\n", header_pd1, cases[i].line);
+        hd_tune_file f;
+        hd__tune_file_init(&f);
+        assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+        assert_int_equal(f.bad_lines, 1);
+        assert_int_equal(f.first_bad_line, 7);
+        if (strstr(f.first_problem, cases[i].needle) == NULL)
+            fail_msg("'%s': the problem '%s' lacks '%s'", cases[i].line, f.first_problem,
+                     cases[i].needle);
+        hd__tune_file_free(&f);
+    }
+}
+
 /* The bytes of the file at path, malloc'd and NUL-terminated. */
 static char *read_text(const char *path)
 {
@@ -1339,6 +1407,8 @@ int main(void)
         cmocka_unit_test(test_cache_save_reports_unwritable_path),
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
         cmocka_unit_test(test_cache_comments_may_hold_any_text),
+        cmocka_unit_test(test_cache_last_comment_without_newline_and_long_comments_are_not_bad),
+        cmocka_unit_test(test_cache_bad_line_message_names_the_offending_token),
         cmocka_unit_test(test_cache_save_keeps_a_file_it_cannot_read),
         cmocka_unit_test(test_cache_key_with_a_non_ascii_byte_matches_its_own_file),
         cmocka_unit_test(test_cache_numbers_ignore_the_program_locale),
