@@ -25,14 +25,7 @@
 #include "dispatch/op.h"
 #include "dispatch/tools.h"
 
-#define MAX_TOKENS     16
-#define MIN_TIME_US    1e-3
-#define MAX_TIME_US    1e9 /* a quarter of an hour per call is not a tuned op */
-#define MAX_MARGIN_PCT 1e6 /* 10000x slower runner-up */
-/* Negative where a preference of the tuner chose a slower candidate; the runner-up cannot take
- * less than no time. */
-#define MIN_MARGIN_PCT (-100.0)
-#define MAX_CAL_VALUE  1e9 /* µs, GB/s, GFLOP/s: well beyond any device */
+#define MAX_TOKENS 16
 
 void hd__tune_file_init(hd_tune_file *f)
 {
@@ -119,8 +112,42 @@ const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_sh
     return NULL;
 }
 
+static bool backend_named(hd_backend b)
+{
+    return b > HD_BACKEND_AUTO && b < HD_BACKEND_COUNT;
+}
+
+/* Whether r, its time and margin clamped, is a line the parser takes back. */
+static bool record_writable(const hd_tune_record *r)
+{
+    if ((unsigned)r->op >= HD_OP_COUNT || (unsigned)r->precision >= HD_PRECISION_COUNT ||
+        r->precision != hd__tune_precision_of(r->op, r->precision))
+        return false;
+    for (int d = 0; d < hd__tune_dim_count(r->op); d++)
+        if (r->shape.dim[d] > HD_TUNE_DIM_MAX ||
+            (r->shape.dim[d] == 0 && !hd__op(r->op)->zero_dim_ok[d]))
+            return false;
+    if (r->shape.lora_layout != 0 &&
+        (!hd__op(r->op)->lora_layout || r->shape.lora_layout > HD_LORA_LAYOUT_PYTORCH))
+        return false;
+    if (!backend_named(r->backend) || memchr(r->variant, '\0', sizeof r->variant) == NULL)
+        return false;
+    if (!(r->median_us > 0.0)) /* NaN too */
+        return false;
+    return r->runner_up == HD_BACKEND_AUTO ||
+           (backend_named(r->runner_up) && r->runner_up != r->backend && !isnan(r->margin_pct));
+}
+
 hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r)
 {
+    if (!record_writable(r))
+        return HD_ERR_INVALID_ARGUMENT;
+    hd_tune_record c = *r;
+    c.median_us = fmin(fmax(c.median_us, HD_TUNE_TIME_MIN_US), HD_TUNE_TIME_MAX_US);
+    c.margin_pct = c.runner_up == HD_BACKEND_AUTO
+                       ? 0.0
+                       : fmin(fmax(c.margin_pct, HD_TUNE_MARGIN_MIN_PCT), HD_TUNE_MARGIN_MAX_PCT);
+    r = &c;
     for (size_t i = 0; i < f->count; i++)
         if (hd__tune_same_key(&f->records[i], r)) {
             f->records[i] = *r;
@@ -142,6 +169,14 @@ hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r)
 
 hd_status hd__tune_put_param(hd_tune_file *f, const hd_tune_param *p)
 {
+    /* the name is written bare: one plain word */
+    size_t len = strnlen(p->name, sizeof p->name);
+    if (!backend_named(p->backend) || len == 0 || len == sizeof p->name ||
+        strnlen(p->value, sizeof p->value) == sizeof p->value)
+        return HD_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < len; i++)
+        if (p->name[i] <= ' ' || p->name[i] >= 0x7f || p->name[i] == '"' || p->name[i] == '\\')
+            return HD_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < f->param_count; i++)
         if (f->params[i].backend == p->backend && strcmp(f->params[i].name, p->name) == 0) {
             f->params[i] = *p;
@@ -348,9 +383,9 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
         return bad_line(ps, "variant '%s' is not - or a quoted string under %d bytes",
                         tok_shown(&tok[i], shown), HD_TUNE_STRING_MAX);
     i++;
-    if (!tok_double(&tok[i], MIN_TIME_US, MAX_TIME_US, &r.median_us))
+    if (!tok_double(&tok[i], HD_TUNE_TIME_MIN_US, HD_TUNE_TIME_MAX_US, &r.median_us))
         return bad_line(ps, "median time '%s' is not a number of microseconds in [%g, %g]",
-                        tok_shown(&tok[i], shown), MIN_TIME_US, MAX_TIME_US);
+                        tok_shown(&tok[i], shown), HD_TUNE_TIME_MIN_US, HD_TUNE_TIME_MAX_US);
     i++;
     if (tok_is(&tok[i], "-") && tok_is(&tok[i + 1], "-")) {
         r.runner_up = HD_BACKEND_AUTO;
@@ -362,9 +397,10 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
         if (r.runner_up == r.backend)
             return bad_line(ps, "runner-up '%s' is the winner's backend",
                             hd_backend_name(r.backend));
-        if (!tok_double(&tok[i + 1], MIN_MARGIN_PCT, MAX_MARGIN_PCT, &r.margin_pct))
+        if (!tok_double(&tok[i + 1], HD_TUNE_MARGIN_MIN_PCT, HD_TUNE_MARGIN_MAX_PCT, &r.margin_pct))
             return bad_line(ps, "margin '%s' is not a percentage in [%g, %g]",
-                            tok_shown(&tok[i + 1], shown), MIN_MARGIN_PCT, MAX_MARGIN_PCT);
+                            tok_shown(&tok[i + 1], shown), HD_TUNE_MARGIN_MIN_PCT,
+                            HD_TUNE_MARGIN_MAX_PCT);
     }
     if (hd__tune_find(ps->f, r.op, &r.shape, r.precision) != NULL)
         return bad_line(ps, "duplicate record for the same operation and shape");
@@ -396,7 +432,7 @@ static bool parse_calibration(parser *ps, const token *tok, int n)
                 which = k;
         token value = {.text = eq + 1, .len = tok[i].len - name_len - 1};
         if (which < 0 || *fields[which] != 0.0 ||
-            !tok_double(&value, 1e-9, MAX_CAL_VALUE, fields[which]))
+            !tok_double(&value, HD_TUNE_CAL_MIN, HD_TUNE_CAL_MAX, fields[which]))
             return bad_line(ps, "calibration item '%s' is unknown, repeated or out of range",
                             tok_shown(&tok[i], shown));
     }

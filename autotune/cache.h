@@ -48,6 +48,15 @@
 #define HD_TUNE_PARAM_MAX  16
 #define HD_TUNE_FILE_MAX   ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
 #define HD_TUNE_DIM_MAX    ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
+/* The numbers a record may hold: the parser refuses others, and hd__tune_put() clamps a
+ * measured time or margin into them, so that the writer never writes a line its reader skips. */
+#define HD_TUNE_TIME_MIN_US    1e-3
+#define HD_TUNE_TIME_MAX_US    1e9      /* a quarter of an hour per call is not a tuned op */
+#define HD_TUNE_MARGIN_MIN_PCT (-100.0) /* the runner-up cannot take less than no time */
+#define HD_TUNE_MARGIN_MAX_PCT 1e6      /* 10000x slower runner-up */
+/* A calibration value (µs, GB/s, GFLOP/s): well beyond any device either way. */
+#define HD_TUNE_CAL_MIN 1e-9
+#define HD_TUNE_CAL_MAX 1e9
 /* A writer's temporary file older than this belongs to a writer that was killed. */
 #define HD_TUNE_STALE_SECONDS (24 * 60 * 60)
 
@@ -109,10 +118,17 @@ int hd__tune_dim_count(hd_op op);
 /* Whether op's records carry transposes (GEMM, batched GEMM). */
 bool hd__tune_has_transposes(hd_op op);
 
-/* Adds r, replacing a record with the same key. Returns HD_ERR_OUT_OF_MEMORY or
- * HD_ERR_CACHE_INVALID when the file already holds HD_TUNE_RECORD_MAX records. */
+/* Adds r, replacing a record with the same key. Its median time and margin are clamped into
+ * the ranges the parser takes (HD_TUNE_TIME_MIN_US..HD_TUNE_TIME_MAX_US,
+ * HD_TUNE_MARGIN_MIN_PCT..HD_TUNE_MARGIN_MAX_PCT). Returns HD_ERR_INVALID_ARGUMENT for a record
+ * no clamping makes readable (an unknown op, backend, precision or layout, a dimension outside
+ * [1 (0 for LoRA's rank), HD_TUNE_DIM_MAX], the runner-up the winner's backend, a time that is
+ * not a number above 0, a margin that is NaN, a variant without its NUL), HD_ERR_OUT_OF_MEMORY,
+ * or HD_ERR_CACHE_INVALID when the file already holds HD_TUNE_RECORD_MAX records. */
 hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r);
-/* Sets or replaces the param (backend, name). */
+/* Sets or replaces the param (backend, name). Returns HD_ERR_INVALID_ARGUMENT for an unknown
+ * backend, a name that is not one plain word or a string without its NUL, HD_ERR_CACHE_INVALID
+ * when the file already holds HD_TUNE_PARAM_MAX params. */
 hd_status hd__tune_put_param(hd_tune_file *f, const hd_tune_param *p);
 /* The precision a record of op is keyed by: p for compute-bound ops (GEMM arithmetic),
  * fp32 for the others, whose arithmetic does not change with the context's GEMM mode. */

@@ -155,7 +155,7 @@ char *hd__tune_format(const hd_tune_file *f)
     for (int i = 0; i < 6; i++)
         if (vals[i] > 0.0 && isfinite(vals[i])) {
             put(&t, "%s %s=", any ? "" : "calibration", names[i]);
-            put_number(&t, vals[i]);
+            put_number(&t, fmin(fmax(vals[i], HD_TUNE_CAL_MIN), HD_TUNE_CAL_MAX));
             any = true;
         }
     if (any)

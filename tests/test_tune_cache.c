@@ -705,6 +705,60 @@ static void made_up_file(hd_tune_file *f)
     snprintf(f->key.clblast, sizeof f->key.clblast, "none");
 }
 
+/* The writer never writes a line its reader skips: a time or margin past the reader's limits
+ * is clamped into them, a record no clamping makes readable is refused. */
+static void test_cache_put_keeps_records_within_the_readers_limits(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "limits.txt");
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record slow = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 2e9);
+    hd_tune_record fast = record(HD_OP_SOFTMAX, 9, 9, 0, 0, HD_BACKEND_FUSED, 1e-6);
+    fast.runner_up = HD_BACKEND_CPU;
+    fast.margin_pct = 5e7;
+    hd_tune_record big = record(HD_OP_GEMM, 1, HD_TUNE_DIM_MAX, 1, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &slow), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &fast), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &big), HD_OK);
+    f.cal.launch_us = 1e12;
+    f.cal.host_gbps = 1e-12;
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    if (back.bad_lines != 0)
+        fail_msg("line %zu: %s", back.first_bad_line, back.first_problem);
+    assert_int_equal(back.count, 3);
+    const hd_tune_record *r = hd__tune_find(&back, HD_OP_SOFTMAX, &slow.shape, HD_PRECISION_FP32);
+    assert_non_null(r);
+    assert_true(r->median_us == HD_TUNE_TIME_MAX_US);
+    r = hd__tune_find(&back, HD_OP_SOFTMAX, &fast.shape, HD_PRECISION_FP32);
+    assert_non_null(r);
+    assert_true(r->median_us == HD_TUNE_TIME_MIN_US && r->margin_pct == HD_TUNE_MARGIN_MAX_PCT);
+    assert_true(back.cal.launch_us == HD_TUNE_CAL_MAX && back.cal.host_gbps == HD_TUNE_CAL_MIN);
+    hd__tune_file_free(&back);
+
+    hd_tune_record bad[6];
+    for (int i = 0; i < 6; i++)
+        bad[i] = record(HD_OP_GEMM, 4, 4, 4, 0, HD_BACKEND_CPU, 1.0);
+    bad[0].shape.dim[1] = HD_TUNE_DIM_MAX + 1;
+    bad[1].shape.dim[0] = 0;
+    bad[2].median_us = NAN;
+    bad[3].runner_up = HD_BACKEND_CPU;                 /* the winner's */
+    bad[4].shape.lora_layout = HD_LORA_LAYOUT_PYTORCH; /* GEMM has no layout */
+    bad[5].op = HD_OP_SOFTMAX;
+    bad[5].precision = HD_PRECISION_TF32; /* row ops are keyed by no precision */
+    for (int i = 0; i < 6; i++)
+        if (hd__tune_put(&f, &bad[i]) != HD_ERR_INVALID_ARGUMENT)
+            fail_msg("record %d was taken", i);
+    hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "two words", .value = "x"};
+    assert_int_equal(hd__tune_put_param(&f, &p), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(f.count, 3);
+    hd__tune_file_free(&f);
+}
+
 /* Parses the written text with the lines of bad appended into *back: the file is accepted. */
 static void parse_with_lines(const char *text, const char *bad, hd_tune_file *back)
 {
@@ -1405,6 +1459,7 @@ int main(void)
         cmocka_unit_test(test_cache_parse_random_garbage_never_trusts_it),
         cmocka_unit_test(test_cache_save_merges_with_records_on_disk),
         cmocka_unit_test(test_cache_save_reports_unwritable_path),
+        cmocka_unit_test(test_cache_put_keeps_records_within_the_readers_limits),
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
         cmocka_unit_test(test_cache_comments_may_hold_any_text),
         cmocka_unit_test(test_cache_last_comment_without_newline_and_long_comments_are_not_bad),

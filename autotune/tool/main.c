@@ -460,7 +460,11 @@ static int tune(const tool_options *o, const char *path)
             count_win(wins, &nwins, sizeof wins / sizeof wins[0], outcome.best_clblast);
         rec.precision = hd__tune_precision_of(c->op, hd_context_gemm_precision(ctx));
         part.count = 0;
-        if (hd__tune_put(&part, &rec) != HD_OK || !save(path, &part)) {
+        hd_status put = hd__tune_put(&part, &rec);
+        if (put != HD_OK)
+            fprintf(stderr, "dispatch-autotune: %s: the record cannot be written (%s)\n", name,
+                    hd_status_str(put));
+        if (put != HD_OK || !save(path, &part)) {
             rc = EXIT_CACHE;
             break;
         }
