@@ -551,6 +551,12 @@ static bool printable(const char *p, size_t len)
 
 hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *msg, size_t size)
 {
+    return hd__tune_parse_lines(text, len, f, NULL, NULL, msg, size);
+}
+
+hd_status hd__tune_parse_lines(const char *text, size_t len, hd_tune_file *f, hd_tune_line_fn *fn,
+                               void *arg, char *msg, size_t size)
+{
     parser ps = {.f = f};
     int header = 0; /* header lines read so far */
     char line[HD_TUNE_LINE_MAX + 1];
@@ -571,7 +577,12 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
 
         /* Comments and blank lines, of any length and with or without their newline, are
          * skipped before the checks that records must pass. */
-        if (is_comment(start, line_len) || is_blank(start, line_len))
+        if (is_comment(start, line_len)) {
+            if (fn != NULL)
+                fn(arg, HD_TUNE_LINE_COMMENT, ps.line_no, start, line_len);
+            continue;
+        }
+        if (is_blank(start, line_len))
             continue;
         const char *problem = NULL;
         char too_long[64];
@@ -606,11 +617,10 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
             header++;
             continue;
         }
-        if (problem != NULL) {
+        if (problem != NULL)
             bad_line(&ps, "%s", problem);
-            continue;
-        }
-        parse_body_line(&ps, tok, n);
+        if ((problem != NULL || !parse_body_line(&ps, tok, n)) && fn != NULL)
+            fn(arg, HD_TUNE_LINE_BAD, ps.line_no, start, line_len);
     }
     if (header < 6) {
         snprintf(msg, size, "%s",
@@ -622,6 +632,12 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
 }
 
 hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size)
+{
+    return hd__tune_load_lines(path, f, NULL, NULL, msg, size);
+}
+
+hd_status hd__tune_load_lines(const char *path, hd_tune_file *f, hd_tune_line_fn *fn, void *arg,
+                              char *msg, size_t size)
 {
     FILE *fp = hd__file_open_regular(path, msg, size);
     if (fp == NULL)
@@ -643,7 +659,7 @@ hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t siz
         snprintf(msg, size, "'%s' is larger than %zu bytes", path, HD_TUNE_FILE_MAX);
         s = HD_ERR_CACHE_INVALID;
     } else {
-        s = hd__tune_parse(buf, len, f, msg, size);
+        s = hd__tune_parse_lines(buf, len, f, fn, arg, msg, size);
     }
     free(buf);
     return s;

@@ -148,6 +148,25 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
  * else as hd__tune_parse(). */
 hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size);
 
+/* The lines of a file that hold no record, told to a caller that keeps them (the writer). */
+typedef enum hd_tune_line_kind {
+    HD_TUNE_LINE_BAD,     /* a line after the header that was skipped and counted in bad_lines */
+    HD_TUNE_LINE_COMMENT, /* a comment, anywhere */
+} hd_tune_line_kind;
+
+/* text: the line's len bytes as in the file, without its newline and a CR before it; not
+ * NUL-terminated, and any bytes. */
+typedef void hd_tune_line_fn(void *arg, hd_tune_line_kind kind, size_t line_no, const char *text,
+                             size_t len);
+
+/* hd__tune_parse() and hd__tune_load() that also call fn(arg, ...) for each bad line and each
+ * comment, in the order of the file. On a broken header the calls made so far are for a file
+ * that is then refused. */
+hd_status hd__tune_parse_lines(const char *text, size_t len, hd_tune_file *f, hd_tune_line_fn *fn,
+                               void *arg, char *msg, size_t size);
+hd_status hd__tune_load_lines(const char *path, hd_tune_file *f, hd_tune_line_fn *fn, void *arg,
+                              char *msg, size_t size);
+
 /* The file's text in the format above, malloc'd and NUL-terminated; NULL without memory.
  * Records are sorted by op and dims, so that files diff well. */
 char *hd__tune_format(const hd_tune_file *f);
@@ -159,8 +178,13 @@ char *hd__tune_format(const hd_tune_file *f);
  * directory, so readers see the old or the new file and concurrent writers lose nothing.
  * A file there for another key is replaced. One that is there but cannot be read, or whose
  * header is broken, is left as it is and the save refused (HD_ERR_IO or HD_ERR_CACHE_INVALID,
- * msg names the file and the problem): its records may still be repaired by hand. Bad record
- * lines of a file that loads are dropped, as the reader drops them. Creates the directory if
+ * msg names the file and the problem): its records may still be repaired by hand. The lines of
+ * a file that loads that the reader skips are kept at the end as comments "# not read: <line>"
+ * (bytes outside printable ASCII and TAB as \xHH, the line cut with a marker past
+ * HD_TUNE_LINE_MAX bytes), and such comments of earlier saves with them; other comments are not
+ * kept. On HD_OK msg is empty, or says how many lines were kept so and which was the first.
+ * Where the kept lines would make the file larger than HD_TUNE_FILE_MAX the save is refused
+ * (HD_ERR_CACHE_INVALID) and the file left as it is. Creates the directory if
  * needed. A symbolic link at path is followed: the file it resolves to is replaced and the
  * link kept (a dangling link is refused). Anything at path, or at the link's end, other than
  * a regular file (a FIFO, a device, a directory) is refused and left alone. Under the lock,

@@ -281,21 +281,85 @@ static void fsync_dir_of(const char *path)
     }
 }
 
-/* What is on disk under key into *disk: nothing where no file is there yet, or where the file
- * is for another key (its records could never be used with this one, which replaces them). A
- * file that is there but cannot be read or whose header is broken is refused, msg says why:
- * writing over it would throw away records that a person can still repair. */
+/* A line of the file on disk that a save keeps though it holds no record: one the reader could
+ * not read, as a comment that starts so, and such a comment of an earlier save. */
+#define NOT_READ "# not read: "
+
+/* Appends the comment line prefix + s[0..len) so that the parser reads it back as one comment
+ * whatever s holds: each byte outside printable ASCII and TAB (a NUL, a CR, UTF-8) as \xHH, and
+ * the line cut, with a marker saying so, where it would pass HD_TUNE_LINE_MAX bytes. Text that is
+ * such a line already is appended as it is. */
+static void put_comment(text *t, const char *prefix, const char *s, size_t len)
+{
+    char line[HD_TUNE_LINE_MAX + 1], marker[64];
+    int marker_len = snprintf(marker, sizeof marker, " [cut: the line held %zu bytes]", len);
+    size_t room = HD_TUNE_LINE_MAX - (size_t)marker_len;
+    size_t n = (size_t)snprintf(line, sizeof line, "%s", prefix), cut = n, i = 0;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char piece[8];
+        int w = (c >= 0x20 && c < 0x7f) || c == '\t' ? snprintf(piece, sizeof piece, "%c", c)
+                                                     : snprintf(piece, sizeof piece, "\\x%02x", c);
+        if (n + (size_t)w > HD_TUNE_LINE_MAX)
+            break;
+        memcpy(line + n, piece, (size_t)w);
+        n += (size_t)w;
+        if (n <= room)
+            cut = n;
+    }
+    if (i < len) {
+        memcpy(line + cut, marker, (size_t)marker_len);
+        n = cut + (size_t)marker_len;
+    }
+    line[n] = '\0';
+    put(t, "%s\n", line);
+}
+
+/* The lines a save keeps from the file on disk, as comments for the end of the new one. */
+typedef struct kept_lines {
+    text comments;
+    size_t new_count; /* lines the reader could not read, now comments */
+} kept_lines;
+
+static void keep_line(void *arg, hd_tune_line_kind kind, size_t line_no, const char *s, size_t len)
+{
+    (void)line_no;
+    kept_lines *k = arg;
+    size_t prefix = sizeof NOT_READ - 1;
+    if (kind == HD_TUNE_LINE_BAD) {
+        put_comment(&k->comments, NOT_READ, s, len);
+        k->new_count++;
+    } else if (len >= prefix && memcmp(s, NOT_READ, prefix) == 0) {
+        put_comment(&k->comments, "", s, len);
+    }
+}
+
+static void kept_lines_free(kept_lines *k)
+{
+    free(k->comments.p);
+    memset(k, 0, sizeof *k);
+}
+
+/* What is on disk under key into *disk, and the lines kept of it into *kept: nothing where no
+ * file is there yet, or where the file is for another key (its records could never be used with
+ * this one, which replaces them). A file that is there but cannot be read or whose header is
+ * broken is refused, msg says why: writing over it would throw away records that a person can
+ * still repair. */
 static hd_status read_disk(const char *path, const hd_tune_key *key, hd_tune_file *disk,
-                           char *msg, size_t size)
+                           kept_lines *kept, char *msg, size_t size)
 {
     char why[200];
     hd__tune_file_init(disk);
-    hd_status s = hd__tune_load(path, disk, why, sizeof why);
+    memset(kept, 0, sizeof *kept);
+    hd_status s = hd__tune_load_lines(path, disk, keep_line, kept, why, sizeof why);
     if (s == HD_OK) {
-        if (!same_tune_key(&disk->key, key))
+        if (!same_tune_key(&disk->key, key)) {
             hd__tune_file_free(disk);
-        return HD_OK;
+            kept_lines_free(kept);
+        }
+        return kept->comments.failed ? HD_ERR_OUT_OF_MEMORY : HD_OK;
     }
+    kept_lines_free(kept);
     struct stat st;
     if (s == HD_ERR_IO && stat(path, &st) != 0 && errno == ENOENT)
         return HD_OK;
@@ -308,15 +372,17 @@ static hd_status read_disk(const char *path, const hd_tune_key *key, hd_tune_fil
 
 /* Merges what is on disk (same key) with f into *out: on-disk first, f's entries win. */
 static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tune_file *out,
-                                 char *msg, size_t size)
+                                 kept_lines *kept, char *msg, size_t size)
 {
     hd_tune_key key = f->key;
     hd__tune_key_normalize(&key);
-    hd_status s = read_disk(path, &key, out, msg, size);
-    if (s != HD_OK)
+    hd_status s = read_disk(path, &key, out, kept, msg, size);
+    if (s != HD_OK) {
+        if (s == HD_ERR_OUT_OF_MEMORY)
+            snprintf(msg, size, "no memory to keep the lines of '%s' it cannot read", path);
         return s;
+    }
     out->key = key;
-    out->bad_lines = 0;
     const double *src = &f->cal.launch_us;
     double *dst = &out->cal.launch_us;
     for (size_t i = 0; i < sizeof f->cal / sizeof(double); i++)
@@ -417,6 +483,40 @@ static void remove_stale_temps(const char *target)
     closedir(d);
 }
 
+/* The text of merged with the kept lines after it; NULL with *s and msg set where it cannot be
+ * made or would be larger than the reader reads. msg then says how many lines the reader could
+ * not read are kept as comments, and which was the first. */
+static char *format_with(const hd_tune_file *merged, const kept_lines *kept, const char *target,
+                         char *msg, size_t size, hd_status *s)
+{
+    char *records = hd__tune_format(merged);
+    size_t len = records != NULL ? strlen(records) : 0;
+    text t = {.p = records, .len = len, .cap = len + 1};
+    if (kept->comments.len > 0)
+        put(&t, "%s", kept->comments.p);
+    if (records == NULL || t.failed) {
+        free(t.p);
+        snprintf(msg, size, "no memory to format the cache");
+        *s = HD_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if (t.len > HD_TUNE_FILE_MAX) {
+        free(t.p);
+        snprintf(msg, size,
+                 "'%s' would grow past %zu bytes with the lines of it that cannot be read kept "
+                 "as comments: not replaced; repair or remove it",
+                 target, HD_TUNE_FILE_MAX);
+        *s = HD_ERR_CACHE_INVALID;
+        return NULL;
+    }
+    if (kept->new_count > 0)
+        snprintf(msg, size,
+                 "'%s': kept %zu line(s) that could not be read, as comments '" NOT_READ
+                 "...' at its end; the first, line %zu: %s",
+                 target, kept->new_count, merged->first_bad_line, merged->first_problem);
+    return t.p;
+}
+
 hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size)
 {
     msg[0] = '\0';
@@ -450,14 +550,14 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     remove_stale_temps(target);
 
     hd_tune_file merged;
-    hd_status s = merge_with_disk(target, f, &merged, msg, size);
-    char *body = s == HD_OK ? hd__tune_format(&merged) : NULL;
+    kept_lines kept;
+    hd_status s = merge_with_disk(target, f, &merged, &kept, msg, size);
+    char *body = s == HD_OK ? format_with(&merged, &kept, target, msg, size, &s) : NULL;
     hd__tune_file_free(&merged);
+    kept_lines_free(&kept);
     if (body == NULL) {
-        if (s == HD_OK)
-            snprintf(msg, size, "no memory to format the cache");
         close(lock);
-        return s == HD_OK ? HD_ERR_OUT_OF_MEMORY : s;
+        return s;
     }
 
     int fd = mkstemp(tmp_path);

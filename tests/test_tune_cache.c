@@ -562,6 +562,84 @@ static void expect_round_trip(const hd_tune_file *f, const char *what)
     hd__tune_file_free(&back);
 }
 
+/* The bytes of the file at path, malloc'd and NUL-terminated; *len: how many. */
+static char *read_bytes(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    while ((n += fread(buf + n, 1, cap - 1 - n, fp)) == cap - 1) {
+        buf = realloc(buf, cap *= 2);
+        assert_non_null(buf);
+    }
+    buf[n] = '\0';
+    fclose(fp);
+    if (len != NULL)
+        *len = n;
+    return buf;
+}
+
+static char *read_text(const char *path)
+{
+    return read_bytes(path, NULL);
+}
+
+static void write_bytes(const char *path, const char *bytes, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Lines of text that start with prefix, each checked to be no longer than the reader takes. */
+static size_t lines_starting(const char *text, const char *prefix)
+{
+    size_t count = 0;
+    for (const char *p = text; *p != '\0';) {
+        size_t len = strcspn(p, "\n");
+        if (strncmp(p, prefix, strlen(prefix)) == 0) {
+            assert_true(len <= HD_TUNE_LINE_MAX);
+            count++;
+        }
+        p += len + (p[len] == '\n');
+    }
+    return count;
+}
+
+/* A save into a copy of the file at path, which loaded as *f, loses none of its lines: its
+ * records are there, and each line it could not read is a comment, which a load skips. */
+static void expect_save_keeps_every_line(const char *path, const hd_tune_file *f)
+{
+    char copy[512], msg[512];
+    tmp_path(copy, sizeof copy, "round-trip-copy.txt");
+    size_t len;
+    char *bytes = read_bytes(path, &len);
+    write_bytes(copy, bytes, len);
+    free(bytes);
+    hd_tune_file empty;
+    hd__tune_file_init(&empty);
+    empty.key = f->key;
+    if (hd__tune_save(copy, &empty, msg, sizeof msg) != HD_OK)
+        fail_msg("%s: the save failed: %s", path, msg);
+    if (f->bad_lines > 0 && strstr(msg, "kept ") == NULL)
+        fail_msg("%s: the save does not say it kept %zu line(s): '%s'", path, f->bad_lines, msg);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(copy, &back, msg, sizeof msg), HD_OK);
+    char *text = read_text(copy);
+    if (back.bad_lines != 0 || back.count != f->count ||
+        lines_starting(text, "# not read: ") != f->bad_lines)
+        fail_msg("%s: saved, %zu records (of %zu), %zu bad lines, %zu kept (of %zu)", path,
+                 back.count, f->count, back.bad_lines, lines_starting(text, "# not read: "),
+                 f->bad_lines);
+    free(text);
+    hd__tune_file_free(&back);
+    unlink(copy);
+}
+
 static void round_trip_dir(const char *dir, int *files)
 {
     static const char *const names[] = {
@@ -595,8 +673,8 @@ static void round_trip_dir(const char *dir, int *files)
         hd_tune_file f;
         hd__tune_file_init(&f);
         if (hd__tune_load(path, &f, msg, sizeof msg) == HD_OK) {
-            f.bad_lines = 0; /* the rewritten file holds only what was kept */
             expect_round_trip(&f, path);
+            expect_save_keeps_every_line(path, &f);
             (*files)++;
         }
         hd__tune_file_free(&f);
@@ -868,17 +946,76 @@ static void test_cache_bad_line_message_names_the_offending_token(void **state)
     }
 }
 
-/* The bytes of the file at path, malloc'd and NUL-terminated. */
-static char *read_text(const char *path)
+/* A save keeps each line of the file on disk that its reader could not read, as a comment that
+ * is itself a line the reader takes (a NUL, a CR, a byte outside ASCII written as \xHH, an
+ * overlong line cut with a marker), says how many and which was the first, and keeps those
+ * comments at later saves. */
+static void test_cache_save_keeps_lines_it_cannot_read_as_comments(void **state)
 {
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    char *buf = calloc(1, 65536);
-    assert_non_null(buf);
-    size_t n = fread(buf, 1, 65535, fp);
-    buf[n] = '\0';
-    fclose(fp);
-    return buf;
+    (void)state;
+    char path[512], msg[512];
+    tmp_path(path, sizeof path, "unreadable-lines.txt");
+    char text[4096];
+    size_t len = (size_t)snprintf(text, sizeof text,
+                                  "%ssoftmax 8 8 cpu - 7.25 - -\n"
+                                  "sofmax 9 9 cpu - 7.25 - -\n"
+                                  "softmax 10 10 c\xffu - 7.25 - -\n",
+                                  header_pd1);
+    static const char nul_line[] = "rms_norm 4 4 cpu - 1\0.5 - -\n";
+    memcpy(text + len, nul_line, sizeof nul_line - 1);
+    len += sizeof nul_line - 1;
+    len += (size_t)snprintf(text + len, sizeof text - len, "gemm 2 2 2 nn cpu \"");
+    memset(text + len, 'A', 1500);
+    len += 1500;
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "\" 3 - -\nlayer_norm 64 1\r0 cpu - 7.1 - -\n"
+                            "layer_norm 3 3 cpu - 7.1 - -");
+    write_bytes(path, text, len);
+
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record r = record(HD_OP_RMS_NORM, 4, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    if (strstr(msg, "kept 6 line(s)") == NULL ||
+        strstr(msg, "line 8: unknown keyword 'sofmax'") == NULL ||
+        strstr(msg, "unreadable-lines.txt") == NULL)
+        fail_msg("message: %s", msg);
+    hd_tune_file back;
+    hd__tune_file_init(&back);
+    assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
+    if (back.bad_lines != 0)
+        fail_msg("line %zu: %s", back.first_bad_line, back.first_problem);
+    assert_int_equal(back.count, 2);
+    hd__tune_file_free(&back);
+    char *now = read_text(path);
+    assert_int_equal(lines_starting(now, "# not read: "), 6);
+    static const char *const kept[] = {
+        "\n# not read: sofmax 9 9 cpu - 7.25 - -\n",
+        "\n# not read: softmax 10 10 c\\xffu - 7.25 - -\n",
+        "\n# not read: rms_norm 4 4 cpu - 1\\x00.5 - -\n",
+        "\n# not read: gemm 2 2 2 nn cpu \"AAAA",
+        " [cut: the line held 1526 bytes]\n",
+        "\n# not read: layer_norm 64 1\\x0d0 cpu - 7.1 - -\n",
+        "\n# not read: layer_norm 3 3 cpu - 7.1 - -\n",
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        if (strstr(now, kept[i]) == NULL)
+            fail_msg("no '%s' in:\n%s", kept[i], now);
+    free(now);
+
+    /* A later save keeps the comments as they are, and has nothing new to say. */
+    hd_tune_record r2 = record(HD_OP_RMS_NORM, 5, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &r2), HD_OK);
+    char *before = read_text(path);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    assert_string_equal(msg, "");
+    now = read_text(path);
+    assert_int_equal(lines_starting(now, "# not read: "), 6);
+    assert_non_null(strstr(now, strstr(before, "# not read: ")));
+    free(before);
+    free(now);
+    hd__tune_file_free(&f);
 }
 
 /* A save into a file the reader cannot take leaves it as it is, its records with it; a file
@@ -1465,6 +1602,7 @@ int main(void)
         cmocka_unit_test(test_cache_last_comment_without_newline_and_long_comments_are_not_bad),
         cmocka_unit_test(test_cache_bad_line_message_names_the_offending_token),
         cmocka_unit_test(test_cache_save_keeps_a_file_it_cannot_read),
+        cmocka_unit_test(test_cache_save_keeps_lines_it_cannot_read_as_comments),
         cmocka_unit_test(test_cache_key_with_a_non_ascii_byte_matches_its_own_file),
         cmocka_unit_test(test_cache_numbers_ignore_the_program_locale),
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),

@@ -103,6 +103,15 @@ done
     fail "--explain of a layout failed"
 grep -q "lora 3x16x8 r2 pt: chosen .* tuned record: lora 3x16x8 r2 pt" "$dir/explain.txt" ||
     fail "--explain does not use the layout's record: $(cat "$dir/explain.txt")"
+# A line of the cache the tuner cannot read is kept as a comment at its next save, which says so.
+bad_no=$(($(wc -l <"$dir/layouts-cache.txt") + 1))
+printf 'sofmax 3 16 cpu - 1 - -\n' >>"$dir/layouts-cache.txt"
+"$tune" --shapes "$dir/layouts.txt" --quick --case-budget-s 1 --cache "$dir/layouts-cache.txt" \
+    >/dev/null 2>"$dir/kept-err.txt" || fail "tuning again after a bad line: $(cat "$dir/kept-err.txt")"
+grep -q "kept 1 line(s) .* line $bad_no: unknown keyword 'sofmax'" "$dir/kept-err.txt" ||
+    fail "the tuner does not say it kept the bad line: $(cat "$dir/kept-err.txt")"
+grep -q '^# not read: sofmax 3 16 cpu - 1 - -$' "$dir/layouts-cache.txt" ||
+    fail "the bad line is not kept: $(cat "$dir/layouts-cache.txt")"
 printf 'lora 3 16 8 2 tp\n' >"$dir/bad-layout.txt"
 expect 2 "pt or layout1..7" "$tune" --shapes "$dir/bad-layout.txt" --dry-run
 printf 'gemm 4 4 4 nn pt\n' >"$dir/bad-gemm-layout.txt"

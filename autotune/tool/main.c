@@ -292,8 +292,11 @@ static int explain(const tool_options *o, const char *path)
 static bool save(const char *path, const hd_tune_file *part)
 {
     char msg[512];
-    if (hd__tune_save(path, part, msg, sizeof msg) == HD_OK)
+    if (hd__tune_save(path, part, msg, sizeof msg) == HD_OK) {
+        if (msg[0] != '\0') /* lines of the file it could not read, kept as comments */
+            fprintf(stderr, "dispatch-autotune: %s\n", msg);
         return true;
+    }
     fprintf(stderr, "dispatch-autotune: cannot save the cache: %s\n", msg);
     return false;
 }
