@@ -184,7 +184,8 @@ char *hd__tune_format(const hd_tune_file *f);
  * HD_TUNE_LINE_MAX bytes), and such comments of earlier saves with them; other comments are not
  * kept. On HD_OK msg is empty, or says how many lines were kept so and which was the first.
  * Where the kept lines would make the file larger than HD_TUNE_FILE_MAX the save is refused
- * (HD_ERR_CACHE_INVALID) and the file left as it is. Creates the directory if
+ * (HD_ERR_CACHE_INVALID) and the file left as it is. The new file has the permission bits of
+ * the one it replaces, or 0666 less the umask where there was none. Creates the directory if
  * needed. A symbolic link at path is followed: the file it resolves to is replaced and the
  * link kept (a dangling link is refused). Anything at path, or at the link's end, other than
  * a regular file (a FIFO, a device, a directory) is refused and left alone. Under the lock,

@@ -483,6 +483,30 @@ static void remove_stale_temps(const char *target)
     closedir(d);
 }
 
+/* A save's temporary file "<target>.tmp.XXXXXX", created with mode 0666 less the umask, as
+ * any file the program creates (mkstemp makes it 0600, and reading the umask means setting it,
+ * which races with other threads). Returns the descriptor, or -1 with errno set. */
+static int create_temp(char *tmp_path, size_t size, const char *target)
+{
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long x = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)ts.tv_sec << 30) ^
+                           ((unsigned long long)getpid() << 12);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull; /* Knuth's MMIX LCG */
+        char suffix[7];
+        for (int i = 0; i < 6; i++)
+            suffix[i] = letters[(x >> (16 + 6 * i)) % (sizeof letters - 1)];
+        suffix[6] = '\0';
+        snprintf(tmp_path, size, "%s.tmp.%s", target, suffix);
+        int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    return -1; /* errno: EEXIST */
+}
+
 /* The text of merged with the kept lines after it; NULL with *s and msg set where it cannot be
  * made or would be larger than the reader reads. msg then says how many lines the reader could
  * not read are kept as comments, and which was the first. */
@@ -542,7 +566,8 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     }
     /* Checked again under the lock: the check before it raced with other processes. */
     struct stat st;
-    if (lstat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+    bool replaces = lstat(target, &st) == 0;
+    if (replaces && !S_ISREG(st.st_mode)) {
         snprintf(msg, size, "'%s' is not a regular file: refusing to replace it", target);
         close(lock);
         return HD_ERR_IO;
@@ -560,15 +585,15 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
         return s;
     }
 
-    int fd = mkstemp(tmp_path);
+    int fd = create_temp(tmp_path, sizeof tmp_path, target);
     if (fd < 0) {
         snprintf(msg, size, "cannot create '%s': %s", tmp_path, strerror(errno));
         free(body);
         close(lock);
         return HD_ERR_IO;
     }
-    fchmod(fd, 0644);
-    bool ok = write_all(fd, body, strlen(body)) && fsync(fd) == 0;
+    bool ok = (!replaces || fchmod(fd, st.st_mode & 0777) == 0) &&
+              write_all(fd, body, strlen(body)) && fsync(fd) == 0;
     int err = errno;
     ok = close(fd) == 0 && ok;
     free(body);

@@ -783,6 +783,33 @@ static void made_up_file(hd_tune_file *f)
     snprintf(f->key.clblast, sizeof f->key.clblast, "none");
 }
 
+/* A save keeps the permission bits of the file it replaces; a new file gets 0666 less the
+ * umask, as any file the program creates. */
+static void test_cache_save_keeps_the_files_permission_bits(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "mode.txt");
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record r = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    mode_t old = umask(027);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    umask(old);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0640);
+    static const mode_t modes[] = {0600, 0664, 0444};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        assert_int_equal(chmod(path, modes[i]), 0);
+        assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, modes[i]);
+    }
+    hd__tune_file_free(&f);
+}
+
 /* The writer never writes a line its reader skips: a time or margin past the reader's limits
  * is clamped into them, a record no clamping makes readable is refused. */
 static void test_cache_put_keeps_records_within_the_readers_limits(void **state)
@@ -1597,6 +1624,7 @@ int main(void)
         cmocka_unit_test(test_cache_save_merges_with_records_on_disk),
         cmocka_unit_test(test_cache_save_reports_unwritable_path),
         cmocka_unit_test(test_cache_put_keeps_records_within_the_readers_limits),
+        cmocka_unit_test(test_cache_save_keeps_the_files_permission_bits),
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
         cmocka_unit_test(test_cache_comments_may_hold_any_text),
         cmocka_unit_test(test_cache_last_comment_without_newline_and_long_comments_are_not_bad),
