@@ -264,17 +264,17 @@ static bool tok_copy(const token *t, char *dst, size_t size)
     return true;
 }
 
-static bool tok_size(const token *t, size_t lo, size_t hi, size_t *out)
+bool hd__tune_dim_parse(const char *text, size_t len, size_t lo, size_t *out)
 {
-    if (t->quoted || t->len == 0 || t->len > 9)
+    if (len == 0 || len > 9)
         return false; /* 9 digits already exceed HD_TUNE_DIM_MAX */
     size_t v = 0;
-    for (size_t i = 0; i < t->len; i++) {
-        if (t->text[i] < '0' || t->text[i] > '9')
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
             return false;
-        v = v * 10 + (size_t)(t->text[i] - '0');
+        v = v * 10 + (size_t)(text[i] - '0');
     }
-    if (v < lo || v > hi)
+    if (v < lo || v > HD_TUNE_DIM_MAX)
         return false;
     *out = v;
     return true;
@@ -357,7 +357,7 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
     int i = 1;
     for (int d = 0; d < dims; d++, i++) {
         size_t lo = hd__op(op)->zero_dim_ok[d] ? 0 : 1; /* LoRA's rank may be 0 */
-        if (!tok_size(&tok[i], lo, HD_TUNE_DIM_MAX, &r.shape.dim[d]))
+        if (tok[i].quoted || !hd__tune_dim_parse(tok[i].text, tok[i].len, lo, &r.shape.dim[d]))
             return bad_line(ps, "dimension %d (%s) '%s' is not a whole number in [%zu, %zu]", d + 1,
                             hd__op(op)->dim_names[d], tok_shown(&tok[i], shown), lo,
                             HD_TUNE_DIM_MAX);

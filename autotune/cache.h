@@ -111,6 +111,11 @@ void hd__tune_numbers_end(locale_t previous);
 void hd__tune_file_init(hd_tune_file *f);
 void hd__tune_file_free(hd_tune_file *f);
 
+/* A dimension written as len bytes of decimal digits and nothing else (no sign, blank,
+ * exponent or leading text), from lo to HD_TUNE_DIM_MAX: how the cache and the tools' shapes
+ * files read one. False otherwise. */
+bool hd__tune_dim_parse(const char *text, size_t len, size_t lo, size_t *out);
+
 /* Whether two records describe the same call (op, dims, transposes). */
 bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b);
 /* The number of dims a record of op carries (GEMM 3, LoRA 4, batched GEMM 4, row ops 2). */
@@ -166,6 +171,11 @@ hd_status hd__tune_parse_lines(const char *text, size_t len, hd_tune_file *f, hd
                                void *arg, char *msg, size_t size);
 hd_status hd__tune_load_lines(const char *path, hd_tune_file *f, hd_tune_line_fn *fn, void *arg,
                               char *msg, size_t size);
+
+/* Writes src[0..len) into dst (size bytes with the NUL) with each byte outside printable ASCII
+ * and TAB as \xHH, as many of its bytes as fit whole; returns how many it wrote. The writer's
+ * comments and the tools' messages show text of any bytes so. */
+size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len);
 
 /* The file's text in the format above, malloc'd and NUL-terminated; NULL without memory.
  * Records are sorted by op and dims, so that files diff well. */

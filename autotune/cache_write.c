@@ -285,6 +285,24 @@ static void fsync_dir_of(const char *path)
  * not read, as a comment that starts so, and such a comment of an earlier save. */
 #define NOT_READ "# not read: "
 
+size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len)
+{
+    size_t n = 0, i = 0;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        char piece[8];
+        int w = (c >= 0x20 && c < 0x7f) || c == '\t' ? snprintf(piece, sizeof piece, "%c", c)
+                                                     : snprintf(piece, sizeof piece, "\\x%02x", c);
+        if (n + (size_t)w >= size)
+            break;
+        memcpy(dst + n, piece, (size_t)w);
+        n += (size_t)w;
+    }
+    if (size > 0)
+        dst[n] = '\0';
+    return i;
+}
+
 /* Appends the comment line prefix + s[0..len) so that the parser reads it back as one comment
  * whatever s holds: each byte outside printable ASCII and TAB (a NUL, a CR, UTF-8) as \xHH, and
  * the line cut, with a marker saying so, where it would pass HD_TUNE_LINE_MAX bytes. Text that is
@@ -292,27 +310,14 @@ static void fsync_dir_of(const char *path)
 static void put_comment(text *t, const char *prefix, const char *s, size_t len)
 {
     char line[HD_TUNE_LINE_MAX + 1], marker[64];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s", prefix);
+    if (hd__tune_escape(line + n, sizeof line - n, s, len) == len) {
+        put(t, "%s\n", line);
+        return;
+    }
     int marker_len = snprintf(marker, sizeof marker, " [cut: the line held %zu bytes]", len);
-    size_t room = HD_TUNE_LINE_MAX - (size_t)marker_len;
-    size_t n = (size_t)snprintf(line, sizeof line, "%s", prefix), cut = n, i = 0;
-    for (; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char piece[8];
-        int w = (c >= 0x20 && c < 0x7f) || c == '\t' ? snprintf(piece, sizeof piece, "%c", c)
-                                                     : snprintf(piece, sizeof piece, "\\x%02x", c);
-        if (n + (size_t)w > HD_TUNE_LINE_MAX)
-            break;
-        memcpy(line + n, piece, (size_t)w);
-        n += (size_t)w;
-        if (n <= room)
-            cut = n;
-    }
-    if (i < len) {
-        memcpy(line + cut, marker, (size_t)marker_len);
-        n = cut + (size_t)marker_len;
-    }
-    line[n] = '\0';
-    put(t, "%s\n", line);
+    hd__tune_escape(line + n, sizeof line - n - (size_t)marker_len, s, len);
+    put(t, "%s%s\n", line, marker);
 }
 
 /* The lines a save keeps from the file on disk, as comments for the end of the new one. */

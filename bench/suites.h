@@ -76,10 +76,13 @@ bool hd__bench_case_list_add(hd_bench_case_list *l, const hd_bench_case *c);
 
 /* Shapes files (bench/shapes_file.c), read by both tools' --shapes: one case per line, as the
  * tuning cache spells them ("gemm 1 4096 4096 [nn|nt|tn|tt]", "lora 8 4096 4096 16 [pt]",
- * "softmax 64 1024", ...), '#' to the end of a line a comment, blank lines ignored.
- * hd__bench_case_parse reads one case; false with the reason in why. hd__bench_shapes_read
- * reads a file's cases, each once, into *out (at least one); false with the reason
- * ("PATH:LINE: ...", "PATH: no case") in why and *out empty, nothing allocated. */
+ * "softmax 64 1024", ...), '#' to the end of a line a comment, blank lines ignored. Words are
+ * separated by blanks (space, TAB); a dimension is decimal digits alone, at most
+ * HD_TUNE_DIM_MAX (hd__tune_dim_parse, as the cache reads it). hd__bench_case_parse reads one
+ * case; false with the reason in why. hd__bench_shapes_read reads a file's cases, each once,
+ * into *out (at least one); false with the reason ("PATH:LINE: ...", a NUL byte in a line
+ * included; "PATH: no case"; "PATH: cannot read line N: <strerror>") in why and *out empty,
+ * nothing allocated. */
 bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_t size);
 bool hd__bench_shapes_read(const char *path, hd_bench_case_list *out, char *why, size_t size);
 

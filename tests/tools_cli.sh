@@ -57,6 +57,17 @@ expect 2 "'foo'" "$tune" --ops gemm,foo --dry-run
 expect 2 "not a file" "$tune" --shapes "$dir" --dry-run
 printf 'gemm 4 4 4\nsoftmax 3 5 7\n' >"$dir/bad-shapes.txt"
 expect 2 "bad-shapes.txt:2" "$tune" --shapes "$dir/bad-shapes.txt" --dry-run
+# A case's words are separated by blanks and its dimensions are digits alone, at most 2^24, as
+# the cache reads them: no sign, no wrap past 2^64, no transposes or layout glued to a number,
+# no text hidden after a NUL byte. A read error is not the end of the file.
+for bad in 'gemm -18446744073709551615 4 4' 'gemm 18446744073709551617 4 4' 'softmax +5 7' \
+    'lora 2 8 8 -0' 'gemm 1 2 3tt' 'lora 8 16 16 4pt' 'gemm 4 4 16777217' 'softmax 0x10 4' \
+    'softmax 3 5\000 7' 'softmax 3\r 5'; do
+    printf "$bad\\n" >"$dir/x.txt"
+    expect 2 "x.txt:1: " "$tune" --shapes "$dir/x.txt" --dry-run
+    expect 2 "x.txt:1: " "$bench" --shapes "$dir/x.txt" --list-cases
+done
+expect 2 "cannot read line 1: Input/output error" "$tune" --shapes /proc/self/mem --dry-run
 printf 'sofmax 3 5\n' >"$dir/bad-op.txt"
 expect 2 "'sofmax'" "$tune" --shapes "$dir/bad-op.txt" --dry-run
 expect 2 "'abc'" "$tune" --case-budget-s abc
