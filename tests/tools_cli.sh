@@ -142,6 +142,28 @@ for bad in '--budget-ms inf' '--max-time 1e400' '--case-budget-s nan' '--peak-fl
     opt=${bad% *} value=${bad#* }
     expect 2 "$opt: '$value' is not a finite number" "$bench" "$opt" "$value" --list-cases
 done
+# --compare's file is read and checked before any case runs; --ours and --compare-mode belong to
+# it; a --json path that cannot be written says why.
+data=$(dirname "$0")/data/bench
+expect 2 "--compare: cannot open $dir/no-peer.json: No such file or directory" \
+    "$bench" --compare "$dir/no-peer.json" --suites ci --cpu-only
+expect 2 "not an hd-bench/1 result file" "$bench" --compare "$data/other-schema.json" --suites ci
+expect 2 "NUL byte" "$bench" --compare /dev/zero --suites ci
+printf '{"schema": "hd-bench/1", "results": [], "x": 0x10}\n' >"$dir/hex.json"
+expect 2 "malformed number" "$bench" --compare "$dir/hex.json" --suites ci
+expect 2 "--ours: cannot open $dir/no-ours.json" \
+    "$bench" --compare "$data/peer.json" --ours "$dir/no-ours.json"
+expect 2 "--ours is an option of --compare" "$bench" --ours "$data/ours.json" --list-cases
+expect 2 "--compare-mode is an option of --compare" "$bench" --compare-mode device --list-cases
+expect 1 "cannot write $dir/no-dir/c.json: No such file or directory" \
+    "$bench" --list-cases --json "$dir/no-dir/c.json"
+expect 1 "cannot write /dev/full: No space left on device" "$bench" --list-cases --json /dev/full
+set +e
+"$bench" --list-cases --json - >/dev/full 2>"$dir/err.txt"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "cannot write standard output: No space left" "$dir/err.txt" ||
+    fail "--json - into a full device: exit $rc, $(cat "$dir/err.txt")"
 expect 2 "'warp'" "$bench" --modes device,warp
 expect 2 "'cuda'" "$bench" --backends cpu,cuda
 expect 2 "both want standard output" "$bench" --csv --json -
