@@ -144,17 +144,6 @@ static void usage(FILE *f)
           f);
 }
 
-static bool parse_list(const char *arg, bool (*item)(const char *, options *), options *o)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", arg);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save))
-        if (!item(tok, o))
-            return false;
-    return true;
-}
-
 static bool add_suite_of(const hd_bench_suite *s, options *o)
 {
     for (int i = 0; i < o->suite_count; i++)
@@ -184,8 +173,9 @@ static bool add_shapes_file(const char *path, options *o)
     return add_suite_of(&o->file, o);
 }
 
-static bool add_suite(const char *name, options *o)
+static bool add_suite(const char *name, void *arg)
 {
+    options *o = arg;
     if (strcmp(name, "all") == 0) {
         size_t count;
         const hd_bench_suite *all = hd__bench_suites(&count);
@@ -203,8 +193,9 @@ static bool add_suite(const char *name, options *o)
     return add_suite_of(s, o);
 }
 
-static bool add_mode(const char *name, options *o)
+static bool add_mode(const char *name, void *arg)
 {
+    options *o = arg;
     hd_measure_mode m;
     if (!hd__measure_mode_from_name(name, &m)) {
         fprintf(stderr,
@@ -215,8 +206,9 @@ static bool add_mode(const char *name, options *o)
     return true;
 }
 
-static bool add_backend(const char *name, options *o)
+static bool add_backend(const char *name, void *arg)
 {
+    options *o = arg;
     hd_backend b;
     if (!hd__backend_from_name(name, &b)) {
         fprintf(stderr,
@@ -227,6 +219,14 @@ static bool add_backend(const char *name, options *o)
     }
     o->backends[b] = true;
     return true;
+}
+
+static bool parse_list(const char *opt, const char *list, bool (*item)(const char *, void *),
+                       options *o)
+{
+    char who[64];
+    snprintf(who, sizeof who, "dispatch-bench: %s", opt);
+    return hd__bench_list_each(who, list, item, o);
 }
 
 /* Seconds, milliseconds, GFLOP/s, elements: a finite number >= 0 (inf and 1e400 are not). */
@@ -349,13 +349,13 @@ static int parse_options(int argc, char **argv, options *o)
             fprintf(stderr, "dispatch-bench: %s needs a value\n", a);
             return 2;
         } else if ((strcmp(a, "--suites") == 0 || strcmp(a, "--suite") == 0) && v) {
-            ok = parse_list(v, add_suite, o);
+            ok = parse_list(a, v, add_suite, o);
         } else if (strcmp(a, "--shapes") == 0 && v) {
             ok = add_shapes_file(v, o);
         } else if (strcmp(a, "--modes") == 0 && v) {
-            ok = parse_list(v, add_mode, o);
+            ok = parse_list(a, v, add_mode, o);
         } else if (strcmp(a, "--backends") == 0 && v) {
-            ok = parse_list(v, add_backend, o);
+            ok = parse_list(a, v, add_backend, o);
         } else if (strcmp(a, "--repeats") == 0) {
             ok = parse_count(a, v, HD_MEASURE_MAX_RUNS, &o->repeats);
         } else if (strcmp(a, "--max-runs") == 0) {

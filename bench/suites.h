@@ -49,6 +49,13 @@ bool hd__bench_suite_in_all(const hd_bench_suite *s);
 const char *hd__bench_suite_names(void);
 const char *hd__bench_op_names(void);
 
+/* The tools' comma lists (--suites, --ops, --modes, --backends): calls item(name, arg) for
+ * each name of list in order, however long, until one returns false (having said why). A list
+ * with no name ("" or commas alone) or with an empty name ("a,,b", "a,") is refused, said on
+ * stderr after who ("dispatch-bench: --modes"). Returns whether every name was taken. */
+bool hd__bench_list_each(const char *who, const char *list, bool (*item)(const char *, void *),
+                         void *arg);
+
 /* A case's stable name, the key that joins results with peers: "gemm 1x4096x4096" (m×n×k, with
  * " TN"-style suffix when a side is transposed), "lora 1x1024x1024 r8" (tokens×in×out; " pt"
  * with the weights in PyTorch's layout), "gemm_batched 64x64x64 x8" (m×n×k, batch),

@@ -52,6 +52,23 @@ for tool in "$tune" "$bench"; do
     "$tool" --help | grep -q "backward" || fail "$tool --help does not name the backward suite"
 done
 
+# Lists are read whole however long; an empty one, one with an empty name, or suites and --ops
+# that leave no case are a bad command line, not the defaults.
+none="--cache $dir/none.txt"
+expect 2 "--suites: the list is empty" "$tune" --suites '' --dry-run $none
+expect 2 "--suites: the list is empty (commas alone)" "$tune" --suites , --dry-run $none
+expect 2 "--ops: an empty name in the list 'gemm,,lora'" "$tune" --ops gemm,,lora --dry-run $none
+expect 2 "no case matched: the suites 'seed' hold none of --ops 'gemm_batched'" \
+    "$tune" --suites seed --ops gemm_batched --dry-run $none
+expect 2 "--suites: the list is empty" "$bench" --suites '' --list-cases
+expect 2 "--backends: the list is empty (commas alone)" "$bench" --backends , --list-cases
+expect 2 "--modes: the list is empty (commas alone)" "$bench" --modes , --list-cases
+expect 2 "--suites: an empty name in the list 'seed,'" "$bench" --suites seed, --list-cases
+long=$(printf 'seed,%.0s' $(seq 60))
+expect 2 "unknown suite 'nosuite'" "$bench" --suites "${long}nosuite" --list-cases
+expect 2 "unknown suite 'nosuite'" "$tune" --suites "${long}nosuite" --dry-run $none
+expect 2 "unknown mode 'warp'" "$bench" --modes "$(printf 'sync,%.0s' $(seq 60))warp" --list-cases
+"$bench" --suites "${long}ci" --list-cases >/dev/null || fail "bench: a --suites list of 302 bytes"
 expect 2 "exclude each other" "$tune" --quick --full
 expect 2 "'foo'" "$tune" --ops gemm,foo --dry-run
 expect 2 "not a file" "$tune" --shapes "$dir" --dry-run
