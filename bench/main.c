@@ -1084,6 +1084,17 @@ static bool close_output(FILE *f, const char *path)
     return ok;
 }
 
+/* The run written by writer into path (as open_output takes it); false where that failed, said. */
+static bool write_run(const char *path, bool dash, void (*writer)(FILE *, const hd_bench_run *),
+                      const hd_bench_run *run)
+{
+    FILE *f = open_output(path, dash);
+    if (f == NULL)
+        return false;
+    writer(f, run);
+    return close_output(f, path);
+}
+
 static int write_outputs(hd_bench_run *run, const options *o)
 {
     /* JSON on standard output stands alone there: the table moves to standard error. */
@@ -1094,22 +1105,9 @@ static int write_outputs(hd_bench_run *run, const options *o)
         hd__bench_write_table(stdout, run);
     else if (!o->quiet)
         hd__bench_write_table(stderr, run);
-    if (o->csv_path != NULL) {
-        FILE *f = open_output(o->csv_path, false);
-        if (f == NULL)
-            return EXIT_OUTPUT;
-        hd__bench_write_csv(f, run);
-        if (!close_output(f, o->csv_path))
-            return EXIT_OUTPUT;
-    }
-    if (o->json_path != NULL) {
-        FILE *f = open_output(o->json_path, true);
-        if (f == NULL)
-            return EXIT_OUTPUT;
-        hd__bench_write_json(f, run);
-        if (!close_output(f, o->json_path))
-            return EXIT_OUTPUT;
-    }
+    if ((o->csv_path != NULL && !write_run(o->csv_path, false, hd__bench_write_csv, run)) ||
+        (o->json_path != NULL && !write_run(o->json_path, true, hd__bench_write_json, run)))
+        return EXIT_OUTPUT;
     return o->peer != NULL ? compare_with_peer(run, o) : EXIT_DONE;
 }
 
