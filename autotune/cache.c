@@ -25,13 +25,7 @@
 #include "dispatch/op.h"
 #include "dispatch/tools.h"
 
-#define MAX_TOKENS     16
-#define MAX_TIME_US    1e9 /* a quarter of an hour per call is not a tuned op */
-#define MAX_MARGIN_PCT 1e6 /* 10000x slower runner-up */
-/* Negative where a preference of the tuner chose a slower candidate; the runner-up cannot take
- * less than no time. */
-#define MIN_MARGIN_PCT (-100.0)
-#define MAX_CAL_VALUE  1e9 /* µs, GB/s, GFLOP/s: well beyond any device */
+#define MAX_TOKENS 16
 
 void hd__tune_file_init(hd_tune_file *f)
 {
@@ -118,8 +112,42 @@ const hd_tune_record *hd__tune_find(const hd_tune_file *f, hd_op op, const hd_sh
     return NULL;
 }
 
+static bool backend_named(hd_backend b)
+{
+    return b > HD_BACKEND_AUTO && b < HD_BACKEND_COUNT;
+}
+
+/* Whether r, its time and margin clamped, is a line the parser takes back. */
+static bool record_writable(const hd_tune_record *r)
+{
+    if ((unsigned)r->op >= HD_OP_COUNT || (unsigned)r->precision >= HD_PRECISION_COUNT ||
+        r->precision != hd__tune_precision_of(r->op, r->precision))
+        return false;
+    for (int d = 0; d < hd__tune_dim_count(r->op); d++)
+        if (r->shape.dim[d] > HD_TUNE_DIM_MAX ||
+            (r->shape.dim[d] == 0 && !hd__op(r->op)->zero_dim_ok[d]))
+            return false;
+    if (r->shape.lora_layout != 0 &&
+        (!hd__op(r->op)->lora_layout || r->shape.lora_layout > HD_LORA_LAYOUT_PYTORCH))
+        return false;
+    if (!backend_named(r->backend) || memchr(r->variant, '\0', sizeof r->variant) == NULL)
+        return false;
+    if (!(r->median_us > 0.0)) /* NaN too */
+        return false;
+    return r->runner_up == HD_BACKEND_AUTO ||
+           (backend_named(r->runner_up) && r->runner_up != r->backend && !isnan(r->margin_pct));
+}
+
 hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r)
 {
+    if (!record_writable(r))
+        return HD_ERR_INVALID_ARGUMENT;
+    hd_tune_record c = *r;
+    c.median_us = fmin(fmax(c.median_us, HD_TUNE_TIME_MIN_US), HD_TUNE_TIME_MAX_US);
+    c.margin_pct = c.runner_up == HD_BACKEND_AUTO
+                       ? 0.0
+                       : fmin(fmax(c.margin_pct, HD_TUNE_MARGIN_MIN_PCT), HD_TUNE_MARGIN_MAX_PCT);
+    r = &c;
     for (size_t i = 0; i < f->count; i++)
         if (hd__tune_same_key(&f->records[i], r)) {
             f->records[i] = *r;
@@ -141,6 +169,14 @@ hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r)
 
 hd_status hd__tune_put_param(hd_tune_file *f, const hd_tune_param *p)
 {
+    /* the name is written bare: one plain word */
+    size_t len = strnlen(p->name, sizeof p->name);
+    if (!backend_named(p->backend) || len == 0 || len == sizeof p->name ||
+        strnlen(p->value, sizeof p->value) == sizeof p->value)
+        return HD_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < len; i++)
+        if (p->name[i] <= ' ' || p->name[i] >= 0x7f || p->name[i] == '"' || p->name[i] == '\\')
+            return HD_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < f->param_count; i++)
         if (f->params[i].backend == p->backend && strcmp(f->params[i].name, p->name) == 0) {
             f->params[i] = *p;
@@ -205,6 +241,14 @@ static int tokenize(const char *line, token *tok, char *store)
     }
 }
 
+/* A token as a message quotes it: its first 40 bytes, then "..." where it is longer. */
+static const char *tok_shown(const token *t, char buf[48])
+{
+    snprintf(buf, 48, "%.*s%s", (int)(t->len > 40 ? 40 : t->len), t->text,
+             t->len > 40 ? "..." : "");
+    return buf;
+}
+
 static bool tok_is(const token *t, const char *word)
 {
     return !t->quoted && t->len == strlen(word) && memcmp(t->text, word, t->len) == 0;
@@ -220,17 +264,17 @@ static bool tok_copy(const token *t, char *dst, size_t size)
     return true;
 }
 
-static bool tok_size(const token *t, size_t lo, size_t hi, size_t *out)
+bool hd__tune_dim_parse(const char *text, size_t len, size_t lo, size_t *out)
 {
-    if (t->quoted || t->len == 0 || t->len > 9)
+    if (len == 0 || len > 9)
         return false; /* 9 digits already exceed HD_TUNE_DIM_MAX */
     size_t v = 0;
-    for (size_t i = 0; i < t->len; i++) {
-        if (t->text[i] < '0' || t->text[i] > '9')
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
             return false;
-        v = v * 10 + (size_t)(t->text[i] - '0');
+        v = v * 10 + (size_t)(text[i] - '0');
     }
-    if (v < lo || v > hi)
+    if (v < lo || v > HD_TUNE_DIM_MAX)
         return false;
     *out = v;
     return true;
@@ -306,42 +350,57 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
     int want = 1 + dims + hd__tune_has_transposes(op) + 5;
     /* LoRA's records of another layout than the default name it after the dimensions */
     bool layout = hd__op(op)->lora_layout && n == want + 1;
+    char shown[48];
     if (n != want && !layout)
         return bad_line(ps, "%s record with %d fields, expected %d", hd_op_name(op), n, want);
     hd_tune_record r = {.op = op, .precision = precision};
     int i = 1;
     for (int d = 0; d < dims; d++, i++) {
         size_t lo = hd__op(op)->zero_dim_ok[d] ? 0 : 1; /* LoRA's rank may be 0 */
-        if (!tok_size(&tok[i], lo, HD_TUNE_DIM_MAX, &r.shape.dim[d]))
-            return bad_line(ps, "dimension %d is not a whole number in [%zu, %zu]", d + 1, lo,
+        if (tok[i].quoted || !hd__tune_dim_parse(tok[i].text, tok[i].len, lo, &r.shape.dim[d]))
+            return bad_line(ps, "dimension %d (%s) '%s' is not a whole number in [%zu, %zu]", d + 1,
+                            hd__op(op)->dim_names[d], tok_shown(&tok[i], shown), lo,
                             HD_TUNE_DIM_MAX);
     }
     if (hd__tune_has_transposes(op)) {
         const token *t = &tok[i++];
         if (t->quoted || t->len != 2 || (t->text[0] != 'n' && t->text[0] != 't') ||
             (t->text[1] != 'n' && t->text[1] != 't'))
-            return bad_line(ps, "transposes must be nn, nt, tn or tt");
+            return bad_line(ps, "transposes '%s' are not nn, nt, tn or tt", tok_shown(t, shown));
         r.shape.trans_a = t->text[0] == 't';
         r.shape.trans_b = t->text[1] == 't';
     }
-    if (layout && !tok_layout(&tok[i++], &r.shape.lora_layout))
-        return bad_line(ps, "%s record with %d fields: the one after the dimensions must be a "
-                            "layout, pt or layout1 to layout7",
-                        hd_op_name(op), n);
-    if (!tok_backend(&tok[i++], &r.backend))
-        return bad_line(ps, "unknown backend");
-    if (!tok_variant(&tok[i++], r.variant, sizeof r.variant))
-        return bad_line(ps, "variant must be - or a quoted string under %d bytes",
-                        HD_TUNE_STRING_MAX);
-    if (!tok_double(&tok[i++], 1e-3, MAX_TIME_US, &r.median_us))
-        return bad_line(ps, "median time is not a number of microseconds in (0, 1e9]");
+    if (layout && !tok_layout(&tok[i], &r.shape.lora_layout))
+        return bad_line(ps,
+                        "%s record with %d fields: '%s' after the dimensions is not a "
+                        "layout, pt or layout1 to layout7",
+                        hd_op_name(op), n, tok_shown(&tok[i], shown));
+    i += layout;
+    if (!tok_backend(&tok[i], &r.backend))
+        return bad_line(ps, "unknown backend '%s'", tok_shown(&tok[i], shown));
+    i++;
+    if (!tok_variant(&tok[i], r.variant, sizeof r.variant))
+        return bad_line(ps, "variant '%s' is not - or a quoted string under %d bytes",
+                        tok_shown(&tok[i], shown), HD_TUNE_STRING_MAX);
+    i++;
+    if (!tok_double(&tok[i], HD_TUNE_TIME_MIN_US, HD_TUNE_TIME_MAX_US, &r.median_us))
+        return bad_line(ps, "median time '%s' is not a number of microseconds in [%g, %g]",
+                        tok_shown(&tok[i], shown), HD_TUNE_TIME_MIN_US, HD_TUNE_TIME_MAX_US);
+    i++;
     if (tok_is(&tok[i], "-") && tok_is(&tok[i + 1], "-")) {
         r.runner_up = HD_BACKEND_AUTO;
     } else {
-        if (!tok_backend(&tok[i], &r.runner_up) || r.runner_up == r.backend)
-            return bad_line(ps, "unknown or repeated runner-up backend");
-        if (!tok_double(&tok[i + 1], MIN_MARGIN_PCT, MAX_MARGIN_PCT, &r.margin_pct))
-            return bad_line(ps, "margin is not a percentage in [-100, 1e6]");
+        if (tok_is(&tok[i], "-") || tok_is(&tok[i + 1], "-"))
+            return bad_line(ps, "runner-up and margin are '-' together or not at all");
+        if (!tok_backend(&tok[i], &r.runner_up))
+            return bad_line(ps, "unknown runner-up backend '%s'", tok_shown(&tok[i], shown));
+        if (r.runner_up == r.backend)
+            return bad_line(ps, "runner-up '%s' is the winner's backend",
+                            hd_backend_name(r.backend));
+        if (!tok_double(&tok[i + 1], HD_TUNE_MARGIN_MIN_PCT, HD_TUNE_MARGIN_MAX_PCT, &r.margin_pct))
+            return bad_line(ps, "margin '%s' is not a percentage in [%g, %g]",
+                            tok_shown(&tok[i + 1], shown), HD_TUNE_MARGIN_MIN_PCT,
+                            HD_TUNE_MARGIN_MAX_PCT);
     }
     if (hd__tune_find(ps->f, r.op, &r.shape, r.precision) != NULL)
         return bad_line(ps, "duplicate record for the same operation and shape");
@@ -359,12 +418,13 @@ static bool parse_calibration(parser *ps, const token *tok, int n)
     if (ps->have_cal)
         return bad_line(ps, "second calibration line");
     hd_tune_calibration cal = {0};
+    char shown[48];
     double *fields[] = {&cal.launch_us,   &cal.copy_gbps,  &cal.host_gbps,
                         &cal.gemm_gflops, &cal.cpu_gflops, &cal.cpu_gbps};
     for (int i = 1; i < n; i++) {
         const char *eq = tok[i].quoted ? NULL : memchr(tok[i].text, '=', tok[i].len);
         if (eq == NULL)
-            return bad_line(ps, "calibration item without '='");
+            return bad_line(ps, "calibration item '%s' has no '='", tok_shown(&tok[i], shown));
         size_t name_len = (size_t)(eq - tok[i].text);
         int which = -1;
         for (int k = 0; k < 6; k++)
@@ -372,8 +432,9 @@ static bool parse_calibration(parser *ps, const token *tok, int n)
                 which = k;
         token value = {.text = eq + 1, .len = tok[i].len - name_len - 1};
         if (which < 0 || *fields[which] != 0.0 ||
-            !tok_double(&value, 1e-9, MAX_CAL_VALUE, fields[which]))
-            return bad_line(ps, "calibration item %d is unknown, repeated or out of range", i);
+            !tok_double(&value, HD_TUNE_CAL_MIN, HD_TUNE_CAL_MAX, fields[which]))
+            return bad_line(ps, "calibration item '%s' is unknown, repeated or out of range",
+                            tok_shown(&tok[i], shown));
     }
     ps->have_cal = true;
     ps->f->cal = cal;
@@ -398,9 +459,9 @@ static bool parse_param(parser *ps, const token *tok, int n)
 static bool parse_body_line(parser *ps, const token *tok, int n)
 {
     hd_op op;
-    char word[32];
+    char word[32], shown[48];
     if (tok[0].quoted || !tok_copy(&tok[0], word, sizeof word))
-        return bad_line(ps, "line does not start with a keyword");
+        return bad_line(ps, "line does not start with a keyword: '%s'", tok_shown(&tok[0], shown));
     if (strcmp(word, "calibration") == 0)
         return parse_calibration(ps, tok, n);
     if (strcmp(word, "param") == 0)
@@ -411,14 +472,14 @@ static bool parse_body_line(parser *ps, const token *tok, int n)
     if (dot != NULL) {
         *dot = '\0';
         if (!hd__precision_from_name(dot + 1, &precision) || precision == HD_PRECISION_FP32)
-            return bad_line(ps, "unknown precision after the operation's name");
+            return bad_line(ps, "unknown precision in '%s'", tok_shown(&tok[0], shown));
     }
     if (hd__op_from_name(word, &op)) {
         if (precision != hd__tune_precision_of(op, precision))
             return bad_line(ps, "%s records carry no precision", hd_op_name(op));
         return parse_record(ps, op, precision, tok, n);
     }
-    return bad_line(ps, "unknown keyword");
+    return bad_line(ps, "unknown keyword '%s'", tok_shown(&tok[0], shown));
 }
 
 /* Header line `index` (0..5): returns false with msg set when it is not what must be there. */
@@ -472,6 +533,14 @@ static bool is_comment(const char *p, size_t len)
     return i < len && p[i] == '#';
 }
 
+static bool is_blank(const char *p, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    return i == len;
+}
+
 static bool printable(const char *p, size_t len)
 {
     for (size_t i = 0; i < len; i++)
@@ -481,6 +550,12 @@ static bool printable(const char *p, size_t len)
 }
 
 hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *msg, size_t size)
+{
+    return hd__tune_parse_lines(text, len, f, NULL, NULL, msg, size);
+}
+
+hd_status hd__tune_parse_lines(const char *text, size_t len, hd_tune_file *f, hd_tune_line_fn *fn,
+                               void *arg, char *msg, size_t size)
 {
     parser ps = {.f = f};
     int header = 0; /* header lines read so far */
@@ -500,14 +575,24 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
         if (line_len > 0 && start[line_len - 1] == '\r')
             line_len--;
 
-        const char *problem = NULL;
-        if (nl == NULL)
-            problem = "last line is cut short (no newline)";
-        else if (line_len > HD_TUNE_LINE_MAX)
-            problem = "line too long";
-        else if (is_comment(start, line_len))
+        /* Comments and blank lines, of any length and with or without their newline, are
+         * skipped before the checks that records must pass. */
+        if (is_comment(start, line_len)) {
+            if (fn != NULL)
+                fn(arg, HD_TUNE_LINE_COMMENT, ps.line_no, start, line_len);
             continue;
-        else if (!printable(start, line_len))
+        }
+        if (is_blank(start, line_len))
+            continue;
+        const char *problem = NULL;
+        char too_long[64];
+        if (nl == NULL) {
+            problem = "last line is cut short (no newline)";
+        } else if (line_len > HD_TUNE_LINE_MAX) {
+            snprintf(too_long, sizeof too_long, "line longer than %d bytes", HD_TUNE_LINE_MAX);
+            problem = too_long;
+        }
+        if (problem == NULL && !printable(start, line_len))
             problem = "line holds bytes that are not printable ASCII";
         int n = 0;
         if (problem == NULL) {
@@ -518,7 +603,7 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
                 problem = "malformed quoted string or too many fields";
         }
         if (problem == NULL && n == 0)
-            continue; /* blank */
+            continue; /* blank once tokenized (never, after is_blank) */
 
         if (header < 6) {
             if (problem == NULL &&
@@ -532,11 +617,10 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
             header++;
             continue;
         }
-        if (problem != NULL) {
+        if (problem != NULL)
             bad_line(&ps, "%s", problem);
-            continue;
-        }
-        parse_body_line(&ps, tok, n);
+        if ((problem != NULL || !parse_body_line(&ps, tok, n)) && fn != NULL)
+            fn(arg, HD_TUNE_LINE_BAD, ps.line_no, start, line_len);
     }
     if (header < 6) {
         snprintf(msg, size, "%s",
@@ -548,6 +632,12 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
 }
 
 hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size)
+{
+    return hd__tune_load_lines(path, f, NULL, NULL, msg, size);
+}
+
+hd_status hd__tune_load_lines(const char *path, hd_tune_file *f, hd_tune_line_fn *fn, void *arg,
+                              char *msg, size_t size)
 {
     FILE *fp = hd__file_open_regular(path, msg, size);
     if (fp == NULL)
@@ -569,7 +659,7 @@ hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t siz
         snprintf(msg, size, "'%s' is larger than %zu bytes", path, HD_TUNE_FILE_MAX);
         s = HD_ERR_CACHE_INVALID;
     } else {
-        s = hd__tune_parse(buf, len, f, msg, size);
+        s = hd__tune_parse_lines(buf, len, f, fn, arg, msg, size);
     }
     free(buf);
     return s;

@@ -1,7 +1,7 @@
 /*
  * The tuning cache file: what dispatch-autotune measured on one device, as text a person can
  * read and diff. The format (version 1), one item per line; a line whose first character
- * other than blanks is '#' is a comment, free text in any bytes:
+ * other than blanks is '#' is a comment, free text in any bytes and of any length:
  *
  *   hd-tune 1                                   format version, always the first line
  *   library 0.1.0                               hd_version() of the writer
@@ -27,8 +27,8 @@
  * Trust: the six header lines (hd-tune to clblast, in that order, before anything else but
  * comments) must be intact, else the whole file is ignored. A bad record or param line (unknown
  * name, malformed or absurd number, overlong line, duplicate key) is skipped and counted; the rest
- * are used. Lines are at most HD_TUNE_LINE_MAX bytes and files hold at most HD_TUNE_RECORD_MAX
- * records.
+ * are used. Lines other than comments are at most HD_TUNE_LINE_MAX bytes and files hold at most
+ * HD_TUNE_RECORD_MAX records.
  */
 #ifndef HD_AUTOTUNE_CACHE_H
 #define HD_AUTOTUNE_CACHE_H
@@ -48,6 +48,15 @@
 #define HD_TUNE_PARAM_MAX  16
 #define HD_TUNE_FILE_MAX   ((size_t)HD_TUNE_LINE_MAX * (HD_TUNE_RECORD_MAX + 64))
 #define HD_TUNE_DIM_MAX    ((size_t)1 << 24) /* larger dims are not a shape anyone tuned */
+/* The numbers a record may hold: the parser refuses others, and hd__tune_put() clamps a
+ * measured time or margin into them, so that the writer never writes a line its reader skips. */
+#define HD_TUNE_TIME_MIN_US    1e-3
+#define HD_TUNE_TIME_MAX_US    1e9      /* a quarter of an hour per call is not a tuned op */
+#define HD_TUNE_MARGIN_MIN_PCT (-100.0) /* the runner-up cannot take less than no time */
+#define HD_TUNE_MARGIN_MAX_PCT 1e6      /* 10000x slower runner-up */
+/* A calibration value (µs, GB/s, GFLOP/s): well beyond any device either way. */
+#define HD_TUNE_CAL_MIN 1e-9
+#define HD_TUNE_CAL_MAX 1e9
 /* A writer's temporary file older than this belongs to a writer that was killed. */
 #define HD_TUNE_STALE_SECONDS (24 * 60 * 60)
 
@@ -102,6 +111,11 @@ void hd__tune_numbers_end(locale_t previous);
 void hd__tune_file_init(hd_tune_file *f);
 void hd__tune_file_free(hd_tune_file *f);
 
+/* A dimension written as len bytes of decimal digits and nothing else (no sign, blank,
+ * exponent or leading text), from lo to HD_TUNE_DIM_MAX: how the cache and the tools' shapes
+ * files read one. False otherwise. */
+bool hd__tune_dim_parse(const char *text, size_t len, size_t lo, size_t *out);
+
 /* Whether two records describe the same call (op, dims, transposes). */
 bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b);
 /* The number of dims a record of op carries (GEMM 3, LoRA 4, batched GEMM 4, row ops 2). */
@@ -109,10 +123,17 @@ int hd__tune_dim_count(hd_op op);
 /* Whether op's records carry transposes (GEMM, batched GEMM). */
 bool hd__tune_has_transposes(hd_op op);
 
-/* Adds r, replacing a record with the same key. Returns HD_ERR_OUT_OF_MEMORY or
- * HD_ERR_CACHE_INVALID when the file already holds HD_TUNE_RECORD_MAX records. */
+/* Adds r, replacing a record with the same key. Its median time and margin are clamped into
+ * the ranges the parser takes (HD_TUNE_TIME_MIN_US..HD_TUNE_TIME_MAX_US,
+ * HD_TUNE_MARGIN_MIN_PCT..HD_TUNE_MARGIN_MAX_PCT). Returns HD_ERR_INVALID_ARGUMENT for a record
+ * no clamping makes readable (an unknown op, backend, precision or layout, a dimension outside
+ * [1 (0 for LoRA's rank), HD_TUNE_DIM_MAX], the runner-up the winner's backend, a time that is
+ * not a number above 0, a margin that is NaN, a variant without its NUL), HD_ERR_OUT_OF_MEMORY,
+ * or HD_ERR_CACHE_INVALID when the file already holds HD_TUNE_RECORD_MAX records. */
 hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r);
-/* Sets or replaces the param (backend, name). */
+/* Sets or replaces the param (backend, name). Returns HD_ERR_INVALID_ARGUMENT for an unknown
+ * backend, a name that is not one plain word or a string without its NUL, HD_ERR_CACHE_INVALID
+ * when the file already holds HD_TUNE_PARAM_MAX params. */
 hd_status hd__tune_put_param(hd_tune_file *f, const hd_tune_param *p);
 /* The precision a record of op is keyed by: p for compute-bound ops (GEMM arithmetic),
  * fp32 for the others, whose arithmetic does not change with the context's GEMM mode. */
@@ -132,6 +153,30 @@ hd_status hd__tune_parse(const char *text, size_t len, hd_tune_file *f, char *ms
  * else as hd__tune_parse(). */
 hd_status hd__tune_load(const char *path, hd_tune_file *f, char *msg, size_t size);
 
+/* The lines of a file that hold no record, told to a caller that keeps them (the writer). */
+typedef enum hd_tune_line_kind {
+    HD_TUNE_LINE_BAD,     /* a line after the header that was skipped and counted in bad_lines */
+    HD_TUNE_LINE_COMMENT, /* a comment, anywhere */
+} hd_tune_line_kind;
+
+/* text: the line's len bytes as in the file, without its newline and a CR before it; not
+ * NUL-terminated, and any bytes. */
+typedef void hd_tune_line_fn(void *arg, hd_tune_line_kind kind, size_t line_no, const char *text,
+                             size_t len);
+
+/* hd__tune_parse() and hd__tune_load() that also call fn(arg, ...) for each bad line and each
+ * comment, in the order of the file. On a broken header the calls made so far are for a file
+ * that is then refused. */
+hd_status hd__tune_parse_lines(const char *text, size_t len, hd_tune_file *f, hd_tune_line_fn *fn,
+                               void *arg, char *msg, size_t size);
+hd_status hd__tune_load_lines(const char *path, hd_tune_file *f, hd_tune_line_fn *fn, void *arg,
+                              char *msg, size_t size);
+
+/* Writes src[0..len) into dst (size bytes with the NUL) with each byte outside printable ASCII
+ * and TAB as \xHH, as many of its bytes as fit whole; returns how many it wrote. The writer's
+ * comments and the tools' messages show text of any bytes so. */
+size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len);
+
 /* The file's text in the format above, malloc'd and NUL-terminated; NULL without memory.
  * Records are sorted by op and dims, so that files diff well. */
 char *hd__tune_format(const hd_tune_file *f);
@@ -143,8 +188,14 @@ char *hd__tune_format(const hd_tune_file *f);
  * directory, so readers see the old or the new file and concurrent writers lose nothing.
  * A file there for another key is replaced. One that is there but cannot be read, or whose
  * header is broken, is left as it is and the save refused (HD_ERR_IO or HD_ERR_CACHE_INVALID,
- * msg names the file and the problem): its records may still be repaired by hand. Bad record
- * lines of a file that loads are dropped, as the reader drops them. Creates the directory if
+ * msg names the file and the problem): its records may still be repaired by hand. The lines of
+ * a file that loads that the reader skips are kept at the end as comments "# not read: <line>"
+ * (bytes outside printable ASCII and TAB as \xHH, the line cut with a marker past
+ * HD_TUNE_LINE_MAX bytes), and such comments of earlier saves with them; other comments are not
+ * kept. On HD_OK msg is empty, or says how many lines were kept so and which was the first.
+ * Where the kept lines would make the file larger than HD_TUNE_FILE_MAX the save is refused
+ * (HD_ERR_CACHE_INVALID) and the file left as it is. The new file has the permission bits of
+ * the one it replaces, or 0666 less the umask where there was none. Creates the directory if
  * needed. A symbolic link at path is followed: the file it resolves to is replaced and the
  * link kept (a dangling link is refused). Anything at path, or at the link's end, other than
  * a regular file (a FIFO, a device, a directory) is refused and left alone. Under the lock,

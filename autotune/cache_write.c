@@ -155,7 +155,7 @@ char *hd__tune_format(const hd_tune_file *f)
     for (int i = 0; i < 6; i++)
         if (vals[i] > 0.0 && isfinite(vals[i])) {
             put(&t, "%s %s=", any ? "" : "calibration", names[i]);
-            put_number(&t, vals[i]);
+            put_number(&t, fmin(fmax(vals[i], HD_TUNE_CAL_MIN), HD_TUNE_CAL_MAX));
             any = true;
         }
     if (any)
@@ -281,21 +281,90 @@ static void fsync_dir_of(const char *path)
     }
 }
 
-/* What is on disk under key into *disk: nothing where no file is there yet, or where the file
- * is for another key (its records could never be used with this one, which replaces them). A
- * file that is there but cannot be read or whose header is broken is refused, msg says why:
- * writing over it would throw away records that a person can still repair. */
+/* A line of the file on disk that a save keeps though it holds no record: one the reader could
+ * not read, as a comment that starts so, and such a comment of an earlier save. */
+#define NOT_READ "# not read: "
+
+size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len)
+{
+    size_t n = 0, i = 0;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        char piece[8];
+        int w = (c >= 0x20 && c < 0x7f) || c == '\t' ? snprintf(piece, sizeof piece, "%c", c)
+                                                     : snprintf(piece, sizeof piece, "\\x%02x", c);
+        if (n + (size_t)w >= size)
+            break;
+        memcpy(dst + n, piece, (size_t)w);
+        n += (size_t)w;
+    }
+    if (size > 0)
+        dst[n] = '\0';
+    return i;
+}
+
+/* Appends the comment line prefix + s[0..len) so that the parser reads it back as one comment
+ * whatever s holds: each byte outside printable ASCII and TAB (a NUL, a CR, UTF-8) as \xHH, and
+ * the line cut, with a marker saying so, where it would pass HD_TUNE_LINE_MAX bytes. Text that is
+ * such a line already is appended as it is. */
+static void put_comment(text *t, const char *prefix, const char *s, size_t len)
+{
+    char line[HD_TUNE_LINE_MAX + 1], marker[64];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s", prefix);
+    if (hd__tune_escape(line + n, sizeof line - n, s, len) == len) {
+        put(t, "%s\n", line);
+        return;
+    }
+    int marker_len = snprintf(marker, sizeof marker, " [cut: the line held %zu bytes]", len);
+    hd__tune_escape(line + n, sizeof line - n - (size_t)marker_len, s, len);
+    put(t, "%s%s\n", line, marker);
+}
+
+/* The lines a save keeps from the file on disk, as comments for the end of the new one. */
+typedef struct kept_lines {
+    text comments;
+    size_t new_count; /* lines the reader could not read, now comments */
+} kept_lines;
+
+static void keep_line(void *arg, hd_tune_line_kind kind, size_t line_no, const char *s, size_t len)
+{
+    (void)line_no;
+    kept_lines *k = arg;
+    size_t prefix = sizeof NOT_READ - 1;
+    if (kind == HD_TUNE_LINE_BAD) {
+        put_comment(&k->comments, NOT_READ, s, len);
+        k->new_count++;
+    } else if (len >= prefix && memcmp(s, NOT_READ, prefix) == 0) {
+        put_comment(&k->comments, "", s, len);
+    }
+}
+
+static void kept_lines_free(kept_lines *k)
+{
+    free(k->comments.p);
+    memset(k, 0, sizeof *k);
+}
+
+/* What is on disk under key into *disk, and the lines kept of it into *kept: nothing where no
+ * file is there yet, or where the file is for another key (its records could never be used with
+ * this one, which replaces them). A file that is there but cannot be read or whose header is
+ * broken is refused, msg says why: writing over it would throw away records that a person can
+ * still repair. */
 static hd_status read_disk(const char *path, const hd_tune_key *key, hd_tune_file *disk,
-                           char *msg, size_t size)
+                           kept_lines *kept, char *msg, size_t size)
 {
     char why[200];
     hd__tune_file_init(disk);
-    hd_status s = hd__tune_load(path, disk, why, sizeof why);
+    memset(kept, 0, sizeof *kept);
+    hd_status s = hd__tune_load_lines(path, disk, keep_line, kept, why, sizeof why);
     if (s == HD_OK) {
-        if (!same_tune_key(&disk->key, key))
+        if (!same_tune_key(&disk->key, key)) {
             hd__tune_file_free(disk);
-        return HD_OK;
+            kept_lines_free(kept);
+        }
+        return kept->comments.failed ? HD_ERR_OUT_OF_MEMORY : HD_OK;
     }
+    kept_lines_free(kept);
     struct stat st;
     if (s == HD_ERR_IO && stat(path, &st) != 0 && errno == ENOENT)
         return HD_OK;
@@ -308,15 +377,17 @@ static hd_status read_disk(const char *path, const hd_tune_key *key, hd_tune_fil
 
 /* Merges what is on disk (same key) with f into *out: on-disk first, f's entries win. */
 static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tune_file *out,
-                                 char *msg, size_t size)
+                                 kept_lines *kept, char *msg, size_t size)
 {
     hd_tune_key key = f->key;
     hd__tune_key_normalize(&key);
-    hd_status s = read_disk(path, &key, out, msg, size);
-    if (s != HD_OK)
+    hd_status s = read_disk(path, &key, out, kept, msg, size);
+    if (s != HD_OK) {
+        if (s == HD_ERR_OUT_OF_MEMORY)
+            snprintf(msg, size, "no memory to keep the lines of '%s' it cannot read", path);
         return s;
+    }
     out->key = key;
-    out->bad_lines = 0;
     const double *src = &f->cal.launch_us;
     double *dst = &out->cal.launch_us;
     for (size_t i = 0; i < sizeof f->cal / sizeof(double); i++)
@@ -417,6 +488,64 @@ static void remove_stale_temps(const char *target)
     closedir(d);
 }
 
+/* A save's temporary file "<target>.tmp.XXXXXX", created with mode 0666 less the umask, as
+ * any file the program creates (mkstemp makes it 0600, and reading the umask means setting it,
+ * which races with other threads). Returns the descriptor, or -1 with errno set. */
+static int create_temp(char *tmp_path, size_t size, const char *target)
+{
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long x = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)ts.tv_sec << 30) ^
+                           ((unsigned long long)getpid() << 12);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull; /* Knuth's MMIX LCG */
+        char suffix[7];
+        for (int i = 0; i < 6; i++)
+            suffix[i] = letters[(x >> (16 + 6 * i)) % (sizeof letters - 1)];
+        suffix[6] = '\0';
+        snprintf(tmp_path, size, "%s.tmp.%s", target, suffix);
+        int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    return -1; /* errno: EEXIST */
+}
+
+/* The text of merged with the kept lines after it; NULL with *s and msg set where it cannot be
+ * made or would be larger than the reader reads. msg then says how many lines the reader could
+ * not read are kept as comments, and which was the first. */
+static char *format_with(const hd_tune_file *merged, const kept_lines *kept, const char *target,
+                         char *msg, size_t size, hd_status *s)
+{
+    char *records = hd__tune_format(merged);
+    size_t len = records != NULL ? strlen(records) : 0;
+    text t = {.p = records, .len = len, .cap = len + 1};
+    if (kept->comments.len > 0)
+        put(&t, "%s", kept->comments.p);
+    if (records == NULL || t.failed) {
+        free(t.p);
+        snprintf(msg, size, "no memory to format the cache");
+        *s = HD_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if (t.len > HD_TUNE_FILE_MAX) {
+        free(t.p);
+        snprintf(msg, size,
+                 "'%s' would grow past %zu bytes with the lines of it that cannot be read kept "
+                 "as comments: not replaced; repair or remove it",
+                 target, HD_TUNE_FILE_MAX);
+        *s = HD_ERR_CACHE_INVALID;
+        return NULL;
+    }
+    if (kept->new_count > 0)
+        snprintf(msg, size,
+                 "'%s': kept %zu line(s) that could not be read, as comments '" NOT_READ
+                 "...' at its end; the first, line %zu: %s",
+                 target, kept->new_count, merged->first_bad_line, merged->first_problem);
+    return t.p;
+}
+
 hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size_t size)
 {
     msg[0] = '\0';
@@ -442,7 +571,8 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     }
     /* Checked again under the lock: the check before it raced with other processes. */
     struct stat st;
-    if (lstat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+    bool replaces = lstat(target, &st) == 0;
+    if (replaces && !S_ISREG(st.st_mode)) {
         snprintf(msg, size, "'%s' is not a regular file: refusing to replace it", target);
         close(lock);
         return HD_ERR_IO;
@@ -450,25 +580,25 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     remove_stale_temps(target);
 
     hd_tune_file merged;
-    hd_status s = merge_with_disk(target, f, &merged, msg, size);
-    char *body = s == HD_OK ? hd__tune_format(&merged) : NULL;
+    kept_lines kept;
+    hd_status s = merge_with_disk(target, f, &merged, &kept, msg, size);
+    char *body = s == HD_OK ? format_with(&merged, &kept, target, msg, size, &s) : NULL;
     hd__tune_file_free(&merged);
+    kept_lines_free(&kept);
     if (body == NULL) {
-        if (s == HD_OK)
-            snprintf(msg, size, "no memory to format the cache");
         close(lock);
-        return s == HD_OK ? HD_ERR_OUT_OF_MEMORY : s;
+        return s;
     }
 
-    int fd = mkstemp(tmp_path);
+    int fd = create_temp(tmp_path, sizeof tmp_path, target);
     if (fd < 0) {
         snprintf(msg, size, "cannot create '%s': %s", tmp_path, strerror(errno));
         free(body);
         close(lock);
         return HD_ERR_IO;
     }
-    fchmod(fd, 0644);
-    bool ok = write_all(fd, body, strlen(body)) && fsync(fd) == 0;
+    bool ok = (!replaces || fchmod(fd, st.st_mode & 0777) == 0) &&
+              write_all(fd, body, strlen(body)) && fsync(fd) == 0;
     int err = errno;
     ok = close(fd) == 0 && ok;
     free(body);

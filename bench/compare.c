@@ -45,6 +45,18 @@ static const hd_json *results_of(const hd_json *doc, const char *which, char *er
     return results;
 }
 
+hd_json *hd__bench_compare_load(const char *path, const char *which, char *err, size_t err_cap)
+{
+    hd_json *doc = hd__json_load(path, err, err_cap);
+    if (doc != NULL && results_of(doc, which, err, err_cap) == NULL) {
+        size_t used = strlen(err);
+        snprintf(err + used, err_cap - used, " (%s)", path);
+        hd__json_free(doc);
+        doc = NULL;
+    }
+    return doc;
+}
+
 static void format_time(char *buf, size_t cap, double s)
 {
     hd__bench_time_text(buf, cap, s, 12);

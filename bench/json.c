@@ -1,4 +1,7 @@
-/* Recursive-descent JSON reader; depth is bounded so a hostile file cannot exhaust the stack. */
+/* Recursive-descent JSON reader; depth is bounded so a hostile file cannot exhaust the stack,
+ * and a file's size so that it cannot exhaust memory. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +88,11 @@ static char *parse_string(parser *ps)
                     }
                     code = code * 16 + d;
                 }
+                if (code == 0) { /* it would end the string early for every reader of it */
+                    fail(ps, "\\u0000 in a string");
+                    free(s);
+                    return NULL;
+                }
                 c = code < 0x80 ? (char)code : '?'; /* names here are ASCII */
                 break;
             }
@@ -119,6 +127,44 @@ static char *parse_string(parser *ps)
 }
 
 static bool parse_value(parser *ps, hd_json *v, int depth);
+
+static const char *skip_digits(const char *p)
+{
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return p;
+}
+
+/* A number as JSON spells it, -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, and finite as a
+ * double: no hex, inf, nan, leading '+' or zeros, which strtod alone would take. */
+static bool parse_number(parser *ps, hd_json *v)
+{
+    const char *p = ps->p + (*ps->p == '-');
+    bool ok = *p >= '0' && *p <= '9';
+    p = *p == '0' ? p + 1 : skip_digits(p);
+    if (ok && *p == '.') {
+        ok = p[1] >= '0' && p[1] <= '9';
+        p = skip_digits(p + 1);
+    }
+    if (ok && (*p == 'e' || *p == 'E')) {
+        p += 1 + (p[1] == '+' || p[1] == '-');
+        ok = *p >= '0' && *p <= '9';
+        p = skip_digits(p);
+    }
+    char *end = NULL;
+    v->type = HD_JSON_NUMBER;
+    v->number = ok ? strtod(ps->p, &end) : 0.0;
+    if (!ok || end != p) {
+        fail(ps, "malformed number");
+        return false;
+    }
+    if (!isfinite(v->number)) {
+        fail(ps, "number out of range");
+        return false;
+    }
+    ps->p = p;
+    return true;
+}
 
 static bool append(parser *ps, hd_json *v, size_t *cap, hd_json **slot)
 {
@@ -208,13 +254,8 @@ static bool parse_value(parser *ps, hd_json *v, int depth)
         ps->p += 4;
         return true;
     }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char *end;
-        v->type = HD_JSON_NUMBER;
-        v->number = strtod(ps->p, &end);
-        ps->p = end;
-        return true;
-    }
+    if (c == '-' || (c >= '0' && c <= '9'))
+        return parse_number(ps, v);
     fail(ps, "unexpected character");
     return false;
 }
@@ -239,35 +280,54 @@ hd_json *hd__json_parse(const char *text, char *err, size_t err_cap)
     return v;
 }
 
+/* The whole file f into a malloc'd NUL-terminated text, read in growing chunks up to
+ * HD_JSON_MAX_BYTES and one byte more to tell a larger file, each chunk checked for a NUL byte
+ * (no JSON holds one, so /dev/zero fails at its first chunk). NULL with err set on failure. */
+static char *read_text(FILE *f, const char *path, char *err, size_t err_cap)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *text = malloc(cap);
+    while (text != NULL) {
+        size_t got = fread(text + n, 1, cap - n - 1, f);
+        bool nul = memchr(text + n, '\0', got) != NULL;
+        n += got;
+        if (nul || ferror(f) || n > HD_JSON_MAX_BYTES) {
+            if (nul)
+                snprintf(err, err_cap, "cannot read %s: it holds a NUL byte", path);
+            else if (ferror(f))
+                snprintf(err, err_cap, "cannot read %s: %s", path, strerror(errno));
+            else
+                snprintf(err, err_cap, "%s is larger than %zu MiB: not a result file", path,
+                         HD_JSON_MAX_BYTES >> 20);
+            free(text);
+            return NULL;
+        }
+        if (n < cap - 1) { /* the end of the file */
+            text[n] = '\0';
+            return text;
+        }
+        size_t grown = cap * 2 < HD_JSON_MAX_BYTES + 2 ? cap * 2 : HD_JSON_MAX_BYTES + 2;
+        char *t = realloc(text, grown);
+        if (t == NULL)
+            free(text);
+        text = t;
+        cap = grown;
+    }
+    snprintf(err, err_cap, "cannot read %s: out of memory", path);
+    return NULL;
+}
+
 hd_json *hd__json_load(const char *path, char *err, size_t err_cap)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        snprintf(err, err_cap, "cannot open %s", path);
+        snprintf(err, err_cap, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *text = malloc(cap);
-    while (text != NULL) {
-        n += fread(text + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *t = realloc(text, cap *= 2);
-        if (t == NULL) {
-            free(text);
-            text = NULL;
-        } else {
-            text = t;
-        }
-    }
-    bool bad = ferror(f);
+    char *text = read_text(f, path, err, err_cap);
     fclose(f);
-    if (text == NULL || bad) {
-        free(text);
-        snprintf(err, err_cap, "cannot read %s", path);
+    if (text == NULL)
         return NULL;
-    }
-    text[n] = '\0';
     hd_json *v = hd__json_parse(text, err, err_cap);
     free(text);
     if (v == NULL) {

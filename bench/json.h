@@ -27,9 +27,15 @@ struct hd_json {
     size_t count;
 };
 
-/* Parses text (NUL-terminated). Returns NULL and a message in err on failure. */
+/* The largest file hd__json_load() reads: a result file of every suite is far smaller. */
+#define HD_JSON_MAX_BYTES ((size_t)256 << 20)
+
+/* Parses text (NUL-terminated) as strict JSON: numbers as JSON spells them and finite as a
+ * double, no escaped NUL (backslash u0000) in a string. Returns NULL and a message in err on
+ * failure. */
 hd_json *hd__json_parse(const char *text, char *err, size_t err_cap);
-/* Reads and parses a file. */
+/* Reads and parses a file of at most HD_JSON_MAX_BYTES without a NUL byte. Returns NULL and a
+ * message naming the file in err on failure (strerror's reason where the system gave one). */
 hd_json *hd__json_load(const char *path, char *err, size_t err_cap);
 void hd__json_free(hd_json *v);
 

@@ -32,10 +32,11 @@
 
 /* Exit codes (documented in --help and README.md). */
 enum {
-    EXIT_DONE = 0,          /* every case ran or was skipped with a note; outputs written */
-    EXIT_OUTPUT = 1,        /* an output file could not be written, or --compare failed */
-    EXIT_USAGE = 2,         /* bad command line */
-    EXIT_NO_CONTEXT = 3,    /* the library could not start */
+    EXIT_DONE = 0,       /* every case ran or was skipped with a note; outputs written */
+    EXIT_OUTPUT = 1,     /* an output file (or the gap table of --compare) could not be
+                            written */
+    EXIT_USAGE = 2,      /* bad command line, its --shapes, --compare and --ours files among it */
+    EXIT_NO_CONTEXT = 3, /* the library could not start */
     EXIT_INTERRUPTED = 130, /* SIGINT or SIGTERM: the finished cases are written */
 };
 
@@ -78,6 +79,7 @@ typedef struct options {
     bool csv, list_cases, quiet, cpu_only;
     const char *json_path, *csv_path, *compare_path, *ours_path, *compare_mode, *device, *cache;
     uint64_t seed;
+    hd_json *peer, *ours; /* --compare's and --ours's files, read with the options */
 } options;
 
 static void usage(FILE *f)
@@ -114,7 +116,8 @@ static void usage(FILE *f)
           "  --csv-out FILE      also write the CSV to FILE\n"
           "  --json FILE         also write the results as JSON (schema hd-bench/1); '-': JSON\n"
           "                      alone on standard output (the table goes to standard error)\n"
-          "  --compare PEER.json print the gap table against a peer's results\n"
+          "  --compare PEER.json print the gap table against a peer's results (the file is\n"
+          "                      read and checked before any case runs)\n"
           "  --ours OURS.json    with --compare: compare this file instead of running\n"
           "  --compare-mode M    device, sync or chain (default: per case, the first both have\n"
           "                      of device, chain, sync)\n"
@@ -134,21 +137,11 @@ static void usage(FILE *f)
           "a kernel build is left unfinished) and writes the table, CSV and JSON of the finished\n"
           "cases.\n"
           "\n"
-          "Exit status: 0 done (skipped cases carry a note); 1 an output could not be written or\n"
-          "--compare failed; 2 bad command line; 3 the library could not start; 130 interrupted\n"
-          "(the finished cases are written).\n",
+          "Exit status: 0 done (skipped cases carry a note); 1 an output (the gap table among\n"
+          "them) could not be written; 2 bad command line, a --shapes, --compare or --ours file\n"
+          "among it; 3 the library could not start; 130 interrupted (the finished cases are\n"
+          "written).\n",
           f);
-}
-
-static bool parse_list(const char *arg, bool (*item)(const char *, options *), options *o)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", arg);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save))
-        if (!item(tok, o))
-            return false;
-    return true;
 }
 
 static bool add_suite_of(const hd_bench_suite *s, options *o)
@@ -180,8 +173,9 @@ static bool add_shapes_file(const char *path, options *o)
     return add_suite_of(&o->file, o);
 }
 
-static bool add_suite(const char *name, options *o)
+static bool add_suite(const char *name, void *arg)
 {
+    options *o = arg;
     if (strcmp(name, "all") == 0) {
         size_t count;
         const hd_bench_suite *all = hd__bench_suites(&count);
@@ -199,8 +193,9 @@ static bool add_suite(const char *name, options *o)
     return add_suite_of(s, o);
 }
 
-static bool add_mode(const char *name, options *o)
+static bool add_mode(const char *name, void *arg)
 {
+    options *o = arg;
     hd_measure_mode m;
     if (!hd__measure_mode_from_name(name, &m)) {
         fprintf(stderr,
@@ -211,8 +206,9 @@ static bool add_mode(const char *name, options *o)
     return true;
 }
 
-static bool add_backend(const char *name, options *o)
+static bool add_backend(const char *name, void *arg)
 {
+    options *o = arg;
     hd_backend b;
     if (!hd__backend_from_name(name, &b)) {
         fprintf(stderr,
@@ -223,6 +219,14 @@ static bool add_backend(const char *name, options *o)
     }
     o->backends[b] = true;
     return true;
+}
+
+static bool parse_list(const char *opt, const char *list, bool (*item)(const char *, void *),
+                       options *o)
+{
+    char who[64];
+    snprintf(who, sizeof who, "dispatch-bench: %s", opt);
+    return hd__bench_list_each(who, list, item, o);
 }
 
 /* Seconds, milliseconds, GFLOP/s, elements: a finite number >= 0 (inf and 1e400 are not). */
@@ -295,6 +299,30 @@ static bool takes_value(const char *a)
     return false;
 }
 
+/* --compare's file and --ours's, read and checked before anything runs: a run of the suites
+ * must not end in a peer file that was never there. False with the reason said. */
+static bool load_compared(options *o)
+{
+    char err[512];
+    if (o->compare_path == NULL) {
+        const char *alone = o->ours_path != NULL ? "--ours"
+                            : o->compare_mode    ? "--compare-mode"
+                                                 : NULL;
+        if (alone != NULL)
+            fprintf(stderr,
+                    "dispatch-bench: %s is an option of --compare PEER.json, which is not given\n",
+                    alone);
+        return alone == NULL;
+    }
+    if ((o->peer = hd__bench_compare_load(o->compare_path, "peer", err, sizeof err)) == NULL ||
+        (o->ours_path != NULL &&
+         (o->ours = hd__bench_compare_load(o->ours_path, "our", err, sizeof err)) == NULL)) {
+        fprintf(stderr, "dispatch-bench: %s: %s\n", o->peer == NULL ? "--compare" : "--ours", err);
+        return false;
+    }
+    return true;
+}
+
 /* Returns 0 to go on, 1 for a clean exit (--help, --version), 2 for a usage error. */
 static int parse_options(int argc, char **argv, options *o)
 {
@@ -321,13 +349,13 @@ static int parse_options(int argc, char **argv, options *o)
             fprintf(stderr, "dispatch-bench: %s needs a value\n", a);
             return 2;
         } else if ((strcmp(a, "--suites") == 0 || strcmp(a, "--suite") == 0) && v) {
-            ok = parse_list(v, add_suite, o);
+            ok = parse_list(a, v, add_suite, o);
         } else if (strcmp(a, "--shapes") == 0 && v) {
             ok = add_shapes_file(v, o);
         } else if (strcmp(a, "--modes") == 0 && v) {
-            ok = parse_list(v, add_mode, o);
+            ok = parse_list(a, v, add_mode, o);
         } else if (strcmp(a, "--backends") == 0 && v) {
-            ok = parse_list(v, add_backend, o);
+            ok = parse_list(a, v, add_backend, o);
         } else if (strcmp(a, "--repeats") == 0) {
             ok = parse_count(a, v, HD_MEASURE_MAX_RUNS, &o->repeats);
         } else if (strcmp(a, "--max-runs") == 0) {
@@ -402,6 +430,8 @@ static int parse_options(int argc, char **argv, options *o)
         fprintf(stderr, "dispatch-bench: --csv and --json - both want standard output\n");
         return 2;
     }
+    if (!load_compared(o))
+        return 2;
     if (o->suite_count == 0)
         add_suite("seed", o);
     bool any = false;
@@ -1004,28 +1034,65 @@ static void progress_case_done(const bench_state *st, const char *suite, const h
 static int compare_with_peer(const hd_bench_run *run, const options *o)
 {
     char err[512] = "";
-    hd_json *ours = NULL, *peer = hd__json_load(o->compare_path, err, sizeof err);
-    if (peer != NULL && o->ours_path != NULL) {
-        ours = hd__json_load(o->ours_path, err, sizeof err);
-    } else if (peer != NULL) {
+    hd_json *made = NULL; /* ours, from this run's records */
+    if (o->ours == NULL) {
         char *text = NULL;
         size_t len = 0;
         FILE *mem = open_memstream(&text, &len);
         if (mem != NULL) {
             hd__bench_write_json(mem, run);
             fclose(mem);
-            ours = hd__json_parse(text, err, sizeof err);
+            made = hd__json_parse(text, err, sizeof err);
         }
         free(text);
     }
-    int rc = ours != NULL && peer != NULL
-                 ? hd__bench_compare(stdout, ours, peer, o->compare_mode, err, sizeof err)
+    const hd_json *ours = o->ours != NULL ? o->ours : made;
+    int rc = ours != NULL
+                 ? hd__bench_compare(stdout, ours, o->peer, o->compare_mode, err, sizeof err)
                  : -1;
     if (rc != 0)
         fprintf(stderr, "dispatch-bench: --compare: %s\n", err[0] ? err : "out of memory");
-    hd__json_free(ours);
-    hd__json_free(peer);
+    hd__json_free(made);
     return rc == 0 ? 0 : 1;
+}
+
+/* An output file, '-' standard output where dash is true; NULL, said with the reason, where it
+ * cannot be opened. */
+static FILE *open_output(const char *path, bool dash)
+{
+    if (dash && strcmp(path, "-") == 0)
+        return stdout;
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        fprintf(stderr, "dispatch-bench: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+/* Closes (standard output: flushes) an output of open_output; false, said with the reason,
+ * where a write or the close failed. */
+static bool close_output(FILE *f, const char *path)
+{
+    bool ok = ferror(f) == 0;
+    int err = errno;
+    if (f == stdout ? fflush(f) != 0 : fclose(f) != 0) {
+        ok = false;
+        err = errno;
+    }
+    if (!ok)
+        fprintf(stderr, "dispatch-bench: cannot write %s: %s\n",
+                f == stdout ? "standard output" : path, strerror(err != 0 ? err : EIO));
+    return ok;
+}
+
+/* The run written by writer into path (as open_output takes it); false where that failed, said. */
+static bool write_run(const char *path, bool dash, void (*writer)(FILE *, const hd_bench_run *),
+                      const hd_bench_run *run)
+{
+    FILE *f = open_output(path, dash);
+    if (f == NULL)
+        return false;
+    writer(f, run);
+    return close_output(f, path);
 }
 
 static int write_outputs(hd_bench_run *run, const options *o)
@@ -1038,28 +1105,10 @@ static int write_outputs(hd_bench_run *run, const options *o)
         hd__bench_write_table(stdout, run);
     else if (!o->quiet)
         hd__bench_write_table(stderr, run);
-    if (o->csv_path != NULL) {
-        FILE *f = fopen(o->csv_path, "w");
-        if (f != NULL)
-            hd__bench_write_csv(f, run);
-        if (f == NULL || fclose(f) != 0) {
-            fprintf(stderr, "dispatch-bench: cannot write %s\n", o->csv_path);
-            return 1;
-        }
-    }
-    if (o->json_path != NULL) {
-        FILE *f = strcmp(o->json_path, "-") == 0 ? stdout : fopen(o->json_path, "w");
-        if (f == NULL) {
-            fprintf(stderr, "dispatch-bench: cannot write %s\n", o->json_path);
-            return 1;
-        }
-        hd__bench_write_json(f, run);
-        if (f != stdout && fclose(f) != 0) {
-            fprintf(stderr, "dispatch-bench: cannot write %s\n", o->json_path);
-            return 1;
-        }
-    }
-    return o->compare_path != NULL ? compare_with_peer(run, o) : EXIT_DONE;
+    if ((o->csv_path != NULL && !write_run(o->csv_path, false, hd__bench_write_csv, run)) ||
+        (o->json_path != NULL && !write_run(o->json_path, true, hd__bench_write_json, run)))
+        return EXIT_OUTPUT;
+    return o->peer != NULL ? compare_with_peer(run, o) : EXIT_DONE;
 }
 
 /* Copies the run as it stands (its finished cases) for the watchdog. */
@@ -1210,13 +1259,13 @@ static int run(const options *o)
             list_cases(stdout, file);
             return 0;
         }
-        FILE *f = strcmp(o->json_path, "-") == 0 ? stdout : fopen(o->json_path, "w");
+        FILE *f = open_output(o->json_path, true);
         if (f == NULL)
-            return 1;
+            return EXIT_OUTPUT;
         hd__bench_write_cases_json(f, file);
-        return f != stdout && fclose(f) != 0;
+        return close_output(f, o->json_path) ? EXIT_DONE : EXIT_OUTPUT;
     }
-    if (o->compare_path != NULL && o->ours_path != NULL)
+    if (o->ours != NULL)
         return compare_with_peer(NULL, o);
     sem_init(&stopping.wake, 0, 0); /* before the handler that posts it */
     hd__measure_keep_stderr();       /* before the handlers that write to it */
@@ -1242,5 +1291,7 @@ int main(int argc, char **argv)
     int rc = parse_options(argc, argv, &o);
     rc = rc == 0 ? run(&o) : rc == 1 ? 0 : 2;
     free((void *)o.file.cases);
+    hd__json_free(o.peer);
+    hd__json_free(o.ours);
     return rc;
 }

@@ -12,63 +12,99 @@
 #include "dispatch/op.h"
 #include "dispatch/tools.h"
 
+#define SHOWN_SIZE (80 * 4 + 4) /* 80 bytes as \xHH each, "..." and the NUL */
+
+/* The next word of *p, blanks (space, TAB) around it: its start and length, *p moved past it;
+ * NULL at the end of the text. */
+static const char *next_word(const char **p, size_t *len)
+{
+    const char *s = *p + strspn(*p, " \t");
+    *len = strcspn(s, " \t");
+    *p = s + *len;
+    return *len > 0 ? s : NULL;
+}
+
+/* s[0..len) for a message: each byte outside printable ASCII and TAB as \xHH (a CR would
+ * otherwise hide what precedes it), "..." after the first 80 bytes. */
+static const char *shown(const char *s, size_t len, char buf[SHOWN_SIZE])
+{
+    size_t n = len > 80 ? 80 : len;
+    hd__tune_escape(buf, SHOWN_SIZE - 3, s, n);
+    if (n < len)
+        strcat(buf, "...");
+    return buf;
+}
+
+/* What may follow op's dimensions, for the message of a line that has something else. */
+static void expected(const char *text, const char *name, const hd_op_desc *desc, char *why,
+                     size_t size)
+{
+    char buf[SHOWN_SIZE];
+    snprintf(why, size, "'%s': expected %s %s%s", shown(text, strlen(text), buf), name,
+             desc->transposes ? "dimensions and " : "",
+             desc->transposes    ? "[nn|nt|tn|tt]"
+             : desc->lora_layout ? "dimensions and, for another layout, pt or layout1..7"
+                                 : "dimensions only");
+}
+
+/* The word after the dimensions, where op takes one: GEMM's transposes, LoRA's layout. */
+static bool parse_suffix(const char *word, size_t len, const hd_op_desc *desc, hd_shape *shape)
+{
+    if (desc->transposes && len == 2 && strchr("nt", word[0]) != NULL &&
+        strchr("nt", word[1]) != NULL) {
+        shape->trans_a = word[0] == 't';
+        shape->trans_b = word[1] == 't';
+        return true;
+    }
+    return desc->lora_layout && hd__lora_layout_from_name(word, len, &shape->lora_layout);
+}
+
 bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_t size)
 {
-    char name[32], trans[8] = "nn";
-    unsigned long long d[4] = {0, 0, 0, 0};
-    int name_end = 0; /* after the blanks before the name too */
-    int n = sscanf(text, " %31s%n", name, &name_end);
+    const char *p = text;
+    size_t len;
+    const char *word = next_word(&p, &len);
+    char name[32], buf[SHOWN_SIZE], buf2[SHOWN_SIZE];
     hd_op op;
-    if (n < 1) {
+    if (word == NULL) {
         snprintf(why, size, "empty case");
         return false;
     }
-    if (!hd__op_from_name(name, &op)) {
-        snprintf(why, size, "unknown operation '%s' (expected %s)", name, hd__bench_op_names());
+    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), word);
+    if (len >= sizeof name || !hd__op_from_name(name, &op)) {
+        snprintf(why, size, "unknown operation '%s' (expected %s)", shown(word, len, buf),
+                 hd__bench_op_names());
         return false;
     }
-    /* The op's dims, then (where it has them) its transposes, "nn" when left out. */
+    /* The op's dims, digits alone as the cache writes them, then (where it has them) its
+     * transposes, "nn" when left out, or LoRA's layout where it is not the default. */
     const hd_op_desc *desc = hd__op(op);
-    int dims = desc->dims, used = 0;
-    const char *p = text + name_end;
-    for (int i = 0; i < dims; i++, p += used)
-        if (sscanf(p, " %llu%n", &d[i], &used) != 1) {
-            snprintf(why, size, "'%s': %s takes %d dimensions (%s%s%s%s%s%s%s)", text, name, dims,
-                     desc->dim_names[0], dims > 1 ? " " : "", dims > 1 ? desc->dim_names[1] : "",
-                     dims > 2 ? " " : "", dims > 2 ? desc->dim_names[2] : "", dims > 3 ? " " : "",
-                     dims > 3 ? desc->dim_names[3] : "");
+    memset(out, 0, sizeof *out);
+    out->op = op;
+    for (int i = 0; i < desc->dims; i++) {
+        size_t lo = desc->zero_dim_ok[i] ? 0 : 1;
+        if ((word = next_word(&p, &len)) == NULL) {
+            int d = desc->dims;
+            snprintf(why, size, "'%s': %s takes %d dimensions (%s%s%s%s%s%s%s)",
+                     shown(text, strlen(text), buf), name, d, desc->dim_names[0], d > 1 ? " " : "",
+                     d > 1 ? desc->dim_names[1] : "", d > 2 ? " " : "",
+                     d > 2 ? desc->dim_names[2] : "", d > 3 ? " " : "",
+                     d > 3 ? desc->dim_names[3] : "");
             return false;
         }
-    /* then LoRA's layout where it is not the default: pt or layout1 to layout7 */
-    char rest[8] = "", more[2] = "";
-    int extra = sscanf(p, " %7s %1s", rest, more);
-    unsigned layout = 0;
-    if (desc->transposes && extra >= 1)
-        memcpy(trans, rest, sizeof trans);
-    bool layout_ok = extra < 1;
-    if (desc->lora_layout && extra == 1)
-        layout_ok = hd__lora_layout_from_name(rest, strlen(rest), &layout);
-    if (extra > 1 || (!desc->transposes && extra == 1 && !layout_ok) || strlen(trans) != 2 ||
-        strspn(trans, "nt") != 2) {
-        snprintf(why, size, "'%s': expected %s %s%s", text, name,
-                 desc->transposes ? "dimensions and " : "",
-                 desc->transposes     ? "[nn|nt|tn|tt]"
-                 : desc->lora_layout ? "dimensions and, for another layout, pt or layout1..7"
-                                     : "dimensions only");
+        if (!hd__tune_dim_parse(word, len, lo, &out->shape.dim[i])) {
+            snprintf(why, size,
+                     "'%s': dimension %d (%s) '%s' is not a whole number from %zu to %zu",
+                     shown(text, strlen(text), buf), i + 1, desc->dim_names[i],
+                     shown(word, len, buf2), lo, HD_TUNE_DIM_MAX);
+            return false;
+        }
+    }
+    if (((word = next_word(&p, &len)) != NULL && !parse_suffix(word, len, desc, &out->shape)) ||
+        (word != NULL && next_word(&p, &len) != NULL)) {
+        expected(text, name, desc, why, size);
         return false;
     }
-    memset(out, 0, sizeof *out);
-    out->shape.lora_layout = layout;
-    out->op = op;
-    for (int i = 0; i < dims; i++) {
-        if ((d[i] == 0 && !desc->zero_dim_ok[i]) || d[i] > HD_TUNE_DIM_MAX) {
-            snprintf(why, size, "'%s': dimension %d out of range", text, i + 1);
-            return false;
-        }
-        out->shape.dim[i] = (size_t)d[i];
-    }
-    out->shape.trans_a = trans[0] == 't';
-    out->shape.trans_b = trans[1] == 't';
     return true;
 }
 
@@ -107,10 +143,28 @@ bool hd__bench_shapes_read(const char *path, hd_bench_case_list *out, char *why,
     size_t line_capacity = 0;
     int no = 0;
     bool ok = true;
-    while (ok && getline(&line, &line_capacity, f) != -1) {
+    while (ok) {
+        errno = 0;
+        ssize_t got = getline(&line, &line_capacity, f);
+        if (got < 0) {
+            if (ferror(f)) { /* not the end of the file: what was read is not all of it */
+                snprintf(why, size, "%s: cannot read line %d: %s", path, no + 1,
+                         strerror(errno != 0 ? errno : EIO));
+                ok = false;
+            }
+            break;
+        }
         no++;
-        line[strcspn(line, "\r\n#")] = '\0';
-        if (strspn(line, " \t") == strlen(line))
+        if (memchr(line, '\0', (size_t)got) != NULL) {
+            snprintf(why, size, "%s:%d: the line holds a NUL byte", path, no);
+            ok = false;
+            break;
+        }
+        line[strcspn(line, "\n#")] = '\0';
+        size_t len = strlen(line);
+        if (len > 0 && line[len - 1] == '\r') /* a CRLF file's line end */
+            line[--len] = '\0';
+        if (strspn(line, " \t") == len)
             continue;
         hd_bench_case c;
         char reason[300];

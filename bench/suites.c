@@ -1,6 +1,8 @@
-/* The benchmark suites as data, and the per-case figures (name, FLOPs, minimum bytes) from the
- * op table. */
+/* The benchmark suites as data, the per-case figures (name, FLOPs, minimum bytes) from the
+ * op table, and the tools' comma lists. */
+#define _DEFAULT_SOURCE /* strdup */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench/suites.h"
@@ -250,6 +252,34 @@ const char *hd__bench_op_names(void)
 {
     static char text[256];
     return text[0] != '\0' ? text : join_names(text, sizeof text, op_name, HD_OP_COUNT);
+}
+
+bool hd__bench_list_each(const char *who, const char *list, bool (*item)(const char *, void *),
+                         void *arg)
+{
+    if (list[strspn(list, ",")] == '\0') {
+        fprintf(stderr, "%s: the list is empty%s\n", who, list[0] != '\0' ? " (commas alone)" : "");
+        return false;
+    }
+    char *names = strdup(list);
+    if (names == NULL) {
+        fprintf(stderr, "%s: out of memory\n", who);
+        return false;
+    }
+    bool ok = true;
+    for (char *p = names; ok;) {
+        size_t len = strcspn(p, ",");
+        bool last = p[len] == '\0';
+        p[len] = '\0';
+        if (len == 0)
+            fprintf(stderr, "%s: an empty name in the list '%s'\n", who, list);
+        ok = len > 0 && item(p, arg);
+        if (last)
+            break;
+        p += len + 1;
+    }
+    free(names);
+    return ok;
 }
 
 int hd__bench_case_name(const hd_bench_case *c, char *buf, size_t cap)

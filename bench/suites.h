@@ -49,6 +49,13 @@ bool hd__bench_suite_in_all(const hd_bench_suite *s);
 const char *hd__bench_suite_names(void);
 const char *hd__bench_op_names(void);
 
+/* The tools' comma lists (--suites, --ops, --modes, --backends): calls item(name, arg) for
+ * each name of list in order, however long, until one returns false (having said why). A list
+ * with no name ("" or commas alone) or with an empty name ("a,,b", "a,") is refused, said on
+ * stderr after who ("dispatch-bench: --modes"). Returns whether every name was taken. */
+bool hd__bench_list_each(const char *who, const char *list, bool (*item)(const char *, void *),
+                         void *arg);
+
 /* A case's stable name, the key that joins results with peers: "gemm 1x4096x4096" (m×n×k, with
  * " TN"-style suffix when a side is transposed), "lora 1x1024x1024 r8" (tokens×in×out; " pt"
  * with the weights in PyTorch's layout), "gemm_batched 64x64x64 x8" (m×n×k, batch),
@@ -76,10 +83,13 @@ bool hd__bench_case_list_add(hd_bench_case_list *l, const hd_bench_case *c);
 
 /* Shapes files (bench/shapes_file.c), read by both tools' --shapes: one case per line, as the
  * tuning cache spells them ("gemm 1 4096 4096 [nn|nt|tn|tt]", "lora 8 4096 4096 16 [pt]",
- * "softmax 64 1024", ...), '#' to the end of a line a comment, blank lines ignored.
- * hd__bench_case_parse reads one case; false with the reason in why. hd__bench_shapes_read
- * reads a file's cases, each once, into *out (at least one); false with the reason
- * ("PATH:LINE: ...", "PATH: no case") in why and *out empty, nothing allocated. */
+ * "softmax 64 1024", ...), '#' to the end of a line a comment, blank lines ignored. Words are
+ * separated by blanks (space, TAB); a dimension is decimal digits alone, at most
+ * HD_TUNE_DIM_MAX (hd__tune_dim_parse, as the cache reads it). hd__bench_case_parse reads one
+ * case; false with the reason in why. hd__bench_shapes_read reads a file's cases, each once,
+ * into *out (at least one); false with the reason ("PATH:LINE: ...", a NUL byte in a line
+ * included; "PATH: no case"; "PATH: cannot read line N: <strerror>") in why and *out empty,
+ * nothing allocated. */
 bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_t size);
 bool hd__bench_shapes_read(const char *path, hd_bench_case_list *out, char *why, size_t size);
 

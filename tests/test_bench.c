@@ -1,10 +1,14 @@
 /* The benchmark's own parts: the suites as the issue lists them, the measurement loop, case
  * instances and their reference check, the JSON reader and the gap table. The tool itself runs
  * every suite on PoCL in the bench-* meson tests (bench/meson.build). */
+#define _DEFAULT_SOURCE /* kill */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
@@ -359,6 +363,63 @@ static void test_json_parses_and_rejects(void **state)
     assert_null(hd__json_load("/nonexistent/file.json", err, sizeof err));
 }
 
+/* Numbers are JSON's and finite, and a string holds no escaped NUL (backslash u0000): strtod
+ * alone took hex, inf and nan. */
+static void test_json_numbers_are_strict_and_finite(void **state)
+{
+    (void)state;
+    char err[256];
+    static const char *const bad[] = {
+        "[0x1p-20]", "[1e999]", "[-1e999]", "[-inf]", "[nan]", "[inf]",  "[01]",           "[1.]",
+        "[.5]",      "[+1]",    "[-]",      "[1e]",   "[1e+]", "[0x10]", "[\"a\\u0000b\"]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        hd_json *v = hd__json_parse(bad[i], err, sizeof err);
+        if (v != NULL)
+            fail_msg("'%s' was taken", bad[i]);
+        assert_true(strlen(err) > 0);
+    }
+    hd_json *v = hd__json_parse("[0, -0.5e-3, 1E+2, 12.25, -7, 1e-400]", err, sizeof err);
+    assert_non_null(v);
+    assert_int_equal(v->count, 6);
+    assert_true(v->items[1].number == -0.5e-3 && v->items[2].number == 100.0 &&
+                v->items[3].number == 12.25 && v->items[4].number == -7.0);
+    hd__json_free(v);
+}
+
+/* A file that cannot be opened says why; a file holding a NUL byte (/dev/zero) fails at once, and
+ * an endless one at HD_JSON_MAX_BYTES instead of growing the memory until it runs out. */
+static void test_json_load_refuses_nul_bytes_and_endless_files(void **state)
+{
+    (void)state;
+    char err[512];
+    assert_null(hd__json_load("/nonexistent/file.json", err, sizeof err));
+    assert_non_null(strstr(err, "/nonexistent/file.json: No such file or directory"));
+    assert_null(hd__json_load("/dev/zero", err, sizeof err));
+    assert_non_null(strstr(err, "NUL byte"));
+
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) { /* blanks until the reader closes the pipe */
+        close(fds[0]);
+        char blanks[65536];
+        memset(blanks, ' ', sizeof blanks);
+        while (write(fds[1], blanks, sizeof blanks) > 0)
+            ;
+        _exit(0);
+    }
+    close(fds[1]);
+    char path[64];
+    snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
+    assert_null(hd__json_load(path, err, sizeof err));
+    assert_non_null(strstr(err, "larger than 256 MiB"));
+    close(fds[0]);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+}
+
 static char *compare_output(const char *ours_path, const char *peer_path, const char *mode, int *rc)
 {
     char err[256] = "";
@@ -420,6 +481,8 @@ int main(void)
         cmocka_unit_test(test_instance_ci_cases_check_on_cpu),
         cmocka_unit_test(test_instance_reset_leaves_the_inputs_on_the_host),
         cmocka_unit_test(test_json_parses_and_rejects),
+        cmocka_unit_test(test_json_numbers_are_strict_and_finite),
+        cmocka_unit_test(test_json_load_refuses_nul_bytes_and_endless_files),
         cmocka_unit_test(test_compare_known_pair),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

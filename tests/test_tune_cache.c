@@ -562,6 +562,92 @@ static void expect_round_trip(const hd_tune_file *f, const char *what)
     hd__tune_file_free(&back);
 }
 
+/* The bytes of the file at path, malloc'd and NUL-terminated; *len: how many. */
+static char *read_bytes(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    while ((n += fread(buf + n, 1, cap - 1 - n, fp)) == cap - 1) {
+        buf = realloc(buf, cap *= 2);
+        assert_non_null(buf);
+    }
+    buf[n] = '\0';
+    fclose(fp);
+    if (len != NULL)
+        *len = n;
+    return buf;
+}
+
+static char *read_text(const char *path)
+{
+    return read_bytes(path, NULL);
+}
+
+static void write_bytes(const char *path, const char *bytes, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Lines of text that start with prefix, each checked to be no longer than the reader takes. */
+static size_t lines_starting(const char *text, const char *prefix)
+{
+    size_t count = 0;
+    for (const char *p = text; *p != '\0';) {
+        size_t len = strcspn(p, "\n");
+        if (strncmp(p, prefix, strlen(prefix)) == 0) {
+            assert_true(len <= HD_TUNE_LINE_MAX);
+            count++;
+        }
+        p += len + (p[len] == '\n');
+    }
+    return count;
+}
+
+/* Saves f at path (the save's message in msg) and loads the file back into *back: both succeed
+ * and the file holds no bad line. */
+static void save_and_load(const char *path, const hd_tune_file *f, hd_tune_file *back, char *msg,
+                          size_t size)
+{
+    if (hd__tune_save(path, f, msg, size) != HD_OK)
+        fail_msg("%s: the save failed: %s", path, msg);
+    char why[256];
+    hd__tune_file_init(back);
+    assert_int_equal(hd__tune_load(path, back, why, sizeof why), HD_OK);
+    if (back->bad_lines != 0)
+        fail_msg("%s, line %zu: %s", path, back->first_bad_line, back->first_problem);
+}
+
+/* A save into a copy of the file at path, which loaded as *f, loses none of its lines: its
+ * records are there, and each line it could not read is a comment, which a load skips. */
+static void expect_save_keeps_every_line(const char *path, const hd_tune_file *f)
+{
+    char copy[512], msg[512];
+    tmp_path(copy, sizeof copy, "round-trip-copy.txt");
+    size_t len;
+    char *bytes = read_bytes(path, &len);
+    write_bytes(copy, bytes, len);
+    free(bytes);
+    hd_tune_file empty, back;
+    hd__tune_file_init(&empty);
+    empty.key = f->key;
+    save_and_load(copy, &empty, &back, msg, sizeof msg);
+    if (f->bad_lines > 0 && strstr(msg, "kept ") == NULL)
+        fail_msg("%s: the save does not say it kept %zu line(s): '%s'", path, f->bad_lines, msg);
+    char *text = read_text(copy);
+    if (back.count != f->count || lines_starting(text, "# not read: ") != f->bad_lines)
+        fail_msg("%s: saved, %zu records (of %zu), %zu lines kept (of %zu)", path, back.count,
+                 f->count, lines_starting(text, "# not read: "), f->bad_lines);
+    free(text);
+    hd__tune_file_free(&back);
+    unlink(copy);
+}
+
 static void round_trip_dir(const char *dir, int *files)
 {
     static const char *const names[] = {
@@ -595,8 +681,8 @@ static void round_trip_dir(const char *dir, int *files)
         hd_tune_file f;
         hd__tune_file_init(&f);
         if (hd__tune_load(path, &f, msg, sizeof msg) == HD_OK) {
-            f.bad_lines = 0; /* the rewritten file holds only what was kept */
             expect_round_trip(&f, path);
+            expect_save_keeps_every_line(path, &f);
             (*files)++;
         }
         hd__tune_file_free(&f);
@@ -705,6 +791,83 @@ static void made_up_file(hd_tune_file *f)
     snprintf(f->key.clblast, sizeof f->key.clblast, "none");
 }
 
+/* A save keeps the permission bits of the file it replaces; a new file gets 0666 less the
+ * umask, as any file the program creates. */
+static void test_cache_save_keeps_the_files_permission_bits(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "mode.txt");
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record r = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    mode_t old = umask(027);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    umask(old);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0640);
+    static const mode_t modes[] = {0600, 0664, 0444};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        assert_int_equal(chmod(path, modes[i]), 0);
+        assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, modes[i]);
+    }
+    hd__tune_file_free(&f);
+}
+
+/* The writer never writes a line its reader skips: a time or margin past the reader's limits
+ * is clamped into them, a record no clamping makes readable is refused. */
+static void test_cache_put_keeps_records_within_the_readers_limits(void **state)
+{
+    (void)state;
+    char path[512], msg[256];
+    tmp_path(path, sizeof path, "limits.txt");
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record slow = record(HD_OP_SOFTMAX, 8, 8, 0, 0, HD_BACKEND_CPU, 2e9);
+    hd_tune_record fast = record(HD_OP_SOFTMAX, 9, 9, 0, 0, HD_BACKEND_FUSED, 1e-6);
+    fast.runner_up = HD_BACKEND_CPU;
+    fast.margin_pct = 5e7;
+    hd_tune_record big = record(HD_OP_GEMM, 1, HD_TUNE_DIM_MAX, 1, 0, HD_BACKEND_CPU, 1.0);
+    assert_int_equal(hd__tune_put(&f, &slow), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &fast), HD_OK);
+    assert_int_equal(hd__tune_put(&f, &big), HD_OK);
+    f.cal.launch_us = 1e12;
+    f.cal.host_gbps = 1e-12;
+    hd_tune_file back;
+    save_and_load(path, &f, &back, msg, sizeof msg);
+    assert_int_equal(back.count, 3);
+    const hd_tune_record *r = hd__tune_find(&back, HD_OP_SOFTMAX, &slow.shape, HD_PRECISION_FP32);
+    assert_non_null(r);
+    assert_true(r->median_us == HD_TUNE_TIME_MAX_US);
+    r = hd__tune_find(&back, HD_OP_SOFTMAX, &fast.shape, HD_PRECISION_FP32);
+    assert_non_null(r);
+    assert_true(r->median_us == HD_TUNE_TIME_MIN_US && r->margin_pct == HD_TUNE_MARGIN_MAX_PCT);
+    assert_true(back.cal.launch_us == HD_TUNE_CAL_MAX && back.cal.host_gbps == HD_TUNE_CAL_MIN);
+    hd__tune_file_free(&back);
+
+    hd_tune_record bad[6];
+    for (int i = 0; i < 6; i++)
+        bad[i] = record(HD_OP_GEMM, 4, 4, 4, 0, HD_BACKEND_CPU, 1.0);
+    bad[0].shape.dim[1] = HD_TUNE_DIM_MAX + 1;
+    bad[1].shape.dim[0] = 0;
+    bad[2].median_us = NAN;
+    bad[3].runner_up = HD_BACKEND_CPU;                 /* the winner's */
+    bad[4].shape.lora_layout = HD_LORA_LAYOUT_PYTORCH; /* GEMM has no layout */
+    bad[5].op = HD_OP_SOFTMAX;
+    bad[5].precision = HD_PRECISION_TF32; /* row ops are keyed by no precision */
+    for (int i = 0; i < 6; i++)
+        if (hd__tune_put(&f, &bad[i]) != HD_ERR_INVALID_ARGUMENT)
+            fail_msg("record %d was taken", i);
+    hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "two words", .value = "x"};
+    assert_int_equal(hd__tune_put_param(&f, &p), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(f.count, 3);
+    hd__tune_file_free(&f);
+}
+
 /* Parses the written text with the lines of bad appended into *back: the file is accepted. */
 static void parse_with_lines(const char *text, const char *bad, hd_tune_file *back)
 {
@@ -746,17 +909,140 @@ static void test_cache_comments_may_hold_any_text(void **state)
     hd__tune_file_free(&f);
 }
 
-/* The bytes of the file at path, malloc'd and NUL-terminated. */
-static char *read_text(const char *path)
+static const char header_pd1[] = "hd-tune 1\nlibrary 0.1.0\nplatform \"P\"\ndevice \"D\"\n"
+                                 "driver \"1\"\nclblast none\n";
+
+/* A comment or blank last line without its newline is no cut-off record, and a comment longer
+ * than a record line may be is still a comment. */
+static void test_cache_last_comment_without_newline_and_long_comments_are_not_bad(void **state)
 {
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    char *buf = calloc(1, 65536);
-    assert_non_null(buf);
-    size_t n = fread(buf, 1, 65535, fp);
-    buf[n] = '\0';
-    fclose(fp);
-    return buf;
+    (void)state;
+    static const char *const tails[] = {"# the end, without a newline", "   ", "\t# end\r"};
+    char text[4096];
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        snprintf(text, sizeof text, "%ssoftmax 8 8 cpu - 7.25 - -\n%s", header_pd1, tails[i]);
+        hd_tune_file f;
+        hd__tune_file_init(&f);
+        char msg[160];
+        assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+        if (f.bad_lines != 0)
+            fail_msg("tail '%s': %s", tails[i], f.first_problem);
+        assert_int_equal(f.count, 1);
+        hd__tune_file_free(&f);
+    }
+    size_t used = (size_t)snprintf(text, sizeof text, "%s# ", header_pd1);
+    memset(text + used, 'x', 2000);
+    used += 2000;
+    snprintf(text + used, sizeof text - used, "\nsoftmax 8 8 cpu - 7.25 - -\n");
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    char msg[160];
+    assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+    assert_int_equal(f.bad_lines, 0);
+    assert_int_equal(f.count, 1);
+    hd__tune_file_free(&f);
+}
+
+/* The message of a bad line names what is wrong in it, not only the kind of problem. */
+static void test_cache_bad_line_message_names_the_offending_token(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *line, *needle;
+    } cases[] = {
+        {"softmax 8 8 cpx - 7.25 - -", "unknown backend 'cpx'"},
+        {"sofmax 8 8 cpu - 7.25 - -", "unknown keyword 'sofmax'"},
+        {"softmax 8 8 cpu - 7.25 cpux 3", "unknown runner-up backend 'cpux'"},
+        {"softmax 8 8 cpu - 7.25 cpu 3", "runner-up 'cpu' is the winner's backend"},
+        {"softmax 8 8 cpu - 7.25 fused -", "'-' together or not at all"},
+        {"softmax 8 8 cpu - 7.25 fused 1e7", "margin '1e7'"},
+        {"softmax 8 -8 cpu - 7.25 - -", "dimension 2 (cols) '-8'"},
+        {"gemm 8 8 8 nx cpu - 7.25 - -", "transposes 'nx'"},
+        {"softmax 8 8 cpu - 2e9 - -", "median time '2e9'"},
+        {"gemm.fp64 8 8 8 nn cpu - 7.25 - -", "unknown precision in 'gemm.fp64'"},
+        {"calibration launch_us=5 copy=3", "calibration item 'copy=3'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512], msg[160];
+        snprintf(text, sizeof text, "%s%s\n", header_pd1, cases[i].line);
+        hd_tune_file f;
+        hd__tune_file_init(&f);
+        assert_int_equal(hd__tune_parse(text, strlen(text), &f, msg, sizeof msg), HD_OK);
+        assert_int_equal(f.bad_lines, 1);
+        assert_int_equal(f.first_bad_line, 7);
+        if (strstr(f.first_problem, cases[i].needle) == NULL)
+            fail_msg("'%s': the problem '%s' lacks '%s'", cases[i].line, f.first_problem,
+                     cases[i].needle);
+        hd__tune_file_free(&f);
+    }
+}
+
+/* A save keeps each line of the file on disk that its reader could not read, as a comment that
+ * is itself a line the reader takes (a NUL, a CR, a byte outside ASCII written as \xHH, an
+ * overlong line cut with a marker), says how many and which was the first, and keeps those
+ * comments at later saves. */
+static void test_cache_save_keeps_lines_it_cannot_read_as_comments(void **state)
+{
+    (void)state;
+    char path[512], msg[512];
+    tmp_path(path, sizeof path, "unreadable-lines.txt");
+    char text[4096];
+    size_t len = (size_t)snprintf(text, sizeof text,
+                                  "%ssoftmax 8 8 cpu - 7.25 - -\n"
+                                  "sofmax 9 9 cpu - 7.25 - -\n"
+                                  "softmax 10 10 c\xffu - 7.25 - -\n",
+                                  header_pd1);
+    static const char nul_line[] = "rms_norm 4 4 cpu - 1\0.5 - -\n";
+    memcpy(text + len, nul_line, sizeof nul_line - 1);
+    len += sizeof nul_line - 1;
+    len += (size_t)snprintf(text + len, sizeof text - len, "gemm 2 2 2 nn cpu \"");
+    memset(text + len, 'A', 1500);
+    len += 1500;
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "\" 3 - -\nlayer_norm 64 1\r0 cpu - 7.1 - -\n"
+                            "layer_norm 3 3 cpu - 7.1 - -");
+    write_bytes(path, text, len);
+
+    hd_tune_file f;
+    made_up_file(&f);
+    hd_tune_record r = record(HD_OP_RMS_NORM, 4, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &r), HD_OK);
+    hd_tune_file back;
+    save_and_load(path, &f, &back, msg, sizeof msg);
+    assert_int_equal(back.count, 2);
+    hd__tune_file_free(&back);
+    if (strstr(msg, "kept 6 line(s)") == NULL ||
+        strstr(msg, "line 8: unknown keyword 'sofmax'") == NULL ||
+        strstr(msg, "unreadable-lines.txt") == NULL)
+        fail_msg("message: %s", msg);
+    char *now = read_text(path);
+    assert_int_equal(lines_starting(now, "# not read: "), 6);
+    static const char *const kept[] = {
+        "\n# not read: sofmax 9 9 cpu - 7.25 - -\n",
+        "\n# not read: softmax 10 10 c\\xffu - 7.25 - -\n",
+        "\n# not read: rms_norm 4 4 cpu - 1\\x00.5 - -\n",
+        "\n# not read: gemm 2 2 2 nn cpu \"AAAA",
+        " [cut: the line held 1526 bytes]\n",
+        "\n# not read: layer_norm 64 1\\x0d0 cpu - 7.1 - -\n",
+        "\n# not read: layer_norm 3 3 cpu - 7.1 - -\n",
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        if (strstr(now, kept[i]) == NULL)
+            fail_msg("no '%s' in:\n%s", kept[i], now);
+    free(now);
+
+    /* A later save keeps the comments as they are, and has nothing new to say. */
+    hd_tune_record r2 = record(HD_OP_RMS_NORM, 5, 8, 0, 0, HD_BACKEND_CPU, 2.0);
+    assert_int_equal(hd__tune_put(&f, &r2), HD_OK);
+    char *before = read_text(path);
+    assert_int_equal(hd__tune_save(path, &f, msg, sizeof msg), HD_OK);
+    assert_string_equal(msg, "");
+    now = read_text(path);
+    assert_int_equal(lines_starting(now, "# not read: "), 6);
+    assert_non_null(strstr(now, strstr(before, "# not read: ")));
+    free(before);
+    free(now);
+    hd__tune_file_free(&f);
 }
 
 /* A save into a file the reader cannot take leaves it as it is, its records with it; a file
@@ -1337,9 +1623,14 @@ int main(void)
         cmocka_unit_test(test_cache_parse_random_garbage_never_trusts_it),
         cmocka_unit_test(test_cache_save_merges_with_records_on_disk),
         cmocka_unit_test(test_cache_save_reports_unwritable_path),
+        cmocka_unit_test(test_cache_put_keeps_records_within_the_readers_limits),
+        cmocka_unit_test(test_cache_save_keeps_the_files_permission_bits),
         cmocka_unit_test(test_cache_concurrent_writers_keep_every_record),
         cmocka_unit_test(test_cache_comments_may_hold_any_text),
+        cmocka_unit_test(test_cache_last_comment_without_newline_and_long_comments_are_not_bad),
+        cmocka_unit_test(test_cache_bad_line_message_names_the_offending_token),
         cmocka_unit_test(test_cache_save_keeps_a_file_it_cannot_read),
+        cmocka_unit_test(test_cache_save_keeps_lines_it_cannot_read_as_comments),
         cmocka_unit_test(test_cache_key_with_a_non_ascii_byte_matches_its_own_file),
         cmocka_unit_test(test_cache_numbers_ignore_the_program_locale),
         cmocka_unit_test(test_cache_context_uses_a_file_for_its_device),

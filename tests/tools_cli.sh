@@ -52,11 +52,39 @@ for tool in "$tune" "$bench"; do
     "$tool" --help | grep -q "backward" || fail "$tool --help does not name the backward suite"
 done
 
+# Lists are read whole however long; an empty one, one with an empty name, or suites and --ops
+# that leave no case are a bad command line, not the defaults.
+none="--cache $dir/none.txt"
+expect 2 "--suites: the list is empty" "$tune" --suites '' --dry-run $none
+expect 2 "--suites: the list is empty (commas alone)" "$tune" --suites , --dry-run $none
+expect 2 "--ops: an empty name in the list 'gemm,,lora'" "$tune" --ops gemm,,lora --dry-run $none
+expect 2 "no case matched: the suites 'seed' hold none of --ops 'gemm_batched'" \
+    "$tune" --suites seed --ops gemm_batched --dry-run $none
+expect 2 "--suites: the list is empty" "$bench" --suites '' --list-cases
+expect 2 "--backends: the list is empty (commas alone)" "$bench" --backends , --list-cases
+expect 2 "--modes: the list is empty (commas alone)" "$bench" --modes , --list-cases
+expect 2 "--suites: an empty name in the list 'seed,'" "$bench" --suites seed, --list-cases
+long=$(printf 'seed,%.0s' $(seq 60))
+expect 2 "unknown suite 'nosuite'" "$bench" --suites "${long}nosuite" --list-cases
+expect 2 "unknown suite 'nosuite'" "$tune" --suites "${long}nosuite" --dry-run $none
+expect 2 "unknown mode 'warp'" "$bench" --modes "$(printf 'sync,%.0s' $(seq 60))warp" --list-cases
+"$bench" --suites "${long}ci" --list-cases >/dev/null || fail "bench: a --suites list of 302 bytes"
 expect 2 "exclude each other" "$tune" --quick --full
 expect 2 "'foo'" "$tune" --ops gemm,foo --dry-run
 expect 2 "not a file" "$tune" --shapes "$dir" --dry-run
 printf 'gemm 4 4 4\nsoftmax 3 5 7\n' >"$dir/bad-shapes.txt"
 expect 2 "bad-shapes.txt:2" "$tune" --shapes "$dir/bad-shapes.txt" --dry-run
+# A case's words are separated by blanks and its dimensions are digits alone, at most 2^24, as
+# the cache reads them: no sign, no wrap past 2^64, no transposes or layout glued to a number,
+# no text hidden after a NUL byte. A read error is not the end of the file.
+for bad in 'gemm -18446744073709551615 4 4' 'gemm 18446744073709551617 4 4' 'softmax +5 7' \
+    'lora 2 8 8 -0' 'gemm 1 2 3tt' 'lora 8 16 16 4pt' 'gemm 4 4 16777217' 'softmax 0x10 4' \
+    'softmax 3 5\000 7' 'softmax 3\r 5'; do
+    printf "$bad\\n" >"$dir/x.txt"
+    expect 2 "x.txt:1: " "$tune" --shapes "$dir/x.txt" --dry-run
+    expect 2 "x.txt:1: " "$bench" --shapes "$dir/x.txt" --list-cases
+done
+expect 2 "cannot read line 1: Input/output error" "$tune" --shapes /proc/self/mem --dry-run
 printf 'sofmax 3 5\n' >"$dir/bad-op.txt"
 expect 2 "'sofmax'" "$tune" --shapes "$dir/bad-op.txt" --dry-run
 expect 2 "'abc'" "$tune" --case-budget-s abc
@@ -103,6 +131,15 @@ done
     fail "--explain of a layout failed"
 grep -q "lora 3x16x8 r2 pt: chosen .* tuned record: lora 3x16x8 r2 pt" "$dir/explain.txt" ||
     fail "--explain does not use the layout's record: $(cat "$dir/explain.txt")"
+# A line of the cache the tuner cannot read is kept as a comment at its next save, which says so.
+bad_no=$(($(wc -l <"$dir/layouts-cache.txt") + 1))
+printf 'sofmax 3 16 cpu - 1 - -\n' >>"$dir/layouts-cache.txt"
+"$tune" --shapes "$dir/layouts.txt" --quick --case-budget-s 1 --cache "$dir/layouts-cache.txt" \
+    >/dev/null 2>"$dir/kept-err.txt" || fail "tuning again after a bad line: $(cat "$dir/kept-err.txt")"
+grep -q "kept 1 line(s) .* line $bad_no: unknown keyword 'sofmax'" "$dir/kept-err.txt" ||
+    fail "the tuner does not say it kept the bad line: $(cat "$dir/kept-err.txt")"
+grep -q '^# not read: sofmax 3 16 cpu - 1 - -$' "$dir/layouts-cache.txt" ||
+    fail "the bad line is not kept: $(cat "$dir/layouts-cache.txt")"
 printf 'lora 3 16 8 2 tp\n' >"$dir/bad-layout.txt"
 expect 2 "pt or layout1..7" "$tune" --shapes "$dir/bad-layout.txt" --dry-run
 printf 'gemm 4 4 4 nn pt\n' >"$dir/bad-gemm-layout.txt"
@@ -122,6 +159,28 @@ for bad in '--budget-ms inf' '--max-time 1e400' '--case-budget-s nan' '--peak-fl
     opt=${bad% *} value=${bad#* }
     expect 2 "$opt: '$value' is not a finite number" "$bench" "$opt" "$value" --list-cases
 done
+# --compare's file is read and checked before any case runs; --ours and --compare-mode belong to
+# it; a --json path that cannot be written says why.
+data=$(dirname "$0")/data/bench
+expect 2 "--compare: cannot open $dir/no-peer.json: No such file or directory" \
+    "$bench" --compare "$dir/no-peer.json" --suites ci --cpu-only
+expect 2 "not an hd-bench/1 result file" "$bench" --compare "$data/other-schema.json" --suites ci
+expect 2 "NUL byte" "$bench" --compare /dev/zero --suites ci
+printf '{"schema": "hd-bench/1", "results": [], "x": 0x10}\n' >"$dir/hex.json"
+expect 2 "malformed number" "$bench" --compare "$dir/hex.json" --suites ci
+expect 2 "--ours: cannot open $dir/no-ours.json" \
+    "$bench" --compare "$data/peer.json" --ours "$dir/no-ours.json"
+expect 2 "--ours is an option of --compare" "$bench" --ours "$data/ours.json" --list-cases
+expect 2 "--compare-mode is an option of --compare" "$bench" --compare-mode device --list-cases
+expect 1 "cannot write $dir/no-dir/c.json: No such file or directory" \
+    "$bench" --list-cases --json "$dir/no-dir/c.json"
+expect 1 "cannot write /dev/full: No space left on device" "$bench" --list-cases --json /dev/full
+set +e
+"$bench" --list-cases --json - >/dev/full 2>"$dir/err.txt"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "cannot write standard output: No space left" "$dir/err.txt" ||
+    fail "--json - into a full device: exit $rc, $(cat "$dir/err.txt")"
 expect 2 "'warp'" "$bench" --modes device,warp
 expect 2 "'cuda'" "$bench" --backends cpu,cuda
 expect 2 "both want standard output" "$bench" --csv --json -

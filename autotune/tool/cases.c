@@ -38,31 +38,45 @@ static int add_suite(const tool_options *o, const hd_bench_suite *s, tool_case_l
     return EXIT_TUNED;
 }
 
+typedef struct suite_cases {
+    const tool_options *o;
+    tool_case_list *l;
+} suite_cases;
+
+/* One name of --suites: its cases (every suite's but ci's for "all") into the list. */
+static bool add_named_suite(const char *name, void *arg)
+{
+    const suite_cases *sc = arg;
+    size_t count;
+    const hd_bench_suite *all = hd__bench_suites(&count), *s = hd__bench_suite_find(name);
+    if (s == NULL && strcmp(name, "all") != 0) {
+        fprintf(stderr, "dispatch-autotune: unknown suite '%s' (expected %s)\n", name,
+                hd__bench_suite_names());
+        return false;
+    }
+    for (size_t i = 0; i < count; i++)
+        if ((s != NULL ? &all[i] == s : hd__bench_suite_in_all(&all[i])) &&
+            add_suite(sc->o, &all[i], sc->l) != EXIT_TUNED)
+            return false;
+    return true;
+}
+
 static int from_suites(const tool_options *o, tool_case_list *l)
 {
+    suite_cases sc = {o, l};
     const char *list = o->suites ? o->suites : "seed,train,gemm,backward";
-    const char *p = list;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ",");
-        char name[32];
-        if (len == 0 || len >= sizeof name) {
-            fprintf(stderr, "dispatch-autotune: bad suite list '%s'\n", list);
-            return EXIT_USAGE;
-        }
-        memcpy(name, p, len);
-        name[len] = '\0';
-        size_t count;
-        const hd_bench_suite *all = hd__bench_suites(&count), *s = hd__bench_suite_find(name);
-        if (s == NULL && strcmp(name, "all") != 0) {
-            fprintf(stderr, "dispatch-autotune: unknown suite '%s' (expected %s)\n", name,
-                    hd__bench_suite_names());
-            return EXIT_USAGE;
-        }
-        for (size_t i = 0; i < count; i++)
-            if ((s != NULL ? &all[i] == s : hd__bench_suite_in_all(&all[i])) &&
-                add_suite(o, &all[i], l) != EXIT_TUNED)
-                return EXIT_USAGE;
-        p += len + (p[len] == ',');
+    if (!hd__bench_list_each("dispatch-autotune: --suites", list, add_named_suite, &sc))
+        return EXIT_USAGE;
+    if (l->count == 0) {
+        char ops[256] = "";
+        for (int op = 0; op < HD_OP_COUNT; op++)
+            if (o->op_wanted[op])
+                snprintf(ops + strlen(ops), sizeof ops - strlen(ops), "%s%s", ops[0] ? "," : "",
+                         hd_op_name((hd_op)op));
+        fprintf(stderr,
+                "dispatch-autotune: no case matched: the suites '%s' hold none of --ops '%s'\n",
+                list, ops);
+        return EXIT_USAGE;
     }
     return EXIT_TUNED;
 }

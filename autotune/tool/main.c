@@ -124,33 +124,26 @@ tool_effort hd__tool_effort(tool_level level)
                          .run_target_s = 420.0};
 }
 
+static bool want_op(const char *name, void *arg)
+{
+    bool *wanted = arg;
+    hd_op op;
+    if (!hd__op_from_name(name, &op)) {
+        fprintf(stderr, "dispatch-autotune: --ops: unknown operation '%s' (expected %s)\n", name,
+                hd__bench_op_names());
+        return false;
+    }
+    wanted[op] = true;
+    return true;
+}
+
 /* Fills wanted[] from "gemm,lora"; false, with a message naming the bad item, if one is not
- * an operation. */
+ * an operation or the list is empty. */
 static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])
 {
     for (int i = 0; i < HD_OP_COUNT; i++)
         wanted[i] = false;
-    if (*list == '\0') {
-        fprintf(stderr, "dispatch-autotune: --ops: empty list\n");
-        return false;
-    }
-    while (*list != '\0') {
-        size_t len = strcspn(list, ",");
-        char name[32];
-        hd_op op;
-        if (len >= sizeof name)
-            len = sizeof name - 1;
-        memcpy(name, list, len);
-        name[len] = '\0';
-        if (!hd__op_from_name(name, &op)) {
-            fprintf(stderr, "dispatch-autotune: --ops: unknown operation '%s' (expected %s)\n",
-                    name, hd__bench_op_names());
-            return false;
-        }
-        wanted[op] = true;
-        list += len + (list[len] == ',');
-    }
-    return true;
+    return hd__bench_list_each("dispatch-autotune: --ops", list, want_op, wanted);
 }
 
 static int parse_args(int argc, char **argv, tool_options *o)
@@ -292,8 +285,11 @@ static int explain(const tool_options *o, const char *path)
 static bool save(const char *path, const hd_tune_file *part)
 {
     char msg[512];
-    if (hd__tune_save(path, part, msg, sizeof msg) == HD_OK)
+    if (hd__tune_save(path, part, msg, sizeof msg) == HD_OK) {
+        if (msg[0] != '\0') /* lines of the file it could not read, kept as comments */
+            fprintf(stderr, "dispatch-autotune: %s\n", msg);
         return true;
+    }
     fprintf(stderr, "dispatch-autotune: cannot save the cache: %s\n", msg);
     return false;
 }
@@ -460,7 +456,11 @@ static int tune(const tool_options *o, const char *path)
             count_win(wins, &nwins, sizeof wins / sizeof wins[0], outcome.best_clblast);
         rec.precision = hd__tune_precision_of(c->op, hd_context_gemm_precision(ctx));
         part.count = 0;
-        if (hd__tune_put(&part, &rec) != HD_OK || !save(path, &part)) {
+        hd_status put = hd__tune_put(&part, &rec);
+        if (put != HD_OK)
+            fprintf(stderr, "dispatch-autotune: %s: the record cannot be written (%s)\n", name,
+                    hd_status_str(put));
+        if (put != HD_OK || !save(path, &part)) {
             rc = EXIT_CACHE;
             break;
         }
