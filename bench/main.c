@@ -1118,7 +1118,8 @@ static void publish(const hd_bench_run *run)
     size_t n = run->count;
     hd_bench_record *copy = realloc(stopping.run.records, (n ? n : 1) * sizeof *copy);
     if (copy != NULL) {
-        memcpy(copy, run->records, n * sizeof *copy);
+        if (n > 0) /* no records yet: run->records may be NULL, which memcpy may not take */
+            memcpy(copy, run->records, n * sizeof *copy);
         stopping.run = *run;
         stopping.run.records = copy;
         stopping.run.capacity = n;
