@@ -504,7 +504,11 @@ static int create_temp(char *tmp_path, size_t size, const char *target)
         for (int i = 0; i < 6; i++)
             suffix[i] = letters[(x >> (16 + 6 * i)) % (sizeof letters - 1)];
         suffix[6] = '\0';
-        snprintf(tmp_path, size, "%s.tmp.%s", target, suffix);
+        int len = snprintf(tmp_path, size, "%s.tmp.%s", target, suffix);
+        if (len < 0 || (size_t)len >= size) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
         int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd >= 0 || errno != EEXIST)
             return fd;

@@ -29,6 +29,7 @@ typedef struct fake_state {
     int calls;
     char variant[HD_TUNE_STRING_MAX]; /* of the last call; "" for NULL */
     hd_status fail_with;              /* HD_OK: succeed */
+    bool fail_after_writing;          /* fail as a slot that had begun adding into the outputs */
 } fake_state;
 
 static fake_state fake_states[HD_BACKEND_COUNT];
@@ -38,6 +39,8 @@ static inline hd_status fake_called(void *state, hd_context *ctx, const char *va
     fake_state *f = state;
     f->calls++;
     snprintf(f->variant, sizeof f->variant, "%s", variant ? variant : "");
+    if (f->fail_with != HD_OK && f->fail_after_writing)
+        hd__error_outputs_changed(ctx);
     if (f->fail_with != HD_OK)
         return hd__error(ctx, f->fail_with, "stand-in backend fails as told");
     return HD_OK;
