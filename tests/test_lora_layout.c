@@ -206,6 +206,66 @@ static void test_lora_layout_shape_errors_name_the_tensor(void **state)
         hd_tensor_destroy(all[i]);
 }
 
+/* scale = 0 is a product like any other, not BLAS's alpha = 0: NaN or inf in A or B reach y and
+ * the gradients as in IEEE arithmetic (and PyTorch), on every backend alike. NaN at A[i0][j0]
+ * makes column j0 of x*A NaN, so every y and dB row j0; inf at B[j1][c1] makes column j1 of
+ * dy*B^T inf, scaled NaN, so every dx and dA column j1. The rest of dA and dB is 0. */
+static void test_lora_scale_zero_keeps_nan_and_inf_of_a_and_b(void **state)
+{
+    hd_context *ctx = *state;
+    enum { T = 5, IN = 11, OUT = 7, R = 3, I0 = 4, J0 = 1, J1 = 2, C1 = 6 };
+    hd_rng rng = hd_test_rng(9400);
+    float *x = hd_test_random(&rng, T * IN, -1.0f, 1.0f),
+          *w = hd_test_random(&rng, IN * OUT, -1, 1);
+    float *a = hd_test_random(&rng, IN * R, -1.0f, 1.0f), *b = hd_test_random(&rng, R * OUT, -1, 1);
+    float *dy = hd_test_random(&rng, T * OUT, -1.0f, 1.0f);
+    a[I0 * R + J0] = NAN;
+    b[J1 * OUT + C1] = INFINITY;
+    hd_tensor *tx = hd_test_tensor(ctx, T, IN, x), *tw = hd_test_tensor(ctx, IN, OUT, w);
+    hd_tensor *ta = hd_test_tensor(ctx, IN, R, a), *tb = hd_test_tensor(ctx, R, OUT, b);
+    hd_tensor *tdy = hd_test_tensor(ctx, T, OUT, dy), *ty = hd_test_tensor(ctx, T, OUT, NULL);
+    hd_tensor *tdx = hd_test_tensor(ctx, T, IN, NULL), *tda = hd_test_tensor(ctx, IN, R, NULL);
+    hd_tensor *tdb = hd_test_tensor(ctx, R, OUT, NULL);
+    for (int backend = 0; backend < HD_BACKEND_COUNT; backend++) {
+        hd_backend bk = (hd_backend)backend;
+        if (bk != HD_BACKEND_AUTO && !hd_context_has_backend(ctx, bk))
+            continue;
+        const char *name = hd_backend_name(bk);
+        assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA, bk), HD_OK);
+        assert_int_equal(hd_lora_forward(ctx, tx, tw, ta, tb, 0.0f, ty), HD_OK);
+        float *y = hd_test_read(ty);
+        for (int i = 0; i < T * OUT; i++)
+            if (isfinite(y[i]))
+                fail_msg("%s: y[%d] = %g, expected NaN from A's NaN", name, i, (double)y[i]);
+        free(y);
+        if (hd_context_set_backend(ctx, HD_OP_LORA_BACKWARD, bk) != HD_OK)
+            continue; /* a plan of two backends has no backward */
+        assert_int_equal(hd_lora_backward(ctx, tx, tw, ta, tb, 0.0f, tdy, tdx, tda, tdb, false),
+                         HD_OK);
+        float *dx = hd_test_read(tdx), *da = hd_test_read(tda), *db = hd_test_read(tdb);
+        for (int i = 0; i < T * IN; i++)
+            if (isfinite(dx[i]))
+                fail_msg("%s: dx[%d] = %g, expected NaN from B's inf", name, i, (double)dx[i]);
+        for (int i = 0; i < IN * R; i++)
+            if ((i % R == J1) != !isfinite(da[i]) || (i % R != J1 && da[i] != 0.0f))
+                fail_msg("%s: dA[%d][%d] = %g", name, i / R, i % R, (double)da[i]);
+        for (int i = 0; i < R * OUT; i++)
+            if ((i / OUT == J0) != !isfinite(db[i]) || (i / OUT != J0 && db[i] != 0.0f))
+                fail_msg("%s: dB[%d][%d] = %g", name, i / OUT, i % OUT, (double)db[i]);
+        free(dx);
+        free(da);
+        free(db);
+    }
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA, HD_BACKEND_AUTO), HD_OK);
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_LORA_BACKWARD, HD_BACKEND_AUTO), HD_OK);
+    hd_tensor *all[] = {tx, tw, ta, tb, tdy, ty, tdx, tda, tdb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd_tensor_destroy(all[i]);
+    float *arrays[] = {x, w, a, b, dy};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        free(arrays[i]);
+}
+
 int main(void)
 {
     hd_test_seed();
@@ -214,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_lora_random_shapes_match_reference_on_every_backend),
         cmocka_unit_test(test_lora_fused_reads_w_and_b_transposed_alike),
         cmocka_unit_test(test_lora_layout_shape_errors_name_the_tensor),
+        cmocka_unit_test(test_lora_scale_zero_keeps_nan_and_inf_of_a_and_b),
     };
     return cmocka_run_group_tests_name("lora_layout", tests, setup, teardown);
 }

@@ -36,6 +36,12 @@ void hd__cpu_blas_end(void);
  * the dimensions of two tensors (LoRA's tokens x rank) is not, so its slot checks it here. */
 bool hd__cpu_scratch_bytes(size_t blocks, size_t rows, size_t cols, size_t *bytes);
 
+/* p[i] *= scale over n floats: LoRA's scale applied to its T x r temporaries before the
+ * products that read them, not as those products' alpha. SGEMM with alpha = 0 does not read its
+ * operands (BLAS), so NaN or inf in A or B would vanish on the CPU alone; multiplied, they
+ * reach the gradients and y as on every device backend and in PyTorch. */
+void hd__cpu_scale_low_rank(float *p, size_t n, float scale);
+
 /* The backend's state: one per context. */
 typedef struct hd_cpu_state {
     hd_cpu_pool *pool;

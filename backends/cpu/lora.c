@@ -3,7 +3,7 @@
 #include "backends/cpu/cpu.h"
 #include "dispatch/error.h"
 
-/* y = x*W, then h = x*A (tokens×rank, the only temporary), then y += scale*h*B. The low-rank
+/* y = x*W, then h = scale*x*A (tokens×rank, the only temporary), then y += h*B. The low-rank
  * update never forms the in×out product A*B. A weight stored transposed is read in place, as
  * SGEMM's transposed operand, with its own leading dimension. */
 hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *l)
@@ -27,7 +27,8 @@ hd_status hd__cpu_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     if (h != NULL) {
         hd__cpu_sgemm(false, l->trans_a, l->tokens, l->rank, l->in, 1.0f, l->x->state->host,
                       l->in, l->a->state->host, l->trans_a ? l->in : l->rank, 0.0f, h, l->rank);
-        hd__cpu_sgemm(false, l->trans_b, l->tokens, l->out, l->rank, l->scale, h, l->rank,
+        hd__cpu_scale_low_rank(h, l->tokens * l->rank, l->scale);
+        hd__cpu_sgemm(false, l->trans_b, l->tokens, l->out, l->rank, 1.0f, h, l->rank,
                       l->b->state->host, l->trans_b ? l->rank : l->out, 1.0f, l->y->state->host,
                       l->out);
         free(h);

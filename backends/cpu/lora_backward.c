@@ -5,8 +5,9 @@
 
 /*
  * LoRA backward with W frozen, as four or five SGEMMs that read every transpose in place:
- * u = dy*B^T and h = x*A (tokens x rank, the only temporaries), then
- * dA = scale*x^T*u, dB = scale*h^T*dy, dx = dy*W^T + scale*u*A^T. accumulate makes beta 1.
+ * u = dy*B^T and h = x*A (tokens x rank, the only temporaries), both then multiplied by scale
+ * (hd__cpu_scale_low_rank), then dA = x^T*u, dB = h^T*dy, dx = dy*W^T + u*A^T. accumulate makes
+ * beta 1.
  * In a transposed layout (hd_lora_backward_ex) the same products read W, A and B as stored,
  * and dA and dB are written as A and B are stored: dA^T = scale*u^T*x, dB^T = scale*dy^T*h.
  * The in x out product A*B is never formed.
@@ -35,20 +36,21 @@ hd_status hd__cpu_lora_backward(void *state, hd_context *ctx, const hd_lora_back
         float *h = u + t * r, *da = l->da->state->host, *db = l->db->state->host;
         hd__cpu_sgemm(false, !tb, t, r, out, 1.0f, dy, out, b, tb ? r : out, 0.0f, u, r);
         hd__cpu_sgemm(false, ta, t, r, in, 1.0f, x, in, a, ta ? in : r, 0.0f, h, r);
+        hd__cpu_scale_low_rank(u, 2 * t * r, l->scale); /* u and h: scale*u, scale*h */
         if (ta)
-            hd__cpu_sgemm(true, false, r, in, t, l->scale, u, r, x, in, beta, da, in);
+            hd__cpu_sgemm(true, false, r, in, t, 1.0f, u, r, x, in, beta, da, in);
         else
-            hd__cpu_sgemm(true, false, in, r, t, l->scale, x, in, u, r, beta, da, r);
+            hd__cpu_sgemm(true, false, in, r, t, 1.0f, x, in, u, r, beta, da, r);
         if (tb)
-            hd__cpu_sgemm(true, false, out, r, t, l->scale, dy, out, h, r, beta, db, r);
+            hd__cpu_sgemm(true, false, out, r, t, 1.0f, dy, out, h, r, beta, db, r);
         else
-            hd__cpu_sgemm(true, false, r, out, t, l->scale, h, r, dy, out, beta, db, out);
+            hd__cpu_sgemm(true, false, r, out, t, 1.0f, h, r, dy, out, beta, db, out);
     }
     if (l->dx != NULL) {
         float *dx = l->dx->state->host;
         hd__cpu_sgemm(false, !tw, t, in, out, 1.0f, dy, out, w, tw ? in : out, beta, dx, in);
         if (u != NULL)
-            hd__cpu_sgemm(false, !ta, t, in, r, l->scale, u, r, a, ta ? in : r, 1.0f, dx, in);
+            hd__cpu_sgemm(false, !ta, t, in, r, 1.0f, u, r, a, ta ? in : r, 1.0f, dx, in);
     }
     free(u);
     return HD_OK;

@@ -341,6 +341,8 @@ HD_API hd_status hd_gemm_batched(hd_context *ctx, size_t batch, bool trans_a, bo
 /*
  * The LoRA forward pass: y = x*W + scale*(x*A)*B, with x T×in, W in×out, A in×r, B r×out and
  * y T×out. The low-rank product is never formed as an in×out matrix. r = 0 gives y = x*W.
+ * scale is a factor like any other, not BLAS's alpha: NaN or inf in A or B reach y even with
+ * scale = 0 (as in PyTorch), on every backend alike; the backward's gradients likewise.
  * y must not be any input. Returns as hd_gemm(), and HD_ERR_SIZE_OVERFLOW where the T×r
  * temporaries (x*A; backward, dy*B^T beside it) would not fit in the address space, before
  * anything is allocated. Does not wait.
