@@ -318,7 +318,10 @@ HD_API hd_status hd_tensor_read(const hd_tensor *t, float *dst);
  * C m×n. With k = 0, C = beta*C; with m or n = 0 nothing happens. As in BLAS, beta = 0 ignores
  * the contents of C (NaN included) and alpha = 0 ignores A and B.
  * c must not be a or b. Returns HD_OK, HD_ERR_INVALID_ARGUMENT, HD_ERR_SHAPE_MISMATCH,
- * HD_ERR_ALIASING, HD_ERR_WRONG_CONTEXT, or a device error. Does not wait.
+ * HD_ERR_ALIASING, HD_ERR_WRONG_CONTEXT, HD_ERR_OUT_OF_MEMORY (host memory for a tensor's
+ * copy), HD_ERR_UNSUPPORTED (no backend of the context takes the call), or a device error
+ * (HD_ERR_DEVICE, HD_ERR_DEVICE_OUT_OF_MEMORY, HD_ERR_BUILD) where every backend failed.
+ * Does not wait.
  */
 HD_API hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha,
                          const hd_tensor *a, const hd_tensor *b, float beta, hd_tensor *c);
