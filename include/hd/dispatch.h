@@ -380,7 +380,9 @@ HD_API hd_status hd_lora_forward_ex(hd_context *ctx, const hd_tensor *x, const h
                                     unsigned layout, hd_tensor *y);
 
 /* y[i][j] = exp(x[i][j] - max_j x[i]) / sum_j exp(x[i][j] - max_j x[i]), per row.
- * y may be x (in place). Returns as hd_gemm(). Does not wait. */
+ * -inf entries (a mask) get 0; a row of -inf alone, or one holding +inf or NaN, gives NaN
+ * throughout, as in PyTorch, on every backend. y may be x (in place). Returns as hd_gemm().
+ * Does not wait. */
 HD_API hd_status hd_softmax(hd_context *ctx, const hd_tensor *x, hd_tensor *y);
 
 /* y = (x - mean(row)) / sqrt(var(row) + eps) * gamma + beta, per row; gamma and beta are
