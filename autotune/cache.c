@@ -132,7 +132,7 @@ static bool record_writable(const hd_tune_record *r)
         return false;
     if (!backend_named(r->backend) || memchr(r->variant, '\0', sizeof r->variant) == NULL)
         return false;
-    if (!(r->median_us > 0.0)) /* NaN too */
+    if (!(r->median_us >= 0.0)) /* NaN too; 0 (a call that did nothing) is clamped up */
         return false;
     return r->runner_up == HD_BACKEND_AUTO ||
            (backend_named(r->runner_up) && r->runner_up != r->backend && !isnan(r->margin_pct));
@@ -266,8 +266,14 @@ static bool tok_copy(const token *t, char *dst, size_t size)
 
 bool hd__tune_dim_parse(const char *text, size_t len, size_t lo, size_t *out)
 {
-    if (len == 0 || len > 9)
-        return false; /* 9 digits already exceed HD_TUNE_DIM_MAX */
+    if (len == 0)
+        return false;
+    while (len > 1 && text[0] == '0') { /* leading zeros count for nothing, however many */
+        text++;
+        len--;
+    }
+    if (len > 9)
+        return false; /* 9 digits without leading zeros already exceed HD_TUNE_DIM_MAX */
     size_t v = 0;
     for (size_t i = 0; i < len; i++) {
         if (text[i] < '0' || text[i] > '9')
@@ -451,8 +457,12 @@ static bool parse_param(parser *ps, const token *tok, int n)
     for (size_t i = 0; i < ps->f->param_count; i++)
         if (ps->f->params[i].backend == p.backend && strcmp(ps->f->params[i].name, p.name) == 0)
             return bad_line(ps, "duplicate param");
-    if (hd__tune_put_param(ps->f, &p) != HD_OK)
-        return bad_line(ps, "more than %d params", HD_TUNE_PARAM_MAX);
+    hd_status s = hd__tune_put_param(ps->f, &p);
+    if (s != HD_OK)
+        return bad_line(ps, "%s",
+                        s == HD_ERR_CACHE_INVALID   ? "more than the params a cache holds"
+                        : s == HD_ERR_OUT_OF_MEMORY ? "out of memory"
+                                                    : "a param name must be one plain word");
     return true;
 }
 

@@ -128,7 +128,7 @@ bool hd__tune_has_transposes(hd_op op);
  * HD_TUNE_MARGIN_MIN_PCT..HD_TUNE_MARGIN_MAX_PCT). Returns HD_ERR_INVALID_ARGUMENT for a record
  * no clamping makes readable (an unknown op, backend, precision or layout, a dimension outside
  * [1 (0 for LoRA's rank), HD_TUNE_DIM_MAX], the runner-up the winner's backend, a time that is
- * not a number above 0, a margin that is NaN, a variant without its NUL), HD_ERR_OUT_OF_MEMORY,
+ * negative or not a number, a margin that is NaN, a variant without its NUL), HD_ERR_OUT_OF_MEMORY,
  * or HD_ERR_CACHE_INVALID when the file already holds HD_TUNE_RECORD_MAX records. */
 hd_status hd__tune_put(hd_tune_file *f, const hd_tune_record *r);
 /* Sets or replaces the param (backend, name). Returns HD_ERR_INVALID_ARGUMENT for an unknown
@@ -173,8 +173,9 @@ hd_status hd__tune_load_lines(const char *path, hd_tune_file *f, hd_tune_line_fn
                               char *msg, size_t size);
 
 /* Writes src[0..len) into dst (size bytes with the NUL) with each byte outside printable ASCII
- * and TAB as \xHH, as many of its bytes as fit whole; returns how many it wrote. The writer's
- * comments and the tools' messages show text of any bytes so. */
+ * and TAB as \xHH, as many of its bytes as fit whole; returns how many bytes of src it took
+ * (len where all of it fit). The writer's comments and the tools' messages show text of any
+ * bytes so. */
 size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len);
 
 /* The file's text in the format above, malloc'd and NUL-terminated; NULL without memory.

@@ -399,7 +399,9 @@ static hd_status merge_with_disk(const char *path, const hd_tune_file *f, hd_tun
         s = hd__tune_put(out, &f->records[i]);
     if (s != HD_OK)
         snprintf(msg, size, "%s",
-                 s == HD_ERR_CACHE_INVALID ? "too many records" : "no memory to merge the cache");
+                 s == HD_ERR_CACHE_INVALID   ? "too many records or params"
+                 : s == HD_ERR_OUT_OF_MEMORY ? "no memory to merge the cache"
+                                             : "a record or param the cache cannot hold");
     return s;
 }
 
@@ -525,7 +527,7 @@ static char *format_with(const hd_tune_file *merged, const kept_lines *kept, con
     char *records = hd__tune_format(merged);
     size_t len = records != NULL ? strlen(records) : 0;
     text t = {.p = records, .len = len, .cap = len + 1};
-    if (kept->comments.len > 0)
+    if (records != NULL && kept->comments.len > 0)
         put(&t, "%s", kept->comments.p);
     if (records == NULL || t.failed) {
         free(t.p);
@@ -601,10 +603,16 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
         close(lock);
         return HD_ERR_IO;
     }
-    bool ok = (!replaces || fchmod(fd, st.st_mode & 0777) == 0) &&
-              write_all(fd, body, strlen(body)) && fsync(fd) == 0;
-    int err = errno;
-    ok = close(fd) == 0 && ok;
+    /* the replaced file's permissions where the file system keeps them: best effort, as a
+     * file system without modes (vfat, some network mounts) refuses chmod but takes the file */
+    if (replaces)
+        (void)fchmod(fd, st.st_mode & 0777);
+    bool ok = write_all(fd, body, strlen(body)) && fsync(fd) == 0;
+    int err = ok ? 0 : errno;
+    if (close(fd) != 0 && ok) {
+        err = errno;
+        ok = false;
+    }
     free(body);
     if (ok && rename(tmp_path, target) != 0) {
         err = errno;

@@ -1073,7 +1073,9 @@ static FILE *open_output(const char *path, bool dash)
 static bool close_output(FILE *f, const char *path)
 {
     bool ok = ferror(f) == 0;
-    int err = errno;
+    /* a write that failed earlier: its errno, where nothing has set another since (stdio calls
+     * alone came after it), else EIO */
+    int err = ok ? 0 : errno;
     if (f == stdout ? fflush(f) != 0 : fclose(f) != 0) {
         ok = false;
         err = errno;
@@ -1105,10 +1107,15 @@ static int write_outputs(hd_bench_run *run, const options *o)
         hd__bench_write_table(stdout, run);
     else if (!o->quiet)
         hd__bench_write_table(stderr, run);
+    if ((o->csv || !json_stdout) && !close_output(stdout, NULL))
+        return EXIT_OUTPUT;
     if ((o->csv_path != NULL && !write_run(o->csv_path, false, hd__bench_write_csv, run)) ||
         (o->json_path != NULL && !write_run(o->json_path, true, hd__bench_write_json, run)))
         return EXIT_OUTPUT;
-    return o->peer != NULL ? compare_with_peer(run, o) : EXIT_DONE;
+    if (o->peer == NULL)
+        return EXIT_DONE;
+    int rc = compare_with_peer(run, o); /* the gap table, on standard output */
+    return close_output(stdout, NULL) ? rc : EXIT_OUTPUT;
 }
 
 /* Copies the run as it stands (its finished cases) for the watchdog. */
@@ -1258,7 +1265,7 @@ static int run(const options *o)
     if (o->list_cases) {
         if (o->json_path == NULL) {
             list_cases(stdout, file);
-            return 0;
+            return close_output(stdout, NULL) ? EXIT_DONE : EXIT_OUTPUT;
         }
         FILE *f = open_output(o->json_path, true);
         if (f == NULL)
@@ -1266,10 +1273,12 @@ static int run(const options *o)
         hd__bench_write_cases_json(f, file);
         return close_output(f, o->json_path) ? EXIT_DONE : EXIT_OUTPUT;
     }
-    if (o->ours != NULL)
-        return compare_with_peer(NULL, o);
+    if (o->ours != NULL) {
+        int rc = compare_with_peer(NULL, o);
+        return close_output(stdout, NULL) ? rc : EXIT_OUTPUT;
+    }
     sem_init(&stopping.wake, 0, 0); /* before the handler that posts it */
-    hd__measure_keep_stderr();       /* before the handlers that write to it */
+    hd__measure_keep_stderr();      /* before the handlers that write to it */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;

@@ -147,7 +147,9 @@ bool hd__bench_shapes_read(const char *path, hd_bench_case_list *out, char *why,
         errno = 0;
         ssize_t got = getline(&line, &line_capacity, f);
         if (got < 0) {
-            if (ferror(f)) { /* not the end of the file: what was read is not all of it */
+            /* not the end of the file: what was read is not all of it (glibc's getline says
+             * ENOMEM without setting the stream's error) */
+            if (ferror(f) || errno == ENOMEM) {
                 snprintf(why, size, "%s: cannot read line %d: %s", path, no + 1,
                          strerror(errno != 0 ? errno : EIO));
                 ok = false;

@@ -181,6 +181,16 @@ rc=$?
 set -e
 [ "$rc" -eq 1 ] && grep -q "cannot write standard output: No space left" "$dir/err.txt" ||
     fail "--json - into a full device: exit $rc, $(cat "$dir/err.txt")"
+# the case list and the gap table on standard output: a full device is an output failure too
+for args in "--list-cases" "--compare $data/peer.json --ours $data/ours.json"; do
+    set +e
+    # shellcheck disable=SC2086 # the words of args are separate options
+    "$bench" $args >/dev/full 2>"$dir/err.txt"
+    rc=$?
+    set -e
+    [ "$rc" -eq 1 ] && grep -q "cannot write standard output" "$dir/err.txt" ||
+        fail "$args into a full device: exit $rc, $(cat "$dir/err.txt")"
+done
 expect 2 "'warp'" "$bench" --modes device,warp
 expect 2 "'cuda'" "$bench" --backends cpu,cuda
 expect 2 "both want standard output" "$bench" --csv --json -

@@ -39,7 +39,7 @@ typedef struct tune_data {
     hd_tensor *out[MAX_OUTPUTS];
     size_t out_rows[MAX_OUTPUTS], out_cols[MAX_OUTPUTS];
     int outputs;
-    hd_ref_inputs ref; /* the forward ops' reference inputs (the first four) */
+    hd_ref_inputs ref;         /* the forward ops' reference inputs (the first four) */
     hd_ref_backward_memo memo; /* the backward ops' checks: what they share */
     hd_call call;
     hd_backend backend; /* the candidate being run */
@@ -287,7 +287,7 @@ static const char *variant_text(const candidate *c)
 typedef struct case_clock {
     double start, budget_s; /* budget 0: unlimited */
     bool gpu;
-    double call_s[HD_BACKEND_COUNT];  /* a backend's measured call, 0 until one ran */
+    double call_s[HD_BACKEND_COUNT]; /* a backend's measured call, 0 until one ran */
     /* The mean first-call overhead (a kernel build) of a backend's variants timed so far, and
      * before the first the defaults' (which build every program the op needs, where a variant
      * builds one: an estimate on the safe side until a variant shows its own) */
@@ -589,8 +589,13 @@ static void make_record(const hd_bench_case *c, const candidate *cand, size_t co
     /* hd__tune_put() clamps both into what the cache's reader takes */
     rec->median_us = cand[best].median_s * 1e6;
     rec->runner_up = second >= 0 ? cand[second].backend : HD_BACKEND_AUTO;
-    rec->margin_pct =
-        second >= 0 ? (cand[second].median_s / cand[best].median_s - 1.0) * 100.0 : 0.0;
+    /* a winner timed at 0 (a call that queued nothing) has no ratio: an infinite margin is
+     * clamped, 0/0 would be NaN */
+    rec->margin_pct = second < 0 ? 0.0
+                      : cand[best].median_s > 0.0
+                          ? (cand[second].median_s / cand[best].median_s - 1.0) * 100.0
+                      : cand[second].median_s > 0.0 ? HD_TUNE_MARGIN_MAX_PCT
+                                                    : 0.0;
     if (clblast_best >= 0)
         snprintf(best_clblast, best_size, "%s",
                  cand[clblast_best].variant ? cand[clblast_best].variant : "-");
