@@ -241,12 +241,42 @@ static int tokenize(const char *line, token *tok, char *store)
     }
 }
 
+size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len)
+{
+    size_t n = 0, i = 0;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        char piece[8];
+        int w = (c >= 0x20 && c < 0x7f) || c == '\t' ? snprintf(piece, sizeof piece, "%c", c)
+                                                     : snprintf(piece, sizeof piece, "\\x%02x", c);
+        if (n + (size_t)w >= size)
+            break;
+        memcpy(dst + n, piece, (size_t)w);
+        n += (size_t)w;
+    }
+    if (size > 0)
+        dst[n] = '\0';
+    return i;
+}
+
+const char *hd__tune_shown(char *buf, size_t size, const char *s, size_t len, size_t max)
+{
+    if (size < 4) {
+        if (size > 0)
+            buf[0] = '\0';
+        return buf;
+    }
+    size_t n = len > max ? max : len;
+    size_t taken = hd__tune_escape(buf, size - 3, s, n);
+    if (taken < len)
+        strcat(buf, "...");
+    return buf;
+}
+
 /* A token as a message quotes it: its first 40 bytes, then "..." where it is longer. */
 static const char *tok_shown(const token *t, char buf[48])
 {
-    snprintf(buf, 48, "%.*s%s", (int)(t->len > 40 ? 40 : t->len), t->text,
-             t->len > 40 ? "..." : "");
-    return buf;
+    return hd__tune_shown(buf, 48, t->text, t->len, 40);
 }
 
 static bool tok_is(const token *t, const char *word)
@@ -535,23 +565,26 @@ static bool parse_header_line(hd_tune_file *f, int index, const token *tok, int 
 
 /* A comment is free text: it may hold any bytes, quotes and words, so it is recognised before
  * any of the checks that records must pass. */
-static bool is_comment(const char *p, size_t len)
+static size_t leading_blanks(const char *p, size_t len)
 {
     size_t i = 0;
     while (i < len && (p[i] == ' ' || p[i] == '\t'))
         i++;
+    return i;
+}
+
+static bool is_comment(const char *p, size_t len)
+{
+    size_t i = leading_blanks(p, len);
     return i < len && p[i] == '#';
 }
 
 static bool is_blank(const char *p, size_t len)
 {
-    size_t i = 0;
-    while (i < len && (p[i] == ' ' || p[i] == '\t'))
-        i++;
-    return i == len;
+    return leading_blanks(p, len) == len;
 }
 
-static bool printable(const char *p, size_t len)
+bool hd__tune_printable(const char *p, size_t len)
 {
     for (size_t i = 0; i < len; i++)
         if ((p[i] < 0x20 && p[i] != '\t') || p[i] >= 0x7f)
@@ -602,7 +635,7 @@ hd_status hd__tune_parse_lines(const char *text, size_t len, hd_tune_file *f, hd
             snprintf(too_long, sizeof too_long, "line longer than %d bytes", HD_TUNE_LINE_MAX);
             problem = too_long;
         }
-        if (problem == NULL && !printable(start, line_len))
+        if (problem == NULL && !hd__tune_printable(start, line_len))
             problem = "line holds bytes that are not printable ASCII";
         int n = 0;
         if (problem == NULL) {

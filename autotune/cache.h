@@ -177,6 +177,11 @@ hd_status hd__tune_load_lines(const char *path, hd_tune_file *f, hd_tune_line_fn
  * (len where all of it fit). The writer's comments and the tools' messages show text of any
  * bytes so. */
 size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len);
+/* Whether p[0..len) is printable ASCII and TAB alone, as a cache line must be. */
+bool hd__tune_printable(const char *p, size_t len);
+/* s[0..len) as a message quotes it, in buf (size bytes): its first max bytes escaped as
+ * hd__tune_escape() writes them, then "..." where not all of s is shown. Returns buf. */
+const char *hd__tune_shown(char *buf, size_t size, const char *s, size_t len, size_t max);
 
 /* The file's text in the format above, malloc'd and NUL-terminated; NULL without memory.
  * Records are sorted by op and dims, so that files diff well. */

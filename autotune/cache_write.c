@@ -73,20 +73,11 @@ static void put_quoted(text *t, const char *s)
     put(t, "\"");
 }
 
-/* Whether the parser takes these bytes in a string: printable ASCII and TAB (as cache.c). */
-static bool printable(const char *p, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if ((p[i] < 0x20 && p[i] != '\t') || p[i] >= 0x7f)
-            return false;
-    return true;
-}
-
 /* A header value the parser takes bare or quoted (library, clblast): bare where it is one
  * plain token, as files have always been written, else quoted. */
 static void put_word(text *t, const char *s)
 {
-    if (s[0] != '\0' && strpbrk(s, " \t\"\\") == NULL && printable(s, strlen(s)))
+    if (s[0] != '\0' && strpbrk(s, " \t\"\\") == NULL && hd__tune_printable(s, strlen(s)))
         put(t, "%s", s);
     else
         put_quoted(t, s);
@@ -285,24 +276,6 @@ static void fsync_dir_of(const char *path)
  * not read, as a comment that starts so, and such a comment of an earlier save. */
 #define NOT_READ "# not read: "
 
-size_t hd__tune_escape(char *dst, size_t size, const char *src, size_t len)
-{
-    size_t n = 0, i = 0;
-    for (; i < len; i++) {
-        unsigned char c = (unsigned char)src[i];
-        char piece[8];
-        int w = (c >= 0x20 && c < 0x7f) || c == '\t' ? snprintf(piece, sizeof piece, "%c", c)
-                                                     : snprintf(piece, sizeof piece, "\\x%02x", c);
-        if (n + (size_t)w >= size)
-            break;
-        memcpy(dst + n, piece, (size_t)w);
-        n += (size_t)w;
-    }
-    if (size > 0)
-        dst[n] = '\0';
-    return i;
-}
-
 /* Appends the comment line prefix + s[0..len) so that the parser reads it back as one comment
  * whatever s holds: each byte outside printable ASCII and TAB (a NUL, a CR, UTF-8) as \xHH, and
  * the line cut, with a marker saying so, where it would pass HD_TUNE_LINE_MAX bytes. Text that is
@@ -323,7 +296,7 @@ static void put_comment(text *t, const char *prefix, const char *s, size_t len)
 /* The lines a save keeps from the file on disk, as comments for the end of the new one. */
 typedef struct kept_lines {
     text comments;
-    size_t new_count; /* lines the reader could not read, now comments */
+    size_t unread_count; /* lines the reader could not read, now comments */
 } kept_lines;
 
 static void keep_line(void *arg, hd_tune_line_kind kind, size_t line_no, const char *s, size_t len)
@@ -333,7 +306,7 @@ static void keep_line(void *arg, hd_tune_line_kind kind, size_t line_no, const c
     size_t prefix = sizeof NOT_READ - 1;
     if (kind == HD_TUNE_LINE_BAD) {
         put_comment(&k->comments, NOT_READ, s, len);
-        k->new_count++;
+        k->unread_count++;
     } else if (len >= prefix && memcmp(s, NOT_READ, prefix) == 0) {
         put_comment(&k->comments, "", s, len);
     }
@@ -521,8 +494,8 @@ static int create_temp(char *tmp_path, size_t size, const char *target)
 /* The text of merged with the kept lines after it; NULL with *s and msg set where it cannot be
  * made or would be larger than the reader reads. msg then says how many lines the reader could
  * not read are kept as comments, and which was the first. */
-static char *format_with(const hd_tune_file *merged, const kept_lines *kept, const char *target,
-                         char *msg, size_t size, hd_status *s)
+static char *format_with_kept_lines(const hd_tune_file *merged, const kept_lines *kept,
+                                    const char *target, char *msg, size_t size, hd_status *s)
 {
     char *records = hd__tune_format(merged);
     size_t len = records != NULL ? strlen(records) : 0;
@@ -544,11 +517,11 @@ static char *format_with(const hd_tune_file *merged, const kept_lines *kept, con
         *s = HD_ERR_CACHE_INVALID;
         return NULL;
     }
-    if (kept->new_count > 0)
+    if (kept->unread_count > 0)
         snprintf(msg, size,
                  "'%s': kept %zu line(s) that could not be read, as comments '" NOT_READ
                  "...' at its end; the first, line %zu: %s",
-                 target, kept->new_count, merged->first_bad_line, merged->first_problem);
+                 target, kept->unread_count, merged->first_bad_line, merged->first_problem);
     return t.p;
 }
 
@@ -588,7 +561,7 @@ hd_status hd__tune_save(const char *path, const hd_tune_file *f, char *msg, size
     hd_tune_file merged;
     kept_lines kept;
     hd_status s = merge_with_disk(target, f, &merged, &kept, msg, size);
-    char *body = s == HD_OK ? format_with(&merged, &kept, target, msg, size, &s) : NULL;
+    char *body = s == HD_OK ? format_with_kept_lines(&merged, &kept, target, msg, size, &s) : NULL;
     hd__tune_file_free(&merged);
     kept_lines_free(&kept);
     if (body == NULL) {

@@ -176,21 +176,17 @@ static bool add_shapes_file(const char *path, options *o)
 static bool add_suite(const char *name, void *arg)
 {
     options *o = arg;
-    if (strcmp(name, "all") == 0) {
-        size_t count;
-        const hd_bench_suite *all = hd__bench_suites(&count);
-        for (size_t i = 0; i < count; i++)
-            if (hd__bench_suite_in_all(&all[i]) && !add_suite(all[i].name, o))
-                return false;
-        return true;
-    }
-    const hd_bench_suite *s = hd__bench_suite_find(name);
-    if (s == NULL) {
+    const hd_bench_suite *named[HD_BENCH_SUITES_MAX];
+    size_t n = hd__bench_suites_named(name, named);
+    if (n == 0) {
         fprintf(stderr, "dispatch-bench: unknown suite '%s' (expected %s)\n", name,
                 hd__bench_suite_names());
         return false;
     }
-    return add_suite_of(s, o);
+    for (size_t i = 0; i < n; i++)
+        if (!add_suite_of(named[i], o))
+            return false;
+    return true;
 }
 
 static bool add_mode(const char *name, void *arg)

@@ -28,16 +28,12 @@ static const char *next_word(const char **p, size_t *len)
  * otherwise hide what precedes it), "..." after the first 80 bytes. */
 static const char *shown(const char *s, size_t len, char buf[SHOWN_SIZE])
 {
-    size_t n = len > 80 ? 80 : len;
-    hd__tune_escape(buf, SHOWN_SIZE - 3, s, n);
-    if (n < len)
-        strcat(buf, "...");
-    return buf;
+    return hd__tune_shown(buf, SHOWN_SIZE, s, len, 80);
 }
 
 /* What may follow op's dimensions, for the message of a line that has something else. */
-static void expected(const char *text, const char *name, const hd_op_desc *desc, char *why,
-                     size_t size)
+static void say_expected(const char *text, const char *name, const hd_op_desc *desc, char *why,
+                         size_t size)
 {
     char buf[SHOWN_SIZE];
     snprintf(why, size, "'%s': expected %s %s%s", shown(text, strlen(text), buf), name,
@@ -102,7 +98,7 @@ bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_
     }
     if (((word = next_word(&p, &len)) != NULL && !parse_suffix(word, len, desc, &out->shape)) ||
         (word != NULL && next_word(&p, &len) != NULL)) {
-        expected(text, name, desc, why, size);
+        say_expected(text, name, desc, why, size);
         return false;
     }
     return true;

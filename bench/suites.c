@@ -104,10 +104,11 @@ static const hd_bench_case backward_cases[] = {
 };
 
 static const hd_bench_case gemm_cases[] = {
-    GEMM(64, 64, 64),       GEMM(128, 128, 128),    GEMM(256, 256, 256),    GEMM(512, 512, 512),
-    GEMM(1024, 1024, 1024), GEMM(2048, 2048, 2048), GEMM(4096, 4096, 4096), GEMM(8192, 8192, 8192),
-    GEMM(1, 4096, 4096),    GEMM(16, 4096, 4096),   GEMM(8192, 4096, 4096),
-    BATCHED(256, 256, 64, 16), BATCHED(512, 64, 512, 12),
+    GEMM(64, 64, 64),          GEMM(128, 128, 128),    GEMM(256, 256, 256),
+    GEMM(512, 512, 512),       GEMM(1024, 1024, 1024), GEMM(2048, 2048, 2048),
+    GEMM(4096, 4096, 4096),    GEMM(8192, 8192, 8192), GEMM(1, 4096, 4096),
+    GEMM(16, 4096, 4096),      GEMM(8192, 4096, 4096), BATCHED(256, 256, 64, 16),
+    BATCHED(512, 64, 512, 12),
 };
 
 /* The space as LoRA fine-tuning meets it, beyond the named suites: token counts 1 to 8192;
@@ -186,8 +187,7 @@ static const hd_bench_suite suites[] = {
     {"gemm",
      "square 64..8192, 1/16/8192 tokens over a 4096x4096 weight, batches of attention-sized "
      "products",
-     gemm_cases,
-     COUNT(gemm_cases)},
+     gemm_cases, COUNT(gemm_cases)},
     {"shapes",
      "GEMM and LoRA as fine-tuning meets them: 1-8192 tokens, widths 512-16384 with "
      "MLP widths, every transpose, odd and prime sizes",
@@ -214,9 +214,16 @@ const hd_bench_suite *hd__bench_suite_find(const char *name)
     return NULL;
 }
 
-bool hd__bench_suite_in_all(const hd_bench_suite *s)
+_Static_assert(COUNT(suites) <= HD_BENCH_SUITES_MAX, "raise HD_BENCH_SUITES_MAX");
+
+size_t hd__bench_suites_named(const char *name, const hd_bench_suite *out[HD_BENCH_SUITES_MAX])
 {
-    return strcmp(s->name, "ci") != 0;
+    size_t n = 0;
+    for (size_t i = 0; i < COUNT(suites); i++)
+        if (strcmp(name, "all") == 0 ? strcmp(suites[i].name, "ci") != 0
+                                     : strcmp(suites[i].name, name) == 0)
+            out[n++] = &suites[i];
+    return n;
 }
 
 /* "a, b, c or d" of count names, into buf (static storage of the caller). */

@@ -41,9 +41,12 @@ typedef struct hd_bench_suite {
 const hd_bench_suite *hd__bench_suites(size_t *count);
 /* The suite of that name, or NULL. */
 const hd_bench_suite *hd__bench_suite_find(const char *name);
-/* Whether the suite is one of "all": every suite but ci, whose cases the others hold at the
- * sizes that matter. */
-bool hd__bench_suite_in_all(const hd_bench_suite *s);
+/* The most suites a name of --suites stands for. */
+#define HD_BENCH_SUITES_MAX 16
+/* The suites a name of --suites stands for, into out (HD_BENCH_SUITES_MAX): "all" every suite
+ * but ci (whose cases the others hold at the sizes that matter), else the suite of that name.
+ * Returns how many; 0 where name is no suite. */
+size_t hd__bench_suites_named(const char *name, const hd_bench_suite *out[HD_BENCH_SUITES_MAX]);
 /* "seed, train, ..., backward or all", for the tools' messages; "a, b or c" of every operation's
  * name. Static strings. */
 const char *hd__bench_suite_names(void);

@@ -47,16 +47,15 @@ typedef struct suite_cases {
 static bool add_named_suite(const char *name, void *arg)
 {
     const suite_cases *sc = arg;
-    size_t count;
-    const hd_bench_suite *all = hd__bench_suites(&count), *s = hd__bench_suite_find(name);
-    if (s == NULL && strcmp(name, "all") != 0) {
+    const hd_bench_suite *named[HD_BENCH_SUITES_MAX];
+    size_t n = hd__bench_suites_named(name, named);
+    if (n == 0) {
         fprintf(stderr, "dispatch-autotune: unknown suite '%s' (expected %s)\n", name,
                 hd__bench_suite_names());
         return false;
     }
-    for (size_t i = 0; i < count; i++)
-        if ((s != NULL ? &all[i] == s : hd__bench_suite_in_all(&all[i])) &&
-            add_suite(sc->o, &all[i], sc->l) != EXIT_TUNED)
+    for (size_t i = 0; i < n; i++)
+        if (add_suite(sc->o, named[i], sc->l) != EXIT_TUNED)
             return false;
     return true;
 }
