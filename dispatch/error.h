@@ -22,8 +22,9 @@ void hd__note(hd_context *ctx, const char *fmt, ...) HD_PRINTF(2, 3);
 void hd__error_append(hd_context *ctx, const char *text);
 
 /* Said by a backend slot that fails after it has begun writing the call's outputs (a device
- * failing between launches that add into them): no other backend may run the call then, since
- * it would start from outputs that are no longer the caller's. */
+ * failing between its launches). Where the call reads what it writes (accumulating, in place),
+ * no other backend may run it then, since it would start from contents that are no longer the
+ * caller's; otherwise the next backend overwrites them as usual. */
 void hd__error_outputs_changed(hd_context *ctx);
 
 /* Clears the last error: called at the start of every public operation. */

@@ -97,7 +97,7 @@ hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const ch
     ctx->outputs_changed = false;
     if (s == HD_OK)
         s = run_slot(ctx, b, call, variant);
-    if (s != HD_OK && ctx->outputs_changed) /* what the device holds now is all there is */
+    if (s != HD_OK && ctx->outputs_changed) /* what the device holds now is the latest */
         for (int i = 0; i < call->io.output_count; i++)
             hd__tensor_written(call->io.outputs[i], place);
     if (s == HD_OK) {
@@ -106,6 +106,20 @@ hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const ch
         ctx->last_backend = b;
     }
     return s;
+}
+
+/* Whether a call that wrote part of its outputs and failed can be run again from the start:
+ * not where it reads what it writes, its outputs' old contents (accumulating, beta != 0) or an
+ * input that is also an output (in place). */
+static bool rerunnable(const hd_call *call)
+{
+    if (call->io.output_read)
+        return false;
+    for (int o = 0; o < call->io.output_count; o++)
+        for (int i = 0; i < call->io.input_count; i++)
+            if (call->io.outputs[o] == call->io.inputs[i])
+                return false;
+    return true;
 }
 
 static hd_status dispatch_call(hd_context *ctx, hd_call *call)
@@ -138,7 +152,7 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
             hd__tune_disable(ctx, call->op, &call->shape);
         if (s == HD_ERR_DEVICE) /* out of memory or a failed build may be this shape's alone */
             hd__backend_mark_unhealthy(ctx, b);
-        if (ctx->outputs_changed)
+        if (ctx->outputs_changed && !rerunnable(call))
             return hd__error(ctx, s,
                              "%s failed on %s after it had begun writing the outputs, which are "
                              "undefined now (no other backend ran): %.600s",

@@ -365,9 +365,16 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
         plan_backward(l, &m, &plan);
     if (s == HD_OK)
         s = prepare_all(f, ctx, &plan);
-    for (size_t i = 0; i < plan.count && s == HD_OK; i++)
-        s = plan.step[i].few_rows ? hd__fused_rows_gemm(f, ctx, &plan.step[i].rows)
-                                  : hd__fused_tile_gemm(f, ctx, &plan.step[i].tile);
+    bool wrote = false; /* a launch has written (or added into) one of the caller's gradients */
+    for (size_t i = 0; i < plan.count && s == HD_OK; i++) {
+        const backward_step *step = &plan.step[i];
+        s = step->few_rows ? hd__fused_rows_gemm(f, ctx, &step->rows)
+                           : hd__fused_tile_gemm(f, ctx, &step->tile);
+        cl_mem out = step->few_rows ? step->rows.c : step->tile.c;
+        wrote = wrote || (s == HD_OK && out != m.u && out != m.h);
+    }
+    if (s != HD_OK && wrote) /* a refused enqueue after the first gradient was written */
+        hd__error_outputs_changed(ctx);
     /* The queue is in order: whoever takes u or h from the pool next runs after these. */
     if (u != NULL)
         hd__cl_buffer_release(ctx->cl, u);

@@ -211,8 +211,8 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
                      {sizeof ngroups, &ngroups}};
     if (s == HD_OK)
         s = launch_kernel(ctx, k, wg, groups, a, 11);
-    if (s == HD_OK)
-        s = combine_partials(f, ctx, options, r, part, ngroups);
+    if (s == HD_OK && (s = combine_partials(f, ctx, options, r, part, ngroups)) != HD_OK)
+        hd__error_outputs_changed(ctx); /* dx is written (over dy, in place) */
     return s;
 }
 

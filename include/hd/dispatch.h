@@ -31,9 +31,9 @@
  * - When the backend chosen for a call fails (it declines, its device fails, or the tuned
  *   parameters it was given are refused), the next backend runs the call; no backend writes an
  *   output before every stage of its plan has accepted its arguments and parameters. A device
- *   that fails after a backend began adding into the outputs (LoRA backward accumulating on
- *   CLBlast adds its gradients in separate launches) cannot be undone: the call then returns
- *   HD_ERR_DEVICE without another backend, and those outputs are undefined.
+ *   that fails between the launches of a backend that has begun writing the outputs of a call
+ *   that reads them (accumulating gradients, or in place) cannot be undone: the call then
+ *   returns the device's error without another backend, and those outputs are undefined.
  * - Destroying NULL is a harmless no-op.
  */
 #ifndef HD_DISPATCH_H
