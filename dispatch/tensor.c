@@ -120,9 +120,11 @@ hd_status hd__tensor_to_device(const hd_tensor *t)
     if (t->state->host_valid) {
         s = t->ctx->dev->upload(t->ctx->cl, t->ctx, t->state->device, t->state->host,
                                 tensor_bytes(t));
-        t->state->stay_us = 0.0; /* the copy is paid: staying is counted afresh */
-        t->state->moved_after_write = true;
-        t->state->move_expected = false;
+        if (s == HD_OK) { /* the copy is paid: staying is counted afresh */
+            t->state->stay_us = 0.0;
+            t->state->moved_after_write = true;
+            t->state->move_expected = false;
+        }
     } else {
         s = t->ctx->dev->zero(t->ctx->cl, t->ctx, t->state->device, tensor_bytes(t));
     }

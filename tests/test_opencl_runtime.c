@@ -712,7 +712,8 @@ static void test_error_codes_map_to_status_with_name_and_code(void **state)
     expect_message_contains(ctx, "x failed: CL_OUT_OF_RESOURCES (-5)");
     assert_int_equal(hd__cl_error(ctx, CL_INVALID_VALUE, "y"), HD_ERR_DEVICE);
     expect_message_contains(ctx, "y failed: CL_INVALID_VALUE (-30)");
-    assert_int_equal(hd__cl_error(ctx, CL_OUT_OF_HOST_MEMORY, "y"), HD_ERR_DEVICE);
+    /* as CLBlast's status says it: a device that cannot take the work now, not a lost one */
+    assert_int_equal(hd__cl_error(ctx, CL_OUT_OF_HOST_MEMORY, "y"), HD_ERR_DEVICE_OUT_OF_MEMORY);
     assert_int_equal(hd__cl_error(ctx, CL_BUILD_PROGRAM_FAILURE, "z"), HD_ERR_BUILD);
     assert_int_equal(hd__cl_error(ctx, -9999, "w"), HD_ERR_DEVICE);
     expect_message_contains(ctx, "w failed: CL_UNKNOWN_ERROR (-9999)");

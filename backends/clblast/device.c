@@ -138,6 +138,14 @@ static hd_status switch_to(hd_context *ctx, const hd_clblast_device *dev, device
     return HD_OK;
 }
 
+/* Whether a verification's outcome is the parameter set's own (it passed, or it cannot run
+ * here: refused, failed to build, unsupported, wrong): device failures may be passing. */
+static bool set_own_verdict(hd_status s)
+{
+    return s == HD_OK || s == HD_ERR_INVALID_ARGUMENT || s == HD_ERR_BUILD ||
+           s == HD_ERR_UNSUPPORTED || s == HD_ERR_INTERNAL;
+}
+
 /* The verdict on the complete set p, checking it now if this process has not: legality,
  * override, a run through each path against the reference. The device's previous parameters
  * are back in place when it returns, whatever the verdict. */
@@ -174,9 +182,7 @@ static hd_status check_set(hd_clblast_state *st, hd_context *ctx, device_record 
         if (back != HD_OK && s == HD_OK)
             s = hd__error(ctx, back, "could not restore CLBlast's previous parameters");
     }
-    /* Device failures may be passing; only a set's own faults are remembered. */
-    if (s == HD_OK || s == HD_ERR_INVALID_ARGUMENT || s == HD_ERR_BUILD ||
-        s == HD_ERR_UNSUPPORTED || s == HD_ERR_INTERNAL)
+    if (set_own_verdict(s))
         add_verdict(rec, variant, s);
     if (s != HD_OK) {
         hd__error_append(ctx, " (parameter set: ");
@@ -229,9 +235,10 @@ hd_status hd__clblast_prepare(hd_clblast_state *st, hd_context *ctx, const char 
         hd_status s = check_set(st, ctx, rec, &want);
         hd_clblast_params shipped;
         hd__clblast_params_shipped(&st->dev, &shipped);
-        if (s != HD_OK && (variant == NULL || variant[0] == '\0') &&
+        if (s != HD_OK && set_own_verdict(s) && (variant == NULL || variant[0] == '\0') &&
             !hd__clblast_params_equal(&st->base, &shipped)) {
-            /* A known-good set that fails here (another driver, say) is dropped for good. */
+            /* A known-good set that fails here for its own fault (another driver, say) is
+             * dropped for good; a passing device failure (out of memory) keeps it. */
             st->base = shipped;
             return hd__clblast_prepare(st, ctx, NULL);
         }

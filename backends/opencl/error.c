@@ -99,6 +99,11 @@ hd_status hd__cl_error(hd_context *ctx, cl_int err, const char *what)
     switch (err) {
     case CL_MEM_OBJECT_ALLOCATION_FAILURE:
     case CL_OUT_OF_RESOURCES: /* also what drivers report when device memory runs out */
+    case CL_OUT_OF_HOST_MEMORY:
+        /* the driver's host side out of memory: as CLBlast's status says it, a device that
+         * cannot take this work now, not one to give up on for the context's life; the
+         * dispatcher falls back, and the CPU may still have the memory the driver could not
+         * get */
         s = HD_ERR_DEVICE_OUT_OF_MEMORY;
         break;
     case CL_BUILD_PROGRAM_FAILURE:
@@ -110,8 +115,6 @@ hd_status hd__cl_error(hd_context *ctx, cl_int err, const char *what)
         s = HD_ERR_BUILD;
         break;
     default:
-        /* Out of host memory included: the dispatcher falls back from device errors, and
-         * the CPU backend may still have the memory the driver could not get. */
         s = HD_ERR_DEVICE;
         break;
     }

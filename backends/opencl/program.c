@@ -11,8 +11,10 @@
 #include "backends/opencl/internal.h"
 #include "dispatch/error.h"
 
-/* FNV-1a, 64 bits: for cache keys and checksums, not for security (a cache entry is checked
- * against its full key string, so a collision of hashes cannot select a wrong binary). */
+/* FNV-1a, 64 bits: for cache keys and checksums, not for security. In memory a program is
+ * found by its source compared whole; on disk an entry is checked against its full key string
+ * (device, driver, options), where the source is its hash alone: two kernel sources of one
+ * hash would share an entry, a chance of about 2^-64 for any two sources the library has. */
 uint64_t hd__cl_hash(const void *data, size_t len, uint64_t seed)
 {
     const unsigned char *p = data;
@@ -121,20 +123,23 @@ static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, cons
 }
 
 /* Text of the PTX that NVIDIA's compiler returns as a program's binary, NUL-terminated, or
- * NULL (no memory, or not one binary). */
-static char *program_text(cl_program program)
+ * NULL: with *failed false where the program has no binary, true where it could not be read
+ * (no memory, the driver refused). */
+static char *program_text(cl_program program, bool *failed)
 {
     size_t size = 0;
-    if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
-            CL_SUCCESS ||
-        size == 0)
+    *failed =
+        clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS;
+    if (*failed || size == 0)
         return NULL;
     char *text = malloc(size + 1);
+    *failed = text == NULL;
     if (text == NULL)
         return NULL;
     unsigned char *bins[1] = {(unsigned char *)text};
     if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) != CL_SUCCESS) {
         free(text);
+        *failed = true;
         return NULL;
     }
     text[size] = '\0';
@@ -154,7 +159,13 @@ static char *program_text(cl_program program)
 static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *options,
                                 cl_program *program)
 {
-    char *ptx = program_text(*program);
+    bool failed;
+    char *ptx = program_text(*program, &failed);
+    if (failed) /* built, but not retargeted: its marked instructions would be comments */
+        return hd__error(ctx, HD_ERR_BUILD,
+                         "cannot read the built PTX back to retarget it to sm_90a (options "
+                         "\"%.200s\")",
+                         options);
     if (ptx == NULL || strstr(ptx, HD_CL_PTX_SM90A) == NULL) {
         free(ptx);
         return HD_OK; /* nothing marked was compiled (another device, or an emulation) */

@@ -220,9 +220,9 @@ hd_status hd__cl_launch_latency(hd_cl_runtime *rt, hd_context *ctx, double *devi
                 clReleaseEvent(ev);
             return hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
         }
-        double dt;
+        double dt = 0.0;
         s = event_seconds(ctx, ev, &dt);
-        if (i >= 0) {
+        if (s == HD_OK && i >= 0) {
             dev[i] = dt;
             host[i] = t1 - t0;
         }

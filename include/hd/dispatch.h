@@ -310,7 +310,7 @@ HD_API hd_status hd_tensor_prefetch(hd_tensor *t);
 
 /* Copies t's rows*cols floats, row-major, into dst. Waits for pending work that writes t; an
  * error from that work is returned here. Returns HD_OK, HD_ERR_INVALID_ARGUMENT,
- * HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE. */
+ * HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE, HD_ERR_DEVICE_OUT_OF_MEMORY. */
 HD_API hd_status hd_tensor_read(const hd_tensor *t, float *dst);
 
 /*
