@@ -11,13 +11,7 @@
 
 static hd_status create(hd_context *ctx, size_t bytes, cl_mem *out)
 {
-    cl_int err;
-    *out = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (err != CL_SUCCESS) {
-        *out = NULL;
-        return hd__cl_error(ctx, err, "clCreateBuffer (GEMV partials)");
-    }
-    return HD_OK;
+    return hd__cl_scratch_create(ctx->cl, ctx, bytes, "GEMV partials", out);
 }
 
 hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
@@ -29,8 +23,8 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
     if (p->kg <= 1)
         return HD_OK;
     /* a strip's block holds MR (rows rounded up to a power of two) rows of TN vectors */
-    size_t per_strip = (size_t)p->kg * hd__fused_pow2_ceil(rows) * (size_t)p->tn *
-                       (size_t)p->vec * sizeof(float);
+    size_t per_strip =
+        (size_t)p->kg * hd__fused_pow2_ceil(rows) * (size_t)p->tn * (size_t)p->vec * sizeof(float);
     if (strips > KG_PART_MAX_BYTES / per_strip)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: KG=%d needs %zu strips of %zu bytes of partials, over the %zu "
@@ -55,8 +49,8 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
         if ((s = create(ctx, strips * sizeof(cl_int), &f->kg_count)) != HD_OK)
             return s;
         const cl_int zero = 0;
-        cl_int err = clEnqueueFillBuffer(hd__cl_queue(ctx->cl), f->kg_count, &zero, sizeof zero,
-                                         0, strips * sizeof(cl_int), 0, NULL, NULL);
+        cl_int err = clEnqueueFillBuffer(hd__cl_queue(ctx->cl), f->kg_count, &zero, sizeof zero, 0,
+                                         strips * sizeof(cl_int), 0, NULL, NULL);
         if (err != CL_SUCCESS) {
             clReleaseMemObject(f->kg_count);
             f->kg_count = NULL;

@@ -64,14 +64,10 @@ static hd_status set_mems(hd_context *ctx, cl_kernel k, cl_uint first, const cl_
 static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
 {
     if (f->lora_part == NULL) {
-        cl_int err;
         size_t bytes = (size_t)HD_FUSED_MAX_SPLIT * 16 * 64 * sizeof(float);
-        f->lora_part =
-            clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
-        if (err != CL_SUCCESS) {
-            f->lora_part = NULL;
-            return hd__cl_error(ctx, err, "clCreateBuffer (LoRA partials)");
-        }
+        hd_status s = hd__cl_scratch_create(ctx->cl, ctx, bytes, "LoRA partials", &f->lora_part);
+        if (s != HD_OK)
+            return s;
     }
     *out = f->lora_part;
     return HD_OK;
@@ -106,12 +102,9 @@ static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, cl_m
         if (f->lora_u != NULL)
             clReleaseMemObject(f->lora_u);
         f->lora_u_bytes = 0;
-        cl_int err;
-        f->lora_u = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
-        if (err != CL_SUCCESS) {
-            f->lora_u = NULL;
-            return hd__cl_error(ctx, err, "clCreateBuffer (LoRA x*A)");
-        }
+        hd_status s = hd__cl_scratch_create(ctx->cl, ctx, bytes, "LoRA x*A", &f->lora_u);
+        if (s != HD_OK)
+            return s;
         f->lora_u_bytes = bytes;
     }
     *out = f->lora_u;

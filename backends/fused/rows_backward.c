@@ -65,12 +65,9 @@ static hd_status scratch(hd_context *ctx, size_t bytes, cl_mem *buf, size_t *cap
     if (*buf != NULL)
         clReleaseMemObject(*buf);
     *capacity = 0;
-    cl_int err;
-    *buf = clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (err != CL_SUCCESS) {
-        *buf = NULL;
-        return hd__cl_error(ctx, err, "clCreateBuffer (norm backward scratch)");
-    }
+    hd_status s = hd__cl_scratch_create(ctx->cl, ctx, bytes, "norm backward scratch", buf);
+    if (s != HD_OK)
+        return s;
     *capacity = bytes;
     return HD_OK;
 }

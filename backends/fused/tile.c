@@ -379,13 +379,10 @@ static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_m
                          SPLITK_PART_MAX_BYTES);
     if (bytes > f->splitk_bytes) {
         hd__fused_tile_release(f); /* freed once the queued launches using it ran */
-        cl_int err;
-        f->splitk_part =
-            clCreateBuffer(hd__cl_context(ctx->cl), CL_MEM_READ_WRITE, bytes, NULL, &err);
-        if (err != CL_SUCCESS) {
-            f->splitk_part = NULL;
-            return hd__cl_error(ctx, err, "clCreateBuffer (split-K partials)");
-        }
+        hd_status s =
+            hd__cl_scratch_create(ctx->cl, ctx, bytes, "split-K partials", &f->splitk_part);
+        if (s != HD_OK)
+            return s;
         f->splitk_bytes = bytes;
     }
     *out = f->splitk_part;
@@ -424,16 +421,16 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (p->wgmma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s", p->wn, p->async,
-                        p->overlap, p->areg,
-                        f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+                        p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (mma)
         len += snprintf(options + len, sizeof options - (size_t)len,
                         " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d -DASYNC=%d%s", p->wm, p->wn,
                         c->precision == HD_PRECISION_TF32 ? 1 : 3, async,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else
-        len += snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s",
-                        p->rm, p->rn, async, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+        len +=
+            snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s",
+                     p->rm, p->rn, async, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0 && len >= 0 && (size_t)len < sizeof options)
         len += snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d",

@@ -4,6 +4,7 @@
  * Reusing a pooled buffer needs no synchronisation: there is one in-order queue, so every
  * command that used the buffer before its release runs before any command of its next owner.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,32 @@ static cl_int create_touched(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
     return CL_SUCCESS;
 }
 
+/* create_touched, and again after the pool's idle buffers are handed back where the device is
+ * full: idle buffers may be what fills it. */
+static cl_int create_trimming(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
+{
+    cl_int err = create_touched(rt, capacity, out);
+    if (err != CL_SUCCESS && allocation_failure(err) && rt->pooled_bytes > 0) {
+        hd__cl_pool_trim(rt);
+        err = create_touched(rt, capacity, out);
+    }
+    return err;
+}
+
+hd_status hd__cl_scratch_create(hd_cl_runtime *rt, hd_context *ctx, size_t bytes, const char *what,
+                                cl_mem *out)
+{
+    *out = NULL;
+    cl_int err = create_trimming(rt, bytes, out);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        char call[96];
+        snprintf(call, sizeof call, "clCreateBuffer (%s)", what);
+        return hd__cl_error(ctx, err, call);
+    }
+    return HD_OK;
+}
+
 hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
                                 struct hd_device_buffer **out)
 {
@@ -102,11 +129,7 @@ hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes
         e = calloc(1, sizeof *e);
         if (e == NULL)
             return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for a buffer record");
-        cl_int err = create_touched(rt, capacity, &e->buf.mem);
-        if (err != CL_SUCCESS && allocation_failure(err) && rt->pooled_bytes > 0) {
-            hd__cl_pool_trim(rt); /* idle buffers may be what fills the device */
-            err = create_touched(rt, capacity, &e->buf.mem);
-        }
+        cl_int err = create_trimming(rt, capacity, &e->buf.mem);
         if (err != CL_SUCCESS) {
             free(e);
             return hd__cl_error(ctx, err, "clCreateBuffer");

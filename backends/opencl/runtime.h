@@ -48,6 +48,13 @@ const char *hd__cl_error_name(cl_int err);
 /* Waits for the queue; a late failure is reported here. */
 hd_status hd__cl_finish(hd_cl_runtime *rt, hd_context *ctx);
 
+/* A scratch buffer of bytes that a backend keeps outside the pool across calls: created and
+ * touched as the pool's are (so that a full device says so here, not at a later launch), the
+ * pool's idle buffers trimmed and the creation tried again where the device is full. *out NULL
+ * and the error said, naming what, on failure. */
+hd_status hd__cl_scratch_create(hd_cl_runtime *rt, hd_context *ctx, size_t bytes, const char *what,
+                                cl_mem *out);
+
 /* Device memory from the pool, released back to it. Contents are undefined. */
 hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
                                 struct hd_device_buffer **out);
