@@ -13,6 +13,16 @@ void hd__cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, flo
                    const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                    size_t ldc);
 
+/* The row kernels, compiled twice on x86-64 where the toolchain picks a function's version
+ * when the program loads (GCC and clang on ELF, through ifunc): for AVX2 and for the baseline
+ * (SSE2). The loops are written with explicit lanes and no FMA contraction, so both versions
+ * give the same bits; AVX2 runs the vector loops twice as wide. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
+#define HD_CPU_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HD_CPU_VECTOR_CLONES
+#endif
+
 /* The row kernels' thread pool (pool.c): the caller and threads-1 workers that sleep while
  * idle. A NULL pool, or one of one thread, runs everything on the caller. */
 typedef struct hd_cpu_pool hd_cpu_pool;

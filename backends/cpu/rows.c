@@ -91,7 +91,7 @@ static double row_sum(const float *x, size_t n)
 
 /* Four plain loops: the maximum, e^(x - max) into y, the sum of y, the scaling; a row that
  * fits the first-level cache is read from there after the first. y may be x. */
-static void softmax_row(const float *x, float *y, size_t n)
+HD_CPU_VECTOR_CLONES static void softmax_row(const float *x, float *y, size_t n)
 {
     float max = row_max(x, n);
     /* +inf (inf - inf), a row of -inf, or NaN first: the reference's row is NaN */
@@ -125,8 +125,8 @@ static double row_squares(const float *x, double mean, size_t n)
     return lanes_total(part);
 }
 
-static void layer_norm_row(const float *x, const float *gamma, const float *beta, float eps,
-                           float *y, size_t n)
+HD_CPU_VECTOR_CLONES static void layer_norm_row(const float *x, const float *gamma,
+                                                const float *beta, float eps, float *y, size_t n)
 {
     double mean = row_sum(x, n) / (double)n;
     /* second pass over deviations: no cancellation as in E[x^2] - E[x]^2 */
@@ -138,7 +138,8 @@ static void layer_norm_row(const float *x, const float *gamma, const float *beta
         y[j] = (float)(x[j] - mean) * rstd * gamma[j] + beta[j];
 }
 
-static void rms_norm_row(const float *x, const float *weight, float eps, float *y, size_t n)
+HD_CPU_VECTOR_CLONES static void rms_norm_row(const float *x, const float *weight, float eps,
+                                              float *y, size_t n)
 {
     float rrms = (float)(1.0 / sqrt(row_squares(x, 0.0, n) / (double)n + eps));
     for (size_t j = 0; j < n; j++)

@@ -58,7 +58,8 @@ static hd_cpu_pool *pool_for(void *state, size_t rows, size_t cols)
 }
 
 /* softmax: dx = y * (dy - sum(y*dy)); the sum in double. dx may be dy. */
-static void softmax_backward_row(const float *y, const float *dy, float *dx, size_t n)
+HD_CPU_VECTOR_CLONES static void softmax_backward_row(const float *y, const float *dy, float *dx,
+                                                      size_t n)
 {
     double dot = row_dot(y, dy, n);
     for (size_t j = 0; j < n; j++)
@@ -83,8 +84,8 @@ hd_status hd__cpu_softmax_backward(void *state, hd_context *ctx, const hd_row_ba
 }
 
 /* Row i's mean (0 for RMS norm) and 1/sqrt(var + eps) (1/rms), from the forward's formula. */
-static void norm_stats_row(const float *x, size_t n, float eps, bool center, double *mean,
-                           double *rstd)
+HD_CPU_VECTOR_CLONES static void norm_stats_row(const float *x, size_t n, float eps, bool center,
+                                                double *mean, double *rstd)
 {
     double sum[LANES] = {0.0}, sq[LANES] = {0.0};
     size_t j = 0;
@@ -107,9 +108,10 @@ static void norm_stats_row(const float *x, size_t n, float eps, bool center, dou
 
 /* dgamma[j] = sum_i dy[i][j] * xhat[i][j] and dbeta[j] = sum_i dy[i][j], for the columns of
  * one block, in row order. Either may be NULL. */
-static void norm_weight_grads_block(const hd_row_backward_args *r, const double *mean,
-                                    const double *rstd, size_t j0, size_t j1, float *dgamma,
-                                    float *dbeta)
+HD_CPU_VECTOR_CLONES static void norm_weight_grads_block(const hd_row_backward_args *r,
+                                                         const double *mean, const double *rstd,
+                                                         size_t j0, size_t j1, float *dgamma,
+                                                         float *dbeta)
 {
     const float *x = r->x->state->host, *dy = r->dy->state->host;
     double g[COLUMN_BLOCK] = {0.0}, b[COLUMN_BLOCK] = {0.0};
@@ -130,8 +132,9 @@ static void norm_weight_grads_block(const hd_row_backward_args *r, const double 
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g*xhat)) with g = gamma*dy; RMS norm has no mean
  * (center false): dx = rstd * (g - xhat * mean(g*xhat)). dx may be dy. */
-static void norm_backward_row(const float *x, const float *gamma, const float *dy, double mean,
-                              double rstd, bool center, float *dx, size_t n)
+HD_CPU_VECTOR_CLONES static void norm_backward_row(const float *x, const float *gamma,
+                                                   const float *dy, double mean, double rstd,
+                                                   bool center, float *dx, size_t n)
 {
     double sum_g[LANES] = {0.0}, sum_gx[LANES] = {0.0};
     size_t j = 0;
