@@ -152,11 +152,14 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
             hd__tune_disable(ctx, call->op, &call->shape);
         if (s == HD_ERR_DEVICE) /* out of memory or a failed build may be this shape's alone */
             hd__backend_mark_unhealthy(ctx, b);
-        if (ctx->outputs_changed && !rerunnable(call))
+        if (ctx->outputs_changed && !rerunnable(call)) {
+            char cause[640]; /* the message is rewritten in place: its cause copied first */
+            snprintf(cause, sizeof cause, "%.600s", ctx->last_error);
             return hd__error(ctx, s,
                              "%s failed on %s after it had begun writing the outputs, which are "
-                             "undefined now (no other backend ran): %.600s",
-                             hd_op_name(call->op), hd_backend_name(b), ctx->last_error);
+                             "undefined now (no other backend ran): %s",
+                             hd_op_name(call->op), hd_backend_name(b), cause);
+        }
         size_t used = strlen(failures);
         const char *v = plan.variant[i];
         snprintf(failures + used, sizeof failures - used, "%s[%s%s%.200s%s] %.600s",
