@@ -1069,8 +1069,8 @@ static FILE *open_output(const char *path, bool dash)
 static bool close_output(FILE *f, const char *path)
 {
     bool ok = ferror(f) == 0;
-    /* a write that failed earlier: its errno, where nothing has set another since (stdio calls
-     * alone came after it), else EIO */
+    /* a write that failed earlier: errno as that write left it, which later stdio calls that
+     * succeed usually keep (C does not promise it); EIO where it is 0 */
     int err = ok ? 0 : errno;
     if (f == stdout ? fflush(f) != 0 : fclose(f) != 0) {
         ok = false;
@@ -1103,7 +1103,7 @@ static int write_outputs(hd_bench_run *run, const options *o)
         hd__bench_write_table(stdout, run);
     else if (!o->quiet)
         hd__bench_write_table(stderr, run);
-    if ((o->csv || !json_stdout) && !close_output(stdout, NULL))
+    if (!json_stdout && !close_output(stdout, NULL)) /* --csv with --json - is refused */
         return EXIT_OUTPUT;
     if ((o->csv_path != NULL && !write_run(o->csv_path, false, hd__bench_write_csv, run)) ||
         (o->json_path != NULL && !write_run(o->json_path, true, hd__bench_write_json, run)))

@@ -22,6 +22,30 @@ static const char *nonempty(const char *s)
     return s != NULL && s[0] != '\0' ? s : NULL;
 }
 
+static const char *backend_name_of(int i)
+{
+    return hd_backend_name((hd_backend)i);
+}
+
+static const char *op_name_of(int i)
+{
+    return hd_op_name((hd_op)i);
+}
+
+/* The error for a name of the specification that names nothing, with every name there is. */
+static hd_status unknown_name(hd_context *ctx, const char *spec, const char *kind, const char *name,
+                              const char *(*name_of)(int), int count)
+{
+    hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+              "backend specification '%s': unknown %s '%s' (expected one of", spec, kind, name);
+    for (int i = 0; i < count; i++) {
+        hd__error_append(ctx, i == 0 ? " " : ", ");
+        hd__error_append(ctx, name_of(i));
+    }
+    hd__error_append(ctx, ")");
+    return HD_ERR_INVALID_ARGUMENT;
+}
+
 /* Splits "op=backend,op=backend" (or a lone backend name for every op) at commas. Spaces
  * around names are not allowed: the specification is short and exact. */
 hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec, hd_backend forced[HD_OP_COUNT])
@@ -45,29 +69,17 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec, hd_backend f
         hd_backend b;
         if (eq == NULL) {
             if (!hd__backend_from_name(item, &b))
-                return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                                 "backend specification '%s': unknown backend '%s' (expected "
-                                 "auto, cpu, clblast, fused or clblast+fused)",
-                                 spec, item);
+                return unknown_name(ctx, spec, "backend", item, backend_name_of, HD_BACKEND_COUNT);
             for (int i = 0; i < HD_OP_COUNT; i++)
                 parsed[i] = b;
         } else {
             *eq = '\0';
             hd_op op;
-            if (!hd__op_from_name(item, &op)) {
-                hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                          "backend specification '%s': unknown operation '%s' (expected one of",
-                          spec, item);
-                for (int i = 0; i < HD_OP_COUNT; i++) {
-                    hd__error_append(ctx, i == 0 ? " " : ", ");
-                    hd__error_append(ctx, hd_op_name((hd_op)i));
-                }
-                hd__error_append(ctx, ")");
-                return HD_ERR_INVALID_ARGUMENT;
-            }
+            if (!hd__op_from_name(item, &op))
+                return unknown_name(ctx, spec, "operation", item, op_name_of, HD_OP_COUNT);
             if (!hd__backend_from_name(eq + 1, &b))
-                return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                                 "backend specification '%s': unknown backend '%s'", spec, eq + 1);
+                return unknown_name(ctx, spec, "backend", eq + 1, backend_name_of,
+                                    HD_BACKEND_COUNT);
             parsed[op] = b;
         }
         p += len;

@@ -97,14 +97,12 @@ hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const ch
     ctx->outputs_changed = false;
     if (s == HD_OK)
         s = run_slot(ctx, b, call, variant);
-    if (s != HD_OK && ctx->outputs_changed) /* what the device holds now is the latest */
+    /* written there; after a failure that changed them too: what that place holds is latest */
+    if (s == HD_OK || ctx->outputs_changed)
         for (int i = 0; i < call->io.output_count; i++)
             hd__tensor_written(call->io.outputs[i], place);
-    if (s == HD_OK) {
-        for (int i = 0; i < call->io.output_count; i++)
-            hd__tensor_written(call->io.outputs[i], place);
+    if (s == HD_OK)
         ctx->last_backend = b;
-    }
     return s;
 }
 

@@ -381,11 +381,14 @@ static void test_context_backend_message_names_the_bad_item(void **state)
     assert_non_null(strstr(hd_context_last_error(NULL), "'sofmax'"));
     for (int op = 0; op < HD_OP_COUNT; op++) /* the message lists every operation there is */
         if (strstr(hd_context_last_error(NULL), hd_op_name((hd_op)op)) == NULL)
-            fail_msg("'%s' does not list %s", hd_context_last_error(NULL),
-                     hd_op_name((hd_op)op));
+            fail_msg("'%s' does not list %s", hd_context_last_error(NULL), hd_op_name((hd_op)op));
     setenv("HD_BACKEND", "gemm=cuda", 1);
     assert_int_equal(hd_context_create(&ctx, NULL), HD_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(hd_context_last_error(NULL), "'cuda'"));
+    for (int b = 0; b < HD_BACKEND_COUNT; b++) /* and every backend there is */
+        if (strstr(hd_context_last_error(NULL), hd_backend_name((hd_backend)b)) == NULL)
+            fail_msg("'%s' does not list %s", hd_context_last_error(NULL),
+                     hd_backend_name((hd_backend)b));
 }
 
 static void test_context_backend_option_overrides_env(void **state)
@@ -602,8 +605,7 @@ static void test_last_error_is_cleared_by_the_next_successful_call(void **state)
                                   : hd_tensor_create(ctx, 2, 2, &made);
         assert_int_equal(s, HD_OK);
         if (hd_context_last_error(ctx)[0] != '\0')
-            fail_msg("call %d succeeded and left the error '%s'", call,
-                     hd_context_last_error(ctx));
+            fail_msg("call %d succeeded and left the error '%s'", call, hd_context_last_error(ctx));
     }
     hd_tensor_destroy(made);
     hd_tensor_destroy(x);
@@ -765,9 +767,10 @@ static void test_contexts_on_separate_threads_run_concurrently(void **state)
     }
 }
 
-/* Contexts of different thread counts running GEMMs and being created on other threads at
- * the same time: OpenBLAS's count is one per process and its setter is not safe against
- * itself or a running product (this crashed in OpenBLAS's workers when creation set it). */
+/* Contexts of different thread counts running GEMMs at the same time, while others are created
+ * and destroyed on two more threads: OpenBLAS's count is one per process and its setter is not
+ * safe against itself or a running product (this crashed or hung OpenBLAS's workers when
+ * creating a context set it; each context's products now set it, under a lock). */
 enum { THREADED_GEMM_N = 160, THREADED_GEMM_CALLS = 150 };
 
 typedef struct threaded_gemm {
@@ -844,8 +847,7 @@ static void test_contexts_of_other_thread_counts_run_gemms_at_once(void **state)
     }
     for (int i = 0; i < 2; i++)
         assert_int_equal(
-            pthread_create(&creators[i], NULL, create_and_destroy_contexts, &creator_failed[i]),
-            0);
+            pthread_create(&creators[i], NULL, create_and_destroy_contexts, &creator_failed[i]), 0);
     for (int i = 0; i < 3; i++)
         assert_int_equal(pthread_join(gemm_threads[i], NULL), 0);
     atomic_store(&threaded_gemms_done, true);

@@ -16,7 +16,6 @@ static hd_status cpu_probe(hd_context *ctx, void **state)
     if (cpu == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CPU backend: no memory for its state");
     ctx->cpu_threads = hd__cpu_threads_resolve(ctx->cpu_threads);
-    cpu->threads = ctx->cpu_threads;
     if (hd__cpu_pool_create(ctx->cpu_threads, &cpu->pool) != HD_OK) {
         free(cpu);
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CPU backend: no memory for its threads");
@@ -50,21 +49,21 @@ static hd_status cpu_scale(void *state, hd_context *ctx, const hd_tensor *t, flo
 
 static hd_status cpu_gemm(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(((hd_cpu_state *)state)->threads);
+    hd__cpu_blas_begin(ctx->cpu_threads);
     hd_status s = hd__cpu_gemm(state, ctx, &args->gemm);
     hd__cpu_blas_end();
     return s;
 }
 static hd_status cpu_gemm_batched(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(((hd_cpu_state *)state)->threads);
+    hd__cpu_blas_begin(ctx->cpu_threads);
     hd_status s = hd__cpu_gemm_batched(state, ctx, &args->gemm);
     hd__cpu_blas_end();
     return s;
 }
 static hd_status cpu_lora(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(((hd_cpu_state *)state)->threads);
+    hd__cpu_blas_begin(ctx->cpu_threads);
     hd_status s = hd__cpu_lora(state, ctx, &args->lora);
     hd__cpu_blas_end();
     return s;
@@ -105,7 +104,7 @@ static hd_status cpu_rms_norm_backward(void *state, hd_context *ctx, const hd_op
 }
 static hd_status cpu_lora_backward(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(((hd_cpu_state *)state)->threads);
+    hd__cpu_blas_begin(ctx->cpu_threads);
     hd_status s = hd__cpu_lora_backward(state, ctx, &args->lora_backward);
     hd__cpu_blas_end();
     return s;

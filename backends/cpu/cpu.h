@@ -13,10 +13,11 @@ void hd__cpu_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, flo
                    const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                    size_t ldc);
 
-/* The row kernels, compiled twice on x86-64 where the toolchain picks a function's version
- * when the program loads (GCC and clang on ELF, through ifunc): for AVX2 and for the baseline
- * (SSE2). The loops are written with explicit lanes and no FMA contraction, so both versions
- * give the same bits; AVX2 runs the vector loops twice as wide. */
+/* The row kernels, compiled three times on x86-64 where the toolchain picks a function's
+ * version when the program loads (GCC and clang on ELF, through ifunc): for AVX-512, AVX2 and
+ * the baseline (SSE2). The loops are written with explicit lanes and built without FMA
+ * contraction (-ffp-contract=off, meson.build), so every version gives the same bits; the wider
+ * ones run the vector loops two and four times as wide. */
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
 #define HD_CPU_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -37,7 +38,8 @@ void hd__cpu_pool_run(hd_cpu_pool *pool, size_t n, hd_cpu_pool_fn fn, void *arg)
  * $HD_THREADS; 0 for the default) gives the count of the context's pool and OpenBLAS calls. */
 size_t hd__cpu_threads_resolve(size_t requested);
 /* Around every OpenBLAS call of a context: sets OpenBLAS's process-wide count to the context's
- * where it differs, and keeps other threads from changing it until hd__cpu_blas_end(). */
+ * where it differs, and keeps other threads from changing it until hd__cpu_blas_end(). Never
+ * nested: a setter waiting on another thread would block the inner begin for good. */
 void hd__cpu_blas_begin(size_t threads);
 void hd__cpu_blas_end(void);
 
@@ -55,7 +57,6 @@ void hd__cpu_scale_low_rank(float *p, size_t n, float scale);
 /* The backend's state: one per context. */
 typedef struct hd_cpu_state {
     hd_cpu_pool *pool;
-    size_t threads; /* the context's count, for the pool and OpenBLAS */
 } hd_cpu_state;
 
 hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);

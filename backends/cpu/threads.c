@@ -43,7 +43,9 @@ static void blas_init(void)
     atomic_store(&applied_count, own_count);
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
+#ifdef __GLIBC__ /* elsewhere the C library's own preference */
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
     pthread_rwlock_init(&blas_lock, &attr);
     pthread_rwlockattr_destroy(&attr);
 }
@@ -64,7 +66,7 @@ size_t hd__cpu_threads_resolve(size_t requested)
 void hd__cpu_blas_begin(size_t threads)
 {
 #ifdef HD_HAVE_OPENBLAS_THREADS
-    pthread_once(&blas_once, blas_init);
+    /* blas_init ran at the backend's probe, before any of its slots */
     int want = (int)threads;
     if (atomic_load(&applied_count) != want) {
         pthread_rwlock_wrlock(&blas_lock);

@@ -96,7 +96,6 @@ static cl_int create_trimming(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
 hd_status hd__cl_scratch_create(hd_cl_runtime *rt, hd_context *ctx, size_t bytes, const char *what,
                                 cl_mem *out)
 {
-    *out = NULL;
     cl_int err = create_trimming(rt, bytes, out);
     if (err != CL_SUCCESS) {
         *out = NULL;
