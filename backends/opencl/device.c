@@ -23,11 +23,12 @@ typedef struct device_ref {
     char name[256], driver[128], platform_name[256], platform_version[256];
 } device_ref;
 
-/* Discovery runs once per process (pthread_once): ICD loaders and drivers (PoCL among them)
+/* Discovery runs under one lock (list_devices): ICD loaders and drivers (PoCL among them)
  * initialise themselves on the first platform query and crash or report no device when
  * several threads make that query at once. The table is never freed: the handles stay
  * valid for the life of the process. */
-static pthread_once_t discovery_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t discovery_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool discovery_done; /* under discovery_lock */
 static device_ref *discovered;
 static size_t discovered_count;
 static bool discovery_out_of_memory;
@@ -108,12 +109,22 @@ static void discover(void)
     discovered_count = n;
 }
 
+/* Discovery runs once per process, and again after one that ran out of host memory: a single
+ * failed allocation must not leave every later context without its device. The list, once
+ * made, never changes, so it is read without the lock. */
 static hd_status list_devices(hd_context *ctx, const device_ref **out, size_t *count)
 {
-    pthread_once(&discovery_once, discover);
+    pthread_mutex_lock(&discovery_lock);
+    if (!discovery_done) {
+        discovery_out_of_memory = false;
+        discover();
+        discovery_done = !discovery_out_of_memory;
+    }
+    bool out_of_memory = discovery_out_of_memory;
+    pthread_mutex_unlock(&discovery_lock);
     *out = discovered;
     *count = discovered_count;
-    if (discovery_out_of_memory)
+    if (out_of_memory)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to list OpenCL devices");
     return HD_OK;
 }

@@ -27,7 +27,7 @@
  *   wait.
  * - A context is used by one thread at a time. Separate contexts may be used concurrently from
  *   separate threads, and any number of threads may call hd_context_create() at once: OpenCL
- *   discovery runs once per process.
+ *   discovery runs once per process (again only after one that ran out of host memory).
  * - When the backend chosen for a call fails (it declines, its device fails, or the tuned
  *   parameters it was given are refused), the next backend runs the call; no backend writes an
  *   output before every stage of its plan has accepted its arguments and parameters. A device
