@@ -294,6 +294,15 @@ static bool tok_copy(const token *t, char *dst, size_t size)
     return true;
 }
 
+bool hd__tune_trans_parse(const char *text, size_t len, bool *trans_a, bool *trans_b)
+{
+    if (len != 2 || (text[0] != 'n' && text[0] != 't') || (text[1] != 'n' && text[1] != 't'))
+        return false;
+    *trans_a = text[0] == 't';
+    *trans_b = text[1] == 't';
+    return true;
+}
+
 bool hd__tune_dim_parse(const char *text, size_t len, size_t lo, size_t *out)
 {
     if (len == 0)
@@ -400,11 +409,8 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
     }
     if (hd__tune_has_transposes(op)) {
         const token *t = &tok[i++];
-        if (t->quoted || t->len != 2 || (t->text[0] != 'n' && t->text[0] != 't') ||
-            (t->text[1] != 'n' && t->text[1] != 't'))
+        if (t->quoted || !hd__tune_trans_parse(t->text, t->len, &r.shape.trans_a, &r.shape.trans_b))
             return bad_line(ps, "transposes '%s' are not nn, nt, tn or tt", tok_shown(t, shown));
-        r.shape.trans_a = t->text[0] == 't';
-        r.shape.trans_b = t->text[1] == 't';
     }
     if (layout && !tok_layout(&tok[i], &r.shape.lora_layout))
         return bad_line(ps,

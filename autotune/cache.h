@@ -115,6 +115,9 @@ void hd__tune_file_free(hd_tune_file *f);
  * exponent or leading text), from lo to HD_TUNE_DIM_MAX: how the cache and the tools' shapes
  * files read one. False otherwise. */
 bool hd__tune_dim_parse(const char *text, size_t len, size_t lo, size_t *out);
+/* GEMM's transposes as a record (and a shapes file) spells them: text[0..len) is nn, nt, tn or
+ * tt; false otherwise. */
+bool hd__tune_trans_parse(const char *text, size_t len, bool *trans_a, bool *trans_b);
 
 /* Whether two records describe the same call (op, dims, transposes). */
 bool hd__tune_same_key(const hd_tune_record *a, const hd_tune_record *b);

@@ -46,12 +46,8 @@ static void say_expected(const char *text, const char *name, const hd_op_desc *d
 /* The word after the dimensions, where op takes one: GEMM's transposes, LoRA's layout. */
 static bool parse_suffix(const char *word, size_t len, const hd_op_desc *desc, hd_shape *shape)
 {
-    if (desc->transposes && len == 2 && strchr("nt", word[0]) != NULL &&
-        strchr("nt", word[1]) != NULL) {
-        shape->trans_a = word[0] == 't';
-        shape->trans_b = word[1] == 't';
+    if (desc->transposes && hd__tune_trans_parse(word, len, &shape->trans_a, &shape->trans_b))
         return true;
-    }
     return desc->lora_layout && hd__lora_layout_from_name(word, len, &shape->lora_layout);
 }
 
