@@ -111,7 +111,7 @@ static void discover(void)
 
 /* Discovery runs once per process, and again after one that ran out of host memory: a single
  * failed allocation must not leave every later context without its device. The list, once
- * made, never changes, so it is read without the lock. */
+ * made, never changes: the handles taken under the lock stay valid after it. */
 static hd_status list_devices(hd_context *ctx, const device_ref **out, size_t *count)
 {
     pthread_mutex_lock(&discovery_lock);
@@ -121,9 +121,9 @@ static hd_status list_devices(hd_context *ctx, const device_ref **out, size_t *c
         discovery_done = !discovery_out_of_memory;
     }
     bool out_of_memory = discovery_out_of_memory;
-    pthread_mutex_unlock(&discovery_lock);
     *out = discovered;
     *count = discovered_count;
+    pthread_mutex_unlock(&discovery_lock);
     if (out_of_memory)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory to list OpenCL devices");
     return HD_OK;
