@@ -1146,9 +1146,37 @@ static void test_gemm_tile_defaults(void **state)
             p.rn != cases[i].rn || p.sk != cases[i].sk)
             fail_msg("%s: BM=%d BN=%d RM=%d RN=%d SK=%d", what, p.bm, p.bn, p.rm, p.rn, p.sk);
     }
-    /* with cp.async: 128 x 128 tiles of 16 x 8 where it copies both operands (TN), 3 buffers
-     * wherever it copies one; the other transposes keep 64 x 128 */
+    /* with cp.async (NVIDIA): 128 x 128 tiles of 16 x 8 where it copies both operands (TN), 3
+     * buffers wherever it copies one; elsewhere 128 x 128 tiles of 16 x 8 through registers
+     * loaded two stages ahead (LEAD=2) where their waves come out ahead, else 64 x 128 */
     f.mma = true;
+    static const struct {
+        size_t m, n;
+        bool lead;
+    } waves[] = {
+        {2048, 2048, true},  /* 256 tiles of 128 x 128: one wave of two per unit */
+        {4096, 4096, true},  /* 3.9 waves against 5.2 of 64 x 128 (three per unit) */
+        {8192, 4096, true},  /* 7.8 against 10.3 */
+        {3000, 3000, false}, /* 2.2 against 2.8 */
+        {1536, 4096, false}, /* 1.5 against 1.9 */
+    };
+    for (size_t i = 0; i < sizeof waves / sizeof waves[0]; i++) {
+        hd_fused_tile_call c = {.m = waves[i].m,
+                                .n = waves[i].n,
+                                .k = 4096,
+                                .batch = 1,
+                                .alpha = 1.0f,
+                                .a = {NULL, 4096, false},
+                                .b = {NULL, 4096, true},
+                                .ldc = waves[i].n,
+                                .precision = HD_PRECISION_FP32};
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        if ((p.lead == 2) != waves[i].lead || p.bm != (waves[i].lead ? 128 : 64) ||
+            p.rm != (waves[i].lead ? 16 : 8) || p.async != 0)
+            fail_msg("%zu x %zu NT: BM=%d RM=%d LEAD=%d ASYNC=%d", waves[i].m, waves[i].n, p.bm,
+                     p.rm, p.lead, p.async);
+    }
     for (int tr = 0; tr < 4; tr++) {
         bool ta = tr & 1, tb = tr & 2;
         hd_fused_tile_call c = {.m = 2048,
@@ -1163,9 +1191,10 @@ static void test_gemm_tile_defaults(void **state)
         hd_fused_params p;
         assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
         bool tn = ta && !tb;
-        assert_int_equal(p.bm, tn ? 128 : 64);
-        assert_int_equal(p.rm, tn ? 16 : 8);
-        assert_int_equal(p.async, ta || !tb ? 3 : 0);
+        assert_int_equal(p.bm, 128);
+        assert_int_equal(p.rm, 16);
+        assert_int_equal(p.lead, tn ? 0 : 2);
+        assert_int_equal(p.async, tn ? 3 : 0);
     }
 }
 
@@ -1287,6 +1316,37 @@ static void test_lora_tf32_a_in_registers_matches_reference(void **state)
     ctx->gemm_precision = saved;
     assert_false(f->wgmma_broken);
     tensor_cores_end(f, emulate);
+}
+
+/* The FMA kernel with its register-staged operands loaded two stages ahead (LEAD=2), with and
+ * without cp.async (emulated where NVIDIA's is not): every transpose, stage counts odd and
+ * even, one stage, one depth, a partial last stage; unaligned rows (scalar loads) too, and
+ * LoRA's second product through the same registers. The tuner's LEAD tile (128 x 128, 16 x 8)
+ * runs the same code: test_gemm_tiles_every_variant_and_transpose leaves it out. */
+static void test_gemm_fma_lead_variants_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    fused_impl(ctx, &fs);
+    hd_fused *f = fs;
+    bool emulate = !f->mma;
+    if (emulate)
+        f->mma = f->mma_emulated = true;
+    static const char *const variants[] = {"BM=64 BN=64 BK=8 RM=4 RN=4 LEAD=2",
+                                           "BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=3 LEAD=2"};
+    static const size_t ks[] = {1, 8, 24, 100, 131, 16, 40, 4};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
+        for (int tr = 0; tr < 4; tr++) {
+            size_t i = 4 * v + (size_t)tr;
+            bool odd = i % 3 == 2; /* scalar rows: no cp.async */
+            gemm_case gc = {4 * (9 + 3 * i) + odd, 4 * (5 + 2 * i) + odd, ks[i % 8],
+                            tr % 2 ? 1.0f : -0.5f, tr / 2 ? 0.25f : 0.0f, i % 5 == 0,
+                            tr % 2 == 1, tr / 2 == 1};
+            check_gemm_in(ctx, &gc, variants[v], HD_PRECISION_FP32, 3400 + i);
+        }
+    check_lora(ctx, 37, 96, 84, 8, variants[1], 3440);
+    if (emulate)
+        f->mma = f->mma_emulated = false;
 }
 
 /* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
@@ -1655,6 +1715,7 @@ int main(void)
         cmocka_unit_test(test_gemm_alpha_beta_and_nan_c),
         cmocka_unit_test(test_gemm_every_variant),
         cmocka_unit_test(test_gemm_tiles_every_variant_and_transpose),
+        cmocka_unit_test(test_gemm_fma_lead_variants_match_reference),
         cmocka_unit_test(test_gemm_fma_async_variants_match_reference),
         cmocka_unit_test(test_gemm_tiles_match_reference),
         cmocka_unit_test(test_gemm_random_shapes_match_reference),

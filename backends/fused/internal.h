@@ -121,6 +121,8 @@ typedef struct hd_fused_params {
                                  barrier, 0 they finish before it (a stage more in flight) */
     int areg;                 /* warpgroup kernel: 1 A's fragments go from global memory straight
                                  into registers, local memory holds B alone */
+    int lead;                 /* FMA kernel: stages between a register-staged operand's loads and
+                                 their store (1 or 2), 0: 1 */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,

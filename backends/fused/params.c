@@ -45,7 +45,7 @@ static const param_spec tile_spec[] = {
     SPEC("WN", 8, 256, true, wn),      SPEC("SK", 1, 64, false, sk),
     SPEC("REG", 64, 255, false, reg),  SPEC("ASYNC", 2, 8, false, async),
     SPEC("WGMMA", 0, 1, false, wgmma), SPEC("OVERLAP", 0, 1, false, overlap),
-    SPEC("AREG", 0, 1, false, areg),
+    SPEC("AREG", 0, 1, false, areg),   SPEC("LEAD", 1, 2, false, lead),
 };
 
 static const param_spec *family_spec(hd_fused_family family, size_t *count)

@@ -114,6 +114,23 @@ static bool deep_few_tiles(size_t units, size_t m, size_t n, size_t k)
            ceil_div(m, 64) * ceil_div(n, 128) * 8 >= units;
 }
 
+/* Whether the 128 x 128 tiles of 16 x 8 results per work-item, their registers loaded two
+ * stages ahead (LEAD=2), should finish m x n before the 64 x 128 tiles of 8 x 8 do, counted in
+ * waves of the groups the units hold at once (NVIDIA's 64K registers per unit: two of the
+ * former, three of the latter). On the H100 (BENCHMARKS.md) a wave of the former took 1.3
+ * times as long as one of the latter; a last wave partly filled cost the former a whole wave,
+ * since two groups per unit are what keep it busy, and the latter about a third of a wave
+ * plus two thirds of the part filled (a group alone on a unit runs faster). */
+static bool lead_tiles_first(size_t units, size_t m, size_t n, size_t batch)
+{
+    size_t large_waves = ceil_div(ceil_div(m, 128) * ceil_div(n, 128) * batch, 2 * units);
+    size_t small_tiles = ceil_div(m, 64) * ceil_div(n, 128) * batch, slots = 3 * units;
+    size_t whole = small_tiles / slots, rest = small_tiles % slots;
+    double small_time =
+        (double)whole + (rest > 0 ? 0.34 + 0.66 * (double)rest / (double)slots : 0.0);
+    return 1.3 * (double)large_waves < small_time;
+}
+
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
  * (more groups) elsewhere; split-K where even those leave most units idle and k is deep. */
 static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
@@ -175,10 +192,21 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * tiles leave the last wave part empty (1536 x 4096, 3000^2); both with 3 buffers
          * through cp.async where it copies an operand (BENCHMARKS.md) */
         bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
-        if (copies_both)
+        if (copies_both) {
             fma_tile(f, c, p, 128, 128, 8, 16, 8);
-        else
+        } else if (f->mma && p->async == 0 && p->lead == 0 &&
+                   lead_tiles_first(units, c->m, c->n, c->batch)) {
+            /* NVIDIA: the operands through registers, loaded two stages ahead, where those
+             * tiles fill their waves better (NN, NT and TT at 4096^3 and 8192 x 4096^2 on
+             * the H100: BENCHMARKS.md) */
+            p->bm = p->bn = 128;
+            p->bk = 8;
+            p->rm = 16;
+            p->rn = 8;
+            p->lead = 2;
+        } else {
             fma_tile(f, c, p, 64, 128, 16, 8, 8);
+        }
     } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0) {
         /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
@@ -310,6 +338,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         return unsupported(ctx, "AREG is the warpgroup kernel's", p);
     if (p->areg && p->overlap == 1)
         return unsupported(ctx, "AREG runs with OVERLAP=0", p);
+    if (p->lead > 1 && mma)
+        return unsupported(ctx, "LEAD is the FMA kernel's", p);
     default_tile(f, c, mma, p);
     if (p->wgmma) {
         if (p->bm % 64 != 0 || (p->wn != 64 && p->wn != 128 && p->wn != 256) ||
@@ -428,9 +458,10 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                         c->precision == HD_PRECISION_TF32 ? 1 : 3, async,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else
-        len +=
-            snprintf(options + len, sizeof options - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s",
-                     p->rm, p->rn, async, async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+        len += snprintf(options + len, sizeof options - (size_t)len,
+                        " -DRM=%d -DRN=%d -DASYNC=%d%s%s", p->rm, p->rn, async,
+                        p->lead > 1 ? " -DLEAD=2" : "",
+                        async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0 && len >= 0 && (size_t)len < sizeof options)
         len += snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d",
@@ -600,7 +631,8 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
  * list in this order, so that a tuner whose time or count runs out before the list does
  * (dispatch-autotune's --max-time, --quick) has timed them. */
 static const char *const fma_first[] = {
-    "BM=64 BN=128 BK=16 RM=8 RN=8",         "BM=128 BN=128 BK=8 RM=16 RN=8",
+    "BM=64 BN=128 BK=16 RM=8 RN=8",         "BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2",
+    "BM=128 BN=128 BK=8 RM=16 RN=8",
     "BM=128 BN=128 BK=16 RM=8 RN=16",       "BM=128 BN=64 BK=16 RM=8 RN=8",
     "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", "BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=4",
     "BM=32 BN=64 BK=16 RM=4 RN=4",          "BM=64 BN=64 BK=32 RM=4 RN=4",
@@ -661,6 +693,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=64 BK=32 RM=4 RN=4", 64, 64, 32, 4, 4, 0},
         {"BM=64 BN=128 BK=16 RM=8 RN=8", 64, 128, 16, 8, 8, 0},
         {"BM=128 BN=64 BK=16 RM=8 RN=8", 128, 64, 16, 8, 8, 0},
+        {"BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2", 128, 128, 8, 16, 8, 0},
     };
     static const tile_variant mma_tiles[] = {
         {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32, 0},
