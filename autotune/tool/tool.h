@@ -81,6 +81,9 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
 
 /* Seconds tuning case c is expected to take (within its budget), for the ETA. */
 double hd__tool_estimate_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e);
+/* Seconds the timing of every backend's default parameters for c is estimated to take (their
+ * builds and checks, never charged to a case, left out): the least budget a case gets. */
+double hd__tool_defaults_cost(hd_context *ctx, const hd_bench_case *c, const tool_effort *e);
 
 /* Progress: a bar with ETA on a terminal, one line per case with the elapsed time otherwise;
  * nothing but the case lines with quiet. estimates (NULL: none) gives each case's expected
