@@ -475,13 +475,13 @@ static hd_status fused_lora_epilogue(void *state, hd_context *ctx, const hd_op_a
 {
     return args->lora.rank > 0 ? hd__fused_lora_update(state, ctx, &args->lora) : HD_OK;
 }
-/* t = 0 on the device; other factors are CLBlast's or the host's. */
+/* t = beta * t on the device, so that GEMM with k = 0 or alpha = 0 stays there and does not
+ * wait, with or without CLBlast; beta = 0 fills zeros (BLAS: C is not read). */
 static hd_status fused_scale(void *state, hd_context *ctx, const hd_tensor *t, float beta)
 {
-    (void)state;
-    if (beta != 0.0f)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: scaling by %g", (double)beta);
-    return hd__cl_zero(ctx->cl, ctx, t->state->device, t->rows * t->cols * sizeof(float));
+    if (beta == 0.0f)
+        return hd__cl_zero(ctx->cl, ctx, t->state->device, t->rows * t->cols * sizeof(float));
+    return hd__fused_scale_rows(state, ctx, t->state->device->mem, t->rows, t->cols, beta);
 }
 
 static hd_status fused_lora_backward(void *state, hd_context *ctx, const hd_op_args *args)

@@ -270,6 +270,11 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
 
 void hd__fused_tile_release(hd_fused *f);
 
+/* c (rows x cols, contiguous) = beta * c on the device, queued; beta = 0 is a fill instead
+ * (NaN and infinities in c are not kept). */
+hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, cl_mem c, size_t rows, size_t cols,
+                               float beta);
+
 /* ---- op slots ---- */
 
 hd_status hd__fused_softmax(void *state, hd_context *ctx, const hd_row_args *args);

@@ -593,6 +593,29 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
 }
 
+hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, cl_mem c, size_t rows, size_t cols,
+                               float beta)
+{
+    if (rows == 0 || cols == 0)
+        return HD_OK;
+    if (rows > INT_MAX || cols > INT_MAX)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: scaling %zu x %zu: a side over %d",
+                         rows, cols, INT_MAX);
+    /* the split-K reduction of no slices: C = beta * C + alpha * 0, one fma per element */
+    cl_kernel k;
+    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256, &k);
+    if (s != HD_OK)
+        return s;
+    cl_int m = (cl_int)rows, n = (cl_int)cols, ld = (cl_int)cols, none = 0;
+    cl_float alpha = 1.0f, b = beta;
+    const void *values[] = {&m, &n, &alpha, &b, &c, &ld, &c, &none};
+    const size_t sizes[] = {sizeof m,       sizeof n,  sizeof alpha,   sizeof b,
+                            sizeof(cl_mem), sizeof ld, sizeof(cl_mem), sizeof none};
+    if ((s = hd__fused_set_args(ctx, k, values, sizes, 8)) != HD_OK)
+        return s;
+    return hd__fused_launch(ctx, k, ceil_div(rows * cols, 256), 256);
+}
+
 /* One tile variant of the tuner's list, with the numbers its text names (wm_or_rm 0: the
  * warpgroup kernel's). */
 typedef struct tile_variant {

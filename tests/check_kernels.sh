@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Compiles every program of the fused backend (its kernel files joined as
+# backends/fused/program.c joins them) with clang as OpenCL C 3.0 for NVIDIA's PTX target, the
+# generic address space on, under the build options the backend passes (a sample of each
+# family, every GEMM arithmetic and transpose). PoCL, where the other tests run, is more
+# lenient than NVIDIA's compiler: a private array passed where a parameter is generic builds
+# there and fails on the GPU; and the PTX of the tensor-core and cp.async paths, which PoCL
+# never builds (it runs their emulation), is checked here for its operand constraints.
+# Usage: check_kernels.sh KERNELS_DIR
+set -u
+dir=${1:?usage: check_kernels.sh KERNELS_DIR}
+clang=${CLANG:-clang}
+command -v "$clang" >/dev/null || { echo "check_kernels: $clang not found (a build dependency)"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=0 checked=0
+
+join() { # NAME FILE... : the program source NAME from the kernel files given
+    local name=$1
+    shift
+    local f
+    for f in "$@"; do cat "$dir/$f.cl" && echo; done > "$work/$name.cl"
+}
+join softmax common softmax
+join layer_norm common layer_norm
+join rms_norm common rms_norm
+join gemv common gemv
+join gemv_nt common gemv_nt
+join lora common gemv lowrank lora
+join lora_update common lowrank lora_update
+join lora_backward common lowrank lora_backward
+join rows_backward common rows_backward
+join gemm_tile gemm gemm_tile
+join gemm_mma gemm gemm_mma
+join gemm_wgmma gemm gemm_wgmma
+
+check() { # PROGRAM OPTIONS...
+    local program=$1
+    shift
+    checked=$((checked + 1))
+    if ! out=$("$clang" -target nvptx64-nvidia-nvcl -Xclang -cl-ext=+__opencl_c_generic_address_space \
+        -x cl -cl-std=CL3.0 -Xclang -finclude-default-header -fsyntax-only -Dasm=__asm__ \
+        "$@" "$work/$program.cl" 2>&1); then
+        echo "FAIL $program $*"
+        echo "$out" | grep -m 5 'error'
+        failed=$((failed + 1))
+    fi
+}
+
+for p in softmax layer_norm rms_norm; do
+    check $p -DWG=256 -DROWS=1 -DVEC=1 -DCACHE=4
+    check $p -DWG=64 -DROWS=4 -DVEC=4 -DCACHE=0
+done
+for prefetch in 0 1; do
+    check rows_backward -DWG=256 -DROWS=1 -DVEC=4 -DCACHE=4 -DPREFETCH=$prefetch
+done
+check rows_backward -DWG=128 -DROWS=2 -DVEC=1 -DCACHE=0
+for p in gemv lora; do
+    check $p -DTN=64 -DKS=4 -DVEC=4 -DUNROLL=4 -DMR=1 -DKG=1
+    check $p -DTN=32 -DKS=8 -DVEC=1 -DUNROLL=1 -DMR=8 -DKG=4
+done
+check lora -DTN=64 -DKS=4 -DVEC=4 -DUNROLL=2 -DMR=8 -DKG=1 -DXA_IN_PASS=1
+check gemv_nt -DWARPS=8 -DKW=4 -DMR=4 -DVEC=4 -DRPW=2
+check gemv_nt -DWARPS=4 -DKW=2 -DMR=1 -DVEC=1 -DRPW=1
+check lora_update -DWG=256 -DVEC=4 -DMR=4
+check lora_update -DWG=64 -DVEC=1 -DMR=1
+for t in 0 1; do
+    check lora_backward -DGROUP=256 -DWARPS=8 -DMR=4 -DVEC=4 -DDB_VEC=4 -DTRANS_W=$t -DTRANS_A=$t -DTRANS_B=$t
+done
+check lora_backward -DGROUP=256 -DWARPS=8 -DMR=1 -DVEC=1 -DDB_VEC=1 -DTRANS_W=0 -DTRANS_A=1 -DTRANS_B=0
+
+# The tiled GEMM: tile.c's options, each arithmetic in every transpose.
+for ta in 0 1; do
+    for tb in 0 1; do
+        base="-DVEC_C=4 -DTRANS_A=$ta -DTRANS_B=$tb"
+        aligned="-DVEC_A=4 -DVEC_B=4 -DALIGN_A=1 -DALIGN_B=1"
+        for async in 0 3; do
+            for lead in "" -DLEAD=2; do
+                check gemm_tile -DBM=128 -DBN=128 -DBK=8 $aligned $base -DSPLIT_K=0 -DRM=16 -DRN=8 -DASYNC=$async $lead
+            done
+        done
+        check gemm_tile -DBM=64 -DBN=128 -DBK=16 $aligned $base -DSPLIT_K=1 -DRM=8 -DRN=8 -DASYNC=3 -DMMA_EMULATE=1
+        check gemm_tile -DBM=64 -DBN=64 -DBK=16 -DVEC_A=4 -DVEC_B=1 -DALIGN_A=0 -DALIGN_B=0 $base -DSPLIT_K=0 -DRM=4 -DRN=4 -DASYNC=0
+        for prec in 1 3; do
+            check gemm_mma -DBM=128 -DBN=128 -DBK=16 $aligned $base -DSPLIT_K=0 -DMMA=1 -DWM=64 -DWN=32 -DPREC=$prec -DASYNC=0
+            check gemm_mma -DBM=64 -DBN=128 -DBK=16 $aligned $base -DSPLIT_K=1 -DMMA=1 -DWM=32 -DWN=64 -DPREC=$prec -DASYNC=4
+        done
+        check gemm_mma -DBM=128 -DBN=128 -DBK=16 $aligned $base -DSPLIT_K=0 -DMMA=1 -DWM=64 -DWN=32 -DPREC=3 -DASYNC=3 -DMMA_EMULATE=1
+        for emulate in 0 1; do
+            check gemm_wgmma -DBM=128 -DBN=256 -DBK=16 $aligned $base -DSPLIT_K=0 -DWGMMA=1 -DWN=256 -DASYNC=3 -DOVERLAP=0 -DAREG=1 -DMMA_EMULATE=$emulate
+            check gemm_wgmma -DBM=128 -DBN=128 -DBK=8 $aligned $base -DSPLIT_K=0 -DWGMMA=1 -DWN=128 -DASYNC=6 -DOVERLAP=1 -DAREG=0 -DMMA_EMULATE=$emulate
+        done
+        check gemm_wgmma -DBM=64 -DBN=64 -DBK=16 -DVEC_A=1 -DVEC_B=1 -DALIGN_A=0 -DALIGN_B=0 $base -DSPLIT_K=1 -DWGMMA=1 -DWN=64 -DASYNC=4 -DOVERLAP=1 -DAREG=0
+    done
+done
+
+echo "check_kernels: $checked builds, $failed failed"
+[ "$failed" -eq 0 ]
