@@ -69,7 +69,7 @@ for t in 0 1; do
 done
 check lora_backward -DGROUP=256 -DWARPS=8 -DMR=1 -DVEC=1 -DDB_VEC=1 -DTRANS_W=0 -DTRANS_A=1 -DTRANS_B=0
 
-# The tiled GEMM: tile.c's options, each arithmetic in every transpose.
+# The tiled GEMM: tile.c's options, the FMA kernel in every transpose.
 for ta in 0 1; do
     for tb in 0 1; do
         base="-DVEC_C=4 -DTRANS_A=$ta -DTRANS_B=$tb"
@@ -81,6 +81,8 @@ for ta in 0 1; do
         done
         check gemm_tile -DBM=64 -DBN=128 -DBK=16 $aligned $base -DSPLIT_K=1 -DRM=8 -DRN=8 -DASYNC=3 -DMMA_EMULATE=1
         check gemm_tile -DBM=64 -DBN=64 -DBK=16 -DVEC_A=4 -DVEC_B=1 -DALIGN_A=0 -DALIGN_B=0 $base -DSPLIT_K=0 -DRM=4 -DRN=4 -DASYNC=0
+        # the tensor-core kernels in NN and TT, which between them store each operand both ways
+        [ "$ta" = "$tb" ] || continue
         for prec in 1 3; do
             check gemm_mma -DBM=128 -DBN=128 -DBK=16 $aligned $base -DSPLIT_K=0 -DMMA=1 -DWM=64 -DWN=32 -DPREC=$prec -DASYNC=0
             check gemm_mma -DBM=64 -DBN=128 -DBK=16 $aligned $base -DSPLIT_K=1 -DMMA=1 -DWM=32 -DWN=64 -DPREC=$prec -DASYNC=4

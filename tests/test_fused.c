@@ -742,6 +742,8 @@ static void test_gemm_tiles_every_variant_and_transpose(void **state)
         int tr = (int)(i % 2) + 2 * (int)(i / 2 % 2); /* the combination gc below takes */
         if (i >= count[tr])
             continue;
+        if (strstr(list[tr][i], "LEAD=") != NULL)
+            continue; /* test_gemm_fma_lead_variants_match_reference */
         bool split = strstr(list[tr][i], "SK=") != NULL;
         gemm_case gc = {37 + 2 * i, 29 + 3 * i, split ? 301 : 67 + i, 1.5f, -0.5f, false,
                         i % 2 == 1, i / 2 % 2 == 1};
