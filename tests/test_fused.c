@@ -1320,6 +1320,26 @@ static void test_lora_tf32_a_in_registers_matches_reference(void **state)
     tensor_cores_end(f, emulate);
 }
 
+/* The fused backend's state with the FMA kernel's cp.async copies on: the real ones where the
+ * device has them (NVIDIA compute capability 8.0 and later), else their emulation (*emulating
+ * says which, for cp_async_end). */
+static hd_fused *cp_async_begin(hd_context *ctx, bool *emulating)
+{
+    void *fs;
+    fused_impl(ctx, &fs);
+    hd_fused *f = fs;
+    *emulating = !f->mma;
+    if (*emulating)
+        f->mma = f->mma_emulated = true;
+    return f;
+}
+
+static void cp_async_end(hd_fused *f, bool emulating)
+{
+    if (emulating)
+        f->mma = f->mma_emulated = false;
+}
+
 /* The FMA kernel with its register-staged operands loaded two stages ahead (LEAD=2), with and
  * without cp.async (emulated where NVIDIA's is not): every transpose, stage counts odd and
  * even, one stage, one depth, a partial last stage; unaligned rows (scalar loads) too, and
@@ -1328,12 +1348,8 @@ static void test_lora_tf32_a_in_registers_matches_reference(void **state)
 static void test_gemm_fma_lead_variants_match_reference(void **state)
 {
     hd_context *ctx = *state;
-    void *fs;
-    fused_impl(ctx, &fs);
-    hd_fused *f = fs;
-    bool emulate = !f->mma;
-    if (emulate)
-        f->mma = f->mma_emulated = true;
+    bool emulate;
+    hd_fused *f = cp_async_begin(ctx, &emulate);
     static const char *const variants[] = {"BM=64 BN=64 BK=8 RM=4 RN=4 LEAD=2",
                                            "BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=3 LEAD=2"};
     static const size_t ks[] = {1, 8, 24, 100, 131, 16, 40, 4};
@@ -1347,8 +1363,7 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
             check_gemm_in(ctx, &gc, variants[v], HD_PRECISION_FP32, 3400 + i);
         }
     check_lora(ctx, 37, 96, 84, 8, variants[1], 3440);
-    if (emulate)
-        f->mma = f->mma_emulated = false;
+    cp_async_end(f, emulate);
 }
 
 /* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
@@ -1359,12 +1374,8 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
 static void test_gemm_fma_async_variants_match_reference(void **state)
 {
     hd_context *ctx = *state;
-    void *fs;
-    fused_impl(ctx, &fs);
-    hd_fused *f = fs;
-    bool emulate = !f->mma;
-    if (emulate)
-        f->mma = f->mma_emulated = true;
+    bool emulate;
+    hd_fused *f = cp_async_begin(ctx, &emulate);
     hd_shape shape = {.dim = {700, 450, 1100}};
     const char *list[48];
     size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_FP32, list, 46);
@@ -1400,8 +1411,7 @@ static void test_gemm_fma_async_variants_match_reference(void **state)
                   HD_PRECISION_FP32, 3194);
     check_lora(ctx, 45, 1032, 260, 16, split_async, 3192);
     assert_false(f->fma_async_broken);
-    if (emulate)
-        f->mma = f->mma_emulated = false;
+    cp_async_end(f, emulate);
 }
 
 static void test_lora_few_tokens_matches_reference(void **state)
