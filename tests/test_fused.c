@@ -1343,8 +1343,9 @@ static void cp_async_end(hd_fused *f, bool emulating)
 /* The FMA kernel with its register-staged operands loaded two stages ahead (LEAD=2), with and
  * without cp.async (emulated where NVIDIA's is not): every transpose, stage counts odd and
  * even, one stage, one depth, a partial last stage; unaligned rows (scalar loads) too, and
- * LoRA's second product through the same registers. The tuner's LEAD tile (128 x 128, 16 x 8)
- * runs the same code: test_gemm_tiles_every_variant_and_transpose leaves it out. */
+ * LoRA's second product through the same registers; the tuner's and the defaults' LEAD tile
+ * (128 x 128, 16 x 8, float4 loads), which test_gemm_tiles_every_variant_and_transpose leaves
+ * to this test, without copies (NT) on an even and an odd count of stages. */
 static void test_gemm_fma_lead_variants_match_reference(void **state)
 {
     hd_context *ctx = *state;
@@ -1352,7 +1353,8 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
     hd_fused *f = cp_async_begin(ctx, &emulate);
     static const char *const variants[] = {"BM=64 BN=64 BK=8 RM=4 RN=4 LEAD=2",
                                            "BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=3 LEAD=2"};
-    static const size_t ks[] = {1, 8, 24, 100, 131, 16, 40, 4};
+    /* stages of 8 deep (the first variant): 1, 2, 3, 13; of 16: 9, 2, 4, 1 */
+    static const size_t ks[] = {1, 16, 24, 100, 131, 32, 64, 4};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (int tr = 0; tr < 4; tr++) {
             size_t i = 4 * v + (size_t)tr;
@@ -1362,6 +1364,11 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
                             tr % 2 == 1, tr / 2 == 1};
             check_gemm_in(ctx, &gc, variants[v], HD_PRECISION_FP32, 3400 + i);
         }
+    static const char lead_tile[] = "BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2";
+    check_gemm_in(ctx, &(gemm_case){132, 136, 32, 1.0f, 0.5f, false, false, true}, lead_tile,
+                  HD_PRECISION_FP32, 3420);
+    check_gemm_in(ctx, &(gemm_case){129, 260, 40, -1.0f, 0.0f, true, false, true}, lead_tile,
+                  HD_PRECISION_FP32, 3421);
     check_lora(ctx, 37, 96, 84, 8, variants[1], 3440);
     cp_async_end(f, emulate);
 }

@@ -75,8 +75,9 @@ static const char usage[] =
     "                     then from its checked call) does not fit in what is left of S s\n"
     "                     (default 20; 2 with --quick, 120 with --full; 0: unlimited)\n"
     "  --max-time S       the whole run within about S seconds: the case budget shrinks to\n"
-    "                     share what is left among the cases left, never below what timing\n"
-    "                     each backend's defaults takes (default 0: no limit)\n"
+    "                     share what is left among the cases left, but while time is left\n"
+    "                     not below what timing each backend's defaults takes; past it the\n"
+    "                     cases left are skipped (default 0: no limit)\n"
     "  --verbose          every candidate's time or why it was rejected\n"
     "  --quiet            no progress lines (the summary of each case is still printed)\n"
     "  --version          the tool's and the library's version\n"
@@ -433,14 +434,16 @@ static int tune(const tool_options *o, const char *path)
         hd__tool_progress_case(i, name);
         /* Behind schedule: the remaining cases compare the backends' defaults only. With
          * --max-time, each case gets at most its share of the time left, and at least what
-         * timing every backend's defaults takes: a case whose share ran out would otherwise
-         * keep no record, or the record of the one backend timed first. */
+         * timing every backend's defaults takes while any time is left: a case whose share
+         * ran out would otherwise keep no record, or the record of the one backend timed
+         * first. Past the time, the cases left are skipped. */
         tool_effort now = effort;
         double spent = hd__measure_now() - start;
         now.defaults_only = spent > effort.run_target_s;
         if (o->max_time_s > 0) {
-            double share = (o->max_time_s - spent) / (double)(cases.count - i);
-            double least = hd__tool_defaults_cost(ctx, c, &now);
+            double left = o->max_time_s - spent;
+            double share = left / (double)(cases.count - i);
+            double least = fmin(hd__tool_defaults_cost(ctx, c, &now), left);
             share = share > least ? share : least;
             if (now.case_target_s <= 0 || share < now.case_target_s)
                 now.case_target_s = share > 1e-3 ? share : 1e-3;
