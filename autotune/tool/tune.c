@@ -674,33 +674,35 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     return true;
 }
 
-double hd__tool_estimate_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e)
+/* The estimated cost of timing each candidate of c that e lists, summed; with within_budget,
+ * a candidate over the case budget counts nothing (it would be skipped) and the sum stops at
+ * the budget. */
+static double candidates_cost_s(hd_context *ctx, const hd_bench_case *c, const tool_effort *e,
+                                bool within_budget)
 {
     candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     size_t count = list_candidates(ctx, c, e, cand);
     case_clock k = {.gpu = hd__measure_device_is_gpu(ctx)};
     tune_data d = {.op = c->op, .shape = c->shape};
+    bool capped = within_budget && e->case_target_s > 0;
     double total = 0.0;
     for (size_t i = 0; i < count; i++) {
         double cost =
             candidate_cost_s(&k, e, &cand[i], call_estimate_s(&k, &d, e, cand[i].backend));
-        /* a candidate over the budget is skipped, nearly free */
-        if (e->case_target_s <= 0 || cost <= e->case_target_s)
+        if (!capped || cost <= e->case_target_s)
             total += cost;
     }
-    return e->case_target_s > 0 && total > e->case_target_s ? e->case_target_s : total;
+    return capped && total > e->case_target_s ? e->case_target_s : total;
+}
+
+double hd__tool_estimate_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e)
+{
+    return candidates_cost_s(ctx, c, e, true);
 }
 
 double hd__tool_defaults_cost(hd_context *ctx, const hd_bench_case *c, const tool_effort *e)
 {
-    candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     tool_effort defaults = *e;
     defaults.defaults_only = true;
-    size_t count = list_candidates(ctx, c, &defaults, cand);
-    case_clock k = {.gpu = hd__measure_device_is_gpu(ctx)};
-    tune_data d = {.op = c->op, .shape = c->shape};
-    double total = 0.0;
-    for (size_t i = 0; i < count; i++)
-        total += candidate_cost_s(&k, e, &cand[i], call_estimate_s(&k, &d, e, cand[i].backend));
-    return total;
+    return candidates_cost_s(ctx, c, &defaults, false);
 }
