@@ -212,6 +212,14 @@ typedef struct hd_device_ops {
     /* Device time of what the backends queue between the two calls (waits). */
     void (*capture_begin)(struct hd_cl_runtime *rt);
     hd_status (*capture_end)(struct hd_cl_runtime *rt, hd_context *ctx, double *seconds);
+} hd_device_ops;
+
+/* The device hooks of this build (backends/registry.c); NULL when built without a device. */
+const hd_device_ops *hd__registry_device(void);
+
+/* The device's calibration measurements, for the tools alone: in the tools' library
+ * (backends/opencl/measure.c, backends/registry_measure.c), never in libdispatch. */
+typedef struct hd_device_measure_ops {
     /* Device copy bandwidth (read plus written bytes per second) and the cost of an empty
      * launch in device and host time (both wait). */
     hd_status (*copy_bandwidth)(struct hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
@@ -221,10 +229,10 @@ typedef struct hd_device_ops {
     /* The fastest of repeats uploads of bytes from src, each timed to completion (waits). */
     hd_status (*upload_seconds)(struct hd_cl_runtime *rt, hd_context *ctx, const void *src,
                                 size_t bytes, unsigned repeats, double *best_seconds);
-} hd_device_ops;
+} hd_device_measure_ops;
 
-/* The device hooks of this build (backends/registry.c); NULL when built without a device. */
-const hd_device_ops *hd__registry_device(void);
+/* The measurement hooks of this build's device; NULL when built without one. */
+const hd_device_measure_ops *hd__registry_device_measure(void);
 
 /* A plan of two backends, composed by the scheduler: the product backend's GEMM slot computes
  * the op's leading product (the op table's product) into the output, then the epilogue

@@ -74,25 +74,3 @@ hd_status hd__device_capture_end(hd_context *ctx, double *seconds)
 {
     return hd__device_present(ctx) ? ctx->dev->capture_end(ctx->cl, ctx, seconds) : no_device(ctx);
 }
-
-hd_status hd__device_copy_bandwidth(hd_context *ctx, size_t bytes, double *bytes_per_second)
-{
-    return hd__device_present(ctx) ? ctx->dev->copy_bandwidth(ctx->cl, ctx, bytes, bytes_per_second)
-                                   : no_device(ctx);
-}
-
-hd_status hd__device_launch_latency(hd_context *ctx, double *device_seconds, double *host_seconds)
-{
-    return hd__device_present(ctx)
-               ? ctx->dev->launch_latency(ctx->cl, ctx, device_seconds, host_seconds)
-               : no_device(ctx);
-}
-
-hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t bytes,
-                                    unsigned repeats, double *best_seconds)
-{
-    *best_seconds = 0.0;
-    return hd__device_present(ctx)
-               ? ctx->dev->upload_seconds(ctx->cl, ctx, src, bytes, repeats, best_seconds)
-               : no_device(ctx);
-}

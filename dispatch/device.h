@@ -1,6 +1,7 @@
 /*
  * The context's device as the tuning cache and the tools see it: its names, whether it is a
- * GPU, and the measurements of calibration and timing, through the device hooks
+ * GPU, the device time of what the backends queue, and (for the tools alone) the calibration
+ * measurements, through the device hooks
  * (backends/backend.h), so that nothing above dispatch/ reaches the OpenCL runtime. Without a
  * device: no names (""), not a GPU, and HD_ERR_BACKEND_UNAVAILABLE from the measurements.
  */
@@ -29,6 +30,9 @@ void hd__host_free(const hd_context *ctx, void *p, bool pinned);
  * does nothing and end fails. */
 void hd__device_capture_begin(hd_context *ctx);
 hd_status hd__device_capture_end(hd_context *ctx, double *seconds);
+
+/* The calibration measurements below are the tools' (dispatch/measure.c and the device's
+ * backends/opencl/measure.c, in the tools' library): libdispatch does not hold them. */
 
 /* Device-to-device copy bandwidth over a buffer of bytes (read plus written bytes per second);
  * the cost of an empty launch, in device time and in host time to completion. Both wait. */

@@ -7,12 +7,12 @@
  *      within HD_TUNE_NEAR_DIM); it lends its backend, not its variant, since kernel
  *      parameters are tuned for one shape;
  *   4. cost: each backend's own estimate (its estimate_us, from the device's calibrated
- *      constants), scaled by how it compared with the time measured on the nearest record of
- *      the op that timed that backend (model_us), plus moving the inputs, when the cache
- *      holds a calibration;
- *   5. default: the device backends by their own estimates (from their defaults), the host's
- *      after them, and the host's first for work so small that a launch and the copies would
- *      cost more than the work itself.
+ *      constants, or its default rates where the cache holds no calibration), scaled by how
+ *      it compared with the time measured on the nearest record of the op that timed that
+ *      backend (model_us), plus moving the inputs;
+ *   5. default, where no backend estimates: the device backends in the registry's order, the
+ *      host's after them, and the host's first for work so small that a launch and the copies
+ *      would cost more than the work itself.
  *
  * Moving inputs counts in rules 2-4: a backend whose inputs are not valid at its place pays
  * bytes / host-link bandwidth, and a backend on the host a round trip per download. A tuned
@@ -308,12 +308,14 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
     return true;
 }
 
-/* Rule 4: every candidate by its estimated time (model_us) plus migration, best first. */
+/* Rule 4: every candidate by its estimated time (model_us) plus migration, best first. Without
+ * a calibration the backends estimate from their own default rates and the link from
+ * DEFAULT_HOST_GBPS: rough, but enough to keep one call on host data on the host where the
+ * copy would cost more than the work, and the break-even rule then moves its tensors once a
+ * loop has paid for the copy. Only where no backend estimates does rule 5 decide. */
 static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
-    if (cal == NULL)
-        return false;
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
         if (!hd__backend_takes(ctx, (hd_backend)b, op, shape))
             continue;
@@ -336,6 +338,7 @@ static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, cons
     for (int i = 0; i < n; i++)
         plan_add(ctx, plan, sorted[i], NULL, op, shape);
     plan->rule = HD_SELECT_COST;
+    plan->calibrated = cal != NULL;
     return true;
 }
 
@@ -389,7 +392,7 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
     plan->rule = HD_SELECT_NONE;
     plan->record = NULL;
     plan->distance = 0.0;
-    plan->runner_up_first = plan->small = false;
+    plan->runner_up_first = plan->small = plan->calibrated = false;
     plan->regret_us = 0.0;
     plan->regret_place = HD_PLACE_HOST;
     for (int b = 0; b < HD_BACKEND_COUNT; b++) {
@@ -452,7 +455,8 @@ void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
                      plan->distance, key, hd_backend_name(r->backend), r->median_us, margin, why);
         return;
     case HD_SELECT_COST:
-        snprintf(buf, size, "cost model from the calibration: %s %.2f us (migration %.2f us)",
+        snprintf(buf, size, "cost model from %s: %s %.2f us (migration %.2f us)",
+                 plan->calibrated ? "the calibration" : "the backends' default rates (no calibration)",
                  hd_backend_name(first), plan->model_us[first], plan->migrate_us[first]);
         return;
     case HD_SELECT_DEFAULT:

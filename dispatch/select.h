@@ -11,7 +11,7 @@ typedef enum hd_select_rule {
     HD_SELECT_FORCED,   /* hd_context_set_backend() or $HD_BACKEND */
     HD_SELECT_TUNED,    /* the cache's record for exactly this shape */
     HD_SELECT_NEAREST,  /* the cache's record for the nearest shape */
-    HD_SELECT_COST,     /* the cost model from the device's calibration */
+    HD_SELECT_COST,     /* the cost model: backends' estimates and moving the inputs */
     HD_SELECT_DEFAULT,  /* the default order */
 } hd_select_rule;
 
@@ -26,6 +26,7 @@ typedef struct hd_plan {
     double distance;                     /* nearest: log2 distance */
     bool runner_up_first;                /* the record's runner-up, for migration */
     bool small;                          /* default: small problem with inputs on the host */
+    bool calibrated;                     /* cost: from the cache's calibration, not defaults */
     /* Indexed by hd_backend, for the explain call; negative where not estimated. */
     double model_us[HD_BACKEND_COUNT];   /* cost model, migration included */
     double migrate_us[HD_BACKEND_COUNT]; /* moving the inputs to the backend's place */

@@ -1,13 +1,15 @@
 #!/bin/sh
 # The layers point one way (ARCHITECTURE.md): libdispatch.so holds none of the tools' code
-# (measurement, calibration, candidate choice, the reference, the cache writer, the suites)
-# and no fault injection, no file of dispatch/ includes a header of backends/opencl/ or
-# autotune/, neither autotune/ nor bench/ includes the OpenCL runtime, and the tools reach
-# dispatch/ only through its tools' interface (dispatch/tools.h).
-# Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT
+# (measurement, the device's calibration measurements, candidate choice, the reference, the
+# cache writer, the suites) and no fault injection, neither do the installed tools hold
+# fault injection, no file of dispatch/ includes a header of backends/opencl/ or autotune/,
+# neither autotune/ nor bench/ includes the OpenCL runtime, and the tools reach dispatch/ only
+# through its tools' interface (dispatch/tools.h).
+# Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT [INSTALLED_TOOL...]
 set -u
 lib=$1
 root=$2
+shift 2
 status=0
 
 fail() {
@@ -18,10 +20,18 @@ fail() {
 command -v nm > /dev/null || { echo "nm not found: skipped" >&2; exit 77; }
 [ -f "$lib" ] || { echo "no library at $lib" >&2; exit 1; }
 
-forbidden='hd__measure|hd__tune_choose|hd__tune_fastest|hd__tune_save|hd__tune_format|hd__calibrat|hd__ref_|hd__bench_|hd__fault|hd__registry_list'
+forbidden='hd__measure|hd__tune_choose|hd__tune_fastest|hd__tune_save|hd__tune_format|hd__calibrat|hd__ref_|hd__bench_|hd__fault|hd__registry_list|hd__registry_device_measure|hd__device_(copy_bandwidth|launch_latency|upload_seconds)|hd__cl_(copy_bandwidth|launch_latency|upload_seconds)|hd__opencl_measure_ops'
 found=$(nm "$lib" | awk '{print $NF}' | grep -E "^($forbidden)" | sort -u)
 [ -z "$found" ] || fail "libdispatch holds tools' or test-only code: $(echo $found)"
 nm "$lib" | grep -q ' hd__call' || fail "nm shows no library symbols in $lib: check the test itself"
+
+# The installed tools time the library as programs link it: no fault injection.
+for tool in "$@"; do
+    [ -f "$tool" ] || { fail "no tool at $tool"; continue; }
+    nm "$tool" | grep -q ' hd__call' || fail "nm shows no library symbols in $tool"
+    found=$(nm "$tool" | awk '{print $NF}' | grep -E '^hd__fault' | sort -u)
+    [ -z "$found" ] || fail "$tool holds fault injection: $(echo $found)"
+done
 
 bad=$(grep -nE '#include "(backends/opencl|autotune)/' "$root"/dispatch/*.c "$root"/dispatch/*.h)
 [ -z "$bad" ] || fail "dispatch/ includes a header of backends/opencl/ or autotune/:

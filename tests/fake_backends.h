@@ -138,7 +138,7 @@ static inline double fake_cpu_estimate(void *st, hd_op op, const hd_shape *s, hd
     return hd__backend_cpu.estimate_us(st, op, s, part, cal);
 }
 
-static const hd_backend_impl fake_cpu = {
+static hd_backend_impl fake_cpu = {
     .name = "cpu",
     .id = HD_BACKEND_CPU,
     .place = HD_PLACE_HOST,

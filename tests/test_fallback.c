@@ -309,12 +309,39 @@ static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
 
 /* ---- stand-ins with the real CPU ---- */
 
+static char cache_path[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    return hd_test_cache_dir_create("fallback", cache_path, sizeof cache_path);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return hd_test_cache_dir_remove(cache_path);
+}
+
+/* Stand-ins with the real CPU, and a calibration under which the host is far slower than the
+ * stand-ins' estimates: the cost model tries the device stand-ins first, and the CPU is what
+ * the calls fall back to. */
+static hd_context *device_first_context(void)
+{
+    hd_tune_file f;
+    hd__tune_file_init(&f);
+    f.cal = (hd_tune_calibration){.host_gbps = 10, .cpu_gflops = 1e-3, .cpu_gbps = 1e-3};
+    hd_context *ctx = fake_context(true, &f, cache_path);
+    hd__tune_file_free(&f);
+    return ctx;
+}
+
 static void test_fallback_injected_launch_fault_lands_on_the_cpu_for_every_op(void **state)
 {
     (void)state;
     setenv("HD_FAULT", "*:launch", 1);
     for (int op = 0; op < HD_OP_COUNT; op++) {
-        hd_context *ctx = fake_context(true, NULL, NULL);
+        hd_context *ctx = device_first_context();
         op_run r = run_and_check(ctx, (hd_op)op, 100 + (uint64_t)op);
         assert_int_equal(r.status, HD_OK);
         assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_CPU);
@@ -343,7 +370,7 @@ static void test_fallback_injected_migrate_fault_moves_on(void **state)
     (void)state;
     setenv("HD_FAULT", "fused:migrate,clblast:migrate,clblast+fused:migrate", 1);
     for (int op = 0; op < HD_OP_COUNT; op++) {
-        hd_context *ctx = fake_context(true, NULL, NULL);
+        hd_context *ctx = device_first_context();
         hd_context_set_backend(ctx, (hd_op)op, HD_BACKEND_FUSED);
         hd_shape any = {.dim = {1, 1, 1, 1}};
         bool took[HD_BACKEND_COUNT];
@@ -372,7 +399,7 @@ static void test_fallback_injected_migrate_fault_moves_on(void **state)
 static void test_fallback_slot_errors_decide_health(void **state)
 {
     (void)state;
-    hd_context *ctx = fake_context(true, NULL, NULL);
+    hd_context *ctx = device_first_context();
     fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_UNSUPPORTED;
     op_run r = run_and_check(ctx, HD_OP_SOFTMAX, 300);
     assert_int_equal(r.status, HD_OK);
@@ -397,7 +424,7 @@ static void test_fallback_slot_errors_decide_health(void **state)
     static const hd_status others[] = {HD_ERR_INVALID_ARGUMENT, HD_ERR_OUT_OF_MEMORY,
                                        HD_ERR_INTERNAL};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
-        ctx = fake_context(true, NULL, NULL);
+        ctx = device_first_context();
         fake_states[HD_BACKEND_FUSED].fail_with = others[i];
         r = run_and_check(ctx, HD_OP_SOFTMAX, 303 + i);
         assert_int_equal(r.status, HD_OK);
@@ -413,7 +440,7 @@ static void test_fallback_slot_errors_decide_health(void **state)
 static void test_fallback_stops_where_a_slot_changed_what_the_call_reads(void **state)
 {
     (void)state;
-    hd_context *ctx = fake_context(true, NULL, NULL);
+    hd_context *ctx = device_first_context();
     fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_DEVICE;
     fake_states[HD_BACKEND_FUSED].fail_after_writing = true;
     hd_tensor *x = hd_test_tensor(ctx, 3, 5, NULL);
@@ -428,7 +455,7 @@ static void test_fallback_stops_where_a_slot_changed_what_the_call_reads(void **
     hd_tensor_destroy(x);
     hd_context_destroy(ctx);
 
-    ctx = fake_context(true, NULL, NULL); /* fused healthy again */
+    ctx = device_first_context(); /* fused healthy again */
     fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_DEVICE;
     fake_states[HD_BACKEND_FUSED].fail_after_writing = true;
     assert_int_equal(hd_context_set_backend(ctx, HD_OP_SOFTMAX, HD_BACKEND_FUSED), HD_OK);
@@ -527,7 +554,7 @@ static void test_fallback_fault_spec_ignores_malformed_items(void **state)
            "nonsense,:launch,fused:,cuda:launch,fused:a-step-name-far-too-long,,"
            "clblast:build",
            1);
-    hd_context *ctx = fake_context(true, NULL, NULL);
+    hd_context *ctx = device_first_context();
     unsetenv("HD_FAULT");
     assert_int_equal(ctx->fault.count, 1);
     assert_true(hd__fault(ctx, HD_BACKEND_CLBLAST, "build"));
@@ -1042,5 +1069,5 @@ int main(void)
         cmocka_unit_test(test_fallback_lora_backward_refusal_leaves_the_gradients_untouched),
         cmocka_unit_test(test_fallback_lora_backward_variant_of_another_layout_runs_the_defaults),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,6 +10,7 @@
 #include "autotune/cache.h"
 #include "autotune/table.h"
 #include "dispatch/context.h"
+#include "dispatch/select.h"
 #include "tests/testlib.h"
 
 enum { ROWS = 256, COLS = 256 };
@@ -118,6 +119,69 @@ static void test_residency_loop_on_host_data_ends_on_the_device(void **state)
     /* The results are the reference's wherever they ran. */
     float *in = hd_test_read(x);
     expect_softmax_of(y, in, "softmax after the move");
+    free(in);
+    hd_tensor_destroy(x);
+    hd_tensor_destroy(y);
+    hd_context_destroy(ctx);
+}
+
+/* Without a tuning cache the backends' default rates price the copy: for a softmax whose
+ * one call costs less on the host than the copy and the device's call, but more than the
+ * device's call alone, a single call stays on the host and a loop moves to the device after
+ * a few calls. The shape is found from the plans themselves (the first row count where one
+ * call stays and staying pays for the copy within 8 calls), so the test holds whatever the
+ * default rates are, as long as such a shape exists. */
+static void test_residency_without_a_cache_a_loop_moves_after_a_few_calls(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+        hd_context_destroy(ctx);
+        skip();
+    }
+    size_t rows = 0;
+    float *zeros = calloc(4096 * COLS, sizeof *zeros);
+    assert_non_null(zeros);
+    for (size_t r = 1; r <= 4096 && rows == 0; r += r / 8 + 1) {
+        hd_tensor *x = hd_test_tensor(ctx, r, COLS, zeros); /* written: valid on the host */
+        hd_tensor *y = hd_test_tensor(ctx, r, COLS, NULL);
+        hd_shape s = {.dim = {r, COLS}};
+        hd_call_tensors io = {.inputs = {x}, .input_count = 1, .outputs = {y}, .output_count = 1};
+        hd_plan p;
+        hd__select(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+        assert_int_equal(p.rule, HD_SELECT_COST);
+        assert_false(p.calibrated);
+        /* On the host with the copy counted, and what staying costs a call (the host's time
+         * over the device's with x in place) pays for the copy within 8 calls. */
+        double regret = p.resident_us[HD_BACKEND_CPU] - p.resident_us[HD_BACKEND_FUSED];
+        if (p.order[0] == HD_BACKEND_CPU && p.resident_us[HD_BACKEND_FUSED] >= 0.0 &&
+            regret * 8.0 >= p.migrate_us[HD_BACKEND_FUSED])
+            rows = r;
+        hd_tensor_destroy(x);
+        hd_tensor_destroy(y);
+    }
+    free(zeros);
+    if (rows == 0)
+        fail_msg("no softmax of %d columns stays on the host for one call and moves for a loop "
+                 "under the default rates", COLS);
+    print_message("# %zu x %d\n", rows, COLS);
+    hd_rng rng = hd_test_rng(5);
+    float *in = hd_test_random(&rng, rows * COLS, -4, 4);
+    hd_tensor *x = hd_test_tensor(ctx, rows, COLS, in), *y = hd_test_tensor(ctx, rows, COLS, NULL);
+    hd_backend ran[16];
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(hd_softmax(ctx, x, y), HD_OK);
+        ran[i] = hd_context_last_backend(ctx);
+    }
+    assert_int_equal(ran[0], HD_BACKEND_CPU);
+    assert_int_equal(ran[15], HD_BACKEND_FUSED);
+    assert_true(x->state->device_valid);
+    float *got = hd_test_read(y);
+    double *want = hd_test_doubles(rows * COLS);
+    hd_ref_softmax(rows, COLS, in, want);
+    hd_test_expect_close("softmax after the move", got, want, rows * COLS, 1e-6, 1e-4);
+    free(got);
+    free(want);
     free(in);
     hd_tensor_destroy(x);
     hd_tensor_destroy(y);
@@ -338,6 +402,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_residency_single_call_on_host_data_stays_on_the_host),
         cmocka_unit_test(test_residency_loop_on_host_data_ends_on_the_device),
+        cmocka_unit_test(test_residency_without_a_cache_a_loop_moves_after_a_few_calls),
         cmocka_unit_test(test_residency_loop_costs_at_most_twice_the_better_of_copying_and_staying),
         cmocka_unit_test(test_residency_rewritten_input_moves_at_once_after_a_round_that_moved),
         cmocka_unit_test(test_residency_prefetch_places_a_tensor_up_front),

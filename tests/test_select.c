@@ -120,9 +120,10 @@ static void test_select_nearest_shape_within_the_limit(void **state)
     assert_non_null(r);
     assert_true(d > 0.0 && d < 2 * HD_TUNE_NEAR_DIM);
 
-    /* Four times the rows is beyond the limit in one dimension: not trusted. */
+    /* Four times the rows is beyond the limit in one dimension: not trusted; the cost model
+     * decides. */
     p = plan_of(ctx, HD_OP_SOFTMAX, 1024, 1024, 0, 0, NULL);
-    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_int_equal(p.rule, HD_SELECT_COST);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
 
     /* GEMM transposes must match. */
@@ -254,27 +255,70 @@ static void test_select_cost_model_scaled_by_the_records(void **state)
     hd__tune_file_free(&f);
 }
 
-static void test_select_default_order_without_a_cache(void **state)
+/* Without a tuning cache the backends' estimates at their default rates decide, moving the
+ * inputs included: small work on host data stays on the host, large work goes to the device
+ * backend that estimates itself fastest. Only where no backend estimates does the default
+ * order apply. */
+static void test_select_without_a_cache_the_default_rates_decide(void **state)
 {
     (void)state;
     hd_context *ctx = fake_context(false, NULL, cache_path);
-    fake_fused.place = fake_clblast.place = HD_PLACE_DEVICE; /* plans only: nothing runs */
-    hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, NULL);
-    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    fake_fused.place = fake_clblast.place = HD_PLACE_DEVICE;
+    hd_tensor_state xs = {.host_valid = true}, ys = {0};
+    hd_tensor x = {.ctx = ctx, .rows = 512, .cols = 512, .state = &xs};
+    hd_tensor y = {.ctx = ctx, .rows = 512, .cols = 512, .state = &ys};
+    hd_call_tensors io = {.inputs = {&x}, .input_count = 1, .outputs = {&y}, .output_count = 1};
+    hd_plan p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, &io);
+    assert_int_equal(p.rule, HD_SELECT_COST);
+    assert_false(p.calibrated);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    assert_true(p.migrate_us[HD_BACKEND_FUSED] > 0.0); /* x goes up, priced at the default link */
     assert_int_equal(p.order[p.count - 1], HD_BACKEND_CPU);
-    p = plan_of(ctx, HD_OP_SOFTMAX, 4, 4, 0, 0, NULL); /* tiny, on the host: the CPU */
+    char reason[512];
+    hd__plan_reason(&p, reason, sizeof reason);
+    assert_non_null(strstr(reason, "default rates"));
+
+    /* 4x4: a launch and the copy cost more than the work on the host. */
+    x.rows = x.cols = y.rows = y.cols = 4;
+    p = plan_of(ctx, HD_OP_SOFTMAX, 4, 4, 0, 0, &io);
+    assert_int_equal(p.rule, HD_SELECT_COST);
     assert_int_equal(p.order[0], HD_BACKEND_CPU);
-    p = plan_of(ctx, HD_OP_LORA, 512, 1024, 1024, 8, NULL);
-    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST_FUSED);
-    p = plan_of(ctx, HD_OP_GEMM, 4, 1024, 1024, 0, NULL);
+    assert_true(p.model_us[HD_BACKEND_CPU] < p.model_us[HD_BACKEND_FUSED]);
+    /* The same call with x already on the device: no copy to pay, the device runs it. */
+    xs.device_valid = true;
+    xs.host_valid = false;
+    p = plan_of(ctx, HD_OP_SOFTMAX, 4, 4, 0, 0, &io);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+
     /* Both device backends take a large GEMM; their own estimates put CLBlast first. */
     p = plan_of(ctx, HD_OP_GEMM, 2048, 2048, 2048, 0, NULL);
-    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_int_equal(p.rule, HD_SELECT_COST);
     assert_int_equal(p.order[0], HD_BACKEND_CLBLAST);
     assert_int_equal(p.order[1], HD_BACKEND_FUSED);
     assert_int_equal(p.order[p.count - 1], HD_BACKEND_CPU);
+    p = plan_of(ctx, HD_OP_LORA, 512, 1024, 1024, 8, NULL);
+    assert_int_equal(p.order[0], HD_BACKEND_CLBLAST_FUSED);
+
+    /* No backend estimates: the default order, the device backends first unless the work is
+     * small and on the host. */
+    hd_backend_impl *impls[] = {&fake_cpu, &fake_fused, &fake_clblast};
+    double (*estimates[3])(void *, hd_op, const hd_shape *, hd_part, const hd_tune_calibration *);
+    for (int i = 0; i < 3; i++) {
+        estimates[i] = impls[i]->estimate_us;
+        impls[i]->estimate_us = NULL;
+    }
+    p = plan_of(ctx, HD_OP_SOFTMAX, 512, 512, 0, 0, NULL);
+    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_int_equal(p.order[0], HD_BACKEND_FUSED);
+    assert_int_equal(p.order[p.count - 1], HD_BACKEND_CPU);
+    xs.device_valid = false;
+    xs.host_valid = true;
+    p = plan_of(ctx, HD_OP_SOFTMAX, 4, 4, 0, 0, &io);
+    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_true(p.small);
+    assert_int_equal(p.order[0], HD_BACKEND_CPU);
+    for (int i = 0; i < 3; i++)
+        impls[i]->estimate_us = estimates[i];
     fake_fused.place = fake_clblast.place = HD_PLACE_HOST;
     hd_context_destroy(ctx);
 }
@@ -472,11 +516,18 @@ static void test_select_memo_answers_repeats_and_is_invalidated(void **state)
     assert_int_equal(p.rule, HD_SELECT_FORCED);
     assert_int_equal(p.order[0], HD_BACKEND_CPU);
     assert_int_equal(hd_context_set_backend(ctx, HD_OP_SOFTMAX, HD_BACKEND_AUTO), HD_OK);
+    /* The first plan's key again: planned anew (a miss), not answered from before the
+     * forcing, since the forced backend is part of the key and setting it drops every plan. */
     hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    hd__plans_stats(ctx, &hits, &misses);
+    assert_int_equal(misses, 4);
+    assert_int_equal(hits, 2);
     assert_int_equal(p.order[0], HD_BACKEND_FUSED);
 
     hd__backend_mark_unhealthy(ctx, HD_BACKEND_FUSED);
     hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
+    hd__plans_stats(ctx, &hits, &misses);
+    assert_int_equal(misses, 5);
     for (int i = 0; i < p.count; i++)
         assert_int_not_equal(p.order[i], HD_BACKEND_FUSED);
     hd_context_destroy(ctx);
@@ -484,7 +535,7 @@ static void test_select_memo_answers_repeats_and_is_invalidated(void **state)
     /* A cache reload: the record written since is used at once. */
     ctx = fake_context(false, NULL, cache_path);
     hd__select_memo(ctx, HD_OP_SOFTMAX, &s, &io, &p);
-    assert_int_equal(p.rule, HD_SELECT_DEFAULT);
+    assert_int_equal(p.rule, HD_SELECT_COST);
     hd_tune_file f;
     hd__tune_file_init(&f);
     hd_tune_record r =
@@ -515,7 +566,7 @@ int main(void)
         cmocka_unit_test(test_select_nearest_shape_within_the_limit),
         cmocka_unit_test(test_select_unhealthy_backend_is_skipped_by_every_rule),
         cmocka_unit_test(test_select_cost_model_beats_default_order),
-        cmocka_unit_test(test_select_default_order_without_a_cache),
+        cmocka_unit_test(test_select_without_a_cache_the_default_rates_decide),
         cmocka_unit_test(test_select_migration_cost_changes_the_choice),
         cmocka_unit_test(test_select_cost_model_scaled_by_the_records),
         cmocka_unit_test(test_select_download_costs_a_round_trip),

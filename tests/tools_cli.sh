@@ -71,6 +71,7 @@ expect 2 "unknown mode 'warp'" "$bench" --modes "$(printf 'sync,%.0s' $(seq 60))
 "$bench" --suites "${long}ci" --list-cases >/dev/null || fail "bench: a --suites list of 302 bytes"
 expect 2 "exclude each other" "$tune" --quick --full
 expect 2 "'foo'" "$tune" --ops gemm,foo --dry-run
+expect 2 "--backends: unknown backend 'auto'" "$tune" --backends fused,auto --dry-run $none
 expect 2 "not a file" "$tune" --shapes "$dir" --dry-run
 printf 'gemm 4 4 4\nsoftmax 3 5 7\n' >"$dir/bad-shapes.txt"
 expect 2 "bad-shapes.txt:2" "$tune" --shapes "$dir/bad-shapes.txt" --dry-run

@@ -64,6 +64,9 @@ static const char usage[] =
     "                     (pt or layout1..7 as LoRA's)\n"
     "  --ops LIST         only these operations (gemm,lora,softmax,layer_norm,rms_norm,\n"
     "                     gemm_batched, and each one's _backward but GEMM's)\n"
+    "  --backends LIST    time only these backends (cpu,clblast,fused,clblast+fused; default:\n"
+    "                     every one this machine has); a case's record names the fastest of\n"
+    "                     them\n"
     "  --force            re-tune cases the cache already holds\n"
     "  --cache PATH       the cache file (default: $HD_TUNE_CACHE, else\n"
     "                     $XDG_CACHE_HOME/hd-dispatch/tune.txt or ~/.cache/hd-dispatch/tune.txt)\n"
@@ -139,6 +142,29 @@ static bool want_op(const char *name, void *arg)
     return true;
 }
 
+static bool want_backend(const char *name, void *arg)
+{
+    bool *left_out = arg;
+    hd_backend b;
+    if (!hd__backend_from_name(name, &b) || b == HD_BACKEND_AUTO) {
+        fprintf(stderr,
+                "dispatch-autotune: --backends: unknown backend '%s' (expected cpu, clblast, "
+                "fused or clblast+fused)\n",
+                name);
+        return false;
+    }
+    left_out[b] = false;
+    return true;
+}
+
+/* Fills left_out[] from "fused,clblast": every backend not named is left out. */
+static bool parse_backends(const char *list, bool left_out[HD_BACKEND_COUNT])
+{
+    for (int i = 0; i < HD_BACKEND_COUNT; i++)
+        left_out[i] = true;
+    return hd__bench_list_each("dispatch-autotune: --backends", list, want_backend, left_out);
+}
+
 /* Fills wanted[] from "gemm,lora"; false, with a message naming the bad item, if one is not
  * an operation or the list is empty. */
 static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])
@@ -210,6 +236,13 @@ static int parse_args(int argc, char **argv, tool_options *o)
                 return EXIT_USAGE;
             }
             if (!parse_ops(argv[++i], o->op_wanted))
+                return EXIT_USAGE;
+        } else if (strcmp(a, "--backends") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dispatch-autotune: --backends needs a list of backend names\n");
+                return EXIT_USAGE;
+            }
+            if (!parse_backends(argv[++i], o->backend_left_out))
                 return EXIT_USAGE;
         } else {
             fprintf(stderr, "dispatch-autotune: unknown option '%s' (see --help)\n", a);
@@ -400,6 +433,7 @@ static int tune(const tool_options *o, const char *path)
     tool_effort effort = hd__tool_effort(o->level);
     if (o->case_budget_s >= 0)
         effort.case_target_s = o->case_budget_s;
+    memcpy(effort.left_out, o->backend_left_out, sizeof effort.left_out);
     printf("device: %s; cache: %s; %zu case(s)\n", hd_context_device_name(ctx), path, cases.count);
 
     if (!o->dry_run && (rc = calibrate(ctx, o, path, &part)) != EXIT_TUNED)

@@ -45,25 +45,29 @@ awk '/^[^ ]/ { prev = -1 }
     { cat "$dir/order-dry.txt"; fail "--dry-run: the defaults are not in the order of their estimates"; }
 
 # The default level times kernel parameter variants, not only each backend's defaults. With
-# the CPU backend failing its probe the fused kernels are the only candidates, so no timing
-# of this machine can make their variants look hopeless next to another backend. The run
-# re-tunes a copy of the cache, whose calibration it reuses.
+# the CPU backend left out (--backends) the fused kernels are the only candidates, so no
+# timing of this machine can make their variants look hopeless next to another backend. The
+# run re-tunes a copy of the cache, whose calibration it reuses.
 if grep -q '^ *fused ' "$dir/dry.txt"; then
     cp "$cache" "$dir/variants-cache.txt"
-    HD_FAULT=cpu:probe "$tool" --force --verbose --ops softmax --shapes "$dir/shapes.txt" \
+    "$tool" --backends fused,clblast,clblast+fused --force --verbose --ops softmax \
+        --shapes "$dir/shapes.txt" \
         --cache "$dir/variants-cache.txt" > "$dir/variants.txt" 2>&1 ||
         { cat "$dir/variants.txt"; fail "the default-level run failed"; }
     grep -q -E '^ *fused +[0-9.]+ (µs|ms|s) +[A-Z]+=' "$dir/variants.txt" ||
         { cat "$dir/variants.txt"; fail "no fused variant was timed"; }
+    ! grep -q -E '^ *cpu +[0-9.]+ (µs|ms|s)' "$dir/variants.txt" ||
+        { cat "$dir/variants.txt"; fail "--backends: the CPU left out was timed"; }
 fi
 
 # The backward ops, of several outputs each, are tuned like the others: every candidate's
-# outputs checked against the reference, a record written per case. With the CPU backend failing
-# its probe the device backends (fused, CLBlast where present) are the candidates; the case
-# budget leaves room for their first builds on a cold program cache.
+# outputs checked against the reference, a record written per case. With the CPU backend left
+# out the device backends (fused, CLBlast where present) are the candidates; the case budget
+# leaves room for their first builds on a cold program cache.
 if grep -q '^ *fused ' "$dir/dry.txt"; then
     printf 'lora_backward 5 37 29 3\nrms_norm_backward 7 129\n' > "$dir/backward.txt"
-    HD_FAULT=cpu:probe "$tool" --quick --verbose --case-budget-s 300 --shapes "$dir/backward.txt" \
+    "$tool" --backends fused,clblast,clblast+fused --quick --verbose --case-budget-s 300 \
+        --shapes "$dir/backward.txt" \
         --cache "$dir/backward-cache.txt" > "$dir/backward-run.txt" 2>&1 ||
         { cat "$dir/backward-run.txt"; fail "tuning the backward ops failed"; }
     grep -q '^lora_backward 5 37 29 3 ' "$dir/backward-cache.txt" &&

@@ -220,7 +220,7 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
     const char *variants[MAX_VARIANTS];
     bool takes[HD_BACKEND_COUNT] = {false};
     for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
-        if (!hd__backend_takes(ctx, (hd_backend)b, c->op, &c->shape))
+        if (e->left_out[b] || !hd__backend_takes(ctx, (hd_backend)b, c->op, &c->shape))
             continue;
         /* Only a GPU makes a slow CPU call hopeless: an OpenCL device on the CPU (PoCL) shares
          * its cores and is itself slower than the CPU backend on large GEMMs. */

@@ -22,7 +22,4 @@ const hd_device_ops hd__opencl_device_ops = {
     .platform = hd__cl_platform_name,
     .capture_begin = hd__cl_capture_begin,
     .capture_end = hd__cl_capture_end,
-    .copy_bandwidth = hd__cl_copy_bandwidth,
-    .launch_latency = hd__cl_launch_latency,
-    .upload_seconds = hd__cl_upload_seconds,
 };

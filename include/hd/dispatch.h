@@ -300,8 +300,8 @@ HD_API hd_status hd_tensor_write(hd_tensor *t, const float *src);
  * copy against running on the host. Without prefetch the library moves a tensor by itself
  * once what keeping it on the host has cost its calls exceeds one copy (a single call on host
  * data stays on the host; a loop moves to the device after a few calls), as the tuning cache's
- * records and calibration price it; with no tuning cache the default order applies (small
- * problems on the CPU, the rest on the device, inputs moved at the first call). Writing t later
+ * records and calibration price it; with no tuning cache, or none for this device, the
+ * backends' built-in default rates and a nominal 10 GB/s host link price it. Writing t later
  * makes the host copy the valid one again; if t's previous contents had moved to the device,
  * the new ones move at t's next device call. Without a device this does nothing.
  * Does not wait for tensors of up to 4 MiB; a larger one is copied from its host memory before
