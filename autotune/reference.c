@@ -1,6 +1,4 @@
-/* The float64 host reference (see reference.h). The tuner's tolerances: GEMM and LoRA
- * elements may differ by 8·k·ε·Σ|terms| (the rounding bound of a k-long float sum, with room
- * for blocked summation orders; tf32 adds 2^-9·Σ|terms|); row ops by 1e-5 + 1e-4·|want|. */
+/* The float64 host reference and the tools' one check of a forward op (see reference.h). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -67,20 +65,31 @@ double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precisi
     return rel * bound + 1e-30;
 }
 
-static bool close_enough(double got, hd_ref_elem e, double k, hd_precision precision, char *why,
-                         size_t size, size_t i, size_t j)
+/* Records e's error over its tolerance in *worst where it is the worst so far, and where. */
+static void note_error(double got, double want, double tol, size_t i, size_t j, double *worst,
+                       char *why, size_t size)
 {
-    double tol = hd__ref_matmul_tolerance(k + 2.0, e.bound, 8.0, precision);
-    if (isfinite(got) && fabs(got - e.want) <= tol)
-        return true;
+    double r = isfinite(got) ? hd__ref_error_ratio(fabs(got - want), tol) : INFINITY;
+    if (r <= *worst)
+        return;
+    *worst = r;
     snprintf(why, size, "element (%zu, %zu): got %.9g, want %.9g (tolerance %.3g)", i, j, got,
-             e.want, tol);
-    return false;
+             want, tol);
 }
 
-/* A fixed, spread-out sample of (i, j) positions: every position for small outputs. */
-static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, const float *out,
-                         char *why, size_t size)
+double hd__ref_row_tolerance(hd_op op, double want)
+{
+    /* softmax's values lie in [0, 1] and sum to 1 per row; the norms' are of the order of
+     * gamma and beta; the backward ops' dx is a difference of terms of dy's size */
+    double atol = op == HD_OP_SOFTMAX ? 1e-6 : 1e-5;
+    double rtol = hd__ref_is_backward(op) ? 1e-3 : 1e-4;
+    return atol + rtol * fabs(want);
+}
+
+/* A fixed, spread-out sample of (i, j) positions within the float64 budget: every position of
+ * small outputs. */
+static double check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, const float *out,
+                           char *why, size_t size)
 {
     bool gemm = op != HD_OP_LORA;
     /* The output, the table's last tensor: batch matrices of rows x cols stacked by rows. */
@@ -90,12 +99,14 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
     hd__op_tensor_shape(op, d->tensor_count - 1, s, &out_rows, &cols);
     size_t batch = o->batch == HD_DIM_ONE ? 1 : s->dim[o->batch];
     size_t rows = out_rows / batch;
-    double k = gemm ? (double)s->dim[2] : (double)(s->dim[1] + s->dim[3]);
+    /* the length of the longest float sum behind an element; LoRA adds its scaled term */
+    double k = gemm ? (double)s->dim[2] : (double)(s->dim[1] + s->dim[3] + 1);
     double per = hd__ref_matmul_cost(op, s);
     size_t total = batch * rows * cols;
     size_t count = total <= HD_REF_FULL ? hd__ref_affordable(per, total)
                                         : hd__ref_affordable(per, HD_REF_SAMPLES);
     unsigned long long state = 0x9e3779b97f4a7c15ull;
+    double worst = 0.0;
     for (size_t t = 0; t < count; t++) {
         size_t idx = t;
         if (count != total) {
@@ -104,10 +115,10 @@ static bool check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in, c
         }
         size_t bi = idx / (rows * cols), i = idx % (rows * cols) / cols, j = idx % cols;
         hd_ref_elem e = hd__ref_matmul_elem(op, s, in, bi, i, j);
-        if (!close_enough((double)out[idx], e, k, in->precision, why, size, i, j))
-            return false;
+        note_error((double)out[idx], e.want, hd__ref_matmul_tolerance(k, e.bound, 2.0, in->precision),
+                   i, j, &worst, why, size);
     }
-    return true;
+    return worst;
 }
 
 void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t i, double *want)
@@ -142,61 +153,39 @@ void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_
     }
 }
 
-static bool check_rows(hd_op op, const hd_shape *s, const hd_ref_inputs *in, const float *out,
-                       char *why, size_t size)
+/* Rows spread over the output, first and last included, up to HD_REF_ROW_ELEMS elements'
+ * worth (every row of a small output). */
+static double check_rows(hd_op op, const hd_shape *s, const hd_ref_inputs *in, const float *out,
+                         char *why, size_t size)
 {
     size_t rows = s->dim[0], cols = s->dim[1];
     double *want = malloc((cols > 0 ? cols : 1) * sizeof *want);
     if (want == NULL) {
         snprintf(why, size, "out of memory for the reference");
-        return false;
+        return INFINITY;
     }
-    bool ok = true;
-    for (size_t i = 0; i < rows && ok; i++) {
-        hd__ref_row(op, s, in, i, want);
-        for (size_t j = 0; j < cols && ok; j++) {
-            double got = out[i * cols + j];
-            double tol = 1e-5 + 1e-4 * fabs(want[j]);
-            if (!isfinite(got) || fabs(got - want[j]) > tol) {
-                snprintf(why, size, "element (%zu, %zu): got %.9g, want %.9g", i, j, got, want[j]);
-                ok = false;
-            }
-        }
-    }
-    free(want);
-    return ok;
-}
-
-/* Softmax backward, the one backward op of one output (y, dy -> dx), row by row. */
-static bool check_softmax_backward(hd_op op, const hd_shape *s, const hd_ref_inputs *in,
-                                   const float *out, char *why, size_t size)
-{
-    (void)op;
-    size_t rows = s->dim[0], cols = s->dim[1];
-    double *want = malloc((cols > 0 ? cols : 1) * sizeof *want);
-    if (want == NULL) {
-        snprintf(why, size, "out of memory for the reference");
-        return false;
-    }
-    bool ok = true;
-    for (size_t i = 0; i < rows && ok; i++) {
-        hd__ref_softmax_backward(1, cols, in->in[0] + i * cols, in->in[1] + i * cols, want);
-        for (size_t j = 0; j < cols && ok; j++) {
-            double got = out[i * cols + j];
-            if (!isfinite(got) || fabs(got - want[j]) > 1e-5 + 1e-4 * fabs(want[j])) {
-                snprintf(why, size, "element (%zu, %zu): got %.9g, want %.9g", i, j, got, want[j]);
-                ok = false;
-            }
-        }
+    size_t max = HD_REF_ROW_ELEMS / (cols > 0 ? cols : 1);
+    max = max < HD_REF_CHECK_ROWS ? HD_REF_CHECK_ROWS : max;
+    double worst = 0.0;
+    for (size_t si = 0; si < hd__ref_sample_count(rows, max); si++) {
+        size_t i = hd__ref_sample(rows, max, si);
+        if (op == HD_OP_SOFTMAX_BACKWARD)
+            hd__ref_softmax_backward(1, cols, in->in[0] + i * cols, in->in[1] + i * cols, want);
+        else
+            hd__ref_row(op, s, in, i, want);
+        for (size_t j = 0; j < cols; j++)
+            note_error((double)out[i * cols + j], want[j], hd__ref_row_tolerance(op, want[j]), i, j,
+                       &worst, why, size);
     }
     free(want);
-    return ok;
+    return worst;
 }
 
-typedef bool (*ref_check_fn)(hd_op op, const hd_shape *shape, const hd_ref_inputs *in,
-                             const float *out, char *why, size_t size);
+typedef double (*ref_check_fn)(hd_op op, const hd_shape *shape, const hd_ref_inputs *in,
+                               const float *out, char *why, size_t size);
 
-/* Each op's check; NULL: no reference yet. */
+/* Each op's check of one output; NULL: none (the backward ops of several outputs have
+ * hd__ref_check_backward). */
 static const ref_check_fn checks[HD_OP_COUNT] = {
     [HD_OP_GEMM] = check_matmul,
     [HD_OP_GEMM_BATCHED] = check_matmul,
@@ -204,15 +193,15 @@ static const ref_check_fn checks[HD_OP_COUNT] = {
     [HD_OP_SOFTMAX] = check_rows,
     [HD_OP_LAYER_NORM] = check_rows,
     [HD_OP_RMS_NORM] = check_rows,
-    [HD_OP_SOFTMAX_BACKWARD] = check_softmax_backward,
+    [HD_OP_SOFTMAX_BACKWARD] = check_rows,
 };
 
-bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,
-                   char *why, size_t size)
+double hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,
+                     char *why, size_t size)
 {
     why[0] = '\0';
     if ((unsigned)op < HD_OP_COUNT && checks[op] != NULL)
         return checks[op](op, shape, in, out, why, size);
     snprintf(why, size, "no reference for %s", hd_op_name(op));
-    return false;
+    return INFINITY;
 }

@@ -47,12 +47,21 @@ double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precisi
  * hd__ref_matmul_elem: what a check's sample size is budgeted by (hd__ref_affordable). */
 double hd__ref_matmul_cost(hd_op op, const hd_shape *shape);
 
-/* The tuner's check. Row ops are checked in full; GEMM and LoRA outputs of more than
- * HD_REF_FULL elements on a fixed sample of HD_REF_SAMPLES elements.
- * Whether out (the op's whole output) matches the reference within the op's tolerance; on
- * false, why says where and by how much. */
-bool hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,
-                   char *why, size_t size);
+/* The tools' one check of an op of one output (the tuner's and the benchmark's; the backward
+ * ops of several outputs have hd__ref_check_backward, on the same tolerances): out, the op's
+ * whole output, against the reference. GEMM and LoRA: every element of an output of up to
+ * HD_REF_FULL elements, else a fixed sample of HD_REF_SAMPLES, as many as the float64 budget
+ * affords, each within hd__ref_matmul_tolerance(k, its terms' magnitudes, 2, precision), k the
+ * length of its float sum (LoRA: in + rank + 1); row ops: rows spread over the output, first
+ * and last included, up to HD_REF_ROW_ELEMS elements' worth (at least HD_REF_CHECK_ROWS rows),
+ * each element within hd__ref_row_tolerance. Returns the worst error over its tolerance: at
+ * most 1 passes; NaN, or no memory, gives infinity. why says where the worst one was. */
+double hd__ref_check(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, const float *out,
+                     char *why, size_t size);
+#define HD_REF_ROW_ELEMS (1u << 22)
+
+/* How far an element of a row op's output (forward or dx of a backward) may be from want. */
+double hd__ref_row_tolerance(hd_op op, double want);
 
 /* The backward passes in double, whole outputs, from the float inputs the ops read. Softmax:
  * y (its output), dy -> dx. The norms (center: layer norm; else RMS norm, gamma its weight):
@@ -69,8 +78,8 @@ bool hd__ref_lora_backward(size_t tokens, size_t in, size_t out, size_t rank, co
                            const float *dy, double *dx, double *da, double *db, double *bound_dx,
                            double *bound_da, double *bound_db);
 
-/* The tools' sampled checks (dispatch-bench's, and the backward ops' of both tools): up to
- * HD_REF_CHECK_ROWS rows and HD_REF_CHECK_COLS columns of a large output. */
+/* The sampled checks: at least HD_REF_CHECK_ROWS rows of a row op's output; the backward
+ * ops' dx on up to HD_REF_CHECK_ROWS rows and LoRA's gradients on HD_REF_CHECK_COLS columns. */
 #define HD_REF_CHECK_ROWS 16
 #define HD_REF_CHECK_COLS 256
 /* The j-th of hd__ref_sample_count(n, max) indices sampled from n: all of them up to max, else

@@ -185,7 +185,7 @@ static double check_rows_backward(hd_op op, const hd_shape *shape, const float *
             continue;
         for (size_t j = 0; j < cols; j++) {
             double e = hd__ref_error_ratio(fabs((double)got[0][i * cols + j] - dx[j]),
-                                           1e-5 + 1e-3 * fabs(dx[j]));
+                                           hd__ref_row_tolerance(op, dx[j]));
             worst = e > worst ? e : worst;
         }
         si++;

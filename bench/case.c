@@ -154,54 +154,6 @@ hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
     return st;
 }
 
-static double check_matmul(const hd_bench_instance *inst, const hd_ref_inputs *in, const float *y)
-{
-    const hd_bench_case *c = &inst->c;
-    bool lora = c->op == HD_OP_LORA;
-    size_t rows = c->shape.dim[0], cols = lora ? c->shape.dim[2] : c->shape.dim[1];
-    /* The rounding bound of a k-long float sum; LoRA adds the scaling of its low-rank term. */
-    double k = lora ? (double)(c->shape.dim[1] + c->shape.dim[3] + 1) : (double)c->shape.dim[2];
-    /* columns per sampled row within the float64 budget of a check */
-    double per = hd__ref_matmul_cost(c->op, &c->shape);
-    size_t nrows = hd__ref_sample_count(rows, HD_REF_CHECK_ROWS);
-    size_t max_cols = hd__ref_affordable(per * (double)(nrows > 0 ? nrows : 1), HD_REF_CHECK_COLS);
-    double worst = 0.0;
-    for (size_t si = 0; si < nrows; si++) {
-        size_t i = hd__ref_sample(rows, HD_REF_CHECK_ROWS, si);
-        for (size_t sj = 0; sj < hd__ref_sample_count(cols, max_cols); sj++) {
-            size_t j = hd__ref_sample(cols, max_cols, sj);
-            hd_ref_elem e = hd__ref_matmul_elem(c->op, &c->shape, in, 0, i, j);
-            double tol = hd__ref_matmul_tolerance(k, e.bound, 2.0, in->precision);
-            double r = hd__ref_error_ratio(fabs((double)y[i * cols + j] - e.want), tol);
-            worst = r > worst ? r : worst;
-        }
-    }
-    return worst;
-}
-
-static double check_rows(const hd_bench_instance *inst, const hd_ref_inputs *in, const float *y)
-{
-    const hd_bench_case *c = &inst->c;
-    size_t rows = c->shape.dim[0], cols = c->shape.dim[1];
-    double *want = malloc((cols > 0 ? cols : 1) * sizeof *want);
-    if (want == NULL)
-        return INFINITY;
-    /* Softmax values are around 1/cols; the norms' around 1. */
-    double atol = c->op == HD_OP_SOFTMAX ? 1e-6 : 1e-4, rtol = 1e-3;
-    double worst = 0.0;
-    for (size_t si = 0; si < hd__ref_sample_count(rows, HD_REF_CHECK_ROWS); si++) {
-        size_t i = hd__ref_sample(rows, HD_REF_CHECK_ROWS, si);
-        hd__ref_row(c->op, &c->shape, in, i, want);
-        for (size_t j = 0; j < cols; j++) {
-            double e = hd__ref_error_ratio(fabs((double)y[i * cols + j] - want[j]),
-                                           atol + rtol * fabs(want[j]));
-            worst = e > worst ? e : worst;
-        }
-    }
-    free(want);
-    return worst;
-}
-
 static float *read_all(const hd_tensor *t, hd_status *st)
 {
     size_t n = hd_tensor_rows(t) * hd_tensor_cols(t);
@@ -245,8 +197,8 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
                              .scale = inst->scale,
                              .eps = inst->eps,
                              .precision = hd_context_gemm_precision(ctx)};
-        bool rows = !hd__op(inst->c.op)->compute_bound;
-        *worst = rows ? check_rows(inst, &ref, y) : check_matmul(inst, &ref, y);
+        char why[160];
+        *worst = hd__ref_check(inst->c.op, &inst->c.shape, &ref, y, why, sizeof why);
     }
     for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++)
         free(in[i]);

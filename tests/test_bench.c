@@ -12,6 +12,7 @@
 
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
+#include "autotune/reference.h"
 #include "bench/case.h"
 #include "bench/compare.h"
 #include "bench/json.h"
@@ -335,6 +336,56 @@ static void test_instance_reset_leaves_the_inputs_on_the_host(void **state)
     hd_context_destroy(ctx);
 }
 
+/* The tools' one check (hd__ref_check): a result rounded from the float64 reference passes, one
+ * element off by a few of its tolerances fails and is named, NaN fails; the same for a row op,
+ * on a row that the sampling of a large output must reach (the last). */
+static void test_reference_check_passes_rounded_results_and_catches_one_wrong_element(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(91);
+    enum { M = 37, N = 29, K = 53 };
+    float *a = hd_test_random(&rng, M * K, -1, 1), *b = hd_test_random(&rng, K * N, -1, 1);
+    float *c = hd_test_floats(M * N);
+    hd_ref_inputs in = {.in = {a, b}, .alpha = 1.0f, .beta = 0.0f};
+    hd_shape s = {.dim = {M, N, K}};
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++)
+            c[i * N + j] = (float)hd__ref_matmul_elem(HD_OP_GEMM, &s, &in, 0, i, j).want;
+    char why[160];
+    assert_true(hd__ref_check(HD_OP_GEMM, &s, &in, c, why, sizeof why) <= 1.0);
+    hd_ref_elem e = hd__ref_matmul_elem(HD_OP_GEMM, &s, &in, 0, 5, 7);
+    double tol = hd__ref_matmul_tolerance((double)K, e.bound, 2.0, HD_PRECISION_FP32);
+    c[5 * N + 7] = (float)(e.want + 4.0 * tol);
+    assert_true(hd__ref_check(HD_OP_GEMM, &s, &in, c, why, sizeof why) > 3.0);
+    assert_non_null(strstr(why, "(5, 7)"));
+    c[5 * N + 7] = NAN;
+    assert_true(isinf(hd__ref_check(HD_OP_GEMM, &s, &in, c, why, sizeof why)));
+
+    /* softmax of many rows: the sampled rows include the last */
+    enum { ROWS = 20000, COLS = 300 };
+    float *x = hd_test_random(&rng, (size_t)ROWS * COLS, -4, 4);
+    float *y = hd_test_floats((size_t)ROWS * COLS);
+    double *want = hd_test_doubles(COLS);
+    hd_shape r = {.dim = {ROWS, COLS}};
+    hd_ref_inputs rin = {.in = {x}};
+    for (size_t i = 0; i < ROWS; i++) {
+        hd__ref_row(HD_OP_SOFTMAX, &r, &rin, i, want);
+        for (size_t j = 0; j < COLS; j++)
+            y[i * COLS + j] = (float)want[j];
+    }
+    assert_true(hd__ref_check(HD_OP_SOFTMAX, &r, &rin, y, why, sizeof why) <= 1.0);
+    size_t last = (size_t)(ROWS - 1) * COLS + 3;
+    y[last] += (float)(3.0 * hd__ref_row_tolerance(HD_OP_SOFTMAX, y[last]));
+    assert_true(hd__ref_check(HD_OP_SOFTMAX, &r, &rin, y, why, sizeof why) > 2.0);
+    assert_non_null(strstr(why, "(19999, 3)"));
+    free(a);
+    free(b);
+    free(c);
+    free(x);
+    free(y);
+    free(want);
+}
+
 static void test_json_parses_and_rejects(void **state)
 {
     (void)state;
@@ -480,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_measure_host_bandwidth_is_positive),
         cmocka_unit_test(test_instance_ci_cases_check_on_cpu),
         cmocka_unit_test(test_instance_reset_leaves_the_inputs_on_the_host),
+        cmocka_unit_test(test_reference_check_passes_rounded_results_and_catches_one_wrong_element),
         cmocka_unit_test(test_json_parses_and_rejects),
         cmocka_unit_test(test_json_numbers_are_strict_and_finite),
         cmocka_unit_test(test_json_load_refuses_nul_bytes_and_endless_files),
