@@ -115,8 +115,10 @@ static double check_matmul(hd_op op, const hd_shape *s, const hd_ref_inputs *in,
         }
         size_t bi = idx / (rows * cols), i = idx % (rows * cols) / cols, j = idx % cols;
         hd_ref_elem e = hd__ref_matmul_elem(op, s, in, bi, i, j);
-        note_error((double)out[idx], e.want, hd__ref_matmul_tolerance(k, e.bound, 2.0, in->precision),
-                   i, j, &worst, why, size);
+        /* k + 2: alpha's and the output's roundings, and room for fp32x3's dropped term of
+         * the two small parts at the shortest depths */
+        double tol = hd__ref_matmul_tolerance(k + 2.0, e.bound, 2.0, in->precision);
+        note_error((double)out[idx], e.want, tol, i, j, &worst, why, size);
     }
     return worst;
 }

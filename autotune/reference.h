@@ -51,8 +51,8 @@ double hd__ref_matmul_cost(hd_op op, const hd_shape *shape);
  * ops of several outputs have hd__ref_check_backward, on the same tolerances): out, the op's
  * whole output, against the reference. GEMM and LoRA: every element of an output of up to
  * HD_REF_FULL elements, else a fixed sample of HD_REF_SAMPLES, as many as the float64 budget
- * affords, each within hd__ref_matmul_tolerance(k, its terms' magnitudes, 2, precision), k the
- * length of its float sum (LoRA: in + rank + 1); row ops: rows spread over the output, first
+ * affords, each within hd__ref_matmul_tolerance(k + 2, its terms' magnitudes, 2, precision), k
+ * the length of its float sum (LoRA: in + rank + 1); row ops: rows spread over the output, first
  * and last included, up to HD_REF_ROW_ELEMS elements' worth (at least HD_REF_CHECK_ROWS rows),
  * each element within hd__ref_row_tolerance. Returns the worst error over its tolerance: at
  * most 1 passes; NaN, or no memory, gives infinity. why says where the worst one was. */
