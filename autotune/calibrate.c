@@ -6,6 +6,7 @@
 #include "autotune/measure.h"
 #include "dispatch/device.h"
 #include "dispatch/error.h"
+#include "dispatch/op.h"
 #include "dispatch/tools.h"
 
 typedef struct gemm_job {
@@ -127,25 +128,11 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
     return s;
 }
 
-double hd__calibrate_estimate_s(const hd_tune_calibration *cal, bool gpu, hd_backend b, bool matmul,
-                                double flops, double bytes)
+double hd__calibrate_estimate_s(const hd_context *ctx, const hd_tune_calibration *cal,
+                                hd_backend b, hd_op op, const hd_shape *shape)
 {
-    double cpu_gflops = cal->cpu_gflops > 0.0 ? cal->cpu_gflops : 20.0;
-    double cpu_gbps = cal->cpu_gbps > 0.0 ? cal->cpu_gbps : 5.0;
-    /* Row ops make two or three passes over their row, not one. */
-    double cpu_s = bytes * 3.0 / (cpu_gbps * 1e9) + (matmul ? flops / (cpu_gflops * 1e9) : 0.0);
-    if (b == HD_BACKEND_CPU)
-        return cpu_s;
-    if (!gpu) {
-        double rate = cal->gemm_gflops > 0.0 ? cal->gemm_gflops : cpu_gflops / 4.0;
-        if (b == HD_BACKEND_FUSED && matmul)
-            rate /= 4.0;
-        return 1e-3 + bytes * 3.0 / (cpu_gbps * 1e9) + (matmul ? flops / (rate * 1e9) : 0.0);
-    }
-    double launch_s = (cal->launch_us > 0.0 ? cal->launch_us : 20.0) * 1e-6;
-    double gflops = cal->gemm_gflops > 0.0 ? cal->gemm_gflops : 1000.0;
-    double gbps = cal->copy_gbps > 0.0 ? cal->copy_gbps : 100.0;
-    if (b == HD_BACKEND_FUSED && matmul)
-        gflops /= 4.0;
-    return 3.0 * launch_s + bytes / (gbps * 1e9) + (matmul ? flops / (gflops * 1e9) : 0.0);
+    double us = hd__backend_estimate_us(ctx, b, op, shape, cal);
+    if (us < 0.0) /* a backend without an estimate: the CPU's default streaming at 1 GB/s */
+        us = hd__op_bytes(op, shape) / 1e3 + hd__op_flops(op, shape) / 1e4;
+    return HD_ESTIMATE_MARGIN * us * 1e-6;
 }

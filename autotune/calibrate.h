@@ -32,14 +32,14 @@ hd_status hd__calibrate_gemm(hd_context *ctx, hd_backend b, size_t n, hd_measure
                              double budget_s, hd_measure_result *out);
 
 /*
- * Seconds one call of an op is expected to take on backend b, from the calibration (fields
- * left 0 take modest defaults), before anything runs: the tools skip what cannot finish within
- * their time budget. flops and bytes are the op's (bench/suites.h); matmul says whether it is
- * GEMM-like. Deliberately pessimistic, since a call once started cannot be stopped: the
- * fused kernels are taken at a quarter of the device's GEMM rate on matrix products, and an
- * OpenCL device that is the CPU itself (gpu false) at a quarter of the CPU's rate.
+ * Seconds one call of (op, shape) is expected to take on backend or plan b, before anything
+ * runs, for the tools to skip what cannot finish within their time budget: b's own estimate
+ * (hd__backend_estimate_us: the scheduler's cost model, from cal; fields left 0 take the
+ * backend's default rates) times HD_ESTIMATE_MARGIN, since a call once started cannot be
+ * stopped. A backend without an estimate is taken at 1 GB/s and 10 GFLOP/s.
  */
-double hd__calibrate_estimate_s(const hd_tune_calibration *cal, bool gpu, hd_backend b, bool matmul,
-                                double flops, double bytes);
+#define HD_ESTIMATE_MARGIN 2.0
+double hd__calibrate_estimate_s(const hd_context *ctx, const hd_tune_calibration *cal,
+                                hd_backend b, hd_op op, const hd_shape *shape);
 
 #endif

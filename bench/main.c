@@ -611,16 +611,16 @@ static double estimate_backend_s(const bench_state *st, double op_s)
  * fastest backend it may choose. */
 static double estimate_op_s(const bench_state *st, hd_backend b, const hd_bench_case *c)
 {
-    bool matmul = hd__bench_case_compute_bound(c) != 0;
-    double flops = hd__bench_case_flops(c), bytes = hd__bench_case_bytes(c);
     if (b != HD_BACKEND_AUTO)
-        return hd__calibrate_estimate_s(&st->cal, st->gpu, b, matmul, flops, bytes);
+        return hd__calibrate_estimate_s(st->ctx, &st->cal, b, c->op, &c->shape);
     double best = INFINITY;
-    for (int i = HD_BACKEND_CPU; i < HD_BACKEND_COUNT; i++)
-        if (hd_context_has_backend(st->ctx, (hd_backend)i))
-            best = fmin(best, hd__calibrate_estimate_s(&st->cal, st->gpu, (hd_backend)i, matmul,
-                                                       flops, bytes));
-    return best;
+    for (int i = 0; i < HD_BACKEND_COUNT; i++)
+        if (i != HD_BACKEND_AUTO && hd__backend_takes(st->ctx, (hd_backend)i, c->op, &c->shape))
+            best = fmin(best, hd__calibrate_estimate_s(st->ctx, &st->cal, (hd_backend)i, c->op,
+                                                       &c->shape));
+    return isinf(best) ? hd__calibrate_estimate_s(st->ctx, &st->cal, HD_BACKEND_CPU, c->op,
+                                                  &c->shape)
+                       : best;
 }
 
 /* The seconds the current case may take: --case-budget-s, or less where --max-time leaves

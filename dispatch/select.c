@@ -82,17 +82,22 @@ static double impl_estimate(const hd_context *ctx, hd_backend b, hd_op op, const
                             hd_part part, const hd_tune_calibration *cal)
 {
     const hd_backend_impl *impl = ctx->backends[b];
-    if (impl->estimate_us == NULL)
-        return -1.0;
+    if (impl == NULL || impl->estimate_us == NULL ||
+        (part == HD_PART_WHOLE ? impl->run[op] : impl->epilogue[op]) == NULL)
+        return -1.0; /* no estimate, or no slot for the op to estimate */
     return impl->estimate_us(ctx->backend_state[b], op, shape, part, cal);
 }
 
 double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                                const hd_tune_calibration *cal)
 {
+    if ((unsigned)b >= HD_BACKEND_COUNT || b == HD_BACKEND_AUTO || (unsigned)op >= HD_OP_COUNT)
+        return -1.0;
     const hd_composite *plan = ctx->composite[b];
     if (plan == NULL)
         return impl_estimate(ctx, b, op, shape, HD_PART_WHOLE, cal);
+    if (hd__op(op)->product == NULL) /* the plan does not take the op */
+        return -1.0;
     hd_shape product;
     hd__op(op)->product(shape, NULL, &product, NULL);
     double first = impl_estimate(ctx, plan->product, HD_OP_GEMM, &product, HD_PART_WHOLE, cal);

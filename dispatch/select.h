@@ -42,13 +42,8 @@ typedef struct hd_plan {
 void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_tensors *io,
                 hd_plan *plan);
 
-/* Whether a backend takes a call, where it runs and the variants it lists are declared in
- * dispatch/tools.h: the tuner asks them too. */
-
-/* b's estimate of one call with its inputs in place, in microseconds (a plan: the sum of its
- * stages); negative where b does not estimate. */
-double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
-                               const hd_tune_calibration *cal);
+/* Whether a backend takes a call, where it runs, the variants it lists and its own estimate
+ * are declared in dispatch/tools.h: the tools ask them too. */
 
 /* Whether b would accept variant for (op, shape), checked without running anything (a plan:
  * its epilogue's check): HD_OK, or the status its slot would return, with the message; HD_OK

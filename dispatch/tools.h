@@ -85,6 +85,13 @@ bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_s
  * usable in ctx. */
 hd_place hd__backend_place(const hd_context *ctx, hd_backend b);
 
+/* b's own estimate of one call with its inputs in place, in microseconds (a plan: the sum of
+ * its stages), from cal (NULL or zero fields: the backend's default rates): what the
+ * scheduler's cost model compares, and what the tools budget their runs by. Negative where b
+ * does not estimate. */
+double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                               const hd_tune_calibration *cal);
+
 /* The kernel-parameter variants b lists for (op, shape), for the tuner (a plan: its
  * epilogue's); returns how many, at most max. The strings belong to the backend and live as
  * long as ctx. */

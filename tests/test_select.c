@@ -177,6 +177,12 @@ static void test_select_cost_model_beats_default_order(void **state)
     assert_int_equal(p.order[0], HD_BACKEND_CPU);
     assert_true(p.model_us[HD_BACKEND_CPU] < p.model_us[HD_BACKEND_FUSED]);
     assert_true(p.model_us[HD_BACKEND_CLBLAST] < 0.0); /* no softmax slot: not estimated */
+    /* Nothing estimates a call it cannot take, nor "auto", for the tools that ask any name. */
+    hd_shape rows = {.dim = {4096, 4096}};
+    assert_true(hd__backend_estimate_us(ctx, HD_BACKEND_CLBLAST_FUSED, HD_OP_SOFTMAX, &rows,
+                                        &f.cal) < 0.0);
+    assert_true(hd__backend_estimate_us(ctx, HD_BACKEND_AUTO, HD_OP_SOFTMAX, &rows, &f.cal) < 0.0);
+    assert_true(hd__backend_estimate_us(ctx, HD_BACKEND_CLBLAST, HD_OP_SOFTMAX, &rows, &f.cal) < 0.0);
     hd_context_destroy(ctx);
 
     /* The reverse device: a fast GPU. A large GEMM goes to CLBlast, a one-token GEMM to the

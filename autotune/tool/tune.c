@@ -202,10 +202,6 @@ static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t s
 
 /* The CPU's time for the case by the model of one GEMM rate, to skip hopeless CPU runs when
  * a GPU takes the case. */
-static double cpu_estimate_s(const hd_bench_case *c)
-{
-    return hd__bench_case_flops(c) / 50e9 + hd__bench_case_bytes(c) / 10e9;
-}
 
 typedef hd_tune_candidate candidate;
 
@@ -225,7 +221,7 @@ static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const too
         /* Only a GPU makes a slow CPU call hopeless: an OpenCL device on the CPU (PoCL) shares
          * its cores and is itself slower than the CPU backend on large GEMMs. */
         if (b == HD_BACKEND_CPU && hd__measure_device_is_gpu(ctx) &&
-            cpu_estimate_s(c) > e->cpu_limit_s)
+            hd__calibrate_estimate_s(ctx, &e->cal, b, c->op, &c->shape) > e->cpu_limit_s)
             continue;
         takes[b] = true;
         cand[count++] = (candidate){.backend = (hd_backend)b};
@@ -285,6 +281,7 @@ static const char *variant_text(const candidate *c)
 
 /* The case's clock: its budget and what its calls have shown so far. */
 typedef struct case_clock {
+    const hd_context *ctx;  /* whose backends estimate the calls */
     double start, budget_s; /* budget 0: unlimited */
     bool gpu;
     double call_s[HD_BACKEND_COUNT]; /* a backend's measured call, 0 until one ran */
@@ -300,16 +297,14 @@ static double left_s(const case_clock *k)
     return k->budget_s > 0 ? k->budget_s - (hd__measure_now() - k->start) : INFINITY;
 }
 
-/* Seconds one call of c is expected to take: its backend's measured call, else the model. */
+/* Seconds one call of c is expected to take: its backend's measured call, else the backend's
+ * own estimate from the calibration. */
 static double call_estimate_s(const case_clock *k, const tune_data *d, const tool_effort *e,
                               hd_backend b)
 {
     if (k->call_s[b] > 0)
         return k->call_s[b];
-    hd_bench_case c = {.op = d->op, .shape = d->shape};
-    bool matmul = hd__op(d->op)->compute_bound;
-    return hd__calibrate_estimate_s(&e->cal, k->gpu, b, matmul, hd__bench_case_flops(&c),
-                                    hd__bench_case_bytes(&c));
+    return hd__calibrate_estimate_s(k->ctx, &e->cal, b, d->op, &d->shape);
 }
 
 /* Seconds a candidate takes in all with calls of call_s: the first and the checked call, the
@@ -617,7 +612,7 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     size_t count = list_candidates(ctx, c, e, cand);
     if (dry_run) { /* in the order they would be timed; the defaults with their estimate */
-        case_clock k = {.gpu = hd__measure_device_is_gpu(ctx)};
+        case_clock k = {.ctx = ctx, .gpu = hd__measure_device_is_gpu(ctx)};
         tune_data d = {.op = c->op, .shape = c->shape};
         size_t order[HD_BACKEND_COUNT * MAX_VARIANTS];
         candidate_order(&k, &d, e, cand, count, order);
@@ -647,7 +642,8 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     }
     /* the backward checks' shared reference: a cost of the case, not of its first candidate */
     hd__ref_backward_prepare(d.op, &d.shape, (const float *const *)d.host, &d.memo);
-    case_clock k = {.start = hd__measure_now(),
+    case_clock k = {.ctx = ctx,
+                    .start = hd__measure_now(),
                     .budget_s = e->case_target_s,
                     .gpu = hd__measure_device_is_gpu(ctx)};
     int best = time_candidates(ctx, &d, e, verbose, cand, count, &k, &out->skipped, why, why_size);
@@ -682,7 +678,7 @@ static double candidates_cost_s(hd_context *ctx, const hd_bench_case *c, const t
 {
     candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     size_t count = list_candidates(ctx, c, e, cand);
-    case_clock k = {.gpu = hd__measure_device_is_gpu(ctx)};
+    case_clock k = {.ctx = ctx, .gpu = hd__measure_device_is_gpu(ctx)};
     tune_data d = {.op = c->op, .shape = c->shape};
     bool capped = within_budget && e->case_target_s > 0;
     double total = 0.0;
