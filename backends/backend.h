@@ -165,6 +165,14 @@ typedef struct hd_backend_impl {
     hd_status (*check_variant)(void *state, hd_context *ctx, hd_op op, const hd_shape *shape,
                                hd_part part, const char *variant);
 
+    /* Sets the backend's device-level parameter set `name` for this context (what the tuning
+     * cache's "param" lines hold, read by the backend itself on first use: CLBlast's "base",
+     * the set every call without a variant runs with) to value, checked as check_variant
+     * checks a variant: HD_OK, or the status and message of the refusal with the previous set
+     * kept. Later calls of the context run with it; the cache's value no longer applies.
+     * (optional: none to set) */
+    hd_status (*set_params)(void *state, hd_context *ctx, const char *name, const char *value);
+
     /* Builds or compiles whatever the first call would. (optional) */
     hd_status (*warmup)(void *state, hd_context *ctx);
 

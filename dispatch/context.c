@@ -296,6 +296,29 @@ hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b)
     return HD_OK;
 }
 
+hd_status hd__backend_set_params(hd_context *ctx, hd_backend b, const char *name,
+                                 const char *value)
+{
+    if (ctx == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(ctx);
+    if (name == NULL || value == NULL)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "a device parameter set needs a name and a value");
+    if ((unsigned)b >= HD_BACKEND_COUNT || ctx->composite[b] != NULL || b == HD_BACKEND_AUTO ||
+        !hd__backend_usable(ctx, b))
+        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
+                         "no backend '%s' in this context to set parameters of",
+                         (unsigned)b < HD_BACKEND_COUNT ? hd_backend_name(b) : "?");
+    const hd_backend_impl *impl = ctx->backends[b];
+    if (impl->set_params == NULL)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "backend '%s' has no device parameters",
+                         hd_backend_name(b));
+    hd_status s = impl->set_params(ctx->backend_state[b], ctx, name, value);
+    if (s == HD_OK)
+        hd__plans_invalidate(ctx); /* a plan's estimates may rest on the old set */
+    return s;
+}
+
 hd_backend hd__forced_backend(const hd_context *ctx, hd_op op)
 {
     return (unsigned)op < HD_OP_COUNT ? ctx->forced[op] : HD_BACKEND_AUTO;

@@ -5,9 +5,9 @@
  * public functions do, then runs it on a backend or plan and variant of its choosing with no
  * fallback (what the tuner times is then one candidate, run as the dispatcher would run it),
  * or through the scheduler as a public call does, or through a backend's slot alone, to see
- * what the dispatcher adds to it. It asks which backends take a call, where they run and
- * which variants they list, which backend an op is forced to, and how often the plan memo
- * answered. The context's fields, the scheduler's plans, the argument checks and the
+ * what the dispatcher adds to it. It asks which backends take a call, where they run, which
+ * variants they list and what they estimate a call at, sets a backend's device parameter set,
+ * and asks which backend an op is forced to and how often the plan memo answered. The context's fields, the scheduler's plans, the argument checks and the
  * backends' states stay behind these functions, so that dispatch/ can change them without a
  * tool noticing; tests/check_layers.sh keeps the tools to this header.
  *
@@ -97,6 +97,14 @@ double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, co
  * long as ctx. */
 size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                             const char **out, size_t max);
+
+/* Sets backend b's device-level parameter set `name` to value in ctx (backends/backend.h's
+ * set_params: CLBlast's "base"), as the tuner records it in the cache's "param" lines: the
+ * context's later calls run with it. HD_OK; HD_ERR_BACKEND_UNAVAILABLE (b absent, unhealthy,
+ * a plan or auto), HD_ERR_UNSUPPORTED (b has no such set), HD_ERR_INVALID_ARGUMENT (a value b
+ * refuses: the previous set is kept), each with the context's message. */
+hd_status hd__backend_set_params(hd_context *ctx, hd_backend b, const char *name,
+                                 const char *value);
 
 /* The backend op is forced to (HD_BACKEND_AUTO: none), for tools that force one for a while
  * and put the old choice back with hd_context_set_backend(). */

@@ -21,6 +21,7 @@
 #include "backends/opencl/runtime.h"
 #include "dispatch/context.h"
 #include "dispatch/error.h"
+#include "dispatch/tools.h"
 #include "tests/testlib.h"
 
 static hd_context *ctx;
@@ -622,6 +623,52 @@ static void test_clblast_params_verified_set_is_applied(void **state)
     check_gemm(ctx, &rng, false, true, 17, 19, 23, 1.0f, 0.5f, HD_BACKEND_CLBLAST); /* direct */
 }
 
+/* The tuning interface's device parameter set (hd__backend_set_params, as dispatch-autotune
+ * applies the base set it records): a set verified on the device becomes the base that calls
+ * without a variant run with; a malformed or illegal one is refused with the base kept; a
+ * name CLBlast lacks, a backend without sets, a plan or auto are refused with their reasons. */
+static void test_clblast_device_parameter_set_through_the_tuning_interface(void **state)
+{
+    (void)state;
+    hd_clblast_state *st = clblast_state(ctx);
+    hd_clblast_params before = st->base;
+    hd_status s = hd__backend_set_params(ctx, HD_BACKEND_CLBLAST, "base",
+                                         "XGEMM_MIN_INDIRECT_SIZE=128");
+    if (s != HD_OK)
+        fail_msg("set_params: %s", hd_context_last_error(ctx));
+    assert_int_equal(st->base.min_indirect_size, 128);
+    hd_rng rng = hd_test_rng(15);
+    check_gemm(ctx, &rng, false, true, 131, 137, 139, 1.0f, 0.5f, HD_BACKEND_CLBLAST); /* indirect */
+    check_gemm(ctx, &rng, true, false, 33, 35, 37, 1.0f, 0.0f, HD_BACKEND_CLBLAST);   /* direct */
+
+    hd_clblast_params now = st->base;
+    assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_CLBLAST, "base", "NOPE=1"),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "CLBlast variant"));
+    hd_clblast_params bad = st->base;
+    bad.has[HD_CLBLAST_XGEMM_DIRECT] = bad.has[HD_CLBLAST_GEMM_ROUTINE] = false;
+    bad.xgemm.kwi = 3; /* KWG = 32 is no multiple of 3 */
+    char text[HD_CLBLAST_VARIANT_MAX];
+    hd__clblast_params_format(&bad, text, sizeof text);
+    assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_CLBLAST, "base", text),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_true(hd__clblast_params_equal(&st->base, &now));
+
+    assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_CLBLAST, "tiles", "KWG=16"),
+                     HD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(hd_context_last_error(ctx), "'base'"));
+    assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_CPU, "base", "x"), HD_ERR_UNSUPPORTED);
+    assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_CLBLAST_FUSED, "base", "x"),
+                     HD_ERR_BACKEND_UNAVAILABLE);
+    assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_AUTO, "base", "x"),
+                     HD_ERR_BACKEND_UNAVAILABLE);
+    assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_CLBLAST, "base", NULL),
+                     HD_ERR_INVALID_ARGUMENT);
+
+    /* back to the base of before for the tests that follow */
+    st->base = before;
+}
+
 /* Verification runs GEMMs of a few tiles whatever the set's threshold: a legal
  * XGEMM_MIN_INDIRECT_SIZE=4096 made the first call verify with two GEMMs of about 4101^3. */
 static void test_clblast_verify_sizes_are_bounded_by_tiles_not_threshold(void **state)
@@ -720,6 +767,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clblast_two_threads_at_once),
         cmocka_unit_test(test_clblast_warmup_succeeds),
+        cmocka_unit_test(test_clblast_device_parameter_set_through_the_tuning_interface),
         cmocka_unit_test(test_clblast_gemm_all_transposes_match_reference),
         cmocka_unit_test(test_clblast_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_clblast_gemm_indirect_path_matches_reference),

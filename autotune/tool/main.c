@@ -379,9 +379,11 @@ static void describe(const char *name, const hd_tune_record *rec, char *line, si
                  hd_backend_name(rec->backend), time, with, rec->variant);
 }
 
-/* The CLBlast set that won most GEMM cases becomes the device's base set; CLBlast's shipped
- * defaults winning needs no record. */
-static int save_clblast_base(const tally *wins, size_t nwins, const char *path, hd_tune_file *part)
+/* The CLBlast set that won most GEMM cases becomes the device's base set, once CLBlast has
+ * taken it as one in ctx (as a context reading the cache will); CLBlast's shipped defaults
+ * winning needs no record. */
+static int save_clblast_base(hd_context *ctx, const tally *wins, size_t nwins, const char *path,
+                             hd_tune_file *part)
 {
     size_t top = 0;
     for (size_t i = 1; i < nwins; i++)
@@ -391,6 +393,10 @@ static int save_clblast_base(const tally *wins, size_t nwins, const char *path, 
         return EXIT_TUNED;
     hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "base"};
     snprintf(p.value, sizeof p.value, "%s", wins[top].variant);
+    if (hd__backend_set_params(ctx, p.backend, p.name, p.value) != HD_OK) {
+        printf("CLBlast device parameters not recorded: %s\n", hd_context_last_error(ctx));
+        return EXIT_TUNED;
+    }
     part->count = 0;
     if (hd__tune_put_param(part, &p) != HD_OK || !save(path, part))
         return EXIT_CACHE;
@@ -521,7 +527,7 @@ static int tune(const tool_options *o, const char *path)
         hd__tool_progress_finish();
 
     if (rc == EXIT_TUNED)
-        rc = save_clblast_base(wins, nwins, path, &part);
+        rc = save_clblast_base(ctx, wins, nwins, path, &part);
     if (rc == EXIT_TUNED && hd__tool_interrupted)
         rc = EXIT_INTERRUPTED;
     else if (rc == EXIT_TUNED && failed > 0)

@@ -214,6 +214,27 @@ static hd_status clblast_lora_backward(void *state, hd_context *ctx, const hd_op
     return hd__clblast_lora_backward(state, ctx, &args->lora_backward);
 }
 
+/* The device's base set ("base"), laid over the current one (the shipped set, or the cache's,
+ * read first as a first call would) once verified on the device (hd__clblast_params_apply:
+ * legality, CLBlast's override, a GEMM through each path against the reference). */
+static hd_status clblast_set_params(void *state, hd_context *ctx, const char *name,
+                                    const char *value)
+{
+    hd_clblast_state *st = state;
+    if (strcmp(name, "base") != 0)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "CLBlast has no device parameter set '%.40s' (it has 'base')", name);
+    hd_clblast_params over;
+    hd_status s = hd__clblast_params_parse(ctx, value, &over);
+    if (s != HD_OK)
+        return s;
+    if (!st->tuned_base_read) {
+        hd__clblast_lock_tuned(st, ctx);
+        hd__clblast_unlock();
+    }
+    return hd__clblast_params_apply(st, ctx, &over);
+}
+
 const hd_backend_impl hd__backend_clblast = {
     .name = "clblast",
     .id = HD_BACKEND_CLBLAST,
@@ -223,6 +244,7 @@ const hd_backend_impl hd__backend_clblast = {
     .estimate_us = clblast_estimate_us,
     .variants = clblast_variants,
     .check_variant = clblast_check_variant,
+    .set_params = clblast_set_params,
     .warmup = clblast_warmup,
     .scale = hd__clblast_scale,
     .run =
