@@ -20,6 +20,12 @@
 
 #include "dispatch/tensor.h"
 
+/* The first backend or plan of hd_backend: "auto" comes first in HD_BACKEND_MAP, the rest are
+ * backends and plans, so that `for (b = HD_BACKEND_FIRST; b < HD_BACKEND_COUNT; b++)` visits
+ * each without naming one. */
+#define HD_BACKEND_FIRST (HD_BACKEND_AUTO + 1)
+_Static_assert(HD_BACKEND_AUTO == 0, "auto must come first in HD_BACKEND_MAP");
+
 typedef struct hd_gemm_args {
     bool trans_a, trans_b;
     float alpha, beta;
@@ -254,6 +260,9 @@ typedef struct hd_composite {
 /* The registry (backends/registry.c): the backends in probe order, the plans of two, and the
  * order in which the scheduler falls back through them when nothing else decides. */
 const hd_backend_impl *const *hd__registry_backends(size_t *count);
+/* The last of the fallback order: the backend that always works (the CPU), never marked
+ * unhealthy. */
+hd_backend hd__registry_last_resort(void);
 const hd_composite *hd__registry_composites(size_t *count);
 const hd_backend *hd__registry_order(size_t *count);
 

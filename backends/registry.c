@@ -48,6 +48,11 @@ const hd_backend *hd__registry_order(size_t *count)
     return order;
 }
 
+hd_backend hd__registry_last_resort(void)
+{
+    return order[sizeof order / sizeof order[0] - 1];
+}
+
 const hd_device_ops *hd__registry_device(void)
 {
 #ifdef HD_HAVE_OPENCL

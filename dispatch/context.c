@@ -273,7 +273,8 @@ bool hd_context_has_backend(const hd_context *ctx, hd_backend b)
 
 void hd__backend_mark_unhealthy(hd_context *ctx, hd_backend b)
 {
-    if ((unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_CPU) {
+    /* the last resort, on the host, has no device to fail: it stays */
+    if ((unsigned)b < HD_BACKEND_COUNT && b != HD_BACKEND_AUTO && b != hd__registry_last_resort()) {
         ctx->backend_unhealthy[b] = true;
         hd__plans_invalidate(ctx);
     }

@@ -103,7 +103,7 @@ hd_status hd__explain_shape(hd_context *ctx, hd_op op, const hd_shape *shape, ch
             say(&o, " (model %.2f us)", plan.model_us[b]);
     }
     say(&o, "\n");
-    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
+    for (int b = HD_BACKEND_FIRST; b < HD_BACKEND_COUNT; b++) {
         bool present = ctx->backends[b] != NULL || ctx->composite[b] != NULL;
         if (present && !hd__backend_takes(ctx, (hd_backend)b, op, shape))
             say(&o, "  %s: %s\n", hd_backend_name((hd_backend)b),

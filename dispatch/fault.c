@@ -50,7 +50,9 @@ bool hd__fault(hd_context *ctx, hd_backend b, const char *step)
         return false;
     const hd_fault_spec *f = &ctx->fault;
     for (int i = 0; i < f->count; i++) {
-        bool who = f->backend[i] == b || (f->backend[i] == HD_BACKEND_AUTO && b != HD_BACKEND_CPU);
+        /* "*": every backend but the last resort, which has no device to fail */
+        bool who = f->backend[i] == b ||
+                   (f->backend[i] == HD_BACKEND_AUTO && b != hd__registry_last_resort());
         if (who && strcmp(f->step[i], step) == 0) {
             hd__error(ctx, HD_ERR_DEVICE, "injected fault: backend '%s' fails at %s",
                       hd_backend_name(b), step);

@@ -7,7 +7,7 @@
  * (the backend is not available), "probe-device" (its probe fails as a failing device would),
  * "migrate" (moving inputs to its place), "launch" (just before its op slot), and "*:open" (opening
  * the OpenCL device fails). Device backends may check further steps of their own, e.g. "build",
- * with hd__fault(). A backend of "*" matches all but the CPU. An item it cannot read is ignored
+ * with hd__fault(). A backend of "*" matches all but the last resort (the CPU). An item it cannot read is ignored
  * with a note; a step no one checks is simply never met.
  */
 #ifndef HD_DISPATCH_FAULT_H

@@ -167,13 +167,11 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
     return hd__error(ctx, s, "every backend failed for %s: %s", hd_op_name(call->op), failures);
 }
 
-/* Output = beta*output: GEMM with k = 0 or alpha = 0, where BLAS ignores A and B, and LoRA
- * with in = 0. Done where the output is valid, so that a device-resident C is neither fetched
- * nor waited for: by the first backend at that place (in the registry's order) whose scale
- * hook takes it, else on the host. */
-static hd_status scale_only(hd_context *ctx, const hd_tensor *c, float beta)
+/* Output = beta*output at place, by the first usable backend there (in the registry's order)
+ * whose scale hook takes it: HD_OK, or HD_ERR_UNSUPPORTED when none did (each failure a
+ * note). */
+static hd_status scale_at(hd_context *ctx, const hd_tensor *c, float beta, hd_place place)
 {
-    hd_place place = c->state->device_valid ? HD_PLACE_DEVICE : HD_PLACE_HOST;
     size_t n;
     const hd_backend *order = hd__registry_order(&n);
     for (size_t i = 0; i < n; i++) {
@@ -194,14 +192,20 @@ static hd_status scale_only(hd_context *ctx, const hd_tensor *c, float beta)
         hd__note(ctx, "scaling on %s failed: %s", hd_backend_name(b), ctx->last_error);
         hd__error_clear(ctx);
     }
-    hd_status s = beta == 0.0f ? hd__tensor_reserve(c, HD_PLACE_HOST) : hd__tensor_to_host(c);
-    if (s != HD_OK)
-        return s;
-    for (size_t i = 0; i < hd__tensor_count(c); i++)
-        c->state->host[i] = beta == 0.0f ? 0.0f : beta * c->state->host[i];
-    hd__tensor_written(c, HD_PLACE_HOST);
-    ctx->last_backend = HD_BACKEND_CPU;
-    return HD_OK;
+    return HD_ERR_UNSUPPORTED;
+}
+
+/* Output = beta*output: GEMM with k = 0 or alpha = 0, where BLAS ignores A and B, and LoRA
+ * with in = 0. Done where the output is valid, so that a device-resident C is neither fetched
+ * nor waited for, else at the other place (the host, or the device where no backend on the
+ * host is usable). */
+static hd_status scale_only(hd_context *ctx, const hd_tensor *c, float beta)
+{
+    hd_place here = c->state->device_valid ? HD_PLACE_DEVICE : HD_PLACE_HOST;
+    hd_place other = here == HD_PLACE_HOST ? HD_PLACE_DEVICE : HD_PLACE_HOST;
+    if (scale_at(ctx, c, beta, here) == HD_OK || scale_at(ctx, c, beta, other) == HD_OK)
+        return HD_OK;
+    return hd__error(ctx, HD_ERR_INTERNAL, "no usable backend scales the output");
 }
 
 hd_status hd__call_prepare(hd_context *ctx, hd_op op, const hd_tensor *const t[],

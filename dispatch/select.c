@@ -238,7 +238,7 @@ static double model_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_s
 static void resident_times(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
-    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
+    for (int b = HD_BACKEND_FIRST; b < HD_BACKEND_COUNT; b++)
         plan->resident_us[b] = hd__backend_takes(ctx, (hd_backend)b, op, shape)
                                    ? model_us(ctx, (hd_backend)b, op, shape, cal)
                                    : -1.0;
@@ -321,7 +321,7 @@ static bool plan_from_record(const hd_context *ctx, hd_plan *plan, const hd_tune
 static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     const hd_tune_calibration *cal = hd__tune_calibration(ctx);
-    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
+    for (int b = HD_BACKEND_FIRST; b < HD_BACKEND_COUNT; b++) {
         if (!hd__backend_takes(ctx, (hd_backend)b, op, shape))
             continue;
         double us = model_us(ctx, (hd_backend)b, op, shape, cal);
@@ -330,7 +330,7 @@ static bool plan_from_model(const hd_context *ctx, hd_plan *plan, hd_op op, cons
     }
     hd_backend sorted[HD_BACKEND_COUNT];
     int n = 0;
-    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++) {
+    for (int b = HD_BACKEND_FIRST; b < HD_BACKEND_COUNT; b++) {
         if (plan->model_us[b] < 0.0)
             continue;
         int i = n++;

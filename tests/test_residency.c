@@ -320,6 +320,24 @@ static void test_residency_gemm_scale_only_stays_on_the_device(void **state)
         skip();
     scale_only_stays_on_the_device(HD_BACKEND_FUSED, "clblast:probe-device");
     scale_only_stays_on_the_device(HD_BACKEND_CLBLAST, "fused:probe-device");
+
+    /* Without a backend on the host, C written from the host is scaled on the device. */
+    setenv("HD_FAULT", "cpu:probe", 1);
+    ctx = hd_test_context(false);
+    unsetenv("HD_FAULT");
+    float cv[6] = {1, -2, 3, 4, 5, 6}, got[6];
+    hd_tensor *a = hd_test_tensor(ctx, 2, 0, NULL), *b = hd_test_tensor(ctx, 0, 3, NULL);
+    hd_tensor *c = hd_test_tensor(ctx, 2, 3, cv);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 3.0f, c), HD_OK);
+    assert_true(hd_context_last_backend(ctx) == HD_BACKEND_FUSED ||
+                hd_context_last_backend(ctx) == HD_BACKEND_CLBLAST);
+    assert_int_equal(hd_tensor_read(c, got), HD_OK);
+    for (int i = 0; i < 6; i++)
+        assert_true(got[i] == 3.0f * cv[i]);
+    hd_tensor_destroy(a);
+    hd_tensor_destroy(b);
+    hd_tensor_destroy(c);
+    hd_context_destroy(ctx);
 }
 
 /* Pinned host copies ($HD_PINNED): with it on, a tensor of 1 MiB or more takes its host copy
