@@ -145,13 +145,16 @@ void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_
         double inv = 1.0 / sqrt(var / (double)cols + in->eps);
         for (size_t j = 0; j < cols; j++)
             want[j] = ((double)row[j] - mean) * inv * g[j] + b[j];
-    } else {
+    } else if (op == HD_OP_RMS_NORM) {
         double sq = 0.0;
         for (size_t j = 0; j < cols; j++)
             sq += (double)row[j] * row[j];
         double inv = 1.0 / sqrt(sq / (double)cols + in->eps);
         for (size_t j = 0; j < cols; j++)
             want[j] = (double)row[j] * inv * g[j];
+    } else { /* no forward row op of that name: nothing can match */
+        for (size_t j = 0; j < cols; j++)
+            want[j] = NAN;
     }
 }
 

@@ -4,6 +4,7 @@
  * context works without it. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +21,21 @@
 #include <clblast_c.h> /* CLBLAST_VERSION_*, for the key */
 #endif
 
+/* One record as the selection's scans read it: what they filter on and the log2 of its
+ * dimensions, packed, so that a scan of the documented maximum of records stays in the CPU's
+ * caches and takes no logarithm; the record itself is read only for the few that pass. */
+typedef struct lookup_entry {
+    double logdim[4]; /* log2(1 + dim) */
+    uint32_t record;  /* index into file.records */
+    uint8_t op, precision, layout, trans, backend, runner_up;
+} lookup_entry;
+
 struct hd_tune_table {
     hd_tune_file file;
     bool has_calibration;
+    lookup_entry *entries; /* one per record, in the file's order */
+    uint32_t *exact;       /* open addressing by the records' keys: record index + 1, 0 empty */
+    size_t exact_slots;    /* a power of two, at least twice the records */
 };
 
 #define STR2(x) #x
@@ -91,6 +104,84 @@ const char *hd__tune_key_mismatch(const hd_tune_key *file, const hd_tune_key *he
 /* Every record whose variant its backend would reject here (hd_backend_impl.check_variant)
  * is dropped, with one note naming the first: a variant is the cache's text, and a valid call
  * must not fail on it. Records of backends this context lacks are never chosen, so they stay. */
+static double log_dim(size_t d)
+{
+    return log2(1.0 + (double)d);
+}
+
+/* The hash of a record's key (hd__tune_same_key's fields: op, precision, the op's dimensions,
+ * its transposes and LoRA layout where it has them). */
+static uint64_t key_hash(hd_op op, hd_precision precision, const hd_shape *s)
+{
+    const hd_op_desc *d = hd__op(op);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the fields as 64-bit words */
+    uint64_t words[8] = {(uint64_t)op, (uint64_t)precision,
+                         d->transposes ? (uint64_t)s->trans_a + 2u * s->trans_b : 0,
+                         d->lora_layout ? (uint64_t)s->lora_layout : 0};
+    for (int i = 0; i < d->dims; i++)
+        words[4 + i] = (uint64_t)s->dim[i];
+    for (int w = 0; w < 8; w++)
+        for (int b = 0; b < 8; b++)
+            h = (h ^ ((words[w] >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+    return h;
+}
+
+/* The lookup entries and the exact-key hash of t's records; false without memory. */
+static bool build_index(struct hd_tune_table *t)
+{
+    const hd_tune_file *f = &t->file;
+    size_t slots = 16;
+    while (slots < 2 * f->count)
+        slots *= 2;
+    t->entries = malloc((f->count > 0 ? f->count : 1) * sizeof *t->entries);
+    t->exact = calloc(slots, sizeof *t->exact);
+    t->exact_slots = slots;
+    if (t->entries == NULL || t->exact == NULL)
+        return false;
+    for (size_t i = 0; i < f->count; i++) {
+        const hd_tune_record *r = &f->records[i];
+        lookup_entry *e = &t->entries[i];
+        for (int d = 0; d < 4; d++)
+            e->logdim[d] = log_dim(r->shape.dim[d]);
+        e->record = (uint32_t)i;
+        e->op = (uint8_t)r->op;
+        e->precision = (uint8_t)r->precision;
+        e->layout = (uint8_t)r->shape.lora_layout;
+        e->trans = (uint8_t)(r->shape.trans_a + 2 * r->shape.trans_b);
+        e->backend = (uint8_t)r->backend;
+        e->runner_up = (uint8_t)r->runner_up;
+        size_t at = (size_t)key_hash(r->op, r->precision, &r->shape) & (slots - 1);
+        while (t->exact[at] != 0) /* the parser keeps one record per key */
+            at = (at + 1) & (slots - 1);
+        t->exact[at] = (uint32_t)i + 1;
+    }
+    return true;
+}
+
+static void table_free(struct hd_tune_table *t)
+{
+    hd__tune_file_free(&t->file);
+    free(t->entries);
+    free(t->exact);
+    free(t);
+}
+
+/* The record of exactly (op, shape) in the context's precision, disabled or not. */
+static hd_tune_record *find_exact(const struct hd_tune_table *t, hd_op op, const hd_shape *shape,
+                                  hd_precision context_precision)
+{
+    hd_tune_record probe = {.op = op,
+                            .shape = *shape,
+                            .precision = hd__tune_precision_of(op, context_precision)};
+    size_t at = (size_t)key_hash(op, probe.precision, shape) & (t->exact_slots - 1);
+    for (; t->exact[at] != 0; at = (at + 1) & (t->exact_slots - 1)) {
+        hd_tune_record *r = &t->file.records[t->exact[at] - 1];
+        if (hd__tune_same_key(r, &probe))
+            return r;
+    }
+    return NULL;
+}
+
 static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char *path)
 {
     char first[800] = "";
@@ -123,9 +214,7 @@ static void drop_rejected_variants(hd_context *ctx, hd_tune_file *f, const char 
 void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape)
 {
     hd_tune_record *r =
-        ctx->tune != NULL
-            ? (hd_tune_record *)hd__tune_find(&ctx->tune->file, op, shape, ctx->gemm_precision)
-            : NULL;
+        ctx->tune != NULL ? find_exact(ctx->tune, op, shape, ctx->gemm_precision) : NULL;
     if (r != NULL) {
         r->disabled = true;
         hd__plans_invalidate(ctx); /* plans may name it */
@@ -198,6 +287,11 @@ hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt)
     ctx->tune = t;
     hd__plans_invalidate(ctx); /* plans may name the old records */
     drop_rejected_variants(ctx, &t->file, path);
+    if (!build_index(t)) {
+        ctx->tune = NULL;
+        table_free(t);
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for the tuning table");
+    }
     return HD_OK;
 }
 
@@ -205,8 +299,7 @@ void hd__tune_close(hd_context *ctx)
 {
     if (ctx == NULL || ctx->tune == NULL)
         return;
-    hd__tune_file_free(&ctx->tune->file);
-    free(ctx->tune);
+    table_free(ctx->tune);
     ctx->tune = NULL;
     hd__plans_invalidate(ctx);
 }
@@ -215,13 +308,15 @@ const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_s
 {
     if (ctx->tune == NULL)
         return NULL;
-    const hd_tune_record *r = hd__tune_find(&ctx->tune->file, op, shape, ctx->gemm_precision);
+    const hd_tune_record *r = find_exact(ctx->tune, op, shape, ctx->gemm_precision);
     return r != NULL && !r->disabled ? r : NULL;
 }
 
-static double log_gap(size_t a, size_t b)
+/* The query's log2(1 + dim), once per scan. */
+static void query_logs(const hd_shape *shape, int dims, double out[4])
 {
-    return fabs(log2(1.0 + (double)a) - log2(1.0 + (double)b));
+    for (int d = 0; d < 4; d++)
+        out[d] = d < dims ? log_dim(shape->dim[d]) : 0.0;
 }
 
 /* The nearest record of op in the given LoRA layout (0 for ops without one). */
@@ -229,28 +324,28 @@ static const hd_tune_record *nearest_in_layout(const hd_context *ctx, hd_op op,
                                                const hd_shape *shape, unsigned layout,
                                                double *distance)
 {
-    const hd_tune_file *f = &ctx->tune->file;
+    const struct hd_tune_table *t = ctx->tune;
     const hd_tune_record *best = NULL;
-    double best_d = INFINITY;
+    double best_d = INFINITY, q[4];
     int dims = hd__tune_dim_count(op);
-    for (size_t i = 0; i < f->count; i++) {
-        const hd_tune_record *r = &f->records[i];
-        if (r->op != op || r->disabled ||
-            r->precision != hd__tune_precision_of(op, ctx->gemm_precision) ||
-            r->shape.lora_layout != layout)
-            continue;
-        if (hd__tune_has_transposes(op) &&
-            (r->shape.trans_a != shape->trans_a || r->shape.trans_b != shape->trans_b))
+    query_logs(shape, dims, q);
+    uint8_t precision = (uint8_t)hd__tune_precision_of(op, ctx->gemm_precision);
+    bool transposes = hd__tune_has_transposes(op);
+    uint8_t trans = (uint8_t)(shape->trans_a + 2 * shape->trans_b);
+    for (size_t i = 0; i < t->file.count; i++) {
+        const lookup_entry *e = &t->entries[i];
+        if (e->op != op || e->precision != precision || e->layout != layout ||
+            (transposes && e->trans != trans))
             continue;
         double sum = 0.0;
         bool near = true;
         for (int d = 0; d < dims && near; d++) {
-            double g = log_gap(r->shape.dim[d], shape->dim[d]);
+            double g = fabs(e->logdim[d] - q[d]);
             near = g <= HD_TUNE_NEAR_DIM;
             sum += g;
         }
-        if (near && sum < best_d) {
-            best = r;
+        if (near && sum < best_d && !t->file.records[e->record].disabled) {
+            best = &t->file.records[e->record];
             best_d = sum;
         }
     }
@@ -259,40 +354,33 @@ static const hd_tune_record *nearest_in_layout(const hd_context *ctx, hd_op op,
     return best;
 }
 
-/* Whether r holds a time of backend b, in the precision the context computes op in. */
-static bool timed(const hd_context *ctx, const hd_tune_record *r, hd_op op, hd_backend b)
-{
-    return r->op == op && !r->disabled && (r->backend == b || r->runner_up == b) &&
-           r->precision == hd__tune_precision_of(op, ctx->gemm_precision);
-}
-
-static bool same_layout(hd_op op, const hd_tune_record *r, const hd_shape *shape)
-{
-    return r->shape.lora_layout == shape->lora_layout &&
-           (!hd__tune_has_transposes(op) ||
-            (r->shape.trans_a == shape->trans_a && r->shape.trans_b == shape->trans_b));
-}
-
 const hd_tune_record *hd__tune_nearest_timing(const hd_context *ctx, hd_op op,
                                               const hd_shape *shape, hd_backend b)
 {
     if (ctx->tune == NULL)
         return NULL;
-    const hd_tune_file *f = &ctx->tune->file;
+    const struct hd_tune_table *t = ctx->tune;
     const hd_tune_record *best = NULL;
-    double best_d = INFINITY;
+    double best_d = INFINITY, q[4];
     bool best_same = false;
     int dims = hd__tune_dim_count(op);
-    for (size_t i = 0; i < f->count; i++) {
-        const hd_tune_record *r = &f->records[i];
-        if (!timed(ctx, r, op, b))
+    query_logs(shape, dims, q);
+    uint8_t precision = (uint8_t)hd__tune_precision_of(op, ctx->gemm_precision);
+    bool transposes = hd__tune_has_transposes(op);
+    uint8_t trans = (uint8_t)(shape->trans_a + 2 * shape->trans_b);
+    for (size_t i = 0; i < t->file.count; i++) {
+        const lookup_entry *e = &t->entries[i];
+        /* records that timed b (its winner or runner-up) in the context's precision */
+        if (e->op != op || e->precision != precision || (e->backend != b && e->runner_up != b))
             continue;
-        bool same = same_layout(op, r, shape);
+        /* the shape's own transposes and layout first */
+        bool same = e->layout == shape->lora_layout && (!transposes || e->trans == trans);
         double sum = 0.0;
         for (int d = 0; d < dims; d++)
-            sum += log_gap(r->shape.dim[d], shape->dim[d]);
-        if ((same && !best_same) || (same == best_same && sum < best_d)) {
-            best = r;
+            sum += fabs(e->logdim[d] - q[d]);
+        if (((same && !best_same) || (same == best_same && sum < best_d)) &&
+            !t->file.records[e->record].disabled) {
+            best = &t->file.records[e->record];
             best_d = sum;
             best_same = same;
         }

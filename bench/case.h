@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "bench/suites.h"
+#include "autotune/suites.h"
 
 #define HD_BENCH_MAX_SETS    4
 #define HD_BENCH_MAX_INPUTS  5

@@ -159,8 +159,7 @@ int main(int argc, char **argv)
     for (int c = 0; c < 2 && rc == 0; c++) {
         hd_context_options opt;
         hd_context_options_init(&opt);
-        opt.disable_opencl = true;
-        opt.backends = "cpu";
+        opt.disable_opencl = true; /* the CPU backend alone, chosen by the rules, not forced */
         opt.tune_cache = caches[c];
         opt.no_tune_cache = caches[c] == NULL;
         hd_context *ctx = NULL;

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "autotune/measure.h"
-#include "bench/suites.h"
+#include "autotune/suites.h"
 
 typedef enum hd_bench_state {
     HD_BENCH_OK = 0,  /* measured, result checked */

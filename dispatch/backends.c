@@ -23,11 +23,17 @@ hd_status hd__backends_probe(hd_context *ctx)
         ctx->backends[impl->id] = impl;
         ctx->backend_state[impl->id] = state;
     }
+    /* A plan's epilogue reads what its product wrote in place, after it: both stages must work
+     * on the same place, where the product's writes come before the epilogue's reads (one
+     * device's in-order queue, or the host). */
     const hd_composite *plans = hd__registry_composites(&n);
-    for (size_t i = 0; i < n; i++)
-        if (ctx->backends[plans[i].product] != NULL && ctx->backends[plans[i].epilogue] != NULL &&
+    for (size_t i = 0; i < n; i++) {
+        const hd_backend_impl *product = ctx->backends[plans[i].product];
+        const hd_backend_impl *epilogue = ctx->backends[plans[i].epilogue];
+        if (product != NULL && epilogue != NULL && product->place == epilogue->place &&
             !hd__fault(ctx, plans[i].id, "probe"))
             ctx->composite[plans[i].id] = &plans[i];
+    }
     return HD_OK;
 }
 

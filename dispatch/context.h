@@ -67,7 +67,8 @@ hd_status hd__backends_probe(hd_context *ctx);
 void hd__backends_destroy(hd_context *ctx);
 
 /* Opens the tuning table named by the options or the environment (autotune/table.c). A
- * damaged file is reported in the last error and ignored: the context works without it. */
+ * damaged file is reported as a note (the context's log) and ignored: the context works
+ * without it. */
 hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt);
 void hd__tune_close(hd_context *ctx);
 

@@ -110,7 +110,8 @@ void hd__op_tensor_shape(hd_op op, int i, const hd_shape *shape, size_t *rows, s
 
 /* Floats held by every tensor of one call. */
 double hd__op_elements(hd_op op, const hd_shape *shape);
-/* The fewest bytes one call moves: each tensor once (an output that is also read, twice). */
+/* The fewest bytes one call moves: each tensor once (an output the call also reads, as GEMM's
+ * C with beta != 0, once too: the shape does not say whether it is read). */
 double hd__op_bytes(hd_op op, const hd_shape *shape);
 double hd__op_flops(hd_op op, const hd_shape *shape);
 /* Multiply-adds for compute-bound ops, elements of the first input for the others: the

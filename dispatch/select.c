@@ -165,9 +165,19 @@ static double copy_us(const hd_context *ctx, double bytes)
 
 bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t)
 {
-    return t->state->move_expected ||
-           (t->state->stay_us > 0.0 &&
-            t->state->stay_us >= copy_us(ctx, (double)hd__tensor_count(t) * 4.0));
+    return t->state->stay_us > 0.0 &&
+           t->state->stay_us >= copy_us(ctx, (double)hd__tensor_count(t) * 4.0);
+}
+
+/* The i-th tensor call io reads: its inputs, then the outputs it also reads (io->output_read). */
+static const hd_tensor *read_tensor(const hd_call_tensors *io, int i)
+{
+    return i < io->input_count ? io->inputs[i] : io->outputs[i - io->input_count];
+}
+
+static int read_count(const hd_call_tensors *io)
+{
+    return io->input_count + (io->output_read ? io->output_count : 0);
 }
 
 /* Microseconds to make the call's inputs valid where backend b runs. A tensor whose staying
@@ -183,9 +193,8 @@ static double migrate_us(const hd_context *ctx, hd_backend b, const hd_call_tens
     hd_place place = hd__backend_place(ctx, b);
     double bytes = 0.0;
     int copies = 0;
-    for (int i = 0; i < io->input_count + (io->output_read ? io->output_count : 0); i++) {
-        const hd_tensor *t =
-            i < io->input_count ? io->inputs[i] : io->outputs[i - io->input_count];
+    for (int i = 0; i < read_count(io); i++) {
+        const hd_tensor *t = read_tensor(io, i);
         size_t moved = hd__tensor_move_paid(ctx, t) ? 0 : hd__tensor_migration_bytes(t, place);
         bytes += (double)moved;
         copies += moved > 0;
@@ -279,10 +288,10 @@ void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_
     if (plan->regret_us <= 0.0)
         return;
     double total = 0.0;
-    for (int i = 0; i < io->input_count; i++)
-        total += (double)hd__tensor_migration_bytes(io->inputs[i], plan->regret_place);
-    for (int i = 0; i < io->input_count && total > 0.0; i++) {
-        const hd_tensor *t = io->inputs[i];
+    for (int i = 0; i < read_count(io); i++)
+        total += (double)hd__tensor_migration_bytes(read_tensor(io, i), plan->regret_place);
+    for (int i = 0; i < read_count(io) && total > 0.0; i++) {
+        const hd_tensor *t = read_tensor(io, i);
         double share = (double)hd__tensor_migration_bytes(t, plan->regret_place) / total;
         t->state->stay_us += plan->regret_us * share;
     }

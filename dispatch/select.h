@@ -51,13 +51,13 @@ void hd__select(hd_context *ctx, hd_op op, const hd_shape *shape, const hd_call_
 hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                                     const char *variant);
 
-/* Whether t's staying has cost as much as one copy of it, so that the scheduler moves it for
- * free (the break-even rule of residency), or t was written from the host again after its
- * last written contents moved to the device (a loop over host-written data: it moves at once). */
+/* Whether t's staying has cost as much as one copy of it since its last copy, so that the
+ * scheduler moves it for free (the break-even rule of residency). */
 bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t);
 
-/* After a call ran on plan's first backend: charges the plan's regret to the inputs that
- * were not at the other place, in proportion to their bytes. */
+/* After a call ran on plan's first backend: charges the plan's regret to the tensors the call
+ * read (its inputs, and outputs it also reads, as GEMM's C with beta != 0) that were not at
+ * the other place, in proportion to their bytes. */
 void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_tensors *io);
 
 /* Why plan's first backend was chosen, in one line. */

@@ -120,11 +120,8 @@ hd_status hd__tensor_to_device(const hd_tensor *t)
     if (t->state->host_valid) {
         s = t->ctx->dev->upload(t->ctx->cl, t->ctx, t->state->device, t->state->host,
                                 tensor_bytes(t));
-        if (s == HD_OK) { /* the copy is paid: staying is counted afresh */
+        if (s == HD_OK) /* the copy is paid: staying is counted afresh */
             t->state->stay_us = 0.0;
-            t->state->moved_after_write = true;
-            t->state->move_expected = false;
-        }
     } else {
         s = t->ctx->dev->zero(t->ctx->cl, t->ctx, t->state->device, tensor_bytes(t));
     }
@@ -178,8 +175,6 @@ hd_status hd_tensor_write(hd_tensor *t, const float *src)
     if (hd__tensor_count(t) > 0)
         memcpy(t->state->host, src, tensor_bytes(t));
     hd__tensor_written(t, HD_PLACE_HOST);
-    t->state->move_expected = t->state->moved_after_write;
-    t->state->moved_after_write = false;
     return HD_OK;
 }
 

@@ -25,16 +25,14 @@ typedef struct hd_tensor_state {
     float *host;                     /* NULL until first needed on the host */
     struct hd_device_buffer *device; /* NULL until first needed on the device */
     bool host_valid, device_valid;   /* neither: the tensor holds zeros */
-    /* What staying where it is has cost so far: the microseconds by which calls that used it
-     * ran slower than they would have with it at the other place (dispatch/select.c). Once
-     * this reaches the cost of one copy, the copy pays for itself and the scheduler counts
-     * the tensor's migration as free; the copy resets it. */
+    /* What staying where it is has cost since its last copy: the microseconds by which calls
+     * that used it ran slower than they would have with it at the other place
+     * (dispatch/select.c). Once this reaches the cost of one copy, the copy pays for itself
+     * and the scheduler counts the tensor's migration as free; the copy resets it. A write
+     * from the host leaves it as it is: every copy is paid for by staying that cost as much
+     * since the one before, however the calls fall between writes, which keeps any sequence
+     * of writes and calls within twice the better of always copying and never copying. */
     double stay_us;
-    /* Loops that write a tensor from the host before each round of calls: moved_after_write
-     * says that the contents last written from the host were then copied to the device;
-     * move_expected, that the tensor has been written again since, so its next copy to the
-     * device counts as paid at once instead of after another round of staying. */
-    bool moved_after_write, move_expected;
     bool host_pinned; /* host came from the device's host_alloc (hd__host_alloc) */
 } hd_tensor_state;
 

@@ -1,15 +1,16 @@
 #!/bin/sh
 # The layers point one way (ARCHITECTURE.md): libdispatch.so holds none of the tools' code
 # (measurement, the device's calibration measurements, candidate choice, the reference, the
-# cache writer, the suites) and no fault injection, neither do the installed tools hold
-# fault injection, no file of dispatch/ includes a header of backends/opencl/ or autotune/,
-# neither autotune/ nor bench/ includes the OpenCL runtime, and the tools reach dispatch/ only
-# through its tools' interface (dispatch/tools.h).
-# Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT [INSTALLED_TOOL...]
+# cache writer, the suites: no symbol the tools' library defines) and no fault injection;
+# neither do the installed tools hold fault injection; dispatch/ includes nothing but its own
+# headers and backends/backend.h; neither autotune/ nor bench/ includes the OpenCL runtime;
+# and the tools reach dispatch/ only through its tools' interface (dispatch/tools.h).
+# Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT TOOLS_LIB [INSTALLED_TOOL...]
 set -u
 lib=$1
 root=$2
-shift 2
+tools_lib=$3
+shift 3
 status=0
 
 fail() {
@@ -25,6 +26,18 @@ found=$(nm "$lib" | awk '{print $NF}' | grep -E "^($forbidden)" | sort -u)
 [ -z "$found" ] || fail "libdispatch holds tools' or test-only code: $(echo $found)"
 nm "$lib" | grep -q ' hd__call' || fail "nm shows no library symbols in $lib: check the test itself"
 
+# Every function and object the tools' library defines stays out of libdispatch.so, whatever
+# its name (static functions and compiler-generated names aside).
+[ -f "$tools_lib" ] || fail "no tools' library at $tools_lib"
+tmp=$(mktemp -d) || exit 1
+nm --defined-only "$tools_lib" 2>/dev/null |
+    awk 'NF == 3 && $2 ~ /^[TDRB]$/ && $3 ~ /^hd_/ {print $3}' | sort -u > "$tmp/tools"
+nm --defined-only "$lib" | awk 'NF == 3 {print $3}' | sort -u > "$tmp/lib"
+[ -s "$tmp/tools" ] || fail "nm shows no symbols in $tools_lib: check the test itself"
+both=$(comm -12 "$tmp/tools" "$tmp/lib")
+rm -rf "$tmp"
+[ -z "$both" ] || fail "libdispatch holds code of the tools' library: $(echo $both)"
+
 # The installed tools time the library as programs link it: no fault injection.
 for tool in "$@"; do
     [ -f "$tool" ] || { fail "no tool at $tool"; continue; }
@@ -33,8 +46,11 @@ for tool in "$@"; do
     [ -z "$found" ] || fail "$tool holds fault injection: $(echo $found)"
 done
 
-bad=$(grep -nE '#include "(backends/opencl|autotune)/' "$root"/dispatch/*.c "$root"/dispatch/*.h)
-[ -z "$bad" ] || fail "dispatch/ includes a header of backends/opencl/ or autotune/:
+# dispatch/ includes its own headers and backends/backend.h (the vtable, the device hooks):
+# nothing of a backend's folder, the OpenCL runtime or autotune/.
+bad=$(grep -nE '#include "' "$root"/dispatch/*.c "$root"/dispatch/*.h |
+    grep -vE '#include "(dispatch/[a-z_]+\.h|backends/backend\.h)"')
+[ -z "$bad" ] || fail "dispatch/ includes a header outside dispatch/ and backends/backend.h:
 $bad"
 
 # The tuning cache and the tools reach the device through dispatch/device.h, never the

@@ -16,7 +16,7 @@
 #include "bench/case.h"
 #include "bench/compare.h"
 #include "bench/json.h"
-#include "bench/suites.h"
+#include "autotune/suites.h"
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
 

@@ -400,6 +400,33 @@ static void test_select_download_costs_a_round_trip(void **state)
     hd__tune_file_free(&f);
 }
 
+/* What staying cost a call is charged to every tensor the call read that was not at the
+ * other place, by bytes: the inputs, and an output the call also reads (GEMM's C with beta
+ * != 0), so that such an output too moves once staying has paid for its copy. */
+static void test_select_regret_is_charged_to_read_outputs_too(void **state)
+{
+    (void)state;
+    hd_context *ctx = fake_context(false, NULL, cache_path);
+    hd_tensor_state as = {.host_valid = true}, bs = {.device_valid = true},
+                    cs = {.host_valid = true};
+    hd_tensor a = {.ctx = ctx, .rows = 8, .cols = 16, .state = &as};
+    hd_tensor b = {.ctx = ctx, .rows = 16, .cols = 8, .state = &bs};
+    hd_tensor c = {.ctx = ctx, .rows = 8, .cols = 8, .state = &cs};
+    hd_call_tensors io = {.inputs = {&a, &b}, .input_count = 2, .outputs = {&c},
+                          .output_count = 1, .output_read = true};
+    hd_plan p = {.regret_us = 90.0, .regret_place = HD_PLACE_DEVICE};
+    hd__plan_account(ctx, &p, &io);
+    /* a: 512 bytes to move, c: 256; b is on the device already */
+    assert_true(fabs(as.stay_us - 60.0) < 1e-9);
+    assert_true(fabs(cs.stay_us - 30.0) < 1e-9);
+    assert_true(bs.stay_us == 0.0);
+    io.output_read = false; /* an output only written is not charged */
+    hd__plan_account(ctx, &p, &io);
+    assert_true(fabs(as.stay_us - 150.0) < 1e-9);
+    assert_true(fabs(cs.stay_us - 30.0) < 1e-9);
+    hd_context_destroy(ctx);
+}
+
 /* Through the public call: the tuned backend runs, receives the tuned variant, and
  * hd_context_last_backend() names it, the hybrid plan included. */
 static void test_select_public_call_runs_the_tuned_backend(void **state)
@@ -577,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_select_cost_model_scaled_by_the_records),
         cmocka_unit_test(test_select_download_costs_a_round_trip),
         cmocka_unit_test(test_select_public_call_runs_the_tuned_backend),
+        cmocka_unit_test(test_select_regret_is_charged_to_read_outputs_too),
         cmocka_unit_test(test_select_explain_names_rule_candidates_and_record),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "autotune/cache.h"
-#include "bench/suites.h"
+#include "autotune/suites.h"
 
 /* Exit codes (documented in --help and README.md). */
 enum {

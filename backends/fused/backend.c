@@ -107,7 +107,7 @@ static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part par
     case HD_OP_LAYER_NORM_BACKWARD:
     case HD_OP_RMS_NORM_BACKWARD:
         return s->dim[0] <= INT_MAX / 3 && s->dim[1] <= INT_MAX;
-    default: /* batched GEMM and anything newer: not offered here */
+    default: /* an op newer than this backend: not offered here */
         break;
     }
     return false;

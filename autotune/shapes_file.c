@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "autotune/cache.h"
-#include "bench/suites.h"
+#include "autotune/suites.h"
 #include "dispatch/op.h"
 #include "dispatch/tools.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/suites.h"
+#include "autotune/suites.h"
 #include "dispatch/op.h"
 
 #define GEMM(m, n, k)                                                                              \

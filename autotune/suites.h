@@ -14,11 +14,11 @@
  * dim = {m, n, k} with transposes (C m×n = op(A) m×k · op(B) k×n); LoRA dim = {tokens, in,
  * out, rank}; softmax, layer norm and RMS norm dim = {rows, cols}.
  *
- * Not part of the library: each tool compiles bench/suites.c into itself (in meson,
- * `files('../../bench/suites.c')` from autotune/tool/, or the `bench_suites_src` variable).
+ * Not part of the library: in the tools' library hd_tools (autotune/meson.build), which both
+ * tools and the tests link.
  */
-#ifndef HD_BENCH_SUITES_H
-#define HD_BENCH_SUITES_H
+#ifndef HD_AUTOTUNE_SUITES_H
+#define HD_AUTOTUNE_SUITES_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -75,7 +75,7 @@ double hd__bench_case_elements(const hd_bench_case *c);
 /* Whether the op is reported in GFLOP/s (GEMM, LoRA) rather than only GB/s. */
 int hd__bench_case_compute_bound(const hd_bench_case *c);
 
-/* A growing list of cases, each held once (bench/shapes_file.c): cases malloc'd, the owner
+/* A growing list of cases, each held once (autotune/shapes_file.c): cases malloc'd, the owner
  * frees them. hd__bench_case_list_add appends c unless the list holds the same op and shape;
  * false when out of memory. */
 typedef struct hd_bench_case_list {
@@ -84,7 +84,7 @@ typedef struct hd_bench_case_list {
 } hd_bench_case_list;
 bool hd__bench_case_list_add(hd_bench_case_list *l, const hd_bench_case *c);
 
-/* Shapes files (bench/shapes_file.c), read by both tools' --shapes: one case per line, as the
+/* Shapes files (autotune/shapes_file.c), read by both tools' --shapes: one case per line, as the
  * tuning cache spells them ("gemm 1 4096 4096 [nn|nt|tn|tt]", "lora 8 4096 4096 16 [pt]",
  * "softmax 64 1024", ...), '#' to the end of a line a comment, blank lines ignored. Words are
  * separated by blanks (space, TAB); a dimension is decimal digits alone, at most
