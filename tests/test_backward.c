@@ -864,8 +864,11 @@ static void test_lora_backward_few_tokens_match_reference_in_every_layout(void *
                 check_lora_backward(ctx, s->tokens, s->in, s->out, s->rank, false,
                                     900 + 16 * layout + i);
         }
-        check_lora_accumulates(ctx, 5, 61, 509, 7, 1000 + layout);
-        check_lora_accumulates(ctx, 16, 64, 1024, 16, 1010 + layout);
+        /* accumulation in every layout, the two one-launch shapes in turn */
+        if (layout % 2 == 0)
+            check_lora_accumulates(ctx, 5, 61, 509, 7, 1000 + layout);
+        else
+            check_lora_accumulates(ctx, 16, 64, 1024, 16, 1010 + layout);
     }
     lora_layout = HD_LORA_LAYOUT_DEFAULT;
 }
