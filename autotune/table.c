@@ -312,11 +312,24 @@ const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_s
     return r != NULL && !r->disabled ? r : NULL;
 }
 
-/* The query's log2(1 + dim), once per scan. */
-static void query_logs(const hd_shape *shape, int dims, double out[4])
+/* A scan's shape as the entries hold theirs: log2(1 + dim) once per scan, and the fields
+ * the scans filter on. */
+typedef struct lookup_query {
+    double logdim[4];
+    int dims;
+    uint8_t precision, trans;
+    bool transposes;
+} lookup_query;
+
+static lookup_query make_query(const hd_context *ctx, hd_op op, const hd_shape *shape)
 {
-    for (int d = 0; d < 4; d++)
-        out[d] = d < dims ? log_dim(shape->dim[d]) : 0.0;
+    lookup_query q = {.dims = hd__tune_dim_count(op),
+                      .precision = (uint8_t)hd__tune_precision_of(op, ctx->gemm_precision),
+                      .trans = (uint8_t)(shape->trans_a + 2 * shape->trans_b),
+                      .transposes = hd__tune_has_transposes(op)};
+    for (int d = 0; d < q.dims; d++)
+        q.logdim[d] = log_dim(shape->dim[d]);
+    return q;
 }
 
 /* The nearest record of op in the given LoRA layout (0 for ops without one). */
@@ -326,21 +339,17 @@ static const hd_tune_record *nearest_in_layout(const hd_context *ctx, hd_op op,
 {
     const struct hd_tune_table *t = ctx->tune;
     const hd_tune_record *best = NULL;
-    double best_d = INFINITY, q[4];
-    int dims = hd__tune_dim_count(op);
-    query_logs(shape, dims, q);
-    uint8_t precision = (uint8_t)hd__tune_precision_of(op, ctx->gemm_precision);
-    bool transposes = hd__tune_has_transposes(op);
-    uint8_t trans = (uint8_t)(shape->trans_a + 2 * shape->trans_b);
+    double best_d = INFINITY;
+    lookup_query q = make_query(ctx, op, shape);
     for (size_t i = 0; i < t->file.count; i++) {
         const lookup_entry *e = &t->entries[i];
-        if (e->op != op || e->precision != precision || e->layout != layout ||
-            (transposes && e->trans != trans))
+        if (e->op != op || e->precision != q.precision || e->layout != layout ||
+            (q.transposes && e->trans != q.trans))
             continue;
         double sum = 0.0;
         bool near = true;
-        for (int d = 0; d < dims && near; d++) {
-            double g = fabs(e->logdim[d] - q[d]);
+        for (int d = 0; d < q.dims && near; d++) {
+            double g = fabs(e->logdim[d] - q.logdim[d]);
             near = g <= HD_TUNE_NEAR_DIM;
             sum += g;
         }
@@ -361,23 +370,19 @@ const hd_tune_record *hd__tune_nearest_timing(const hd_context *ctx, hd_op op,
         return NULL;
     const struct hd_tune_table *t = ctx->tune;
     const hd_tune_record *best = NULL;
-    double best_d = INFINITY, q[4];
+    double best_d = INFINITY;
     bool best_same = false;
-    int dims = hd__tune_dim_count(op);
-    query_logs(shape, dims, q);
-    uint8_t precision = (uint8_t)hd__tune_precision_of(op, ctx->gemm_precision);
-    bool transposes = hd__tune_has_transposes(op);
-    uint8_t trans = (uint8_t)(shape->trans_a + 2 * shape->trans_b);
+    lookup_query q = make_query(ctx, op, shape);
     for (size_t i = 0; i < t->file.count; i++) {
         const lookup_entry *e = &t->entries[i];
         /* records that timed b (its winner or runner-up) in the context's precision */
-        if (e->op != op || e->precision != precision || (e->backend != b && e->runner_up != b))
+        if (e->op != op || e->precision != q.precision || (e->backend != b && e->runner_up != b))
             continue;
         /* the shape's own transposes and layout first */
-        bool same = e->layout == shape->lora_layout && (!transposes || e->trans == trans);
+        bool same = e->layout == shape->lora_layout && (!q.transposes || e->trans == q.trans);
         double sum = 0.0;
-        for (int d = 0; d < dims; d++)
-            sum += fabs(e->logdim[d] - q[d]);
+        for (int d = 0; d < q.dims; d++)
+            sum += fabs(e->logdim[d] - q.logdim[d]);
         if (((same && !best_same) || (same == best_same && sum < best_d)) &&
             !t->file.records[e->record].disabled) {
             best = &t->file.records[e->record];

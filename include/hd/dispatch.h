@@ -302,8 +302,10 @@ HD_API hd_status hd_tensor_write(hd_tensor *t, const float *src);
  * data stays on the host; a loop moves to the device after a few calls), as the tuning cache's
  * records and calibration price it; with no tuning cache, or none for this device, the
  * backends' built-in default rates and a nominal 10 GB/s host link price it. Writing t later
- * makes the host copy the valid one again; if t's previous contents had moved to the device,
- * the new ones move at t's next device call. Without a device this does nothing.
+ * makes the host copy the valid one again, and its next copy is paid for by staying as the
+ * first was (so no sequence of writes and calls costs more than twice the better of always
+ * copying and never copying); prefetch it again after writing to move the new contents at
+ * once. Without a device this does nothing.
  * Does not wait for tensors of up to 4 MiB; a larger one is copied from its host memory before
  * this returns (see the asynchrony note at the top). Returns HD_OK, HD_ERR_INVALID_ARGUMENT
  * (NULL), HD_ERR_DEVICE_OUT_OF_MEMORY, HD_ERR_DEVICE.
