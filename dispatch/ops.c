@@ -131,11 +131,13 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
     char failures[HD_ERROR_CAPACITY / 2];
     failures[0] = '\0'; /* not "= \"\"", which would clear all 2 KiB on every call */
     hd_status s = HD_ERR_UNSUPPORTED;
+    double share[HD_PLAN_READ_MAX]; /* of the regret, by where the tensors are before the call */
+    hd__plan_regret_shares(&plan, &call->io, share);
     for (int i = 0; i < plan.count; i++) {
         hd_backend b = plan.order[i];
         s = hd__call_run_on(ctx, b, call, plan.variant[i]);
         if (s == HD_OK && i == 0)
-            hd__plan_account(ctx, &plan, &call->io);
+            hd__plan_account(&plan, &call->io, share);
         if (s == HD_OK) {
             if (failures[0] != '\0') /* what went wrong is a note: the call succeeded */
                 hd__note(ctx, "%s ran on %s after: %s", hd_op_name(call->op), hd_backend_name(b),
@@ -168,12 +170,15 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
 }
 
 /* Output = beta*output at place, by the first usable backend there (in the registry's order)
- * whose scale hook takes it: HD_OK, or HD_ERR_UNSUPPORTED when none did (each failure a
- * note). */
-static hd_status scale_at(hd_context *ctx, const hd_tensor *c, float beta, hd_place place)
+ * whose scale hook takes it: HD_OK; else the last failure's status with its message in
+ * last_failure (each failure also a note), or HD_ERR_UNSUPPORTED where no backend there has
+ * the hook. */
+static hd_status scale_at(hd_context *ctx, const hd_tensor *c, float beta, hd_place place,
+                          char *last_failure, size_t size)
 {
     size_t n;
     const hd_backend *order = hd__registry_order(&n);
+    hd_status failed = HD_ERR_UNSUPPORTED;
     for (size_t i = 0; i < n; i++) {
         hd_backend b = order[i];
         const hd_backend_impl *impl = ctx->backends[b];
@@ -182,17 +187,20 @@ static hd_status scale_at(hd_context *ctx, const hd_tensor *c, float beta, hd_pl
             continue;
         hd_status s = beta == 0.0f ? hd__tensor_reserve(c, place) : hd__tensor_to_place(c, place);
         if (s == HD_OK)
-            s = impl->scale(ctx->backend_state[b], ctx, c, beta);
+            s = hd__fault(ctx, b, "launch") ? HD_ERR_DEVICE
+                                            : impl->scale(ctx->backend_state[b], ctx, c, beta);
         if (s == HD_OK) {
             hd__tensor_written(c, place);
             ctx->last_backend = b;
             return HD_OK;
         }
         /* as for a call: whatever failed is the backend or its device; the host remains */
-        hd__note(ctx, "scaling on %s failed: %s", hd_backend_name(b), ctx->last_error);
+        snprintf(last_failure, size, "%s: %.600s", hd_backend_name(b), ctx->last_error);
+        hd__note(ctx, "scaling on %s", last_failure);
         hd__error_clear(ctx);
+        failed = s;
     }
-    return HD_ERR_UNSUPPORTED;
+    return failed;
 }
 
 /* Output = beta*output: GEMM with k = 0 or alpha = 0, where BLAS ignores A and B, and LoRA
@@ -203,9 +211,17 @@ static hd_status scale_only(hd_context *ctx, const hd_tensor *c, float beta)
 {
     hd_place here = c->state->device_valid ? HD_PLACE_DEVICE : HD_PLACE_HOST;
     hd_place other = here == HD_PLACE_HOST ? HD_PLACE_DEVICE : HD_PLACE_HOST;
-    if (scale_at(ctx, c, beta, here) == HD_OK || scale_at(ctx, c, beta, other) == HD_OK)
+    char last_failure[700] = "";
+    hd_status s = scale_at(ctx, c, beta, here, last_failure, sizeof last_failure);
+    if (s == HD_OK)
         return HD_OK;
-    return hd__error(ctx, HD_ERR_INTERNAL, "no usable backend scales the output");
+    hd_status there = scale_at(ctx, c, beta, other, last_failure, sizeof last_failure);
+    if (there == HD_OK)
+        return HD_OK;
+    s = there != HD_ERR_UNSUPPORTED ? there : s;
+    if (s == HD_ERR_UNSUPPORTED) /* the CPU's hook always is: only a context without it */
+        return hd__error(ctx, s, "no backend of this context scales the output");
+    return hd__error(ctx, s, "scaling the output failed on %s", last_failure);
 }
 
 hd_status hd__call_prepare(hd_context *ctx, hd_op op, const hd_tensor *const t[],

@@ -260,7 +260,7 @@ static void resident_times(const hd_context *ctx, hd_plan *plan, hd_op op, const
 
 /* What staying costs this call: the first backend's time against the fastest backend at the
  * other place whose inputs would have to move there, when that one would be faster with them
- * in place. hd__plan_account() charges it to those inputs after the call ran. */
+ * in place. hd__plan_account() charges it to the tensors the call read after it ran. */
 static void plan_regret(const hd_context *ctx, hd_plan *plan, hd_op op, const hd_shape *shape)
 {
     plan->regret_us = 0.0;
@@ -282,19 +282,25 @@ static void plan_regret(const hd_context *ctx, hd_plan *plan, hd_op op, const hd
     }
 }
 
-void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_tensors *io)
+void hd__plan_regret_shares(const hd_plan *plan, const hd_call_tensors *io,
+                            double share[HD_PLAN_READ_MAX])
 {
-    (void)ctx;
-    if (plan->regret_us <= 0.0)
-        return;
     double total = 0.0;
-    for (int i = 0; i < read_count(io); i++)
-        total += (double)hd__tensor_migration_bytes(read_tensor(io, i), plan->regret_place);
-    for (int i = 0; i < read_count(io) && total > 0.0; i++) {
-        const hd_tensor *t = read_tensor(io, i);
-        double share = (double)hd__tensor_migration_bytes(t, plan->regret_place) / total;
-        t->state->stay_us += plan->regret_us * share;
+    for (int i = 0; i < read_count(io); i++) {
+        share[i] = plan->regret_us > 0.0
+                       ? (double)hd__tensor_migration_bytes(read_tensor(io, i), plan->regret_place)
+                       : 0.0;
+        total += share[i];
     }
+    for (int i = 0; i < read_count(io); i++)
+        share[i] = total > 0.0 ? share[i] / total : 0.0;
+}
+
+void hd__plan_account(const hd_plan *plan, const hd_call_tensors *io,
+                      const double share[HD_PLAN_READ_MAX])
+{
+    for (int i = 0; i < read_count(io) && plan->regret_us > 0.0; i++)
+        read_tensor(io, i)->state->stay_us += plan->regret_us * share[i];
 }
 
 /* Rules 2 and 3: puts the record's backend first, or its runner-up when moving the inputs to

@@ -55,10 +55,17 @@ hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, con
  * scheduler moves it for free (the break-even rule of residency). */
 bool hd__tensor_move_paid(const hd_context *ctx, const hd_tensor *t);
 
-/* After a call ran on plan's first backend: charges the plan's regret to the tensors the call
- * read (its inputs, and outputs it also reads, as GEMM's C with beta != 0) that were not at
- * the other place, in proportion to their bytes. */
-void hd__plan_account(const hd_context *ctx, const hd_plan *plan, const hd_call_tensors *io);
+/* The tensors a call reads: its inputs, then the outputs it also reads. */
+#define HD_PLAN_READ_MAX (2 * HD_OP_TENSOR_MAX)
+
+/* Before a call runs on plan's first backend: each tensor it reads (its inputs, and outputs it
+ * also reads, as GEMM's C with beta != 0) takes the share of the plan's regret that its bytes
+ * not yet at the other place make of all such bytes, as the tensors are before the call. */
+void hd__plan_regret_shares(const hd_plan *plan, const hd_call_tensors *io,
+                            double share[HD_PLAN_READ_MAX]);
+/* After the call ran there: charges each read tensor its share of the regret. */
+void hd__plan_account(const hd_plan *plan, const hd_call_tensors *io,
+                      const double share[HD_PLAN_READ_MAX]);
 
 /* Why plan's first backend was chosen, in one line. */
 void hd__plan_reason(const hd_plan *plan, char *buf, size_t size);

@@ -138,6 +138,9 @@ hd_status hd__tensor_to_place(const hd_tensor *t, hd_place place)
 
 void hd__tensor_written(const hd_tensor *t, hd_place place)
 {
+    bool stays = place == HD_PLACE_HOST ? t->state->host_valid : t->state->device_valid;
+    if (!stays) /* written where it was not: what staying elsewhere cost is void */
+        t->state->stay_us = 0.0;
     t->state->host_valid = place == HD_PLACE_HOST;
     t->state->device_valid = place == HD_PLACE_DEVICE;
 }

@@ -52,6 +52,9 @@ bad=$(grep -nE '#include "' "$root"/dispatch/*.c "$root"/dispatch/*.h |
     grep -vE '#include "(dispatch/[a-z_]+\.h|backends/backend\.h)"')
 [ -z "$bad" ] || fail "dispatch/ includes a header outside dispatch/ and backends/backend.h:
 $bad"
+bad=$(grep -nE '#include <(CL/|clblast|cblas|openblas)' "$root"/dispatch/*.c "$root"/dispatch/*.h)
+[ -z "$bad" ] || fail "dispatch/ includes a device or BLAS library's header:
+$bad"
 
 # The tuning cache and the tools reach the device through dispatch/device.h, never the
 # OpenCL runtime itself.

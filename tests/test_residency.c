@@ -339,6 +339,39 @@ static void test_residency_gemm_scale_only_stays_on_the_device(void **state)
     scale_only_stays_on_the_device(HD_BACKEND_FUSED, "clblast:probe-device");
     scale_only_stays_on_the_device(HD_BACKEND_CLBLAST, "fused:probe-device");
 
+    /* The device's scale failing (a fault at launch), a device-resident C is scaled on the
+     * host, with a note; with no backend on the host either, the call returns the device's
+     * error, and says where it failed. */
+    setenv("HD_FAULT", "fused:launch,clblast:launch", 1);
+    ctx = hd_test_context(false);
+    unsetenv("HD_FAULT");
+    float cf[6] = {1, -2, 3, 4, 5, 6}, gf[6];
+    hd_tensor *fa = hd_test_tensor(ctx, 2, 0, NULL), *fb = hd_test_tensor(ctx, 0, 3, NULL);
+    hd_tensor *fc = hd_test_tensor(ctx, 2, 3, cf);
+    assert_int_equal(hd_tensor_prefetch(fc), HD_OK);
+    hd_test_notes_clear();
+    hd_test_expect_ran_on(ctx, hd_gemm(ctx, false, false, 1.0f, fa, fb, -1.0f, fc), HD_BACKEND_CPU,
+                          "scale-only GEMM after the device's scale failed");
+    assert_non_null(strstr(hd_test_notes(), "injected fault"));
+    assert_int_equal(hd_tensor_read(fc, gf), HD_OK);
+    for (int i = 0; i < 6; i++)
+        assert_true(gf[i] == -cf[i]);
+    hd_tensor_destroy(fa);
+    hd_tensor_destroy(fb);
+    hd_tensor_destroy(fc);
+    hd_context_destroy(ctx);
+    setenv("HD_FAULT", "cpu:probe,fused:launch,clblast:launch", 1);
+    ctx = hd_test_context(false);
+    unsetenv("HD_FAULT");
+    fa = hd_test_tensor(ctx, 2, 0, NULL), fb = hd_test_tensor(ctx, 0, 3, NULL);
+    fc = hd_test_tensor(ctx, 2, 3, cf);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, fa, fb, 2.0f, fc), HD_ERR_DEVICE);
+    assert_non_null(strstr(hd_context_last_error(ctx), "scaling the output failed on"));
+    hd_tensor_destroy(fa);
+    hd_tensor_destroy(fb);
+    hd_tensor_destroy(fc);
+    hd_context_destroy(ctx);
+
     /* Without a backend on the host, C written from the host is scaled on the device. */
     setenv("HD_FAULT", "cpu:probe", 1);
     ctx = hd_test_context(false);

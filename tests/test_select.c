@@ -401,8 +401,8 @@ static void test_select_download_costs_a_round_trip(void **state)
 }
 
 /* What staying cost a call is charged to every tensor the call read that was not at the
- * other place, by bytes: the inputs, and an output the call also reads (GEMM's C with beta
- * != 0), so that such an output too moves once staying has paid for its copy. */
+ * other place before the call, by bytes: the inputs, and an output the call also reads (GEMM's
+ * C with beta != 0), so that such an output too moves once staying has paid for its copy. */
 static void test_select_regret_is_charged_to_read_outputs_too(void **state)
 {
     (void)state;
@@ -415,15 +415,29 @@ static void test_select_regret_is_charged_to_read_outputs_too(void **state)
     hd_call_tensors io = {.inputs = {&a, &b}, .input_count = 2, .outputs = {&c},
                           .output_count = 1, .output_read = true};
     hd_plan p = {.regret_us = 90.0, .regret_place = HD_PLACE_DEVICE};
-    hd__plan_account(ctx, &p, &io);
+    double share[HD_PLAN_READ_MAX];
+    hd__plan_regret_shares(&p, &io, share);
+    hd__plan_account(&p, &io, share);
     /* a: 512 bytes to move, c: 256; b is on the device already */
     assert_true(fabs(as.stay_us - 60.0) < 1e-9);
     assert_true(fabs(cs.stay_us - 30.0) < 1e-9);
     assert_true(bs.stay_us == 0.0);
+
+    /* c valid at both places before the call costs the device nothing: a takes the regret,
+     * though the call, writing c on the host, leaves c on the host alone by the account */
+    as.stay_us = cs.stay_us = 0.0;
+    cs.device_valid = true;
+    hd__plan_regret_shares(&p, &io, share);
+    cs.device_valid = false; /* the call wrote c where it ran */
+    hd__plan_account(&p, &io, share);
+    assert_true(fabs(as.stay_us - 90.0) < 1e-9);
+    assert_true(cs.stay_us == 0.0);
+
     io.output_read = false; /* an output only written is not charged */
-    hd__plan_account(ctx, &p, &io);
-    assert_true(fabs(as.stay_us - 150.0) < 1e-9);
-    assert_true(fabs(cs.stay_us - 30.0) < 1e-9);
+    hd__plan_regret_shares(&p, &io, share);
+    hd__plan_account(&p, &io, share);
+    assert_true(fabs(as.stay_us - 180.0) < 1e-9);
+    assert_true(cs.stay_us == 0.0);
     hd_context_destroy(ctx);
 }
 
