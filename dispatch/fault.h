@@ -1,14 +1,15 @@
 /*
- * Test-only fault injection, compiled only into the internal library that tests and tools link
- * (HD_FAULT_INJECTION), never into libdispatch.so.
+ * Test-only fault injection, compiled only into the internal library that the tests link
+ * (HD_FAULT_INJECTION), never into libdispatch.so or the installed tools.
  * $HD_FAULT="<backend>:<step>[,<backend>:<step>...]" (read once, at context creation) makes the
- * named backend fail at the named step with HD_ERR_DEVICE, as if its device had failed there, so
- * that tests can prove the fallback of every operation. Steps the dispatcher checks itself: "probe"
- * (the backend is not available), "probe-device" (its probe fails as a failing device would),
- * "migrate" (moving inputs to its place), "launch" (just before its op slot or its scale hook), and "*:open" (opening
- * the OpenCL device fails). Device backends may check further steps of their own, e.g. "build",
- * with hd__fault(). A backend of "*" matches all but the last resort (the CPU). An item it cannot read is ignored
- * with a note; a step no one checks is simply never met.
+ * named backend fail at the named step with HD_ERR_DEVICE, as if its device had failed there,
+ * so that tests can prove the fallback of every operation. Steps the dispatcher checks itself:
+ * "probe" (the backend is not available), "probe-device" (its probe fails as a failing device
+ * would), "migrate" (moving inputs to its place), "launch" (just before its op slot or its
+ * scale hook), and "*:open" (opening the OpenCL device fails). Device backends may check
+ * further steps of their own, e.g. "build", with hd__fault(). A backend of "*" matches all but
+ * the last resort (the CPU). An item it cannot read is ignored with a note; a step no one
+ * checks is simply never met.
  */
 #ifndef HD_DISPATCH_FAULT_H
 #define HD_DISPATCH_FAULT_H
