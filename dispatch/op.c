@@ -137,7 +137,6 @@ static void lora_product(const hd_shape *s, const hd_op_args *args, hd_shape *pr
 const hd_op_desc hd__op_table[HD_OP_COUNT] = {
     [HD_OP_GEMM] =
         {
-            .name = "gemm",
             .fn = "hd_gemm",
             .dims = 3,
             .dim_names = {"m", "n", "k"},
@@ -151,7 +150,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_LORA] =
         {
-            .name = "lora",
             .fn = "hd_lora_forward",
             .dims = 4,
             .dim_names = {"tokens", "in", "out", "rank"},
@@ -171,7 +169,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_SOFTMAX] =
         {
-            .name = "softmax",
             .fn = "hd_softmax",
             .dims = 2,
             .dim_names = {"rows", "cols"},
@@ -183,7 +180,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_LAYER_NORM] =
         {
-            .name = "layer_norm",
             .fn = "hd_layer_norm",
             .dims = 2,
             .dim_names = {"rows", "cols"},
@@ -196,7 +192,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_RMS_NORM] =
         {
-            .name = "rms_norm",
             .fn = "hd_rms_norm",
             .dims = 2,
             .dim_names = {"rows", "cols"},
@@ -209,7 +204,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_GEMM_BATCHED] =
         {
-            .name = "gemm_batched",
             .fn = "hd_gemm_batched",
             .dims = 4,
             .dim_names = {"m", "n", "k", "batch"},
@@ -226,7 +220,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_SOFTMAX_BACKWARD] =
         {
-            .name = "softmax_backward",
             .fn = "hd_softmax_backward",
             .dims = 2,
             .dim_names = {"rows", "cols"},
@@ -238,7 +231,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_LAYER_NORM_BACKWARD] =
         {
-            .name = "layer_norm_backward",
             .fn = "hd_layer_norm_backward",
             .dims = 2,
             .dim_names = {"rows", "cols"},
@@ -252,7 +244,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_RMS_NORM_BACKWARD] =
         {
-            .name = "rms_norm_backward",
             .fn = "hd_rms_norm_backward",
             .dims = 2,
             .dim_names = {"rows", "cols"},
@@ -265,7 +256,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
         },
     [HD_OP_LORA_BACKWARD] =
         {
-            .name = "lora_backward",
             .fn = "hd_lora_backward",
             .lora_layout = true,
             .dims = 4,
@@ -336,7 +326,7 @@ int hd__op_text(hd_op op, const hd_shape *s, hd_text_style style, char *buf, siz
     const hd_op_desc *d = hd__op(op);
     int joined = d->first_suffix_dim > 0 ? d->first_suffix_dim : d->dims;
     char text[160];
-    size_t len = (size_t)snprintf(text, sizeof text, "%s ", d->name);
+    size_t len = (size_t)snprintf(text, sizeof text, "%s ", hd_op_name(op));
     for (int i = 0; i < joined && len < sizeof text; i++)
         len += (size_t)snprintf(text + len, sizeof text - len, "%s%zu", i ? "x" : "", s->dim[i]);
     bool upper = style == HD_TEXT_CASE;

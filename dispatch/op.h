@@ -68,9 +68,8 @@ typedef enum hd_args_kind {
     HD_ARGS_LORA_BACKWARD,
 } hd_args_kind;
 
-typedef struct hd_op_desc {
-    const char *name; /* hd_op_name() */
-    const char *fn;   /* the public function, for messages */
+typedef struct hd_op_desc { /* the op's name is HD_OP_MAP's (hd_op_name()) */
+    const char *fn; /* the public function, for messages */
     int dims;         /* how many of hd_shape.dim the op uses */
     const char *dim_names[HD_OP_DIM_MAX];
     /* Dims written after the others with a prefix in case texts ("lora 1x64x64 r8"), from

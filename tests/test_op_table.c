@@ -21,8 +21,8 @@ static void test_op_table_every_op_has_every_field(void **state)
         hd_op op = (hd_op)o;
         const hd_op_desc *d = hd__op(op);
         const char *name = hd_op_name(op);
-        assert_non_null(d->name);
-        assert_string_equal(d->name, name);
+        assert_non_null(name);
+        assert_true(strcmp(name, "unknown") != 0);
         assert_non_null(d->fn);
         assert_true(strncmp(d->fn, "hd_", 3) == 0);
         assert_true(d->dims >= 1 && d->dims <= HD_OP_DIM_MAX);

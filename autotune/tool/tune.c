@@ -77,7 +77,7 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
         outputs += desc->tensors[i].role == HD_ROLE_OUTPUT;
     if (outputs > MAX_OUTPUTS || desc->tensor_count - outputs > MAX_INPUTS)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "%s has %d tensors: more than the tuner holds",
-                         desc->name, desc->tensor_count);
+                         hd_op_name(c->op), desc->tensor_count);
     static unsigned long long seed = 0x5eed;
     seed += 0x9e3779b97f4a7c15ull;
     unsigned long long st = seed;
