@@ -10,7 +10,7 @@
 #      through CMake's find_package against it, run both and check them against the float64
 #      reference;
 #   5. fuzz: the tuning cache parser's libFuzzer target (clang, ASan+UBSan) for
-#      $HD_FUZZ_SECONDS (default 60) seconds from its corpus; a crash or a failed check of the
+#      $HD_FUZZ_SECONDS (default 30) seconds from its corpus; a crash or a failed check of the
 #      target (parse, write, parse must give the same file) fails the stage.
 # Ends with "N passed, N failed" over all suites run. Build directories live under
 # $HD_TEST_BUILD_ROOT (default: build-tests/ in the repository) and are reused by later runs.
@@ -178,7 +178,7 @@ stage_installed() {
 }
 
 stage_fuzz() {
-    local dir="$builds/fuzz" seconds="${HD_FUZZ_SECONDS:-60}" log="$builds/fuzz.log" rc
+    local dir="$builds/fuzz" seconds="${HD_FUZZ_SECONDS:-30}" log="$builds/fuzz.log" rc
     say "[$stage] configure $dir with clang"
     if [ ! -f "$dir/build.ninja" ]; then
         CC=clang meson setup "$dir" -Dfuzz=true -Dtests=false -Dtools=false -Dopencl=disabled \

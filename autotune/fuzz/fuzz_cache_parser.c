@@ -8,7 +8,7 @@
  *   ninja -C build-fuzz autotune/fuzz/fuzz_cache_parser
  *   ./build-fuzz/autotune/fuzz/fuzz_cache_parser -max_total_time=60 NEW_DIR autotune/fuzz/corpus
  *
- * tests/run.sh runs it for 60 s in its "fuzz" stage where clang is installed.
+ * tests/run.sh runs it for 30 s (HD_FUZZ_SECONDS) in its "fuzz" stage where clang is installed.
  */
 #include <math.h>
 #include <stdint.h>
