@@ -108,10 +108,10 @@ cl_event *hd__cl_event_slot(hd_cl_runtime *rt);
 hd_status hd__cl_capture_mark(hd_cl_runtime *rt, hd_context *ctx);
 hd_status hd__cl_capture_end(hd_cl_runtime *rt, hd_context *ctx, double *seconds);
 
-/* For calibration and the roofline: device-to-device copy bandwidth over a buffer of bytes
- * (read plus written bytes per second, median of several copies timed by events), and the
- * median cost of launching an empty kernel: device time (event start to end) and host time
- * (enqueue plus finish). Both wait. */
+/* For calibration and the roofline, in the tools' library only (measure.c): device-to-device
+ * copy bandwidth over a buffer of bytes (read plus written bytes per second, median of several
+ * copies timed by events), and the median cost of launching an empty kernel: device time
+ * (event start to end) and host time (enqueue plus finish). Both wait. */
 hd_status hd__cl_copy_bandwidth(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
                                 double *bytes_per_second);
 hd_status hd__cl_launch_latency(hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
