@@ -304,7 +304,8 @@ hd_status hd__backend_set_params(hd_context *ctx, hd_backend b, const char *name
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(ctx);
     if (name == NULL || value == NULL)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "a device parameter set needs a name and a value");
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "a device parameter set needs a name and a value");
     if ((unsigned)b >= HD_BACKEND_COUNT || ctx->composite[b] != NULL || b == HD_BACKEND_AUTO ||
         !hd__backend_usable(ctx, b))
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,

@@ -67,8 +67,8 @@ hd_status hd_context_explain(hd_context *ctx, hd_op op, const size_t dims[4], ch
     if (d->transposes && d->dims < HD_OP_DIM_MAX) {
         if (dims[d->dims] > 3)
             return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                             "hd_context_explain: %s dims[%d] holds the transposes (0-3)", hd_op_name(op),
-                             d->dims);
+                             "hd_context_explain: %s dims[%d] holds the transposes (0-3)",
+                             hd_op_name(op), d->dims);
         shape.trans_a = (dims[d->dims] & 1) != 0;
         shape.trans_b = (dims[d->dims] & 2) != 0;
     }

@@ -285,11 +285,11 @@ static void plan_regret(const hd_context *ctx, hd_plan *plan, hd_op op, const hd
 void hd__plan_regret_shares(const hd_plan *plan, const hd_call_tensors *io,
                             double share[HD_PLAN_READ_MAX])
 {
+    if (plan->regret_us <= 0.0) /* nothing to charge: hd__plan_account reads no share */
+        return;
     double total = 0.0;
     for (int i = 0; i < read_count(io); i++) {
-        share[i] = plan->regret_us > 0.0
-                       ? (double)hd__tensor_migration_bytes(read_tensor(io, i), plan->regret_place)
-                       : 0.0;
+        share[i] = (double)hd__tensor_migration_bytes(read_tensor(io, i), plan->regret_place);
         total += share[i];
     }
     for (int i = 0; i < read_count(io); i++)
@@ -476,7 +476,8 @@ void hd__plan_reason(const hd_plan *plan, char *buf, size_t size)
         return;
     case HD_SELECT_COST:
         snprintf(buf, size, "cost model from %s: %s %.2f us (migration %.2f us)",
-                 plan->calibrated ? "the calibration" : "the backends' default rates (no calibration)",
+                 plan->calibrated ? "the calibration"
+                                  : "the backends' default rates (no calibration)",
                  hd_backend_name(first), plan->model_us[first], plan->migrate_us[first]);
         return;
     case HD_SELECT_DEFAULT:

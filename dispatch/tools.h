@@ -7,9 +7,10 @@
  * or through the scheduler as a public call does, or through a backend's slot alone, to see
  * what the dispatcher adds to it. It asks which backends take a call, where they run, which
  * variants they list and what they estimate a call at, sets a backend's device parameter set,
- * and asks which backend an op is forced to and how often the plan memo answered. The context's fields, the scheduler's plans, the argument checks and the
- * backends' states stay behind these functions, so that dispatch/ can change them without a
- * tool noticing; tests/check_layers.sh keeps the tools to this header.
+ * and asks which backend an op is forced to and how often the plan memo answered. The
+ * context's fields, the scheduler's plans, the argument checks and the backends' states stay
+ * behind these functions, so that dispatch/ can change them without a tool noticing;
+ * tests/check_layers.sh keeps the tools to this header.
  *
  * Beside it the tools include dispatch/op.h (the op table: names, dims, tensors, flops, value
  * ranges), dispatch/device.h (the device as they measure it), dispatch/tuning.h and the cache

@@ -638,8 +638,9 @@ static void test_clblast_device_parameter_set_through_the_tuning_interface(void 
         fail_msg("set_params: %s", hd_context_last_error(ctx));
     assert_int_equal(st->base.min_indirect_size, 128);
     hd_rng rng = hd_test_rng(15);
-    check_gemm(ctx, &rng, false, true, 131, 137, 139, 1.0f, 0.5f, HD_BACKEND_CLBLAST); /* indirect */
-    check_gemm(ctx, &rng, true, false, 33, 35, 37, 1.0f, 0.0f, HD_BACKEND_CLBLAST);   /* direct */
+    /* past the threshold of 128: indirect; under it: direct */
+    check_gemm(ctx, &rng, false, true, 131, 137, 139, 1.0f, 0.5f, HD_BACKEND_CLBLAST);
+    check_gemm(ctx, &rng, true, false, 33, 35, 37, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
 
     hd_clblast_params now = st->base;
     assert_int_equal(hd__backend_set_params(ctx, HD_BACKEND_CLBLAST, "base", "NOPE=1"),

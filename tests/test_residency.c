@@ -472,7 +472,8 @@ int main(void)
         cmocka_unit_test(test_residency_single_call_on_host_data_stays_on_the_host),
         cmocka_unit_test(test_residency_loop_on_host_data_ends_on_the_device),
         cmocka_unit_test(test_residency_without_a_cache_a_loop_moves_after_a_few_calls),
-        cmocka_unit_test(test_residency_rounds_cost_at_most_twice_the_better_of_copying_and_staying),
+        cmocka_unit_test(
+            test_residency_rounds_cost_at_most_twice_the_better_of_copying_and_staying),
         cmocka_unit_test(test_residency_rewritten_input_pays_for_its_copy_again),
         cmocka_unit_test(test_residency_prefetch_places_a_tensor_up_front),
         cmocka_unit_test(test_residency_gemm_scale_only_stays_on_the_device),

@@ -182,7 +182,8 @@ static void test_select_cost_model_beats_default_order(void **state)
     assert_true(hd__backend_estimate_us(ctx, HD_BACKEND_CLBLAST_FUSED, HD_OP_SOFTMAX, &rows,
                                         &f.cal) < 0.0);
     assert_true(hd__backend_estimate_us(ctx, HD_BACKEND_AUTO, HD_OP_SOFTMAX, &rows, &f.cal) < 0.0);
-    assert_true(hd__backend_estimate_us(ctx, HD_BACKEND_CLBLAST, HD_OP_SOFTMAX, &rows, &f.cal) < 0.0);
+    assert_true(hd__backend_estimate_us(ctx, HD_BACKEND_CLBLAST, HD_OP_SOFTMAX, &rows,
+                                        &f.cal) < 0.0);
     hd_context_destroy(ctx);
 
     /* The reverse device: a fast GPU. A large GEMM goes to CLBlast, a one-token GEMM to the

@@ -174,6 +174,18 @@ static bool parse_ops(const char *list, bool wanted[HD_OP_COUNT])
     return hd__bench_list_each("dispatch-autotune: --ops", list, want_op, wanted);
 }
 
+/* The list after the option at argv[*i] (of `what` names), parsed by parse into out; false
+ * with a message where it is missing or bad. */
+static bool list_option(int argc, char **argv, int *i, const char *what,
+                        bool (*parse)(const char *list, bool *out), bool *out)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "dispatch-autotune: %s needs a list of %s names\n", argv[*i], what);
+        return false;
+    }
+    return parse(argv[++*i], out);
+}
+
 static int parse_args(int argc, char **argv, tool_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -231,18 +243,10 @@ static int parse_args(int argc, char **argv, tool_options *o)
         } else if (strcmp(a, "--explain") == 0) {
             value = &o->explain;
         } else if (strcmp(a, "--ops") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "dispatch-autotune: --ops needs a list of operation names\n");
-                return EXIT_USAGE;
-            }
-            if (!parse_ops(argv[++i], o->op_wanted))
+            if (!list_option(argc, argv, &i, "operation", parse_ops, o->op_wanted))
                 return EXIT_USAGE;
         } else if (strcmp(a, "--backends") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "dispatch-autotune: --backends needs a list of backend names\n");
-                return EXIT_USAGE;
-            }
-            if (!parse_backends(argv[++i], o->backend_left_out))
+            if (!list_option(argc, argv, &i, "backend", parse_backends, o->backend_left_out))
                 return EXIT_USAGE;
         } else {
             fprintf(stderr, "dispatch-autotune: unknown option '%s' (see --help)\n", a);
