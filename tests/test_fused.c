@@ -1148,9 +1148,38 @@ static void test_gemm_tile_defaults(void **state)
             p.rn != cases[i].rn || p.sk != cases[i].sk)
             fail_msg("%s: BM=%d BN=%d RM=%d RN=%d SK=%d", what, p.bm, p.bn, p.rm, p.rn, p.sk);
     }
-    /* with cp.async (NVIDIA): 128 x 128 tiles of 16 x 8 where it copies both operands (TN), 3
-     * buffers wherever it copies one; elsewhere 128 x 128 tiles of 16 x 8 through registers
-     * loaded two stages ahead (LEAD=2) where their waves come out ahead, else 64 x 128 */
+    /* thin products: 32 deep where the long side's operand is stored depth-contiguous (A m x k,
+     * B n x k) and the groups fill the units three times over (512 groups here), else 16 */
+    static const struct {
+        size_t m, n;
+        bool ta, tb;
+        int bk;
+    } thin[] = {
+        {4096, 16, false, false, 32}, {4096, 16, true, false, 16}, {4096, 16, false, true, 32},
+        {16, 4096, false, false, 16}, {16, 4096, false, true, 32}, {16, 4096, true, true, 32},
+        {2048, 16, false, false, 16}, {16, 2048, true, true, 16},
+    };
+    for (size_t i = 0; i < sizeof thin / sizeof thin[0]; i++) {
+        size_t k = 4096, m = thin[i].m, n = thin[i].n;
+        hd_fused_tile_call c = {.m = m,
+                                .n = n,
+                                .k = k,
+                                .batch = 1,
+                                .alpha = 1.0f,
+                                .a = {NULL, thin[i].ta ? m : k, thin[i].ta},
+                                .b = {NULL, thin[i].tb ? k : n, thin[i].tb},
+                                .ldc = n,
+                                .precision = HD_PRECISION_FP32};
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        if (p.bk != thin[i].bk || p.sk != 16)
+            fail_msg("thin %zu x %zu (%d%d): BK=%d SK=%d", m, n, thin[i].ta, thin[i].tb, p.bk,
+                     p.sk);
+    }
+    /* with cp.async (NVIDIA): 128 x 128 tiles of 16 x 8 where it copies both operands (TN, 5
+     * buffers 8 deep), 3 buffers wherever it copies one; elsewhere 128 x 128 tiles of 16 x 8
+     * through registers loaded two stages ahead (LEAD=2), 16 deep, where their waves come out
+     * ahead, else 64 x 128 */
     f.mma = true;
     static const struct {
         size_t m, n;
@@ -1175,7 +1204,7 @@ static void test_gemm_tile_defaults(void **state)
         hd_fused_params p;
         assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
         if ((p.lead == 2) != waves[i].lead || p.bm != (waves[i].lead ? 128 : 64) ||
-            p.rm != (waves[i].lead ? 16 : 8) || p.async != 0)
+            p.rm != (waves[i].lead ? 16 : 8) || p.bk != 16 || p.async != 0)
             fail_msg("%zu x %zu NT: BM=%d RM=%d LEAD=%d ASYNC=%d", waves[i].m, waves[i].n, p.bm,
                      p.rm, p.lead, p.async);
     }
@@ -1195,9 +1224,56 @@ static void test_gemm_tile_defaults(void **state)
         bool tn = ta && !tb;
         assert_int_equal(p.bm, 128);
         assert_int_equal(p.rm, 16);
+        assert_int_equal(p.bk, tn ? 8 : 16);
         assert_int_equal(p.lead, tn ? 0 : 2);
-        assert_int_equal(p.async, tn ? 3 : 0);
+        assert_int_equal(p.async, tn ? 5 : 0);
     }
+    /* TN whose 128 x 128 tiles leave the last wave part empty: 64 x 128 tiles, 3 buffers; its
+     * rows unaligned, where the 64 x 128 tiles' scalar loads leave two groups per unit: the
+     * 128 x 128 ones through registers, 8 deep */
+    static const struct {
+        size_t m, n, k;
+        int bm, bk, async, lead;
+    } tn_cases[] = {
+        {4096, 520, 1032, 64, 16, 3, 0},
+        {4093, 521, 1031, 128, 8, 0, 2},
+        {4096, 4096, 4096, 128, 8, 5, 0},
+        {11008, 4096, 2048, 128, 8, 5, 0}, /* 10.4 waves against 13.9 of 64 x 128 */
+    };
+    for (size_t i = 0; i < sizeof tn_cases / sizeof tn_cases[0]; i++) {
+        hd_fused_tile_call c = {.m = tn_cases[i].m,
+                                .n = tn_cases[i].n,
+                                .k = tn_cases[i].k,
+                                .batch = 1,
+                                .alpha = 1.0f,
+                                .a = {NULL, tn_cases[i].m, true},
+                                .b = {NULL, tn_cases[i].n, false},
+                                .ldc = tn_cases[i].n,
+                                .precision = HD_PRECISION_FP32};
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        if (p.bm != tn_cases[i].bm || p.bk != tn_cases[i].bk || p.async != tn_cases[i].async ||
+            p.lead != tn_cases[i].lead)
+            fail_msg("%zu x %zu x %zu TN: BM=%d BK=%d ASYNC=%d LEAD=%d", tn_cases[i].m,
+                     tn_cases[i].n, tn_cases[i].k, p.bm, p.bk, p.async, p.lead);
+    }
+    /* 5 buffers where the local memory holds them, else 3 */
+    f.local_mem = 5 * 2 * 8 * 132 * sizeof(float);
+    hd_fused_tile_call deep = {.m = 4096,
+                               .n = 4096,
+                               .k = 4096,
+                               .batch = 1,
+                               .alpha = 1.0f,
+                               .a = {NULL, 4096, true},
+                               .b = {NULL, 4096, false},
+                               .ldc = 4096,
+                               .precision = HD_PRECISION_FP32};
+    hd_fused_params p;
+    assert_int_equal(hd__fused_tile_resolve(&f, ctx, &deep, &p), HD_OK);
+    assert_int_equal(p.async, 5);
+    f.local_mem = 5 * 2 * 8 * 132 * sizeof(float) - 1;
+    assert_int_equal(hd__fused_tile_resolve(&f, ctx, &deep, &p), HD_OK);
+    assert_int_equal(p.async, 3);
 }
 
 /* ---- LoRA ---- */
@@ -1343,9 +1419,9 @@ static void cp_async_end(hd_fused *f, bool emulating)
 /* The FMA kernel with its register-staged operands loaded two stages ahead (LEAD=2), with and
  * without cp.async (emulated where NVIDIA's is not): every transpose, stage counts odd and
  * even, one stage, one depth, a partial last stage; unaligned rows (scalar loads) too, and
- * LoRA's second product through the same registers; the tuner's and the defaults' LEAD tile
- * (128 x 128, 16 x 8, float4 loads), which test_gemm_tiles_every_variant_and_transpose leaves
- * to this test, without copies (NT) on an even and an odd count of stages. */
+ * LoRA's second product through the same registers; the tuner's and the defaults' LEAD tiles
+ * (128 x 128, 16 x 8, 8 and 16 deep), which test_gemm_tiles_every_variant_and_transpose leaves
+ * to this test, without copies on an even and an odd count of stages. */
 static void test_gemm_fma_lead_variants_match_reference(void **state)
 {
     hd_context *ctx = *state;
@@ -1369,6 +1445,15 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
                   HD_PRECISION_FP32, 3420);
     check_gemm_in(ctx, &(gemm_case){129, 260, 40, -1.0f, 0.0f, true, false, true}, lead_tile,
                   HD_PRECISION_FP32, 3421);
+    /* the defaults' 16-deep LEAD tile: stages odd and even in count, the last one partial,
+     * scalar rows */
+    static const char deep_tile[] = "BM=128 BN=128 BK=16 RM=16 RN=8 LEAD=2";
+    check_gemm_in(ctx, &(gemm_case){132, 136, 80, 1.0f, 0.5f, false, false, true}, deep_tile,
+                  HD_PRECISION_FP32, 3422);
+    check_gemm_in(ctx, &(gemm_case){129, 260, 40, -1.0f, 0.0f, true, false, false}, deep_tile,
+                  HD_PRECISION_FP32, 3423);
+    check_gemm_in(ctx, &(gemm_case){131, 68, 23, 0.5f, 0.25f, false, true, true}, deep_tile,
+                  HD_PRECISION_FP32, 3424);
     check_lora(ctx, 37, 96, 84, 8, variants[1], 3440);
     cp_async_end(f, emulate);
 }

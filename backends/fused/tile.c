@@ -104,6 +104,24 @@ static size_t wgmma_stage_bytes(const hd_fused_params *p)
     return ((p->areg ? 0 : (size_t)p->bm) + (size_t)p->bn) * (size_t)p->bk * sizeof(float);
 }
 
+/* Local memory of one kernel (two stages of each operand, or ASYNC), as gemm.cl lays it out. */
+static size_t local_bytes(const hd_fused_params *p, bool mma)
+{
+    if (p->wgmma)
+        return (size_t)p->async * wgmma_stage_bytes(p);
+    size_t buffers = p->async > 0 ? (size_t)p->async : 2;
+    size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
+    if (mma) { /* depth-contiguous rows of MMA_STRIDE floats, 16 past a multiple of 32 */
+        size_t stride = bk + (48 - bk % 32) % 32;
+        a = bm * stride;
+        b = bn * stride;
+    } else { /* depth-major rows of BM + 4 (BN + 4) floats */
+        a = bk * (bm + 4);
+        b = bk * (bn + 4);
+    }
+    return buffers * (a + b) * sizeof(float);
+}
+
 /* Deep products whose 128 x 128 tiles leave units idle but whose 64 x 128 ones, each cut into
  * 4 slices of the depth, come to half a wave or more (rows past the thin products' 32): there
  * those split tiles ran fastest in the H100 sweeps of 64-row products (BENCHMARKS.md); with
@@ -114,21 +132,26 @@ static bool deep_few_tiles(size_t units, size_t m, size_t n, size_t k)
            ceil_div(m, 64) * ceil_div(n, 128) * 8 >= units;
 }
 
-/* Whether the 128 x 128 tiles of 16 x 8 results per work-item, their registers loaded two
- * stages ahead (LEAD=2), should finish m x n before the 64 x 128 tiles of 8 x 8 do, counted in
- * waves of the groups the units hold at once (NVIDIA's 64K registers per unit: two of the
- * former, three of the latter). On the H100 (BENCHMARKS.md) a wave of the former took 1.3
- * times as long as one of the latter; a last wave partly filled cost the former a whole wave,
- * since two groups per unit are what keep it busy, and the latter about a third of a wave
- * plus two thirds of the part filled (a group alone on a unit runs faster). */
-static bool lead_tiles_first(size_t units, size_t m, size_t n, size_t batch)
+/* Whether the 128 x 128 tiles of 16 x 8 results per work-item should finish m x n before the
+ * 64 x 128 tiles of 8 x 8 do, counted in waves of the groups the units hold at once (NVIDIA's
+ * 64K registers per unit: two of the former; three of the latter where both operands' rows
+ * are aligned, two where their scalar loads take more registers). On the H100 (BENCHMARKS.md)
+ * a wave of the former took `large_wave` times as long as one of the latter: 1.3 through
+ * registers (NN, NT), about 1.2 where cp.async copies both operands (TN: 1.15 at 11008 x 4096
+ * x 2048, 1.22 at 4096^3); a last wave partly filled cost the former a whole wave, since two
+ * groups per unit are what keep it busy, and the latter about a third of a wave plus two
+ * thirds of the part filled (a group alone on a unit runs faster). */
+static bool large_tiles_first(size_t units, const hd_fused_tile_call *c, double large_wave)
 {
+    size_t m = c->m, n = c->n, batch = c->batch;
+    bool aligned = c->a.ld % 4 == 0 && c->b.ld % 4 == 0;
     size_t large_waves = ceil_div(ceil_div(m, 128) * ceil_div(n, 128) * batch, 2 * units);
-    size_t small_tiles = ceil_div(m, 64) * ceil_div(n, 128) * batch, slots = 3 * units;
+    size_t small_tiles = ceil_div(m, 64) * ceil_div(n, 128) * batch,
+           slots = (aligned ? 3 : 2) * units;
     size_t whole = small_tiles / slots, rest = small_tiles % slots;
     double small_time =
         (double)whole + (rest > 0 ? 0.34 + 0.66 * (double)rest / (double)slots : 0.0);
-    return 1.3 * (double)large_waves < small_time;
+    return large_wave * (double)large_waves < small_time;
 }
 
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
@@ -186,21 +209,26 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->async = tf32 ? 3 : 4;
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
-        /* where cp.async copies both operands (A stored k x m, B k x n): 128 x 128 tiles of 16
-         * x 8 results per work-item, 8 deep; elsewhere 64 x 128 tiles of 8 x 8, 16 deep, which
-         * ran faster on the H100 in NN and NT at 4096^3 and further ahead where 128 x 128
-         * tiles leave the last wave part empty (1536 x 4096, 3000^2); both with 3 buffers
-         * through cp.async where it copies an operand (BENCHMARKS.md) */
-        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
-        if (copies_both) {
+        /* 128 x 128 tiles of 16 x 8 results per work-item where they fill their waves better
+         * than 64 x 128 tiles of 8 x 8, 16 deep, which ran faster where the former leave the
+         * last wave part empty (1536 x 4096, 3000^2, 4096 x 520 x 1032 TN; BENCHMARKS.md).
+         * Where cp.async copies both operands (A stored k x m, B k x n; aligned rows), the
+         * former 8 deep in 5 buffers, where the local memory holds them (4096^3 TN on the
+         * H100: 2% ahead of 3 buffers); on NVIDIA elsewhere, 16 deep through registers loaded
+         * two stages ahead (4096^3 NT: 4% ahead of 8 deep; NN 1%); the 64 x 128 tiles with 3
+         * buffers through cp.async where it copies an operand. */
+        bool aligned = c->a.ld % 4 == 0 && c->b.ld % 4 == 0;
+        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans && aligned;
+        bool large_first = large_tiles_first(units, c, copies_both ? 1.2 : 1.3);
+        hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
+        if (copies_both && large_first) {
+            if (p->async == 0 &&
+                (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
+                p->async = deep.async;
             fma_tile(f, c, p, 128, 128, 8, 16, 8);
-        } else if (f->mma && p->async == 0 && p->lead == 0 &&
-                   lead_tiles_first(units, c->m, c->n, c->batch)) {
-            /* NVIDIA: the operands through registers, loaded two stages ahead, where those
-             * tiles fill their waves better (NN, NT and TT at 4096^3 and 8192 x 4096^2 on
-             * the H100: BENCHMARKS.md) */
+        } else if (f->mma && !copies_both && p->async == 0 && p->lead == 0 && large_first) {
             p->bm = p->bn = 128;
-            p->bk = 8;
+            p->bk = aligned ? 16 : 8; /* scalar loads take more registers */
             p->rm = 16;
             p->rn = 8;
             p->lead = 2;
@@ -240,6 +268,13 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             sk = sk < c->k / 64 ? sk : c->k / 64;
             sk = sk < 64 ? sk : 64;
         }
+        /* the long side's operand stored depth-contiguous (A m x k, B n x k), with groups
+         * enough to fill the units three times over: 32 deep, each of its rows read in runs
+         * of 128 bytes (on the H100, 4096 x 16 x 4096 NT 16% and NN 8-14% ahead of 16 deep,
+         * 4096 x 8 x 11008 NT 24%; with half the groups, 2048 x 16 x 4096 NT, 11% behind) */
+        bool long_depth_contiguous = thin_n ? !c->a.trans : c->b.trans;
+        if (long_depth_contiguous && tiles * sk >= 3 * units)
+            p->bk = 32;
         if (c->batch == 1)
             p->sk = (int)sk;
     }
@@ -279,24 +314,6 @@ static hd_status unsupported(hd_context *ctx, const char *why, const hd_fused_pa
     return hd__error(ctx, HD_ERR_UNSUPPORTED,
                      "fused: tiled GEMM BM=%d BN=%d BK=%d RM=%d RN=%d WM=%d WN=%d: %s", p->bm,
                      p->bn, p->bk, p->rm, p->rn, p->wm, p->wn, why);
-}
-
-/* Local memory of one kernel (two stages of each operand, or ASYNC), as gemm.cl lays it out. */
-static size_t local_bytes(const hd_fused_params *p, bool mma)
-{
-    if (p->wgmma)
-        return (size_t)p->async * wgmma_stage_bytes(p);
-    size_t buffers = p->async > 0 ? (size_t)p->async : 2;
-    size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk, a, b;
-    if (mma) { /* depth-contiguous rows of MMA_STRIDE floats, 16 past a multiple of 32 */
-        size_t stride = bk + (48 - bk % 32) % 32;
-        a = bm * stride;
-        b = bn * stride;
-    } else { /* depth-major rows of BM + 4 (BN + 4) floats */
-        a = bk * (bm + 4);
-        b = bk * (bn + 4);
-    }
-    return buffers * (a + b) * sizeof(float);
 }
 
 /* The parameters of call c: the variant's, the rest from the shape; checked against what the
@@ -360,8 +377,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     } else {
         if (p->bm % p->rm != 0 || p->bn % p->rn != 0)
             return unsupported(ctx, "RM (RN) must divide BM (BN)", p);
-        if (p->async > 4)
-            return unsupported(ctx, "the FMA kernel takes ASYNC 2 to 4", p);
+        if (p->async > 8)
+            return unsupported(ctx, "the FMA kernel takes ASYNC 2 to 8", p);
         *threads = (size_t)(p->bm / p->rm) * (size_t)(p->bn / p->rn);
     }
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
@@ -654,7 +671,8 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
  * list in this order, so that a tuner whose time or count runs out before the list does
  * (dispatch-autotune's --max-time, --quick) has timed them. */
 static const char *const fma_first[] = {
-    "BM=64 BN=128 BK=16 RM=8 RN=8",         "BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2",
+    "BM=64 BN=128 BK=16 RM=8 RN=8",         "BM=128 BN=128 BK=16 RM=16 RN=8 LEAD=2",
+    "BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=5", "BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2",
     "BM=128 BN=128 BK=8 RM=16 RN=8",
     "BM=128 BN=128 BK=16 RM=8 RN=16",       "BM=128 BN=64 BK=16 RM=8 RN=8",
     "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", "BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=4",
@@ -717,6 +735,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=128 BK=16 RM=8 RN=8", 64, 128, 16, 8, 8, 0},
         {"BM=128 BN=64 BK=16 RM=8 RN=8", 128, 64, 16, 8, 8, 0},
         {"BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2", 128, 128, 8, 16, 8, 0},
+        {"BM=128 BN=128 BK=16 RM=16 RN=8 LEAD=2", 128, 128, 16, 16, 8, 0},
     };
     static const tile_variant mma_tiles[] = {
         {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32, 0},
@@ -775,6 +794,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=4", 128, 128, 8, 8, 8, 4},
         {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=3", 128, 128, 8, 16, 8, 3},
         {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=4", 128, 128, 8, 16, 8, 4},
+        {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=5", 128, 128, 8, 16, 8, 5},
         {"BM=128 BN=128 BK=16 RM=8 RN=16 ASYNC=2", 128, 128, 16, 8, 16, 2},
         {"BM=128 BN=64 BK=16 RM=8 RN=8 ASYNC=3", 128, 64, 16, 8, 8, 3},
         {"BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", 64, 128, 16, 8, 8, 3},

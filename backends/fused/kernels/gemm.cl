@@ -175,7 +175,8 @@
 #else
 /* FMAs: RM x RN results per work-item, read from local memory as float4 runs along i and j,
  * so both operands are kept depth-major; rows padded by 4 floats put one warp's transposed
- * stores in distinct banks and keep every row 16-byte aligned.
+ * stores in distinct banks and keep every row 16-byte aligned (the operands stored depth-major
+ * need no padding, but ran slower without it: 3000^3 NN on the H100, BENCHMARKS.md).
  * With ASYNC (NVIDIA compute capability 8.0 and later), ASYNC buffers, ASYNC - 1 stages in
  * flight: cp.async copies the operands stored depth-major (A stored k x m, B stored k x n) as
  * they are stored; the others still go through registers, transposed on their way in. On
@@ -191,10 +192,10 @@
 #define RN 8 /* columns of C per work-item */
 #endif
 #ifndef ASYNC
-#define ASYNC 0 /* stages in flight through cp.async (2 to 4); 0: register staging */
+#define ASYNC 0 /* buffers of cp.async stages (2 to 8); 0: register staging */
 #endif
-#if ASYNC && (ASYNC < 2 || ASYNC > 4)
-#error "ASYNC takes 2 to 4 stages"
+#if ASYNC && (ASYNC < 2 || ASYNC > 8)
+#error "ASYNC takes 2 to 8 buffers"
 #endif
 #define THREADS ((BM / RM) * (BN / RN))
 #define A_ASYNC (ASYNC && TRANS_A)
@@ -525,8 +526,16 @@ static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
 #define CP_WAIT() asm volatile("cp.async.wait_group 0;" ::: "memory")
 #elif ASYNC == 3
 #define CP_WAIT() asm volatile("cp.async.wait_group 1;" ::: "memory")
-#else
+#elif ASYNC == 4
 #define CP_WAIT() asm volatile("cp.async.wait_group 2;" ::: "memory")
+#elif ASYNC == 5
+#define CP_WAIT() asm volatile("cp.async.wait_group 3;" ::: "memory")
+#elif ASYNC == 6
+#define CP_WAIT() asm volatile("cp.async.wait_group 4;" ::: "memory")
+#elif ASYNC == 7
+#define CP_WAIT() asm volatile("cp.async.wait_group 5;" ::: "memory")
+#else
+#define CP_WAIT() asm volatile("cp.async.wait_group 6;" ::: "memory")
 #endif
 
 /* Issues the copies of stage s into as and bs (each where A_ASYNC, B_ASYNC): runs of 4 along

@@ -15,7 +15,7 @@
  * land by their end; LEAD = 2: one stage earlier, into a second set of registers, so that
  * the loads have two stages of products to land in.
  *
- * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 4 buffers,
+ * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 8 buffers,
  * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 and ALIGN_A = 1
  * (VEC_B, ALIGN_B) for them); LEAD (1 or 2).
  */
