@@ -214,9 +214,11 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * last wave part empty (1536 x 4096, 3000^2, 4096 x 520 x 1032 TN; BENCHMARKS.md).
          * Where cp.async copies both operands (A stored k x m, B k x n; aligned rows), the
          * former 8 deep in 5 buffers, where the local memory holds them (4096^3 TN on the
-         * H100: 2% ahead of 3 buffers); on NVIDIA elsewhere, 16 deep through registers loaded
-         * two stages ahead (4096^3 NT: 4% ahead of 8 deep; NN 1%); the 64 x 128 tiles with 3
-         * buffers through cp.async where it copies an operand. */
+         * H100: 2% ahead of 3 buffers); on NVIDIA elsewhere, through registers loaded two
+         * stages ahead, 16 deep where the tiles come to more than two waves of two per unit
+         * (4096^3 NT: 4% ahead of 8 deep; NN 1%), else 8 deep (one wave, 2048^3 NN and 1024 x
+         * 4096 x 14336 NT: 6-10% ahead of 16 deep); the 64 x 128 tiles with 3 buffers through
+         * cp.async where it copies an operand. */
         bool aligned = c->a.ld % 4 == 0 && c->b.ld % 4 == 0;
         bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans && aligned;
         bool large_first = large_tiles_first(units, c, copies_both ? 1.2 : 1.3);
@@ -228,7 +230,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             fma_tile(f, c, p, 128, 128, 8, 16, 8);
         } else if (f->mma && !copies_both && p->async == 0 && p->lead == 0 && large_first) {
             p->bm = p->bn = 128;
-            p->bk = aligned ? 16 : 8; /* scalar loads take more registers */
+            size_t tiles = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch;
+            /* scalar loads take more registers: 8 deep */
+            p->bk = aligned && tiles > 4 * units ? 16 : 8;
             p->rm = 16;
             p->rn = 8;
             p->lead = 2;
