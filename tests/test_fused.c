@@ -1110,7 +1110,8 @@ static void test_gemv_default_k_groups(void **state)
 
 /* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): 64 x 128 tiles
  * where they fill it (128 x 128 ones of 16 x 8 where cp.async copies both operands: below),
- * cut in 4 slices where they come to half a wave, 64 x 64 ones below that, and thin products
+ * cut in 4 slices where they come to half a wave, 64 x 64 ones below that (32 x 64 where 32
+ * or more of those are fewer than the units on a shallow product), and thin products
  * split into more, shorter slices where their tiles are few. */
 static void test_gemm_tile_defaults(void **state)
 {
@@ -1129,6 +1130,9 @@ static void test_gemm_tile_defaults(void **state)
         {64, 16, 4096, 64, 16, 8, 4, 64},       /* thin, one tile (LoRA's x*A) */
         {16, 4096, 4096, 16, 128, 4, 8, 16},    /* thin the other way */
         {64, 16, 1024, 64, 16, 8, 4, 16},       /* slices at least 64 deep */
+        {512, 512, 512, 32, 64, 4, 4, 1},       /* shallow, 64 tiles of 64 x 64: 32 x 64 */
+        {100, 1000, 1000, 32, 64, 4, 4, 1},     /* likewise, 32 of 64 x 64 */
+        {256, 256, 256, 64, 64, 4, 4, 1},       /* 16 of 64 x 64: kept */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hd_fused_tile_call c = {.m = cases[i].m,
@@ -1176,6 +1180,43 @@ static void test_gemm_tile_defaults(void **state)
             fail_msg("thin %zu x %zu (%d%d): BK=%d SK=%d", m, n, thin[i].ta, thin[i].tb, p.bk,
                      p.sk);
     }
+    /* ... counting a batch's matrices where the depth is not split, and where the local memory
+     * holds the longer stages */
+    hd_fused_tile_call thin_call = {.m = 4096,
+                                    .n = 16,
+                                    .k = 4096,
+                                    .batch = 1,
+                                    .alpha = 1.0f,
+                                    .a = {NULL, 4096, false},
+                                    .b = {NULL, 16, false},
+                                    .ldc = 16,
+                                    .precision = HD_PRECISION_FP32};
+    hd_fused_params tp;
+    f.local_mem = 32 * 1024;
+    assert_int_equal(hd__fused_tile_resolve(&f, ctx, &thin_call, &tp), HD_OK);
+    assert_int_equal(tp.bk, 16);
+    f.local_mem = 0;
+    thin_call.m = 16;
+    thin_call.n = 4096;
+    thin_call.b = (hd_fused_operand){NULL, 4096, true};
+    thin_call.ldc = 4096;
+    thin_call.batch = 2; /* 64 groups, no split (a single product splits into 512) */
+    assert_int_equal(hd__fused_tile_resolve(&f, ctx, &thin_call, &tp), HD_OK);
+    assert_int_equal(tp.sk, 1);
+    assert_int_equal(tp.bk, 16);
+    /* shallow products of 32 x 64 tiles go 16 deep */
+    hd_fused_tile_call shallow = {.m = 512,
+                                  .n = 512,
+                                  .k = 512,
+                                  .batch = 1,
+                                  .alpha = 1.0f,
+                                  .a = {NULL, 512, false},
+                                  .b = {NULL, 512, false},
+                                  .ldc = 512,
+                                  .precision = HD_PRECISION_FP32};
+    assert_int_equal(hd__fused_tile_resolve(&f, ctx, &shallow, &tp), HD_OK);
+    assert_int_equal(tp.bm, 32);
+    assert_int_equal(tp.bk, 16);
     /* with cp.async (NVIDIA): 128 x 128 tiles of 16 x 8 where it copies both operands (TN, 5
      * buffers 8 deep), 3 buffers wherever it copies one; elsewhere 128 x 128 tiles of 16 x 8
      * through registers loaded two stages ahead (LEAD=2) where their waves come out ahead (16
@@ -1240,7 +1281,7 @@ static void test_gemm_tile_defaults(void **state)
         {4096, 520, 1032, 64, 16, 3, 0},
         {4093, 521, 1031, 128, 8, 0, 2},
         {4096, 4096, 4096, 128, 8, 5, 0},
-        {11008, 4096, 2048, 128, 8, 5, 0}, /* 10.4 waves against 13.9 of 64 x 128 */
+        {11008, 4096, 2048, 128, 8, 5, 0}, /* 11 waves at 1.2 each, against 13.9 of 64 x 128 */
     };
     for (size_t i = 0; i < sizeof tn_cases / sizeof tn_cases[0]; i++) {
         hd_fused_tile_call c = {.m = tn_cases[i].m,

@@ -122,6 +122,14 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
     return buffers * (a + b) * sizeof(float);
 }
 
+/* Whether every operand's rows, the second product's too (LoRA's), are 16-byte aligned: what
+ * lets the loads take whole float4 runs and cp.async copy them (tile_kernel). */
+static bool rows_aligned(const hd_fused_tile_call *c)
+{
+    return c->a.ld % 4 == 0 && c->b.ld % 4 == 0 &&
+           (c->k2 == 0 || (c->a2.ld % 4 == 0 && c->b2.ld % 4 == 0));
+}
+
 /* Deep products whose 128 x 128 tiles leave units idle but whose 64 x 128 ones, each cut into
  * 4 slices of the depth, come to half a wave or more (rows past the thin products' 32): there
  * those split tiles ran fastest in the H100 sweeps of 64-row products (BENCHMARKS.md); with
@@ -134,17 +142,16 @@ static bool deep_few_tiles(size_t units, size_t m, size_t n, size_t k)
 
 /* Whether the 128 x 128 tiles of 16 x 8 results per work-item should finish m x n before the
  * 64 x 128 tiles of 8 x 8 do, counted in waves of the groups the units hold at once (NVIDIA's
- * 64K registers per unit: two of the former; three of the latter where both operands' rows
- * are aligned, two where their scalar loads take more registers). On the H100 (BENCHMARKS.md)
- * a wave of the former took `large_wave` times as long as one of the latter: 1.3 through
- * registers (NN, NT), about 1.2 where cp.async copies both operands (TN: 1.15 at 11008 x 4096
- * x 2048, 1.22 at 4096^3); a last wave partly filled cost the former a whole wave, since two
- * groups per unit are what keep it busy, and the latter about a third of a wave plus two
- * thirds of the part filled (a group alone on a unit runs faster). */
+ * 64K registers per unit: two of the former; three of the latter where the rows are aligned,
+ * two where their scalar loads take more registers). A wave of the former takes `large_wave`
+ * times as long as one of the latter (less where cp.async copies both operands than through
+ * registers: the H100's timings in BENCHMARKS.md); a last wave partly filled costs the former
+ * a whole wave, since two groups per unit are what keep it busy, and the latter about a third
+ * of a wave plus two thirds of the part filled (a group alone on a unit runs faster). */
 static bool large_tiles_first(size_t units, const hd_fused_tile_call *c, double large_wave)
 {
     size_t m = c->m, n = c->n, batch = c->batch;
-    bool aligned = c->a.ld % 4 == 0 && c->b.ld % 4 == 0;
+    bool aligned = rows_aligned(c);
     size_t large_waves = ceil_div(ceil_div(m, 128) * ceil_div(n, 128) * batch, 2 * units);
     size_t small_tiles = ceil_div(m, 64) * ceil_div(n, 128) * batch,
            slots = (aligned ? 3 : 2) * units;
@@ -210,16 +217,16 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
         /* 128 x 128 tiles of 16 x 8 results per work-item where they fill their waves better
-         * than 64 x 128 tiles of 8 x 8, 16 deep, which ran faster where the former leave the
-         * last wave part empty (1536 x 4096, 3000^2, 4096 x 520 x 1032 TN; BENCHMARKS.md).
-         * Where cp.async copies both operands (A stored k x m, B k x n; aligned rows), the
-         * former 8 deep in 5 buffers, where the local memory holds them (4096^3 TN on the
-         * H100: 2% ahead of 3 buffers); on NVIDIA elsewhere, through registers loaded two
-         * stages ahead, 16 deep where the tiles come to more than two waves of two per unit
-         * (4096^3 NT: 4% ahead of 8 deep; NN 1%), else 8 deep (one wave, 2048^3 NN and 1024 x
-         * 4096 x 14336 NT: 6-10% ahead of 16 deep); the 64 x 128 tiles with 3 buffers through
-         * cp.async where it copies an operand. */
-        bool aligned = c->a.ld % 4 == 0 && c->b.ld % 4 == 0;
+         * than 64 x 128 tiles of 8 x 8, 16 deep, which run faster where the former leave the
+         * last wave part empty. Where cp.async copies both operands (A stored k x m, B k x n;
+         * aligned rows), the former 8 deep in 5 buffers where the local memory holds them
+         * (more stages in flight than 3); on NVIDIA elsewhere, through registers loaded two
+         * stages ahead: 16 deep where the tiles come to more than two waves of two per unit
+         * (half the barriers and longer runs of the depth-contiguous operands' rows), 8 deep
+         * at fewer, where the 16-deep ones ran slower; the 64 x 128 tiles with 3 buffers
+         * through cp.async where it copies an operand. The H100's timings of each choice are
+         * in BENCHMARKS.md. */
+        bool aligned = rows_aligned(c);
         bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans && aligned;
         bool large_first = large_tiles_first(units, c, copies_both ? 1.2 : 1.3);
         hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
@@ -262,7 +269,8 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->bn = (int)(thin_n ? across : along);
         p->rm = thin_n ? 8 : 4;
         p->rn = thin_n ? 4 : 8;
-        p->bk = 16;
+        if (p->bk == 0)
+            p->bk = 16;
         /* few tiles (LoRA's x*A of a few dozen tokens: one tile): more and shorter slices,
          * down to 64 deep, for two groups per unit */
         size_t tiles = ceil_div(thin_n ? c->m : c->n, along);
@@ -273,14 +281,31 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             sk = sk < 64 ? sk : 64;
         }
         /* the long side's operand stored depth-contiguous (A m x k, B n x k), with groups
-         * enough to fill the units three times over: 32 deep, each of its rows read in runs
-         * of 128 bytes (on the H100, 4096 x 16 x 4096 NT 16% and NN 8-14% ahead of 16 deep,
-         * 4096 x 8 x 11008 NT 24%; with half the groups, 2048 x 16 x 4096 NT, 11% behind) */
+         * enough to fill the units three times over, where the local memory holds it: 32
+         * deep, each of its rows read in runs of 128 bytes; with fewer groups the longer
+         * stages ran slower (the H100's timings in BENCHMARKS.md) */
         bool long_depth_contiguous = thin_n ? !c->a.trans : c->b.trans;
-        if (long_depth_contiguous && tiles * sk >= 3 * units)
+        size_t groups = c->batch == 1 ? tiles * sk : tiles * c->batch;
+        hd_fused_params deep = {.bm = p->bm, .bn = p->bn, .bk = 32};
+        if (p->bk == 16 && long_depth_contiguous && groups >= 3 * units &&
+            (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
             p->bk = 32;
         if (c->batch == 1)
             p->sk = (int)sk;
+    } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
+               p->rn == 0 && p->sk == 0 && c->batch == 1 && c->k < 1024 && c->m >= 64 &&
+               c->n >= 64) {
+        /* shallow products whose 64 x 64 tiles, 32 or more, are fewer than the units: 32 x 64
+         * tiles, twice as many groups (where the H100's tuner timed both, at 512^3 and 100 x
+         * 1000 x 1000, these won: BENCHMARKS.md) */
+        size_t tiles = ceil_div(c->m, 64) * ceil_div(c->n, 64);
+        if (tiles >= 32 && tiles < units) {
+            p->bm = 32;
+            p->bn = 64;
+            p->rm = 4;
+            p->rn = 4;
+            p->bk = 16;
+        }
     }
     if (p->bm == 0)
         p->bm = large ? 128 : 64;
