@@ -269,7 +269,8 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->bn = (int)(thin_n ? across : along);
         p->rm = thin_n ? 8 : 4;
         p->rn = thin_n ? 4 : 8;
-        if (p->bk == 0)
+        bool named_bk = p->bk != 0;
+        if (!named_bk)
             p->bk = 16;
         /* few tiles (LoRA's x*A of a few dozen tokens: one tile): more and shorter slices,
          * down to 64 deep, for two groups per unit */
@@ -287,7 +288,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         bool long_depth_contiguous = thin_n ? !c->a.trans : c->b.trans;
         size_t groups = c->batch == 1 ? tiles * sk : tiles * c->batch;
         hd_fused_params deep = {.bm = p->bm, .bn = p->bn, .bk = 32};
-        if (p->bk == 16 && long_depth_contiguous && groups >= 3 * units &&
+        if (!named_bk && long_depth_contiguous && groups >= 3 * units &&
             (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
             p->bk = 32;
         if (c->batch == 1)
@@ -699,8 +700,8 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
  * LoRA backward, from a few tiles to thousands, each transpose; BENCHMARKS.md), first in the
  * list in this order, so that a tuner whose time or count runs out before the list does
  * (dispatch-autotune's --max-time, --quick) has timed them. The large shapes' defaults (128 x
- * 128 tiles 16 deep, or in 5 buffers) are timed as the defaults; ahead of these they took the
- * time in which the small shapes' tuning reached the tiles that won there (512^3 NN: 32 x 64). */
+ * 128 tiles 16 deep, or in 5 buffers) are not among them: they are timed as the defaults, and
+ * placed here they took the time in which the small shapes' tuning reached their own tiles. */
 static const char *const fma_first[] = {
     "BM=64 BN=128 BK=16 RM=8 RN=8",         "BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2",
     "BM=128 BN=128 BK=8 RM=16 RN=8",
