@@ -1108,6 +1108,21 @@ static void test_gemv_default_k_groups(void **state)
     assert_int_equal(p.tn, 64);
 }
 
+/* An fp32 product m x n x k of one matrix without buffers, each operand's rows as long as its
+ * stored layout makes them: what the defaults' checks resolve. */
+static hd_fused_tile_call product_of(size_t m, size_t n, size_t k, bool ta, bool tb)
+{
+    return (hd_fused_tile_call){.m = m,
+                                .n = n,
+                                .k = k,
+                                .batch = 1,
+                                .alpha = 1.0f,
+                                .a = {NULL, ta ? m : k, ta},
+                                .b = {NULL, tb ? k : n, tb},
+                                .ldc = n,
+                                .precision = HD_PRECISION_FP32};
+}
+
 /* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): 64 x 128 tiles
  * where they fill it (128 x 128 ones of 16 x 8 where cp.async copies both operands: below),
  * cut in 4 slices where they come to half a wave, 64 x 64 ones below that (32 x 64 where 32
@@ -1135,15 +1150,7 @@ static void test_gemm_tile_defaults(void **state)
         {256, 256, 256, 64, 64, 4, 4, 1},       /* 16 of 64 x 64: kept */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hd_fused_tile_call c = {.m = cases[i].m,
-                                .n = cases[i].n,
-                                .k = cases[i].k,
-                                .batch = 1,
-                                .alpha = 1.0f,
-                                .a = {NULL, cases[i].k, false},
-                                .b = {NULL, cases[i].n, false},
-                                .ldc = cases[i].n,
-                                .precision = HD_PRECISION_FP32};
+        hd_fused_tile_call c = product_of(cases[i].m, cases[i].n, cases[i].k, false, false);
         hd_fused_params p;
         assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
         char what[64];
@@ -1165,15 +1172,7 @@ static void test_gemm_tile_defaults(void **state)
     };
     for (size_t i = 0; i < sizeof thin / sizeof thin[0]; i++) {
         size_t k = 4096, m = thin[i].m, n = thin[i].n;
-        hd_fused_tile_call c = {.m = m,
-                                .n = n,
-                                .k = k,
-                                .batch = 1,
-                                .alpha = 1.0f,
-                                .a = {NULL, thin[i].ta ? m : k, thin[i].ta},
-                                .b = {NULL, thin[i].tb ? k : n, thin[i].tb},
-                                .ldc = n,
-                                .precision = HD_PRECISION_FP32};
+        hd_fused_tile_call c = product_of(m, n, k, thin[i].ta, thin[i].tb);
         hd_fused_params p;
         assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
         if (p.bk != thin[i].bk || p.sk != 16)
@@ -1182,38 +1181,19 @@ static void test_gemm_tile_defaults(void **state)
     }
     /* ... counting a batch's matrices where the depth is not split, and where the local memory
      * holds the longer stages */
-    hd_fused_tile_call thin_call = {.m = 4096,
-                                    .n = 16,
-                                    .k = 4096,
-                                    .batch = 1,
-                                    .alpha = 1.0f,
-                                    .a = {NULL, 4096, false},
-                                    .b = {NULL, 16, false},
-                                    .ldc = 16,
-                                    .precision = HD_PRECISION_FP32};
+    hd_fused_tile_call thin_call = product_of(4096, 16, 4096, false, false);
     hd_fused_params tp;
     f.local_mem = 32 * 1024;
     assert_int_equal(hd__fused_tile_resolve(&f, ctx, &thin_call, &tp), HD_OK);
     assert_int_equal(tp.bk, 16);
     f.local_mem = 0;
-    thin_call.m = 16;
-    thin_call.n = 4096;
-    thin_call.b = (hd_fused_operand){NULL, 4096, true};
-    thin_call.ldc = 4096;
+    thin_call = product_of(16, 4096, 4096, false, true);
     thin_call.batch = 2; /* 64 groups, no split (a single product splits into 512) */
     assert_int_equal(hd__fused_tile_resolve(&f, ctx, &thin_call, &tp), HD_OK);
     assert_int_equal(tp.sk, 1);
     assert_int_equal(tp.bk, 16);
     /* shallow products of 32 x 64 tiles go 16 deep */
-    hd_fused_tile_call shallow = {.m = 512,
-                                  .n = 512,
-                                  .k = 512,
-                                  .batch = 1,
-                                  .alpha = 1.0f,
-                                  .a = {NULL, 512, false},
-                                  .b = {NULL, 512, false},
-                                  .ldc = 512,
-                                  .precision = HD_PRECISION_FP32};
+    hd_fused_tile_call shallow = product_of(512, 512, 512, false, false);
     assert_int_equal(hd__fused_tile_resolve(&f, ctx, &shallow, &tp), HD_OK);
     assert_int_equal(tp.bm, 32);
     assert_int_equal(tp.bk, 16);
@@ -1233,15 +1213,7 @@ static void test_gemm_tile_defaults(void **state)
         {1536, 4096, false}, /* 1.5 against 1.9 */
     };
     for (size_t i = 0; i < sizeof waves / sizeof waves[0]; i++) {
-        hd_fused_tile_call c = {.m = waves[i].m,
-                                .n = waves[i].n,
-                                .k = 4096,
-                                .batch = 1,
-                                .alpha = 1.0f,
-                                .a = {NULL, 4096, false},
-                                .b = {NULL, 4096, true},
-                                .ldc = waves[i].n,
-                                .precision = HD_PRECISION_FP32};
+        hd_fused_tile_call c = product_of(waves[i].m, waves[i].n, 4096, false, true);
         hd_fused_params p;
         assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
         /* 16 deep past two waves of two per unit (528 tiles), else 8 */
@@ -1253,15 +1225,7 @@ static void test_gemm_tile_defaults(void **state)
     }
     for (int tr = 0; tr < 4; tr++) {
         bool ta = tr & 1, tb = tr & 2;
-        hd_fused_tile_call c = {.m = 2048,
-                                .n = 2048,
-                                .k = 2048,
-                                .batch = 1,
-                                .alpha = 1.0f,
-                                .a = {NULL, 2048, ta},
-                                .b = {NULL, 2048, tb},
-                                .ldc = 2048,
-                                .precision = HD_PRECISION_FP32};
+        hd_fused_tile_call c = product_of(2048, 2048, 2048, ta, tb);
         hd_fused_params p;
         assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
         bool tn = ta && !tb;
@@ -1284,15 +1248,7 @@ static void test_gemm_tile_defaults(void **state)
         {11008, 4096, 2048, 128, 8, 5, 0}, /* 11 waves at 1.2 each, against 13.9 of 64 x 128 */
     };
     for (size_t i = 0; i < sizeof tn_cases / sizeof tn_cases[0]; i++) {
-        hd_fused_tile_call c = {.m = tn_cases[i].m,
-                                .n = tn_cases[i].n,
-                                .k = tn_cases[i].k,
-                                .batch = 1,
-                                .alpha = 1.0f,
-                                .a = {NULL, tn_cases[i].m, true},
-                                .b = {NULL, tn_cases[i].n, false},
-                                .ldc = tn_cases[i].n,
-                                .precision = HD_PRECISION_FP32};
+        hd_fused_tile_call c = product_of(tn_cases[i].m, tn_cases[i].n, tn_cases[i].k, true, false);
         hd_fused_params p;
         assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
         if (p.bm != tn_cases[i].bm || p.bk != tn_cases[i].bk || p.async != tn_cases[i].async ||
@@ -1302,15 +1258,7 @@ static void test_gemm_tile_defaults(void **state)
     }
     /* 5 buffers where the local memory holds them, else 3 */
     f.local_mem = 5 * 2 * 8 * 132 * sizeof(float);
-    hd_fused_tile_call deep = {.m = 4096,
-                               .n = 4096,
-                               .k = 4096,
-                               .batch = 1,
-                               .alpha = 1.0f,
-                               .a = {NULL, 4096, true},
-                               .b = {NULL, 4096, false},
-                               .ldc = 4096,
-                               .precision = HD_PRECISION_FP32};
+    hd_fused_tile_call deep = product_of(4096, 4096, 4096, true, false);
     hd_fused_params p;
     assert_int_equal(hd__fused_tile_resolve(&f, ctx, &deep, &p), HD_OK);
     assert_int_equal(p.async, 5);
