@@ -122,12 +122,21 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
     return buffers * (a + b) * sizeof(float);
 }
 
-/* Whether every operand's rows, the second product's too (LoRA's), are 16-byte aligned: what
- * lets the loads take whole float4 runs and cp.async copy them (tile_kernel). */
+/* Whether A's rows (B's), the second product's too (LoRA's: one layout serves both), are
+ * 16-byte aligned: what lets the loads take whole float4 runs and cp.async copy them. */
+static bool a_rows_aligned(const hd_fused_tile_call *c)
+{
+    return c->a.ld % 4 == 0 && (c->k2 == 0 || c->a2.ld % 4 == 0);
+}
+
+static bool b_rows_aligned(const hd_fused_tile_call *c)
+{
+    return c->b.ld % 4 == 0 && (c->k2 == 0 || c->b2.ld % 4 == 0);
+}
+
 static bool rows_aligned(const hd_fused_tile_call *c)
 {
-    return c->a.ld % 4 == 0 && c->b.ld % 4 == 0 &&
-           (c->k2 == 0 || (c->a2.ld % 4 == 0 && c->b2.ld % 4 == 0));
+    return a_rows_aligned(c) && b_rows_aligned(c);
 }
 
 /* Deep products whose 128 x 128 tiles leave units idle but whose 64 x 128 ones, each cut into
@@ -231,8 +240,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         bool large_first = large_tiles_first(units, c, copies_both ? 1.2 : 1.3);
         hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
         if (copies_both && large_first) {
-            if (p->async == 0 &&
-                (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
+            if (p->async == 0 && (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
                 p->async = deep.async;
             fma_tile(f, c, p, 128, 128, 8, 16, 8);
         } else if (f->mma && !copies_both && p->async == 0 && p->lead == 0 && large_first) {
@@ -477,8 +485,7 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         return s;
     mma = mma && p->wm != 0;
     /* one layout for both products: aligned only where both pairs' rows are */
-    bool aligned_a = c->a.ld % 4 == 0 && (c->k2 == 0 || c->a2.ld % 4 == 0);
-    bool aligned_b = c->b.ld % 4 == 0 && (c->k2 == 0 || c->b2.ld % 4 == 0);
+    bool aligned_a = a_rows_aligned(c), aligned_b = b_rows_aligned(c);
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
     int vec_a = vec_of(aligned_a, stage_a, *threads, p->wgmma);
     int vec_b = vec_of(aligned_b, stage_b, *threads, p->wgmma);
