@@ -1237,13 +1237,14 @@ static void test_gemm_tile_defaults(void **state)
     }
     /* TN whose 128 x 128 tiles leave the last wave part empty: 64 x 128 tiles, 3 buffers; its
      * rows unaligned, where the 64 x 128 tiles' scalar loads leave two groups per unit: the
-     * 128 x 128 ones through registers, 8 deep */
+     * 128 x 128 ones, 5 buffers of 4-byte copies */
     static const struct {
         size_t m, n, k;
         int bm, bk, async, lead;
     } tn_cases[] = {
         {4096, 520, 1032, 64, 16, 3, 0},
-        {4093, 521, 1031, 128, 8, 0, 2},
+        {4093, 521, 1031, 128, 8, 5, 0},
+        {4095, 4095, 4095, 128, 8, 5, 0},
         {4096, 4096, 4096, 128, 8, 5, 0},
         {11008, 4096, 2048, 128, 8, 5, 0}, /* 11 waves at 1.2 each, against 13.9 of 64 x 128 */
     };
@@ -1255,6 +1256,18 @@ static void test_gemm_tile_defaults(void **state)
             p.lead != tn_cases[i].lead)
             fail_msg("%zu x %zu x %zu TN: BM=%d BK=%d ASYNC=%d LEAD=%d", tn_cases[i].m,
                      tn_cases[i].n, tn_cases[i].k, p.bm, p.bk, p.async, p.lead);
+    }
+    /* TT copies A: where its rows are unaligned, 3 buffers of 4-byte copies in place of the
+     * registers loaded two stages ahead (aligned rows keep those, above); NN, which copies B,
+     * keeps them in either case */
+    for (int unaligned_tt = 0; unaligned_tt < 2; unaligned_tt++) {
+        hd_fused_tile_call c = product_of(4095, 4095, 4095, unaligned_tt, unaligned_tt);
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        if (p.bm != 128 || p.rm != 16 || p.bk != 8 || p.async != (unaligned_tt ? 3 : 0) ||
+            p.lead != (unaligned_tt ? 0 : 2))
+            fail_msg("4095^3 %s: BM=%d RM=%d BK=%d ASYNC=%d LEAD=%d", unaligned_tt ? "TT" : "NN",
+                     p.bm, p.rm, p.bk, p.async, p.lead);
     }
     /* 5 buffers where the local memory holds them, else 3 */
     f.local_mem = 5 * 2 * 8 * 132 * sizeof(float);
@@ -1409,10 +1422,11 @@ static void cp_async_end(hd_fused *f, bool emulating)
 
 /* The FMA kernel with its register-staged operands loaded two stages ahead (LEAD=2), with and
  * without cp.async (emulated where NVIDIA's is not): every transpose, stage counts odd and
- * even, one stage, one depth, a partial last stage; unaligned rows (scalar loads) too, and
- * LoRA's second product through the same registers; the tuner's and the defaults' LEAD tiles
- * (128 x 128, 16 x 8, 8 and 16 deep), which test_gemm_tiles_every_variant_and_transpose leaves
- * to this test, without copies on an even and an odd count of stages. */
+ * even, one stage, one depth, a partial last stage; unaligned rows (scalar loads and 4-byte
+ * copies) too, and LoRA's second product through the same registers; the tuner's and the
+ * defaults' LEAD tiles (128 x 128, 16 x 8, 8 and 16 deep), which
+ * test_gemm_tiles_every_variant_and_transpose leaves to this test, without copies on an even
+ * and an odd count of stages. */
 static void test_gemm_fma_lead_variants_match_reference(void **state)
 {
     hd_context *ctx = *state;
@@ -1425,7 +1439,7 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (int tr = 0; tr < 4; tr++) {
             size_t i = 4 * v + (size_t)tr;
-            bool odd = i % 3 == 2; /* scalar rows: no cp.async */
+            bool odd = i % 3 == 2; /* unaligned rows: scalar loads, 4-byte copies */
             gemm_case gc = {4 * (9 + 3 * i) + odd, 4 * (5 + 2 * i) + odd, ks[i % 8],
                             tr % 2 ? 1.0f : -0.5f, tr / 2 ? 0.25f : 0.0f, i % 5 == 0,
                             tr % 2 == 1, tr / 2 == 1};
@@ -1451,9 +1465,10 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
 
 /* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
  * elsewhere like the tensor-core kernels): each in every transpose combination (which copies
- * A, B, both or neither), on sizes that let them copy (multiples of 4: a partial stage, k = 4,
- * a deep k past its last stage, edge tiles) and on sizes that do not (the stages then go
- * through registers), with alpha, beta and a NaN C that beta = 0 ignores; LoRA's tiles too. */
+ * A, B, both or neither), on sizes whose rows are 16-byte aligned (multiples of 4: a partial
+ * stage, k = 4, a deep k past its last stage, edge tiles) and on sizes whose rows are not (the
+ * copies then take 4 bytes each), with alpha, beta and a NaN C that beta = 0 ignores; LoRA's
+ * tiles too. */
 static void test_gemm_fma_async_variants_match_reference(void **state)
 {
     hd_context *ctx = *state;
@@ -1468,7 +1483,7 @@ static void test_gemm_fma_async_variants_match_reference(void **state)
         if (strstr(list[i], "ASYNC=") == NULL || strstr(list[i], "REG=") != NULL)
             continue;
         for (int tr = 0; tr < 4; tr++) {
-            bool odd = (i + (size_t)tr) % 4 == 3; /* scalar rows: register staging */
+            bool odd = (i + (size_t)tr) % 4 == 3; /* unaligned rows: 4-byte copies */
             gemm_case gc = {4 * (33 + i) + odd,
                             4 * (17 + 2 * tr) + odd,
                             ks[(i + (size_t)tr) % 4],

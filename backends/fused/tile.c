@@ -75,6 +75,23 @@ static bool wants_wgmma(const hd_fused *f, hd_precision precision)
            !f->wgmma_broken;
 }
 
+/* Whether A's rows (B's), the second product's too (LoRA's: one layout serves both), are
+ * 16-byte aligned: what lets the loads take whole float4 runs and cp.async copy them. */
+static bool a_rows_aligned(const hd_fused_tile_call *c)
+{
+    return c->a.ld % 4 == 0 && (c->k2 == 0 || c->a2.ld % 4 == 0);
+}
+
+static bool b_rows_aligned(const hd_fused_tile_call *c)
+{
+    return c->b.ld % 4 == 0 && (c->k2 == 0 || c->b2.ld % 4 == 0);
+}
+
+static bool rows_aligned(const hd_fused_tile_call *c)
+{
+    return a_rows_aligned(c) && b_rows_aligned(c);
+}
+
 /* Whether the FMA kernel's ASYNC copies an operand of c through cp.async: the device has it
  * and an operand is stored depth-major (gemm.cl); where both are stored depth-contiguous (A
  * m x k, B n x k) ASYNC would only add a buffer. */
@@ -83,8 +100,16 @@ static bool copies_an_operand(const hd_fused *f, const hd_fused_tile_call *c)
     return f->mma && !f->fma_async_broken && (c->a.trans || !c->b.trans);
 }
 
+/* Whether the operands the FMA kernel's ASYNC copies have 16-byte aligned rows: it copies
+ * others 4 bytes at a time, which a variant must name (ASYNC) to get. */
+static bool copied_rows_aligned(const hd_fused_tile_call *c)
+{
+    return (!c->a.trans || a_rows_aligned(c)) && (c->b.trans || b_rows_aligned(c));
+}
+
 /* The FMA kernel's tile bm x bn, bk deep, rm x rn results per work-item, with 3 buffers
- * through cp.async where that copies an operand (unless the variant named ASYNC). */
+ * through cp.async where that copies an operand with aligned rows (unless the variant named
+ * ASYNC). */
 static void fma_tile(const hd_fused *f, const hd_fused_tile_call *c, hd_fused_params *p, int bm,
                      int bn, int bk, int rm, int rn)
 {
@@ -93,7 +118,7 @@ static void fma_tile(const hd_fused *f, const hd_fused_tile_call *c, hd_fused_pa
     p->bk = bk;
     p->rm = rm;
     p->rn = rn;
-    if (p->async == 0 && copies_an_operand(f, c))
+    if (p->async == 0 && copies_an_operand(f, c) && copied_rows_aligned(c))
         p->async = 3;
 }
 
@@ -120,23 +145,6 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
         b = bk * (bn + 4);
     }
     return buffers * (a + b) * sizeof(float);
-}
-
-/* Whether A's rows (B's), the second product's too (LoRA's: one layout serves both), are
- * 16-byte aligned: what lets the loads take whole float4 runs and cp.async copy them. */
-static bool a_rows_aligned(const hd_fused_tile_call *c)
-{
-    return c->a.ld % 4 == 0 && (c->k2 == 0 || c->a2.ld % 4 == 0);
-}
-
-static bool b_rows_aligned(const hd_fused_tile_call *c)
-{
-    return c->b.ld % 4 == 0 && (c->k2 == 0 || c->b2.ld % 4 == 0);
-}
-
-static bool rows_aligned(const hd_fused_tile_call *c)
-{
-    return a_rows_aligned(c) && b_rows_aligned(c);
 }
 
 /* Deep products whose 128 x 128 tiles leave units idle but whose 64 x 128 ones, each cut into
@@ -227,19 +235,24 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
                p->rn == 0) {
         /* 128 x 128 tiles of 16 x 8 results per work-item where they fill their waves better
          * than 64 x 128 tiles of 8 x 8, 16 deep, which run faster where the former leave the
-         * last wave part empty. Where cp.async copies both operands (A stored k x m, B k x n;
-         * aligned rows), the former 8 deep in 5 buffers where the local memory holds them
-         * (more stages in flight than 3); on NVIDIA elsewhere, through registers loaded two
-         * stages ahead: 16 deep where the tiles come to more than two waves of two per unit
-         * (half the barriers and longer runs of the depth-contiguous operands' rows), 8 deep
-         * at fewer, where the 16-deep ones ran slower; the 64 x 128 tiles with 3 buffers
-         * through cp.async where it copies an operand. The H100's timings of each choice are
-         * in BENCHMARKS.md. */
+         * last wave part empty. Where cp.async copies both operands (A stored k x m, B k x n),
+         * the former 8 deep in 5 buffers where the local memory holds them (more stages in
+         * flight than 3); so too where A alone is copied (B stored n x k) and its rows are not
+         * 16-byte aligned, in 3 buffers: the 4-byte copies leave the registers that scalar
+         * loads would take. On NVIDIA elsewhere, through registers loaded two stages ahead:
+         * 16 deep where the tiles come to more than two waves of two per unit (half the
+         * barriers and longer runs of the depth-contiguous operands' rows), 8 deep at fewer,
+         * where the 16-deep ones ran slower; the 64 x 128 tiles with 3 buffers through cp.async
+         * where it copies an operand. The H100's timings of each choice are in BENCHMARKS.md. */
         bool aligned = rows_aligned(c);
-        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans && aligned;
+        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
+        bool copies_unaligned_a =
+            copies_an_operand(f, c) && c->a.trans && c->b.trans && !a_rows_aligned(c);
         bool large_first = large_tiles_first(units, c, copies_both ? 1.2 : 1.3);
         hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
-        if (copies_both && large_first) {
+        if ((copies_both || copies_unaligned_a) && large_first) {
+            if (copies_unaligned_a)
+                deep.async = 3;
             if (p->async == 0 && (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
                 p->async = deep.async;
             fma_tile(f, c, p, 128, 128, 8, 16, 8);
@@ -495,11 +508,13 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                        "-DVEC_C=%d -DTRANS_A=%d -DTRANS_B=%d -DSPLIT_K=%d",
                        p->bm, p->bn, p->bk, vec_a, vec_b, (int)aligned_a, (int)aligned_b,
                        c->ldc % 4 == 0 ? 4 : 1, (int)c->a.trans, (int)c->b.trans, p->sk > 1);
-    /* cp.async copies 16-byte runs: rows that do not allow them are staged through registers
-     * (the warpgroup kernel copies those 4 bytes at a time; the FMA kernel copies only the
-     * operands stored depth-major, A stored k x m and B stored k x n) */
+    /* cp.async copies runs of 4: the FMA kernel copies the operands stored depth-major (A
+     * stored k x m, B stored k x n), 16 bytes at a time where their rows are aligned, else 4;
+     * the mma.sync kernel copies both operands, 16-byte runs alone, and stages rows that do
+     * not allow them through registers (the warpgroup kernel copies those 4 bytes at a time) */
     bool copies_a = mma || c->a.trans, copies_b = mma || !c->b.trans;
-    int async = (!copies_a || (vec_a == 4 && aligned_a)) && (!copies_b || (vec_b == 4 && aligned_b))
+    int async = (!copies_a || (vec_a == 4 && (aligned_a || !mma))) &&
+                        (!copies_b || (vec_b == 4 && (aligned_b || !mma)))
                     ? p->async
                     : 0;
     if (p->wgmma)

@@ -512,8 +512,8 @@ static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
 }
 
 #if ASYNC && !WGMMA
-#if (A_ASYNC && (VEC_A != 4 || !ALIGN_A)) || (B_ASYNC && (VEC_B != 4 || !ALIGN_B))
-#error "ASYNC copies 16-byte runs: VEC_A (VEC_B) must be 4 and aligned where A (B) is copied"
+#if (A_ASYNC && VEC_A != 4) || (B_ASYNC && VEC_B != 4)
+#error "ASYNC copies runs of 4: VEC_A (VEC_B) must be 4 where A (B) is copied"
 #endif
 #define A_RUNS (BM * BK / (4 * THREADS))
 #define B_RUNS (BK * BN / (4 * THREADS))
@@ -538,10 +538,25 @@ static inline void load_stage_b(const gemm_pairs *q, int s, int n0, int n,
 #define CP_WAIT() asm volatile("cp.async.wait_group 6;" ::: "memory")
 #endif
 
+/* Copies a run of 4 floats at src, of which the first `bytes` lie inside the matrix, to dst:
+ * one 16-byte copy where the rows are aligned (ALIGNED), else four of 4 bytes, each float
+ * landing at its place in dst, `step` floats apart. */
+static inline void copy_run(__local float *dst, int step, __global const float *src, int bytes,
+                            bool aligned)
+{
+    if (aligned) {
+        copy16(dst, src, bytes);
+        return;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        copy4(dst + q * step, bytes > 4 * q ? src + q : src, bytes > 4 * q ? 4 : 0);
+}
+
 /* Issues the copies of stage s into as and bs (each where A_ASYNC, B_ASYNC): runs of 4 along
  * the stored rows, zeros outside rows < m (columns < n) and depths < kend; a run that crosses
- * kend (or m, n) copies only its part inside. The source pointer of an empty run is the
- * matrix's start, never read. */
+ * kend (or m, n) copies only its part inside. The source pointer of an empty part is the
+ * matrix's start, never read. Runs of rows not 16-byte aligned go 4 bytes at a time. */
 static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m, int n,
                               __local float *as, __local float *bs)
 {
@@ -560,7 +575,12 @@ static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
         int bytes = row < m ? clamp(4 * (src.kend - kk), 0, 16) : 0;
         size_t at = (size_t)row * src.lda + kk;
 #endif
-        copy16(as + AS_AT(i, p), bytes > 0 ? src.a + at : src.a, bytes);
+#if TRANS_A
+        int step = AS_AT(i + 1, p) - AS_AT(i, p);
+#else
+        int step = AS_AT(i, p + 1) - AS_AT(i, p);
+#endif
+        copy_run(as + AS_AT(i, p), step, bytes > 0 ? src.a + at : src.a, bytes, ALIGN_A);
     }
 #endif
 #if B_ASYNC
@@ -576,7 +596,12 @@ static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
         int bytes = col < n ? clamp(4 * (src.kend - kk), 0, 16) : 0;
         size_t at = (size_t)col * src.ldb + kk;
 #endif
-        copy16(bs + BS_AT(p, j), bytes > 0 ? src.b + at : src.b, bytes);
+#if !TRANS_B
+        int step = BS_AT(p, j + 1) - BS_AT(p, j);
+#else
+        int step = BS_AT(p + 1, j) - BS_AT(p, j);
+#endif
+        copy_run(bs + BS_AT(p, j), step, bytes > 0 ? src.b + at : src.b, bytes, ALIGN_B);
     }
 #endif
 }
