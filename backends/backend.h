@@ -163,13 +163,19 @@ typedef struct hd_backend_impl {
     bool (*runs_precision)(void *state, hd_precision p);
 
     /* Whether the slot of op (or of its epilogue) would accept variant for shape on this device,
-     * checked without
-     * building or running anything: HD_OK, or the status the slot would return, with its
-     * message. The tuning table drops a record whose variant fails here, so that a damaged or
-     * foreign cache cannot make a valid call fail. (optional: NULL, not checked at load; a
-     * variant that fails at a call still falls back) */
+     * checked without building or running anything: HD_OK, or the status the slot would
+     * return, with its message. The tuning table drops a record whose variant fails here, so
+     * that a damaged or foreign cache cannot make a valid call fail. (optional: NULL, not
+     * checked at load; a variant that fails at a call still falls back) */
     hd_status (*check_variant)(void *state, hd_context *ctx, hd_op op, const hd_shape *shape,
                                hd_part part, const char *variant);
+
+    /* As check_variant, and where it passes, the programs the slot would build for variant
+     * queued on the device runtime's build-ahead workers (the tuner's, while it times the
+     * candidate before), so that the first call finds them built; a backend may queue only
+     * those that take long to build. (optional: nothing is built ahead) */
+    hd_status (*build_ahead)(void *state, hd_context *ctx, hd_op op, const hd_shape *shape,
+                             hd_part part, const char *variant);
 
     /* Sets the backend's device-level parameter set `name` for this context (what the tuning
      * cache's "param" lines hold, read by the backend itself on first use: CLBlast's "base",
@@ -243,6 +249,10 @@ typedef struct hd_device_measure_ops {
     /* The fastest of repeats uploads of bytes from src, each timed to completion (waits). */
     hd_status (*upload_seconds)(struct hd_cl_runtime *rt, hd_context *ctx, const void *src,
                                 size_t bytes, unsigned repeats, double *best_seconds);
+    /* Worker threads that build programs the backends queue through their build_ahead hooks
+     * (at most 4; idempotent), and the queued builds not yet started dropped. */
+    hd_status (*build_ahead_start)(struct hd_cl_runtime *rt, hd_context *ctx, unsigned workers);
+    void (*build_ahead_cancel)(struct hd_cl_runtime *rt);
 } hd_device_measure_ops;
 
 /* The measurement hooks of this build's device; NULL when built without one. */

@@ -45,4 +45,11 @@ hd_status hd__device_launch_latency(hd_context *ctx, double *device_seconds, dou
 hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t bytes,
                                     unsigned repeats, double *best_seconds);
 
+/* Starts the device's build-ahead workers (at most 4; idempotent): programs queued by
+ * hd__backend_build_ahead() are then built on them while the caller goes on. HD_OK where the
+ * context has no device (nothing is built ahead then). */
+hd_status hd__device_build_ahead_start(hd_context *ctx, unsigned workers);
+/* Drops the builds queued and not yet started (a tuned case is over). */
+void hd__device_build_ahead_cancel(hd_context *ctx);
+
 #endif

@@ -40,3 +40,18 @@ hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t byt
     return m != NULL ? m->upload_seconds(ctx->cl, ctx, src, bytes, repeats, best_seconds)
                      : HD_ERR_BACKEND_UNAVAILABLE;
 }
+
+hd_status hd__device_build_ahead_start(hd_context *ctx, unsigned workers)
+{
+    const hd_device_measure_ops *m = hd__registry_device_measure();
+    if (!hd__device_present(ctx) || m == NULL || m->build_ahead_start == NULL)
+        return HD_OK;
+    return m->build_ahead_start(ctx->cl, ctx, workers);
+}
+
+void hd__device_build_ahead_cancel(hd_context *ctx)
+{
+    const hd_device_measure_ops *m = hd__registry_device_measure();
+    if (hd__device_present(ctx) && m != NULL && m->build_ahead_cancel != NULL)
+        m->build_ahead_cancel(ctx->cl);
+}

@@ -129,6 +129,18 @@ hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, con
     return impl->check_variant(ctx->backend_state[owner], ctx, op, shape, part, variant);
 }
 
+hd_status hd__backend_build_ahead(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                                  const char *variant)
+{
+    const hd_composite *plan = ctx->composite[b];
+    hd_backend owner = plan != NULL ? plan->epilogue : b; /* a plan's variant is its epilogue's */
+    hd_part part = plan != NULL ? HD_PART_EPILOGUE : HD_PART_WHOLE;
+    const hd_backend_impl *impl = ctx->backends[owner];
+    if (impl == NULL || impl->build_ahead == NULL)
+        return HD_OK;
+    return impl->build_ahead(ctx->backend_state[owner], ctx, op, shape, part, variant);
+}
+
 void hd__shape_text(hd_op op, const hd_shape *s, char *buf, size_t size)
 {
     hd__op_text(op, s, HD_TEXT_KEY, buf, size);

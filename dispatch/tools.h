@@ -99,6 +99,12 @@ double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, co
 size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                             const char **out, size_t max);
 
+/* As hd__backend_check_variant(), and where it passes, the programs b's slot would build for
+ * variant queued on the device's build-ahead workers (hd__device_build_ahead_start()); HD_OK
+ * where b builds nothing ahead. */
+hd_status hd__backend_build_ahead(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
+                                  const char *variant);
+
 /* Sets backend b's device-level parameter set `name` to value in ctx (backends/backend.h's
  * set_params: CLBlast's "base"), as the tuner records it in the cache's "param" lines: the
  * context's later calls run with it. HD_OK; HD_ERR_BACKEND_UNAVAILABLE (b absent, unhealthy,

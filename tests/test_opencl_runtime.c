@@ -637,6 +637,76 @@ static void test_program_cache_off_writes_nothing(void **state)
     hd_context_destroy(ctx);
 }
 
+/* Waits (up to a minute) until the build-ahead workers have nothing queued or under way. */
+static void wait_for_builds_ahead(hd_cl_runtime *rt)
+{
+    for (int i = 0; i < 6000 && hd__cl_build_ahead_waiting(rt) > 0; i++)
+        usleep(10000);
+    assert_int_equal(hd__cl_build_ahead_waiting(rt), 0);
+}
+
+/* Build ahead: programs queued are built on the workers and taken by hd__cl_program (each
+ * built once, counted once, and working); a source that does not build is built again by the
+ * caller, whose error then carries the log; a queue cancelled, or left at destroy, loses
+ * nothing that is asked for later. */
+static void test_build_ahead_builds_for_later_use(void **state)
+{
+    (void)state;
+    use_fresh_cache_dir();
+    setenv("HD_PROGRAM_CACHE", "0", 1); /* every program built from source: exact counts */
+    hd_context *ctx = message_context();
+    hd_cl_runtime *rt = open_runtime(ctx, NULL);
+    assert_int_equal(hd__cl_build_ahead_start(rt, ctx, 2), HD_OK);
+    assert_int_equal(hd__cl_build_ahead_start(rt, ctx, 3), HD_OK); /* started once */
+    enum { N = 3 };
+    static char sources[2 * N][1024];
+    for (int i = 0; i < 2 * N; i++)
+        unique_source(sources[i], sizeof sources[i], 70 + (uint64_t)i);
+    for (int i = 0; i < N; i++) {
+        hd__cl_build_ahead(rt, sources[i], NULL);
+        hd__cl_build_ahead(rt, sources[i], ""); /* the same program: queued once */
+    }
+    static const char broken[] = "__kernel void hd_test_broken(__global float *x) { x[0] = ; }\n";
+    hd__cl_build_ahead(rt, broken, NULL);
+    wait_for_builds_ahead(rt);
+    struct hd_cl_program_counters c;
+    hd__cl_program_counters(rt, &c);
+    assert_int_equal(c.ahead_takes, 0);
+    for (int i = 0; i < N; i++)
+        expect_doubling_works(rt, ctx, sources[i], 80 + (uint64_t)i);
+    hd__cl_program_counters(rt, &c);
+    assert_int_equal(c.ahead_takes, N);
+    assert_int_equal(c.source_builds, N); /* the workers' builds, counted as they are taken */
+    assert_int_equal(c.memory_hits, 0);
+    /* the failed build: the caller's own, with the compiler's log */
+    cl_program p;
+    assert_int_equal(hd__cl_program(rt, ctx, broken, NULL, &p), HD_ERR_BUILD);
+    assert_non_null(strstr(hd_context_last_error(ctx), "build log"));
+    hd__cl_program_counters(rt, &c);
+    assert_int_equal(c.ahead_takes, N);
+    /* cancelled while queued or under way: each is built exactly once, by whichever */
+    for (int i = N; i < 2 * N; i++)
+        hd__cl_build_ahead(rt, sources[i], NULL);
+    hd__cl_build_ahead_cancel(rt);
+    for (int i = N; i < 2 * N; i++)
+        expect_doubling_works(rt, ctx, sources[i], 90 + (uint64_t)i);
+    hd__cl_program_counters(rt, &c);
+    assert_int_equal(c.source_builds, 2 * N);
+    /* asked for again: from memory, nothing queued for what is built */
+    hd__cl_build_ahead(rt, sources[0], NULL);
+    assert_int_equal(hd__cl_build_ahead_waiting(rt), 0);
+    expect_doubling_works(rt, ctx, sources[0], 99);
+    /* queued and never asked for: the runtime stops its workers and frees them */
+    static char late[4][1024];
+    for (int i = 0; i < 4; i++) {
+        unique_source(late[i], sizeof late[i], 110 + (uint64_t)i);
+        hd__cl_build_ahead(rt, late[i], "-DLATE=1");
+    }
+    hd__cl_runtime_destroy(rt);
+    unsetenv("HD_PROGRAM_CACHE");
+    hd_context_destroy(ctx);
+}
+
 static void test_program_memory_cache_by_address_and_text(void **state)
 {
     (void)state;
@@ -945,6 +1015,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_program_cache_off_writes_nothing),
         cmocka_unit_test(test_program_memory_cache_by_address_and_text),
         cmocka_unit_test(test_program_build_failure_reports_the_log),
+        cmocka_unit_test(test_build_ahead_builds_for_later_use),
         cmocka_unit_test(test_error_codes_map_to_status_with_name_and_code),
         cmocka_unit_test(test_capture_times_enqueued_commands),
         cmocka_unit_test(test_calibration_timings_are_positive),

@@ -79,6 +79,22 @@ if grep -q '^ *fused ' "$dir/dry.txt"; then
     fi
 fi
 
+# Builds ahead (--build-threads; the default on a GPU, off on a CPU device): the variants'
+# programs built on two worker threads while the candidates before them are timed. The case
+# is tuned as without them, each variant timed, and the tool's own lines are not lost to the
+# workers' builds, which send descriptor 2 to a file while they run.
+if grep -q '^ *fused ' "$dir/dry.txt"; then
+    printf 'gemm 37 29 41 tn\n' > "$dir/ahead.txt"
+    "$tool" --backends fused --quick --verbose --build-threads 2 --case-budget-s 300 \
+        --shapes "$dir/ahead.txt" --cache "$dir/ahead-cache.txt" > "$dir/ahead-run.txt" 2>&1 ||
+        { cat "$dir/ahead-run.txt"; fail "tuning with builds ahead failed"; }
+    grep -q '^gemm 37 29 41 tn ' "$dir/ahead-cache.txt" ||
+        { cat "$dir/ahead-run.txt"; fail "builds ahead: no record"; }
+    grep -q -E '^ *fused +[0-9.]+ (µs|ms|s) +[A-Z]+=' "$dir/ahead-run.txt" &&
+        grep -q '^\[1/1\] gemm 37x29x41 TN: ' "$dir/ahead-run.txt" ||
+        { cat "$dir/ahead-run.txt"; fail "builds ahead: a variant's time or the case's line is missing"; }
+fi
+
 "$tool" --show --cache "$cache" > "$dir/show.txt" || fail "--show failed"
 grep -q '^softmax 37x300 ' "$dir/show.txt" || fail "--show lacks the record"
 
@@ -98,6 +114,10 @@ grep -q "rule 'tuned'" "$dir/explain.txt" || fail "the context did not use the t
 
 set +e
 "$tool" --bogus > /dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option: exit status not 2"
+for n in 5 -1 two ''; do
+    "$tool" --build-threads "$n" --dry-run > /dev/null 2>&1
+    [ $? -eq 2 ] || fail "--build-threads '$n': exit status not 2"
+done
 printf 'softmax 0 3\n' > "$dir/bad.txt"
 "$tool" --shapes "$dir/bad.txt" --cache "$cache" > /dev/null 2>&1
 [ $? -eq 2 ] || fail "bad shapes file: exit status not 2"

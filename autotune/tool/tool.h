@@ -35,6 +35,7 @@ typedef struct tool_effort {
     double run_target_s;     /* past this since the start, cases try only default parameters */
     /* Set per run, not per level: */
     bool defaults_only;      /* behind schedule: no variants */
+    bool build_ahead;        /* the device's build-ahead workers run (--build-threads) */
     bool left_out[HD_BACKEND_COUNT]; /* backends not to time (--backends) */
     hd_tune_calibration cal; /* the rates that estimate a candidate before it runs */
 } tool_effort;
@@ -49,6 +50,7 @@ typedef struct tool_options {
     bool force, dry_run, show, verbose, quiet, no_calibrate;
     double case_budget_s; /* --case-budget-s; negative: the level's case_target_s */
     double max_time_s;    /* --max-time; 0: no limit */
+    int build_threads;    /* --build-threads; negative: 2 on a GPU, else 0 */
     const char *explain;  /* --explain "OP DIMS" */
     const char *device;
 } tool_options;

@@ -295,11 +295,18 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     return 0;
 }
 
-/* The parameter checks of each slot, without the build (gemm.c, lora.c, rows.c). */
-static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, const hd_shape *s,
-                                     hd_part part, const char *variant)
+/* A tiled product's check, and with ahead its program queued on the build-ahead workers. */
+static hd_status tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c, bool ahead)
 {
-    hd_fused *f = state;
+    return ahead ? hd__fused_tile_build_ahead(f, ctx, c) : hd__fused_tile_check(f, ctx, c);
+}
+
+/* The parameter checks of each slot, without the build (gemm.c, lora.c, rows.c); with ahead,
+ * the program of a variant on the tiled engine is queued on the build-ahead workers too (the
+ * other kernels' programs are few, and built at their first call). */
+static hd_status check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *s,
+                               hd_part part, const char *variant, bool ahead)
+{
     hd_fused_params p;
     bool cached;
     const hd_lora_args lora = {
@@ -328,7 +335,7 @@ static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, con
                 .precision = ctx->gemm_precision,
                 .variant = variant,
             };
-            return hd__fused_tile_check(f, ctx, &c);
+            return tile_check(f, ctx, &c, ahead);
         }
         if (s->dim[0] > 16 || s->trans_a || s->trans_b)
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
@@ -350,14 +357,16 @@ static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, con
                 .precision = ctx->gemm_precision,
                 .variant = variant,
             };
-            return hd__fused_tile_check(f, ctx, &c);
+            return tile_check(f, ctx, &c, ahead);
         }
         if (lora.tokens > 16 || lora.rank > 64)
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
                              "fused: LoRA forward takes at most 16 tokens and rank 64");
         return hd__fused_gemv_params(f, ctx, variant, lora.out, lora.in, lora.tokens, &lora, &p);
-    case HD_OP_LORA_BACKWARD:
-        return hd__fused_lora_backward_check(f, ctx, s, variant);
+    case HD_OP_LORA_BACKWARD: {
+        hd_fused_tile_call dx = hd__fused_lora_backward_dx_call(ctx, s, variant);
+        return tile_check(f, ctx, &dx, ahead);
+    }
     case HD_OP_SOFTMAX:
     case HD_OP_LAYER_NORM:
     case HD_OP_RMS_NORM:
@@ -369,6 +378,18 @@ static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, con
         break;
     }
     return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s takes no variants", hd_op_name(op));
+}
+
+static hd_status fused_check_variant(void *state, hd_context *ctx, hd_op op, const hd_shape *s,
+                                     hd_part part, const char *variant)
+{
+    return check_variant(state, ctx, op, s, part, variant, false);
+}
+
+static hd_status fused_build_ahead(void *state, hd_context *ctx, hd_op op, const hd_shape *s,
+                                   hd_part part, const char *variant)
+{
+    return check_variant(state, ctx, op, s, part, variant, true);
 }
 
 /* Builds the programs of the default parameters for common shapes: rows of 1024 and 4096
@@ -526,6 +547,7 @@ const hd_backend_impl hd__backend_fused = {
     .variants = fused_variants,
     .runs_precision = fused_runs_precision,
     .check_variant = fused_check_variant,
+    .build_ahead = fused_build_ahead,
     .warmup = fused_warmup,
     .scale = fused_scale,
     .run =

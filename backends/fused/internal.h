@@ -163,6 +163,11 @@ void hd__fused_sources_destroy(hd_fused *f);
 hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program program,
                            const char *options, const char *name, size_t group, cl_kernel *out);
 
+/* Queues the program of kind and options on the runtime's build-ahead workers (none running:
+ * nothing), for a later hd__fused_kernel to find built. */
+void hd__fused_build_ahead(hd_fused *f, hd_context *ctx, hd_fused_program program,
+                           const char *options);
+
 /* Sets kernel arguments in order; each pair is (size, pointer). */
 hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t size,
                             const void *value);
@@ -264,6 +269,10 @@ hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile
 hd_status hd__fused_tile_resolve(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call,
                                  hd_fused_params *p);
 
+/* As hd__fused_tile_check(), and on success the call's program queued on the build-ahead
+ * workers (hd__fused_build_ahead). */
+hd_status hd__fused_tile_build_ahead(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
+
 /* The variants worth timing for a GEMM of this shape in precision p. */
 size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precision p,
                                const char **out, size_t max);
@@ -290,6 +299,10 @@ hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *args)
 hd_status hd__fused_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *args);
 hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *args);
+/* The tiled product dx = dy * W^T (+ u * A^T) of a LoRA backward call of this shape, which
+ * its variants tune, without buffers; and whether that product would accept variant. */
+hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_shape *shape,
+                                                   const char *variant);
 hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
                                         const char *variant);
 

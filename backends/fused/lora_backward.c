@@ -181,8 +181,8 @@ static void plan_backward(const hd_lora_backward_args *l, const backward_mems *m
     add_weight_gradients(l, m, p);
 }
 
-hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
-                                        const char *variant)
+hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_shape *shape,
+                                                   const char *variant)
 {
     const backward_mems none = {NULL};
     const hd_lora_backward_args l = {.tokens = shape->dim[0],
@@ -193,7 +193,13 @@ hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_s
                                      .trans_w = (shape->lora_layout & HD_LORA_TRANS_W) != 0,
                                      .trans_a = (shape->lora_layout & HD_LORA_TRANS_A) != 0};
     bool apart;
-    hd_fused_tile_call c = dx_product(&l, 0.0f, &none, variant, &apart);
+    return dx_product(&l, 0.0f, &none, variant, &apart);
+}
+
+hd_status hd__fused_lora_backward_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
+                                        const char *variant)
+{
+    hd_fused_tile_call c = hd__fused_lora_backward_dx_call(ctx, shape, variant);
     return hd__fused_tile_check(f, ctx, &c);
 }
 

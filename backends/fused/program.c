@@ -120,6 +120,12 @@ hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program progra
     return HD_OK;
 }
 
+void hd__fused_build_ahead(hd_fused *f, hd_context *ctx, hd_fused_program program,
+                           const char *options)
+{
+    hd__cl_build_ahead(ctx->cl, f->source[program], options);
+}
+
 hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t size,
                             const void *value)
 {

@@ -487,23 +487,21 @@ static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_m
     return HD_OK;
 }
 
-/* The kernel for p, building the tensor-core one if need be; a failed tensor-core build marks
- * it broken for the context and gives the FMA kernel instead. */
-static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
-                             hd_fused_params *p, size_t *threads, cl_kernel *out)
+/* The program, kernel name and build options of call c with its resolved parameters p (mma:
+ * on the tensor cores); *copies says whether the mma.sync or FMA kernel copies through
+ * cp.async. */
+static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                            const hd_fused_params *p, size_t threads, bool mma,
+                            hd_fused_program *program, const char **name,
+                            char options[HD_FUSED_OPTIONS_CAPACITY], bool *copies)
 {
-    bool mma = wants_mma(f, c->precision);
-    hd_status s = tile_params(f, ctx, c, mma, p, threads);
-    if (s != HD_OK)
-        return s;
-    mma = mma && p->wm != 0;
     /* one layout for both products: aligned only where both pairs' rows are */
     bool aligned_a = a_rows_aligned(c), aligned_b = b_rows_aligned(c);
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
-    int vec_a = vec_of(aligned_a, stage_a, *threads, p->wgmma);
-    int vec_b = vec_of(aligned_b, stage_b, *threads, p->wgmma);
-    char options[HD_FUSED_OPTIONS_CAPACITY];
-    int len = snprintf(options, sizeof options,
+    int vec_a = vec_of(aligned_a, stage_a, threads, p->wgmma);
+    int vec_b = vec_of(aligned_b, stage_b, threads, p->wgmma);
+    size_t cap = HD_FUSED_OPTIONS_CAPACITY;
+    int len = snprintf(options, cap,
                        "-DBM=%d -DBN=%d -DBK=%d -DVEC_A=%d -DVEC_B=%d -DALIGN_A=%d -DALIGN_B=%d "
                        "-DVEC_C=%d -DTRANS_A=%d -DTRANS_B=%d -DSPLIT_K=%d",
                        p->bm, p->bn, p->bk, vec_a, vec_b, (int)aligned_a, (int)aligned_b,
@@ -517,29 +515,52 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                         (!copies_b || (vec_b == 4 && (aligned_b || !mma)))
                     ? p->async
                     : 0;
-    if (p->wgmma)
-        len += snprintf(options + len, sizeof options - (size_t)len,
+    if (len < 0 || (size_t)len >= cap)
+        len = (int)cap;
+    else if (p->wgmma)
+        len += snprintf(options + len, cap - (size_t)len,
                         " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s", p->wn, p->async,
                         p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (mma)
-        len += snprintf(options + len, sizeof options - (size_t)len,
+        len += snprintf(options + len, cap - (size_t)len,
                         " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d -DASYNC=%d%s", p->wm, p->wn,
                         c->precision == HD_PRECISION_TF32 ? 1 : 3, async,
                         f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else
-        len += snprintf(options + len, sizeof options - (size_t)len,
-                        " -DRM=%d -DRN=%d -DASYNC=%d%s%s", p->rm, p->rn, async,
-                        p->lead > 1 ? " -DLEAD=2" : "",
+        len += snprintf(options + len, cap - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s%s",
+                        p->rm, p->rn, async, p->lead > 1 ? " -DLEAD=2" : "",
                         async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     /* fewer registers per work-item let two work-groups share an SM */
-    if (p->reg != 0 && len >= 0 && (size_t)len < sizeof options)
-        len += snprintf(options + len, sizeof options - (size_t)len, " -cl-nv-maxrregcount=%d",
-                        p->reg);
-    if (len < 0 || (size_t)len >= sizeof options)
+    if (p->reg != 0 && len >= 0 && (size_t)len < cap)
+        len += snprintf(options + len, cap - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
+    if (len < 0 || (size_t)len >= cap)
         return hd__error(ctx, HD_ERR_INTERNAL,
                          "fused: the tiled GEMM's build options are too long");
+    *copies = async != 0;
+    *program = p->wgmma ? HD_FUSED_GEMM_WGMMA : mma ? HD_FUSED_GEMM_MMA : HD_FUSED_GEMM_TILE;
+    *name = p->wgmma ? "gemm_wgmma" : mma ? "gemm_mma" : "gemm_tile";
+    return HD_OK;
+}
+
+/* The kernel for p, building the tensor-core one if need be; a failed tensor-core build marks
+ * it broken for the context and gives the FMA kernel instead. */
+static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                             hd_fused_params *p, size_t *threads, cl_kernel *out)
+{
+    bool mma = wants_mma(f, c->precision);
+    hd_status s = tile_params(f, ctx, c, mma, p, threads);
+    if (s != HD_OK)
+        return s;
+    mma = mma && p->wm != 0;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    hd_fused_program program;
+    const char *name;
+    bool async;
+    s = tile_build(f, ctx, c, p, *threads, mma, &program, &name, options, &async);
+    if (s != HD_OK)
+        return s;
+    s = hd__fused_kernel(f, ctx, program, options, name, *threads, out);
     if (p->wgmma) {
-        s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_WGMMA, options, "gemm_wgmma", *threads, out);
         if (s != HD_ERR_BUILD)
             return s;
         /* the mma.sync kernel instead, for this context */
@@ -552,9 +573,7 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                           "tf32 runs on mma.sync");
         return s;
     }
-    s = hd__fused_kernel(f, ctx, mma ? HD_FUSED_GEMM_MMA : HD_FUSED_GEMM_TILE, options,
-                         mma ? "gemm_mma" : "gemm_tile", *threads, out);
-    if (s == HD_ERR_BUILD && !mma && async != 0) {
+    if (s == HD_ERR_BUILD && !mma && async) {
         /* the FMA kernel with register staging, for this context */
         f->fma_async_broken = true;
         s = tile_kernel(f, ctx, c, p, threads, out);
@@ -573,6 +592,24 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
             hd__note(ctx, "fused: the tensor-core GEMM did not build on this device; GEMMs run "
                           "in fp32");
     }
+    return s;
+}
+
+hd_status hd__fused_tile_build_ahead(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+{
+    bool mma = wants_mma(f, c->precision);
+    hd_fused_params p;
+    size_t threads;
+    hd_status s = tile_params(f, ctx, c, mma, &p, &threads);
+    if (s != HD_OK)
+        return s;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    hd_fused_program program;
+    const char *name;
+    bool copies;
+    s = tile_build(f, ctx, c, &p, threads, mma && p.wm != 0, &program, &name, options, &copies);
+    if (s == HD_OK)
+        hd__fused_build_ahead(f, ctx, program, options);
     return s;
 }
 

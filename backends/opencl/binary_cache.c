@@ -179,7 +179,8 @@ static cl_program program_from_binary(hd_cl_runtime *rt, const unsigned char *pa
     return program;
 }
 
-cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, uint64_t source_hash, const char *options)
+cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, struct hd_cl_program_counters *count,
+                                  uint64_t source_hash, const char *options)
 {
     char path[1200];
     char *key = cache_key(rt, source_hash, options);
@@ -191,13 +192,13 @@ cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, uint64_t source_hash, const
     if (f == NULL) {
         free(key);
         if (errno != ENOENT) /* a FIFO, a directory, no permission: rebuilt and replaced */
-            rt->program_counters.disk_rejects++;
+            count->disk_rejects++;
         return NULL; /* no entry yet */
     }
     if (!cache_dir_trusted(rt)) {
         fclose(f);
         free(key);
-        rt->program_counters.disk_rejects++;
+        count->disk_rejects++;
         return NULL;
     }
     size_t len = 0;
@@ -207,9 +208,9 @@ cl_program hd__cl_disk_cache_load(hd_cl_runtime *rt, uint64_t source_hash, const
     cl_program program = payload != NULL ? program_from_binary(rt, payload, len, options) : NULL;
     free(payload);
     if (program == NULL)
-        rt->program_counters.disk_rejects++;
+        count->disk_rejects++;
     else
-        rt->program_counters.disk_loads++;
+        count->disk_loads++;
     return program;
 }
 
@@ -272,8 +273,8 @@ static bool write_entry(int fd, const char *key, const unsigned char *bin, size_
 }
 
 /* A failure here only costs the next run a rebuild, so it is not reported. */
-void hd__cl_disk_cache_store(hd_cl_runtime *rt, uint64_t source_hash, const char *options,
-                             cl_program program)
+void hd__cl_disk_cache_store(hd_cl_runtime *rt, struct hd_cl_program_counters *count,
+                             uint64_t source_hash, const char *options, cl_program program)
 {
     char path[1200], tmp[1300];
     size_t len = 0;
@@ -288,7 +289,7 @@ void hd__cl_disk_cache_store(hd_cl_runtime *rt, uint64_t source_hash, const char
     int fd = mkstemp(tmp);
     if (fd >= 0) {
         if (write_entry(fd, key, bin, len) && rename(tmp, path) == 0)
-            rt->program_counters.disk_stores++;
+            count->disk_stores++;
         else
             unlink(tmp);
     }

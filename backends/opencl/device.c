@@ -256,6 +256,7 @@ void hd__cl_runtime_destroy(hd_cl_runtime *rt)
         clFinish(rt->queue);
     hd__cl_capture_discard(rt);
     hd__cl_staging_reclaim(rt, true);
+    hd__cl_build_ahead_destroy(rt);
     hd__cl_programs_destroy(rt);
     hd__cl_pool_trim(rt);
     if (rt->queue != NULL)

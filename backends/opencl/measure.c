@@ -161,4 +161,6 @@ const hd_device_measure_ops hd__opencl_measure_ops = {
     .copy_bandwidth = hd__cl_copy_bandwidth,
     .launch_latency = hd__cl_launch_latency,
     .upload_seconds = hd__cl_upload_seconds,
+    .build_ahead_start = hd__cl_build_ahead_start,
+    .build_ahead_cancel = hd__cl_build_ahead_cancel,
 };

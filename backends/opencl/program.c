@@ -79,46 +79,81 @@ static hd_status build_failed(hd_cl_runtime *rt, hd_context *ctx, cl_program pro
     return s;
 }
 
-/* Standard error is the process's: one redirection at a time, or a second would save and
- * restore the first one's file. */
+/* Standard error is the process's: while any build runs, it goes to one temporary file (under
+ * stderr_lock: builds under way, the file, the descriptor it replaced), and each build reads
+ * back what was printed between its start and its end. */
 static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned stderr_builds;
+static FILE *stderr_file;
+static int stderr_saved = -1;
+
+/* Where the text printed from now on will start in the shared file; -1 where there is none
+ * (the redirection failed: the build runs, its text goes where stderr went). */
+static off_t capture_begin(void)
+{
+    pthread_mutex_lock(&stderr_lock);
+    if (stderr_builds++ == 0) {
+        fflush(stderr);
+        stderr_file = tmpfile();
+        if (stderr_file != NULL)
+            (void)fcntl(fileno(stderr_file), F_SETFD, FD_CLOEXEC);
+        stderr_saved = stderr_file != NULL ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0) : -1;
+        if (stderr_saved >= 0 && dup2(fileno(stderr_file), STDERR_FILENO) < 0) {
+            close(stderr_saved);
+            stderr_saved = -1;
+        }
+    }
+    off_t at = stderr_saved >= 0 ? lseek(STDERR_FILENO, 0, SEEK_CUR) : -1;
+    pthread_mutex_unlock(&stderr_lock);
+    return at;
+}
+
+/* Reads what was printed since `from` into captured (NUL-terminated, truncated to cap) and, for
+ * the last build under way, puts standard error back. */
+static void capture_end(off_t from, char *captured, size_t cap)
+{
+    captured[0] = '\0';
+    pthread_mutex_lock(&stderr_lock);
+    if (from >= 0) {
+        fflush(stderr);
+        off_t to = lseek(STDERR_FILENO, 0, SEEK_CUR);
+        size_t want = to > from ? (size_t)(to - from) : 0;
+        ssize_t n = pread(fileno(stderr_file), captured, want < cap ? want : cap - 1, from);
+        size_t len = n > 0 ? (size_t)n : 0;
+        while (len > 0 && (captured[len - 1] == '\n' || captured[len - 1] == ' '))
+            len--; /* a note is one sentence */
+        captured[len] = '\0';
+    }
+    if (--stderr_builds == 0) {
+        if (stderr_saved >= 0) {
+            fflush(stderr);
+            dup2(stderr_saved, STDERR_FILENO);
+            close(stderr_saved);
+            stderr_saved = -1;
+        }
+        if (stderr_file != NULL)
+            fclose(stderr_file);
+        stderr_file = NULL;
+    }
+    pthread_mutex_unlock(&stderr_lock);
+}
 
 /*
  * clBuildProgram with whatever the compiler prints on the process's standard error caught in
  * captured (NUL-terminated, truncated to cap). The compilers print there besides the build
  * log (PoCL's clang, NVIDIA's front end: "1 warning generated."), which garbled the tools'
  * progress lines and the user's own output; the text becomes a note of the context instead
- * (its log callback, or stderr with $HD_LOG=1). The redirection is of the whole process for the
- * build's duration, so it also catches what other threads write meanwhile (README, Threads);
- * the descriptors it opens are closed on exec.
+ * (its log callback, or stderr with $HD_LOG=1). The redirection is of the whole process while
+ * any build runs (builds ahead on other threads included: build_ahead.c), so it also catches
+ * what other threads write meanwhile (README, Threads), and two builds at once each read
+ * what both printed; the descriptors it opens are closed on exec.
  */
 static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, const char *options,
                                      char *captured, size_t cap)
 {
-    captured[0] = '\0';
-    pthread_mutex_lock(&stderr_lock);
-    fflush(stderr);
-    FILE *tmp = tmpfile();
-    if (tmp != NULL)
-        (void)fcntl(fileno(tmp), F_SETFD, FD_CLOEXEC);
-    int saved = tmp != NULL ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0) : -1;
-    bool redirected = saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0;
+    off_t from = capture_begin();
     cl_int err = clBuildProgram(program, 1, &rt->device, options, NULL, NULL);
-    if (redirected) {
-        fflush(stderr);
-        dup2(saved, STDERR_FILENO);
-    }
-    if (saved >= 0)
-        close(saved);
-    pthread_mutex_unlock(&stderr_lock);
-    if (tmp != NULL) {
-        rewind(tmp);
-        size_t n = fread(captured, 1, cap - 1, tmp);
-        while (n > 0 && (captured[n - 1] == '\n' || captured[n - 1] == ' '))
-            n--; /* a note is one sentence */
-        captured[n] = '\0';
-        fclose(tmp);
-    }
+    capture_end(from, captured, cap);
     return err;
 }
 
@@ -227,14 +262,14 @@ static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *
 }
 
 static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const char *source,
-                                   size_t len, const char *options, cl_program *out)
+                                   size_t len, const char *options, char *printed, size_t cap,
+                                   cl_program *out)
 {
     cl_int err;
     cl_program program = clCreateProgramWithSource(rt->context, 1, &source, &len, &err);
     if (program == NULL)
         return hd__cl_error(ctx, err, "clCreateProgramWithSource");
-    char printed[1024];
-    err = build_capturing_stderr(rt, program, options, printed, sizeof printed);
+    err = build_capturing_stderr(rt, program, options, printed, cap);
     if (err != CL_SUCCESS) {
         hd_status s = build_failed(rt, ctx, program, err, options);
         if (printed[0] != '\0') {
@@ -244,8 +279,6 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
         clReleaseProgram(program);
         return s;
     }
-    if (printed[0] != '\0') /* a note, not an error: the call goes on */
-        hd__note(ctx, "kernel build (options \"%.200s\") printed: %.600s", options, printed);
     if (strstr(source, HD_CL_PTX_SM90A) != NULL) {
         hd_status s = retarget_sm90a(rt, ctx, options, &program);
         if (s != HD_OK) {
@@ -253,7 +286,26 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
             return s;
         }
     }
-    rt->program_counters.source_builds++;
+    *out = program;
+    return HD_OK;
+}
+
+hd_status hd__cl_program_load_or_build(hd_cl_runtime *rt, hd_context *ctx, const char *source,
+                                       size_t len, uint64_t hash, const char *options,
+                                       struct hd_cl_program_counters *count, char *printed,
+                                       size_t cap, cl_program *out)
+{
+    printed[0] = '\0';
+    cl_program program =
+        rt->disk_cache_enabled ? hd__cl_disk_cache_load(rt, count, hash, options) : NULL;
+    if (program == NULL) {
+        hd_status s = build_from_source(rt, ctx, source, len, options, printed, cap, &program);
+        if (s != HD_OK)
+            return s;
+        count->source_builds++;
+        if (rt->disk_cache_enabled)
+            hd__cl_disk_cache_store(rt, count, hash, options, program);
+    }
     *out = program;
     return HD_OK;
 }
@@ -285,14 +337,18 @@ hd_status hd__cl_program(hd_cl_runtime *rt, hd_context *ctx, const char *source,
             break;
         }
     }
-    if (program == NULL && rt->disk_cache_enabled)
-        program = hd__cl_disk_cache_load(rt, hash, options);
+    if (program == NULL)
+        program = hd__cl_build_ahead_take(rt, ctx, source, options);
     if (program == NULL) {
-        hd_status s = build_from_source(rt, ctx, source, len, options, &program);
+        char printed[1024];
+        hd_status s = hd__cl_program_load_or_build(rt, ctx, source, len, hash, options,
+                                                   &rt->program_counters, printed,
+                                                   sizeof printed, &program);
         if (s != HD_OK)
             return s;
-        if (rt->disk_cache_enabled)
-            hd__cl_disk_cache_store(rt, hash, options, program);
+        if (printed[0] != '\0') /* a note, not an error: the call goes on */
+            hd__note(ctx, "kernel build (options \"%.200s\") printed: %.600s", options,
+                     printed);
     }
     hd_status s = remember(rt, ctx, source, hash, len, options, program);
     if (s != HD_OK) {

@@ -133,9 +133,22 @@ struct hd_cl_program_counters {
     size_t disk_rejects;  /* entries found but ignored: damaged, mismatched, or failed to load */
     size_t source_builds; /* compiled from source */
     size_t disk_stores;   /* entries written */
+    size_t ahead_takes;   /* built by the build-ahead workers, then asked for (their loads,
+                             builds and stores counted above) */
 };
 void hd__cl_pool_counters(const hd_cl_runtime *rt, struct hd_cl_pool_counters *out);
 void hd__cl_program_counters(const hd_cl_runtime *rt, struct hd_cl_program_counters *out);
+
+/* Build ahead (build_ahead.c): up to 4 worker threads that build programs queued by
+ * hd__cl_build_ahead before hd__cl_program is asked for them, which then takes them built (or
+ * waits for one under way). start is idempotent (0 workers: none); queueing a program already
+ * built or queued does nothing; cancel drops what is queued and not yet started. The workers
+ * stop with the runtime. */
+hd_status hd__cl_build_ahead_start(hd_cl_runtime *rt, hd_context *ctx, unsigned workers);
+void hd__cl_build_ahead(hd_cl_runtime *rt, const char *source, const char *options);
+void hd__cl_build_ahead_cancel(hd_cl_runtime *rt);
+/* Programs queued or being built (tests wait for 0). */
+size_t hd__cl_build_ahead_waiting(hd_cl_runtime *rt);
 /* The cache file that holds (source, options) on this device; false when the disk cache is
  * off or the path does not fit. */
 bool hd__cl_program_cache_file(const hd_cl_runtime *rt, const char *source, const char *options,
