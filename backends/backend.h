@@ -250,9 +250,10 @@ typedef struct hd_device_measure_ops {
     hd_status (*upload_seconds)(struct hd_cl_runtime *rt, hd_context *ctx, const void *src,
                                 size_t bytes, unsigned repeats, double *best_seconds);
     /* Worker threads that build programs the backends queue through their build_ahead hooks
-     * (at most 4; idempotent), and the queued builds not yet started dropped. */
+     * (at most 4; idempotent), and the queued builds not yet started dropped (with wait, once
+     * those under way have ended). */
     hd_status (*build_ahead_start)(struct hd_cl_runtime *rt, hd_context *ctx, unsigned workers);
-    void (*build_ahead_cancel)(struct hd_cl_runtime *rt);
+    void (*build_ahead_cancel)(struct hd_cl_runtime *rt, bool wait);
 } hd_device_measure_ops;
 
 /* The measurement hooks of this build's device; NULL when built without one. */

@@ -49,7 +49,8 @@ hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t byt
  * hd__backend_build_ahead() are then built on them while the caller goes on. HD_OK where the
  * context has no device (nothing is built ahead then). */
 hd_status hd__device_build_ahead_start(hd_context *ctx, unsigned workers);
-/* Drops the builds queued and not yet started (a tuned case is over). */
-void hd__device_build_ahead_cancel(hd_context *ctx);
+/* Drops the builds queued and not yet started (a tuned case is over); with wait, returns once
+ * those under way have ended too (before timings on the host, which need the cores). */
+void hd__device_build_ahead_cancel(hd_context *ctx, bool wait);
 
 #endif

@@ -49,9 +49,9 @@ hd_status hd__device_build_ahead_start(hd_context *ctx, unsigned workers)
     return m->build_ahead_start(ctx->cl, ctx, workers);
 }
 
-void hd__device_build_ahead_cancel(hd_context *ctx)
+void hd__device_build_ahead_cancel(hd_context *ctx, bool wait)
 {
     const hd_device_measure_ops *m = hd__registry_device_measure();
     if (hd__device_present(ctx) && m != NULL && m->build_ahead_cancel != NULL)
-        m->build_ahead_cancel(ctx->cl);
+        m->build_ahead_cancel(ctx->cl, wait);
 }

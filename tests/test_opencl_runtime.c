@@ -668,6 +668,7 @@ static void test_build_ahead_builds_for_later_use(void **state)
     }
     static const char broken[] = "__kernel void hd_test_broken(__global float *x) { x[0] = ; }\n";
     hd__cl_build_ahead(rt, broken, NULL);
+    assert_true(hd__cl_build_ahead_waiting(rt) <= N + 1);
     wait_for_builds_ahead(rt);
     struct hd_cl_program_counters c;
     hd__cl_program_counters(rt, &c);
@@ -684,10 +685,12 @@ static void test_build_ahead_builds_for_later_use(void **state)
     assert_non_null(strstr(hd_context_last_error(ctx), "build log"));
     hd__cl_program_counters(rt, &c);
     assert_int_equal(c.ahead_takes, N);
-    /* cancelled while queued or under way: each is built exactly once, by whichever */
+    /* cancelled while queued or under way: only the two workers' builds under way are left,
+     * and each program is built exactly once, by whichever */
     for (int i = N; i < 2 * N; i++)
         hd__cl_build_ahead(rt, sources[i], NULL);
-    hd__cl_build_ahead_cancel(rt);
+    hd__cl_build_ahead_cancel(rt, false);
+    assert_true(hd__cl_build_ahead_waiting(rt) <= 2);
     for (int i = N; i < 2 * N; i++)
         expect_doubling_works(rt, ctx, sources[i], 90 + (uint64_t)i);
     hd__cl_program_counters(rt, &c);
@@ -696,6 +699,12 @@ static void test_build_ahead_builds_for_later_use(void **state)
     hd__cl_build_ahead(rt, sources[0], NULL);
     assert_int_equal(hd__cl_build_ahead_waiting(rt), 0);
     expect_doubling_works(rt, ctx, sources[0], 99);
+    /* a cancel that waits returns with nothing under way */
+    static char waited[1024];
+    unique_source(waited, sizeof waited, 100);
+    hd__cl_build_ahead(rt, waited, NULL);
+    hd__cl_build_ahead_cancel(rt, true);
+    assert_int_equal(hd__cl_build_ahead_waiting(rt), 0);
     /* queued and never asked for: the runtime stops its workers and frees them */
     static char late[4][1024];
     for (int i = 0; i < 4; i++) {

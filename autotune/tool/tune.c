@@ -333,7 +333,7 @@ static void say_skipped(bool verbose, const candidate *c, const char *fmt, doubl
         return;
     char reason[160];
     snprintf(reason, sizeof reason, fmt, a, b);
-    fprintf(hd__measure_stderr(), "  %s %s: skipped: %s\n", hd_backend_name(c->backend), variant_text(c), reason);
+    fprintf(stderr, "  %s %s: skipped: %s\n", hd_backend_name(c->backend), variant_text(c), reason);
 }
 
 /* hd__tune_order() with the estimated call of each backend's defaults. */
@@ -357,16 +357,19 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
     double defaults_s[HD_BACKEND_COUNT] = {0.0}; /* each backend's defaults, once timed */
     size_t order[HD_BACKEND_COUNT * MAX_VARIANTS];
     candidate_order(k, d, e, cand, count, order);
-    /* The variants' programs go to the build-ahead workers in this order, where they run
-     * (--build-threads): each is built while the candidates before it are timed. A variant
-     * its backend refuses is refused again, with its message, when it runs. */
-    for (size_t n = 0; n < count && e->build_ahead; n++)
-        if (cand[order[n]].variant != NULL &&
-            hd__backend_build_ahead(ctx, cand[order[n]].backend, d->op, &d->shape,
-                                    cand[order[n]].variant) != HD_OK)
-            hd__error_clear(ctx);
     for (size_t n = 0; n < count && !hd__tool_interrupted; n++) {
         size_t i = order[n];
+        /* At the first variant (the backends' defaults, the CPU's timed on the host among
+         * them, ran with the cores free), the variants' programs go to the build-ahead workers
+         * in this order, where they run (--build-threads): each is then built while the
+         * candidates before it are timed. A variant its backend refuses is refused again,
+         * with its message, when it runs. */
+        if (e->build_ahead && cand[i].variant != NULL &&
+            (n == 0 || cand[order[n - 1]].variant == NULL))
+            for (size_t v = n; v < count; v++)
+                if (hd__backend_build_ahead(ctx, cand[order[v]].backend, d->op, &d->shape,
+                                            cand[order[v]].variant) != HD_OK)
+                    hd__error_clear(ctx);
         /* What cannot finish within what is left of the case is not started: a call once
          * queued cannot be stopped. */
         double cost = candidate_cost_s(k, e, &cand[i], call_estimate_s(k, d, e, cand[i].backend));
@@ -381,7 +384,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (cand[i].variant != NULL && best >= 0 &&
             defaults_s[cand[i].backend] > HOPELESS * cand[best].median_s) {
             if (verbose)
-                fprintf(hd__measure_stderr(), "  %s %s: skipped: its defaults are %.1fx the best\n",
+                fprintf(stderr, "  %s %s: skipped: its defaults are %.1fx the best\n",
                         hd_backend_name(cand[i].backend), variant_text(&cand[i]),
                         defaults_s[cand[i].backend] / cand[best].median_s);
             continue;
@@ -412,14 +415,14 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             double uncharged = fmax(build_s, check_s - 2.0 * first_s);
             k->start += uncharged;
             if (verbose && uncharged > 1e-3)
-                fprintf(hd__measure_stderr(),
+                fprintf(stderr,
                         "  %s -: builds and check %.3g s over its two calls, not charged "
                         "to the case\n",
                         hd_backend_name(d->backend), uncharged);
         }
         if (!correct) {
             if (verbose)
-                fprintf(hd__measure_stderr(), "  %s %s: rejected: %s\n", hd_backend_name(d->backend),
+                fprintf(stderr, "  %s %s: rejected: %s\n", hd_backend_name(d->backend),
                         variant_text(&cand[i]), fail);
             if (why[0] == '\0')
                 snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
@@ -430,7 +433,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         /* Far slower than the best so far on its first call: not worth a full timing. */
         if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05) {
             if (verbose)
-                fprintf(hd__measure_stderr(), "  %s %s: skipped: its first call took %.1fx the best\n",
+                fprintf(stderr, "  %s %s: skipped: its first call took %.1fx the best\n",
                         hd_backend_name(d->backend), variant_text(&cand[i]),
                         first_s / cand[best].median_s);
             continue;
@@ -449,7 +452,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         unsigned runs = runs_that_fit(e, first_s, left_s(k));
         if (!time_one(ctx, d, runs, fmin(e->budget_s, fmax(left_s(k), 0.0)), &median_s)) {
             if (verbose)
-                fprintf(hd__measure_stderr(), "  %s %s: timing failed: %s\n", hd_backend_name(d->backend),
+                fprintf(stderr, "  %s %s: timing failed: %s\n", hd_backend_name(d->backend),
                         variant_text(&cand[i]), hd_context_last_error(ctx));
             continue;
         }
@@ -464,7 +467,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (verbose) {
             char time[32];
             hd__tool_time_text(median_s * 1e6, time, sizeof time);
-            fprintf(hd__measure_stderr(), "  %-14s %12s  %s\n", hd_backend_name(d->backend), time,
+            fprintf(stderr, "  %-14s %12s  %s\n", hd_backend_name(d->backend), time,
                     variant_text(&cand[i]));
         }
         if (best < 0 || median_s < cand[best].median_s)
@@ -512,6 +515,12 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         fin[nfin++] = defaults;
     if (e->confirm_rounds == 0 || nfin < 2)
         return best;
+    /* a finalist timed on the host waits for the builds ahead under way: they take cores */
+    for (size_t f = 0; f < nfin && e->build_ahead; f++)
+        if (cand[fin[f]].backend == HD_BACKEND_CPU) {
+            hd__device_build_ahead_cancel(ctx, true);
+            break;
+        }
     bool queued = false; /* finalists of several backends on a GPU: chain mode too */
     for (size_t f = 1; f < nfin; f++)
         queued |= k->gpu && cand[fin[f]].backend != cand[fin[0]].backend;
@@ -557,7 +566,7 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
             hd__tool_time_text(c->median_s * 1e6, time, sizeof time);
             if (chained[f] > 0)
                 hd__tool_time_text(chain_s[f] * 1e6, queued_time, sizeof queued_time);
-            fprintf(hd__measure_stderr(), "  confirmed %-14s %12s  %s%s%s\n", hd_backend_name(c->backend), time,
+            fprintf(stderr, "  confirmed %-14s %12s  %s%s%s\n", hd_backend_name(c->backend), time,
                     variant_text(c), chained[f] > 0 ? "  chain: " : "", queued_time);
         }
     }
@@ -571,7 +580,7 @@ static int apply_preferences(hd_context *ctx, const candidate *cand, size_t coun
 {
     int chosen = hd__tune_choose(cand, count, fastest, hd__measure_device_is_gpu(ctx));
     if (verbose && chosen >= 0 && cand[chosen].backend != cand[fastest].backend)
-        fprintf(hd__measure_stderr(), "  preferred %s over %s, %.1f%% slower\n",
+        fprintf(stderr, "  preferred %s over %s, %.1f%% slower\n",
                 hd_backend_name(cand[chosen].backend), hd_backend_name(cand[fastest].backend),
                 (cand[chosen].median_s / cand[fastest].median_s - 1.0) * 100.0);
     return chosen;
@@ -659,7 +668,7 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     /* the case's variants not started are not built: the next case queues its own (those
      * built and not taken stay for a later case of the same parameters) */
     if (e->build_ahead)
-        hd__device_build_ahead_cancel(ctx);
+        hd__device_build_ahead_cancel(ctx, false);
     if (best >= 0)
         best = apply_preferences(ctx, cand, count,
                                  confirm_best(ctx, &d, e, verbose, cand, count, best, &k), verbose);

@@ -8,18 +8,24 @@
  *
  * The workers touch no context and nothing of the runtime but the device, the OpenCL context
  * (OpenCL's calls are thread-safe but for a kernel's arguments, which they never set) and the
- * disk cache (its entries written to a temporary file and renamed into place); what they count
- * goes into their entries and is added to the runtime's counters when a program is taken.
- * Everything else, the queue included, is under the one lock.
+ * disk cache (its entries written to a temporary file and renamed into place); they build with
+ * standard error left alone (program.c) and every signal blocked, which the caller's thread
+ * takes. What they count goes into their entries and is added to the runtime's counters when
+ * a program is taken. The queue is under the one lock; the runtime's own list of programs is
+ * the caller's thread's alone, as it always was.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/opencl/internal.h"
 #include "dispatch/error.h"
 
-enum { AHEAD_MAX_WORKERS = 4 };
+enum {
+    AHEAD_MAX_WORKERS = 4,
+    AHEAD_MAX_UNTAKEN = 64, /* programs built and not asked for that a cancel keeps */
+};
 
 typedef enum ahead_state {
     AHEAD_QUEUED,
@@ -29,13 +35,13 @@ typedef enum ahead_state {
 } ahead_state;
 
 typedef struct ahead_entry {
-    const char *source; /* the caller's source, the key (compared by address, as in memory) */
+    const char *source; /* the caller's source, the key with the options and the text */
     char *text;         /* a copy of it: the caller's may be gone before the build ends */
+    size_t len;
     char *options;
     ahead_state state;
     cl_program program;
     struct hd_cl_program_counters count;
-    char printed[512];
     struct ahead_entry *next;
 } ahead_entry;
 
@@ -72,7 +78,8 @@ static void unlink_entry(struct hd_cl_build_ahead *a, ahead_entry *e)
 static ahead_entry *find(struct hd_cl_build_ahead *a, const char *source, const char *options)
 {
     for (ahead_entry *e = a->entries; e != NULL; e = e->next)
-        if (e->source == source && strcmp(e->options, options) == 0)
+        if (e->source == source && strcmp(e->options, options) == 0 &&
+            strncmp(e->text, source, e->len + 1) == 0)
             return e;
     return NULL;
 }
@@ -91,13 +98,13 @@ static void *worker(void *arg)
         }
         e->state = AHEAD_BUILDING;
         pthread_mutex_unlock(&a->lock);
-        /* the entry stays in the list while BUILDING: only this worker frees it then */
-        size_t len = strlen(e->text);
-        uint64_t hash = hd__cl_hash(e->text, len, HD_CL_HASH_SEED);
+        /* the entry stays in the list while BUILDING: nobody frees it then */
+        uint64_t hash = hd__cl_hash(e->text, e->len, HD_CL_HASH_SEED);
         cl_program program = NULL;
-        hd_status s = hd__cl_program_load_or_build(a->rt, NULL, e->text, len, hash, e->options,
-                                                   &e->count, e->printed, sizeof e->printed,
-                                                   &program);
+        char printed[8]; /* nothing is caught in the background */
+        hd_status s =
+            hd__cl_program_load_or_build(a->rt, NULL, e->text, e->len, hash, e->options, true,
+                                         &e->count, printed, sizeof printed, &program);
         pthread_mutex_lock(&a->lock);
         e->program = program;
         e->state = s == HD_OK ? AHEAD_BUILT : AHEAD_FAILED;
@@ -121,14 +128,28 @@ hd_status hd__cl_build_ahead_start(hd_cl_runtime *rt, hd_context *ctx, unsigned 
         free(a);
         return hd__error(ctx, HD_ERR_INTERNAL, "cannot make the build-ahead lock");
     }
-    pthread_cond_init(&a->queued, NULL);
-    pthread_cond_init(&a->finished, NULL);
+    if (pthread_cond_init(&a->queued, NULL) != 0) {
+        pthread_mutex_destroy(&a->lock);
+        free(a);
+        return hd__error(ctx, HD_ERR_INTERNAL, "cannot make the build-ahead conditions");
+    }
+    if (pthread_cond_init(&a->finished, NULL) != 0) {
+        pthread_cond_destroy(&a->queued);
+        pthread_mutex_destroy(&a->lock);
+        free(a);
+        return hd__error(ctx, HD_ERR_INTERNAL, "cannot make the build-ahead conditions");
+    }
     rt->ahead = a;
+    /* the workers inherit a mask that blocks every signal: an interrupt is the caller's */
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &before);
     for (unsigned i = 0; i < workers; i++) {
         if (pthread_create(&a->thread[i], NULL, worker, a) != 0)
             break;
         a->workers++;
     }
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     if (a->workers == 0) {
         hd__cl_build_ahead_destroy(rt);
         return hd__error(ctx, HD_ERR_INTERNAL, "cannot start a build-ahead thread");
@@ -155,7 +176,7 @@ void hd__cl_build_ahead(hd_cl_runtime *rt, const char *source, const char *optio
         if (e != NULL && text != NULL && opts != NULL) {
             memcpy(text, source, len);
             memcpy(opts, options, olen);
-            *e = (ahead_entry){.source = source, .text = text, .options = opts};
+            *e = (ahead_entry){.source = source, .text = text, .len = len - 1, .options = opts};
             ahead_entry **tail = &a->entries;
             while (*tail != NULL)
                 tail = &(*tail)->next;
@@ -170,20 +191,36 @@ void hd__cl_build_ahead(hd_cl_runtime *rt, const char *source, const char *optio
     pthread_mutex_unlock(&a->lock);
 }
 
-void hd__cl_build_ahead_cancel(hd_cl_runtime *rt)
+void hd__cl_build_ahead_cancel(hd_cl_runtime *rt, bool wait)
 {
     struct hd_cl_build_ahead *a = rt->ahead;
     if (a == NULL)
         return;
     pthread_mutex_lock(&a->lock);
+    /* queued and failed ones go (a failure is found again by the caller's own build); of the
+     * built ones not asked for, the newest AHEAD_MAX_UNTAKEN stay for later calls */
+    size_t built = 0;
+    for (ahead_entry *e = a->entries; e != NULL; e = e->next)
+        built += e->state == AHEAD_BUILT;
     for (ahead_entry **at = &a->entries; *at != NULL;) {
         ahead_entry *e = *at;
-        if (e->state == AHEAD_QUEUED) {
+        bool drop = e->state == AHEAD_QUEUED || e->state == AHEAD_FAILED ||
+                    (e->state == AHEAD_BUILT && built > AHEAD_MAX_UNTAKEN);
+        if (e->state == AHEAD_BUILT && drop)
+            built--;
+        if (drop) {
             *at = e->next;
             entry_free(e);
         } else {
             at = &e->next;
         }
+    }
+    for (bool busy = wait; busy;) {
+        busy = false;
+        for (ahead_entry *e = a->entries; e != NULL; e = e->next)
+            busy |= e->state == AHEAD_BUILDING;
+        if (busy)
+            pthread_cond_wait(&a->finished, &a->lock);
     }
     pthread_mutex_unlock(&a->lock);
 }
@@ -209,8 +246,7 @@ static void add_counts(struct hd_cl_program_counters *to, const struct hd_cl_pro
     to->disk_stores += c->disk_stores;
 }
 
-cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, hd_context *ctx, const char *source,
-                                   const char *options)
+cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, const char *source, const char *options)
 {
     struct hd_cl_build_ahead *a = rt->ahead;
     if (a == NULL)
@@ -230,8 +266,6 @@ cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, hd_context *ctx, const cha
         }
     }
     pthread_mutex_unlock(&a->lock);
-    if (program != NULL && e->printed[0] != '\0')
-        hd__note(ctx, "kernel build (options \"%.200s\") printed: %.400s", options, e->printed);
     if (e != NULL)
         entry_free(e);
     return program;

@@ -133,20 +133,23 @@ struct hd_cl_program_counters {
     size_t disk_rejects;  /* entries found but ignored: damaged, mismatched, or failed to load */
     size_t source_builds; /* compiled from source */
     size_t disk_stores;   /* entries written */
-    size_t ahead_takes;   /* built by the build-ahead workers, then asked for (their loads,
-                             builds and stores counted above) */
+    size_t ahead_takes;   /* built by the build-ahead workers, then asked for (the loads,
+                             builds and stores of these counted above; of those never asked
+                             for, none) */
 };
 void hd__cl_pool_counters(const hd_cl_runtime *rt, struct hd_cl_pool_counters *out);
 void hd__cl_program_counters(const hd_cl_runtime *rt, struct hd_cl_program_counters *out);
 
-/* Build ahead (build_ahead.c): up to 4 worker threads that build programs queued by
- * hd__cl_build_ahead before hd__cl_program is asked for them, which then takes them built (or
- * waits for one under way). start is idempotent (0 workers: none); queueing a program already
- * built or queued does nothing; cancel drops what is queued and not yet started. The workers
- * stop with the runtime. */
+/* Build ahead (build_ahead.c): up to 4 worker threads (more are capped) that build programs
+ * queued by hd__cl_build_ahead before hd__cl_program is asked for them, which then takes them
+ * built (or waits for one under way). start is idempotent (0 workers: none); queueing a
+ * program already built or queued does nothing; cancel drops what is queued and not yet
+ * started, the failed builds and all but the newest 64 built and not asked for, and with wait
+ * returns once the builds under way have ended (the caller's timings on the host then have
+ * the cores). The workers stop with the runtime. */
 hd_status hd__cl_build_ahead_start(hd_cl_runtime *rt, hd_context *ctx, unsigned workers);
 void hd__cl_build_ahead(hd_cl_runtime *rt, const char *source, const char *options);
-void hd__cl_build_ahead_cancel(hd_cl_runtime *rt);
+void hd__cl_build_ahead_cancel(hd_cl_runtime *rt, bool wait);
 /* Programs queued or being built (tests wait for 0). */
 size_t hd__cl_build_ahead_waiting(hd_cl_runtime *rt);
 /* The cache file that holds (source, options) on this device; false when the disk cache is
