@@ -192,7 +192,7 @@ static char *program_text(cl_program program, bool *failed)
 #define HD_CL_PTX_SM90A "// @sm_90a@ "
 
 static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *options,
-                                cl_program *program)
+                                bool background, cl_program *program)
 {
     bool failed;
     char *ptx = program_text(*program, &failed);
@@ -250,7 +250,8 @@ static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *
                             "clCreateProgramWithBinary (sm_90a PTX)");
     }
     char printed[1024];
-    err = build_capturing_stderr(rt, patched, options, printed, sizeof printed);
+    err = background ? clBuildProgram(patched, 1, &rt->device, options, NULL, NULL)
+                     : build_capturing_stderr(rt, patched, options, printed, sizeof printed);
     if (err != CL_SUCCESS) {
         hd_status s = build_failed(rt, ctx, patched, err, options);
         clReleaseProgram(patched);
@@ -299,7 +300,7 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
         return s;
     }
     if (strstr(source, HD_CL_PTX_SM90A) != NULL) {
-        hd_status s = retarget_sm90a(rt, ctx, options, &program);
+        hd_status s = retarget_sm90a(rt, ctx, options, background, &program);
         if (s != HD_OK) {
             clReleaseProgram(program);
             return s;
