@@ -26,6 +26,10 @@
 
 #define MAX_VARIANTS 64
 
+/* A CPU finalist this close to the best (a ratio of times) is timed again with the cores
+ * free of builds ahead. */
+#define CPU_CLOSE 1.25
+
 /* Inputs and outputs of one case at most (LoRA's backward: five and three). */
 #define MAX_INPUTS  5
 #define MAX_OUTPUTS 3
@@ -357,19 +361,18 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
     double defaults_s[HD_BACKEND_COUNT] = {0.0}; /* each backend's defaults, once timed */
     size_t order[HD_BACKEND_COUNT * MAX_VARIANTS];
     candidate_order(k, d, e, cand, count, order);
+    /* The variants' programs go to the build-ahead workers in this order, where they run
+     * (--build-threads): each is built while the candidates before it are timed, the
+     * backends' defaults first (the CPU's timed on the host beside the builds: confirm_best
+     * times it again with the cores free where it is a close finalist). A variant its backend
+     * refuses is refused again, with its message, when it runs. */
+    for (size_t n = 0; n < count && e->build_ahead; n++)
+        if (cand[order[n]].variant != NULL &&
+            hd__backend_build_ahead(ctx, cand[order[n]].backend, d->op, &d->shape,
+                                    cand[order[n]].variant) != HD_OK)
+            hd__error_clear(ctx);
     for (size_t n = 0; n < count && !hd__tool_interrupted; n++) {
         size_t i = order[n];
-        /* At the first variant (the backends' defaults, the CPU's timed on the host among
-         * them, ran with the cores free), the variants' programs go to the build-ahead workers
-         * in this order, where they run (--build-threads): each is then built while the
-         * candidates before it are timed. A variant its backend refuses is refused again,
-         * with its message, when it runs. */
-        if (e->build_ahead && cand[i].variant != NULL &&
-            (n == 0 || cand[order[n - 1]].variant == NULL))
-            for (size_t v = n; v < count; v++)
-                if (hd__backend_build_ahead(ctx, cand[order[v]].backend, d->op, &d->shape,
-                                            cand[order[v]].variant) != HD_OK)
-                    hd__error_clear(ctx);
         /* What cannot finish within what is left of the case is not started: a call once
          * queued cannot be stopped. */
         double cost = candidate_cost_s(k, e, &cand[i], call_estimate_s(k, d, e, cand[i].backend));
@@ -515,9 +518,11 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         fin[nfin++] = defaults;
     if (e->confirm_rounds == 0 || nfin < 2)
         return best;
-    /* a finalist timed on the host waits for the builds ahead under way: they take cores */
+    /* a close finalist timed on the host (within CPU_CLOSE of the best) waits for the builds
+     * ahead under way, which take cores; a far one is not worth the wait, in every small case */
     for (size_t f = 0; f < nfin && e->build_ahead; f++)
-        if (cand[fin[f]].backend == HD_BACKEND_CPU) {
+        if (cand[fin[f]].backend == HD_BACKEND_CPU &&
+            cand[fin[f]].median_s <= CPU_CLOSE * cand[best].median_s) {
             hd__device_build_ahead_cancel(ctx, true);
             break;
         }
