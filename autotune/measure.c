@@ -84,6 +84,20 @@ int hd__measure_stderr_fd(void)
     return kept_stderr;
 }
 
+FILE *hd__measure_stderr(void)
+{
+    static FILE *kept;
+    if (kept == NULL && kept_stderr != STDERR_FILENO) {
+        int fd = fcntl(kept_stderr, F_DUPFD_CLOEXEC, 3);
+        kept = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (kept != NULL)
+            setvbuf(kept, NULL, _IONBF, 0); /* unbuffered, as stderr */
+        else if (fd >= 0)
+            close(fd);
+    }
+    return kept != NULL ? kept : stderr;
+}
+
 static bool stopping(void)
 {
     return stop_flag != NULL && *stop_flag != 0;

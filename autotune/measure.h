@@ -27,6 +27,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include <hd/dispatch.h>
 
@@ -93,6 +94,10 @@ void hd__measure_set_stop_flag(volatile sig_atomic_t *flag);
  * to hd__measure_stderr_fd(), which is 2 where no copy could be made. */
 void hd__measure_keep_stderr(void);
 int hd__measure_stderr_fd(void);
+/* A stream on that copy, for the tools' own lines (stderr where none was made): kernel builds
+ * on other threads (the tuner's build-ahead workers) redirect descriptor 2 while they run, and
+ * would swallow what the tools write there meanwhile. */
+FILE *hd__measure_stderr(void);
 
 /* "device", "sync", "chain", "host". */
 const char *hd__measure_mode_name(hd_measure_mode mode);

@@ -140,7 +140,8 @@ static bool want_op(const char *name, void *arg)
     bool *wanted = arg;
     hd_op op;
     if (!hd__op_from_name(name, &op)) {
-        fprintf(stderr, "dispatch-autotune: --ops: unknown operation '%s' (expected %s)\n", name,
+        fprintf(hd__measure_stderr(),
+                "dispatch-autotune: --ops: unknown operation '%s' (expected %s)\n", name,
                 hd__bench_op_names());
         return false;
     }
@@ -153,7 +154,7 @@ static bool want_backend(const char *name, void *arg)
     bool *left_out = arg;
     hd_backend b;
     if (!hd__backend_from_name(name, &b) || b == HD_BACKEND_AUTO) {
-        fprintf(stderr,
+        fprintf(hd__measure_stderr(),
                 "dispatch-autotune: --backends: unknown backend '%s' (expected cpu, clblast, "
                 "fused or clblast+fused)\n",
                 name);
@@ -186,7 +187,8 @@ static bool list_option(int argc, char **argv, int *i, const char *what,
                         bool (*parse)(const char *list, bool *out), bool *out)
 {
     if (*i + 1 >= argc) {
-        fprintf(stderr, "dispatch-autotune: %s needs a list of %s names\n", argv[*i], what);
+        fprintf(hd__measure_stderr(), "dispatch-autotune: %s needs a list of %s names\n", argv[*i],
+                what);
         return false;
     }
     return parse(argv[++*i], out);
@@ -212,7 +214,8 @@ static int parse_args(int argc, char **argv, tool_options *o)
         } else if (strcmp(a, "--quick") == 0 || strcmp(a, "--full") == 0) {
             tool_level level = a[2] == 'q' ? LEVEL_QUICK : LEVEL_FULL;
             if (o->level != LEVEL_DEFAULT && o->level != level) {
-                fprintf(stderr, "dispatch-autotune: --quick and --full exclude each other\n");
+                fprintf(hd__measure_stderr(),
+                        "dispatch-autotune: --quick and --full exclude each other\n");
                 return EXIT_USAGE;
             }
             o->level = level;
@@ -225,7 +228,8 @@ static int parse_args(int argc, char **argv, tool_options *o)
             double v = i + 1 < argc ? strtod(argv[i + 1], &end) : -1.0;
             if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || errno == ERANGE ||
                 !isfinite(v) || !(v >= 0)) {
-                fprintf(stderr, "dispatch-autotune: %s: '%s' is not a finite number >= 0\n", a,
+                fprintf(hd__measure_stderr(),
+                        "dispatch-autotune: %s: '%s' is not a finite number >= 0\n", a,
                         i + 1 < argc ? argv[i + 1] : "");
                 return EXIT_USAGE;
             }
@@ -237,7 +241,8 @@ static int parse_args(int argc, char **argv, tool_options *o)
             long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
             if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || errno == ERANGE || v < 0 ||
                 v > 4) {
-                fprintf(stderr, "dispatch-autotune: --build-threads: '%s' is not 0 to 4\n",
+                fprintf(hd__measure_stderr(),
+                        "dispatch-autotune: --build-threads: '%s' is not 0 to 4\n",
                         i + 1 < argc ? argv[i + 1] : "");
                 return EXIT_USAGE;
             }
@@ -268,12 +273,13 @@ static int parse_args(int argc, char **argv, tool_options *o)
             if (!list_option(argc, argv, &i, "backend", parse_backends, o->backend_left_out))
                 return EXIT_USAGE;
         } else {
-            fprintf(stderr, "dispatch-autotune: unknown option '%s' (see --help)\n", a);
+            fprintf(hd__measure_stderr(), "dispatch-autotune: unknown option '%s' (see --help)\n",
+                    a);
             return EXIT_USAGE;
         }
         if (value != NULL) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "dispatch-autotune: %s needs a value\n", a);
+                fprintf(hd__measure_stderr(), "dispatch-autotune: %s needs a value\n", a);
                 return EXIT_USAGE;
             }
             *value = argv[++i];
@@ -292,7 +298,7 @@ static hd_context *open_context(const tool_options *o, const char *path, bool us
     hd_context *ctx = NULL;
     hd_status s = hd_context_create(&ctx, &opt);
     if (s != HD_OK) {
-        fprintf(stderr, "dispatch-autotune: cannot create a context: %s\n",
+        fprintf(hd__measure_stderr(), "dispatch-autotune: cannot create a context: %s\n",
                 hd_context_last_error(NULL));
         return NULL;
     }
@@ -306,7 +312,7 @@ static int show(const char *path)
     char msg[256];
     hd_status s = hd__tune_load(path, &f, msg, sizeof msg);
     if (s != HD_OK) {
-        fprintf(stderr, "dispatch-autotune: %s\n", msg);
+        fprintf(hd__measure_stderr(), "dispatch-autotune: %s\n", msg);
         return EXIT_CACHE;
     }
     printf("cache    %s\n", path);
@@ -323,7 +329,7 @@ static int explain(const tool_options *o, const char *path)
     hd_bench_case c;
     char why[300];
     if (!hd__bench_case_parse(o->explain, &c, why, sizeof why)) {
-        fprintf(stderr, "dispatch-autotune: --explain: %s\n", why);
+        fprintf(hd__measure_stderr(), "dispatch-autotune: --explain: %s\n", why);
         return EXIT_USAGE;
     }
     hd_context *ctx = open_context(o, path, true);
@@ -345,10 +351,10 @@ static bool save(const char *path, const hd_tune_file *part)
     char msg[512];
     if (hd__tune_save(path, part, msg, sizeof msg) == HD_OK) {
         if (msg[0] != '\0') /* lines of the file it could not read, kept as comments */
-            fprintf(stderr, "dispatch-autotune: %s\n", msg);
+            fprintf(hd__measure_stderr(), "dispatch-autotune: %s\n", msg);
         return true;
     }
-    fprintf(stderr, "dispatch-autotune: cannot save the cache: %s\n", msg);
+    fprintf(hd__measure_stderr(), "dispatch-autotune: cannot save the cache: %s\n", msg);
     return false;
 }
 
@@ -377,7 +383,8 @@ static void count_win(tally *t, size_t *n, size_t cap, const char *variant)
 static int calibrate(hd_context *ctx, const tool_options *o, const char *path, hd_tune_file *part)
 {
     if (hd__calibrate(ctx, o->level == LEVEL_QUICK, &part->cal) != HD_OK) {
-        fprintf(stderr, "dispatch-autotune: calibration failed: %s\n", hd_context_last_error(ctx));
+        fprintf(hd__measure_stderr(), "dispatch-autotune: calibration failed: %s\n",
+                hd_context_last_error(ctx));
         return EXIT_NO_CONTEXT;
     }
     printf("calibration: launch %.1f \u00b5s, copy %.1f GB/s, host link %.1f GB/s, "
@@ -452,7 +459,7 @@ static int tune(const tool_options *o, const char *path)
     if (loaded == HD_OK && hd__tune_key_mismatch(&have.key, &part.key) != NULL)
         hd__tune_file_free(&have);
     if (loaded != HD_OK && !o->dry_run && access(path, F_OK) == 0) {
-        fprintf(stderr,
+        fprintf(hd__measure_stderr(),
                 "dispatch-autotune: the cache '%s' cannot be read (%s): not replaced, so that "
                 "its records are kept; repair or remove it\n",
                 path, msg);
@@ -482,7 +489,7 @@ static int tune(const tool_options *o, const char *path)
         if (hd__device_build_ahead_start(ctx, threads) == HD_OK) {
             effort.build_ahead = true;
         } else {
-            fprintf(stderr,
+            fprintf(hd__measure_stderr(),
                     "dispatch-autotune: no builds ahead (%s): each variant builds as it "
                     "runs\n",
                     hd_context_last_error(ctx));
@@ -549,7 +556,8 @@ static int tune(const tool_options *o, const char *path)
         part.count = 0;
         hd_status put = hd__tune_put(&part, &rec);
         if (put != HD_OK)
-            fprintf(stderr, "dispatch-autotune: %s: the record cannot be written (%s)\n", name,
+            fprintf(hd__measure_stderr(),
+                    "dispatch-autotune: %s: the record cannot be written (%s)\n", name,
                     hd_status_str(put));
         if (put != HD_OK || !save(path, &part)) {
             rc = EXIT_CACHE;
@@ -600,15 +608,18 @@ int main(int argc, char **argv)
     case HD_TUNE_PATH_FOUND:
         break;
     case HD_TUNE_PATH_NONE:
-        fprintf(stderr, "dispatch-autotune: no cache path: set --cache, $HD_TUNE_CACHE or "
-                        "$HOME\n");
+        fprintf(hd__measure_stderr(),
+                "dispatch-autotune: no cache path: set --cache, $HD_TUNE_CACHE or "
+                "$HOME\n");
         return EXIT_USAGE;
     case HD_TUNE_PATH_EMPTY:
-        fprintf(stderr, "dispatch-autotune: --cache: the path is empty (leave the option out "
-                        "for $HD_TUNE_CACHE or the default path)\n");
+        fprintf(hd__measure_stderr(),
+                "dispatch-autotune: --cache: the path is empty (leave the option out "
+                "for $HD_TUNE_CACHE or the default path)\n");
         return EXIT_USAGE;
     case HD_TUNE_PATH_TOO_LONG:
-        fprintf(stderr, "dispatch-autotune: the cache path is too long (more than %zu bytes)\n",
+        fprintf(hd__measure_stderr(),
+                "dispatch-autotune: the cache path is too long (more than %zu bytes)\n",
                 sizeof path - 1);
         return EXIT_USAGE;
     }

@@ -66,25 +66,25 @@ void hd__tool_progress_case(size_t index, const char *name)
     bar[WIDTH] = '\0';
     char eta[48];
     eta_text(index, eta, sizeof eta);
-    fprintf(stderr, "\r\033[K[%s] %zu/%zu %s  %s", bar, index, pr.total, eta, name);
-    fflush(stderr);
+    fprintf(hd__measure_stderr(), "\r\033[K[%s] %zu/%zu %s  %s", bar, index, pr.total, eta, name);
+    fflush(hd__measure_stderr());
 }
 
 void hd__tool_progress_done(size_t index, const char *line)
 {
     if (pr.tty && !pr.quiet)
-        fprintf(stderr, "\r\033[K");
+        fprintf(hd__measure_stderr(), "\r\033[K");
     char elapsed[32];
     duration_text(hd__measure_now() - pr.start, elapsed, sizeof elapsed);
     if (pr.tty || pr.quiet)
-        fprintf(stderr, "[%zu/%zu] %s\n", index + 1, pr.total, line);
+        fprintf(hd__measure_stderr(), "[%zu/%zu] %s\n", index + 1, pr.total, line);
     else
-        fprintf(stderr, "[%zu/%zu] %s (elapsed %s)\n", index + 1, pr.total, line, elapsed);
+        fprintf(hd__measure_stderr(), "[%zu/%zu] %s (elapsed %s)\n", index + 1, pr.total, line, elapsed);
 }
 
 void hd__tool_progress_finish(void)
 {
-    fprintf(stderr, "%sdone in %.1f s\n", pr.tty && !pr.quiet ? "\r\033[K" : "",
+    fprintf(hd__measure_stderr(), "%sdone in %.1f s\n", pr.tty && !pr.quiet ? "\r\033[K" : "",
             hd__measure_now() - pr.start);
 }
 

@@ -79,9 +79,10 @@ if grep -q '^ *fused ' "$dir/dry.txt"; then
     fi
 fi
 
-# Builds ahead (--build-threads; on by default on a GPU, off on a CPU device): the variants'
+# Builds ahead (--build-threads; the default on a GPU, off on a CPU device): the variants'
 # programs built on two worker threads while the candidates before them are timed. The case
-# is tuned as without them, each variant timed and the case's line written.
+# is tuned as without them, each variant timed, and the tool's own lines are not lost to the
+# workers' builds, which send descriptor 2 to a file while they run.
 if grep -q '^ *fused ' "$dir/dry.txt"; then
     printf 'gemm 37 29 41 tn\n' > "$dir/ahead.txt"
     "$tool" --backends fused --quick --verbose --build-threads 2 --case-budget-s 300 \

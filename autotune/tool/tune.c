@@ -337,7 +337,8 @@ static void say_skipped(bool verbose, const candidate *c, const char *fmt, doubl
         return;
     char reason[160];
     snprintf(reason, sizeof reason, fmt, a, b);
-    fprintf(stderr, "  %s %s: skipped: %s\n", hd_backend_name(c->backend), variant_text(c), reason);
+    fprintf(hd__measure_stderr(), "  %s %s: skipped: %s\n", hd_backend_name(c->backend),
+            variant_text(c), reason);
 }
 
 /* hd__tune_order() with the estimated call of each backend's defaults. */
@@ -387,7 +388,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (cand[i].variant != NULL && best >= 0 &&
             defaults_s[cand[i].backend] > HOPELESS * cand[best].median_s) {
             if (verbose)
-                fprintf(stderr, "  %s %s: skipped: its defaults are %.1fx the best\n",
+                fprintf(hd__measure_stderr(), "  %s %s: skipped: its defaults are %.1fx the best\n",
                         hd_backend_name(cand[i].backend), variant_text(&cand[i]),
                         defaults_s[cand[i].backend] / cand[best].median_s);
             continue;
@@ -418,15 +419,15 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             double uncharged = fmax(build_s, check_s - 2.0 * first_s);
             k->start += uncharged;
             if (verbose && uncharged > 1e-3)
-                fprintf(stderr,
+                fprintf(hd__measure_stderr(),
                         "  %s -: builds and check %.3g s over its two calls, not charged "
                         "to the case\n",
                         hd_backend_name(d->backend), uncharged);
         }
         if (!correct) {
             if (verbose)
-                fprintf(stderr, "  %s %s: rejected: %s\n", hd_backend_name(d->backend),
-                        variant_text(&cand[i]), fail);
+                fprintf(hd__measure_stderr(), "  %s %s: rejected: %s\n",
+                        hd_backend_name(d->backend), variant_text(&cand[i]), fail);
             if (why[0] == '\0')
                 snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
             continue;
@@ -436,7 +437,8 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         /* Far slower than the best so far on its first call: not worth a full timing. */
         if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05) {
             if (verbose)
-                fprintf(stderr, "  %s %s: skipped: its first call took %.1fx the best\n",
+                fprintf(hd__measure_stderr(),
+                        "  %s %s: skipped: its first call took %.1fx the best\n",
                         hd_backend_name(d->backend), variant_text(&cand[i]),
                         first_s / cand[best].median_s);
             continue;
@@ -455,8 +457,9 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         unsigned runs = runs_that_fit(e, first_s, left_s(k));
         if (!time_one(ctx, d, runs, fmin(e->budget_s, fmax(left_s(k), 0.0)), &median_s)) {
             if (verbose)
-                fprintf(stderr, "  %s %s: timing failed: %s\n", hd_backend_name(d->backend),
-                        variant_text(&cand[i]), hd_context_last_error(ctx));
+                fprintf(hd__measure_stderr(), "  %s %s: timing failed: %s\n",
+                        hd_backend_name(d->backend), variant_text(&cand[i]),
+                        hd_context_last_error(ctx));
             continue;
         }
         if (hd__tool_interrupted)
@@ -470,7 +473,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         if (verbose) {
             char time[32];
             hd__tool_time_text(median_s * 1e6, time, sizeof time);
-            fprintf(stderr, "  %-14s %12s  %s\n", hd_backend_name(d->backend), time,
+            fprintf(hd__measure_stderr(), "  %-14s %12s  %s\n", hd_backend_name(d->backend), time,
                     variant_text(&cand[i]));
         }
         if (best < 0 || median_s < cand[best].median_s)
@@ -571,8 +574,9 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
             hd__tool_time_text(c->median_s * 1e6, time, sizeof time);
             if (chained[f] > 0)
                 hd__tool_time_text(chain_s[f] * 1e6, queued_time, sizeof queued_time);
-            fprintf(stderr, "  confirmed %-14s %12s  %s%s%s\n", hd_backend_name(c->backend), time,
-                    variant_text(c), chained[f] > 0 ? "  chain: " : "", queued_time);
+            fprintf(hd__measure_stderr(), "  confirmed %-14s %12s  %s%s%s\n",
+                    hd_backend_name(c->backend), time, variant_text(c),
+                    chained[f] > 0 ? "  chain: " : "", queued_time);
         }
     }
     return fin[hd__tune_balanced(device_s, chain_s, nfin)];
@@ -585,7 +589,7 @@ static int apply_preferences(hd_context *ctx, const candidate *cand, size_t coun
 {
     int chosen = hd__tune_choose(cand, count, fastest, hd__measure_device_is_gpu(ctx));
     if (verbose && chosen >= 0 && cand[chosen].backend != cand[fastest].backend)
-        fprintf(stderr, "  preferred %s over %s, %.1f%% slower\n",
+        fprintf(hd__measure_stderr(), "  preferred %s over %s, %.1f%% slower\n",
                 hd_backend_name(cand[chosen].backend), hd_backend_name(cand[fastest].backend),
                 (cand[chosen].median_s / cand[fastest].median_s - 1.0) * 100.0);
     return chosen;

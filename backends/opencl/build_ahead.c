@@ -9,10 +9,11 @@
  * The workers touch no context and nothing of the runtime but the device, the OpenCL context
  * (OpenCL's calls are thread-safe but for a kernel's arguments, which they never set) and the
  * disk cache (its entries written to a temporary file and renamed into place); they build with
- * standard error left alone (program.c) and every signal blocked, which the caller's thread
- * takes. What they count goes into their entries and is added to the runtime's counters when
- * a program is taken. The queue is under the one lock; the runtime's own list of programs is
- * the caller's thread's alone, as it always was.
+ * every signal blocked, which the caller's thread takes, and catch what the compiler prints as
+ * the caller's builds do (program.c: standard error goes to a file while any build runs). What
+ * they count, and print, goes into their entries: counted in the runtime's counters, and
+ * noted on the caller's context, when a program is taken. The queue is under the one lock;
+ * the runtime's own list of programs is the caller's thread's alone, as it always was.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -42,6 +43,7 @@ typedef struct ahead_entry {
     ahead_state state;
     cl_program program;
     struct hd_cl_program_counters count;
+    char printed[512];
     struct ahead_entry *next;
 } ahead_entry;
 
@@ -101,10 +103,9 @@ static void *worker(void *arg)
         /* the entry stays in the list while BUILDING: nobody frees it then */
         uint64_t hash = hd__cl_hash(e->text, e->len, HD_CL_HASH_SEED);
         cl_program program = NULL;
-        char printed[8]; /* nothing is caught in the background */
-        hd_status s =
-            hd__cl_program_load_or_build(a->rt, NULL, e->text, e->len, hash, e->options, true,
-                                         &e->count, printed, sizeof printed, &program);
+        hd_status s = hd__cl_program_load_or_build(a->rt, NULL, e->text, e->len, hash, e->options,
+                                                   &e->count, e->printed, sizeof e->printed,
+                                                   &program);
         pthread_mutex_lock(&a->lock);
         e->program = program;
         e->state = s == HD_OK ? AHEAD_BUILT : AHEAD_FAILED;
@@ -246,7 +247,8 @@ static void add_counts(struct hd_cl_program_counters *to, const struct hd_cl_pro
     to->disk_stores += c->disk_stores;
 }
 
-cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, const char *source, const char *options)
+cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, hd_context *ctx, const char *source,
+                                   const char *options)
 {
     struct hd_cl_build_ahead *a = rt->ahead;
     if (a == NULL)
@@ -266,6 +268,8 @@ cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, const char *source, const 
         }
     }
     pthread_mutex_unlock(&a->lock);
+    if (program != NULL && e->printed[0] != '\0')
+        hd__note(ctx, "kernel build (options \"%.200s\") printed: %.400s", options, e->printed);
     if (e != NULL)
         entry_free(e);
     return program;

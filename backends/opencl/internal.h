@@ -93,18 +93,18 @@ void hd__cl_disk_cache_store(hd_cl_runtime *rt, struct hd_cl_program_counters *c
                              uint64_t source_hash, const char *options, cl_program program);
 /* A program the runtime does not hold yet: loaded from the disk cache, else built from source
  * (and stored there). ctx (NULL: none) takes a failure's message; printed gets what the
- * compiler printed on a build from source (NUL-terminated, truncated to cap). A worker thread
- * (build_ahead.c) calls it with background set (standard error left alone, warnings off), ctx
- * NULL and counters of its own. */
+ * compiler printed on a build from source (NUL-terminated, truncated to cap). Any thread may
+ * call it with ctx NULL and counters of its own (build_ahead.c). */
 hd_status hd__cl_program_load_or_build(hd_cl_runtime *rt, hd_context *ctx, const char *source,
                                        size_t len, uint64_t hash, const char *options,
-                                       bool background, struct hd_cl_program_counters *count,
-                                       char *printed, size_t cap, cl_program *out);
+                                       struct hd_cl_program_counters *count, char *printed,
+                                       size_t cap, cl_program *out);
 /* Build ahead (build_ahead.c): the program of (source, options) if a worker built it, else
  * NULL, which leaves the build to the caller: none was asked for, it was still queued (taken
  * off the queue), or it failed (the caller's own build then says why). Waits for one under
- * way. */
-cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, const char *source, const char *options);
+ * way. Notes on ctx what its compiler printed. */
+cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, hd_context *ctx, const char *source,
+                                   const char *options);
 /* Stops the workers (joined) and frees what they built and nobody took: on destroy. */
 void hd__cl_build_ahead_destroy(hd_cl_runtime *rt);
 /* Reads $HD_PROGRAM_CACHE; a value it does not understand is a note on ctx. */

@@ -144,7 +144,7 @@ static void capture_end(off_t from, char *captured, size_t cap)
  * log (PoCL's clang, NVIDIA's front end: "1 warning generated."), which garbled the tools'
  * progress lines and the user's own output; the text becomes a note of the context instead
  * (its log callback, or stderr with $HD_LOG=1). The redirection is of the whole process while
- * any such build runs (contexts on several threads may build at once), so it also catches
+ * any build runs (builds ahead on other threads included: build_ahead.c), so it also catches
  * what other threads write meanwhile (README, Threads), and two builds at once each read
  * what both printed; the descriptors it opens are closed on exec.
  */
@@ -192,7 +192,7 @@ static char *program_text(cl_program program, bool *failed)
 #define HD_CL_PTX_SM90A "// @sm_90a@ "
 
 static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *options,
-                                bool background, cl_program *program)
+                                cl_program *program)
 {
     bool failed;
     char *ptx = program_text(*program, &failed);
@@ -250,8 +250,7 @@ static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *
                             "clCreateProgramWithBinary (sm_90a PTX)");
     }
     char printed[1024];
-    err = background ? clBuildProgram(patched, 1, &rt->device, options, NULL, NULL)
-                     : build_capturing_stderr(rt, patched, options, printed, sizeof printed);
+    err = build_capturing_stderr(rt, patched, options, printed, sizeof printed);
     if (err != CL_SUCCESS) {
         hd_status s = build_failed(rt, ctx, patched, err, options);
         clReleaseProgram(patched);
@@ -262,34 +261,15 @@ static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *
     return HD_OK;
 }
 
-/* A build on a worker thread (build_ahead.c) leaves standard error alone: a redirection held
- * in the background would catch the whole program's output for most of its run. It adds -w
- * instead (no warnings, the compilers' usual output there; the code is the same) to the
- * options the program is built with, not to those it is known by. */
-static cl_int build_in_background(hd_cl_runtime *rt, cl_program program, const char *options)
-{
-    size_t n = strlen(options);
-    char *quiet = malloc(n + 4);
-    if (quiet == NULL)
-        return CL_OUT_OF_HOST_MEMORY;
-    memcpy(quiet, options, n);
-    memcpy(quiet + n, " -w", 4);
-    cl_int err = clBuildProgram(program, 1, &rt->device, quiet, NULL, NULL);
-    free(quiet);
-    return err;
-}
-
 static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const char *source,
-                                   size_t len, const char *options, bool background, char *printed,
-                                   size_t cap, cl_program *out)
+                                   size_t len, const char *options, char *printed, size_t cap,
+                                   cl_program *out)
 {
     cl_int err;
     cl_program program = clCreateProgramWithSource(rt->context, 1, &source, &len, &err);
     if (program == NULL)
         return hd__cl_error(ctx, err, "clCreateProgramWithSource");
-    printed[0] = '\0';
-    err = background ? build_in_background(rt, program, options)
-                     : build_capturing_stderr(rt, program, options, printed, cap);
+    err = build_capturing_stderr(rt, program, options, printed, cap);
     if (err != CL_SUCCESS) {
         hd_status s = build_failed(rt, ctx, program, err, options);
         if (printed[0] != '\0') {
@@ -300,7 +280,7 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
         return s;
     }
     if (strstr(source, HD_CL_PTX_SM90A) != NULL) {
-        hd_status s = retarget_sm90a(rt, ctx, options, background, &program);
+        hd_status s = retarget_sm90a(rt, ctx, options, &program);
         if (s != HD_OK) {
             clReleaseProgram(program);
             return s;
@@ -312,15 +292,14 @@ static hd_status build_from_source(hd_cl_runtime *rt, hd_context *ctx, const cha
 
 hd_status hd__cl_program_load_or_build(hd_cl_runtime *rt, hd_context *ctx, const char *source,
                                        size_t len, uint64_t hash, const char *options,
-                                       bool background, struct hd_cl_program_counters *count,
-                                       char *printed, size_t cap, cl_program *out)
+                                       struct hd_cl_program_counters *count, char *printed,
+                                       size_t cap, cl_program *out)
 {
     printed[0] = '\0';
     cl_program program =
         rt->disk_cache_enabled ? hd__cl_disk_cache_load(rt, count, hash, options) : NULL;
     if (program == NULL) {
-        hd_status s =
-            build_from_source(rt, ctx, source, len, options, background, printed, cap, &program);
+        hd_status s = build_from_source(rt, ctx, source, len, options, printed, cap, &program);
         if (s != HD_OK)
             return s;
         count->source_builds++;
@@ -359,16 +338,17 @@ hd_status hd__cl_program(hd_cl_runtime *rt, hd_context *ctx, const char *source,
         }
     }
     if (program == NULL)
-        program = hd__cl_build_ahead_take(rt, source, options);
+        program = hd__cl_build_ahead_take(rt, ctx, source, options);
     if (program == NULL) {
         char printed[1024];
-        hd_status s =
-            hd__cl_program_load_or_build(rt, ctx, source, len, hash, options, false,
-                                         &rt->program_counters, printed, sizeof printed, &program);
+        hd_status s = hd__cl_program_load_or_build(rt, ctx, source, len, hash, options,
+                                                   &rt->program_counters, printed,
+                                                   sizeof printed, &program);
         if (s != HD_OK)
             return s;
         if (printed[0] != '\0') /* a note, not an error: the call goes on */
-            hd__note(ctx, "kernel build (options \"%.200s\") printed: %.600s", options, printed);
+            hd__note(ctx, "kernel build (options \"%.200s\") printed: %.600s", options,
+                     printed);
     }
     hd_status s = remember(rt, ctx, source, hash, len, options, program);
     if (s != HD_OK) {
