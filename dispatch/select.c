@@ -105,12 +105,19 @@ double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, co
     return first < 0.0 || second < 0.0 ? -1.0 : first + second;
 }
 
+/* Where b's variants belong: a plan's are its epilogue's, of the epilogue part. */
+static hd_backend variant_owner(const hd_context *ctx, hd_backend b, hd_part *part)
+{
+    const hd_composite *plan = ctx->composite[b];
+    *part = plan != NULL ? HD_PART_EPILOGUE : HD_PART_WHOLE;
+    return plan != NULL ? plan->epilogue : b;
+}
+
 size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                             const char **out, size_t max)
 {
-    const hd_composite *plan = ctx->composite[b];
-    hd_backend owner = plan != NULL ? plan->epilogue : b; /* a plan's variant is its epilogue's */
-    hd_part part = plan != NULL ? HD_PART_EPILOGUE : HD_PART_WHOLE;
+    hd_part part;
+    hd_backend owner = variant_owner(ctx, b, &part);
     const hd_backend_impl *impl = ctx->backends[owner];
     if (impl == NULL || impl->variants == NULL || max == 0)
         return 0;
@@ -120,9 +127,8 @@ size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const
 hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                                     const char *variant)
 {
-    const hd_composite *plan = ctx->composite[b];
-    hd_backend owner = plan != NULL ? plan->epilogue : b; /* a plan's variant is its epilogue's */
-    hd_part part = plan != NULL ? HD_PART_EPILOGUE : HD_PART_WHOLE;
+    hd_part part;
+    hd_backend owner = variant_owner(ctx, b, &part);
     const hd_backend_impl *impl = ctx->backends[owner];
     if (impl == NULL || impl->check_variant == NULL)
         return HD_OK;
@@ -132,9 +138,8 @@ hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, con
 hd_status hd__backend_build_ahead(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                                   const char *variant)
 {
-    const hd_composite *plan = ctx->composite[b];
-    hd_backend owner = plan != NULL ? plan->epilogue : b; /* a plan's variant is its epilogue's */
-    hd_part part = plan != NULL ? HD_PART_EPILOGUE : HD_PART_WHOLE;
+    hd_part part;
+    hd_backend owner = variant_owner(ctx, b, &part);
     const hd_backend_impl *impl = ctx->backends[owner];
     if (impl == NULL || impl->build_ahead == NULL)
         return HD_OK;
