@@ -1,8 +1,8 @@
 /*
  * Build ahead: worker threads that build programs before the runtime's user asks for them.
  * The tuner queues the programs of the candidates it is about to time; while it times one,
- * the workers compile the next ones (NVIDIA's compiler takes up to a second a program and
- * runs two builds at once about twice as fast as one after the other). hd__cl_program then
+ * the workers compile the next ones (NVIDIA's compiler is slow per program and runs two
+ * builds at once faster than one after the other: BENCHMARKS.md). hd__cl_program then
  * takes a built program instead of building it, waits for one under way, and builds itself one
  * still queued or one whose build failed (so that the failure's message is its own).
  *
