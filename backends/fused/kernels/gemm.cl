@@ -37,7 +37,8 @@
  *   ALIGN_A   1: A's rows are 16-byte aligned (lda % 4 == 0), a run is one float4 load; 0: four
  *             scalar loads off one address, which keep fewer addresses in registers than
  *             VEC_A = 1, one load per element with an address each
- *             (cp.async and the warpgroup kernel's 16-byte copies need ALIGN_A = 1)
+ *             (the mma.sync and warpgroup kernels' 16-byte copies need ALIGN_A = 1; the FMA
+             kernel's cp.async copies unaligned rows 4 bytes at a time)
  *   ALIGN_B   likewise for B
  *   VEC_C     4: C is read and written in vectors where a run lies inside (ldc % 4 == 0)
  *   TRANS_A, TRANS_B   the stored layouts above

@@ -16,8 +16,8 @@
  * the loads have two stages of products to land in.
  *
  * Tuning parameters: RM, RN (gemm.cl), multiples of 4; ASYNC (gemm.cl: 0, or 2 to 8 buffers,
- * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 and ALIGN_A = 1
- * (VEC_B, ALIGN_B) for them); LEAD (1 or 2).
+ * the operands stored depth-major copied by cp.async, which needs VEC_A = 4 (VEC_B) for them:
+ * 16 bytes a copy where ALIGN_A = 1, else 4); LEAD (1 or 2).
  */
 #if RM % 4 != 0 || RN % 4 != 0 || BM % RM != 0 || BN % RN != 0
 #error "RM and RN must be multiples of 4 dividing BM and BN"
