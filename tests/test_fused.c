@@ -1125,7 +1125,8 @@ static hd_fused_tile_call product_of(size_t m, size_t n, size_t k, bool ta, bool
 
 /* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): 64 x 128 tiles
  * where they fill it (128 x 128 ones of 16 x 8 where cp.async copies both operands: below),
- * cut in 4 slices where they come to half a wave, 64 x 64 ones below that (32 x 64 where 32
+ * cut in 4 to 16 slices where they come to half a wave (about two groups per unit), 64 x 64
+ * ones below that (32 x 64 where 32
  * or more of those are fewer than the units on a shallow product), and thin products
  * split into more, shorter slices where their tiles are few. */
 static void test_gemm_tile_defaults(void **state)
@@ -1138,8 +1139,11 @@ static void test_gemm_tile_defaults(void **state)
     } cases[] = {
         {4096, 4096, 4096, 64, 128, 8, 8, 1},   /* fills the units */
         {1536, 4096, 4096, 64, 128, 8, 8, 1},   /* likewise */
-        {64, 4096, 4096, 64, 128, 8, 8, 4},     /* 32 tiles of 64 x 128 */
+        {64, 4096, 4096, 64, 128, 8, 8, 8},     /* 32 tiles of 64 x 128: 256 groups */
         {64, 11008, 4096, 64, 128, 8, 8, 4},    /* 86: half the units, still split */
+        {128, 4096, 4096, 64, 128, 8, 8, 4},    /* 64 tiles */
+        {40, 2304, 4096, 64, 128, 8, 8, 14},    /* 18 tiles */
+        {64, 4096, 1024, 64, 128, 8, 8, 4},     /* slices at least 256 deep */
         {37, 997, 1031, 64, 64, 4, 4, 4},       /* 8 of 64 x 128: 64 x 64 keeps more groups */
         {4096, 16, 4096, 128, 16, 8, 4, 16},    /* thin, 32 tiles */
         {64, 16, 4096, 64, 16, 8, 4, 64},       /* thin, one tile (LoRA's x*A) */

@@ -275,8 +275,17 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 && p->rn == 0 &&
                deep_few_tiles(units, c->m, c->n, c->k)) {
-        /* 64 x 128 tiles as above, the depth split below */
+        /* 64 x 128 tiles as above, the depth cut so that the groups come to about two per
+         * unit, 4 to 16 slices: the units hold two or three such groups, and one group alone
+         * on a unit waits on its loads (H100, 64 x 4096 x 4096: 8 slices ahead of 4 in
+         * BENCHMARKS.md) */
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
+        if (p->sk == 0 && c->batch == 1) {
+            size_t tiles = ceil_div(c->m, 64) * ceil_div(c->n, 128);
+            size_t sk = 2 * units / tiles, deepest = c->k / 256;
+            sk = sk < 4 ? 4 : sk > 16 ? 16 : sk;
+            p->sk = (int)(sk < deepest ? sk : deepest);
+        }
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side (64 where it is no
@@ -938,11 +947,12 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         all[n++] = split_large[i];
     if (!mma)
         fma_first_to_front(all, n);
-    /* the split tiles of deep_few_tiles first, with and without cp.async */
+    /* the split tiles of deep_few_tiles first, with and without cp.async (the default cuts
+     * the depth into 4 to 16 slices by the tiles' count) */
     if (!mma && deep_few_tiles(units, s->dim[0], s->dim[1], s->dim[2])) {
         if (f->mma && !f->fma_async_broken && copies)
-            n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=4");
-        n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4");
+            n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=8");
+        n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=8");
     }
     n = n < max ? n : max;
     memcpy(out, all, n * sizeof *out);
