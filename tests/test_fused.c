@@ -1126,8 +1126,8 @@ static hd_fused_tile_call product_of(size_t m, size_t n, size_t k, bool ta, bool
 /* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): 64 x 128 tiles
  * where they fill it (128 x 128 ones of 16 x 8 where cp.async copies both operands: below),
  * cut in 4 to 16 slices where they come to half a wave (about two groups per unit), 64 x 64
- * ones below that (32 x 64 where 32
- * or more of those are fewer than the units on a shallow product), and thin products
+ * ones below that (32 x 64 where 32 or more of those are fewer than the units on a shallow
+ * product, the depth cut where those leave a quarter of the units idle), and thin products
  * split into more, shorter slices where their tiles are few. */
 static void test_gemm_tile_defaults(void **state)
 {
@@ -1150,7 +1150,10 @@ static void test_gemm_tile_defaults(void **state)
         {16, 4096, 4096, 16, 128, 4, 8, 16},    /* thin the other way */
         {64, 16, 1024, 64, 16, 8, 4, 16},       /* slices at least 64 deep */
         {512, 512, 512, 32, 64, 4, 4, 1},       /* shallow, 64 tiles of 64 x 64: 32 x 64 */
-        {100, 1000, 1000, 32, 64, 4, 4, 1},     /* likewise, 32 of 64 x 64 */
+        {100, 1000, 1000, 32, 64, 4, 4, 4},     /* likewise, 32 of 64 x 64, 64 of 32 x 64 */
+        {200, 700, 900, 32, 64, 4, 4, 3},       /* 77 of 32 x 64 */
+        {384, 512, 768, 32, 64, 4, 4, 2},       /* 96 */
+        {128, 2048, 512, 32, 64, 4, 4, 1},      /* 128: nearly every unit has one */
         {256, 256, 256, 64, 64, 4, 4, 1},       /* 16 of 64 x 64: kept */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -336,6 +336,16 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             p->rm = 4;
             p->rn = 4;
             p->bk = 16;
+            /* where those still leave a quarter of the units or more idle, the depth cut for
+             * about two groups per unit, slices at least 128 deep (H100: 100 x 1000 x 1000 in
+             * every transpose and 200 x 700 x 900 1.5-1.9 times as fast, 512^3 and 128 x 2048
+             * x 512, whose tiles nearly fill the units, as fast either way: BENCHMARKS.md) */
+            size_t small = ceil_div(c->m, 32) * ceil_div(c->n, 64);
+            if (4 * small <= 3 * units) {
+                size_t sk = 2 * units / small, deepest = c->k / 128;
+                sk = sk < deepest ? sk : deepest;
+                p->sk = (int)(sk < 16 ? sk : 16);
+            }
         }
     }
     if (p->bm == 0)
