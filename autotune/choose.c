@@ -43,9 +43,17 @@ void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *e
             order[j] = order[j - 1];
         order[j] = i;
     }
-    for (size_t i = 0; i < count; i++)
-        if (cand[i].variant != NULL)
-            order[n++] = i;
+    /* the variants by their backend's estimate, each backend's in list order */
+    for (size_t i = 0; i < count; i++) {
+        if (cand[i].variant == NULL)
+            continue;
+        size_t j = n++;
+        for (; j > 0 && cand[order[j - 1]].variant != NULL &&
+               est_s[cand[order[j - 1]].backend] > est_s[cand[i].backend];
+             j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
 }
 
 size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t n)
@@ -69,4 +77,23 @@ size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t 
         }
     }
     return winner;
+}
+
+double hd__tune_case_share(double left_s, size_t cases_left, double overrun_s, double least_s)
+{
+    if (cases_left == 0)
+        cases_left = 1;
+    double share = (left_s - overrun_s * (double)cases_left) / (double)cases_left;
+    double least = fmin(least_s, left_s);
+    share = share > least ? share : least;
+    return share > 1e-3 ? share : 1e-3;
+}
+
+hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner,
+                                      double winner_s, double hopeless)
+{
+    for (int b = 0; b < HD_BACKEND_COUNT; b++)
+        if ((hd_backend)b != winner && untimed_s[b] > 0.0 && untimed_s[b] < hopeless * winner_s)
+            return (hd_backend)b;
+    return HD_BACKEND_AUTO;
 }

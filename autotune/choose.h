@@ -52,9 +52,29 @@ size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t 
  * others' defaults need, the defaults by their estimated call est_s[backend] (indexed by
  * hd_backend), fastest first, ties in list order, so that a case budget that runs out leaves
  * the likely slowest untimed (H100: the CPU's call of a row op's backward went first and left
- * the fused kernel's far faster call untimed, and the record took the CPU); then the variants
- * as listed. */
+ * the fused kernel's far faster call untimed, and the record took the CPU); then the variants,
+ * those of the backend estimated fastest first, each backend's as listed. The tuner orders the
+ * variants again by the defaults' measured times once those ran, so that the budget tunes the
+ * backend that leads (H100, GEMM 1024^3: CLBlast's parameter sets, listed first, left the fused
+ * tile that was 15 % faster untimed). */
 void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *est_s,
                     size_t *order);
+
+/* A case's budget in a run limited in time: left_s seconds for cases_left cases (this one
+ * among them), each expected to take overrun_s beyond its budget (what the cases so far took
+ * beyond theirs, on the mean: the defaults' builds and checks, which are never charged to a
+ * case, and the confirming rounds); at least least_s (timing every backend's defaults) while
+ * any time is left, and never below 1 ms. */
+double hd__tune_case_share(double left_s, size_t cases_left, double overrun_s, double least_s);
+
+/* Whether a comparison is complete enough to record winner: the backend whose defaults the
+ * budget left untimed (untimed_s[b] > 0, their estimated call, indexed by hd_backend) with an
+ * estimate under hopeless times the winner's time winner_s, or HD_BACKEND_AUTO where there is
+ * none. A record says its backend is the fastest, which such a backend was not timed against
+ * (H100, the end of a --max-time run: LoRA backward at 4096 tokens recorded for CLBlast, timed
+ * alone, 1.5 times slower than the fused backend left untimed); without one the scheduler's
+ * cost model chooses. */
+hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner,
+                                      double winner_s, double hopeless);
 
 #endif

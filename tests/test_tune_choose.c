@@ -106,11 +106,10 @@ static void test_defaults_kept_unless_a_variant_wins_by_its_margin(void **state)
     assert_int_equal(choose(clblast, 2, false), 1);
 }
 
-/* After the device preference, the variant it chose still gives way to its defaults only
- * within the margin: a fused variant 10 % faster than its defaults stays. */
-/* The defaults by their estimated call, fastest first, ties in list order; then the variants
- * as listed, whatever their backend's estimate. */
-static void test_defaults_are_timed_fastest_estimate_first_then_variants(void **state)
+/* The defaults by their estimated call, fastest first, ties in list order; then the variants,
+ * the backend estimated (or, as the tuner orders them again, measured) fastest first, each
+ * backend's as listed. */
+static void test_defaults_then_variants_fastest_backend_first(void **state)
 {
     (void)state;
     const hd_tune_candidate cand[] = {
@@ -120,6 +119,7 @@ static void test_defaults_are_timed_fastest_estimate_first_then_variants(void **
         {HD_BACKEND_CLBLAST_FUSED, NULL, 0, false},
         {HD_BACKEND_CLBLAST, "KWID=2", 0, false},
         {HD_BACKEND_FUSED, "WG=256 ROWS=4", 0, false},
+        {HD_BACKEND_CLBLAST, "KWID=8", 0, false},
         {HD_BACKEND_FUSED, "WG=64 ROWS=1", 0, false},
     };
     double est_s[HD_BACKEND_COUNT] = {0};
@@ -127,18 +127,31 @@ static void test_defaults_are_timed_fastest_estimate_first_then_variants(void **
     est_s[HD_BACKEND_CLBLAST] = 1e-3;
     est_s[HD_BACKEND_FUSED] = 0.17e-3;
     est_s[HD_BACKEND_CLBLAST_FUSED] = 1e-3;
-    size_t order[7];
-    hd__tune_order(cand, 7, est_s, order);
-    const size_t want[] = {2, 1, 3, 0, 4, 5, 6};
-    for (size_t i = 0; i < 7; i++)
+    size_t order[8];
+    hd__tune_order(cand, 8, est_s, order);
+    /* the defaults by estimate, then fused's variants, then CLBlast's, each as listed */
+    const size_t want[] = {2, 1, 3, 0, 5, 7, 4, 6};
+    for (size_t i = 0; i < 8; i++)
         assert_int_equal(order[i], want[i]);
-    /* variants alone, and nothing */
-    hd__tune_order(cand + 4, 3, est_s, order);
-    for (size_t i = 0; i < 3; i++)
-        assert_int_equal(order[i], i);
+    /* measured the other way round (CLBlast's defaults faster): its variants first */
+    est_s[HD_BACKEND_CLBLAST] = 0.1e-3;
+    hd__tune_order(cand, 8, est_s, order);
+    const size_t measured[] = {1, 2, 3, 0, 4, 6, 5, 7};
+    for (size_t i = 0; i < 8; i++)
+        assert_int_equal(order[i], measured[i]);
+    /* variants of one backend alone, and nothing */
+    hd__tune_order(cand + 5, 1, est_s, order);
+    assert_int_equal(order[0], 0);
+    const hd_tune_candidate fused_only[] = {{HD_BACKEND_FUSED, "A=1", 0, false},
+                                            {HD_BACKEND_FUSED, "A=2", 0, false}};
+    hd__tune_order(fused_only, 2, est_s, order);
+    assert_int_equal(order[0], 0);
+    assert_int_equal(order[1], 1);
     hd__tune_order(cand, 0, est_s, order);
 }
 
+/* After the device preference, the variant it chose still gives way to its defaults only
+ * within the margin: a fused variant 10 % faster than its defaults stays. */
 static void test_device_preference_then_defaults_rule(void **state)
 {
     (void)state;
@@ -177,17 +190,75 @@ static void test_balanced_finalist_is_within_both_modes(void **state)
     assert_int_equal(hd__tune_balanced(device3, none, 0), (size_t)-1);
 }
 
+static void assert_seconds(double got, double want)
+{
+    if (fabs(got - want) > 1e-12)
+        fail_msg("%.17g s, want %.17g s", got, want);
+}
+
+/* A run limited in time: each case's share of what is left, less what each case left is
+ * expected to take beyond its budget, so that a steady overrun (uncharged builds and checks)
+ * still leaves the last cases time; at least the defaults' timing while time is left; never
+ * below 1 ms, nor negative. */
+static void test_case_share_leaves_room_for_the_overrun(void **state)
+{
+    (void)state;
+    assert_seconds(hd__tune_case_share(240.0, 86, 0.0, 0.1), 240.0 / 86);
+    /* a second a case beyond the budget: 86 s of the 240 set aside */
+    assert_seconds(hd__tune_case_share(240.0, 86, 1.0, 0.1), 154.0 / 86);
+    /* the cases so far done in time: the share grows again */
+    double before = hd__tune_case_share(100.0, 40, 1.0, 0.1);
+    assert_true(hd__tune_case_share(100.0, 40, 0.5, 0.1) > before);
+    /* the overrun outgrows the time left: the defaults' timing, then what is left */
+    assert_seconds(hd__tune_case_share(10.0, 20, 1.0, 0.25), 0.25);
+    assert_seconds(hd__tune_case_share(0.2, 20, 1.0, 0.25), 0.2);
+    /* the time is out: 1 ms, which skips what cannot fit */
+    assert_seconds(hd__tune_case_share(-3.0, 5, 1.0, 0.25), 1e-3);
+    assert_seconds(hd__tune_case_share(0.0, 0, 0.0, 0.0), 1e-3);
+    /* summed over a run whose cases each overrun by the expected amount, the shares and the
+     * overruns fit the time */
+    double left = 240.0, overrun = 1.0;
+    for (size_t cases = 86; cases > 0; cases--)
+        left -= hd__tune_case_share(left, cases, overrun, 0.05) + overrun;
+    assert_true(left > -1e-9);
+}
+
+/* A record needs every backend within reach of the winner timed: a backend whose defaults the
+ * budget left untimed, estimated under hopeless times the winner's time, makes the comparison
+ * incomplete; one estimated far slower, or the winner's own, does not. */
+static void test_untimed_contender_blocks_the_record(void **state)
+{
+    (void)state;
+    double untimed[HD_BACKEND_COUNT] = {0.0};
+    assert_int_equal(hd__tune_untimed_contender(untimed, HD_BACKEND_CLBLAST, 4.78e-3, 3.0),
+                     HD_BACKEND_AUTO);
+    untimed[HD_BACKEND_FUSED] = 3.2e-3; /* LoRA backward, 4096 tokens: fused untimed */
+    assert_int_equal(hd__tune_untimed_contender(untimed, HD_BACKEND_CLBLAST, 4.78e-3, 3.0),
+                     HD_BACKEND_FUSED);
+    assert_int_equal(hd__tune_untimed_contender(untimed, HD_BACKEND_FUSED, 3.1e-3, 3.0),
+                     HD_BACKEND_AUTO);
+    untimed[HD_BACKEND_FUSED] = 0.0;
+    untimed[HD_BACKEND_CPU] = 0.5; /* the CPU, estimated 100 times the winner */
+    assert_int_equal(hd__tune_untimed_contender(untimed, HD_BACKEND_FUSED, 5e-3, 3.0),
+                     HD_BACKEND_AUTO);
+    untimed[HD_BACKEND_CPU] = 1.4e-2; /* within three times */
+    assert_int_equal(hd__tune_untimed_contender(untimed, HD_BACKEND_FUSED, 5e-3, 3.0),
+                     HD_BACKEND_CPU);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_machine_records_device_over_narrowly_faster_cpu),
-        cmocka_unit_test(test_defaults_are_timed_fastest_estimate_first_then_variants),
+        cmocka_unit_test(test_defaults_then_variants_fastest_backend_first),
         cmocka_unit_test(test_gpu_machine_keeps_cpu_that_wins_clearly),
         cmocka_unit_test(test_cpu_device_machine_records_the_fastest_backend),
         cmocka_unit_test(test_failed_candidates_are_never_chosen),
         cmocka_unit_test(test_defaults_kept_unless_a_variant_wins_by_its_margin),
         cmocka_unit_test(test_device_preference_then_defaults_rule),
         cmocka_unit_test(test_balanced_finalist_is_within_both_modes),
+        cmocka_unit_test(test_case_share_leaves_room_for_the_overrun),
+        cmocka_unit_test(test_untimed_contender_blocks_the_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

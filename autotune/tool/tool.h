@@ -70,6 +70,7 @@ void hd__tool_cases_free(tool_case_list *l);
 typedef struct tool_case_outcome {
     size_t skipped;   /* candidates not run: their estimate did not fit the case budget */
     bool over_budget; /* no record because every candidate was over the budget */
+    bool incomplete;  /* no record because the budget left a contender's defaults untimed */
     char best_clblast[HD_TUNE_STRING_MAX]; /* CLBlast's best variant: "-" for its defaults,
                                               "" when CLBlast did not run */
 } tool_case_outcome;

@@ -352,11 +352,23 @@ static void candidate_order(const case_clock *k, const tune_data *d, const tool_
     hd__tune_order(cand, count, est_s, order);
 }
 
+/* Says why a candidate that ran was left out of the comparison: always for a backend's
+ * defaults (as say_skipped), only with --verbose for a variant. */
+static void say_left_out(bool verbose, const candidate *c, const char *what, const char *reason)
+{
+    if (!verbose && c->variant != NULL)
+        return;
+    fprintf(hd__measure_stderr(), "  %s %s: %s: %s\n", hd_backend_name(c->backend),
+            variant_text(c), what, reason);
+}
+
 /* Checks and times the candidates on d within the case budget, in hd__tune_order()'s order;
- * the index of the fastest correct one, or -1. why gets the first rejection. */
+ * the index of the fastest correct one, or -1. why gets the first rejection. untimed_s[b]
+ * gets the estimated call of backend b's defaults where the budget left them untimed, else
+ * stays 0. */
 static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
-                           candidate *cand, size_t count, case_clock *k, size_t *skipped, char *why,
-                           size_t why_size)
+                           candidate *cand, size_t count, case_clock *k, size_t *skipped,
+                           double untimed_s[HD_BACKEND_COUNT], char *why, size_t why_size)
 {
     int best = -1;
     double defaults_s[HD_BACKEND_COUNT] = {0.0}; /* each backend's defaults, once timed */
@@ -372,13 +384,27 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             hd__backend_build_ahead(ctx, cand[order[n]].backend, d->op, &d->shape,
                                     cand[order[n]].variant) != HD_OK)
             hd__error_clear(ctx);
+    size_t defaults = 0;
+    for (size_t n = 0; n < count; n++)
+        defaults += cand[n].variant == NULL;
     for (size_t n = 0; n < count && !hd__tool_interrupted; n++) {
+        if (n == defaults && n > 0) {
+            /* the defaults ran: the variants of the backend measured fastest go first, those
+             * of a backend whose defaults were not timed last */
+            double measured_s[HD_BACKEND_COUNT];
+            for (int b = 0; b < HD_BACKEND_COUNT; b++)
+                measured_s[b] = defaults_s[b] > 0.0 ? defaults_s[b] : INFINITY;
+            hd__tune_order(cand, count, measured_s, order);
+        }
         size_t i = order[n];
         /* What cannot finish within what is left of the case is not started: a call once
          * queued cannot be stopped. */
-        double cost = candidate_cost_s(k, e, &cand[i], call_estimate_s(k, d, e, cand[i].backend));
+        double call_s = call_estimate_s(k, d, e, cand[i].backend);
+        double cost = candidate_cost_s(k, e, &cand[i], call_s);
         if (cost > left_s(k)) {
             (*skipped)++;
+            if (cand[i].variant == NULL)
+                untimed_s[cand[i].backend] = call_s;
             say_skipped(verbose, &cand[i], "est. %.3g s > %.3g s left of the case budget", cost,
                         fmax(left_s(k), 0.0));
             continue;
@@ -425,9 +451,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
                         hd_backend_name(d->backend), uncharged);
         }
         if (!correct) {
-            if (verbose)
-                fprintf(hd__measure_stderr(), "  %s %s: rejected: %s\n",
-                        hd_backend_name(d->backend), variant_text(&cand[i]), fail);
+            say_left_out(verbose, &cand[i], "rejected", fail);
             if (why[0] == '\0')
                 snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
             continue;
@@ -436,17 +460,18 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             k->call_s[d->backend] = first_s;
         /* Far slower than the best so far on its first call: not worth a full timing. */
         if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05) {
-            if (verbose)
-                fprintf(hd__measure_stderr(),
-                        "  %s %s: skipped: its first call took %.1fx the best\n",
-                        hd_backend_name(d->backend), variant_text(&cand[i]),
-                        first_s / cand[best].median_s);
+            char reason[64];
+            snprintf(reason, sizeof reason, "its first call took %.1fx the best",
+                     first_s / cand[best].median_s);
+            say_left_out(verbose, &cand[i], "skipped", reason);
             continue;
         }
         /* The checked call (kernels built, so run time alone) may show the model was
          * optimistic: one timed call must still fit. */
         if (3.0 * first_s > left_s(k)) {
             (*skipped)++;
+            if (cand[i].variant == NULL)
+                untimed_s[cand[i].backend] = first_s;
             say_skipped(verbose, &cand[i],
                         "its checked call took %.3g s, %.3g s left of the case "
                         "budget",
@@ -456,10 +481,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
         double median_s;
         unsigned runs = runs_that_fit(e, first_s, left_s(k));
         if (!time_one(ctx, d, runs, fmin(e->budget_s, fmax(left_s(k), 0.0)), &median_s)) {
-            if (verbose)
-                fprintf(hd__measure_stderr(), "  %s %s: timing failed: %s\n",
-                        hd_backend_name(d->backend), variant_text(&cand[i]),
-                        hd_context_last_error(ctx));
+            say_left_out(verbose, &cand[i], "timing failed", hd_context_last_error(ctx));
             continue;
         }
         if (hd__tool_interrupted)
@@ -673,7 +695,9 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
                     .start = hd__measure_now(),
                     .budget_s = e->case_target_s,
                     .gpu = hd__measure_device_is_gpu(ctx)};
-    int best = time_candidates(ctx, &d, e, verbose, cand, count, &k, &out->skipped, why, why_size);
+    double untimed_s[HD_BACKEND_COUNT] = {0.0};
+    int best = time_candidates(ctx, &d, e, verbose, cand, count, &k, &out->skipped, untimed_s, why,
+                               why_size);
     /* the case's variants not started are not built: the next case queues its own (those
      * built and not taken stay for a later case of the same parameters) */
     if (e->build_ahead)
@@ -684,8 +708,23 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     free_data(&d);
     if (hd__tool_interrupted) /* a comparison cut short is no record */
         best = -1;
+    /* Nor is one that left untimed the defaults of a backend estimated within HOPELESS of the
+     * winner (hd__tune_untimed_contender) */
+    hd_backend untimed = best >= 0 ? hd__tune_untimed_contender(untimed_s, cand[best].backend,
+                                                                cand[best].median_s, HOPELESS)
+                                   : HD_BACKEND_AUTO;
+    if (untimed != HD_BACKEND_AUTO) {
+        out->incomplete = true;
+        snprintf(why, why_size,
+                 "%s's defaults (est. %.3g s a call) did not fit the case budget, and %s's "
+                 "%.3g s was not timed against them",
+                 hd_backend_name(untimed), untimed_s[untimed], hd_backend_name(cand[best].backend),
+                 cand[best].median_s);
+        best = -1;
+    }
     if (best < 0) {
-        out->over_budget = !hd__tool_interrupted && why[0] == '\0' && out->skipped > 0;
+        out->over_budget = !hd__tool_interrupted && !out->incomplete && why[0] == '\0' &&
+                           out->skipped > 0;
         if (hd__tool_interrupted)
             snprintf(why, why_size, "interrupted");
         else if (out->over_budget)
