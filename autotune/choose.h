@@ -63,8 +63,8 @@ void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *e
 /* A case's budget in a run limited in time: left_s seconds for cases_left cases (this one
  * among them), each expected to take overrun_s beyond its budget (what the cases so far took
  * beyond theirs, on the mean: the defaults' builds and checks, which are never charged to a
- * case, and the confirming rounds); at least least_s (timing every backend's defaults) while
- * any time is left, and never below 1 ms. */
+ * case, and the confirming rounds); at least least_s (timing every backend's defaults), or
+ * all that is left where less is, and never below 1 ms. */
 double hd__tune_case_share(double left_s, size_t cases_left, double overrun_s, double least_s);
 
 /* Whether a comparison is complete enough to record winner: the backend whose defaults the

@@ -1166,6 +1166,42 @@ static void test_gemm_tile_defaults(void **state)
             p.rn != cases[i].rn || p.sk != cases[i].sk)
             fail_msg("%s: BM=%d BN=%d RM=%d RN=%d SK=%d", what, p.bm, p.bn, p.rm, p.rn, p.sk);
     }
+    /* the depth splits hold in every transpose */
+    for (int tr = 1; tr < 4; tr++) {
+        static const struct {
+            size_t m, n, k;
+            int sk;
+        } split[] = {{64, 4096, 4096, 8}, {40, 2304, 4096, 14}, {100, 1000, 1000, 4}};
+        for (size_t i = 0; i < sizeof split / sizeof split[0]; i++) {
+            hd_fused_tile_call c = product_of(split[i].m, split[i].n, split[i].k, tr % 2 == 1,
+                                              tr / 2 == 1);
+            hd_fused_params p;
+            assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+            if (p.sk != split[i].sk)
+                fail_msg("%zu x %zu x %zu (%d%d): SK=%d", split[i].m, split[i].n, split[i].k,
+                         tr % 2, tr / 2, p.sk);
+        }
+    }
+    /* the tuner's candidates for the split products lead with the default's tile cut into
+     * the nearest slice counts below and above the default's (8: 4 and 16; 14: 8 and 16) */
+    static const struct {
+        size_t m, n;
+        const char *first, *second;
+    } fronts[] = {
+        {64, 4096, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4", "BM=64 BN=128 BK=16 RM=8 RN=8 SK=16"},
+        {40, 2304, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=8", "BM=64 BN=128 BK=16 RM=8 RN=8 SK=16"},
+    };
+    for (size_t i = 0; i < sizeof fronts / sizeof fronts[0]; i++) {
+        hd_shape shape = {.dim = {fronts[i].m, fronts[i].n, 4096}};
+        const char *list[46];
+        size_t count = hd__fused_tile_variants(&f, &shape, HD_PRECISION_FP32, list, 46);
+        assert_true(count >= 2);
+        const char *a = fronts[i].first, *b = fronts[i].second;
+        if (!((strcmp(list[0], a) == 0 && strcmp(list[1], b) == 0) ||
+              (strcmp(list[0], b) == 0 && strcmp(list[1], a) == 0)))
+            fail_msg("%zu x %zu: the list starts with \"%s\", \"%s\"", fronts[i].m,
+                     fronts[i].n, list[0], list[1]);
+    }
     /* thin products: 32 deep where the long side's operand is stored depth-contiguous (A m x k,
      * B n x k) and the groups fill the units three times over (512 groups here), else 16 */
     static const struct {

@@ -364,8 +364,8 @@ static void say_left_out(bool verbose, const candidate *c, const char *what, con
 
 /* Checks and times the candidates on d within the case budget, in hd__tune_order()'s order;
  * the index of the fastest correct one, or -1. why gets the first rejection. untimed_s[b]
- * gets the estimated call of backend b's defaults where the budget left them untimed, else
- * stays 0. */
+ * gets the estimated call of backend b's defaults where the budget left them untimed and no
+ * variant of b was timed, else stays 0. */
 static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
                            candidate *cand, size_t count, case_clock *k, size_t *skipped,
                            double untimed_s[HD_BACKEND_COUNT], char *why, size_t why_size)
@@ -390,11 +390,19 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
     for (size_t n = 0; n < count && !hd__tool_interrupted; n++) {
         if (n == defaults && n > 0) {
             /* the defaults ran: the variants of the backend measured fastest go first, those
-             * of a backend whose defaults were not timed last */
+             * of a backend whose defaults were not timed last, and the builds ahead follow
+             * the new order (those built or under way stay) */
             double measured_s[HD_BACKEND_COUNT];
             for (int b = 0; b < HD_BACKEND_COUNT; b++)
                 measured_s[b] = defaults_s[b] > 0.0 ? defaults_s[b] : INFINITY;
             hd__tune_order(cand, count, measured_s, order);
+            if (e->build_ahead) {
+                hd__device_build_ahead_cancel(ctx, false);
+                for (size_t r = n; r < count; r++)
+                    if (hd__backend_build_ahead(ctx, cand[order[r]].backend, d->op, &d->shape,
+                                                cand[order[r]].variant) != HD_OK)
+                        hd__error_clear(ctx);
+            }
         }
         size_t i = order[n];
         /* What cannot finish within what is left of the case is not started: a call once
@@ -456,10 +464,28 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
                 snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
             continue;
         }
+        /* A checked call that looks hopeless or over the budget, and took over four times
+         * its estimate, is run once more where the budget holds one more such call, and the
+         * faster of the two counts: one call can wait on the host, behind a build-ahead
+         * worker's build or anything else the host does (H100: fused's defaults for GEMM 4096
+         * x 4096 x 512 TN took 370 ms on their checked call, 700 times CLBlast's timed call,
+         * where they run in 0.38 ms, and dropped out of the comparison). */
+        bool hopeless = best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05;
+        if ((hopeless || 3.0 * first_s > left_s(k)) && first_s > 4.0 * call_s &&
+            first_s < left_s(k)) {
+            double again_s = hd__measure_now();
+            hd_status again = run_candidate(ctx, d, 0);
+            if (again == HD_OK)
+                again = hd_sync(ctx);
+            again_s = hd__measure_now() - again_s;
+            if (again == HD_OK && again_s < first_s)
+                first_s = again_s;
+            hopeless = best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05;
+        }
         if (k->call_s[d->backend] <= 0)
             k->call_s[d->backend] = first_s;
-        /* Far slower than the best so far on its first call: not worth a full timing. */
-        if (best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05) {
+        /* Far slower than the best so far on both calls: not worth a full timing. */
+        if (hopeless) {
             char reason[64];
             snprintf(reason, sizeof reason, "its first call took %.1fx the best",
                      first_s / cand[best].median_s);
@@ -488,6 +514,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             break;
         cand[i].ok = true;
         cand[i].median_s = median_s;
+        untimed_s[cand[i].backend] = 0.0; /* the backend was compared after all */
         if (cand[i].variant == NULL) {
             defaults_s[cand[i].backend] = median_s;
             k->call_s[cand[i].backend] = median_s;
@@ -660,7 +687,8 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
     why[0] = '\0';
     candidate cand[HD_BACKEND_COUNT * MAX_VARIANTS];
     size_t count = list_candidates(ctx, c, e, cand);
-    if (dry_run) { /* in the order they would be timed; the defaults with their estimate */
+    if (dry_run) { /* in the order they would be timed (the variants, once the defaults ran,
+                      by the defaults' measured times); the defaults with their estimate */
         case_clock k = {.ctx = ctx, .gpu = hd__measure_device_is_gpu(ctx)};
         tune_data d = {.op = c->op, .shape = c->shape};
         size_t order[HD_BACKEND_COUNT * MAX_VARIANTS];

@@ -157,6 +157,18 @@ static bool deep_few_tiles(size_t units, size_t m, size_t n, size_t k)
            ceil_div(m, 64) * ceil_div(n, 128) * 8 >= units;
 }
 
+/* The depth split of deep_few_tiles' 64 x 128 tiles: slices for about two groups per unit,
+ * 4 to 16, each at least 256 deep: the units hold two or three such groups, and one group
+ * alone on a unit waits on its loads (H100, 64 x 4096 x 4096: 8 slices ahead of 4 in
+ * BENCHMARKS.md). */
+static size_t deep_split(size_t units, size_t m, size_t n, size_t k)
+{
+    size_t tiles = ceil_div(m, 64) * ceil_div(n, 128);
+    size_t sk = 2 * units / tiles, deepest = k / 256;
+    sk = sk < 4 ? 4 : sk > 16 ? 16 : sk;
+    return sk < deepest ? sk : deepest;
+}
+
 /* Whether the 128 x 128 tiles of 16 x 8 results per work-item should finish m x n before the
  * 64 x 128 tiles of 8 x 8 do, counted in waves of the groups the units hold at once (NVIDIA's
  * 64K registers per unit: two of the former; three of the latter where the rows are aligned,
@@ -275,17 +287,10 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
     } else if (!mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 && p->rn == 0 &&
                deep_few_tiles(units, c->m, c->n, c->k)) {
-        /* 64 x 128 tiles as above, the depth cut so that the groups come to about two per
-         * unit, 4 to 16 slices: the units hold two or three such groups, and one group alone
-         * on a unit waits on its loads (H100, 64 x 4096 x 4096: 8 slices ahead of 4 in
-         * BENCHMARKS.md) */
+        /* 64 x 128 tiles as above, the depth cut for about two groups per unit */
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
-        if (p->sk == 0 && c->batch == 1) {
-            size_t tiles = ceil_div(c->m, 64) * ceil_div(c->n, 128);
-            size_t sk = 2 * units / tiles, deepest = c->k / 256;
-            sk = sk < 4 ? 4 : sk > 16 ? 16 : sk;
-            p->sk = (int)(sk < deepest ? sk : deepest);
-        }
+        if (p->sk == 0 && c->batch == 1)
+            p->sk = (int)deep_split(units, c->m, c->n, c->k);
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
                p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
         /* thin products, as LoRA's rank-r ones: 128 along the long side (64 where it is no
@@ -957,12 +962,26 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         all[n++] = split_large[i];
     if (!mma)
         fma_first_to_front(all, n);
-    /* the split tiles of deep_few_tiles first, with and without cp.async (the default cuts
-     * the depth into 4 to 16 slices by the tiles' count) */
+    /* the split tiles of deep_few_tiles first: the default's tile with half and twice its
+     * slices (4 to 16), through registers and, where it copies an operand, cp.async */
     if (!mma && deep_few_tiles(units, s->dim[0], s->dim[1], s->dim[2])) {
-        if (f->mma && !f->fma_async_broken && copies)
-            n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=8");
-        n = to_front(all, n, cap, "BM=64 BN=128 BK=16 RM=8 RN=8 SK=8");
+        static const char *const plain[] = {"BM=64 BN=128 BK=16 RM=8 RN=8 SK=4",
+                                            "BM=64 BN=128 BK=16 RM=8 RN=8 SK=8",
+                                            "BM=64 BN=128 BK=16 RM=8 RN=8 SK=16"};
+        static const char *const copied[] = {"BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=4",
+                                             "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=8",
+                                             "BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3 SK=16"};
+        size_t sk = deep_split(units, s->dim[0], s->dim[1], s->dim[2]);
+        for (size_t i = 0; i < 3; i++) { /* the nearest counts below and above the default's */
+            size_t slices = (size_t)4 << i;
+            bool below = slices < sk && (i == 2 || ((size_t)4 << (i + 1)) >= sk);
+            bool above = slices > sk && (i == 0 || ((size_t)4 << (i - 1)) <= sk);
+            if (!below && !above)
+                continue;
+            if (f->mma && !f->fma_async_broken && copies)
+                n = to_front(all, n, cap, copied[i]);
+            n = to_front(all, n, cap, plain[i]);
+        }
     }
     n = n < max ? n : max;
     memcpy(out, all, n * sizeof *out);
