@@ -962,8 +962,9 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         all[n++] = split_large[i];
     if (!mma)
         fma_first_to_front(all, n);
-    /* the split tiles of deep_few_tiles first: the default's tile with half and twice its
-     * slices (4 to 16), through registers and, where it copies an operand, cp.async */
+    /* the split tiles of deep_few_tiles first: the default's tile cut into the nearest of 4,
+     * 8 and 16 slices below and above the default's count, through registers and, where it
+     * copies an operand, cp.async */
     if (!mma && deep_few_tiles(units, s->dim[0], s->dim[1], s->dim[2])) {
         static const char *const plain[] = {"BM=64 BN=128 BK=16 RM=8 RN=8 SK=4",
                                             "BM=64 BN=128 BK=16 RM=8 RN=8 SK=8",
