@@ -10,7 +10,8 @@
  *   driver "5.0+debian"                           driver version,
  *   clblast 1.5.3                                 CLBlast version or none
  *   calibration launch_us=7.5 copy_gbps=2500 host_gbps=24 gemm_gflops=50000 cpu_gflops=90
- *               cpu_gbps=20                       (one line; any subset, each at most once)
+ *               cpu_gbps=20 fused_gflops=50000 clblast_gflops=45000
+ *                                                 (one line; any subset, each at most once)
  *   param clblast Xgemm "KWG=32 KWI=2 ..."     a device-level record for one backend
  *   gemm 1 4096 4096 nn fused "WPT=4" 41.25 clblast 12.5
  *   softmax 64 1024 fused - 7.1 cpu 80

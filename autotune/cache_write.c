@@ -138,12 +138,13 @@ char *hd__tune_format(const hd_tune_file *f)
     put(&t, "\n");
 
     const hd_tune_calibration *c = &f->cal;
-    const double vals[] = {c->launch_us,   c->copy_gbps,  c->host_gbps,
-                           c->gemm_gflops, c->cpu_gflops, c->cpu_gbps};
-    static const char *const names[] = {"launch_us",   "copy_gbps",  "host_gbps",
-                                        "gemm_gflops", "cpu_gflops", "cpu_gbps"};
+    const double vals[] = {c->launch_us,   c->copy_gbps,  c->host_gbps,     c->gemm_gflops,
+                           c->cpu_gflops,  c->cpu_gbps,   c->fused_gflops,  c->clblast_gflops};
+    static const char *const names[] = {"launch_us",    "copy_gbps",     "host_gbps",
+                                        "gemm_gflops",  "cpu_gflops",    "cpu_gbps",
+                                        "fused_gflops", "clblast_gflops"};
     bool any = false;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < (int)(sizeof vals / sizeof vals[0]); i++)
         if (vals[i] > 0.0 && isfinite(vals[i])) {
             put(&t, "%s %s=", any ? "" : "calibration", names[i]);
             put_number(&t, fmin(fmax(vals[i], HD_TUNE_CAL_MIN), HD_TUNE_CAL_MAX));

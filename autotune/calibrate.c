@@ -114,11 +114,11 @@ hd_status hd__calibrate(hd_context *ctx, bool quick, hd_tune_calibration *out)
             s = upload_rate(ctx, gpu ? 64u << 20 : 16u << 20, &out->host_gbps);
         size_t n = gpu ? (quick ? 2048 : 4096) : (quick ? 128 : 512);
         const hd_backend device_gemms[] = {HD_BACKEND_CLBLAST, HD_BACKEND_FUSED};
+        double *own[] = {&out->clblast_gflops, &out->fused_gflops};
         for (size_t i = 0; i < 2 && s == HD_OK; i++) {
-            double g = 0.0;
-            s = gemm_rate(ctx, device_gemms[i], n, quick ? 0.1 : 0.3, &g);
-            if (g > out->gemm_gflops)
-                out->gemm_gflops = g;
+            s = gemm_rate(ctx, device_gemms[i], n, quick ? 0.1 : 0.3, own[i]);
+            if (*own[i] > out->gemm_gflops)
+                out->gemm_gflops = *own[i];
         }
     }
     if (s == HD_OK)

@@ -14,7 +14,8 @@
  *   host_gbps    an upload from host memory, timed on the host to completion;
  *   gemm_gflops  the best rate of the device GEMM backends on one large square GEMM
  *                (4096³ on a GPU, 2048³ with quick; 512³ on a CPU device, 128³ with quick),
- *                device events;
+ *                device events; fused_gflops and clblast_gflops each backend's own, 0 where
+ *                it is absent;
  *   cpu_gflops   the CPU backend on a 512³ GEMM (256³ with quick);
  *   cpu_gbps     host memcpy bandwidth, read plus written bytes.
  * Device constants stay 0 without an OpenCL device. Returns HD_OK, or the error of a failed

@@ -117,6 +117,8 @@ typedef struct hd_tune_calibration {
     double copy_gbps;   /* device-to-device copy, GB/s */
     double host_gbps;   /* host-to-device upload, GB/s */
     double gemm_gflops; /* best device SGEMM rate seen on a large square GEMM */
+    double fused_gflops;   /* the fused backend's own on that GEMM, its default parameters */
+    double clblast_gflops; /* CLBlast's own on that GEMM */
     double cpu_gflops;  /* CPU SGEMM rate */
     double cpu_gbps;    /* CPU streaming bandwidth (read + write) */
 } hd_tune_calibration;

@@ -1123,6 +1123,28 @@ static hd_fused_tile_call product_of(size_t m, size_t n, size_t k, bool ta, bool
                                 .precision = HD_PRECISION_FP32};
 }
 
+/* The cost model's estimate of the tiled engine: the fused backend's own GEMM rate from the
+ * calibration where it has one, else half the best device rate (a cache of an older
+ * calibration); the GEMV-style kernels of one-token GEMMs a quarter of the best rate either
+ * way. */
+static void test_tile_estimate_takes_the_measured_rate(void **state)
+{
+    hd_context *ctx = *state;
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    hd_shape big = {.dim = {4096, 4096, 4096}}, one = {.dim = {1, 4096, 4096}};
+    hd_tune_calibration old = {.launch_us = 10, .copy_gbps = 3000, .gemm_gflops = 50000};
+    hd_tune_calibration own = old;
+    own.fused_gflops = 45000;
+    double flops = 2.0 * 4096.0 * 4096.0 * 4096.0;
+    double half = impl->estimate_us(fs, HD_OP_GEMM, &big, HD_PART_WHOLE, &old);
+    double measured = impl->estimate_us(fs, HD_OP_GEMM, &big, HD_PART_WHOLE, &own);
+    assert_true(fabs(half - (10.0 + flops / 25000e3)) < 1e-6 * half);
+    assert_true(fabs(measured - (10.0 + flops / 45000e3)) < 1e-6 * measured);
+    assert_true(fabs(impl->estimate_us(fs, HD_OP_GEMM, &one, HD_PART_WHOLE, &old) -
+                     impl->estimate_us(fs, HD_OP_GEMM, &one, HD_PART_WHOLE, &own)) < 1e-9);
+}
+
 /* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): 64 x 128 tiles
  * where they fill it (128 x 128 ones of 16 x 8 where cp.async copies both operands: below),
  * cut in 4 to 16 slices where they come to half a wave (about two groups per unit), 64 x 64
@@ -1878,6 +1900,7 @@ int main(void)
         cmocka_unit_test(test_gemm_k_groups_match_reference),
         cmocka_unit_test(test_gemv_default_k_groups),
         cmocka_unit_test(test_gemm_tile_defaults),
+        cmocka_unit_test(test_tile_estimate_takes_the_measured_rate),
         cmocka_unit_test(test_lora_few_tokens_matches_reference),
         cmocka_unit_test(test_lora_tiles_match_reference),
         cmocka_unit_test(test_lora_tf32_a_in_registers_matches_reference),

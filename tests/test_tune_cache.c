@@ -91,7 +91,9 @@ static void test_cache_round_trip_keeps_every_field(void **state)
                                   .host_gbps = 24.5,
                                   .gemm_gflops = 51000,
                                   .cpu_gflops = 90,
-                                  .cpu_gbps = 18};
+                                  .cpu_gbps = 18,
+                                  .fused_gflops = 50500,
+                                  .clblast_gflops = 45250};
     hd_tune_param p = {.backend = HD_BACKEND_CLBLAST, .name = "Xgemm"};
     snprintf(p.value, sizeof p.value, "KWG=32 MWG=128 NWG=128");
     assert_int_equal(hd__tune_put_param(&f, &p), HD_OK);
@@ -124,6 +126,8 @@ static void test_cache_round_trip_keeps_every_field(void **state)
     assert_string_equal(back.key.clblast, "1.5.3");
     assert_true(fabs(back.cal.launch_us - 7.25) < 1e-9);
     assert_true(fabs(back.cal.gemm_gflops - 51000) < 1e-6);
+    assert_true(fabs(back.cal.fused_gflops - 50500) < 1e-6);
+    assert_true(fabs(back.cal.clblast_gflops - 45250) < 1e-6);
     assert_int_equal(back.param_count, 1);
     assert_string_equal(back.params[0].value, p.value);
     assert_int_equal(back.count, 4);

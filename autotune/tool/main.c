@@ -389,9 +389,11 @@ static int calibrate(hd_context *ctx, const tool_options *o, const char *path, h
         return EXIT_NO_CONTEXT;
     }
     printf("calibration: launch %.1f \u00b5s, copy %.1f GB/s, host link %.1f GB/s, "
-           "GEMM %.0f GFLOP/s, CPU GEMM %.0f GFLOP/s, CPU copy %.1f GB/s\n",
+           "GEMM %.0f GFLOP/s (fused %.0f, CLBlast %.0f), CPU GEMM %.0f GFLOP/s, CPU copy %.1f "
+           "GB/s\n",
            part->cal.launch_us, part->cal.copy_gbps, part->cal.host_gbps, part->cal.gemm_gflops,
-           part->cal.cpu_gflops, part->cal.cpu_gbps);
+           part->cal.fused_gflops, part->cal.clblast_gflops, part->cal.cpu_gflops,
+           part->cal.cpu_gbps);
     return save(path, part) ? EXIT_TUNED : EXIT_CACHE;
 }
 

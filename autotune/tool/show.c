@@ -24,8 +24,9 @@ void hd__tool_show(FILE *out, const hd_tune_file *f)
     const hd_tune_calibration *c = &f->cal;
     fprintf(out,
             "calibration: launch %.1f \u00b5s, copy %.1f GB/s, host link %.1f GB/s, GEMM %.0f "
-            "GFLOP/s, CPU %.0f GFLOP/s %.1f GB/s\n",
-            c->launch_us, c->copy_gbps, c->host_gbps, c->gemm_gflops, c->cpu_gflops, c->cpu_gbps);
+            "GFLOP/s (fused %.0f, CLBlast %.0f), CPU %.0f GFLOP/s %.1f GB/s\n",
+            c->launch_us, c->copy_gbps, c->host_gbps, c->gemm_gflops, c->fused_gflops,
+            c->clblast_gflops, c->cpu_gflops, c->cpu_gbps);
     for (size_t i = 0; i < f->param_count; i++)
         fprintf(out, "param %s %s: %s\n", hd_backend_name(f->params[i].backend), f->params[i].name,
                 f->params[i].value);
