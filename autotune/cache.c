@@ -455,16 +455,15 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
 
 static bool parse_calibration(parser *ps, const token *tok, int n)
 {
-    static const char *const names[] = {"launch_us",  "copy_gbps",    "host_gbps",
-                                        "gemm_gflops", "cpu_gflops",  "cpu_gbps",
+    static const char *const names[] = {"launch_us",    "copy_gbps",     "host_gbps",
+                                        "gemm_gflops",  "cpu_gflops",    "cpu_gbps",
                                         "fused_gflops", "clblast_gflops"};
     if (ps->have_cal)
         return bad_line(ps, "second calibration line");
     hd_tune_calibration cal = {0};
     char shown[48];
-    double *fields[] = {&cal.launch_us,  &cal.copy_gbps,    &cal.host_gbps,
-                        &cal.gemm_gflops, &cal.cpu_gflops,  &cal.cpu_gbps,
-                        &cal.fused_gflops, &cal.clblast_gflops};
+    double *fields[] = {&cal.launch_us,  &cal.copy_gbps, &cal.host_gbps,    &cal.gemm_gflops,
+                        &cal.cpu_gflops, &cal.cpu_gbps,  &cal.fused_gflops, &cal.clblast_gflops};
     for (int i = 1; i < n; i++) {
         const char *eq = tok[i].quoted ? NULL : memchr(tok[i].text, '=', tok[i].len);
         if (eq == NULL)

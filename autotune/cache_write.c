@@ -138,8 +138,8 @@ char *hd__tune_format(const hd_tune_file *f)
     put(&t, "\n");
 
     const hd_tune_calibration *c = &f->cal;
-    const double vals[] = {c->launch_us,   c->copy_gbps,  c->host_gbps,     c->gemm_gflops,
-                           c->cpu_gflops,  c->cpu_gbps,   c->fused_gflops,  c->clblast_gflops};
+    const double vals[] = {c->launch_us,  c->copy_gbps, c->host_gbps,    c->gemm_gflops,
+                           c->cpu_gflops, c->cpu_gbps,  c->fused_gflops, c->clblast_gflops};
     static const char *const names[] = {"launch_us",    "copy_gbps",     "host_gbps",
                                         "gemm_gflops",  "cpu_gflops",    "cpu_gbps",
                                         "fused_gflops", "clblast_gflops"};

@@ -89,8 +89,8 @@ double hd__tune_case_share(double left_s, size_t cases_left, double overrun_s, d
     return share > 1e-3 ? share : 1e-3;
 }
 
-hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner,
-                                      double winner_s, double hopeless)
+hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner, double winner_s,
+                                      double hopeless)
 {
     for (int b = 0; b < HD_BACKEND_COUNT; b++)
         if ((hd_backend)b != winner && untimed_s[b] > 0.0 && untimed_s[b] < hopeless * winner_s)

@@ -74,7 +74,7 @@ double hd__tune_case_share(double left_s, size_t cases_left, double overrun_s, d
  * (H100, the end of a --max-time run: LoRA backward at 4096 tokens recorded for CLBlast, timed
  * alone, 1.5 times slower than the fused backend left untimed); without one the scheduler's
  * cost model chooses. */
-hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner,
-                                      double winner_s, double hopeless);
+hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner, double winner_s,
+                                      double hopeless);
 
 #endif

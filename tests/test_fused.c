@@ -1159,24 +1159,24 @@ static void test_gemm_tile_defaults(void **state)
         size_t m, n, k;
         int bm, bn, rm, rn, sk;
     } cases[] = {
-        {4096, 4096, 4096, 64, 128, 8, 8, 1},   /* fills the units */
-        {1536, 4096, 4096, 64, 128, 8, 8, 1},   /* likewise */
-        {64, 4096, 4096, 64, 128, 8, 8, 8},     /* 32 tiles of 64 x 128: 256 groups */
-        {64, 11008, 4096, 64, 128, 8, 8, 4},    /* 86: half the units, still split */
-        {128, 4096, 4096, 64, 128, 8, 8, 4},    /* 64 tiles */
-        {40, 2304, 4096, 64, 128, 8, 8, 14},    /* 18 tiles */
-        {64, 4096, 1024, 64, 128, 8, 8, 4},     /* slices at least 256 deep */
-        {37, 997, 1031, 64, 64, 4, 4, 4},       /* 8 of 64 x 128: 64 x 64 keeps more groups */
-        {4096, 16, 4096, 128, 16, 8, 4, 16},    /* thin, 32 tiles */
-        {64, 16, 4096, 64, 16, 8, 4, 64},       /* thin, one tile (LoRA's x*A) */
-        {16, 4096, 4096, 16, 128, 4, 8, 16},    /* thin the other way */
-        {64, 16, 1024, 64, 16, 8, 4, 16},       /* slices at least 64 deep */
-        {512, 512, 512, 32, 64, 4, 4, 1},       /* shallow, 64 tiles of 64 x 64: 32 x 64 */
-        {100, 1000, 1000, 32, 64, 4, 4, 4},     /* likewise, 32 of 64 x 64, 64 of 32 x 64 */
-        {200, 700, 900, 32, 64, 4, 4, 3},       /* 77 of 32 x 64 */
-        {384, 512, 768, 32, 64, 4, 4, 2},       /* 96 */
-        {128, 2048, 512, 32, 64, 4, 4, 1},      /* 128: nearly every unit has one */
-        {256, 256, 256, 64, 64, 4, 4, 1},       /* 16 of 64 x 64: kept */
+        {4096, 4096, 4096, 64, 128, 8, 8, 1}, /* fills the units */
+        {1536, 4096, 4096, 64, 128, 8, 8, 1}, /* likewise */
+        {64, 4096, 4096, 64, 128, 8, 8, 8},   /* 32 tiles of 64 x 128: 256 groups */
+        {64, 11008, 4096, 64, 128, 8, 8, 4},  /* 86: half the units, still split */
+        {128, 4096, 4096, 64, 128, 8, 8, 4},  /* 64 tiles */
+        {40, 2304, 4096, 64, 128, 8, 8, 14},  /* 18 tiles */
+        {64, 4096, 1024, 64, 128, 8, 8, 4},   /* slices at least 256 deep */
+        {37, 997, 1031, 64, 64, 4, 4, 4},     /* 8 of 64 x 128: 64 x 64 keeps more groups */
+        {4096, 16, 4096, 128, 16, 8, 4, 16},  /* thin, 32 tiles */
+        {64, 16, 4096, 64, 16, 8, 4, 64},     /* thin, one tile (LoRA's x*A) */
+        {16, 4096, 4096, 16, 128, 4, 8, 16},  /* thin the other way */
+        {64, 16, 1024, 64, 16, 8, 4, 16},     /* slices at least 64 deep */
+        {512, 512, 512, 32, 64, 4, 4, 1},     /* shallow, 64 tiles of 64 x 64: 32 x 64 */
+        {100, 1000, 1000, 32, 64, 4, 4, 4},   /* likewise, 32 of 64 x 64, 64 of 32 x 64 */
+        {200, 700, 900, 32, 64, 4, 4, 3},     /* 77 of 32 x 64 */
+        {384, 512, 768, 32, 64, 4, 4, 2},     /* 96 */
+        {128, 2048, 512, 32, 64, 4, 4, 1},    /* 128: nearly every unit has one */
+        {256, 256, 256, 64, 64, 4, 4, 1},     /* 16 of 64 x 64: kept */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hd_fused_tile_call c = product_of(cases[i].m, cases[i].n, cases[i].k, false, false);
@@ -1195,8 +1195,8 @@ static void test_gemm_tile_defaults(void **state)
             int sk;
         } split[] = {{64, 4096, 4096, 8}, {40, 2304, 4096, 14}, {100, 1000, 1000, 4}};
         for (size_t i = 0; i < sizeof split / sizeof split[0]; i++) {
-            hd_fused_tile_call c = product_of(split[i].m, split[i].n, split[i].k, tr % 2 == 1,
-                                              tr / 2 == 1);
+            hd_fused_tile_call c =
+                product_of(split[i].m, split[i].n, split[i].k, tr % 2 == 1, tr / 2 == 1);
             hd_fused_params p;
             assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
             if (p.sk != split[i].sk)
@@ -1221,8 +1221,8 @@ static void test_gemm_tile_defaults(void **state)
         const char *a = fronts[i].first, *b = fronts[i].second;
         if (!((strcmp(list[0], a) == 0 && strcmp(list[1], b) == 0) ||
               (strcmp(list[0], b) == 0 && strcmp(list[1], a) == 0)))
-            fail_msg("%zu x %zu: the list starts with \"%s\", \"%s\"", fronts[i].m,
-                     fronts[i].n, list[0], list[1]);
+            fail_msg("%zu x %zu: the list starts with \"%s\", \"%s\"", fronts[i].m, fronts[i].n,
+                     list[0], list[1]);
     }
     /* thin products: 32 deep where the long side's operand is stored depth-contiguous (A m x k,
      * B n x k) and the groups fill the units three times over (512 groups here), else 16 */

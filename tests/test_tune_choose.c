@@ -113,14 +113,10 @@ static void test_defaults_then_variants_fastest_backend_first(void **state)
 {
     (void)state;
     const hd_tune_candidate cand[] = {
-        {HD_BACKEND_CPU, NULL, 0, false},
-        {HD_BACKEND_CLBLAST, NULL, 0, false},
-        {HD_BACKEND_FUSED, NULL, 0, false},
-        {HD_BACKEND_CLBLAST_FUSED, NULL, 0, false},
-        {HD_BACKEND_CLBLAST, "KWID=2", 0, false},
-        {HD_BACKEND_FUSED, "WG=256 ROWS=4", 0, false},
-        {HD_BACKEND_CLBLAST, "KWID=8", 0, false},
-        {HD_BACKEND_FUSED, "WG=64 ROWS=1", 0, false},
+        {HD_BACKEND_CPU, NULL, 0, false},         {HD_BACKEND_CLBLAST, NULL, 0, false},
+        {HD_BACKEND_FUSED, NULL, 0, false},       {HD_BACKEND_CLBLAST_FUSED, NULL, 0, false},
+        {HD_BACKEND_CLBLAST, "KWID=2", 0, false}, {HD_BACKEND_FUSED, "WG=256 ROWS=4", 0, false},
+        {HD_BACKEND_CLBLAST, "KWID=8", 0, false}, {HD_BACKEND_FUSED, "WG=64 ROWS=1", 0, false},
     };
     double est_s[HD_BACKEND_COUNT] = {0};
     est_s[HD_BACKEND_CPU] = 32e-3;

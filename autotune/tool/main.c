@@ -544,9 +544,9 @@ static int tune(const tool_options *o, const char *path)
             double left = o->max_time_s - spent;
             size_t cases_left = 0;
             for (size_t j = i; j < cases.count; j++)
-                cases_left += o->force || hd__tune_find(&have, cases.cases[j].op,
-                                                        &cases.cases[j].shape,
-                                                        hd_context_gemm_precision(ctx)) == NULL;
+                cases_left +=
+                    o->force || hd__tune_find(&have, cases.cases[j].op, &cases.cases[j].shape,
+                                              hd_context_gemm_precision(ctx)) == NULL;
             double overrun = overrun_cases > 0 ? overrun_s / (double)overrun_cases : 0.0;
             double share = hd__tune_case_share(left, cases_left, overrun,
                                                hd__tool_defaults_cost(ctx, c, &now));
@@ -555,8 +555,8 @@ static int tune(const tool_options *o, const char *path)
         }
         hd_tune_record rec;
         tool_case_outcome outcome;
-        bool tuned = hd__tool_tune_case(ctx, c, &now, o->verbose, o->dry_run, &rec, &outcome,
-                                        why, sizeof why);
+        bool tuned = hd__tool_tune_case(ctx, c, &now, o->verbose, o->dry_run, &rec, &outcome, why,
+                                        sizeof why);
         if (o->max_time_s > 0 && !o->dry_run) {
             double took = hd__measure_now() - case_start;
             overrun_s += took > now.case_target_s ? took - now.case_target_s : 0.0;

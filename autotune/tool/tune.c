@@ -358,8 +358,8 @@ static void say_left_out(bool verbose, const candidate *c, const char *what, con
 {
     if (!verbose && c->variant != NULL)
         return;
-    fprintf(hd__measure_stderr(), "  %s %s: %s: %s\n", hd_backend_name(c->backend),
-            variant_text(c), what, reason);
+    fprintf(hd__measure_stderr(), "  %s %s: %s: %s\n", hd_backend_name(c->backend), variant_text(c),
+            what, reason);
 }
 
 /* Checks and times the candidates on d within the case budget, in hd__tune_order()'s order;
@@ -751,8 +751,8 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         best = -1;
     }
     if (best < 0) {
-        out->over_budget = !hd__tool_interrupted && !out->incomplete && why[0] == '\0' &&
-                           out->skipped > 0;
+        out->over_budget =
+            !hd__tool_interrupted && !out->incomplete && why[0] == '\0' && out->skipped > 0;
         if (hd__tool_interrupted)
             snprintf(why, why_size, "interrupted");
         else if (out->over_budget)

@@ -165,8 +165,8 @@ static double gemm_us(const hd_clblast_state *st, const hd_tune_calibration *cal
     double launch = cal != NULL && cal->launch_us > 0.0 ? cal->launch_us : DEFAULT_LAUNCH_US;
     /* CLBlast's own rate where the calibration measured it, else the best device GEMM's */
     double gflops = cal != NULL && cal->clblast_gflops > 0.0 ? cal->clblast_gflops
-                    : cal != NULL && cal->gemm_gflops > 0.0 ? cal->gemm_gflops
-                                                            : DEFAULT_DEVICE_GFLOPS;
+                    : cal != NULL && cal->gemm_gflops > 0.0  ? cal->gemm_gflops
+                                                             : DEFAULT_DEVICE_GFLOPS;
     double gbps = cal != NULL && cal->copy_gbps > 0.0 ? cal->copy_gbps : DEFAULT_DEVICE_GBPS;
     double tile_fill = fmin(1.0, fmin(m, n) / 64.0);
     double t = st != NULL ? (double)st->base.min_indirect_size : 256.0;

@@ -476,8 +476,8 @@ static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_par
                   s->dim[0] <= HD_FUSED_DOT_FORM_MAX_ROWS) ||
                  (op == HD_OP_GEMM && !s->trans_a &&
                   s->dim[0] <= (s->trans_b ? HD_FUSED_DOT_FORM_MAX_ROWS : HD_FUSED_MAX_ROWS));
-    double tile_gflops = cal != NULL && cal->fused_gflops > 0.0 ? cal->fused_gflops
-                                                                : gflops * TILE_RATE_FRACTION;
+    double tile_gflops =
+        cal != NULL && cal->fused_gflops > 0.0 ? cal->fused_gflops : gflops * TILE_RATE_FRACTION;
     double rate = strip ? gflops * GEMV_RATE_FRACTION : tile_gflops;
     /* LoRA's backward: five products, six with W and A transposed apart (lora_backward.c) */
     bool apart = !(s->lora_layout & HD_LORA_TRANS_W) != !(s->lora_layout & HD_LORA_TRANS_A);
