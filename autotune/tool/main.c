@@ -500,12 +500,18 @@ static int tune(const tool_options *o, const char *path)
         }
     }
 
+    /* the cases to tune (all with --force, else those the cache does not hold), their estimates
+     * and how many are left */
     double *estimates = calloc(cases.count ? cases.count : 1, sizeof *estimates);
-    for (size_t i = 0; i < cases.count && estimates != NULL && !o->dry_run; i++)
-        estimates[i] = o->force || hd__tune_find(&have, cases.cases[i].op, &cases.cases[i].shape,
-                                                 hd_context_gemm_precision(ctx)) == NULL
-                           ? hd__tool_estimate_case(ctx, &cases.cases[i], &effort)
-                           : 0.0;
+    size_t tune_left = 0;
+    for (size_t i = 0; i < cases.count; i++) {
+        if (!o->force && hd__tune_find(&have, cases.cases[i].op, &cases.cases[i].shape,
+                                       hd_context_gemm_precision(ctx)) != NULL)
+            continue;
+        tune_left++;
+        if (estimates != NULL && !o->dry_run)
+            estimates[i] = hd__tool_estimate_case(ctx, &cases.cases[i], &effort);
+    }
     double start = hd__measure_now();
     /* What the cases tuned so far took beyond the budgets they were given (the uncharged
      * builds and checks of the defaults, the confirming rounds), summed: the cases left are
@@ -542,14 +548,9 @@ static int tune(const tool_options *o, const char *path)
         now.defaults_only = spent > effort.run_target_s;
         if (o->max_time_s > 0) {
             double left = o->max_time_s - spent;
-            size_t cases_left = 0;
-            for (size_t j = i; j < cases.count; j++)
-                cases_left +=
-                    o->force || hd__tune_find(&have, cases.cases[j].op, &cases.cases[j].shape,
-                                              hd_context_gemm_precision(ctx)) == NULL;
             double overrun = overrun_cases > 0 ? overrun_s / (double)overrun_cases : 0.0;
-            double share = hd__tune_case_share(left, cases_left, overrun,
-                                               hd__tool_defaults_cost(ctx, c, &now));
+            double share =
+                hd__tune_case_share(left, tune_left, overrun, hd__tool_defaults_cost(ctx, c, &now));
             if (now.case_target_s <= 0 || share < now.case_target_s)
                 now.case_target_s = share;
         }
@@ -557,6 +558,7 @@ static int tune(const tool_options *o, const char *path)
         tool_case_outcome outcome;
         bool tuned = hd__tool_tune_case(ctx, c, &now, o->verbose, o->dry_run, &rec, &outcome, why,
                                         sizeof why);
+        tune_left--;
         if (o->max_time_s > 0 && !o->dry_run) {
             double took = hd__measure_now() - case_start;
             overrun_s += took > now.case_target_s ? took - now.case_target_s : 0.0;

@@ -362,6 +362,18 @@ static void say_left_out(bool verbose, const candidate *c, const char *what, con
             what, reason);
 }
 
+/* Queues the programs of the variants order[from..count) names on the build-ahead workers, in
+ * that order. A variant its backend refuses is refused again, with its message, when it runs. */
+static void queue_builds(hd_context *ctx, const tune_data *d, const candidate *cand,
+                         const size_t *order, size_t from, size_t count)
+{
+    for (size_t n = from; n < count; n++)
+        if (cand[order[n]].variant != NULL &&
+            hd__backend_build_ahead(ctx, cand[order[n]].backend, d->op, &d->shape,
+                                    cand[order[n]].variant) != HD_OK)
+            hd__error_clear(ctx);
+}
+
 /* Checks and times the candidates on d within the case budget, in hd__tune_order()'s order;
  * the index of the fastest correct one, or -1. why gets the first rejection. untimed_s[b]
  * gets the estimated call of backend b's defaults where the budget left them untimed and no
@@ -377,13 +389,9 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
     /* The variants' programs go to the build-ahead workers in this order, where they run
      * (--build-threads): each is built while the candidates before it are timed, the
      * backends' defaults first (the CPU's timed on the host beside the builds: confirm_best
-     * times it again with the cores free where it is a close finalist). A variant its backend
-     * refuses is refused again, with its message, when it runs. */
-    for (size_t n = 0; n < count && e->build_ahead; n++)
-        if (cand[order[n]].variant != NULL &&
-            hd__backend_build_ahead(ctx, cand[order[n]].backend, d->op, &d->shape,
-                                    cand[order[n]].variant) != HD_OK)
-            hd__error_clear(ctx);
+     * times it again with the cores free where it is a close finalist). */
+    if (e->build_ahead)
+        queue_builds(ctx, d, cand, order, 0, count);
     size_t defaults = 0;
     for (size_t n = 0; n < count; n++)
         defaults += cand[n].variant == NULL;
@@ -398,10 +406,7 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             hd__tune_order(cand, count, measured_s, order);
             if (e->build_ahead) {
                 hd__device_build_ahead_cancel(ctx, false);
-                for (size_t r = n; r < count; r++)
-                    if (hd__backend_build_ahead(ctx, cand[order[r]].backend, d->op, &d->shape,
-                                                cand[order[r]].variant) != HD_OK)
-                        hd__error_clear(ctx);
+                queue_builds(ctx, d, cand, order, n, count);
             }
         }
         size_t i = order[n];
