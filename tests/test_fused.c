@@ -1146,9 +1146,10 @@ static void test_tile_estimate_takes_the_measured_rate(void **state)
 }
 
 /* The tiled engine's defaults on a 132-unit device (fp32, no tensor cores): 64 x 128 tiles
- * where they fill it (128 x 128 ones of 16 x 8 where cp.async copies both operands: below),
- * cut in 4 to 16 slices where they come to half a wave (about two groups per unit), 64 x 64
- * ones below that (32 x 64 where 32 or more of those are fewer than the units on a shallow
+ * where they fill it (128 x 64 where those leave the busiest unit fewer groups; 128 x 128 ones
+ * of 16 x 8 where cp.async copies both operands: below), cut in two where that lightens the
+ * busiest unit, in 4 to 16 slices where they come to half a wave (about two groups per unit), 64 x
+ * 64 ones below that (32 x 64 where 32 or more of those are fewer than the units on a shallow
  * product, the depth cut where those leave a quarter of the units idle), and thin products
  * split into more, shorter slices where their tiles are few. */
 static void test_gemm_tile_defaults(void **state)
@@ -1177,6 +1178,12 @@ static void test_gemm_tile_defaults(void **state)
         {384, 512, 768, 32, 64, 4, 4, 2},     /* 96 */
         {128, 2048, 512, 32, 64, 4, 4, 1},    /* 128: nearly every unit has one */
         {256, 256, 256, 64, 64, 4, 4, 1},     /* 16 of 64 x 64: kept */
+        {384, 4096, 8192, 64, 128, 8, 8, 2},  /* 192 of 64 x 128: halves, 3 a unit at most */
+        {1536, 1024, 1024, 64, 128, 8, 8, 2}, /* likewise */
+        {512, 4096, 4096, 64, 128, 8, 8, 1},  /* 256: 2 a unit whole or 4 halves */
+        {1024, 2048, 1024, 64, 128, 8, 8, 1}, /* likewise */
+        {3001, 700, 1500, 128, 64, 8, 8, 1},  /* 264 of 128 x 64: 2 a unit, 282 of 64 x 128 */
+        {521, 4093, 1031, 64, 128, 8, 8, 1},  /* 160 of 128 x 128: a wave of 1 or 2 a unit */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hd_fused_tile_call c = product_of(cases[i].m, cases[i].n, cases[i].k, false, false);
@@ -1271,11 +1278,11 @@ static void test_gemm_tile_defaults(void **state)
         size_t m, n;
         bool lead;
     } waves[] = {
-        {2048, 2048, true},  /* 256 tiles of 128 x 128: one wave of two per unit */
-        {4096, 4096, true},  /* 3.9 waves against 5.2 of 64 x 128 (three per unit) */
-        {8192, 4096, true},  /* 7.8 against 10.3 */
-        {3000, 3000, false}, /* 2.2 against 2.8 */
-        {1536, 4096, false}, /* 1.5 against 1.9 */
+        {2048, 2048, true},  /* one wave of 128 x 128 (1.3), against 4 of 64 x 128 a unit (1.33) */
+        {4096, 4096, true},  /* 4 waves (5.2) against 16 a unit (5.33) */
+        {8192, 4096, true},  /* 8 waves (10.4) against 32 (10.67) */
+        {3000, 3000, false}, /* 3 waves (3.9) against 9 (3.0) */
+        {1536, 4096, false}, /* 2 waves (2.6) against 6 (2.0) */
     };
     for (size_t i = 0; i < sizeof waves / sizeof waves[0]; i++) {
         hd_fused_tile_call c = product_of(waves[i].m, waves[i].n, 4096, false, true);
@@ -1300,18 +1307,19 @@ static void test_gemm_tile_defaults(void **state)
         assert_int_equal(p.lead, tn ? 0 : 2);
         assert_int_equal(p.async, tn ? 5 : 0);
     }
-    /* TN whose 128 x 128 tiles leave the last wave part empty: 64 x 128 tiles, 3 buffers; its
-     * rows unaligned, where the 64 x 128 tiles' scalar loads leave two groups per unit: the
-     * 128 x 128 ones, 5 buffers of 4-byte copies */
+    /* TN whose 128 x 128 tiles leave the last wave part empty: 64 x 128 tiles, 3 buffers
+     * (4-byte copies where the rows are unaligned); where the 128 x 128 ones fill their waves,
+     * those, 5 buffers */
     static const struct {
         size_t m, n, k;
         int bm, bk, async, lead;
     } tn_cases[] = {
         {4096, 520, 1032, 64, 16, 3, 0},
-        {4093, 521, 1031, 128, 8, 5, 0},
+        {4093, 521, 1031, 64, 16, 3, 0}, /* 3 a unit at most, against a wave of 128 x 128 */
+        {8191, 333, 1024, 64, 16, 3, 0}, /* likewise */
         {4095, 4095, 4095, 128, 8, 5, 0},
         {4096, 4096, 4096, 128, 8, 5, 0},
-        {11008, 4096, 2048, 128, 8, 5, 0}, /* 11 waves at 1.2 each, against 13.9 of 64 x 128 */
+        {11008, 4096, 2048, 128, 8, 5, 0}, /* 11 waves of 1.2 (13.2), against 42 a unit (14) */
     };
     for (size_t i = 0; i < sizeof tn_cases / sizeof tn_cases[0]; i++) {
         hd_fused_tile_call c = product_of(tn_cases[i].m, tn_cases[i].n, tn_cases[i].k, true, false);

@@ -169,25 +169,42 @@ static size_t deep_split(size_t units, size_t m, size_t n, size_t k)
     return sk < deepest ? sk : deepest;
 }
 
-/* Whether the 128 x 128 tiles of 16 x 8 results per work-item should finish m x n before the
- * 64 x 128 tiles of 8 x 8 do, counted in waves of the groups the units hold at once (NVIDIA's
- * 64K registers per unit: two of the former; three of the latter where the rows are aligned,
- * two where their scalar loads take more registers). A wave of the former takes `large_wave`
- * times as long as one of the latter (less where cp.async copies both operands than through
- * registers: the H100's timings in BENCHMARKS.md); a last wave partly filled costs the former
- * a whole wave, since two groups per unit are what keep it busy, and the latter about a third
- * of a wave plus two thirds of the part filled (a group alone on a unit runs faster). */
-static bool large_tiles_first(size_t units, const hd_fused_tile_call *c, double large_wave)
+/* The FMA kernel's tiles for products whose 128 x 128 tiles (16 x 8 results per work-item)
+ * give every unit work: those, or the 64 x 128 (wide) or 128 x 64 (tall) ones of 8 x 8. */
+typedef enum fma_shape { FMA_LARGE, FMA_WIDE, FMA_TALL } fma_shape;
+
+/* The tiles that finish m x n first, counted in waves of three 64 x 128 groups per unit.
+ * NVIDIA's 64K registers per unit hold two 128 x 128 groups: those run in whole waves of two
+ * per unit, each `large_wave` long (less where cp.async copies both operands than through
+ * registers), and a last wave part filled costs a whole one (the slots freed first take its
+ * groups, two to a unit). The smaller groups run at about a unit's full rate however many of
+ * them share it, so each unit's share of them, ceil(groups / units), sets their time: a third
+ * of a wave each, a ninth more where unaligned rows' scalar loads take the registers of a
+ * third group; a tile that leaves some units one group more than the others costs that group
+ * on every unit. The H100's timings of each case are in BENCHMARKS.md. */
+static fma_shape fma_tile_shape(size_t units, const hd_fused_tile_call *c, double large_wave)
 {
     size_t m = c->m, n = c->n, batch = c->batch;
-    bool aligned = rows_aligned(c);
-    size_t large_waves = ceil_div(ceil_div(m, 128) * ceil_div(n, 128) * batch, 2 * units);
-    size_t small_tiles = ceil_div(m, 64) * ceil_div(n, 128) * batch,
-           slots = (aligned ? 3 : 2) * units;
-    size_t whole = small_tiles / slots, rest = small_tiles % slots;
-    double small_time =
-        (double)whole + (rest > 0 ? 0.34 + 0.66 * (double)rest / (double)slots : 0.0);
-    return large_wave * (double)large_waves < small_time;
+    double small_group = rows_aligned(c) ? 1.0 / 3.0 : 1.0 / 2.7;
+    double large =
+        (double)ceil_div(ceil_div(m, 128) * ceil_div(n, 128) * batch, 2 * units) * large_wave;
+    double wide = (double)ceil_div(ceil_div(m, 64) * ceil_div(n, 128) * batch, units) * small_group;
+    double tall = (double)ceil_div(ceil_div(m, 128) * ceil_div(n, 64) * batch, units) * small_group;
+    if (large <= wide && large <= tall)
+        return FMA_LARGE;
+    return tall < wide ? FMA_TALL : FMA_WIDE;
+}
+
+/* Whether the 64 x 128 tiles of a product whose 128 x 128 ones leave units idle should cut
+ * the depth in two: where that lowers the groups of the busiest unit, 64 x 128 tiles more
+ * than the units and at most one and a half times as many (each unit then runs two halves or
+ * three where it ran one whole or two; H100, fp32: faster at 384 x 4096 x 8192 NT, 1536 x 1024
+ * x 1024 and 1200^3, slower at 512 x 4096 x 4096 and 1024 x 2048 x 1024, whose units all ran
+ * two: BENCHMARKS.md). */
+static bool halves_the_depth(size_t units, const hd_fused_tile_call *c)
+{
+    size_t tiles = ceil_div(c->m, 64) * ceil_div(c->n, 128);
+    return c->batch == 1 && c->k >= 1024 && tiles > units && 2 * tiles <= 3 * units;
 }
 
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
@@ -245,22 +262,24 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->async = tf32 ? 3 : 4;
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
-        /* 128 x 128 tiles of 16 x 8 results per work-item where they fill their waves better
-         * than 64 x 128 tiles of 8 x 8, 16 deep, which run faster where the former leave the
-         * last wave part empty. Where cp.async copies both operands (A stored k x m, B k x n),
-         * the former 8 deep in 5 buffers where the local memory holds them (more stages in
-         * flight than 3); so too where A alone is copied (B stored n x k) and its rows are not
-         * 16-byte aligned, in 3 buffers: the 4-byte copies leave the registers that scalar
-         * loads would take. On NVIDIA elsewhere, through registers loaded two stages ahead:
-         * 16 deep where the tiles come to more than two waves of two per unit (half the
-         * barriers and longer runs of the depth-contiguous operands' rows), 8 deep at fewer,
-         * where the 16-deep ones ran slower; the 64 x 128 tiles with 3 buffers through cp.async
-         * where it copies an operand. The H100's timings of each choice are in BENCHMARKS.md. */
+        /* 128 x 128 tiles of 16 x 8 results per work-item where they leave the busiest unit
+         * less to do than 64 x 128 or 128 x 64 tiles of 8 x 8, 16 deep (fma_tile_shape),
+         * which run faster where the former leave the last wave part empty. Where cp.async copies
+         * both operands (A stored k x m, B k x n), the former 8 deep in 5 buffers where the local
+         * memory holds them (more stages in flight than 3); so too where A alone is copied (B
+         * stored n x k) and its rows are not 16-byte aligned, in 3 buffers: the 4-byte copies leave
+         * the registers that scalar loads would take. On NVIDIA elsewhere, through registers loaded
+         * two stages ahead: 16 deep where the tiles come to more than two waves of two per unit
+         * (half the barriers and longer runs of the depth-contiguous operands' rows), 8 deep at
+         * fewer, where the 16-deep ones ran slower; the 64 x 128 tiles with 3 buffers through
+         * cp.async where it copies an operand. The H100's timings of each choice are in
+         * BENCHMARKS.md. */
         bool aligned = rows_aligned(c);
         bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
         bool copies_unaligned_a =
             copies_an_operand(f, c) && c->a.trans && c->b.trans && !a_rows_aligned(c);
-        bool large_first = large_tiles_first(units, c, copies_both ? 1.2 : 1.3);
+        fma_shape shape = fma_tile_shape(units, c, copies_both ? 1.2 : 1.3);
+        bool large_first = shape == FMA_LARGE;
         hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
         if ((copies_both || copies_unaligned_a) && large_first) {
             if (copies_unaligned_a)
@@ -277,14 +296,23 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             p->rn = 8;
             p->lead = 2;
         } else {
-            fma_tile(f, c, p, 64, 128, 16, 8, 8);
+            /* both operands copied: through cp.async however their rows fall, 4 bytes at a
+             * time where unaligned (H100, 4093 x 521 x 1031 TN: 1.4 times as fast as through
+             * registers, BENCHMARKS.md) */
+            if (copies_both && p->async == 0)
+                p->async = 3;
+            bool tall = shape == FMA_TALL;
+            fma_tile(f, c, p, tall ? 128 : 64, tall ? 64 : 128, 16, 8, 8);
         }
     } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0) {
         /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
          * units work or more: faster than 64 x 64 tiles, with or without cp.async (H100, fp32,
-         * 512 x 4096 x 4096 and 997 x 1009 x 1013: BENCHMARKS.md) */
+         * 512 x 4096 x 4096 and 997 x 1009 x 1013: BENCHMARKS.md), the depth cut in two
+         * where that lightens the busiest unit */
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
+        if (halves_the_depth(units, c))
+            p->sk = 2;
     } else if (!mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 && p->rn == 0 &&
                deep_few_tiles(units, c->m, c->n, c->k)) {
         /* 64 x 128 tiles as above, the depth cut for about two groups per unit */
