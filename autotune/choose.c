@@ -97,3 +97,16 @@ hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner
             return (hd_backend)b;
     return HD_BACKEND_AUTO;
 }
+
+hd_tune_checked hd__tune_checked_call(double first_s, double estimate_s, double best_s,
+                                      double left_s, bool ran_again)
+{
+    bool hopeless = best_s > 0.0 && first_s > 20.0 * best_s && first_s > 0.05;
+    bool over_budget = 3.0 * first_s > left_s;
+    if (!hopeless && !over_budget)
+        return HD_TUNE_CHECKED_TIME;
+    bool stalled = estimate_s > 0.0 && first_s > 4.0 * estimate_s;
+    if (stalled && !ran_again)
+        return first_s < left_s ? HD_TUNE_CHECKED_RUN_AGAIN : HD_TUNE_CHECKED_STALLED;
+    return hopeless ? HD_TUNE_CHECKED_HOPELESS : HD_TUNE_CHECKED_OVER_BUDGET;
+}

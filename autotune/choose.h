@@ -77,4 +77,26 @@ double hd__tune_case_share(double left_s, size_t cases_left, double overrun_s, d
 hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner, double winner_s,
                                       double hopeless);
 
+/* What the tuner makes of a candidate's checked call (its kernels built): first_s long, against
+ * its estimated call estimate_s, the fastest call timed so far best_s (0: none yet) and left_s
+ * of the case's budget; ran_again: first_s is already the faster of two calls. */
+typedef enum hd_tune_checked {
+    HD_TUNE_CHECKED_TIME,        /* time it */
+    HD_TUNE_CHECKED_RUN_AGAIN,   /* run it once more and keep the faster call, then ask again */
+    HD_TUNE_CHECKED_STALLED,     /* untimed: counted at its estimate, not at this call */
+    HD_TUNE_CHECKED_HOPELESS,    /* left out: over 20 times the best, and 50 ms or more */
+    HD_TUNE_CHECKED_OVER_BUDGET, /* untimed: three such calls would not fit the budget left */
+} hd_tune_checked;
+
+/* A call that took over four times its estimate, where it decides the candidate's fate
+ * (hopeless, or over the budget), most likely waited on the host (behind a build-ahead
+ * worker's build, or anything else the host does) and says nothing of the candidate's speed
+ * (H100: fused's defaults for GEMM 4096 x 4096 x 512 TN took 370 ms on their checked call, once
+ * 0.62 s, where they run in 0.38 ms, and the case was recorded for CLBlast, 1.4 times slower):
+ * it runs once more where the budget holds it; where it does not, the candidate stays untimed
+ * at its estimate, so that a backend's defaults so stalled still keep a slower winner from its
+ * record (hd__tune_untimed_contender). */
+hd_tune_checked hd__tune_checked_call(double first_s, double estimate_s, double best_s,
+                                      double left_s, bool ran_again);
+
 #endif

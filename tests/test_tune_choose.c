@@ -242,6 +242,33 @@ static void test_untimed_contender_blocks_the_record(void **state)
                      HD_BACKEND_CPU);
 }
 
+/* A checked call: timed where it fits and is not hopeless; where it decides otherwise and
+ * took over four times its estimate, run again where the budget holds it, else untimed at
+ * its estimate; after the second call, or within four times the estimate, hopeless or over
+ * the budget as it stands. */
+static void test_checked_call_stalled_is_run_again_or_untimed(void **state)
+{
+    (void)state;
+    /* fused's defaults for GEMM 4096 x 4096 x 512 TN, estimated 0.4 ms, CLBlast 0.55 ms */
+    double est = 4e-4, best = 5.5e-4;
+    assert_int_equal(hd__tune_checked_call(3.8e-4, est, best, 0.5, false), HD_TUNE_CHECKED_TIME);
+    assert_int_equal(hd__tune_checked_call(3.8e-4, est, 0.0, 0.5, false), HD_TUNE_CHECKED_TIME);
+    assert_int_equal(hd__tune_checked_call(0.37, est, best, 1.2, false), HD_TUNE_CHECKED_RUN_AGAIN);
+    assert_int_equal(hd__tune_checked_call(0.62, est, best, 0.53, false), HD_TUNE_CHECKED_STALLED);
+    assert_int_equal(hd__tune_checked_call(0.62, est, 0.0, 0.53, false),
+                     HD_TUNE_CHECKED_STALLED); /* over the budget, nothing timed before it */
+    assert_int_equal(hd__tune_checked_call(3.9e-4, est, best, 0.8, true), HD_TUNE_CHECKED_TIME);
+    /* slow on both calls: what it is */
+    assert_int_equal(hd__tune_checked_call(0.37, est, best, 1.2, true), HD_TUNE_CHECKED_HOPELESS);
+    assert_int_equal(hd__tune_checked_call(0.37, est, 0.0, 0.9, true), HD_TUNE_CHECKED_OVER_BUDGET);
+    /* within four times its estimate: the estimate was wrong, not the call */
+    assert_int_equal(hd__tune_checked_call(0.06, 0.02, 1e-3, 1.0, false), HD_TUNE_CHECKED_HOPELESS);
+    assert_int_equal(hd__tune_checked_call(0.06, 0.02, 0.05, 0.1, false),
+                     HD_TUNE_CHECKED_OVER_BUDGET);
+    /* hopeless needs 50 ms: short calls are compared by their timings */
+    assert_int_equal(hd__tune_checked_call(0.04, 0.01, 1e-3, 1.0, false), HD_TUNE_CHECKED_TIME);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_balanced_finalist_is_within_both_modes),
         cmocka_unit_test(test_case_share_leaves_room_for_the_overrun),
         cmocka_unit_test(test_untimed_contender_blocks_the_record),
+        cmocka_unit_test(test_checked_call_stalled_is_run_again_or_untimed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -469,15 +469,11 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
                 snprintf(why, why_size, "%s: %s", hd_backend_name(d->backend), fail);
             continue;
         }
-        /* A checked call that looks hopeless or over the budget, and took over four times
-         * its estimate, is run once more where the budget holds one more such call, and the
-         * faster of the two counts: one call can wait on the host, behind a build-ahead
-         * worker's build or anything else the host does (H100: fused's defaults for GEMM 4096
-         * x 4096 x 512 TN took 370 ms on their checked call, 700 times CLBlast's timed call,
-         * where they run in 0.38 ms, and dropped out of the comparison). */
-        bool hopeless = best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05;
-        if ((hopeless || 3.0 * first_s > left_s(k)) && first_s > 4.0 * call_s &&
-            first_s < left_s(k)) {
+        /* A checked call that decides the candidate's fate and took far over its estimate
+         * is run once more where the budget holds it (hd__tune_checked_call) */
+        double best_s = best >= 0 ? cand[best].median_s : 0.0;
+        hd_tune_checked verdict = hd__tune_checked_call(first_s, call_s, best_s, left_s(k), false);
+        if (verdict == HD_TUNE_CHECKED_RUN_AGAIN) {
             double again_s = hd__measure_now();
             hd_status again = run_candidate(ctx, d, 0);
             if (again == HD_OK)
@@ -485,21 +481,30 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
             again_s = hd__measure_now() - again_s;
             if (again == HD_OK && again_s < first_s)
                 first_s = again_s;
-            hopeless = best >= 0 && first_s > 20.0 * cand[best].median_s && first_s > 0.05;
+            verdict = hd__tune_checked_call(first_s, call_s, best_s, left_s(k), true);
+        }
+        if (verdict == HD_TUNE_CHECKED_STALLED) {
+            (*skipped)++;
+            if (cand[i].variant == NULL)
+                untimed_s[cand[i].backend] = call_s;
+            say_skipped(verbose, &cand[i],
+                        "its checked call took %.3g s, %.0fx its estimate, with no time left "
+                        "to run it again",
+                        first_s, first_s / call_s);
+            continue;
         }
         if (k->call_s[d->backend] <= 0)
             k->call_s[d->backend] = first_s;
         /* Far slower than the best so far on both calls: not worth a full timing. */
-        if (hopeless) {
+        if (verdict == HD_TUNE_CHECKED_HOPELESS) {
             char reason[64];
-            snprintf(reason, sizeof reason, "its first call took %.1fx the best",
-                     first_s / cand[best].median_s);
+            snprintf(reason, sizeof reason, "its first call took %.1fx the best", first_s / best_s);
             say_left_out(verbose, &cand[i], "skipped", reason);
             continue;
         }
         /* The checked call (kernels built, so run time alone) may show the model was
          * optimistic: one timed call must still fit. */
-        if (3.0 * first_s > left_s(k)) {
+        if (verdict == HD_TUNE_CHECKED_OVER_BUDGET) {
             (*skipped)++;
             if (cand[i].variant == NULL)
                 untimed_s[cand[i].backend] = first_s;
