@@ -1330,6 +1330,37 @@ static void test_gemm_tile_defaults(void **state)
             fail_msg("%zu x %zu x %zu TN: BM=%d BK=%d ASYNC=%d LEAD=%d", tn_cases[i].m,
                      tn_cases[i].n, tn_cases[i].k, p.bm, p.bk, p.async, p.lead);
     }
+    /* deep products of few 128 x 128 tiles, both sides 256 or more and filled to a tenth, rows
+     * aligned, 2048 deep or more, not TT: those tiles cut for two groups per unit (where that
+     * gives one and a half or more), in 5 buffers where cp.async copies both operands (TN),
+     * else loaded two stages ahead */
+    static const struct {
+        size_t m, n, k;
+        bool ta, tb;
+        int bm, sk, async, lead;
+    } few_deep[] = {
+        {512, 512, 8192, true, false, 128, 16, 5, 0}, /* 16 tiles: 16 slices, the most */
+        {512, 512, 8192, false, true, 128, 16, 0, 2},
+        {768, 768, 4096, false, false, 128, 7, 0, 2},   /* 36 tiles: 7 */
+        {1024, 1024, 4096, false, false, 128, 4, 0, 2}, /* 64: 4 */
+        {520, 1000, 5000, true, false, 64, 4, 3, 0},    /* 520 rows in 640: 64 x 128, 4 slices */
+        {1024, 1024, 1024, false, false, 64, 4, 3, 0},  /* 1024 deep: likewise */
+        {1024, 1024, 4095, false, false, 64, 4, 3, 0},  /* A's rows unaligned: likewise */
+        {256, 128, 8192, false, false, 64, 16, 0, 0},   /* a side under 256 */
+        {896, 896, 4096, true, true, 64, 4, 3, 0},      /* TT: 64 x 128, 4 slices */
+        {256, 256, 16384, false, false, 64, 8, 0, 0},   /* 4 tiles, 64 groups at 16 slices */
+    };
+    for (size_t i = 0; i < sizeof few_deep / sizeof few_deep[0]; i++) {
+        hd_fused_tile_call c =
+            product_of(few_deep[i].m, few_deep[i].n, few_deep[i].k, few_deep[i].ta, few_deep[i].tb);
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        if (p.bm != few_deep[i].bm || p.sk != few_deep[i].sk || p.async != few_deep[i].async ||
+            p.lead != few_deep[i].lead)
+            fail_msg("%zu x %zu x %zu (%d%d): BM=%d SK=%d ASYNC=%d LEAD=%d", few_deep[i].m,
+                     few_deep[i].n, few_deep[i].k, few_deep[i].ta, few_deep[i].tb, p.bm, p.sk,
+                     p.async, p.lead);
+    }
     /* TT copies A: where its rows are unaligned, 3 buffers of 4-byte copies in place of the
      * registers loaded two stages ahead (aligned rows keep those, above); NN, which copies B,
      * keeps them in either case */

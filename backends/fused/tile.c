@@ -207,6 +207,26 @@ static bool halves_the_depth(size_t units, const hd_fused_tile_call *c)
     return c->batch == 1 && c->k >= 1024 && tiles > units && 2 * tiles <= 3 * units;
 }
 
+/* Deep products of few 128 x 128 tiles, both sides at least 256 and filled to within a
+ * tenth, rows 16-byte aligned, at least 2048 deep, not TT: the slices of those tiles for two
+ * groups per unit, at most 16, each at least 256 deep; 0 where that leaves fewer than one and a
+ * half groups per unit, or elsewhere. On NVIDIA such slices ran ahead of the 64 x 128 or 64 x 64
+ * tiles that would otherwise take the product, cut or not (H100, NN, NT and TN from 384 x 640
+ * x 4096 to 1024 x 1024 x 8192); TT (896^2 x 4096) and 256^2 x 16384, whose 16 slices of 4
+ * tiles left half the units idle, ran slower (BENCHMARKS.md). */
+static size_t large_slices(size_t units, const hd_fused_tile_call *c)
+{
+    size_t m = c->m, n = c->n, tiles = ceil_div(m, 128) * ceil_div(n, 128);
+    bool filled = 10 * 128 * ceil_div(m, 128) <= 11 * m && 10 * 128 * ceil_div(n, 128) <= 11 * n;
+    if (c->batch != 1 || m < 256 || n < 256 || c->k < 2048 || !filled || !rows_aligned(c) ||
+        (c->a.trans && c->b.trans))
+        return 0;
+    size_t sk = 2 * units / tiles, deepest = c->k / 256;
+    sk = sk < deepest ? sk : deepest;
+    sk = sk < 16 ? sk : 16;
+    return sk >= 2 && 2 * tiles * sk >= 3 * units ? sk : 0;
+}
+
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
  * (more groups) elsewhere; split-K where even those leave most units idle and k is deep. */
 static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
@@ -304,6 +324,23 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             bool tall = shape == FMA_TALL;
             fma_tile(f, c, p, tall ? 128 : 64, tall ? 64 : 128, 16, 8, 8);
         }
+    } else if (!mma && !large && f->mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
+               p->rn == 0 && p->sk == 0 && p->async == 0 && p->lead == 0 &&
+               large_slices(units, c) > 0) {
+        /* 128 x 128 tiles of 16 x 8, 8 deep, cut for two groups per unit: in 5 buffers where
+         * cp.async copies both operands and the local memory holds them, else through
+         * registers loaded two stages ahead */
+        hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
+        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
+        if (copies_both && (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
+            p->async = 5;
+        else
+            p->lead = 2;
+        p->bm = p->bn = 128;
+        p->bk = 8;
+        p->rm = 16;
+        p->rn = 8;
+        p->sk = (int)large_slices(units, c);
     } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0) {
         /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
