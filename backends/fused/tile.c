@@ -283,17 +283,17 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
         /* 128 x 128 tiles of 16 x 8 results per work-item where they leave the busiest unit
-         * less to do than 64 x 128 or 128 x 64 tiles of 8 x 8, 16 deep (fma_tile_shape),
-         * which run faster where the former leave the last wave part empty. Where cp.async copies
-         * both operands (A stored k x m, B k x n), the former 8 deep in 5 buffers where the local
-         * memory holds them (more stages in flight than 3); so too where A alone is copied (B
-         * stored n x k) and its rows are not 16-byte aligned, in 3 buffers: the 4-byte copies leave
-         * the registers that scalar loads would take. On NVIDIA elsewhere, through registers loaded
-         * two stages ahead: 16 deep where the tiles come to more than two waves of two per unit
-         * (half the barriers and longer runs of the depth-contiguous operands' rows), 8 deep at
-         * fewer, where the 16-deep ones ran slower; the 64 x 128 tiles with 3 buffers through
-         * cp.async where it copies an operand. The H100's timings of each choice are in
-         * BENCHMARKS.md. */
+         * less to do than 64 x 128 or 128 x 64 tiles of 8 x 8, 16 deep (fma_tile_shape); the
+         * smaller ones run faster where the large ones leave the last wave part empty.
+         * Where cp.async copies both operands (A stored k x m, B k x n), the large tiles go 8
+         * deep in 5 buffers where the local memory holds them (more stages in flight than
+         * 3); so too where A alone is copied (B stored n x k) and its rows are not 16-byte
+         * aligned, in 3 buffers: the 4-byte copies leave the registers that scalar loads
+         * would take. On NVIDIA elsewhere, through registers loaded two stages ahead: 16 deep
+         * where the tiles come to more than two waves of two per unit (half the barriers and
+         * longer runs of the depth-contiguous operands' rows), 8 deep at fewer, where the
+         * 16-deep ones ran slower. The smaller tiles take 3 buffers through cp.async where it
+         * copies an operand. The H100's timings of each choice are in BENCHMARKS.md. */
         bool aligned = rows_aligned(c);
         bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
         bool copies_unaligned_a =
