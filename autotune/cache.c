@@ -453,29 +453,37 @@ static bool parse_record(parser *ps, hd_op op, hd_precision precision, const tok
     return true;
 }
 
+#define CAL_ITEM(field)                                                                            \
+    {                                                                                              \
+#field, offsetof(hd_tune_calibration, field)                                               \
+    }
+const hd_tune_cal_item hd__tune_cal_items[] = {
+    CAL_ITEM(launch_us),  CAL_ITEM(copy_gbps), CAL_ITEM(host_gbps),    CAL_ITEM(gemm_gflops),
+    CAL_ITEM(cpu_gflops), CAL_ITEM(cpu_gbps),  CAL_ITEM(fused_gflops), CAL_ITEM(clblast_gflops),
+};
+#undef CAL_ITEM
+const size_t hd__tune_cal_item_count = sizeof hd__tune_cal_items / sizeof hd__tune_cal_items[0];
+
 static bool parse_calibration(parser *ps, const token *tok, int n)
 {
-    static const char *const names[] = {"launch_us",    "copy_gbps",     "host_gbps",
-                                        "gemm_gflops",  "cpu_gflops",    "cpu_gbps",
-                                        "fused_gflops", "clblast_gflops"};
     if (ps->have_cal)
         return bad_line(ps, "second calibration line");
     hd_tune_calibration cal = {0};
     char shown[48];
-    double *fields[] = {&cal.launch_us,  &cal.copy_gbps, &cal.host_gbps,    &cal.gemm_gflops,
-                        &cal.cpu_gflops, &cal.cpu_gbps,  &cal.fused_gflops, &cal.clblast_gflops};
     for (int i = 1; i < n; i++) {
         const char *eq = tok[i].quoted ? NULL : memchr(tok[i].text, '=', tok[i].len);
         if (eq == NULL)
             return bad_line(ps, "calibration item '%s' has no '='", tok_shown(&tok[i], shown));
         size_t name_len = (size_t)(eq - tok[i].text);
-        int which = -1;
-        for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++)
-            if (strlen(names[k]) == name_len && memcmp(names[k], tok[i].text, name_len) == 0)
-                which = k;
+        double *field = NULL;
+        for (size_t k = 0; k < hd__tune_cal_item_count; k++) {
+            const char *name = hd__tune_cal_items[k].name;
+            if (strlen(name) == name_len && memcmp(name, tok[i].text, name_len) == 0)
+                field = (double *)((char *)&cal + hd__tune_cal_items[k].offset);
+        }
         token value = {.text = eq + 1, .len = tok[i].len - name_len - 1};
-        if (which < 0 || *fields[which] != 0.0 ||
-            !tok_double(&value, HD_TUNE_CAL_MIN, HD_TUNE_CAL_MAX, fields[which]))
+        if (field == NULL || *field != 0.0 ||
+            !tok_double(&value, HD_TUNE_CAL_MIN, HD_TUNE_CAL_MAX, field))
             return bad_line(ps, "calibration item '%s' is unknown, repeated or out of range",
                             tok_shown(&tok[i], shown));
     }

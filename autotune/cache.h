@@ -73,6 +73,15 @@ typedef struct hd_tune_key {
 /* hd_tune_calibration, the device's measured constants, is declared in backends/backend.h:
  * the backends' estimates read it. */
 
+/* The items of the calibration line, in the order they are written: each one's name and the
+ * offset of its field in hd_tune_calibration (the reader and the writer both go by it). */
+typedef struct hd_tune_cal_item {
+    const char *name;
+    size_t offset;
+} hd_tune_cal_item;
+extern const hd_tune_cal_item hd__tune_cal_items[];
+extern const size_t hd__tune_cal_item_count;
+
 /* hd_tune_record, one tuned call, is declared in dispatch/tuning.h: the scheduler reads it. */
 
 /* A device-level setting of one backend, e.g. CLBlast's Xgemm parameters for this device. */

@@ -137,19 +137,15 @@ char *hd__tune_format(const hd_tune_file *f)
     put_word(&t, key.clblast);
     put(&t, "\n");
 
-    const hd_tune_calibration *c = &f->cal;
-    const double vals[] = {c->launch_us,  c->copy_gbps, c->host_gbps,    c->gemm_gflops,
-                           c->cpu_gflops, c->cpu_gbps,  c->fused_gflops, c->clblast_gflops};
-    static const char *const names[] = {"launch_us",    "copy_gbps",     "host_gbps",
-                                        "gemm_gflops",  "cpu_gflops",    "cpu_gbps",
-                                        "fused_gflops", "clblast_gflops"};
     bool any = false;
-    for (int i = 0; i < (int)(sizeof vals / sizeof vals[0]); i++)
-        if (vals[i] > 0.0 && isfinite(vals[i])) {
-            put(&t, "%s %s=", any ? "" : "calibration", names[i]);
-            put_number(&t, fmin(fmax(vals[i], HD_TUNE_CAL_MIN), HD_TUNE_CAL_MAX));
+    for (size_t i = 0; i < hd__tune_cal_item_count; i++) {
+        double v = *(const double *)((const char *)&f->cal + hd__tune_cal_items[i].offset);
+        if (v > 0.0 && isfinite(v)) {
+            put(&t, "%s %s=", any ? "" : "calibration", hd__tune_cal_items[i].name);
+            put_number(&t, fmin(fmax(v, HD_TUNE_CAL_MIN), HD_TUNE_CAL_MAX));
             any = true;
         }
+    }
     if (any)
         put(&t, "\n");
 
