@@ -100,6 +100,12 @@ static bool copies_an_operand(const hd_fused *f, const hd_fused_tile_call *c)
     return f->mma && !f->fma_async_broken && (c->a.trans || !c->b.trans);
 }
 
+/* Whether the FMA kernel's ASYNC copies both operands of c (A stored k x m, B k x n). */
+static bool copies_both(const hd_fused *f, const hd_fused_tile_call *c)
+{
+    return copies_an_operand(f, c) && c->a.trans && !c->b.trans;
+}
+
 /* Whether the operands the FMA kernel's ASYNC copies have 16-byte aligned rows: it copies
  * others 4 bytes at a time, which a variant must name (ASYNC) to get. */
 static bool copied_rows_aligned(const hd_fused_tile_call *c)
@@ -145,6 +151,12 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
         b = bk * (bn + 4);
     }
     return buffers * (a + b) * sizeof(float);
+}
+
+/* Whether the device's local memory holds the stages of p (0: its size unknown, taken to). */
+static bool local_memory_holds(const hd_fused *f, const hd_fused_params *p, bool mma)
+{
+    return f->local_mem == 0 || local_bytes(p, mma) <= f->local_mem;
 }
 
 /* Deep products whose 128 x 128 tiles leave units idle but whose 64 x 128 ones, each cut into
@@ -295,19 +307,19 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * 16-deep ones ran slower. The smaller tiles take 3 buffers through cp.async where it
          * copies an operand. The H100's timings of each choice are in BENCHMARKS.md. */
         bool aligned = rows_aligned(c);
-        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
+        bool both = copies_both(f, c);
         bool copies_unaligned_a =
             copies_an_operand(f, c) && c->a.trans && c->b.trans && !a_rows_aligned(c);
-        fma_shape shape = fma_tile_shape(units, c, copies_both ? 1.2 : 1.3);
+        fma_shape shape = fma_tile_shape(units, c, both ? 1.2 : 1.3);
         bool large_first = shape == FMA_LARGE;
         hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
-        if ((copies_both || copies_unaligned_a) && large_first) {
+        if ((both || copies_unaligned_a) && large_first) {
             if (copies_unaligned_a)
                 deep.async = 3;
-            if (p->async == 0 && (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
+            if (p->async == 0 && local_memory_holds(f, &deep, false))
                 p->async = deep.async;
             fma_tile(f, c, p, 128, 128, 8, 16, 8);
-        } else if (f->mma && !copies_both && p->async == 0 && p->lead == 0 && large_first) {
+        } else if (f->mma && !both && p->async == 0 && p->lead == 0 && large_first) {
             p->bm = p->bn = 128;
             size_t tiles = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch;
             /* scalar loads take more registers: 8 deep */
@@ -319,7 +331,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             /* both operands copied: through cp.async however their rows fall, 4 bytes at a
              * time where unaligned (H100, 4093 x 521 x 1031 TN: 1.4 times as fast as through
              * registers, BENCHMARKS.md) */
-            if (copies_both && p->async == 0)
+            if (both && p->async == 0)
                 p->async = 3;
             bool tall = shape == FMA_TALL;
             fma_tile(f, c, p, tall ? 128 : 64, tall ? 64 : 128, 16, 8, 8);
@@ -331,8 +343,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * cp.async copies both operands and the local memory holds them, else through
          * registers loaded two stages ahead */
         hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
-        bool copies_both = copies_an_operand(f, c) && c->a.trans && !c->b.trans;
-        if (copies_both && (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
+        if (copies_both(f, c) && local_memory_holds(f, &deep, false))
             p->async = 5;
         else
             p->lead = 2;
@@ -389,7 +400,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         size_t groups = c->batch == 1 ? tiles * sk : tiles * c->batch;
         hd_fused_params deep = {.bm = p->bm, .bn = p->bn, .bk = 32};
         if (!named_bk && long_depth_contiguous && groups >= 3 * units &&
-            (f->local_mem == 0 || local_bytes(&deep, false) <= f->local_mem))
+            local_memory_holds(f, &deep, false))
             p->bk = 32;
         if (c->batch == 1)
             p->sk = (int)sk;
@@ -525,7 +536,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (*threads > f->device_max_group || *threads > 1024 || stage_a % *threads != 0 ||
         stage_b % *threads != 0)
         return unsupported(ctx, "the work-items do not split a stage evenly, or are too many", p);
-    if (f->local_mem > 0 && local_bytes(p, mma) > f->local_mem)
+    if (!local_memory_holds(f, p, mma))
         return unsupported(ctx, "the stages exceed the device's local memory", p);
     if (p->sk > 1 && c->batch > 1)
         return unsupported(ctx, "split-K serves single products only", p);
@@ -840,8 +851,7 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
     } else {
         threads = (size_t)(v->bm / v->wm_or_rm) * (size_t)(v->bn / v->wn_or_rn);
     }
-    return threads <= f->device_max_group &&
-           (f->local_mem == 0 || local_bytes(&p, mma) <= f->local_mem);
+    return threads <= f->device_max_group && local_memory_holds(f, &p, mma);
 }
 
 /* The fp32 tiles that won most often where the H100 sweeps timed every variant (GEMM, LoRA and
