@@ -279,6 +279,77 @@ static void check_row_variant(hd_context *ctx, hd_op op, size_t rows, size_t col
  * first of those lengths that lists it; the op rotates over the three kernels, so each variant
  * costs one program build while every op still meets registers, loops and several group
  * shapes. */
+/* ---- softmax with masks ---- */
+
+/* Row r of a masked softmax case: 0, the first three quarters -inf, the rest finite; 1, -inf
+ * but the last; 2, every other value -inf; 3, all -inf (NaN throughout); 4, all -inf and a NaN
+ * (NaN throughout). */
+static void masked_row(size_t r, size_t cols, hd_rng *rng, float *x)
+{
+    for (size_t j = 0; j < cols; j++) {
+        bool masked = r == 0   ? j < cols * 3 / 4
+                      : r == 1 ? j + 1 < cols
+                      : r == 2 ? j % 2 == 0
+                               : true;
+        x[j] = masked ? -INFINITY : hd_test_uniform(rng, -4.0f, 4.0f);
+    }
+    if (r == 4)
+        x[cols / 2] = NAN;
+}
+
+/* Masked rows (-inf entries get 0; a row of -inf alone, or with a NaN, gives NaN throughout) on
+ * the kernel that holds the row in registers and on the looped one, whose work-items each meet
+ * runs of -inf alone, short and long rows, float4 and scalar loads. */
+static void test_softmax_masked_rows_every_kernel(void **state)
+{
+    hd_context *ctx = *state;
+    enum { ROWS = 5 };
+    static const size_t col_counts[] = {13, 1024, 4099, 16388};
+    static const char *const variants[] = {NULL, "CACHE=0", "WG=64 VEC=1 CACHE=0"};
+    for (size_t c = 0; c < sizeof col_counts / sizeof col_counts[0]; c++) {
+        size_t cols = col_counts[c];
+        float *x = malloc(ROWS * cols * sizeof *x);
+        assert_non_null(x);
+        hd_rng rng = hd_test_rng(9300 + c);
+        for (size_t r = 0; r < ROWS; r++)
+            masked_row(r, cols, &rng, x + r * cols);
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+            hd_tensor *tx = hd_test_tensor(ctx, ROWS, cols, x);
+            hd_tensor *ty = hd_test_tensor(ctx, ROWS, cols, NULL);
+            char what[96];
+            snprintf(what, sizeof what, "masked softmax %dx%zu [%s]", ROWS, cols,
+                     variants[v] ? variants[v] : "default");
+            hd_status s = row_slot(ctx, HD_OP_SOFTMAX, tx, tx, tx, ty, variants[v]);
+            if (s != HD_OK)
+                fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
+            float *got = hd_test_read(ty);
+            for (size_t r = 0; r < ROWS; r++) {
+                const float *xr = x + r * cols, *gr = got + r * cols;
+                if (r >= 3) {
+                    for (size_t j = 0; j < cols; j++)
+                        if (!isnan(gr[j]))
+                            fail_msg("%s: row %zu [%zu] = %g, not NaN", what, r, j, gr[j]);
+                    continue;
+                }
+                double mx = -INFINITY, sum = 0.0;
+                for (size_t j = 0; j < cols; j++)
+                    mx = xr[j] > mx ? xr[j] : mx;
+                for (size_t j = 0; j < cols; j++)
+                    sum += exp((double)xr[j] - mx);
+                for (size_t j = 0; j < cols; j++) {
+                    double want = exp((double)xr[j] - mx) / sum;
+                    if (!(fabs(gr[j] - want) <= 1e-5 * want + 1e-7))
+                        fail_msg("%s: row %zu [%zu] = %g, want %g", what, r, j, gr[j], want);
+                }
+            }
+            free(got);
+            hd_tensor_destroy(tx);
+            hd_tensor_destroy(ty);
+        }
+        free(x);
+    }
+}
+
 /* ---- the norms at extreme magnitudes ---- */
 
 /* One row of cols values of kind k (see norm_kinds), in x; eps the case runs with. */
@@ -1921,6 +1992,7 @@ int main(void)
         cmocka_unit_test(test_row_ops_random_shapes_match_reference),
         cmocka_unit_test(test_row_ops_in_place),
         cmocka_unit_test(test_softmax_nan_row_is_nan_and_others_finite),
+        cmocka_unit_test(test_softmax_masked_rows_every_kernel),
         cmocka_unit_test(test_norms_extreme_magnitudes_match_reference),
         cmocka_unit_test(test_softmax_backward_both_kernels_match_reference),
         cmocka_unit_test(test_row_ops_every_variant),

@@ -76,8 +76,10 @@ softmax_looped(const __global float *x, __global float *y, int rows, int cols)
     for (int j = t; j < n; j += T) {
         const floatv v = xr[j];
         const float nm = fmax(m, HMAX(v));
-        /* m == nm also covers m = nm = -inf, where exp(m - nm) would be NaN */
-        s = (m == nm ? s : s * exp(m - nm)) + HSUM(exp(v - nm));
+        /* m == nm also covers m = nm = -inf, where exp(m - nm) would be NaN; likewise a
+         * work-item whose values so far are all -inf (a mask) adds exp(-inf) = 0 for them, not
+         * exp(-inf - -inf) = NaN (a NaN among them still gives NaN) */
+        s = (m == nm ? s : s * exp(m - nm)) + HSUM(exp(v - (nm == -INFINITY ? 0.0f : nm)));
         m = nm;
     }
     const float rm = slot_max(m, red, slot, t);
