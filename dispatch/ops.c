@@ -1,6 +1,8 @@
 /* The public operations: each builds its tensors and scalars in the op table's order; then
  * one path checks them, handles empty shapes, chooses, migrates, runs and falls back. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dispatch/check.h"
@@ -224,6 +226,33 @@ static hd_status scale_only(hd_context *ctx, const hd_tensor *c, float beta)
     return hd__error(ctx, s, "scaling the output failed on %s", last_failure);
 }
 
+/* LoRA with in = 0: x*W and x*A are sums of nothing, so y = scale * (0 * B), zero except
+ * wherever scale or a column of B is not finite, which gives NaN there, as in PyTorch. A GEMM of
+ * a tokens x rank block of scale * 0 by B computes exactly that, on whichever backend runs the
+ * GEMM. (y is the caller's non-const tensor: hd_lora_forward_ex takes it so.) */
+static hd_status lora_without_inputs(hd_context *ctx, const hd_lora_args *l)
+{
+    if (l->rank > SIZE_MAX / sizeof(float) / l->tokens)
+        return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
+                         "hd_lora_forward: x*A of %zu x %zu floats does not fit in memory",
+                         l->tokens, l->rank);
+    size_t count = l->tokens * l->rank;
+    float *products = malloc(count * sizeof *products);
+    if (products == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd_lora_forward: %zu floats for x*A", count);
+    for (size_t i = 0; i < count; i++)
+        products[i] = l->scale * 0.0f;
+    hd_tensor *u;
+    hd_status s = hd_tensor_create(ctx, l->tokens, l->rank, &u);
+    if (s == HD_OK)
+        s = hd_tensor_write(u, products);
+    free(products);
+    if (s == HD_OK)
+        s = hd_gemm(ctx, false, l->trans_b, 1.0f, u, l->b, 0.0f, (hd_tensor *)l->y);
+    hd_tensor_destroy(u);
+    return s;
+}
+
 hd_status hd__call_prepare(hd_context *ctx, hd_op op, const hd_tensor *const t[],
                            const hd_op_params *p, hd_call *call)
 {
@@ -248,6 +277,8 @@ hd_status hd__call(hd_context *ctx, hd_op op, const hd_tensor *const t[], const 
     case HD_CALL_NOTHING:
         return HD_OK;
     case HD_CALL_SCALE_ONLY: /* each output that holds anything (a backward's, several) */
+        if (op == HD_OP_LORA && call.args.lora.rank > 0)
+            return lora_without_inputs(ctx, &call.args.lora);
         for (int i = 0; i < call.io.output_count; i++)
             if (hd__tensor_count(call.io.outputs[i]) > 0 &&
                 (s = scale_only(ctx, call.io.outputs[i], call.beta)) != HD_OK)

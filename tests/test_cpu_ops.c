@@ -505,6 +505,68 @@ static void test_lora_empty_tokens_or_out_is_a_no_op(void **state)
     }
 }
 
+/* in = 0: x*W and x*A are sums of nothing, y = scale * (0 * B): zero, NaN in every column of B
+ * that holds NaN or inf, and everywhere for a scale that is not finite (as in PyTorch); in both
+ * layouts of B, and rank 0 (y = 0 whatever y held). */
+static void test_lora_without_inputs_is_zero_but_for_non_finite_b(void **state)
+{
+    hd_context *ctx = *state;
+    enum { T = 3, OUT = 5, R = 2 };
+    float b[R * OUT] = {1, 2, NAN, 4, 5, 6, INFINITY, 8, 9, 10}; /* columns 2 and 1 */
+    float bt[OUT * R];                                           /* B stored out x r */
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < OUT; j++)
+            bt[j * R + i] = b[i * OUT + j];
+    static const float scales[] = {1.0f, 0.0f, INFINITY};
+    for (int layout = 0; layout < 2; layout++)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            float scale = scales[si];
+            hd_tensor *tx = hd_test_tensor(ctx, T, 0, NULL);
+            hd_tensor *tw = hd_test_tensor(ctx, layout ? OUT : 0, layout ? 0 : OUT, NULL);
+            hd_tensor *ta = hd_test_tensor(ctx, layout ? R : 0, layout ? 0 : R, NULL);
+            hd_tensor *tb =
+                hd_test_tensor(ctx, layout ? OUT : R, layout ? R : OUT, layout ? bt : b);
+            float start[T * OUT];
+            for (int i = 0; i < T * OUT; i++)
+                start[i] = NAN; /* overwritten, never read */
+            hd_tensor *ty = hd_test_tensor(ctx, T, OUT, start);
+            unsigned lay = layout ? HD_LORA_LAYOUT_PYTORCH : HD_LORA_LAYOUT_DEFAULT;
+            assert_int_equal(hd_lora_forward_ex(ctx, tx, tw, ta, tb, scale, lay, ty), HD_OK);
+            float *got = hd_test_read(ty);
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < OUT; j++) {
+                    bool nan = !isfinite(scale) || j == 1 || j == 2;
+                    float v = got[t * OUT + j];
+                    if (nan ? !isnan(v) : v != 0.0f)
+                        fail_msg("layout %d scale %g: y[%d][%d] = %g", layout, (double)scale, t, j,
+                                 (double)v);
+                }
+            free(got);
+            hd_tensor_destroy(tx);
+            hd_tensor_destroy(tw);
+            hd_tensor_destroy(ta);
+            hd_tensor_destroy(tb);
+            hd_tensor_destroy(ty);
+        }
+    /* rank 0: y = x*W = 0 */
+    hd_tensor *tx = hd_test_tensor(ctx, T, 0, NULL), *tw = hd_test_tensor(ctx, 0, OUT, NULL);
+    hd_tensor *ta = hd_test_tensor(ctx, 0, 0, NULL), *tb = hd_test_tensor(ctx, 0, OUT, NULL);
+    float start[T * OUT];
+    for (int i = 0; i < T * OUT; i++)
+        start[i] = NAN;
+    hd_tensor *ty = hd_test_tensor(ctx, T, OUT, start);
+    assert_int_equal(hd_lora_forward(ctx, tx, tw, ta, tb, INFINITY, ty), HD_OK);
+    float *got = hd_test_read(ty);
+    for (int i = 0; i < T * OUT; i++)
+        assert_true(got[i] == 0.0f);
+    free(got);
+    hd_tensor_destroy(tx);
+    hd_tensor_destroy(tw);
+    hd_tensor_destroy(ta);
+    hd_tensor_destroy(tb);
+    hd_tensor_destroy(ty);
+}
+
 /* The scratch of tokens x rank floats (twice that backward) is checked before it is
  * allocated: each tensor's size is checked on creation, but not this product of two tensors'
  * dimensions. The slots are called directly with dimensions no tensor could have, and 1 x 1
@@ -942,6 +1004,7 @@ int main(void)
         cmocka_unit_test(test_lora_propagates_nan_and_inf_like_reference),
         cmocka_unit_test(test_lora_in_zero_gives_zeros),
         cmocka_unit_test(test_lora_empty_tokens_or_out_is_a_no_op),
+        cmocka_unit_test(test_lora_without_inputs_is_zero_but_for_non_finite_b),
         cmocka_unit_test(test_lora_scratch_size_overflow_is_an_error),
         cmocka_unit_test(test_cpu_scratch_bytes_refuses_what_overflows),
         cmocka_unit_test(test_softmax_matches_reference_on_every_shape),
