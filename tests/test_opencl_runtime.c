@@ -259,6 +259,35 @@ static void test_pool_keeps_at_most_its_cap(void **state)
     hd_context_destroy(ctx);
 }
 
+/* Pinned host memory is capped per device, not per runtime: two runtimes on one device (two
+ * contexts) share the cap, and what one frees the other can take. */
+static void test_pinned_cap_is_the_devices_across_runtimes(void **state)
+{
+    (void)state;
+    hd_context *ctx = message_context();
+    hd_cl_runtime *rt1 = open_runtime(ctx, NULL), *rt2 = open_runtime(ctx, NULL);
+    assert_ptr_equal(rt1->pinned_bytes, rt2->pinned_bytes);
+    size_t before = atomic_load(rt1->pinned_bytes);
+    rt1->pinned_cap = rt2->pinned_cap = before + 6000; /* about two of the blocks below */
+    void *a = hd__cl_host_alloc(rt1, 2500);
+    if (a == NULL) /* a device that cannot map host memory: nothing to share */
+        skip();
+    void *b = hd__cl_host_alloc(rt2, 2500);
+    assert_non_null(b);
+    assert_null(hd__cl_host_alloc(rt2, 2500)); /* past the cap the two hold together */
+    assert_null(hd__cl_host_alloc(rt1, 2500));
+    hd__cl_host_free(rt1, a);
+    void *c = hd__cl_host_alloc(rt2, 2500); /* rt1's share, freed */
+    assert_non_null(c);
+    memset(c, 0x5a, 2500);
+    hd__cl_host_free(rt2, b);
+    hd__cl_host_free(rt2, c);
+    assert_int_equal(atomic_load(rt1->pinned_bytes), before);
+    hd__cl_runtime_destroy(rt1);
+    hd__cl_runtime_destroy(rt2);
+    hd_context_destroy(ctx);
+}
+
 static void test_pool_too_large_is_device_out_of_memory(void **state)
 {
     (void)state;
@@ -1013,6 +1042,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_discovery_hd_device_environment_selects),
         cmocka_unit_test(test_pool_reuses_released_buffers),
         cmocka_unit_test(test_pool_keeps_at_most_its_cap),
+        cmocka_unit_test(test_pinned_cap_is_the_devices_across_runtimes),
         cmocka_unit_test(test_pool_too_large_is_device_out_of_memory),
         cmocka_unit_test(test_upload_download_round_trips_odd_sizes),
         cmocka_unit_test(test_uploads_queue_many_then_read_in_order),

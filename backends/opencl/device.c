@@ -21,6 +21,9 @@ typedef struct device_ref {
     cl_device_type type;
     cl_ulong global_mem, max_alloc;
     char name[256], driver[128], platform_name[256], platform_version[256];
+    /* pinned host memory handed out on this device by every runtime of the process: the cap
+     * is the device's, however many contexts share it (host_memory.c) */
+    atomic_size_t pinned_bytes;
 } device_ref;
 
 /* Discovery runs under one lock (list_devices): ICD loaders and drivers (PoCL among them)
@@ -112,7 +115,7 @@ static void discover(void)
 /* Discovery runs once per process, and again after one that ran out of host memory: a single
  * failed allocation must not leave every later context without its device. The list, once
  * made, never changes: the handles taken under the lock stay valid after it. */
-static hd_status list_devices(hd_context *ctx, const device_ref **out, size_t *count)
+static hd_status list_devices(hd_context *ctx, device_ref **out, size_t *count)
 {
     pthread_mutex_lock(&discovery_lock);
     if (!discovery_done) {
@@ -204,7 +207,7 @@ static hd_status open_queue(hd_cl_runtime *rt, hd_context *ctx)
     return HD_OK;
 }
 
-static void describe(hd_cl_runtime *rt, const device_ref *r)
+static void describe(hd_cl_runtime *rt, device_ref *r)
 {
     snprintf(rt->device_name, sizeof rt->device_name, "%s", r->name);
     snprintf(rt->driver_version, sizeof rt->driver_version, "%s", r->driver);
@@ -215,12 +218,13 @@ static void describe(hd_cl_runtime *rt, const device_ref *r)
     rt->pool_cap_bytes =
         r->global_mem / 8 < HD_CL_POOL_CAP_MAX ? (size_t)(r->global_mem / 8) : HD_CL_POOL_CAP_MAX;
     rt->pinned_cap = r->global_mem / 8 < SIZE_MAX ? (size_t)(r->global_mem / 8) : SIZE_MAX;
+    rt->pinned_bytes = &r->pinned_bytes;
 }
 
 hd_status hd__cl_runtime_create(hd_context *ctx, const char *spec, hd_cl_runtime **out)
 {
     *out = NULL;
-    const device_ref *refs;
+    device_ref *refs; /* the device's pinned count is written */
     size_t count;
     hd_status s = list_devices(ctx, &refs, &count);
     if (s != HD_OK)

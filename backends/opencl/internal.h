@@ -2,6 +2,7 @@
 #ifndef HD_BACKENDS_OPENCL_INTERNAL_H
 #define HD_BACKENDS_OPENCL_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "backends/opencl/runtime.h"
@@ -44,7 +45,10 @@ struct hd_cl_runtime {
     cl_context context;
     cl_command_queue queue;
     cl_command_queue map_queue; /* pinned host memory's maps (host_memory.c); NULL until used */
-    size_t pinned_bytes, pinned_cap; /* pinned host memory handed out, and its cap */
+    /* pinned host memory handed out by every context on this device in the process (the
+     * device's count, kept by discovery), and its cap */
+    atomic_size_t *pinned_bytes;
+    size_t pinned_cap;
     bool is_gpu;
     cl_ulong max_alloc;
     char device_name[256];

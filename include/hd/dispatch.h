@@ -202,8 +202,10 @@ HD_API void hd_context_options_init(hd_context_options *opt);
  * the detail.
  *
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (ctx NULL, a malformed backend or device
- * specification, a negative thread count or a malformed $HD_THREADS; the message says which),
- * HD_ERR_OUT_OF_MEMORY.
+ * specification, a thread count outside 0..4096 or such a $HD_THREADS, a gemm_precision that
+ * is no precision or a $HD_GEMM_PRECISION other than fp32, fp32x3 and tf32; the message says
+ * which), HD_ERR_OUT_OF_MEMORY. A precision the device cannot run is no error: fp32, with a
+ * note.
  */
 HD_API hd_status hd_context_create(hd_context **ctx, const hd_context_options *opt);
 
@@ -274,9 +276,10 @@ HD_API hd_status hd_sync(hd_context *ctx);
  * on the host or the device. On a context whose device is a GPU, the host copy of a tensor of
  * 1 MiB or more is pinned (page-locked) memory where the driver gives it, so that copies to
  * and from the device run at the link's full speed; such memory also holds device memory on
- * NVIDIA's driver, so at most an eighth of the device's memory is pinned (beyond it, ordinary
- * memory). $HD_PINNED=0 turns pinning off, $HD_PINNED=1 on for other OpenCL devices too. rows
- * or cols may be 0. On failure *t is set to NULL.
+ * NVIDIA's driver, so at most an eighth of the device's memory is pinned, over every context
+ * of the process on that device (beyond it, ordinary memory). $HD_PINNED=0 turns pinning off,
+ * $HD_PINNED=1 on for other OpenCL devices too. rows or cols may be 0. On failure *t is set to
+ * NULL.
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL), HD_ERR_SIZE_OVERFLOW (rows*cols*4 bytes does
  * not fit in size_t), HD_ERR_OUT_OF_MEMORY.
  */
