@@ -594,6 +594,16 @@ static void test_variant_malformed_is_rejected(void **state)
     ga.variant = "SPLIT=4"; /* LoRA only */
     assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
                      HD_ERR_INVALID_ARGUMENT);
+    /* tile sides are multiples of 16, results per work-item multiples of 4 */
+    static const char *const bad_tile[] = {"BM=100", "BN=24", "BM=272",
+                                           "RM=6",   "RN=20", "BM=96 RM=8 RN=12 BN=100"};
+    for (size_t i = 0; i < sizeof bad_tile / sizeof bad_tile[0]; i++) {
+        ga.variant = bad_tile[i];
+        assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}),
+                         HD_ERR_INVALID_ARGUMENT);
+    }
+    ga.variant = "BM=48 BN=96 BK=16 RM=12 RN=12"; /* 4 x 8 work-items */
+    assert_int_equal(impl->run[HD_OP_GEMM](fs, ctx, &(hd_op_args){.gemm = ga}), HD_OK);
     static const char *const bad_kg[] = {"KG=0", "KG=65", "KG=", "KG=2 KG=2", "KG=x"};
     for (size_t i = 0; i < sizeof bad_kg / sizeof bad_kg[0]; i++) {
         ga.variant = bad_kg[i];
@@ -1254,7 +1264,12 @@ static void test_gemm_tile_defaults(void **state)
         {512, 4096, 4096, 64, 128, 8, 8, 1},  /* 256: 2 a unit whole or 4 halves */
         {1024, 2048, 1024, 64, 128, 8, 8, 1}, /* likewise */
         {3001, 700, 1500, 128, 64, 8, 8, 1},  /* 264 of 128 x 64: 2 a unit, 282 of 64 x 128 */
-        {521, 4093, 1031, 64, 128, 8, 8, 1},  /* 160 of 128 x 128: a wave of 1 or 2 a unit */
+        /* 521 of a side come to 6 tiles of 96, where 5 of 128 compute 640: 387 groups of 64 x
+         * 96 (3 a unit) against 288 of 64 x 128 (3 a unit) or 160 of 128 x 128 (a wave) */
+        {521, 4093, 1031, 64, 96, 4, 12, 1},
+        {4093, 521, 1031, 64, 96, 4, 12, 1},
+        /* 380 groups of 96 x 64, 3 a unit, against 285 of 64 x 128 or 290 of 128 x 64, also 3 */
+        {3620, 609, 1024, 96, 64, 12, 4, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hd_fused_tile_call c = product_of(cases[i].m, cases[i].n, cases[i].k, false, false);

@@ -13,10 +13,19 @@ typedef struct param_spec {
     const char *name;
     int min, max;
     bool pow2;
+    int step;      /* where not pow2: the values are multiples of step (0: any) */
     size_t offset; /* into hd_fused_params */
 } param_spec;
 
-#define SPEC(name, min, max, pow2, field) {name, min, max, pow2, offsetof(hd_fused_params, field)}
+#define SPEC(name, min, max, pow2, field)                                                          \
+    {                                                                                              \
+        name, min, max, pow2, 0, offsetof(hd_fused_params, field)                                  \
+    }
+/* A value that is a multiple of step, min..max. */
+#define SPEC_STEP(name, min, max, step, field)                                                     \
+    {                                                                                              \
+        name, min, max, false, step, offsetof(hd_fused_params, field)                              \
+    }
 
 static const param_spec rows_spec[] = {
     SPEC("WG", 1, 1024, true, wg),
@@ -39,9 +48,9 @@ static const param_spec update_spec[] = {
 };
 
 static const param_spec tile_spec[] = {
-    SPEC("BM", 16, 256, true, bm),     SPEC("BN", 16, 256, true, bn),
-    SPEC("BK", 4, 64, true, bk),       SPEC("RM", 4, 16, true, rm),
-    SPEC("RN", 4, 16, true, rn),       SPEC("WM", 16, 128, true, wm),
+    SPEC_STEP("BM", 16, 256, 16, bm),  SPEC_STEP("BN", 16, 256, 16, bn),
+    SPEC("BK", 4, 64, true, bk),       SPEC_STEP("RM", 4, 16, 4, rm),
+    SPEC_STEP("RN", 4, 16, 4, rn),     SPEC("WM", 16, 128, true, wm),
     SPEC("WN", 8, 256, true, wn),      SPEC("SK", 1, 64, false, sk),
     SPEC("REG", 64, 255, false, reg),  SPEC("ASYNC", 2, 8, false, async),
     SPEC("WGMMA", 0, 1, false, wgmma), SPEC("OVERLAP", 0, 1, false, overlap),
@@ -112,11 +121,15 @@ static hd_status parse_token(hd_context *ctx, const param_spec *spec, size_t cou
             return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: variant names %s twice",
                              spec[i].name);
         if (value < spec[i].min || value > spec[i].max || (spec[i].pow2 && !is_pow2(value)) ||
-            (spec[i].pow2 && strcmp(spec[i].name, "VEC") == 0 && value == 2))
+            (spec[i].step > 0 && value % spec[i].step != 0) ||
+            (spec[i].pow2 && strcmp(spec[i].name, "VEC") == 0 && value == 2)) {
+            char step[40] = "";
+            if (spec[i].step > 0)
+                snprintf(step, sizeof step, " (multiples of %d)", spec[i].step);
             return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                             "fused: variant value %s=%ld is outside %d..%d%s", spec[i].name,
-                             value, spec[i].min, spec[i].max,
-                             spec[i].pow2 ? " (powers of two)" : "");
+                             "fused: variant value %s=%ld is outside %d..%d%s", spec[i].name, value,
+                             spec[i].min, spec[i].max, spec[i].pow2 ? " (powers of two)" : step);
+        }
         seen[i] = true;
         *field(out, &spec[i]) = (int)value;
         return HD_OK;

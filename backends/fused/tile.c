@@ -182,8 +182,17 @@ static size_t deep_split(size_t units, size_t m, size_t n, size_t k)
 }
 
 /* The FMA kernel's tiles for products whose 128 x 128 tiles (16 x 8 results per work-item)
- * give every unit work: those, or the 64 x 128 (wide) or 128 x 64 (tall) ones of 8 x 8. */
-typedef enum fma_shape { FMA_LARGE, FMA_WIDE, FMA_TALL } fma_shape;
+ * give every unit work: those, the 64 x 128 (wide) or 128 x 64 (tall) ones of 8 x 8, or the
+ * 64 x 96 (wide, narrow) and 96 x 64 (tall, narrow) ones of 4 x 12 and 12 x 4, which fit a
+ * side that falls just past a multiple of 96 and well short of the next of 128 (521 columns:
+ * six of 96, where five of 128 compute 640). */
+typedef enum fma_shape {
+    FMA_LARGE,
+    FMA_WIDE,
+    FMA_TALL,
+    FMA_WIDE_NARROW,
+    FMA_TALL_NARROW
+} fma_shape;
 
 /* The tiles that finish m x n first, counted in waves of three 64 x 128 groups per unit.
  * NVIDIA's 64K registers per unit hold two 128 x 128 groups: those run in whole waves of two
@@ -193,18 +202,36 @@ typedef enum fma_shape { FMA_LARGE, FMA_WIDE, FMA_TALL } fma_shape;
  * them share it, so each unit's share of them, ceil(groups / units), sets their time: a third
  * of a wave each, a ninth more where unaligned rows' scalar loads take the registers of a
  * third group; a tile that leaves some units one group more than the others costs that group
- * on every unit. The H100's timings of each case are in BENCHMARKS.md. */
+ * on every unit. The narrow groups hold three quarters of a 64 x 128 group's results and took
+ * 0.79 to 0.89 of its time: 0.9 here, so that they are taken only where they leave the busiest
+ * unit a tenth less or more. Ties go to the larger tiles. The H100's timings of each case are
+ * in BENCHMARKS.md. */
 static fma_shape fma_tile_shape(size_t units, const hd_fused_tile_call *c, double large_wave)
 {
     size_t m = c->m, n = c->n, batch = c->batch;
     double small_group = rows_aligned(c) ? 1.0 / 3.0 : 1.0 / 2.7;
-    double large =
-        (double)ceil_div(ceil_div(m, 128) * ceil_div(n, 128) * batch, 2 * units) * large_wave;
-    double wide = (double)ceil_div(ceil_div(m, 64) * ceil_div(n, 128) * batch, units) * small_group;
-    double tall = (double)ceil_div(ceil_div(m, 128) * ceil_div(n, 64) * batch, units) * small_group;
-    if (large <= wide && large <= tall)
-        return FMA_LARGE;
-    return tall < wide ? FMA_TALL : FMA_WIDE;
+    double narrow_group = 0.9 * small_group;
+    double cost[] = {
+        [FMA_LARGE] =
+            (double)ceil_div(ceil_div(m, 128) * ceil_div(n, 128) * batch, 2 * units) * large_wave,
+        [FMA_WIDE] =
+            (double)ceil_div(ceil_div(m, 64) * ceil_div(n, 128) * batch, units) * small_group,
+        [FMA_TALL] =
+            (double)ceil_div(ceil_div(m, 128) * ceil_div(n, 64) * batch, units) * small_group,
+        [FMA_WIDE_NARROW] =
+            (double)ceil_div(ceil_div(m, 64) * ceil_div(n, 96) * batch, units) * narrow_group,
+        [FMA_TALL_NARROW] =
+            (double)ceil_div(ceil_div(m, 96) * ceil_div(n, 64) * batch, units) * narrow_group,
+    };
+    /* in this order a later shape must be strictly faster: large, then wide before tall (as
+     * before the narrow ones), then the narrow ones */
+    static const fma_shape order[] = {FMA_LARGE, FMA_WIDE, FMA_TALL, FMA_WIDE_NARROW,
+                                      FMA_TALL_NARROW};
+    fma_shape best = FMA_LARGE;
+    for (size_t i = 1; i < sizeof order / sizeof order[0]; i++)
+        if (cost[order[i]] < cost[best])
+            best = order[i];
+    return best;
 }
 
 /* Whether the 64 x 128 tiles of a product whose 128 x 128 ones leave units idle should cut
@@ -333,8 +360,14 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
              * registers, BENCHMARKS.md) */
             if (both && p->async == 0)
                 p->async = 3;
-            bool tall = shape == FMA_TALL;
-            fma_tile(f, c, p, tall ? 128 : 64, tall ? 64 : 128, 16, 8, 8);
+            if (shape == FMA_WIDE_NARROW)
+                fma_tile(f, c, p, 64, 96, 16, 4, 12);
+            else if (shape == FMA_TALL_NARROW)
+                fma_tile(f, c, p, 96, 64, 16, 12, 4);
+            else if (shape == FMA_TALL)
+                fma_tile(f, c, p, 128, 64, 16, 8, 8);
+            else
+                fma_tile(f, c, p, 64, 128, 16, 8, 8);
         }
     } else if (!mma && !large && f->mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0 && p->async == 0 && p->lead == 0 &&
@@ -925,6 +958,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=64 BK=16 RM=8 RN=8", 128, 64, 16, 8, 8, 0},
         {"BM=128 BN=128 BK=8 RM=16 RN=8 LEAD=2", 128, 128, 8, 16, 8, 0},
         {"BM=128 BN=128 BK=16 RM=16 RN=8 LEAD=2", 128, 128, 16, 16, 8, 0},
+        {"BM=64 BN=96 BK=16 RM=4 RN=12", 64, 96, 16, 4, 12, 0},
+        {"BM=96 BN=64 BK=16 RM=12 RN=4", 96, 64, 16, 12, 4, 0},
     };
     static const tile_variant mma_tiles[] = {
         {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32, 0},
@@ -988,6 +1023,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=64 BK=16 RM=8 RN=8 ASYNC=3", 128, 64, 16, 8, 8, 3},
         {"BM=64 BN=128 BK=16 RM=8 RN=8 ASYNC=3", 64, 128, 16, 8, 8, 3},
         {"BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=4", 64, 64, 16, 4, 4, 4},
+        {"BM=64 BN=96 BK=16 RM=4 RN=12 ASYNC=3", 64, 96, 16, 4, 12, 3},
+        {"BM=96 BN=64 BK=16 RM=12 RN=4 ASYNC=3", 96, 64, 16, 12, 4, 3},
     };
     static const char *const split[] = {"BM=64 BN=64 SK=2", "BM=64 BN=64 SK=4", "BM=64 BN=64 SK=8",
                                         "BM=64 BN=64 SK=16"};
