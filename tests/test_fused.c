@@ -1264,6 +1264,11 @@ static void test_gemm_tile_defaults(void **state)
         {512, 4096, 4096, 64, 128, 8, 8, 1},  /* 256: 2 a unit whole or 4 halves */
         {1024, 2048, 1024, 64, 128, 8, 8, 1}, /* likewise */
         {3001, 700, 1500, 128, 64, 8, 8, 1},  /* 264 of 128 x 64: 2 a unit, 282 of 64 x 128 */
+        /* 64 x 128 tiles at most one a unit, 1000 to 2047 deep: 128 x 64 of 16 x 4, halved */
+        {1024, 1024, 1024, 128, 64, 16, 4, 2},
+        {2048, 512, 1500, 128, 64, 16, 4, 2},
+        {1000, 1000, 999, 64, 128, 8, 8, 1}, /* not as deep */
+        {1024, 1024, 512, 64, 128, 8, 8, 1},
         /* 521 of a side come to 6 tiles of 96, where 5 of 128 compute 640: 387 groups of 64 x
          * 96 (3 a unit) against 288 of 64 x 128 (3 a unit) or 160 of 128 x 128 (a wave) */
         {521, 4093, 1031, 64, 96, 4, 12, 1},
@@ -1430,7 +1435,7 @@ static void test_gemm_tile_defaults(void **state)
         {768, 768, 4096, false, false, 128, 7, 0, 2},   /* 36 tiles: 7 */
         {1024, 1024, 4096, false, false, 128, 4, 0, 2}, /* 64: 4 */
         {520, 1000, 5000, true, false, 64, 4, 3, 0},    /* 520 rows in 640: 64 x 128, 4 slices */
-        {1024, 1024, 1024, false, false, 64, 4, 3, 0},  /* 1024 deep: likewise */
+        {1024, 1024, 1024, false, false, 128, 2, 0, 0}, /* 1024 deep: 128 x 64, 2 slices */
         {1024, 1024, 4095, false, false, 64, 4, 3, 0},  /* A's rows unaligned: likewise */
         {256, 128, 8192, false, false, 64, 16, 0, 0},   /* a side under 256 */
         {896, 896, 4096, true, true, 64, 4, 3, 0},      /* TT: 64 x 128, 4 slices */

@@ -246,6 +246,18 @@ static bool halves_the_depth(size_t units, const hd_fused_tile_call *c)
     return c->batch == 1 && c->k >= 1024 && tiles > units && 2 * tiles <= 3 * units;
 }
 
+/* Products of half-fill size (see default_tile) whose 64 x 128 tiles come to at most one a
+ * unit, 1000 to 2047 deep, single: there 128 x 64 tiles of 16 x 4 results, the depth cut in
+ * two (two groups a unit, halves 500 deep or more), ran ahead of the 64 x 128 ones cut in four
+ * or not at all, and of 64 x 64 tiles; 512 deep, the halves ran slower, and 2048 deep, 128 x
+ * 128 tiles cut for two groups a unit (large_slices) ran ahead of them (H100, 512 x 2048 to
+ * 2048 x 512, 1000 and 1024 deep: BENCHMARKS.md). */
+static bool one_group_a_unit(size_t units, const hd_fused_tile_call *c)
+{
+    return c->batch == 1 && c->k >= 1000 && c->k < 2048 &&
+           ceil_div(c->m, 64) * ceil_div(c->n, 128) <= units;
+}
+
 /* Deep products of few 128 x 128 tiles, both sides at least 256 and filled to within a
  * tenth, rows 16-byte aligned, at least 2048 deep, not TT: the slices of those tiles for two
  * groups per unit, at most 16, each at least 256 deep; 0 where that leaves fewer than one and a
@@ -391,9 +403,20 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * units work or more: faster than 64 x 64 tiles, with or without cp.async (H100, fp32,
          * 512 x 4096 x 4096 and 997 x 1009 x 1013: BENCHMARKS.md), the depth cut in two
          * where that lightens the busiest unit */
-        fma_tile(f, c, p, 64, 128, 16, 8, 8);
-        if (halves_the_depth(units, c))
+        if (one_group_a_unit(units, c)) {
+            /* at most one such tile a unit, 1000 to 2047 deep: 128 x 64 tiles of 16 x 4
+             * through registers, the depth cut in two (one_group_a_unit) */
+            p->bm = 128;
+            p->bn = 64;
+            p->bk = 16;
+            p->rm = 16;
+            p->rn = 4;
             p->sk = 2;
+        } else {
+            fma_tile(f, c, p, 64, 128, 16, 8, 8);
+            if (halves_the_depth(units, c))
+                p->sk = 2;
+        }
     } else if (!mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 && p->rn == 0 &&
                deep_few_tiles(units, c->m, c->n, c->k)) {
         /* 64 x 128 tiles as above, the depth cut for about two groups per unit */
@@ -960,6 +983,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=128 BK=16 RM=16 RN=8 LEAD=2", 128, 128, 16, 16, 8, 0},
         {"BM=64 BN=96 BK=16 RM=4 RN=12", 64, 96, 16, 4, 12, 0},
         {"BM=96 BN=64 BK=16 RM=12 RN=4", 96, 64, 16, 12, 4, 0},
+        {"BM=128 BN=64 BK=16 RM=16 RN=4", 128, 64, 16, 16, 4, 0},
     };
     static const tile_variant mma_tiles[] = {
         {"BM=128 BN=128 BK=16 WM=64 WN=32", 128, 128, 16, 64, 32, 0},
@@ -1032,7 +1056,8 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
      * the depth cut in two or four */
     static const char *const split_large[] = {
         "BM=128 BN=128 BK=8 RM=16 RN=8 SK=2", "BM=64 BN=128 BK=16 RM=8 RN=8 SK=2",
-        "BM=128 BN=64 BK=16 RM=8 RN=8 SK=2", "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4"};
+        "BM=128 BN=64 BK=16 RM=8 RN=8 SK=2", "BM=64 BN=128 BK=16 RM=8 RN=8 SK=4",
+        "BM=128 BN=64 BK=16 RM=16 RN=4 SK=2"};
     /* NVIDIA: the large tiles again at 128 registers, two work-groups per SM */
     static const char *const fma_capped[] = {"BM=128 BN=128 BK=8 RM=8 RN=8 REG=128",
                                              "BM=128 BN=128 BK=16 RM=8 RN=8 REG=128"};
@@ -1070,7 +1095,9 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0; few_tiles && s->dim[2] >= 1024 && i < 4 && n < cap; i++)
         all[n++] = split[i];
     bool idle_units = ceil_div(s->dim[0], 128) * ceil_div(s->dim[1], 128) < units;
-    for (size_t i = 0; !mma && idle_units && s->dim[2] >= 1024 && i < 4 && n < cap; i++)
+    for (size_t i = 0; !mma && idle_units && s->dim[2] >= 1024 &&
+                       i < sizeof split_large / sizeof split_large[0] && n < cap;
+         i++)
         all[n++] = split_large[i];
     if (!mma)
         fma_first_to_front(all, n);
