@@ -56,18 +56,27 @@ void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *e
     }
 }
 
-size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t n)
+/* device_s of finalist i as hd__tune_balanced weighs it */
+static double weighed_device_s(const double *device_s, const double *queued_s,
+                               const hd_backend *backend, size_t i, bool gpu)
+{
+    bool charged = gpu && isnan(queued_s[i]) && backend[i] == HD_BACKEND_CLBLAST;
+    return charged ? device_s[i] * (1.0 + HD_TUNE_CLBLAST_QUEUED) : device_s[i];
+}
+
+size_t hd__tune_balanced(const double *device_s, const double *queued_s, const hd_backend *backend,
+                         size_t n, bool gpu)
 {
     double best_device = INFINITY, best_queued = INFINITY;
     for (size_t i = 0; i < n; i++) {
-        best_device = fmin(best_device, device_s[i]);
+        best_device = fmin(best_device, weighed_device_s(device_s, queued_s, backend, i, gpu));
         if (!isnan(queued_s[i]))
             best_queued = fmin(best_queued, queued_s[i]);
     }
     size_t winner = (size_t)-1;
     double winner_ratio = INFINITY;
     for (size_t i = 0; i < n; i++) {
-        double ratio = device_s[i] / best_device;
+        double ratio = weighed_device_s(device_s, queued_s, backend, i, gpu) / best_device;
         if (!isnan(queued_s[i]))
             ratio = fmax(ratio, queued_s[i] / best_queued);
         if (winner == (size_t)-1 || ratio < winner_ratio ||

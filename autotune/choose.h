@@ -14,6 +14,11 @@
  *      parameter set other than the device's costs a swap of CLBlast's parameters whenever the
  *      calls before it ran with another set (in a training step, every other GEMM shape), so it
  *      must win by more: HD_TUNE_PREFER_CLBLAST_DEFAULTS.
+ *   3. Among finalists of several backends on a GPU (hd__tune_balanced), a CLBlast finalist not
+ *      timed queued back to back (the case's budget left no time for it) is charged
+ *      HD_TUNE_CLBLAST_QUEUED over its device time, what its calls cost beyond it queued: on an
+ *      H100, 6 % at GEMM 4096^3 and at 2048 x 11008 x 4096 NT, where a record on a lead of
+ *      0.6 % in device time ran 7 % behind the fused engine queued (BENCHMARKS.md).
  */
 #ifndef HD_AUTOTUNE_CHOOSE_H
 #define HD_AUTOTUNE_CHOOSE_H
@@ -26,6 +31,7 @@
 #define HD_TUNE_PREFER_DEVICE           0.15
 #define HD_TUNE_PREFER_DEFAULTS         0.02
 #define HD_TUNE_PREFER_CLBLAST_DEFAULTS 0.10
+#define HD_TUNE_CLBLAST_QUEUED          0.05
 
 typedef struct hd_tune_candidate {
     hd_backend backend;
@@ -42,10 +48,13 @@ int hd__tune_fastest(const hd_tune_candidate *cand, size_t count, hd_backend b, 
  * candidate) and whether the OpenCL device is a GPU. Returns fastest or another ok index. */
 int hd__tune_choose(const hd_tune_candidate *cand, size_t count, int fastest, bool device_is_gpu);
 
-/* Among n finalists timed in two modes (device_s; queued_s, NaN where that timing failed or was
- * not made), the index whose worse ratio to its mode's best is least, ties to the lower device
- * time: a finalist within x % of the best in both modes wherever one is. (size_t)-1 for n = 0. */
-size_t hd__tune_balanced(const double *device_s, const double *queued_s, size_t n);
+/* Among n finalists of backend[i] timed in two modes (device_s; queued_s, NaN where that timing
+ * failed or was not made), the index whose worse ratio to its mode's best is least, ties to the
+ * lower device time: a finalist within x % of the best in both modes wherever one is. On a GPU
+ * (gpu), a CLBlast finalist without a queued time is weighed at its device time charged
+ * HD_TUNE_CLBLAST_QUEUED (rule 3 above). (size_t)-1 for n = 0. */
+size_t hd__tune_balanced(const double *device_s, const double *queued_s, const hd_backend *backend,
+                         size_t n, bool gpu);
 
 /* The order in which dispatch-autotune times cand[0..count) into order (count indices):
  * every backend's defaults first, so that one backend's variants cannot spend the budget the

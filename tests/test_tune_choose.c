@@ -168,22 +168,42 @@ static void test_device_preference_then_defaults_rule(void **state)
 static void test_balanced_finalist_is_within_both_modes(void **state)
 {
     (void)state;
+    const hd_backend fused3[] = {HD_BACKEND_FUSED, HD_BACKEND_FUSED, HD_BACKEND_FUSED};
     const double device[] = {3.15, 3.26, 3.40};
     const double queued[] = {3.46, 3.26, 3.30};
-    assert_int_equal(hd__tune_balanced(device, queued, 3), 1);
+    assert_int_equal(hd__tune_balanced(device, queued, fused3, 3, true), 1);
     const double close_device[] = {3.15, 3.16};
     const double close_queued[] = {3.20, 3.20};
-    assert_int_equal(hd__tune_balanced(close_device, close_queued, 2), 0);
+    assert_int_equal(hd__tune_balanced(close_device, close_queued, fused3, 2, true), 0);
     const double tie_device[] = {2.0, 1.0, 1.0};
     const double tie_queued[] = {1.0, 1.0, 1.0};
-    assert_int_equal(hd__tune_balanced(tie_device, tie_queued, 3), 1);
+    assert_int_equal(hd__tune_balanced(tie_device, tie_queued, fused3, 3, true), 1);
     const double untimed[] = {NAN, 3.5, NAN};
     const double device2[] = {3.2, 3.1, 3.0};
-    assert_int_equal(hd__tune_balanced(device2, untimed, 3), 2);
+    assert_int_equal(hd__tune_balanced(device2, untimed, fused3, 3, true), 2);
     const double none[] = {NAN, NAN};
     const double device3[] = {2.0, 1.5};
-    assert_int_equal(hd__tune_balanced(device3, none, 2), 1);
-    assert_int_equal(hd__tune_balanced(device3, none, 0), (size_t)-1);
+    assert_int_equal(hd__tune_balanced(device3, none, fused3, 2, true), 1);
+    assert_int_equal(hd__tune_balanced(device3, none, fused3, 0, true), (size_t)-1);
+}
+
+/* On a GPU, a CLBlast finalist not timed queued is weighed at its device time and 5 % (rule 3):
+ * a lead of 0.6 % in device time alone does not win it the record, one of 8 % does; timed
+ * queued, or off a GPU, it is weighed as timed. */
+static void test_balanced_charges_clblast_untimed_queued(void **state)
+{
+    (void)state;
+    const hd_backend backend[] = {HD_BACKEND_CLBLAST, HD_BACKEND_FUSED};
+    const double none[] = {NAN, NAN};
+    const double close[] = {4.25e-3, 4.28e-3};
+    assert_int_equal(hd__tune_balanced(close, none, backend, 2, true), 1);
+    assert_int_equal(hd__tune_balanced(close, none, backend, 2, false), 0);
+    const double far[] = {3.90e-3, 4.28e-3};
+    assert_int_equal(hd__tune_balanced(far, none, backend, 2, true), 0);
+    const double queued[] = {4.30e-3, 4.32e-3}; /* timed queued: as fast there too */
+    assert_int_equal(hd__tune_balanced(close, queued, backend, 2, true), 0);
+    const double slow_queued[] = {4.55e-3, 4.29e-3};
+    assert_int_equal(hd__tune_balanced(close, slow_queued, backend, 2, true), 1);
 }
 
 static void assert_seconds(double got, double want)
@@ -280,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_defaults_kept_unless_a_variant_wins_by_its_margin),
         cmocka_unit_test(test_device_preference_then_defaults_rule),
         cmocka_unit_test(test_balanced_finalist_is_within_both_modes),
+        cmocka_unit_test(test_balanced_charges_clblast_untimed_queued),
         cmocka_unit_test(test_case_share_leaves_room_for_the_overrun),
         cmocka_unit_test(test_untimed_contender_blocks_the_record),
         cmocka_unit_test(test_checked_call_stalled_is_run_again_or_untimed),

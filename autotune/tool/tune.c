@@ -578,11 +578,12 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         have_defaults |= fin[f] == defaults;
     if (defaults >= 0 && !have_defaults)
         fin[nfin++] = defaults;
-    if (e->confirm_rounds == 0 || nfin < 2)
+    if (nfin < 2)
         return best;
     /* a close finalist timed on the host (within CPU_CLOSE of the best) waits for the builds
-     * ahead under way, which take cores; a far one is not worth the wait, in every small case */
-    for (size_t f = 0; f < nfin && e->build_ahead; f++)
+     * ahead under way, which take cores; a far one is not worth the wait, in every small case
+     * (without confirming rounds, the finalists are weighed on their first times alone) */
+    for (size_t f = 0; f < nfin && e->build_ahead && e->confirm_rounds > 0; f++)
         if (cand[fin[f]].backend == HD_BACKEND_CPU &&
             cand[fin[f]].median_s <= CPU_CLOSE * cand[best].median_s) {
             hd__device_build_ahead_cancel(ctx, true);
@@ -624,8 +625,10 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
         }
     }
     double device_s[FINALISTS];
+    hd_backend backend[FINALISTS];
     for (size_t f = 0; f < nfin; f++) {
         candidate *c = &cand[fin[f]];
+        backend[f] = c->backend;
         device_s[f] = c->median_s = hd__measure_median(samples[f], taken[f]);
         chain_s[f] = chained[f] > 0 ? hd__measure_median(chain[f], chained[f]) : NAN;
         if (verbose) {
@@ -638,7 +641,7 @@ static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, boo
                     chained[f] > 0 ? "  chain: " : "", queued_time);
         }
     }
-    return fin[hd__tune_balanced(device_s, chain_s, nfin)];
+    return fin[hd__tune_balanced(device_s, chain_s, backend, nfin, k->gpu)];
 }
 
 /* The recorded candidate (autotune/choose.c), said when a preference moved the choice to
