@@ -35,6 +35,9 @@ static const hd_test_lora_shape fd_lora_shapes[] = {
  * (the fused kernels sum in float where the CPU sums in double). */
 static hd_backend expected = HD_BACKEND_CPU;
 static double row_tolerance = 1.0;
+/* The norms' eps in run_row_backward and row_reference (test_norm_backward_any_magnitude sets
+ * 0 for a while). */
+static float row_eps = EPS;
 /* The backend LoRA's backward is expected to run on, and the layout its weights are stored in
  * (hd_lora_backward_ex): the LoRA cases build the default layout's data and store W, A, B, dA
  * and dB transposed where the layout says, so that one reference serves every layout. */
@@ -266,9 +269,10 @@ static float *run_row_backward(hd_context *ctx, row_kind kind, const row_case *c
     hd_tensor *tdx = in_place ? tdy : hd_test_tensor(ctx, rows, cols, NULL);
     hd_tensor *tdg = dg != NULL ? hd_test_tensor(ctx, 1, cols, NULL) : NULL;
     hd_tensor *tdb = db != NULL ? hd_test_tensor(ctx, 1, cols, NULL) : NULL;
-    hd_status s = kind == SOFTMAX    ? hd_softmax_backward(ctx, tx, tdy, tdx)
-                  : kind == RMS_NORM ? hd_rms_norm_backward(ctx, tx, tg, tdy, EPS, tdx, tdg)
-                                     : hd_layer_norm_backward(ctx, tx, tg, tdy, EPS, tdx, tdg, tdb);
+    hd_status s = kind == SOFTMAX ? hd_softmax_backward(ctx, tx, tdy, tdx)
+                  : kind == RMS_NORM
+                      ? hd_rms_norm_backward(ctx, tx, tg, tdy, row_eps, tdx, tdg)
+                      : hd_layer_norm_backward(ctx, tx, tg, tdy, row_eps, tdx, tdg, tdb);
     hd_test_expect_ran_on(ctx, s, expected, "row backward");
     float *dx = hd_test_read(tdx);
     if (dg != NULL)
@@ -294,9 +298,9 @@ static void row_reference(row_kind kind, const row_case *c, double *dx, double *
     if (kind == SOFTMAX)
         hd_ref_softmax_backward(c->rows, c->cols, c->x, c->dy, dx);
     else if (kind == RMS_NORM)
-        hd_ref_rms_norm_backward(c->rows, c->cols, c->x, c->gamma, c->dy, EPS, dx, dg);
+        hd_ref_rms_norm_backward(c->rows, c->cols, c->x, c->gamma, c->dy, row_eps, dx, dg);
     else
-        hd_ref_layer_norm_backward(c->rows, c->cols, c->x, c->gamma, c->dy, EPS, dx, dg, db);
+        hd_ref_layer_norm_backward(c->rows, c->cols, c->x, c->gamma, c->dy, row_eps, dx, dg, db);
 }
 
 /* The backward of kind on c against the float64 reference (and, with differences, the
@@ -426,6 +430,133 @@ static void test_layer_norm_backward_far_from_zero(void **state)
         free(want_b);
         row_case_free(&c);
     }
+}
+
+/* got against want, both divided by want's largest finite magnitude: dx scales as 1/|x|, so
+ * rows of 1e30 have gradients of 1e-30 that an absolute tolerance alone would pass as zeros. */
+static void expect_close_scaled(const char *what, const float *got, const double *want, size_t n)
+{
+    double top = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(want[i]))
+            top = fmax(top, fabs(want[i]));
+    top = top > 0.0 ? top : 1.0;
+    float *g = malloc(n * sizeof *g);
+    double *w = hd_test_doubles(n);
+    assert_non_null(g);
+    for (size_t i = 0; i < n; i++) {
+        g[i] = (float)((double)got[i] / top);
+        w[i] = want[i] / top;
+    }
+    hd_test_expect_close(what, g, w, n, ROW_ATOL * row_tolerance, ROW_RTOL * row_tolerance);
+    free(g);
+    free(w);
+}
+
+/* The norms' backward at any magnitude, as their forward takes it: rows of +-1e20, random 1e30
+ * and 1e37 magnitudes, random 1e-30 with eps = 0, and constant rows of 1e30 with eps > 0 (layer
+ * norm's variance is 0 there, so 1/std is 1/sqrt(eps)), each with the weight gradients and dx
+ * alone, in rows that fit the fused single pass and rows past it (its three launches). Then
+ * one infinite dy: its column's dbeta infinite, dgamma infinite or NaN as the reference says,
+ * its row's dx not finite, the other rows as before. */
+static void test_norm_backward_any_magnitude(void **state)
+{
+    hd_context *ctx = *state;
+    if (!hd_context_has_backend(ctx, expected))
+        skip();
+    static const struct {
+        const char *name;
+        double magnitude;
+        float eps;
+        int pattern; /* 0 alternating signs, 1 random in +-[0.5, 1], 2 constant */
+    } kinds[] = {
+        {"+-1e20", 1e20, EPS, 0},        {"random 1e30", 1e30, EPS, 1},
+        {"random 1e37", 1e37, EPS, 1},   {"random 1e-30, eps 0", 1e-30, 0.0f, 1},
+        {"constant 1e30", 1e30, EPS, 2},
+    };
+    static const struct {
+        size_t rows, cols;
+    } shapes[] = {{5, 67}, {4, 2053}};
+    for (int kind = LAYER_NORM; kind <= RMS_NORM; kind++)
+        for (size_t k = 0; k < COUNT(kinds); k++)
+            for (size_t sh = 0; sh < COUNT(shapes); sh++) {
+                row_case c = row_case_make(ctx, (row_kind)kind, shapes[sh].rows, shapes[sh].cols,
+                                           700 + 10 * k + sh);
+                size_t n = c.rows * c.cols;
+                hd_rng rng = hd_test_rng(750 + 10 * k + sh);
+                for (size_t j = 0; j < n; j++) {
+                    double v = kinds[k].magnitude;
+                    if (kinds[k].pattern == 0)
+                        v = j % 2 ? -v : v;
+                    else if (kinds[k].pattern == 1)
+                        v *= (hd_test_uniform(&rng, 0, 1) < 0.5f ? -1.0 : 1.0) *
+                             hd_test_uniform(&rng, 0.5f, 1.0f);
+                    c.x[j] = (float)v;
+                    c.xd[j] = c.x[j];
+                }
+                row_eps = kinds[k].eps;
+                char what[160];
+                snprintf(what, sizeof what, "%s %zux%zu, %s rows", row_kind_names[kind], c.rows,
+                         c.cols, kinds[k].name);
+                float *dg = NULL, *db = NULL;
+                float *dx = run_row_backward(ctx, (row_kind)kind, &c, false, &dg,
+                                             kind == LAYER_NORM ? &db : NULL);
+                float *alone = run_row_backward(ctx, (row_kind)kind, &c, false, NULL, NULL);
+                double *want = hd_test_doubles(n), *want_g = hd_test_doubles(c.cols);
+                double *want_b = hd_test_doubles(c.cols);
+                row_reference((row_kind)kind, &c, want, want_g, want_b);
+                expect_close_scaled(what, dx, want, n);
+                expect_close_scaled(what, alone, want, n);
+                double atol = ROW_ATOL * row_tolerance * (double)c.rows;
+                hd_test_expect_close(what, dg, want_g, c.cols, atol, ROW_RTOL * row_tolerance);
+                if (kind == LAYER_NORM)
+                    hd_test_expect_close(what, db, want_b, c.cols, atol, ROW_RTOL * row_tolerance);
+                free(dx);
+                free(alone);
+                free(dg);
+                free(db);
+                free(want);
+                free(want_g);
+                free(want_b);
+                row_case_free(&c);
+            }
+    row_eps = EPS;
+    for (int kind = LAYER_NORM; kind <= RMS_NORM; kind++)
+        for (size_t sh = 0; sh < COUNT(shapes); sh++) {
+            row_case c = row_case_make(ctx, (row_kind)kind, 601, shapes[sh].cols, 790 + sh);
+            size_t n = c.rows * c.cols, at = 5 * c.cols + 3;
+            c.dy[at] = INFINITY;
+            c.dyd[at] = INFINITY;
+            char what[160];
+            snprintf(what, sizeof what, "%s 601x%zu, dy[5][3] = inf", row_kind_names[kind], c.cols);
+            float *dg = NULL, *db = NULL;
+            float *dx = run_row_backward(ctx, (row_kind)kind, &c, false, &dg,
+                                         kind == LAYER_NORM ? &db : NULL);
+            double *want = hd_test_doubles(n), *want_g = hd_test_doubles(c.cols);
+            double *want_b = hd_test_doubles(c.cols);
+            row_reference((row_kind)kind, &c, want, want_g, want_b);
+            assert_true(isinf(want_g[3]) || isnan(want_g[3]));
+            double atol = ROW_ATOL * row_tolerance * (double)c.rows;
+            hd_test_expect_close(what, dg, want_g, c.cols, atol, ROW_RTOL * row_tolerance);
+            if (kind == LAYER_NORM) {
+                assert_true(isinf(db[3]) && db[3] > 0);
+                hd_test_expect_close(what, db, want_b, c.cols, atol, ROW_RTOL * row_tolerance);
+            }
+            for (size_t j = 0; j < c.cols; j++)
+                if (isfinite(dx[5 * c.cols + j]))
+                    fail_msg("%s: dx[5][%zu] = %g is finite", what, j, dx[5 * c.cols + j]);
+            hd_test_expect_close(what, dx, want, 5 * c.cols, ROW_ATOL * row_tolerance,
+                                 ROW_RTOL * row_tolerance);
+            hd_test_expect_close(what, dx + 6 * c.cols, want + 6 * c.cols, n - 6 * c.cols,
+                                 ROW_ATOL * row_tolerance, ROW_RTOL * row_tolerance);
+            free(dx);
+            free(dg);
+            free(db);
+            free(want);
+            free(want_g);
+            free(want_b);
+            row_case_free(&c);
+        }
 }
 
 /* dx == dy gives the same bits as a separate dx, with the weight gradients and without them;
@@ -1070,6 +1201,7 @@ int main(void)
         cmocka_unit_test(test_layer_norm_backward_matches_reference_and_differences),
         cmocka_unit_test(test_rms_norm_backward_matches_reference_and_differences),
         cmocka_unit_test(test_layer_norm_backward_far_from_zero),
+        cmocka_unit_test(test_norm_backward_any_magnitude),
         cmocka_unit_test(test_row_backward_in_place_and_without_weight_gradients),
         cmocka_unit_test(test_norm_backward_weight_gradients_are_deterministic),
         cmocka_unit_test(test_norm_backward_without_rows_zeroes_the_weight_gradients),
@@ -1089,6 +1221,7 @@ int main(void)
                                         setup_fused, teardown),
         cmocka_unit_test_setup_teardown(test_layer_norm_backward_far_from_zero, setup_fused,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_norm_backward_any_magnitude, setup_fused, teardown),
         cmocka_unit_test_setup_teardown(test_row_backward_in_place_and_without_weight_gradients,
                                         setup_fused, teardown),
         cmocka_unit_test_setup_teardown(test_norm_backward_weight_gradients_are_deterministic,

@@ -359,11 +359,14 @@ typedef enum norm_kind {
     NORM_FLT_MAX,          /* FLT_MAX (RMS), +-FLT_MAX alternating (layer norm) */
     NORM_TINY_NO_EPS,      /* +-[0.5, 1] * 1e-30 with eps = 0 */
     NORM_FAR_FROM_ZERO,    /* mean 1e4, sigma 0.02 */
+    NORM_CONSTANT_1E30,    /* every value 1e30 with eps > 0: layer norm's y is beta */
+    NORM_TINY_WITH_EPS,    /* +-[0.5, 1] * 1e-30 with eps > 0, far above the variance */
     NORM_KIND_COUNT
 } norm_kind;
 
-static const char *const norm_kind_names[] = {"+-1e20", "+-1e30", "FLT_MAX", "+-1e-30 eps=0",
-                                              "mean 1e4 sigma 0.02"};
+static const char *const norm_kind_names[] = {
+    "+-1e20",        "+-1e30",          "FLT_MAX", "+-1e-30 eps=0", "mean 1e4 sigma 0.02",
+    "constant 1e30", "+-1e-30 eps=1e-5"};
 
 static float norm_row(norm_kind k, hd_op op, size_t cols, hd_rng *rng, float *x)
 {
@@ -380,7 +383,11 @@ static float norm_row(norm_kind k, hd_op op, size_t cols, hd_rng *rng, float *x)
             x[j] = op == HD_OP_RMS_NORM || j % 2 ? FLT_MAX : -FLT_MAX;
             break;
         case NORM_TINY_NO_EPS:
+        case NORM_TINY_WITH_EPS:
             x[j] = sign * hd_test_uniform(rng, 0.5f, 1.0f) * 1e-30f;
+            break;
+        case NORM_CONSTANT_1E30:
+            x[j] = 1e30f;
             break;
         default:
             x[j] = 1e4f + hd_test_uniform(rng, -0.0346f, 0.0346f); /* sigma 0.02 */

@@ -103,7 +103,7 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
     cl_int nchunks = (cl_int)chunks, nspan = (cl_int)span;
     cl_float eps = r->eps;
     hd_status s =
-        scratch(ctx, 3 * r->rows * sizeof(float), &f->backward_stats, &f->backward_stats_bytes);
+        scratch(ctx, 4 * r->rows * sizeof(float), &f->backward_stats, &f->backward_stats_bytes);
     if (s == HD_OK)
         s = scratch(ctx, 2 * chunks * r->cols * sizeof(float), &f->backward_parts,
                     &f->backward_parts_bytes);

@@ -102,6 +102,25 @@ inline int scale_exponent(float m)
     return clamp(ilogb(m), -126, 126);
 }
 
+/* 1/sqrt(var + eps) of a row scaled by 2^-e (mean_sq_s: the scaled row's variance or mean
+ * square), as .x in the scaled row's units (x * 2^-e times .x is x times the true factor) and
+ * .y, the true factor. Where eps * 2^-2e overflows (rows far below sqrt(eps)), var is nothing
+ * against eps: .y = 1/sqrt(eps). Where the sum is zero, every scaled deviation is zero (a
+ * constant row, eps lost in the scaling): any finite .x keeps them zero, FLT_MAX with eps > 0,
+ * where .y = 1/sqrt(eps); with eps = 0 both are 1/0 = inf, and 0 * inf gives NaN as 0/0 does. */
+inline float2 scaled_rstd(float mean_sq_s, float eps, int e)
+{
+    const float es = ldexp(eps, -2 * e), den = mean_sq_s + es;
+    if (isinf(es)) {
+        const float r = 1.0f / sqrt(eps);
+        return (float2)(ldexp(r, e), r);
+    }
+    if (den == 0.0f && eps > 0.0f)
+        return (float2)(FLT_MAX, 1.0f / sqrt(eps));
+    const float r = 1.0f / sqrt(den);
+    return (float2)(r, ldexp(r, -e));
+}
+
 /* a + b = s + *err exactly, s the rounded sum (Knuth's TwoSum: no branch, any magnitudes). */
 inline float two_sum(float a, float b, float *err)
 {

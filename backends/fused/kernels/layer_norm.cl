@@ -74,7 +74,7 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
         }
     }
     sq = slot_sum(sq, red, slot, t);
-    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * e));
+    const float r = scaled_rstd(sq / (float)cols, eps, e).x;
     if (live) {
 #pragma unroll
         for (int i = 0; i < CACHE; i++) {
@@ -130,7 +130,7 @@ layer_norm_looped(const __global float *x, const __global float *gamma,
         sq += HSUM(d * d);
     }
     sq = slot_sum(sq, red, slot, t);
-    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * top));
+    const float r = scaled_rstd(sq / (float)cols, eps, top).x;
     for (int j = t; j < n; j += T)
         yr[j] = ((xr[j] * ft - mean) - mean_lo) * r * gv[j] + bv[j];
 }

@@ -58,7 +58,7 @@ rms_norm_cached(const __global float *x, const __global float *w, __global float
         sq += HSUM(v[i] * v[i]);
     }
     sq = slot_sum(sq, red, slot, t);
-    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * e));
+    const float r = scaled_rstd(sq / (float)cols, eps, e).x;
     if (live) {
 #pragma unroll
         for (int i = 0; i < CACHE; i++) {
@@ -103,7 +103,7 @@ rms_norm_looped(const __global float *x, const __global float *w, __global float
     const int top = (int)slot_max((float)e, red, slot, t);
     sq = slot_sum(ldexp(sq, 2 * (e - top)), red, slot, t);
     const float ft = ldexp(1.0f, -top);
-    const float r = 1.0f / sqrt(sq / (float)cols + ldexp(eps, -2 * top));
+    const float r = scaled_rstd(sq / (float)cols, eps, top).x;
     for (int j = t; j < n; j += T)
         yr[j] = xr[j] * ft * r * wv[j];
 }

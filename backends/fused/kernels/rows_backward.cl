@@ -2,8 +2,12 @@
  * The backward passes of softmax, layer norm and RMS norm.
  *
  * Layout: x (softmax: its output y), dy and dx rows x cols, row-major, dx may be dy; gamma (the
- * norms' weight), dgamma and dbeta 1 x cols; stats 3 x rows floats (per row the mean as
- * mean + mean_lo, and 1/std).
+ * norms' weight), dgamma and dbeta 1 x cols; stats 4 x rows floats (per row, of the row scaled
+ * by 2^-e: the mean as mean + mean_lo, the factor 1/std in the scaled row's units, and e).
+ * Any magnitude, as the forward kernels: each row is scaled by 2^-e, e from its largest
+ * magnitude (scale_exponent, common.cl), before its sums and squares, so that rows of 1e20,
+ * 1e37 or 1e-30 with eps = 0 neither overflow nor underflow (scaled_rstd); xhat is the same
+ * in the scaled row, and dx takes the true 1/std.
  * With VEC = 4, cols % 4 == 0 and the buffers start 16-byte aligned.
  *
  * softmax_backward_rows, norm_backward_rows: dx in one pass per row (softmax_backward_cached:
@@ -51,27 +55,44 @@ softmax_backward_rows(const __global float *y, const __global float *dy, __globa
         dxr[j] = yr[j] * (dyr[j] - dot);
 }
 
-/* The row's mean as mean + mean_lo (0 without center: common.cl's pair sum, so that a mean far
- * from zero keeps the digits of the deviations) and 1/sqrt(var + eps), as (mean, mean_lo,
- * rstd); every work-item of the group calls it (center is the same for all). red: WG float4. */
-inline float4 norm_row_stats(const __global floatv *xr, int n, int cols, float eps, int center,
-                             __local float4 *red, int slot, int t)
+/* A row's statistics, of the row scaled by 2^-e (f = 2^-e): its mean as mean + mean_lo (0
+ * without center: common.cl's pair sum, so that a mean far from zero keeps the digits of the
+ * deviations), and 1/sqrt(var + eps) in the scaled row's units (rs) and true (rt). */
+typedef struct row_stats {
+    float mean, mean_lo, rs, rt, f;
+    int e;
+} row_stats;
+
+/* x's row statistics; every work-item of the group calls it (center is the same for all). red:
+ * WG float4. */
+inline row_stats norm_row_stats(const __global floatv *xr, int n, int cols, float eps, int center,
+                                __local float4 *red, int slot, int t)
 {
-    float mean = 0.0f, mean_lo = 0.0f;
+    row_stats st;
+    float m = 0.0f;
+    for (int j = t; j < n; j += T)
+        m = fmax(m, HMAX(fabs(xr[j])));
+    st.e = scale_exponent(slot_max(m, (__local float *)red, slot, t));
+    st.f = ldexp(1.0f, -st.e);
+    const floatv f = (floatv)(st.f);
+    st.mean = st.mean_lo = 0.0f;
     if (center) {
         float hi = 0.0f, lo = 0.0f;
         for (int j = t; j < n; j += T)
-            sum2_add(&hi, &lo, xr[j]);
+            sum2_add(&hi, &lo, xr[j] * f);
         const float4 s = slot_pair_sum4((float4)(hi, lo, 0.0f, 0.0f), red, slot, t);
-        mean = mean2(s.x, s.y, (float)cols, &mean_lo);
+        st.mean = mean2(s.x, s.y, (float)cols, &st.mean_lo);
     }
     float sq = 0.0f;
     for (int j = t; j < n; j += T) {
-        const floatv d = (xr[j] - (floatv)(mean)) - (floatv)(mean_lo);
+        const floatv d = (xr[j] * f - (floatv)(st.mean)) - (floatv)(st.mean_lo);
         sq += HSUM(d * d);
     }
     sq = slot_sum4((float4)(sq, 0.0f, 0.0f, 0.0f), red, slot, t).x;
-    return (float4)(mean, mean_lo, 1.0f / sqrt(sq / (float)cols + eps), 0.0f);
+    const float2 r = scaled_rstd(sq / (float)cols, eps, st.e);
+    st.rs = r.x;
+    st.rt = r.y;
+    return st;
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -89,24 +110,23 @@ norm_backward_rows(const __global float *x, const __global float *gamma, const _
     const __global floatv *dyr = (const __global floatv *)(dy + off);
     __global floatv *dxr = (__global floatv *)(dx + off);
 
-    const float4 st = norm_row_stats(xr, n, cols, eps, center, red, slot, t);
-    const floatv mean = (floatv)(st.x), mean_lo = (floatv)(st.y);
-    const float rstd = st.z;
+    const row_stats st = norm_row_stats(xr, n, cols, eps, center, red, slot, t);
+    const floatv mean = (floatv)(st.mean), mean_lo = (floatv)(st.mean_lo), f = (floatv)(st.f);
     float4 s = (float4)(0.0f);
     for (int j = t; j < n; j += T) {
         const floatv g = gv[j] * dyr[j];
         s.x += HSUM(g);
-        s.y += HSUM(g * ((xr[j] - mean) - mean_lo));
+        s.y += HSUM(g * ((xr[j] * f - mean) - mean_lo));
     }
     s = slot_sum4(s, red, slot, t);
-    const float sg = center ? s.x / (float)cols : 0.0f, sgx = s.y * rstd / (float)cols;
+    const float sg = center ? s.x / (float)cols : 0.0f, sgx = s.y * st.rs / (float)cols;
     for (int j = t; j < n; j += T) {
-        const floatv xhat = ((xr[j] - mean) - mean_lo) * rstd;
-        dxr[j] = rstd * (gv[j] * dyr[j] - sg - xhat * sgx);
+        const floatv xhat = ((xr[j] * f - mean) - mean_lo) * st.rs;
+        dxr[j] = st.rt * (gv[j] * dyr[j] - sg - xhat * sgx);
     }
 }
 
-/* Each row's (mean, mean_lo, rstd) into stats[3 * row ..]. */
+/* Each row's (mean, mean_lo, rs, e) of norm_row_stats into stats[4 * row ..]. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_stats_rows(const __global float *x, __global float *stats, int rows, int cols, float eps,
                 int center)
@@ -117,20 +137,23 @@ norm_stats_rows(const __global float *x, __global float *stats, int rows, int co
     const bool live = row < rows;
     const int n = live ? cols / VEC : 0;
     const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
-    const float4 st =
+    const row_stats st =
         norm_row_stats((const __global floatv *)(x + off), n, cols, eps, center, red, slot, t);
     if (live && t == 0) {
-        stats[3 * row] = st.x;
-        stats[3 * row + 1] = st.y;
-        stats[3 * row + 2] = st.z;
+        stats[4 * row] = st.mean;
+        stats[4 * row + 1] = st.mean_lo;
+        stats[4 * row + 2] = st.rs;
+        stats[4 * row + 3] = (float)st.e;
     }
 }
 
-/* Compensated float sum: *sum += v, *comp carrying what the adds lost. */
+/* Compensated float sum: *sum += v, *comp carrying what the adds lost. An infinite sum
+ * carries nothing: (t - sum) - y would be inf - inf = NaN and turn an infinite gradient into
+ * NaN. */
 inline void kahan_add(float *sum, float *comp, float v)
 {
     const float y = v - *comp, t = *sum + y;
-    *comp = (t - *sum) - y;
+    *comp = isfinite(t) ? (t - *sum) - y : 0.0f;
     *sum = t;
 }
 
@@ -149,7 +172,8 @@ __kernel void norm_weight_partials(const __global float *x, const __global float
     for (int i = c * chunk; i < end; i++) {
         const size_t at = (size_t)i * (size_t)cols + (size_t)j;
         const float d = dy[at];
-        const float xhat = ((x[at] - stats[3 * i]) - stats[3 * i + 1]) * stats[3 * i + 2];
+        const float f = ldexp(1.0f, -(int)stats[4 * i + 3]);
+        const float xhat = ((x[at] * f - stats[4 * i]) - stats[4 * i + 1]) * stats[4 * i + 2];
         kahan_add(&g, &gc, d * xhat);
         kahan_add(&b, &bc, d);
     }
@@ -230,7 +254,7 @@ softmax_backward_cached(const __global float *y, const __global float *dy, __glo
 inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
 {
     const floatv y = v - *comp, t = *sum + y;
-    *comp = (t - *sum) - y;
+    *comp = select((floatv)(0.0f), (t - *sum) - y, isfinite(t));
     *sum = t;
 }
 
@@ -299,9 +323,19 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
 #else
         load_row(xv, dv, x, dy, row, end, cols, n, t);
 #endif
-        /* the row's statistics and sums of g = gamma * dy: layer norm in two trees (sum x as a
-         * pair, for the mean as mean + mean_lo, and sum g; then the squared deviations and
+        /* the row scaled by 2^-e (its largest magnitude's exponent, one tree), then its
+         * statistics and sums of g = gamma * dy: layer norm in two trees (sum x as a pair, for
+         * the mean as mean + mean_lo, and sum g; then the squared deviations and
          * sum g * (x - mean)), RMS norm in one (sum x^2, sum g * x); zeros past the row */
+        float m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CACHE; i++)
+            m = fmax(m, HMAX(fabs(xv[i])));
+        const int e = scale_exponent(slot_max(m, (__local float *)red, slot, t));
+        const float f = ldexp(1.0f, -e);
+#pragma unroll
+        for (int i = 0; i < CACHE; i++)
+            xv[i] *= f;
         float mean = 0.0f, mean_lo = 0.0f, sg = 0.0f;
         if (center) {
             float hi = 0.0f, lo = 0.0f, gs = 0.0f;
@@ -323,16 +357,16 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
                 s2.y += HSUM(gam[i] * dv[i] * d);
             }
         s2 = slot_sum4(s2, red, slot, t);
-        const float rstd = 1.0f / sqrt(s2.x / (float)cols + eps);
-        const float sgx = s2.y * rstd / (float)cols;
+        const float2 r = scaled_rstd(s2.x / (float)cols, eps, e);
+        const float sgx = s2.y * r.x / (float)cols;
         if (live) {
             __global floatv *dxr = (__global floatv *)(dx + off);
 #pragma unroll
             for (int i = 0; i < CACHE; i++) {
                 const int j = t + i * T;
                 if (j < n) {
-                    const floatv xhat = ((xv[i] - (floatv)(mean)) - (floatv)(mean_lo)) * rstd;
-                    dxr[j] = rstd * (gam[i] * dv[i] - sg - xhat * sgx);
+                    const floatv xhat = ((xv[i] - (floatv)(mean)) - (floatv)(mean_lo)) * r.x;
+                    dxr[j] = r.y * (gam[i] * dv[i] - sg - xhat * sgx);
                     kahan_addv(&pg[i], &pgc[i], dv[i] * xhat);
                     kahan_addv(&pb[i], &pbc[i], dv[i]);
                 }
