@@ -1276,6 +1276,12 @@ static void test_gemm_tile_defaults(void **state)
         {2048, 512, 1500, 128, 64, 16, 4, 2},
         {1000, 1000, 999, 64, 128, 8, 8, 1}, /* not as deep */
         {1024, 1024, 512, 64, 128, 8, 8, 1},
+        /* half-fill, a side just past a multiple of 128: narrow tiles, cut in two where deep
+         * (257 rows: 3 tiles of 96 a column, 5 of 64) */
+        {257, 4096, 14336, 96, 64, 12, 4, 2},
+        {2000, 560, 2048, 64, 96, 4, 12, 2},
+        {257, 4096, 512, 64, 96, 4, 12, 1},
+        {385, 4096, 4096, 64, 128, 8, 8, 1}, /* 5 of 96 compute 480 rows: 64 x 128 */
         /* 521 of a side come to 6 tiles of 96, where 5 of 128 compute 640: 387 groups of 64 x
          * 96 (3 a unit) against 288 of 64 x 128 (3 a unit) or 160 of 128 x 128 (a wave) */
         {521, 4093, 1031, 64, 96, 4, 12, 1},

@@ -258,6 +258,44 @@ static bool one_group_a_unit(size_t units, const hd_fused_tile_call *c)
            ceil_div(c->m, 64) * ceil_div(c->n, 128) <= units;
 }
 
+/* The busiest unit's share of `groups` groups, each of `results` results cut in `slices`
+ * slices: its groups times a slice's results. */
+static double busiest_unit(size_t units, size_t groups, size_t slices, double results)
+{
+    return (double)ceil_div(groups * slices, units) * results / (double)slices;
+}
+
+/* Whether a product of half-fill size (see default_tile) takes narrow tiles, 64 x 96 of 4 x 12
+ * (*tall false) or 96 x 64 of 12 x 4 (*tall true), cut in *sk slices (2 where at least 1024
+ * deep and that lightens the busiest unit): where the 64 x 128 tiles come to the units or more
+ * and the narrow ones leave the busiest unit less to do than those (cut in two where
+ * halves_the_depth says), a narrow group's results each weighed at 0.9 / 0.75 of a 64 x 128
+ * group's (fma_tile_shape). 257 rows come to three tiles of 96 (288 computed) where 64 x 128
+ * tiles compute 320 (H100, 257 x 4096 x 4096 and 257 x 4096 x 14336: BENCHMARKS.md). */
+static bool narrow_half_fill(size_t units, const hd_fused_tile_call *c, bool *tall, int *sk)
+{
+    size_t m = c->m, n = c->n, batch = c->batch;
+    size_t wide = ceil_div(m, 64) * ceil_div(n, 128) * batch;
+    if (wide < units)
+        return false; /* fewer 64 x 128 tiles than units: cut deeper below (one_group_a_unit) */
+    double best = busiest_unit(units, wide, halves_the_depth(units, c) ? 2 : 1, 64.0 * 128.0);
+    size_t most_slices = batch == 1 && c->k >= 1024 ? 2 : 1;
+    bool found = false;
+    for (int t = 0; t < 2; t++) {
+        size_t groups = t ? ceil_div(m, 96) * ceil_div(n, 64) : ceil_div(m, 64) * ceil_div(n, 96);
+        for (size_t slices = 1; slices <= most_slices; slices++) {
+            double w = busiest_unit(units, groups * batch, slices, 96.0 * 64.0) * (0.9 / 0.75);
+            if (w < best) {
+                best = w;
+                *tall = t == 1;
+                *sk = (int)slices;
+                found = true;
+            }
+        }
+    }
+    return found;
+}
+
 /* Deep products of few 128 x 128 tiles, both sides at least 256 and filled to within a
  * tenth, rows 16-byte aligned, at least 2048 deep, not TT: the slices of those tiles for two
  * groups per unit, at most 16, each at least 256 deep; 0 where that leaves fewer than one and a
@@ -403,6 +441,8 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * units work or more: faster than 64 x 64 tiles, with or without cp.async (H100, fp32,
          * 512 x 4096 x 4096 and 997 x 1009 x 1013: BENCHMARKS.md), the depth cut in two
          * where that lightens the busiest unit */
+        bool narrow_tall = false;
+        int narrow_sk = 1;
         if (one_group_a_unit(units, c)) {
             /* at most one such tile a unit, 1000 to 2047 deep: 128 x 64 tiles of 16 x 4
              * through registers, the depth cut in two (one_group_a_unit) */
@@ -412,6 +452,12 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             p->rm = 16;
             p->rn = 4;
             p->sk = 2;
+        } else if (narrow_half_fill(units, c, &narrow_tall, &narrow_sk)) {
+            if (narrow_tall)
+                fma_tile(f, c, p, 96, 64, 16, 12, 4);
+            else
+                fma_tile(f, c, p, 64, 96, 16, 4, 12);
+            p->sk = narrow_sk;
         } else {
             fma_tile(f, c, p, 64, 128, 16, 8, 8);
             if (halves_the_depth(units, c))
