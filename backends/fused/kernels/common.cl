@@ -102,6 +102,13 @@ inline int scale_exponent(float m)
     return clamp(ilogb(m), -126, 126);
 }
 
+/* 2^k for -126 <= k <= 127, built from its exponent bits (ldexp is a slow library call on
+ * some devices, NVIDIA's among them). */
+inline float pow2(int k)
+{
+    return as_float((k + 127) << 23);
+}
+
 /* 1/sqrt(var + eps) of a row scaled by 2^-e (mean_sq_s: the scaled row's variance or mean
  * square), as .x in the scaled row's units (x * 2^-e times .x is x times the true factor) and
  * .y, the true factor. Where eps * 2^-2e overflows (rows far below sqrt(eps)), var is nothing
@@ -110,15 +117,15 @@ inline int scale_exponent(float m)
  * where .y = 1/sqrt(eps); with eps = 0 both are 1/0 = inf, and 0 * inf gives NaN as 0/0 does. */
 inline float2 scaled_rstd(float mean_sq_s, float eps, int e)
 {
-    const float es = ldexp(eps, -2 * e), den = mean_sq_s + es;
+    const float down = pow2(-e), es = eps * down * down, den = mean_sq_s + es;
     if (isinf(es)) {
         const float r = 1.0f / sqrt(eps);
-        return (float2)(ldexp(r, e), r);
+        return (float2)(r * pow2(e), r);
     }
     if (den == 0.0f && eps > 0.0f)
         return (float2)(FLT_MAX, 1.0f / sqrt(eps));
     const float r = 1.0f / sqrt(den);
-    return (float2)(r, ldexp(r, -e));
+    return (float2)(r, r * down);
 }
 
 /* a + b = s + *err exactly, s the rounded sum (Knuth's TwoSum: no branch, any magnitudes). */
@@ -187,12 +194,64 @@ inline float4 pair_add4(float4 a, float4 b)
  * v.w plainly. */
 SLOT_REDUCTION(slot_pair_sum4, float4, pair_add4)
 
+/* slot_pair_sum_max4: as slot_pair_sum4, with .w the maximum (a row's largest magnitude beside
+ * its sums); slot_sum_max4: as slot_sum4, .x to .z summed and .w the maximum; each also says
+ * whether a row of the work-group is out of range (SLOT_REDUCTION_RANGE). */
+inline float4 pair_add_max4(float4 a, float4 b)
+{
+    float e;
+    const float hi = two_sum(a.x, b.x, &e);
+    return (float4)(hi, a.y + b.y + e, a.z + b.z, fmax(a.w, b.w));
+}
+
+inline float4 add_max4(float4 a, float4 b)
+{
+    return (float4)(a.x + b.x, a.y + b.y, a.z + b.z, fmax(a.w, b.w));
+}
+
+/* As SLOT_REDUCTION for float4 with .w a maximum, also saying in *out whether any slot of the
+ * work-group ended with .w beyond 2^48, below 2^-48 but not zero, or not a number: a row
+ * whose squares, summed over up to 2^24 columns, could leave float's range. Read before the
+ * tree's last barrier, so that the answer costs none of its own; the same for every
+ * work-item. */
+#define SLOT_REDUCTION_RANGE(NAME, COMBINE) \
+    inline float4 NAME(float4 v, __local float4 *red, int slot, int t, bool *out) \
+    { \
+        __local float4 *r = red + slot * T; \
+        r[t] = v; \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        for (int w = T; w > 1;) { \
+            const int nw = w >= 8 ? w / 8 : 1, fan = w / nw; \
+            if (t < nw) { \
+                float4 acc = r[t]; \
+                for (int f = 1; f < fan; f++) \
+                    acc = COMBINE(acc, r[t + f * nw]); \
+                r[t] = acc; \
+            } \
+            barrier(CLK_LOCAL_MEM_FENCE); \
+            w = nw; \
+        } \
+        const float4 result = r[0]; \
+        bool any = false; \
+        for (int s = 0; s < ROWS; s++) { \
+            const float b = red[s * T].w; \
+            any |= !(b <= 0x1p48f) || (b != 0.0f && b < 0x1p-48f); \
+        } \
+        *out = any; \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        return result; \
+    }
+SLOT_REDUCTION_RANGE(slot_pair_sum_max4, pair_add_max4)
+SLOT_REDUCTION_RANGE(slot_sum_max4, add_max4)
+
 /* (hi + lo) / n as mean + *mean_lo: the remainder of the division is exact through fma, so
  * x - mean - mean_lo is the deviation from the mean to about a float's precision of the
  * deviation, not of the mean. */
 inline float mean2(float hi, float lo, float n, float *mean_lo)
 {
-    const float q = hi / n;
+    /* one correction of the quotient, whose division may be off by ulps (NVIDIA's is), so that
+     * a row of one value gives that value and zero deviations */
+    const float q0 = hi / n, q = q0 + (fma(-q0, n, hi) + lo) / n;
     *mean_lo = (fma(-q, n, hi) + lo) / n;
     return q;
 }

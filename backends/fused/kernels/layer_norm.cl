@@ -9,9 +9,10 @@
  *
  * Any magnitude: the row is scaled by 2^-e, e from its largest magnitude (scale_exponent,
  * common.cl), so that neither the sums nor the squares overflow or underflow (rows of 1e20,
- * FLT_MAX, 1e-30 with eps = 0); eps is scaled alike. The sum is a TwoSum pair and the mean is
- * kept as mean + mean_lo (mean2), so that x - mean keeps its digits when the mean is far from
- * zero against the spread (mean 1e4, sigma 0.02: a float mean alone is off by 2 % of sigma).
+ * FLT_MAX, 1e-30 with eps = 0); eps is scaled alike (scaled_rstd). The sum is a TwoSum pair
+ * and the mean is kept as mean + mean_lo (mean2), so that x - mean keeps its digits when the
+ * mean is far from zero against the spread (mean 1e4, sigma 0.02: a float mean alone is off
+ * by 2 % of sigma).
  *
  * layer_norm_cached (CACHE > 0, rows of at most T * VEC * CACHE elements): the row is held in
  * registers: a maximum, the pair sum, then the variance over deviations from the mean (no

@@ -14,9 +14,9 @@
  *
  * Any magnitude: the squares are summed over the row scaled by 2^-e, e from the row's largest
  * magnitude (scale_exponent, common.cl), so rows of 1e30, FLT_MAX or 1e-30 (eps = 0) neither
- * overflow nor underflow; eps is scaled alike. The cached kernel finds e with one more slot
- * reduction (a maximum over registers); the looped one keeps a running exponent per
- * work-item, rescaling its partial sum when a larger binade appears, and reduces the
+ * overflow nor underflow; eps is scaled alike (scaled_rstd). The cached kernel finds e with
+ * one more slot reduction (a maximum over registers); the looped one keeps a running exponent
+ * per work-item, rescaling its partial sum when a larger binade appears, and reduces the
  * exponents once: no extra pass over memory.
  *
  * Tuning parameters: WG, ROWS, VEC (see common.cl) and CACHE (vectors per work-item held in

@@ -4,10 +4,12 @@
  * Layout: x (softmax: its output y), dy and dx rows x cols, row-major, dx may be dy; gamma (the
  * norms' weight), dgamma and dbeta 1 x cols; stats 4 x rows floats (per row, of the row scaled
  * by 2^-e: the mean as mean + mean_lo, the factor 1/std in the scaled row's units, and e).
- * Any magnitude, as the forward kernels: each row is scaled by 2^-e, e from its largest
+ * Any magnitude, as the forward kernels: a row is scaled by 2^-e, e from its largest
  * magnitude (scale_exponent, common.cl), before its sums and squares, so that rows of 1e20,
  * 1e37 or 1e-30 with eps = 0 neither overflow nor underflow (scaled_rstd); xhat is the same
- * in the scaled row, and dx takes the true 1/std.
+ * in the scaled row, and dx takes the true 1/std. The single pass sums unscaled and scales
+ * only where a row of its work-group is out of range (norm_backward_fused); the others scale
+ * every row.
  * With VEC = 4, cols % 4 == 0 and the buffers start 16-byte aligned.
  *
  * softmax_backward_rows, norm_backward_rows: dx in one pass per row (softmax_backward_cached:
@@ -73,7 +75,7 @@ inline row_stats norm_row_stats(const __global floatv *xr, int n, int cols, floa
     for (int j = t; j < n; j += T)
         m = fmax(m, HMAX(fabs(xr[j])));
     st.e = scale_exponent(slot_max(m, (__local float *)red, slot, t));
-    st.f = ldexp(1.0f, -st.e);
+    st.f = pow2(-st.e);
     const floatv f = (floatv)(st.f);
     st.mean = st.mean_lo = 0.0f;
     if (center) {
@@ -172,7 +174,7 @@ __kernel void norm_weight_partials(const __global float *x, const __global float
     for (int i = c * chunk; i < end; i++) {
         const size_t at = (size_t)i * (size_t)cols + (size_t)j;
         const float d = dy[at];
-        const float f = ldexp(1.0f, -(int)stats[4 * i + 3]);
+        const float f = pow2(-(int)stats[4 * i + 3]);
         const float xhat = ((x[at] * f - stats[4 * i]) - stats[4 * i + 1]) * stats[4 * i + 2];
         kahan_add(&g, &gc, d * xhat);
         kahan_add(&b, &bc, d);
@@ -323,20 +325,20 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
 #else
         load_row(xv, dv, x, dy, row, end, cols, n, t);
 #endif
-        /* the row scaled by 2^-e (its largest magnitude's exponent, one tree), then its
-         * statistics and sums of g = gamma * dy: layer norm in two trees (sum x as a pair, for
-         * the mean as mean + mean_lo, and sum g; then the squared deviations and
-         * sum g * (x - mean)), RMS norm in one (sum x^2, sum g * x); zeros past the row */
+        /* the row's statistics and sums of g = gamma * dy: layer norm in two trees (sum x as a
+         * pair, for the mean as mean + mean_lo, sum g and the largest magnitude; then the
+         * squared deviations and sum g * (x - mean)), RMS norm in one (sum x^2, sum g * x and
+         * the largest magnitude); zeros past the row. Where a row of the work-group holds
+         * magnitudes whose squares could leave float's range (SLOT_REDUCTION_RANGE), the whole
+         * work-group (whose trees share barriers) sums again of the rows scaled by 2^-e, e from
+         * each row's largest magnitude: one tree more, rows of 1e20 or 1e-30 alone pay it. */
         float m = 0.0f;
 #pragma unroll
         for (int i = 0; i < CACHE; i++)
             m = fmax(m, HMAX(fabs(xv[i])));
-        const int e = scale_exponent(slot_max(m, (__local float *)red, slot, t));
-        const float f = ldexp(1.0f, -e);
-#pragma unroll
-        for (int i = 0; i < CACHE; i++)
-            xv[i] *= f;
-        float mean = 0.0f, mean_lo = 0.0f, sg = 0.0f;
+        float mean = 0.0f, mean_lo = 0.0f, sg = 0.0f, big;
+        float4 s2 = (float4)(0.0f);
+        bool out_of_range;
         if (center) {
             float hi = 0.0f, lo = 0.0f, gs = 0.0f;
 #pragma unroll
@@ -344,19 +346,55 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
                 sum2_add(&hi, &lo, xv[i]);
                 gs += HSUM(gam[i] * dv[i]);
             }
-            const float4 s1 = slot_pair_sum4((float4)(hi, lo, gs, 0.0f), red, slot, t);
+            const float4 s1 =
+                slot_pair_sum_max4((float4)(hi, lo, gs, m), red, slot, t, &out_of_range);
             mean = mean2(s1.x, s1.y, (float)cols, &mean_lo);
             sg = s1.z / (float)cols;
-        }
-        float4 s2 = (float4)(0.0f);
+            big = s1.w;
+        } else {
 #pragma unroll
-        for (int i = 0; i < CACHE; i++)
-            if (t + i * T < n) {
-                const floatv d = (xv[i] - (floatv)(mean)) - (floatv)(mean_lo);
-                s2.x += HSUM(d * d);
-                s2.y += HSUM(gam[i] * dv[i] * d);
+            for (int i = 0; i < CACHE; i++)
+                if (t + i * T < n) {
+                    s2.x += HSUM(xv[i] * xv[i]);
+                    s2.y += HSUM(gam[i] * dv[i] * xv[i]);
+                }
+            s2.w = m;
+            s2 = slot_sum_max4(s2, red, slot, t, &out_of_range);
+            big = s2.w;
+        }
+        int e = 0;
+        if (out_of_range) {
+            e = scale_exponent(big);
+            const floatv f = (floatv)(pow2(-e));
+            float hi = 0.0f, lo = 0.0f;
+            s2 = (float4)(0.0f);
+#pragma unroll
+            for (int i = 0; i < CACHE; i++) {
+                xv[i] *= f;
+                if (center)
+                    sum2_add(&hi, &lo, xv[i]);
+                else if (t + i * T < n) {
+                    s2.x += HSUM(xv[i] * xv[i]);
+                    s2.y += HSUM(gam[i] * dv[i] * xv[i]);
+                }
             }
-        s2 = slot_sum4(s2, red, slot, t);
+            if (center) {
+                const float4 s1 = slot_pair_sum4((float4)(hi, lo, 0.0f, 0.0f), red, slot, t);
+                mean = mean2(s1.x, s1.y, (float)cols, &mean_lo);
+            } else {
+                s2 = slot_sum4(s2, red, slot, t);
+            }
+        }
+        if (center) {
+#pragma unroll
+            for (int i = 0; i < CACHE; i++)
+                if (t + i * T < n) {
+                    const floatv d = (xv[i] - (floatv)(mean)) - (floatv)(mean_lo);
+                    s2.x += HSUM(d * d);
+                    s2.y += HSUM(gam[i] * dv[i] * d);
+                }
+            s2 = slot_sum4(s2, red, slot, t);
+        }
         const float2 r = scaled_rstd(s2.x / (float)cols, eps, e);
         const float sgx = s2.y * r.x / (float)cols;
         if (live) {
