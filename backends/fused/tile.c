@@ -440,7 +440,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
          * units work or more: faster than 64 x 64 tiles, with or without cp.async (H100, fp32,
          * 512 x 4096 x 4096 and 997 x 1009 x 1013: BENCHMARKS.md), the depth cut in two
-         * where that lightens the busiest unit */
+         * where that lightens the busiest unit; 128 x 64 tiles of 16 x 4 halved where those
+         * come to one a unit or fewer (one_group_a_unit), the narrow tiles where a side falls
+         * just past a multiple of 128 (narrow_half_fill) */
         bool narrow_tall = false;
         int narrow_sk = 1;
         if (one_group_a_unit(units, c)) {

@@ -67,23 +67,26 @@ inline void slot_load(floatv *v, int count, const __global floatv *row, bool liv
 #define SLOT_REDUCTION(NAME, TYPE, COMBINE) \
     inline TYPE NAME(TYPE v, __local TYPE *red, int slot, int t) \
     { \
-        __local TYPE *r = red + slot * T; \
-        r[t] = v; \
-        barrier(CLK_LOCAL_MEM_FENCE); \
-        for (int w = T; w > 1;) { \
-            const int nw = w >= 8 ? w / 8 : 1, fan = w / nw; \
-            if (t < nw) { \
-                TYPE acc = r[t]; \
-                for (int f = 1; f < fan; f++) \
-                    acc = COMBINE(acc, r[t + f * nw]); \
-                r[t] = acc; \
-            } \
-            barrier(CLK_LOCAL_MEM_FENCE); \
-            w = nw; \
-        } \
+        SLOT_TREE(TYPE, COMBINE) \
         TYPE out = r[0]; \
         barrier(CLK_LOCAL_MEM_FENCE); \
         return out; \
+    }
+/* The tree of a slot reduction, leaving the slot's result in r[0]. */
+#define SLOT_TREE(TYPE, COMBINE) \
+    __local TYPE *r = red + slot * T; \
+    r[t] = v; \
+    barrier(CLK_LOCAL_MEM_FENCE); \
+    for (int w = T; w > 1;) { \
+        const int nw = w >= 8 ? w / 8 : 1, fan = w / nw; \
+        if (t < nw) { \
+            TYPE acc = r[t]; \
+            for (int f = 1; f < fan; f++) \
+                acc = COMBINE(acc, r[t + f * nw]); \
+            r[t] = acc; \
+        } \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        w = nw; \
     }
 #define SLOT_ADD(a, b) ((a) + (b))
 
@@ -217,20 +220,7 @@ inline float4 add_max4(float4 a, float4 b)
 #define SLOT_REDUCTION_RANGE(NAME, COMBINE) \
     inline float4 NAME(float4 v, __local float4 *red, int slot, int t, bool *out) \
     { \
-        __local float4 *r = red + slot * T; \
-        r[t] = v; \
-        barrier(CLK_LOCAL_MEM_FENCE); \
-        for (int w = T; w > 1;) { \
-            const int nw = w >= 8 ? w / 8 : 1, fan = w / nw; \
-            if (t < nw) { \
-                float4 acc = r[t]; \
-                for (int f = 1; f < fan; f++) \
-                    acc = COMBINE(acc, r[t + f * nw]); \
-                r[t] = acc; \
-            } \
-            barrier(CLK_LOCAL_MEM_FENCE); \
-            w = nw; \
-        } \
+        SLOT_TREE(float4, COMBINE) \
         const float4 result = r[0]; \
         bool any = false; \
         for (int s = 0; s < ROWS; s++) { \
