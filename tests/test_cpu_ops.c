@@ -9,6 +9,7 @@
  * sum is accumulated in double). Layer norm and RMS norm: |err| <= 1e-5 + 1e-5*|ref| for
  * inputs in [-2, 2] (the mean and 1/sigma are rounded to float once each).
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -747,6 +748,26 @@ static void test_layer_norm_large_offset_keeps_precision(void **state)
                  NULL);
 }
 
+/* Each row's first value -FLT_MAX, among values near +FLT_MAX: its deviation from the mean is
+ * nearly twice FLT_MAX. */
+static void poke_row_minus_flt_max(float *x, size_t rows, size_t cols)
+{
+    for (size_t i = 0; i < rows; i++)
+        x[i * cols] = -FLT_MAX;
+}
+
+/* Rows near FLT_MAX (deviations of nearly twice it, 1/std about 1e-38) and near the smallest
+ * normal floats, both norms, against the float64 reference. */
+static void test_norms_extreme_magnitudes_match_reference(void **state)
+{
+    for (hd_test_row_op op = HD_TEST_LAYER_NORM; op <= HD_TEST_RMS_NORM; op++) {
+        check_row_op(*state, op, 5, 67, -3e38f, 3e38f, NORM_EPS, false, 8760 + op, NULL);
+        check_row_op(*state, op, 5, 67, 3e38f, 3.4e38f, NORM_EPS, false, 8770 + op,
+                     poke_row_minus_flt_max);
+        check_row_op(*state, op, 5, 67, -1e-30f, 1e-30f, 0.0f, false, 8780 + op, NULL);
+    }
+}
+
 static void test_layer_norm_constant_row_gives_beta(void **state)
 {
     hd_context *ctx = *state;
@@ -1016,6 +1037,7 @@ int main(void)
         cmocka_unit_test(test_layer_norm_in_place_matches_reference),
         cmocka_unit_test(test_layer_norm_eps_values_match_reference),
         cmocka_unit_test(test_layer_norm_large_offset_keeps_precision),
+        cmocka_unit_test(test_norms_extreme_magnitudes_match_reference),
         cmocka_unit_test(test_layer_norm_constant_row_gives_beta),
         cmocka_unit_test(test_rms_norm_matches_reference_on_every_shape),
         cmocka_unit_test(test_rms_norm_in_place_matches_reference),

@@ -131,19 +131,22 @@ HD_CPU_VECTOR_CLONES static void layer_norm_row(const float *x, const float *gam
     double mean = row_sum(x, n) / (double)n;
     /* second pass over deviations: no cancellation as in E[x^2] - E[x]^2 */
     double sq = row_squares(x, mean, n);
-    float rstd = (float)(1.0 / sqrt(sq / (double)n + eps));
+    double rstd = 1.0 / sqrt(sq / (double)n + eps);
     /* The deviation in double: a mean rounded to float is off by up to half an ulp of the
-     * mean, which for rows far from zero (mean 1000, sigma 1) is 3e-5 sigma. */
+     * mean, which for rows far from zero (mean 1000, sigma 1) is 3e-5 sigma; and scaled in
+     * double, since near FLT_MAX the deviation itself (up to twice it) and 1/std (about
+     * 1e-38) leave float's range. */
     for (size_t j = 0; j < n; j++)
-        y[j] = (float)(x[j] - mean) * rstd * gamma[j] + beta[j];
+        y[j] = (float)((x[j] - mean) * rstd) * gamma[j] + beta[j];
 }
 
 HD_CPU_VECTOR_CLONES static void rms_norm_row(const float *x, const float *weight, float eps,
                                               float *y, size_t n)
 {
-    float rrms = (float)(1.0 / sqrt(row_squares(x, 0.0, n) / (double)n + eps));
+    /* 1/rms in double: near FLT_MAX it is about 1e-38, which float holds to a few bits */
+    double rrms = 1.0 / sqrt(row_squares(x, 0.0, n) / (double)n + eps);
     for (size_t j = 0; j < n; j++)
-        y[j] = x[j] * rrms * weight[j];
+        y[j] = (float)(x[j] * rrms) * weight[j];
 }
 
 /* One row op over a range of rows, as the pool runs it. */
