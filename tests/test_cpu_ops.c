@@ -506,9 +506,10 @@ static void test_lora_empty_tokens_or_out_is_a_no_op(void **state)
     }
 }
 
-/* in = 0: x*W and x*A are sums of nothing, y = scale * (0 * B): zero, NaN in every column of B
- * that holds NaN or inf, and everywhere for a scale that is not finite (as in PyTorch); in both
- * layouts of B, and rank 0 (y = 0 whatever y held). */
+/* in = 0 (test_lora_in_zero_gives_zeros has finite B): x*W and x*A are sums of nothing,
+ * y = scale * (0 * B): zero, NaN in every column of B that holds NaN or inf, and everywhere for
+ * a scale that is not finite (as in PyTorch); in both layouts of B, and rank 0 (y = 0 whatever
+ * y held). */
 static void test_lora_without_inputs_is_zero_but_for_non_finite_b(void **state)
 {
     hd_context *ctx = *state;
@@ -528,8 +529,7 @@ static void test_lora_without_inputs_is_zero_but_for_non_finite_b(void **state)
             hd_tensor *tb =
                 hd_test_tensor(ctx, layout ? OUT : R, layout ? R : OUT, layout ? bt : b);
             float start[T * OUT];
-            for (int i = 0; i < T * OUT; i++)
-                start[i] = NAN; /* overwritten, never read */
+            fill_nan(start, T * OUT); /* overwritten, never read */
             hd_tensor *ty = hd_test_tensor(ctx, T, OUT, start);
             unsigned lay = layout ? HD_LORA_LAYOUT_PYTORCH : HD_LORA_LAYOUT_DEFAULT;
             assert_int_equal(hd_lora_forward_ex(ctx, tx, tw, ta, tb, scale, lay, ty), HD_OK);
@@ -553,8 +553,7 @@ static void test_lora_without_inputs_is_zero_but_for_non_finite_b(void **state)
     hd_tensor *tx = hd_test_tensor(ctx, T, 0, NULL), *tw = hd_test_tensor(ctx, 0, OUT, NULL);
     hd_tensor *ta = hd_test_tensor(ctx, 0, 0, NULL), *tb = hd_test_tensor(ctx, 0, OUT, NULL);
     float start[T * OUT];
-    for (int i = 0; i < T * OUT; i++)
-        start[i] = NAN;
+    fill_nan(start, T * OUT);
     hd_tensor *ty = hd_test_tensor(ctx, T, OUT, start);
     assert_int_equal(hd_lora_forward(ctx, tx, tw, ta, tb, INFINITY, ty), HD_OK);
     float *got = hd_test_read(ty);
