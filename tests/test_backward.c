@@ -455,10 +455,12 @@ static void expect_close_scaled(const char *what, const float *got, const double
 
 /* The norms' backward at any magnitude, as their forward takes it: rows of +-1e20, random 1e30
  * and 1e37 magnitudes, random 1e-30 with eps = 0, and constant rows of 1e30 with eps > 0 (layer
- * norm's variance is 0 there, so 1/std is 1/sqrt(eps)), each with the weight gradients and dx
- * alone, in rows that fit the fused single pass and rows past it (its three launches). Then
- * one infinite dy: its column's dbeta infinite, dgamma infinite or NaN as the reference says,
- * its row's dx not finite, the other rows as before. */
+ * norm's variance is 0 there, so 1/std is 1/sqrt(eps)); and on each side of the fused single
+ * pass's checks, which sum unscaled first: random 1e15 (squares in range), with dy of 1e25
+ * (g * x out of range), random 1e-8 with eps = 0 (squares above the subnormals). Each with the
+ * weight gradients and dx alone, in rows that fit the single pass and rows past it (its three
+ * launches). Then one infinite dy: its column's dbeta infinite, dgamma infinite or NaN as the
+ * reference says, its row's dx not finite, the other rows as before. */
 static void test_norm_backward_any_magnitude(void **state)
 {
     hd_context *ctx = *state;
@@ -468,11 +470,17 @@ static void test_norm_backward_any_magnitude(void **state)
         const char *name;
         double magnitude;
         float eps;
-        int pattern; /* 0 alternating signs, 1 random in +-[0.5, 1], 2 constant */
+        int pattern;     /* 0 alternating signs, 1 random in +-[0.5, 1], 2 constant */
+        double dy_scale; /* dy's random +-1 scaled */
     } kinds[] = {
-        {"+-1e20", 1e20, EPS, 0},        {"random 1e30", 1e30, EPS, 1},
-        {"random 1e37", 1e37, EPS, 1},   {"random 1e-30, eps 0", 1e-30, 0.0f, 1},
-        {"constant 1e30", 1e30, EPS, 2},
+        {"+-1e20", 1e20, EPS, 0, 1},
+        {"random 1e30", 1e30, EPS, 1, 1},
+        {"random 1e37", 1e37, EPS, 1, 1},
+        {"random 1e-30, eps 0", 1e-30, 0.0f, 1, 1},
+        {"constant 1e30", 1e30, EPS, 2, 1},
+        {"random 1e15", 1e15, EPS, 1, 1},
+        {"random 1e15, dy 1e25", 1e15, EPS, 1, 1e25},
+        {"random 1e-8, eps 0", 1e-8, 0.0f, 1, 1},
     };
     static const struct {
         size_t rows, cols;
@@ -493,6 +501,8 @@ static void test_norm_backward_any_magnitude(void **state)
                              hd_test_uniform(&rng, 0.5f, 1.0f);
                     c.x[j] = (float)v;
                     c.xd[j] = c.x[j];
+                    c.dy[j] = (float)(c.dy[j] * kinds[k].dy_scale);
+                    c.dyd[j] = c.dy[j];
                 }
                 row_eps = kinds[k].eps;
                 char what[160];
@@ -1258,6 +1268,10 @@ int main(void)
             test_lora_backward_random_shapes_and_layouts_match_reference, setup_lora_clblast,
             teardown),
     };
+    /* HD_TEST_FILTER: the tests whose names match its pattern (cmocka's: * and ?) alone */
+    const char *filter = getenv("HD_TEST_FILTER");
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
     int failed = cmocka_run_group_tests_name("backward on the CPU", tests, setup, teardown);
     failed += cmocka_run_group_tests_name("backward on the fused kernels", fused, NULL, NULL);
     failed += cmocka_run_group_tests_name("LoRA backward on the fused kernels and CLBlast",

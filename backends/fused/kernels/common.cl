@@ -197,51 +197,35 @@ inline float4 pair_add4(float4 a, float4 b)
  * v.w plainly. */
 SLOT_REDUCTION(slot_pair_sum4, float4, pair_add4)
 
-/* slot_pair_sum_max4: as slot_pair_sum4, with .w the maximum (a row's largest magnitude beside
- * its sums); slot_sum_max4: as slot_sum4, .x to .z summed and .w the maximum; each also says
- * whether a row of the work-group is out of range (SLOT_REDUCTION_RANGE). */
-inline float4 pair_add_max4(float4 a, float4 b)
+/* As slot_sum4, also saying in *out whether the sums of any slot of the work-group fall where
+ * a row summed unscaled is not exact enough: .x, a sum of squares, not finite or below least
+ * (squares in the subnormal range, against an eps too small to hide them), or .y not finite.
+ * Read before the tree's last barrier, so that the answer costs none of its own; the same for
+ * every work-item. */
+inline float4 slot_sum4_checked(float4 v, __local float4 *red, int slot, int t, float least,
+                                bool *out)
 {
-    float e;
-    const float hi = two_sum(a.x, b.x, &e);
-    return (float4)(hi, a.y + b.y + e, a.z + b.z, fmax(a.w, b.w));
-}
-
-inline float4 add_max4(float4 a, float4 b)
-{
-    return (float4)(a.x + b.x, a.y + b.y, a.z + b.z, fmax(a.w, b.w));
-}
-
-/* As SLOT_REDUCTION for float4 with .w a maximum, also saying in *out whether any slot of the
- * work-group ended with .w beyond 2^48, below 2^-48 but not zero, or not a number: a row
- * whose squares, summed over up to 2^24 columns, could leave float's range. Read before the
- * tree's last barrier, so that the answer costs none of its own; the same for every
- * work-item. */
-#define SLOT_REDUCTION_RANGE(NAME, COMBINE) \
-    inline float4 NAME(float4 v, __local float4 *red, int slot, int t, bool *out) \
-    { \
-        SLOT_TREE(float4, COMBINE) \
-        const float4 result = r[0]; \
-        bool any = false; \
-        for (int s = 0; s < ROWS; s++) { \
-            const float b = red[s * T].w; \
-            any |= !(b <= 0x1p48f) || (b != 0.0f && b < 0x1p-48f); \
-        } \
-        *out = any; \
-        barrier(CLK_LOCAL_MEM_FENCE); \
-        return result; \
+    SLOT_TREE(float4, SLOT_ADD)
+    const float4 result = r[0];
+    bool any = false;
+    for (int s = 0; s < ROWS; s++) {
+        const float4 b = red[s * T];
+        any |= !(b.x <= FLT_MAX) || !(fabs(b.y) <= FLT_MAX) || b.x < least;
     }
-SLOT_REDUCTION_RANGE(slot_pair_sum_max4, pair_add_max4)
-SLOT_REDUCTION_RANGE(slot_sum_max4, add_max4)
+    *out = any;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return result;
+}
 
-/* (hi + lo) / n as mean + *mean_lo: the remainder of the division is exact through fma, so
- * x - mean - mean_lo is the deviation from the mean to about a float's precision of the
- * deviation, not of the mean. */
-inline float mean2(float hi, float lo, float n, float *mean_lo)
+/* (hi + lo) / n as mean + *mean_lo, inv being 1/n to within a few ulps: the remainder of the
+ * division is exact through fma, so x - mean - mean_lo is the deviation from the mean to about
+ * a float's precision of the deviation, not of the mean. The quotient hi * inv is corrected
+ * once by its remainder, so that a row of one value gives that value and zero deviations
+ * (multiplies in place of divisions: a division is a slow sequence on some devices, and
+ * NVIDIA's is not correctly rounded either). */
+inline float mean2(float hi, float lo, float n, float inv, float *mean_lo)
 {
-    /* one correction of the quotient, whose division may be off by ulps (NVIDIA's is), so that
-     * a row of one value gives that value and zero deviations */
-    const float q0 = hi / n, q = q0 + (fma(-q0, n, hi) + lo) / n;
-    *mean_lo = (fma(-q, n, hi) + lo) / n;
+    const float q0 = hi * inv, q = q0 + (fma(-q0, n, hi) + lo) * inv;
+    *mean_lo = (fma(-q, n, hi) + lo) * inv;
     return q;
 }

@@ -65,7 +65,7 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
     }
     slot_sum2(&hi, &lo, red, red2, slot, t);
     float mean_lo;
-    const float mean = mean2(hi, lo, (float)cols, &mean_lo);
+    const float mean = mean2(hi, lo, (float)cols, 1.0f / (float)cols, &mean_lo);
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < CACHE; i++) {
@@ -123,7 +123,7 @@ layer_norm_looped(const __global float *x, const __global float *gamma,
     lo = ldexp(lo, e - top);
     slot_sum2(&hi, &lo, red, red2, slot, t);
     float mean_lo;
-    const float mean = mean2(hi, lo, (float)cols, &mean_lo);
+    const float mean = mean2(hi, lo, (float)cols, 1.0f / (float)cols, &mean_lo);
     const float ft = ldexp(1.0f, -top);
     float sq = 0.0f;
     for (int j = t; j < n; j += T) {

@@ -83,7 +83,7 @@ inline row_stats norm_row_stats(const __global floatv *xr, int n, int cols, floa
         for (int j = t; j < n; j += T)
             sum2_add(&hi, &lo, xr[j] * f);
         const float4 s = slot_pair_sum4((float4)(hi, lo, 0.0f, 0.0f), red, slot, t);
-        st.mean = mean2(s.x, s.y, (float)cols, &st.mean_lo);
+        st.mean = mean2(s.x, s.y, (float)cols, 1.0f / (float)cols, &st.mean_lo);
     }
     float sq = 0.0f;
     for (int j = t; j < n; j += T) {
@@ -286,6 +286,39 @@ inline void load_row(floatv *xv, floatv *dv, const __global float *x, const __gl
     slot_load(xv, CACHE, (const __global floatv *)(x + off), live, n, t, (floatv)(0.0f));
     slot_load(dv, CACHE, (const __global floatv *)(dy + off), live, n, t, (floatv)(0.0f));
 }
+/* This work-item's parts of a row's sums (xv its part of x, gam of gamma, dv of dy): layer
+ * norm's first tree, (sum x as a pair hi, lo; sum g; 0), and the second, (the squared
+ * deviations from mean + mean_lo; sum g * (x - mean); 0; 0), which for RMS norm (mean = 0) is
+ * (sum x^2; sum g * x; 0; 0). */
+inline float4 row_sums1(const floatv *xv, const floatv *gam, const floatv *dv, int t)
+{
+    float hi = 0.0f, lo = 0.0f, gs = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CACHE; i++) {
+        sum2_add(&hi, &lo, xv[i]);
+        gs += HSUM(gam[i] * dv[i]);
+    }
+    return (float4)(hi, lo, gs, 0.0f);
+}
+
+inline float4 row_sums2(const floatv *xv, const floatv *gam, const floatv *dv, float mean,
+                        float mean_lo, int n, int t)
+{
+    float4 s = (float4)(0.0f);
+#pragma unroll
+    for (int i = 0; i < CACHE; i++)
+        if (t + i * T < n) {
+            const floatv d = (xv[i] - (floatv)(mean)) - (floatv)(mean_lo);
+            s.x += HSUM(d * d);
+            s.y += HSUM(gam[i] * dv[i] * d);
+        }
+    return s;
+}
+
+/* row_sums2 of the single pass, with RMS norm's zero mean a constant the compiler folds */
+#define ROW_SUMS2() \
+    (center ? row_sums2(xv, gam, dv, mean, mean_lo, n, t) : row_sums2(xv, gam, dv, 0.0f, 0.0f, n, t))
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_backward_fused(const __global float *x, const __global float *gamma,
                     const __global float *dy, __global float *dx, __global float *part, int rows,
@@ -303,6 +336,9 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
 #pragma unroll
     for (int i = 0; i < CACHE; i++)
         pg[i] = pgc[i] = pb[i] = pbc[i] = (floatv)(0.0f);
+    /* sums of squares below least lose digits to the subnormals that eps does not hide: the
+     * rows whose squares are all below 2^-60 and eps below that */
+    const float inv_n = 1.0f / (float)cols, least = (float)cols * fmax(0.0f, 0x1p-60f - eps);
     const int begin = g * chunk, end = min(rows, begin + chunk);
     const int steps = (end - begin + ROWS - 1) / ROWS;
     floatv xv[CACHE], dv[CACHE];
@@ -325,78 +361,43 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
 #else
         load_row(xv, dv, x, dy, row, end, cols, n, t);
 #endif
-        /* the row's statistics and sums of g = gamma * dy: layer norm in two trees (sum x as a
-         * pair, for the mean as mean + mean_lo, sum g and the largest magnitude; then the
-         * squared deviations and sum g * (x - mean)), RMS norm in one (sum x^2, sum g * x and
-         * the largest magnitude); zeros past the row. Where a row of the work-group holds
-         * magnitudes whose squares could leave float's range (SLOT_REDUCTION_RANGE), the whole
-         * work-group (whose trees share barriers) sums again of the rows scaled by 2^-e, e from
-         * each row's largest magnitude: one tree more, rows of 1e20 or 1e-30 alone pay it. */
-        float m = 0.0f;
-#pragma unroll
-        for (int i = 0; i < CACHE; i++)
-            m = fmax(m, HMAX(fabs(xv[i])));
-        float mean = 0.0f, mean_lo = 0.0f, sg = 0.0f, big;
-        float4 s2 = (float4)(0.0f);
+        /* the row's statistics and sums of g = gamma * dy, unscaled: layer norm in two trees
+         * (sum x as a pair, for the mean as mean + mean_lo, and sum g; then the squared
+         * deviations and sum g * (x - mean)), RMS norm in one (sum x^2 and sum g * x); zeros
+         * past the row. Where the last tree says that a row of the work-group (whose trees
+         * share barriers) summed out of range (slot_sum4_checked: squares that overflowed or
+         * fell among the subnormals, against an eps too small to hide them), the whole
+         * work-group sums again of its rows scaled by 2^-e, e from each row's largest
+         * magnitude: rows of 1e20 or of 1e-30 with eps = 0 alone pay the trees this takes. */
+        float mean = 0.0f, mean_lo = 0.0f, sg = 0.0f;
+        if (center) {
+            const float4 s1 = slot_pair_sum4(row_sums1(xv, gam, dv, t), red, slot, t);
+            mean = mean2(s1.x, s1.y, (float)cols, inv_n, &mean_lo);
+            sg = s1.z * inv_n;
+        }
         bool out_of_range;
-        if (center) {
-            float hi = 0.0f, lo = 0.0f, gs = 0.0f;
-#pragma unroll
-            for (int i = 0; i < CACHE; i++) {
-                sum2_add(&hi, &lo, xv[i]);
-                gs += HSUM(gam[i] * dv[i]);
-            }
-            const float4 s1 =
-                slot_pair_sum_max4((float4)(hi, lo, gs, m), red, slot, t, &out_of_range);
-            mean = mean2(s1.x, s1.y, (float)cols, &mean_lo);
-            sg = s1.z / (float)cols;
-            big = s1.w;
+        float4 s2 = slot_sum4_checked(ROW_SUMS2(), red, slot, t, least, &out_of_range);
+        float2 r;
+        if (!out_of_range) {
+            r.x = r.y = 1.0f / sqrt(s2.x * inv_n + eps);
         } else {
+            float m = 0.0f;
 #pragma unroll
             for (int i = 0; i < CACHE; i++)
-                if (t + i * T < n) {
-                    s2.x += HSUM(xv[i] * xv[i]);
-                    s2.y += HSUM(gam[i] * dv[i] * xv[i]);
-                }
-            s2.w = m;
-            s2 = slot_sum_max4(s2, red, slot, t, &out_of_range);
-            big = s2.w;
-        }
-        int e = 0;
-        if (out_of_range) {
-            e = scale_exponent(big);
+                m = fmax(m, HMAX(fabs(xv[i])));
+            const int e = scale_exponent(slot_max(m, (__local float *)red, slot, t));
             const floatv f = (floatv)(pow2(-e));
-            float hi = 0.0f, lo = 0.0f;
-            s2 = (float4)(0.0f);
-#pragma unroll
-            for (int i = 0; i < CACHE; i++) {
-                xv[i] *= f;
-                if (center)
-                    sum2_add(&hi, &lo, xv[i]);
-                else if (t + i * T < n) {
-                    s2.x += HSUM(xv[i] * xv[i]);
-                    s2.y += HSUM(gam[i] * dv[i] * xv[i]);
-                }
-            }
-            if (center) {
-                const float4 s1 = slot_pair_sum4((float4)(hi, lo, 0.0f, 0.0f), red, slot, t);
-                mean = mean2(s1.x, s1.y, (float)cols, &mean_lo);
-            } else {
-                s2 = slot_sum4(s2, red, slot, t);
-            }
-        }
-        if (center) {
 #pragma unroll
             for (int i = 0; i < CACHE; i++)
-                if (t + i * T < n) {
-                    const floatv d = (xv[i] - (floatv)(mean)) - (floatv)(mean_lo);
-                    s2.x += HSUM(d * d);
-                    s2.y += HSUM(gam[i] * dv[i] * d);
-                }
-            s2 = slot_sum4(s2, red, slot, t);
+                xv[i] *= f;
+            if (center) {
+                const float4 s1 = slot_pair_sum4(row_sums1(xv, gam, dv, t), red, slot, t);
+                mean = mean2(s1.x, s1.y, (float)cols, inv_n, &mean_lo);
+            }
+            s2 = slot_sum4(ROW_SUMS2(), red, slot, t);
+            r = scaled_rstd(s2.x * inv_n, eps, e);
         }
-        const float2 r = scaled_rstd(s2.x / (float)cols, eps, e);
-        const float sgx = s2.y * r.x / (float)cols;
+        const float sgx = s2.y * r.x * inv_n;
         if (live) {
             __global floatv *dxr = (__global floatv *)(dx + off);
 #pragma unroll
