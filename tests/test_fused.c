@@ -1274,7 +1274,10 @@ static void test_gemm_tile_defaults(void **state)
         /* 64 x 128 tiles at most one a unit, 1000 to 2047 deep: 128 x 64 of 16 x 4, halved */
         {1024, 1024, 1024, 128, 64, 16, 4, 2},
         {2048, 512, 1500, 128, 64, 16, 4, 2},
-        {1000, 1000, 999, 64, 128, 8, 8, 1}, /* not as deep */
+        {1000, 1000, 999, 64, 128, 8, 8, 1},  /* not as deep */
+        {1000, 1000, 1001, 64, 128, 8, 8, 2}, /* A's rows unaligned: 64 x 128, halved */
+        {997, 1009, 1013, 64, 128, 8, 8, 2},
+        {1000, 1001, 1000, 128, 64, 16, 4, 2}, /* B's alone unaligned: 128 x 64 */
         {1024, 1024, 512, 64, 128, 8, 8, 1},
         /* half-fill, a side just past a multiple of 128: narrow tiles, cut in two where deep
          * (257 rows: 3 tiles of 96 a column, 5 of 64) */
@@ -1476,6 +1479,17 @@ static void test_gemm_tile_defaults(void **state)
             p.lead != (unaligned_tt ? 0 : 2))
             fail_msg("4095^3 %s: BM=%d RM=%d BK=%d ASYNC=%d LEAD=%d", unaligned_tt ? "TT" : "NN",
                      p.bm, p.rm, p.bk, p.async, p.lead);
+    }
+    /* at most one 64 x 128 tile a unit, 1000 to 2047 deep, A stored m x k with unaligned rows:
+     * 64 x 128 tiles halved, 3 buffers where cp.async copies B (stored k x n, however its rows
+     * fall), none where it copies nothing (NT) */
+    for (int tb = 0; tb < 2; tb++) {
+        hd_fused_tile_call c = product_of(997, 1009, 1013, false, tb);
+        hd_fused_params p;
+        assert_int_equal(hd__fused_tile_resolve(&f, ctx, &c, &p), HD_OK);
+        if (p.bm != 64 || p.bn != 128 || p.sk != 2 || p.async != (tb ? 0 : 3))
+            fail_msg("997 x 1009 x 1013 %s: BM=%d BN=%d SK=%d ASYNC=%d", tb ? "NT" : "NN", p.bm,
+                     p.bn, p.sk, p.async);
     }
     /* 5 buffers where the local memory holds them, else 3 */
     f.local_mem = 5 * 2 * 8 * 132 * sizeof(float);

@@ -251,7 +251,9 @@ static bool halves_the_depth(size_t units, const hd_fused_tile_call *c)
  * two (two groups a unit, halves 500 deep or more), ran ahead of the 64 x 128 ones cut in four
  * or not at all, and of 64 x 64 tiles; 512 deep, the halves ran slower, and 2048 deep, 128 x
  * 128 tiles cut for two groups a unit (large_slices) ran ahead of them (H100, 512 x 2048 to
- * 2048 x 512, 1000 and 1024 deep: BENCHMARKS.md). */
+ * 2048 x 512, 1000 and 1024 deep: BENCHMARKS.md). Where A is stored m x k with rows not
+ * 16-byte aligned, the 64 x 128 tiles halved ran ahead of the 128 x 64 ones (H100, 997 x 1009
+ * x 1013 and 1000 x 1000 x 1001 NN: BENCHMARKS.md). */
 static bool one_group_a_unit(size_t units, const hd_fused_tile_call *c)
 {
     return c->batch == 1 && c->k >= 1000 && c->k < 2048 &&
@@ -445,7 +447,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * just past a multiple of 128 (narrow_half_fill) */
         bool narrow_tall = false;
         int narrow_sk = 1;
-        if (one_group_a_unit(units, c)) {
+        if (one_group_a_unit(units, c) && (c->a.trans || a_rows_aligned(c))) {
             /* at most one such tile a unit, 1000 to 2047 deep: 128 x 64 tiles of 16 x 4
              * through registers, the depth cut in two (one_group_a_unit) */
             p->bm = 128;
@@ -453,6 +455,15 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
             p->bk = 16;
             p->rm = 16;
             p->rn = 4;
+            p->sk = 2;
+        } else if (one_group_a_unit(units, c)) {
+            /* likewise, but A stored m x k with unaligned rows, loaded a scalar at a time
+             * along the depth: 64 x 128 tiles of 8 x 8, a quarter of the 128 x 64 ones' loads
+             * of A per work-item, halved too, and B copied by cp.async where stored k x n (4
+             * bytes at a time where unaligned) */
+            fma_tile(f, c, p, 64, 128, 16, 8, 8);
+            if (p->async == 0 && copies_an_operand(f, c))
+                p->async = 3;
             p->sk = 2;
         } else if (narrow_half_fill(units, c, &narrow_tall, &narrow_sk)) {
             if (narrow_tall)
