@@ -995,6 +995,9 @@ static void test_gemm_tiles_match_reference(void **state)
         {31, 90, 4099, -1.0f, 0.0f, false, false, false},
         {64, 16, 1100, 1.0f, 0.0f, false, false, false}, /* 64 along the long side */
         {9, 60, 1300, 1.0f, 0.25f, false, true, true},
+        /* thin and shallow, a long side of many tiles */
+        {1000, 7, 100, 1.0f, 0.0f, false, true, false},
+        {3, 701, 50, 0.5f, 1.0f, true, false, true},
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
         check_gemm(*state, &edges[i], NULL, 2550 + i);
@@ -1260,6 +1263,14 @@ static void test_gemm_tile_defaults(void **state)
         {64, 16, 4096, 64, 16, 8, 4, 64},     /* thin, one tile (LoRA's x*A) */
         {16, 4096, 4096, 16, 128, 4, 8, 16},  /* thin the other way */
         {64, 16, 1024, 64, 16, 8, 4, 16},     /* slices at least 64 deep */
+        /* thin whatever the long side and the depth, where square tiles would pad the thin
+         * side to 64 or 128 (LoRA's x*A of 8192 tokens) */
+        {8192, 16, 4096, 128, 16, 8, 4, 16},
+        {8192, 8, 1024, 128, 16, 8, 4, 4},    /* 64 tiles, 4 slices: about two groups a unit */
+        {8192, 4, 512, 128, 16, 8, 4, 4},     /* likewise, slices 128 deep */
+        {32768, 16, 4096, 128, 16, 8, 4, 16}, /* 256 tiles */
+        {16, 8192, 8192, 16, 128, 4, 8, 16},
+        {100, 8, 40, 128, 16, 8, 4, 1},       /* too shallow to cut */
         {512, 512, 512, 32, 64, 4, 4, 1},     /* shallow, 64 tiles of 64 x 64: 32 x 64 */
         {100, 1000, 1000, 32, 64, 4, 4, 4},   /* likewise, 32 of 64 x 64, 64 of 32 x 64 */
         {200, 700, 900, 32, 64, 4, 4, 3},     /* 77 of 32 x 64 */

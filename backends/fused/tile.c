@@ -318,6 +318,54 @@ static size_t large_slices(size_t units, const hd_fused_tile_call *c)
     return sk >= 2 && 2 * tiles * sk >= 3 * units ? sk : 0;
 }
 
+/* Thin products, one side at most 32 and the other longer, as LoRA's rank-r ones (x * A,
+ * dy * B^T, and the weight gradients summed over the tokens): 128 along the long side (64
+ * where it is no longer), the thin side's 16 or 32 across, and the depth split 16 ways: well
+ * ahead of 128 x 64 tiles and further still of 64 x 64 (H100, fp32, 4096 x 16 x 4096 in each
+ * transpose and 16 x 4096 x 4096 TN: BENCHMARKS.md). Whatever the long side: the square
+ * tiles of the other rules would compute the thin side padded to 64 or 128, 4 to 32 times
+ * the products (LoRA's x * A of 8192 tokens took 128 x 64 tiles for its 8 columns). */
+static bool thin_product(const hd_fused_tile_call *c)
+{
+    return (c->m <= 32) != (c->n <= 32);
+}
+
+static void thin_tile(const hd_fused *f, const hd_fused_tile_call *c, size_t units,
+                      hd_fused_params *p)
+{
+    bool thin_n = c->n <= 32;
+    size_t across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
+    size_t along = (thin_n ? c->m : c->n) <= 64 ? 64 : 128;
+    p->bm = (int)(thin_n ? along : across);
+    p->bn = (int)(thin_n ? across : along);
+    p->rm = thin_n ? 8 : 4;
+    p->rn = thin_n ? 4 : 8;
+    bool named_bk = p->bk != 0;
+    if (!named_bk)
+        p->bk = 16;
+    /* few tiles (LoRA's x*A of a few dozen tokens: one tile): more and shorter slices,
+     * down to 64 deep, for two groups per unit */
+    size_t tiles = ceil_div(thin_n ? c->m : c->n, along);
+    size_t sk = c->k / 256 < 16 ? c->k / 256 : 16;
+    if (tiles * sk < 2 * units) {
+        sk = 2 * units / tiles;
+        sk = sk < c->k / 64 ? sk : c->k / 64;
+        sk = sk < 64 ? sk : 64;
+    }
+    /* the long side's operand stored depth-contiguous (A m x k, B n x k), with groups
+     * enough to fill the units three times over, where the local memory holds it: 32
+     * deep, each of its rows read in runs of 128 bytes; with fewer groups the longer
+     * stages ran slower (the H100's timings in BENCHMARKS.md) */
+    bool long_depth_contiguous = thin_n ? !c->a.trans : c->b.trans;
+    size_t groups = c->batch == 1 ? tiles * sk : tiles * c->batch;
+    hd_fused_params deep = {.bm = p->bm, .bn = p->bn, .bk = 32};
+    if (!named_bk && long_depth_contiguous && groups >= 3 * units &&
+        local_memory_holds(f, &deep, false))
+        p->bk = 32;
+    if (c->batch == 1)
+        p->sk = (int)sk;
+}
+
 /* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
  * (more groups) elsewhere; split-K where even those leave most units idle and k is deep. */
 static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
@@ -371,6 +419,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         p->wm = tf32 ? 128 : 32;
         p->wn = tf32 ? 32 : 64;
         p->async = tf32 ? 3 : 4;
+    } else if (!mma && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 && p->sk == 0 &&
+               thin_product(c)) {
+        thin_tile(f, c, units, p);
     } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0) {
         /* 128 x 128 tiles of 16 x 8 results per work-item where they leave the busiest unit
@@ -482,43 +533,6 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
         fma_tile(f, c, p, 64, 128, 16, 8, 8);
         if (p->sk == 0 && c->batch == 1)
             p->sk = (int)deep_split(units, c->m, c->n, c->k);
-    } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 &&
-               p->sk == 0 && (c->m <= 32) != (c->n <= 32) && c->k >= 1024) {
-        /* thin products, as LoRA's rank-r ones: 128 along the long side (64 where it is no
-         * longer), the thin side's 16 or 32 across, and the depth split 16 ways: well ahead of
-         * 128 x 64 tiles and further still of 64 x 64 (H100, fp32, 4096 x 16 x 4096 in each
-         * transpose and 16 x 4096 x 4096 TN: BENCHMARKS.md) */
-        bool thin_n = c->n <= 32;
-        size_t across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
-        size_t along = (thin_n ? c->m : c->n) <= 64 ? 64 : 128;
-        p->bm = (int)(thin_n ? along : across);
-        p->bn = (int)(thin_n ? across : along);
-        p->rm = thin_n ? 8 : 4;
-        p->rn = thin_n ? 4 : 8;
-        bool named_bk = p->bk != 0;
-        if (!named_bk)
-            p->bk = 16;
-        /* few tiles (LoRA's x*A of a few dozen tokens: one tile): more and shorter slices,
-         * down to 64 deep, for two groups per unit */
-        size_t tiles = ceil_div(thin_n ? c->m : c->n, along);
-        size_t sk = c->k / 256 < 16 ? c->k / 256 : 16;
-        if (tiles * sk < 2 * units) {
-            sk = 2 * units / tiles;
-            sk = sk < c->k / 64 ? sk : c->k / 64;
-            sk = sk < 64 ? sk : 64;
-        }
-        /* the long side's operand stored depth-contiguous (A m x k, B n x k), with groups
-         * enough to fill the units three times over, where the local memory holds it: 32
-         * deep, each of its rows read in runs of 128 bytes; with fewer groups the longer
-         * stages ran slower (the H100's timings in BENCHMARKS.md) */
-        bool long_depth_contiguous = thin_n ? !c->a.trans : c->b.trans;
-        size_t groups = c->batch == 1 ? tiles * sk : tiles * c->batch;
-        hd_fused_params deep = {.bm = p->bm, .bn = p->bn, .bk = 32};
-        if (!named_bk && long_depth_contiguous && groups >= 3 * units &&
-            local_memory_holds(f, &deep, false))
-            p->bk = 32;
-        if (c->batch == 1)
-            p->sk = (int)sk;
     } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
                p->rn == 0 && p->sk == 0 && c->batch == 1 && c->k < 1024 && c->m >= 64 &&
                c->n >= 64) {
