@@ -336,8 +336,8 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
 #pragma unroll
     for (int i = 0; i < CACHE; i++)
         pg[i] = pgc[i] = pb[i] = pbc[i] = (floatv)(0.0f);
-    /* sums of squares below least lose digits to the subnormals that eps does not hide: the
-     * rows whose squares are all below 2^-60 and eps below that */
+    /* least: where a row's mean square and eps together come below 2^-60, its squares may
+     * have lost digits to the subnormals (an eps of 2^-60 or more hides them: least 0) */
     const float inv_n = 1.0f / (float)cols, least = (float)cols * fmax(0.0f, 0x1p-60f - eps);
     const int begin = g * chunk, end = min(rows, begin + chunk);
     const int steps = (end - begin + ROWS - 1) / ROWS;
