@@ -498,23 +498,25 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
          * just past a multiple of 128 (narrow_half_fill) */
         bool narrow_tall = false;
         int narrow_sk = 1;
-        if (one_group_a_unit(units, c) && (c->a.trans || a_rows_aligned(c))) {
-            /* at most one such tile a unit, 1000 to 2047 deep: 128 x 64 tiles of 16 x 4
-             * through registers, the depth cut in two (one_group_a_unit) */
-            p->bm = 128;
-            p->bn = 64;
-            p->bk = 16;
-            p->rm = 16;
-            p->rn = 4;
-            p->sk = 2;
-        } else if (one_group_a_unit(units, c)) {
-            /* likewise, but A stored m x k with unaligned rows, loaded a scalar at a time
-             * along the depth: 64 x 128 tiles of 8 x 8, a quarter of the 128 x 64 ones' loads
-             * of A per work-item, halved too, and B copied by cp.async where stored k x n (4
-             * bytes at a time where unaligned) */
-            fma_tile(f, c, p, 64, 128, 16, 8, 8);
-            if (p->async == 0 && copies_an_operand(f, c))
-                p->async = 3;
+        if (one_group_a_unit(units, c)) {
+            /* at most one such tile a unit, 1000 to 2047 deep, the depth cut in two
+             * (one_group_a_unit) */
+            if (c->a.trans || a_rows_aligned(c)) {
+                /* 128 x 64 tiles of 16 x 4 through registers */
+                p->bm = 128;
+                p->bn = 64;
+                p->bk = 16;
+                p->rm = 16;
+                p->rn = 4;
+            } else {
+                /* A stored m x k with unaligned rows, loaded a scalar at a time along the
+                 * depth: 64 x 128 tiles of 8 x 8, a quarter of the 128 x 64 ones' loads of A
+                 * per work-item, and B copied by cp.async where stored k x n (4 bytes at a
+                 * time where unaligned) */
+                fma_tile(f, c, p, 64, 128, 16, 8, 8);
+                if (p->async == 0 && copies_an_operand(f, c))
+                    p->async = 3;
+            }
             p->sk = 2;
         } else if (narrow_half_fill(units, c, &narrow_tall, &narrow_sk)) {
             if (narrow_tall)
