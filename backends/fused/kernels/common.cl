@@ -99,7 +99,7 @@ SLOT_REDUCTION(slot_max, float, fmax)
 
 /* The exponent e of the power of two 2^-e that scales values of magnitude up to m into
  * [0, 4): ilogb(m), clamped so that 2^-e and 2^e are normal floats (a zero, subnormal, NaN or
- * infinite m gives a bound, not a trap). Scaling by ldexp(1.0f, -e) is exact. */
+ * infinite m gives a bound, not a trap). Scaling by pow2(-e) is exact. */
 inline int scale_exponent(float m)
 {
     return clamp(ilogb(m), -126, 126);
@@ -110,6 +110,23 @@ inline int scale_exponent(float m)
 inline float pow2(int k)
 {
     return as_float((k + 127) << 23);
+}
+
+/* Scales the count vectors v that a work-item holds of its slot's row by 2^-e, e from the
+ * row's largest magnitude (scale_exponent), and returns e; every work-item of the group calls
+ * it. red: WG floats. */
+inline int scale_held_row(floatv *v, int count, __local float *red, int slot, int t)
+{
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < count; i++)
+        m = fmax(m, HMAX(fabs(v[i])));
+    const int e = scale_exponent(slot_max(m, red, slot, t));
+    const floatv f = (floatv)(pow2(-e));
+#pragma unroll
+    for (int i = 0; i < count; i++)
+        v[i] *= f;
+    return e;
 }
 
 /* 1/sqrt(var + eps) of a row scaled by 2^-e (mean_sq_s: the scaled row's variance or mean

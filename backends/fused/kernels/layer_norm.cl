@@ -51,18 +51,11 @@ layer_norm_cached(const __global float *x, const __global float *gamma,
     slot_load(v, CACHE, xr, live, n, t, (floatv)(0.0f));
     slot_load(g, CACHE, gv, live, n, t, (floatv)(0.0f));
     slot_load(b, CACHE, bv, live, n, t, (floatv)(0.0f));
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < CACHE; i++)
-        m = fmax(m, HMAX(fabs(v[i])));
-    const int e = scale_exponent(slot_max(m, red, slot, t));
-    const float f = ldexp(1.0f, -e);
+    const int e = scale_held_row(v, CACHE, red, slot, t);
     float hi = 0.0f, lo = 0.0f;
 #pragma unroll
-    for (int i = 0; i < CACHE; i++) {
-        v[i] *= f;
+    for (int i = 0; i < CACHE; i++)
         sum2_add(&hi, &lo, v[i]);
-    }
     slot_sum2(&hi, &lo, red, red2, slot, t);
     float mean_lo;
     const float mean = mean2(hi, lo, (float)cols, 1.0f / (float)cols, &mean_lo);
@@ -113,8 +106,8 @@ layer_norm_looped(const __global float *x, const __global float *gamma,
             hi = ldexp(hi, e - en);
             lo = ldexp(lo, e - en);
             e = en;
-            f = ldexp(1.0f, -e);
-            above = ldexp(1.0f, e + 1);
+            f = pow2(-e);
+            above = pow2(e + 1);
         }
         sum2_add(&hi, &lo, v * f);
     }
@@ -124,7 +117,7 @@ layer_norm_looped(const __global float *x, const __global float *gamma,
     slot_sum2(&hi, &lo, red, red2, slot, t);
     float mean_lo;
     const float mean = mean2(hi, lo, (float)cols, 1.0f / (float)cols, &mean_lo);
-    const float ft = ldexp(1.0f, -top);
+    const float ft = pow2(-top);
     float sq = 0.0f;
     for (int j = t; j < n; j += T) {
         const floatv d = (xr[j] * ft - mean) - mean_lo;

@@ -45,18 +45,11 @@ rms_norm_cached(const __global float *x, const __global float *w, __global float
     floatv v[CACHE], wr[CACHE];
     slot_load(v, CACHE, xr, live, n, t, (floatv)(0.0f));
     slot_load(wr, CACHE, wv, live, n, t, (floatv)(0.0f));
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < CACHE; i++)
-        m = fmax(m, HMAX(fabs(v[i])));
-    const int e = scale_exponent(slot_max(m, red, slot, t));
-    const float f = ldexp(1.0f, -e);
+    const int e = scale_held_row(v, CACHE, red, slot, t);
     float sq = 0.0f;
 #pragma unroll
-    for (int i = 0; i < CACHE; i++) {
-        v[i] *= f;
+    for (int i = 0; i < CACHE; i++)
         sq += HSUM(v[i] * v[i]);
-    }
     sq = slot_sum(sq, red, slot, t);
     const float r = scaled_rstd(sq / (float)cols, eps, e).x;
     if (live) {
@@ -94,15 +87,15 @@ rms_norm_looped(const __global float *x, const __global float *w, __global float
             const int en = scale_exponent(vm);
             sq = ldexp(sq, 2 * (e - en));
             e = en;
-            f = ldexp(1.0f, -e);
-            above = ldexp(1.0f, e + 1);
+            f = pow2(-e);
+            above = pow2(e + 1);
         }
         const floatv s = v * f;
         sq += HSUM(s * s);
     }
     const int top = (int)slot_max((float)e, red, slot, t);
     sq = slot_sum(ldexp(sq, 2 * (e - top)), red, slot, t);
-    const float ft = ldexp(1.0f, -top);
+    const float ft = pow2(-top);
     const float r = scaled_rstd(sq / (float)cols, eps, top).x;
     for (int j = t; j < n; j += T)
         yr[j] = xr[j] * ft * r * wv[j];

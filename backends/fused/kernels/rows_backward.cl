@@ -381,15 +381,7 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
         if (!out_of_range) {
             r.x = r.y = 1.0f / sqrt(s2.x * inv_n + eps);
         } else {
-            float m = 0.0f;
-#pragma unroll
-            for (int i = 0; i < CACHE; i++)
-                m = fmax(m, HMAX(fabs(xv[i])));
-            const int e = scale_exponent(slot_max(m, (__local float *)red, slot, t));
-            const floatv f = (floatv)(pow2(-e));
-#pragma unroll
-            for (int i = 0; i < CACHE; i++)
-                xv[i] *= f;
+            const int e = scale_held_row(xv, CACHE, (__local float *)red, slot, t);
             if (center) {
                 const float4 s1 = slot_pair_sum4(row_sums1(xv, gam, dv, t), red, slot, t);
                 mean = mean2(s1.x, s1.y, (float)cols, inv_n, &mean_lo);
