@@ -1,6 +1,6 @@
 /* The tuning cache file's writer: the text of a file, and the locked, atomic save that merges
  * with what is on disk. Part of the tools' library (dispatch-autotune writes caches; the
- * installed library only reads them, autotune/cache.c). The format is in autotune/cache.h. */
+ * installed library only reads them, dispatch/tune_file.c). The format is in dispatch/tune_file.h. */
 #define _DEFAULT_SOURCE /* flock() */
 #include <dirent.h>
 #include <errno.h>
@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "autotune/cache.h"
-#include "dispatch/error.h"
-#include "dispatch/file.h"
-#include "dispatch/op.h"
+#include "dispatch/tune_file.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/op.h"
 
 typedef struct text {
     char *p;

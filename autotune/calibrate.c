@@ -5,8 +5,8 @@
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
 #include "dispatch/device.h"
-#include "dispatch/error.h"
-#include "dispatch/op.h"
+#include "core/error.h"
+#include "core/op.h"
 #include "dispatch/tools.h"
 
 typedef struct gemm_job {

@@ -1,10 +1,10 @@
-/* Calibration of a context's device for the cost model (autotune/cache.h has the fields). */
+/* Calibration of a context's device for the cost model (dispatch/tune_file.h has the fields). */
 #ifndef HD_AUTOTUNE_CALIBRATE_H
 #define HD_AUTOTUNE_CALIBRATE_H
 
 #include <stdbool.h>
 
-#include "autotune/cache.h"
+#include "dispatch/tune_file.h"
 #include "autotune/measure.h"
 
 /*

@@ -8,7 +8,7 @@
 
 #include "autotune/measure.h"
 #include "dispatch/device.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/tools.h"
 
 static const char *const mode_names[HD_MEASURE_MODE_COUNT] = {"device", "sync", "chain", "host"};

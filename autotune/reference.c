@@ -6,7 +6,7 @@
 
 #include "autotune/reference.h"
 #include "backends/reference.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 
 static double at(const float *m, size_t cols, size_t r, size_t c)
 {

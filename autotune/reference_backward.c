@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "autotune/reference.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 
 void hd__ref_softmax_backward(size_t rows, size_t cols, const float *y, const float *dy, double *dx)
 {

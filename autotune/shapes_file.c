@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "autotune/cache.h"
+#include "dispatch/tune_file.h"
 #include "autotune/suites.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 #include "dispatch/tools.h"
 
 #define SHOWN_SIZE (80 * 4 + 4) /* 80 bytes as \xHH each, "..." and the NUL */

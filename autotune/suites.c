@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "autotune/suites.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 
 #define GEMM(m, n, k)                                                                              \
     {                                                                                              \

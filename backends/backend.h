@@ -18,97 +18,14 @@
 
 #include <hd/dispatch.h>
 
-#include "dispatch/tensor.h"
+#include "core/args.h"
+#include "core/tensor.h"
 
 /* The first backend or plan of hd_backend: "auto" comes first in HD_BACKEND_MAP, the rest are
  * backends and plans, so that `for (b = HD_BACKEND_FIRST; b < HD_BACKEND_COUNT; b++)` visits
  * each without naming one. */
 #define HD_BACKEND_FIRST (HD_BACKEND_AUTO + 1)
 _Static_assert(HD_BACKEND_AUTO == 0, "auto must come first in HD_BACKEND_MAP");
-
-typedef struct hd_gemm_args {
-    bool trans_a, trans_b;
-    float alpha, beta;
-    const hd_tensor *a, *b;
-    const hd_tensor *c;     /* written: the state behind the handle */
-    size_t m, n, k;         /* op(A) is m×k, op(B) k×n, C m×n */
-    const char *variant;    /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
-    size_t batch;           /* gemm_batched: matrices stacked by rows in each tensor (m, n, k per
-                               matrix); unused by gemm */
-    hd_precision precision; /* the context's GEMM arithmetic; backends without tensor-core
-                               kernels compute fp32, which is at least as accurate */
-} hd_gemm_args;
-
-typedef struct hd_lora_args {
-    const hd_tensor *x, *w, *a, *b;
-    float scale;
-    const hd_tensor *y;
-    size_t tokens, in, out, rank; /* x tokens×in, op(W) in×out, op(A) in×rank, op(B) rank×out */
-    const char *variant;          /* as for GEMM */
-    hd_precision precision;       /* as for GEMM, for x*W */
-    /* hd_lora_forward_ex()'s layout: W stored out×in, A rank×in, B out×rank. A slot that
-     * cannot read a layout in place returns HD_ERR_UNSUPPORTED (and its supports() says so). */
-    bool trans_w, trans_a, trans_b;
-} hd_lora_args;
-
-/* Softmax, layer norm and RMS norm: one row at a time, y may be x. */
-typedef struct hd_row_args {
-    const hd_tensor *x;
-    const hd_tensor *gamma; /* layer norm: scale; RMS norm: weight; softmax: NULL */
-    const hd_tensor *beta;  /* layer norm: shift; otherwise NULL */
-    float eps;
-    const hd_tensor *y;
-    size_t rows, cols;
-    const char *variant; /* as for GEMM */
-} hd_row_args;
-
-/* The backward of a row op, one row at a time: softmax reads y (in x) and dy; the norms read
- * x, their weight (gamma) and dy. dx may be dy. Weight gradients (dgamma: layer norm's gamma
- * or RMS norm's weight; dbeta: layer norm's beta) may be NULL: not wanted. With rows = 0
- * (cols >= 1) the dispatcher zeroes the weight gradients itself; a slot sees rows, cols >= 1. */
-typedef struct hd_row_backward_args {
-    const hd_tensor *x; /* softmax: its output y */
-    const hd_tensor *gamma;
-    const hd_tensor *dy;
-    float eps;
-    const hd_tensor *dx, *dgamma, *dbeta; /* written */
-    size_t rows, cols;
-    const char *variant; /* as for GEMM */
-} hd_row_backward_args;
-
-/* LoRA backward with W frozen: dx (may be NULL), da and db from x, W, A, B and dy, each
- * overwritten or, with accumulate, added to. A slot sees tokens, in, out >= 1; rank may be 0
- * (da and db are then empty). */
-typedef struct hd_lora_backward_args {
-    const hd_tensor *x, *w, *a, *b;
-    float scale;
-    const hd_tensor *dy;
-    const hd_tensor *dx, *da, *db; /* written; dx may be NULL */
-    bool accumulate;
-    size_t tokens, in, out, rank;
-    const char *variant;    /* as for GEMM */
-    hd_precision precision; /* as for GEMM */
-    /* hd_lora_backward_ex()'s layout, as the forward's: W stored out×in, A (and dA) rank×in,
-     * B (and dB) out×rank. */
-    bool trans_w, trans_a, trans_b;
-} hd_lora_backward_args;
-
-/* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
- * rank), row ops (rows, cols). */
-typedef struct hd_shape {
-    size_t dim[4];
-    bool trans_a, trans_b; /* GEMM only */
-    unsigned lora_layout;  /* LoRA and its backward: hd_lora_layout flags, 0 by default */
-} hd_shape;
-
-/* The argument struct of each op's backend slot (the op table says which member). */
-typedef union hd_op_args {
-    hd_gemm_args gemm; /* GEMM and batched GEMM */
-    hd_lora_args lora;
-    hd_row_args row;
-    hd_row_backward_args row_backward;
-    hd_lora_backward_args lora_backward;
-} hd_op_args;
 
 /* The device's measured constants for the cost model, from the tuning cache; 0 means not
  * measured, and each backend then uses its own default. */
@@ -131,6 +48,15 @@ typedef enum hd_part {
     HD_PART_EPILOGUE,
 } hd_part;
 
+struct hd_cl_runtime;    /* the device runtime the device backends share (backends/opencl) */
+struct hd_device_buffer; /* a tensor's storage at the device place */
+
+/* What a backend's probe gets of the context, once: the device runtime, the thread count. */
+typedef struct hd_backend_setup {
+    struct hd_cl_runtime *device; /* the device runtime the device backends share; NULL: none */
+    size_t cpu_threads;           /* CPU threads asked for; 0: the default */
+} hd_backend_setup;
+
 /* One op (or its epilogue) on a backend: args->gemm, lora or row as the op table says. */
 typedef hd_status (*hd_op_slot)(void *state, hd_context *ctx, const hd_op_args *args);
 
@@ -139,10 +65,16 @@ typedef struct hd_backend_impl {
     hd_backend id;
     hd_place place; /* where the backend needs its tensors */
 
-    /* Prepares the backend for ctx. Returns HD_ERR_BACKEND_UNAVAILABLE (with a message) when it
-     * cannot run here, which is not an error for the context. *state is passed to every slot. */
-    hd_status (*probe)(hd_context *ctx, void **state);
+    /* Prepares the backend for ctx with what setup gives it, which it keeps in its state (a
+     * backend reads nothing of the context: ctx is where it reports). Returns
+     * HD_ERR_BACKEND_UNAVAILABLE (with a message) when it cannot run here, which is not an
+     * error for the context. *state is passed to every slot. */
+    hd_status (*probe)(hd_context *ctx, const hd_backend_setup *setup, void **state);
     void (*destroy)(void *state); /* (optional) */
+
+    /* The CPU threads the backend runs with, as its probe resolved setup->cpu_threads.
+     * (optional: it runs none of its own) */
+    size_t (*cpu_threads)(void *state);
 
     /* Whether the backend takes this shape of op (or of its epilogue), by its own limits;
      * NULL: every shape its slots take. (optional) */
@@ -187,6 +119,13 @@ typedef struct hd_backend_impl {
      * (optional: none to set) */
     hd_status (*set_params)(void *state, hd_context *ctx, const char *name, const char *value);
 
+    /* Takes the tuning cache's device-level parameter set `name` for this backend (a "param"
+     * line), as the context hands it over when it opens the cache: kept and laid over the
+     * backend's defaults for the calls to come, each set checked when a call first needs it (a
+     * check runs kernels), as set_params' are not. One that cannot be read is a note.
+     * (optional: the backend keeps no such set) */
+    void (*cached_params)(void *state, hd_context *ctx, const char *name, const char *value);
+
     /* Builds or compiles whatever the first call would. (optional) */
     hd_status (*warmup)(void *state, hd_context *ctx);
 
@@ -199,9 +138,6 @@ typedef struct hd_backend_impl {
     hd_op_slot run[HD_OP_COUNT];      /* the whole op; NULL: not offered */
     hd_op_slot epilogue[HD_OP_COUNT]; /* the op after its product; NULL: not offered */
 } hd_backend_impl;
-
-struct hd_cl_runtime;    /* the device runtime the device backends share (backends/opencl) */
-struct hd_device_buffer; /* a tensor's storage at the device place */
 
 /* The device place, as the device backends' runtime provides it: opening the device, its
  * buffers and copies, and waiting. dispatch/ reaches the device only through these hooks
@@ -235,6 +171,10 @@ typedef struct hd_device_ops {
     void (*capture_begin)(struct hd_cl_runtime *rt);
     hd_status (*capture_end)(struct hd_cl_runtime *rt, hd_context *ctx, double *seconds);
 } hd_device_ops;
+
+/* The version of CLBlast this build links, as the tuning cache's device key holds it:
+ * "MAJOR.MINOR.PATCH", "unknown" where its header does not say, "none" without CLBlast. */
+const char *hd__registry_clblast_version(void);
 
 /* The device hooks of this build (backends/registry.c); NULL when built without a device. */
 const hd_device_ops *hd__registry_device(void);

@@ -5,6 +5,10 @@
 
 #include "backends/backend.h"
 
+#ifdef HD_HAVE_CLBLAST
+#include <clblast_c.h> /* CLBLAST_VERSION_*, for the tuning cache's device key */
+#endif
+
 #ifdef HD_HAVE_OPENCL
 extern const hd_device_ops hd__opencl_device_ops; /* backends/opencl/device_ops.c */
 #endif
@@ -59,5 +63,19 @@ const hd_device_ops *hd__registry_device(void)
     return &hd__opencl_device_ops;
 #else
     return NULL;
+#endif
+}
+
+#define STR2(x) #x
+#define STR(x)  STR2(x)
+
+const char *hd__registry_clblast_version(void)
+{
+#if defined(HD_HAVE_CLBLAST) && defined(CLBLAST_VERSION_MAJOR)
+    return STR(CLBLAST_VERSION_MAJOR) "." STR(CLBLAST_VERSION_MINOR) "." STR(CLBLAST_VERSION_PATCH);
+#elif defined(HD_HAVE_CLBLAST)
+    return "unknown"; /* a CLBlast without the macros */
+#else
+    return "none";
 #endif
 }

@@ -6,8 +6,8 @@
 
 #include "autotune/reference.h"
 #include "bench/case.h"
-#include "dispatch/error.h"
-#include "dispatch/op.h"
+#include "core/error.h"
+#include "core/op.h"
 #include "dispatch/tools.h"
 
 /* Inputs of all sets together under this size rotate among several sets, so that a timing

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "autotune/cache.h"
+#include "dispatch/tune_file.h"
+#include "dispatch/tuning.h"
 #include "autotune/measure.h"
-#include "autotune/table.h"
 #include "dispatch/tools.h"
 
 static int fail(const char *what, hd_context *ctx)

@@ -18,11 +18,12 @@
 
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
-#include "autotune/table.h"
+#include "dispatch/tune_file.h"
+#include "dispatch/tuning.h"
 #include "bench/case.h"
 #include "bench/compare.h"
 #include "bench/results.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/tools.h"
 
 #define MAX_SUITES 8

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "bench/results.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 
 hd_bench_record *hd__bench_record_add(hd_bench_run *run)
 {

@@ -3,7 +3,7 @@
 
 #include "dispatch/check.h"
 #include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[])
 {
@@ -364,3 +364,16 @@ hd_status hd__prepare_lora_backward(hd_context *ctx, const hd_tensor *const t[],
         call->kind = p->accumulate ? HD_CALL_NOTHING : HD_CALL_SCALE_ONLY;
     return HD_OK;
 }
+
+hd_prepare_fn *const hd__op_prepare[HD_OP_COUNT] = {
+    [HD_OP_GEMM] = hd__prepare_gemm,
+    [HD_OP_LORA] = hd__prepare_lora,
+    [HD_OP_SOFTMAX] = hd__prepare_softmax,
+    [HD_OP_LAYER_NORM] = hd__prepare_norm,
+    [HD_OP_RMS_NORM] = hd__prepare_norm,
+    [HD_OP_GEMM_BATCHED] = hd__prepare_gemm_batched,
+    [HD_OP_SOFTMAX_BACKWARD] = hd__prepare_row_backward,
+    [HD_OP_LAYER_NORM_BACKWARD] = hd__prepare_row_backward,
+    [HD_OP_RMS_NORM_BACKWARD] = hd__prepare_row_backward,
+    [HD_OP_LORA_BACKWARD] = hd__prepare_lora_backward,
+};

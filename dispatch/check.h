@@ -12,6 +12,13 @@
  * first input). */
 hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[]);
 
+/* Checks the public arguments of op (t in the order of its tensors[], already non-NULL where
+ * not optional and of ctx) and fills call->args, call->shape and call->kind. */
+typedef hd_status hd_prepare_fn(hd_context *ctx, const hd_tensor *const t[],
+                                const hd_op_params *p, hd_call *call);
+/* Each op's check, by hd_op: the one table of them (dispatch/check.c). */
+extern hd_prepare_fn *const hd__op_prepare[HD_OP_COUNT];
+
 hd_status hd__prepare_gemm(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
                            hd_call *call);
 /* batch = 0 passes (a no-op) once the tensors are valid; args gets per-matrix m, n, k. */

@@ -2,11 +2,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
+#include "core/error.h"
 #include "dispatch/context.h"
-#include "dispatch/env.h"
-#include "dispatch/error.h"
 #include "dispatch/memo.h"
 #include "dispatch/tools.h"
+#include "dispatch/tuning.h"
 
 /* More threads than any machine this runs on has cores: a larger $HD_THREADS is a typo. */
 #define HD_MAX_CPU_THREADS 4096
@@ -94,7 +95,7 @@ hd_status hd__parse_backend_spec(hd_context *ctx, const char *spec, hd_backend f
 
 /* The CPU backend's thread count: the option, else $HD_THREADS, else 0 (the backend's
  * default). A typo in the variable is an error rather than a silent default; blanks around
- * the number are no typo, as around a switch's value (dispatch/env.h). */
+ * the number are no typo, as around a switch's value (core/env.h). */
 static hd_status cpu_threads_requested(hd_context *ctx, const hd_context_options *opt)
 {
     if (opt->threads < 0 || opt->threads > HD_MAX_CPU_THREADS)
@@ -135,7 +136,7 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
         /* no OpenCL here, or a device that cannot be used now (another process holds it in
          * exclusive mode, its driver fails): the CPU serves alone, which is worth a note, not
          * an error. A device the user named is an error: they asked for that one. */
-        hd__note(ctx, "no usable OpenCL device, the CPU serves alone: %s", ctx->last_error);
+        hd__note(ctx, "no usable OpenCL device, the CPU serves alone: %s", ctx->report.last_error);
         hd__error_clear(ctx);
         return HD_OK;
     }
@@ -197,9 +198,9 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
         return HD_ERR_OUT_OF_MEMORY;
     }
 
-    ctx->log = opt->log;
-    ctx->log_user = opt->log_user;
-    ctx->log_stderr = hd__env_bool(ctx, "HD_LOG", false);
+    ctx->report.log = opt->log;
+    ctx->report.log_user = opt->log_user;
+    ctx->report.log_stderr = hd__env_bool(ctx, "HD_LOG", false);
     hd__fault_init(ctx);
     hd_status s = cpu_threads_requested(ctx, opt);
     if (s == HD_OK)
@@ -217,7 +218,7 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
         s = hd__tune_open(ctx, opt);
     if (s == HD_OK && opt->warmup)
         s = hd_context_warmup(ctx);
-    hd__error_keep_create(s, ctx->last_error);
+    hd__error_keep_create(s, ctx->report.last_error);
     if (s != HD_OK) {
         hd_context_destroy(ctx);
         return s;

@@ -4,7 +4,7 @@
 
 #include "dispatch/context.h"
 #include "dispatch/device.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 bool hd__device_present(const hd_context *ctx)
 {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/select.h"
 #include "dispatch/tools.h"
 #include "dispatch/tuning.h"

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/fault.h"
 #include "dispatch/tools.h"
 

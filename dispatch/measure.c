@@ -3,7 +3,7 @@
 #include "backends/backend.h"
 #include "dispatch/context.h"
 #include "dispatch/device.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 /* The build's measurement hooks where ctx has a device, else NULL with the context's error
  * set. */

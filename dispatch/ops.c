@@ -7,7 +7,7 @@
 
 #include "dispatch/check.h"
 #include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/fault.h"
 #include "dispatch/memo.h"
 #include "dispatch/select.h"
@@ -96,11 +96,11 @@ hd_status hd__call_run_on(hd_context *ctx, hd_backend b, hd_call *call, const ch
     hd_status s = place_tensors(call, place);
     if (s == HD_OK && hd__fault(ctx, b, "launch"))
         s = HD_ERR_DEVICE;
-    ctx->outputs_changed = false;
+    ctx->report.outputs_changed = false;
     if (s == HD_OK)
         s = run_slot(ctx, b, call, variant);
     /* written there; after a failure that changed them too: what that place holds is latest */
-    if (s == HD_OK || ctx->outputs_changed)
+    if (s == HD_OK || ctx->report.outputs_changed)
         for (int i = 0; i < call->io.output_count; i++)
             hd__tensor_written(call->io.outputs[i], place);
     if (s == HD_OK)
@@ -154,9 +154,9 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
             hd__tune_disable(ctx, call->op, &call->shape);
         if (s == HD_ERR_DEVICE) /* out of memory or a failed build may be this shape's alone */
             hd__backend_mark_unhealthy(ctx, b);
-        if (ctx->outputs_changed && !rerunnable(call)) {
+        if (ctx->report.outputs_changed && !rerunnable(call)) {
             char cause[640]; /* the message is rewritten in place: its cause copied first */
-            snprintf(cause, sizeof cause, "%.600s", ctx->last_error);
+            snprintf(cause, sizeof cause, "%.600s", ctx->report.last_error);
             return hd__error(ctx, s,
                              "%s failed on %s after it had begun writing the outputs, which are "
                              "undefined now (no other backend ran): %s",
@@ -166,7 +166,7 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
         const char *v = plan.variant[i];
         snprintf(failures + used, sizeof failures - used, "%s[%s%s%.200s%s] %.600s",
                  used ? "; " : "", hd_backend_name(b), v ? " \"" : "", v ? v : "", v ? "\"" : "",
-                 ctx->last_error);
+                 ctx->report.last_error);
     }
     return hd__error(ctx, s, "every backend failed for %s: %s", hd_op_name(call->op), failures);
 }
@@ -197,7 +197,7 @@ static hd_status scale_at(hd_context *ctx, const hd_tensor *c, float beta, hd_pl
             return HD_OK;
         }
         /* as for a call: whatever failed is the backend or its device; the host remains */
-        snprintf(last_failure, size, "%s: %.600s", hd_backend_name(b), ctx->last_error);
+        snprintf(last_failure, size, "%s: %.600s", hd_backend_name(b), ctx->report.last_error);
         hd__note(ctx, "scaling on %s", last_failure);
         hd__error_clear(ctx);
         failed = s;
@@ -260,7 +260,8 @@ hd_status hd__call_prepare(hd_context *ctx, hd_op op, const hd_tensor *const t[]
     call->op = op;
     hd_status s = hd__check_tensors(ctx, op, t);
     if (s == HD_OK)
-        s = hd__op(op)->prepare(ctx, t, p, call);
+        s = hd__op_prepare[op](ctx, t, p, call);
+    call->shape.precision = ctx->gemm_precision;
     return s;
 }
 

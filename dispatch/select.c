@@ -43,6 +43,14 @@
  * enqueued and waited for). */
 #define DEFAULT_ROUND_TRIP_US 10.0
 
+/* shape as a backend is asked about it: with the context's GEMM arithmetic. */
+static hd_shape in_context(const hd_context *ctx, const hd_shape *shape)
+{
+    hd_shape s = *shape;
+    s.precision = ctx->gemm_precision;
+    return s;
+}
+
 /* Whether backend b (not a plan) offers op's part and takes the shape by its own limits. */
 static bool impl_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
                        hd_part part)
@@ -53,7 +61,8 @@ static bool impl_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_s
     hd_op_slot slot = part == HD_PART_WHOLE ? impl->run[op] : impl->epilogue[op];
     if (slot == NULL)
         return false;
-    return impl->supports == NULL || impl->supports(ctx->backend_state[b], op, shape, part);
+    hd_shape s = in_context(ctx, shape);
+    return impl->supports == NULL || impl->supports(ctx->backend_state[b], op, &s, part);
 }
 
 bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape)
@@ -85,7 +94,8 @@ static double impl_estimate(const hd_context *ctx, hd_backend b, hd_op op, const
     if (impl == NULL || impl->estimate_us == NULL ||
         (part == HD_PART_WHOLE ? impl->run[op] : impl->epilogue[op]) == NULL)
         return -1.0; /* no estimate, or no slot for the op to estimate */
-    return impl->estimate_us(ctx->backend_state[b], op, shape, part, cal);
+    hd_shape s = in_context(ctx, shape);
+    return impl->estimate_us(ctx->backend_state[b], op, &s, part, cal);
 }
 
 double hd__backend_estimate_us(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
@@ -121,7 +131,8 @@ size_t hd__backend_variants(const hd_context *ctx, hd_backend b, hd_op op, const
     const hd_backend_impl *impl = ctx->backends[owner];
     if (impl == NULL || impl->variants == NULL || max == 0)
         return 0;
-    return impl->variants(ctx->backend_state[owner], op, shape, part, out, max);
+    hd_shape s = in_context(ctx, shape);
+    return impl->variants(ctx->backend_state[owner], op, &s, part, out, max);
 }
 
 hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
@@ -132,7 +143,8 @@ hd_status hd__backend_check_variant(hd_context *ctx, hd_backend b, hd_op op, con
     const hd_backend_impl *impl = ctx->backends[owner];
     if (impl == NULL || impl->check_variant == NULL)
         return HD_OK;
-    return impl->check_variant(ctx->backend_state[owner], ctx, op, shape, part, variant);
+    hd_shape s = in_context(ctx, shape);
+    return impl->check_variant(ctx->backend_state[owner], ctx, op, &s, part, variant);
 }
 
 hd_status hd__backend_build_ahead(hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape,
@@ -143,7 +155,8 @@ hd_status hd__backend_build_ahead(hd_context *ctx, hd_backend b, hd_op op, const
     const hd_backend_impl *impl = ctx->backends[owner];
     if (impl == NULL || impl->build_ahead == NULL)
         return HD_OK;
-    return impl->build_ahead(ctx->backend_state[owner], ctx, op, shape, part, variant);
+    hd_shape s = in_context(ctx, shape);
+    return impl->build_ahead(ctx->backend_state[owner], ctx, op, &s, part, variant);
 }
 
 void hd__shape_text(hd_op op, const hd_shape *s, char *buf, size_t size)

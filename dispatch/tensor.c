@@ -5,7 +5,7 @@
 
 #include "dispatch/context.h"
 #include "dispatch/device.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/tensor.h"
 
 static size_t tensor_bytes(const hd_tensor *t)

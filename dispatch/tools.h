@@ -12,13 +12,12 @@
  * behind these functions, so that dispatch/ can change them without a tool noticing;
  * tests/check_layers.sh keeps the tools to this header.
  *
- * Beside it the tools include dispatch/op.h (the op table: names, dims, tensors, flops, value
- * ranges), dispatch/device.h (the device as they measure it), dispatch/tuning.h and the cache
- * reader's headers in autotune/ (the records they write), dispatch/file.h (the cache writer
- * opens files as the reader does), backends/backend.h for hd_shape and the calibration, and
- * dispatch/error.h: the tools' library fails as the library does, a status returned and one
- * sentence on the context, so that a tool prints hd_context_last_error() alike after a
- * failed measurement and a failed call.
+ * Beside it the tools include core/ (the op table: names, dims, tensors, flops, value ranges;
+ * files, which the cache writer opens as the reader does; errors: the tools' library fails as
+ * the library does, a status returned and one sentence on the context, so that a tool prints
+ * hd_context_last_error() alike after a failed measurement and a failed call),
+ * dispatch/device.h (the device as they measure it), dispatch/tuning.h and
+ * dispatch/tune_file.h (the records they write), and backends/backend.h for the calibration.
  *
  * The dispatcher's own headers include this one for the call type.
  */
@@ -31,7 +30,8 @@
 #include <hd/dispatch.h>
 
 #include "backends/backend.h"
-#include "dispatch/op.h"
+#include "core/names.h"
+#include "core/op.h"
 
 /* The tensors one call reads and writes, for migration costs and residency. */
 typedef struct hd_call_tensors {
@@ -41,6 +41,13 @@ typedef struct hd_call_tensors {
     int output_count;
     bool output_read; /* the op reads its outputs' old contents (GEMM with beta != 0) */
 } hd_call_tensors;
+
+/* What a checked call amounts to before any backend is asked. */
+typedef enum hd_call_kind {
+    HD_CALL_RUN = 0,    /* a non-empty problem for a backend */
+    HD_CALL_NOTHING,    /* an empty output: nothing to do */
+    HD_CALL_SCALE_ONLY, /* C = beta*C (GEMM with k = 0 or alpha = 0): no product to compute */
+} hd_call_kind;
 
 /* One checked call of an operation: what hd__call_prepare() builds and the run functions
  * take. A tool keeps it and runs it as often as it likes: its tensors are referenced, not
@@ -120,10 +127,6 @@ hd_backend hd__forced_backend(const hd_context *ctx, hd_op op);
 /* Plan memo statistics: lookups answered from the memo, and plans made. */
 void hd__plans_stats(const hd_context *ctx, unsigned long *hits, unsigned long *misses);
 
-/* Backend or plan by name ("cpu", "clblast", "fused", "clblast+fused", "auto"), op by name
- * (hd_op_name()); false if unknown. */
-bool hd__backend_from_name(const char *name, hd_backend *b);
-bool hd__op_from_name(const char *name, hd_op *op);
 
 /* hd_context_explain() for a shape as the op table holds it (with LoRA's layout flags, which
  * the public call's dims cannot carry). */

@@ -1,8 +1,10 @@
 /*
- * What the scheduler reads of the tuning cache: the record of one tuned call, the device's
- * calibration, and the lookups of the context's tuning table. The cache reader
- * (autotune/cache.c, autotune/table.c, in the library) provides them; the scheduler needs
- * nothing else of autotune/, and nothing of the tools.
+ * The context's tuning: the record of one tuned call, the device's calibration, and the
+ * lookups of the context's tuning table, in the context's GEMM precision (dispatch/tuning.c,
+ * over the passive table of dispatch/tune_table.c and the file reader of
+ * dispatch/tune_file.c); opening and closing the table for a context; the device key a cache
+ * file must carry here. The scheduler needs nothing else of the cache, and nothing of the
+ * tools.
  */
 #ifndef HD_DISPATCH_TUNING_H
 #define HD_DISPATCH_TUNING_H
@@ -10,6 +12,8 @@
 #include <stdbool.h>
 
 #include "backends/backend.h"
+
+struct hd_tune_key;
 
 #define HD_TUNE_STRING_MAX 256
 
@@ -24,7 +28,7 @@ typedef struct hd_tune_record {
     hd_backend runner_up; /* HD_BACKEND_AUTO: none */
     double margin_pct;    /* runner-up time / winner time - 1, in percent; negative where the
                              tuner preferred a slower winner (dispatch-autotune's rules) */
-    bool disabled;        /* this context's: its variant failed at a call (autotune/table.c);
+    bool disabled;        /* this context's: its variant failed at a call (dispatch/tuning.c);
                              never read from or written to the file */
 } hd_tune_record;
 
@@ -36,7 +40,7 @@ const hd_tune_record *hd__tune_exact(const hd_context *ctx, hd_op op, const hd_s
 void hd__tune_disable(hd_context *ctx, hd_op op, const hd_shape *shape);
 
 /* The tuned record of op closest to shape in log space (same transposes for GEMM), whose every
- * dimension is within HD_TUNE_NEAR_DIM (autotune/table.h); NULL if none. *distance: the sum
+ * dimension is within HD_TUNE_NEAR_DIM (dispatch/tune_table.h); NULL if none. *distance: the sum
  * over dimensions. */
 const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd_shape *shape,
                                        double *distance);
@@ -48,8 +52,8 @@ const hd_tune_record *hd__tune_nearest(const hd_context *ctx, hd_op op, const hd
 const hd_tune_record *hd__tune_nearest_timing(const hd_context *ctx, hd_op op,
                                               const hd_shape *shape, hd_backend b);
 
-/* A device-level param of backend b (e.g. CLBlast "base"), or NULL. Backends read theirs
- * when they first need it: the table opens after the backends are probed. */
+/* A device-level param of backend b (e.g. CLBlast "base"), or NULL. The backends get theirs
+ * through their cached_params hook when the table opens (backends/backend.h). */
 const char *hd__tune_param(const hd_context *ctx, hd_backend b, const char *name);
 
 /* The device's calibration from the cache, or NULL when it holds none. */
@@ -58,5 +62,30 @@ const hd_tune_calibration *hd__tune_calibration(const hd_context *ctx);
 /* The record's margin for a person: "3.0% ahead of fused", "2.5% behind (preferred over)
  * cpu" where the tuner preferred a slower winner, "" when nothing else ran. */
 void hd__tune_margin_text(const hd_tune_record *r, char *buf, size_t size);
+
+/* Opens the tuning table named by the options or the environment. A damaged file is reported
+ * as a note (the context's log) and ignored: the context works without it. Each of the file's
+ * device-level params goes to its backend (cached_params); records whose variants their
+ * backend rejects are dropped with a note; the context's plans are invalidated. */
+hd_status hd__tune_open(hd_context *ctx, const hd_context_options *opt);
+void hd__tune_close(hd_context *ctx);
+
+/* This context's device key: what a cache file must carry to be used here, normalised
+ * (hd__tune_key_normalize) as a file written with it reads back. */
+void hd__tune_context_key(const hd_context *ctx, struct hd_tune_key *key);
+/* The first field in which a file's key differs from the context's ("device", "driver
+ * version", ...), NULL when the file is for this context. */
+const char *hd__tune_key_mismatch(const struct hd_tune_key *file, const struct hd_tune_key *here);
+
+typedef enum hd_tune_path {
+    HD_TUNE_PATH_FOUND,
+    HD_TUNE_PATH_NONE,     /* no option, $HD_TUNE_CACHE, $XDG_CACHE_HOME or $HOME */
+    HD_TUNE_PATH_EMPTY,    /* the tune_cache option is "" */
+    HD_TUNE_PATH_TOO_LONG, /* the path does not fit the buffer */
+} hd_tune_path;
+
+/* The cache path the context would use (options, $HD_TUNE_CACHE, default) into buf; buf is ""
+ * unless HD_TUNE_PATH_FOUND. */
+hd_tune_path hd__tune_resolve_path(const hd_context_options *opt, char *buf, size_t size);
 
 #endif

@@ -1,10 +1,20 @@
 #!/bin/sh
-# The layers point one way (ARCHITECTURE.md): libdispatch.so holds none of the tools' code
-# (measurement, the device's calibration measurements, candidate choice, the reference, the
-# cache writer, the suites: no symbol the tools' library defines) and no fault injection;
-# neither do the installed tools hold fault injection; dispatch/ includes nothing but its own
-# headers and backends/backend.h; neither autotune/ nor bench/ includes the OpenCL runtime;
-# and the tools reach dispatch/ only through its tools' interface (dispatch/tools.h).
+# The layers point one way (ARCHITECTURE.md): include/hd -> core/ -> backends/ -> dispatch/ ->
+# the tools (autotune/, bench/), each using only those before it, by its includes and by its
+# calls:
+#   - core/ includes nothing of ours but core/ (and the public headers);
+#   - backends/ includes core/, backends/backend.h (the vtable), backends/reference.h (the
+#     float64 GEMM element) and the backend's own folder (a device backend also the OpenCL
+#     runtime, backends/opencl/runtime.h), never dispatch/, and reads no field of the context;
+#   - dispatch/ includes core/, backends/backend.h and its own headers: nothing of a backend's
+#     folder, the OpenCL runtime or autotune/;
+#   - the tools reach dispatch/ only through its tools' interface (dispatch/tools.h and the few
+#     headers it names), never the OpenCL runtime, never a context's field;
+#   - no object of the library calls a function of a layer above its own (nm of each object);
+# and libdispatch.so holds none of the tools' code (measurement, the device's calibration
+# measurements, candidate choice, the reference, the cache writer, the suites: no symbol the
+# tools' library defines) and no fault injection; neither do the installed tools hold fault
+# injection.
 # Usage: check_layers.sh LIBDISPATCH_SO SOURCE_ROOT TOOLS_LIB [INSTALLED_TOOL...]
 set -u
 lib=$1
@@ -46,15 +56,65 @@ for tool in "$@"; do
     [ -z "$found" ] || fail "$tool holds fault injection: $(echo $found)"
 done
 
-# dispatch/ includes its own headers and backends/backend.h (the vtable, the device hooks):
-# nothing of a backend's folder, the OpenCL runtime or autotune/.
-bad=$(grep -nE '#include "' "$root"/dispatch/*.c "$root"/dispatch/*.h |
-    grep -vE '#include "(dispatch/[a-z_]+\.h|backends/backend\.h)"')
-[ -z "$bad" ] || fail "dispatch/ includes a header outside dispatch/ and backends/backend.h:
+# Includes of each library layer (the fuzzer and the tests are white-box, and skipped).
+includes() { # DIR...: every '#include "..."' line of the C sources under the folders
+    find "$@" \( -name '*.c' -o -name '*.h' \) ! -path '*/fuzz/*' -exec grep -nH '#include "' {} +
+}
+[ -d "$root/core" ] || fail "no core/ under $root: check the test itself"
+bad=$(includes "$root/core" | grep -vE '#include "core/[a-z_]+\.h"')
+[ -z "$bad" ] || fail "core/ includes a header outside core/:
+$bad"
+for dir in "$root"/backends/*/; do
+    name=$(basename "$dir")
+    allowed="core/[a-z_]+\.h|backends/(backend|reference)\.h|backends/$name/[a-z_]+\.h"
+    case $name in clblast | fused) allowed="$allowed|backends/opencl/runtime\.h" ;; esac
+    bad=$(includes "$dir" | grep -vE "#include \"($allowed)\"")
+    [ -z "$bad" ] || fail "backends/$name includes a header outside core/, backends/backend.h and its own folder:
+$bad"
+done
+bad=$(find "$root"/backends -maxdepth 1 -name '*.[ch]' -exec grep -nH '#include "dispatch/' {} +)
+[ -z "$bad" ] || fail "backends/ includes dispatch/:
+$bad"
+bad=$(grep -rnE '(^|[^A-Za-z0-9_])ctx->' "$root"/backends --include='*.c' --include='*.h' |
+    grep -vE '^[^:]+:[0-9]+:\s*(/?\*|//)')
+[ -z "$bad" ] || fail "a backend reads a field of the context:
+$bad"
+bad=$(includes "$root/dispatch" | grep -vE '#include "(dispatch/[a-z_]+\.h|core/[a-z_]+\.h|backends/backend\.h)"')
+[ -z "$bad" ] || fail "dispatch/ includes a header outside core/, dispatch/ and backends/backend.h:
 $bad"
 bad=$(grep -nE '#include <(CL/|clblast|cblas|openblas)' "$root"/dispatch/*.c "$root"/dispatch/*.h)
 [ -z "$bad" ] || fail "dispatch/ includes a device or BLAS library's header:
 $bad"
+
+# Calls: each object of the library by its folder (core_, backends_, dispatch_ and the kernel
+# sources the fused backend embeds), every function it calls that the library defines defined
+# in its own layer or one before it.
+build=$(dirname "$lib")
+objects=$(find "$build"/libdispatch_common.a.p "$build"/libdispatch.so.*.p -name '*.o' 2>/dev/null)
+[ -n "$objects" ] || fail "no objects of the library under $build: check the test itself"
+rank() {
+    case $(basename "$1") in
+    core_*) echo 0 ;;
+    backends_* | meson-generated_*) echo 1 ;;
+    dispatch_*) echo 2 ;;
+    *) echo 9 ;;
+    esac
+}
+tmp=$(mktemp -d) || exit 1
+for o in $objects; do
+    r=$(rank "$o")
+    nm --defined-only "$o" | awk -v r="$r" 'NF == 3 && $2 ~ /^[TDRBV]$/ {print $3, r}'
+done | sort -u > "$tmp/defined"
+for o in $objects; do
+    r=$(rank "$o")
+    [ "$r" = 9 ] && { fail "an object of no known layer: $o"; continue; }
+    nm --undefined-only "$o" | awk '{print $NF}' | sort -u |
+        join - "$tmp/defined" | awk -v r="$r" -v o="$(basename "$o")" \
+            '$2 > r {print o " calls " $1 " of a layer above it"}'
+done > "$tmp/upward"
+[ -s "$tmp/upward" ] && fail "calls against the direction of the layers:
+$(cat "$tmp/upward")"
+rm -rf "$tmp"
 
 # The tuning cache and the tools reach the device through dispatch/device.h, never the
 # OpenCL runtime itself.
@@ -66,14 +126,12 @@ $bad"
 # The tools (autotune/tool/, bench/, the tools' library in autotune/) use dispatch/tools.h and
 # the few headers it names beside it, never the dispatcher's own (context, checks, scheduler,
 # memo, tensors, fault injection), and never the context's fields, so that dispatch/ can change
-# those without breaking a tool. The cache reader (autotune/cache.c, table.c) is part of the
-# library and reads the context as dispatch/ does; the fuzzer, like the tests, is white-box.
+# those without breaking a tool. The fuzzer, like the tests, is white-box.
 tools=$(find "$root"/autotune "$root"/bench \( -name '*.c' -o -name '*.h' \) \
-    ! -path "$root/autotune/cache.[ch]" ! -path "$root/autotune/table.[ch]" \
     ! -path "$root/autotune/fuzz/*" | sort)
 [ -n "$tools" ] || fail "no sources of the tools under $root: check the test itself"
 bad=$(grep -nE '#include "dispatch/' /dev/null $tools |
-    grep -vE '#include "dispatch/(tools|op|error|device|tuning|file)\.h"')
+    grep -vE '#include "dispatch/(tools|device|tuning|tune_file)\.h"')
 [ -z "$bad" ] || fail "a tool includes a header of dispatch/ other than its interface (tools.h):
 $bad"
 bad=$(grep -nE '(^|[^A-Za-z0-9_])ctx->' /dev/null $tools)

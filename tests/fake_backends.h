@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autotune/cache.h"
-#include "autotune/table.h"
+#include "dispatch/tune_file.h"
+#include "dispatch/tune_table.h"
 #include "dispatch/context.h"
-#include "dispatch/op.h"
-#include "dispatch/error.h"
+#include "core/op.h"
+#include "core/error.h"
 #include "dispatch/memo.h"
 #include "dispatch/select.h"
 #include "tests/testlib.h"
@@ -77,7 +77,7 @@ static inline bool fake_fused_supports(void *s, hd_op op, const hd_shape *shape,
         return shape->dim[0] <= 16;
     return shape->dim[1] <= FAKE_MAX_COLS;
 }
-static inline hd_status fake_probe(hd_context *ctx, void **state)
+static inline hd_status fake_probe(hd_context *ctx, const hd_backend_setup *setup, void **state)
 {
     return HD_OK;
 }
@@ -197,12 +197,15 @@ static inline hd_context *fake_context(bool real_cpu, const hd_tune_file *f, con
     memset(fake_states, 0, sizeof fake_states);
     hd_context *ctx = calloc(1, sizeof *ctx);
     assert_non_null(ctx);
-    ctx->log = hd_test_log;
+    ctx->report.log = hd_test_log;
     hd_test_notes_clear();
     hd__fault_init(ctx);
     if (real_cpu) {
         ctx->backends[HD_BACKEND_CPU] = &hd__backend_cpu;
-        assert_int_equal(hd__backend_cpu.probe(ctx, &ctx->backend_state[HD_BACKEND_CPU]), HD_OK);
+        const hd_backend_setup setup = {.cpu_threads = ctx->cpu_threads};
+        assert_int_equal(hd__backend_cpu.probe(ctx, &setup, &ctx->backend_state[HD_BACKEND_CPU]),
+                         HD_OK);
+        ctx->cpu_threads = hd__backend_cpu.cpu_threads(ctx->backend_state[HD_BACKEND_CPU]);
     } else {
         ctx->backends[HD_BACKEND_CPU] = &fake_cpu;
         ctx->backend_state[HD_BACKEND_CPU] = &fake_states[HD_BACKEND_CPU];

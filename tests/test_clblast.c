@@ -15,12 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "autotune/cache.h"
-#include "autotune/table.h"
+#include "dispatch/tune_file.h"
+#include "dispatch/tune_table.h"
 #include "backends/clblast/clblast.h"
 #include "backends/opencl/runtime.h"
 #include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
 

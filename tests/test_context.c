@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "dispatch/context.h"
-#include "dispatch/env.h"
+#include "core/env.h"
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
 
@@ -1036,12 +1036,12 @@ static void test_context_log_env_takes_every_spelling(void **state)
     for (size_t i = 0; i < SPELLINGS; i++) {
         setenv("HD_LOG", on_spellings[i], 1);
         hd_context *ctx = create_ok(&opt);
-        if (!ctx->log_stderr)
+        if (!ctx->report.log_stderr)
             fail_msg("HD_LOG='%s' does not log", on_spellings[i]);
         hd_context_destroy(ctx);
         setenv("HD_LOG", off_spellings[i], 1);
         ctx = create_ok(&opt);
-        if (ctx->log_stderr)
+        if (ctx->report.log_stderr)
             fail_msg("HD_LOG='%s' logs", off_spellings[i]);
         hd_context_destroy(ctx);
     }
@@ -1125,7 +1125,7 @@ static void test_context_unknown_switch_value_keeps_the_default_with_a_note(void
     ctx = create_with_opencl();
     assert_string_equal(hd_context_device_name(ctx), device);
     assert_int_equal(ctx->pinned_host, pinned);
-    assert_false(ctx->log_stderr);
+    assert_false(ctx->report.log_stderr);
     assert_string_equal(hd_context_last_error(ctx), "");
     static const char *const named[] = {"HD_DISABLE_OPENCL='maybe'", "HD_LOG='loud'"};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)

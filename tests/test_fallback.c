@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dispatch/check.h"
+#include "dispatch/tensor.h"
 #include "dispatch/tools.h"
 #include "tests/fake_backends.h"
 
@@ -30,7 +31,7 @@ typedef struct op_run {
  * the call's message, so it is put back once they are done. */
 static void restore_error(hd_context *ctx, const char *saved)
 {
-    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", saved);
+    snprintf(ctx->report.last_error, sizeof ctx->report.last_error, "%s", saved);
 }
 
 /* What the library said about the call: the error after a failure, the notes after a

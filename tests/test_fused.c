@@ -2034,7 +2034,8 @@ static void test_probe_without_device_is_unavailable(void **state)
 {
     hd_context *cpu = hd_test_context(true);
     void *fs = (void *)1;
-    assert_int_equal(hd__backend_fused.probe(cpu, &fs), HD_ERR_BACKEND_UNAVAILABLE);
+    const hd_backend_setup no_device = {.device = NULL};
+    assert_int_equal(hd__backend_fused.probe(cpu, &no_device, &fs), HD_ERR_BACKEND_UNAVAILABLE);
     assert_null(fs);
     assert_false(hd_context_has_backend(cpu, HD_BACKEND_FUSED));
     hd_context_destroy(cpu);

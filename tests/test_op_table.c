@@ -2,7 +2,8 @@
  * the tools and the scheduler compute from it holds for every op (batched GEMM included). */
 #include <string.h>
 
-#include "dispatch/op.h"
+#include "core/op.h"
+#include "dispatch/check.h"
 #include "tests/testlib.h"
 
 /* A shape with every dim of the op set (1 + its index, times 8), no transposes. */
@@ -33,7 +34,7 @@ static void test_op_table_every_op_has_every_field(void **state)
             if (d->suffix_prefix[i] == '\0')
                 fail_msg("%s: suffix dim %d has no prefix", name, i);
         assert_non_null(d->flops);
-        assert_non_null(d->prepare);
+        assert_non_null(hd__op_prepare[op]);
         assert_true(d->tensor_count >= 2 && d->tensor_count <= HD_OP_TENSOR_MAX);
         int inputs = 0, outputs = 0;
         for (int i = 0; i < d->tensor_count; i++) {

@@ -23,7 +23,7 @@
 #include "backends/opencl/internal.h" /* the pool cap, lowered for a test */
 #include "backends/opencl/runtime.h"
 #include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 #include "dispatch/tensor.h"
 
 static const char double_source[] = "__kernel void hd_test_double(__global float *x, uint n)\n"

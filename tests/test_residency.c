@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "autotune/cache.h"
-#include "autotune/table.h"
+#include "dispatch/tune_file.h"
+#include "dispatch/tune_table.h"
 #include "dispatch/context.h"
 #include "dispatch/select.h"
 #include "tests/testlib.h"

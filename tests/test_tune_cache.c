@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "autotune/cache.h"
-#include "autotune/table.h"
+#include "dispatch/tune_file.h"
+#include "dispatch/tune_table.h"
 #include "dispatch/context.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 #include "tests/testlib.h"
 
 #ifdef HD_HAVE_CLBLAST

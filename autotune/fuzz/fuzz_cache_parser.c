@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autotune/cache.h"
+#include "dispatch/tune_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

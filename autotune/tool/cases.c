@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "autotune/tool/tool.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 #include "dispatch/tools.h"
 
 static int from_file(const tool_options *o, tool_case_list *l)

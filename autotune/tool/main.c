@@ -11,11 +11,12 @@
 #include "autotune/calibrate.h"
 #include "autotune/choose.h"
 #include "autotune/measure.h"
-#include "autotune/table.h"
+#include "dispatch/tune_file.h"
+#include "dispatch/tuning.h"
 #include "autotune/tool/tool.h"
 #include "dispatch/device.h"
-#include "dispatch/error.h"
-#include "dispatch/op.h"
+#include "core/error.h"
+#include "core/op.h"
 #include "dispatch/tools.h"
 
 volatile sig_atomic_t hd__tool_interrupted = 0;

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "autotune/cache.h"
+#include "dispatch/tune_file.h"
 #include "autotune/suites.h"
 
 /* Exit codes (documented in --help and README.md). */

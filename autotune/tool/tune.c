@@ -20,8 +20,8 @@
 #include "autotune/reference.h"
 #include "autotune/tool/tool.h"
 #include "dispatch/device.h"
-#include "dispatch/error.h"
-#include "dispatch/op.h"
+#include "core/error.h"
+#include "core/op.h"
 #include "dispatch/tools.h"
 
 #define MAX_VARIANTS 64

@@ -4,9 +4,8 @@
 #include <string.h>
 
 #include "backends/clblast/clblast.h"
-#include "dispatch/context.h"
-#include "dispatch/error.h"
-#include "dispatch/op.h"
+#include "core/error.h"
+#include "core/op.h"
 
 /* Without a calibration: the launch cost of a typical OpenCL driver and a mid-range GPU. */
 #define DEFAULT_LAUNCH_US     10.0
@@ -20,15 +19,16 @@
  * other contexts build their programs again). */
 static int open_states;
 
-static hd_status clblast_probe(hd_context *ctx, void **state)
+static hd_status clblast_probe(hd_context *ctx, const hd_backend_setup *setup, void **state)
 {
     *state = NULL;
-    if (ctx->cl == NULL)
+    if (setup->device == NULL)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "clblast: no OpenCL device");
     hd_clblast_state *st = calloc(1, sizeof *st);
     if (st == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "clblast: no memory for the backend state");
-    hd_status s = hd__clblast_device_query(ctx, ctx->cl, &st->dev);
+    st->rt = setup->device;
+    hd_status s = hd__clblast_device_query(ctx, st->rt, &st->dev);
     if (s != HD_OK) {
         free(st);
         return s == HD_ERR_OUT_OF_MEMORY ? s : HD_ERR_BACKEND_UNAVAILABLE;
@@ -108,18 +108,18 @@ static hd_status clblast_check_variant(void *state, hd_context *ctx, hd_op op,
 }
 
 /* One GEMM of m×n×k on pooled buffers whose contents do not matter. Lock held. */
-static hd_status scratch_gemm(hd_context *ctx, size_t m, size_t n, size_t k, size_t batch)
+static hd_status scratch_gemm(hd_clblast_state *st, hd_context *ctx, size_t m, size_t n, size_t k, size_t batch)
 {
     struct hd_device_buffer *buf[3] = {NULL, NULL, NULL};
     size_t bytes[3] = {batch * m * k * 4, batch * k * n * 4, batch * m * n * 4};
     hd_status s = HD_OK;
     for (int i = 0; i < 3 && s == HD_OK; i++)
-        s = hd__cl_buffer_acquire(ctx->cl, ctx, bytes[i], &buf[i]);
+        s = hd__cl_buffer_acquire(st->rt, ctx, bytes[i], &buf[i]);
     if (s == HD_OK && batch == 1) {
-        s = hd__clblast_sgemm(ctx, true, false, false, m, n, k, 1.0f, buf[0]->mem, 0, k,
+        s = hd__clblast_sgemm(st, ctx, true, false, false, m, n, k, 1.0f, buf[0]->mem, 0, k,
                               buf[1]->mem, 0, n, 0.0f, buf[2]->mem, 0, n);
     } else if (s == HD_OK) {
-        cl_command_queue queue = hd__cl_queue(ctx->cl);
+        cl_command_queue queue = hd__cl_queue(st->rt);
         CLBlastStatusCode code = CLBlastSgemmStridedBatched(
             CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
             buf[0]->mem, 0, k, m * k, buf[1]->mem, 0, n, k * n, 0.0f, buf[2]->mem, 0, n, m * n,
@@ -128,10 +128,10 @@ static hd_status scratch_gemm(hd_context *ctx, size_t m, size_t n, size_t k, siz
             s = hd__clblast_error(ctx, code, "CLBlastSgemmStridedBatched (warm-up)");
     }
     if (s == HD_OK)
-        s = hd__cl_finish(ctx->cl, ctx);
+        s = hd__cl_finish(st->rt, ctx);
     for (int i = 0; i < 3; i++)
         if (buf[i] != NULL)
-            hd__cl_buffer_release(ctx->cl, buf[i]);
+            hd__cl_buffer_release(st->rt, buf[i]);
     return s;
 }
 
@@ -140,15 +140,15 @@ static hd_status scratch_gemm(hd_context *ctx, size_t m, size_t n, size_t k, siz
 static hd_status clblast_warmup(void *state, hd_context *ctx)
 {
     hd_clblast_state *st = state;
-    hd__clblast_lock_tuned(st, ctx);
+    hd__clblast_lock();
     hd_status s = hd__clblast_prepare(st, ctx, NULL);
     size_t t = st->base.min_indirect_size;
     if (s == HD_OK)
-        s = scratch_gemm(ctx, 8, 8, 8, 1);
+        s = scratch_gemm(st, ctx, 8, 8, 8, 1);
     if (s == HD_OK)
-        s = scratch_gemm(ctx, t + 1, t + 1, t + 1, 1);
+        s = scratch_gemm(st, ctx, t + 1, t + 1, t + 1, 1);
     if (s == HD_OK)
-        s = scratch_gemm(ctx, 8, 8, 8, 2);
+        s = scratch_gemm(st, ctx, 8, 8, 8, 2);
     hd__clblast_unlock();
     return s;
 }
@@ -230,11 +230,16 @@ static hd_status clblast_set_params(void *state, hd_context *ctx, const char *na
     hd_status s = hd__clblast_params_parse(ctx, value, &over);
     if (s != HD_OK)
         return s;
-    if (!st->tuned_base_read) {
-        hd__clblast_lock_tuned(st, ctx);
-        hd__clblast_unlock();
-    }
     return hd__clblast_params_apply(st, ctx, &over);
+}
+
+static void clblast_cached_params(void *state, hd_context *ctx, const char *name,
+                                  const char *value)
+{
+    if (strcmp(name, "base") == 0)
+        hd__clblast_take_cached_base(state, ctx, value);
+    else
+        hd__note(ctx, "tuning cache: CLBlast has no device parameter set '%.40s'", name);
 }
 
 const hd_backend_impl hd__backend_clblast = {
@@ -247,6 +252,7 @@ const hd_backend_impl hd__backend_clblast = {
     .variants = clblast_variants,
     .check_variant = clblast_check_variant,
     .set_params = clblast_set_params,
+    .cached_params = clblast_cached_params,
     .warmup = clblast_warmup,
     .scale = hd__clblast_scale,
     .run =

@@ -131,8 +131,8 @@ size_t hd__clblast_params_enumerate(const hd_clblast_device *dev, hd_clblast_ker
 
 typedef struct hd_clblast_state {
     hd_clblast_device dev;
+    hd_cl_runtime *rt;      /* the context's device runtime */
     hd_clblast_params base; /* complete: what a call without a variant runs with */
-    bool tuned_base_read;   /* the cache's "param clblast base" was laid over base */
     char variant_text[64][HD_CLBLAST_VARIANT_MAX]; /* the strings variants() hands out */
 } hd_clblast_state;
 
@@ -149,13 +149,12 @@ const char *hd__clblast_status_name(CLBlastStatusCode code);
 void hd__clblast_lock(void);
 void hd__clblast_unlock(void);
 
-/* Takes the lock for calls that hd__clblast_prepare() serves: first reads the tuning cache's
- * CLBlast base set for st on first use, outside the lock, since a set the cache holds but this
- * device refuses is a note, and the context's log callback, which receives it, may itself call
- * the library (another context's CLBlast call would wait for this lock forever). */
-void hd__clblast_lock_tuned(hd_clblast_state *st, hd_context *ctx);
+/* The tuning cache's CLBlast base set (backends/backend.h's cached_params), laid over st->base
+ * for the calls to come and verified when a call first needs it; one that cannot be read is a
+ * note. */
+void hd__clblast_take_cached_base(hd_clblast_state *st, hd_context *ctx, const char *value);
 
-/* With the lock held (hd__clblast_lock_tuned): makes CLBlast run with st->base laid under
+/* With the lock held (hd__clblast_lock): makes CLBlast run with st->base laid under
  * variant (NULL: base alone),
  * verifying that combination first if this process has not yet, and overriding CLBlast's
  * parameters only when they differ from what the device runs with now. A set that is illegal,
@@ -192,7 +191,7 @@ hd_status hd__clblast_check_results(hd_clblast_state *st, hd_context *ctx,
 /* Row-major SGEMM on device buffers with leading dimensions and offsets (in floats), so that
  * sub-matrix views can use it: C = alpha*op(A)*op(B) + beta*C, m, n, k >= 1. Takes the lock
  * unless the caller holds it (locked = true). */
-hd_status hd__clblast_sgemm(hd_context *ctx, bool locked, bool trans_a, bool trans_b, size_t m,
+hd_status hd__clblast_sgemm(hd_clblast_state *st, hd_context *ctx, bool locked, bool trans_a, bool trans_b, size_t m,
                             size_t n, size_t k, float alpha, cl_mem a, size_t a_off, size_t lda,
                             cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off,
                             size_t ldc);

@@ -8,9 +8,7 @@
 #include <string.h>
 
 #include "backends/clblast/clblast.h"
-#include "dispatch/context.h"
-#include "dispatch/error.h"
-#include "dispatch/tuning.h"
+#include "core/error.h"
 
 static pthread_mutex_t clblast_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -193,28 +191,17 @@ static hd_status check_set(hd_clblast_state *st, hd_context *ctx, device_record 
 }
 
 /* The device-level record of the tuning cache: the CLBlast parameters that won most GEMM cases
- * on this device become the base set, read on first use (the cache opens after the backends
- * are probed). They are verified like any set; one that fails is dropped for the shipped
- * values. */
-static void read_tuned_base(hd_clblast_state *st, hd_context *ctx)
+ * on this device become the base set, laid over it when the context opens the cache. They are
+ * verified like any set when a call first needs them; one that fails is dropped for the
+ * shipped values. */
+void hd__clblast_take_cached_base(hd_clblast_state *st, hd_context *ctx, const char *value)
 {
-    st->tuned_base_read = true;
-    const char *v = hd__tune_param(ctx, HD_BACKEND_CLBLAST, "base");
-    if (v == NULL)
-        return;
     hd_clblast_params p;
-    if (hd__clblast_params_parse(ctx, v, &p) == HD_OK)
+    if (hd__clblast_params_parse(ctx, value, &p) == HD_OK)
         hd__clblast_params_merge(&st->base, &p);
     else
-        hd__note(ctx, "tuning cache: CLBlast parameters not used: %s", ctx->last_error);
+        hd__note(ctx, "tuning cache: CLBlast parameters not used: %s", hd_context_last_error(ctx));
     hd__error_clear(ctx);
-}
-
-void hd__clblast_lock_tuned(hd_clblast_state *st, hd_context *ctx)
-{
-    if (!st->tuned_base_read)
-        read_tuned_base(st, ctx);
-    hd__clblast_lock();
 }
 
 hd_status hd__clblast_prepare(hd_clblast_state *st, hd_context *ctx, const char *variant)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "backends/clblast/clblast.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 typedef struct field {
     const char *name;

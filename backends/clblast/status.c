@@ -1,6 +1,6 @@
 /* CLBlast status codes as hd_status values, with the code's name and number kept. */
 #include "backends/clblast/clblast.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 #define HD_CLBLAST_STATUS_MAP(X)                                                                   \
     X(CLBlastSuccess)                                                                              \

@@ -16,8 +16,7 @@
 
 #include "backends/clblast/clblast.h"
 #include "backends/reference.h"
-#include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 #define SAMPLES 128
 
@@ -70,7 +69,7 @@ static hd_status compare(hd_context *ctx, const problem *pr, const float *a, con
     return HD_OK;
 }
 
-static hd_status run_problem(hd_context *ctx, const problem *pr, uint64_t *seed)
+static hd_status run_problem(hd_clblast_state *st, hd_context *ctx, const problem *pr, uint64_t *seed)
 {
     size_t na = pr->m * pr->k, nb = pr->k * pr->n, nc = pr->m * pr->n;
     float *host = malloc((na + nb + 3 * nc) * sizeof *host);
@@ -82,7 +81,7 @@ static hd_status run_problem(hd_context *ctx, const problem *pr, uint64_t *seed)
     struct hd_device_buffer *buf[3] = {NULL, NULL, NULL};
     size_t bytes[3] = {na * sizeof *a, nb * sizeof *b, nc * sizeof *c};
     const float *src[3] = {a, b, c0};
-    hd_cl_runtime *rt = ctx->cl;
+    hd_cl_runtime *rt = st->rt;
     hd_status s = HD_OK;
     for (int i = 0; i < 3 && s == HD_OK; i++) {
         s = hd__cl_buffer_acquire(rt, ctx, bytes[i], &buf[i]);
@@ -90,7 +89,7 @@ static hd_status run_problem(hd_context *ctx, const problem *pr, uint64_t *seed)
             s = hd__cl_upload(rt, ctx, buf[i], src[i], bytes[i]);
     }
     if (s == HD_OK)
-        s = hd__clblast_sgemm(ctx, true, pr->trans_a, pr->trans_b, pr->m, pr->n, pr->k, pr->alpha,
+        s = hd__clblast_sgemm(st, ctx, true, pr->trans_a, pr->trans_b, pr->m, pr->n, pr->k, pr->alpha,
                               buf[0]->mem, 0, pr->trans_a ? pr->m : pr->k, buf[1]->mem, 0,
                               pr->trans_b ? pr->k : pr->n, pr->beta, buf[2]->mem, 0, pr->n);
     if (s == HD_OK)
@@ -161,7 +160,7 @@ hd_status hd__clblast_check_results(hd_clblast_state *st, hd_context *ctx,
     for (size_t i = 0; i < count; i++) {
         problem pr = {flags[i].trans_a, flags[i].trans_b, dims[i][0],   dims[i][1],
                       dims[i][2],       flags[i].alpha,   flags[i].beta};
-        hd_status s = run_problem(ctx, &pr, &seed);
+        hd_status s = run_problem(st, ctx, &pr, &seed);
         if (s != HD_OK)
             return s;
     }

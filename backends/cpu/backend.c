@@ -1,22 +1,21 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
-#include "dispatch/context.h"
-#include "dispatch/error.h"
-#include "dispatch/op.h"
+#include "core/error.h"
+#include "core/op.h"
 
 /* Without a calibration: a few cores' SGEMM rate and streaming bandwidth. */
 #define DEFAULT_CPU_GFLOPS 50.0
 #define DEFAULT_CPU_GBPS   10.0
 
-/* ctx->cpu_threads comes in as the request (0: default) and leaves as the count in use. */
-static hd_status cpu_probe(hd_context *ctx, void **state)
+/* setup->cpu_threads is the request (0: default); the state keeps the count in use. */
+static hd_status cpu_probe(hd_context *ctx, const hd_backend_setup *setup, void **state)
 {
     hd_cpu_state *cpu = calloc(1, sizeof *cpu);
     if (cpu == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CPU backend: no memory for its state");
-    ctx->cpu_threads = hd__cpu_threads_resolve(ctx->cpu_threads);
-    if (hd__cpu_pool_create(ctx->cpu_threads, &cpu->pool) != HD_OK) {
+    cpu->threads = hd__cpu_threads_resolve(setup->cpu_threads);
+    if (hd__cpu_pool_create(cpu->threads, &cpu->pool) != HD_OK) {
         free(cpu);
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CPU backend: no memory for its threads");
     }
@@ -37,6 +36,11 @@ static double cpu_estimate_us(void *state, hd_op op, const hd_shape *shape, hd_p
     return compute > stream ? compute : stream;
 }
 
+static size_t cpu_threads(void *state)
+{
+    return ((hd_cpu_state *)state)->threads;
+}
+
 static hd_status cpu_scale(void *state, hd_context *ctx, const hd_tensor *t, float beta)
 {
     (void)state;
@@ -49,21 +53,21 @@ static hd_status cpu_scale(void *state, hd_context *ctx, const hd_tensor *t, flo
 
 static hd_status cpu_gemm(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(ctx->cpu_threads);
+    hd__cpu_blas_begin(cpu_threads(state));
     hd_status s = hd__cpu_gemm(state, ctx, &args->gemm);
     hd__cpu_blas_end();
     return s;
 }
 static hd_status cpu_gemm_batched(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(ctx->cpu_threads);
+    hd__cpu_blas_begin(cpu_threads(state));
     hd_status s = hd__cpu_gemm_batched(state, ctx, &args->gemm);
     hd__cpu_blas_end();
     return s;
 }
 static hd_status cpu_lora(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(ctx->cpu_threads);
+    hd__cpu_blas_begin(cpu_threads(state));
     hd_status s = hd__cpu_lora(state, ctx, &args->lora);
     hd__cpu_blas_end();
     return s;
@@ -104,7 +108,7 @@ static hd_status cpu_rms_norm_backward(void *state, hd_context *ctx, const hd_op
 }
 static hd_status cpu_lora_backward(void *state, hd_context *ctx, const hd_op_args *args)
 {
-    hd__cpu_blas_begin(ctx->cpu_threads);
+    hd__cpu_blas_begin(cpu_threads(state));
     hd_status s = hd__cpu_lora_backward(state, ctx, &args->lora_backward);
     hd__cpu_blas_end();
     return s;
@@ -116,6 +120,7 @@ const hd_backend_impl hd__backend_cpu = {
     .place = HD_PLACE_HOST,
     .probe = cpu_probe,
     .destroy = cpu_destroy,
+    .cpu_threads = cpu_threads,
     .estimate_us = cpu_estimate_us,
     .scale = cpu_scale,
     .run =

@@ -57,6 +57,7 @@ void hd__cpu_scale_low_rank(float *p, size_t n, float scale);
 /* The backend's state: one per context. */
 typedef struct hd_cpu_state {
     hd_cpu_pool *pool;
+    size_t threads; /* of the pool and of each OpenBLAS call */
 } hd_cpu_state;
 
 hd_status hd__cpu_gemm(void *state, hd_context *ctx, const hd_gemm_args *args);

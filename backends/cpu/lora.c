@@ -1,7 +1,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 /* y = x*W, then h = scale*x*A (tokens×rank, the only temporary), then y += h*B. The low-rank
  * update never forms the in×out product A*B. A weight stored transposed is read in place, as

@@ -1,7 +1,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 /*
  * LoRA backward with W frozen, as four or five SGEMMs that read every transpose in place:

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 /* As the forward row kernels: below this many elements one thread beats waking the pool. */
 #define HD_CPU_PARALLEL_ELEMENTS 65536

@@ -9,7 +9,7 @@
 
 #include "backends/fused/fused.h"
 #include "backends/fused/internal.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 
 /* The GEMV-style kernels serve a few rows at once: each work-group keeps HD_FUSED_MAX_ROWS
  * rows of x in registers. */
@@ -34,24 +34,24 @@ static bool fits_int(size_t a, size_t b)
     return b == 0 || a <= (size_t)INT_MAX / b;
 }
 
-static hd_status fused_probe(hd_context *ctx, void **state)
+static hd_status fused_probe(hd_context *ctx, const hd_backend_setup *setup, void **state)
 {
     *state = NULL;
-    if (ctx->cl == NULL)
+    if (setup->device == NULL)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
                          "fused: the context has no OpenCL device");
     hd_fused *f = calloc(1, sizeof *f);
     if (f == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: backend state");
-    cl_int err = clGetDeviceInfo(hd__cl_device(ctx->cl), CL_DEVICE_MAX_WORK_GROUP_SIZE,
+    cl_int err = clGetDeviceInfo(hd__cl_device(setup->device), CL_DEVICE_MAX_WORK_GROUP_SIZE,
                                  sizeof f->device_max_group, &f->device_max_group, NULL);
     cl_uint units = 0;
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(hd__cl_device(ctx->cl), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units,
+        err = clGetDeviceInfo(hd__cl_device(setup->device), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units,
                               &units, NULL);
     f->compute_units = units;
-    f->ctx = ctx;
-    hd__fused_tile_probe(f, hd__cl_device(ctx->cl));
+    f->rt = setup->device;
+    hd__fused_tile_probe(f, hd__cl_device(setup->device));
     hd_status s =
         err == CL_SUCCESS ? hd__fused_sources_create(f) : hd__cl_error(ctx, err, "clGetDeviceInfo");
     if (s != HD_OK) {
@@ -232,11 +232,11 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         return op == HD_OP_LORA ? hd__fused_lora_update_variants(s, out, max) : 0;
     switch (op) {
     case HD_OP_GEMM_BATCHED:
-        return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
+        return hd__fused_tile_variants(f, s, s->precision, out, max);
     case HD_OP_GEMM:
     case HD_OP_LORA:
         if (op == HD_OP_GEMM && (s->dim[0] > HD_FUSED_MAX_ROWS || s->trans_a || s->trans_b))
-            return hd__fused_tile_variants(f, s, f->ctx->gemm_precision, out, max);
+            return hd__fused_tile_variants(f, s, s->precision, out, max);
         /* transposed weights: the dot form for few tokens with W and B transposed (no
          * parameters), else the tiled engine; the strip kernel reads the default layout only */
         if (op == HD_OP_LORA && (s->lora_layout & HD_LORA_TRANS_W) &&
@@ -245,7 +245,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         if (op == HD_OP_LORA &&
             (s->dim[0] > HD_FUSED_MAX_ROWS || s->dim[3] > 64 || s->lora_layout != 0)) {
             hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}}; /* tokens x out, k = in */
-            return hd__fused_tile_variants(f, &xw, f->ctx->gemm_precision, out, max);
+            return hd__fused_tile_variants(f, &xw, s->precision, out, max);
         }
         for (size_t i = 0; s->dim[0] > 1 && op == HD_OP_LORA && s->dim[3] > 0 &&
                            i < sizeof several_tokens_lora / sizeof several_tokens_lora[0];
@@ -273,7 +273,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
             n = add_unique(out, n, max, lora_split[i]);
         if (op == HD_OP_LORA && s->dim[0] > 1) { /* several tokens: the tiled engine too */
             hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}};
-            n += hd__fused_tile_variants(f, &xw, f->ctx->gemm_precision, out + n, max - n);
+            n += hd__fused_tile_variants(f, &xw, s->precision, out + n, max - n);
         }
         return n;
     case HD_OP_SOFTMAX:
@@ -283,7 +283,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     case HD_OP_LORA_BACKWARD: { /* the tiles of dx = dy*W^T (+ u*A^T), the largest product */
         hd_shape dx = {.dim = {s->dim[0], s->dim[1], s->dim[2]},
                        .trans_b = !(s->lora_layout & HD_LORA_TRANS_W)};
-        return hd__fused_tile_variants(f, &dx, f->ctx->gemm_precision, out, max);
+        return hd__fused_tile_variants(f, &dx, s->precision, out, max);
     }
     case HD_OP_SOFTMAX_BACKWARD: /* the looped row kernels: CACHE does not apply */
     case HD_OP_LAYER_NORM_BACKWARD:
@@ -335,7 +335,7 @@ static hd_status check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_
                 .a = {NULL, s->trans_a ? m : k, s->trans_a},
                 .b = {NULL, s->trans_b ? k : n, s->trans_b},
                 .ldc = n,
-                .precision = ctx->gemm_precision,
+                .precision = s->precision,
                 .variant = variant,
             };
             return tile_check(f, ctx, &c, ahead);
@@ -357,7 +357,7 @@ static hd_status check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_
                 .a2 = {NULL, lora.rank, false},
                 .b2 = {NULL, lora.out, false},
                 .ldc = lora.out,
-                .precision = ctx->gemm_precision,
+                .precision = s->precision,
                 .variant = variant,
             };
             return tile_check(f, ctx, &c, ahead);
@@ -505,9 +505,10 @@ static hd_status fused_lora_epilogue(void *state, hd_context *ctx, const hd_op_a
  * wait, with or without CLBlast; beta = 0 fills zeros (BLAS: C is not read). */
 static hd_status fused_scale(void *state, hd_context *ctx, const hd_tensor *t, float beta)
 {
+    hd_fused *f = state;
     if (beta == 0.0f)
-        return hd__cl_zero(ctx->cl, ctx, t->state->device, t->rows * t->cols * sizeof(float));
-    return hd__fused_scale_rows(state, ctx, t->state->device->mem, t->rows, t->cols, beta);
+        return hd__cl_zero(f->rt, ctx, t->state->device, t->rows * t->cols * sizeof(float));
+    return hd__fused_scale_rows(f, ctx, t->state->device->mem, t->rows, t->cols, beta);
 }
 
 static hd_status fused_lora_backward(void *state, hd_context *ctx, const hd_op_args *args)

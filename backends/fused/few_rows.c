@@ -113,5 +113,5 @@ hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_
                                 sizeof(cl_mem), sizeof beta,    sizeof(cl_mem)};
         s = hd__fused_set_args(ctx, l.kernel, values, sizes, 11);
     }
-    return s == HD_OK ? hd__fused_launch(ctx, l.kernel, l.groups, l.group) : s;
+    return s == HD_OK ? hd__fused_launch(f, ctx, l.kernel, l.groups, l.group) : s;
 }

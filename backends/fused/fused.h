@@ -14,7 +14,7 @@
  * Queues y += scale * (x * A) * B on the context's OpenCL queue, one launch. x, A, B and y
  * (args->x, a, b, y; args->w is not used) must already be valid on the device; y is read and
  * written, and the caller records the write. fused_state is the fused backend's state
- * (ctx->backend_state[HD_BACKEND_FUSED]). Any number of tokens; rank 0 queues nothing.
+ * (its state, as its probe made it). Any number of tokens; rank 0 queues nothing.
  * args->variant takes "WG=.. MR=.. VEC=.." (MR: tokens per work-group), NULL for defaults.
  * Returns HD_OK, HD_ERR_INVALID_ARGUMENT (malformed variant), HD_ERR_UNSUPPORTED (rank above
  * 64, sizes beyond the kernel's 32-bit indexing, a work-group too large for the device),
@@ -34,7 +34,8 @@ typedef struct hd_fused_update {
 hd_status hd__fused_lora_update_prepare(void *fused_state, hd_context *ctx,
                                         const hd_lora_args *args, hd_fused_update *out);
 /* Queues the prepared launch: HD_OK or HD_ERR_DEVICE. */
-hd_status hd__fused_lora_update_enqueue(hd_context *ctx, const hd_fused_update *u);
+hd_status hd__fused_lora_update_enqueue(void *fused_state, hd_context *ctx,
+                                        const hd_fused_update *u);
 
 /* Whether the epilogue's parameters accept args->variant for this shape, without building or
  * queueing anything: HD_OK, or the status the epilogue would return with its message. */

@@ -9,9 +9,9 @@
 /* Partials beyond this are not worth it: KG then splits a GEMV already wide enough. */
 #define KG_PART_MAX_BYTES ((size_t)256 << 20)
 
-static hd_status create(hd_context *ctx, size_t bytes, cl_mem *out)
+static hd_status create(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *out)
 {
-    return hd__cl_scratch_create(ctx->cl, ctx, bytes, "GEMV partials", out);
+    return hd__cl_scratch_create(f->rt, ctx, bytes, "GEMV partials", out);
 }
 
 hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
@@ -37,7 +37,7 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
             clReleaseMemObject(f->kg_part); /* freed once the queued launches using it ran */
         f->kg_part = NULL;
         f->kg_part_bytes = 0;
-        if ((s = create(ctx, bytes, &f->kg_part)) != HD_OK)
+        if ((s = create(f, ctx, bytes, &f->kg_part)) != HD_OK)
             return s;
         f->kg_part_bytes = bytes;
     }
@@ -46,10 +46,10 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
             clReleaseMemObject(f->kg_count);
         f->kg_count = NULL;
         f->kg_count_len = 0;
-        if ((s = create(ctx, strips * sizeof(cl_int), &f->kg_count)) != HD_OK)
+        if ((s = create(f, ctx, strips * sizeof(cl_int), &f->kg_count)) != HD_OK)
             return s;
         const cl_int zero = 0;
-        cl_int err = clEnqueueFillBuffer(hd__cl_queue(ctx->cl), f->kg_count, &zero, sizeof zero, 0,
+        cl_int err = clEnqueueFillBuffer(hd__cl_queue(f->rt), f->kg_count, &zero, sizeof zero, 0,
                                          strips * sizeof(cl_int), 0, NULL, NULL);
         if (err != CL_SUCCESS) {
             clReleaseMemObject(f->kg_count);

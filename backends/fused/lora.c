@@ -65,7 +65,7 @@ static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
 {
     if (f->lora_part == NULL) {
         size_t bytes = (size_t)HD_FUSED_MAX_SPLIT * 16 * 64 * sizeof(float);
-        hd_status s = hd__cl_scratch_create(ctx->cl, ctx, bytes, "LoRA partials", &f->lora_part);
+        hd_status s = hd__cl_scratch_create(f->rt, ctx, bytes, "LoRA partials", &f->lora_part);
         if (s != HD_OK)
             return s;
     }
@@ -90,7 +90,7 @@ static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l, 
     cl_mem mems[3] = {hd__fused_mem(l->x), hd__fused_mem(l->a), part};
     if (s == HD_OK)
         s = set_mems(ctx, k, 5, mems, 3);
-    return s == HD_OK ? hd__fused_launch(ctx, k, (size_t)*parts, group) : s;
+    return s == HD_OK ? hd__fused_launch(f, ctx, k, (size_t)*parts, group) : s;
 }
 
 /* Scratch for u = scale * x * A (tokens x rank) of the tiled path, grown on demand; the
@@ -102,7 +102,7 @@ static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, cl_m
         if (f->lora_u != NULL)
             clReleaseMemObject(f->lora_u);
         f->lora_u_bytes = 0;
-        hd_status s = hd__cl_scratch_create(ctx->cl, ctx, bytes, "LoRA x*A", &f->lora_u);
+        hd_status s = hd__cl_scratch_create(f->rt, ctx, bytes, "LoRA x*A", &f->lora_u);
         if (s != HD_OK)
             return s;
         f->lora_u_bytes = bytes;
@@ -269,7 +269,7 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
             HD_OK ||
         (s = set_mems(ctx, k, 11, scratch, 2)) != HD_OK)
         return s;
-    return hd__fused_launch(ctx, k, strips * (size_t)p.kg, group);
+    return hd__fused_launch(f, ctx, k, strips * (size_t)p.kg, group);
 }
 
 /* The epilogue's checks: the device, the shape and the parameters, into p. */
@@ -277,7 +277,7 @@ static hd_status update_accepts(hd_fused *f, hd_context *ctx, const hd_lora_args
                                 hd_fused_params *p)
 {
     hd_shape shape = {.dim = {l->tokens, l->in, l->out, l->rank}};
-    if (f == NULL || ctx->cl == NULL)
+    if (f == NULL || f->rt == NULL)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "fused: no OpenCL device");
     if (!hd__fused_lora_update_supports(&shape))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
@@ -316,16 +316,17 @@ hd_status hd__fused_lora_update_prepare(void *fused_state, hd_context *ctx, cons
     return HD_OK;
 }
 
-hd_status hd__fused_lora_update_enqueue(hd_context *ctx, const hd_fused_update *u)
+hd_status hd__fused_lora_update_enqueue(void *fused_state, hd_context *ctx,
+                                        const hd_fused_update *u)
 {
     if (u->kernel == NULL)
         return HD_OK;
-    return hd__fused_launch(ctx, u->kernel, u->groups, u->group);
+    return hd__fused_launch(fused_state, ctx, u->kernel, u->groups, u->group);
 }
 
 hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lora_args *l)
 {
     hd_fused_update u;
     hd_status s = hd__fused_lora_update_prepare(fused_state, ctx, l, &u);
-    return s == HD_OK ? hd__fused_lora_update_enqueue(ctx, &u) : s;
+    return s == HD_OK ? hd__fused_lora_update_enqueue(fused_state, ctx, &u) : s;
 }

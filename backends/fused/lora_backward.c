@@ -189,7 +189,7 @@ hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_sha
                                      .in = shape->dim[1],
                                      .out = shape->dim[2],
                                      .rank = shape->dim[3],
-                                     .precision = ctx->gemm_precision,
+                                     .precision = shape->precision,
                                      .trans_w = (shape->lora_layout & HD_LORA_TRANS_W) != 0,
                                      .trans_a = (shape->lora_layout & HD_LORA_TRANS_A) != 0};
     bool apart;
@@ -332,7 +332,7 @@ static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora
                             sizeof(cl_mem),  sizeof(cl_mem),     sizeof(cl_mem),    sizeof(cl_mem),
                             sizeof(cl_mem)};
     s = hd__fused_set_args(ctx, k, values, sizes, 21);
-    return s == HD_OK ? hd__fused_launch(ctx, k, g.dx_groups + db_groups, GROUP) : s;
+    return s == HD_OK ? hd__fused_launch(f, ctx, k, g.dx_groups + db_groups, GROUP) : s;
 }
 
 hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *l)
@@ -350,8 +350,8 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
     size_t low_rank_bytes = l->tokens * l->rank * sizeof(float);
     struct hd_device_buffer *u = NULL, *h = NULL;
     hd_status s = HD_OK;
-    if (l->rank > 0 && (s = hd__cl_buffer_acquire(ctx->cl, ctx, low_rank_bytes, &u)) == HD_OK)
-        s = hd__cl_buffer_acquire(ctx->cl, ctx, low_rank_bytes, &h);
+    if (l->rank > 0 && (s = hd__cl_buffer_acquire(f->rt, ctx, low_rank_bytes, &u)) == HD_OK)
+        s = hd__cl_buffer_acquire(f->rt, ctx, low_rank_bytes, &h);
     backward_mems m = {.x = hd__fused_mem(l->x),
                        .w = hd__fused_mem(l->w),
                        .dy = hd__fused_mem(l->dy),
@@ -383,8 +383,8 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
         hd__error_outputs_changed(ctx);
     /* The queue is in order: whoever takes u or h from the pool next runs after these. */
     if (u != NULL)
-        hd__cl_buffer_release(ctx->cl, u);
+        hd__cl_buffer_release(f->rt, u);
     if (h != NULL)
-        hd__cl_buffer_release(ctx->cl, h);
+        hd__cl_buffer_release(f->rt, h);
     return s;
 }

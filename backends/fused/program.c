@@ -75,14 +75,14 @@ static hd_status fetch_kernel(hd_fused *f, hd_context *ctx, hd_fused_program pro
                               struct hd_fused_kernel_entry *e)
 {
     cl_program prog;
-    hd_status s = hd__cl_program(ctx->cl, ctx, f->source[program], options, &prog);
+    hd_status s = hd__cl_program(f->rt, ctx, f->source[program], options, &prog);
     if (s == HD_OK)
-        s = hd__cl_kernel(ctx->cl, ctx, prog, name, &e->kernel);
+        s = hd__cl_kernel(f->rt, ctx, prog, name, &e->kernel);
     if (s != HD_OK)
         return s;
     size_t max_group = 0;
     cl_int err =
-        clGetKernelWorkGroupInfo(e->kernel, hd__cl_device(ctx->cl), CL_KERNEL_WORK_GROUP_SIZE,
+        clGetKernelWorkGroupInfo(e->kernel, hd__cl_device(f->rt), CL_KERNEL_WORK_GROUP_SIZE,
                                  sizeof max_group, &max_group, NULL);
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clGetKernelWorkGroupInfo");
@@ -123,7 +123,7 @@ hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program progra
 void hd__fused_build_ahead(hd_fused *f, hd_context *ctx, hd_fused_program program,
                            const char *options)
 {
-    hd__cl_build_ahead(ctx->cl, f->source[program], options);
+    hd__cl_build_ahead(f->rt, f->source[program], options);
 }
 
 hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t size,
@@ -144,11 +144,11 @@ hd_status hd__fused_set_args(hd_context *ctx, cl_kernel k, const void *const *va
     return s;
 }
 
-hd_status hd__fused_launch(hd_context *ctx, cl_kernel k, size_t groups, size_t group)
+hd_status hd__fused_launch(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups, size_t group)
 {
     size_t global = groups * group, local = group;
-    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(ctx->cl), k, 1, NULL, &global, &local, 0, NULL,
-                                        hd__cl_event_slot(ctx->cl));
+    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(f->rt), k, 1, NULL, &global, &local, 0, NULL,
+                                        hd__cl_event_slot(f->rt));
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
     return HD_OK;

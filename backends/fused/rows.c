@@ -55,7 +55,7 @@ static hd_status run_rows(hd_fused *f, hd_context *ctx, const row_kernel *rk,
     if (s != HD_OK)
         return s;
     size_t groups = (r->rows + (size_t)p.rows - 1) / (size_t)p.rows;
-    return hd__fused_launch(ctx, k, groups, (size_t)p.wg);
+    return hd__fused_launch(f, ctx, k, groups, (size_t)p.wg);
 }
 
 hd_status hd__fused_softmax(void *state, hd_context *ctx, const hd_row_args *args)

@@ -26,13 +26,13 @@ typedef struct arg {
 } arg;
 
 /* Sets k's arguments and launches groups work-groups of group work-items. */
-static hd_status launch_kernel(hd_context *ctx, cl_kernel k, size_t group, size_t groups,
+static hd_status launch_kernel(hd_fused *f, hd_context *ctx, cl_kernel k, size_t group, size_t groups,
                                const arg *args, int count)
 {
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, (cl_uint)i, args[i].size, args[i].value);
-    return s == HD_OK ? hd__fused_launch(ctx, k, groups, group) : s;
+    return s == HD_OK ? hd__fused_launch(f, ctx, k, groups, group) : s;
 }
 
 static hd_status launch(hd_fused *f, hd_context *ctx, const char *options, const char *name,
@@ -40,7 +40,7 @@ static hd_status launch(hd_fused *f, hd_context *ctx, const char *options, const
 {
     cl_kernel k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, options, name, group, &k);
-    return s == HD_OK ? launch_kernel(ctx, k, group, groups, args, count) : s;
+    return s == HD_OK ? launch_kernel(f, ctx, k, group, groups, args, count) : s;
 }
 
 /* Builds (or finds built) each named kernel of the program of options before anything is
@@ -58,14 +58,14 @@ static hd_status build_first(hd_fused *f, hd_context *ctx, const char *options,
 }
 
 /* A scratch buffer of at least bytes, grown on demand; in-order queue: reused by every call. */
-static hd_status scratch(hd_context *ctx, size_t bytes, cl_mem *buf, size_t *capacity)
+static hd_status scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *buf, size_t *capacity)
 {
     if (*buf != NULL && *capacity >= bytes)
         return HD_OK;
     if (*buf != NULL)
         clReleaseMemObject(*buf);
     *capacity = 0;
-    hd_status s = hd__cl_scratch_create(ctx->cl, ctx, bytes, "norm backward scratch", buf);
+    hd_status s = hd__cl_scratch_create(f->rt, ctx, bytes, "norm backward scratch", buf);
     if (s != HD_OK)
         return s;
     *capacity = bytes;
@@ -103,9 +103,9 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
     cl_int nchunks = (cl_int)chunks, nspan = (cl_int)span;
     cl_float eps = r->eps;
     hd_status s =
-        scratch(ctx, 4 * r->rows * sizeof(float), &f->backward_stats, &f->backward_stats_bytes);
+        scratch(f, ctx, 4 * r->rows * sizeof(float), &f->backward_stats, &f->backward_stats_bytes);
     if (s == HD_OK)
-        s = scratch(ctx, 2 * chunks * r->cols * sizeof(float), &f->backward_parts,
+        s = scratch(f, ctx, 2 * chunks * r->cols * sizeof(float), &f->backward_parts,
                     &f->backward_parts_bytes);
     cl_mem stats = f->backward_stats, part = f->backward_parts;
     const arg st[] = {{sizeof x, &x},       {sizeof stats, &stats}, {sizeof rows, &rows},
@@ -188,7 +188,7 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     if (2 * groups > SIZE_MAX / sizeof(float) / r->cols)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",
                          r->rows, r->cols);
-    hd_status s = scratch(ctx, 2 * groups * r->cols * sizeof(float), &f->backward_parts,
+    hd_status s = scratch(f, ctx, 2 * groups * r->cols * sizeof(float), &f->backward_parts,
                           &f->backward_parts_bytes);
     cl_mem x = hd__fused_mem(r->x), g = hd__fused_mem(r->gamma), dy = hd__fused_mem(r->dy),
            dx = hd__fused_mem(r->dx), part = f->backward_parts;
@@ -207,7 +207,7 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
                      {sizeof nchunk, &nchunk},
                      {sizeof ngroups, &ngroups}};
     if (s == HD_OK)
-        s = launch_kernel(ctx, k, wg, groups, a, 11);
+        s = launch_kernel(f, ctx, k, wg, groups, a, 11);
     if (s == HD_OK && (s = combine_partials(f, ctx, options, r, part, ngroups)) != HD_OK)
         hd__error_outputs_changed(ctx); /* dx is written (over dy, in place) */
     return s;

@@ -709,7 +709,7 @@ static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_m
     if (bytes > f->splitk_bytes) {
         hd__fused_tile_release(f); /* freed once the queued launches using it ran */
         hd_status s =
-            hd__cl_scratch_create(ctx->cl, ctx, bytes, "split-K partials", &f->splitk_part);
+            hd__cl_scratch_create(f->rt, ctx, bytes, "split-K partials", &f->splitk_part);
         if (s != HD_OK)
             return s;
         f->splitk_bytes = bytes;
@@ -915,7 +915,7 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         sizeof chunk,   sizeof nslices, sizeof sa,   sizeof sb,      sizeof sc,      sizeof(cl_mem),
         sizeof lda2,    sizeof(cl_mem), sizeof ldb2, sizeof k2};
     if ((s = hd__fused_set_args(ctx, k, values, sizes, 22)) != HD_OK ||
-        (s = hd__fused_launch(ctx, k, tiles * slices * c->batch, threads)) != HD_OK || slices == 1)
+        (s = hd__fused_launch(f, ctx, k, tiles * slices * c->batch, threads)) != HD_OK || slices == 1)
         return s;
 
     cl_kernel reduce;
@@ -927,7 +927,7 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
                              sizeof(cl_mem), sizeof ldc, sizeof(cl_mem), sizeof nslices};
     if ((s = hd__fused_set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
         return s;
-    return hd__fused_launch(ctx, reduce, ceil_div(c->m * c->n, 256), 256);
+    return hd__fused_launch(f, ctx, reduce, ceil_div(c->m * c->n, 256), 256);
 }
 
 hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, cl_mem c, size_t rows, size_t cols,
@@ -950,7 +950,7 @@ hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, cl_mem c, size_t ro
                             sizeof(cl_mem), sizeof ld, sizeof(cl_mem), sizeof none};
     if ((s = hd__fused_set_args(ctx, k, values, sizes, 8)) != HD_OK)
         return s;
-    return hd__fused_launch(ctx, k, ceil_div(rows * cols, 256), 256);
+    return hd__fused_launch(f, ctx, k, ceil_div(rows * cols, 256), 256);
 }
 
 /* One tile variant of the tuner's list, with the numbers its text names (wm_or_rm 0: the

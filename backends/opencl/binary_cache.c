@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "backends/opencl/internal.h"
-#include "dispatch/env.h"
-#include "dispatch/file.h"
+#include "core/env.h"
+#include "core/file.h"
 
 #define CACHE_MAGIC        "HDCLBIN\n"
 #define CACHE_FORMAT       1u

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backends/opencl/internal.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 /* Uploads up to this size return before the copy runs, from a host copy of the source: a chain
  * of device ops then never waits for the queue to drain (a blocking write in an in-order queue

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "backends/opencl/internal.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 enum {
     AHEAD_MAX_WORKERS = 4,

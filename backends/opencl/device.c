@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backends/opencl/internal.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 /* Idle bytes the pool may keep: an eighth of device memory, at most this. */
 #ifndef HD_CL_POOL_CAP_MAX

@@ -1,6 +1,6 @@
 /* OpenCL error codes as names and as hd_status. */
 #include "backends/opencl/runtime.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 #define HD_CL_ERROR_MAP(X)                                                                         \
     X(CL_SUCCESS)                                                                                  \

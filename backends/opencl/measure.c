@@ -10,7 +10,7 @@
 
 #include "backends/backend.h"
 #include "backends/opencl/internal.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 #ifndef HD_CL_TIMING_REPS
 #define HD_CL_TIMING_REPS 9

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "backends/opencl/internal.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 /* FNV-1a, 64 bits: for cache keys and checksums, not for security. In memory a program is
  * found by its source compared whole; on disk an entry is checked against its full key string

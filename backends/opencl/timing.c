@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "backends/opencl/internal.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 void hd__cl_capture_discard(hd_cl_runtime *rt)
 {

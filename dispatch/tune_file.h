@@ -31,8 +31,8 @@
  * are used. Lines other than comments are at most HD_TUNE_LINE_MAX bytes and files hold at most
  * HD_TUNE_RECORD_MAX records.
  */
-#ifndef HD_AUTOTUNE_CACHE_H
-#define HD_AUTOTUNE_CACHE_H
+#ifndef HD_DISPATCH_TUNE_FILE_H
+#define HD_DISPATCH_TUNE_FILE_H
 
 #include <locale.h>
 #include <stdbool.h>

@@ -2,35 +2,36 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dispatch/context.h"
-#include "dispatch/error.h"
+#include "core/error.h"
 
 hd_status hd__error(hd_context *ctx, hd_status status, const char *fmt, ...)
 {
     if (ctx == NULL)
         return status;
-    int n = snprintf(ctx->last_error, sizeof ctx->last_error, "%s: ", hd_status_str(status));
-    if (n < 0 || (size_t)n >= sizeof ctx->last_error)
+    hd_report *r = hd__report(ctx);
+    int n = snprintf(r->last_error, sizeof r->last_error, "%s: ", hd_status_str(status));
+    if (n < 0 || (size_t)n >= sizeof r->last_error)
         return status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->last_error + n, sizeof ctx->last_error - (size_t)n, fmt, ap);
+    vsnprintf(r->last_error + n, sizeof r->last_error - (size_t)n, fmt, ap);
     va_end(ap);
     return status;
 }
 
 void hd__note(hd_context *ctx, const char *fmt, ...)
 {
-    if (ctx == NULL || (ctx->log == NULL && !ctx->log_stderr))
+    hd_report *r = ctx != NULL ? hd__report(ctx) : NULL;
+    if (r == NULL || (r->log == NULL && !r->log_stderr))
         return;
     char text[HD_ERROR_CAPACITY];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (ctx->log != NULL)
-        ctx->log(ctx->log_user, text);
-    if (ctx->log_stderr)
+    if (r->log != NULL)
+        r->log(r->log_user, text);
+    if (r->log_stderr)
         fprintf(stderr, "hd-dispatch: note: %s\n", text);
 }
 
@@ -38,21 +39,22 @@ void hd__error_append(hd_context *ctx, const char *text)
 {
     if (ctx == NULL || text == NULL)
         return;
-    size_t used = strlen(ctx->last_error);
-    if (used + 1 < sizeof ctx->last_error)
-        snprintf(ctx->last_error + used, sizeof ctx->last_error - used, "%s", text);
+    hd_report *r = hd__report(ctx);
+    size_t used = strlen(r->last_error);
+    if (used + 1 < sizeof r->last_error)
+        snprintf(r->last_error + used, sizeof r->last_error - used, "%s", text);
 }
 
 void hd__error_outputs_changed(hd_context *ctx)
 {
     if (ctx != NULL)
-        ctx->outputs_changed = true;
+        hd__report(ctx)->outputs_changed = true;
 }
 
 void hd__error_clear(hd_context *ctx)
 {
     if (ctx != NULL)
-        ctx->last_error[0] = '\0';
+        hd__report(ctx)->last_error[0] = '\0';
 }
 
 /* A failed hd_context_create() destroys its context, and with it the message; the message
@@ -72,5 +74,5 @@ void hd__error_keep_create(hd_status status, const char *detail)
 
 const char *hd_context_last_error(const hd_context *ctx)
 {
-    return ctx == NULL ? create_error : ctx->last_error;
+    return ctx == NULL ? create_error : hd__report_const(ctx)->last_error;
 }

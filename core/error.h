@@ -1,6 +1,8 @@
 /* The context's error message: every failure leaves one sentence of detail on the context. */
-#ifndef HD_DISPATCH_ERROR_H
-#define HD_DISPATCH_ERROR_H
+#ifndef HD_CORE_ERROR_H
+#define HD_CORE_ERROR_H
+
+#include <stdbool.h>
 
 #include <hd/dispatch.h>
 
@@ -9,6 +11,28 @@
 #else
 #define HD_PRINTF(fmt, args)
 #endif
+
+#define HD_ERROR_CAPACITY 4096
+
+/* What every layer reports through on a context: its last error and where its notes go.
+ * struct hd_context (dispatch/context.h) begins with one, so that the code under dispatch/
+ * reports on a context without knowing anything else of it. */
+typedef struct hd_report {
+    char last_error[HD_ERROR_CAPACITY];
+    void (*log)(void *user, const char *message); /* notes (hd__note); NULL: none */
+    void *log_user;
+    bool log_stderr;      /* $HD_LOG=1 */
+    bool outputs_changed; /* the running slot failed after writing an output */
+} hd_report;
+
+static inline hd_report *hd__report(hd_context *ctx)
+{
+    return (hd_report *)(void *)ctx;
+}
+static inline const hd_report *hd__report_const(const hd_context *ctx)
+{
+    return (const hd_report *)(const void *)ctx;
+}
 
 /* Records "<status text>: <formatted detail>" as the context's last error and returns status,
  * so that failures read `return hd__error(ctx, HD_ERR_..., "...", ...);`. ctx may be NULL. */

@@ -1,19 +1,20 @@
 /*
  * The op table: everything the library knows about an operation apart from how a backend
- * computes it. One row per hd_op (dispatch/op.c) gives its name and public function, its
+ * computes it. One row per hd_op (core/op.c) gives its name and public function, its
  * dimensions, its tensors and their shapes in those dimensions, its arithmetic, the tool's
- * value ranges, how its arguments are checked and, where it has one, the leading product that
- * a plan of two backends hands to one backend's GEMM before another's epilogue. The checks,
- * the scheduler, the cache records, the suites, the tuner, the reference and explain all read
- * it; adding an operation is a row here (and in HD_OP_MAP) plus the backends' slots.
+ * value ranges and, where it has one, the leading product that a plan of two backends hands to
+ * one backend's GEMM before another's epilogue (its argument checks are the dispatcher's:
+ * hd__op_prepare, dispatch/check.h). The checks, the scheduler, the cache records, the suites,
+ * the tuner, the reference and explain all read it; adding an operation is a row here (and in
+ * HD_OP_MAP), its check, and the backends' slots.
  */
-#ifndef HD_DISPATCH_OP_H
-#define HD_DISPATCH_OP_H
+#ifndef HD_CORE_OP_H
+#define HD_CORE_OP_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backends/backend.h"
+#include "core/args.h"
 
 #define HD_OP_TENSOR_MAX 8 /* the backward ops take up to five inputs and three outputs */
 #define HD_OP_DIM_MAX    4
@@ -51,15 +52,6 @@ typedef struct hd_op_params {
     bool accumulate;      /* LoRA backward: add the gradients to the outputs */
 } hd_op_params;
 
-/* What a checked call amounts to before any backend is asked. */
-typedef enum hd_call_kind {
-    HD_CALL_RUN = 0,    /* a non-empty problem for a backend */
-    HD_CALL_NOTHING,    /* an empty output: nothing to do */
-    HD_CALL_SCALE_ONLY, /* C = beta*C (GEMM with k = 0 or alpha = 0): no product to compute */
-} hd_call_kind;
-
-struct hd_call;
-
 typedef enum hd_args_kind {
     HD_ARGS_GEMM,
     HD_ARGS_LORA,
@@ -86,10 +78,6 @@ typedef struct hd_op_desc { /* the op's name is HD_OP_MAP's (hd_op_name()) */
     /* Floating-point operations of one call (2 per multiply-add; row ops count their
      * arithmetic per element). */
     double (*flops)(const hd_shape *shape);
-    /* Checks the public arguments (t in the order of tensors[], already non-NULL where not
-     * optional and of ctx) and fills call->args, call->shape and call->kind. */
-    hd_status (*prepare)(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
-                         struct hd_call *call);
     /* The op's leading product, for plans of two backends: the GEMM's shape and, when args
      * is not NULL, the GEMM arguments that leave the product in the op's output for an
      * epilogue to finish. NULL: the op has no such split. */

@@ -1,8 +1,7 @@
 /* Names of statuses, backends and operations, each generated from one table. */
 #include <string.h>
 
-#include "dispatch/context.h"
-#include "dispatch/tools.h"
+#include "core/names.h"
 
 const char *hd_version(void)
 {

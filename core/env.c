@@ -1,10 +1,10 @@
-/* The library's switches in the environment, read one way (dispatch/env.h). */
+/* The library's switches in the environment, read one way (core/env.h). */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "dispatch/env.h"
-#include "dispatch/error.h"
+#include "core/env.h"
+#include "core/error.h"
 
 #define BLANKS " \t"
 

@@ -1,9 +1,8 @@
-/* The op table (dispatch/op.h) and what is computed from it. */
+/* The op table (core/op.h) and what is computed from it. */
 #include <stdio.h>
 #include <string.h>
 
-#include "dispatch/check.h"
-#include "dispatch/op.h"
+#include "core/op.h"
 
 /* Tensors by the dims of their rows and columns; T_ONE for a dimension of 1. */
 #define IN(n, r, c, lo_, hi_)                                                                      \
@@ -118,7 +117,8 @@ static void lora_product(const hd_shape *s, const hd_op_args *args, hd_shape *pr
                          hd_gemm_args *g)
 {
     *product = (hd_shape){.dim = {s->dim[0], s->dim[2], s->dim[1]},
-                          .trans_b = (s->lora_layout & HD_LORA_TRANS_W) != 0};
+                          .trans_b = (s->lora_layout & HD_LORA_TRANS_W) != 0,
+                          .precision = s->precision};
     if (args == NULL)
         return;
     const hd_lora_args *l = &args->lora;
@@ -146,7 +146,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensor_count = 3,
             .tensors = {GEMM_IN("a", 0, 2, 1, T_ONE), GEMM_IN("b", 2, 1, 2, T_ONE), OUT("c", 0, 1)},
             .flops = gemm_flops,
-            .prepare = hd__prepare_gemm,
         },
     [HD_OP_LORA] =
         {
@@ -164,7 +163,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
                         WEIGHT_IN("a", 1, 3, HD_LORA_TRANS_A),
                         WEIGHT_IN("b", 3, 2, HD_LORA_TRANS_B), OUT("y", 0, 2)},
             .flops = lora_flops,
-            .prepare = hd__prepare_lora,
             .product = lora_product,
         },
     [HD_OP_SOFTMAX] =
@@ -176,7 +174,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensor_count = 2,
             .tensors = {IN("x", 0, 1, -4, 4), OUT_IN_PLACE("y", 0, 1)},
             .flops = softmax_flops,
-            .prepare = hd__prepare_softmax,
         },
     [HD_OP_LAYER_NORM] =
         {
@@ -188,7 +185,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensors = {IN("x", 0, 1, -2, 3), IN("gamma", T_ONE, 1, 0.5f, 1.5f),
                         IN("beta", T_ONE, 1, -0.5f, 0.5f), OUT_IN_PLACE("y", 0, 1)},
             .flops = layer_norm_flops,
-            .prepare = hd__prepare_norm,
         },
     [HD_OP_RMS_NORM] =
         {
@@ -200,7 +196,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensors = {IN("x", 0, 1, -2, 3), IN("weight", T_ONE, 1, 0.5f, 1.5f),
                         OUT_IN_PLACE("y", 0, 1)},
             .flops = rms_norm_flops,
-            .prepare = hd__prepare_norm,
         },
     [HD_OP_GEMM_BATCHED] =
         {
@@ -216,7 +211,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensors = {GEMM_IN("a", 0, 2, 1, 3), GEMM_IN("b", 2, 1, 2, 3),
                         BATCH_OUT("c", 0, 1, 3)},
             .flops = gemm_batched_flops,
-            .prepare = hd__prepare_gemm_batched,
         },
     [HD_OP_SOFTMAX_BACKWARD] =
         {
@@ -227,7 +221,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensor_count = 3,
             .tensors = {IN("y", 0, 1, 0.0f, 0.1f), IN("dy", 0, 1, -1, 1), DX_IN_PLACE_OF(1)},
             .flops = softmax_backward_flops,
-            .prepare = hd__prepare_row_backward,
         },
     [HD_OP_LAYER_NORM_BACKWARD] =
         {
@@ -240,7 +233,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
                         IN("dy", 0, 1, -1, 1), DX_IN_PLACE_OF(2), GRAD_OUT("dgamma", T_ONE, 1),
                         GRAD_OUT("dbeta", T_ONE, 1)},
             .flops = layer_norm_backward_flops,
-            .prepare = hd__prepare_row_backward,
         },
     [HD_OP_RMS_NORM_BACKWARD] =
         {
@@ -252,7 +244,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensors = {IN("x", 0, 1, -2, 3), IN("weight", T_ONE, 1, 0.5f, 1.5f),
                         IN("dy", 0, 1, -1, 1), DX_IN_PLACE_OF(2), GRAD_OUT("dweight", T_ONE, 1)},
             .flops = rms_norm_backward_flops,
-            .prepare = hd__prepare_row_backward,
         },
     [HD_OP_LORA_BACKWARD] =
         {
@@ -272,7 +263,6 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
                         GRAD_OUT("dx", 0, 1), WEIGHT_GRAD("da", 1, 3, HD_LORA_TRANS_A),
                         WEIGHT_GRAD("db", 3, 2, HD_LORA_TRANS_B)},
             .flops = lora_backward_flops,
-            .prepare = hd__prepare_lora_backward,
         },
 };
 

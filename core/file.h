@@ -1,6 +1,6 @@
 /* Opening the library's cache files (tuning cache, program binaries) for reading. */
-#ifndef HD_DISPATCH_FILE_H
-#define HD_DISPATCH_FILE_H
+#ifndef HD_CORE_FILE_H
+#define HD_CORE_FILE_H
 
 #include <stddef.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* The tuning cache file: parser, writer and the locked, atomic save. The format is described
- * in autotune/cache.h. The parser treats its input as hostile: every length is bounded, every
+ * in dispatch/tune_file.h. The parser treats its input as hostile: every length is bounded, every
  * number range-checked, and nothing it rejects is kept. */
 #define _DEFAULT_SOURCE /* flock() */
 #include <dirent.h>
@@ -18,11 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "autotune/cache.h"
+#include "dispatch/tune_file.h"
 #include "dispatch/context.h"
-#include "dispatch/error.h"
-#include "dispatch/file.h"
-#include "dispatch/op.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/op.h"
 #include "dispatch/tools.h"
 
 #define MAX_TOKENS 16

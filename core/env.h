@@ -1,7 +1,7 @@
 /* The library's switches in the environment ($HD_DISABLE_OPENCL, $HD_PINNED, $HD_LOG,
  * $HD_PROGRAM_CACHE), read one way: the same spellings for each, blanks around them ignored. */
-#ifndef HD_DISPATCH_ENV_H
-#define HD_DISPATCH_ENV_H
+#ifndef HD_CORE_ENV_H
+#define HD_CORE_ENV_H
 
 #include <stdbool.h>
 #include <stddef.h>

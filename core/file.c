@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dispatch/file.h"
+#include "core/file.h"
 
 /* O_NONBLOCK makes open() return at once on a FIFO with no writer, where fopen() would wait
  * for one forever; fstat on the opened descriptor then answers for the very file we read,

@@ -1,0 +1,102 @@
+/* The arguments of one op as a backend's slot takes them (one struct per kind of op, in the
+ * union hd_op_args) and the shape of a call as the dispatcher keys it: what the op table
+ * (core/op.h), the backends (backends/backend.h) and the dispatcher share. */
+#ifndef HD_CORE_ARGS_H
+#define HD_CORE_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hd/dispatch.h>
+
+#include "core/tensor.h"
+
+typedef struct hd_gemm_args {
+    bool trans_a, trans_b;
+    float alpha, beta;
+    const hd_tensor *a, *b;
+    const hd_tensor *c;     /* written: the state behind the handle */
+    size_t m, n, k;         /* op(A) is m×k, op(B) k×n, C m×n */
+    const char *variant;    /* tuned kernel parameters, "NAME=value NAME=value"; NULL: default */
+    size_t batch;           /* gemm_batched: matrices stacked by rows in each tensor (m, n, k per
+                               matrix); unused by gemm */
+    hd_precision precision; /* the context's GEMM arithmetic; backends without tensor-core
+                               kernels compute fp32, which is at least as accurate */
+} hd_gemm_args;
+
+typedef struct hd_lora_args {
+    const hd_tensor *x, *w, *a, *b;
+    float scale;
+    const hd_tensor *y;
+    size_t tokens, in, out, rank; /* x tokens×in, op(W) in×out, op(A) in×rank, op(B) rank×out */
+    const char *variant;          /* as for GEMM */
+    hd_precision precision;       /* as for GEMM, for x*W */
+    /* hd_lora_forward_ex()'s layout: W stored out×in, A rank×in, B out×rank. A slot that
+     * cannot read a layout in place returns HD_ERR_UNSUPPORTED (and its supports() says so). */
+    bool trans_w, trans_a, trans_b;
+} hd_lora_args;
+
+/* Softmax, layer norm and RMS norm: one row at a time, y may be x. */
+typedef struct hd_row_args {
+    const hd_tensor *x;
+    const hd_tensor *gamma; /* layer norm: scale; RMS norm: weight; softmax: NULL */
+    const hd_tensor *beta;  /* layer norm: shift; otherwise NULL */
+    float eps;
+    const hd_tensor *y;
+    size_t rows, cols;
+    const char *variant; /* as for GEMM */
+} hd_row_args;
+
+/* The backward of a row op, one row at a time: softmax reads y (in x) and dy; the norms read
+ * x, their weight (gamma) and dy. dx may be dy. Weight gradients (dgamma: layer norm's gamma
+ * or RMS norm's weight; dbeta: layer norm's beta) may be NULL: not wanted. With rows = 0
+ * (cols >= 1) the dispatcher zeroes the weight gradients itself; a slot sees rows, cols >= 1. */
+typedef struct hd_row_backward_args {
+    const hd_tensor *x; /* softmax: its output y */
+    const hd_tensor *gamma;
+    const hd_tensor *dy;
+    float eps;
+    const hd_tensor *dx, *dgamma, *dbeta; /* written */
+    size_t rows, cols;
+    const char *variant; /* as for GEMM */
+} hd_row_backward_args;
+
+/* LoRA backward with W frozen: dx (may be NULL), da and db from x, W, A, B and dy, each
+ * overwritten or, with accumulate, added to. A slot sees tokens, in, out >= 1; rank may be 0
+ * (da and db are then empty). */
+typedef struct hd_lora_backward_args {
+    const hd_tensor *x, *w, *a, *b;
+    float scale;
+    const hd_tensor *dy;
+    const hd_tensor *dx, *da, *db; /* written; dx may be NULL */
+    bool accumulate;
+    size_t tokens, in, out, rank;
+    const char *variant;    /* as for GEMM */
+    hd_precision precision; /* as for GEMM */
+    /* hd_lora_backward_ex()'s layout, as the forward's: W stored out×in, A (and dA) rank×in,
+     * B (and dB) out×rank. */
+    bool trans_w, trans_a, trans_b;
+} hd_lora_backward_args;
+
+/* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
+ * rank), row ops (rows, cols). */
+typedef struct hd_shape {
+    size_t dim[4];
+    bool trans_a, trans_b; /* GEMM only */
+    unsigned lora_layout;  /* LoRA and its backward: hd_lora_layout flags, 0 by default */
+    /* The context's GEMM arithmetic, stamped by the dispatcher on every shape it hands a
+     * backend (its variants, checks and estimates of compute-bound ops depend on it); not part
+     * of the shape's identity (hd__op_same_shape), since the memo and cache key it apart. */
+    hd_precision precision;
+} hd_shape;
+
+/* The argument struct of each op's backend slot (the op table says which member). */
+typedef union hd_op_args {
+    hd_gemm_args gemm; /* GEMM and batched GEMM */
+    hd_lora_args lora;
+    hd_row_args row;
+    hd_row_backward_args row_backward;
+    hd_lora_backward_args lora_backward;
+} hd_op_args;
+
+#endif
