@@ -1,19 +1,31 @@
 #!/usr/bin/env python3
-"""Markdown tables of one benchmark run, for BENCHMARKS.md: per suite, each case with the
-fastest of our backends, the dispatcher's choice (auto) and every peer, in one timing mode,
-and the peer's time over ours.
+"""Markdown tables of benchmark runs, for BENCHMARKS.md: per suite, each case with the fastest
+of our backends, the dispatcher's choice (auto) and every peer, and the peer's time over ours.
 
-usage: benchmarks_md.py --ours OURS.json [--peer PEER.json ...] [--mode device|chain|sync|host]
+usage: benchmarks_md.py --update PAGE [--results DIR] [--check]
+       benchmarks_md.py --ours OURS.json [--peer PEER.json ...] [--mode device|chain|sync|host]
                         [--suites a,b] [--extra NAME=OURS.json ...]
 
-OURS.json and PEER.json are dispatch-bench / peer JSON (schema hd-bench/1). --extra adds a
-column with the best backend of another run of ours (another GEMM precision, say). A peer with
-no figure in the mode asked for (numpy has no device mode) is read in chain mode, and the
-column says so (peers have no host mode: chain stands in). Prints to standard output.
+--update rewrites, in place, the part of PAGE between the lines "<!-- benchmarks_md: begin -->"
+and "<!-- benchmarks_md: end -->" from every run under DIR (default: bench/results beside this
+script), one folder per machine kind, GPUs first: ours.json (dispatch-bench), the peers' JSON
+(every other hd-bench/1 file), machine.txt (its first "commit:" line), command.txt (the command
+that made the run) and note.txt (optional, printed under the run's heading). Each run gets a
+summary per suite in two timing modes (the first two of device, sync and chain that ours and
+its first peer both measured); a run with a PyTorch peer also gets one table per suite, both
+modes side by side. With --check it
+writes nothing and exits 1 where PAGE is not what the runs give.
+
+The second form prints the tables of one run in one mode to standard output. OURS.json and
+PEER.json are dispatch-bench / peer JSON (schema hd-bench/1). --extra adds a column with the
+best backend of another run of ours (another GEMM precision, say). A peer with no figure in the
+mode asked for (numpy has no device mode) is read in chain mode, and the column says so (peers
+have no host mode: chain stands in).
 """
 import argparse
 import json
 import math
+import os
 import sys
 
 FALLBACK = {"device": "chain", "chain": "sync", "sync": "chain", "host": "chain"}
@@ -113,14 +125,193 @@ def table(suite, cases, ours, peers, extras, mode):
     return "\n".join(out)
 
 
+BEGIN = "<!-- benchmarks_md: begin -->"
+END = "<!-- benchmarks_md: end -->"
+MODE_ORDER = ["device", "sync", "chain"]
+WITHIN = 1.05  # auto counts as the best forced backend's equal within 5 %
+
+
+def peer_name(data, path):
+    return data.get("tool", path).replace("_peer", "")
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def run_modes(ours_data, peer_data):
+    """The timing modes both sides measured, device first, at most two."""
+    ours = set(ours_data.get("settings", {}).get("modes", []))
+    peer = set(peer_data.get("settings", {}).get("modes", [])) if peer_data else ours
+    both = [m for m in MODE_ORDER if m in ours and m in peer]
+    return (both or [m for m in MODE_ORDER if m in ours] or ["device"])[:2]
+
+
+def mode_stats(cases, ours, peer, mode):
+    """(geometric mean of peer/auto, faster on, compared, auto within 5 % of best, of)."""
+    ratios, near, timed = [], 0, 0
+    for case in cases:
+        runs = ours.get(case, {})
+        a = seconds(runs["auto"], mode) if "auto" in runs else None
+        b, _ = best(runs, mode)
+        if a and b:
+            timed += 1
+            near += a <= WITHIN * b
+        p = None
+        for r in (peer[0].get(case, {}).values() if peer else []):
+            p = seconds(r, mode) or p
+        if a and p:
+            ratios.append(p / a)
+    g = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None
+    return g, sum(1 for x in ratios if x > 1), len(ratios), near, timed
+
+
+def summary(order, ours, peer, pname, modes):
+    head = ["suite", "cases"]
+    for m in modes:
+        head += ["%s / auto, %s" % (pname, m), "auto within 5 %% of best, %s" % m]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for suite, cases in order.items():
+        row = [suite, str(len(cases))]
+        for m in modes:
+            g, faster, n, near, timed = mode_stats(cases, ours, peer, m)
+            row.append("%.2f× (faster on %d of %d)" % (g, faster, n) if g else "-")
+            row.append("%d of %d" % (near, timed) if timed else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def cell(s, backend):
+    return "%s %s" % (scaled(s), backend) if s else "-"
+
+
+def side_by_side(suite, cases, ours, peer, pname, modes):
+    head = ["case", "best forced, %s" % modes[0]]
+    for m in modes:
+        head += ["auto, %s" % m, "%s, %s" % (pname, m), "×"]
+    lines = ["**%s** (× = %s's time / auto's, above 1 the library is faster)" % (suite, pname),
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for case in cases:
+        runs = ours.get(case, {})
+        row = [case, cell(*best(runs, modes[0]))]
+        auto = runs.get("auto")
+        for m in modes:
+            a = seconds(auto, m) if auto else None
+            ran_on = auto.get("modes", {}).get(m, {}).get("ran_on", auto.get("ran_on", "?")) \
+                if auto else "?"
+            ps, pmode = peer_time(peer, case, m)
+            note = "" if pmode in (None, m) else " (%s)" % pmode
+            row += [cell(a, ran_on), scaled(ps) + note,
+                    "%.2f×" % (ps / a) if ps and a else "-"]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def when(date):
+    return date.replace("T", " ")[:16] + " UTC" if date else "?"
+
+
+def run_section(folder, page_dir):
+    """The page's part for one run folder: heading, what ran where, summary, tables."""
+    ours_data, peers = None, []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
+        data = load(os.path.join(folder, name))
+        if data.get("tool") == "dispatch-bench":
+            ours_data = data
+        else:
+            peers.append((peer_name(data, name), data))
+    if ours_data is None:
+        sys.exit("benchmarks_md: %s has no dispatch-bench JSON" % folder)
+    ours, order = index(ours_data)
+    pname, pdata = peers[0] if peers else ("peer", None)
+    peer = index(pdata) if pdata else None
+    modes = run_modes(ours_data, pdata)
+    dev, mach = ours_data.get("device", {}), ours_data.get("machine", {})
+    roof = ours_data.get("roofline") or {}
+    commit = next((l.split(":", 1)[1].strip()[:7] for l in read_text(
+        os.path.join(folder, "machine.txt")).splitlines() if l.startswith("commit:")), "?")
+    rel = os.path.relpath(folder, page_dir)
+    out = ["### %s: %s" % (os.path.basename(folder), dev.get("name", "?")), ""]
+    facts = ["[`%s/`](%s/): %s, commit %s; %s (%s, driver %s), host %s, %s cores." % (
+        rel, rel, when(ours_data.get("date")), commit, dev.get("name", "?"),
+        dev.get("platform", "?"), dev.get("driver", "?"), mach.get("cpu", "?"),
+        mach.get("cores", "?"))]
+    line = []
+    if roof:
+        peak = roof.get("peak_gflops", 0)
+        line.append("Roofline: copy %.0f GB/s (%s), %s (%s)." % (
+            roof.get("bandwidth_gbs", 0), roof.get("bandwidth_source", "?"),
+            "%.1f TFLOP/s" % (peak / 1e3) if peak >= 1e3 else "%.0f GFLOP/s" % peak,
+            roof.get("peak_source", "?")))
+    for name, data in peers:
+        drv = data.get("device", {}).get("driver", "")
+        line.append("Peer: %s %s%s." % (name, data.get("version", "?"),
+                                          "" if not drv or data.get("version", "") in drv
+                                          else " on " + drv))
+    if line:
+        facts.append(" ".join(line))
+    command = read_text(os.path.join(folder, "command.txt"))
+    if command:
+        facts.append("Command: `%s`." % command)
+    out += facts
+    note = read_text(os.path.join(folder, "note.txt"))
+    if note:
+        out += ["", note]
+    out += [""] + summary(order, ours, peer, pname, modes)
+    if pname == "torch":
+        for suite, cases in order.items():
+            out += [""] + side_by_side(suite, cases, ours, peer, pname, modes)
+    return out
+
+
+def update(page, results, check=False):
+    with open(page) as f:
+        text = f.read()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        sys.exit("benchmarks_md: %s needs one line %s and, after it, one %s" % (page, BEGIN, END))
+    folders = [os.path.join(results, d) for d in sorted(os.listdir(results))
+               if os.path.isfile(os.path.join(results, d, "ours.json"))]
+    kind = {f: load(os.path.join(f, "ours.json")).get("device", {}).get("kind") for f in folders}
+    folders.sort(key=lambda f: (kind[f] != "gpu", f))
+    body = []
+    for f in folders:
+        body += [""] + run_section(os.path.abspath(f), os.path.dirname(os.path.abspath(page)))
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    new = head + BEGIN + "\n" + "\n".join(body) + "\n\n" + END + tail
+    if new != text and check:
+        print("benchmarks_md: %s is not what bench/results gives; run --update" % page,
+              file=sys.stderr)
+        return 1
+    if new != text:
+        with open(page, "w") as f:
+            f.write(new)
+    return 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ours", required=True)
+    ap.add_argument("--update", metavar="PAGE")
+    ap.add_argument("--check", action="store_true",
+                    help="with --update: write nothing, exit 1 if PAGE is out of date")
+    ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                      "results"))
+    ap.add_argument("--ours")
     ap.add_argument("--peer", action="append", default=[])
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=OURS.json")
     ap.add_argument("--mode", default="device", choices=["device", "chain", "sync", "host"])
     ap.add_argument("--suites", default="")
     a = ap.parse_args(argv)
+    if a.update:
+        return update(a.update, a.results, a.check)
+    if not a.ours:
+        ap.error("--ours or --update is required")
     ours, order = index(load(a.ours))
     peers = []
     for path in a.peer:
