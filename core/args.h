@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hd/dispatch.h>
 
@@ -78,6 +79,42 @@ typedef struct hd_lora_backward_args {
     bool trans_w, trans_a, trans_b;
 } hd_lora_backward_args;
 
+/* The training step's ops (hd_args_kind HD_ARGS_STEP): SwiGLU, GELU, add, add + RMS norm, RoPE,
+ * attention, cross-entropy (and its LM-head form), embedding, and their backward passes. The
+ * op's tensors come in the op table's order, inputs in in[] and outputs in out[] (an optional
+ * tensor the caller left out is NULL); each op reads the scalars its row names. A slot sees
+ * checked, non-empty problems (rows, cols >= 1), every id in range and every sequence length
+ * summing to the rows; the host arrays stay valid during the slot only. */
+#define HD_STEP_INPUTS  6
+#define HD_STEP_OUTPUTS 4
+typedef struct hd_step_args {
+    const hd_tensor *in[HD_STEP_INPUTS];
+    const hd_tensor *out[HD_STEP_OUTPUTS];
+    size_t rows, cols; /* of the first input: tokens x features */
+    float alpha;       /* add: y += alpha * x */
+    float eps;         /* add + RMS norm */
+    /* RoPE and attention */
+    const size_t *seq_lengths; /* packed sequences' lengths, seq_count of them; NULL: one */
+    size_t seq_count;
+    size_t head_dim;
+    /* RoPE: inv_freq[i] = theta^(-2i/head_dim) unless in[1] gives the frequencies */
+    double theta;
+    size_t position_offset;
+    bool inverse;
+    /* attention */
+    size_t heads, kv_heads;
+    bool causal;
+    float scale; /* the scores' factor, resolved (never 0) */
+    /* cross-entropy and embedding: ids or targets, rows of them, each in [0, vocab) or
+     * ignore_index (targets only) */
+    const int32_t *ids;
+    int32_t ignore_index;
+    size_t counted; /* targets not ignored */
+    size_t vocab;
+    const char *variant;    /* as for GEMM */
+    hd_precision precision; /* the LM head's products */
+} hd_step_args;
+
 /* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
  * rank), row ops (rows, cols). */
 typedef struct hd_shape {
@@ -97,6 +134,7 @@ typedef union hd_op_args {
     hd_row_args row;
     hd_row_backward_args row_backward;
     hd_lora_backward_args lora_backward;
+    hd_step_args step;
 } hd_op_args;
 
 #endif

@@ -16,7 +16,7 @@
     }
 #define OUT_IN_PLACE(n, r, c)                                                                      \
     {                                                                                              \
-        .name = n, .role = HD_ROLE_OUTPUT, .in_place = true, .rows = r, .cols = c,                 \
+        .name = n, .role = HD_ROLE_OUTPUT, .in_place_of = 1u, .rows = r, .cols = c,                \
         .batch = HD_DIM_ONE                                                                        \
     }
 /* A GEMM operand: stored transposed when trans_a (tr 1) or trans_b (tr 2) is set, its rows
@@ -38,7 +38,7 @@
     }
 #define DX_IN_PLACE_OF(dy_index)                                                                   \
     {                                                                                              \
-        .name = "dx", .role = HD_ROLE_OUTPUT, .in_place = true, .in_place_of = dy_index,           \
+        .name = "dx", .role = HD_ROLE_OUTPUT, .in_place_of = 1u << (dy_index),                     \
         .rows = 0, .cols = 1, .batch = HD_DIM_ONE                                                  \
     }
 /* LoRA's weights, and their gradients, stored transposed under the layout flag fl. */
@@ -52,6 +52,34 @@
         .name = n, .role = HD_ROLE_OUTPUT, .rows = r, .cols = c, .layout = fl, .batch = HD_DIM_ONE \
     }
 #define T_ONE HD_DIM_ONE
+/* The training step's tensors: an output that may be the inputs of mask m (in place), an
+ * optional input, and attention's heads x head_dim columns (dim h times dim d). */
+#define OUT_MAY_BE(n, r, c, m)                                                                     \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .in_place_of = m, .rows = r, .cols = c,                 \
+        .batch = HD_DIM_ONE                                                                        \
+    }
+#define GRAD_MAY_BE(n, r, c, m)                                                                    \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .optional = true, .in_place_of = m, .rows = r,          \
+        .cols = c, .batch = HD_DIM_ONE                                                             \
+    }
+#define IN_OPTIONAL(n, r, c, lo_, hi_)                                                             \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_INPUT, .optional = true, .rows = r, .cols = c,                  \
+        .batch = HD_DIM_ONE, .lo = lo_, .hi = hi_                                                  \
+    }
+#define HEADS_IN(n, h, d, lo_, hi_)                                                                \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_INPUT, .rows = 0, .cols = h, .cols_times = 1 + (d),             \
+        .batch = HD_DIM_ONE, .lo = lo_, .hi = hi_                                                  \
+    }
+#define HEADS_OUT(n, h, d)                                                                         \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .rows = 0, .cols = h, .cols_times = 1 + (d),            \
+        .batch = HD_DIM_ONE                                                                        \
+    }
+#define BIT(i) (1u << (i))
 
 static double gemm_flops(const hd_shape *s)
 {
@@ -109,6 +137,72 @@ static double lora_backward_flops(const hd_shape *s)
     double t = (double)s->dim[0], in = (double)s->dim[1], out = (double)s->dim[2];
     double r = (double)s->dim[3];
     return 2.0 * t * in * out + 2.0 * t * r * (2.0 * out + 3.0 * in);
+}
+
+/* The training step's ops, per element of their first input: the elementwise ops' arithmetic
+ * (an exp and a division counted as one each). */
+static double elements(const hd_shape *s)
+{
+    return (double)s->dim[0] * (double)s->dim[1];
+}
+static double swiglu_flops(const hd_shape *s)
+{
+    return 5.0 * elements(s);
+}
+static double swiglu_backward_flops(const hd_shape *s)
+{
+    return 10.0 * elements(s);
+}
+static double gelu_flops(const hd_shape *s)
+{
+    return 9.0 * elements(s);
+}
+static double gelu_backward_flops(const hd_shape *s)
+{
+    return 16.0 * elements(s);
+}
+static double add_flops(const hd_shape *s)
+{
+    return 2.0 * elements(s);
+}
+static double add_rms_norm_flops(const hd_shape *s)
+{
+    return 5.0 * elements(s);
+}
+static double add_rms_norm_backward_flops(const hd_shape *s)
+{
+    return 11.0 * elements(s);
+}
+static double rope_flops(const hd_shape *s) /* a rotation: 3 per element, and the angle */
+{
+    return 4.0 * elements(s);
+}
+
+/* The score and output products (2 each per multiply-add), causal: half the pairs. */
+static double attention_flops(const hd_shape *s)
+{
+    double t = (double)s->dim[0], h = (double)s->dim[1], d = (double)s->dim[3];
+    return 2.0 * t * t * h * d;
+}
+/* Scores again, dv, dp, dq and dk: five products to the forward's two. */
+static double attention_backward_flops(const hd_shape *s)
+{
+    return 2.5 * attention_flops(s);
+}
+/* logsumexp, the target's logit and the gradient: a few per logit */
+static double cross_entropy_flops(const hd_shape *s)
+{
+    return 5.0 * elements(s);
+}
+/* h*W^T, then dh = dlogits*W: two products of T x V x D, and the rows' work */
+static double linear_cross_entropy_flops(const hd_shape *s)
+{
+    double t = (double)s->dim[0], d = (double)s->dim[1], v = (double)s->dim[2];
+    return 4.0 * t * v * d + 5.0 * t * v;
+}
+static double embedding_flops(const hd_shape *s) /* a copy: no arithmetic, the elements moved */
+{
+    return elements(s);
 }
 
 /* LoRA's leading product y = x*op(W), which a plan of two backends computes with one backend's
@@ -264,6 +358,164 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
                         WEIGHT_GRAD("db", 3, 2, HD_LORA_TRANS_B)},
             .flops = lora_backward_flops,
         },
+    [HD_OP_SWIGLU] =
+        {
+            .fn = "hd_swiglu",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 3,
+            .tensors = {IN("g", 0, 1, -4, 4), IN("u", 0, 1, -2, 2),
+                        OUT_MAY_BE("y", 0, 1, BIT(0) | BIT(1))},
+            .flops = swiglu_flops,
+        },
+    [HD_OP_SWIGLU_BACKWARD] =
+        {
+            .fn = "hd_swiglu_backward",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 5,
+            .tensors = {IN("g", 0, 1, -4, 4), IN("u", 0, 1, -2, 2), IN("dy", 0, 1, -1, 1),
+                        OUT_MAY_BE("dg", 0, 1, BIT(0) | BIT(2)),
+                        OUT_MAY_BE("du", 0, 1, BIT(1) | BIT(2))},
+            .flops = swiglu_backward_flops,
+        },
+    [HD_OP_GELU] =
+        {
+            .fn = "hd_gelu",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 2,
+            .tensors = {IN("x", 0, 1, -4, 4), OUT_IN_PLACE("y", 0, 1)},
+            .flops = gelu_flops,
+        },
+    [HD_OP_GELU_BACKWARD] =
+        {
+            .fn = "hd_gelu_backward",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 3,
+            .tensors = {IN("x", 0, 1, -4, 4), IN("dy", 0, 1, -1, 1), DX_IN_PLACE_OF(1)},
+            .flops = gelu_backward_flops,
+        },
+    [HD_OP_ADD] =
+        {
+            .fn = "hd_add",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 2,
+            .tensors = {IN("x", 0, 1, -1, 1), OUT("y", 0, 1)},
+            .flops = add_flops,
+        },
+    [HD_OP_ADD_RMS_NORM] =
+        {
+            .fn = "hd_add_rms_norm",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 5,
+            .tensors = {IN("x", 0, 1, -2, 3), IN("r", 0, 1, -1, 1),
+                        IN("weight", T_ONE, 1, 0.5f, 1.5f), OUT_MAY_BE("h", 0, 1, BIT(0) | BIT(1)),
+                        OUT("y", 0, 1)},
+            .flops = add_rms_norm_flops,
+        },
+    [HD_OP_ADD_RMS_NORM_BACKWARD] =
+        {
+            .fn = "hd_add_rms_norm_backward",
+            .dims = 2,
+            .dim_names = {"rows", "cols"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 6,
+            .tensors = {IN("h", 0, 1, -2, 3), IN("weight", T_ONE, 1, 0.5f, 1.5f),
+                        IN("dy", 0, 1, -1, 1), IN_OPTIONAL("dres", 0, 1, -1, 1),
+                        OUT_MAY_BE("dh", 0, 1, BIT(2) | BIT(3)), GRAD_OUT("dweight", T_ONE, 1)},
+            .flops = add_rms_norm_backward_flops,
+        },
+    [HD_OP_ROPE] =
+        {
+            .fn = "hd_rope",
+            .dims = 3,
+            .dim_names = {"rows", "cols", "pairs"}, /* pairs: head_dim / 2 */
+            .first_suffix_dim = 2,
+            .suffix_prefix = {[2] = 'p'},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 3,
+            .tensors = {IN("x", 0, 1, -2, 2), IN_OPTIONAL("inv_freq", T_ONE, 2, 0.0f, 1.0f),
+                        OUT_IN_PLACE("y", 0, 1)},
+            .flops = rope_flops,
+        },
+    [HD_OP_ATTENTION] =
+        {
+            .fn = "hd_attention",
+            .dims = 4,
+            .dim_names = {"tokens", "heads", "kv_heads", "head_dim"},
+            .first_suffix_dim = 1,
+            .suffix_prefix = {[1] = 'h', [2] = 'k', [3] = 'd'},
+            .compute_bound = true,
+            .args = HD_ARGS_STEP,
+            .tensor_count = 5,
+            .tensors = {HEADS_IN("q", 1, 3, -2, 2), HEADS_IN("k", 2, 3, -2, 2),
+                        HEADS_IN("v", 2, 3, -1, 1), HEADS_OUT("out", 1, 3),
+                        GRAD_OUT("lse", 0, 1)},
+            .flops = attention_flops,
+        },
+    [HD_OP_ATTENTION_BACKWARD] =
+        {
+            .fn = "hd_attention_backward",
+            .dims = 4,
+            .dim_names = {"tokens", "heads", "kv_heads", "head_dim"},
+            .first_suffix_dim = 1,
+            .suffix_prefix = {[1] = 'h', [2] = 'k', [3] = 'd'},
+            .compute_bound = true,
+            .args = HD_ARGS_STEP,
+            .tensor_count = 9,
+            .tensors = {HEADS_IN("q", 1, 3, -2, 2), HEADS_IN("k", 2, 3, -2, 2),
+                        HEADS_IN("v", 2, 3, -1, 1), HEADS_IN("out", 1, 3, -1, 1),
+                        IN("lse", 0, 1, 0, 1), HEADS_IN("dout", 1, 3, -1, 1),
+                        HEADS_OUT("dq", 1, 3), HEADS_OUT("dk", 2, 3), HEADS_OUT("dv", 2, 3)},
+            .flops = attention_backward_flops,
+        },
+    [HD_OP_CROSS_ENTROPY] =
+        {
+            .fn = "hd_cross_entropy",
+            .dims = 2,
+            .dim_names = {"rows", "vocab"},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 3,
+            .tensors = {IN("logits", 0, 1, -8, 8), OUT("loss", T_ONE, T_ONE),
+                        GRAD_MAY_BE("dlogits", 0, 1, BIT(0))},
+            .flops = cross_entropy_flops,
+        },
+    [HD_OP_LINEAR_CROSS_ENTROPY] =
+        {
+            .fn = "hd_linear_cross_entropy",
+            .dims = 3,
+            .dim_names = {"rows", "dim", "vocab"},
+            .first_suffix_dim = 2,
+            .suffix_prefix = {[2] = 'v'},
+            .compute_bound = true,
+            .args = HD_ARGS_STEP,
+            .tensor_count = 4,
+            .tensors = {IN("h", 0, 1, -1, 1), IN("w", 2, 1, -0.1f, 0.1f),
+                        OUT("loss", T_ONE, T_ONE), GRAD_OUT("dh", 0, 1)},
+            .flops = linear_cross_entropy_flops,
+        },
+    [HD_OP_EMBEDDING] =
+        {
+            .fn = "hd_embedding",
+            .dims = 3,
+            .dim_names = {"rows", "dim", "vocab"},
+            .first_suffix_dim = 2,
+            .suffix_prefix = {[2] = 'v'},
+            .args = HD_ARGS_STEP,
+            .tensor_count = 2,
+            .tensors = {IN("table", 2, 1, -1, 1), OUT("out", 0, 1)},
+            .flops = embedding_flops,
+        },
 };
 
 static size_t dim_of(const hd_shape *s, int d)
@@ -275,6 +527,8 @@ void hd__op_tensor_shape(hd_op op, int i, const hd_shape *s, size_t *rows, size_
 {
     const hd_op_tensor *t = &hd__op(op)->tensors[i];
     size_t r = dim_of(s, t->rows), c = dim_of(s, t->cols);
+    if (t->cols_times != 0)
+        c *= dim_of(s, t->cols_times - 1);
     bool swap = (t->transpose == 1 && s->trans_a) || (t->transpose == 2 && s->trans_b);
     swap |= t->layout != 0 && (s->lora_layout & (unsigned)t->layout) != 0;
     *rows = (swap ? c : r) * dim_of(s, t->batch);

@@ -16,7 +16,7 @@
 
 #include "core/args.h"
 
-#define HD_OP_TENSOR_MAX 8 /* the backward ops take up to five inputs and three outputs */
+#define HD_OP_TENSOR_MAX 10 /* attention's backward: six inputs and three outputs */
 #define HD_OP_DIM_MAX    4
 
 /* A tensor's dimension in terms of the op's dims: HD_DIM_ONE, or the index of a dim. */
@@ -31,9 +31,10 @@ typedef struct hd_op_tensor {
     const char *name; /* as the public function's parameter, in messages */
     hd_tensor_role role;
     bool optional;           /* may be NULL (a gradient the caller does not want) */
-    bool in_place;           /* an output that may be the input in_place_of (row ops) */
-    signed char in_place_of; /* the index in tensors[] of that input: 0, or dy of a backward */
+    unsigned in_place_of;    /* an output: bit i set where it may be tensors[i] (in place) */
     signed char rows, cols;  /* dims (HD_DIM_ONE: 1) */
+    signed char cols_times;  /* 0, or 1 + a dim the columns are multiplied by (attention's
+                                heads x head_dim) */
     signed char transpose;   /* 0; 1 or 2: stored transposed when trans_a or trans_b is set */
     signed char layout;      /* 0, or the hd_lora_layout flag under which it is stored
                                 transposed (LoRA's W, A and B, and their gradients) */
@@ -44,12 +45,23 @@ typedef struct hd_op_tensor {
 /* The scalar arguments of any op; each op reads its own. */
 typedef struct hd_op_params {
     bool trans_a, trans_b;
-    float alpha, beta;    /* GEMM */
+    float alpha, beta;    /* GEMM; alpha: add */
     float scale;          /* LoRA */
     unsigned lora_layout; /* LoRA and its backward: hd_lora_layout flags (the _ex calls) */
     float eps;            /* norms */
     size_t batch;         /* batched GEMM */
     bool accumulate;      /* LoRA backward: add the gradients to the outputs */
+    /* the training step's ops */
+    hd_sequences sequences;     /* RoPE, attention */
+    size_t head_dim;            /* RoPE */
+    float theta;                /* RoPE */
+    size_t position_offset;     /* RoPE */
+    bool inverse;               /* RoPE */
+    size_t heads, kv_heads;     /* attention */
+    bool causal;                /* attention */
+    float attention_scale;      /* attention: 0 for 1/sqrt(head_dim) */
+    const int32_t *ids;         /* cross-entropy's targets, embedding's ids: rows of them */
+    int32_t ignore_index;       /* cross-entropy */
 } hd_op_params;
 
 typedef enum hd_args_kind {
@@ -58,6 +70,7 @@ typedef enum hd_args_kind {
     HD_ARGS_ROW,
     HD_ARGS_ROW_BACKWARD,
     HD_ARGS_LORA_BACKWARD,
+    HD_ARGS_STEP,
 } hd_args_kind;
 
 typedef struct hd_op_desc { /* the op's name is HD_OP_MAP's (hd_op_name()) */

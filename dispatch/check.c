@@ -23,7 +23,7 @@ hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[
         if (out->role != HD_ROLE_OUTPUT || t[o] == NULL)
             continue;
         for (int i = 0; i < d->tensor_count; i++) {
-            if (i == o || t[i] != t[o] || (out->in_place && i == out->in_place_of))
+            if (i == o || t[i] != t[o] || ((out->in_place_of >> i) & 1u))
                 continue;
             return hd__error(ctx, HD_ERR_ALIASING, "%s: output '%s' is also %s '%s'", d->fn,
                              out->name, d->tensors[i].role == HD_ROLE_INPUT ? "input" : "output",
@@ -365,6 +365,277 @@ hd_status hd__prepare_lora_backward(hd_context *ctx, const hd_tensor *const t[],
     return HD_OK;
 }
 
+/* ---- the training step's ops ---- */
+
+/* The step's arguments from the op table's order: inputs into in[], outputs into out[]. */
+static void step_tensors(hd_op op, const hd_tensor *const t[], hd_step_args *a)
+{
+    const hd_op_desc *d = hd__op(op);
+    int in = 0, out = 0;
+    for (int i = 0; i < d->tensor_count; i++) {
+        if (d->tensors[i].role == HD_ROLE_OUTPUT)
+            a->out[out++] = t[i];
+        else
+            a->in[in++] = t[i];
+    }
+}
+
+/* Every tensor of the call (present) against its row of the op table for shape s. */
+static hd_status expect_table_shapes(hd_context *ctx, hd_op op, const hd_tensor *const t[],
+                                     const hd_shape *s)
+{
+    const hd_op_desc *d = hd__op(op);
+    for (int i = 0; i < d->tensor_count; i++) {
+        size_t rows, cols;
+        hd__op_tensor_shape(op, i, s, &rows, &cols);
+        hd_status st = expect_shape(ctx, d->fn, t[i], d->tensors[i].name, rows, cols,
+                                    "the tensors' shapes do not agree");
+        if (st != HD_OK)
+            return st;
+    }
+    return HD_OK;
+}
+
+/* The call of a step op of shape s: its arguments, io and kind (nothing to do when the first
+ * tensor is empty). */
+static void step_call(hd_op op, const hd_tensor *const t[], const hd_shape *s, hd_call *call)
+{
+    call->shape = *s;
+    step_tensors(op, t, &call->args.step);
+    call->args.step.rows = t[0]->rows;
+    call->args.step.cols = t[0]->cols;
+    set_io(op, t, call);
+    call->beta = 0.0f;
+    call->kind = t[0]->rows == 0 || t[0]->cols == 0 ? HD_CALL_NOTHING : HD_CALL_RUN;
+}
+
+static hd_status check_eps(hd_context *ctx, const char *fn, float eps)
+{
+    if (isfinite(eps) && eps >= 0.0f)
+        return HD_OK;
+    return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0, got %g", fn,
+                     (double)eps);
+}
+
+/* SwiGLU, GELU, add and their backward passes: every tensor of the first's shape. add reads
+ * its output. */
+hd_status hd__prepare_elementwise(hd_context *ctx, const hd_tensor *const t[],
+                                  const hd_op_params *p, hd_call *call)
+{
+    hd_shape s = {.dim = {t[0]->rows, t[0]->cols}};
+    hd_status st = expect_table_shapes(ctx, call->op, t, &s);
+    if (st != HD_OK)
+        return st;
+    step_call(call->op, t, &s, call);
+    call->args.step.alpha = p->alpha;
+    call->io.output_read = call->op == HD_OP_ADD;
+    return HD_OK;
+}
+
+hd_status hd__prepare_add_rms_norm(hd_context *ctx, const hd_tensor *const t[],
+                                   const hd_op_params *p, hd_call *call)
+{
+    hd_shape s = {.dim = {t[0]->rows, t[0]->cols}};
+    hd_status st = expect_table_shapes(ctx, call->op, t, &s);
+    if (st == HD_OK)
+        st = check_eps(ctx, hd__op(call->op)->fn, p->eps);
+    if (st != HD_OK)
+        return st;
+    step_call(call->op, t, &s, call);
+    call->args.step.eps = p->eps;
+    if (call->op == HD_OP_ADD_RMS_NORM_BACKWARD && t[0]->rows == 0 && t[0]->cols > 0 &&
+        t[5] != NULL)
+        call->kind = HD_CALL_SCALE_ONLY; /* dweight: a sum over no rows */
+    return HD_OK;
+}
+
+/* The packed sequences of a call of rows rows: lengths summing to them. */
+static hd_status check_sequences(hd_context *ctx, const char *fn, const hd_sequences *q,
+                                 size_t rows, size_t *longest)
+{
+    *longest = rows;
+    if (q->count == 0)
+        return HD_OK;
+    if (q->lengths == NULL)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "%s: %zu sequences but their lengths are NULL", fn, q->count);
+    size_t sum = 0, most = 0;
+    for (size_t i = 0; i < q->count; i++) {
+        if (q->lengths[i] > rows - sum)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "%s: the sequences' lengths add up to more than the %zu rows (at "
+                             "sequence %zu)",
+                             fn, rows, i);
+        sum += q->lengths[i];
+        most = q->lengths[i] > most ? q->lengths[i] : most;
+    }
+    if (sum != rows)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "%s: the sequences' lengths add up to %zu, not the %zu rows", fn, sum,
+                         rows);
+    *longest = most;
+    return HD_OK;
+}
+
+static void set_sequences(const hd_sequences *q, hd_step_args *a)
+{
+    a->seq_lengths = q->count > 0 ? q->lengths : NULL;
+    a->seq_count = q->count;
+}
+
+/* Positions held exactly as floats in the kernels' angles. */
+#define ROPE_POSITION_LIMIT ((size_t)1 << 24)
+
+hd_status hd__prepare_rope(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call)
+{
+    const char *fn = hd__op(HD_OP_ROPE)->fn;
+    const hd_tensor *x = t[0], *freq = t[1];
+    size_t d = p->head_dim, longest;
+    if (d == 0 || d % 2 != 0 || x->cols % d != 0)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "%s: head_dim %zu must be even, > 0 and divide the %zu columns of x", fn,
+                         d, x->cols);
+    if (freq == NULL && !(isfinite(p->theta) && p->theta > 1.0f))
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: theta must be finite and > 1, got %g",
+                         fn, (double)p->theta);
+    hd_status st = check_sequences(ctx, fn, &p->sequences, x->rows, &longest);
+    if (st != HD_OK)
+        return st;
+    if (longest > 0 && (p->position_offset >= ROPE_POSITION_LIMIT ||
+                        longest - 1 >= ROPE_POSITION_LIMIT - p->position_offset))
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "%s: positions reach %zu + %zu, past the 2^24 the angles hold exactly", fn,
+                         p->position_offset, longest - 1);
+    hd_shape s = {.dim = {x->rows, x->cols, d / 2}};
+    if ((st = expect_table_shapes(ctx, HD_OP_ROPE, t, &s)) != HD_OK)
+        return st;
+    step_call(HD_OP_ROPE, t, &s, call);
+    hd_step_args *a = &call->args.step;
+    set_sequences(&p->sequences, a);
+    a->head_dim = d;
+    a->theta = p->theta;
+    a->position_offset = p->position_offset;
+    a->inverse = p->inverse;
+    return HD_OK;
+}
+
+#define ATTENTION_MAX_HEAD_DIM 256
+
+hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
+                                const hd_op_params *p, hd_call *call)
+{
+    const char *fn = hd__op(call->op)->fn;
+    const hd_tensor *q = t[0];
+    size_t h = p->heads, hk = p->kv_heads, longest;
+    if (h == 0 || hk == 0 || h % hk != 0)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "%s: kv_heads (%zu) must divide heads (%zu), both > 0", fn, hk, h);
+    if (q->cols % h != 0)
+        return hd__error(ctx, HD_ERR_SHAPE_MISMATCH,
+                         "%s: q's %zu columns are not heads (%zu) x head_dim", fn, q->cols, h);
+    size_t d = q->cols / h;
+    if (d == 0 || d % 8 != 0 || d > ATTENTION_MAX_HEAD_DIM)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "%s: head_dim %zu (q's columns / heads) must be a multiple of 8 up to %d",
+                         fn, d, ATTENTION_MAX_HEAD_DIM);
+    float scale = p->attention_scale == 0.0f ? (float)(1.0 / sqrt((double)d)) : p->attention_scale;
+    if (!(isfinite(scale) && scale > 0.0f))
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: scale must be finite and > 0, got %g",
+                         fn, (double)p->attention_scale);
+    hd_status st = check_sequences(ctx, fn, &p->sequences, q->rows, &longest);
+    if (st != HD_OK)
+        return st;
+    hd_shape s = {.dim = {q->rows, h, hk, d}};
+    if ((st = expect_table_shapes(ctx, call->op, t, &s)) != HD_OK)
+        return st;
+    step_call(call->op, t, &s, call);
+    hd_step_args *a = &call->args.step;
+    set_sequences(&p->sequences, a);
+    a->heads = h;
+    a->kv_heads = hk;
+    a->head_dim = d;
+    a->causal = p->causal;
+    a->scale = scale;
+    return HD_OK;
+}
+
+/* ids[0 .. rows-1] each in [0, vocab), or ignore_index where targets may be ignored; counts
+ * those not ignored. */
+static hd_status check_ids(hd_context *ctx, const char *fn, const char *what, const int32_t *ids,
+                           size_t rows, size_t vocab, bool may_ignore, int32_t ignore_index,
+                           size_t *counted)
+{
+    *counted = 0;
+    if (rows > 0 && ids == NULL)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
+    for (size_t i = 0; i < rows; i++) {
+        if (may_ignore && ids[i] == ignore_index)
+            continue;
+        if (ids[i] < 0 || (uint64_t)ids[i] >= (uint64_t)vocab)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "%s: %s[%zu] = %ld is outside [0, %zu)%s", fn, what, i, (long)ids[i],
+                             vocab, may_ignore ? " and not the ignore index" : "");
+        (*counted)++;
+    }
+    return HD_OK;
+}
+
+/* Cross-entropy from logits, and the LM head's (h, w): the targets, and the loss of no counted
+ * row written as NaN (a mean over nothing) by the scale hook. */
+hd_status hd__prepare_cross_entropy(hd_context *ctx, const hd_tensor *const t[],
+                                    const hd_op_params *p, hd_call *call)
+{
+    const char *fn = hd__op(call->op)->fn;
+    bool linear = call->op == HD_OP_LINEAR_CROSS_ENTROPY;
+    const hd_tensor *first = t[0];
+    size_t rows = first->rows, vocab = linear ? t[1]->rows : first->cols;
+    if (linear && first->cols == 0)
+        return hd__error(ctx, HD_ERR_SHAPE_MISMATCH, "%s: h has no columns", fn);
+    hd_shape s = linear ? (hd_shape){.dim = {rows, first->cols, vocab}}
+                        : (hd_shape){.dim = {rows, vocab}};
+    hd_status st = expect_table_shapes(ctx, call->op, t, &s);
+    size_t counted = 0;
+    if (st == HD_OK)
+        st = check_ids(ctx, fn, "targets", p->ids, rows, vocab, true, p->ignore_index, &counted);
+    if (st != HD_OK)
+        return st;
+    step_call(call->op, t, &s, call);
+    hd_step_args *a = &call->args.step;
+    a->ids = p->ids;
+    a->ignore_index = p->ignore_index;
+    a->counted = counted;
+    a->vocab = vocab;
+    a->precision = ctx->gemm_precision;
+    /* No row, or no logit in a row: the mean is over nothing, NaN; the gradients are empty. */
+    if (rows == 0 || vocab == 0) {
+        call->kind = HD_CALL_SCALE_ONLY;
+        call->beta = NAN;
+    }
+    return HD_OK;
+}
+
+hd_status hd__prepare_embedding(hd_context *ctx, const hd_tensor *const t[],
+                                const hd_op_params *p, hd_call *call)
+{
+    const hd_tensor *table = t[0], *out = t[1];
+    hd_shape s = {.dim = {out->rows, table->cols, table->rows}};
+    hd_status st = expect_table_shapes(ctx, HD_OP_EMBEDDING, t, &s);
+    size_t counted;
+    if (st == HD_OK)
+        st = check_ids(ctx, hd__op(HD_OP_EMBEDDING)->fn, "ids", p->ids, out->rows, table->rows,
+                       false, 0, &counted);
+    if (st != HD_OK)
+        return st;
+    step_call(HD_OP_EMBEDDING, t, &s, call);
+    call->args.step.rows = out->rows;
+    call->args.step.cols = table->cols;
+    call->args.step.ids = p->ids;
+    call->args.step.vocab = table->rows;
+    call->kind = out->rows == 0 || out->cols == 0 ? HD_CALL_NOTHING : HD_CALL_RUN;
+    return HD_OK;
+}
+
 hd_prepare_fn *const hd__op_prepare[HD_OP_COUNT] = {
     [HD_OP_GEMM] = hd__prepare_gemm,
     [HD_OP_LORA] = hd__prepare_lora,
@@ -376,4 +647,17 @@ hd_prepare_fn *const hd__op_prepare[HD_OP_COUNT] = {
     [HD_OP_LAYER_NORM_BACKWARD] = hd__prepare_row_backward,
     [HD_OP_RMS_NORM_BACKWARD] = hd__prepare_row_backward,
     [HD_OP_LORA_BACKWARD] = hd__prepare_lora_backward,
+    [HD_OP_SWIGLU] = hd__prepare_elementwise,
+    [HD_OP_SWIGLU_BACKWARD] = hd__prepare_elementwise,
+    [HD_OP_GELU] = hd__prepare_elementwise,
+    [HD_OP_GELU_BACKWARD] = hd__prepare_elementwise,
+    [HD_OP_ADD] = hd__prepare_elementwise,
+    [HD_OP_ADD_RMS_NORM] = hd__prepare_add_rms_norm,
+    [HD_OP_ADD_RMS_NORM_BACKWARD] = hd__prepare_add_rms_norm,
+    [HD_OP_ROPE] = hd__prepare_rope,
+    [HD_OP_ATTENTION] = hd__prepare_attention,
+    [HD_OP_ATTENTION_BACKWARD] = hd__prepare_attention,
+    [HD_OP_CROSS_ENTROPY] = hd__prepare_cross_entropy,
+    [HD_OP_LINEAR_CROSS_ENTROPY] = hd__prepare_cross_entropy,
+    [HD_OP_EMBEDDING] = hd__prepare_embedding,
 };

@@ -40,4 +40,21 @@ hd_status hd__prepare_row_backward(hd_context *ctx, const hd_tensor *const t[],
 hd_status hd__prepare_lora_backward(hd_context *ctx, const hd_tensor *const t[],
                                     const hd_op_params *p, hd_call *call);
 
+/* The training step's ops: the tensors against their op table rows, and each op's scalars
+ * (eps; RoPE's head_dim, theta, sequences and positions; attention's heads, head_dim, scale
+ * and sequences; the targets and ids, each in range). Cross-entropy over no row or no logit
+ * is a scale-only call that writes the loss as NaN. */
+hd_status hd__prepare_elementwise(hd_context *ctx, const hd_tensor *const t[],
+                                  const hd_op_params *p, hd_call *call);
+hd_status hd__prepare_add_rms_norm(hd_context *ctx, const hd_tensor *const t[],
+                                   const hd_op_params *p, hd_call *call);
+hd_status hd__prepare_rope(hd_context *ctx, const hd_tensor *const t[], const hd_op_params *p,
+                           hd_call *call);
+hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
+                                const hd_op_params *p, hd_call *call);
+hd_status hd__prepare_cross_entropy(hd_context *ctx, const hd_tensor *const t[],
+                                    const hd_op_params *p, hd_call *call);
+hd_status hd__prepare_embedding(hd_context *ctx, const hd_tensor *const t[],
+                                const hd_op_params *p, hd_call *call);
+
 #endif

@@ -11,6 +11,7 @@
 #include "dispatch/fault.h"
 #include "dispatch/memo.h"
 #include "dispatch/select.h"
+#include "dispatch/tensor.h"
 #include "dispatch/tools.h"
 #include "dispatch/tuning.h"
 
@@ -47,6 +48,9 @@ static void set_variant(hd_call *call, const char *variant)
         break;
     case HD_ARGS_LORA_BACKWARD:
         call->args.lora_backward.variant = variant;
+        break;
+    case HD_ARGS_STEP:
+        call->args.step.variant = variant;
         break;
     }
 }

@@ -27,6 +27,7 @@
 
 #include "dispatch/context.h"
 #include "dispatch/select.h"
+#include "dispatch/tensor.h"
 #include "dispatch/tools.h"
 #include "dispatch/tuning.h"
 

@@ -1,6 +1,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/step.h"
 #include "core/error.h"
 #include "core/op.h"
 
@@ -135,5 +136,12 @@ const hd_backend_impl hd__backend_cpu = {
             [HD_OP_LAYER_NORM_BACKWARD] = cpu_layer_norm_backward,
             [HD_OP_RMS_NORM_BACKWARD] = cpu_rms_norm_backward,
             [HD_OP_LORA_BACKWARD] = cpu_lora_backward,
+            [HD_OP_SWIGLU] = hd__cpu_swiglu_slot,
+            [HD_OP_SWIGLU_BACKWARD] = hd__cpu_swiglu_backward_slot,
+            [HD_OP_GELU] = hd__cpu_gelu_slot,
+            [HD_OP_GELU_BACKWARD] = hd__cpu_gelu_backward_slot,
+            [HD_OP_ADD] = hd__cpu_add_slot,
+            [HD_OP_ROPE] = hd__cpu_rope_slot,
+            [HD_OP_EMBEDDING] = hd__cpu_embedding_slot,
         },
 };

@@ -11,7 +11,7 @@
 
 typedef struct embedding_job {
     size_t cols;
-    const int *ids;
+    const int32_t *ids;
     const float *table;
     float *out;
 } embedding_job;
@@ -24,7 +24,7 @@ static void embedding_part(void *arg, size_t begin, size_t end)
                j->cols * sizeof *j->out);
 }
 
-void hd__cpu_embedding(hd_cpu_pool *pool, size_t rows, size_t cols, const int *ids,
+void hd__cpu_embedding(hd_cpu_pool *pool, size_t rows, size_t cols, const int32_t *ids,
                        const float *table, float *out)
 {
     embedding_job job = {cols, ids, table, out};

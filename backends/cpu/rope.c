@@ -18,7 +18,7 @@
 
 typedef struct rope_job {
     size_t heads, d;
-    const int *pos;
+    const int32_t *pos;
     const float *inv_freq;
     bool inverse;
     float *x;
@@ -63,28 +63,10 @@ static void rope_part(void *arg, size_t begin, size_t end)
         rope_row(arg, row);
 }
 
-void hd__cpu_rope(hd_cpu_pool *pool, size_t rows, size_t heads, size_t d, const int *pos,
+void hd__cpu_rope(hd_cpu_pool *pool, size_t rows, size_t heads, size_t d, const int32_t *pos,
                   const float *inv_freq, bool inverse, float *x)
 {
     rope_job job = {heads, d, pos, inv_freq, inverse, x};
     bool parallel = rows > 1 && rows * heads * d >= HD_CPU_PARALLEL_ELEMENTS;
     hd__cpu_pool_run(parallel ? pool : NULL, rows, rope_part, &job);
-}
-
-void hd__cpu_rope_inv_freq(double theta, size_t d, float *inv_freq)
-{
-    for (size_t i = 0; i < d / 2; i++) {
-        double f = pow(theta, -2.0 * (double)i / (double)d);
-        float hi = (float)f;
-        inv_freq[2 * i] = hi;
-        inv_freq[2 * i + 1] = (float)(f - hi);
-    }
-}
-
-void hd__cpu_rope_positions(const int *seq_lens, size_t nseq, int position_offset, int *pos)
-{
-    size_t row = 0;
-    for (size_t q = 0; q < nseq; q++)
-        for (int k = 0; k < seq_lens[q]; k++)
-            pos[row++] = position_offset + k;
 }

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backends/cpu/cpu.h"
 
@@ -35,19 +36,22 @@ void hd__cpu_add(hd_cpu_pool *pool, size_t n, float alpha, const float *x, float
 /* RoPE, rotate-half convention, in place on x (rows x (heads * d), d even): row r, at position
  * pos[r], has each head's pair (x[i], x[i + d/2]) rotated by a = pos[r] * inv_freq[i] (by -a when
  * inverse: the backward pass, applied to the gradient). inv_freq: d/2 pairs (hi, lo), the
- * frequency hi + lo (hd__cpu_rope_inv_freq). Angles, their cosines and sines in double. */
-void hd__cpu_rope(hd_cpu_pool *pool, size_t rows, size_t heads, size_t d, const int *pos,
+ * frequency hi + lo (hd__rope_frequencies, core/sequence.h). Angles, their cosines and sines
+ * in double. */
+void hd__cpu_rope(hd_cpu_pool *pool, size_t rows, size_t heads, size_t d, const int32_t *pos,
                   const float *inv_freq, bool inverse, float *x);
-/* The d/2 pairs (hi, lo) of theta^(-2i/d), computed in double and split: hi the nearest float,
- * lo the nearest float to the rest. */
-void hd__cpu_rope_inv_freq(double theta, size_t d, float *inv_freq);
-/* Each row's position: position_offset plus its index within its packed sequence, for nseq
- * sequences of seq_lens[0..nseq-1] rows, one after another. */
-void hd__cpu_rope_positions(const int *seq_lens, size_t nseq, int position_offset, int *pos);
-
 /* Embedding lookup: out[r][:] = table[ids[r]][:], table V x cols, out rows x cols, every id in
  * [0, V). */
-void hd__cpu_embedding(hd_cpu_pool *pool, size_t rows, size_t cols, const int *ids,
+void hd__cpu_embedding(hd_cpu_pool *pool, size_t rows, size_t cols, const int32_t *ids,
                        const float *table, float *out);
+
+/* The op slots of the step's ops (step_ops.c), for the backend's table (backend.c). */
+hd_status hd__cpu_swiglu_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_swiglu_backward_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_gelu_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_gelu_backward_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_add_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_rope_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_embedding_slot(void *state, hd_context *ctx, const hd_op_args *args);
 
 #endif

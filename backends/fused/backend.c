@@ -84,6 +84,8 @@ static void fused_destroy(void *state)
 
 static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part part)
 {
+    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
+        return part == HD_PART_WHOLE && hd__fused_step_supports(op, s);
     if (part == HD_PART_EPILOGUE) /* y += scale*(x*A)*B reads A and B in the default layout */
         return op == HD_OP_LORA && !(s->lora_layout & (HD_LORA_TRANS_A | HD_LORA_TRANS_B)) &&
                hd__fused_lora_update_supports(s);
@@ -228,6 +230,8 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     static const size_t backward_wg[] = {256, 256, 512, 1024, 64};
     const hd_fused *f = state;
     size_t n = 0;
+    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
+        return hd__fused_step_variants(op, s, out, max);
     if (part == HD_PART_EPILOGUE)
         return op == HD_OP_LORA ? hd__fused_lora_update_variants(s, out, max) : 0;
     switch (op) {
@@ -314,6 +318,8 @@ static hd_status check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_
     bool cached;
     const hd_lora_args lora = {
         .tokens = s->dim[0], .in = s->dim[1], .out = s->dim[2], .rank = s->dim[3]};
+    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
+        return hd__fused_step_check(f, ctx, op, s, variant);
     if (part == HD_PART_EPILOGUE) { /* the epilogue of a plan of two: LoRA's low-rank term */
         if (op != HD_OP_LORA)
             return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s has no epilogue",
@@ -568,6 +574,13 @@ const hd_backend_impl hd__backend_fused = {
             [HD_OP_LAYER_NORM_BACKWARD] = fused_layer_norm_backward,
             [HD_OP_RMS_NORM_BACKWARD] = fused_rms_norm_backward,
             [HD_OP_LORA_BACKWARD] = fused_lora_backward,
+            [HD_OP_SWIGLU] = hd__fused_swiglu,
+            [HD_OP_SWIGLU_BACKWARD] = hd__fused_swiglu_backward,
+            [HD_OP_GELU] = hd__fused_gelu,
+            [HD_OP_GELU_BACKWARD] = hd__fused_gelu_backward,
+            [HD_OP_ADD] = hd__fused_add,
+            [HD_OP_ROPE] = hd__fused_rope,
+            [HD_OP_EMBEDDING] = hd__fused_embedding,
         },
     .epilogue = {[HD_OP_LORA] = fused_lora_epilogue},
 };

@@ -26,6 +26,10 @@ extern const char hd__fused_cl_lowrank[];
 extern const char hd__fused_cl_rms_norm[];
 extern const char hd__fused_cl_rows_backward[];
 extern const char hd__fused_cl_softmax[];
+extern const char hd__fused_cl_elem[];
+extern const char hd__fused_cl_elementwise[];
+extern const char hd__fused_cl_rope[];
+extern const char hd__fused_cl_embedding[];
 
 /* One OpenCL program per kind, its source the concatenation of the files it needs. */
 typedef enum hd_fused_program {
@@ -41,6 +45,9 @@ typedef enum hd_fused_program {
     HD_FUSED_GEMM_MMA,      /* tiled GEMM, tensor cores (NVIDIA sm_80+) */
     HD_FUSED_GEMM_WGMMA,    /* tiled GEMM, warpgroup tensor cores (NVIDIA sm_90a) */
     HD_FUSED_ROWS_BACKWARD, /* softmax, layer norm and RMS norm backward */
+    HD_FUSED_ELEMENTWISE,   /* the step's: SwiGLU, GELU, add */
+    HD_FUSED_ROPE,
+    HD_FUSED_EMBEDDING,
     HD_FUSED_PROGRAM_COUNT
 } hd_fused_program;
 
@@ -99,6 +106,8 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
     HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
+    HD_FUSED_FAMILY_STEP,     /* WG VEC HPI: the training step's elementwise, RoPE and
+                                 embedding kernels */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -122,6 +131,7 @@ typedef struct hd_fused_params {
                                  into registers, local memory holds B alone */
     int lead;                 /* FMA kernel: stages between a register-staged operand's loads and
                                  their store (1 or 2), 0: 1 */
+    int hpi;                  /* step family, RoPE: heads an item rotates with one angle */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
@@ -177,6 +187,41 @@ hd_status hd__fused_set_args(hd_context *ctx, cl_kernel k, const void *const *va
 /* Enqueues groups work-groups of group items on the context's queue, with the capture event
  * slot as event. */
 hd_status hd__fused_launch(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups, size_t group);
+
+/* One argument of a launch (hd__fused_launch_args): a device buffer (NULL: none), a value of
+ * size bytes, or size bytes of local memory. Buffers go as the runtime's own handles, so that
+ * host code names tensors and scratch, never OpenCL objects. */
+typedef enum hd_fused_arg_kind {
+    HD_FUSED_ARG_BUFFER,
+    HD_FUSED_ARG_VALUE,
+    HD_FUSED_ARG_LOCAL,
+} hd_fused_arg_kind;
+typedef struct hd_fused_arg {
+    hd_fused_arg_kind kind;
+    size_t size;
+    const void *value;
+    const struct hd_device_buffer *buffer;
+} hd_fused_arg;
+#define HD_FUSED_BUFFER(b) ((hd_fused_arg){.kind = HD_FUSED_ARG_BUFFER, .buffer = (b)})
+/* A tensor valid on the device, or NULL (an optional tensor left out). */
+#define HD_FUSED_TENSOR(t) HD_FUSED_BUFFER((t) != NULL ? (t)->state->device : NULL)
+/* A value argument: v is a variable (a cl_int, a cl_float) that outlives the launch call. */
+#define HD_FUSED_VALUE(v) ((hd_fused_arg){.kind = HD_FUSED_ARG_VALUE, .size = sizeof(v), .value = &(v)})
+#define HD_FUSED_LOCAL(bytes) ((hd_fused_arg){.kind = HD_FUSED_ARG_LOCAL, .size = (bytes)})
+
+/* Sets k's arguments 0 .. count - 1 to args and queues groups work-groups of group items. */
+hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups,
+                                size_t group, const hd_fused_arg *args, int count);
+
+/* A pooled device buffer holding bytes copied from host memory (which may be reused once this
+ * returns: a call's host arrays, its ids and per-row tables), queued before what follows;
+ * released with hd__fused_buffer_release once the launches that read it are queued. */
+hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t bytes,
+                           struct hd_device_buffer **out);
+/* A pooled device buffer of bytes, contents undefined: a call's scratch. */
+hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,
+                           struct hd_device_buffer **out);
+void hd__fused_buffer_release(hd_fused *f, struct hd_device_buffer *buf); /* NULL: no-op */
 
 /* The partials and counters of a KG > 1 launch over `strips` strips of rows (<= 16) rows,
  * grown on demand (the counters zeroed on the queue). KG == 1: both are `unused`, a buffer
@@ -298,6 +343,22 @@ hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *args)
 hd_status hd__fused_gemm_batched(void *state, hd_context *ctx, const hd_gemm_args *args);
 hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *args);
 hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *args);
+
+/* The training step's ops (step.c): their slots, and what their kernel parameters accept. */
+hd_status hd__fused_swiglu(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_swiglu_backward(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_gelu(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_gelu_backward(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_add(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_embedding(void *state, hd_context *ctx, const hd_op_args *args);
+/* Whether the step op takes the shape: its sizes within the kernels' int arguments. */
+bool hd__fused_step_supports(hd_op op, const hd_shape *shape);
+/* Whether the step op's slot takes variant for shape, building nothing; HD_OK or its refusal. */
+hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
+                               const char *variant);
+/* The variants worth timing for a step op. */
+size_t hd__fused_step_variants(hd_op op, const hd_shape *shape, const char **out, size_t max);
 /* The tiled product dx = dy * W^T (+ u * A^T) of a LoRA backward call of this shape, which
  * its variants tune, without buffers; and whether that product would accept variant. */
 hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_shape *shape,

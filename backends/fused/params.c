@@ -57,9 +57,18 @@ static const param_spec tile_spec[] = {
     SPEC("AREG", 0, 1, false, areg),   SPEC("LEAD", 1, 2, false, lead),
 };
 
+static const param_spec step_spec[] = {
+    SPEC("WG", 32, 1024, true, wg),
+    SPEC("VEC", 1, 4, true, vec),
+    SPEC("HPI", 1, 8, false, hpi),
+};
+
 static const param_spec *family_spec(hd_fused_family family, size_t *count)
 {
     switch (family) {
+    case HD_FUSED_FAMILY_STEP:
+        *count = sizeof step_spec / sizeof step_spec[0];
+        return step_spec;
     case HD_FUSED_FAMILY_TILE:
         *count = sizeof tile_spec / sizeof tile_spec[0];
         return tile_spec;
@@ -326,6 +335,7 @@ void hd__fused_options(hd_fused_family family, const hd_fused_params *p, size_t 
                  p->unroll, hd__fused_pow2_ceil(rows), p->kg);
         return;
     case HD_FUSED_FAMILY_TILE: /* formatted by tile.c, which knows the shape's layouts */
+    case HD_FUSED_FAMILY_STEP: /* by step.c, which knows each kernel's parameters */
     case HD_FUSED_FAMILY_UPDATE:
         break;
     }

@@ -25,6 +25,10 @@ static const char *const gemm_mma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gem
 static const char *const gemm_wgmma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_wgmma, NULL};
 static const char *const rows_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_rows_backward,
                                                   NULL};
+static const char *const elementwise_parts[] = {hd__fused_cl_elem, hd__fused_cl_elementwise,
+                                                NULL};
+static const char *const rope_parts[] = {hd__fused_cl_elem, hd__fused_cl_rope, NULL};
+static const char *const embedding_parts[] = {hd__fused_cl_elem, hd__fused_cl_embedding, NULL};
 static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_SOFTMAX] = softmax_parts,
     [HD_FUSED_LAYER_NORM] = layer_norm_parts,
@@ -38,6 +42,9 @@ static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_GEMM_MMA] = gemm_mma_parts,
     [HD_FUSED_GEMM_WGMMA] = gemm_wgmma_parts,
     [HD_FUSED_ROWS_BACKWARD] = rows_backward_parts,
+    [HD_FUSED_ELEMENTWISE] = elementwise_parts,
+    [HD_FUSED_ROPE] = rope_parts,
+    [HD_FUSED_EMBEDDING] = embedding_parts,
 };
 
 hd_status hd__fused_sources_create(hd_fused *f)
@@ -152,4 +159,49 @@ hd_status hd__fused_launch(hd_fused *f, hd_context *ctx, cl_kernel k, size_t gro
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
     return HD_OK;
+}
+
+hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups,
+                                size_t group, const hd_fused_arg *args, int count)
+{
+    hd_status s = HD_OK;
+    for (int i = 0; i < count && s == HD_OK; i++) {
+        const hd_fused_arg *a = &args[i];
+        switch (a->kind) {
+        case HD_FUSED_ARG_BUFFER:
+            s = hd__fused_set_arg(ctx, k, (cl_uint)i, sizeof(cl_mem),
+                                  a->buffer != NULL ? &a->buffer->mem : NULL);
+            break;
+        case HD_FUSED_ARG_VALUE:
+            s = hd__fused_set_arg(ctx, k, (cl_uint)i, a->size, a->value);
+            break;
+        case HD_FUSED_ARG_LOCAL:
+            s = hd__fused_set_arg(ctx, k, (cl_uint)i, a->size, NULL);
+            break;
+        }
+    }
+    return s == HD_OK ? hd__fused_launch(f, ctx, k, groups, group) : s;
+}
+
+hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,
+                           struct hd_device_buffer **out)
+{
+    return hd__cl_buffer_acquire(f->rt, ctx, bytes > 0 ? bytes : 1, out);
+}
+
+hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t bytes,
+                           struct hd_device_buffer **out)
+{
+    hd_status s = hd__fused_buffer(f, ctx, bytes, out);
+    if (s == HD_OK && bytes > 0 && (s = hd__cl_upload(f->rt, ctx, *out, src, bytes)) != HD_OK) {
+        hd__cl_buffer_release(f->rt, *out);
+        *out = NULL;
+    }
+    return s;
+}
+
+void hd__fused_buffer_release(hd_fused *f, struct hd_device_buffer *buf)
+{
+    if (buf != NULL)
+        hd__cl_buffer_release(f->rt, buf);
 }

@@ -41,6 +41,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hd/export.h>
 #include <hd/version.h>
@@ -105,7 +106,20 @@ typedef enum hd_backend {
     X(SOFTMAX_BACKWARD, "softmax_backward")                                                    \
     X(LAYER_NORM_BACKWARD, "layer_norm_backward")                                              \
     X(RMS_NORM_BACKWARD, "rms_norm_backward")                                                  \
-    X(LORA_BACKWARD, "lora_backward")
+    X(LORA_BACKWARD, "lora_backward")                                                          \
+    X(SWIGLU, "swiglu")                                                                        \
+    X(SWIGLU_BACKWARD, "swiglu_backward")                                                      \
+    X(GELU, "gelu")                                                                            \
+    X(GELU_BACKWARD, "gelu_backward")                                                          \
+    X(ADD, "add")                                                                              \
+    X(ADD_RMS_NORM, "add_rms_norm")                                                            \
+    X(ADD_RMS_NORM_BACKWARD, "add_rms_norm_backward")                                          \
+    X(ROPE, "rope")                                                                            \
+    X(ATTENTION, "attention")                                                                  \
+    X(ATTENTION_BACKWARD, "attention_backward")                                                \
+    X(CROSS_ENTROPY, "cross_entropy")                                                          \
+    X(LINEAR_CROSS_ENTROPY, "linear_cross_entropy")                                            \
+    X(EMBEDDING, "embedding")
 
 typedef enum hd_op {
 #define HD_OP_ENUM(name, text) HD_OP_##name,
@@ -177,7 +191,10 @@ HD_API const char *hd_status_str(hd_status s);
 HD_API const char *hd_status_name(hd_status s);
 /* Lower-case name of a backend ("auto", "cpu", "clblast", "fused", "clblast+fused"), of an
  * operation ("gemm", "lora", "softmax", "layer_norm", "rms_norm", "gemm_batched",
- * "softmax_backward", "layer_norm_backward", "rms_norm_backward", "lora_backward").
+ * "softmax_backward", "layer_norm_backward", "rms_norm_backward", "lora_backward", and the
+ * training step's: "swiglu", "swiglu_backward", "gelu", "gelu_backward", "add",
+ * "add_rms_norm", "add_rms_norm_backward", "rope", "attention", "attention_backward",
+ * "cross_entropy", "linear_cross_entropy", "embedding").
  * Never NULL. */
 HD_API const char *hd_backend_name(hd_backend b);
 HD_API const char *hd_op_name(hd_op op);
@@ -469,6 +486,157 @@ HD_API hd_status hd_lora_backward_ex(hd_context *ctx, const hd_tensor *x, const 
                                      const hd_tensor *a, const hd_tensor *b, float scale,
                                      unsigned layout, const hd_tensor *dy, hd_tensor *dx,
                                      hd_tensor *da, hd_tensor *db, bool accumulate);
+
+/*
+ * The rest of a decoder's training step. Activations are T x n tensors (T tokens, one per
+ * row). Rows may hold several sequences packed one after another ("packed sequences"): an
+ * hd_sequences names their lengths, and positions (RoPE) and attention restart at each. The
+ * same checks, dispatch, tuning and fallback as every operation above hold. Token ids and
+ * targets are int32 host arrays, read during the call only (copied where the operation runs);
+ * one out of range is HD_ERR_INVALID_ARGUMENT before anything is written. None waits.
+ */
+
+/* Packed sequences: lengths[0 .. count-1] rows each, summing to the tensor's rows. count = 0
+ * (or a NULL hd_sequences pointer) is one sequence of every row. A length may be 0. */
+typedef struct hd_sequences {
+    const size_t *lengths;
+    size_t count;
+} hd_sequences;
+
+/* SwiGLU: y = silu(g) * u elementwise, silu(g) = g * sigmoid(g); g, u and y have one shape.
+ * y may be g or u (in place). */
+HD_API hd_status hd_swiglu(hd_context *ctx, const hd_tensor *g, const hd_tensor *u, hd_tensor *y);
+
+/* SwiGLU backward, one pass: du = dy * silu(g), dg = dy * u * sigmoid(g) * (1 + g * (1 -
+ * sigmoid(g))). dg may be g or dy, du may be u or dy (in place); dg and du must differ. */
+HD_API hd_status hd_swiglu_backward(hd_context *ctx, const hd_tensor *g, const hd_tensor *u,
+                                    const hd_tensor *dy, hd_tensor *dg, hd_tensor *du);
+
+/* GELU, tanh form (PyTorch's approximate='tanh'): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+ * x^3))). y may be x. */
+HD_API hd_status hd_gelu(hd_context *ctx, const hd_tensor *x, hd_tensor *y);
+
+/* GELU backward: dx = dy * gelu'(x), the tanh form's derivative. dx may be dy. */
+HD_API hd_status hd_gelu_backward(hd_context *ctx, const hd_tensor *x, const hd_tensor *dy,
+                                  hd_tensor *dx);
+
+/* y = y + alpha * x elementwise (a residual stream's gradient accumulated); x and y have one
+ * shape and are different tensors. */
+HD_API hd_status hd_add(hd_context *ctx, float alpha, const hd_tensor *x, hd_tensor *y);
+
+/* Residual add and RMS norm in one pass: h = x + r, y = h / sqrt(mean(row of h^2) + eps) *
+ * weight (weight 1 x cols). Both are written: h is the next block's residual input. h may be x
+ * or r (in place); y may be none of the others. eps finite and >= 0. */
+HD_API hd_status hd_add_rms_norm(hd_context *ctx, const hd_tensor *x, const hd_tensor *r,
+                                 const hd_tensor *weight, float eps, hd_tensor *h, hd_tensor *y);
+
+/* Its backward, for h = x + r and y = rms_norm(h) * weight: dh = the RMS norm's dx (as
+ * hd_rms_norm_backward() computes it from h, weight and dy) + dres, where dres (may be NULL:
+ * zero) is the gradient reaching h along the residual path; dh is then the gradient of x and
+ * of r alike. dweight (may be NULL) as hd_rms_norm_backward's. dh may be dy or dres (in
+ * place). */
+HD_API hd_status hd_add_rms_norm_backward(hd_context *ctx, const hd_tensor *h,
+                                          const hd_tensor *weight, const hd_tensor *dy,
+                                          const hd_tensor *dres, float eps, hd_tensor *dh,
+                                          hd_tensor *dweight);
+
+/* Rotary position embedding, the rotate-half convention of Llama and transformers'
+ * apply_rotary_pos_emb: x is T x (heads * head_dim); in each head, for i < head_dim / 2, with
+ * the row's position p and a = p * inv_freq[i],
+ *   y[i] = x[i] cos a - x[i + head_dim/2] sin a,  y[i + head_dim/2] = x[i + head_dim/2] cos a +
+ *   x[i] sin a.
+ * p is position_offset plus the row's index within its packed sequence. inv_freq is theta^(-2i
+ * / head_dim) (computed in double), or the given 1 x head_dim/2 tensor (a model's scaled
+ * frequencies, e.g. Llama 3's). inverse rotates by -a: the backward, applied to the gradient.
+ * Angles are formed to within a few float ulps of the exact product at any position. */
+typedef struct hd_rope_options {
+    size_t head_dim;        /* even, > 0, dividing the columns */
+    float theta;            /* the base, finite and > 1 (ignored with inv_freq) */
+    size_t position_offset; /* the first row's position in each sequence */
+    hd_sequences sequences; /* packed sequences; zeros: one */
+    const hd_tensor *inv_freq; /* NULL, or 1 x head_dim/2 frequencies */
+    bool inverse;           /* rotate by -a (the backward) */
+} hd_rope_options;
+
+/* y = rope(x); y may be x (in place, the usual use). Returns as hd_gemm(), and
+ * HD_ERR_INVALID_ARGUMENT for options it cannot take (odd or non-dividing head_dim, theta,
+ * sequence lengths not summing to the rows, positions past 2^24). */
+HD_API hd_status hd_rope(hd_context *ctx, const hd_rope_options *opt, const hd_tensor *x,
+                         hd_tensor *y);
+
+/* Scaled dot-product attention, flash-style (one pass over key/value tiles with an online
+ * softmax: no T x T matrix is ever stored). q is T x (heads * head_dim), k and v T x (kv_heads
+ * * head_dim); kv_heads divides heads, and query head h reads key/value head h / (heads /
+ * kv_heads) (grouped-query attention, as transformers' repeat_kv groups them). head_dim is a
+ * multiple of 8 up to 256. Row i attends to the rows j of its own sequence, j <= i when causal.
+ * out is T x (heads * head_dim); lse (may be NULL; the backward needs it) is T x heads, the
+ * natural log of each row's and head's sum of exp(scale * q.k). */
+typedef struct hd_attention_options {
+    size_t heads, kv_heads;
+    bool causal;
+    float scale;            /* 0: 1/sqrt(head_dim); else finite and > 0 */
+    hd_sequences sequences; /* packed sequences; zeros: one */
+} hd_attention_options;
+
+HD_API hd_status hd_attention(hd_context *ctx, const hd_attention_options *opt,
+                              const hd_tensor *q, const hd_tensor *k, const hd_tensor *v,
+                              hd_tensor *out, hd_tensor *lse);
+
+/* Attention backward from the forward's q, k, v, out and lse and dout (the gradient of out):
+ * dq, dk and dv, overwritten (dk and dv sum over the query heads of their group). The scores
+ * are recomputed tile by tile from lse. No output may alias any tensor of the call. */
+HD_API hd_status hd_attention_backward(hd_context *ctx, const hd_attention_options *opt,
+                                       const hd_tensor *q, const hd_tensor *k, const hd_tensor *v,
+                                       const hd_tensor *out, const hd_tensor *lse,
+                                       const hd_tensor *dout, hd_tensor *dq, hd_tensor *dk,
+                                       hd_tensor *dv);
+
+/* Cross-entropy over a vocabulary: logits T x V, targets[T] (each in [0, V) or
+ * ignore_index). loss (1 x 1) = the mean over the rows whose target is not ignore_index of
+ * logsumexp(logits[i]) - logits[i][targets[i]] (PyTorch's F.cross_entropy with its default
+ * mean); with every target ignored it is NaN, as PyTorch gives. dlogits (may be NULL; may be
+ * logits, in place) is the gradient of that mean: (softmax(logits[i]) - onehot(targets[i])) /
+ * counted rows, zero on ignored rows (and everywhere when every target is ignored). -inf logits
+ * are masks. */
+HD_API hd_status hd_cross_entropy(hd_context *ctx, const hd_tensor *logits,
+                                  const int32_t *targets, int32_t ignore_index, hd_tensor *loss,
+                                  hd_tensor *dlogits);
+
+/* Cross-entropy of a frozen LM head without its logits: loss (1 x 1) = cross-entropy(h *
+ * w^T, targets) as hd_cross_entropy() defines it, h T x D, w V x D (torch.nn.Linear's weight,
+ * as stored), the T x V logits computed chunk by chunk and never stored whole. dh (may be
+ * NULL) is the gradient of the loss with respect to h (T x D). The products follow the
+ * context's GEMM precision. */
+HD_API hd_status hd_linear_cross_entropy(hd_context *ctx, const hd_tensor *h, const hd_tensor *w,
+                                         const int32_t *targets, int32_t ignore_index,
+                                         hd_tensor *loss, hd_tensor *dh);
+
+/* Embedding lookup from a frozen table: out[i] = table[ids[i]], table V x D, out T x D,
+ * ids[T] each in [0, V). */
+HD_API hd_status hd_embedding(hd_context *ctx, const hd_tensor *table, const int32_t *ids,
+                              hd_tensor *out);
+
+/* AdamW (PyTorch's torch.optim.AdamW, its bias corrections and decoupled weight decay) over
+ * count tensors at once: for each i, params[i], grads[i], m[i] and v[i] have one shape; with
+ * g = grads[i] * clip,
+ *   p -= lr * weight_decay * p;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+ *   p -= lr / (1 - beta1^step) * m / (sqrt(v / (1 - beta2^step)) + eps).
+ * clip is 1, or with max_grad_norm > 0 (PyTorch's clip_grad_norm_ before the step), min(1,
+ * max_grad_norm / (total + 1e-6)) where total is the 2-norm of every gradient together,
+ * computed where the step runs; grad_norm (may be NULL, 1 x 1) receives total. The gradients
+ * are not changed. Runs where the tensors are (the device where the context has one and the
+ * first parameter is valid there, else the CPU), in few launches on a device. No tensor may
+ * appear twice among the four lists. */
+typedef struct hd_adamw_options {
+    float lr, beta1, beta2, eps, weight_decay;
+    long step;            /* 1 for the first step */
+    float max_grad_norm;  /* 0: no clipping */
+    hd_tensor *grad_norm; /* NULL, or 1 x 1: the gradients' total norm */
+} hd_adamw_options;
+
+HD_API hd_status hd_adamw(hd_context *ctx, const hd_adamw_options *opt, size_t count,
+                          hd_tensor *const params[], const hd_tensor *const grads[],
+                          hd_tensor *const m[], hd_tensor *const v[]);
 
 #ifdef __cplusplus
 }

@@ -1,18 +1,21 @@
 /*
  * Rotary position embedding (RoPE), rotate-half convention (Llama, transformers'
- * apply_rotary_pos_emb), in place. The program is elem.cl + this file.
+ * apply_rotary_pos_emb), y = rope(x), y may be x (in place: an item loads every element it
+ * rotates before it stores any, and no element is another item's). The program is elem.cl +
+ * this file.
  *
  * For each row r (a token at position p = pos[r]), head h and i < d/2, with a = p * inv_freq[i]:
  *   x'[i]       = x[i] * cos a - x[i + d/2] * sin a
  *   x'[i + d/2] = x[i + d/2] * cos a + x[i] * sin a
  * where x is the head's d columns h*d .. h*d + d-1 of row r. inverse = 1 rotates by -a: the
- * backward pass, applied to the gradient in place (the rotation's transpose).
+ * backward pass, applied to the gradient (the rotation's transpose).
  *
- * Layout: x rows x (heads * d) activations (act_t, elem.cl), row-major, d even. pos: rows ints,
+ * Layout: x and y rows x (heads * d) activations (act_t, elem.cl), row-major, d even. pos: rows ints,
  * each row's position (host-built: position_offset plus the row's index within its packed
- * sequence; 0 <= p < 2^24, where a float holds p exactly). inv_freq: d/2 float pairs (hi, lo),
- * the frequency as the unevaluated sum hi + lo (the host computes theta^(-2i/d) in double and
- * splits it; a table given in float has lo = 0).
+ * sequence; 0 <= p < 2^24, where a float holds p exactly). inv_freq: with FREQ_PAIRS = 1, d/2
+ * float pairs (hi, lo), the frequency as the unevaluated sum hi + lo (the host computes
+ * theta^(-2i/d) in double and splits it); with FREQ_PAIRS = 0, d/2 floats (a caller's table,
+ * its lo taken as 0).
  *
  * Angles: a float product p * inv_freq is off by up to half an ulp of a (0.004 rad at 1e5), so
  * a is kept as h + l: h = p * hi rounded, l = fma(p, hi, -h) + p * lo (the product's rounding
@@ -35,12 +38,16 @@
  * Tuning parameters:
  *   WG              work-items per work-group
  *   HEADS_PER_ITEM  heads an item rotates with the one angle it computes
+ *   FREQ_PAIRS      1: inv_freq holds (hi, lo) pairs; 0: plain floats
  */
 #ifndef WG
 #define WG 256 /* work-items per work-group */
 #endif
 #ifndef HEADS_PER_ITEM
 #define HEADS_PER_ITEM 4 /* heads rotated by each item with one cos/sin */
+#endif
+#ifndef FREQ_PAIRS
+#define FREQ_PAIRS 1 /* inv_freq: 1, (hi, lo) pairs; 0, plain floats */
 #endif
 
 /* (cos a, sin a) for a = p * (f.x + f.y), see the banner. */
@@ -54,8 +61,8 @@ inline float2 rope_cos_sin(int p, float2 f)
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-rope(__global act_t *x, const __global int *pos, const __global float2 *inv_freq, int rows,
-     int heads, int d, int inverse)
+rope(const __global act_t *x, __global act_t *y, const __global int *pos,
+     const __global float *inv_freq, int rows, int heads, int d, int inverse)
 {
     const int pairs = d / 2, groups = (heads + HEADS_PER_ITEM - 1) / HEADS_PER_ITEM;
     const int per_row = pairs * groups; /* items per row */
@@ -69,7 +76,11 @@ rope(__global act_t *x, const __global int *pos, const __global float2 *inv_freq
     const int step_j = (int)(gsize - step_rows * (size_t)per_row);
     for (; row < (size_t)rows; row += step_rows) {
         const int i = j % pairs, h0 = j / pairs * HEADS_PER_ITEM;
-        float2 cs = rope_cos_sin(pos[row], inv_freq[i]);
+#if FREQ_PAIRS
+        float2 cs = rope_cos_sin(pos[row], vload2(i, inv_freq));
+#else
+        float2 cs = rope_cos_sin(pos[row], (float2)(inv_freq[i], 0.0f));
+#endif
         if (inverse)
             cs.y = -cs.y;
         const size_t base = row * cols + (size_t)h0 * (size_t)d + (size_t)i;
@@ -85,8 +96,8 @@ rope(__global act_t *x, const __global int *pos, const __global float2 *inv_freq
         for (int k = 0; k < HEADS_PER_ITEM; k++) {
             const size_t at = base + (size_t)k * (size_t)d;
             if (h0 + k < heads) {
-                act_store(x, at, x0[k] * cs.x - x1[k] * cs.y);
-                act_store(x, at + (size_t)pairs, x1[k] * cs.x + x0[k] * cs.y);
+                act_store(y, at, x0[k] * cs.x - x1[k] * cs.y);
+                act_store(y, at + (size_t)pairs, x1[k] * cs.x + x0[k] * cs.y);
             }
         }
         j += step_j;

@@ -1,0 +1,279 @@
+/*
+ * The training step's elementwise ops, RoPE and embedding on the device (kernels/
+ * elementwise.cl, rope.cl, embedding.cl): one launch each, after their per-call tables (RoPE's
+ * positions and frequencies, embedding's ids) are copied to pooled buffers. Every kernel is
+ * fetched (built on first use) before anything is queued, so that a refusal leaves the outputs
+ * as they were. Kernel parameters: the step family (params.c), WG, VEC and HPI.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backends/fused/internal.h"
+#include "core/op.h"
+#include "core/sequence.h"
+
+/* Work-groups of a grid-stride launch at most: enough to fill any device many times over. */
+#define STEP_MAX_GROUPS 65536
+
+/* Defaults: 256 work-items, float4 accesses, four heads per RoPE item (as the kernels'). */
+#define STEP_WG  256
+#define STEP_VEC 4
+#define STEP_HPI 4
+
+/* The kernel of each op and its program. */
+typedef struct step_kernel {
+    hd_fused_program program;
+    const char *name;
+} step_kernel;
+
+static const step_kernel kernel_of[HD_OP_COUNT] = {
+    [HD_OP_SWIGLU] = {HD_FUSED_ELEMENTWISE, "swiglu"},
+    [HD_OP_SWIGLU_BACKWARD] = {HD_FUSED_ELEMENTWISE, "swiglu_backward"},
+    [HD_OP_GELU] = {HD_FUSED_ELEMENTWISE, "gelu"},
+    [HD_OP_GELU_BACKWARD] = {HD_FUSED_ELEMENTWISE, "gelu_backward"},
+    [HD_OP_ADD] = {HD_FUSED_ELEMENTWISE, "add"},
+    [HD_OP_ROPE] = {HD_FUSED_ROPE, "rope"},
+    [HD_OP_EMBEDDING] = {HD_FUSED_EMBEDDING, "embedding"},
+};
+
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* The step family's parameters of a call of op with cols columns: the variant's, the rest the
+ * defaults (VEC 1 where an embedding row is not a whole number of float4). */
+static hd_status step_params(hd_fused *f, hd_context *ctx, hd_op op, size_t cols,
+                             const char *variant, hd_fused_params *p)
+{
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_STEP, variant, p);
+    if (s != HD_OK)
+        return s;
+    if (p->wg == 0)
+        p->wg = (int)min_size(STEP_WG, f->device_max_group);
+    if (p->vec == 0)
+        p->vec = op == HD_OP_EMBEDDING && cols % STEP_VEC != 0 ? 1 : STEP_VEC;
+    if (p->hpi == 0)
+        p->hpi = STEP_HPI;
+    if (op == HD_OP_EMBEDDING && cols % (size_t)p->vec != 0)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: embedding rows of %zu columns do not take VEC=%d", cols, p->vec);
+    if ((size_t)p->wg > f->device_max_group)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: work-group of %d exceeds the device's maximum of %zu", p->wg,
+                         f->device_max_group);
+    return HD_OK;
+}
+
+/* The -D options of a step kernel. */
+static void step_options(hd_op op, const hd_fused_params *p, bool freq_pairs,
+                         char out[HD_FUSED_OPTIONS_CAPACITY])
+{
+    if (op == HD_OP_ROPE)
+        snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D WG=%d -D HEADS_PER_ITEM=%d -D FREQ_PAIRS=%d",
+                 p->wg, p->hpi, freq_pairs ? 1 : 0);
+    else
+        snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D WG=%d -D VEC=%d", p->wg, p->vec);
+}
+
+static bool fits_int(size_t v)
+{
+    return v <= (size_t)INT_MAX;
+}
+
+/* The sizes a step kernel indexes with int arguments. */
+static hd_status check_sizes(hd_context *ctx, hd_op op, const hd_step_args *a)
+{
+    if (fits_int(a->rows) && fits_int(a->cols) && fits_int(a->vocab))
+        return HD_OK;
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "fused: %s of %zu x %zu exceeds the kernels' int sizes", hd_op_name(op),
+                     a->rows, a->cols);
+}
+
+/* The op's kernel, built (or found built) with the call's parameters. */
+static hd_status step_kernel_for(hd_fused *f, hd_context *ctx, hd_op op, const hd_step_args *a,
+                                 hd_fused_params *p, cl_kernel *k)
+{
+    hd_status s = check_sizes(ctx, op, a);
+    if (s == HD_OK)
+        s = step_params(f, ctx, op, a->cols, a->variant, p);
+    if (s != HD_OK)
+        return s;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    step_options(op, p, a->in[1] == NULL, options);
+    return hd__fused_kernel(f, ctx, kernel_of[op].program, options, kernel_of[op].name,
+                            (size_t)p->wg, k);
+}
+
+/* Groups of a grid-stride launch over items work-items' worth of work. */
+static size_t stride_groups(size_t items, int wg)
+{
+    size_t groups = (items + (size_t)wg - 1) / (size_t)wg;
+    return groups == 0 ? 1 : min_size(groups, STEP_MAX_GROUPS);
+}
+
+static hd_status run_elementwise(void *state, hd_context *ctx, hd_op op, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    hd_fused_params p;
+    cl_kernel k;
+    hd_status s = step_kernel_for(f, ctx, op, a, &p, &k);
+    if (s != HD_OK)
+        return s;
+    size_t vectors = (a->rows * a->cols + (size_t)p.vec - 1) / (size_t)p.vec;
+    size_t groups = stride_groups(vectors, p.wg);
+    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
+    cl_float alpha = a->alpha;
+    hd_fused_arg list[8];
+    int n = 0;
+    for (int i = 0; i < HD_STEP_INPUTS && a->in[i] != NULL; i++)
+        list[n++] = HD_FUSED_TENSOR(a->in[i]);
+    if (op == HD_OP_ADD) /* y is read and written */
+        list[n++] = HD_FUSED_TENSOR(a->out[0]);
+    else
+        for (int i = 0; i < HD_STEP_OUTPUTS && a->out[i] != NULL; i++)
+            list[n++] = HD_FUSED_TENSOR(a->out[i]);
+    list[n++] = HD_FUSED_VALUE(rows);
+    list[n++] = HD_FUSED_VALUE(cols);
+    if (op == HD_OP_ADD)
+        list[n++] = HD_FUSED_VALUE(alpha);
+    return hd__fused_launch_args(f, ctx, k, groups, (size_t)p.wg, list, n);
+}
+
+hd_status hd__fused_swiglu(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return run_elementwise(state, ctx, HD_OP_SWIGLU, args);
+}
+
+hd_status hd__fused_swiglu_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return run_elementwise(state, ctx, HD_OP_SWIGLU_BACKWARD, args);
+}
+
+hd_status hd__fused_gelu(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return run_elementwise(state, ctx, HD_OP_GELU, args);
+}
+
+hd_status hd__fused_gelu_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return run_elementwise(state, ctx, HD_OP_GELU_BACKWARD, args);
+}
+
+hd_status hd__fused_add(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return run_elementwise(state, ctx, HD_OP_ADD, args);
+}
+
+/* RoPE: the rows' positions and, without a caller's table, the frequencies as (hi, lo) pairs,
+ * copied to the device, then one launch. */
+hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    hd_fused_params p;
+    cl_kernel k;
+    hd_status s = step_kernel_for(f, ctx, HD_OP_ROPE, a, &p, &k);
+    if (s != HD_OK)
+        return s;
+    size_t d = a->head_dim, heads = a->cols / d;
+    int32_t *pos = malloc(a->rows * sizeof *pos);
+    float *pairs = malloc(d * sizeof *pairs);
+    struct hd_device_buffer *pos_buf = NULL, *freq_buf = NULL;
+    if (pos == NULL || pairs == NULL)
+        s = hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd_rope: positions of %zu rows", a->rows);
+    if (s == HD_OK) {
+        hd__sequence_positions(a->seq_lengths, a->seq_count, a->rows, a->position_offset, pos);
+        s = hd__fused_upload(f, ctx, pos, a->rows * sizeof *pos, &pos_buf);
+    }
+    if (s == HD_OK && a->in[1] == NULL) {
+        hd__rope_frequencies(a->theta, d, pairs);
+        s = hd__fused_upload(f, ctx, pairs, d * sizeof *pairs, &freq_buf);
+    }
+    cl_int rows = (cl_int)a->rows, heads_arg = (cl_int)heads, d_arg = (cl_int)d;
+    cl_int inverse = a->inverse ? 1 : 0;
+    if (s == HD_OK) {
+        size_t items = a->rows * ((heads + (size_t)p.hpi - 1) / (size_t)p.hpi) * (d / 2);
+        const hd_fused_arg list[] = {
+            HD_FUSED_TENSOR(a->in[0]),
+            HD_FUSED_TENSOR(a->out[0]),
+            HD_FUSED_BUFFER(pos_buf),
+            a->in[1] != NULL ? HD_FUSED_TENSOR(a->in[1]) : HD_FUSED_BUFFER(freq_buf),
+            HD_FUSED_VALUE(rows),
+            HD_FUSED_VALUE(heads_arg),
+            HD_FUSED_VALUE(d_arg),
+            HD_FUSED_VALUE(inverse),
+        };
+        s = hd__fused_launch_args(f, ctx, k, stride_groups(items, p.wg), (size_t)p.wg, list,
+                                  (int)(sizeof list / sizeof list[0]));
+    }
+    hd__fused_buffer_release(f, pos_buf);
+    hd__fused_buffer_release(f, freq_buf);
+    free(pos);
+    free(pairs);
+    return s;
+}
+
+hd_status hd__fused_embedding(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    hd_fused_params p;
+    cl_kernel k;
+    hd_status s = step_kernel_for(f, ctx, HD_OP_EMBEDDING, a, &p, &k);
+    struct hd_device_buffer *ids = NULL;
+    if (s == HD_OK)
+        s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &ids);
+    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
+    if (s == HD_OK) {
+        const hd_fused_arg list[] = {
+            HD_FUSED_TENSOR(a->in[0]), HD_FUSED_BUFFER(ids), HD_FUSED_TENSOR(a->out[0]),
+            HD_FUSED_VALUE(rows),      HD_FUSED_VALUE(cols),
+        };
+        s = hd__fused_launch_args(f, ctx, k, min_size(a->rows, STEP_MAX_GROUPS), (size_t)p.wg, list,
+                                  (int)(sizeof list / sizeof list[0]));
+    }
+    hd__fused_buffer_release(f, ids);
+    return s;
+}
+
+bool hd__fused_step_supports(hd_op op, const hd_shape *shape)
+{
+    if (kernel_of[op].name == NULL)
+        return false;
+    for (int d = 0; d < hd__op(op)->dims; d++)
+        if (!fits_int(shape->dim[d]))
+            return false;
+    return true;
+}
+
+hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
+                               const char *variant)
+{
+    hd_fused_params p;
+    return step_params(f, ctx, op, shape->dim[1], variant, &p);
+}
+
+size_t hd__fused_step_variants(hd_op op, const hd_shape *shape, const char **out, size_t max)
+{
+    static const char *const elementwise[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=512 VEC=4",
+                                              "WG=1024 VEC=4", "WG=256 VEC=1"};
+    static const char *const rope[] = {"WG=256 HPI=4", "WG=256 HPI=1", "WG=256 HPI=2",
+                                       "WG=128 HPI=4", "WG=512 HPI=8"};
+    static const char *const embedding[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=64 VEC=4",
+                                            "WG=256 VEC=1"};
+    const char *const *list = op == HD_OP_ROPE        ? rope
+                              : op == HD_OP_EMBEDDING ? embedding
+                                                      : elementwise;
+    size_t count = op == HD_OP_ROPE        ? sizeof rope / sizeof rope[0]
+                   : op == HD_OP_EMBEDDING ? sizeof embedding / sizeof embedding[0]
+                                           : sizeof elementwise / sizeof elementwise[0];
+    size_t n = 0;
+    for (size_t i = 0; i < count && n < max; i++)
+        if (!(op == HD_OP_EMBEDDING && shape->dim[1] % 4 != 0 && i != count - 1))
+            out[n++] = list[i];
+    return n;
+}

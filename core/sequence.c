@@ -1,0 +1,50 @@
+#include <math.h>
+
+#include "core/sequence.h"
+
+/* count 0 is one sequence of every row. */
+static size_t sequences(size_t count)
+{
+    return count == 0 ? 1 : count;
+}
+
+static size_t length_of(const size_t *lengths, size_t count, size_t rows, size_t q)
+{
+    return count == 0 ? rows : lengths[q];
+}
+
+void hd__sequence_positions(const size_t *lengths, size_t count, size_t rows, size_t offset,
+                            int32_t *pos)
+{
+    size_t begin = 0;
+    for (size_t q = 0; q < sequences(count); q++) {
+        size_t len = length_of(lengths, count, rows, q);
+        for (size_t k = 0; k < len; k++)
+            pos[begin + k] = (int32_t)(offset + k);
+        begin += len;
+    }
+}
+
+void hd__sequence_bounds(const size_t *lengths, size_t count, size_t rows, int32_t *start,
+                         int32_t *end)
+{
+    size_t begin = 0;
+    for (size_t q = 0; q < sequences(count); q++) {
+        size_t len = length_of(lengths, count, rows, q);
+        for (size_t k = 0; k < len; k++) {
+            start[begin + k] = (int32_t)begin;
+            end[begin + k] = (int32_t)(begin + len);
+        }
+        begin += len;
+    }
+}
+
+void hd__rope_frequencies(double theta, size_t d, float *pairs)
+{
+    for (size_t i = 0; i < d / 2; i++) {
+        double f = pow(theta, -2.0 * (double)i / (double)d);
+        float hi = (float)f;
+        pairs[2 * i] = hi;
+        pairs[2 * i + 1] = (float)(f - (double)hi);
+    }
+}

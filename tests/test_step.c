@@ -1,0 +1,482 @@
+/*
+ * The training step's ops on every backend of the machine (the CPU, and the fused kernels on
+ * the OpenCL device: PoCL in CI) against the float64 reference (autotune/reference_step.h):
+ * random shapes with odd and prime sizes, single rows and columns, in-place calls, packed
+ * sequences of unequal lengths, extreme inputs; the backward passes also against finite
+ * differences of the reference's forward; every argument error with its outputs untouched.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autotune/reference_step.h"
+#include "tests/testlib.h"
+
+/* The backends that run the step's ops, where the context has them. */
+static const hd_backend step_backends[] = {HD_BACKEND_CPU, HD_BACKEND_FUSED};
+#define BACKEND_COUNT (sizeof step_backends / sizeof step_backends[0])
+
+static hd_context *shared_ctx;
+
+static int setup(void **state)
+{
+    shared_ctx = hd_test_context(false);
+    (void)state;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    hd_context_destroy(shared_ctx);
+    (void)state;
+    return 0;
+}
+
+/* Forces op onto b; false where the context lacks b. */
+static bool use_backend(hd_op op, hd_backend b)
+{
+    if (!hd_context_has_backend(shared_ctx, b))
+        return false;
+    assert_int_equal(hd_context_set_backend(shared_ctx, op, b), HD_OK);
+    return true;
+}
+
+static void release_backend(hd_op op)
+{
+    assert_int_equal(hd_context_set_backend(shared_ctx, op, HD_BACKEND_AUTO), HD_OK);
+}
+
+/* A shape of the class the step's elementwise ops serve: one row or column now and then. */
+static hd_test_matrix_shape random_shape(hd_rng *rng)
+{
+    hd_test_matrix_shape s = hd_test_random_row_shape(rng);
+    if (s.rows * s.cols > 200000)
+        s.rows = 200000 / s.cols + 1;
+    return s;
+}
+
+/* ---- elementwise ops ---- */
+
+typedef enum unary_kind { SWIGLU, SWIGLU_BACKWARD, GELU, GELU_BACKWARD, ADD } unary_kind;
+
+/* Runs kind on inputs in[] (n elements each) with the backend forced, outputs read into got. */
+static void run_elementwise(unary_kind kind, hd_backend b, size_t rows, size_t cols,
+                            float *const in[], float *got[], bool in_place)
+{
+    hd_context *ctx = shared_ctx;
+    hd_tensor *t[3], *out[2];
+    for (int i = 0; i < 3; i++)
+        t[i] = in[i] != NULL ? hd_test_tensor(ctx, rows, cols, in[i]) : NULL;
+    hd_status s = HD_OK;
+    hd_op op = HD_OP_SWIGLU;
+    switch (kind) {
+    case SWIGLU:
+        op = HD_OP_SWIGLU;
+        out[0] = in_place ? t[1] : hd_test_tensor(ctx, rows, cols, NULL);
+        use_backend(op, b);
+        s = hd_swiglu(ctx, t[0], t[1], out[0]);
+        break;
+    case SWIGLU_BACKWARD:
+        op = HD_OP_SWIGLU_BACKWARD;
+        out[0] = in_place ? t[0] : hd_test_tensor(ctx, rows, cols, NULL);
+        out[1] = in_place ? t[2] : hd_test_tensor(ctx, rows, cols, NULL);
+        use_backend(op, b);
+        s = hd_swiglu_backward(ctx, t[0], t[1], t[2], out[0], out[1]);
+        break;
+    case GELU:
+        op = HD_OP_GELU;
+        out[0] = in_place ? t[0] : hd_test_tensor(ctx, rows, cols, NULL);
+        use_backend(op, b);
+        s = hd_gelu(ctx, t[0], out[0]);
+        break;
+    case GELU_BACKWARD:
+        op = HD_OP_GELU_BACKWARD;
+        out[0] = in_place ? t[1] : hd_test_tensor(ctx, rows, cols, NULL);
+        use_backend(op, b);
+        s = hd_gelu_backward(ctx, t[0], t[1], out[0]);
+        break;
+    case ADD:
+        op = HD_OP_ADD;
+        out[0] = t[1];
+        use_backend(op, b);
+        s = hd_add(ctx, -0.75f, t[0], out[0]);
+        break;
+    }
+    hd_test_expect_ran_on(ctx, s, b, hd_op_name(op));
+    release_backend(op);
+    int outputs = kind == SWIGLU_BACKWARD ? 2 : 1;
+    for (int i = 0; i < outputs; i++)
+        got[i] = hd_test_read(out[i]);
+    for (int i = 0; i < outputs; i++)
+        if (!in_place && kind != ADD)
+            hd_tensor_destroy(out[i]);
+    for (int i = 0; i < 3; i++)
+        hd_tensor_destroy(t[i]);
+}
+
+/* The reference of kind on the same inputs. */
+static void reference_elementwise(unary_kind kind, size_t n, float *const in[], double *want[])
+{
+    switch (kind) {
+    case SWIGLU:
+        hd__ref_swiglu(n, in[0], in[1], want[0]);
+        break;
+    case SWIGLU_BACKWARD:
+        hd__ref_swiglu_backward(n, in[0], in[1], in[2], want[0], want[1]);
+        break;
+    case GELU:
+        hd__ref_gelu(n, in[0], want[0]);
+        break;
+    case GELU_BACKWARD:
+        hd__ref_gelu_backward(n, in[0], in[1], want[0]);
+        break;
+    case ADD:
+        hd__ref_add(n, -0.75f, in[0], in[1], want[0]);
+        break;
+    }
+}
+
+static const char *const kind_names[] = {"swiglu", "swiglu_backward", "gelu", "gelu_backward",
+                                         "add"};
+static const int kind_inputs[] = {2, 3, 1, 2, 2};
+
+/* Within a few float ulps of each element's magnitude: the ops are a handful of roundings
+ * deep, and their terms never cancel by more than the reference's own error covers. */
+#define ELEMENTWISE_RTOL 1e-6
+#define ELEMENTWISE_ATOL 1e-7
+
+static void check_elementwise(unary_kind kind, hd_rng *rng, size_t rows, size_t cols, bool in_place,
+                              float lo, float hi)
+{
+    size_t n = rows * cols;
+    float *in[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < kind_inputs[kind]; i++)
+        in[i] = hd_test_random(rng, n, i == 0 ? lo : -2.0f, i == 0 ? hi : 2.0f);
+    double *want[2] = {hd_test_doubles(n), hd_test_doubles(n)};
+    reference_elementwise(kind, n, in, want);
+    for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
+        hd_backend b = step_backends[bi];
+        if (!hd_context_has_backend(shared_ctx, b))
+            continue;
+        float *got[2] = {NULL, NULL};
+        run_elementwise(kind, b, rows, cols, in, got, in_place);
+        char what[160];
+        for (int o = 0; o < (kind == SWIGLU_BACKWARD ? 2 : 1); o++) {
+            snprintf(what, sizeof what, "%s output %d on %s, %zu x %zu%s", kind_names[kind], o,
+                     hd_backend_name(b), rows, cols, in_place ? " in place" : "");
+            hd_test_expect_close(what, got[o], want[o], n, ELEMENTWISE_ATOL * (hi - lo),
+                                 ELEMENTWISE_RTOL);
+            free(got[o]);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        free(in[i]);
+    free(want[0]);
+    free(want[1]);
+}
+
+static void test_elementwise_ops_match_reference(void **state)
+{
+    hd_rng rng = hd_test_rng(11);
+    static const hd_test_matrix_shape fixed[] = {{1, 1}, {1, 7}, {13, 1}, {3, 4}, {31, 257}};
+    for (int kind = SWIGLU; kind <= ADD; kind++) {
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+            check_elementwise((unary_kind)kind, &rng, fixed[i].rows, fixed[i].cols, false, -6, 6);
+        for (int r = 0; r < 4; r++) {
+            hd_test_matrix_shape s = random_shape(&rng);
+            check_elementwise((unary_kind)kind, &rng, s.rows, s.cols, r % 2 == 1, -6, 6);
+        }
+    }
+    (void)state;
+}
+
+/* Large magnitudes: sigmoid's exp far below and above zero, GELU's tails. */
+static void test_elementwise_ops_at_large_inputs(void **state)
+{
+    hd_rng rng = hd_test_rng(12);
+    for (int kind = SWIGLU; kind <= GELU_BACKWARD; kind++) {
+        check_elementwise((unary_kind)kind, &rng, 5, 37, false, -90, 90);
+        check_elementwise((unary_kind)kind, &rng, 3, 16, false, -1e4f, 1e4f);
+    }
+    (void)state;
+}
+
+/* The backward passes against central differences of the reference forward: d/dg and d/du of
+ * sum(dy * swiglu(g, u)), d/dx of sum(dy * gelu(x)). */
+static void test_elementwise_backward_matches_finite_differences(void **state)
+{
+    hd_rng rng = hd_test_rng(13);
+    size_t n = 64;
+    float *g = hd_test_random(&rng, n, -5, 5), *u = hd_test_random(&rng, n, -2, 2);
+    float *dy = hd_test_random(&rng, n, -1, 1);
+    double *dg = hd_test_doubles(n), *du = hd_test_doubles(n), *dx = hd_test_doubles(n);
+    hd__ref_swiglu_backward(n, g, u, dy, dg, du);
+    hd__ref_gelu_backward(n, g, dy, dx);
+    for (size_t i = 0; i < n; i++) {
+        double y[2], h = 1e-3;
+        float gp[1] = {(float)(g[i] + h)}, gm[1] = {(float)(g[i] - h)};
+        double hp = (double)gp[0] - g[i], hm = g[i] - (double)gm[0];
+        hd__ref_swiglu(1, gp, &u[i], &y[0]);
+        hd__ref_swiglu(1, gm, &u[i], &y[1]);
+        double fd = dy[i] * (y[0] - y[1]) / (hp + hm);
+        if (fabs(fd - dg[i]) > 1e-4 * (1.0 + fabs(dg[i])))
+            fail_msg("swiglu dg[%zu]: %g, finite difference %g", i, dg[i], fd);
+        hd__ref_gelu(1, gp, &y[0]);
+        hd__ref_gelu(1, gm, &y[1]);
+        fd = dy[i] * (y[0] - y[1]) / (hp + hm);
+        if (fabs(fd - dx[i]) > 1e-4 * (1.0 + fabs(dx[i])))
+            fail_msg("gelu dx[%zu]: %g, finite difference %g", i, dx[i], fd);
+        double s = 1.0 / (1.0 + exp(-(double)g[i]));
+        if (fabs(du[i] - (double)dy[i] * g[i] * s) > 1e-12 * (1.0 + fabs(du[i])))
+            fail_msg("swiglu du[%zu]: %g, expected dy * silu(g) = %g", i, du[i],
+                     (double)dy[i] * g[i] * s);
+    }
+    free(g);
+    free(u);
+    free(dy);
+    free(dg);
+    free(du);
+    free(dx);
+    (void)state;
+}
+
+/* ---- RoPE ---- */
+
+/* Positions as the definition gives them: offset plus the index within each sequence. */
+static void positions(const size_t *lengths, size_t count, size_t rows, size_t offset, int *pos)
+{
+    size_t r = 0;
+    for (size_t q = 0; q < (count ? count : 1); q++)
+        for (size_t k = 0; k < (count ? lengths[q] : rows); k++)
+            pos[r++] = (int)(offset + k);
+}
+
+typedef struct rope_case {
+    size_t rows, heads, d;
+    size_t offset;
+    const size_t *lengths;
+    size_t count;
+    bool inverse, in_place, table;
+} rope_case;
+
+static void check_rope(const rope_case *c, hd_rng *rng)
+{
+    size_t cols = c->heads * c->d, n = c->rows * cols;
+    float *x = hd_test_random(rng, n, -1, 1);
+    int *pos = malloc(c->rows * sizeof *pos);
+    double *freq = hd_test_doubles(c->d / 2), *want = hd_test_doubles(n);
+    float *table = hd_test_floats(c->d / 2);
+    assert_non_null(pos);
+    positions(c->lengths, c->count, c->rows, c->offset, pos);
+    hd__ref_rope_inv_freq(10000.0, c->d, freq);
+    for (size_t i = 0; c->table && i < c->d / 2; i++) { /* a scaled table, as Llama 3's */
+        table[i] = (float)(freq[i] / (i % 3 == 0 ? 8.0 : 1.0));
+        freq[i] = table[i];
+    }
+    hd__ref_rope(c->rows, c->heads, c->d, pos, freq, c->inverse, x, want);
+    for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
+        hd_backend b = step_backends[bi];
+        if (!use_backend(HD_OP_ROPE, b))
+            continue;
+        hd_tensor *tx = hd_test_tensor(shared_ctx, c->rows, cols, x);
+        hd_tensor *ty = c->in_place ? tx : hd_test_tensor(shared_ctx, c->rows, cols, NULL);
+        hd_tensor *tf = c->table ? hd_test_tensor(shared_ctx, 1, c->d / 2, table) : NULL;
+        hd_rope_options opt = {.head_dim = c->d,
+                               .theta = 10000.0f,
+                               .position_offset = c->offset,
+                               .sequences = {c->lengths, c->count},
+                               .inv_freq = tf,
+                               .inverse = c->inverse};
+        hd_status s = hd_rope(shared_ctx, &opt, tx, ty);
+        char what[160];
+        snprintf(what, sizeof what, "rope on %s: %zu rows, %zu heads of %zu, offset %zu%s%s",
+                 hd_backend_name(b), c->rows, c->heads, c->d, c->offset,
+                 c->inverse ? ", inverse" : "", c->table ? ", table" : "");
+        hd_test_expect_ran_on(shared_ctx, s, b, what);
+        float *got = hd_test_read(ty);
+        /* Angles to within a few ulps of the exact product at any position (2^17 here). */
+        hd_test_expect_close(what, got, want, n, 2e-6, 0);
+        free(got);
+        if (!c->in_place)
+            hd_tensor_destroy(ty);
+        hd_tensor_destroy(tx);
+        hd_tensor_destroy(tf);
+        release_backend(HD_OP_ROPE);
+    }
+    free(x);
+    free(pos);
+    free(freq);
+    free(want);
+    free(table);
+}
+
+static void test_rope_matches_reference(void **state)
+{
+    hd_rng rng = hd_test_rng(21);
+    static const size_t unequal[] = {1, 7, 64, 13};
+    static const size_t with_empty[] = {5, 0, 3};
+    const rope_case cases[] = {
+        {.rows = 1, .heads = 1, .d = 2},
+        {.rows = 17, .heads = 3, .d = 8},
+        {.rows = 85, .heads = 4, .d = 64, .lengths = unequal, .count = 4},
+        {.rows = 85, .heads = 4, .d = 64, .lengths = unequal, .count = 4, .inverse = true},
+        {.rows = 8, .heads = 2, .d = 128, .offset = 131000, .in_place = true},
+        {.rows = 8, .heads = 5, .d = 10, .lengths = with_empty, .count = 3, .table = true},
+        {.rows = 33, .heads = 8, .d = 128, .offset = 77, .table = true, .in_place = true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_rope(&cases[i], &rng);
+    (void)state;
+}
+
+/* The inverse rotation undoes the forward: the backward of RoPE is RoPE by -a. */
+static void test_rope_inverse_restores_input(void **state)
+{
+    hd_rng rng = hd_test_rng(22);
+    size_t rows = 19, cols = 3 * 16;
+    float *x = hd_test_random(&rng, rows * cols, -3, 3);
+    double *want = hd_test_doubles(rows * cols);
+    for (size_t i = 0; i < rows * cols; i++)
+        want[i] = x[i];
+    for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
+        hd_backend b = step_backends[bi];
+        if (!use_backend(HD_OP_ROPE, b))
+            continue;
+        hd_tensor *t = hd_test_tensor(shared_ctx, rows, cols, x);
+        hd_rope_options opt = {.head_dim = 16, .theta = 500000.0f, .position_offset = 9};
+        assert_int_equal(hd_rope(shared_ctx, &opt, t, t), HD_OK);
+        opt.inverse = true;
+        assert_int_equal(hd_rope(shared_ctx, &opt, t, t), HD_OK);
+        float *got = hd_test_read(t);
+        hd_test_expect_close("rope then its inverse", got, want, rows * cols, 2e-6, 1e-6);
+        free(got);
+        hd_tensor_destroy(t);
+        release_backend(HD_OP_ROPE);
+    }
+    free(x);
+    free(want);
+    (void)state;
+}
+
+/* ---- embedding ---- */
+
+static void test_embedding_copies_table_rows(void **state)
+{
+    hd_rng rng = hd_test_rng(31);
+    static const size_t dims[][3] = {{1, 1, 1}, {9, 13, 5}, {64, 128, 1000}, {7, 4, 3}};
+    for (size_t c = 0; c < sizeof dims / sizeof dims[0]; c++) {
+        size_t rows = dims[c][0], cols = dims[c][1], vocab = dims[c][2];
+        float *table = hd_test_random(&rng, vocab * cols, -1, 1);
+        int32_t *ids = malloc(rows * sizeof *ids);
+        assert_non_null(ids);
+        for (size_t r = 0; r < rows; r++)
+            ids[r] = (int32_t)(hd_test_uniform(&rng, 0, (float)vocab - 0.01f));
+        ids[rows - 1] = (int32_t)vocab - 1;
+        double *want = hd_test_doubles(rows * cols);
+        hd__ref_embedding(rows, cols, ids, table, want);
+        for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
+            hd_backend b = step_backends[bi];
+            if (!use_backend(HD_OP_EMBEDDING, b))
+                continue;
+            hd_tensor *tt = hd_test_tensor(shared_ctx, vocab, cols, table);
+            hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
+            hd_test_expect_ran_on(shared_ctx, hd_embedding(shared_ctx, tt, ids, to), b,
+                                  "embedding");
+            float *got = hd_test_read(to);
+            hd_test_expect_close("embedding", got, want, rows * cols, 0, 0);
+            free(got);
+            hd_tensor_destroy(tt);
+            hd_tensor_destroy(to);
+            release_backend(HD_OP_EMBEDDING);
+        }
+        free(table);
+        free(ids);
+        free(want);
+    }
+    (void)state;
+}
+
+/* ---- argument errors: a clear status, every output untouched ---- */
+
+static void test_step_ops_refuse_bad_arguments(void **state)
+{
+    hd_context *ctx = shared_ctx;
+    float seven[12] = {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+    hd_tensor *a = hd_test_tensor(ctx, 3, 4, seven), *b = hd_test_tensor(ctx, 3, 4, seven);
+    hd_tensor *y = hd_test_tensor(ctx, 3, 4, seven), *wrong = hd_test_tensor(ctx, 4, 3, seven);
+    hd_tensor *table = hd_test_tensor(ctx, 2, 4, seven);
+    assert_int_equal(hd_swiglu(ctx, a, wrong, y), HD_ERR_SHAPE_MISMATCH);
+    assert_int_equal(hd_swiglu(ctx, NULL, b, y), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_swiglu_backward(ctx, a, b, y, wrong, wrong), HD_ERR_ALIASING);
+    assert_int_equal(hd_gelu_backward(ctx, a, b, wrong), HD_ERR_SHAPE_MISMATCH);
+    assert_int_equal(hd_add(ctx, 1.0f, a, a), HD_ERR_ALIASING);
+    hd_test_expect_unchanged("y after refused calls", y, seven);
+    hd_test_expect_unchanged("wrong after refused calls", wrong, seven);
+
+    hd_rope_options opt = {.head_dim = 3, .theta = 10000.0f};
+    assert_int_equal(hd_rope(ctx, &opt, a, y), HD_ERR_INVALID_ARGUMENT); /* odd head_dim */
+    opt.head_dim = 8;
+    assert_int_equal(hd_rope(ctx, &opt, a, y), HD_ERR_INVALID_ARGUMENT); /* 8 does not divide 4 */
+    opt.head_dim = 4;
+    opt.theta = NAN;
+    assert_int_equal(hd_rope(ctx, &opt, a, y), HD_ERR_INVALID_ARGUMENT);
+    opt.theta = 10000.0f;
+    size_t lengths[] = {2, 2};
+    opt.sequences = (hd_sequences){lengths, 2};
+    assert_int_equal(hd_rope(ctx, &opt, a, y), HD_ERR_INVALID_ARGUMENT); /* 4 rows, not 3 */
+    opt.sequences = (hd_sequences){NULL, 2};
+    assert_int_equal(hd_rope(ctx, &opt, a, y), HD_ERR_INVALID_ARGUMENT);
+    opt.sequences = (hd_sequences){NULL, 0};
+    opt.position_offset = (size_t)1 << 24;
+    assert_int_equal(hd_rope(ctx, &opt, a, y), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_rope(ctx, NULL, a, y), HD_ERR_INVALID_ARGUMENT);
+    hd_test_expect_unchanged("y after refused RoPE", y, seven);
+
+    int32_t ids[3] = {0, 2, 1}; /* 2 is past the table's 2 rows */
+    assert_int_equal(hd_embedding(ctx, table, ids, y), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "ids[1] = 2"));
+    ids[1] = -1;
+    assert_int_equal(hd_embedding(ctx, table, ids, y), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_embedding(ctx, table, NULL, y), HD_ERR_INVALID_ARGUMENT);
+    hd_test_expect_unchanged("y after refused embeddings", y, seven);
+
+    hd_tensor *t[] = {a, b, y, wrong, table};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        hd_tensor_destroy(t[i]);
+    (void)state;
+}
+
+/* Empty problems do nothing, on any backend. */
+static void test_step_ops_on_empty_tensors_do_nothing(void **state)
+{
+    hd_context *ctx = shared_ctx;
+    hd_tensor *e = hd_test_tensor(ctx, 0, 5, NULL), *f = hd_test_tensor(ctx, 0, 5, NULL);
+    hd_tensor *g = hd_test_tensor(ctx, 0, 5, NULL);
+    assert_int_equal(hd_swiglu(ctx, e, f, g), HD_OK);
+    assert_int_equal(hd_gelu(ctx, e, g), HD_OK);
+    assert_int_equal(hd_add(ctx, 2.0f, e, g), HD_OK);
+    hd_tensor *table = hd_test_tensor(ctx, 4, 5, NULL);
+    assert_int_equal(hd_embedding(ctx, table, NULL, g), HD_OK);
+    hd_tensor_destroy(e);
+    hd_tensor_destroy(f);
+    hd_tensor_destroy(g);
+    hd_tensor_destroy(table);
+    (void)state;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_elementwise_ops_match_reference),
+        cmocka_unit_test(test_elementwise_ops_at_large_inputs),
+        cmocka_unit_test(test_elementwise_backward_matches_finite_differences),
+        cmocka_unit_test(test_rope_matches_reference),
+        cmocka_unit_test(test_rope_inverse_restores_input),
+        cmocka_unit_test(test_embedding_copies_table_rows),
+        cmocka_unit_test(test_step_ops_refuse_bad_arguments),
+        cmocka_unit_test(test_step_ops_on_empty_tensors_do_nothing),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
