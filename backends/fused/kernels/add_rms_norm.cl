@@ -494,11 +494,9 @@ add_rms_norm_backward_fused(const __global act_t *h, const __global float *w,
             }
         }
     }
-    if (part == 0)
-        return;
 #if ROWS > 1
     /* the slots' sums added in slot order: slot s > 0 leaves its sums in local memory, slot 0
-     * adds them */
+     * adds them (also without part: every work-item reaches the barrier) */
     if (slot > 0)
 #pragma unroll
         for (int i = 0; i < CACHE; i++)
@@ -511,6 +509,8 @@ add_rms_norm_backward_fused(const __global act_t *h, const __global float *w,
         for (int i = 0; i < CACHE; i++)
             comp_addv(&pg[i], &pgc[i], sums[s][t + i * T]);
 #endif
+    if (part == 0)
+        return;
     __global floatv *pgv = (__global floatv *)(part + (size_t)g * (size_t)cols);
 #pragma unroll
     for (int i = 0; i < CACHE; i++) {
