@@ -31,6 +31,7 @@ typedef struct config {
 static const config configs[] = {
     {256, 1, 4, 4, 0}, /* a row of up to 4096 in registers */
     {64, 4, 1, 2, 1},  /* 4 rows per group, slots of 16, rows of up to 32 in registers */
+    {128, 2, 4, 2, 1}, /* 2 rows per group, slots of 64, float4, rows of up to 512 in registers */
     {32, 2, 4, 0, 0},  /* looped kernels only */
 };
 
