@@ -1,13 +1,15 @@
 /*
- * The float64 reference of the training step's ops: plain loops in double on the float inputs
- * as stored, each the definition of its op and nothing clever, whole outputs written as
- * double. What the tests, the tuner and the benchmark check the backends against.
+ * The float64 reference of the training step's ops (attention, elementwise ops, RoPE,
+ * embedding, residual + RMS norm, cross-entropy, AdamW): plain loops in double on the float
+ * inputs the ops read, the definition of each op and nothing clever, for the tests and the
+ * tuner's checks. One section per op family.
  */
 #ifndef HD_AUTOTUNE_REFERENCE_STEP_H
 #define HD_AUTOTUNE_REFERENCE_STEP_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- elementwise ops, RoPE, embedding (reference_elementwise.c) ----
  *
@@ -34,5 +36,50 @@ void hd__ref_rope(size_t rows, size_t heads, size_t d, const int *pos, const dou
 void hd__ref_rope_inv_freq(double theta, size_t d, double *inv_freq);
 /* out[r][:] = table[ids[r]][:], table V x cols, out rows x cols. */
 void hd__ref_embedding(size_t rows, size_t cols, const int *ids, const float *table, double *out);
+
+
+/* ---- residual + RMS norm, cross-entropy, AdamW (reference_train.c) ---- */
+
+/* h = x + r; y = h / sqrt(mean_j h^2 + eps) * w. x, r: rows x cols; w: 1 x cols; h and y as x
+ * (h may be NULL). */
+void hd__ref_add_rms_norm(size_t rows, size_t cols, const float *x, const float *r, const float *w,
+                          float eps, double *h, double *y);
+
+/* Its backward from h (the forward's sum as stored): rstd = 1 / sqrt(mean_j h^2 + eps), xhat =
+ * h * rstd, g = w * dy; dh = rstd * (g - xhat * mean_j(g * xhat)) + dres (dres NULL: 0); dw (NULL:
+ * not computed) = sum over rows of dy * xhat. */
+void hd__ref_add_rms_norm_backward(size_t rows, size_t cols, const float *h, const float *w,
+                                   const float *dy, const float *dres, float eps, double *dh,
+                                   double *dw);
+
+/* Cross-entropy, PyTorch's F.cross_entropy(logits, targets, ignore_index=ignore_index) with
+ * reduction 'mean': lse_i = log sum_j exp(logits_ij); losses_i = lse_i - logits_i[t_i], 0 where
+ * t_i == ignore_index; *loss = sum_i losses_i / count, count = the rows not ignored (NaN with
+ * none, as PyTorch); dlogits_ij = (exp(logits_ij - lse_i) - (j == t_i)) / count, 0 in ignored
+ * rows. A row holding NaN or +inf has lse NaN; a row of -inf, lse -inf. Any output pointer may
+ * be NULL. */
+void hd__ref_cross_entropy(size_t rows, size_t vocab, const float *logits, const int32_t *targets,
+                           int32_t ignore_index, double *losses, double *lse, double *dlogits,
+                           double *loss);
+
+/* The global gradient norm of torch.nn.utils.clip_grad_norm_: sqrt(sum over the count tensors
+ * g[k] (n[k] floats each) of g^2). */
+double hd__ref_grad_norm(size_t count, const float *const g[], const size_t n[]);
+/* The factor its clip applies to every gradient: min(1, max_norm / (total + 1e-6)). */
+double hd__ref_clip_coef(double total, float max_norm);
+
+/* torch.optim.AdamW's hyperparameters, and the step t >= 1 being taken. */
+typedef struct hd_ref_adamw_params {
+    float lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+} hd_ref_adamw_params;
+
+/* One AdamW step of n elements from the state (p, m, v) before it and the gradient g times
+ * coef (1 without clipping): p' = p (1 - lr wd); m' = beta1 m + (1 - beta1) g coef;
+ * v' = beta2 v + (1 - beta2) (g coef)^2; p'' = p' - lr / (1 - beta1^t) * m' /
+ * (sqrt(v' / (1 - beta2^t)) + eps), into p_out, m_out, v_out. */
+void hd__ref_adamw(size_t n, const float *p, const float *g, const float *m, const float *v,
+                   const hd_ref_adamw_params *hp, double coef, double *p_out, double *m_out,
+                   double *v_out);
 
 #endif

@@ -1,8 +1,9 @@
 /*
- * The CPU backend's kernels for the ops of a decoder's training step, on raw float arrays:
- * plain functions, threaded over the backend's pool (pool.c) when the call is large enough to
- * pay for waking it (a NULL pool runs everything on the caller). Results do not depend on the
- * number of threads. The host checks every argument before calling them.
+ * The CPU versions of the training step's ops (attention, elementwise ops, RoPE, embedding,
+ * residual + RMS norm, cross-entropy, AdamW): functions on raw row-major float arrays, threaded
+ * with the backend's pool (cpu.h; a NULL pool, or a small call, runs on the caller), with the
+ * same bits whatever the thread count (every sum runs in a fixed order). The caller has checked
+ * every argument (shapes, aliasing, ids; rows and cols >= 1). One section per op family.
  */
 #ifndef HD_BACKENDS_CPU_STEP_H
 #define HD_BACKENDS_CPU_STEP_H
@@ -53,5 +54,68 @@ hd_status hd__cpu_gelu_backward_slot(void *state, hd_context *ctx, const hd_op_a
 hd_status hd__cpu_add_slot(void *state, hd_context *ctx, const hd_op_args *args);
 hd_status hd__cpu_rope_slot(void *state, hd_context *ctx, const hd_op_args *args);
 hd_status hd__cpu_embedding_slot(void *state, hd_context *ctx, const hd_op_args *args);
+
+/* ---- residual add + RMS norm, cross-entropy, AdamW (add_rms_norm.c, cross_entropy.c,
+ * adamw.c) ---- */
+
+/* h = x + r; y = h / sqrt(mean_j h^2 + eps) * w. x, r, h, y rows x cols; w 1 x cols. h may be
+ * x or r; y aliases nothing. Any magnitude (the squares summed in double). */
+void hd__cpu_add_rms_norm(hd_cpu_pool *pool, size_t rows, size_t cols, const float *x,
+                          const float *r, const float *w, float eps, float *h, float *y);
+
+/* The backward of hd__cpu_add_rms_norm, from its sum h: rstd = 1 / sqrt(mean_j h^2 + eps),
+ * xhat = h * rstd, g = w * dy; dh = rstd * (g - xhat * mean_j(g * xhat)) + dres (dres NULL: 0),
+ * the gradient of x and of r alike; dw (NULL: not wanted) = sum over rows of dy * xhat, each
+ * column's sum in row order. dh may be dy or dres. HD_ERR_OUT_OF_MEMORY (outputs untouched)
+ * where the rows' statistics (16 bytes a row) cannot be allocated. */
+hd_status hd__cpu_add_rms_norm_backward(hd_cpu_pool *pool, size_t rows, size_t cols, const float *h,
+                                        const float *w, const float *dy, const float *dres,
+                                        float eps, float *dh, float *dw);
+
+/* Cross-entropy of logits (rows x vocab) against targets (rows int32, each in [0, vocab) or
+ * ignore_index): losses[i] = logsumexp(logits_i) - logits_i[t_i], 0 for ignored rows; lse[i]
+ * (NULL: not wanted) = logsumexp(logits_i), for every row; dlogits (NULL: not wanted; may be
+ * logits, in place) = (softmax(logits_i) - onehot(t_i)) * inv_count, 0 for ignored rows; loss
+ * (NULL: not wanted) = sum of losses * inv_count, added in row order. inv_count: 1 / the rows
+ * not ignored. Evaluation passes dlogits NULL. -inf logits are legal masks; NaN or +inf in a
+ * row makes its loss (and gradient) NaN, as in PyTorch. */
+void hd__cpu_cross_entropy(hd_cpu_pool *pool, size_t rows, size_t vocab, const float *logits,
+                           const int32_t *targets, int32_t ignore_index, float inv_count,
+                           float *losses, float *lse, float *dlogits, float *loss);
+
+/* One tensor of an AdamW step: parameters, gradient, first and second moments, n floats each
+ * (n may be 0). */
+typedef struct hd_adamw_tensor {
+    float *p;
+    const float *g;
+    float *m, *v;
+    size_t n;
+} hd_adamw_tensor;
+
+/* The per-step factors of torch.optim.AdamW, computed in double and rounded once (the host's
+ * arguments of adamw.cl's kernels too). */
+typedef struct hd_adamw_factors {
+    float decay;                  /* 1 - lr * weight_decay */
+    float beta1, one_minus_beta1; /* first moment: beta1 and 1 - beta1 */
+    float beta2, one_minus_beta2; /* second moment */
+    float step_size;              /* lr / (1 - beta1^step) */
+    float inv_bc2_sqrt;           /* 1 / sqrt(1 - beta2^step) */
+    float eps;
+} hd_adamw_factors;
+
+/* The factors of step `step` (>= 1) for the hyperparameters given. */
+hd_adamw_factors hd__adamw_factors(float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, int64_t step);
+
+/* One AdamW step over count tensors, in place on p, m and v:
+ * p = p * decay; m = beta1 * m + (1 - beta1) * g'; v = beta2 * v + (1 - beta2) * g'^2;
+ * p = p - step_size * m / (sqrt(v) * inv_bc2_sqrt + eps), with g' = g * coef. total NULL: coef
+ * = 1; else gradient clipping as torch.nn.utils.clip_grad_norm_ before the step: *total =
+ * sqrt(sum of g^2 over all the tensors) (in double, in a fixed order), coef = min(1, max_norm /
+ * (total + 1e-6)) (NaN where total is NaN); the gradients are not modified. max_norm = INFINITY
+ * only measures. HD_ERR_OUT_OF_MEMORY (nothing written) where the norm's partial sums cannot be
+ * allocated. */
+hd_status hd__cpu_adamw(hd_cpu_pool *pool, const hd_adamw_tensor *t, size_t count,
+                        const hd_adamw_factors *f, float max_norm, float *total);
 
 #endif
