@@ -138,5 +138,12 @@ bad=$(grep -nE '(^|[^A-Za-z0-9_])ctx->' /dev/null $tools)
 [ -z "$bad" ] || fail "a tool reads the context's fields:
 $bad"
 
+# libdispatch does not link jansson: the JSON parser of the safetensors reader belongs to the
+# Llama trainer's code (examples/llama/), not to the library.
+if command -v readelf > /dev/null; then
+    readelf -d "$lib" | grep -q 'NEEDED.*libjansson' &&
+        fail "libdispatch links jansson (only examples/llama/ may)"
+fi
+
 [ $status -eq 0 ] && echo "layers: ok"
 exit $status

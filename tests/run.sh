@@ -9,9 +9,11 @@
 #   4. install into a temporary prefix, compile the README example through pkg-config and
 #      through CMake's find_package against it, run both and check them against the float64
 #      reference;
-#   5. fuzz: the tuning cache parser's libFuzzer target (clang, ASan+UBSan) for
-#      $HD_FUZZ_SECONDS (default 30) seconds from its corpus; a crash or a failed check of the
-#      target (parse, write, parse must give the same file) fails the stage.
+#   5. fuzz: the libFuzzer targets (clang, ASan+UBSan), each for $HD_FUZZ_SECONDS (default 30)
+#      seconds from its corpus: the tuning cache parser (parse, write, parse must give the same
+#      file) and the trainer's safetensors reader (examples/llama/: an accepted file's tensors
+#      cover its data and read back, and what the writer makes of it reads back the same); a
+#      crash or a failed check of a target fails the stage.
 # Ends with "N passed, N failed" over all suites run. Build directories live under
 # $HD_TEST_BUILD_ROOT (default: build-tests/ in the repository) and are reused by later runs.
 # Stage names as arguments run only those: bash tests/run.sh sanitize plain-c
@@ -21,7 +23,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 builds="${HD_TEST_BUILD_ROOT:-$root/build-tests}"
 packages=(ocl-icd-opencl-dev opencl-headers libclblast-dev libopenblas-dev libcmocka-dev
-          pocl-opencl-icd meson ninja-build pkg-config clang cmake)
+          libjansson-dev pocl-opencl-icd meson ninja-build pkg-config clang cmake)
 
 passed=0
 failed=0
@@ -177,30 +179,39 @@ stage_installed() {
         die "the README example built with CMake does not match the reference"
 }
 
+# fuzz_target NAME TARGET CORPUS [OPTIONS...]: runs the built target for $seconds from its
+# corpus; new inputs go to a directory of the build, the shipped corpus is only read.
+fuzz_target() {
+    local name="$1" target="$2" corpus="$3" log="$builds/$1.log" rc
+    shift 3
+    mkdir -p "$builds/$name-corpus"
+    say "[$stage] $name for ${seconds} s"
+    set +e
+    "$dir/$target" -max_total_time="$seconds" -print_final_stats=1 \
+        -artifact_prefix="$builds/$name-" "$@" "$builds/$name-corpus" "$corpus" >"$log" 2>&1
+    rc=$?
+    set -e
+    tail -n 20 "$log"
+    if [ "$rc" -ne 0 ]; then
+        failed=$((failed + 1))
+        die "$name failed (full log: $log; the input is saved as $builds/$name-crash-*)"
+    fi
+    passed=$((passed + 1))
+}
+
 stage_fuzz() {
-    local dir="$builds/fuzz" seconds="${HD_FUZZ_SECONDS:-30}" log="$builds/fuzz.log" rc
+    local dir="$builds/fuzz" seconds="${HD_FUZZ_SECONDS:-30}"
     say "[$stage] configure $dir with clang"
     if [ ! -f "$dir/build.ninja" ]; then
         CC=clang meson setup "$dir" -Dfuzz=true -Dtests=false -Dtools=false -Dopencl=disabled \
             -Dopenblas=disabled >"$dir.setup.log" 2>&1 ||
             { cat "$dir.setup.log"; die "meson setup failed"; }
     fi
-    ninja -C "$dir" autotune/fuzz/fuzz_cache_parser || die "compilation failed in $dir"
-    # New inputs go to a directory of the build; the shipped corpus is only read.
-    mkdir -p "$builds/fuzz-corpus"
-    say "[$stage] fuzz_cache_parser for ${seconds} s"
-    set +e
-    "$dir/autotune/fuzz/fuzz_cache_parser" -max_total_time="$seconds" -print_final_stats=1 \
-        -artifact_prefix="$builds/fuzz-" \
-        "$builds/fuzz-corpus" autotune/fuzz/corpus >"$log" 2>&1
-    rc=$?
-    set -e
-    tail -n 20 "$log"
-    if [ "$rc" -ne 0 ]; then
-        failed=$((failed + 1))
-        die "fuzz_cache_parser failed (full log: $log; the input is saved as $builds/fuzz-crash-*)"
-    fi
-    passed=$((passed + 1))
+    ninja -C "$dir" autotune/fuzz/fuzz_cache_parser examples/llama/fuzz_safetensors ||
+        die "compilation failed in $dir"
+    fuzz_target fuzz autotune/fuzz/fuzz_cache_parser autotune/fuzz/corpus
+    fuzz_target fuzz-safetensors examples/llama/fuzz_safetensors examples/llama/fuzz/corpus \
+        -dict=examples/llama/fuzz/safetensors.dict
 }
 
 all_stages=(full sanitize plain-c installed fuzz)
