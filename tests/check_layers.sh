@@ -26,6 +26,13 @@ found=$(nm "$lib" | awk '{print $NF}' | grep -E "^($forbidden)" | sort -u)
 [ -z "$found" ] || fail "libdispatch holds tools' or test-only code: $(echo $found)"
 nm "$lib" | grep -q ' hd__call' || fail "nm shows no library symbols in $lib: check the test itself"
 
+# jansson, the JSON parser of dispatch-bench's result files, is the tool's alone: the library
+# neither links it nor holds its code.
+if command -v readelf > /dev/null; then
+    readelf -d "$lib" | grep -q 'NEEDED.*libjansson' && fail "libdispatch.so links jansson"
+fi
+nm "$lib" | awk '{print $NF}' | grep -qE '^json_' && fail "libdispatch.so holds jansson's code"
+
 # Every function and object the tools' library defines stays out of libdispatch.so, whatever
 # its name (static functions and compiler-generated names aside).
 [ -f "$tools_lib" ] || fail "no tools' library at $tools_lib"

@@ -21,7 +21,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 builds="${HD_TEST_BUILD_ROOT:-$root/build-tests}"
 packages=(ocl-icd-opencl-dev opencl-headers libclblast-dev libopenblas-dev libcmocka-dev
-          pocl-opencl-icd meson ninja-build pkg-config clang cmake)
+          libjansson-dev pocl-opencl-icd meson ninja-build pkg-config clang cmake)
 
 passed=0
 failed=0
