@@ -23,20 +23,22 @@ mode asked for (numpy has no device mode) is read in chain mode, and the column 
 have no host mode: chain stands in).
 """
 import argparse
-import json
 import math
 import os
 import sys
+
+from check_results import Invalid, read_results
 
 FALLBACK = {"device": "chain", "chain": "sync", "sync": "chain", "host": "chain"}
 
 
 def load(path):
-    with open(path) as f:
-        data = json.load(f)
-    if data.get("schema") != "hd-bench/1":
-        sys.exit("benchmarks_md: %s is not hd-bench/1 JSON" % path)
-    return data
+    """The result file at path, read and checked as dispatch-bench reads it (bench/SCHEMA.md)."""
+    try:
+        return read_results(path)
+    except Invalid as e:
+        print("benchmarks_md: %s" % e, file=sys.stderr)
+        sys.exit(2)
 
 
 def seconds(result, mode):

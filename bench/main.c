@@ -23,6 +23,7 @@
 #include "bench/case.h"
 #include "bench/compare.h"
 #include "bench/results.h"
+#include "bench/results_file.h"
 #include "core/error.h"
 #include "dispatch/tools.h"
 
@@ -80,7 +81,7 @@ typedef struct options {
     bool csv, list_cases, quiet, cpu_only;
     const char *json_path, *csv_path, *compare_path, *ours_path, *compare_mode, *device, *cache;
     uint64_t seed;
-    hd_json *peer, *ours; /* --compare's and --ours's files, read with the options */
+    json_t *peer, *ours; /* --compare's and --ours's files, read with the options */
 } options;
 
 static void usage(FILE *f)
@@ -118,8 +119,13 @@ static void usage(FILE *f)
           "  --json FILE         also write the results as JSON (schema hd-bench/1); '-': JSON\n"
           "                      alone on standard output (the table goes to standard error)\n"
           "  --compare PEER.json print the gap table against a peer's results (the file is\n"
-          "                      read and checked before any case runs)\n"
-          "  --ours OURS.json    with --compare: compare this file instead of running\n"
+          "                      read and checked before any case runs: a regular file of at\n"
+          "                      most 16 MiB, strict JSON without repeated member names, every\n"
+          "                      field as schema hd-bench/1 says (bench/SCHEMA.md); the first\n"
+          "                      field that is not is named, with its record, and the exit\n"
+          "                      status is 2)\n"
+          "  --ours OURS.json    with --compare: compare this file (read and checked alike)\n"
+          "                      instead of running\n"
           "  --compare-mode M    device, sync or chain (default: per case, the first both have\n"
           "                      of device, chain, sync)\n"
           "  --list-cases        list the suites' cases (with --json FILE: as JSON, '-' = stdout)\n"
@@ -128,7 +134,8 @@ static void usage(FILE *f)
           "                      $XDG_CACHE_HOME/hd-dispatch/tune.txt or\n"
           "                      ~/.cache/hd-dispatch/tune.txt)\n"
           "  --cpu-only          no OpenCL: the CPU backend alone\n"
-          "  --seed N            random data seed, decimal (default: from the clock)\n"
+          "  --seed N            random data seed, decimal, at most 2^63 - 1 (default: from\n"
+          "                      the clock)\n"
           "  --quiet, -q         no progress lines\n"
           "  --version           the tool's and the library's version\n"
           "  --help              this text\n"
@@ -269,12 +276,14 @@ static bool parse_count(const char *opt, const char *arg, unsigned max, unsigned
     return true;
 }
 
+/* At most 2^63 - 1: the results' JSON carries the seed as an integer, and JSON readers
+ * (jansson among them) take 64-bit signed integers. */
 static bool parse_seed(const char *opt, const char *arg, uint64_t *out)
 {
     unsigned long long v;
-    if (!parse_decimal(arg, UINT64_MAX, &v)) {
-        fprintf(stderr, "dispatch-bench: %s: '%s' is not a whole number from 0 to %llu\n", opt,
-                arg ? arg : "", (unsigned long long)UINT64_MAX);
+    if (!parse_decimal(arg, INT64_MAX, &v)) {
+        fprintf(stderr, "dispatch-bench: %s: '%s' is not a whole number from 0 to %lld\n", opt,
+                arg ? arg : "", (long long)INT64_MAX);
         return false;
     }
     *out = v;
@@ -300,7 +309,7 @@ static bool takes_value(const char *a)
  * must not end in a peer file that was never there. False with the reason said. */
 static bool load_compared(options *o)
 {
-    char err[512];
+    char err[1200];
     if (o->compare_path == NULL) {
         const char *alone = o->ours_path != NULL ? "--ours"
                             : o->compare_mode    ? "--compare-mode"
@@ -311,9 +320,9 @@ static bool load_compared(options *o)
                     alone);
         return alone == NULL;
     }
-    if ((o->peer = hd__bench_compare_load(o->compare_path, "peer", err, sizeof err)) == NULL ||
+    if ((o->peer = hd__bench_results_load(o->compare_path, err, sizeof err)) == NULL ||
         (o->ours_path != NULL &&
-         (o->ours = hd__bench_compare_load(o->ours_path, "our", err, sizeof err)) == NULL)) {
+         (o->ours = hd__bench_results_load(o->ours_path, err, sizeof err)) == NULL)) {
         fprintf(stderr, "dispatch-bench: %s: %s\n", o->peer == NULL ? "--compare" : "--ours", err);
         return false;
     }
@@ -331,7 +340,7 @@ static int parse_options(int argc, char **argv, options *o)
                    .case_budget_s = 30};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    o->seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+    o->seed = ((uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec) & INT64_MAX;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double num = 0;
@@ -1030,8 +1039,8 @@ static void progress_case_done(const bench_state *st, const char *suite, const h
 
 static int compare_with_peer(const hd_bench_run *run, const options *o)
 {
-    char err[512] = "";
-    hd_json *made = NULL; /* ours, from this run's records */
+    char err[800] = "";
+    json_t *made = NULL; /* ours, from this run's records, read as --ours would read them */
     if (o->ours == NULL) {
         char *text = NULL;
         size_t len = 0;
@@ -1039,17 +1048,17 @@ static int compare_with_peer(const hd_bench_run *run, const options *o)
         if (mem != NULL) {
             hd__bench_write_json(mem, run);
             fclose(mem);
-            made = hd__json_parse(text, err, sizeof err);
+            made = hd__bench_results_parse(text, len, "this run's results", err, sizeof err);
         }
         free(text);
     }
-    const hd_json *ours = o->ours != NULL ? o->ours : made;
+    const json_t *ours = o->ours != NULL ? o->ours : made;
     int rc = ours != NULL
                  ? hd__bench_compare(stdout, ours, o->peer, o->compare_mode, err, sizeof err)
                  : -1;
     if (rc != 0)
         fprintf(stderr, "dispatch-bench: --compare: %s\n", err[0] ? err : "out of memory");
-    hd__json_free(made);
+    json_decref(made);
     return rc == 0 ? 0 : 1;
 }
 
@@ -1298,7 +1307,7 @@ int main(int argc, char **argv)
     int rc = parse_options(argc, argv, &o);
     rc = rc == 0 ? run(&o) : rc == 1 ? 0 : 2;
     free((void *)o.file.cases);
-    hd__json_free(o.peer);
-    hd__json_free(o.ours);
+    json_decref(o.peer);
+    json_decref(o.ours);
     return rc;
 }

@@ -47,7 +47,7 @@ mkdir -p "$out"
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     need=""
     for pkg in build-essential meson ninja-build pkg-config ocl-icd-opencl-dev opencl-headers \
-               libclblast-dev libopenblas-dev libcmocka-dev python3 python3-numpy \
+               libclblast-dev libopenblas-dev libcmocka-dev libjansson-dev python3 python3-numpy \
                python3-matplotlib; do
         dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
     done

@@ -8,9 +8,10 @@ Each case uses the chosen mode; a bar is missing where a backend did not run (n/
 wrong). Needs matplotlib; without it the script says so and exits with status 2.
 """
 import argparse
-import json
 import os
 import sys
+
+from check_results import Invalid, read_results
 
 
 # One order and one colour per backend in every chart, so that charts can be compared at a glance.
@@ -23,10 +24,11 @@ def load(paths):
     """The result rows of all files, and the device name of the first (ours)."""
     rows, device = [], None
     for path in paths:
-        with open(path) as f:
-            doc = json.load(f)
-        if doc.get("schema") != "hd-bench/1":
-            sys.exit(f"plot: {path} is not an hd-bench/1 result file")
+        try:  # read and checked as dispatch-bench reads it (bench/SCHEMA.md)
+            doc = read_results(path)
+        except Invalid as e:
+            print(f"plot: {e}", file=sys.stderr)
+            sys.exit(2)
         if device is None:
             device = (doc.get("device") or {}).get("name")
         for r in doc["results"]:

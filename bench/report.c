@@ -241,16 +241,51 @@ void hd__bench_write_csv(FILE *f, const hd_bench_run *run)
     }
 }
 
+/* The length of the UTF-8 sequence at p (RFC 3629: no overlong forms, surrogates or code
+ * points past U+10FFFF), or 0 where p does not start a valid one. */
+static size_t utf8_length(const unsigned char *p)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t n;
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3;
+        lo = p[0] == 0xe0 ? 0xa0 : 0x80;
+        hi = p[0] == 0xed ? 0x9f : 0xbf;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4;
+        lo = p[0] == 0xf0 ? 0x90 : 0x80;
+        hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* The schema's readers refuse invalid UTF-8 and control characters in strings (bench/SCHEMA.md):
+ * a device name or a note that holds them is written with each such byte as '?', and each
+ * control character (C0, DEL, C1) as a space. */
 void hd__bench_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\')
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p != '\0';) {
+        size_t n = utf8_length(p);
+        if (n == 0)
+            fputc('?', f);
+        else if ((n == 1 && (*p < 0x20 || *p == 0x7f)) || (n == 2 && p[0] == 0xc2 && p[1] < 0xa0))
+            fputc(' ', f);
+        else if (*p == '"' || *p == '\\')
             fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
         else
-            fputc(*p, f);
+            fwrite(p, 1, n, f);
+        p += n ? n : 1;
     }
     fputc('"', f);
 }
@@ -298,7 +333,11 @@ static void json_machine(FILE *f)
     hd__bench_json_string(f, os);
     fputs(", \"cpu\": ", f);
     hd__bench_json_string(f, cpu);
-    fprintf(f, ", \"cores\": %ld},\n", sysconf(_SC_NPROCESSORS_ONLN));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores >= 1)
+        fprintf(f, ", \"cores\": %ld},\n", cores);
+    else
+        fputs(", \"cores\": null},\n", f);
 }
 
 static void json_header(FILE *f, const hd_bench_run *run)
@@ -317,12 +356,13 @@ static void json_header(FILE *f, const hd_bench_run *run)
     hd__bench_json_string(f, run->device_platform);
     fputs(", \"kind\": ", f);
     hd__bench_json_string(f, run->device_kind);
+    /* A roof not measured (a run stopped before the calibration) is null, not 0. */
     fputs("},\n  \"roofline\": {\"bandwidth_gbs\": ", f);
-    json_number(f, run->roof.bandwidth * 1e-9);
+    json_number(f, run->roof.bandwidth > 0 ? run->roof.bandwidth * 1e-9 : NAN);
     fputs(", \"bandwidth_source\": ", f);
     hd__bench_json_string(f, run->roof.bandwidth_source);
     fputs(", \"peak_gflops\": ", f);
-    json_number(f, run->roof.peak_flops * 1e-9);
+    json_number(f, run->roof.peak_flops > 0 ? run->roof.peak_flops * 1e-9 : NAN);
     fputs(", \"peak_source\": ", f);
     hd__bench_json_string(f, run->roof.peak_source);
     fputs(", \"host_bandwidth_gbs\": ", f);

@@ -75,7 +75,8 @@ void hd__bench_write_cases_json(FILE *f, const hd_bench_suite *extra);
  * width columns (0: not padded); "µ" counts as the one column it takes. */
 void hd__bench_time_text(char *buf, size_t cap, double s, int width);
 
-/* Writes s as a JSON string literal. */
+/* Writes s as a JSON string literal the schema's readers take: invalid UTF-8 as '?', control
+ * characters as spaces. */
 void hd__bench_json_string(FILE *f, const char *s);
 
 #endif

@@ -136,7 +136,9 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
 
     char failures[HD_ERROR_CAPACITY / 2];
     failures[0] = '\0'; /* not "= \"\"", which would clear all 2 KiB on every call */
-    hd_status s = HD_ERR_UNSUPPORTED;
+    /* Where every backend fails, the call's status is the first backend's (in plan order) that
+     * failed rather than declined (HD_ERR_UNSUPPORTED), whichever ran last. */
+    hd_status s = HD_ERR_UNSUPPORTED, first = HD_ERR_UNSUPPORTED;
     double share[HD_PLAN_READ_MAX]; /* of the regret, by where the tensors are before the call */
     hd__plan_regret_shares(&plan, &call->io, share);
     for (int i = 0; i < plan.count; i++) {
@@ -151,6 +153,8 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
             hd__error_clear(ctx);
             return HD_OK;
         }
+        if (first == HD_ERR_UNSUPPORTED)
+            first = s;
         /* The checks passed before any backend ran, so whatever failed is the backend, its
          * device or the tuned parameters it was given: the next backend may still succeed.
          * A record whose parameters failed is not used again in this context. */
@@ -172,7 +176,7 @@ static hd_status dispatch_call(hd_context *ctx, hd_call *call)
                  used ? "; " : "", hd_backend_name(b), v ? " \"" : "", v ? v : "", v ? "\"" : "",
                  ctx->report.last_error);
     }
-    return hd__error(ctx, s, "every backend failed for %s: %s", hd_op_name(call->op), failures);
+    return hd__error(ctx, first, "every backend failed for %s: %s", hd_op_name(call->op), failures);
 }
 
 /* Output = beta*output at place, by the first usable backend there (in the registry's order)

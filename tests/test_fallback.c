@@ -467,6 +467,84 @@ static void test_fallback_stops_where_a_slot_changed_what_the_call_reads(void **
     hd_context_destroy(ctx);
 }
 
+/* The backend a failed call's message names first: "every backend failed for OP: [NAME...". */
+static hd_backend first_named(const char *msg)
+{
+    const char *at = strstr(msg, ": [");
+    if (at == NULL)
+        fail_msg("no backend named in '%s'", msg);
+    at += 3;
+    for (int b = HD_BACKEND_COUNT - 1; b > HD_BACKEND_AUTO; b--) {
+        size_t n = strlen(hd_backend_name((hd_backend)b));
+        if (strncmp(at, hd_backend_name((hd_backend)b), n) == 0 && (at[n] == ']' || at[n] == ' '))
+            return (hd_backend)b;
+    }
+    fail_msg("no backend named in '%s'", msg);
+    return HD_BACKEND_AUTO;
+}
+
+/* Where every backend fails, the call's status is the failure of the first backend in the plan
+ * (the forced one, or auto's choice), whichever ran last; a backend that declines
+ * (HD_ERR_UNSUPPORTED) passes the rule on to the next. Each stand-in fails its own way, as a
+ * call too large for every memory did: the host's out of memory on the CPU, the device's on
+ * the device backends. */
+static void test_fallback_every_backend_failing_returns_the_first_failure(void **state)
+{
+    (void)state;
+    static const hd_status fails[HD_BACKEND_COUNT] = {
+        [HD_BACKEND_CPU] = HD_ERR_OUT_OF_MEMORY,
+        [HD_BACKEND_CLBLAST] = HD_ERR_DEVICE_OUT_OF_MEMORY,
+        [HD_BACKEND_FUSED] = HD_ERR_DEVICE,
+    };
+    static const hd_op ops[] = {HD_OP_GEMM, HD_OP_GEMM_BATCHED};
+    static const hd_backend forced[] = {HD_BACKEND_AUTO, HD_BACKEND_CPU, HD_BACKEND_CLBLAST,
+                                        HD_BACKEND_FUSED};
+    for (size_t o = 0; o < 2; o++) {
+        for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++) {
+            hd_context *ctx = fake_context(false, NULL, cache_path);
+            for (int b = 0; b < HD_BACKEND_COUNT; b++)
+                fake_states[b].fail_with = fails[b];
+            if (forced[f] != HD_BACKEND_AUTO)
+                assert_int_equal(hd_context_set_backend(ctx, ops[o], forced[f]), HD_OK);
+            hd_rng rng = hd_test_rng(700 + 10 * o + f);
+            op_run r = run_gemm(ctx, ops[o], &rng);
+            const char *msg = said(ctx, r);
+            hd_backend first = first_named(msg);
+            if (strstr(msg, "; [") == NULL) /* the rule is only tested where two failed */
+                fail_msg("%s: one backend tried: '%s'", hd_op_name(ops[o]), msg);
+            if (forced[f] != HD_BACKEND_AUTO && fake_states[forced[f]].calls > 0)
+                assert_int_equal(first, forced[f]);
+            if (r.status != fails[first])
+                fail_msg("%s forced to %s: %s, expected %s, the status of %s, the first tried: "
+                         "'%s'",
+                         hd_op_name(ops[o]), hd_backend_name(forced[f]), hd_status_name(r.status),
+                         hd_status_name(fails[first]), hd_backend_name(first), msg);
+            hd_context_destroy(ctx);
+        }
+    }
+
+    /* The first declines: the status is the next one's failure. All decline: unsupported. */
+    hd_context *ctx = fake_context(false, NULL, cache_path);
+    fake_states[HD_BACKEND_FUSED].fail_with = HD_ERR_UNSUPPORTED;
+    fake_states[HD_BACKEND_CLBLAST].fail_with = HD_ERR_DEVICE_OUT_OF_MEMORY;
+    fake_states[HD_BACKEND_CPU].fail_with = HD_ERR_OUT_OF_MEMORY;
+    assert_int_equal(hd_context_set_backend(ctx, HD_OP_GEMM, HD_BACKEND_FUSED), HD_OK);
+    hd_rng rng = hd_test_rng(720);
+    op_run r = run_gemm(ctx, HD_OP_GEMM, &rng);
+    const char *msg = said(ctx, r);
+    assert_int_equal(first_named(msg), HD_BACKEND_FUSED);
+    const char *second = strstr(msg, "; [") + 3;
+    hd_backend next = strncmp(second, "cpu]", 4) == 0 ? HD_BACKEND_CPU : HD_BACKEND_CLBLAST;
+    assert_int_equal(r.status, fake_states[next].fail_with);
+    hd_context_destroy(ctx);
+    ctx = fake_context(false, NULL, cache_path);
+    for (int b = 0; b < HD_BACKEND_COUNT; b++)
+        fake_states[b].fail_with = HD_ERR_UNSUPPORTED;
+    r = run_gemm(ctx, HD_OP_GEMM, &rng);
+    assert_int_equal(r.status, HD_ERR_UNSUPPORTED);
+    hd_context_destroy(ctx);
+}
+
 /* ---- the real backends of this machine ---- */
 
 static void test_fallback_real_backends_survive_a_launch_fault_for_every_op(void **state)
@@ -1059,6 +1137,7 @@ int main(void)
         cmocka_unit_test(test_fallback_injected_migrate_fault_moves_on),
         cmocka_unit_test(test_fallback_slot_errors_decide_health),
         cmocka_unit_test(test_fallback_stops_where_a_slot_changed_what_the_call_reads),
+        cmocka_unit_test(test_fallback_every_backend_failing_returns_the_first_failure),
         cmocka_unit_test(test_fallback_real_backends_survive_a_launch_fault_for_every_op),
         cmocka_unit_test(test_fallback_probe_fault_removes_the_backend),
         cmocka_unit_test(test_fallback_fault_spec_ignores_malformed_items),

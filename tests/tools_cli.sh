@@ -148,11 +148,11 @@ expect 2 "bad-gemm-layout.txt:1" "$tune" --shapes "$dir/bad-gemm-layout.txt" --d
 
 expect 2 "'x'" "$bench" --repeats x
 # Counts are decimal whole numbers within their bounds (a count past 2^32 once wrapped), the
-# seed a decimal 64-bit number (once read in the base its prefix named, after strtod checked
-# it), seconds and milliseconds finite.
+# seed a decimal number up to 2^63 - 1, what the results' JSON holds (once read in the base
+# its prefix named, after strtod checked it), seconds and milliseconds finite.
 for bad in '--repeats 1e10' '--repeats 10001' '--max-runs 4294967297' '--warmup 2.5' \
     '--chain 5e9' '--chain -1' '--rounds 17' '--seed 1e3' '--seed -1' \
-    '--seed 18446744073709551616' '--seed 0x10'; do
+    '--seed 18446744073709551616' '--seed 9223372036854775808' '--seed 0x10'; do
     opt=${bad% *} value=${bad#* }
     expect 2 "$opt: '$value' is not a whole number" "$bench" "$opt" "$value" --list-cases
 done
@@ -165,10 +165,24 @@ done
 data=$(dirname "$0")/data/bench
 expect 2 "--compare: cannot open $dir/no-peer.json: No such file or directory" \
     "$bench" --compare "$dir/no-peer.json" --suites ci --cpu-only
-expect 2 "not an hd-bench/1 result file" "$bench" --compare "$data/other-schema.json" --suites ci
-expect 2 "NUL byte" "$bench" --compare /dev/zero --suites ci
+expect 2 "other-schema.json: schema: expected hd-bench/1" \
+    "$bench" --compare "$data/other-schema.json" --suites ci
+expect 2 "/dev/zero is not a regular file" "$bench" --compare /dev/zero --suites ci
+# a FIFO with no writer is refused at once, not waited on (timeout: a hang fails the test)
+mkfifo "$dir/fifo.json"
+expect 2 "fifo.json is not a regular file" timeout 10 "$bench" --compare "$dir/fifo.json" --suites ci
+expect 2 "fifo.json is not a regular file" \
+    timeout 10 "$bench" --compare "$data/peer.json" --ours "$dir/fifo.json"
 printf '{"schema": "hd-bench/1", "results": [], "x": 0x10}\n' >"$dir/hex.json"
-expect 2 "malformed number" "$bench" --compare "$dir/hex.json" --suites ci
+expect 2 "hex.json: not valid JSON" "$bench" --compare "$dir/hex.json" --suites ci
+# one member twice: refused whichever value comes first (bench/SCHEMA.md; bench_readers.py
+# feeds many more hostile files to this reader and to check_results.py)
+printf '{"schema": "hd-bench/1", "schema": "evil"}\n' >"$dir/twice.json"
+expect 2 "twice.json: not valid JSON: duplicate object key" \
+    "$bench" --compare "$data/peer.json" --ours "$dir/twice.json"
+sed 's/"median_s": 20e-6/"median_s": "fast"/' "$data/peer.json" >"$dir/fast.json"
+expect 2 "fast.json: results\[0\].modes.sync.median_s: expected a number, got a string" \
+    "$bench" --compare "$dir/fast.json" --ours "$data/ours.json"
 expect 2 "--ours: cannot open $dir/no-ours.json" \
     "$bench" --compare "$data/peer.json" --ours "$dir/no-ours.json"
 expect 2 "--ours is an option of --compare" "$bench" --ours "$data/ours.json" --list-cases

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import re
 import socket
 import statistics
 import subprocess
@@ -226,6 +227,8 @@ def add_rates(case, stats):
 
 def result(suite, case, backend, status, note="", modes=None, check=None, ran_on=None):
     r = {k: case[k] for k in ("case", "op", "dims", "trans_a", "trans_b", "flops", "bytes")}
+    # the schema's strings hold no control characters: an exception's lines become one
+    note = re.sub("[\x00-\x1f\x7f-\x9f]", " ", note)
     r.update({"suite": suite, "backend": backend, "ran_on": ran_on or backend, "status": status,
               "note": note, "check": check, "modes": modes or {}})
     return r
