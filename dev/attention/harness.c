@@ -428,15 +428,31 @@ static void run_cpu(const data *D, const char *name)
 /* ---- OpenCL ---- */
 
 typedef struct params {
-    int bq, bk, rq, tc, dk, vk, kv_bk, kv_rk, kv_bq, kv_tc, kv_qk, delta_wg, delta_slot;
+    int bq, bk, rq, tc, dk, vk;                   /* forward */
+    int dq_bq, dq_bk, dq_rq, dq_tc, dq_dk, dq_vk; /* dq */
+    int kv_bk, kv_rk, kv_bq, kv_tc, kv_dk, kv_qk; /* dkdv */
+    int delta_wg, delta_slot;
 } params;
 
 /* The kernel file's defaults (the host's) for head dimension d. */
 static params default_params(int d)
 {
-    bool big = d > 128;
-    return (params){big ? 32 : 64, 64, big ? 4 : 8, 16, 8, big ? 8 : 16, big ? 32 : 64,
-                    big ? 2 : 4, 32, 16, big ? 4 : 8, 256, 16};
+    bool w = d > 128;
+    return (params){w ? 32 : 64, 64, w ? 4 : 8, 16, 16, w ? 8 : 16,
+                    w ? 32 : 64, 64, w ? 4 : 8, 16, 8, w ? 8 : 16,
+                    w ? 32 : 64, w ? 2 : 4, 32, 16, 8, w ? 4 : 8,
+                    256, 16};
+}
+
+static void describe(const params *p, char *buf, size_t size)
+{
+    snprintf(buf, size,
+             "-D BQ=%d -D BK=%d -D RQ=%d -D TC=%d -D DK=%d -D VK=%d -D DQ_BQ=%d -D DQ_BK=%d "
+             "-D DQ_RQ=%d -D DQ_TC=%d -D DQ_DK=%d -D DQ_VK=%d -D KV_BK=%d -D KV_RK=%d "
+             "-D KV_BQ=%d -D KV_TC=%d -D KV_DK=%d -D KV_QK=%d -D DELTA_WG=%d -D DELTA_SLOT=%d",
+             p->bq, p->bk, p->rq, p->tc, p->dk, p->vk, p->dq_bq, p->dq_bk, p->dq_rq, p->dq_tc,
+             p->dq_dk, p->dq_vk, p->kv_bk, p->kv_rk, p->kv_bq, p->kv_tc, p->kv_dk, p->kv_qk,
+             p->delta_wg, p->delta_slot);
 }
 
 static cl_context ctx;
@@ -464,13 +480,9 @@ typedef struct program {
 static program build(int d, bool bf16, params p)
 {
     program P = {.p = p, .d = d, .bf16 = bf16};
-    char opt[512];
-    snprintf(opt, sizeof opt,
-             "-D HEAD_DIM=%d -D ACT_BF16=%d -D BQ=%d -D BK=%d -D RQ=%d -D TC=%d -D DK=%d "
-             "-D VK=%d -D KV_BK=%d -D KV_RK=%d -D KV_BQ=%d -D KV_TC=%d -D KV_QK=%d "
-             "-D DELTA_WG=%d -D DELTA_SLOT=%d",
-             d, bf16, p.bq, p.bk, p.rq, p.tc, p.dk, p.vk, p.kv_bk, p.kv_rk, p.kv_bq, p.kv_tc,
-             p.kv_qk, p.delta_wg, p.delta_slot);
+    char opt[1024], tiles[768];
+    describe(&p, tiles, sizeof tiles);
+    snprintf(opt, sizeof opt, "-D HEAD_DIM=%d -D ACT_BF16=%d %s", d, bf16, tiles);
     cl_int err;
     const char *src = source;
     P.prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
@@ -644,8 +656,8 @@ static void cl_backward(const program *P, const data *D, cl_mem q, cl_mem k, cl_
     ARG(P->dq, 10, Hkv);
     ARG(P->dq, 11, qscale);
     ARG(P->dq, 12, scale);
-    size_t wg = (size_t)(p->bq / p->rq * p->tc), tiles = (D->T + p->bq - 1) / p->bq;
-    launch(P->dq, wg * D->H, tiles, wg);
+    size_t wg = (size_t)(p->dq_bq / p->dq_rq * p->dq_tc);
+    launch(P->dq, wg * D->H, (D->T + p->dq_bq - 1) / p->dq_bq, wg);
     CK(clFinish(queue));
     clReleaseMemObject(delta);
     if (dkp != NULL) {
@@ -821,6 +833,30 @@ int main(int argc, char **argv)
     if (hd__cpu_pool_create(3, &pool3) != HD_OK)
         return 2;
 
+    /* the local memory of each kernel with the host's defaults: at most 48 KiB (NVIDIA's
+     * OpenCL limit; PoCL allows more, so it is checked here) */
+    {
+        static const int ds[] = {8, 64, 72, 128, 256};
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) {
+            program P = build(ds[i], false, default_params(ds[i]));
+            cl_kernel ks[4] = {P.fwd, P.delta, P.dq, P.dkdv};
+            const char *names[4] = {"forward", "delta", "dq", "dkdv"};
+            printf("local memory, d=%d:", ds[i]);
+            for (int j = 0; j < 4; j++) {
+                cl_ulong bytes = 0;
+                CK(clGetKernelWorkGroupInfo(ks[j], device, CL_KERNEL_LOCAL_MEM_SIZE,
+                                            sizeof bytes, &bytes, NULL));
+                printf(" %s %lu", names[j], (unsigned long)bytes);
+                if (bytes > 49152) {
+                    printf(" (over 48 KiB: FAIL)");
+                    failures++;
+                }
+            }
+            printf("\n");
+            release(&P);
+        }
+    }
+
     /* every case with the host's default parameters, fp32 and bf16 */
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const tcase *tc = &cases[ci];
@@ -854,11 +890,11 @@ int main(int argc, char **argv)
         int d;
         params p;
     } tilings[] = {
-        {64, {16, 32, 2, 16, 8, 8, 32, 2, 16, 8, 4, 64, 8}},
-        {72, {8, 16, 1, 4, 16, 4, 16, 1, 8, 4, 2, 32, 32}},
-        {128, {32, 32, 4, 8, 16, 16, 32, 4, 16, 8, 8, 128, 16}},
-        {8, {12, 12, 3, 4, 8, 6, 12, 3, 12, 4, 6, 16, 4}},
-        {256, {16, 64, 4, 16, 8, 8, 16, 2, 32, 16, 4, 256, 32}},
+        {64, {16, 32, 2, 16, 8, 8, 32, 16, 4, 8, 16, 4, 32, 2, 16, 8, 8, 4, 64, 8}},
+        {72, {8, 16, 1, 4, 16, 4, 12, 12, 3, 4, 8, 6, 16, 1, 8, 4, 16, 2, 32, 32}},
+        {128, {32, 32, 4, 8, 16, 16, 16, 32, 2, 16, 16, 8, 32, 4, 16, 8, 16, 8, 128, 16}},
+        {8, {12, 12, 3, 4, 8, 6, 8, 16, 1, 4, 8, 4, 12, 3, 12, 4, 8, 6, 16, 4}},
+        {256, {16, 64, 4, 16, 8, 8, 16, 32, 4, 8, 16, 8, 16, 2, 32, 16, 16, 4, 256, 32}},
     };
     const tcase tcs[] = {
         {"tile", 4, {1, 7, 64, 13}, true, 4, 2, 0, 1.0},
@@ -877,12 +913,10 @@ int main(int argc, char **argv)
                 program P = build(tc.d, bf, tilings[ti].p);
                 run_cl(&P, &D, tc.name);
                 release(&P);
-                const params *p = &tilings[ti].p;
-                printf("%-10s d=%-3d BQ=%d BK=%d RQ=%d TC=%d DK=%d VK=%d KV_BK=%d KV_RK=%d "
-                       "KV_BQ=%d KV_TC=%d KV_QK=%d %s %s\n",
-                       tc.name, tc.d, p->bq, p->bk, p->rq, p->tc, p->dk, p->vk, p->kv_bk,
-                       p->kv_rk, p->kv_bq, p->kv_tc, p->kv_qk, bf ? "bf16" : "fp32",
-                       failures == f0 ? "PASS" : "FAIL");
+                char tiles[768];
+                describe(&tilings[ti].p, tiles, sizeof tiles);
+                printf("%-10s d=%-3d %s %s\n    %s\n", tc.name, tc.d, bf ? "bf16" : "fp32",
+                       failures == f0 ? "PASS" : "FAIL", tiles);
                 free_data(&D);
             }
         }
