@@ -10,11 +10,13 @@
  * a loop over the depth with a vector loop over the keys inside it (each score summed in
  * depth order, no reordering of a floating-point sum), and the row's running maximum m, sum l
  * and output are rescaled by exp2(m_old - m_new) before the tile's weights are added.
- * Backward: delta_i = dout_i . out_i (in double); dq per (head, query tile), the forward's
+ Backward: delta_i = dout_i . out_i (in double); dq per (head, query tile), the forward's
  * loop with p = exp2(score - lse), dp = dout_i . v_j and ds = p (dp - delta) added to dq
  * through k; dk and dv per (kv head, key tile), over the query heads of the kv head and each
- * query row that attends to a key of the tile, in row order: the sums of every output run in
- * a fixed order, so the results do not depend on the number of threads. A row visits only the
+ * query row that attends to a key of the tile, in row order. Products over keys (or rows) add
+ * up to four terms per pass over the output row, one after another: the order of single
+ * updates, with a quarter of the loads and stores of the row. Every output's sums run in a
+ * fixed order, so the results do not depend on the number of threads. A row visits only the
  * keys of its range, so a NaN in another sequence never reaches it.
  *
  * Threads: the work items are dealt round-robin to the pool's threads (under causal masks the
@@ -31,15 +33,18 @@
 #define QTILE 32
 /* Keys per tile (a multiple of 16: the vector loops over a tile's keys run over all of it). */
 #define KTILE 64
+/* Query rows per block of the dk, dv items. */
+#define QBLOCK 4
 /* Multiply-adds below which one thread is faster than waking the pool. */
 #define PARALLEL_MACS (1u << 21)
 
 #define LOG2E 1.44269504088896340736
 #define LN2   0.69314718055994530942
 
-/* 2^x within 2 ulp, written so that the loops around it vectorize: x = n + r, |r| <= 1/2,
+/* 2^x to about 1 ulp, written so that the loops around it vectorize: x = n + r, |r| <= 1/2,
  * 2^r = e^(r ln 2) from its degree-7 Taylor polynomial (error below 6e-9), 2^n built in the
- * exponent bits. Below -126.5 it gives 0 (2^x under FLT_MIN), above 128 infinity, NaN for NaN. */
+ * exponent bits. Below -126 it gives 0 (2^x under FLT_MIN, flushed), above 127 infinity, NaN
+ * for NaN. */
 static inline float exp2_fast(float x)
 {
     const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
@@ -61,8 +66,8 @@ static inline float exp2_fast(float x)
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float r = p * scale;
-    r = x < -126.5f ? 0.0f : r;
-    r = x > 128.0f ? INFINITY : r;
+    r = x < -126.0f ? 0.0f : r;
+    r = x > 127.0f ? INFINITY : r;
     return x != x ? x : r;
 }
 
@@ -135,13 +140,22 @@ static void transpose_tile(const float *k, size_t kcols, size_t hk, size_t d, si
     }
 }
 
-/* acc[jj] = x . kt[.][jj] over a tile's keys, in depth order. */
+/* acc[jj] = x . kt[.][jj] over a tile's keys, in depth order; four depths per pass over acc
+ * (added one after another, so the order is that of a loop over single depths). */
 HD_CPU_VECTOR_CLONES static void tile_scores(const float *x, const float *kt, size_t d,
                                              float *acc)
 {
     for (size_t jj = 0; jj < KTILE; jj++)
         acc[jj] = 0.0f;
-    for (size_t c = 0; c < d; c++) {
+    size_t c = 0;
+    for (; c + 4 <= d; c += 4) {
+        const float x0 = x[c], x1 = x[c + 1], x2 = x[c + 2], x3 = x[c + 3];
+        const float *r0 = kt + c * KTILE, *r1 = r0 + KTILE, *r2 = r1 + KTILE, *r3 = r2 + KTILE;
+#pragma omp simd
+        for (size_t jj = 0; jj < KTILE; jj++)
+            acc[jj] = (((acc[jj] + x0 * r0[jj]) + x1 * r1[jj]) + x2 * r2[jj]) + x3 * r3[jj];
+    }
+    for (; c < d; c++) {
         const float xc = x[c], *row = kt + c * KTILE;
 #pragma omp simd
         for (size_t jj = 0; jj < KTILE; jj++)
@@ -149,12 +163,25 @@ HD_CPU_VECTOR_CLONES static void tile_scores(const float *x, const float *kt, si
     }
 }
 
-/* y += a * x over n floats. */
-HD_CPU_VECTOR_CLONES static void axpy(float *y, float a, const float *x, size_t n)
+/* y += a[0] x[0] + ... + a[n - 1] x[n - 1] over len floats, the terms added one after another
+ * (the order of n separate updates), four per pass over y. */
+HD_CPU_VECTOR_CLONES static void axpy_n(float *y, size_t n, const float *a, const float *const *x,
+                                        size_t len)
 {
+    size_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        const float a0 = a[t], a1 = a[t + 1], a2 = a[t + 2], a3 = a[t + 3];
+        const float *x0 = x[t], *x1 = x[t + 1], *x2 = x[t + 2], *x3 = x[t + 3];
 #pragma omp simd
-    for (size_t c = 0; c < n; c++)
-        y[c] += a * x[c];
+        for (size_t c = 0; c < len; c++)
+            y[c] = (((y[c] + a0 * x0[c]) + a1 * x1[c]) + a2 * x2[c]) + a3 * x3[c];
+    }
+    for (; t < n; t++) {
+        const float a0 = a[t], *x0 = x[t];
+#pragma omp simd
+        for (size_t c = 0; c < len; c++)
+            y[c] += a0 * x0[c];
+    }
 }
 
 /* The keys [a, b) of the tile at j0 (nk keys) that row i attends to, as offsets in the tile;
@@ -225,8 +252,10 @@ HD_CPU_VECTOR_CLONES static void forward_item(const attention_job *job, size_t i
             l[r] = l[r] * alpha + sum;
             for (size_t c = 0; c < d; c++)
                 orow[c] *= alpha;
+            const float *rows[KTILE];
             for (size_t jj = a; jj < b; jj++)
-                axpy(orow, sc[jj], job->v + (j0 + jj) * kcols + hk * d, d);
+                rows[jj] = job->v + (j0 + jj) * kcols + hk * d;
+            axpy_n(orow, b - a, sc + a, rows + a, d);
             m[r] = mt;
         }
     }
@@ -310,10 +339,12 @@ HD_CPU_VECTOR_CLONES static void dq_item(const attention_job *job, size_t it, fl
             const float delta = job->delta[i * s->heads + h];
             tile_scores(qs + r * d, kt, d, sc);
             tile_scores(dos + r * d, vt, d, dp);
-            for (size_t jj = a; jj < b; jj++)
+            const float *rows[KTILE];
+            for (size_t jj = a; jj < b; jj++) {
                 sc[jj] = exp2_fast(sc[jj] - lse2) * (dp[jj] - delta);
-            for (size_t jj = a; jj < b; jj++)
-                axpy(dqa + r * d, sc[jj], job->k + (j0 + jj) * kcols + hk * d, d);
+                rows[jj] = job->k + (j0 + jj) * kcols + hk * d;
+            }
+            axpy_n(dqa + r * d, b - a, sc + a, rows + a, d);
         }
     }
     for (size_t r = 0; r < nr; r++) {
@@ -323,8 +354,10 @@ HD_CPU_VECTOR_CLONES static void dq_item(const attention_job *job, size_t it, fl
     }
 }
 
-/* dk, dv work item: kv head it % kv_heads, key tile it / kv_heads. Scratch: kt and vt (d x
- * KTILE), dka and dva (KTILE x d), qs (d), sc and dp (KTILE). */
+/* dk, dv work item: kv head it % kv_heads, key tile it / kv_heads. The query rows are taken
+ * QBLOCK at a time, so that each pass over a key's dk and dv rows adds up to QBLOCK rows'
+ * terms (in row order). Scratch: kt and vt (d x KTILE), dka and dva (KTILE x d), qs (QBLOCK x
+ * d), p and ds (QBLOCK x KTILE). */
 HD_CPU_VECTOR_CLONES static void dkdv_item(const attention_job *job, size_t it, float *scratch)
 {
     const hd_cpu_attention_shape *s = job->s;
@@ -333,7 +366,7 @@ HD_CPU_VECTOR_CLONES static void dkdv_item(const attention_job *job, size_t it, 
     const size_t j0 = it / s->kv_heads * KTILE;
     const size_t nk = s->tokens - j0 < KTILE ? s->tokens - j0 : KTILE;
     float *kt = scratch, *vt = kt + d * KTILE, *dka = vt + d * KTILE, *dva = dka + KTILE * d;
-    float *qs = dva + KTILE * d, *sc = qs + d, *dp = sc + KTILE;
+    float *qs = dva + KTILE * d, *p = qs + QBLOCK * d, *ds = p + QBLOCK * KTILE;
 
     transpose_tile(job->k, kcols, hk, d, j0, nk, kt);
     transpose_tile(job->v, kcols, hk, d, j0, nk, vt);
@@ -342,25 +375,47 @@ HD_CPU_VECTOR_CLONES static void dkdv_item(const attention_job *job, size_t it, 
     size_t lo, hi;
     tile_range(job->q_range, j0, j0 + nk, &lo, &hi);
     for (size_t h = hk * g; h < hk * g + g; h++)
-        for (size_t i = lo; i < hi; i++) {
-            size_t a, b;
-            if (!row_keys(job->kv_range, i, j0, nk, &a, &b))
-                continue;
-            const float *qi = job->q + i * qcols + h * d, *gi = job->dout + i * qcols + h * d;
-            const float lse2 = job->lse[i * s->heads + h] * (float)LOG2E;
-            const float delta = job->delta[i * s->heads + h];
-            for (size_t c = 0; c < d; c++)
-                qs[c] = qi[c] * job->qscale;
-            tile_scores(qs, kt, d, sc);
-            tile_scores(gi, vt, d, dp);
-            for (size_t jj = a; jj < b; jj++) {
-                const float p = exp2_fast(sc[jj] - lse2);
-                axpy(dva + jj * d, p, gi, d);
-                axpy(dka + jj * d, p * (dp[jj] - delta), qi, d);
+        for (size_t i0 = lo; i0 < hi; i0 += QBLOCK) {
+            const size_t nb = hi - i0 < QBLOCK ? hi - i0 : QBLOCK;
+            size_t a[QBLOCK], b[QBLOCK];
+            for (size_t r = 0; r < nb; r++) {
+                const size_t i = i0 + r;
+                if (!row_keys(job->kv_range, i, j0, nk, &a[r], &b[r]))
+                    continue;
+                const float *qi = job->q + i * qcols + h * d, *gi = job->dout + i * qcols + h * d;
+                const float lse2 = job->lse[i * s->heads + h] * (float)LOG2E;
+                const float delta = job->delta[i * s->heads + h];
+                float *pr = p + r * KTILE, *dsr = ds + r * KTILE;
+                for (size_t c = 0; c < d; c++)
+                    qs[r * d + c] = qi[c] * job->qscale;
+                tile_scores(qs + r * d, kt, d, pr);
+                tile_scores(gi, vt, d, dsr);
+                for (size_t jj = a[r]; jj < b[r]; jj++) {
+                    pr[jj] = exp2_fast(pr[jj] - lse2);
+                    dsr[jj] = pr[jj] * (dsr[jj] - delta);
+                }
+            }
+            /* each key's terms from the rows of the block that attend to it, in row order */
+            for (size_t jj = 0; jj < nk; jj++) {
+                float wp[QBLOCK], wd[QBLOCK];
+                const float *xg[QBLOCK], *xq[QBLOCK];
+                size_t n = 0;
+                for (size_t r = 0; r < nb; r++)
+                    if (a[r] <= jj && jj < b[r]) {
+                        const size_t i = i0 + r;
+                        wp[n] = p[r * KTILE + jj];
+                        wd[n] = ds[r * KTILE + jj];
+                        xg[n] = job->dout + i * qcols + h * d;
+                        xq[n] = job->q + i * qcols + h * d;
+                        n++;
+                    }
+                axpy_n(dva + jj * d, n, wp, xg, d);
+                axpy_n(dka + jj * d, n, wd, xq, d);
             }
         }
     for (size_t jj = 0; jj < nk; jj++) {
-        float *dkr = job->dk + (j0 + jj) * kcols + hk * d, *dvr = job->dv + (j0 + jj) * kcols + hk * d;
+        float *dkr = job->dk + (j0 + jj) * kcols + hk * d;
+        float *dvr = job->dv + (j0 + jj) * kcols + hk * d;
         for (size_t c = 0; c < d; c++) {
             dkr[c] = dka[jj * d + c] * s->scale;
             dvr[c] = dva[jj * d + c];
@@ -379,7 +434,7 @@ hd_status hd__cpu_attention_backward(hd_cpu_pool *pool, const hd_cpu_attention_s
                          .kv_range = kv_range, .q_range = q_range, .dst = dq, .dk = dk,
                          .dv = dv, .qscale = (float)(s->scale * LOG2E)};
     const size_t dq_stride = 3 * QTILE * d + 2 * d * KTILE + 2 * KTILE;
-    const size_t dkdv_stride = 4 * d * KTILE + d + 2 * KTILE;
+    const size_t dkdv_stride = 4 * d * KTILE + QBLOCK * d + 2 * QBLOCK * KTILE;
     /* every scratch before the first output is written: a failure leaves them untouched */
     job.stride = dq_stride > dkdv_stride ? dq_stride : dkdv_stride;
     double macs = 2.0 * (double)s->tokens * (double)s->tokens * (double)s->heads * (double)d;

@@ -773,6 +773,30 @@ static void check_nan(const program *P)
         if (!ok)
             failures++;
         printf("    cpu  NaN in q: out and lse NaN in its (row, head) alone: %s\n", ok ? "PASS" : "FAIL");
+        /* the CPU visits only a row's own keys: a NaN in v or dout of the first sequence
+         * never reaches the second's outputs or gradients */
+        float *v2 = xmalloc(D.kn * 4), *g2 = xmalloc(D.qn * 4);
+        memcpy(v2, D.v, D.kn * 4);
+        memcpy(g2, D.dout, D.qn * 4);
+        v2[2 * D.Hkv * D.d + 1] = NAN;
+        g2[1 * D.H * D.d + 2] = NAN;
+        float *dq = xmalloc(D.qn * 4), *dk = xmalloc(D.kn * 4), *dv = xmalloc(D.kn * 4);
+        hd__cpu_attention(NULL, &s, D.q, D.k, v2, D.kv_range, got, gotl);
+        hd__cpu_attention_backward(NULL, &s, D.q, D.k, v2, got, gotl, g2, D.kv_range, D.q_range,
+                                   dq, dk, dv);
+        ok = true;
+        for (size_t i = 5; i < D.T; i++) {
+            for (size_t c = 0; c < D.H * D.d; c++)
+                ok &= isfinite(got[i * D.H * D.d + c]) && isfinite(dq[i * D.H * D.d + c]);
+            for (size_t c = 0; c < D.Hkv * D.d; c++)
+                ok &= isfinite(dk[i * D.Hkv * D.d + c]) && isfinite(dv[i * D.Hkv * D.d + c]);
+        }
+        ok &= isnan(got[2 * D.H * D.d + 1]); /* and it does reach its own sequence's rows */
+        if (!ok)
+            failures++;
+        printf("    cpu  NaN in v and dout of one sequence: none in the other's outputs: %s\n",
+               ok ? "PASS" : "FAIL");
+        free(v2), free(g2), free(dq), free(dk), free(dv);
     }
     cl_mem all[] = {q, k, v, out, lse, kvr};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -807,8 +831,65 @@ static const tcase cases[] = {
     {"long-f",       3, {150, 1, 149},        false, 2, 2,  64,  1.0},
 };
 
+/* dev/attention/harness --cpu-bench T H HKV D [THREADS]: times the CPU version (causal, one
+ * sequence; median of 5 runs after one), and prints GFLOP/s counting 4 T^2 H d / 2 for the
+ * forward and 2.5 times that for the backward. */
+static int cpu_bench(int argc, char **argv)
+{
+    if (argc < 6)
+        return 2;
+    size_t T = (size_t)atol(argv[2]), H = (size_t)atol(argv[3]), Hkv = (size_t)atol(argv[4]);
+    size_t d = (size_t)atol(argv[5]), threads = argc > 6 ? (size_t)atol(argv[6]) : 2;
+    hd_cpu_pool *pool = NULL;
+    if (hd__cpu_pool_create(threads, &pool) != HD_OK)
+        return 2;
+    size_t qn = T * H * d, kn = T * Hkv * d;
+    float *q = xmalloc(qn * 4), *k = xmalloc(kn * 4), *v = xmalloc(kn * 4), *g = xmalloc(qn * 4);
+    float *o = xmalloc(qn * 4), *l = xmalloc(T * H * 4), *dq = xmalloc(qn * 4);
+    float *dk = xmalloc(kn * 4), *dv = xmalloc(kn * 4);
+    for (size_t i = 0; i < qn; i++)
+        q[i] = (float)uniform(), g[i] = (float)uniform();
+    for (size_t i = 0; i < kn; i++)
+        k[i] = (float)uniform(), v[i] = (float)uniform();
+    int len = (int)T, *kvr = xmalloc(T * 8), *qr = xmalloc(T * 8);
+    hd__attention_ranges(&len, 1, true, kvr, qr);
+    hd_cpu_attention_shape s = {T, H, Hkv, d, (float)(1.0 / sqrt((double)d))};
+    double tf[6], tb[6];
+    for (int r = 0; r < 6; r++) {
+        double t0 = now();
+        hd__cpu_attention(pool, &s, q, k, v, kvr, o, l);
+        double t1 = now();
+        hd__cpu_attention_backward(pool, &s, q, k, v, o, l, g, kvr, qr, dq, dk, dv);
+        double t2 = now();
+        tf[r] = t1 - t0;
+        tb[r] = t2 - t1;
+    }
+    for (int a = 1; a < 6; a++) /* sort runs 1..5 */
+        for (int b = a + 1; b < 6; b++) {
+            if (tf[b] < tf[a]) {
+                double x = tf[a];
+                tf[a] = tf[b];
+                tf[b] = x;
+            }
+            if (tb[b] < tb[a]) {
+                double x = tb[a];
+                tb[a] = tb[b];
+                tb[b] = x;
+            }
+        }
+    double flop = 2.0 * (double)T * (double)T * (double)H * (double)d;
+    printf("cpu T=%zu H=%zu Hkv=%zu d=%zu threads=%zu: forward %.2f ms (%.1f GFLOP/s), backward "
+           "%.2f ms (%.1f GFLOP/s)\n",
+           T, H, Hkv, d, threads, tf[3] * 1e3, flop / tf[3] * 1e-9, tb[3] * 1e3,
+           2.5 * flop / tb[3] * 1e-9);
+    hd__cpu_pool_destroy(pool);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--cpu-bench") == 0)
+        return cpu_bench(argc, argv);
     const char *dir = argc > 1 ? argv[1] : "backends/fused/kernels";
     char path[1024];
     snprintf(path, sizeof path, "%s/elem.cl", dir);
