@@ -10,7 +10,7 @@
  * a loop over the depth with a vector loop over the keys inside it (each score summed in
  * depth order, no reordering of a floating-point sum), and the row's running maximum m, sum l
  * and output are rescaled by exp2(m_old - m_new) before the tile's weights are added.
- Backward: delta_i = dout_i . out_i (in double); dq per (head, query tile), the forward's
+ * Backward: delta_i = dout_i . out_i (in double); dq per (head, query tile), the forward's
  * loop with p = exp2(score - lse), dp = dout_i . v_j and ds = p (dp - delta) added to dq
  * through k; dk and dv per (kv head, key tile), over the query heads of the kv head and each
  * query row that attends to a key of the tile, in row order. Products over keys (or rows) add
@@ -93,8 +93,8 @@ typedef struct attention_job {
     const float *q, *k, *v, *out, *lse, *dout;
     const int *kv_range, *q_range;
     float *dst, *dst_lse, *dk, *dv;
-    const float *delta; /* tokens x heads */
-    float qscale;       /* scale * log2(e) */
+    float *delta; /* tokens x heads (the backward's scratch) */
+    float qscale; /* scale * log2(e) */
     size_t items, qtiles, ktiles, threads, stride;
     float *scratch;
     void (*item)(const struct attention_job *job, size_t item, float *scratch);
@@ -110,13 +110,14 @@ static void run_part(void *arg, size_t begin, size_t end)
 }
 
 /* The threads of a call of `macs` multiply-adds: the pool's when that pays for waking it.
- * Scratch: `stride` floats per thread, rounded up to whole cache lines, and `extra` floats
- * after them; false without memory. */
+ * Scratch: `stride` floats per thread, each thread's on cache lines of its own, and `extra`
+ * floats after them; false without memory. */
 static bool prepare(hd_cpu_pool *pool, attention_job *job, double macs, size_t extra)
 {
     job->threads = macs >= PARALLEL_MACS ? hd__cpu_pool_threads(pool) : 1;
     job->stride = (job->stride + 15) & ~(size_t)15;
-    job->scratch = malloc((job->threads * job->stride + extra) * sizeof(float));
+    size_t bytes = (job->threads * job->stride + extra) * sizeof(float);
+    job->scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     return job->scratch != NULL;
 }
 
@@ -127,8 +128,8 @@ static void run_items(hd_cpu_pool *pool, attention_job *job)
 
 /* The key tile at j0 (nk keys, kv head hk) of k transposed into kt (d x KTILE, zeros past nk),
  * so that a loop over its keys reads one row of kt. */
-static void transpose_tile(const float *k, size_t kcols, size_t hk, size_t d, size_t j0,
-                           size_t nk, float *kt)
+static void transpose_tile(const float *k, size_t kcols, size_t hk, size_t d, size_t j0, size_t nk,
+                           float *kt)
 {
     for (size_t c = 0; c < d; c++)
         for (size_t jj = nk; jj < KTILE; jj++)
@@ -142,8 +143,7 @@ static void transpose_tile(const float *k, size_t kcols, size_t hk, size_t d, si
 
 /* acc[jj] = x . kt[.][jj] over a tile's keys, in depth order; four depths per pass over acc
  * (added one after another, so the order is that of a loop over single depths). */
-HD_CPU_VECTOR_CLONES static void tile_scores(const float *x, const float *kt, size_t d,
-                                             float *acc)
+HD_CPU_VECTOR_CLONES static void tile_scores(const float *x, const float *kt, size_t d, float *acc)
 {
     for (size_t jj = 0; jj < KTILE; jj++)
         acc[jj] = 0.0f;
@@ -208,8 +208,7 @@ static void tile_range(const int *range, size_t r0, size_t r1, size_t *lo, size_
 
 /* Forward work item: head it % heads, query tile it / heads. Scratch: qs and o (QTILE x d),
  * kt (d x KTILE), sc (KTILE), m and l (QTILE). */
-HD_CPU_VECTOR_CLONES static void forward_item(const attention_job *job, size_t it,
-                                               float *scratch)
+HD_CPU_VECTOR_CLONES static void forward_item(const attention_job *job, size_t it, float *scratch)
 {
     const hd_cpu_attention_shape *s = job->s;
     const size_t d = s->head_dim, qcols = s->heads * d, kcols = s->kv_heads * d;
@@ -272,14 +271,20 @@ hd_status hd__cpu_attention(hd_cpu_pool *pool, const hd_cpu_attention_shape *s, 
                             const float *k, const float *v, const int *kv_range, float *out,
                             float *lse)
 {
-    attention_job job = {.s = s, .q = q, .k = k, .v = v, .kv_range = kv_range, .dst = out,
-                         .dst_lse = lse, .qscale = (float)(s->scale * LOG2E)};
+    attention_job job = {.s = s,
+                         .q = q,
+                         .k = k,
+                         .v = v,
+                         .kv_range = kv_range,
+                         .dst = out,
+                         .dst_lse = lse,
+                         .qscale = (float)(s->scale * LOG2E)};
     job.qtiles = (s->tokens + QTILE - 1) / QTILE;
     job.items = job.qtiles * s->heads;
     job.stride = 2 * QTILE * s->head_dim + s->head_dim * KTILE + KTILE + 2 * QTILE;
     job.item = forward_item;
-    double macs = 2.0 * (double)s->tokens * (double)s->tokens * (double)s->heads *
-                  (double)s->head_dim;
+    double macs =
+        2.0 * (double)s->tokens * (double)s->tokens * (double)s->heads * (double)s->head_dim;
     if (!prepare(pool, &job, macs, 0))
         return HD_ERR_OUT_OF_MEMORY;
     run_items(pool, &job);
@@ -293,7 +298,7 @@ static void delta_item(const attention_job *job, size_t i, float *scratch)
     (void)scratch;
     const hd_cpu_attention_shape *s = job->s;
     const size_t d = s->head_dim, qcols = s->heads * d;
-    float *delta = (float *)job->delta;
+    float *delta = job->delta;
     for (size_t h = 0; h < s->heads; h++) {
         const float *a = job->dout + i * qcols + h * d, *b = job->out + i * qcols + h * d;
         double sum = 0.0;
@@ -426,13 +431,23 @@ HD_CPU_VECTOR_CLONES static void dkdv_item(const attention_job *job, size_t it, 
 hd_status hd__cpu_attention_backward(hd_cpu_pool *pool, const hd_cpu_attention_shape *s,
                                      const float *q, const float *k, const float *v,
                                      const float *out, const float *lse, const float *dout,
-                                     const int *kv_range, const int *q_range, float *dq,
-                                     float *dk, float *dv)
+                                     const int *kv_range, const int *q_range, float *dq, float *dk,
+                                     float *dv)
 {
     const size_t d = s->head_dim;
-    attention_job job = {.s = s, .q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout,
-                         .kv_range = kv_range, .q_range = q_range, .dst = dq, .dk = dk,
-                         .dv = dv, .qscale = (float)(s->scale * LOG2E)};
+    attention_job job = {.s = s,
+                         .q = q,
+                         .k = k,
+                         .v = v,
+                         .out = out,
+                         .lse = lse,
+                         .dout = dout,
+                         .kv_range = kv_range,
+                         .q_range = q_range,
+                         .dst = dq,
+                         .dk = dk,
+                         .dv = dv,
+                         .qscale = (float)(s->scale * LOG2E)};
     const size_t dq_stride = 3 * QTILE * d + 2 * d * KTILE + 2 * KTILE;
     const size_t dkdv_stride = 4 * d * KTILE + QBLOCK * d + 2 * QBLOCK * KTILE;
     /* every scratch before the first output is written: a failure leaves them untouched */

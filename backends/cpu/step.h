@@ -52,7 +52,7 @@ hd_status hd__cpu_attention(hd_cpu_pool *pool, const hd_cpu_attention_shape *s, 
 hd_status hd__cpu_attention_backward(hd_cpu_pool *pool, const hd_cpu_attention_shape *s,
                                      const float *q, const float *k, const float *v,
                                      const float *out, const float *lse, const float *dout,
-                                     const int *kv_range, const int *q_range, float *dq,
-                                     float *dk, float *dv);
+                                     const int *kv_range, const int *q_range, float *dq, float *dk,
+                                     float *dv);
 
 #endif

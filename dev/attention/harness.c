@@ -41,8 +41,8 @@
 #include "autotune/reference_step.h"
 #include "backends/cpu/step.h"
 
-#define U    (1.0 / 16777216.0)
-#define KTOL 4.0
+#define U        (1.0 / 16777216.0)
+#define KTOL     4.0
 #define BF16_OUT (1.0 / 256.0)
 
 static int failures;
@@ -159,9 +159,9 @@ static void report(const char *what, const char *name, check c, bool bf16, tally
         t->rel = fmax(t->rel, c.rel);
     }
     if (!ok || getenv("VERBOSE"))
-        printf("    %-4s %-12s %-5s norm %.3f rel %.2e abs %.2e at %zu%s %s\n", bf16 ? "bf16" : "fp32",
-               what, name, c.norm, c.rel, c.abs, c.where, c.nan ? " NaN-mismatch" : "",
-               ok ? "PASS" : "FAIL");
+        printf("    %-4s %-12s %-5s norm %.3f rel %.2e abs %.2e at %zu%s %s\n",
+               bf16 ? "bf16" : "fp32", what, name, c.norm, c.rel, c.abs, c.where,
+               c.nan ? " NaN-mismatch" : "", ok ? "PASS" : "FAIL");
 }
 
 /* ---- a test case ---- */
@@ -176,10 +176,10 @@ typedef struct tcase {
 
 typedef struct data {
     size_t T, H, Hkv, d, qn, kn;
-    float *q, *k, *v, *dout;          /* as stored (bf16-rounded in a bf16 run) */
-    double *out, *lse, *dq, *dk, *dv; /* reference */
+    float *q, *k, *v, *dout;               /* as stored (bf16-rounded in a bf16 run) */
+    double *out, *lse, *dq, *dk, *dv;      /* reference */
     double *tout, *tlse, *tdq, *tdk, *tdv; /* tolerances (fp32 arithmetic) */
-    float *outf, *lsef;                /* reference out and lse, rounded as stored */
+    float *outf, *lsef;                    /* reference out and lse, rounded as stored */
     int *kv_range, *q_range;
     hd_ref_attention_shape rs;
     float scale;
@@ -215,8 +215,8 @@ static void make_data(const tcase *tc, bool bf16, data *D)
             float x = (float)(uniform() * mag[a]);
             arr[a][i] = bf16 ? from_bf16(to_bf16(x)) : x;
         }
-    D->rs = (hd_ref_attention_shape){T, D->H, D->Hkv, D->d, tc->lens, (size_t)tc->nseq,
-                                     tc->causal, (double)D->scale};
+    D->rs = (hd_ref_attention_shape){
+        T, D->H, D->Hkv, D->d, tc->lens, (size_t)tc->nseq, tc->causal, (double)D->scale};
     D->out = xmalloc(D->qn * 8);
     D->lse = xmalloc(T * D->H * 8);
     D->dq = xmalloc(D->qn * 8);
@@ -294,8 +294,9 @@ static void make_data(const tcase *tc, bool bf16, data *D)
 
 static void free_data(data *D)
 {
-    void *p[] = {D->q, D->k, D->v, D->dout, D->out, D->lse, D->dq, D->dk, D->dv, D->tout,
-                 D->tlse, D->tdq, D->tdk, D->tdv, D->outf, D->lsef, D->kv_range, D->q_range};
+    void *p[] = {D->q,   D->k,   D->v,    D->dout, D->out,      D->lse,
+                 D->dq,  D->dk,  D->dv,   D->tout, D->tlse,     D->tdq,
+                 D->tdk, D->tdv, D->outf, D->lsef, D->kv_range, D->q_range};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
 }
@@ -331,7 +332,8 @@ static void check_fd(const data *D, const char *name, bool every)
                 gmax = fmax(gmax, fabs(grad[a][i]));
             for (size_t i = 0; i < n[a]; i++) {
                 float x0 = src[a][i];
-                float hp = x0 + 1e-3f * fmaxf(1.0f, fabsf(x0)), hm = x0 - 1e-3f * fmaxf(1.0f, fabsf(x0));
+                float hp = x0 + 1e-3f * fmaxf(1.0f, fabsf(x0)),
+                      hm = x0 - 1e-3f * fmaxf(1.0f, fabsf(x0));
                 x[a][i] = hp;
                 double lp = loss(D, x[0], x[1], x[2], buf);
                 x[a][i] = hm;
@@ -376,8 +378,8 @@ static void check_fd(const data *D, const char *name, bool every)
     bool ok = worst < 1e-5;
     if (!ok)
         failures++;
-    printf("    ref backward vs finite differences (%s): %.2e %s\n", every ? "every element" : "a direction", worst,
-           ok ? "PASS" : "FAIL");
+    printf("    ref backward vs finite differences (%s): %.2e %s\n",
+           every ? "every element" : "a direction", worst, ok ? "PASS" : "FAIL");
     (void)name;
     for (int a = 0; a < 3; a++)
         free(x[a]);
@@ -404,8 +406,8 @@ static void run_cpu(const data *D, const char *name)
     hd__cpu_attention_backward(NULL, &s, D->q, D->k, D->v, D->outf, D->lsef, D->dout, D->kv_range,
                                D->q_range, dq1, dk1, dv1);
     double t3 = now();
-    hd__cpu_attention_backward(pool3, &s, D->q, D->k, D->v, D->outf, D->lsef, D->dout,
-                               D->kv_range, D->q_range, dq3, dk3, dv3);
+    hd__cpu_attention_backward(pool3, &s, D->q, D->k, D->v, D->outf, D->lsef, D->dout, D->kv_range,
+                               D->q_range, dq3, dk3, dv3);
     bool same = !memcmp(out1, out3, D->qn * 4) && !memcmp(lse1, lse3, D->T * D->H * 4) &&
                 !memcmp(dq1, dq3, D->qn * 4) && !memcmp(dk1, dk3, D->kn * 4) &&
                 !memcmp(dv1, dv3, D->kn * 4);
@@ -438,10 +440,9 @@ typedef struct params {
 static params default_params(int d)
 {
     bool w = d > 128;
-    return (params){w ? 32 : 64, 64, w ? 4 : 8, 16, 16, w ? 8 : 16,
-                    w ? 32 : 64, 64, w ? 4 : 8, 16, 8, w ? 8 : 16,
-                    w ? 32 : 64, w ? 2 : 4, 32, 16, 8, w ? 4 : 8,
-                    256, 16};
+    return (params){
+        w ? 32 : 64, 64,          w ? 4 : 8, 16, 16, w ? 8 : 16, w ? 32 : 64, 64,  w ? 4 : 8, 16, 8,
+        w ? 8 : 16,  w ? 32 : 64, w ? 2 : 4, 32, 16, 8,          w ? 4 : 8,   256, 16};
 }
 
 static void describe(const params *p, char *buf, size_t size)
@@ -460,13 +461,13 @@ static cl_command_queue queue;
 static cl_device_id device;
 static char *source;
 
-#define CK(x) \
-    do { \
-        cl_int e_ = (x); \
-        if (e_ != CL_SUCCESS) { \
-            fprintf(stderr, "%s:%d: OpenCL error %d: %s\n", __FILE__, __LINE__, e_, #x); \
-            exit(2); \
-        } \
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cl_int e_ = (x);                                                                           \
+        if (e_ != CL_SUCCESS) {                                                                    \
+            fprintf(stderr, "%s:%d: OpenCL error %d: %s\n", __FILE__, __LINE__, e_, #x);           \
+            exit(2);                                                                               \
+        }                                                                                          \
     } while (0)
 
 typedef struct program {
@@ -569,8 +570,8 @@ static void launch(cl_kernel k, size_t g0, size_t g1, size_t l0)
 }
 
 /* Forward: out, lse from the device's q, k, v. */
-static void cl_forward(const program *P, const data *D, cl_mem q, cl_mem k, cl_mem v,
-                       cl_mem kvr, cl_mem out, cl_mem lse)
+static void cl_forward(const program *P, const data *D, cl_mem q, cl_mem k, cl_mem v, cl_mem kvr,
+                       cl_mem out, cl_mem lse)
 {
     const params *p = &P->p;
     int T = (int)D->T, H = (int)D->H, Hkv = (int)D->Hkv;
@@ -591,9 +592,9 @@ static void cl_forward(const program *P, const data *D, cl_mem q, cl_mem k, cl_m
 
 /* Backward: dq, dk, dv from the device's inputs; splits slices of each kv head's query heads
  * (scratch partials when splits > 1). */
-static void cl_backward(const program *P, const data *D, cl_mem q, cl_mem k, cl_mem v,
-                        cl_mem out, cl_mem lse, cl_mem dout, cl_mem kvr, cl_mem qr, cl_mem dq,
-                        cl_mem dk, cl_mem dv, int splits)
+static void cl_backward(const program *P, const data *D, cl_mem q, cl_mem k, cl_mem v, cl_mem out,
+                        cl_mem lse, cl_mem dout, cl_mem kvr, cl_mem qr, cl_mem dq, cl_mem dk,
+                        cl_mem dv, int splits)
 {
     const params *p = &P->p;
     int T = (int)D->T, H = (int)D->H, Hkv = (int)D->Hkv, kvc = (int)(D->Hkv * D->d);
@@ -756,8 +757,8 @@ static void check_nan(const program *P)
         }
     if (!ok)
         failures++;
-    printf("    %s NaN in q: out and lse NaN in its (row, head) alone: %s\n", P->bf16 ? "bf16" : "fp32",
-           ok ? "PASS" : "FAIL");
+    printf("    %s NaN in q: out and lse NaN in its (row, head) alone: %s\n",
+           P->bf16 ? "bf16" : "fp32", ok ? "PASS" : "FAIL");
     /* CPU: the same */
     if (!P->bf16) {
         hd_cpu_attention_shape s = {D.T, D.H, D.Hkv, D.d, D.scale};
@@ -772,7 +773,8 @@ static void check_nan(const program *P)
             }
         if (!ok)
             failures++;
-        printf("    cpu  NaN in q: out and lse NaN in its (row, head) alone: %s\n", ok ? "PASS" : "FAIL");
+        printf("    cpu  NaN in q: out and lse NaN in its (row, head) alone: %s\n",
+               ok ? "PASS" : "FAIL");
         /* the CPU visits only a row's own keys: a NaN in v or dout of the first sequence
          * never reaches the second's outputs or gradients */
         float *v2 = xmalloc(D.kn * 4), *g2 = xmalloc(D.qn * 4);
@@ -782,8 +784,8 @@ static void check_nan(const program *P)
         g2[1 * D.H * D.d + 2] = NAN;
         float *dq = xmalloc(D.qn * 4), *dk = xmalloc(D.kn * 4), *dv = xmalloc(D.kn * 4);
         hd__cpu_attention(NULL, &s, D.q, D.k, v2, D.kv_range, got, gotl);
-        hd__cpu_attention_backward(NULL, &s, D.q, D.k, v2, got, gotl, g2, D.kv_range, D.q_range,
-                                   dq, dk, dv);
+        hd__cpu_attention_backward(NULL, &s, D.q, D.k, v2, got, gotl, g2, D.kv_range, D.q_range, dq,
+                                   dk, dv);
         ok = true;
         for (size_t i = 5; i < D.T; i++) {
             for (size_t c = 0; c < D.H * D.d; c++)
@@ -811,24 +813,24 @@ static void check_nan(const program *P)
 
 static const tcase cases[] = {
     /* name          nseq lens                causal H  Hkv d    mag */
-    {"T1",           1, {1},                  true,  1, 1,  8,   1.0},
-    {"T1full",       1, {1},                  false, 4, 2,  64,  1.0},
-    {"ones",         4, {1, 1, 1, 1},         true,  2, 1,  8,   1.0},
-    {"mixed-c",      4, {1, 7, 64, 13},       true,  4, 1,  64,  1.0},
-    {"mixed-f",      4, {1, 7, 64, 13},       false, 4, 1,  64,  1.0},
-    {"prime-c",      1, {97},                 true,  3, 3,  72,  1.0},
-    {"prime-f",      2, {53, 47},             false, 2, 2,  72,  1.0},
-    {"d8-gqa",       3, {31, 2, 66},          true,  8, 2,  8,   1.0},
-    {"d128-c",       1, {131},                true,  4, 1,  128, 1.0},
-    {"d128-f",       2, {70, 61},             false, 4, 4,  128, 1.0},
-    {"d128-gqa4",    3, {100, 1, 99},         true,  8, 2,  128, 1.0},
-    {"d256-c",       1, {77},                 true,  2, 1,  256, 1.0},
-    {"d256-f",       2, {40, 33},             false, 2, 2,  256, 1.0},
-    {"large-c",      2, {90, 45},             true,  4, 1,  64,  30.0},
-    {"large-f",      1, {70},                 false, 2, 2,  128, 30.0},
-    {"large-d8",     2, {33, 20},             true,  2, 1,  8,   30.0},
-    {"long-c",       1, {300},                true,  2, 1,  64,  1.0},
-    {"long-f",       3, {150, 1, 149},        false, 2, 2,  64,  1.0},
+    {"T1", 1, {1}, true, 1, 1, 8, 1.0},
+    {"T1full", 1, {1}, false, 4, 2, 64, 1.0},
+    {"ones", 4, {1, 1, 1, 1}, true, 2, 1, 8, 1.0},
+    {"mixed-c", 4, {1, 7, 64, 13}, true, 4, 1, 64, 1.0},
+    {"mixed-f", 4, {1, 7, 64, 13}, false, 4, 1, 64, 1.0},
+    {"prime-c", 1, {97}, true, 3, 3, 72, 1.0},
+    {"prime-f", 2, {53, 47}, false, 2, 2, 72, 1.0},
+    {"d8-gqa", 3, {31, 2, 66}, true, 8, 2, 8, 1.0},
+    {"d128-c", 1, {131}, true, 4, 1, 128, 1.0},
+    {"d128-f", 2, {70, 61}, false, 4, 4, 128, 1.0},
+    {"d128-gqa4", 3, {100, 1, 99}, true, 8, 2, 128, 1.0},
+    {"d256-c", 1, {77}, true, 2, 1, 256, 1.0},
+    {"d256-f", 2, {40, 33}, false, 2, 2, 256, 1.0},
+    {"large-c", 2, {90, 45}, true, 4, 1, 64, 30.0},
+    {"large-f", 1, {70}, false, 2, 2, 128, 30.0},
+    {"large-d8", 2, {33, 20}, true, 2, 1, 8, 30.0},
+    {"long-c", 1, {300}, true, 2, 1, 64, 1.0},
+    {"long-f", 3, {150, 1, 149}, false, 2, 2, 64, 1.0},
 };
 
 /* dev/attention/harness --cpu-bench T H HKV D [THREADS]: times the CPU version (causal, one
@@ -925,8 +927,8 @@ int main(int argc, char **argv)
             printf("local memory, d=%d:", ds[i]);
             for (int j = 0; j < 4; j++) {
                 cl_ulong bytes = 0;
-                CK(clGetKernelWorkGroupInfo(ks[j], device, CL_KERNEL_LOCAL_MEM_SIZE,
-                                            sizeof bytes, &bytes, NULL));
+                CK(clGetKernelWorkGroupInfo(ks[j], device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof bytes,
+                                            &bytes, NULL));
                 printf(" %s %lu", names[j], (unsigned long)bytes);
                 if (bytes > 49152) {
                     printf(" (over 48 KiB: FAIL)");

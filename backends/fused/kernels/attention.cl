@@ -44,10 +44,9 @@
  * .. + 4, g < DG (the head's columns padded to a multiple of 4 * TC). Per key tile: (1) the
  * scores, chunks of DK depths; (2) the rows' new maxima from the TC partial maxima of each row
  * (through local memory), the rescaling of the row's output and sum by exp2(m_old - m_new),
- * the weights into local memory transposed; (3) out += p v over rows of v staged VK at a time,
- * and the row sum l += p, which every work-item of the row adds in the same order.
- * Reads q and k once per key tile of the span (mostly from L2), v once per query tile; writes
- * out once (and lse).
+ * the weights into local memory transposed, each work-item's part of the row sums; (3) out +=
+ * p v over rows of v staged VK at a time. At the end the TC parts of each row sum are added
+ * (through local memory, in the same order by every work-item of the row).
  * attention_bwd_delta: DELTA_SLOT work-items per (row, head), DELTA_WG per group; global
  * (ceil(tokens * heads * DELTA_SLOT / DELTA_WG) * DELTA_WG), local (DELTA_WG). Reads out and
  * dout once.
@@ -67,6 +66,17 @@
  * partial sums, which attention_bwd_dkdv_reduce adds in slice order (under a causal mask a kv
  * head's first key tiles carry the most work: split, they run in parallel).
  * attention_bwd_dkdv_reduce: one work-item per element, grid-stride (any global size).
+ *
+ * Bytes per element (e = 4, or 2 in bf16; n_k: the key tiles in the span of a row's query
+ * tile, n_q: the query tiles whose spans hold a key; each about tokens / 2 / tile under a
+ * causal mask; the repeated reads mostly from L2): the forward reads each element of q n_k
+ * times, of k and v n_q times per query head of their kv head, writes out once (e) and lse (4
+ * per row and head). delta reads out and dout once, writes 4 per row and head. dq reads q and
+ * dout n_k times, k twice and v once per query tile whose span holds them and per query
+ * head, lse and delta once; writes dq once. dkdv reads k and v once per query tile visited, q
+ * and dout twice per key tile whose rows they attend to, lse and delta once per key tile;
+ * writes dk and dv once (e), or, split, splits partial slices (4 bytes); the reduce reads the
+ * slices and writes dk and dv once (e).
  *
  * Tuning parameters (-D from the host; the defaults here are the host's, for HEAD_DIM <= 128
  * and, where they differ, for HEAD_DIM > 128; every kernel's local memory stays under 48 KiB
@@ -475,13 +485,16 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
             /* a row without a finite score yet keeps weights exp2(-inf - 0) = 0 */
             const float mu = mn[r] == -INFINITY ? 0.0f : mn[r], alpha = EXP2(m[r] - mu);
             m[r] = mn[r];
-            l[r] *= alpha;
 #pragma unroll
             for (int g = 0; g < DG; g++)
                 o[r][g] *= alpha;
+            /* this work-item's part of the row sum, over its SN weights */
+            l[r] *= alpha;
 #pragma unroll
-            for (int c = 0; c < SN; c++)
+            for (int c = 0; c < SN; c++) {
                 s[r][c] = EXP2(s[r][c] - mu);
+                l[r] += s[r][c];
+            }
         }
 #pragma unroll
         for (int c = 0; c < SN; c++) {
@@ -493,7 +506,7 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* (3) out += p v and l += p over the tile's keys, VK rows of v per staged chunk */
+        /* (3) out += p v over the tile's keys, VK rows of v per staged chunk */
         for (int n = 0; n < BK / VK; n++) {
             const __local float *vc = stage + (n & 1) * F_V_BUF;
             if (n + 1 < BK / VK)
@@ -509,9 +522,6 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
                     for (int r = 0; r < RQ; r++)
                         o[r][g] = fma((float4)(p[r]), w, o[r][g]);
                 }
-#pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    l[r] += p[r];
             }
             if (n + 1 < BK / VK)
                 CHUNK_STORE(stage + ((n + 1) & 1) * F_V_BUF, rv, VK, DP, id, WG);
@@ -519,6 +529,20 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
         }
     }
 
+    /* the row sums: the TC parts of each row added in the same order by all its work-items
+     * (the last barrier of the loop has freed mx) */
+    STORE_RQ(mx + tc * BQ + tr * RQ, l, RQ);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int r = 0; r < RQ; r++)
+        l[r] = 0.0f;
+    for (int t = 0; t < TC; t++) {
+        float part[RQ];
+        LOAD_RQ(part, mx + t * BQ + tr * RQ, RQ);
+#pragma unroll
+        for (int r = 0; r < RQ; r++)
+            l[r] += part[r];
+    }
 #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const int i = q0 + tr * RQ + r;
