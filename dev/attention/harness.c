@@ -688,10 +688,12 @@ static void run_cl(const program *P, const data *D, const char *name)
     CK(clEnqueueReadBuffer(queue, lse, CL_TRUE, 0, D->T * D->H * 4, gotl, 0, NULL, NULL));
     report("lse", name, compare(gotl, D->lse, D->tlse, D->T * D->H), bf16, t);
 
-    /* the backward on the reference's out and lse, with and without splitting the heads */
+    /* the backward on the reference's out and lse, for every split of the query heads */
     cl_mem rout = act_buffer(P, D->outf, D->qn), rlse = raw_buffer(D->lsef, D->T * D->H * 4);
     int g = (int)(D->H / D->Hkv);
-    for (int splits = 1; splits <= g; splits = splits == g ? g + 1 : g) {
+    for (int splits = 1; splits <= g; splits++) {
+        if (g % splits != 0)
+            continue;
         double t2 = now();
         cl_backward(P, D, q, k, v, rout, rlse, dout, kvr, qr, dq, dk, dv, splits);
         double t3 = now();

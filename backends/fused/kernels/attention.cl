@@ -392,7 +392,7 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
     const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
     const int qcol = h * HEAD_DIM, kcol = hk * HEAD_DIM;
     const int last = min(q0 + BQ, tokens) - 1;
-    const int lo = kv_range[2 * q0], hi = kv_range[2 * last + 1];
+    const int lo = kv_range[2 * (size_t)q0], hi = kv_range[2 * (size_t)last + 1];
 
     /* rows past the matrix get an empty range: every weight 0, never written */
     for (int r = id; r < BQ; r += WG)
@@ -607,7 +607,7 @@ attention_bwd_dq(const __global act_t *q, const __global act_t *k, const __globa
     const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
     const int qcol = h * HEAD_DIM, kcol = hk * HEAD_DIM;
     const int last = min(q0 + DQ_BQ, tokens) - 1;
-    const int lo = kv_range[2 * q0], hi = kv_range[2 * last + 1];
+    const int lo = kv_range[2 * (size_t)q0], hi = kv_range[2 * (size_t)last + 1];
 
     for (int r = id; r < DQ_BQ; r += DQ_WG)
         rng[r] = q0 + r < tokens ? vload2(q0 + r, kv_range) : (int2)(0, 0);
@@ -759,7 +759,7 @@ attention_bwd_dkdv(const __global act_t *q, const __global act_t *k, const __glo
     const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
     const int kcol = hk * HEAD_DIM;
     const int last = min(k0 + KV_BK, tokens) - 1;
-    const int lo = q_range[2 * k0], hi = q_range[2 * last + 1];
+    const int lo = q_range[2 * (size_t)k0], hi = q_range[2 * (size_t)last + 1];
 
     /* keys past the matrix get an empty range: every weight 0, never written */
     for (int r = id; r < KV_BK; r += KV_WG)
