@@ -25,17 +25,19 @@ void hd__sequence_positions(const size_t *lengths, size_t count, size_t rows, si
     }
 }
 
-void hd__sequence_bounds(const size_t *lengths, size_t count, size_t rows, int32_t *start,
-                         int32_t *end)
+void hd__sequence_attention_ranges(const size_t *lengths, size_t count, size_t rows, bool causal,
+                                   int32_t *kv_range, int32_t *q_range)
 {
     size_t begin = 0;
     for (size_t q = 0; q < sequences(count); q++) {
-        size_t len = length_of(lengths, count, rows, q);
-        for (size_t k = 0; k < len; k++) {
-            start[begin + k] = (int32_t)begin;
-            end[begin + k] = (int32_t)(begin + len);
+        size_t end = begin + length_of(lengths, count, rows, q);
+        for (size_t i = begin; i < end; i++) {
+            kv_range[2 * i] = (int32_t)begin;
+            kv_range[2 * i + 1] = (int32_t)(causal ? i + 1 : end);
+            q_range[2 * i] = (int32_t)(causal ? i : begin);
+            q_range[2 * i + 1] = (int32_t)end;
         }
-        begin += len;
+        begin = end;
     }
 }
 

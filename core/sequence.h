@@ -3,6 +3,7 @@
 #ifndef HD_CORE_SEQUENCE_H
 #define HD_CORE_SEQUENCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,9 +12,12 @@
 void hd__sequence_positions(const size_t *lengths, size_t count, size_t rows, size_t offset,
                             int32_t *pos);
 
-/* Each row's sequence as the rows [start[i], end[i]) (the same for every row of a sequence). */
-void hd__sequence_bounds(const size_t *lengths, size_t count, size_t rows, int32_t *start,
-                         int32_t *end);
+/* Attention's range tables: kv_range[2i], kv_range[2i + 1] = [begin, end) of the keys query
+ * row i attends to (its sequence's rows, those up to i when causal); q_range[2j],
+ * q_range[2j + 1] = [begin, end) of the query rows that attend to key j. Each holds 2 * rows
+ * ints; both ends are non-decreasing in the row, and no range is empty. */
+void hd__sequence_attention_ranges(const size_t *lengths, size_t count, size_t rows, bool causal,
+                                   int32_t *kv_range, int32_t *q_range);
 
 /* RoPE's frequencies theta^(-2i/d), i < d/2, in double, each as a pair of floats (hi, lo):
  * hi the nearest float, lo the nearest float to the rest. pairs holds d floats. */

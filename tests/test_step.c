@@ -398,6 +398,159 @@ static void test_embedding_copies_table_rows(void **state)
     (void)state;
 }
 
+/* ---- attention ---- */
+
+typedef struct attention_case {
+    size_t tokens, heads, kv_heads, head_dim;
+    const size_t *lengths;
+    size_t count;
+    bool causal;
+    float range; /* q and k uniform in +-range: large ranges make the online softmax rescale */
+} attention_case;
+
+static double max_abs(const double *p, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(p[i]) > m ? fabs(p[i]) : m;
+    return m;
+}
+
+/* Within a few float roundings of each output's scale: the sums run over a row's keys, and an
+ * element's error grows with the largest term of its sum, not its own size; the terms are of
+ * the inputs' order (v and dout within +-1), which floors the scale at 1 where the sums cancel
+ * (a one-key row's dq is exactly 0). */
+static void expect_attention_close(const char *what, const float *got, const double *want, size_t n,
+                                   double rel)
+{
+    hd_test_expect_close(what, got, want, n, rel * (max_abs(want, n) + 1.0), 0);
+}
+
+static void check_attention(const attention_case *c, hd_rng *rng)
+{
+    size_t t = c->tokens, qd = c->heads * c->head_dim, kd = c->kv_heads * c->head_dim;
+    float *q = hd_test_random(rng, t * qd, -c->range, c->range);
+    float *k = hd_test_random(rng, t * kd, -c->range, c->range);
+    float *v = hd_test_random(rng, t * kd, -1, 1), *dout = hd_test_random(rng, t * qd, -1, 1);
+    int lens[64];
+    for (size_t i = 0; i < c->count; i++)
+        lens[i] = (int)c->lengths[i];
+    if (c->count == 0)
+        lens[0] = (int)t;
+    hd_ref_attention_shape rs = {t,           c->heads,
+                                 c->kv_heads, c->head_dim,
+                                 lens,        c->count ? c->count : 1,
+                                 c->causal,   1.0 / sqrt((double)c->head_dim)};
+    double *out = hd_test_doubles(t * qd), *lse = hd_test_doubles(t * c->heads);
+    double *dq = hd_test_doubles(t * qd), *dk = hd_test_doubles(t * kd);
+    double *dv = hd_test_doubles(t * kd);
+    hd__ref_attention(&rs, q, k, v, out, lse);
+    hd__ref_attention_backward(&rs, q, k, v, dout, dq, dk, dv);
+    float *outf = hd_test_floats(t * qd), *lsef = hd_test_floats(t * c->heads);
+    for (size_t i = 0; i < t * qd; i++)
+        outf[i] = (float)out[i];
+    for (size_t i = 0; i < t * c->heads; i++)
+        lsef[i] = (float)lse[i];
+    hd_attention_options opt = {.heads = c->heads,
+                                .kv_heads = c->kv_heads,
+                                .causal = c->causal,
+                                .sequences = {c->lengths, c->count}};
+    for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
+        hd_backend b = step_backends[bi];
+        if (!use_backend(HD_OP_ATTENTION, b) || !use_backend(HD_OP_ATTENTION_BACKWARD, b))
+            continue;
+        hd_context *ctx = shared_ctx;
+        hd_tensor *tq = hd_test_tensor(ctx, t, qd, q), *tk = hd_test_tensor(ctx, t, kd, k);
+        hd_tensor *tv = hd_test_tensor(ctx, t, kd, v), *to = hd_test_tensor(ctx, t, qd, NULL);
+        hd_tensor *tl = hd_test_tensor(ctx, t, c->heads, NULL);
+        char what[160];
+        snprintf(what, sizeof what, "attention on %s: %zu tokens, %zu/%zu heads of %zu%s%s",
+                 hd_backend_name(b), t, c->heads, c->kv_heads, c->head_dim,
+                 c->causal ? ", causal" : "", c->count ? ", packed" : "");
+        hd_test_expect_ran_on(ctx, hd_attention(ctx, &opt, tq, tk, tv, to, tl), b, what);
+        float *got = hd_test_read(to), *got_lse = hd_test_read(tl);
+        expect_attention_close(what, got, out, t * qd, 2e-5 * (1.0 + c->range));
+        hd_test_expect_close(what, got_lse, lse, t * c->heads, 2e-5 * max_abs(lse, t * c->heads),
+                             0);
+        free(got);
+        free(got_lse);
+        hd_tensor *tout = hd_test_tensor(ctx, t, qd, outf),
+                  *tlse = hd_test_tensor(ctx, t, c->heads, lsef);
+        hd_tensor *tdo = hd_test_tensor(ctx, t, qd, dout), *tdq = hd_test_tensor(ctx, t, qd, NULL);
+        hd_tensor *tdk = hd_test_tensor(ctx, t, kd, NULL), *tdv = hd_test_tensor(ctx, t, kd, NULL);
+        hd_test_expect_ran_on(
+            ctx, hd_attention_backward(ctx, &opt, tq, tk, tv, tout, tlse, tdo, tdq, tdk, tdv), b,
+            what);
+        float *gq = hd_test_read(tdq), *gk = hd_test_read(tdk), *gv = hd_test_read(tdv);
+        double rel = 1e-4 * (1.0 + c->range);
+        expect_attention_close("dq", gq, dq, t * qd, rel);
+        expect_attention_close("dk", gk, dk, t * kd, rel);
+        expect_attention_close("dv", gv, dv, t * kd, rel);
+        free(gq);
+        free(gk);
+        free(gv);
+        hd_tensor *all[] = {tq, tk, tv, to, tl, tout, tlse, tdo, tdq, tdk, tdv};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            hd_tensor_destroy(all[i]);
+        release_backend(HD_OP_ATTENTION);
+        release_backend(HD_OP_ATTENTION_BACKWARD);
+    }
+    float *f[] = {q, k, v, dout, outf, lsef};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        free(f[i]);
+    double *dd[] = {out, lse, dq, dk, dv};
+    for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++)
+        free(dd[i]);
+}
+
+static void test_attention_matches_reference(void **state)
+{
+    hd_rng rng = hd_test_rng(41);
+    static const size_t unequal[] = {1, 7, 40, 13};
+    static const size_t ones[] = {1, 1, 1};
+    const attention_case cases[] = {
+        {1, 1, 1, 8, NULL, 0, true, 1},
+        {3, 1, 1, 8, ones, 3, true, 1},
+        {61, 4, 1, 64, unequal, 4, true, 1},
+        {61, 4, 2, 72, unequal, 4, false, 1},
+        {37, 2, 2, 16, NULL, 0, false, 2},
+        {70, 8, 2, 32, NULL, 0, true, 2},
+        {29, 2, 1, 256, NULL, 0, true, 1},
+        {45, 4, 4, 8, NULL, 0, true, 30}, /* scores of hundreds: the softmax rescales often */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_attention(&cases[i], &rng);
+    (void)state;
+}
+
+static void test_attention_refuses_bad_arguments(void **state)
+{
+    hd_context *ctx = shared_ctx;
+    float zeros[8 * 32] = {0};
+    hd_tensor *q = hd_test_tensor(ctx, 8, 32, zeros), *k = hd_test_tensor(ctx, 8, 16, zeros);
+    hd_tensor *v = hd_test_tensor(ctx, 8, 16, zeros), *out = hd_test_tensor(ctx, 8, 32, zeros);
+    hd_attention_options opt = {.heads = 4, .kv_heads = 3};
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
+    opt = (hd_attention_options){.heads = 2, .kv_heads = 1}; /* head_dim 16; k is 8 x 16 */
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_OK);
+    opt = (hd_attention_options){.heads = 8, .kv_heads = 4}; /* head_dim 4: not a multiple of 8 */
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_UNSUPPORTED);
+    opt = (hd_attention_options){.heads = 4, .kv_heads = 1}; /* k should be 8 x 8 */
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_SHAPE_MISMATCH);
+    size_t lengths[] = {3, 4};
+    opt = (hd_attention_options){.heads = 2, .kv_heads = 1, .sequences = {lengths, 2}};
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
+    opt = (hd_attention_options){.heads = 2, .kv_heads = 1, .scale = -1.0f};
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_attention(ctx, NULL, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
+    opt = (hd_attention_options){.heads = 2, .kv_heads = 1};
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, q, NULL), HD_ERR_ALIASING);
+    hd_tensor *all[] = {q, k, v, out};
+    for (size_t i = 0; i < 4; i++)
+        hd_tensor_destroy(all[i]);
+    (void)state;
+}
+
 /* ---- argument errors: a clear status, every output untouched ---- */
 
 static void test_step_ops_refuse_bad_arguments(void **state)
@@ -475,6 +628,8 @@ int main(void)
         cmocka_unit_test(test_rope_matches_reference),
         cmocka_unit_test(test_rope_inverse_restores_input),
         cmocka_unit_test(test_embedding_copies_table_rows),
+        cmocka_unit_test(test_attention_matches_reference),
+        cmocka_unit_test(test_attention_refuses_bad_arguments),
         cmocka_unit_test(test_step_ops_refuse_bad_arguments),
         cmocka_unit_test(test_step_ops_on_empty_tensors_do_nothing),
     };

@@ -71,27 +71,11 @@ static inline float exp2_fast(float x)
     return x != x ? x : r;
 }
 
-void hd__attention_ranges(const int *seq_lens, size_t nseq, bool causal, int *kv_range,
-                          int *q_range)
-{
-    int start = 0;
-    for (size_t s = 0; s < nseq; s++) {
-        const int end = start + seq_lens[s];
-        for (int i = start; i < end; i++) {
-            kv_range[2 * i] = start;
-            kv_range[2 * i + 1] = causal ? i + 1 : end;
-            q_range[2 * i] = causal ? i : start;
-            q_range[2 * i + 1] = end;
-        }
-        start = end;
-    }
-}
-
 /* What a call's work items share; each thread's scratch is `scratch + index * stride`. */
 typedef struct attention_job {
     const hd_cpu_attention_shape *s;
     const float *q, *k, *v, *out, *lse, *dout;
-    const int *kv_range, *q_range;
+    const int32_t *kv_range, *q_range;
     float *dst, *dst_lse, *dk, *dv;
     float *delta; /* tokens x heads (the backward's scratch) */
     float qscale; /* scale * log2(e) */
@@ -186,7 +170,7 @@ HD_CPU_VECTOR_CLONES static void axpy_n(float *y, size_t n, const float *a, cons
 
 /* The keys [a, b) of the tile at j0 (nk keys) that row i attends to, as offsets in the tile;
  * false if none. */
-static bool row_keys(const int *kv_range, size_t i, size_t j0, size_t nk, size_t *a, size_t *b)
+static bool row_keys(const int32_t *kv_range, size_t i, size_t j0, size_t nk, size_t *a, size_t *b)
 {
     size_t begin = (size_t)kv_range[2 * i], end = (size_t)kv_range[2 * i + 1];
     *a = begin > j0 ? begin - j0 : 0;
@@ -268,7 +252,7 @@ HD_CPU_VECTOR_CLONES static void forward_item(const attention_job *job, size_t i
 }
 
 hd_status hd__cpu_attention(hd_cpu_pool *pool, const hd_cpu_attention_shape *s, const float *q,
-                            const float *k, const float *v, const int *kv_range, float *out,
+                            const float *k, const float *v, const int32_t *kv_range, float *out,
                             float *lse)
 {
     attention_job job = {.s = s,
@@ -431,7 +415,7 @@ HD_CPU_VECTOR_CLONES static void dkdv_item(const attention_job *job, size_t it, 
 hd_status hd__cpu_attention_backward(hd_cpu_pool *pool, const hd_cpu_attention_shape *s,
                                      const float *q, const float *k, const float *v,
                                      const float *out, const float *lse, const float *dout,
-                                     const int *kv_range, const int *q_range, float *dq, float *dk,
+                                     const int32_t *kv_range, const int32_t *q_range, float *dq, float *dk,
                                      float *dv)
 {
     const size_t d = s->head_dim;

@@ -143,5 +143,7 @@ const hd_backend_impl hd__backend_cpu = {
             [HD_OP_ADD] = hd__cpu_add_slot,
             [HD_OP_ROPE] = hd__cpu_rope_slot,
             [HD_OP_EMBEDDING] = hd__cpu_embedding_slot,
+            [HD_OP_ATTENTION] = hd__cpu_attention_slot,
+            [HD_OP_ATTENTION_BACKWARD] = hd__cpu_attention_backward_slot,
         },
 };

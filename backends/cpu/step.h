@@ -54,6 +54,8 @@ hd_status hd__cpu_gelu_backward_slot(void *state, hd_context *ctx, const hd_op_a
 hd_status hd__cpu_add_slot(void *state, hd_context *ctx, const hd_op_args *args);
 hd_status hd__cpu_rope_slot(void *state, hd_context *ctx, const hd_op_args *args);
 hd_status hd__cpu_embedding_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_attention_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_attention_backward_slot(void *state, hd_context *ctx, const hd_op_args *args);
 
 /* ---- residual add + RMS norm, cross-entropy, AdamW (add_rms_norm.c, cross_entropy.c,
  * adamw.c) ---- */
@@ -128,7 +130,7 @@ hd_status hd__cpu_adamw(hd_cpu_pool *pool, const hd_adamw_tensor *t, size_t coun
  * sum_j exp(scale * q_i . k_j) over row i's keys (what the backward needs).
  *
  * Which keys a row attends to is given by two tables the host builds from the sequence
- * lengths (hd__attention_ranges): kv_range[2i], kv_range[2i + 1] = [begin, end) of the keys of
+ * lengths (hd__sequence_attention_ranges, core/sequence.h): kv_range[2i], kv_range[2i + 1] = [begin, end) of the keys of
  * query row i; q_range[2j], q_range[2j + 1] = [begin, end) of the query rows that attend to key
  * j. Both begin and end are non-decreasing in the row (the OpenCL kernels rely on it; these
  * functions do not), every range is non-empty. The same tables serve the fused kernels
@@ -138,16 +140,10 @@ typedef struct hd_cpu_attention_shape {
     float scale;                              /* applied to q . k (1 / sqrt(head_dim) usually) */
 } hd_cpu_attention_shape;
 
-/* The range tables above for nseq sequences of seq_lens[s] >= 1 rows each, one after
- * another; row i attends to the keys of its own sequence, those j <= i when causal.
- * kv_range and q_range hold 2 * (sum of the lengths) ints each. */
-void hd__attention_ranges(const int *seq_lens, size_t nseq, bool causal, int *kv_range,
-                          int *q_range);
-
 /* out (as q) and lse (tokens x heads) from q, k, v. out aliases no input. Returns HD_OK, or
  * HD_ERR_OUT_OF_MEMORY (its scratch) with nothing written. */
 hd_status hd__cpu_attention(hd_cpu_pool *pool, const hd_cpu_attention_shape *s, const float *q,
-                            const float *k, const float *v, const int *kv_range, float *out,
+                            const float *k, const float *v, const int32_t *kv_range, float *out,
                             float *lse);
 
 /* The backward: dq (as q), dk and dv (as k), each overwritten, from the forward's inputs, its
@@ -158,7 +154,7 @@ hd_status hd__cpu_attention(hd_cpu_pool *pool, const hd_cpu_attention_shape *s, 
 hd_status hd__cpu_attention_backward(hd_cpu_pool *pool, const hd_cpu_attention_shape *s,
                                      const float *q, const float *k, const float *v,
                                      const float *out, const float *lse, const float *dout,
-                                     const int *kv_range, const int *q_range, float *dq, float *dk,
+                                     const int32_t *kv_range, const int32_t *q_range, float *dq, float *dk,
                                      float *dv);
 
 #endif

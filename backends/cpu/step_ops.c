@@ -104,3 +104,62 @@ hd_status hd__cpu_embedding_slot(void *state, hd_context *ctx, const hd_op_args 
     hd__cpu_embedding(pool_of(state), a->rows, a->cols, a->ids, host(a->in[0]), host(a->out[0]));
     return HD_OK;
 }
+
+/* Attention: the rows' key ranges (and the keys' query ranges) from the packed sequences. */
+static hd_status attention_tables(hd_context *ctx, const hd_step_args *a, int32_t **kv, int32_t **q)
+{
+    *kv = malloc(2 * a->rows * sizeof **kv);
+    *q = malloc(2 * a->rows * sizeof **q);
+    if (*kv == NULL || *q == NULL) {
+        free(*kv);
+        free(*q);
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "attention: range tables of %zu rows", a->rows);
+    }
+    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, *kv, *q);
+    return HD_OK;
+}
+
+static hd_cpu_attention_shape attention_shape(const hd_step_args *a)
+{
+    return (hd_cpu_attention_shape){.tokens = a->rows,
+                                    .heads = a->heads,
+                                    .kv_heads = a->kv_heads,
+                                    .head_dim = a->head_dim,
+                                    .scale = a->scale};
+}
+
+hd_status hd__cpu_attention_slot(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    const hd_step_args *a = &args->step;
+    int32_t *kv, *q;
+    hd_status s = attention_tables(ctx, a, &kv, &q);
+    if (s != HD_OK)
+        return s;
+    hd_cpu_attention_shape shape = attention_shape(a);
+    float *lse = a->out[1] != NULL ? host(a->out[1]) : malloc(a->rows * a->heads * sizeof *lse);
+    s = lse != NULL ? hd__cpu_attention(pool_of(state), &shape, host(a->in[0]), host(a->in[1]),
+                                        host(a->in[2]), kv, host(a->out[0]), lse)
+                    : HD_ERR_OUT_OF_MEMORY;
+    if (a->out[1] == NULL)
+        free(lse);
+    free(kv);
+    free(q);
+    return s == HD_OK ? s : hd__error(ctx, s, "hd_attention: scratch of %zu rows", a->rows);
+}
+
+hd_status hd__cpu_attention_backward_slot(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    const hd_step_args *a = &args->step;
+    int32_t *kv, *q;
+    hd_status s = attention_tables(ctx, a, &kv, &q);
+    if (s != HD_OK)
+        return s;
+    hd_cpu_attention_shape shape = attention_shape(a);
+    s = hd__cpu_attention_backward(pool_of(state), &shape, host(a->in[0]), host(a->in[1]),
+                                   host(a->in[2]), host(a->in[3]), host(a->in[4]), host(a->in[5]),
+                                   kv, q, host(a->out[0]), host(a->out[1]), host(a->out[2]));
+    free(kv);
+    free(q);
+    return s == HD_OK ? s
+                      : hd__error(ctx, s, "hd_attention_backward: scratch of %zu rows", a->rows);
+}

@@ -581,6 +581,8 @@ const hd_backend_impl hd__backend_fused = {
             [HD_OP_ADD] = hd__fused_add,
             [HD_OP_ROPE] = hd__fused_rope,
             [HD_OP_EMBEDDING] = hd__fused_embedding,
+            [HD_OP_ATTENTION] = hd__fused_attention,
+            [HD_OP_ATTENTION_BACKWARD] = hd__fused_attention_backward,
         },
     .epilogue = {[HD_OP_LORA] = fused_lora_epilogue},
 };

@@ -30,6 +30,7 @@ extern const char hd__fused_cl_elem[];
 extern const char hd__fused_cl_elementwise[];
 extern const char hd__fused_cl_rope[];
 extern const char hd__fused_cl_embedding[];
+extern const char hd__fused_cl_attention[];
 
 /* One OpenCL program per kind, its source the concatenation of the files it needs. */
 typedef enum hd_fused_program {
@@ -48,6 +49,7 @@ typedef enum hd_fused_program {
     HD_FUSED_ELEMENTWISE,   /* the step's: SwiGLU, GELU, add */
     HD_FUSED_ROPE,
     HD_FUSED_EMBEDDING,
+    HD_FUSED_ATTENTION,
     HD_FUSED_PROGRAM_COUNT
 } hd_fused_program;
 
@@ -209,8 +211,11 @@ typedef struct hd_fused_arg {
 #define HD_FUSED_VALUE(v) ((hd_fused_arg){.kind = HD_FUSED_ARG_VALUE, .size = sizeof(v), .value = &(v)})
 #define HD_FUSED_LOCAL(bytes) ((hd_fused_arg){.kind = HD_FUSED_ARG_LOCAL, .size = (bytes)})
 
-/* Sets k's arguments 0 .. count - 1 to args and queues groups work-groups of group items. */
+/* Sets k's arguments 0 .. count - 1 to args and queues groups work-groups of group items; the
+ * grid form queues groups[0] x groups[1] work-groups of group x 1 items. */
 hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups,
+                                size_t group, const hd_fused_arg *args, int count);
+hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, cl_kernel k, const size_t groups[2],
                                 size_t group, const hd_fused_arg *args, int count);
 
 /* A pooled device buffer holding bytes copied from host memory (which may be reused once this
@@ -352,6 +357,8 @@ hd_status hd__fused_gelu_backward(void *state, hd_context *ctx, const hd_op_args
 hd_status hd__fused_add(void *state, hd_context *ctx, const hd_op_args *args);
 hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args);
 hd_status hd__fused_embedding(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op_args *args);
 /* Whether the step op takes the shape: its sizes within the kernels' int arguments. */
 bool hd__fused_step_supports(hd_op op, const hd_shape *shape);
 /* Whether the step op's slot takes variant for shape, building nothing; HD_OK or its refusal. */

@@ -29,6 +29,7 @@ static const char *const elementwise_parts[] = {hd__fused_cl_elem, hd__fused_cl_
                                                 NULL};
 static const char *const rope_parts[] = {hd__fused_cl_elem, hd__fused_cl_rope, NULL};
 static const char *const embedding_parts[] = {hd__fused_cl_elem, hd__fused_cl_embedding, NULL};
+static const char *const attention_parts[] = {hd__fused_cl_elem, hd__fused_cl_attention, NULL};
 static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_SOFTMAX] = softmax_parts,
     [HD_FUSED_LAYER_NORM] = layer_norm_parts,
@@ -45,6 +46,7 @@ static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_ELEMENTWISE] = elementwise_parts,
     [HD_FUSED_ROPE] = rope_parts,
     [HD_FUSED_EMBEDDING] = embedding_parts,
+    [HD_FUSED_ATTENTION] = attention_parts,
 };
 
 hd_status hd__fused_sources_create(hd_fused *f)
@@ -164,6 +166,12 @@ hd_status hd__fused_launch(hd_fused *f, hd_context *ctx, cl_kernel k, size_t gro
 hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups,
                                 size_t group, const hd_fused_arg *args, int count)
 {
+    return hd__fused_launch_grid(f, ctx, k, (const size_t[2]){groups, 1}, group, args, count);
+}
+
+hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, cl_kernel k, const size_t groups[2],
+                                size_t group, const hd_fused_arg *args, int count)
+{
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++) {
         const hd_fused_arg *a = &args[i];
@@ -180,7 +188,12 @@ hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, cl_kernel k, size_
             break;
         }
     }
-    return s == HD_OK ? hd__fused_launch(f, ctx, k, groups, group) : s;
+    if (s != HD_OK)
+        return s;
+    size_t global[2] = {groups[0] * group, groups[1]}, local[2] = {group, 1};
+    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(f->rt), k, 2, NULL, global, local, 0, NULL,
+                                        hd__cl_event_slot(f->rt));
+    return err == CL_SUCCESS ? HD_OK : hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
 }
 
 hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,

@@ -35,7 +35,15 @@ static const step_kernel kernel_of[HD_OP_COUNT] = {
     [HD_OP_ADD] = {HD_FUSED_ELEMENTWISE, "add"},
     [HD_OP_ROPE] = {HD_FUSED_ROPE, "rope"},
     [HD_OP_EMBEDDING] = {HD_FUSED_EMBEDDING, "embedding"},
+    [HD_OP_ATTENTION] = {HD_FUSED_ATTENTION, "attention_forward"},
+    [HD_OP_ATTENTION_BACKWARD] = {HD_FUSED_ATTENTION, "attention_bwd_dq"},
 };
+
+/* Attention's tiles are fixed at the kernels' defaults (attention.c): no variants yet. */
+static bool is_attention(hd_op op)
+{
+    return op == HD_OP_ATTENTION || op == HD_OP_ATTENTION_BACKWARD;
+}
 
 static size_t min_size(size_t a, size_t b)
 {
@@ -253,12 +261,19 @@ bool hd__fused_step_supports(hd_op op, const hd_shape *shape)
 hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
                                const char *variant)
 {
+    if (is_attention(op))
+        return variant == NULL || variant[0] == '\0'
+                   ? HD_OK
+                   : hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s takes no variants",
+                               hd_op_name(op));
     hd_fused_params p;
     return step_params(f, ctx, op, shape->dim[1], variant, &p);
 }
 
 size_t hd__fused_step_variants(hd_op op, const hd_shape *shape, const char **out, size_t max)
 {
+    if (is_attention(op) || kernel_of[op].name == NULL)
+        return 0;
     static const char *const elementwise[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=512 VEC=4",
                                               "WG=1024 VEC=4", "WG=256 VEC=1"};
     static const char *const rope[] = {"WG=256 HPI=4", "WG=256 HPI=1", "WG=256 HPI=2",
