@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "autotune/reference_step.h"
+#include "dispatch/tools.h"
 #include "tests/testlib.h"
 
 /* The backends that run the step's ops, where the context has them. */
@@ -523,6 +524,54 @@ static void test_attention_matches_reference(void **state)
     (void)state;
 }
 
+/* Every tile variant the fused backend lists for the tuner computes attention right: each
+ * runs as the tuner runs it (the call prepared once, the variant given, no fallback). */
+static void test_attention_variants_match_reference(void **state)
+{
+    hd_context *ctx = shared_ctx;
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_rng rng = hd_test_rng(43);
+    size_t t = 37, h = 4, hk = 2, d = 64;
+    float *q = hd_test_random(&rng, t * h * d, -1, 1), *k = hd_test_random(&rng, t * hk * d, -1, 1);
+    float *v = hd_test_random(&rng, t * hk * d, -1, 1);
+    int lens[1] = {(int)t};
+    hd_ref_attention_shape rs = {t, h, hk, d, lens, 1, true, 1.0 / sqrt((double)d)};
+    double *out = hd_test_doubles(t * h * d);
+    hd__ref_attention(&rs, q, k, v, out, NULL);
+    hd_tensor *tq = hd_test_tensor(ctx, t, h * d, q), *tk = hd_test_tensor(ctx, t, hk * d, k);
+    hd_tensor *tv = hd_test_tensor(ctx, t, hk * d, v), *to = hd_test_tensor(ctx, t, h * d, NULL);
+    const hd_tensor *tensors[] = {tq, tk, tv, to, NULL};
+    hd_op_params p = {.heads = h, .kv_heads = hk, .causal = true};
+    hd_call call;
+    assert_int_equal(hd__call_prepare(ctx, HD_OP_ATTENTION, tensors, &p, &call), HD_OK);
+    const char *variants[32];
+    size_t n =
+        hd__backend_variants(ctx, HD_BACKEND_FUSED, HD_OP_ATTENTION, &call.shape, variants, 32);
+    assert_true(n > 0);
+    for (size_t i = 0; i < n; i++) {
+        hd_call c = call;
+        hd_status s = hd__call_run_on(ctx, HD_BACKEND_FUSED, &c, variants[i]);
+        if (s == HD_ERR_BUILD || s == HD_ERR_UNSUPPORTED) /* a tile the device cannot hold */
+            continue;
+        if (s != HD_OK)
+            fail_msg("variant %s: %s", variants[i], hd_context_last_error(ctx));
+        float *got = hd_test_read(to);
+        char what[96];
+        snprintf(what, sizeof what, "attention, variant %s", variants[i]);
+        expect_attention_close(what, got, out, t * h * d, 2e-5);
+        free(got);
+    }
+    hd_tensor *all[] = {tq, tk, tv, to};
+    for (size_t i = 0; i < 4; i++)
+        hd_tensor_destroy(all[i]);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    (void)state;
+}
+
 static void test_attention_refuses_bad_arguments(void **state)
 {
     hd_context *ctx = shared_ctx;
@@ -629,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_rope_inverse_restores_input),
         cmocka_unit_test(test_embedding_copies_table_rows),
         cmocka_unit_test(test_attention_matches_reference),
+        cmocka_unit_test(test_attention_variants_match_reference),
         cmocka_unit_test(test_attention_refuses_bad_arguments),
         cmocka_unit_test(test_step_ops_refuse_bad_arguments),
         cmocka_unit_test(test_step_ops_on_empty_tensors_do_nothing),

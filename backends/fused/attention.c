@@ -13,24 +13,29 @@
 #include "backends/fused/internal.h"
 #include "core/sequence.h"
 
-/* The kernels' work-group sizes under their default tiles (attention.cl's defaults, which
- * the host does not override): forward and dq BQ / RQ * TC, dkdv KV_BK / KV_RK * KV_TC. */
-#define FORWARD_GROUP 128
-#define DKDV_GROUP    256
-#define DELTA_GROUP   256
-#define DELTA_SLOT    16
-#define REDUCE_GROUP  256
+/* Work-items of the delta and reduce launches (fixed: attention.cl's defaults). */
+#define DELTA_GROUP  256
+#define DELTA_SLOT   16
+#define REDUCE_GROUP 256
+/* The dk and dv kernel's work-items across a tile's columns (attention.cl's KV_TC). */
+#define KV_TC 16
 
-/* Query rows per work-group of the forward and dq, keys per work-group of dkdv: the tiles the
- * grid is cut into (attention.cl's defaults). */
-static size_t query_tile(size_t head_dim)
+/* A call's tiles: the variant's, the rest attention.cl's defaults for the head dimension
+ * (halved rows for heads wider than 128, whose tiles must fit the same local memory). */
+typedef struct tiles {
+    int bq, bk, rq, tc; /* forward and dq */
+    int kbk, krk, kbq;  /* dk and dv */
+    int fast;
+} tiles;
+
+static size_t forward_group(const tiles *t)
 {
-    return head_dim > 128 ? 32 : 64;
+    return (size_t)(t->bq / t->rq * t->tc);
 }
 
-static size_t key_tile(size_t head_dim)
+static size_t dkdv_group(const tiles *t)
 {
-    return head_dim > 128 ? 32 : 64;
+    return (size_t)(t->kbk / t->krk * KV_TC);
 }
 
 static size_t ceil_div(size_t a, size_t b)
@@ -38,19 +43,62 @@ static size_t ceil_div(size_t a, size_t b)
     return (a + b - 1) / b;
 }
 
-/* The program of the call's head dimension. */
-static void options_of(const hd_step_args *a, char out[HD_FUSED_OPTIONS_CAPACITY])
+static int or_default(int v, int fallback)
 {
-    snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D HEAD_DIM=%zu", a->head_dim);
+    return v != 0 ? v : fallback;
+}
+
+/* The tiles of variant for a head of head_dim, checked against the kernels' divisibility
+ * rules (attention.cl: VK and DQ_VK 16, or 8 for wide heads; KV_QK 8, or 4) and the device's
+ * work-group limit. A tile whose local memory the device lacks fails its build instead. */
+static hd_status tiles_of(hd_fused *f, hd_context *ctx, size_t head_dim, const char *variant,
+                          tiles *t)
+{
+    hd_fused_params p;
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ATTENTION, variant, &p);
+    if (s != HD_OK)
+        return s;
+    bool wide = head_dim > 128;
+    int vk = wide ? 8 : 16, qk = wide ? 4 : 8;
+    *t = (tiles){.bq = or_default(p.att_bq, wide ? 32 : 64),
+                 .bk = or_default(p.att_bk, 64),
+                 .rq = or_default(p.att_rq, wide ? 4 : 8),
+                 .tc = or_default(p.att_tc, 16),
+                 .kbk = or_default(p.att_kbk, wide ? 32 : 64),
+                 .krk = or_default(p.att_krk, wide ? 2 : 4),
+                 .kbq = or_default(p.att_kbq, 32),
+                 .fast = p.att_fast};
+    if (t->bq % t->rq != 0 || t->bk % t->tc != 0 || t->bk % vk != 0 || t->kbk % t->krk != 0 ||
+        t->kbq % KV_TC != 0 || t->kbq % qk != 0)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: attention tiles BQ=%d BK=%d RQ=%d TC=%d KBK=%d KRK=%d KBQ=%d do "
+                         "not divide (BK by TC and %d, BQ by RQ, KBK by KRK, KBQ by %d and %d)",
+                         t->bq, t->bk, t->rq, t->tc, t->kbk, t->krk, t->kbq, vk, KV_TC, qk);
+    size_t most = forward_group(t) > dkdv_group(t) ? forward_group(t) : dkdv_group(t);
+    if (most > f->device_max_group)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: attention work-groups of %zu exceed the device's %zu", most,
+                         f->device_max_group);
+    return HD_OK;
+}
+
+/* The program of the call's head dimension and tiles. */
+static void options_of(const hd_step_args *a, const tiles *t, char out[HD_FUSED_OPTIONS_CAPACITY])
+{
+    snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
+             "-D HEAD_DIM=%zu -D BQ=%d -D BK=%d -D RQ=%d -D TC=%d -D DQ_BQ=%d -D DQ_BK=%d "
+             "-D DQ_RQ=%d -D DQ_TC=%d -D KV_BK=%d -D KV_RK=%d -D KV_BQ=%d -D FAST_EXP=%d",
+             a->head_dim, t->bq, t->bk, t->rq, t->tc, t->bq, t->bk, t->rq, t->tc, t->kbk, t->krk,
+             t->kbq, t->fast);
 }
 
 /* The kernels of a call, built (or found built) before any launch. */
-static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a,
+static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, const tiles *t,
                          const char *const names[], const size_t groups[], cl_kernel out[],
                          int count)
 {
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    options_of(a, options);
+    options_of(a, t, options);
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++)
         s = hd__fused_kernel(f, ctx, HD_FUSED_ATTENTION, options, names[i], groups[i], &out[i]);
@@ -106,10 +154,13 @@ hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *ar
     const hd_step_args *a = &args->step;
     cl_kernel k;
     static const char *const names[] = {"attention_forward"};
-    static const size_t groups[] = {FORWARD_GROUP};
+    tiles t = {0};
     hd_status s = check_sizes(ctx, a);
     if (s == HD_OK)
-        s = kernels(f, ctx, a, names, groups, &k, 1);
+        s = tiles_of(f, ctx, a->head_dim, a->variant, &t);
+    const size_t groups[] = {s == HD_OK ? forward_group(&t) : 0};
+    if (s == HD_OK)
+        s = kernels(f, ctx, a, &t, names, groups, &k, 1);
     struct hd_device_buffer *kv_range = NULL, *lse = NULL;
     if (s == HD_OK)
         s = upload_ranges(f, ctx, a, &kv_range, NULL);
@@ -130,8 +181,8 @@ hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *ar
             HD_FUSED_VALUE(kv_heads),
             HD_FUSED_VALUE(qscale),
         };
-        const size_t grid[2] = {a->heads, ceil_div(a->rows, query_tile(a->head_dim))};
-        s = hd__fused_launch_grid(f, ctx, k, grid, FORWARD_GROUP, list,
+        const size_t grid[2] = {a->heads, ceil_div(a->rows, (size_t)t.bq)};
+        s = hd__fused_launch_grid(f, ctx, k, grid, forward_group(&t), list,
                                   (int)(sizeof list / sizeof list[0]));
     }
     hd__fused_buffer_release(f, kv_range);
@@ -181,7 +232,8 @@ static hd_status take_scratch(hd_fused *f, hd_context *ctx, const hd_step_args *
 enum { DELTA, DQ, DKDV, REDUCE, BACKWARD_KERNELS };
 
 static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
-                                 cl_kernel k[BACKWARD_KERNELS], const backward_scratch *b)
+                                 const tiles *t, cl_kernel k[BACKWARD_KERNELS],
+                                 const backward_scratch *b)
 {
     const hd_tensor *q = a->in[0], *kt = a->in[1], *v = a->in[2], *out = a->in[3];
     const hd_tensor *lse = a->in[4], *dout = a->in[5];
@@ -199,9 +251,9 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
         HD_FUSED_BUFFER(b->kv_range), HD_FUSED_TENSOR(a->out[0]), HD_FUSED_VALUE(tokens),
         HD_FUSED_VALUE(heads),        HD_FUSED_VALUE(kv_heads),   HD_FUSED_VALUE(qscale),
         HD_FUSED_VALUE(scale)};
-    const size_t dq_grid[2] = {a->heads, ceil_div(a->rows, query_tile(a->head_dim))};
+    const size_t dq_grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
     if (s == HD_OK)
-        s = hd__fused_launch_grid(f, ctx, k[DQ], dq_grid, FORWARD_GROUP, dq, 13);
+        s = hd__fused_launch_grid(f, ctx, k[DQ], dq_grid, forward_group(t), dq, 13);
     const hd_fused_arg dkdv[] = {
         HD_FUSED_TENSOR(q),          HD_FUSED_TENSOR(kt),         HD_FUSED_TENSOR(v),
         HD_FUSED_TENSOR(dout),       HD_FUSED_TENSOR(lse),        HD_FUSED_BUFFER(b->delta),
@@ -209,10 +261,9 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
         HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part), HD_FUSED_VALUE(tokens),
         HD_FUSED_VALUE(heads),       HD_FUSED_VALUE(kv_heads),    HD_FUSED_VALUE(splits),
         HD_FUSED_VALUE(qscale),      HD_FUSED_VALUE(scale)};
-    const size_t dkdv_grid[2] = {a->kv_heads * (size_t)splits,
-                                 ceil_div(a->rows, key_tile(a->head_dim))};
+    const size_t dkdv_grid[2] = {a->kv_heads * (size_t)splits, ceil_div(a->rows, (size_t)t->kbk)};
     if (s == HD_OK)
-        s = hd__fused_launch_grid(f, ctx, k[DKDV], dkdv_grid, DKDV_GROUP, dkdv, 17);
+        s = hd__fused_launch_grid(f, ctx, k[DKDV], dkdv_grid, dkdv_group(t), dkdv, 17);
     const hd_fused_arg reduce[] = {HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part),
                                    HD_FUSED_TENSOR(a->out[1]),  HD_FUSED_TENSOR(a->out[2]),
                                    HD_FUSED_VALUE(tokens),      HD_FUSED_VALUE(kv_cols),
@@ -231,17 +282,46 @@ hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op
     static const char *const names[BACKWARD_KERNELS] = {"attention_bwd_delta", "attention_bwd_dq",
                                                         "attention_bwd_dkdv",
                                                         "attention_bwd_dkdv_reduce"};
-    static const size_t groups[BACKWARD_KERNELS] = {DELTA_GROUP, FORWARD_GROUP, DKDV_GROUP,
-                                                    REDUCE_GROUP};
     cl_kernel k[BACKWARD_KERNELS];
     backward_scratch b = {0};
+    tiles t = {0};
     hd_status s = check_sizes(ctx, a);
     if (s == HD_OK)
-        s = kernels(f, ctx, a, names, groups, k, BACKWARD_KERNELS);
+        s = tiles_of(f, ctx, a->head_dim, a->variant, &t);
+    const size_t groups[BACKWARD_KERNELS] = {DELTA_GROUP, s == HD_OK ? forward_group(&t) : 0,
+                                             s == HD_OK ? dkdv_group(&t) : 0, REDUCE_GROUP};
+    if (s == HD_OK)
+        s = kernels(f, ctx, a, &t, names, groups, k, BACKWARD_KERNELS);
     if (s == HD_OK)
         s = take_scratch(f, ctx, a, &b);
     if (s == HD_OK)
-        s = launch_backward(f, ctx, a, k, &b);
+        s = launch_backward(f, ctx, a, &t, k, &b);
     release_scratch(f, &b);
     return s;
+}
+
+hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
+                                    const char *variant)
+{
+    tiles t;
+    return tiles_of(f, ctx, shape->dim[3], variant, &t);
+}
+
+size_t hd__fused_attention_variants(const hd_shape *shape, const char **out, size_t max)
+{
+    /* the exponential's instruction, the key tile, the query tile and its rows per work-item,
+     * and the backward's key tiles; a tile whose local memory the device lacks fails its
+     * build, and the tuner moves on */
+    static const char *const narrow[] = {"FAST=1",        "BK=32",        "BQ=32 RQ=4",
+                                         "RQ=4",          "BQ=128 RQ=16", "KBK=32 KRK=2",
+                                         "KBK=128 KRK=8", "KBQ=64",       "KBQ=16",
+                                         "FAST=1 BK=32",  "FAST=1 RQ=4",  "FAST=1 KBK=32 KRK=2"};
+    static const char *const wide[] = {"FAST=1", "BK=32", "BQ=16 RQ=2", "KBK=16 KRK=1", "KBQ=16"};
+    bool is_wide = shape->dim[3] > 128;
+    const char *const *list = is_wide ? wide : narrow;
+    size_t count = is_wide ? sizeof wide / sizeof wide[0] : sizeof narrow / sizeof narrow[0];
+    size_t n = 0;
+    for (size_t i = 0; i < count && n < max; i++)
+        out[n++] = list[i];
+    return n;
 }

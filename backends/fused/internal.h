@@ -110,6 +110,7 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
     HD_FUSED_FAMILY_STEP,     /* WG VEC HPI: the training step's elementwise, RoPE and
                                  embedding kernels */
+    HD_FUSED_FAMILY_ATTENTION, /* BQ BK RQ TC KBK KRK KBQ FAST: attention's tiles */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -134,6 +135,12 @@ typedef struct hd_fused_params {
     int lead;                 /* FMA kernel: stages between a register-staged operand's loads and
                                  their store (1 or 2), 0: 1 */
     int hpi;                  /* step family, RoPE: heads an item rotates with one angle */
+    int att_bq, att_bk;       /* attention family: query rows per work-group and keys per tile
+                                 of the forward and dq kernels */
+    int att_rq, att_tc;       /* rows per work-item, work-items across a tile's columns */
+    int att_kbk, att_krk;     /* dk and dv: keys per work-group, keys per work-item */
+    int att_kbq;              /* dk and dv: query rows per tile */
+    int att_fast;             /* 1: exp2 by the device's native instruction */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
@@ -366,6 +373,12 @@ hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_
                                const char *variant);
 /* The variants worth timing for a step op. */
 size_t hd__fused_step_variants(hd_op op, const hd_shape *shape, const char **out, size_t max);
+/* Attention's: whether variant's tiles fit the head dimension (the kernels' divisibility and
+ * the device's work-group limit; a tile whose local memory the device lacks fails its build),
+ * and the variants worth timing. */
+hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
+                                    const char *variant);
+size_t hd__fused_attention_variants(const hd_shape *shape, const char **out, size_t max);
 /* The tiled product dx = dy * W^T (+ u * A^T) of a LoRA backward call of this shape, which
  * its variants tune, without buffers; and whether that product would accept variant. */
 hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_shape *shape,

@@ -63,9 +63,19 @@ static const param_spec step_spec[] = {
     SPEC("HPI", 1, 8, false, hpi),
 };
 
+static const param_spec attention_spec[] = {
+    SPEC("BQ", 16, 128, true, att_bq),  SPEC("BK", 16, 128, true, att_bk),
+    SPEC("RQ", 1, 16, true, att_rq),    SPEC("TC", 4, 32, true, att_tc),
+    SPEC("KBK", 16, 128, true, att_kbk), SPEC("KRK", 1, 8, true, att_krk),
+    SPEC("KBQ", 16, 64, true, att_kbq), SPEC("FAST", 0, 1, false, att_fast),
+};
+
 static const param_spec *family_spec(hd_fused_family family, size_t *count)
 {
     switch (family) {
+    case HD_FUSED_FAMILY_ATTENTION:
+        *count = sizeof attention_spec / sizeof attention_spec[0];
+        return attention_spec;
     case HD_FUSED_FAMILY_STEP:
         *count = sizeof step_spec / sizeof step_spec[0];
         return step_spec;
@@ -336,6 +346,7 @@ void hd__fused_options(hd_fused_family family, const hd_fused_params *p, size_t 
         return;
     case HD_FUSED_FAMILY_TILE: /* formatted by tile.c, which knows the shape's layouts */
     case HD_FUSED_FAMILY_STEP: /* by step.c, which knows each kernel's parameters */
+    case HD_FUSED_FAMILY_ATTENTION: /* by attention.c */
     case HD_FUSED_FAMILY_UPDATE:
         break;
     }

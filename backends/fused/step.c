@@ -39,7 +39,7 @@ static const step_kernel kernel_of[HD_OP_COUNT] = {
     [HD_OP_ATTENTION_BACKWARD] = {HD_FUSED_ATTENTION, "attention_bwd_dq"},
 };
 
-/* Attention's tiles are fixed at the kernels' defaults (attention.c): no variants yet. */
+/* Attention's variants are its tiles (attention.c). */
 static bool is_attention(hd_op op)
 {
     return op == HD_OP_ATTENTION || op == HD_OP_ATTENTION_BACKWARD;
@@ -262,17 +262,16 @@ hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_
                                const char *variant)
 {
     if (is_attention(op))
-        return variant == NULL || variant[0] == '\0'
-                   ? HD_OK
-                   : hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s takes no variants",
-                               hd_op_name(op));
+        return hd__fused_attention_check(f, ctx, shape, variant);
     hd_fused_params p;
     return step_params(f, ctx, op, shape->dim[1], variant, &p);
 }
 
 size_t hd__fused_step_variants(hd_op op, const hd_shape *shape, const char **out, size_t max)
 {
-    if (is_attention(op) || kernel_of[op].name == NULL)
+    if (is_attention(op))
+        return hd__fused_attention_variants(shape, out, max);
+    if (kernel_of[op].name == NULL)
         return 0;
     static const char *const elementwise[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=512 VEC=4",
                                               "WG=1024 VEC=4", "WG=256 VEC=1"};

@@ -217,7 +217,9 @@
 /* Runs of n consecutive floats between private dst (src) and local p, a multiple of the
  * run's vector width from an aligned start: float4, float2 or float accesses. Local memory
  * is read as float4 through a cast (vload4 would let the compiler split it: it cannot prove
- * the alignment that the layouts give). */
+ * the alignment that the layouts give), so every local array is declared 16-byte aligned:
+ * a float array alone is aligned to 4 bytes, and NVIDIA's devices fault on a vector access
+ * that is not aligned to its size. */
 #define RUN_LOAD4(dst, p, n) \
     do { \
         _Pragma("unroll") for (int u_ = 0; u_ < (n); u_ += 4) { \
@@ -381,9 +383,9 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
                   const __global int *kv_range, __global act_t *out, __global float *lse,
                   int tokens, int heads, int kv_heads, float qscale)
 {
-    __local float stage[F_STAGE];
-    __local float ps[BK * LDQ];
-    __local float mx[TC * BQ];
+    __local float stage[F_STAGE] __attribute__((aligned(16)));
+    __local float ps[BK * LDQ] __attribute__((aligned(16)));
+    __local float mx[TC * BQ] __attribute__((aligned(16)));
     __local int2 rng[BQ];
 
     const int id = (int)get_local_id(0), tr = id / TC, tc = id % TC;
@@ -597,8 +599,8 @@ attention_bwd_dq(const __global act_t *q, const __global act_t *k, const __globa
                  const __global float *delta, const __global int *kv_range, __global act_t *dq,
                  int tokens, int heads, int kv_heads, float qscale, float scale)
 {
-    __local float stage[Q_STAGE];
-    __local float dss[DQ_BK * DQ_LDQ];
+    __local float stage[Q_STAGE] __attribute__((aligned(16)));
+    __local float dss[DQ_BK * DQ_LDQ] __attribute__((aligned(16)));
     __local int2 rng[DQ_BQ];
 
     const int id = (int)get_local_id(0), tr = id / DQ_TC, tc = id % DQ_TC;
@@ -748,8 +750,9 @@ attention_bwd_dkdv(const __global act_t *q, const __global act_t *k, const __glo
                    __global act_t *dv, __global float *dk_part, __global float *dv_part,
                    int tokens, int heads, int kv_heads, int splits, float qscale, float scale)
 {
-    __local float stage[KV_STAGE];
-    __local float ps[KV_BQ * KV_LDK], dss[KV_BQ * KV_LDK];
+    __local float stage[KV_STAGE] __attribute__((aligned(16)));
+    __local float ps[KV_BQ * KV_LDK] __attribute__((aligned(16)));
+    __local float dss[KV_BQ * KV_LDK] __attribute__((aligned(16)));
     __local int2 rng[KV_BK];
 
     const int id = (int)get_local_id(0), tr = id / KV_TC, tc = id % KV_TC;
