@@ -248,10 +248,10 @@ static const char *variant_for_layout(hd_fused *f, hd_context *ctx, const hd_lor
 
 /* Each dx group of the one launch sums u = dy * B^T itself, reading dy and B (tokens + rank
  * rows of out floats) from cache: the launch is worth it while all the groups together read
- * at most this many bytes that way. On an H100 (queued calls, fused): 1024^2 at rank 8 from 1
- * to 16 tokens (4.7-25 MB read so) ran faster in one launch than in the few-row kernels' five
- * launches; 4096^2 at rank 16 and one token read 89-142 MB so and was slower in one launch
- * (measured: BENCHMARKS.md). */
+ * at most this many bytes that way. Small weights (1024^2 at rank 8, 1 to 16 tokens, as the
+ * case lora_backward 1x1024x1024 r8) ran faster in one launch than in the few-row kernels'
+ * five; 4096^2 at rank 16 and one token, which reads several times this much so, ran slower
+ * (commit 302c853). */
 #define ONE_LAUNCH_MAX_PROLOGUE_BYTES ((size_t)32 << 20)
 
 /* The one launch's groups: W in x out, a group per WARPS rows of W; W out x in, blocks of
