@@ -121,8 +121,7 @@ char *hd__tune_format(const hd_tune_file *f)
     if (t.p == NULL)
         return NULL;
     t.p[0] = '\0';
-    put(&t, "hd-tune %d\n# written by dispatch-autotune; see README.md, section Autotuning\n",
-        HD_TUNE_FORMAT);
+    put(&t, "hd-tune %d\n# written by dispatch-autotune; see docs/tuner.md\n", HD_TUNE_FORMAT);
     hd_tune_key key = f->key;
     hd__tune_key_normalize(&key);
     put(&t, "library ");

@@ -6,9 +6,9 @@
  *   1. Where the OpenCL device is a GPU, the fastest device candidate is recorded instead of
  *      the CPU backend unless the CPU wins by more than HD_TUNE_PREFER_DEVICE. The CPU's time is
  *      host wall time, which on a shared many-core host moves between processes more than
- *      device time does: on the H100 machine a 64³ SGEMM's host time moved widely between the
+ *      device time does: on a GPU machine a 64³ SGEMM's host time moved widely between the
  *      tuner, the benchmark a minute later and a standalone loop before both, while CLBlast's
- *      device time stayed steady (BENCHMARKS.md).
+ *      device time stayed steady (BENCHMARKS.md at commit 89a17cb).
  *   2. Then a backend's defaults are recorded instead of its variant unless the variant wins by
  *      more than HD_TUNE_PREFER_DEFAULTS: the defaults need no extra program. A CLBlast
  *      parameter set other than the device's costs a swap of CLBlast's parameters whenever the
@@ -16,9 +16,9 @@
  *      must win by more: HD_TUNE_PREFER_CLBLAST_DEFAULTS.
  *   3. Among finalists of several backends on a GPU (hd__tune_balanced), a CLBlast finalist not
  *      timed queued back to back (the case's budget left no time for it) is charged
- *      HD_TUNE_CLBLAST_QUEUED over its device time, what its calls cost beyond it queued: on an
- *      H100, 6 % at GEMM 4096^3 and at 2048 x 11008 x 4096 NT, where a record on a lead of
- *      0.6 % in device time ran 7 % behind the fused engine queued (BENCHMARKS.md).
+ *      HD_TUNE_CLBLAST_QUEUED over its device time, about what its calls cost beyond it queued
+ *      at gemm 4096x4096x4096 and gemm 2048x11008x4096 NT, where a record won on a smaller
+ *      lead in device time ran behind the fused engine queued (commit 705c746).
  */
 #ifndef HD_AUTOTUNE_CHOOSE_H
 #define HD_AUTOTUNE_CHOOSE_H
@@ -60,12 +60,13 @@ size_t hd__tune_balanced(const double *device_s, const double *queued_s, const h
  * every backend's defaults first, so that one backend's variants cannot spend the budget the
  * others' defaults need, the defaults by their estimated call est_s[backend] (indexed by
  * hd_backend), fastest first, ties in list order, so that a case budget that runs out leaves
- * the likely slowest untimed (H100: the CPU's call of a row op's backward went first and left
- * the fused kernel's far faster call untimed, and the record took the CPU); then the variants,
- * those of the backend estimated fastest first, each backend's as listed. The tuner orders the
- * variants again by the defaults' measured times once those ran, so that the budget tunes the
- * backend that leads (H100, GEMM 1024^3: recorded on fused's defaults with 38 candidates
- * untimed, where the fused tile listed second runs 15 % faster). */
+ * the likely slowest untimed (the CPU's call of a row op's backward, timed first, left the
+ * fused kernel's far faster call untimed, and the record took the CPU: BENCHMARKS.md at commit
+ * 89a17cb); then the variants, those of the backend estimated fastest first, each backend's as
+ * listed. The tuner orders the variants again by the defaults' measured times once those ran,
+ * so that the budget tunes the backend that leads (gemm 1024x1024x1024 was recorded on fused's
+ * defaults with most candidates untimed, where the fused tile listed second runs faster:
+ * commit 7234281). */
 void hd__tune_order(const hd_tune_candidate *cand, size_t count, const double *est_s,
                     size_t *order);
 
@@ -80,9 +81,9 @@ double hd__tune_case_share(double left_s, size_t cases_left, double overrun_s, d
  * budget left untimed (untimed_s[b] > 0, their estimated call, indexed by hd_backend) with an
  * estimate under hopeless times the winner's time winner_s, or HD_BACKEND_AUTO where there is
  * none. A record says its backend is the fastest, which such a backend was not timed against
- * (H100, the end of a --max-time run: LoRA backward at 4096 tokens recorded for CLBlast, timed
- * alone, 1.5 times slower than the fused backend left untimed); without one the scheduler's
- * cost model chooses. */
+ * (at the end of a --max-time run, LoRA backward at 4096 tokens was recorded for CLBlast, timed
+ * alone, where the fused backend, left untimed, is the faster: commit faee50d); without one the
+ * scheduler's cost model chooses. */
 hd_backend hd__tune_untimed_contender(const double *untimed_s, hd_backend winner, double winner_s,
                                       double hopeless);
 
@@ -100,9 +101,9 @@ typedef enum hd_tune_checked {
 /* A call that took over four times its estimate, where it decides the candidate's fate
  * (hopeless, or over the budget), most likely waited on the host (behind a build-ahead
  * worker's build, or anything else the host does) and says nothing of the candidate's speed
- * (H100: fused's defaults for GEMM 4096 x 4096 x 512 TN took 370 ms on their checked call, once
- * 0.62 s, where they run in 0.38 ms, and the case was recorded for CLBlast, 1.4 times slower):
- * it runs once more where the budget holds it; where it does not, the candidate stays untimed
+ * (fused's defaults for gemm 4096x4096x512 TN took hundreds of times their usual run on their
+ * checked call, and the case was recorded for the slower CLBlast: commit 2abf65c): it runs
+ * once more where the budget holds it; where it does not, the candidate stays untimed
  * at its estimate, so that a backend's defaults so stalled still keep a slower winner from its
  * record (hd__tune_untimed_contender). */
 hd_tune_checked hd__tune_checked_call(double first_s, double estimate_s, double best_s,

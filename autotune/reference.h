@@ -15,7 +15,7 @@
 
 #define HD_REF_FULL    65536
 #define HD_REF_SAMPLES 512
-/* Multiply-adds a check of a GEMM or LoRA output may spend in float64 (about 30 ms): an
+/* Multiply-adds a check of a GEMM or LoRA output may spend in float64 (tens of milliseconds): an
  * element of x*W costs k of them, one of LoRA in * (1 + rank); checks of larger products
  * sample fewer elements (never under HD_REF_MIN_SAMPLES). */
 #define HD_REF_CHECK_MACS  (1u << 25)

@@ -32,7 +32,7 @@
 /* An op this slow (seconds) is warmed up with one call per round. */
 #define SLOW_OP_S 0.05
 
-/* Exit codes (documented in --help and README.md). */
+/* Exit codes (documented in --help and docs/tuner.md, "dispatch-bench"). */
 enum {
     EXIT_DONE = 0,       /* every case ran or was skipped with a note; outputs written */
     EXIT_OUTPUT = 1,     /* an output file (or the gap table of --compare) could not be

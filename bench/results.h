@@ -1,5 +1,5 @@
 /* What dispatch-bench measured: one record per (case, backend), the roofline it is judged
- * against, and the writers: aligned table, CSV, JSON (schema "hd-bench/1", BENCHMARKS.md). */
+ * against, and the writers: aligned table, CSV, JSON (schema "hd-bench/1", bench/SCHEMA.md). */
 #ifndef HD_BENCH_RESULTS_H
 #define HD_BENCH_RESULTS_H
 

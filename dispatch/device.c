@@ -33,8 +33,9 @@ const char *hd__device_platform(const hd_context *ctx)
 
 /* Host copies of at least this many bytes are pinned where the context says so: a copy to or
  * from the device then runs at the link's speed instead of through the driver's staging
- * (NVIDIA H100: uploads of 64 MiB several times faster than from pageable memory,
- * BENCHMARKS.md). Smaller ones are not worth the pinning's cost per allocation. */
+ * (on NVIDIA, uploads of 64 MiB ran several times faster than from pageable memory:
+ * BENCHMARKS.md at commit 89a17cb). Smaller ones are not worth the pinning's cost per
+ * allocation. */
 #define HD_PINNED_MIN_BYTES ((size_t)1 << 20)
 
 void *hd__host_alloc(const hd_context *ctx, size_t bytes, bool zeroed, bool *pinned)

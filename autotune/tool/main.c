@@ -538,12 +538,11 @@ static int tune(const tool_options *o, const char *path)
             printf("%s:\n", name);
         hd__tool_progress_case(i, name);
         /* Behind schedule: the remaining cases compare the backends' defaults only. With
-         * --max-time, each case gets at most its share of the time left, less what each case
-         * left has taken beyond its budget so far (on an H100 about a second a case: without
-         * that room the last eleven of 86 cases met the end of the time with nothing timed),
-         * and at least what timing every backend's defaults takes while any time is left: a
-         * case whose share ran out would otherwise keep no record. Past the time, the cases
-         * left are skipped. */
+         * --max-time, each case gets at most its share of the time left, less what each case left
+         * has taken beyond its budget so far (without that room the last cases of a run met the end
+         * of the time with nothing timed: commit faee50d), and at least what timing every backend's
+         * defaults takes while any time is left: a case whose share ran out would otherwise keep no
+         * record. Past the time, the cases left are skipped. */
         tool_effort now = effort;
         double case_start = hd__measure_now(), spent = case_start - start;
         now.defaults_only = spent > effort.run_target_s;

@@ -54,7 +54,7 @@ void hd__tool_show(FILE *out, const hd_tune_file *f)
     fputs("median: the winner's median time per call (device events on a GPU, host wall time on "
           "the CPU\nbackend and on an OpenCL device that is the CPU); margin: how much slower the "
           "best candidate\nof another backend was (negative: a slower winner was preferred, see "
-          "README); variant: the\nwinner's kernel parameters, - for its defaults\n",
+          "docs/tuner.md);\nvariant: the winner's kernel parameters, - for its defaults\n",
           out);
     free(r);
 }

@@ -10,7 +10,7 @@
 #include "dispatch/tune_file.h"
 #include "autotune/suites.h"
 
-/* Exit codes (documented in --help and README.md). */
+/* Exit codes (documented in --help and docs/tuner.md, "Exit status"). */
 enum {
     EXIT_TUNED = 0,       /* every case has a record */
     EXIT_SOME_FAILED = 1, /* some cases had no correct candidate; the others were recorded */

@@ -213,7 +213,7 @@ typedef hd_tune_candidate candidate;
 /* Each backend that takes the case with its defaults, then the variants each lists: where the
  * case's budget runs out early, every backend's defaults were timed before any variant (a
  * budget that took CLBlast's defaults and its parameter sets first left the fused backend's
- * defaults, 15 % faster, untimed). The count. */
+ * defaults, the faster, untimed: commit c2612c3). The count. */
 static size_t list_candidates(hd_context *ctx, const hd_bench_case *c, const tool_effort *e,
                               candidate *cand)
 {
@@ -448,10 +448,10 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
          * them): that build is not charged to this case, nor is the check of their results
          * against the reference (a large case's outputs, fetched and compared, take longer
          * than its calls), or the backends that come first leave the later ones' defaults
-         * untimed (H100: a 3.3 s case of LoRA at rank 64 timed CLBlast alone, 2.9 times
-         * slower than fused; at the end of a --max-time run, LoRA backward at 4096 tokens
-         * timed CLBlast alone, 1.4 times slower). A variant's build and check are charged:
-         * there can be dozens of them. */
+         * untimed (a long case of LoRA at rank 64 timed CLBlast alone, the slower of the two;
+         * at the end of a --max-time run, LoRA backward at 4096 tokens timed CLBlast alone,
+         * again the slower: commit 275f03a). A variant's build and check are charged: there
+         * can be dozens of them. */
         if (cand[i].variant == NULL) {
             /* the check ran the call twice: the first run (its build aside) and the checked
              * one stay charged */
@@ -548,12 +548,12 @@ static int time_candidates(hd_context *ctx, tune_data *d, const tool_effort *e, 
  * the winner's backend with its defaults) are timed again, in turn, confirm_rounds times; each
  * finalist's time becomes the median of its first and confirming medians.
  *
- * Device time alone misses what a backend costs on the host and between its launches: on an
- * H100, CLBlast's GEMM 4096^3 took less device time than the fused engine's and 6 % more per
- * call queued back to back. So on a GPU, where the finalists come from more than one backend,
- * each confirming round also times them queued (chain mode), and the winner is the finalist
- * whose worse ratio to the best of the two modes is least: within 5 % of the best in both
- * wherever one finalist is. Returns the winner.
+ * Device time alone misses what a backend costs on the host and between its launches: CLBlast's
+ * gemm 4096x4096x4096 took less device time than the fused engine's and more per call queued back
+ * to back (commit 69ab3e7). So on a GPU, where the finalists come from more than one backend, each
+ * confirming round also times them queued (chain mode), and the winner is the finalist whose worse
+ * ratio to the best of the two modes is least: within 5 % of the best in both wherever one finalist
+ * is. Returns the winner.
  */
 static int confirm_best(hd_context *ctx, tune_data *d, const tool_effort *e, bool verbose,
                         candidate *cand, size_t count, int best, const case_clock *k)

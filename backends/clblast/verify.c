@@ -4,7 +4,8 @@
  * exercised, alpha != 1 and beta != 0. The sizes are bounded by what the kernels need to show
  * a wrong tiling, a few tiles of each, not by the set's XGEMM_MIN_INDIRECT_SIZE: the set is
  * verified with its threshold lowered (hd__clblast_verify_params), so that a legal threshold
- * of 4096 does not turn the first call into two GEMMs of 4101^3 (40 s on PoCL).
+ * of 4096 does not turn the first call into two GEMMs of 4101^3 (tens of seconds on PoCL:
+ * commit 32f6911).
  * The outputs are compared at sampled positions (every corner, then spread pseudo-randomly)
  * with the float64 reference's GEMM element (backends/reference.h): a wrong tiling breaks whole
  * tiles, so a sample finds it without a full float64 GEMM of the indirect size.

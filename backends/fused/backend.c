@@ -11,10 +11,6 @@
 #include "backends/fused/internal.h"
 #include "core/op.h"
 
-/* The GEMV-style kernels serve a few rows at once: each work-group keeps HD_FUSED_MAX_ROWS
- * rows of x in registers. */
-#define HD_FUSED_MAX_ROWS 16
-
 /* Without a calibration: the launch cost of a typical OpenCL driver and a mid-range GPU. */
 #define DEFAULT_LAUNCH_US     10.0
 #define DEFAULT_DEVICE_GFLOPS 1000.0
@@ -23,9 +19,10 @@
  * a quarter of the device's GEMM rate where the arithmetic, not the weights, sets the time.
  * The tiled engine (tile.c) runs at the rate the calibration measured on its default
  * parameters, or where that is missing (a cache of an older calibration) is taken to reach
- * half the rate of the best GEMM the calibration saw (H100: at half that rate, the cost model
- * ran LoRA backward at 4096 tokens, left without a record, on CLBlast, 4.62 ms against
- * fused's 3.15); the tuner's records replace these guesses. */
+ * half the rate of the best GEMM the calibration saw: a guess from before its tiles were
+ * tuned, which sends a large product left without a record to CLBlast even where the tiled
+ * engine is the faster (LoRA backward at 4096 tokens in PyTorch's layout: commit 09b1228);
+ * the tuner's records replace these guesses. */
 #define GEMV_RATE_FRACTION 0.25
 #define TILE_RATE_FRACTION 0.5
 
@@ -82,37 +79,48 @@ static void fused_destroy(void *state)
     free(f);
 }
 
+/* The tiled engine's limits: sizes its 32-bit indices reach, and for LoRA W and B transposed
+ * alike (its second product, u*B, shares the first's transposes). */
+static bool tile_takes(hd_op op, const hd_shape *s)
+{
+    bool lora = op == HD_OP_LORA || op == HD_OP_LORA_BACKWARD;
+    if (op == HD_OP_LORA &&
+        !(s->lora_layout & HD_LORA_TRANS_W) != !(s->lora_layout & HD_LORA_TRANS_B))
+        return false;
+    return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
+           (!lora || s->dim[3] <= INT_MAX);
+}
+
+/* The strip kernels' limits: GEMM's, 32-bit sizes; LoRA's (tokens, in, out, rank), W's
+ * elements and the epilogue's. */
+static bool strip_takes(hd_op op, const hd_shape *s)
+{
+    if (op != HD_OP_LORA)
+        return tile_takes(op, s);
+    return fits_int(s->dim[1], s->dim[2]) && hd__fused_lora_update_supports(s);
+}
+
+/* Each family by its own limits: the dot form's calls by the tiled engine's, which runs them
+ * past the dot form's; the strip family's by its own or the tiled engine's. */
 static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part part)
 {
-    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
-        return part == HD_PART_WHOLE && hd__fused_step_supports(op, s);
-    if (part == HD_PART_EPILOGUE) /* y += scale*(x*A)*B reads A and B in the default layout */
-        return op == HD_OP_LORA && !(s->lora_layout & (HD_LORA_TRANS_A | HD_LORA_TRANS_B)) &&
+    switch (hd__fused_route(state, op, s, part, NULL)) {
+    case HD_FUSED_ROUTE_EPILOGUE: /* y += scale*(x*A)*B reads A and B in the default layout */
+        return !(s->lora_layout & (HD_LORA_TRANS_A | HD_LORA_TRANS_B)) &&
                hd__fused_lora_update_supports(s);
-    switch (op) {
-    case HD_OP_GEMM: /* m, n, k: the strip kernel's 32-bit indexing, or the tiled engine's */
-    case HD_OP_GEMM_BATCHED:
-        return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX;
-    case HD_OP_LORA: /* tokens, in, out, rank: the strip kernels' limits (default layout
-                        only), or the tiled engine's, which reads W and B transposed alike */
-        if (s->lora_layout == 0 && s->dim[0] <= HD_FUSED_MAX_ROWS && s->dim[3] <= 64 &&
-            fits_int(s->dim[1], s->dim[2]) && hd__fused_lora_update_supports(s))
-            return true;
-        return !(s->lora_layout & HD_LORA_TRANS_W) == !(s->lora_layout & HD_LORA_TRANS_B) &&
-               s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
-               s->dim[3] <= INT_MAX;
-    case HD_OP_SOFTMAX:
-    case HD_OP_LAYER_NORM:
-    case HD_OP_RMS_NORM:
+    case HD_FUSED_ROUTE_STRIP:
+        return strip_takes(op, s) || tile_takes(op, s);
+    case HD_FUSED_ROUTE_DOT:
+    case HD_FUSED_ROUTE_TILE:
+    case HD_FUSED_ROUTE_FEW_TOKENS: /* LoRA backward: the tiled engine's 32-bit indices */
+        return tile_takes(op, s);
+    case HD_FUSED_ROUTE_ROWS:
         return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX;
-    case HD_OP_LORA_BACKWARD: /* tokens, in, out, rank: the tiled engine's 32-bit indices */
-        return s->dim[0] <= INT_MAX && s->dim[1] <= INT_MAX && s->dim[2] <= INT_MAX &&
-               s->dim[3] <= INT_MAX;
-    case HD_OP_SOFTMAX_BACKWARD: /* and 3 x rows floats of statistics, 32-bit indices */
-    case HD_OP_LAYER_NORM_BACKWARD:
-    case HD_OP_RMS_NORM_BACKWARD:
+    case HD_FUSED_ROUTE_ROWS_BACKWARD: /* and 3 x rows floats of statistics, 32-bit indices */
         return s->dim[0] <= INT_MAX / 3 && s->dim[1] <= INT_MAX;
-    default: /* an op newer than this backend: not offered here */
+    case HD_FUSED_ROUTE_STEP:
+        return hd__fused_step_supports(op, s);
+    case HD_FUSED_ROUTE_NONE:
         break;
     }
     return false;
@@ -163,8 +171,11 @@ static size_t add_unique(const char **out, size_t n, size_t max, const char *v)
     return n;
 }
 
-static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part part,
-                             const char **out, size_t max)
+/* The strip kernels' variants (GEMM of few rows, LoRA of few tokens in the default layout),
+ * the likeliest winners first, so that a tuner out of time has timed them; for LoRA of several
+ * tokens the tiled engine's after them. */
+static size_t strip_variants(const hd_fused *f, hd_op op, const hd_shape *s, const char **out,
+                             size_t max)
 {
     static const char *const gemv[] = {
         "TN=4 KS=64 UNROLL=16", "TN=4 KS=64 UNROLL=8",  "TN=2 KS=128 UNROLL=8",
@@ -201,13 +212,13 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         "TN=32 KS=8 UNROLL=4 KG=32",
     };
     /* several tokens of LoRA, whose x*A rides along the pass in strips as wide as the rank:
-     * the widest strips first (H100: the fastest on the larger weights, BENCHMARKS.md) */
+     * the widest strips first, the fastest on the larger weights (commit 1f2aa2c) */
     static const char *const several_tokens_lora[] = {"TN=128 KS=2 UNROLL=8", "TN=64 KS=4 UNROLL=8",
                                                       "TN=64 KS=4 UNROLL=16"};
     /* several rows: the two default strips (32 vectors by 8 k-slices, 4 loads per round; 64
-     * by 4, 8 loads), each split a few ways over k, come first (H100: faster at 4 to 16 x
-     * 4096² than with 32 k-groups, BENCHMARKS.md), then other strips; LoRA takes its x*A in
-     * the same launch, over each group's k-range, or in its own */
+     * by 4, 8 loads), each split a few ways over k, come first (they beat 32 k-groups at 4 to
+     * 16 rows of 4096^2: commit 3c79119), then other strips; LoRA takes its x*A in the same
+     * launch, over each group's k-range, or in its own */
     static const char *const several_rows[] = {
         "TN=32 KS=8 UNROLL=4 KG=8",         "TN=64 KS=4 UNROLL=8 KG=8",
         "TN=32 KS=8 UNROLL=4 KG=4",         "TN=64 KS=4 UNROLL=8 KG=4",
@@ -216,87 +227,92 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
         "TN=32 KS=8 UNROLL=4 KG=2",         "TN=64 KS=4 UNROLL=8 KG=2",
         "TN=64 KS=4 UNROLL=8 KG=8 SPLIT=8", "TN=32 KS=8 UNROLL=8 KG=16 SPLIT=8",
     };
-    /* one row: the strips that were fastest where the H100 sweeps timed every variant
-     * (BENCHMARKS.md) first, so that a tuner out of time has timed them: for GEMM, strips
+    /* one row: the strips that won where a sweep timed every variant (commit 4d6efe3: gemm
+     * 1x16384x4096 and 1x4096x4096, lora 1x4096x4096 and 1x8192x8192 r16): for GEMM, strips
      * whose quarter-warps read 128 contiguous bytes of a row of W; for LoRA, wide strips split
      * many ways over k, which shortens each group's share of x*A */
     static const char *const one_row_gemm[] = {"TN=8 KS=32 UNROLL=8 KG=4", "TN=32 KS=8 UNROLL=8",
                                                "TN=16 KS=16 UNROLL=8"};
     static const char *const one_row_lora[] = {"TN=64 KS=4 UNROLL=16 KG=32",
                                                "TN=16 KS=16 UNROLL=4 KG=32"};
-    /* the row ops' backward: work-group size and rows per group */
+    bool lora = op == HD_OP_LORA, low_rank = lora && s->dim[3] > 0;
+    bool one_row = s->dim[0] == 1, several = s->dim[0] > 1;
+    size_t n = 0;
+    for (size_t i = 0;
+         several && low_rank && i < sizeof several_tokens_lora / sizeof several_tokens_lora[0]; i++)
+        n = add_unique(out, n, max, several_tokens_lora[i]);
+    for (size_t i = 0; several && i < sizeof several_rows / sizeof several_rows[0]; i++)
+        if (lora ? low_rank : strstr(several_rows[i], "SPLIT") == NULL)
+            n = add_unique(out, n, max, several_rows[i]);
+    for (size_t i = 0; one_row && !lora && i < sizeof one_row_gemm / sizeof one_row_gemm[0]; i++)
+        n = add_unique(out, n, max, one_row_gemm[i]);
+    for (size_t i = 0; one_row && low_rank && i < sizeof one_row_lora / sizeof one_row_lora[0]; i++)
+        n = add_unique(out, n, max, one_row_lora[i]);
+    for (size_t i = 0; i < sizeof gemv / sizeof gemv[0]; i++)
+        n = add_unique(out, n, max, gemv[i]);
+    for (size_t i = 0; i < sizeof kgroups / sizeof kgroups[0]; i++)
+        n = add_unique(out, n, max, kgroups[i]);
+    for (size_t i = 0; low_rank && i < sizeof lora_split / sizeof lora_split[0]; i++)
+        n = add_unique(out, n, max, lora_split[i]);
+    if (lora && several) { /* several tokens: the tiled engine too */
+        hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}};
+        n += hd__fused_tile_variants(f, &xw, s->precision, out + n, max - n);
+    }
+    return n;
+}
+
+/* The tiled engine's variants for the op's tiled product: GEMM's own; LoRA's x*W (tokens x
+ * out, in deep); LoRA backward's dx = dy*W^T (+ u*A^T), the largest of its products. */
+static size_t tile_variants(const hd_fused *f, hd_op op, const hd_shape *s, const char **out,
+                            size_t max)
+{
+    hd_shape product = *s;
+    if (op == HD_OP_LORA)
+        product = (hd_shape){.dim = {s->dim[0], s->dim[2], s->dim[1]}};
+    else if (op == HD_OP_LORA_BACKWARD)
+        product = (hd_shape){.dim = {s->dim[0], s->dim[1], s->dim[2]},
+                             .trans_b = !(s->lora_layout & HD_LORA_TRANS_W)};
+    return hd__fused_tile_variants(f, &product, s->precision, out, max);
+}
+
+/* The row ops' backward: work-group size and rows per group (the looped row kernels: CACHE
+ * does not apply). */
+static size_t row_backward_variants(const hd_fused *f, const char **out, size_t max)
+{
     static const char *const backward[] = {"WG=256 ROWS=4", "WG=256 ROWS=1", "WG=512 ROWS=1",
                                            "WG=1024 ROWS=1", "WG=64 ROWS=1"};
     static const size_t backward_wg[] = {256, 256, 512, 1024, 64};
-    const hd_fused *f = state;
     size_t n = 0;
-    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
-        return hd__fused_step_variants(op, s, out, max);
-    if (part == HD_PART_EPILOGUE)
-        return op == HD_OP_LORA ? hd__fused_lora_update_variants(s, out, max) : 0;
-    switch (op) {
-    case HD_OP_GEMM_BATCHED:
-        return hd__fused_tile_variants(f, s, s->precision, out, max);
-    case HD_OP_GEMM:
-    case HD_OP_LORA:
-        if (op == HD_OP_GEMM && (s->dim[0] > HD_FUSED_MAX_ROWS || s->trans_a || s->trans_b))
-            return hd__fused_tile_variants(f, s, s->precision, out, max);
-        /* transposed weights: the dot form for few tokens with W and B transposed (no
-         * parameters), else the tiled engine; the strip kernel reads the default layout only */
-        if (op == HD_OP_LORA && (s->lora_layout & HD_LORA_TRANS_W) &&
-            s->dim[0] <= HD_FUSED_DOT_FORM_MAX_ROWS)
-            return 0;
-        if (op == HD_OP_LORA &&
-            (s->dim[0] > HD_FUSED_MAX_ROWS || s->dim[3] > 64 || s->lora_layout != 0)) {
-            hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}}; /* tokens x out, k = in */
-            return hd__fused_tile_variants(f, &xw, s->precision, out, max);
-        }
-        for (size_t i = 0; s->dim[0] > 1 && op == HD_OP_LORA && s->dim[3] > 0 &&
-                           i < sizeof several_tokens_lora / sizeof several_tokens_lora[0];
-             i++)
-            n = add_unique(out, n, max, several_tokens_lora[i]);
-        for (size_t i = 0; s->dim[0] > 1 && i < sizeof several_rows / sizeof several_rows[0];
-             i++)
-            if (op == HD_OP_LORA ? s->dim[3] > 0 : strstr(several_rows[i], "SPLIT") == NULL)
-                n = add_unique(out, n, max, several_rows[i]);
-        for (size_t i = 0; s->dim[0] == 1 && op == HD_OP_GEMM &&
-                           i < sizeof one_row_gemm / sizeof one_row_gemm[0];
-             i++)
-            n = add_unique(out, n, max, one_row_gemm[i]);
-        for (size_t i = 0; s->dim[0] == 1 && op == HD_OP_LORA && s->dim[3] > 0 &&
-                           i < sizeof one_row_lora / sizeof one_row_lora[0];
-             i++)
-            n = add_unique(out, n, max, one_row_lora[i]);
-        for (size_t i = 0; i < sizeof gemv / sizeof gemv[0]; i++)
-            n = add_unique(out, n, max, gemv[i]);
-        for (size_t i = 0; i < sizeof kgroups / sizeof kgroups[0]; i++)
-            n = add_unique(out, n, max, kgroups[i]);
-        for (size_t i = 0; op == HD_OP_LORA && s->dim[3] > 0 &&
-                           i < sizeof lora_split / sizeof lora_split[0];
-             i++)
-            n = add_unique(out, n, max, lora_split[i]);
-        if (op == HD_OP_LORA && s->dim[0] > 1) { /* several tokens: the tiled engine too */
-            hd_shape xw = {.dim = {s->dim[0], s->dim[2], s->dim[1]}};
-            n += hd__fused_tile_variants(f, &xw, s->precision, out + n, max - n);
-        }
-        return n;
-    case HD_OP_SOFTMAX:
-    case HD_OP_LAYER_NORM:
-    case HD_OP_RMS_NORM:
+    for (size_t i = 0; i < sizeof backward / sizeof backward[0] && n < max; i++)
+        if (backward_wg[i] <= f->device_max_group)
+            out[n++] = backward[i];
+    return n;
+}
+
+/* The variants of the family that runs the call's defaults; where that is the dot form, which
+ * takes none, GEMM's tiled engine is timed against it. LoRA backward's variants are its tiled
+ * engine's, which a variant makes it run. */
+static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part part,
+                             const char **out, size_t max)
+{
+    const hd_fused *f = state;
+    switch (hd__fused_route(f, op, s, part, NULL)) {
+    case HD_FUSED_ROUTE_EPILOGUE:
+        return hd__fused_lora_update_variants(s, out, max);
+    case HD_FUSED_ROUTE_STRIP:
+        return strip_variants(f, op, s, out, max);
+    case HD_FUSED_ROUTE_DOT:
+        return op == HD_OP_GEMM ? tile_variants(f, op, s, out, max) : 0;
+    case HD_FUSED_ROUTE_TILE:
+    case HD_FUSED_ROUTE_FEW_TOKENS:
+        return tile_variants(f, op, s, out, max);
+    case HD_FUSED_ROUTE_ROWS:
         return row_variants(f, s, out, max);
-    case HD_OP_LORA_BACKWARD: { /* the tiles of dx = dy*W^T (+ u*A^T), the largest product */
-        hd_shape dx = {.dim = {s->dim[0], s->dim[1], s->dim[2]},
-                       .trans_b = !(s->lora_layout & HD_LORA_TRANS_W)};
-        return hd__fused_tile_variants(f, &dx, s->precision, out, max);
-    }
-    case HD_OP_SOFTMAX_BACKWARD: /* the looped row kernels: CACHE does not apply */
-    case HD_OP_LAYER_NORM_BACKWARD:
-    case HD_OP_RMS_NORM_BACKWARD:
-        for (size_t i = 0; i < sizeof backward / sizeof backward[0] && n < max; i++)
-            if (backward_wg[i] <= f->device_max_group)
-                out[n++] = backward[i];
-        return n;
-    default: /* batched GEMM and anything newer: not offered here */
+    case HD_FUSED_ROUTE_ROWS_BACKWARD:
+        return row_backward_variants(f, out, max);
+    case HD_FUSED_ROUTE_STEP:
+        return hd__fused_step_variants(op, s, out, max);
+    case HD_FUSED_ROUTE_NONE:
         break;
     }
     return 0;
@@ -308,82 +324,105 @@ static hd_status tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
     return ahead ? hd__fused_tile_build_ahead(f, ctx, c) : hd__fused_tile_check(f, ctx, c);
 }
 
-/* The parameter checks of each slot, without the build (gemm.c, lora.c, rows.c); with ahead,
- * the program of a variant on the tiled engine is queued on the build-ahead workers too (the
- * other kernels' programs are few, and built at their first call). */
+/* The tiled engine's check of the op's tiled product for variant: GEMM's own; LoRA's
+ * y = x*W + u*B, read in the default layout; LoRA backward's dx = dy*W^T (+ u*A^T). */
+static hd_status tile_check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *s,
+                                    const char *variant, bool ahead)
+{
+    if (op == HD_OP_LORA_BACKWARD) {
+        hd_fused_tile_call dx = hd__fused_lora_backward_dx_call(ctx, s, variant);
+        return tile_check(f, ctx, &dx, ahead);
+    }
+    if (op == HD_OP_LORA) {
+        size_t tokens = s->dim[0], in = s->dim[1], out = s->dim[2], rank = s->dim[3];
+        const hd_fused_tile_call c = {
+            .m = tokens,
+            .n = out,
+            .k = in,
+            .k2 = rank,
+            .batch = 1,
+            .a = {NULL, in, false},
+            .b = {NULL, out, false},
+            .a2 = {NULL, rank, false},
+            .b2 = {NULL, out, false},
+            .ldc = out,
+            .precision = s->precision,
+            .variant = variant,
+        };
+        return tile_check(f, ctx, &c, ahead);
+    }
+    size_t m = s->dim[0], n = s->dim[1], k = s->dim[2];
+    const hd_fused_tile_call c = {
+        .m = m,
+        .n = n,
+        .k = k,
+        .batch = op == HD_OP_GEMM_BATCHED ? s->dim[3] : 1,
+        .a = {NULL, s->trans_a ? m : k, s->trans_a},
+        .b = {NULL, s->trans_b ? k : n, s->trans_b},
+        .ldc = n,
+        .precision = s->precision,
+        .variant = variant,
+    };
+    return tile_check(f, ctx, &c, ahead);
+}
+
+/* The strip kernels' check of variant: their rows (tokens) and rank, no transposes, and the
+ * parameters as gemm.c and lora.c read them. */
+static hd_status strip_check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *s,
+                                     const char *variant)
+{
+    hd_fused_params p;
+    if (op == HD_OP_GEMM) {
+        if (s->dim[0] > HD_FUSED_MAX_ROWS || s->trans_a || s->trans_b)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: GEMM takes at most %d rows and no transposes",
+                             HD_FUSED_MAX_ROWS);
+        return hd__fused_gemv_params(f, ctx, variant, s->dim[1], s->dim[2], s->dim[0], NULL, &p);
+    }
+    const hd_lora_args lora = {
+        .tokens = s->dim[0], .in = s->dim[1], .out = s->dim[2], .rank = s->dim[3]};
+    if (lora.tokens > HD_FUSED_MAX_ROWS || lora.rank > HD_FUSED_MAX_RANK)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: LoRA forward takes at most %d tokens and rank %d",
+                         HD_FUSED_MAX_ROWS, HD_FUSED_MAX_RANK);
+    return hd__fused_gemv_params(f, ctx, variant, lora.out, lora.in, lora.tokens, &lora, &p);
+}
+
+/* The parameter checks of the family the variant names (hd__fused_route), without the build;
+ * with ahead, the program of a variant on the tiled engine is queued on the build-ahead
+ * workers too (the other kernels' programs are few, and built at their first call). Callers
+ * check named variants; NULL is checked as the empty variant, which names no tile parameters. */
 static hd_status check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *s,
                                hd_part part, const char *variant, bool ahead)
 {
     hd_fused_params p;
     bool cached;
-    const hd_lora_args lora = {
-        .tokens = s->dim[0], .in = s->dim[1], .out = s->dim[2], .rank = s->dim[3]};
-    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
-        return hd__fused_step_check(f, ctx, op, s, variant);
-    if (part == HD_PART_EPILOGUE) { /* the epilogue of a plan of two: LoRA's low-rank term */
-        if (op != HD_OP_LORA)
-            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s has no epilogue",
-                             hd_op_name(op));
-        hd_lora_args l = lora;
-        l.variant = variant;
+    switch (hd__fused_route(f, op, s, part, variant != NULL ? variant : "")) {
+    case HD_FUSED_ROUTE_EPILOGUE: { /* the epilogue of a plan of two: LoRA's low-rank term */
+        const hd_lora_args l = {.tokens = s->dim[0],
+                                .in = s->dim[1],
+                                .out = s->dim[2],
+                                .rank = s->dim[3],
+                                .variant = variant};
         return hd__fused_lora_update_check(f, ctx, &l);
     }
-    switch (op) {
-    case HD_OP_GEMM: /* m, n, k; as hd__fused_gemm chooses between its two kernels */
-    case HD_OP_GEMM_BATCHED:
-        if (op == HD_OP_GEMM_BATCHED || hd__fused_is_tile_variant(variant)) {
-            size_t m = s->dim[0], n = s->dim[1], k = s->dim[2];
-            const hd_fused_tile_call c = {
-                .m = m,
-                .n = n,
-                .k = k,
-                .batch = op == HD_OP_GEMM_BATCHED ? s->dim[3] : 1,
-                .a = {NULL, s->trans_a ? m : k, s->trans_a},
-                .b = {NULL, s->trans_b ? k : n, s->trans_b},
-                .ldc = n,
-                .precision = s->precision,
-                .variant = variant,
-            };
-            return tile_check(f, ctx, &c, ahead);
-        }
-        if (s->dim[0] > 16 || s->trans_a || s->trans_b)
-            return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                             "fused: GEMM takes at most 16 rows and no transposes");
-        return hd__fused_gemv_params(f, ctx, variant, s->dim[1], s->dim[2], s->dim[0], NULL, &p);
-    case HD_OP_LORA: /* as hd__fused_lora chooses: the tiled x*W (+ u*B) or the strip kernel */
-        if (hd__fused_is_tile_variant(variant)) {
-            const hd_fused_tile_call c = {
-                .m = lora.tokens,
-                .n = lora.out,
-                .k = lora.in,
-                .k2 = lora.rank,
-                .batch = 1,
-                .a = {NULL, lora.in, false},
-                .b = {NULL, lora.out, false},
-                .a2 = {NULL, lora.rank, false},
-                .b2 = {NULL, lora.out, false},
-                .ldc = lora.out,
-                .precision = s->precision,
-                .variant = variant,
-            };
-            return tile_check(f, ctx, &c, ahead);
-        }
-        if (lora.tokens > 16 || lora.rank > 64)
-            return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                             "fused: LoRA forward takes at most 16 tokens and rank 64");
-        return hd__fused_gemv_params(f, ctx, variant, lora.out, lora.in, lora.tokens, &lora, &p);
-    case HD_OP_LORA_BACKWARD: {
-        hd_fused_tile_call dx = hd__fused_lora_backward_dx_call(ctx, s, variant);
-        return tile_check(f, ctx, &dx, ahead);
-    }
-    case HD_OP_SOFTMAX:
-    case HD_OP_LAYER_NORM:
-    case HD_OP_RMS_NORM:
-    case HD_OP_SOFTMAX_BACKWARD: /* the row kernels' parameters, as rows_backward.c reads them */
-    case HD_OP_LAYER_NORM_BACKWARD:
-    case HD_OP_RMS_NORM_BACKWARD:
+    case HD_FUSED_ROUTE_TILE:
+        return tile_check_variant(f, ctx, op, s, variant, ahead);
+    case HD_FUSED_ROUTE_STRIP:
+        return strip_check_variant(f, ctx, op, s, variant);
+    case HD_FUSED_ROUTE_ROWS:
+    case HD_FUSED_ROUTE_ROWS_BACKWARD: /* the row kernels' parameters, as rows_backward.c reads
+                                          them */
         return hd__fused_rows_params(f, ctx, variant, s->dim[1], &p, &cached);
-    default:
+    case HD_FUSED_ROUTE_STEP:
+        return hd__fused_step_check(f, ctx, op, s, variant);
+    case HD_FUSED_ROUTE_NONE:
+        if (part == HD_PART_EPILOGUE)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s has no epilogue",
+                             hd_op_name(op));
+        break;
+    case HD_FUSED_ROUTE_DOT:        /* named by no variant */
+    case HD_FUSED_ROUTE_FEW_TOKENS: /* likewise */
         break;
     }
     return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: %s takes no variants", hd_op_name(op));
@@ -456,12 +495,13 @@ static bool fused_runs_precision(void *state, hd_precision p)
     return p == HD_PRECISION_FP32 || (f != NULL && f->mma && !f->mma_broken);
 }
 
-/* One launch, then the larger of compute and streaming time. The epilogue of LoRA reads x,
- * A, B and y and writes y: its arithmetic is the low-rank product alone. */
+/* One launch, then the larger of compute and streaming time, at the rate of the family the
+ * router's rules give (a product past the dot form's 32-bit indexing, which the tiled engine
+ * runs, is priced as the dot form). The epilogue of LoRA reads x, A, B and y and writes y: its
+ * arithmetic is the low-rank product alone. */
 static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_part part,
                                 const hd_tune_calibration *cal)
 {
-    (void)state;
     double launch = cal != NULL && cal->launch_us > 0.0 ? cal->launch_us : DEFAULT_LAUNCH_US;
     double gflops =
         cal != NULL && cal->gemm_gflops > 0.0 ? cal->gemm_gflops : DEFAULT_DEVICE_GFLOPS;
@@ -475,13 +515,9 @@ static double fused_estimate_us(void *state, hd_op op, const hd_shape *s, hd_par
     }
     if (!hd__op(op)->compute_bound)
         return launch + bytes / (gbps * 1e3);
-    bool strip = part == HD_PART_EPILOGUE ||
-                 (op == HD_OP_LORA && s->lora_layout == 0 && s->dim[0] <= HD_FUSED_MAX_ROWS &&
-                  s->dim[3] <= 64) ||
-                 (op == HD_OP_LORA && (s->lora_layout & HD_LORA_TRANS_W) &&
-                  s->dim[0] <= HD_FUSED_DOT_FORM_MAX_ROWS) ||
-                 (op == HD_OP_GEMM && !s->trans_a &&
-                  s->dim[0] <= (s->trans_b ? HD_FUSED_DOT_FORM_MAX_ROWS : HD_FUSED_MAX_ROWS));
+    hd_fused_route route = hd__fused_route(state, op, s, part, NULL);
+    bool strip = part == HD_PART_EPILOGUE || route == HD_FUSED_ROUTE_STRIP ||
+                 route == HD_FUSED_ROUTE_DOT;
     double tile_gflops =
         cal != NULL && cal->fused_gflops > 0.0 ? cal->fused_gflops : gflops * TILE_RATE_FRACTION;
     double rate = strip ? gflops * GEMV_RATE_FRACTION : tile_gflops;

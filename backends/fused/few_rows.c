@@ -1,7 +1,7 @@
 /*
- * Products of few rows (m <= 16), where reading B once at full bandwidth is the whole cost:
- * B stored k x n on the strip kernel of gemv.cl (columns of B to work-items), B stored n x k
- * (op(B) = B^T) on the dot form of gemv_nt.cl (rows of B to warps). hd_gemm's few-row calls
+ * Products of few rows (m <= HD_FUSED_MAX_ROWS), where reading B once at full bandwidth is the
+ * whole cost: B stored k x n on the strip kernel of gemv.cl (columns of B to work-items), B stored
+ * n x k (op(B) = B^T) on the dot form of gemv_nt.cl (rows of B to warps). hd_gemm's few-row calls
  * and LoRA's few-token backward run here.
  */
 #include <limits.h>
@@ -11,9 +11,9 @@
 
 #define NT_WARPS 8
 /* Rows of B a slot of the dot form serves (gemv_nt.cl), by MR (m rounded up to a power of
- * two). On an H100, B 4096 x 4096 (us, RPW 1 / 2 / 4 / 8): MR 2: 31.7 / 39.1 / 40.9 / 42.5;
- * MR 4: 47.4 / 40.9 / 64.9 / 44.3; MR 8: 111.5 / 70.5 / 48.7 / 92.6; MR 16: 169.4 / 89.0 /
- * 103.9 / 126.0. */
+ * two): more rows of B per slot load A's rows from cache fewer times, fewer leave more slots to
+ * spread over the units; the counts that ran fastest on B 4096 x 4096 for each MR (commit
+ * 7896e80). */
 static size_t rows_per_slot(size_t mr)
 {
     return mr <= 2 ? 1 : mr == 8 ? 4 : 2;
@@ -44,11 +44,12 @@ static int warps_per_row(const hd_fused *f, size_t n)
 
 static hd_status setup(hd_fused *f, hd_context *ctx, const hd_fused_rows_call *c, rows_launch *l)
 {
-    if (c->m > 16 || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->k2) ||
+    if (c->m > HD_FUSED_MAX_ROWS || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->k2) ||
         !fits_int(c->m * c->k) || !fits_int(c->n * c->k))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: a few-row product takes at most 16 rows and 32-bit indexable "
-                         "sizes");
+                         "fused: a few-row product takes at most %d rows and 32-bit indexable "
+                         "sizes",
+                         HD_FUSED_MAX_ROWS);
     if (c->k2 > 0 && !c->b_trans)
         return hd__error(ctx, HD_ERR_INTERNAL, "fused: the strip kernel takes one product only");
     if (c->m == 0 || c->n == 0)

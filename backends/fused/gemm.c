@@ -1,22 +1,15 @@
-/* GEMM: for few rows (m <= 16, A not transposed; few_rows.c), where reading B once at full
- * bandwidth is the whole cost, the strip kernel (B stored k x n, its variants tuned) or the
- * dot form (B stored n x k, no variant); the tiled engine (tile.c) for the rest, and wherever
- * a tuned variant names it. */
+/* GEMM on the family the router gives (route.c): few rows on the few-row kernels (few_rows.c),
+ * where reading B once at full bandwidth is the whole cost, the strip kernel (B stored k x n,
+ * its variants tuned) or the dot form (B stored n x k, no variant); the tiled engine (tile.c)
+ * for the rest, and wherever a tuned variant names it. */
 #include <limits.h>
 
 #include "backends/fused/internal.h"
 
-/* Whether g runs on the few-row kernels: a few-row variant names them; without a variant,
- * few rows of A not transposed, within the dot form's row count and 32-bit indexing where B
- * is transposed. */
-static bool runs_few_rows(const hd_gemm_args *g)
+/* Whether the dot form indexes g's sizes with its 32-bit ints. */
+static bool dot_form_indexes(const hd_gemm_args *g)
 {
-    if (g->variant != NULL)
-        return !hd__fused_is_tile_variant(g->variant);
-    if (!g->trans_b)
-        return g->m <= 16 && !g->trans_a;
-    return g->m <= HD_FUSED_DOT_FORM_MAX_ROWS && !g->trans_a &&
-           (g->k == 0 || (g->n <= INT_MAX / g->k && g->m <= INT_MAX / g->k));
+    return g->k == 0 || (g->n <= INT_MAX / g->k && g->m <= INT_MAX / g->k);
 }
 
 static hd_fused_tile_call tile_call(const hd_gemm_args *g, size_t batch)
@@ -50,15 +43,22 @@ hd_status hd__fused_gemm_batched(void *state, hd_context *ctx, const hd_gemm_arg
 hd_status hd__fused_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
 {
     hd_fused *f = state;
-    if (!runs_few_rows(g)) {
+    const hd_shape shape = {.dim = {g->m, g->n, g->k},
+                            .trans_a = g->trans_a,
+                            .trans_b = g->trans_b,
+                            .precision = g->precision};
+    hd_fused_route route = hd__fused_route(f, HD_OP_GEMM, &shape, HD_PART_WHOLE, g->variant);
+    if (route == HD_FUSED_ROUTE_DOT && !dot_form_indexes(g))
+        route = HD_FUSED_ROUTE_TILE; /* past the dot form's indexing: the tiled engine */
+    if (route == HD_FUSED_ROUTE_TILE) {
         hd_fused_tile_call call = tile_call(g, 1);
         return hd__fused_tile_gemm(f, ctx, &call);
     }
-    if (g->variant != NULL && (g->m > 16 || g->trans_a || g->trans_b))
+    if (g->variant != NULL && (g->m > HD_FUSED_MAX_ROWS || g->trans_a || g->trans_b))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: the few-row variant '%.100s' takes at most 16 rows and no "
+                         "fused: the few-row variant '%.100s' takes at most %d rows and no "
                          "transposes",
-                         g->variant);
+                         g->variant, HD_FUSED_MAX_ROWS);
     hd_fused_rows_call call = {.m = g->m,
                                .n = g->n,
                                .k = g->k,

@@ -54,6 +54,7 @@ typedef enum hd_fused_program {
 } hd_fused_program;
 
 #define HD_FUSED_OPTIONS_CAPACITY 256
+
 /* Work-groups of the LoRA x*A launch at most (the partials buffer holds this many). */
 #define HD_FUSED_MAX_SPLIT    64
 #define HD_FUSED_KERNEL_CACHE 64
@@ -98,6 +99,48 @@ typedef struct hd_fused {
     cl_mem backward_parts; /* and their weight gradients' partial sums per chunk of rows */
     size_t backward_parts_bytes;
 } hd_fused;
+
+/* ---- the families of kernels and the router (route.c) ---- */
+
+/* Rows of A (tokens) the few-row kernels take at most (gemv.cl, gemv_nt.cl, lora.cl,
+ * lora_backward.cl): each work-group keeps them in registers, MR (the rows rounded up to a power
+ * of two) at a time. Also the tokens up to which LoRA's backward runs on them. */
+#define HD_FUSED_MAX_ROWS 16
+/* LoRA's rank the strip kernels of lora.cl and the epilogue (lora_update.cl) take at most: x*A
+ * of each row is held in registers, the rank rounded up to a power of two. */
+#define HD_FUSED_MAX_RANK 64
+/* Rows up to which a product with its weight stored n x k (hd_gemm with B transposed, LoRA in
+ * PyTorch's layout) takes the dot form by default: it reads the weight once at full
+ * bandwidth, and only past this many rows does the tiled engine's tile of rows reuse each load
+ * of the weight enough to win (the sweep of 1 to 16 rows at 4096^2 in commits 7896e80 and
+ * 81a7108). */
+#define HD_FUSED_DOT_FORM_MAX_ROWS 8
+
+/* The kernel family that runs a call. */
+typedef enum hd_fused_route {
+    HD_FUSED_ROUTE_NONE = 0,      /* not offered here: an op (or epilogue) newer than this
+                                     backend */
+    HD_FUSED_ROUTE_STRIP,         /* few rows, the weight stored k x n: gemv.cl's strip kernel
+                                     (GEMM), lora.cl's one launch (LoRA); variants TN KS ... */
+    HD_FUSED_ROUTE_DOT,           /* few rows, the weight stored n x k: gemv_nt.cl's dot form
+                                     (few_rows.c), no variants */
+    HD_FUSED_ROUTE_TILE,          /* the tiled GEMM engine (tile.c); variants BM BN ... */
+    HD_FUSED_ROUTE_FEW_TOKENS,    /* LoRA backward of few tokens: one launch of lora_backward.cl,
+                                     or its products on the few-row kernels */
+    HD_FUSED_ROUTE_ROWS,          /* the row kernels: softmax, layer norm, RMS norm */
+    HD_FUSED_ROUTE_ROWS_BACKWARD, /* their backward passes (rows_backward.cl) */
+    HD_FUSED_ROUTE_EPILOGUE,      /* LoRA's epilogue y += scale * (x*A) * B (lora_update.cl) */
+    HD_FUSED_ROUTE_STEP,          /* the training step's ops: step.c (elementwise, RoPE,
+                                     embedding), attention.c, train.c */
+} hd_fused_route;
+
+/* The family that runs op (or its epilogue, by part) on shape s with variant. A variant names
+ * its family: the tiled engine's name BM (hd__fused_is_tile_variant), any other variant of GEMM
+ * and LoRA is the strip kernel's; without one the op and the shape decide. The router does not
+ * look at 32-bit indexing: a few-row product past it runs on the tiled engine (gemm.c, lora.c),
+ * and supports() says what each family takes. */
+hd_fused_route hd__fused_route(const hd_fused *f, hd_op op, const hd_shape *s, hd_part part,
+                               const char *variant);
 
 /* ---- kernel parameters (params.c) ---- */
 
@@ -235,8 +278,8 @@ hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,
                            struct hd_device_buffer **out);
 void hd__fused_buffer_release(hd_fused *f, struct hd_device_buffer *buf); /* NULL: no-op */
 
-/* The partials and counters of a KG > 1 launch over `strips` strips of rows (<= 16) rows,
- * grown on demand (the counters zeroed on the queue). KG == 1: both are `unused`, a buffer
+/* The partials and counters of a KG > 1 launch over `strips` strips of rows (<= HD_FUSED_MAX_ROWS)
+ * rows, grown on demand (the counters zeroed on the queue). KG == 1: both are `unused`, a buffer
  * the kernel never touches. */
 hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
                                size_t strips, size_t rows, cl_mem unused, cl_mem *part,
@@ -253,18 +296,10 @@ size_t hd__fused_pow2_ceil(size_t v);
 
 /* ---- products of few rows (few_rows.c) ---- */
 
-/* Tokens up to which LoRA's backward runs its products on the few-row kernels. */
-#define HD_FUSED_FEW_TOKENS 16
-
-/* Rows up to which hd_gemm with B transposed takes the dot form by default: on an H100 at
- * 4096^2 it beat the tiled engine from 1 to 8 rows; from 9 rows on the tiled engine is the
- * faster (measured: BENCHMARKS.md). */
-#define HD_FUSED_DOT_FORM_MAX_ROWS 8
-
-/* C = alpha * A * op(B) (+ A2 * op(B2)) + beta * C for m <= 16 rows, every matrix dense and
- * row-major: op(B) = B stored k x n (gemv.cl's strip kernel), or B^T with B stored n x k (the
- * dot form of gemv_nt.cl, which alone takes the second product, B2 stored n x k2). The
- * variant is the strip kernel's (TN KS ...), NULL for the defaults. */
+/* C = alpha * A * op(B) (+ A2 * op(B2)) + beta * C for m <= HD_FUSED_MAX_ROWS rows, every matrix
+ * dense and row-major: op(B) = B stored k x n (gemv.cl's strip kernel), or B^T with B stored n x k
+ * (the dot form of gemv_nt.cl, which alone takes the second product, B2 stored n x k2). The variant
+ * is the strip kernel's (TN KS ...), NULL for the defaults. */
 typedef struct hd_fused_rows_call {
     size_t m, n, k, k2;
     float alpha, beta;

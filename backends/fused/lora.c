@@ -1,15 +1,14 @@
-/* The LoRA forward pass: for few tokens the strip kernels of lora.cl (one launch), in
- * PyTorch's layout the dot form of few_rows.c (two launches); for more tokens, or where a
- * tuned variant names it, the tiled GEMM engine (two launches); and the epilogue
- * y += scale * (x*A) * B for any number of tokens (lora_update.cl), one launch. */
+/* The LoRA forward pass on the family the router gives (route.c): for few tokens the strip
+ * kernels of lora.cl (one launch), in PyTorch's layout the dot form of few_rows.c (two
+ * launches); for more tokens, or where a tuned variant names it, the tiled GEMM engine (two
+ * launches); and the epilogue y += scale * (x*A) * B for any number of tokens
+ * (lora_update.cl), one launch. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backends/fused/fused.h"
 #include "backends/fused/internal.h"
-
-#define HD_FUSED_MAX_RANK 64
 
 /* Both kernels index with 32-bit ints within a matrix (row offsets of x and y in size_t). */
 static bool fits_int(size_t a, size_t b)
@@ -59,12 +58,14 @@ static hd_status set_mems(hd_context *ctx, cl_kernel k, cl_uint first, const cl_
     return s;
 }
 
-/* The partials of lora_xa: HD_FUSED_MAX_SPLIT blocks of MR (<= 16) rows of 64 floats,
- * allocated once. In-order queue: a later call's lora_xa runs after this call's reader. */
+/* The partials of lora_xa: HD_FUSED_MAX_SPLIT blocks of MR (<= HD_FUSED_MAX_ROWS) rows of
+ * HD_FUSED_MAX_RANK floats, allocated once. In-order queue: a later call's lora_xa runs after
+ * this call's reader. */
 static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
 {
     if (f->lora_part == NULL) {
-        size_t bytes = (size_t)HD_FUSED_MAX_SPLIT * 16 * 64 * sizeof(float);
+        size_t bytes =
+            (size_t)HD_FUSED_MAX_SPLIT * HD_FUSED_MAX_ROWS * HD_FUSED_MAX_RANK * sizeof(float);
         hd_status s = hd__cl_scratch_create(f->rt, ctx, bytes, "LoRA partials", &f->lora_part);
         if (s != HD_OK)
             return s;
@@ -197,35 +198,14 @@ static hd_status lora_dot_form(hd_fused *f, hd_context *ctx, const hd_lora_args 
     return hd__fused_rows_gemm(f, ctx, &y);
 }
 
-hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
+/* Few tokens in the default layout on the strip kernels of lora.cl: x*A and y = x*W + u*B in
+ * one pass over W, or x*A split over work-groups in a launch of its own (SPLIT). */
+static hd_status lora_strip(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
 {
-    hd_fused *f = state;
-    if (l->trans_w || l->trans_a || l->trans_b) {
-        /* The tiled engine and the dot form read transposed weights in place, each taking
-         * its second product (u*B) with the transposes of its first (x*W): W and B
-         * transposed alike, as PyTorch stores them. */
-        if (l->trans_w != l->trans_b)
-            return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                             "fused: LoRA reads W and B transposed only together");
-        bool tile_variant = l->variant != NULL && hd__fused_is_tile_variant(l->variant);
-        if (l->trans_w && !tile_variant && l->tokens <= HD_FUSED_DOT_FORM_MAX_ROWS) {
-            hd_status s = lora_dot_form(f, ctx, l);
-            if (s != HD_ERR_UNSUPPORTED)
-                return s;
-            hd__error_clear(ctx); /* sizes past the few-row kernels: the tiled engine */
-        }
-        hd_lora_args tiled = *l;
-        if (tiled.variant != NULL && !hd__fused_is_tile_variant(tiled.variant))
-            tiled.variant = NULL; /* a strip-kernel variant tuned for the default layout */
-        return lora_tiled(f, ctx, &tiled);
-    }
-    bool few_tokens = l->variant != NULL ? !hd__fused_is_tile_variant(l->variant)
-                                         : l->tokens <= 16 && l->rank <= HD_FUSED_MAX_RANK;
-    if (!few_tokens)
-        return lora_tiled(f, ctx, l);
-    if (l->tokens > 16 || l->rank > HD_FUSED_MAX_RANK)
+    if (l->tokens > HD_FUSED_MAX_ROWS || l->rank > HD_FUSED_MAX_RANK)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: LoRA forward takes at most 16 tokens and rank 64");
+                         "fused: LoRA forward takes at most %d tokens and rank %d",
+                         HD_FUSED_MAX_ROWS, HD_FUSED_MAX_RANK);
     hd_fused_params p;
     hd_status s = hd__fused_gemv_params(f, ctx, l->variant, l->out, l->in, l->tokens, l, &p);
     if (s != HD_OK)
@@ -272,6 +252,38 @@ hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     return hd__fused_launch(f, ctx, k, strips * (size_t)p.kg, group);
 }
 
+hd_status hd__fused_lora(void *state, hd_context *ctx, const hd_lora_args *l)
+{
+    hd_fused *f = state;
+    hd_lora_args call = *l;
+    const hd_shape shape = {.dim = {l->tokens, l->in, l->out, l->rank},
+                            .lora_layout = (l->trans_w ? HD_LORA_TRANS_W : 0u) |
+                                           (l->trans_a ? HD_LORA_TRANS_A : 0u) |
+                                           (l->trans_b ? HD_LORA_TRANS_B : 0u),
+                            .precision = l->precision};
+    hd_fused_route route = hd__fused_route(f, HD_OP_LORA, &shape, HD_PART_WHOLE, l->variant);
+    if (shape.lora_layout != 0) {
+        /* The tiled engine and the dot form read transposed weights in place, each taking
+         * its second product (u*B) with the transposes of its first (x*W): W and B
+         * transposed alike, as PyTorch stores them. */
+        if (l->trans_w != l->trans_b)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: LoRA reads W and B transposed only together");
+        if (route == HD_FUSED_ROUTE_STRIP) { /* a strip variant tuned for the default layout */
+            call.variant = NULL;
+            route = hd__fused_route(f, HD_OP_LORA, &shape, HD_PART_WHOLE, NULL);
+        }
+    }
+    if (route == HD_FUSED_ROUTE_DOT) {
+        hd_status s = lora_dot_form(f, ctx, &call);
+        if (s != HD_ERR_UNSUPPORTED)
+            return s;
+        hd__error_clear(ctx); /* sizes past the few-row kernels: the tiled engine */
+        route = HD_FUSED_ROUTE_TILE;
+    }
+    return route == HD_FUSED_ROUTE_TILE ? lora_tiled(f, ctx, &call) : lora_strip(f, ctx, &call);
+}
+
 /* The epilogue's checks: the device, the shape and the parameters, into p. */
 static hd_status update_accepts(hd_fused *f, hd_context *ctx, const hd_lora_args *l,
                                 hd_fused_params *p)
@@ -281,7 +293,8 @@ static hd_status update_accepts(hd_fused *f, hd_context *ctx, const hd_lora_args
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "fused: no OpenCL device");
     if (!hd__fused_lora_update_supports(&shape))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: the LoRA epilogue takes rank <= 64 and 32-bit indexable sizes");
+                         "fused: the LoRA epilogue takes rank <= %d and 32-bit indexable sizes",
+                         HD_FUSED_MAX_RANK);
     return hd__fused_update_params(f, ctx, l->variant, l->out, p);
 }
 

@@ -13,11 +13,12 @@
  * own after dx's (the engine's second product shares the first's transposes). accumulate
  * makes beta 1.
  * A tuned variant sets dx's product, the largest; the others take their shapes' defaults.
- * Few tokens (at most HD_FUSED_FEW_TOKENS) and no variant: with a rank up to 16, in any layout,
- * every gradient in one launch (kernels/lora_backward.cl) where the sums of u its groups each
- * make stay small (one_launch_fits: small weights); else u, h and dx on the few-row kernels
- * (few_rows.c), which read each weight once at full bandwidth, where the tiled engine walks
- * the depth of a one-row tile stage by stage (plan_few_tokens).
+ * Few tokens (at most HD_FUSED_MAX_ROWS) and no variant, as the router says
+ * (HD_FUSED_ROUTE_FEW_TOKENS): with a rank up to 16, in any layout, every gradient in one
+ * launch (kernels/lora_backward.cl) where the sums of u its groups each make stay small
+ * (one_launch_fits: small weights); else u, h and dx on the few-row kernels (few_rows.c),
+ * which read each weight once at full bandwidth, where the tiled engine walks the depth of a
+ * one-row tile stage by stage (plan_few_tokens).
  * The temporaries are taken and every product prepared (parameters, builds, scratch) before
  * the first launch, so a refusal leaves every gradient as it was; only an enqueue that the
  * device itself refuses can stop the call after a gradient was written.
@@ -247,10 +248,10 @@ static const char *variant_for_layout(hd_fused *f, hd_context *ctx, const hd_lor
 
 /* Each dx group of the one launch sums u = dy * B^T itself, reading dy and B (tokens + rank
  * rows of out floats) from cache: the launch is worth it while all the groups together read
- * at most this many bytes that way. On an H100 (queued calls, fused): 1024^2 at rank 8 from 1
- * to 16 tokens (4.7-25 MB read so) ran faster in one launch than in the few-row kernels' five
- * launches; 4096^2 at rank 16 and one token read 89-142 MB so and was slower in one launch
- * (measured: BENCHMARKS.md). */
+ * at most this many bytes that way. Small weights (1024^2 at rank 8, 1 to 16 tokens, as the
+ * case lora_backward 1x1024x1024 r8) ran faster in one launch than in the few-row kernels'
+ * five; 4096^2 at rank 16 and one token, which reads several times this much so, ran slower
+ * (commit 302c853). */
 #define ONE_LAUNCH_MAX_PROLOGUE_BYTES ((size_t)32 << 20)
 
 /* The one launch's groups: W in x out, a group per WARPS rows of W; W out x in, blocks of
@@ -279,12 +280,13 @@ static one_launch one_launch_groups(const hd_fused *f, const hd_lora_backward_ar
     return g;
 }
 
+/* Whether a call of few tokens (HD_FUSED_ROUTE_FEW_TOKENS) runs in one launch. */
 static bool one_launch_fits(const hd_fused *f, const hd_lora_backward_args *l)
 {
     size_t t = l->tokens, in = l->in, out = l->out, r = l->rank;
-    if (!(l->variant == NULL && t >= 1 && t <= HD_FUSED_FEW_TOKENS && r >= 1 &&
-          r <= ONE_LAUNCH_MAX_RANK && in >= 1 && out >= 1 && in <= (size_t)INT_MAX / 16 &&
-          out <= (size_t)INT_MAX / 16 && in * r <= (size_t)INT_MAX && r * out <= (size_t)INT_MAX))
+    if (!(t >= 1 && r >= 1 && r <= ONE_LAUNCH_MAX_RANK && in >= 1 && out >= 1 &&
+          in <= (size_t)INT_MAX / 16 && out <= (size_t)INT_MAX / 16 && in * r <= (size_t)INT_MAX &&
+          r * out <= (size_t)INT_MAX))
         return false;
     one_launch g = one_launch_groups(f, l);
     return g.dx_groups * (t + r) * out * sizeof(float) <= ONE_LAUNCH_MAX_PROLOGUE_BYTES;
@@ -345,7 +347,10 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
     hd_lora_backward_args call = *l;
     call.variant = variant_for_layout(f, ctx, l);
     l = &call;
-    if (one_launch_fits(f, l))
+    const hd_shape shape = {.dim = {l->tokens, l->in, l->out, l->rank}};
+    bool few_tokens = hd__fused_route(f, HD_OP_LORA_BACKWARD, &shape, HD_PART_WHOLE,
+                                      l->variant) == HD_FUSED_ROUTE_FEW_TOKENS;
+    if (few_tokens && one_launch_fits(f, l))
         return backward_one_launch(f, ctx, l);
     size_t low_rank_bytes = l->tokens * l->rank * sizeof(float);
     struct hd_device_buffer *u = NULL, *h = NULL;
@@ -365,7 +370,7 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
         m.h = h->mem;
     }
     backward_plan plan;
-    if (l->tokens <= HD_FUSED_FEW_TOKENS && l->variant == NULL)
+    if (few_tokens)
         plan_few_tokens(l, &m, &plan);
     else
         plan_backward(l, &m, &plan);

@@ -232,17 +232,17 @@ hd_status hd__fused_rows_params(hd_fused *f, hd_context *ctx, const char *varian
 }
 
 /* KG when the variant leaves it open: the strips alone are n / (TN * VEC) work-groups, 64 for
- * n = 2048 at the one-row GEMM's default strip, fewer than the SMs of an H100 and far from
- * enough loads in flight. Double KG while every work-item still gets one full unrolled round
- * of UNROLL loads and the groups stay within 8 per compute unit for one row (8 x 256
+ * n = 2048 at the one-row GEMM's default strip, fewer than a large GPU's compute units and far
+ * from enough loads in flight. Double KG while every work-item still gets one full unrolled
+ * round of UNROLL loads and the groups stay within 8 per compute unit for one row (8 x 256
  * work-items fill an SM).
  * Several rows stage x through local memory chunk by chunk and LoRA's compute their share of
  * x*A first, costs that fewer, longer groups pay less often: their groups stay within 64
- * strip vectors per compute unit (2 groups of 32-vector strips, 1 of 64). Measured on an
- * H100 (device time, one call; BENCHMARKS.md): one row gains (LoRA 2048² r=8, GEMM 1x4096²
- * with strips of 4 vectors); GEMM 8 x 4096² (32-vector strips) was fastest at KG=8, ahead of
- * 4, 16 and 32 with 8 loads per round. The one-token split LoRA path sums all x*A partials in
- * every group, so it keeps KG=1. */
+ * strip vectors per compute unit (2 groups of 32-vector strips, 1 of 64). One row gains (the
+ * cases lora 1x2048x2048 r8 and gemm 1x4096x4096 with strips of 4 vectors); GEMM 8 x 4096²
+ * (32-vector strips, the case gemm 8x4096x4096) was fastest at KG=8, ahead of 4, 16 and 32
+ * with 8 loads per round (commit ea6b433; BENCHMARKS.md at 89a17cb). The one-token split LoRA
+ * path sums all x*A partials in every group, so it keeps KG=1. */
 static int default_kg(const hd_fused *f, const hd_fused_params *p, size_t n, size_t k,
                       size_t rows)
 {
@@ -270,22 +270,22 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
         p->vec = n % 4 == 0 ? 4 : 1;
     /* GEMM of one row: strips of 8 vectors by 32 k-slices with 8 loads in flight per
      * work-item, so that a quarter-warp reads 128 contiguous bytes of a row of W (strips of 4
-     * vectors read half sectors and ran slower on the H100 as n grew: BENCHMARKS.md).
-     * Measured on an H100, device time per call. One-token LoRA: every work-group recomputes
-     * its k-range of x*A, so few wide strips (16 vectors, 16 k-slices, 4 loads per round)
-     * split many ways over k (KG below) keep that prologue short: close to the fastest
-     * variant of each shape at 512², 1024² (r 4..64) and 2048², faster than the GEMM's strip
-     * in one launch or split (r = 64). Several rows read x from local memory (gemv.cl). GEMM
-     * up to 8 rows: strips of 32 vectors by 8 k-slices with 4 loads per round, 2 groups per SM
-     * (KG below), the fastest tried at 8 x 4096² and 4 x 5504 x 2048. LoRA, and GEMM of 9 to
-     * 16 rows: strips of 64 vectors by 4 k-slices with 8 loads per round, one group per SM,
-     * which halves the groups that compute x*A: faster than the best 32 x 8 strips at 4, 8 and
-     * 16 x 4096² r=16 and at GEMM 16 x 4096² (H100 sweeps: BENCHMARKS.md). */
+     * vectors read half sectors and ran slower as n grew). One-token LoRA: every work-group
+     * recomputes its k-range of x*A, so few wide strips (16 vectors, 16 k-slices, 4 loads per
+     * round) split many ways over k (KG below) keep that prologue short: close to the fastest
+     * variant of each shape of the seed suite (lora 1x512x512 to 1x2048x2048, r 4 to 64),
+     * faster than the GEMM's strip in one launch or split (r = 64; commit f3a4999). Several
+     * rows read x from local memory (gemv.cl). GEMM up to 8 rows: strips of 32 vectors by 8
+     * k-slices with 4 loads per round, 2 groups per SM (KG below), the fastest tried at gemm
+     * 8x4096x4096 and gemm 4x5504x2048. LoRA, and GEMM of 9 to 16 rows: strips of 64 vectors
+     * by 4 k-slices with 8 loads per round, one group per SM, which halves the groups that
+     * compute x*A: faster than the best 32 x 8 strips at 4, 8 and 16 tokens of 4096^2 at
+     * rank 16 (the case lora 8x4096x4096 r16) and at gemm 16x4096x4096 (commit e92e151;
+     * BENCHMARKS.md at 89a17cb). */
     const bool wide = needs_rank && rows <= 1;
     const bool wider = rows > 1 && (needs_rank || rows > 8);
     /* LoRA of several tokens over a large W (2^25 elements and up, 4096 columns or more):
-     * strips of 128 vectors by 2 k-slices, faster there in the H100 sweeps of BENCHMARKS.md,
-     * slower on 4096^2 */
+     * strips of 128 vectors by 2 k-slices, faster there, slower on 4096^2 (commit 1f2aa2c) */
     const bool widest = wider && needs_rank && n >= 4096 && n * k >= ((size_t)1 << 25);
     if (p->tn == 0)
         p->tn = widest ? 128 : wider ? 64 : rows > 1 ? 32 : wide ? 16 : 8;
@@ -296,9 +296,9 @@ hd_status hd__fused_gemv_params(hd_fused *f, hd_context *ctx, const char *varian
     if (!needs_rank && p->split >= 0)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "fused: SPLIT applies to LoRA only");
     /* x*A in the same launch unless the variant splits it: each work-group computes it over
-     * its own k-range only, and a second launch costs more than that prologue (H100, LoRA 16 x
-     * 1024² r = 64 and one token at 1024² r = 64, both faster in one launch than split:
-     * BENCHMARKS.md) */
+     * its own k-range only, and a second launch costs more than that prologue (the cases lora
+     * 16x1024x1024 r64 and lora 1x1024x1024 r64, both faster in one launch than split: commit
+     * e92e151) */
     if (needs_rank && p->split < 0)
         p->split = 0;
     if (needs_rank && lora->rank == 0)

@@ -162,8 +162,8 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     cl_kernel k;
     hd_status built = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, fused_options,
                                        "norm_backward_fused", wg, &k);
-    /* a compiler may give the kernel's registers fewer work-items than asked (H100, 512 for
-     * CACHE=3: at most 256): the three-launch path then */
+    /* a compiler may give the kernel's registers fewer work-items than asked (NVIDIA's gave
+     * half the 512 of CACHE=3: commit ffaf78d): the three-launch path then */
     if (built == HD_ERR_UNSUPPORTED && wg > 256) {
         hd__error_clear(ctx);
         *done = false;
@@ -175,9 +175,9 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     if (built != HD_OK)
         return built;
     /* work-groups per compute unit: one with the prefetch, which keeps the loads in flight
-     * alone (H100, 8192 x 4096 and 32768 x 1024: one per unit at least as fast as two, and
-     * ahead of four); without it, others load while one reduces (H100, before the prefetch: 2
-     * per unit the faster at 8192 x 4096, 4 at 32768 x 1024; measured: BENCHMARKS.md) */
+     * alone (the cases layer_norm_backward 8192x4096 and 32768x1024: one per unit at least as
+     * fast as two, and ahead of four); without it, others load while one reduces (2 per unit
+     * the faster at 8192 x 4096, 4 at 32768 x 1024; commits 82d0713, 89a17cb) */
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
     size_t wanted = units * (prefetch ? 1 : one.cache >= 3 ? 2 : 4);
     size_t groups = r->rows < wanted ? r->rows : wanted;

@@ -113,21 +113,6 @@ static bool copied_rows_aligned(const hd_fused_tile_call *c)
     return (!c->a.trans || a_rows_aligned(c)) && (c->b.trans || b_rows_aligned(c));
 }
 
-/* The FMA kernel's tile bm x bn, bk deep, rm x rn results per work-item, with 3 buffers
- * through cp.async where that copies an operand with aligned rows (unless the variant named
- * ASYNC). */
-static void fma_tile(const hd_fused *f, const hd_fused_tile_call *c, hd_fused_params *p, int bm,
-                     int bn, int bk, int rm, int rn)
-{
-    p->bm = bm;
-    p->bn = bn;
-    p->bk = bk;
-    p->rm = rm;
-    p->rn = rn;
-    if (p->async == 0 && copies_an_operand(f, c) && copied_rows_aligned(c))
-        p->async = 3;
-}
-
 /* Local memory of one stage of the warpgroup kernel, in bytes: B's alone with AREG (its
  * emulation's scratch of one A step is left out: PoCL's local memory is far larger). */
 static size_t wgmma_stage_bytes(const hd_fused_params *p)
@@ -159,10 +144,100 @@ static bool local_memory_holds(const hd_fused *f, const hd_fused_params *p, bool
     return f->local_mem == 0 || local_bytes(p, mma) <= f->local_mem;
 }
 
+/* ---- the defaults: a table of named rules ----
+ *
+ * A parameter the variant leaves open is set by the first rule of `rules` below that serves the
+ * call's kernel, finds the parameters it sets still open and applies to the shape; what is left
+ * open then takes the plain defaults (fill_open). Each rule's comment names the benchmark case
+ * or the commit whose measurements chose it; the figures are in those commits and in
+ * BENCHMARKS.md's tables, not here. */
+
+/* The three kernels the defaults serve. */
+typedef enum tile_kind { TILE_FMA, TILE_MMA, TILE_WGMMA } tile_kind;
+
+/* The parameters a rule sets, which the variant must leave open for it to apply. */
+enum {
+    OPEN_BM = 1u << 0,
+    OPEN_BN = 1u << 1,
+    OPEN_BK = 1u << 2,
+    OPEN_RM = 1u << 3,
+    OPEN_RN = 1u << 4,
+    OPEN_WM = 1u << 5,
+    OPEN_WN = 1u << 6,
+    OPEN_SK = 1u << 7,
+    OPEN_ASYNC = 1u << 8,
+    OPEN_LEAD = 1u << 9,
+    OPEN_OVERLAP = 1u << 10,
+    OPEN_AREG = 1u << 11,
+    OPEN_FMA_TILE = OPEN_BM | OPEN_BN | OPEN_BK | OPEN_RM | OPEN_RN,
+};
+
+/* The parameters p leaves open, as OPEN_ bits. */
+static unsigned open_params(const hd_fused_params *p)
+{
+    return (p->bm == 0 ? OPEN_BM : 0u) | (p->bn == 0 ? OPEN_BN : 0u) | (p->bk == 0 ? OPEN_BK : 0u) |
+           (p->rm == 0 ? OPEN_RM : 0u) | (p->rn == 0 ? OPEN_RN : 0u) | (p->wm == 0 ? OPEN_WM : 0u) |
+           (p->wn == 0 ? OPEN_WN : 0u) | (p->sk == 0 ? OPEN_SK : 0u) |
+           (p->async == 0 ? OPEN_ASYNC : 0u) | (p->lead == 0 ? OPEN_LEAD : 0u) |
+           (p->overlap < 0 ? OPEN_OVERLAP : 0u) | (p->areg == 0 ? OPEN_AREG : 0u);
+}
+
+/* The FMA kernel's tiles for products whose 128 x 128 tiles (16 x 8 results per work-item)
+ * give every unit work: those, the 64 x 128 (wide) or 128 x 64 (tall) ones of 8 x 8, or the
+ * 64 x 96 (wide, narrow) and 96 x 64 (tall, narrow) ones of 4 x 12 and 12 x 4, which fit a
+ * side that falls just past a multiple of 96 and well short of the next of 128 (521 columns:
+ * six of 96, where five of 128 compute 640; the case gemm 4093x521x1031 TN). */
+typedef enum fma_shape {
+    FMA_LARGE,
+    FMA_WIDE,
+    FMA_TALL,
+    FMA_WIDE_NARROW,
+    FMA_TALL_NARROW
+} fma_shape;
+
+/* What the rules look at: the device, the call, its kernel, and how its tiles fill the device:
+ * large where 128 x 128 tiles give every compute unit work, half_fill where, short of that,
+ * 64 x 128 tiles give half of them work or more. */
+typedef struct tile_case {
+    const hd_fused *f;
+    const hd_fused_tile_call *c;
+    tile_kind kernel;
+    size_t units;
+    bool large, half_fill;
+    fma_shape large_shape; /* the FMA kernel's large products: fma_tile_shape's choice */
+} tile_case;
+
+/* A tile of the FMA kernel: bm x bn, bk deep, rm x rn results per work-item. */
+typedef struct fma_dims {
+    int bm, bn, bk, rm, rn;
+} fma_dims;
+
+/* The FMA kernel's tiles by fma_shape, and two more the rules take. */
+static const fma_dims fma_shape_dims[] = {
+    [FMA_LARGE] = {128, 128, 8, 16, 8},      [FMA_WIDE] = {64, 128, 16, 8, 8},
+    [FMA_TALL] = {128, 64, 16, 8, 8},        [FMA_WIDE_NARROW] = {64, 96, 16, 4, 12},
+    [FMA_TALL_NARROW] = {96, 64, 16, 12, 4},
+};
+static const fma_dims tall_thin_dims = {128, 64, 16, 16, 4};
+static const fma_dims shallow_dims = {32, 64, 16, 4, 4};
+
+/* The FMA kernel's tile d, with 3 buffers through cp.async where that copies an operand with
+ * aligned rows (unless the variant named ASYNC). */
+static void fma_tile(const hd_fused *f, const hd_fused_tile_call *c, hd_fused_params *p, fma_dims d)
+{
+    p->bm = d.bm;
+    p->bn = d.bn;
+    p->bk = d.bk;
+    p->rm = d.rm;
+    p->rn = d.rn;
+    if (p->async == 0 && copies_an_operand(f, c) && copied_rows_aligned(c))
+        p->async = 3;
+}
+
 /* Deep products whose 128 x 128 tiles leave units idle but whose 64 x 128 ones, each cut into
  * 4 slices of the depth, come to half a wave or more (rows past the thin products' 32): there
- * those split tiles ran fastest in the H100 sweeps of 64-row products (BENCHMARKS.md); with
- * fewer tiles the 64 x 64 ones keep more groups. */
+ * those split tiles ran fastest in the sweeps of 64-row products (the case gemm 64x4096x4096;
+ * commits 722b5e1, 24c3b0d); with fewer tiles the 64 x 64 ones keep more groups. */
 static bool deep_few_tiles(size_t units, size_t m, size_t n, size_t k)
 {
     return m > 32 && n >= 128 && k >= 1024 && ceil_div(m, 128) * ceil_div(n, 128) < units &&
@@ -171,8 +246,7 @@ static bool deep_few_tiles(size_t units, size_t m, size_t n, size_t k)
 
 /* The depth split of deep_few_tiles' 64 x 128 tiles: slices for about two groups per unit,
  * 4 to 16, each at least 256 deep: the units hold two or three such groups, and one group
- * alone on a unit waits on its loads (H100, 64 x 4096 x 4096: 8 slices ahead of 4 in
- * BENCHMARKS.md). */
+ * alone on a unit waits on its loads (gemm 64x4096x4096 ran faster in 8 slices than in 4). */
 static size_t deep_split(size_t units, size_t m, size_t n, size_t k)
 {
     size_t tiles = ceil_div(m, 64) * ceil_div(n, 128);
@@ -180,19 +254,6 @@ static size_t deep_split(size_t units, size_t m, size_t n, size_t k)
     sk = sk < 4 ? 4 : sk > 16 ? 16 : sk;
     return sk < deepest ? sk : deepest;
 }
-
-/* The FMA kernel's tiles for products whose 128 x 128 tiles (16 x 8 results per work-item)
- * give every unit work: those, the 64 x 128 (wide) or 128 x 64 (tall) ones of 8 x 8, or the
- * 64 x 96 (wide, narrow) and 96 x 64 (tall, narrow) ones of 4 x 12 and 12 x 4, which fit a
- * side that falls just past a multiple of 96 and well short of the next of 128 (521 columns:
- * six of 96, where five of 128 compute 640). */
-typedef enum fma_shape {
-    FMA_LARGE,
-    FMA_WIDE,
-    FMA_TALL,
-    FMA_WIDE_NARROW,
-    FMA_TALL_NARROW
-} fma_shape;
 
 /* The tiles that finish m x n first, counted in waves of three 64 x 128 groups per unit.
  * NVIDIA's 64K registers per unit hold two 128 x 128 groups: those run in whole waves of two
@@ -203,9 +264,9 @@ typedef enum fma_shape {
  * of a wave each, a ninth more where unaligned rows' scalar loads take the registers of a
  * third group; a tile that leaves some units one group more than the others costs that group
  * on every unit. The narrow groups hold three quarters of a 64 x 128 group's results and took
- * 0.79 to 0.89 of its time: 0.9 here, so that they are taken only where they leave the busiest
- * unit a tenth less or more. Ties go to the larger tiles. The H100's timings of each case are
- * in BENCHMARKS.md. */
+ * more than that share of its time but less than nine tenths: 0.9 here, so that they are taken
+ * only where they leave the busiest unit a tenth less or more. Ties go to the larger tiles.
+ * (Commits c64d56f, ecbc99c, 14fd4d1.) */
 static fma_shape fma_tile_shape(size_t units, const hd_fused_tile_call *c, double large_wave)
 {
     size_t m = c->m, n = c->n, batch = c->batch;
@@ -237,23 +298,21 @@ static fma_shape fma_tile_shape(size_t units, const hd_fused_tile_call *c, doubl
 /* Whether the 64 x 128 tiles of a product whose 128 x 128 ones leave units idle should cut
  * the depth in two: where that lowers the groups of the busiest unit, 64 x 128 tiles more
  * than the units and at most one and a half times as many (each unit then runs two halves or
- * three where it ran one whole or two; H100, fp32: faster at 384 x 4096 x 8192 NT, 1536 x 1024
- * x 1024 and 1200^3, slower at 512 x 4096 x 4096 and 1024 x 2048 x 1024, whose units all ran
- * two: BENCHMARKS.md). */
+ * three where it ran one whole or two). Products whose units all ran two groups, as gemm
+ * 512x4096x4096, ran slower cut (commit c64d56f). */
 static bool halves_the_depth(size_t units, const hd_fused_tile_call *c)
 {
     size_t tiles = ceil_div(c->m, 64) * ceil_div(c->n, 128);
     return c->batch == 1 && c->k >= 1024 && tiles > units && 2 * tiles <= 3 * units;
 }
 
-/* Products of half-fill size (see default_tile) whose 64 x 128 tiles come to at most one a
- * unit, 1000 to 2047 deep, single: there 128 x 64 tiles of 16 x 4 results, the depth cut in
- * two (two groups a unit, halves 500 deep or more), ran ahead of the 64 x 128 ones cut in four
- * or not at all, and of 64 x 64 tiles; 512 deep, the halves ran slower, and 2048 deep, 128 x
- * 128 tiles cut for two groups a unit (large_slices) ran ahead of them (H100, 512 x 2048 to
- * 2048 x 512, 1000 and 1024 deep: BENCHMARKS.md). Where A is stored m x k with rows not
- * 16-byte aligned, the 64 x 128 tiles halved ran ahead of the 128 x 64 ones (H100, 997 x 1009
- * x 1013 and 1000 x 1000 x 1001 NN: BENCHMARKS.md). */
+/* Products of half-fill size whose 64 x 128 tiles come to at most one a unit, 1000 to 2047
+ * deep, single: there 128 x 64 tiles of 16 x 4 results, the depth cut in two (two groups a
+ * unit, halves 500 deep or more), ran ahead of the 64 x 128 ones cut in four or not at all,
+ * and of 64 x 64 tiles; 512 deep, the halves ran slower, and 2048 deep, 128 x 128 tiles cut
+ * for two groups a unit (large_slices) ran ahead of them. Where A is stored m x k with rows
+ * not 16-byte aligned, the 64 x 128 tiles halved ran ahead of the 128 x 64 ones (the cases
+ * gemm 997x1009x1013 and gemm 1000x1000x1000; commit 014ea68). */
 static bool one_group_a_unit(size_t units, const hd_fused_tile_call *c)
 {
     return c->batch == 1 && c->k >= 1000 && c->k < 2048 &&
@@ -267,13 +326,13 @@ static double busiest_unit(size_t units, size_t groups, size_t slices, double re
     return (double)ceil_div(groups * slices, units) * results / (double)slices;
 }
 
-/* Whether a product of half-fill size (see default_tile) takes narrow tiles, 64 x 96 of 4 x 12
- * (*tall false) or 96 x 64 of 12 x 4 (*tall true), cut in *sk slices (2 where at least 1024
- * deep and that lightens the busiest unit): where the 64 x 128 tiles come to the units or more
- * and the narrow ones leave the busiest unit less to do than those (cut in two where
+/* Whether a product of half-fill size takes narrow tiles, 64 x 96 of 4 x 12 (*tall false) or
+ * 96 x 64 of 12 x 4 (*tall true), cut in *sk slices (2 where at least 1024 deep and that
+ * lightens the busiest unit): where the 64 x 128 tiles come to the units or more and the
+ * narrow ones leave the busiest unit less to do than those (cut in two where
  * halves_the_depth says), a narrow group's results each weighed at 0.9 / 0.75 of a 64 x 128
  * group's (fma_tile_shape). 257 rows come to three tiles of 96 (288 computed) where 64 x 128
- * tiles compute 320 (H100, 257 x 4096 x 4096 and 257 x 4096 x 14336: BENCHMARKS.md). */
+ * tiles compute 320 (the case lora 257x4096x14336 r16; commit 8667de4). */
 static bool narrow_half_fill(size_t units, const hd_fused_tile_call *c, bool *tall, int *sk)
 {
     size_t m = c->m, n = c->n, batch = c->batch;
@@ -302,9 +361,9 @@ static bool narrow_half_fill(size_t units, const hd_fused_tile_call *c, bool *ta
  * tenth, rows 16-byte aligned, at least 2048 deep, not TT: the slices of those tiles for two
  * groups per unit, at most 16, each at least 256 deep; 0 where that leaves fewer than one and a
  * half groups per unit, or elsewhere. On NVIDIA such slices ran ahead of the 64 x 128 or 64 x 64
- * tiles that would otherwise take the product, cut or not (H100, NN, NT and TN from 384 x 640
- * x 4096 to 1024 x 1024 x 8192); TT (896^2 x 4096) and 256^2 x 16384, whose 16 slices of 4
- * tiles left half the units idle, ran slower (BENCHMARKS.md). */
+ * tiles that would otherwise take the product, cut or not (NN, NT and TN from 384 x 640 x 4096
+ * to 1024 x 1024 x 8192); TT, and 256^2 x 16384, whose 16 slices of 4 tiles left half the
+ * units idle, ran slower (commit 9a1f494). */
 static size_t large_slices(size_t units, const hd_fused_tile_call *c)
 {
     size_t m = c->m, n = c->n, tiles = ceil_div(m, 128) * ceil_div(n, 128);
@@ -321,18 +380,82 @@ static size_t large_slices(size_t units, const hd_fused_tile_call *c)
 /* Thin products, one side at most 32 and the other longer, as LoRA's rank-r ones (x * A,
  * dy * B^T, and the weight gradients summed over the tokens): 128 along the long side (64
  * where it is no longer), the thin side's 16 or 32 across, and the depth split 16 ways: well
- * ahead of 128 x 64 tiles and further still of 64 x 64 (H100, fp32, 4096 x 16 x 4096 in each
- * transpose and 16 x 4096 x 4096 TN: BENCHMARKS.md). Whatever the long side: the square
- * tiles of the other rules would compute the thin side padded to 64 or 128, 4 to 32 times
- * the products (LoRA's x * A of 8192 tokens took 128 x 64 tiles for its 8 columns). */
+ * ahead of 128 x 64 tiles and further still of 64 x 64 (4096 x 16 x 4096 in each transpose and
+ * 16 x 4096 x 4096 TN; commit 1deff17). Whatever the long side: the square tiles of the other
+ * rules would compute the thin side padded to 64 or 128, 4 to 32 times the products (LoRA's
+ * x * A of 8192 tokens took 128 x 64 tiles for its 8 columns). */
 static bool thin_product(const hd_fused_tile_call *c)
 {
     return (c->m <= 32) != (c->n <= 32);
 }
 
-static void thin_tile(const hd_fused *f, const hd_fused_tile_call *c, size_t units,
-                      hd_fused_params *p)
+/* ---- the rules, in the order they are tried ---- */
+
+/* tf32 on the warpgroup kernel: 128 x 256 tiles, whose two warpgroups do twice the products of
+ * 128 x 128 ones per stage, where the matrices fill such a tile and the tiles the device; A's
+ * fragments in registers (AREG), local memory holding B's stages alone: 16 deep in 3 buffers
+ * where B is copied transposed (stored k x n), else 8 deep in 6 (commit e88f1af). */
+static bool wgmma_wide_applies(const tile_case *t)
 {
+    const hd_fused_tile_call *c = t->c;
+    return c->m >= 128 && c->n >= 256 &&
+           ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= t->units &&
+           (t->f->local_mem == 0 || t->f->local_mem >= 3 * 256 * 16 * sizeof(float));
+}
+
+static void wgmma_wide(const tile_case *t, hd_fused_params *p)
+{
+    bool b_trans = t->c->b.trans;
+    p->bm = 128;
+    p->bn = 256;
+    p->wn = 256;
+    p->overlap = 0;
+    p->areg = 1;
+    p->bk = b_trans ? 8 : 16;
+    p->async = b_trans ? 6 : 3;
+}
+
+/* The mma.sync kernel's large tiles, stages through cp.async, by precision: tf32 128 x 128 of
+ * 128 x 32 warps in 3 stages; fp32x3 64 x 128 of 32 x 64 warps in 4. Both ran ahead of
+ * 256 x 128 tiles staged through registers (gemm 4096x4096x4096 in each precision; commit
+ * ea71641). */
+static const struct {
+    int bm, bn, wm, wn, async;
+} mma_large_tiles[] = {
+    [HD_PRECISION_FP32X3] = {64, 128, 32, 64, 4},
+    [HD_PRECISION_TF32] = {128, 128, 128, 32, 3},
+};
+
+static bool is_large(const tile_case *t)
+{
+    return t->large;
+}
+
+static void mma_large(const tile_case *t, hd_fused_params *p)
+{
+    hd_precision prec =
+        t->c->precision == HD_PRECISION_TF32 ? HD_PRECISION_TF32 : HD_PRECISION_FP32X3;
+    p->bm = mma_large_tiles[prec].bm;
+    p->bn = mma_large_tiles[prec].bn;
+    p->wm = mma_large_tiles[prec].wm;
+    p->wn = mma_large_tiles[prec].wn;
+    p->async = mma_large_tiles[prec].async;
+}
+
+static bool thin_applies(const tile_case *t)
+{
+    return thin_product(t->c);
+}
+
+/* thin_product's tiles, and the depth cut for two groups per unit where the tiles are few
+ * (LoRA's x*A of a few dozen tokens: one tile), slices down to 64 deep. The long side's operand
+ * stored depth-contiguous (A m x k, B n x k), with groups enough to fill the units three times
+ * over, takes stages 32 deep where the local memory holds them, each of its rows read in runs
+ * of 128 bytes; with fewer groups the longer stages ran slower (commit 0abc742). */
+static void thin_tile(const tile_case *t, hd_fused_params *p)
+{
+    const hd_fused_tile_call *c = t->c;
+    size_t units = t->units;
     bool thin_n = c->n <= 32;
     size_t across = (thin_n ? c->n : c->m) <= 16 ? 16 : 32;
     size_t along = (thin_n ? c->m : c->n) <= 64 ? 64 : 128;
@@ -343,8 +466,6 @@ static void thin_tile(const hd_fused *f, const hd_fused_tile_call *c, size_t uni
     bool named_bk = p->bk != 0;
     if (!named_bk)
         p->bk = 16;
-    /* few tiles (LoRA's x*A of a few dozen tokens: one tile): more and shorter slices,
-     * down to 64 deep, for two groups per unit */
     size_t tiles = ceil_div(thin_n ? c->m : c->n, along);
     size_t sk = c->k / 256 < 16 ? c->k / 256 : 16;
     if (tiles * sk < 2 * units) {
@@ -352,228 +473,271 @@ static void thin_tile(const hd_fused *f, const hd_fused_tile_call *c, size_t uni
         sk = sk < c->k / 64 ? sk : c->k / 64;
         sk = sk < 64 ? sk : 64;
     }
-    /* the long side's operand stored depth-contiguous (A m x k, B n x k), with groups
-     * enough to fill the units three times over, where the local memory holds it: 32
-     * deep, each of its rows read in runs of 128 bytes; with fewer groups the longer
-     * stages ran slower (the H100's timings in BENCHMARKS.md) */
     bool long_depth_contiguous = thin_n ? !c->a.trans : c->b.trans;
     size_t groups = c->batch == 1 ? tiles * sk : tiles * c->batch;
     hd_fused_params deep = {.bm = p->bm, .bn = p->bn, .bk = 32};
     if (!named_bk && long_depth_contiguous && groups >= 3 * units &&
-        local_memory_holds(f, &deep, false))
+        local_memory_holds(t->f, &deep, false))
         p->bk = 32;
     if (c->batch == 1)
         p->sk = (int)sk;
 }
 
-/* Defaults from the shape: large tiles where they give every compute unit work, smaller ones
- * (more groups) elsewhere; split-K where even those leave most units idle and k is deep. */
-static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
-                         hd_fused_params *p)
+/* Whether cp.async copies A alone (B stored n x k) with rows not 16-byte aligned: its 4-byte
+ * copies leave free the registers that scalar loads would take. */
+static bool copies_unaligned_a(const tile_case *t)
 {
-    size_t units = f->compute_units > 0 ? f->compute_units : 1;
-    bool large = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch >= units;
-    bool half_fill = !large && 2 * ceil_div(c->m, 64) * ceil_div(c->n, 128) * c->batch >= units;
-    if (p->wgmma) {
-        /* 128 x 256 tiles, whose two warpgroups do twice the products of 128 x 128 ones per
-         * stage, where the matrices fill such a tile and the tiles the device; A's fragments
-         * in registers (AREG), local memory holding B's stages alone: 16 deep in 3 buffers
-         * where B is copied transposed (stored k x n), else 8 deep in 6 (BENCHMARKS.md) */
-        bool wide = c->m >= 128 && c->n >= 256 &&
-                    ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= units &&
-                    (f->local_mem == 0 || f->local_mem >= 3 * 256 * 16 * sizeof(float));
-        if (wide && p->bm == 0 && p->bn == 0 && p->wn == 0 && p->bk == 0 && p->async == 0 &&
-            p->overlap < 0 && p->areg == 0) {
-            p->bm = 128;
-            p->bn = 256;
-            p->wn = 256;
-            p->overlap = 0;
-            p->areg = 1;
-            p->bk = c->b.trans ? 8 : 16;
-            p->async = c->b.trans ? 6 : 3;
-        }
-        if (p->bm == 0)
-            p->bm = large ? 128 : 64;
-        if (p->bn == 0)
-            p->bn = large ? 128 : 64;
-        if (p->wn == 0)
-            p->wn = p->bn % 128 == 0 ? 128 : 64;
-        if (p->bk == 0)
-            p->bk = 8;
-        if (p->overlap < 0)
-            p->overlap = p->areg ? 0 : 1;
-        /* as many buffers as the local memory holds, 3 to 6 (8 with B's alone) */
-        if (p->async == 0) {
-            size_t most = p->areg ? 8 : 6;
-            size_t fit = f->local_mem > 0 ? f->local_mem / wgmma_stage_bytes(p) : most;
-            p->async = fit < 3 ? 3 : fit > most ? (int)most : (int)fit;
-        }
-    } else if (mma && large && p->bm == 0 && p->bn == 0 && p->wm == 0 && p->wn == 0 &&
-               p->async == 0) {
-        /* tensor cores, stages through cp.async: tf32 with 128 x 128 tiles of 128 x 32 warps,
-         * 3 stages; fp32x3 with 64 x 128 tiles of 32 x 64 warps, 4 stages; both faster than
-         * 256 x 128 tiles staged through registers (H100, 4096^3 NN: BENCHMARKS.md) */
-        bool tf32 = c->precision == HD_PRECISION_TF32;
-        p->bm = tf32 ? 128 : 64;
-        p->bn = 128;
-        p->wm = tf32 ? 128 : 32;
-        p->wn = tf32 ? 32 : 64;
-        p->async = tf32 ? 3 : 4;
-    } else if (!mma && p->bm == 0 && p->bn == 0 && p->rm == 0 && p->rn == 0 && p->sk == 0 &&
-               thin_product(c)) {
-        thin_tile(f, c, units, p);
-    } else if (!mma && large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
-               p->rn == 0) {
-        /* 128 x 128 tiles of 16 x 8 results per work-item where they leave the busiest unit
-         * less to do than 64 x 128 or 128 x 64 tiles of 8 x 8, 16 deep (fma_tile_shape); the
-         * smaller ones run faster where the large ones leave the last wave part empty.
-         * Where cp.async copies both operands (A stored k x m, B k x n), the large tiles go 8
-         * deep in 5 buffers where the local memory holds them (more stages in flight than
-         * 3); so too where A alone is copied (B stored n x k) and its rows are not 16-byte
-         * aligned, in 3 buffers: the 4-byte copies leave the registers that scalar loads
-         * would take. On NVIDIA elsewhere, through registers loaded two stages ahead: 16 deep
-         * where the tiles come to more than two waves of two per unit (half the barriers and
-         * longer runs of the depth-contiguous operands' rows), 8 deep at fewer, where the
-         * 16-deep ones ran slower. The smaller tiles take 3 buffers through cp.async where it
-         * copies an operand. The H100's timings of each choice are in BENCHMARKS.md. */
-        bool aligned = rows_aligned(c);
-        bool both = copies_both(f, c);
-        bool copies_unaligned_a =
-            copies_an_operand(f, c) && c->a.trans && c->b.trans && !a_rows_aligned(c);
-        fma_shape shape = fma_tile_shape(units, c, both ? 1.2 : 1.3);
-        bool large_first = shape == FMA_LARGE;
-        hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
-        if ((both || copies_unaligned_a) && large_first) {
-            if (copies_unaligned_a)
-                deep.async = 3;
-            if (p->async == 0 && local_memory_holds(f, &deep, false))
-                p->async = deep.async;
-            fma_tile(f, c, p, 128, 128, 8, 16, 8);
-        } else if (f->mma && !both && p->async == 0 && p->lead == 0 && large_first) {
-            p->bm = p->bn = 128;
-            size_t tiles = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch;
-            /* scalar loads take more registers: 8 deep */
-            p->bk = aligned && tiles > 4 * units ? 16 : 8;
-            p->rm = 16;
-            p->rn = 8;
-            p->lead = 2;
-        } else {
-            /* both operands copied: through cp.async however their rows fall, 4 bytes at a
-             * time where unaligned (H100, 4093 x 521 x 1031 TN: 1.4 times as fast as through
-             * registers, BENCHMARKS.md) */
-            if (both && p->async == 0)
-                p->async = 3;
-            if (shape == FMA_WIDE_NARROW)
-                fma_tile(f, c, p, 64, 96, 16, 4, 12);
-            else if (shape == FMA_TALL_NARROW)
-                fma_tile(f, c, p, 96, 64, 16, 12, 4);
-            else if (shape == FMA_TALL)
-                fma_tile(f, c, p, 128, 64, 16, 8, 8);
-            else
-                fma_tile(f, c, p, 64, 128, 16, 8, 8);
-        }
-    } else if (!mma && !large && f->mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
-               p->rn == 0 && p->sk == 0 && p->async == 0 && p->lead == 0 &&
-               large_slices(units, c) > 0) {
-        /* 128 x 128 tiles of 16 x 8, 8 deep, cut for two groups per unit: in 5 buffers where
-         * cp.async copies both operands and the local memory holds them, else through
-         * registers loaded two stages ahead */
-        hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
-        if (copies_both(f, c) && local_memory_holds(f, &deep, false))
-            p->async = 5;
-        else
-            p->lead = 2;
-        p->bm = p->bn = 128;
-        p->bk = 8;
-        p->rm = 16;
-        p->rn = 8;
-        p->sk = (int)large_slices(units, c);
-    } else if (!mma && half_fill && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
-               p->rn == 0 && p->sk == 0) {
-        /* tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
-         * units work or more: faster than 64 x 64 tiles, with or without cp.async (H100, fp32,
-         * 512 x 4096 x 4096 and 997 x 1009 x 1013: BENCHMARKS.md), the depth cut in two
-         * where that lightens the busiest unit; 128 x 64 tiles of 16 x 4 halved where those
-         * come to one a unit or fewer (one_group_a_unit), the narrow tiles where a side falls
-         * just past a multiple of 128 (narrow_half_fill) */
-        bool narrow_tall = false;
-        int narrow_sk = 1;
-        if (one_group_a_unit(units, c)) {
-            /* at most one such tile a unit, 1000 to 2047 deep, the depth cut in two
-             * (one_group_a_unit) */
-            if (c->a.trans || a_rows_aligned(c)) {
-                /* 128 x 64 tiles of 16 x 4 through registers */
-                p->bm = 128;
-                p->bn = 64;
-                p->bk = 16;
-                p->rm = 16;
-                p->rn = 4;
-            } else {
-                /* A stored m x k with unaligned rows, loaded a scalar at a time along the
-                 * depth: 64 x 128 tiles of 8 x 8, a quarter of the 128 x 64 ones' loads of A
-                 * per work-item, and B copied by cp.async where stored k x n (4 bytes at a
-                 * time where unaligned) */
-                fma_tile(f, c, p, 64, 128, 16, 8, 8);
-                if (p->async == 0 && copies_an_operand(f, c))
-                    p->async = 3;
-            }
-            p->sk = 2;
-        } else if (narrow_half_fill(units, c, &narrow_tall, &narrow_sk)) {
-            if (narrow_tall)
-                fma_tile(f, c, p, 96, 64, 16, 12, 4);
-            else
-                fma_tile(f, c, p, 64, 96, 16, 4, 12);
-            p->sk = narrow_sk;
-        } else {
-            fma_tile(f, c, p, 64, 128, 16, 8, 8);
-            if (halves_the_depth(units, c))
-                p->sk = 2;
-        }
-    } else if (!mma && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 && p->rn == 0 &&
-               deep_few_tiles(units, c->m, c->n, c->k)) {
-        /* 64 x 128 tiles as above, the depth cut for about two groups per unit */
-        fma_tile(f, c, p, 64, 128, 16, 8, 8);
-        if (p->sk == 0 && c->batch == 1)
-            p->sk = (int)deep_split(units, c->m, c->n, c->k);
-    } else if (!mma && !large && p->bm == 0 && p->bn == 0 && p->bk == 0 && p->rm == 0 &&
-               p->rn == 0 && p->sk == 0 && c->batch == 1 && c->k < 1024 && c->m >= 64 &&
-               c->n >= 64) {
-        /* shallow products whose 64 x 64 tiles, 32 or more, are fewer than the units: 32 x 64
-         * tiles, twice as many groups (where the H100's tuner timed both, at 512^3 and 100 x
-         * 1000 x 1000, these won: BENCHMARKS.md) */
-        size_t tiles = ceil_div(c->m, 64) * ceil_div(c->n, 64);
-        if (tiles >= 32 && tiles < units) {
-            p->bm = 32;
-            p->bn = 64;
-            p->rm = 4;
-            p->rn = 4;
-            p->bk = 16;
-            /* where those still leave a quarter of the units or more idle, the depth cut for
-             * about two groups per unit, slices at least 128 deep (H100: 100 x 1000 x 1000 in
-             * every transpose and 200 x 700 x 900 1.5-1.9 times as fast, 512^3 and 128 x 2048
-             * x 512, whose tiles nearly fill the units, as fast either way: BENCHMARKS.md) */
-            size_t small = ceil_div(c->m, 32) * ceil_div(c->n, 64);
-            if (4 * small <= 3 * units) {
-                size_t sk = 2 * units / small, deepest = c->k / 128;
-                sk = sk < deepest ? sk : deepest;
-                p->sk = (int)(sk < 16 ? sk : 16);
-            }
-        }
+    const hd_fused_tile_call *c = t->c;
+    return copies_an_operand(t->f, c) && c->a.trans && c->b.trans && !a_rows_aligned(c);
+}
+
+/* 128 x 128 tiles copied by cp.async, both operands in 5 buffers (more stages in flight than
+ * 3), or A alone with unaligned rows in 3, where the local memory holds them (commit 4bde5e1,
+ * the case gemm 4093x521x1031 TN). */
+static bool large_copied_applies(const tile_case *t)
+{
+    return t->large && t->large_shape == FMA_LARGE &&
+           (copies_both(t->f, t->c) || copies_unaligned_a(t));
+}
+
+static void large_copied(const tile_case *t, hd_fused_params *p)
+{
+    hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
+    if (copies_unaligned_a(t))
+        deep.async = 3;
+    if (p->async == 0 && local_memory_holds(t->f, &deep, false))
+        p->async = deep.async;
+    fma_tile(t->f, t->c, p, fma_shape_dims[FMA_LARGE]);
+}
+
+/* On NVIDIA, elsewhere, 128 x 128 tiles through registers loaded two stages ahead (LEAD=2):
+ * 16 deep where the tiles come to more than two waves of two per unit (half the barriers and
+ * longer runs of the depth-contiguous operands' rows), 8 deep at fewer, where the 16-deep
+ * ones ran slower, and where scalar loads of unaligned rows take more registers (commits
+ * 14fd4d1, 7558118). */
+static bool large_lead_applies(const tile_case *t)
+{
+    return t->large && t->large_shape == FMA_LARGE && t->f->mma && !copies_both(t->f, t->c);
+}
+
+static void large_lead(const tile_case *t, hd_fused_params *p)
+{
+    const hd_fused_tile_call *c = t->c;
+    size_t tiles = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch;
+    p->bm = p->bn = 128;
+    p->bk = rows_aligned(c) && tiles > 4 * t->units ? 16 : 8;
+    p->rm = 16;
+    p->rn = 8;
+    p->lead = 2;
+}
+
+/* Large products on the smaller tiles fma_tile_shape chose, where they leave the busiest unit
+ * less to do than the large ones, whose last wave runs part empty (and 64 x 128 where the large
+ * tiles won but neither rule above staged them), in 3 buffers through cp.async where it copies
+ * an operand: both operands however their rows fall, 4 bytes at a time where unaligned (the
+ * case gemm 4093x521x1031 TN; commit 4bde5e1). */
+static void large_smaller(const tile_case *t, hd_fused_params *p)
+{
+    fma_shape shape = t->large_shape;
+    if (copies_both(t->f, t->c) && p->async == 0)
+        p->async = 3;
+    fma_tile(t->f, t->c, p, fma_shape_dims[shape == FMA_LARGE ? FMA_WIDE : shape]);
+}
+
+/* Not large, on NVIDIA: 128 x 128 tiles of 16 x 8, 8 deep, cut for two groups per unit
+ * (large_slices): in 5 buffers where cp.async copies both operands and the local memory holds
+ * them, else through registers loaded two stages ahead. */
+static bool large_slices_applies(const tile_case *t)
+{
+    return !t->large && t->f->mma && large_slices(t->units, t->c) > 0;
+}
+
+static void large_sliced(const tile_case *t, hd_fused_params *p)
+{
+    hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
+    if (copies_both(t->f, t->c) && local_memory_holds(t->f, &deep, false))
+        p->async = 5;
+    else
+        p->lead = 2;
+    p->bm = p->bn = 128;
+    p->bk = 8;
+    p->rm = 16;
+    p->rn = 8;
+    p->sk = (int)large_slices(t->units, t->c);
+}
+
+/* Half fill (below) where the 64 x 128 tiles come to at most one a unit (one_group_a_unit):
+ * 128 x 64 tiles of 16 x 4 through registers, the depth cut in two; where A is stored m x k
+ * with unaligned rows, loaded a scalar at a time along the depth, 64 x 128 tiles of 8 x 8
+ * instead (a quarter of the 128 x 64 ones' loads of A per work-item), B copied by cp.async
+ * where stored k x n (4 bytes at a time where unaligned). */
+static bool one_group_applies(const tile_case *t)
+{
+    return t->half_fill && one_group_a_unit(t->units, t->c);
+}
+
+static void one_group(const tile_case *t, hd_fused_params *p)
+{
+    const hd_fused_tile_call *c = t->c;
+    if (c->a.trans || a_rows_aligned(c)) {
+        p->bm = tall_thin_dims.bm;
+        p->bn = tall_thin_dims.bn;
+        p->bk = tall_thin_dims.bk;
+        p->rm = tall_thin_dims.rm;
+        p->rn = tall_thin_dims.rn;
+    } else {
+        fma_tile(t->f, c, p, fma_shape_dims[FMA_WIDE]);
+        if (p->async == 0 && copies_an_operand(t->f, c))
+            p->async = 3;
     }
+    p->sk = 2;
+}
+
+/* Half fill where a side falls just past a multiple of 128: the narrow tiles
+ * (narrow_half_fill). */
+static bool narrow_applies(const tile_case *t)
+{
+    bool tall = false;
+    int sk = 1;
+    return t->half_fill && narrow_half_fill(t->units, t->c, &tall, &sk);
+}
+
+static void narrow(const tile_case *t, hd_fused_params *p)
+{
+    bool tall = false;
+    int sk = 1;
+    narrow_half_fill(t->units, t->c, &tall, &sk);
+    fma_tile(t->f, t->c, p, fma_shape_dims[tall ? FMA_TALL_NARROW : FMA_WIDE_NARROW]);
+    p->sk = sk;
+}
+
+/* Half fill: tiles of 64 x 128, 8 x 8 results per work-item, where they give half the compute
+ * units work or more: faster than 64 x 64 tiles, with or without cp.async (the cases gemm
+ * 512x4096x4096 and gemm 997x1009x1013), the depth cut in two where that lightens the busiest
+ * unit (halves_the_depth). */
+static bool is_half_fill(const tile_case *t)
+{
+    return t->half_fill;
+}
+
+static void half_fill(const tile_case *t, hd_fused_params *p)
+{
+    fma_tile(t->f, t->c, p, fma_shape_dims[FMA_WIDE]);
+    if (halves_the_depth(t->units, t->c))
+        p->sk = 2;
+}
+
+/* deep_few_tiles: 64 x 128 tiles as above, the depth cut for about two groups per unit. */
+static bool deep_applies(const tile_case *t)
+{
+    return deep_few_tiles(t->units, t->c->m, t->c->n, t->c->k);
+}
+
+static void deep(const tile_case *t, hd_fused_params *p)
+{
+    const hd_fused_tile_call *c = t->c;
+    fma_tile(t->f, c, p, fma_shape_dims[FMA_WIDE]);
+    if (p->sk == 0 && c->batch == 1)
+        p->sk = (int)deep_split(t->units, c->m, c->n, c->k);
+}
+
+/* Shallow products whose 64 x 64 tiles, 32 or more, are fewer than the units: 32 x 64 tiles,
+ * twice as many groups (they won where the tuner timed both: gemm 512x512x512 and gemm
+ * 100x1000x1000; commit 0abc742); where those still leave a quarter of the units or more idle,
+ * the depth cut for about two groups per unit, slices at least 128 deep (gemm 100x1000x1000
+ * in every transpose, and 200 x 700 x 900; gemm 512x512x512, whose tiles nearly fill the
+ * units, ran as fast either way; commit fced272). */
+static bool shallow_applies(const tile_case *t)
+{
+    const hd_fused_tile_call *c = t->c;
+    size_t tiles = ceil_div(c->m, 64) * ceil_div(c->n, 64);
+    return !t->large && c->batch == 1 && c->k < 1024 && c->m >= 64 && c->n >= 64 && tiles >= 32 &&
+           tiles < t->units;
+}
+
+static void shallow(const tile_case *t, hd_fused_params *p)
+{
+    const hd_fused_tile_call *c = t->c;
+    p->bm = shallow_dims.bm;
+    p->bn = shallow_dims.bn;
+    p->rm = shallow_dims.rm;
+    p->rn = shallow_dims.rn;
+    p->bk = shallow_dims.bk;
+    size_t small = ceil_div(c->m, 32) * ceil_div(c->n, 64);
+    if (4 * small <= 3 * t->units) {
+        size_t sk = 2 * t->units / small, deepest = c->k / 128;
+        sk = sk < deepest ? sk : deepest;
+        p->sk = (int)(sk < 16 ? sk : 16);
+    }
+}
+
+/* A rule: the kernel it serves, the parameters it sets (which the variant must leave open),
+ * whether it applies to the call, and what it sets. */
+typedef struct tile_rule {
+    tile_kind kernel;
+    unsigned sets;
+    bool (*applies)(const tile_case *t);
+    void (*set)(const tile_case *t, hd_fused_params *p);
+} tile_rule;
+
+static const tile_rule rules[] = {
+    {TILE_WGMMA, OPEN_BM | OPEN_BN | OPEN_WN | OPEN_BK | OPEN_ASYNC | OPEN_OVERLAP | OPEN_AREG,
+     wgmma_wide_applies, wgmma_wide},
+    {TILE_MMA, OPEN_BM | OPEN_BN | OPEN_WM | OPEN_WN | OPEN_ASYNC, is_large, mma_large},
+    {TILE_FMA, OPEN_BM | OPEN_BN | OPEN_RM | OPEN_RN | OPEN_SK, thin_applies, thin_tile},
+    {TILE_FMA, OPEN_FMA_TILE, large_copied_applies, large_copied},
+    {TILE_FMA, OPEN_FMA_TILE | OPEN_ASYNC | OPEN_LEAD, large_lead_applies, large_lead},
+    {TILE_FMA, OPEN_FMA_TILE, is_large, large_smaller},
+    {TILE_FMA, OPEN_FMA_TILE | OPEN_SK | OPEN_ASYNC | OPEN_LEAD, large_slices_applies,
+     large_sliced},
+    {TILE_FMA, OPEN_FMA_TILE | OPEN_SK, one_group_applies, one_group},
+    {TILE_FMA, OPEN_FMA_TILE | OPEN_SK, narrow_applies, narrow},
+    {TILE_FMA, OPEN_FMA_TILE | OPEN_SK, is_half_fill, half_fill},
+    {TILE_FMA, OPEN_FMA_TILE, deep_applies, deep},
+    {TILE_FMA, OPEN_FMA_TILE | OPEN_SK, shallow_applies, shallow},
+};
+
+/* The warpgroup kernel's parameters still open: warpgroups 128 wide where the tile's width
+ * allows, else 64; 8 deep; a stage's products through the next barrier unless A's fragments
+ * are in registers; as many buffers as the local memory holds, 3 to 6 (8 with B's alone). */
+static void wgmma_fill(const hd_fused *f, hd_fused_params *p)
+{
+    if (p->wn == 0)
+        p->wn = p->bn % 128 == 0 ? 128 : 64;
+    if (p->bk == 0)
+        p->bk = 8;
+    if (p->overlap < 0)
+        p->overlap = p->areg ? 0 : 1;
+    if (p->async == 0) {
+        size_t most = p->areg ? 8 : 6;
+        size_t fit = f->local_mem > 0 ? f->local_mem / wgmma_stage_bytes(p) : most;
+        p->async = fit < 3 ? 3 : fit > most ? (int)most : (int)fit;
+    }
+}
+
+/* The parameters no rule set: 128 x 128 tiles where large, else 64 x 64; the kernel's own
+ * defaults; and split-K where the tiles leave units idle and the depth is 1024 or more, for
+ * about a group per unit, at least 4 slices on the FMA kernel (fewer left the units waiting on
+ * one group's whole depth: commit 722b5e1), each at least 256 deep, at most 16. */
+static void fill_open(const tile_case *t, hd_fused_params *p)
+{
+    const hd_fused_tile_call *c = t->c;
     if (p->bm == 0)
-        p->bm = large ? 128 : 64;
+        p->bm = t->large ? 128 : 64;
     if (p->bn == 0)
-        p->bn = large ? 128 : 64;
-    if (mma && !p->wgmma) {
+        p->bn = t->large ? 128 : 64;
+    if (t->kernel == TILE_WGMMA) {
+        wgmma_fill(t->f, p);
+    } else if (t->kernel == TILE_MMA) {
         if (p->bk == 0)
             p->bk = 16;
         if (p->wm == 0)
             p->wm = p->bm >= 256 ? 128 : p->bm >= 128 ? 64 : 32;
         if (p->wn == 0)
             p->wn = 32;
-    } else if (!mma) {
+    } else {
         if (p->bk == 0)
-            p->bk = large ? 8 : 16;
+            p->bk = t->large ? 8 : 16;
         if (p->rm == 0)
             p->rm = p->bm >= 128 ? 8 : 4;
         if (p->rn == 0)
@@ -581,14 +745,45 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     }
     if (p->sk == 0) {
         size_t tiles = ceil_div(c->m, (size_t)p->bm) * ceil_div(c->n, (size_t)p->bn) * c->batch;
-        size_t sk = 1;
-        /* FMA tiles that leave units idle: at least 4 slices, the groups then a wave or
-         * more (fewer slices left the H100's units waiting on one group's whole depth) */
+        size_t sk = 1, units = t->units;
         if (c->batch == 1 && tiles < units && c->k >= 1024)
-            sk = units / tiles < 4 && !mma ? 4 : units / tiles;
+            sk = units / tiles < 4 && t->kernel == TILE_FMA ? 4 : units / tiles;
         size_t deepest = c->k / 256 > 0 ? c->k / 256 : 1;
         p->sk = (int)(sk < deepest ? (sk < 16 ? sk : 16) : deepest);
     }
+}
+
+/* Defaults from the shape for the parameters the variant left open: the first rule that
+ * applies, then fill_open. mma: the call runs on the tensor cores (p->wgmma: the warpgroup
+ * kernel). */
+static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mma,
+                         hd_fused_params *p)
+{
+    size_t units = f->compute_units > 0 ? f->compute_units : 1;
+    bool large = ceil_div(c->m, 128) * ceil_div(c->n, 128) * c->batch >= units;
+    tile_case t = {
+        .f = f,
+        .c = c,
+        .kernel = p->wgmma ? TILE_WGMMA : (mma ? TILE_MMA : TILE_FMA),
+        .units = units,
+        .large = large,
+        .half_fill = !large && 2 * ceil_div(c->m, 64) * ceil_div(c->n, 128) * c->batch >= units,
+    };
+    /* The FMA kernel's large products take the tiles fma_tile_shape finds fastest: the
+     * 128 x 128 ones staged as the rules large_copied and large_lead say, else 64 x 128 in
+     * their place (large_smaller). The large waves cost a little less where cp.async copies
+     * both operands (A stored k x m, B k x n) than through registers (commit 7558118). */
+    if (t.kernel == TILE_FMA && large)
+        t.large_shape = fma_tile_shape(units, c, copies_both(f, c) ? 1.2 : 1.3);
+    unsigned open = open_params(p);
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        const tile_rule *r = &rules[i];
+        if (r->kernel == t.kernel && (r->sets & ~open) == 0 && r->applies(&t)) {
+            r->set(&t, p);
+            break;
+        }
+    }
+    fill_open(&t, p);
 }
 
 static hd_status unsupported(hd_context *ctx, const char *why, const hd_fused_params *p)
@@ -985,9 +1180,9 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
     return threads <= f->device_max_group && local_memory_holds(f, &p, mma);
 }
 
-/* The fp32 tiles that won most often where the H100 sweeps timed every variant (GEMM, LoRA and
- * LoRA backward, from a few tiles to thousands, each transpose; BENCHMARKS.md), first in the
- * list in this order, so that a tuner whose time or count runs out before the list does
+/* The fp32 tiles that won most often where sweeps timed every variant (GEMM, LoRA and LoRA
+ * backward, from a few tiles to thousands, each transpose; commit a9422b2), first in the list
+ * in this order, so that a tuner whose time or count runs out before the list does
  * (dispatch-autotune's --max-time, --quick) has timed them. The large shapes' defaults (128 x
  * 128 tiles 16 deep, or in 5 buffers) are not among them: they are timed as the defaults, and
  * placed here they took the time in which the small shapes' tuning reached their own tiles. */
@@ -1083,13 +1278,13 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=64 BK=16 WM=32 WN=32 ASYNC=4", 64, 64, 16, 32, 32, 4},
     };
     /* tf32 on compute capability 9.0: the warpgroup kernel's tiles, its buffers filling the
-     * local memory (48 KiB on an H100, which refuses more through a __local argument too).
-     * 256 work-items at most: the H100 ran 512 of them per group with none of the tiles
-     * tried (128 x 128 of 64 x 64 blocks, 256 x 128, 128 x 256 of 64 x 128 blocks), also
-     * with the registers capped at 128 through -cl-nv-maxrregcount; 128 x 256 tiles run as
-     * two warpgroups of 64 x 256. With A's fragments in registers (AREG) the local memory
-     * holds B's stages alone, which lets 128 x 256 tiles take 16-deep stages; the H100's
-     * timings of each tile are in BENCHMARKS.md. */
+     * local memory (NVIDIA's OpenCL gives 48 KiB, and refuses more through a __local
+     * argument too). 256 work-items at most: groups of 512 ran none of the tiles tried
+     * (128 x 128 of 64 x 64 blocks, 256 x 128, 128 x 256 of 64 x 128 blocks), also with the
+     * registers capped at 128 through -cl-nv-maxrregcount; 128 x 256 tiles run as two
+     * warpgroups of 64 x 256. With A's fragments in registers (AREG) the local memory holds
+     * B's stages alone, which lets 128 x 256 tiles take 16-deep stages (commits e9c5a86,
+     * e88f1af). */
     static const tile_variant wgmma_tiles[] = {
         {"BM=128 BN=128 BK=8 WN=128 ASYNC=6 WGMMA=1", 128, 128, 8, 0, 128, 6},
         {"BM=128 BN=128 BK=16 WN=128 ASYNC=3 WGMMA=1", 128, 128, 16, 0, 128, 3},

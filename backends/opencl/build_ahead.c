@@ -2,9 +2,10 @@
  * Build ahead: worker threads that build programs before the runtime's user asks for them.
  * The tuner queues the programs of the candidates it is about to time; while it times one,
  * the workers compile the next ones (NVIDIA's compiler is slow per program and runs two
- * builds at once faster than one after the other: BENCHMARKS.md). hd__cl_program then
- * takes a built program instead of building it, waits for one under way, and builds itself one
- * still queued or one whose build failed (so that the failure's message is its own).
+ * builds at once faster than one after the other: BENCHMARKS.md at commit 284f2c3).
+ * hd__cl_program then takes a built program instead of building it, waits for one under way,
+ * and builds itself one still queued or one whose build failed (so that the failure's message
+ * is its own).
  *
  * The workers touch no context and nothing of the runtime but the device, the OpenCL context
  * (OpenCL's calls are thread-safe but for a kernel's arguments, which they never set) and the

@@ -140,13 +140,13 @@ static void capture_end(off_t from, char *captured, size_t cap)
 
 /*
  * clBuildProgram with whatever the compiler prints on the process's standard error caught in
- * captured (NUL-terminated, truncated to cap). The compilers print there besides the build
- * log (PoCL's clang, NVIDIA's front end: "1 warning generated."), which garbled the tools'
- * progress lines and the user's own output; the text becomes a note of the context instead
- * (its log callback, or stderr with $HD_LOG=1). The redirection is of the whole process while
- * any build runs (builds ahead on other threads included: build_ahead.c), so it also catches
- * what other threads write meanwhile (README, Threads), and two builds at once each read
- * what both printed; the descriptors it opens are closed on exec.
+ * captured (NUL-terminated, truncated to cap). The compilers print there besides the build log
+ * (PoCL's clang, NVIDIA's front end: "1 warning generated."), which garbled the tools' progress
+ * lines and the user's own output; the text becomes a note of the context instead (its log
+ * callback, or stderr with $HD_LOG=1). The redirection is of the whole process while any build runs
+ * (builds ahead on other threads included: build_ahead.c), so it also catches what other threads
+ * write meanwhile (docs/environment.md#threads-and-standard-error), and two builds at once each
+ * read what both printed; the descriptors it opens are closed on exec.
  */
 static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, const char *options,
                                      char *captured, size_t cap)

@@ -21,9 +21,10 @@
  * barrier is stage s - 2's, which every warpgroup has finished: ASYNC - 2 stages ahead.
  * OVERLAP = 0: each stage's products finish before the next barrier, which frees stage s - 1's
  * buffer: ASYNC - 1 stages ahead, the tensor cores idle across the barrier. The products run
- * several times faster than the copies feed them (on an H100, wgmma from local memory alone
- * in tf32 issues that fast with a barrier per product or without: probes in BENCHMARKS.md),
- * so the stages in flight, which hide the copies' latency, can matter more than the overlap.
+ * several times faster than the copies feed them (wgmma from local memory alone, in tf32,
+ * issues that fast with a barrier per product or without: the probes in BENCHMARKS.md as of
+ * commit 89a17cb), so the stages in flight, which hide the copies' latency, can matter more
+ * than the overlap.
  * An operand stored K-major (A untransposed, B transposed) with VEC 4 is copied in 16-byte
  * runs; any other in 4-byte copies, transposed on the way in.
  * Local memory reads: the warpgroups' descriptors name core matrices of 8 rows x 16 bytes,

@@ -56,13 +56,13 @@
 #error "TN * KS * VEC must be at most 4096"
 #endif
 
-/* With several rows, A (x of the LoRA kernels) is read from local memory: loaded from global
- * memory as MR scalars per vector of B, uniform across the TN work-items of a column group,
- * its loads cost more than the stream of B itself (H100, 8 x 4096 x 4096: well over one row's
- * time with 8 distinct depths per warp, several times more with the whole warp on one depth;
- * BENCHMARKS.md). So the work-group stages XCH depths of all its rows at a time into
- * xs[p][MR] (MR floats per depth, zeros past m), and each work-item reads its MR values of a
- * depth as float4 broadcasts. A chunk holds whole rounds of XU loads of B per work-item. */
+/* With several rows, A (x of the LoRA kernels) is read from local memory: loaded from global memory
+ * as MR scalars per vector of B, uniform across the TN work-items of a column group, its loads cost
+ * more than the stream of B itself (the case gemm 8x4096x4096: well over one row's time with 8
+ * distinct depths per warp, several times more with the whole warp on one depth; BENCHMARKS.md as
+ * of commit 89a17cb). So the work-group stages XCH depths of all its rows at a time into xs[p][MR]
+ * (MR floats per depth, zeros past m), and each work-item reads its MR values of a depth as float4
+ * broadcasts. A chunk holds whole rounds of XU loads of B per work-item. */
 #define XS_FLOATS 4096
 #define XS_DEPTHS (XS_FLOATS / MR)
 #define XU (UNROLL < XS_DEPTHS / KS ? UNROLL : XS_DEPTHS / KS)

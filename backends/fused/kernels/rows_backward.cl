@@ -264,8 +264,8 @@ inline void kahan_addv(floatv *sum, floatv *comp, floatv v)
  * fits in a slot's registers (CACHE vectors per work-item: j = t, t + T, ... of the row).
  * Work-group g takes rows g * chunk .. (g + 1) * chunk - 1, ROWS at a time (slot s the rows
  * s, s + ROWS, ... of its chunk). With PREFETCH a slot's next row is loaded before the current
- * one is reduced, so that the loads stay in flight through the reductions' barriers (H100:
- * 89-91 % of the copy bandwidth with it, 72-80 % without). Per row two trees for layer norm
+ * one is reduced, so that the loads stay in flight through the reductions' barriers (nearer
+ * the copy bandwidth with it than without: commit 6be2a11). Per row two trees for layer norm
  * (sum x and sum g; the squared deviations and sum g * (x - mean)), one for RMS norm, then dx,
  * and the compensated sums of dy*xhat and dy per column over the slot's rows. At the end the
  * slots' sums are added in slot order through local memory and written as the group's
