@@ -84,7 +84,9 @@ static void fused_destroy(void *state)
 
 static bool fused_supports(void *state, hd_op op, const hd_shape *s, hd_part part)
 {
-    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
+    if (hd__fused_train_op(op)) /* norm, cross-entropy and the LM head: train.c */
+        return part == HD_PART_WHOLE && hd__fused_train_supports(op, s);
+    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's other ops: step.c */
         return part == HD_PART_WHOLE && hd__fused_step_supports(op, s);
     if (part == HD_PART_EPILOGUE) /* y += scale*(x*A)*B reads A and B in the default layout */
         return op == HD_OP_LORA && !(s->lora_layout & (HD_LORA_TRANS_A | HD_LORA_TRANS_B)) &&
@@ -230,7 +232,9 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     static const size_t backward_wg[] = {256, 256, 512, 1024, 64};
     const hd_fused *f = state;
     size_t n = 0;
-    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
+    if (hd__fused_train_op(op)) /* norm, cross-entropy and the LM head: train.c */
+        return part == HD_PART_WHOLE ? hd__fused_train_variants(f, op, s, out, max) : 0;
+    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's other ops: step.c */
         return hd__fused_step_variants(op, s, out, max);
     if (part == HD_PART_EPILOGUE)
         return op == HD_OP_LORA ? hd__fused_lora_update_variants(s, out, max) : 0;
@@ -318,7 +322,9 @@ static hd_status check_variant(hd_fused *f, hd_context *ctx, hd_op op, const hd_
     bool cached;
     const hd_lora_args lora = {
         .tokens = s->dim[0], .in = s->dim[1], .out = s->dim[2], .rank = s->dim[3]};
-    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's ops: step.c */
+    if (hd__fused_train_op(op)) /* norm, cross-entropy and the LM head: train.c */
+        return hd__fused_train_check(f, ctx, op, s, variant);
+    if (hd__op(op)->args == HD_ARGS_STEP) /* the training step's other ops: step.c */
         return hd__fused_step_check(f, ctx, op, s, variant);
     if (part == HD_PART_EPILOGUE) { /* the epilogue of a plan of two: LoRA's low-rank term */
         if (op != HD_OP_LORA)
@@ -581,6 +587,11 @@ const hd_backend_impl hd__backend_fused = {
             [HD_OP_ADD] = hd__fused_add,
             [HD_OP_ROPE] = hd__fused_rope,
             [HD_OP_EMBEDDING] = hd__fused_embedding,
+            [HD_OP_ADD_RMS_NORM] = hd__fused_add_rms_norm,
+            [HD_OP_ADD_RMS_NORM_BACKWARD] = hd__fused_add_rms_norm_backward,
+            [HD_OP_CROSS_ENTROPY] = hd__fused_cross_entropy,
+            [HD_OP_LINEAR_CROSS_ENTROPY] = hd__fused_linear_cross_entropy,
         },
     .epilogue = {[HD_OP_LORA] = fused_lora_epilogue},
+    .adamw = hd__fused_adamw,
 };
