@@ -137,6 +137,13 @@ typedef struct hd_backend_impl {
 
     hd_op_slot run[HD_OP_COUNT];      /* the whole op; NULL: not offered */
     hd_op_slot epilogue[HD_OP_COUNT]; /* the op after its product; NULL: not offered */
+
+    /* One AdamW step over every tensor of args (hd_adamw(), not an op of the table: it takes
+     * any number of tensors), all of them valid at the backend's place. As a slot: HD_OK once
+     * queued or done; a failure before anything was written leaves every tensor as it was
+     * (the dispatcher then runs it on the host), one after says hd__error_outputs_changed().
+     * (optional) */
+    hd_status (*adamw)(void *state, hd_context *ctx, const hd_adamw_args *args);
 } hd_backend_impl;
 
 /* The device place, as the device backends' runtime provides it: opening the device, its

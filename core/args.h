@@ -4,6 +4,7 @@
 #ifndef HD_CORE_ARGS_H
 #define HD_CORE_ARGS_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +115,50 @@ typedef struct hd_step_args {
     const char *variant;    /* as for GEMM */
     hd_precision precision; /* the LM head's products */
 } hd_step_args;
+
+/* AdamW over count tensors (hd_adamw(); not an op of the table, since it takes any number of
+ * tensors): the caller's arrays, checked (count >= 1 tensors of matching shapes, no tensor
+ * twice, every hyperparameter in range) and valid where the slot runs. With max_grad_norm > 0
+ * the gradients are clipped by their global norm; grad_norm (may be NULL) receives that norm. */
+typedef struct hd_adamw_args {
+    hd_tensor *const *params;
+    const hd_tensor *const *grads;
+    hd_tensor *const *m, *const *v;
+    size_t count;
+    float lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    float max_grad_norm;        /* 0: no clipping */
+    const hd_tensor *grad_norm; /* written (1 x 1); NULL: not wanted */
+} hd_adamw_args;
+
+/* The per-step factors of torch.optim.AdamW, computed in double and rounded once, so that
+ * every backend updates with the same floats. */
+typedef struct hd_adamw_factors {
+    float decay;                  /* 1 - lr * weight_decay */
+    float beta1, one_minus_beta1; /* first moment: beta1 and 1 - beta1 */
+    float beta2, one_minus_beta2; /* second moment */
+    float step_size;              /* lr / (1 - beta1^step) */
+    float inv_bc2_sqrt;           /* 1 / sqrt(1 - beta2^step) */
+    float eps;
+} hd_adamw_factors;
+
+/* The factors of step `step` (>= 1) for the hyperparameters given. */
+static inline hd_adamw_factors hd__adamw_factors(float lr, float beta1, float beta2, float eps,
+                                                 float weight_decay, int64_t step)
+{
+    double t = (double)step;
+    hd_adamw_factors f = {
+        .decay = (float)(1.0 - (double)lr * weight_decay),
+        .beta1 = beta1,
+        .one_minus_beta1 = (float)(1.0 - beta1),
+        .beta2 = beta2,
+        .one_minus_beta2 = (float)(1.0 - beta2),
+        .step_size = (float)(lr / (1.0 - pow(beta1, t))),
+        .inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(beta2, t))),
+        .eps = eps,
+    };
+    return f;
+}
 
 /* The shape of one call, as the dispatcher keys it: GEMM (m, n, k), LoRA (tokens, in, out,
  * rank), row ops (rows, cols). */

@@ -19,23 +19,6 @@
 /* Partial sums of the norm's pass: four vectors of doubles. */
 #define LANES 8
 
-hd_adamw_factors hd__adamw_factors(float lr, float beta1, float beta2, float eps,
-                                   float weight_decay, int64_t step)
-{
-    double t = (double)step;
-    hd_adamw_factors f = {
-        .decay = (float)(1.0 - (double)lr * weight_decay),
-        .beta1 = beta1,
-        .one_minus_beta1 = (float)(1.0 - beta1),
-        .beta2 = beta2,
-        .one_minus_beta2 = (float)(1.0 - beta2),
-        .step_size = (float)(lr / (1.0 - pow(beta1, t))),
-        .inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(beta2, t))),
-        .eps = eps,
-    };
-    return f;
-}
-
 typedef struct adamw_job {
     const hd_adamw_tensor *t;
     size_t count;
@@ -151,9 +134,10 @@ hd_status hd__cpu_adamw(hd_cpu_pool *pool, const hd_adamw_tensor *t, size_t coun
             sum += job.sums[u];
         free(job.sums);
         *total = (float)sqrt(sum);
-        /* in float, as PyTorch forms it; a NaN c stays NaN (clamp propagates it) */
+        /* in float, as PyTorch forms it; a NaN c stays NaN (clamp propagates it), but a norm
+         * only measured must not turn inf / inf into a NaN step */
         float c = max_norm / (*total + 1e-6f);
-        job.coef = c > 1.0f ? 1.0f : c;
+        job.coef = c > 1.0f || isinf(max_norm) ? 1.0f : c;
     }
     hd__cpu_pool_run(p, units, update_part, &job);
     free(first);

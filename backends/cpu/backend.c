@@ -145,5 +145,10 @@ const hd_backend_impl hd__backend_cpu = {
             [HD_OP_EMBEDDING] = hd__cpu_embedding_slot,
             [HD_OP_ATTENTION] = hd__cpu_attention_slot,
             [HD_OP_ATTENTION_BACKWARD] = hd__cpu_attention_backward_slot,
+            [HD_OP_ADD_RMS_NORM] = hd__cpu_add_rms_norm_slot,
+            [HD_OP_ADD_RMS_NORM_BACKWARD] = hd__cpu_add_rms_norm_backward_slot,
+            [HD_OP_CROSS_ENTROPY] = hd__cpu_cross_entropy_slot,
+            [HD_OP_LINEAR_CROSS_ENTROPY] = hd__cpu_linear_cross_entropy_slot,
         },
+    .adamw = hd__cpu_adamw_slot,
 };

@@ -94,29 +94,15 @@ typedef struct hd_adamw_tensor {
     size_t n;
 } hd_adamw_tensor;
 
-/* The per-step factors of torch.optim.AdamW, computed in double and rounded once (the host's
- * arguments of adamw.cl's kernels too). */
-typedef struct hd_adamw_factors {
-    float decay;                  /* 1 - lr * weight_decay */
-    float beta1, one_minus_beta1; /* first moment: beta1 and 1 - beta1 */
-    float beta2, one_minus_beta2; /* second moment */
-    float step_size;              /* lr / (1 - beta1^step) */
-    float inv_bc2_sqrt;           /* 1 / sqrt(1 - beta2^step) */
-    float eps;
-} hd_adamw_factors;
-
-/* The factors of step `step` (>= 1) for the hyperparameters given. */
-hd_adamw_factors hd__adamw_factors(float lr, float beta1, float beta2, float eps,
-                                   float weight_decay, int64_t step);
-
-/* One AdamW step over count tensors, in place on p, m and v:
+/* One AdamW step over count tensors, in place on p, m and v, with the factors of
+ * hd__adamw_factors (core/args.h):
  * p = p * decay; m = beta1 * m + (1 - beta1) * g'; v = beta2 * v + (1 - beta2) * g'^2;
  * p = p - step_size * m / (sqrt(v) * inv_bc2_sqrt + eps), with g' = g * coef. total NULL: coef
  * = 1; else gradient clipping as torch.nn.utils.clip_grad_norm_ before the step: *total =
  * sqrt(sum of g^2 over all the tensors) (in double, in a fixed order), coef = min(1, max_norm /
  * (total + 1e-6)) (NaN where total is NaN); the gradients are not modified. max_norm = INFINITY
- * only measures. HD_ERR_OUT_OF_MEMORY (nothing written) where the norm's partial sums cannot be
- * allocated. */
+ * only measures (coef = 1, even where total is infinite). HD_ERR_OUT_OF_MEMORY (nothing written)
+ * where the norm's partial sums cannot be allocated. */
 hd_status hd__cpu_adamw(hd_cpu_pool *pool, const hd_adamw_tensor *t, size_t count,
                         const hd_adamw_factors *f, float max_norm, float *total);
 
@@ -156,5 +142,15 @@ hd_status hd__cpu_attention_backward(hd_cpu_pool *pool, const hd_cpu_attention_s
                                      const float *out, const float *lse, const float *dout,
                                      const int32_t *kv_range, const int32_t *q_range, float *dq, float *dk,
                                      float *dv);
+
+/* The slots of these ops (train_ops.c, linear_cross_entropy.c), for the backend's table
+ * (backend.c), and AdamW's, which is not an op of the table (hd_backend_impl.adamw). */
+hd_status hd__cpu_add_rms_norm_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_add_rms_norm_backward_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_cross_entropy_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_linear_cross_entropy_slot(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__cpu_adamw_slot(void *state, hd_context *ctx, const hd_adamw_args *args);
+/* The cross-entropy's inv_count: 1 / counted, infinite for none (a NaN mean, zero gradients). */
+float hd__cpu_inv_count(size_t counted);
 
 #endif

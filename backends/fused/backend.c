@@ -311,7 +311,7 @@ static size_t fused_variants(void *state, hd_op op, const hd_shape *s, hd_part p
     case HD_FUSED_ROUTE_ROWS_BACKWARD:
         return row_backward_variants(f, out, max);
     case HD_FUSED_ROUTE_STEP:
-        return hd__fused_step_variants(op, s, out, max);
+        return hd__fused_step_variants(f, op, s, out, max);
     case HD_FUSED_ROUTE_NONE:
         break;
     }
@@ -619,6 +619,11 @@ const hd_backend_impl hd__backend_fused = {
             [HD_OP_EMBEDDING] = hd__fused_embedding,
             [HD_OP_ATTENTION] = hd__fused_attention,
             [HD_OP_ATTENTION_BACKWARD] = hd__fused_attention_backward,
+            [HD_OP_ADD_RMS_NORM] = hd__fused_add_rms_norm,
+            [HD_OP_ADD_RMS_NORM_BACKWARD] = hd__fused_add_rms_norm_backward,
+            [HD_OP_CROSS_ENTROPY] = hd__fused_cross_entropy,
+            [HD_OP_LINEAR_CROSS_ENTROPY] = hd__fused_linear_cross_entropy,
         },
     .epilogue = {[HD_OP_LORA] = fused_lora_epilogue},
+    .adamw = hd__fused_adamw,
 };

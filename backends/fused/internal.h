@@ -31,6 +31,9 @@ extern const char hd__fused_cl_elementwise[];
 extern const char hd__fused_cl_rope[];
 extern const char hd__fused_cl_embedding[];
 extern const char hd__fused_cl_attention[];
+extern const char hd__fused_cl_add_rms_norm[];
+extern const char hd__fused_cl_cross_entropy[];
+extern const char hd__fused_cl_adamw[];
 
 /* One OpenCL program per kind, its source the concatenation of the files it needs. */
 typedef enum hd_fused_program {
@@ -50,6 +53,9 @@ typedef enum hd_fused_program {
     HD_FUSED_ROPE,
     HD_FUSED_EMBEDDING,
     HD_FUSED_ATTENTION,
+    HD_FUSED_ADD_RMS_NORM, /* residual add + RMS norm, forward and backward */
+    HD_FUSED_CROSS_ENTROPY,
+    HD_FUSED_ADAMW,
     HD_FUSED_PROGRAM_COUNT
 } hd_fused_program;
 
@@ -277,6 +283,11 @@ hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t
 hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,
                            struct hd_device_buffer **out);
 void hd__fused_buffer_release(hd_fused *f, struct hd_device_buffer *buf); /* NULL: no-op */
+/* Queues a copy of bytes from src at src_offset to dst at dst_offset (device buffers, offsets
+ * in bytes, regions apart): a chunk of a tensor into a call's scratch, or back. */
+hd_status hd__fused_copy(hd_fused *f, hd_context *ctx, const struct hd_device_buffer *dst,
+                         size_t dst_offset, const struct hd_device_buffer *src, size_t src_offset,
+                         size_t bytes);
 
 /* The partials and counters of a KG > 1 launch over `strips` strips of rows (<= HD_FUSED_MAX_ROWS)
  * rows, grown on demand (the counters zeroed on the queue). KG == 1: both are `unused`, a buffer
@@ -407,13 +418,27 @@ bool hd__fused_step_supports(hd_op op, const hd_shape *shape);
 hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
                                const char *variant);
 /* The variants worth timing for a step op. */
-size_t hd__fused_step_variants(hd_op op, const hd_shape *shape, const char **out, size_t max);
+size_t hd__fused_step_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
+                               const char **out, size_t max);
 /* Attention's: whether variant's tiles fit the head dimension (the kernels' divisibility and
  * the device's work-group limit; a tile whose local memory the device lacks fails its build),
  * and the variants worth timing. */
 hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
                                     const char *variant);
 size_t hd__fused_attention_variants(const hd_shape *shape, const char **out, size_t max);
+/* Residual add + RMS norm, cross-entropy (and its LM-head form) and AdamW (train.c): their
+ * slots, which of the step's ops they are, and what their kernel parameters accept. */
+hd_status hd__fused_add_rms_norm(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_add_rms_norm_backward(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_cross_entropy(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_linear_cross_entropy(void *state, hd_context *ctx, const hd_op_args *args);
+hd_status hd__fused_adamw(void *state, hd_context *ctx, const hd_adamw_args *args);
+bool hd__fused_train_op(hd_op op);
+bool hd__fused_train_supports(hd_op op, const hd_shape *shape);
+hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
+                                const char *variant);
+size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
+                                const char **out, size_t max);
 /* The tiled product dx = dy * W^T (+ u * A^T) of a LoRA backward call of this shape, which
  * its variants tune, without buffers; and whether that product would accept variant. */
 hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_shape *shape,

@@ -30,6 +30,11 @@ static const char *const elementwise_parts[] = {hd__fused_cl_elem, hd__fused_cl_
 static const char *const rope_parts[] = {hd__fused_cl_elem, hd__fused_cl_rope, NULL};
 static const char *const embedding_parts[] = {hd__fused_cl_elem, hd__fused_cl_embedding, NULL};
 static const char *const attention_parts[] = {hd__fused_cl_elem, hd__fused_cl_attention, NULL};
+static const char *const add_rms_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_elem,
+                                                 hd__fused_cl_add_rms_norm, NULL};
+static const char *const cross_entropy_parts[] = {hd__fused_cl_common, hd__fused_cl_elem,
+                                                  hd__fused_cl_cross_entropy, NULL};
+static const char *const adamw_parts[] = {hd__fused_cl_common, hd__fused_cl_adamw, NULL};
 static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_SOFTMAX] = softmax_parts,
     [HD_FUSED_LAYER_NORM] = layer_norm_parts,
@@ -47,6 +52,9 @@ static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
     [HD_FUSED_ROPE] = rope_parts,
     [HD_FUSED_EMBEDDING] = embedding_parts,
     [HD_FUSED_ATTENTION] = attention_parts,
+    [HD_FUSED_ADD_RMS_NORM] = add_rms_norm_parts,
+    [HD_FUSED_CROSS_ENTROPY] = cross_entropy_parts,
+    [HD_FUSED_ADAMW] = adamw_parts,
 };
 
 hd_status hd__fused_sources_create(hd_fused *f)
@@ -211,6 +219,19 @@ hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t
         *out = NULL;
     }
     return s;
+}
+
+hd_status hd__fused_copy(hd_fused *f, hd_context *ctx, const struct hd_device_buffer *dst,
+                         size_t dst_offset, const struct hd_device_buffer *src, size_t src_offset,
+                         size_t bytes)
+{
+    if (bytes == 0)
+        return HD_OK;
+    cl_int err = clEnqueueCopyBuffer(hd__cl_queue(f->rt), src->mem, dst->mem, src_offset,
+                                     dst_offset, bytes, 0, NULL, hd__cl_event_slot(f->rt));
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clEnqueueCopyBuffer");
+    return HD_OK;
 }
 
 void hd__fused_buffer_release(hd_fused *f, struct hd_device_buffer *buf)

@@ -250,6 +250,8 @@ hd_status hd__fused_embedding(void *state, hd_context *ctx, const hd_op_args *ar
 
 bool hd__fused_step_supports(hd_op op, const hd_shape *shape)
 {
+    if (hd__fused_train_op(op)) /* residual + norm, cross-entropy, the LM head: train.c */
+        return hd__fused_train_supports(op, shape);
     if (kernel_of[op].name == NULL)
         return false;
     for (int d = 0; d < hd__op(op)->dims; d++)
@@ -261,14 +263,19 @@ bool hd__fused_step_supports(hd_op op, const hd_shape *shape)
 hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
                                const char *variant)
 {
+    if (hd__fused_train_op(op))
+        return hd__fused_train_check(f, ctx, op, shape, variant);
     if (is_attention(op))
         return hd__fused_attention_check(f, ctx, shape, variant);
     hd_fused_params p;
     return step_params(f, ctx, op, shape->dim[1], variant, &p);
 }
 
-size_t hd__fused_step_variants(hd_op op, const hd_shape *shape, const char **out, size_t max)
+size_t hd__fused_step_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
+                               const char **out, size_t max)
 {
+    if (hd__fused_train_op(op))
+        return hd__fused_train_variants(f, op, shape, out, max);
     if (is_attention(op))
         return hd__fused_attention_variants(shape, out, max);
     if (kernel_of[op].name == NULL)

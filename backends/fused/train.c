@@ -1,0 +1,660 @@
+/*
+ * Residual add + RMS norm (forward and backward), cross-entropy and its LM-head form on the
+ * device (kernels/add_rms_norm.cl, cross_entropy.cl; the LM head's products on the tiled
+ * engine, tile.c). Every kernel a call launches is built, every tiled product prepared and
+ * every scratch buffer taken before the first launch, so that a refusal leaves the outputs as
+ * they were; a launch the device refuses after an output was written says so
+ * (hd__error_outputs_changed). Kernel parameters: the row family's (WG, ROWS, VEC, CACHE), the
+ * tiled family's for the LM head's logits.
+ */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backends/fused/internal.h"
+#include "core/op.h"
+
+/* The backward's column launches: work-items per group of the partials (a few warps on any
+ * device), rows per chunk of partials (enough work-items to fill a device from a few thousand
+ * rows, short chains of dependent adds), and the combine's work-group, columns by slices of
+ * each column's partials (add_rms_norm.cl's COMBINE_COLS and COMBINE_SLICES defaults). */
+#define GRADS_GROUP   64
+#define GRADS_CHUNK   256
+#define COMBINE_COLS  32
+#define COMBINE_GROUP (COMBINE_COLS * 8)
+/* The backward's single pass: vectors per work-item held in registers at most, work-items per
+ * group at least, and per slot (a row) at most. */
+#define SINGLE_PASS_CACHE_MAX 4
+#define SINGLE_PASS_GROUP     256
+#define SINGLE_PASS_SLOT_MAX  512
+/* The LM head's logits held at once at most: large enough that each chunk's products run at
+ * the tiled engine's full rate, small enough to leave the device's memory to the model. */
+#define LOGITS_CHUNK_BYTES ((size_t)64 << 20)
+
+static size_t ceil_div(size_t a, size_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static size_t row_groups(size_t rows, const hd_fused_params *p)
+{
+    return ceil_div(rows, (size_t)p->rows);
+}
+
+/* Builds (or finds built) each named kernel of the program before anything is launched. */
+static hd_status build_first(hd_fused *f, hd_context *ctx, hd_fused_program program,
+                             const char *options, const char *const names[], const size_t groups[],
+                             cl_kernel kernels[], int count)
+{
+    hd_status s = HD_OK;
+    for (int i = 0; i < count && s == HD_OK; i++)
+        s = hd__fused_kernel(f, ctx, program, options, names[i], groups[i], &kernels[i]);
+    return s;
+}
+
+/* The row family's parameters for rows of cols and their build options. */
+static hd_status row_options(hd_fused *f, hd_context *ctx, const char *variant, size_t cols,
+                             hd_fused_params *p, bool *cached,
+                             char options[HD_FUSED_OPTIONS_CAPACITY])
+{
+    hd_status s = hd__fused_rows_params(f, ctx, variant, cols, p, cached);
+    if (s == HD_OK)
+        hd__fused_options(HD_FUSED_FAMILY_ROWS, p, 0, options);
+    return s;
+}
+
+/* ---- residual add + RMS norm ---- */
+
+/* in: x, r, weight; out: h, y. One launch: the row held in registers where it fits. */
+hd_status hd__fused_add_rms_norm(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    hd_fused_params p;
+    bool cached;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    cl_kernel k;
+    hd_status s = row_options(f, ctx, a->variant, a->cols, &p, &cached, options);
+    if (s == HD_OK)
+        s = hd__fused_kernel(f, ctx, HD_FUSED_ADD_RMS_NORM, options,
+                             cached ? "add_rms_norm_cached" : "add_rms_norm_looped", (size_t)p.wg,
+                             &k);
+    if (s != HD_OK)
+        return s;
+    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
+    cl_float eps = a->eps;
+    const hd_fused_arg list[] = {
+        HD_FUSED_TENSOR(a->in[0]),  HD_FUSED_TENSOR(a->in[1]),  HD_FUSED_TENSOR(a->in[2]),
+        HD_FUSED_TENSOR(a->out[0]), HD_FUSED_TENSOR(a->out[1]), HD_FUSED_VALUE(rows),
+        HD_FUSED_VALUE(cols),       HD_FUSED_VALUE(eps),
+    };
+    return hd__fused_launch_args(f, ctx, k, row_groups(a->rows, &p), (size_t)p.wg, list, 8);
+}
+
+/* dweight = the sum of each column's `chunks` partials in part, in a fixed order. */
+static hd_status combine_partials(hd_fused *f, hd_context *ctx, cl_kernel k,
+                                  const struct hd_device_buffer *part, const hd_step_args *a,
+                                  cl_int chunks)
+{
+    cl_int cols = (cl_int)a->cols;
+    const hd_fused_arg list[] = {HD_FUSED_BUFFER(part), HD_FUSED_TENSOR(a->out[1]),
+                                 HD_FUSED_VALUE(cols), HD_FUSED_VALUE(chunks)};
+    return hd__fused_launch_args(f, ctx, k, ceil_div(a->cols, COMBINE_COLS), COMBINE_GROUP, list,
+                                 4);
+}
+
+/* The single pass's parameters: slots of the fewest work-items (a power of two) whose
+ * registers hold a row, as many rows per group as make SINGLE_PASS_GROUP work-items; false
+ * where no slot holds the row. */
+static bool single_pass_params(const hd_fused *f, const hd_fused_params *p, size_t cols,
+                               hd_fused_params *one)
+{
+    size_t n = cols / (size_t)p->vec, slot = 1;
+    while (slot * SINGLE_PASS_CACHE_MAX < n && slot < SINGLE_PASS_SLOT_MAX)
+        slot *= 2;
+    size_t wg = slot > SINGLE_PASS_GROUP ? slot : SINGLE_PASS_GROUP;
+    if (n > SINGLE_PASS_CACHE_MAX * slot || wg > f->device_max_group)
+        return false;
+    *one = *p;
+    one->wg = (int)wg;
+    one->rows = (int)(wg / slot);
+    one->cache = (int)ceil_div(n, slot);
+    return true;
+}
+
+/* Work-groups of the single pass, each a chunk of rows (a multiple of ROWS, so that no slot
+ * idles): one per compute unit where each keeps its next row's loads in flight (prefetch),
+ * more where others must load while one reduces. */
+static size_t single_pass_groups(const hd_fused *f, const hd_fused_params *one, bool prefetch,
+                                 size_t rows, size_t *chunk)
+{
+    size_t units = f->compute_units > 0 ? f->compute_units : 1;
+    size_t wanted = units * (prefetch ? 1 : one->cache >= 3 ? 2 : 4);
+    size_t groups = rows < wanted ? rows : wanted;
+    size_t per_group = (size_t)one->rows;
+    *chunk = ceil_div(ceil_div(rows, groups), per_group) * per_group;
+    return ceil_div(rows, *chunk);
+}
+
+/* The single pass's kernel and, with dweight, the combine's, from one program; *declined where
+ * the compiled kernel cannot run a group of the slot's size (its registers), for the looped
+ * kernels to take the call. */
+static hd_status single_pass_kernels(hd_fused *f, hd_context *ctx, const hd_fused_params *one,
+                                     bool dw, cl_kernel k[2], bool *declined)
+{
+    char options[HD_FUSED_OPTIONS_CAPACITY], pass_options[HD_FUSED_OPTIONS_CAPACITY];
+    hd__fused_options(HD_FUSED_FAMILY_ROWS, one, 0, options);
+    /* the next row's loads in flight through the reductions: twice the registers for h and dy,
+     * which the largest slots do not have */
+    int len = snprintf(pass_options, sizeof pass_options, "%s -DPREFETCH=%d", options,
+                       one->wg <= SINGLE_PASS_GROUP);
+    if (len < 0 || (size_t)len >= sizeof pass_options)
+        return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
+    *declined = false;
+    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ADD_RMS_NORM, pass_options,
+                                   "add_rms_norm_backward_fused", (size_t)one->wg, &k[0]);
+    if (s == HD_ERR_UNSUPPORTED && one->wg > SINGLE_PASS_GROUP) {
+        hd__error_clear(ctx);
+        *declined = true;
+        return HD_OK;
+    }
+    if (s == HD_OK && dw)
+        s = hd__fused_kernel(f, ctx, HD_FUSED_ADD_RMS_NORM, pass_options,
+                             "add_rms_norm_weight_combine", COMBINE_GROUP, &k[1]);
+    return s;
+}
+
+/* dh (and dweight's partials per group, then their combine) in one pass over h and dy, where a
+ * row fits a slot's registers. *done: whether it ran (or failed) here. */
+static hd_status backward_single_pass(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                                      const hd_step_args *a, bool *done)
+{
+    hd_fused_params one;
+    cl_kernel k[2];
+    bool declined = false, dw = a->out[1] != NULL;
+    *done = single_pass_params(f, p, a->cols, &one);
+    if (!*done)
+        return HD_OK;
+    hd_status s = single_pass_kernels(f, ctx, &one, dw, k, &declined);
+    *done = !declined;
+    if (s != HD_OK || declined)
+        return s;
+    size_t chunk,
+        groups = single_pass_groups(f, &one, one.wg <= SINGLE_PASS_GROUP, a->rows, &chunk);
+    struct hd_device_buffer *part = NULL;
+    if (dw && groups > SIZE_MAX / sizeof(float) / a->cols)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",
+                         a->rows, a->cols);
+    if (dw)
+        s = hd__fused_buffer(f, ctx, groups * a->cols * sizeof(float), &part);
+    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols, nchunk = (cl_int)chunk;
+    cl_float eps = a->eps;
+    const hd_fused_arg list[] = {
+        HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[1]),  HD_FUSED_TENSOR(a->in[2]),
+        HD_FUSED_TENSOR(a->in[3]), HD_FUSED_TENSOR(a->out[0]), HD_FUSED_BUFFER(part),
+        HD_FUSED_VALUE(rows),      HD_FUSED_VALUE(cols),       HD_FUSED_VALUE(eps),
+        HD_FUSED_VALUE(nchunk),
+    };
+    if (s == HD_OK)
+        s = hd__fused_launch_args(f, ctx, k[0], groups, (size_t)one.wg, list, 10);
+    if (s == HD_OK && dw && (s = combine_partials(f, ctx, k[1], part, a, (cl_int)groups)) != HD_OK)
+        hd__error_outputs_changed(ctx); /* dh is written (over dy or dres, in place) */
+    hd__fused_buffer_release(f, part);
+    return s;
+}
+
+/* dh alone on rows too long for the registers: per row its statistics, mean(g * xhat) and dh,
+ * each a pass over the row. */
+static hd_status backward_rows(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                               const char *options, const hd_step_args *a)
+{
+    cl_kernel k;
+    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ADD_RMS_NORM, options,
+                                   "add_rms_norm_backward_rows", (size_t)p->wg, &k);
+    if (s != HD_OK)
+        return s;
+    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
+    cl_float eps = a->eps;
+    const hd_fused_arg list[] = {
+        HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[1]),  HD_FUSED_TENSOR(a->in[2]),
+        HD_FUSED_TENSOR(a->in[3]), HD_FUSED_TENSOR(a->out[0]), HD_FUSED_VALUE(rows),
+        HD_FUSED_VALUE(cols),      HD_FUSED_VALUE(eps),
+    };
+    return hd__fused_launch_args(f, ctx, k, row_groups(a->rows, p), (size_t)p->wg, list, 8);
+}
+
+/* The long rows' launches in order: the rows' statistics, dweight's partials per chunk of rows
+ * and column, their combine (dweight written), then dh (which may overwrite dy). */
+enum { LONG_STATS, LONG_PARTIALS, LONG_COMBINE, LONG_APPLY, LONG_KERNELS };
+
+typedef struct long_rows {
+    cl_kernel k[LONG_KERNELS];
+    struct hd_device_buffer *stats, *part;
+    size_t chunks, span; /* chunks of GRADS_CHUNK rows; columns rounded up to GRADS_GROUP */
+} long_rows;
+
+static hd_status long_rows_prepare(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                                   const char *options, const hd_step_args *a, long_rows *l)
+{
+    static const char *const names[LONG_KERNELS] = {
+        "add_rms_norm_backward_stats", "add_rms_norm_weight_partials",
+        "add_rms_norm_weight_combine", "add_rms_norm_backward_apply"};
+    const size_t groups[LONG_KERNELS] = {(size_t)p->wg, GRADS_GROUP, COMBINE_GROUP, (size_t)p->wg};
+    l->stats = l->part = NULL;
+    l->chunks = ceil_div(a->rows, GRADS_CHUNK);
+    l->span = ceil_div(a->cols, GRADS_GROUP) * GRADS_GROUP;
+    if (l->span > (size_t)INT_MAX / l->chunks || l->chunks > SIZE_MAX / sizeof(float) / a->cols)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",
+                         a->rows, a->cols);
+    hd_status s =
+        build_first(f, ctx, HD_FUSED_ADD_RMS_NORM, options, names, groups, l->k, LONG_KERNELS);
+    if (s == HD_OK)
+        s = hd__fused_buffer(f, ctx, 4 * a->rows * sizeof(float), &l->stats);
+    if (s == HD_OK)
+        s = hd__fused_buffer(f, ctx, l->chunks * a->cols * sizeof(float), &l->part);
+    return s;
+}
+
+static hd_status long_rows_launch(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                                  const hd_step_args *a, const long_rows *l)
+{
+    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols, chunk = GRADS_CHUNK;
+    cl_int chunks = (cl_int)l->chunks, span = (cl_int)l->span;
+    cl_float eps = a->eps;
+    const hd_fused_arg stats[] = {
+        HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[1]), HD_FUSED_TENSOR(a->in[2]),
+        HD_FUSED_BUFFER(l->stats), HD_FUSED_VALUE(rows),      HD_FUSED_VALUE(cols),
+        HD_FUSED_VALUE(eps),
+    };
+    const hd_fused_arg partials[] = {
+        HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[2]), HD_FUSED_BUFFER(l->stats),
+        HD_FUSED_BUFFER(l->part),  HD_FUSED_VALUE(rows),      HD_FUSED_VALUE(cols),
+        HD_FUSED_VALUE(chunk),     HD_FUSED_VALUE(chunks),    HD_FUSED_VALUE(span),
+    };
+    const hd_fused_arg apply[] = {
+        HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[1]), HD_FUSED_TENSOR(a->in[2]),
+        HD_FUSED_TENSOR(a->in[3]), HD_FUSED_BUFFER(l->stats), HD_FUSED_TENSOR(a->out[0]),
+        HD_FUSED_VALUE(rows),      HD_FUSED_VALUE(cols),
+    };
+    size_t groups = row_groups(a->rows, p);
+    hd_status s = hd__fused_launch_args(f, ctx, l->k[LONG_STATS], groups, (size_t)p->wg, stats, 7);
+    if (s == HD_OK)
+        s = hd__fused_launch_args(f, ctx, l->k[LONG_PARTIALS], l->span / GRADS_GROUP * l->chunks,
+                                  GRADS_GROUP, partials, 9);
+    if (s == HD_OK)
+        s = combine_partials(f, ctx, l->k[LONG_COMBINE], l->part, a, chunks);
+    if (s == HD_OK && (s = hd__fused_launch_args(f, ctx, l->k[LONG_APPLY], groups, (size_t)p->wg,
+                                                 apply, 8)) != HD_OK)
+        hd__error_outputs_changed(ctx); /* dweight is written */
+    return s;
+}
+
+/* dh and dweight on rows too long for the registers: deterministic, without atomics. */
+static hd_status backward_long_rows(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
+                                    const char *options, const hd_step_args *a)
+{
+    long_rows l;
+    hd_status s = long_rows_prepare(f, ctx, p, options, a, &l);
+    if (s == HD_OK)
+        s = long_rows_launch(f, ctx, p, a, &l);
+    hd__fused_buffer_release(f, l.stats);
+    hd__fused_buffer_release(f, l.part);
+    return s;
+}
+
+/* in: h, weight, dy, dres (may be NULL); out: dh, dweight (may be NULL). The single pass where a
+ * row fits a slot's registers; else the rows kernel, or with dweight the four launches. */
+hd_status hd__fused_add_rms_norm_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    hd_fused_params p;
+    bool cached, done;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    hd_status s = row_options(f, ctx, a->variant, a->cols, &p, &cached, options);
+    if (s == HD_OK)
+        s = backward_single_pass(f, ctx, &p, a, &done);
+    if (s != HD_OK || done)
+        return s;
+    return a->out[1] != NULL ? backward_long_rows(f, ctx, &p, options, a)
+                             : backward_rows(f, ctx, &p, options, a);
+}
+
+/* ---- cross-entropy ---- */
+
+/* The kernels of one call over rows of vocab logits: the rows' losses (and dlogits), then
+ * their mean. CACHE does not apply: the rows are looped. */
+typedef struct ce_kernels {
+    hd_fused_params p;
+    cl_kernel rows, mean;
+} ce_kernels;
+
+static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, size_t vocab,
+                          ce_kernels *k)
+{
+    bool cached;
+    hd_status s = hd__fused_rows_params(f, ctx, variant, vocab, &k->p, &cached);
+    if (s != HD_OK)
+        return s;
+    k->p.cache = 0;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    hd__fused_options(HD_FUSED_FAMILY_ROWS, &k->p, 0, options);
+    const char *const names[] = {"cross_entropy_rows", "cross_entropy_mean"};
+    const size_t groups[] = {(size_t)k->p.wg, (size_t)k->p.wg};
+    cl_kernel built[2];
+    s = build_first(f, ctx, HD_FUSED_CROSS_ENTROPY, options, names, groups, built, 2);
+    k->rows = built[0];
+    k->mean = built[1];
+    return s;
+}
+
+/* One launch of the rows kernel: losses[i] for rows rows of logits, dlogits (NULL: none; may
+ * be logits) scaled by inv_count. */
+typedef struct ce_rows_call {
+    const struct hd_device_buffer *logits, *targets, *losses, *dlogits;
+    size_t rows, vocab;
+    int32_t ignore_index;
+    float inv_count;
+} ce_rows_call;
+
+static hd_status ce_rows(hd_fused *f, hd_context *ctx, const ce_kernels *k, const ce_rows_call *c)
+{
+    cl_int rows = (cl_int)c->rows, cols = (cl_int)c->vocab, ignore = c->ignore_index;
+    cl_float inv = c->inv_count;
+    const hd_fused_arg list[] = {
+        HD_FUSED_BUFFER(c->logits), HD_FUSED_BUFFER(c->targets), HD_FUSED_BUFFER(c->losses),
+        HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_VALUE(rows),
+        HD_FUSED_VALUE(cols),       HD_FUSED_VALUE(ignore),      HD_FUSED_VALUE(inv),
+    };
+    return hd__fused_launch_args(f, ctx, k->rows, row_groups(c->rows, &k->p), (size_t)k->p.wg, list,
+                                 9);
+}
+
+/* loss = the rows' losses added in a fixed order, times inv_count: one work-group. */
+static hd_status ce_mean(hd_fused *f, hd_context *ctx, const ce_kernels *k,
+                         const struct hd_device_buffer *losses, const hd_tensor *loss, size_t rows,
+                         float inv_count)
+{
+    cl_int n = (cl_int)rows;
+    cl_float inv = inv_count;
+    const hd_fused_arg list[] = {HD_FUSED_BUFFER(losses), HD_FUSED_TENSOR(loss), HD_FUSED_VALUE(n),
+                                 HD_FUSED_VALUE(inv)};
+    return hd__fused_launch_args(f, ctx, k->mean, 1, (size_t)k->p.wg, list, 4);
+}
+
+/* 1 / the rows counted: infinite for none, which makes the mean of no loss 0 * inf = NaN, as
+ * PyTorch's, while every ignored row's gradient stays 0. */
+static float inv_count(size_t counted)
+{
+    return (float)(1.0 / (double)counted);
+}
+
+/* in: logits; out: loss, dlogits (may be NULL, may be logits). */
+hd_status hd__fused_cross_entropy(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    ce_kernels k;
+    struct hd_device_buffer *targets = NULL, *losses = NULL;
+    hd_status s = ce_build(f, ctx, a->variant, a->vocab, &k);
+    if (s == HD_OK)
+        s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &targets);
+    if (s == HD_OK)
+        s = hd__fused_buffer(f, ctx, a->rows * sizeof(float), &losses);
+    float inv = inv_count(a->counted);
+    const hd_tensor *dl = a->out[1];
+    const ce_rows_call c = {a->in[0]->state->device,
+                            targets,
+                            losses,
+                            dl != NULL ? dl->state->device : NULL,
+                            a->rows,
+                            a->vocab,
+                            a->ignore_index,
+                            inv};
+    if (s == HD_OK)
+        s = ce_rows(f, ctx, &k, &c);
+    if (s == HD_OK && (s = ce_mean(f, ctx, &k, losses, a->out[0], a->rows, inv)) != HD_OK &&
+        dl != NULL)
+        hd__error_outputs_changed(ctx); /* dlogits is written (over logits, in place) */
+    hd__fused_buffer_release(f, targets);
+    hd__fused_buffer_release(f, losses);
+    return s;
+}
+
+/* ---- cross-entropy of the LM head ---- */
+
+/* One call of hd_linear_cross_entropy: the tokens in chunks of at most `chunk`, each through
+ * logits_c = h_c * w^T, the rows kernel in place on them, dh_c = dlogits_c * w. One chunk reads
+ * h, the targets and the losses and writes dh where they are; several go through scratch, each
+ * chunk copied in and out at its offset. */
+typedef struct lm_head {
+    const hd_step_args *a;
+    size_t chunk;
+    bool whole; /* one chunk */
+    float inv_count;
+    ce_kernels ce;
+    struct hd_device_buffer *targets, *losses, *logits;         /* all rows; the chunk's logits */
+    struct hd_device_buffer *h_c, *targets_c, *losses_c, *dh_c; /* scratch: several chunks */
+    hd_fused_tile_call products[2][2]; /* [logits, dh][a full chunk, the last] */
+} lm_head;
+
+static size_t lm_head_chunk_rows(size_t rows, size_t vocab)
+{
+    size_t c = LOGITS_CHUNK_BYTES / sizeof(float) / vocab;
+    c = c > 0 ? c : 1;
+    return c < rows ? c : rows;
+}
+
+/* logits_c (m x V) = h_c * w^T (w stored V x D), or dh_c (m x D) = dlogits_c * w. */
+static hd_fused_tile_call lm_head_product(const lm_head *l, bool dh, size_t m)
+{
+    const hd_step_args *a = l->a;
+    size_t d = a->cols, v = a->vocab;
+    cl_mem w = a->in[1]->state->device->mem, logits = l->logits->mem;
+    cl_mem h = l->whole ? a->in[0]->state->device->mem : l->h_c->mem;
+    cl_mem out = dh ? (l->whole ? a->out[1]->state->device->mem : l->dh_c->mem) : logits;
+    hd_fused_tile_call c = {.m = m,
+                            .n = dh ? d : v,
+                            .k = dh ? v : d,
+                            .batch = 1,
+                            .alpha = 1.0f,
+                            .beta = 0.0f,
+                            .a = dh ? (hd_fused_operand){logits, v, false}
+                                    : (hd_fused_operand){h, d, false},
+                            .b = {w, d, !dh},
+                            .c = out,
+                            .ldc = dh ? d : v,
+                            .precision = a->precision,
+                            .variant = dh ? NULL : a->variant};
+    return c;
+}
+
+static hd_status lm_head_scratch(hd_fused *f, hd_context *ctx, lm_head *l)
+{
+    const hd_step_args *a = l->a;
+    size_t n = l->chunk, d = a->cols;
+    hd_status s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &l->targets);
+    if (s == HD_OK)
+        s = hd__fused_buffer(f, ctx, a->rows * sizeof(float), &l->losses);
+    if (s == HD_OK)
+        s = hd__fused_buffer(f, ctx, n * a->vocab * sizeof(float), &l->logits);
+    if (s == HD_OK && !l->whole)
+        s = hd__fused_buffer(f, ctx, n * d * sizeof(float), &l->h_c);
+    if (s == HD_OK && !l->whole)
+        s = hd__fused_buffer(f, ctx, n * sizeof(int32_t), &l->targets_c);
+    if (s == HD_OK && !l->whole)
+        s = hd__fused_buffer(f, ctx, n * sizeof(float), &l->losses_c);
+    if (s == HD_OK && !l->whole && a->out[1] != NULL)
+        s = hd__fused_buffer(f, ctx, n * d * sizeof(float), &l->dh_c);
+    return s;
+}
+
+static void lm_head_release(hd_fused *f, lm_head *l)
+{
+    struct hd_device_buffer *const all[] = {l->targets,   l->losses,   l->logits, l->h_c,
+                                            l->targets_c, l->losses_c, l->dh_c};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd__fused_buffer_release(f, all[i]);
+}
+
+/* Everything that can refuse the call, before anything is queued: the kernels, the scratch,
+ * and each product of a full chunk and of the last. */
+static hd_status lm_head_prepare(hd_fused *f, hd_context *ctx, lm_head *l)
+{
+    const hd_step_args *a = l->a;
+    size_t last = a->rows - (ceil_div(a->rows, l->chunk) - 1) * l->chunk;
+    hd_status s = ce_build(f, ctx, NULL, a->vocab, &l->ce);
+    if (s == HD_OK)
+        s = lm_head_scratch(f, ctx, l);
+    int products = a->out[1] != NULL ? 2 : 1;
+    for (int dh = 0; dh < products && s == HD_OK; dh++)
+        for (int which = 0; which < 2 && s == HD_OK; which++) {
+            l->products[dh][which] = lm_head_product(l, dh, which == 0 ? l->chunk : last);
+            s = hd__fused_tile_prepare(f, ctx, &l->products[dh][which]);
+        }
+    return s;
+}
+
+/* Rows r0 .. r0 + n - 1: h_c in, its logits, their losses (and dlogits in place) and, with
+ * dh, dh_c out. *wrote: whether dh has been written. */
+static hd_status lm_head_chunk(hd_fused *f, hd_context *ctx, const lm_head *l, size_t r0, size_t n,
+                               bool *wrote)
+{
+    const hd_step_args *a = l->a;
+    const hd_tensor *dh = a->out[1];
+    size_t d = a->cols, which = n == l->chunk ? 0 : 1;
+    hd_status s = HD_OK;
+    if (!l->whole) {
+        s = hd__fused_copy(f, ctx, l->h_c, 0, a->in[0]->state->device, r0 * d * sizeof(float),
+                           n * d * sizeof(float));
+        if (s == HD_OK)
+            s = hd__fused_copy(f, ctx, l->targets_c, 0, l->targets, r0 * sizeof(int32_t),
+                               n * sizeof(int32_t));
+    }
+    if (s == HD_OK)
+        s = hd__fused_tile_gemm(f, ctx, &l->products[0][which]);
+    const ce_rows_call c = {l->logits,
+                            l->whole ? l->targets : l->targets_c,
+                            l->whole ? l->losses : l->losses_c,
+                            dh != NULL ? l->logits : NULL,
+                            n,
+                            a->vocab,
+                            a->ignore_index,
+                            l->inv_count};
+    if (s == HD_OK)
+        s = ce_rows(f, ctx, &l->ce, &c);
+    if (s == HD_OK && !l->whole)
+        s = hd__fused_copy(f, ctx, l->losses, r0 * sizeof(float), l->losses_c, 0,
+                           n * sizeof(float));
+    if (s != HD_OK || dh == NULL)
+        return s;
+    s = hd__fused_tile_gemm(f, ctx, &l->products[1][which]);
+    if (s == HD_OK && !l->whole)
+        s = hd__fused_copy(f, ctx, dh->state->device, r0 * d * sizeof(float), l->dh_c, 0,
+                           n * d * sizeof(float));
+    *wrote = *wrote || s == HD_OK;
+    return s;
+}
+
+/* in: h, w; out: loss, dh (may be NULL). The rows' losses gathered over the chunks, their mean
+ * taken once. */
+hd_status hd__fused_linear_cross_entropy(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    lm_head l = {
+        .a = a, .chunk = lm_head_chunk_rows(a->rows, a->vocab), .inv_count = inv_count(a->counted)};
+    l.whole = l.chunk == a->rows;
+    hd_status s = lm_head_prepare(f, ctx, &l);
+    bool wrote = false;
+    for (size_t r0 = 0; r0 < a->rows && s == HD_OK; r0 += l.chunk)
+        s = lm_head_chunk(f, ctx, &l, r0, a->rows - r0 < l.chunk ? a->rows - r0 : l.chunk, &wrote);
+    if (s == HD_OK)
+        s = ce_mean(f, ctx, &l.ce, l.losses, a->out[0], a->rows, l.inv_count);
+    if (s != HD_OK && wrote)
+        hd__error_outputs_changed(ctx);
+    lm_head_release(f, &l);
+    return s;
+}
+
+/* ---- what the dispatcher and the tuner ask ---- */
+
+bool hd__fused_train_op(hd_op op)
+{
+    return op == HD_OP_ADD_RMS_NORM || op == HD_OP_ADD_RMS_NORM_BACKWARD ||
+           op == HD_OP_CROSS_ENTROPY || op == HD_OP_LINEAR_CROSS_ENTROPY;
+}
+
+/* Sizes within the kernels' int arguments; the backward's statistics take 4 floats a row. */
+bool hd__fused_train_supports(hd_op op, const hd_shape *s)
+{
+    for (int d = 0; d < hd__op(op)->dims; d++)
+        if (s->dim[d] > (size_t)INT_MAX)
+            return false;
+    return op != HD_OP_ADD_RMS_NORM_BACKWARD || s->dim[0] <= (size_t)INT_MAX / 4;
+}
+
+/* The logits product of an LM head call of shape s (rows, dim, vocab), without buffers. */
+static hd_fused_tile_call lm_head_logits_call(const hd_shape *s, const char *variant)
+{
+    size_t rows = s->dim[0], d = s->dim[1], v = s->dim[2];
+    return (hd_fused_tile_call){.m = lm_head_chunk_rows(rows, v),
+                                .n = v,
+                                .k = d,
+                                .batch = 1,
+                                .a = {NULL, d, false},
+                                .b = {NULL, d, true},
+                                .ldc = v,
+                                .precision = s->precision,
+                                .variant = variant};
+}
+
+hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *s,
+                                const char *variant)
+{
+    if (op == HD_OP_LINEAR_CROSS_ENTROPY) {
+        hd_fused_tile_call c = lm_head_logits_call(s, variant);
+        return hd__fused_tile_check(f, ctx, &c);
+    }
+    hd_fused_params p;
+    bool cached;
+    return hd__fused_rows_params(f, ctx, variant, s->dim[1], &p, &cached);
+}
+
+/* Rows family variants: the forward's register capacity and group shapes; the backward's and
+ * cross-entropy's looped kernels, where CACHE does not apply. */
+static const struct {
+    hd_op op;
+    const char *text;
+    size_t wg;
+} row_variants[] = {
+    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=1 CACHE=4", 256},
+    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=4 CACHE=4", 256},
+    {HD_OP_ADD_RMS_NORM, "WG=512 ROWS=1 CACHE=4", 512},
+    {HD_OP_ADD_RMS_NORM, "WG=1024 ROWS=1 CACHE=8", 1024},
+    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=1 CACHE=0", 256},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=256 ROWS=4", 256},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=256 ROWS=1", 256},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=512 ROWS=1", 512},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=1024 ROWS=1", 1024},
+    {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=1", 256},
+    {HD_OP_CROSS_ENTROPY, "WG=512 ROWS=1", 512},
+    {HD_OP_CROSS_ENTROPY, "WG=1024 ROWS=1", 1024},
+    {HD_OP_CROSS_ENTROPY, "WG=128 ROWS=1", 128},
+    {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=4", 256},
+};
+
+size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *s, const char **out,
+                                size_t max)
+{
+    if (op == HD_OP_LINEAR_CROSS_ENTROPY) {
+        hd_fused_tile_call c = lm_head_logits_call(s, NULL);
+        hd_shape logits = {.dim = {c.m, c.n, c.k}, .trans_b = true};
+        return hd__fused_tile_variants(f, &logits, s->precision, out, max);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof row_variants / sizeof row_variants[0] && n < max; i++)
+        if (row_variants[i].op == op && row_variants[i].wg <= f->device_max_group)
+            out[n++] = row_variants[i].text;
+    return n;
+}
