@@ -17,7 +17,8 @@
 # build-release), HD_TUNE_CACHE (the cache to tune, default the one programs read:
 # $XDG_CACHE_HOME/hd-dispatch/tune.txt, else ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1,
 # SKIP_BUILD=1 (use BUILD as it is, e.g. one built on another machine of the same
-# architecture), SHAPES (a shapes file, as dispatch-autotune --shapes reads it: its cases are
+# architecture), LLAMA=0 (skip the Llama trainer's step against PEFT), LLAMA_CONFIG (its
+# model: 8b2, the default, or small), SHAPES (a shapes file, as dispatch-autotune --shapes reads it: its cases are
 # tuned too, within SHAPES_TUNE_TIME seconds, default 60, and timed by the benchmark and the
 # peers as the suite "file").
 set -eu
@@ -138,6 +139,30 @@ for peer in $peers; do
     echo "== gap table vs $peer"
     "$bench" --compare "$out/$peer.json" --ours "$out/ours.json" | log "$out/gap-$peer.txt"
 done
+
+# The Llama LoRA trainer against transformers + PEFT on the same weights, LoRA factors and
+# tokens (bench/peers/torch_llama.py): where PyTorch sees a GPU, the step of LLAMA_CONFIG
+# (default 8b2: two Llama-3-8B-shaped layers, 2048 tokens); LLAMA=0 skips it.
+trainer="$build/examples/llama_lora"
+if [ "${LLAMA:-1}" = 1 ] && [ -x "$trainer" ] && wants torch &&
+    "$python" -c 'import torch, sys, peft, transformers; sys.exit(not torch.cuda.is_available())' \
+        2>/dev/null; then
+    config=${LLAMA_CONFIG:-8b2}
+    work="$out/llama-$config"
+    mkdir -p "$work"
+    echo "== Llama LoRA step ($config) against transformers + PEFT"
+    "$python" bench/peers/torch_llama.py make --config "$config" --dir "$work"
+    # shellcheck disable=SC2046
+    "$trainer" $("$python" bench/peers/torch_llama.py args --config "$config" --dir "$work") \
+        --save-grads "$work/ours-grads.safetensors" --json "$work/ours.json" 2>&1 |
+        log "$out/llama-ours.txt"
+    "$python" bench/peers/torch_llama.py compare --config "$config" --dir "$work" \
+        --json "$out/llama-torch.json" 2>&1 | log "$out/llama-torch.txt"
+    cp "$work/ours.json" "$out/llama-ours.json"
+    rm -f "$work"/*.safetensors "$work/tokens.bin" # gigabytes: the results keep the figures
+else
+    echo "== Llama LoRA step skipped (LLAMA=0, no trainer, or no CUDA, PEFT or transformers)"
+fi
 
 peer_files=""
 for peer in $peers; do peer_files="$peer_files $out/$peer.json"; done

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""The Llama LoRA trainer's peer: the same model with transformers + PEFT, on the same weights,
+LoRA factors and tokens, timed per step and compared with the library's trainer
+(examples/llama_lora.c).
+
+    # the inputs both sides read: frozen weights, LoRA factors (B non-zero, so that every
+    # gradient is non-trivial at step 0) and tokens
+    torch_llama.py make --config 8b2 --dir run/
+    # the library's trainer on them
+    llama_lora $(torch_llama.py args --config 8b2 --dir run/) --save-grads run/ours-grads.safetensors \\
+        --json run/ours.json
+    # PEFT on them: its step 0 gradients and 10-step loss curve against the trainer's, its
+    # step time in fp32 (TF32 off), with TF32 and under bf16 autocast
+    torch_llama.py compare --config 8b2 --dir run/ --json run/torch.json
+
+The model is LlamaForCausalLM(LlamaConfig(...)) with attention_bias False, tie_word_embeddings
+False, rope_scaling None; LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
+projections, lora_dropout 0, bias "none"); the optimizer torch.optim.AdamW(foreach=True) over
+the LoRA factors. The loss is transformers' causal-LM loss with labels = input_ids. A step is
+forward, backward, optimizer.step() and zero_grad(set_to_none=True), timed on the host around
+a torch.cuda.synchronize() at its end (the trainer times its steps likewise: its loss read
+waits for the whole step). Step 0's gradients and loss come from a separate forward and
+backward before the timed steps, as the trainer's --save-grads does.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+CONFIGS = {
+    # the issue's step: a Llama-3-8B layer shape, 2 layers, one sequence of 2048 tokens
+    "8b2": dict(layers=2, hidden=4096, heads=32, kv_heads=8, mlp=14336, vocab=128256,
+                tokens=2048, theta=500000.0, eps=1e-5, rank=16, alpha=32.0),
+    # a small model, for a quick check of agreement
+    "small": dict(layers=2, hidden=256, heads=8, kv_heads=2, mlp=688, vocab=4096, tokens=256,
+                  theta=10000.0, eps=1e-5, rank=8, alpha=16.0),
+}
+PROJECTIONS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+LR, STEPS = 1e-4, 10
+
+
+def trainer_args(c, d):
+    """The llama_lora options of config c on the inputs in directory d."""
+    return ["--layers", c["layers"], "--hidden", c["hidden"], "--heads", c["heads"],
+            "--kv-heads", c["kv_heads"], "--mlp", c["mlp"], "--vocab", c["vocab"],
+            "--tokens", c["tokens"], "--theta", c["theta"], "--eps", c["eps"],
+            "--rank", c["rank"], "--alpha", c["alpha"], "--lr", LR, "--steps", STEPS,
+            "--weights", os.path.join(d, "weights.safetensors"),
+            "--lora", os.path.join(d, "lora.safetensors"),
+            "--data", os.path.join(d, "tokens.bin")]
+
+
+def build(c, torch, dtype):
+    import transformers
+    cfg = transformers.LlamaConfig(
+        vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["mlp"],
+        num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+        num_key_value_heads=c["kv_heads"], rms_norm_eps=c["eps"], rope_theta=c["theta"],
+        max_position_embeddings=max(4096, c["tokens"]), tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False)
+    with torch.device("cuda"):
+        return transformers.LlamaForCausalLM(cfg).to(dtype)
+
+
+def lora_name(layer, proj, factor):
+    return f"model.layers.{layer}.{proj}.lora_{factor}.weight"
+
+
+def make(args, c, torch):
+    from safetensors.torch import save_file
+    torch.manual_seed(args.seed)
+    model = build(c, torch, torch.float32)
+    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+               if "rotary" not in k}
+    save_file(weights, os.path.join(args.dir, "weights.safetensors"))
+    lora = {}
+    for layer in range(c["layers"]):
+        for proj, module in named_projections(model, layer):
+            fan_in = module.weight.shape[1]
+            bound = 1.0 / math.sqrt(fan_in)
+            a = (torch.rand(c["rank"], fan_in, device="cuda") * 2 - 1) * bound
+            b = torch.randn(module.weight.shape[0], c["rank"], device="cuda") * 0.02
+            lora[lora_name(layer, proj, "A")] = a.cpu()
+            lora[lora_name(layer, proj, "B")] = b.cpu()
+    save_file(lora, os.path.join(args.dir, "lora.safetensors"))
+    ids = torch.randint(0, c["vocab"], (c["tokens"],), dtype=torch.int32)
+    ids.numpy().astype("<i4").tofile(os.path.join(args.dir, "tokens.bin"))
+
+
+def named_projections(model, layer):
+    block = model.model.layers[layer]
+    for proj in PROJECTIONS:
+        part, name = proj.split(".")
+        yield proj, getattr(getattr(block, part), name)
+
+
+def peft_model(c, d, torch):
+    import peft
+    from safetensors.torch import load_file
+    model = build(c, torch, torch.float32)
+    model.load_state_dict(load_file(os.path.join(d, "weights.safetensors"), device="cuda"),
+                          strict=False)
+    cfg = peft.LoraConfig(r=c["rank"], lora_alpha=c["alpha"], lora_dropout=0.0, bias="none",
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                          "up_proj", "down_proj"])
+    model = peft.get_peft_model(model, cfg)
+    factors = load_file(os.path.join(d, "lora.safetensors"), device="cuda")
+    by_name = {}
+    with torch.no_grad():
+        for layer in range(c["layers"]):
+            base = model.base_model.model
+            for proj, module in named_projections(base, layer):
+                for factor, lin in (("A", module.lora_A["default"]), ("B", module.lora_B["default"])):
+                    lin.weight.copy_(factors[lora_name(layer, proj, factor)])
+                    by_name[lora_name(layer, proj, factor)] = lin.weight
+    return model, by_name
+
+
+def tokens_of(c, d, torch):
+    import numpy
+    ids = numpy.fromfile(os.path.join(d, "tokens.bin"), dtype="<i4")[: c["tokens"]]
+    return torch.from_numpy(ids.astype("int64")).cuda().unsqueeze(0)
+
+
+def step_loss(model, ids, autocast, torch):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        return model(input_ids=ids, labels=ids).loss
+
+
+def compare_gradients(model, by_name, ids, ours_path, torch):
+    """Step 0's loss and, against the trainer's, each LoRA gradient's relative error (the 2-norm
+    of the difference over that of PEFT's gradient)."""
+    from safetensors.torch import load_file
+    loss = step_loss(model, ids, False, torch)
+    loss.backward()
+    worst, errors = 0.0, {}
+    if ours_path and os.path.exists(ours_path):
+        ours = load_file(ours_path, device="cuda")
+        for name, w in by_name.items():
+            g = w.grad.float()
+            e = ((ours[name].float() - g).norm() / g.norm().clamp_min(1e-30)).item()
+            errors[name] = e
+            worst = max(worst, e)
+    model.zero_grad(set_to_none=True)
+    return loss.item(), worst, errors
+
+
+def timed_steps(model, by_name, ids, mode, torch):
+    """STEPS AdamW steps in mode (fp32, tf32 or bf16): the losses, the step times, the peak
+    memory."""
+    torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+    torch.backends.cudnn.allow_tf32 = mode == "tf32"
+    opt = torch.optim.AdamW(list(by_name.values()), lr=LR, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.0, foreach=True)
+    losses, seconds = [], []
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(STEPS):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss = step_loss(model, ids, mode == "bf16", torch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())  # waits for the step, as the trainer's loss read does
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return losses, seconds, torch.cuda.max_memory_allocated()
+
+
+def compare(args, c, torch):
+    ids = tokens_of(c, args.dir, torch)
+    ours = {}
+    if os.path.exists(os.path.join(args.dir, "ours.json")):
+        with open(os.path.join(args.dir, "ours.json")) as f:
+            ours = json.load(f)
+    report = {"schema": "hd-llama-peer/1", "config": args.config, "tokens": c["tokens"],
+              "torch": torch.__version__, "device": torch.cuda.get_device_name(0), "modes": {}}
+    for mode in args.modes.split(","):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        model, by_name = peft_model(c, args.dir, torch)
+        loss0, worst, errors = compare_gradients(
+            model, by_name, ids, os.path.join(args.dir, "ours-grads.safetensors")
+            if mode == "fp32" else None, torch)
+        losses, seconds, peak = timed_steps(model, by_name, ids, mode, torch)
+        median = statistics.median(seconds[1:] if len(seconds) > 1 else seconds)
+        entry = {"loss0": loss0, "losses": losses, "step_seconds": seconds,
+                 "median_step_s": median, "tokens_per_s": c["tokens"] / median,
+                 "peak_bytes": peak}
+        if mode == "fp32" and errors:
+            entry["grad_rel_error_max"] = worst
+            entry["grad_rel_errors"] = errors
+        report["modes"][mode] = entry
+        print(f"{mode}: step {median * 1e3:.1f} ms, {c['tokens'] / median:.0f} tokens/s, "
+              f"peak {peak / 2**30:.2f} GiB, loss0 {loss0:.6f}"
+              + (f", worst LoRA gradient error {worst:.2e}" if mode == "fp32" and errors else ""))
+        del model, by_name
+        torch.cuda.empty_cache()
+    if ours:
+        t = report["modes"].get("fp32")
+        if t:
+            rel = [abs(a - b) / abs(b) for a, b in zip(ours["losses"], t["losses"])]
+            report["loss_rel_error_max"] = max(rel)
+            first = abs(ours["losses"][0] - t["losses"][0]) / abs(t["losses"][0])
+            print(f"losses over {len(rel)} steps agree to {max(rel):.2e} relative "
+                  f"(step 1: {first:.2e})")
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("what", choices=["make", "args", "compare"])
+    p.add_argument("--config", default="8b2", choices=sorted(CONFIGS))
+    p.add_argument("--dir", required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--modes", default="fp32,tf32,bf16")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    c = CONFIGS[args.config]
+    if args.what == "args":
+        print(" ".join(str(a) for a in trainer_args(c, args.dir)))
+        return
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("torch_llama: CUDA is not available")
+    os.makedirs(args.dir, exist_ok=True)
+    if args.what == "make":
+        make(args, c, torch)
+    else:
+        args.json = args.json or os.path.join(args.dir, "torch.json")
+        compare(args, c, torch)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+/*
+ * The Llama-style LoRA trainer (examples/llama/model.h) on a tiny configuration, on whatever
+ * backends this machine has: the loss falls under AdamW, every LoRA gradient of a sample agrees
+ * with finite differences of the loss, packed sequences restart positions and attention, and
+ * weights files that disagree with the model are refused with the tensor's name.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model.h"
+#include "safetensors.h"
+#include "tests/testlib.h"
+
+static llama_config tiny(size_t tokens)
+{
+    llama_config c;
+    llama_config_defaults(&c);
+    c.layers = 2;
+    c.hidden = 32;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.mlp = 48;
+    c.vocab = 61;
+    c.tokens = tokens;
+    c.rank = 4;
+    c.lora_alpha = 8.0f;
+    c.lr = 1e-2f;
+    return c;
+}
+
+static llama_model *make_model(hd_context *ctx, const llama_config *c, bool random_b)
+{
+    llama_model *m = NULL;
+    char why[256] = "";
+    if (llama_create(ctx, c, &m, why, sizeof why) != HD_OK)
+        fail_msg("llama_create: %s", why);
+    uint64_t seed = hd_test_seed();
+    if (llama_load_weights(m, llama_seeded_source, &seed, why, sizeof why) != HD_OK)
+        fail_msg("weights: %s", why);
+    /* B non-zero (the seeded source's std 0.02) makes every gradient non-trivial */
+    hd_status s = random_b ? llama_load_lora(m, llama_seeded_source, &seed, 0, why, sizeof why)
+                           : llama_load_lora(m, NULL, NULL, seed, why, sizeof why);
+    if (s != HD_OK)
+        fail_msg("LoRA: %s", why);
+    return m;
+}
+
+static void random_tokens(hd_rng *rng, int32_t *tokens, size_t n, size_t vocab)
+{
+    for (size_t i = 0; i < n; i++)
+        tokens[i] = (int32_t)hd_test_uniform(rng, 0.0f, (float)vocab - 0.01f);
+}
+
+static void test_loss_falls_on_a_tiny_model(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    llama_config c = tiny(24);
+    llama_model *m = make_model(ctx, &c, false);
+    hd_rng rng = hd_test_rng(1);
+    int32_t tokens[24];
+    random_tokens(&rng, tokens, 24, c.vocab);
+    float first = 0.0f, loss = 0.0f;
+    for (long step = 1; step <= 25; step++) {
+        hd_status s = llama_train_step(m, tokens, NULL, step, &loss);
+        if (s != HD_OK)
+            fail_msg("step %ld: %s", step, hd_context_last_error(ctx));
+        if (step == 1)
+            first = loss;
+    }
+    /* a start near log(vocab) (the seeded weights are small), and LoRA memorising 23
+     * predictions brings it down */
+    if (!(fabsf(first - logf((float)c.vocab)) < 0.5f))
+        fail_msg("the first loss %g is not near log(%zu)", (double)first, c.vocab);
+    if (!(loss < 0.93f * first))
+        fail_msg("the loss fell from %g to %g only", (double)first, (double)loss);
+    llama_destroy(m);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+/* The loss with element e of LoRA tensor i set to value. */
+static float loss_with(hd_context *ctx, llama_model *m, size_t i, size_t e, float value,
+                       float *data, const int32_t *tokens, const hd_sequences *q)
+{
+    hd_tensor *t = llama_lora_tensor(m, i, 0, NULL, 0);
+    float saved = data[e];
+    data[e] = value;
+    assert_int_equal(hd_tensor_write(t, data), HD_OK);
+    float loss;
+    hd_status s = llama_eval(m, tokens, q, &loss);
+    if (s != HD_OK)
+        fail_msg("eval: %s", hd_context_last_error(ctx));
+    data[e] = saved;
+    assert_int_equal(hd_tensor_write(t, data), HD_OK);
+    return loss;
+}
+
+/* For each LoRA tensor (every factor of every projection), its largest gradient and one more
+ * element against a central difference of the loss. */
+static void check_gradients(hd_context *ctx, const llama_config *c, const hd_sequences *q)
+{
+    llama_model *m = make_model(ctx, c, true);
+    hd_rng rng = hd_test_rng(2);
+    int32_t *tokens = malloc(c->tokens * sizeof *tokens);
+    assert_non_null(tokens);
+    random_tokens(&rng, tokens, c->tokens, c->vocab);
+    float loss;
+    hd_status s = llama_gradients(m, tokens, q, &loss);
+    if (s != HD_OK)
+        fail_msg("gradients: %s", hd_context_last_error(ctx));
+    for (size_t i = 0; i < llama_lora_count(m); i++) {
+        char name[160];
+        hd_tensor *g = llama_lora_tensor(m, i, 1, name, sizeof name);
+        hd_tensor *p = llama_lora_tensor(m, i, 0, NULL, 0);
+        size_t n = hd_tensor_rows(g) * hd_tensor_cols(g);
+        float *grad = hd_test_read(g), *data = hd_test_read(p);
+        size_t best = 0;
+        for (size_t e = 1; e < n; e++)
+            if (fabsf(grad[e]) > fabsf(grad[best]))
+                best = e;
+        size_t picks[2] = {best, (size_t)hd_test_uniform(&rng, 0, (float)n - 0.01f)};
+        for (int k = 0; k < 2; k++) {
+            size_t e = picks[k];
+            float h = 1e-2f;
+            double up = loss_with(ctx, m, i, e, data[e] + h, data, tokens, q);
+            double down = loss_with(ctx, m, i, e, data[e] - h, data, tokens, q);
+            double fd = (up - down) / (2.0 * h);
+            /* float losses near 4 differ by 1e-7 of rounding: 2e-5 / h of noise, plus the
+             * second-order term of the difference */
+            double tol = 3e-4 + 0.05 * fabs((double)grad[e]);
+            if (fabs(fd - (double)grad[e]) > tol)
+                fail_msg("%s[%zu]: gradient %.6g, finite difference %.6g (tolerance %.2g)", name, e,
+                         (double)grad[e], fd, tol);
+        }
+        free(grad);
+        free(data);
+    }
+    free(tokens);
+    llama_destroy(m);
+}
+
+static void test_gradients_match_finite_differences(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    llama_config c = tiny(16);
+    check_gradients(ctx, &c, NULL);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+/* Every op of the step forced onto the device's fused kernels (where there is a device). */
+static void test_gradients_on_the_fused_backend_match_finite_differences(void **state)
+{
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.no_tune_cache = true;
+    opt.backends = "fused";
+    opt.log = hd_test_log;
+    hd_context *ctx = NULL;
+    if (hd_context_create(&ctx, &opt) != HD_OK)
+        fail_msg("context: %s", hd_context_last_error(NULL));
+    if (!hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
+        hd_context_destroy(ctx);
+        skip();
+    }
+    llama_config c = tiny(16);
+    size_t lengths[] = {9, 7};
+    hd_sequences q = {lengths, 2};
+    check_gradients(ctx, &c, &q);
+    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_FUSED);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+static void test_gradients_of_packed_sequences_match_finite_differences(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    llama_config c = tiny(17);
+    size_t lengths[] = {1, 9, 7};
+    hd_sequences q = {lengths, 3};
+    check_gradients(ctx, &c, &q);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+/* Packing: the loss of two sequences packed is the loss over both sequences' predictions, each
+ * as if it ran alone. */
+static void test_packed_loss_is_that_of_the_sequences_alone(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    hd_rng rng = hd_test_rng(3);
+    int32_t tokens[20];
+    llama_config c = tiny(20);
+    random_tokens(&rng, tokens, 20, c.vocab);
+    size_t lengths[] = {12, 8};
+    hd_sequences q = {lengths, 2};
+    llama_model *both = make_model(ctx, &c, true);
+    float packed;
+    assert_int_equal(llama_eval(both, tokens, &q, &packed), HD_OK);
+    llama_destroy(both);
+    double sum = 0.0;
+    size_t at = 0;
+    for (int k = 0; k < 2; k++) {
+        llama_config one = tiny(lengths[k]);
+        llama_model *m = make_model(ctx, &one, true);
+        float loss;
+        assert_int_equal(llama_eval(m, tokens + at, NULL, &loss), HD_OK);
+        sum += (double)loss * (double)(lengths[k] - 1);
+        at += lengths[k];
+        llama_destroy(m);
+    }
+    double want = sum / (double)(20 - 2);
+    if (fabs((double)packed - want) > 2e-5 * fabs(want))
+        fail_msg("packed loss %.7g, the sequences alone %.7g", (double)packed, want);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+/* A weights file whose tensor has the wrong shape, or lacks one, is refused by name. */
+static void test_weights_file_that_disagrees_is_refused(void **state)
+{
+    char path[] = "/tmp/hd-llama-weights-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    float data[32 * 61];
+    memset(data, 0, sizeof data);
+    hd_st_entry e = {.name = "model.embed_tokens.weight",
+                     .dtype = HD_ST_F32,
+                     .ndim = 2,
+                     .shape = {32, 61},
+                     .data = data}; /* transposed: 61 x 32 wanted */
+    char msg[256];
+    assert_int_equal(hd_st_write(path, &e, 1, NULL, 0, msg, sizeof msg), HD_OK);
+    hd_st_file *f = NULL;
+    assert_int_equal(hd_st_open(path, &f, msg, sizeof msg), HD_OK);
+    hd_context *ctx = hd_test_context(true);
+    llama_config c = tiny(8);
+    llama_model *m = NULL;
+    assert_int_equal(llama_create(ctx, &c, &m, msg, sizeof msg), HD_OK);
+    char why[256] = "";
+    hd_status s = llama_load_weights(m, llama_file_source, f, why, sizeof why);
+    assert_int_equal(s, HD_ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(why, "model.embed_tokens.weight"));
+    assert_non_null(strstr(why, "[61, 32]"));
+    s = llama_file_source(f, "model.norm.weight", 1, 32, data, why, sizeof why);
+    assert_int_equal(s, HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "model.norm.weight"));
+    llama_destroy(m);
+    hd_context_destroy(ctx);
+    hd_st_close(f);
+    unlink(path);
+    (void)state;
+}
+
+static void test_config_that_cannot_run_is_refused(void **state)
+{
+    llama_config c = tiny(8);
+    char why[128];
+    c.kv_heads = 3; /* does not divide 4 heads */
+    assert_false(llama_config_check(&c, why, sizeof why));
+    c = tiny(8);
+    c.hidden = 36; /* head_dim 9 */
+    assert_false(llama_config_check(&c, why, sizeof why));
+    c = tiny(0);
+    assert_false(llama_config_check(&c, why, sizeof why));
+    (void)state;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loss_falls_on_a_tiny_model),
+        cmocka_unit_test(test_gradients_match_finite_differences),
+        cmocka_unit_test(test_gradients_of_packed_sequences_match_finite_differences),
+        cmocka_unit_test(test_gradients_on_the_fused_backend_match_finite_differences),
+        cmocka_unit_test(test_packed_loss_is_that_of_the_sequences_alone),
+        cmocka_unit_test(test_weights_file_that_disagrees_is_refused),
+        cmocka_unit_test(test_config_that_cannot_run_is_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
