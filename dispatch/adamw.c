@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "dispatch/context.h"
+#include "dispatch/profile.h"
 #include "dispatch/fault.h"
 #include "dispatch/tensor.h"
 #include "dispatch/tools.h"
@@ -284,6 +285,22 @@ static hd_adamw_args adamw_args(const hd_adamw_options *o, size_t count, hd_tens
                            .grad_norm = o->grad_norm};
 }
 
+/* On the device where the context has one that runs AdamW and the first parameter is valid
+ * there (falling back to the host), else on the host. */
+static hd_status run_where_the_tensors_are(hd_context *ctx, const hd_adamw_args *a,
+                                           bool on_device)
+{
+    hd_backend host = adamw_backend(ctx, HD_PLACE_HOST);
+    hd_backend device = adamw_backend(ctx, HD_PLACE_DEVICE);
+    if (device != HD_BACKEND_AUTO && on_device) {
+        hd_status s = run_on(ctx, device, a);
+        return s == HD_OK ? HD_OK : fall_back(ctx, device, host, a, s);
+    }
+    if (host == HD_BACKEND_AUTO)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED, "no backend of this context runs adamw");
+    return run_on(ctx, host, a);
+}
+
 hd_status hd_adamw(hd_context *ctx, const hd_adamw_options *opt, size_t count,
                    hd_tensor *const params[], const hd_tensor *const grads[], hd_tensor *const m[],
                    hd_tensor *const v[])
@@ -298,13 +315,8 @@ hd_status hd_adamw(hd_context *ctx, const hd_adamw_options *opt, size_t count,
     if (s != HD_OK)
         return s;
     const hd_adamw_args a = adamw_args(opt, count, params, grads, m, v);
-    hd_backend host = adamw_backend(ctx, HD_PLACE_HOST);
-    hd_backend device = adamw_backend(ctx, HD_PLACE_DEVICE);
-    if (device != HD_BACKEND_AUTO && count > 0 && params[0]->state->device_valid) {
-        s = run_on(ctx, device, &a);
-        return s == HD_OK ? HD_OK : fall_back(ctx, device, host, &a, s);
-    }
-    if (host == HD_BACKEND_AUTO)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED, "no backend of this context runs adamw");
-    return run_on(ctx, host, &a);
+    double begin = hd__profile_begin(ctx);
+    s = run_where_the_tensors_are(ctx, &a, count > 0 && params[0]->state->device_valid);
+    hd__profile_end(ctx, HD_PROFILE_ADAMW, begin, s);
+    return s;
 }

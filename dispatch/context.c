@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "dispatch/context.h"
 #include "dispatch/memo.h"
+#include "dispatch/profile.h"
 #include "dispatch/tools.h"
 #include "dispatch/tuning.h"
 
@@ -202,7 +203,9 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
     ctx->report.log_user = opt->log_user;
     ctx->report.log_stderr = hd__env_bool(ctx, "HD_LOG", false);
     hd__fault_init(ctx);
-    hd_status s = cpu_threads_requested(ctx, opt);
+    hd_status s = hd__profile_init(ctx);
+    if (s == HD_OK)
+        s = cpu_threads_requested(ctx, opt);
     if (s == HD_OK)
         s = open_device(ctx, opt);
     if (s == HD_OK)
@@ -232,6 +235,7 @@ void hd_context_destroy(hd_context *ctx)
 {
     if (ctx == NULL)
         return;
+    hd__profile_finish(ctx);
     hd__tune_close(ctx);
     hd__plans_free(ctx);
     hd__backends_destroy(ctx);

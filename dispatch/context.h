@@ -40,6 +40,7 @@ struct hd_context {
     struct hd_tune_table *tune;      /* NULL: no tuning cache (dispatch/tuning.c) */
     char tune_cache_path[1024];      /* "" when none */
     hd_fault_spec fault;             /* $HD_FAULT, for tests (dispatch/fault.h) */
+    struct hd_profile *profile;      /* $HD_PROFILE=1 (dispatch/profile.h); NULL: none */
     size_t cpu_threads;              /* requested before the CPU backend's probe (0: default),
                                         the count in use after it */
 };

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "dispatch/fault.h"
 #include "dispatch/memo.h"
+#include "dispatch/profile.h"
 #include "dispatch/select.h"
 #include "dispatch/tensor.h"
 #include "dispatch/tools.h"
@@ -296,7 +297,10 @@ hd_status hd__call(hd_context *ctx, hd_op op, const hd_tensor *const t[], const 
     case HD_CALL_RUN:
         break;
     }
-    return dispatch_call(ctx, &call);
+    double begin = hd__profile_begin(ctx);
+    s = dispatch_call(ctx, &call);
+    hd__profile_end(ctx, (int)op, begin, s);
+    return s;
 }
 
 hd_status hd_gemm(hd_context *ctx, bool trans_a, bool trans_b, float alpha, const hd_tensor *a,
