@@ -28,8 +28,12 @@
 #define SINGLE_PASS_GROUP     256
 #define SINGLE_PASS_SLOT_MAX  512
 /* The LM head's logits held at once at most: large enough that each chunk's products run at
- * the tiled engine's full rate, small enough to leave the device's memory to the model. */
-#define LOGITS_CHUNK_BYTES ((size_t)64 << 20)
+ * the tiled engine's full rate (a thousand rows of a 128256-word vocabulary: the logits'
+ * product of thousands of tiles, dh's of a few waves of them, each 128256 deep), where chunks
+ * of a hundred rows left both products too thin to fill the device; half of what the whole
+ * logits of 2048 such rows take, which a step without chunks keeps twice (with their
+ * gradient). */
+#define LOGITS_CHUNK_BYTES ((size_t)512 << 20)
 
 static size_t ceil_div(size_t a, size_t b)
 {
