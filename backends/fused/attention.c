@@ -64,8 +64,8 @@ static hd_status tiles_of(hd_fused *f, hd_context *ctx, size_t head_dim, const c
                  .bk = or_default(p.att_bk, 64),
                  .rq = or_default(p.att_rq, wide ? 4 : 8),
                  .tc = or_default(p.att_tc, 16),
-                 .kbk = or_default(p.att_kbk, wide ? 32 : 64),
-                 .krk = or_default(p.att_krk, wide ? 2 : 4),
+                 .kbk = or_default(p.att_kbk, wide ? 32 : 128),
+                 .krk = or_default(p.att_krk, wide ? 2 : 8),
                  .kbq = or_default(p.att_kbq, 32),
                  .fast = p.att_fast};
     if (t->bq % t->rq != 0 || t->bk % t->tc != 0 || t->bk % vk != 0 || t->kbk % t->krk != 0 ||
@@ -312,10 +312,10 @@ size_t hd__fused_attention_variants(const hd_shape *shape, const char **out, siz
     /* the exponential's instruction, the key tile, the query tile and its rows per work-item,
      * and the backward's key tiles; a tile whose local memory the device lacks fails its
      * build, and the tuner moves on */
-    static const char *const narrow[] = {"FAST=1",        "BK=32",        "BQ=32 RQ=4",
-                                         "RQ=4",          "BQ=128 RQ=16", "KBK=32 KRK=2",
-                                         "KBK=128 KRK=8", "KBQ=64",       "KBQ=16",
-                                         "FAST=1 BK=32",  "FAST=1 RQ=4",  "FAST=1 KBK=32 KRK=2"};
+    static const char *const narrow[] = {
+        "FAST=1",       "BK=32",        "BQ=32 RQ=4",  "RQ=4",   "BQ=128 RQ=16",
+        "KBK=32 KRK=2", "KBK=64 KRK=4", "KBQ=64",      "KBQ=16", "FAST=1 BK=32",
+        "FAST=1 RQ=4",  "KBQ=64 BQ=32 RQ=4"};
     static const char *const wide[] = {"FAST=1", "BK=32", "BQ=16 RQ=2", "KBK=16 KRK=1", "KBQ=16"};
     bool is_wide = shape->dim[3] > 128;
     const char *const *list = is_wide ? wide : narrow;

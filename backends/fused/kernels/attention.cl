@@ -140,10 +140,10 @@
 #define DQ_VK (ATT_WIDE ? 8 : 16) /* keys per staged chunk of k rows (dq) */
 #endif
 #ifndef KV_BK
-#define KV_BK (ATT_WIDE ? 32 : 64) /* keys per work-group (dkdv) */
+#define KV_BK (ATT_WIDE ? 32 : 128) /* keys per work-group (dkdv) */
 #endif
 #ifndef KV_RK
-#define KV_RK (ATT_WIDE ? 2 : 4) /* keys per work-item (dkdv) */
+#define KV_RK (ATT_WIDE ? 2 : 8) /* keys per work-item (dkdv) */
 #endif
 #ifndef KV_BQ
 #define KV_BQ 32 /* query rows per tile of the query loop (dkdv) */
