@@ -34,6 +34,9 @@
  *   that fails between the launches of a backend that has begun writing the outputs of a call
  *   that reads them (accumulating gradients, or in place) cannot be undone: the call then
  *   returns the device's error without another backend, and those outputs are undefined.
+ *   Where every backend fails, the call returns the status of the first backend in its plan that
+ *   failed rather than declined (HD_ERR_UNSUPPORTED only where every one declined), whichever
+ *   ran last; the message names each backend's failure.
  * - Destroying NULL is a harmless no-op.
  */
 #ifndef HD_DISPATCH_H

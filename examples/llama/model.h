@@ -1,0 +1,96 @@
+/*
+ * A Llama-style decoder trained with LoRA on the library's operations: RMS norm, RoPE,
+ * grouped-query causal attention, a SwiGLU MLP and an LM head, the base weights frozen and LoRA
+ * factors on the seven projections (q, k, v, o, gate, up, down), trained by AdamW. Everything
+ * between reading a batch's tokens and the optimizer step stays on the context's device: the
+ * loss is the only value that comes back.
+ *
+ * Names and layouts are transformers' and PEFT's: "model.embed_tokens.weight" (V x D),
+ * "model.layers.N.self_attn.q_proj.weight" (out x in, as torch.nn.Linear stores it), ...,
+ * "model.norm.weight", "lm_head.weight"; LoRA factors "model.layers.N.self_attn.q_proj.lora_A.
+ * weight" (r x in) and "...lora_B.weight" (out x r), scaled by alpha / r. A step's loss is
+ * transformers' causal-LM loss with labels = the input ids: token i predicts token i + 1, the
+ * mean over the T - 1 predictions of each sequence.
+ */
+#ifndef HD_EXAMPLES_LLAMA_MODEL_H
+#define HD_EXAMPLES_LLAMA_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hd/dispatch.h>
+
+typedef struct llama_config {
+    size_t layers, hidden, heads, kv_heads, mlp, vocab;
+    size_t tokens;        /* rows of one step: the packed sequences' lengths together */
+    float rope_theta;     /* transformers' rope_theta */
+    float norm_eps;       /* rms_norm_eps */
+    bool tied_embeddings; /* the LM head is the embedding (no "lm_head.weight") */
+    size_t rank;          /* LoRA r */
+    float lora_alpha;     /* scale = alpha / r */
+    float lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm; /* AdamW (0: no clipping) */
+} llama_config;
+
+/* transformers' defaults for a Llama layer where the config does not say (theta 10000, eps
+ * 1e-5), PEFT's r 16 and alpha 32, AdamW's lr 1e-4, betas 0.9 and 0.999, eps 1e-8, no decay. */
+void llama_config_defaults(llama_config *c);
+
+/* The config's sizes checked: every size > 0, heads divisible into kv_heads, head_dim even and
+ * a multiple of 8 up to 256. false with the reason in why. */
+bool llama_config_check(const llama_config *c, char *why, size_t size);
+
+/* Where a named tensor's values come from (a safetensors file, or a seed): fills dst with the
+ * rows x cols floats of name, HD_OK, or an error with the reason in why. */
+typedef hd_status llama_tensor_source(void *user, const char *name, size_t rows, size_t cols,
+                                      float *dst, char *why, size_t size);
+
+typedef struct llama_model llama_model;
+
+/* Creates the model's tensors in ctx (weights, LoRA factors, their gradients and AdamW's
+ * moments, the activations one step keeps). On failure *out is NULL and why says it. */
+hd_status llama_create(hd_context *ctx, const llama_config *c, llama_model **out, char *why,
+                       size_t size);
+void llama_destroy(llama_model *m);
+
+/* The frozen weights from source: every one, "lm_head.weight" unless the embeddings are tied. */
+hd_status llama_load_weights(llama_model *m, llama_tensor_source *source, void *user, char *why,
+                             size_t size);
+/* The LoRA factors from source, or (source NULL) as PEFT initialises them: A Kaiming-uniform
+ * (uniform in +-1/sqrt(in)) from seed, B zeros. */
+hd_status llama_load_lora(llama_model *m, llama_tensor_source *source, void *user, uint64_t seed,
+                          char *why, size_t size);
+
+/* A safetensors file's tensors (user: an hd_st_file *, examples/llama/safetensors.h): name of
+ * exactly rows x cols (a 1 x cols norm weight as the 1-D tensor the file holds), converted to
+ * float from F32, BF16, F16 or F64; a missing name or another shape refused with both in why. */
+hd_status llama_file_source(void *user, const char *name, size_t rows, size_t cols, float *dst,
+                            char *why, size_t size);
+
+/* Weights made from a seed as transformers initialises a Llama (normal, std 0.02; norms 1): a
+ * tensor source. user points to a uint64_t seed. */
+hd_status llama_seeded_source(void *user, const char *name, size_t rows, size_t cols, float *dst,
+                              char *why, size_t size);
+
+/* One training step on tokens (config.tokens ids, each < vocab) packed as the sequences of
+ * lengths (count 0: one sequence): forward, backward, AdamW step number `step` (1 for the
+ * first). *loss: the step's loss, read after the step (the one value that comes back). */
+hd_status llama_train_step(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
+                           long step, float *loss);
+/* The loss of the current weights on tokens, without gradients or an update. */
+hd_status llama_eval(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
+                     float *loss);
+/* The forward and backward of a step without the update: the LoRA gradients are left in the
+ * model (llama_lora_tensor) and *loss set. */
+hd_status llama_gradients(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
+                          float *loss);
+
+/* The LoRA tensors, for saving and checking: index i < llama_lora_count(m); kind 0 the factor,
+ * 1 its gradient; its PEFT-style name. */
+size_t llama_lora_count(const llama_model *m);
+hd_tensor *llama_lora_tensor(const llama_model *m, size_t i, int kind, char *name, size_t size);
+
+/* Bytes of the model's tensors (weights, LoRA state, activations). */
+size_t llama_bytes(const llama_model *m);
+
+#endif

@@ -1,0 +1,402 @@
+/*
+ * llama_lora: LoRA fine-tuning of a Llama-style decoder on the library (examples/llama/model.h).
+ *
+ *   llama_lora [options]
+ *
+ * The model's shape comes from the options; its frozen weights from a safetensors file
+ * (--weights, transformers' names; "lm_head.weight" missing means tied embeddings) or from a
+ * seed; LoRA factors from a file (--lora, PEFT's names without the "base_model.model." prefix)
+ * or initialised as PEFT does (A Kaiming-uniform, B zeros). Tokens come from a file of
+ * little-endian int32 ids (--data; the first --tokens of them) or are drawn from the seed. Each
+ * step prints its loss, its time and tokens per second; the loss is the only value read back
+ * from the device during a step.
+ *
+ * Exit status: 0 after the last step; 1 when --expect-fall is given and the last loss is not
+ * below the first; 2 for a bad option or input file.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hd/dispatch.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+typedef struct options {
+    llama_config c;
+    long steps;
+    unsigned long long seed;
+    const char *weights, *lora, *data, *save_lora, *save_grads, *precision, *json;
+    size_t sequences[64];
+    size_t sequence_count;
+    bool expect_fall;
+} options;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: llama_lora [options]\n"
+            "  model:    --layers N --hidden N --heads N --kv-heads N --mlp N --vocab N\n"
+            "            --theta X (RoPE base, 10000) --eps X (RMS norm, 1e-5) --tied\n"
+            "  data:     --tokens N (per step) --data FILE (int32 ids) --sequences a,b,...\n"
+            "  LoRA:     --rank N (16) --alpha X (32)\n"
+            "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
+            "  run:      --steps N (10) --seed N (1) --precision fp32|tf32|fp32x3\n"
+            "  files:    --weights FILE --lora FILE (safetensors in)\n"
+            "            --save-lora FILE --save-grads FILE (safetensors out; the gradients\n"
+            "            of the first step, before its update) --json FILE (the run's figures)\n"
+            "  check:    --expect-fall (exit 1 unless the loss falls)\n");
+}
+
+static bool parse_size(const char *text, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || text[0] == '-')
+        return false;
+    *out = (size_t)v;
+    return true;
+}
+
+static bool parse_float(const char *text, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v))
+        return false;
+    *out = (float)v;
+    return true;
+}
+
+static bool parse_sequences(const char *text, options *o)
+{
+    o->sequence_count = 0;
+    while (*text != '\0') {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno != 0 || end == text || o->sequence_count == 64 || text[0] == '-')
+            return false;
+        o->sequences[o->sequence_count++] = (size_t)v;
+        text = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end != '\0')
+            return false;
+    }
+    return o->sequence_count > 0;
+}
+
+/* One option and its value; false for an unknown option or a bad value. */
+static bool parse_option(options *o, const char *name, const char *value)
+{
+    struct {
+        const char *name;
+        size_t *target;
+    } sizes[] = {{"--layers", &o->c.layers}, {"--hidden", &o->c.hidden},
+                 {"--heads", &o->c.heads},   {"--kv-heads", &o->c.kv_heads},
+                 {"--mlp", &o->c.mlp},       {"--vocab", &o->c.vocab},
+                 {"--tokens", &o->c.tokens}, {"--rank", &o->c.rank}};
+    struct {
+        const char *name;
+        float *target;
+    } floats[] = {{"--theta", &o->c.rope_theta},       {"--eps", &o->c.norm_eps},
+                  {"--alpha", &o->c.lora_alpha},       {"--lr", &o->c.lr},
+                  {"--weight-decay", &o->c.weight_decay}, {"--max-grad-norm", &o->c.max_grad_norm}};
+    struct {
+        const char *name;
+        const char **target;
+    } files[] = {{"--weights", &o->weights},       {"--lora", &o->lora},
+                 {"--data", &o->data},             {"--save-lora", &o->save_lora},
+                 {"--save-grads", &o->save_grads}, {"--precision", &o->precision},
+                 {"--json", &o->json}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(name, sizes[i].name) == 0)
+            return parse_size(value, sizes[i].target);
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (strcmp(name, floats[i].name) == 0)
+            return parse_float(value, floats[i].target);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (strcmp(name, files[i].name) == 0) {
+            *files[i].target = value;
+            return true;
+        }
+    size_t n;
+    if (strcmp(name, "--steps") == 0 && parse_size(value, &n) && n > 0) {
+        o->steps = (long)n;
+        return true;
+    }
+    if (strcmp(name, "--seed") == 0 && parse_size(value, &n)) {
+        o->seed = n;
+        return true;
+    }
+    if (strcmp(name, "--sequences") == 0)
+        return parse_sequences(value, o);
+    return false;
+}
+
+static bool parse_args(int argc, char **argv, options *o)
+{
+    llama_config_defaults(&o->c);
+    o->c.layers = 2;
+    o->c.hidden = 64;
+    o->c.heads = 4;
+    o->c.kv_heads = 2;
+    o->c.mlp = 128;
+    o->c.vocab = 256;
+    o->c.tokens = 64;
+    o->steps = 10;
+    o->seed = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--tied") == 0) {
+            o->c.tied_embeddings = true;
+        } else if (strcmp(argv[i], "--expect-fall") == 0) {
+            o->expect_fall = true;
+        } else if (strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (i + 1 >= argc || !parse_option(o, argv[i], argv[i + 1])) {
+            fprintf(stderr, "llama_lora: bad option or value: %s%s%s\n", argv[i],
+                    i + 1 < argc ? " " : "", i + 1 < argc ? argv[i + 1] : "");
+            return false;
+        } else {
+            i++;
+        }
+    }
+    size_t sum = 0;
+    for (size_t i = 0; i < o->sequence_count; i++)
+        sum += o->sequences[i];
+    if (o->sequence_count > 0 && sum != o->c.tokens) {
+        fprintf(stderr, "llama_lora: --sequences add up to %zu, not --tokens %zu\n", sum,
+                o->c.tokens);
+        return false;
+    }
+    return true;
+}
+
+/* ---- inputs ---- */
+
+/* The tokens of a step: from the data file, or uniform from the seed. */
+static bool read_tokens(const options *o, int32_t *tokens)
+{
+    if (o->data == NULL) {
+        unsigned long long s = o->seed * 0x9e3779b97f4a7c15ull + 17;
+        for (size_t i = 0; i < o->c.tokens; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            tokens[i] = (int32_t)((s >> 33) % o->c.vocab);
+        }
+        return true;
+    }
+    FILE *f = fopen(o->data, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "llama_lora: %s: %s\n", o->data, strerror(errno));
+        return false;
+    }
+    size_t got = fread(tokens, sizeof *tokens, o->c.tokens, f);
+    fclose(f);
+    if (got != o->c.tokens) {
+        fprintf(stderr, "llama_lora: %s holds %zu ids, %zu wanted\n", o->data, got, o->c.tokens);
+        return false;
+    }
+    for (size_t i = 0; i < o->c.tokens; i++)
+        if (tokens[i] < 0 || (size_t)tokens[i] >= o->c.vocab) {
+            fprintf(stderr, "llama_lora: %s: id %ld at %zu is outside the vocabulary of %zu\n",
+                    o->data, (long)tokens[i], i, o->c.vocab);
+            return false;
+        }
+    return true;
+}
+
+/* ---- outputs ---- */
+
+/* The LoRA factors (kind 0) or gradients (kind 1) as a safetensors file, PEFT's names. */
+static bool save_lora(llama_model *m, int kind, const char *path)
+{
+    size_t n = llama_lora_count(m);
+    hd_st_entry *e = calloc(n, sizeof *e);
+    char(*names)[160] = calloc(n, sizeof *names);
+    float **data = calloc(n, sizeof *data);
+    bool ok = e != NULL && names != NULL && data != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        hd_tensor *t = llama_lora_tensor(m, i, kind, names[i], sizeof names[i]);
+        size_t rows = hd_tensor_rows(t), cols = hd_tensor_cols(t);
+        ok = (data[i] = malloc(rows * cols * sizeof(float))) != NULL &&
+             hd_tensor_read(t, data[i]) == HD_OK;
+        e[i] = (hd_st_entry){.name = names[i], .dtype = HD_ST_F32, .ndim = 2,
+                             .shape = {rows, cols}, .data = data[i]};
+    }
+    char msg[256] = "out of memory";
+    if (ok && hd_st_write(path, e, n, NULL, 0, msg, sizeof msg) != HD_OK)
+        ok = false;
+    if (!ok)
+        fprintf(stderr, "llama_lora: writing %s: %s\n", path, msg);
+    for (size_t i = 0; data != NULL && i < n; i++)
+        free(data[i]);
+    free(data);
+    free(names);
+    free(e);
+    return ok;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void write_json(const options *o, hd_context *ctx, const float *losses,
+                       const double *seconds, size_t bytes)
+{
+    FILE *f = fopen(o->json, "w");
+    if (f == NULL) {
+        fprintf(stderr, "llama_lora: %s: %s\n", o->json, strerror(errno));
+        return;
+    }
+    fprintf(f, "{\"schema\": \"hd-llama/1\", \"device\": \"%s\", \"precision\": \"%s\",\n",
+            hd_context_device_name(ctx), hd_precision_name(hd_context_gemm_precision(ctx)));
+    fprintf(f, " \"tokens\": %zu, \"model_bytes\": %zu,\n \"losses\": [", o->c.tokens, bytes);
+    for (long i = 0; i < o->steps; i++)
+        fprintf(f, "%s%.9g", i ? ", " : "", (double)losses[i]);
+    fprintf(f, "],\n \"step_seconds\": [");
+    for (long i = 0; i < o->steps; i++)
+        fprintf(f, "%s%.9g", i ? ", " : "", seconds[i]);
+    fprintf(f, "]}\n");
+    fclose(f);
+}
+
+/* ---- the run ---- */
+
+static int train(const options *o, hd_context *ctx, llama_model *m, const int32_t *tokens)
+{
+    hd_sequences seq = {o->sequences, o->sequence_count};
+    char name[160];
+    if (o->save_grads != NULL) {
+        float loss;
+        hd_status s = llama_gradients(m, tokens, &seq, &loss);
+        if (s != HD_OK || !save_lora(m, 1, o->save_grads)) {
+            fprintf(stderr, "llama_lora: gradients: %s\n", hd_context_last_error(ctx));
+            return 2;
+        }
+    }
+    float *losses = calloc((size_t)o->steps, sizeof *losses);
+    double *seconds = calloc((size_t)o->steps, sizeof *seconds);
+    if (losses == NULL || seconds == NULL) {
+        free(losses);
+        free(seconds);
+        return 2;
+    }
+    int status = 0;
+    for (long step = 1; step <= o->steps && status == 0; step++) {
+        double start = now_seconds();
+        hd_status s = llama_train_step(m, tokens, &seq, step, &losses[step - 1]);
+        seconds[step - 1] = now_seconds() - start;
+        if (s != HD_OK) {
+            fprintf(stderr, "llama_lora: step %ld: %s\n", step, hd_context_last_error(ctx));
+            status = 2;
+            break;
+        }
+        printf("step %3ld  loss %.6f  %8.2f ms  %9.0f tokens/s\n", step,
+               (double)losses[step - 1], 1e3 * seconds[step - 1],
+               (double)o->c.tokens / seconds[step - 1]);
+        fflush(stdout);
+    }
+    if (status == 0) {
+        double sorted[4096];
+        size_t n = (size_t)o->steps < 4096 ? (size_t)o->steps : 4096;
+        memcpy(sorted, seconds, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, compare_doubles);
+        double median = sorted[n / 2];
+        printf("median step %.2f ms, %.0f tokens/s; model tensors %.1f MiB\n", 1e3 * median,
+               (double)o->c.tokens / median, (double)llama_bytes(m) / (1024.0 * 1024.0));
+        if (o->json != NULL)
+            write_json(o, ctx, losses, seconds, llama_bytes(m));
+        if (o->save_lora != NULL && !save_lora(m, 0, o->save_lora))
+            status = 2;
+        if (o->expect_fall && !(losses[o->steps - 1] < losses[0])) {
+            fprintf(stderr, "llama_lora: the loss did not fall (%g to %g)\n", (double)losses[0],
+                    (double)losses[o->steps - 1]);
+            status = 1;
+        }
+    }
+    (void)name;
+    free(losses);
+    free(seconds);
+    return status;
+}
+
+static hd_status load(const options *o, llama_model *m, char *why, size_t size)
+{
+    hd_st_file *weights = NULL, *lora = NULL;
+    hd_status s = HD_OK;
+    uint64_t seed = o->seed;
+    if (o->weights != NULL && (s = hd_st_open(o->weights, &weights, why, size)) != HD_OK)
+        return s;
+    s = weights != NULL ? llama_load_weights(m, llama_file_source, weights, why, size)
+                        : llama_load_weights(m, llama_seeded_source, &seed, why, size);
+    if (s == HD_OK && o->lora != NULL)
+        s = hd_st_open(o->lora, &lora, why, size);
+    if (s == HD_OK)
+        s = lora != NULL ? llama_load_lora(m, llama_file_source, lora, 0, why, size)
+                         : llama_load_lora(m, NULL, NULL, o->seed, why, size);
+    hd_st_close(weights);
+    hd_st_close(lora);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {0};
+    if (!parse_args(argc, argv, &o)) {
+        usage(stderr);
+        return 2;
+    }
+    hd_context_options copt;
+    hd_context_options_init(&copt);
+    if (o.precision != NULL) {
+        const char *names[] = {"fp32", "fp32x3", "tf32"};
+        const hd_precision modes[] = {HD_PRECISION_FP32, HD_PRECISION_FP32X3, HD_PRECISION_TF32};
+        size_t i = 0;
+        while (i < 3 && strcmp(o.precision, names[i]) != 0)
+            i++;
+        if (i == 3) {
+            fprintf(stderr, "llama_lora: --precision is fp32, tf32 or fp32x3\n");
+            return 2;
+        }
+        copt.gemm_precision = modes[i];
+    }
+    hd_context *ctx = NULL;
+    if (hd_context_create(&ctx, &copt) != HD_OK) {
+        fprintf(stderr, "llama_lora: %s\n", hd_context_last_error(NULL));
+        return 2;
+    }
+    char why[512] = "";
+    llama_model *m = NULL;
+    int32_t *tokens = malloc((o.c.tokens > 0 ? o.c.tokens : 1) * sizeof *tokens);
+    int status = 2;
+    if (tokens != NULL && llama_create(ctx, &o.c, &m, why, sizeof why) == HD_OK &&
+        load(&o, m, why, sizeof why) == HD_OK && read_tokens(&o, tokens)) {
+        printf("llama_lora: %zu layers, hidden %zu, %zu heads (%zu kv), mlp %zu, vocab %zu, "
+               "%zu tokens, LoRA r %zu alpha %g, on %s (%s)\n",
+               o.c.layers, o.c.hidden, o.c.heads, o.c.kv_heads, o.c.mlp, o.c.vocab, o.c.tokens,
+               o.c.rank, (double)o.c.lora_alpha, hd_context_device_name(ctx),
+               hd_precision_name(hd_context_gemm_precision(ctx)));
+        status = train(&o, ctx, m, tokens);
+    } else if (why[0] != '\0') {
+        fprintf(stderr, "llama_lora: %s\n", why);
+    }
+    llama_destroy(m);
+    free(tokens);
+    hd_context_destroy(ctx);
+    return status;
+}
