@@ -146,8 +146,9 @@ double hd__ref_check_backward(hd_op op, const hd_shape *shape, const float *cons
  *     on those rows within (2n + 16) u of its terms' magnitudes, dweight on every column (a sum
  *     over every row, within (T + n + 8) u of the magnitudes of its terms).
  *   cross_entropy: dlogits on sampled rows (an ignored one among them), each element within
- *     (V + 8 + 2 |x - max|) u of its probability over the rows counted (V: the vocabulary, an
- *     n-long sum of exps); the loss over every row (T V exps).
+ *     (V + 8 + 2 |x - lse| + 2 log V) u of its probability, and 4 u of |p - onehot|, over the
+ *     rows counted (V: the vocabulary, a V-long sum of exps); the loss over every row (T V
+ *     exps).
  *   linear_cross_entropy: dh on sampled rows, as many as HD_REF_STEP_MACS affords (at least
  *     2, first and last), from the row's logits in double, within a tolerance from the
  *     logits' D-long products (the context's GEMM precision) and the V-long sums; the loss
@@ -192,7 +193,9 @@ bool hd__ref_is_step(hd_op op);
 bool hd__ref_step_expect(hd_op op, const hd_shape *shape, const hd_op_params *p,
                          const float *const in[], hd_ref_expect *e);
 /* The worst error over its tolerance of got against e: at most 1 passes; a non-finite element,
- * or an expectation made without memory, gives infinity. why says where the worst one was. */
+ * or an expectation made without memory, gives infinity; a bounded output counts 0 within its
+ * bounds, else its distance from their middle over their half-width. why says where the worst
+ * one was. */
 double hd__ref_step_compare(const hd_ref_expect *e, const float *const got[], char *why,
                             size_t size);
 void hd__ref_step_expect_free(hd_ref_expect *e);

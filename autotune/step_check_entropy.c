@@ -40,8 +40,9 @@ static double cross_entropy_loss_tol(size_t rows, size_t vocab, const float *x,
     return HD_REF_U * (terms / (double)count + ((double)rows + 4) * fabs(loss)) + HD_REF_EXACT;
 }
 
-/* Row i's dlogits: each probability within its sum's rounding (V u), exp's argument's and the
- * subtraction of the target's one; an ignored row exactly zero. */
+/* Row i's dlogits: each probability within its sum's rounding (V u) and exp's argument's, and
+ * (p - onehot) / count within the roundings of the subtraction, of 1 / count and of the
+ * product; an ignored row exactly zero. */
 static void cross_entropy_row(size_t vocab, const float *x, const hd_op_params *p, size_t i,
                               double lse, size_t count, double *want, hd_ref_expect *e)
 {
@@ -53,7 +54,7 @@ static void cross_entropy_row(size_t vocab, const float *x, const hd_op_params *
         double tol =
             HD_REF_U / (double)count *
             (prob * ((double)vocab + 8 + 2 * (fabs((double)x[j] - lse) + log((double)vocab))) +
-             2 * fabs(off));
+             4 * fabs(off));
         hd__ref_expect_add(e, 1, i * vocab + j, counted ? want[j] / (double)count : 0.0,
                            counted ? tol + HD_REF_EXACT : HD_REF_EXACT);
     }
