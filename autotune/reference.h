@@ -12,6 +12,7 @@
 
 #include "backends/backend.h"
 #include "backends/reference.h"
+#include "core/op.h"
 
 #define HD_REF_FULL    65536
 #define HD_REF_SAMPLES 512
@@ -123,5 +124,84 @@ void hd__ref_backward_prepare(hd_op op, const hd_shape *shape, const float *cons
 double hd__ref_check_backward(hd_op op, const hd_shape *shape, const float *const in[],
                               const float *const got[], int outputs, float scale, float eps,
                               hd_precision precision, hd_ref_backward_memo *memo);
+
+/* ---- the training step's ops (step_check.c, step_check_attention.c, step_check_entropy.c) ----
+ *
+ * The tools' check of the step's ops (the tuner's and the benchmark's), in two parts: the
+ * expected values of sampled output elements with their tolerances, from the op's inputs
+ * (hd__ref_step_expect: the float64 part, milliseconds to a second or two on the largest
+ * cases, which the tools compute once per case), then a comparison of an output with them
+ * (hd__ref_step_compare: as many candidates as there are). What is sampled and how far an
+ * element may be:
+ *
+ *   swiglu, gelu, their backward, add: rows spread over the output, first and last included,
+ *     up to HD_REF_STEP_ELEMS elements' worth (at least HD_REF_CHECK_ROWS rows); each element
+ *     within 16 u of the magnitude of its formula's terms (u = 2^-24: a handful of roundings,
+ *     and exp's few ulps), add within 4 u of |y| + |alpha x|.
+ *   rope: rows as above; within 32 u of |x_i| + |x_(i+d/2)| (a rotation, its cosine and sine
+ *     formed to within a few ulps at any position).
+ *   embedding: rows as above; exactly the table's row.
+ *   add_rms_norm: h (within 2 u of |x| + |r|) and y on rows as above, y within (n/2 + 8) u of
+ *     |y| (an n-long float sum of squares, any order, under a square root); its backward: dh
+ *     on those rows within (2n + 16) u of its terms' magnitudes, dweight on every column (a sum
+ *     over every row, within (T + n + 8) u of the magnitudes of its terms).
+ *   cross_entropy: dlogits on sampled rows (an ignored one among them), each element within
+ *     (V + 8 + 2 |x - lse| + 2 log V) u of its probability, and 4 u of |p - onehot|, over the
+ *     rows counted (V: the vocabulary, a V-long sum of exps); the loss over every row (T V
+ *     exps).
+ *   linear_cross_entropy: dh on sampled rows, as many as HD_REF_STEP_MACS affords (at least
+ *     2, first and last), from the row's logits in double, within a tolerance from the
+ *     logits' D-long products (the context's GEMM precision) and the V-long sums; the loss
+ *     exactly where every row's logits fit that budget (T V D multiply-adds), else between
+ *     bounds: at least the mean's part from the sampled rows (a cross-entropy is never
+ *     negative), at most log V + 2 |h_i| max_v |w_v| per row.
+ *   attention, its backward: rows as many as HD_REF_STEP_MACS affords (2 to
+ *     HD_REF_CHECK_ROWS, first and last included), each computed from the op's inputs as
+ *     defined (the backward's weights exp(scale q.k - lse) from the given lse, delta from the
+ *     given out: what FlashAttention's backward computes), with tolerances from the
+ *     d-long scores' and the n-long sums' float rounding (linear bounds).
+ *
+ * in: the op's inputs in the op table's order (NULL where the call leaves an optional one
+ * out), then the contents before the call of each output the op reads (add's y). p: the
+ * call's scalars (hd__case_params_make). got (compare): the op's outputs in the table's order
+ * (NULL where not computed: not checked). */
+#define HD_REF_STEP_OUTPUTS 3
+#define HD_REF_STEP_ELEMS   (1u << 20)
+#define HD_REF_STEP_MACS    (1u << 28)
+
+typedef struct hd_ref_sample {
+    size_t at; /* element index in its output */
+    double want, tol;
+} hd_ref_sample;
+
+typedef struct hd_ref_expect {
+    hd_op op;
+    int outputs;
+    size_t cols[HD_REF_STEP_OUTPUTS]; /* each output's columns, for messages */
+    hd_ref_sample *sample[HD_REF_STEP_OUTPUTS];
+    size_t count[HD_REF_STEP_OUTPUTS], cap[HD_REF_STEP_OUTPUTS];
+    bool no_memory;
+    /* An output held between bounds rather than to a value (linear cross-entropy's loss at
+     * scale): its index, else -1; want and tol are then the bounds' middle and half-width. */
+    int bounded;
+} hd_ref_expect;
+
+/* Whether op is one of the training step's, checked by the functions below. */
+bool hd__ref_is_step(hd_op op);
+/* The expected values of op's sampled outputs into *e (freed by hd__ref_step_expect_free).
+ * False without memory or for an op of no check. */
+bool hd__ref_step_expect(hd_op op, const hd_shape *shape, const hd_op_params *p,
+                         const float *const in[], hd_ref_expect *e);
+/* The worst error over its tolerance of got against e: at most 1 passes; a non-finite element,
+ * or an expectation made without memory, gives infinity; a bounded output counts 0 within its
+ * bounds, else its distance from their middle over their half-width. why says where the worst
+ * one was. */
+double hd__ref_step_compare(const hd_ref_expect *e, const float *const got[], char *why,
+                            size_t size);
+void hd__ref_step_expect_free(hd_ref_expect *e);
+/* Both at once, for one check. */
+double hd__ref_check_step(hd_op op, const hd_shape *shape, const hd_op_params *p,
+                          const float *const in[], const float *const got[], char *why,
+                          size_t size);
 
 #endif

@@ -159,6 +159,47 @@ static const hd_bench_case shapes_cases[] = {
     LORA(2, 512, 3584, 8),
 };
 
+/* The training step's ops: rows x cols for the elementwise ops, add and add + RMS norm and
+ * cross-entropy; rows x cols, pairs (head_dim / 2) for RoPE; tokens, heads, kv heads and
+ * head_dim for attention; rows x dim, vocabulary for the LM head's cross-entropy and the
+ * embedding. */
+#define DIMS3(op, a, b, c)                                                                         \
+    {                                                                                              \
+        op,                                                                                        \
+        {                                                                                          \
+            .dim = {(a), (b), (c) }                                                                \
+        }                                                                                          \
+    }
+#define DIMS4(op, a, b, c, d)                                                                      \
+    {                                                                                              \
+        op,                                                                                        \
+        {                                                                                          \
+            .dim = {(a), (b), (c), (d) }                                                           \
+        }                                                                                          \
+    }
+
+/* One decoder's training step of a model with hidden size `hid`, `heads` query heads and `kv`
+ * key/value heads of head_dim `hd`, MLP width `mlp` and vocabulary `voc`, on t tokens (one
+ * sequence): the MLP's activations (SwiGLU, and GELU for GPT-style models) and their backward,
+ * the residual stream's add, its add + RMS norm and backward, RoPE on q and on k, attention
+ * and its backward, the loss from logits and from the LM head, and the embedding. */
+#define STEP_CASES(t, hid, heads, kv, hd, mlp, voc)                                                \
+    ROWS(HD_OP_SWIGLU, t, mlp), ROWS(HD_OP_SWIGLU_BACKWARD, t, mlp), ROWS(HD_OP_ADD, t, hid),      \
+        ROWS(HD_OP_ADD_RMS_NORM, t, hid), ROWS(HD_OP_ADD_RMS_NORM_BACKWARD, t, hid),               \
+        DIMS3(HD_OP_ROPE, t, (heads) * (hd), (hd) / 2),                                            \
+        DIMS3(HD_OP_ROPE, t, (kv) * (hd), (hd) / 2), DIMS4(HD_OP_ATTENTION, t, heads, kv, hd),     \
+        DIMS4(HD_OP_ATTENTION_BACKWARD, t, heads, kv, hd), ROWS(HD_OP_CROSS_ENTROPY, t, voc),      \
+        DIMS3(HD_OP_LINEAR_CROSS_ENTROPY, t, hid, voc), DIMS3(HD_OP_EMBEDDING, t, hid, voc),       \
+        ROWS(HD_OP_GELU, t, mlp), ROWS(HD_OP_GELU_BACKWARD, t, mlp)
+
+/* Llama-3-8B's shapes at 2048 tokens (hidden 4096, 32 heads and 8 KV heads of 128, MLP 14336,
+ * vocabulary 128256), then a small model's at 512 (hidden 1024, 16 and 4 heads of 64, MLP
+ * 2816, vocabulary 32000). */
+static const hd_bench_case step_cases[] = {
+    STEP_CASES(2048, 4096, 32, 8, 128, 14336, 128256),
+    STEP_CASES(512, 1024, 16, 4, 64, 2816, 32000),
+};
+
 /* Odd and prime sizes, a transposed GEMM, a 1-row op: every op, seconds on PoCL. */
 static const hd_bench_case ci_cases[] = {
     GEMM(17, 33, 9),
@@ -175,6 +216,20 @@ static const hd_bench_case ci_cases[] = {
     ROWS(HD_OP_RMS_NORM_BACKWARD, 1, 1000),
     LORA_BACKWARD(5, 37, 29, 3),
     LORA_BACKWARD_PT(5, 37, 29, 3),
+    /* the step's ops: 3 heads of 16 with a GQA group of 3, a vocabulary of 300 */
+    ROWS(HD_OP_SWIGLU, 5, 37),
+    ROWS(HD_OP_SWIGLU_BACKWARD, 5, 37),
+    ROWS(HD_OP_GELU, 3, 100),
+    ROWS(HD_OP_GELU_BACKWARD, 3, 100),
+    ROWS(HD_OP_ADD, 7, 129),
+    ROWS(HD_OP_ADD_RMS_NORM, 7, 129),
+    ROWS(HD_OP_ADD_RMS_NORM_BACKWARD, 7, 129),
+    DIMS3(HD_OP_ROPE, 9, 48, 8),
+    DIMS4(HD_OP_ATTENTION, 19, 3, 1, 16),
+    DIMS4(HD_OP_ATTENTION_BACKWARD, 19, 3, 1, 16),
+    ROWS(HD_OP_CROSS_ENTROPY, 9, 300),
+    DIMS3(HD_OP_LINEAR_CROSS_ENTROPY, 9, 24, 300),
+    DIMS3(HD_OP_EMBEDDING, 9, 24, 300),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -197,6 +252,11 @@ static const hd_bench_suite suites[] = {
      "LoRA's backward at 1 and 4096 tokens in both layouts, the row ops' on the seed and train "
      "shapes (dx and weight gradients)",
      backward_cases, COUNT(backward_cases)},
+    {"step",
+     "a decoder's training step: Llama-3-8B's shapes at 2048 tokens and a small model's at 512 "
+     "(SwiGLU, GELU, add, add + RMS norm, RoPE, attention, cross-entropy, the LM head's, "
+     "embedding; forward and backward)",
+     step_cases, COUNT(step_cases)},
 };
 
 const hd_bench_suite *hd__bench_suites(size_t *count)

@@ -9,10 +9,17 @@
  *   shapes GEMM and LoRA as fine-tuning meets them (tokens, widths, transposes, odd sizes)
  *   ci     a few small odd shapes that run in seconds on PoCL
  *   backward  the backward ops on the seed and train shapes
+ *   step   a decoder's training step: Llama-3-8B's shapes at 2048 tokens (hidden 4096, 32
+ *          heads, 8 KV heads of 128, MLP 14336, vocabulary 128256) and a small model's at 512
+ *          (hidden 1024, 16 and 4 heads of 64, MLP 2816, vocabulary 32000)
  *
  * A case is an operation and its shape, as the dispatcher keys it (backends/backend.h): GEMM
  * dim = {m, n, k} with transposes (C m×n = op(A) m×k · op(B) k×n); LoRA dim = {tokens, in,
- * out, rank}; softmax, layer norm and RMS norm dim = {rows, cols}.
+ * out, rank}; softmax, layer norm and RMS norm dim = {rows, cols}; the step's ops as the op
+ * table names their dims: the elementwise ops, add, add + RMS norm and cross-entropy {rows,
+ * cols}, RoPE {rows, cols, pairs}, attention {tokens, heads, kv_heads, head_dim}, the LM
+ * head's cross-entropy and the embedding {rows, dim, vocab}. Their scalars are
+ * autotune/case_params.h's.
  *
  * Not part of the library: in the tools' library hd_tools (autotune/meson.build), which both
  * tools and the tests link.
@@ -37,7 +44,7 @@ typedef struct hd_bench_suite {
     size_t count;
 } hd_bench_suite;
 
-/* Every suite, in the order "seed", "train", "gemm", "shapes", "ci", "backward". */
+/* Every suite, in the order "seed", "train", "gemm", "shapes", "ci", "backward", "step". */
 const hd_bench_suite *hd__bench_suites(size_t *count);
 /* The suite of that name, or NULL. */
 const hd_bench_suite *hd__bench_suite_find(const char *name);

@@ -36,6 +36,7 @@ static void fill(uint64_t *state, float *p, size_t n, float lo, float hi)
 typedef struct input_spec {
     size_t rows, cols;
     float lo, hi;
+    bool left_out; /* an optional input the case leaves NULL */
 } input_spec;
 
 /* The input and output tensors of a case and the value ranges the inputs are drawn from: the
@@ -49,7 +50,8 @@ static int tensor_specs(const hd_bench_case *c, input_spec spec[HD_BENCH_MAX_INP
     for (int i = 0; i < d->tensor_count; i++) {
         size_t rows, cols;
         hd__op_tensor_shape(c->op, i, &c->shape, &rows, &cols);
-        input_spec one = {rows, cols, d->tensors[i].lo, d->tensors[i].hi};
+        input_spec one = {rows, cols, d->tensors[i].lo, d->tensors[i].hi,
+                          hd__case_tensor_left_out(c->op, i)};
         if (d->tensors[i].role == HD_ROLE_OUTPUT && *outputs < HD_BENCH_MAX_OUTPUTS)
             out[(*outputs)++] = one;
         else if (d->tensors[i].role == HD_ROLE_INPUT && n < HD_BENCH_MAX_INPUTS)
@@ -85,9 +87,32 @@ void hd__bench_instance_destroy(hd_bench_instance *inst)
             hd_tensor_destroy(inst->in[s][i]);
             free(inst->host[s][i]);
         }
-    for (int i = 0; i < HD_BENCH_MAX_OUTPUTS; i++)
+    for (int i = 0; i < HD_BENCH_MAX_OUTPUTS; i++) {
         hd_tensor_destroy(inst->out[i]);
+        free(inst->before[i]);
+    }
+    hd__ref_step_expect_free(&inst->expect);
+    hd__case_params_free(&inst->params);
     memset(inst, 0, sizeof *inst);
+}
+
+/* The outputs (NULL where the case leaves one out), and what an output the op reads starts
+ * from in a check. */
+static hd_status make_outputs(hd_bench_instance *inst, const input_spec *out, uint64_t *state)
+{
+    hd_status st = HD_OK;
+    for (int i = 0; i < inst->outputs && st == HD_OK; i++) {
+        if (out[i].left_out)
+            continue;
+        st = hd_tensor_create(inst->ctx, out[i].rows, out[i].cols, &inst->out[i]);
+        size_t n = out[i].rows * out[i].cols;
+        if (st != HD_OK || !hd__case_reads_output(inst->c.op))
+            continue;
+        if ((inst->before[i] = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL)
+            return hd__error(inst->ctx, HD_ERR_OUT_OF_MEMORY, "benchmark output of %zu floats", n);
+        fill(state, inst->before[i], n, -1.0f, 1.0f);
+    }
+    return st;
 }
 
 hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uint64_t seed,
@@ -97,12 +122,16 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     inst->ctx = ctx;
     inst->c = *c;
     inst->seed = seed;
-    inst->scale = 0.5f;
-    inst->eps = 1e-5f;
+    inst->expect.bounded = -1;
+    /* the ids from a stream of their own, not the inputs' */
+    if (!hd__case_params_make(c, seed ^ 0x6964730000000000u, &inst->params))
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "the ids of %s", hd_op_name(c->op));
     input_spec spec[HD_BENCH_MAX_INPUTS], out[HD_BENCH_MAX_OUTPUTS];
     inst->inputs = tensor_specs(c, spec, out, &inst->outputs);
-    if (inst->inputs == 0)
+    if (inst->inputs == 0) {
+        hd__bench_instance_destroy(inst);
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "unknown operation %d", (int)c->op);
+    }
     double out_elements = 0.0;
     for (int i = 0; i < inst->outputs; i++)
         out_elements += (double)out[i].rows * (double)out[i].cols;
@@ -113,10 +142,11 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     hd_status st = HD_OK;
     for (size_t s = 0; s < inst->sets && st == HD_OK; s++)
         for (int i = 0; i < inst->inputs && st == HD_OK; i++)
-            st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i],
-                             keep_host ? &inst->host[s][i] : NULL);
-    for (int i = 0; i < inst->outputs && st == HD_OK; i++)
-        st = hd_tensor_create(ctx, out[i].rows, out[i].cols, &inst->out[i]);
+            if (!spec[i].left_out)
+                st = make_tensor(ctx, &spec[i], &state, &inst->in[s][i],
+                                 keep_host ? &inst->host[s][i] : NULL);
+    if (st == HD_OK)
+        st = make_outputs(inst, out, &state);
     if (st != HD_OK)
         hd__bench_instance_destroy(inst);
     return st;
@@ -130,15 +160,7 @@ hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
     const hd_op_desc *d = hd__op(inst->c.op);
     for (int i = 0, n = 0, o = 0; i < d->tensor_count; i++)
         t[i] = d->tensors[i].role == HD_ROLE_OUTPUT ? inst->out[o++] : in[n++];
-    hd_op_params p = {.trans_a = inst->c.shape.trans_a,
-                      .trans_b = inst->c.shape.trans_b,
-                      .alpha = 1.0f,
-                      .beta = 0.0f,
-                      .scale = inst->scale,
-                      .lora_layout = inst->c.shape.lora_layout,
-                      .eps = inst->eps,
-                      .batch = inst->c.shape.dim[3]};
-    return hd__call(ctx, inst->c.op, t, &p);
+    return hd__call(ctx, inst->c.op, t, &inst->params.p);
 }
 
 hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
@@ -147,7 +169,8 @@ hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
     size_t s = set < inst->sets ? set : 0;
     hd_status st = HD_OK;
     for (int i = 0; i < inst->inputs && st == HD_OK; i++)
-        st = inst->host[s][i] != NULL
+        st = inst->in[s][i] == NULL ? HD_OK /* left out */
+             : inst->host[s][i] != NULL
                  ? hd_tensor_write(inst->in[s][i], inst->host[s][i])
                  : hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
                              "benchmark instance made without its inputs' host copies");
@@ -169,39 +192,91 @@ static float *read_all(const hd_tensor *t, hd_status *st)
     return p;
 }
 
+/* Set 0's inputs read back (NULL where left out); false with *st set on failure. */
+static bool read_inputs(const hd_bench_instance *inst, float *in[], hd_status *st)
+{
+    for (int i = 0; i < inst->inputs && *st == HD_OK; i++)
+        if (inst->in[0][i] != NULL)
+            in[i] = read_all(inst->in[0][i], st);
+    return *st == HD_OK;
+}
+
+/* A step op's check: its expected values made once, from the inputs and what the outputs it
+ * reads held before, then compared with got. */
+static hd_status check_step(hd_bench_instance *inst, const float *const got[], double *worst)
+{
+    hd_status st = HD_OK;
+    if (!inst->expected) {
+        float *in[HD_BENCH_MAX_INPUTS] = {NULL};
+        const float *all[HD_BENCH_MAX_INPUTS + HD_BENCH_MAX_OUTPUTS] = {NULL};
+        int n = 0;
+        if (read_inputs(inst, in, &st)) {
+            for (int i = 0; i < inst->inputs; i++)
+                all[n++] = in[i];
+            for (int o = 0; o < inst->outputs; o++)
+                if (inst->before[o] != NULL)
+                    all[n++] = inst->before[o];
+            hd_shape s = inst->c.shape;
+            s.precision = hd_context_gemm_precision(inst->ctx);
+            hd__ref_step_expect(inst->c.op, &s, &inst->params.p, all, &inst->expect);
+            inst->expected = true;
+        }
+        for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++)
+            free(in[i]);
+    }
+    char why[160];
+    if (st == HD_OK)
+        *worst = hd__ref_step_compare(&inst->expect, got, why, sizeof why);
+    return st;
+}
+
+/* The forward and backward ops' checks, on the inputs read back. */
+static hd_status check_others(hd_bench_instance *inst, const float *const got[], double *worst)
+{
+    hd_status st = HD_OK;
+    float *in[HD_BENCH_MAX_INPUTS] = {NULL};
+    const hd_op_params *p = &inst->params.p;
+    hd_precision precision = hd_context_gemm_precision(inst->ctx);
+    if (read_inputs(inst, in, &st) && hd__ref_is_backward(inst->c.op)) {
+        *worst = hd__ref_check_backward(inst->c.op, &inst->c.shape, (const float *const *)in, got,
+                                        inst->outputs, p->scale, p->eps, precision, NULL);
+    } else if (st == HD_OK) {
+        /* As hd__bench_instance_run calls them: GEMM with alpha 1 and beta 0. */
+        hd_ref_inputs ref = {.in = {in[0], in[1], in[2], in[3]},
+                             .alpha = p->alpha,
+                             .beta = p->beta,
+                             .scale = p->scale,
+                             .eps = p->eps,
+                             .precision = precision};
+        char why[160];
+        *worst = hd__ref_check(inst->c.op, &inst->c.shape, &ref, got[0], why, sizeof why);
+    }
+    for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++)
+        free(in[i]);
+    return st;
+}
+
 hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
 {
     hd_context *ctx = inst->ctx;
-    hd_status st = hd__bench_instance_run(ctx, inst, 0);
+    hd_status st = HD_OK;
+    for (int o = 0; o < inst->outputs && st == HD_OK; o++)
+        if (inst->before[o] != NULL)
+            st = hd_tensor_write(inst->out[o], inst->before[o]);
+    if (st == HD_OK)
+        st = hd__bench_instance_run(ctx, inst, 0);
     if (st == HD_OK)
         st = hd_sync(ctx);
     if (st != HD_OK)
         return st;
-    float *in[HD_BENCH_MAX_INPUTS] = {NULL}, *got[HD_BENCH_MAX_OUTPUTS] = {NULL};
+    float *got[HD_BENCH_MAX_OUTPUTS] = {NULL};
     for (int i = 0; i < inst->outputs && st == HD_OK; i++)
-        got[i] = read_all(inst->out[i], &st);
-    for (int i = 0; i < inst->inputs && st == HD_OK; i++)
-        in[i] = read_all(inst->in[0][i], &st);
-    float *y = got[0];
-    if (st == HD_OK && hd__ref_is_backward(inst->c.op)) {
-        const float *const *cin = (const float *const *)in, *const *cgot =
-                                                                (const float *const *)got;
-        *worst =
-            hd__ref_check_backward(inst->c.op, &inst->c.shape, cin, cgot, inst->outputs,
-                                   inst->scale, inst->eps, hd_context_gemm_precision(ctx), NULL);
-    } else if (st == HD_OK) {
-        /* As hd__bench_instance_run calls them: GEMM with alpha 1 and beta 0. */
-        hd_ref_inputs ref = {.in = {in[0], in[1], in[2], in[3]},
-                             .alpha = 1.0f,
-                             .beta = 0.0f,
-                             .scale = inst->scale,
-                             .eps = inst->eps,
-                             .precision = hd_context_gemm_precision(ctx)};
-        char why[160];
-        *worst = hd__ref_check(inst->c.op, &inst->c.shape, &ref, y, why, sizeof why);
-    }
-    for (int i = 0; i < HD_BENCH_MAX_INPUTS; i++)
-        free(in[i]);
+        if (inst->out[i] != NULL)
+            got[i] = read_all(inst->out[i], &st);
+    const float *const *cgot = (const float *const *)got;
+    if (st == HD_OK)
+        st = hd__ref_is_step(inst->c.op) ? check_step(inst, cgot, worst)
+                                         : check_others(inst, cgot, worst);
     for (int i = 0; i < HD_BENCH_MAX_OUTPUTS; i++)
         free(got[i]);
     return st;

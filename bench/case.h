@@ -7,10 +7,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "autotune/case_params.h"
+#include "autotune/reference.h"
 #include "autotune/suites.h"
 
 #define HD_BENCH_MAX_SETS    4
-#define HD_BENCH_MAX_INPUTS  5
+#define HD_BENCH_MAX_INPUTS  6 /* attention's backward */
 #define HD_BENCH_MAX_OUTPUTS 3
 
 typedef struct hd_bench_instance {
@@ -19,15 +21,19 @@ typedef struct hd_bench_instance {
     uint64_t seed; /* of the inputs' contents: an instance made again from it holds the same */
     size_t sets;
     /* the op table's inputs and outputs in its order: GEMM A B; LoRA x W A B; rows x gamma beta;
-     * the backward ops' inputs (dy among them) and their gradients */
+     * the backward ops' inputs (dy among them) and their gradients; the step's ops'. NULL where
+     * the case leaves an optional input out (hd__case_tensor_left_out) */
     hd_tensor *in[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS];
     /* their contents, kept for the host mode (keep_host), else NULL */
     float *host[HD_BENCH_MAX_SETS][HD_BENCH_MAX_INPUTS];
     int inputs;
     hd_tensor *out[HD_BENCH_MAX_OUTPUTS]; /* out[0]: y, C, or dx */
     int outputs;
-    float scale; /* LoRA */
-    float eps;   /* norms */
+    /* an output the op reads (add's y): what it holds before a checked call, from the seed */
+    float *before[HD_BENCH_MAX_OUTPUTS];
+    hd_case_params params; /* the call's scalars (LoRA's scale, the norms' eps, ...) and ids */
+    hd_ref_expect expect;  /* a step op's sampled expected values, made at the first check */
+    bool expected;
 } hd_bench_instance;
 
 /* Creates the tensors of c and fills every input with random values from seed (never zeros):
@@ -49,7 +55,9 @@ hd_status hd__bench_instance_reset(hd_context *ctx, void *inst, size_t set);
 /* Runs set 0 once, waits, and compares the output with a float64 reference on sampled rows
  * and columns (every row of small cases; the row ops' backward: dx on sampled rows, the weight
  * gradients whole; LoRA's backward: dx on sampled elements, dA and dB on sampled rows and
- * columns of each rank). *worst is the
+ * columns of each rank; the step's ops as hd__ref_step_expect samples them, its float64 part
+ * made at the first check and kept for the others; an output the op reads starts from
+ * `before`). *worst is the
  * largest error divided by its tolerance: <= 1 passes. Returns HD_OK (whether or not it passed) or
  * the failing status. */
 hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst);

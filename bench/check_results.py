@@ -38,6 +38,7 @@ CORES = (1, 16777216, False, "1 to 16777216")
 DIM = (0, 16777216, False, "0 to 16777216")
 SEED = (0, 9223372036854775807, False, "0 to 9223372036854775807")
 LAYOUT = (0, 7, False, "0 to 7")
+INT32 = (-2147483648, 2147483647, False, "-2147483648 to 2147483647")
 
 
 def field(name, kind, optional=False, nullable=False, rng=None, values=None, members=None):
@@ -69,9 +70,18 @@ MODE = [field("median_s", "number", rng=SECONDS), field("min_s", "number", rng=S
         field("ran_on", "name", optional=True),
         field("regret_pct", "number", optional=True, nullable=True, rng=ANY_NUMBER),
         field("best_backend", "name", optional=True)]
+# A step op's scalars (autotune/case_params.h), each where the op has it.
+PARAMS = [field("alpha", "number", optional=True, rng=ANY_NUMBER),
+          field("eps", "number", optional=True, rng=NON_NEGATIVE),
+          field("theta", "number", optional=True, rng=POSITIVE),
+          field("position_offset", "int", optional=True, rng=DIM),
+          field("inverse", "bool", optional=True), field("causal", "bool", optional=True),
+          field("ignore_index", "int", optional=True, rng=INT32),
+          field("ignored", "int", optional=True, rng=DIM)]
 RESULT = [field("suite", "name"), field("case", "name"), field("op", "name"),
           field("dims", "dims"), field("trans_a", "bool"), field("trans_b", "bool"),
           field("lora_layout", "int", optional=True, rng=LAYOUT),
+          field("params", "object", optional=True, members=PARAMS),
           field("flops", "number", rng=NON_NEGATIVE), field("bytes", "number", rng=NON_NEGATIVE),
           field("backend", "name"), field("ran_on", "string"),
           field("status", "one_of", values=STATUSES), field("note", "string"),

@@ -948,6 +948,15 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     return false;
 }
 
+/* Whether any backend of the context, whether timed or not, takes c. */
+static bool any_backend_takes(const bench_state *st, const hd_bench_case *c)
+{
+    for (int b = 0; b < HD_BACKEND_COUNT; b++)
+        if (b != HD_BACKEND_AUTO && hd__backend_takes(st->ctx, (hd_backend)b, c->op, &c->shape))
+            return true;
+    return false;
+}
+
 static void run_case(bench_state *st, const char *suite, const hd_bench_case *c, size_t index)
 {
     char name[64], note[192];
@@ -962,6 +971,11 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
     if (case_limit_s(st) < 0) {
         snprintf(note, sizeof note, "no time left (--max-time %.0f s)", st->o->max_time_s);
         add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED, note);
+        return;
+    }
+    if (!any_backend_takes(st, c)) { /* an operation not yet on any backend here */
+        snprintf(note, sizeof note, "no backend here computes %s", hd_op_name(c->op));
+        add_note_record(st, suite, c, name, "-", HD_BENCH_NA, note);
         return;
     }
     hd_bench_instance inst;

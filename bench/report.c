@@ -1,11 +1,13 @@
 /* Writing the results: an aligned table for people, CSV for spreadsheets, JSON for peers,
  * plots and --compare. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "autotune/case_params.h"
 #include "bench/results.h"
 #include "core/op.h"
 
@@ -428,6 +430,47 @@ static void json_modes(FILE *f, const hd_bench_run *run, const hd_bench_record *
     fputs(first ? "}" : "\n    }", f);
 }
 
+/* One member of an object being written: the separator before it, then the member. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void
+json_member(FILE *f, bool *first, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(*first ? "" : ", ", f);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    *first = false;
+}
+
+/* The case's scalars that its dims do not say (autotune/case_params.h), for the peers. */
+static void json_params(FILE *f, const hd_bench_case *c)
+{
+    unsigned has = hd__case_scalars(c->op);
+    hd_case_params cp;
+    if (has == 0 || !hd__case_params_make(c, 0, &cp))
+        return;
+    const hd_op_params *p = &cp.p;
+    bool first = true;
+    fputs(", \"params\": {", f);
+    if (has & HD_CASE_HAS_ALPHA)
+        json_member(f, &first, "\"alpha\": %.9g", (double)p->alpha);
+    if (has & HD_CASE_HAS_EPS)
+        json_member(f, &first, "\"eps\": %.9g", (double)p->eps);
+    if (has & HD_CASE_HAS_ROPE)
+        json_member(f, &first, "\"theta\": %.9g, \"position_offset\": %zu, \"inverse\": %s",
+                    (double)p->theta, p->position_offset, p->inverse ? "true" : "false");
+    if (has & HD_CASE_HAS_CAUSAL)
+        json_member(f, &first, "\"causal\": %s", p->causal ? "true" : "false");
+    if (has & HD_CASE_HAS_TARGETS)
+        json_member(f, &first, "\"ignore_index\": %ld, \"ignored\": %zu", (long)p->ignore_index,
+                    hd__case_ignored_targets(c->shape.dim[0]));
+    fputc('}', f);
+    hd__case_params_free(&cp);
+}
+
 static void json_case_fields(FILE *f, const hd_bench_case *c, const char *name)
 {
     fputs("\"case\": ", f);
@@ -440,6 +483,7 @@ static void json_case_fields(FILE *f, const hd_bench_case *c, const char *name)
             c->shape.trans_b ? "true" : "false", hd__bench_case_flops(c), hd__bench_case_bytes(c));
     if (hd__op(c->op)->lora_layout) /* hd_lora_layout: 7 is PyTorch's W out×in, A r×in, B out×r */
         fprintf(f, ", \"lora_layout\": %u", c->shape.lora_layout);
+    json_params(f, c);
 }
 
 void hd__bench_write_json(FILE *f, const hd_bench_run *run)

@@ -47,6 +47,7 @@ static const range cores = {1.0, 16777216.0, false, "1 to 16777216"};
 static const range dim = {0.0, 16777216.0, false, "0 to 16777216"};
 static const range seed = {0.0, 9223372036854775807.0, false, "0 to 9223372036854775807"};
 static const range layout = {0.0, 7.0, false, "0 to 7"};
+static const range int32 = {-2147483648.0, 2147483647.0, false, "-2147483648 to 2147483647"};
 
 static const char *const schema_names[] = {"hd-bench/1", NULL};
 static const char *const kinds[] = {"gpu", "cpu", "none", NULL};
@@ -130,6 +131,18 @@ static const field mode_fields[] = {
     {.name = "best_backend", .kind = K_NAME, .optional = true},
     {0},
 };
+/* A step op's scalars (autotune/case_params.h), each where the op has it. */
+static const field params_fields[] = {
+    {.name = "alpha", .kind = K_NUMBER, .optional = true, .range = &any_number},
+    {.name = "eps", .kind = K_NUMBER, .optional = true, .range = &non_negative},
+    {.name = "theta", .kind = K_NUMBER, .optional = true, .range = &positive},
+    {.name = "position_offset", .kind = K_INT, .optional = true, .range = &dim},
+    {.name = "inverse", .kind = K_BOOL, .optional = true},
+    {.name = "causal", .kind = K_BOOL, .optional = true},
+    {.name = "ignore_index", .kind = K_INT, .optional = true, .range = &int32},
+    {.name = "ignored", .kind = K_INT, .optional = true, .range = &dim},
+    {0},
+};
 static const field result_fields[] = {
     NAME("suite"),
     NAME("case"),
@@ -138,6 +151,7 @@ static const field result_fields[] = {
     BOOL("trans_a"),
     BOOL("trans_b"),
     {.name = "lora_layout", .kind = K_INT, .optional = true, .range = &layout},
+    {.name = "params", .kind = K_OBJECT, .optional = true, .members = params_fields},
     NUMBER("flops", non_negative),
     NUMBER("bytes", non_negative),
     NAME("backend"),

@@ -98,8 +98,9 @@ static const char usage[] =
     "else one line per case with the elapsed time. Ctrl-C stops after the call in progress\n"
     "(2 s at most: a kernel build is left unfinished; every record is saved as it is found).\n"
     "\n"
-    "Exit status: 0 every case recorded or skipped over its budget; 1 some cases had no\n"
-    "correct candidate (the others were recorded); 2 bad command line or shapes file; 3 the\n"
+    "Exit status: 0 every case recorded, skipped over its budget, or of an operation no\n"
+    "backend here computes; 1 some cases had no correct candidate (the others were\n"
+    "recorded); 2 bad command line or shapes file; 3 the\n"
     "library could not start or calibrate; 4 the cache could not be read or written; 130\n"
     "interrupted (what was measured is saved).\n";
 
@@ -567,7 +568,8 @@ static int tune(const tool_options *o, const char *path)
         if (!tuned) {
             if (o->dry_run)
                 continue;
-            failed += !hd__tool_interrupted && !outcome.over_budget && !outcome.incomplete;
+            failed += !hd__tool_interrupted && !outcome.over_budget && !outcome.incomplete &&
+                      !outcome.untaken;
             snprintf(line, sizeof line, "%s: %s%s", name,
                      outcome.over_budget ? "" : "no record: ", why);
             hd__tool_progress_done(i, line);

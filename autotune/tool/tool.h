@@ -34,10 +34,10 @@ typedef struct tool_effort {
     double cpu_limit_s;      /* skip the CPU candidate when one call would take longer */
     double run_target_s;     /* past this since the start, cases try only default parameters */
     /* Set per run, not per level: */
-    bool defaults_only;      /* behind schedule: no variants */
-    bool build_ahead;        /* the device's build-ahead workers run (--build-threads) */
+    bool defaults_only;              /* behind schedule: no variants */
+    bool build_ahead;                /* the device's build-ahead workers run (--build-threads) */
     bool left_out[HD_BACKEND_COUNT]; /* backends not to time (--backends) */
-    hd_tune_calibration cal; /* the rates that estimate a candidate before it runs */
+    hd_tune_calibration cal;         /* the rates that estimate a candidate before it runs */
 } tool_effort;
 
 typedef struct tool_options {
@@ -71,6 +71,8 @@ typedef struct tool_case_outcome {
     size_t skipped;   /* candidates not run: their estimate did not fit the case budget */
     bool over_budget; /* no record because every candidate was over the budget */
     bool incomplete;  /* no record because the budget left a contender's defaults untimed */
+    bool untaken;     /* no record because no backend of the machine computes the case (an
+                         operation the library has not yet on any backend here) */
     char best_clblast[HD_TUNE_STRING_MAX]; /* CLBlast's best variant: "-" for its defaults,
                                               "" when CLBlast did not run */
 } tool_case_outcome;

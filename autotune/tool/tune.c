@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "autotune/calibrate.h"
+#include "autotune/case_params.h"
 #include "autotune/choose.h"
 #include "autotune/measure.h"
 #include "autotune/reference.h"
@@ -30,22 +31,25 @@
  * free of builds ahead. */
 #define CPU_CLOSE 1.25
 
-/* Inputs and outputs of one case at most (LoRA's backward: five and three). */
-#define MAX_INPUTS  5
+/* Inputs and outputs of one case at most (attention's backward: six and three). */
+#define MAX_INPUTS  6
 #define MAX_OUTPUTS 3
 
 typedef struct tune_data {
     hd_op op;
     hd_shape shape;
-    float *host[MAX_INPUTS];
+    hd_case_params params;   /* the call's scalars and ids */
+    float *host[MAX_INPUTS]; /* NULL where the case leaves an optional input out */
     size_t rows[MAX_INPUTS], cols[MAX_INPUTS];
     int inputs;
     hd_tensor *in[MAX_INPUTS];
     hd_tensor *out[MAX_OUTPUTS];
     size_t out_rows[MAX_OUTPUTS], out_cols[MAX_OUTPUTS];
     int outputs;
-    hd_ref_inputs ref;         /* the forward ops' reference inputs (the first four) */
-    hd_ref_backward_memo memo; /* the backward ops' checks: what they share */
+    float *before[MAX_OUTPUTS]; /* what an output the op reads holds before a checked call */
+    hd_ref_inputs ref;          /* the forward ops' reference inputs (the first four) */
+    hd_ref_backward_memo memo;  /* the backward ops' checks: what they share */
+    hd_ref_expect expect;       /* the step ops' checks: the sampled expected values */
     hd_call call;
     hd_backend backend; /* the candidate being run */
     const char *variant;
@@ -63,10 +67,39 @@ static void free_data(tune_data *d)
         hd_tensor_destroy(d->in[i]);
         free(d->host[i]);
     }
-    for (int i = 0; i < d->outputs; i++)
+    for (int i = 0; i < d->outputs; i++) {
         hd_tensor_destroy(d->out[i]);
+        free(d->before[i]);
+    }
     hd__ref_backward_memo_free(&d->memo);
+    hd__ref_step_expect_free(&d->expect);
+    hd__case_params_free(&d->params);
     memset(d, 0, sizeof *d);
+}
+
+/* n random floats in [lo, hi) from *st; NULL without memory. */
+static float *random_floats(unsigned long long *st, size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t e = 0; p != NULL && e < n; e++)
+        p[e] = rnd(st, lo, hi);
+    return p;
+}
+
+/* Output o of the case (tensor i of the op): its tensor, unless the case leaves it out, and
+ * where the op reads it, contents to start from. */
+static hd_status make_output(hd_context *ctx, const hd_bench_case *c, int i, size_t rows,
+                             size_t cols, unsigned long long *st, tune_data *d)
+{
+    int o = d->outputs++;
+    d->out_rows[o] = rows;
+    d->out_cols[o] = cols;
+    if (hd__case_tensor_left_out(c->op, i))
+        return HD_OK;
+    if (hd__case_reads_output(c->op) &&
+        (d->before[o] = random_floats(st, rows * cols, -1, 1)) == NULL)
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "%zu floats of an output", rows * cols);
+    return hd_tensor_create(ctx, rows, cols, &d->out[o]);
 }
 
 /* Inputs of the case's shape with fresh random values in the op table's ranges; checks the
@@ -86,6 +119,8 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     static unsigned long long seed = 0x5eed;
     seed += 0x9e3779b97f4a7c15ull;
     unsigned long long st = seed;
+    if (!hd__case_params_make(c, seed, &d->params))
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "the ids of %s", hd_op_name(c->op));
     const hd_tensor *t[HD_OP_TENSOR_MAX] = {NULL};
     hd_status r = HD_OK;
     for (int i = 0; i < desc->tensor_count && r == HD_OK; i++) {
@@ -93,22 +128,17 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
         size_t rows, cols;
         hd__op_tensor_shape(c->op, i, &c->shape, &rows, &cols);
         if (spec->role == HD_ROLE_OUTPUT) {
-            int o = d->outputs++;
-            d->out_rows[o] = rows;
-            d->out_cols[o] = cols;
-            r = hd_tensor_create(ctx, rows, cols, &d->out[o]);
-            t[i] = d->out[o];
+            r = make_output(ctx, c, i, rows, cols, &st, d);
+            t[i] = d->out[d->outputs - 1];
             continue;
         }
         int k = d->inputs++;
-        size_t n = rows * cols;
+        if (hd__case_tensor_left_out(c->op, i))
+            continue;
         d->rows[k] = rows;
         d->cols[k] = cols;
-        d->host[k] = malloc((n ? n : 1) * sizeof(float));
-        if (d->host[k] == NULL)
+        if ((d->host[k] = random_floats(&st, rows * cols, spec->lo, spec->hi)) == NULL)
             return HD_ERR_OUT_OF_MEMORY;
-        for (size_t e = 0; e < n; e++)
-            d->host[k][e] = rnd(&st, spec->lo, spec->hi);
         r = hd_tensor_create(ctx, rows, cols, &d->in[k]);
         if (r == HD_OK)
             r = hd_tensor_write(d->in[k], d->host[k]);
@@ -118,20 +148,30 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     }
     if (r != HD_OK)
         return r;
-    d->ref.alpha = 1.0f;
-    d->ref.beta = 0.0f;
-    d->ref.scale = 0.5f;
-    d->ref.eps = 1e-5f;
+    const hd_op_params *p = &d->params.p;
+    d->ref.alpha = p->alpha;
+    d->ref.beta = p->beta;
+    d->ref.scale = p->scale;
+    d->ref.eps = p->eps;
     d->ref.precision = hd_context_gemm_precision(ctx);
-    hd_op_params p = {.trans_a = c->shape.trans_a,
-                      .trans_b = c->shape.trans_b,
-                      .alpha = 1.0f,
-                      .beta = 0.0f,
-                      .scale = 0.5f,
-                      .lora_layout = c->shape.lora_layout,
-                      .eps = 1e-5f,
-                      .batch = c->shape.dim[3]};
-    return hd__call_prepare(ctx, c->op, t, &p, &d->call);
+    return hd__call_prepare(ctx, c->op, t, p, &d->call);
+}
+
+/* The float64 part of a step op's check, once per case: the expected values of the sampled
+ * outputs, from the inputs and the outputs' contents before the call where the op reads them,
+ * with the context's GEMM precision (the LM head's products). */
+static void expect_step(const hd_context *ctx, tune_data *d)
+{
+    const float *in[MAX_INPUTS + MAX_OUTPUTS] = {NULL};
+    int n = 0;
+    for (int i = 0; i < d->inputs; i++)
+        in[n++] = d->host[i];
+    for (int o = 0; o < d->outputs; o++)
+        if (d->before[o] != NULL)
+            in[n++] = d->before[o];
+    hd_shape s = d->shape;
+    s.precision = hd_context_gemm_precision(ctx);
+    hd__ref_step_expect(d->op, &s, &d->params.p, in, &d->expect);
 }
 
 /* One call of the candidate, made as the dispatcher makes it. */
@@ -147,6 +187,8 @@ static hd_status run_candidate(hd_context *ctx, void *user, size_t set)
 static bool outputs_correct(tune_data *d, const hd_context *ctx, float *const got[], char *why,
                             size_t size)
 {
+    if (hd__ref_is_step(d->op))
+        return hd__ref_step_compare(&d->expect, (const float *const *)got, why, size) <= 1.0;
     if (!hd__ref_is_backward(d->op))
         return hd__ref_check(d->op, &d->shape, &d->ref, got[0], why, size) <= 1.0;
     const float *const *in = (const float *const *)d->host, *const *out = (const float *const *)got;
@@ -162,13 +204,15 @@ static bool outputs_correct(tune_data *d, const hd_context *ctx, float *const go
 static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t size,
                               double *first_s, double *build_s)
 {
-    float *got[MAX_OUTPUTS] = {NULL};
+    float *got[MAX_OUTPUTS] = {NULL}; /* NULL for an output left out: not checked */
     bool have = true;
-    for (int o = 0; o < d->outputs; o++) {
+    for (int o = 0; o < d->outputs && have; o++) { /* NaN, or what an output read starts from */
         size_t n = d->out_rows[o] * d->out_cols[o];
+        if (d->out[o] == NULL)
+            continue;
         have &= (got[o] = malloc((n ? n : 1) * sizeof *got[o])) != NULL;
         for (size_t i = 0; have && i < n; i++)
-            got[o][i] = NAN;
+            got[o][i] = d->before[o] != NULL ? d->before[o][i] : NAN;
     }
     if (!have) {
         snprintf(why, size, "no memory");
@@ -183,7 +227,7 @@ static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t s
         s = hd_sync(ctx);
     t_build = hd__measure_now() - t_build;
     for (int o = 0; o < d->outputs && s == HD_OK; o++)
-        s = hd_tensor_write(d->out[o], got[o]);
+        s = got[o] != NULL ? hd_tensor_write(d->out[o], got[o]) : HD_OK;
     if (s == HD_OK)
         s = hd_sync(ctx);
     double t0 = hd__measure_now();
@@ -194,7 +238,7 @@ static bool candidate_correct(hd_context *ctx, tune_data *d, char *why, size_t s
     *first_s = hd__measure_now() - t0;
     *build_s = t_build > *first_s ? t_build - *first_s : 0.0;
     for (int o = 0; o < d->outputs && s == HD_OK; o++)
-        s = hd_tensor_read(d->out[o], got[o]);
+        s = got[o] != NULL ? hd_tensor_read(d->out[o], got[o]) : HD_OK;
     bool ok = false;
     if (s != HD_OK)
         snprintf(why, size, "%s: %s", hd_status_name(s), hd_context_last_error(ctx));
@@ -692,6 +736,15 @@ static void make_record(const hd_bench_case *c, const candidate *cand, size_t co
                  cand[clblast_best].variant ? cand[clblast_best].variant : "-");
 }
 
+/* Whether any backend of the context, those --backends leaves out included, takes c. */
+static bool any_backend_takes(const hd_context *ctx, const hd_bench_case *c)
+{
+    for (int b = HD_BACKEND_CPU; b < HD_BACKEND_COUNT; b++)
+        if (hd__backend_takes(ctx, (hd_backend)b, c->op, &c->shape))
+            return true;
+    return false;
+}
+
 bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effort *e, bool verbose,
                         bool dry_run, hd_tune_record *rec, tool_case_outcome *out, char *why,
                         size_t why_size)
@@ -721,7 +774,9 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         return false;
     }
     if (count == 0) {
-        snprintf(why, why_size, "no backend takes it");
+        out->untaken = !any_backend_takes(ctx, c);
+        snprintf(why, why_size, "%s",
+                 out->untaken ? "no backend here computes it" : "no backend takes it");
         return false;
     }
     tune_data d;
@@ -730,8 +785,11 @@ bool hd__tool_tune_case(hd_context *ctx, const hd_bench_case *c, const tool_effo
         free_data(&d);
         return false;
     }
-    /* the backward checks' shared reference: a cost of the case, not of its first candidate */
+    /* the backward and step checks' shared reference: a cost of the case, not of its first
+     * candidate */
     hd__ref_backward_prepare(d.op, &d.shape, (const float *const *)d.host, &d.memo);
+    if (hd__ref_is_step(d.op))
+        expect_step(ctx, &d);
     case_clock k = {.ctx = ctx,
                     .start = hd__measure_now(),
                     .budget_s = e->case_target_s,

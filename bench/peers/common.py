@@ -27,7 +27,7 @@ def add_common_args(p: argparse.ArgumentParser):
     p.add_argument("--bench", default="dispatch-bench",
                    help="dispatch-bench binary to ask for the cases when --cases is not given")
     p.add_argument("--suite", "--suites", default="seed",
-                   help="seed, train, gemm, shapes, backward, ci, all (every suite but ci), "
+                   help="seed, train, gemm, shapes, backward, step, ci, all (every suite but ci), "
                         "file (the cases of `dispatch-bench --shapes FILE --list-cases --json`), "
                         "or a comma list")
     p.add_argument("--modes", default=None, help="comma list of modes")
@@ -77,7 +77,13 @@ def input_sets(case):
     out = {"gemm": d[0] * d[1], "gemm_batched": d[0] * d[1] * d[3], "lora": d[0] * d[2],
            "lora_backward": d[0] * d[1] + d[1] * d[3] + d[3] * d[2],
            "layer_norm_backward": d[0] * d[1] + 2 * d[1],
-           "rms_norm_backward": d[0] * d[1] + d[1]}.get(case["op"], d[0] * d[1])
+           "rms_norm_backward": d[0] * d[1] + d[1],
+           "swiglu_backward": 2 * d[0] * d[1], "add_rms_norm": 2 * d[0] * d[1],
+           "add_rms_norm_backward": d[0] * d[1] + d[1],
+           "attention": d[0] * d[1] * d[3] + d[0] * d[1],
+           "attention_backward": d[0] * d[3] * (d[1] + 2 * d[2]),
+           "cross_entropy": 1 + d[0] * d[1], "linear_cross_entropy": 1 + d[0] * d[1],
+           }.get(case["op"], d[0] * d[1])
     in_bytes = case["bytes"] - 4 * out
     return ROTATE_SETS if in_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES else 1
 
@@ -118,15 +124,67 @@ def over_budget(args, run_one, sync, modes, remaining=1):
     return None
 
 
+# The training step's forward ops: each input's shape from the dims and its value range, as
+# core/op.c's table gives them (attention's q, k, v as tokens x (heads * head_dim)). The ids of
+# cross-entropy and the embedding are not here: step_ids() draws them.
+def _step_inputs(op, d):
+    rows, cols = d[0], d[1]
+    return {
+        "swiglu": [((rows, cols), -4, 4), ((rows, cols), -2, 2)],
+        "gelu": [((rows, cols), -4, 4)],
+        "add": [((rows, cols), -1, 1), ((rows, cols), -1, 1)],  # x, then y (added into)
+        "add_rms_norm": [((rows, cols), -2, 3), ((rows, cols), -1, 1), ((cols,), 0.5, 1.5)],
+        "rope": [((rows, cols), -2, 2)],
+        "attention": [((rows, d[1] * d[3]), -2, 2), ((rows, d[2] * d[3]), -2, 2),
+                      ((rows, d[2] * d[3]), -1, 1)],
+        "cross_entropy": [((rows, cols), -8, 8)],
+        "linear_cross_entropy": [((rows, d[1]), -1, 1), ((d[2], d[1]), -0.1, 0.1)],
+        "embedding": [((d[2], d[1]), -1, 1)],
+    }.get(op)
+
+
+def is_step(case):
+    """Whether the case is of one of the training step's ops."""
+    return _step_inputs(case["op"].removesuffix("_backward"), case["dims"]) is not None
+
+
+def step_ids(case, integers):
+    """The ids of a case that takes them (None for the others), as dispatch-bench draws them:
+    each in [0, vocab); of cross-entropy's targets, params.ignored are params.ignore_index
+    (target k * rows / n of each k < n). integers(n, hi) draws n ints in [0, hi)."""
+    d, op = case["dims"], case["op"]
+    vocab = {"cross_entropy": d[1], "linear_cross_entropy": d[2], "embedding": d[2]}.get(op)
+    if vocab is None:
+        return None
+    ids = integers(d[0], vocab)
+    params = case.get("params", {})
+    n = params.get("ignored", 0)
+    for k in range(n):
+        ids[k * d[0] // n] = params["ignore_index"]
+    return ids
+
+
 def make_inputs(case, sets, uniform, transpose):
     """`sets` tuples of the case's inputs, in dispatch-bench's order and value ranges.
 
     uniform(shape, lo, hi) draws a float32 array of the peer's kind; transpose(a) is a view
     with the last two axes swapped, so that a transposed GEMM operand is stored as
-    dispatch-bench stores it.
+    dispatch-bench stores it. The training step's backward ops take their forward's inputs,
+    then the gradient of its output (add + RMS norm: of y, then of h along the residual path),
+    as autograd's backward of that forward needs them; their ids come from step_ids().
     """
     d = case["dims"]
     op = case["op"]
+    forward = op.removesuffix("_backward")
+    step = _step_inputs(forward, d)
+    if step is not None:
+        out = (d[0], d[1] * d[3]) if forward == "attention" else (d[0], d[1])
+        grads = 2 if forward == "add_rms_norm" else 1
+        inverse = case.get("params", {}).get("inverse", False)  # RoPE's backward
+        if op == forward and not inverse:
+            grads = 0
+        return [tuple(uniform(shape, lo, hi) for shape, lo, hi in step) +
+                tuple(uniform(out, -1, 1) for _ in range(grads)) for _ in range(sets)]
     inputs = []
     for _ in range(sets):
         if op == "gemm":
@@ -218,7 +276,8 @@ def measure(run_one, sync, sets, mode, args, device_sample=None):
 
 def add_rates(case, stats):
     t = stats["median_s"]
-    matmul = case["op"] in ("gemm", "gemm_batched", "lora", "lora_backward")
+    matmul = case["op"] in ("gemm", "gemm_batched", "lora", "lora_backward", "attention",
+                            "attention_backward", "linear_cross_entropy")
     stats["gflops"] = case["flops"] / t * 1e-9 if matmul and t > 0 else None
     stats["gbs"] = case["bytes"] / t * 1e-9 if t > 0 else None
     stats["roofline_pct"] = None
@@ -226,7 +285,8 @@ def add_rates(case, stats):
 
 
 def result(suite, case, backend, status, note="", modes=None, check=None, ran_on=None):
-    r = {k: case[k] for k in ("case", "op", "dims", "trans_a", "trans_b", "flops", "bytes")}
+    r = {k: case[k] for k in ("case", "op", "dims", "trans_a", "trans_b", "params", "flops",
+                              "bytes") if k in case}
     # the schema's strings hold no control characters: an exception's lines become one
     note = re.sub("[\x00-\x1f\x7f-\x9f]", " ", note)
     r.update({"suite": suite, "backend": backend, "ran_on": ran_on or backend, "status": status,

@@ -12,6 +12,33 @@ waited on), `sync` (host wall time of the op plus torch.cuda.synchronize()), `ch
 queued, one synchronize, per op). On the CPU (--device cpu) only sync and chain exist.
 Output: schema hd-bench/1, backend "torch-cuda" or "torch-cpu".
 
+The training step's ops (suite step), each as a PyTorch or transformers user writes it, in
+fp32 on tensors laid out as dispatch-bench's (T x features), with the case's "params":
+  swiglu            F.silu(g) * u; its backward autograd's over g and u
+  gelu              F.gelu(x, approximate="tanh"); its backward autograd's
+  add               y.add_(x, alpha=alpha), in place as the library's y += alpha x
+  add_rms_norm      h = x + r, then F.rms_norm(h, (cols,), w, eps) (both kept); its backward
+                    autograd's of (y, h) over x and r (w frozen, as LoRA keeps the norms), given
+                    the gradients of y and of h along the residual path
+  rope              transformers' apply_rotary_pos_emb on q as it views it ((1, H, T, d), the
+                    (T, H d) rows viewed and transposed), rotate_half and x * cos +
+                    rotate_half(x) * sin; the cos and sin tables (theta, positions from the
+                    offset) built once outside the timing, as transformers' rotary embedding
+                    module builds them once per forward for every layer. A case with inverse
+                    (RoPE's backward) times autograd's backward of the same, given dy
+  attention         F.scaled_dot_product_attention(q, k, v, is_causal=causal) on (1, H, T, d)
+                    views, k and v expanded to H heads as transformers' repeat_kv does, the
+                    output transposed back to (T, H d) rows (both within the timing, as in
+                    transformers' forward); its backward autograd's over q, k and v (through
+                    repeat_kv), given dout
+  cross_entropy     F.cross_entropy(logits, targets, ignore_index) and autograd's dlogits:
+                    both timed, as the library's one call gives the loss and dlogits
+  linear_cross_entropy  F.linear(h, w) then F.cross_entropy, and autograd's dh (w frozen):
+                    both timed, the T x V logits materialised as PyTorch does
+  embedding         F.embedding(ids, table)
+Targets and ids are int64 (PyTorch's index type), drawn in range, params.ignored of the
+targets the ignore index (bench/SCHEMA.md).
+
     dispatch-bench --list-cases --json cases.json
     python3 bench/peers/torch_peer.py --cases cases.json --suite all --json torch.json
 """
@@ -58,6 +85,121 @@ def backward_graph(op, x, cols, eps, scale, layout):
     return y, wrt, x[-1]
 
 
+def rotate_half(x):
+    """transformers' rotate_half: the halves of the last axis as (-x2, x1)."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_tables(case, dev):
+    """cos and sin of shape (1, T, d), as transformers' LlamaRotaryEmbedding makes them: its
+    inv_freq in float, the positions' outer product in float, the angles twice over."""
+    t, cols, pairs = case["dims"][:3]
+    d, params = 2 * pairs, case.get("params", {})
+    inv_freq = 1.0 / (params.get("theta", 10000.0) **
+                      (torch.arange(0, d, 2, dtype=torch.int64).to(dev, torch.float) / d))
+    pos = torch.arange(t, device=dev, dtype=torch.float) + params.get("position_offset", 0)
+    freqs = torch.outer(pos, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[None], emb.sin()[None]
+
+
+def heads_view(x, heads):
+    """(T, heads * d) rows as transformers views a projection's output: (1, heads, T, d)."""
+    t = x.shape[0]
+    return x.view(1, t, heads, -1).transpose(1, 2)
+
+
+def repeat_kv(x, n_rep):
+    """transformers' repeat_kv: (1, kv_heads, T, d) expanded to (1, kv_heads * n_rep, T, d)."""
+    b, kv, t, d = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(b, kv, n_rep, t, d).reshape(b, kv * n_rep, t, d)
+
+
+def step_forward(case, x, cos_sin):
+    """The forward of a training step's op on one input set (x: the tuple make_inputs gives,
+    the gradients left off): its outputs, as a tuple."""
+    op = case["op"].removesuffix("_backward")
+    d, params = case["dims"], case.get("params", {})
+    if op == "swiglu":
+        return (F.silu(x[0]) * x[1],)
+    if op == "gelu":
+        return (F.gelu(x[0], approximate="tanh"),)
+    if op == "add_rms_norm":
+        h = x[0] + x[1]
+        return rms_norm(h, x[2], params.get("eps", 1e-5)), h
+    if op == "rope":
+        cos, sin = cos_sin
+        q = heads_view(x[0], d[1] // (2 * d[2]))
+        return (q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1),)
+    q, k, v = heads_view(x[0], d[1]), heads_view(x[1], d[2]), heads_view(x[2], d[2])
+    k, v = repeat_kv(k, d[1] // d[2]), repeat_kv(v, d[1] // d[2])
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=params.get("causal", True))
+    # back to (T, H d) rows for the output projection, as transformers' attention does
+    return (out.transpose(1, 2).contiguous().reshape(d[0], -1),)
+
+
+# how many of a backward case's forward inputs take gradients (the rest, the norm's weight,
+# are frozen), and how many of its inputs are the outputs' gradients
+STEP_BACKWARD = {"swiglu": (2, 1), "gelu": (1, 1), "add_rms_norm": (2, 2), "rope": (1, 1),
+                 "attention": (3, 1)}
+
+
+def step_backward_graph(case, x, cos_sin):
+    """As backward_graph for the step's backward ops (and RoPE's inverse): the forward's
+    outputs, the inputs whose gradients autograd computes, the outputs' gradients (shaped as
+    the outputs)."""
+    op = case["op"].removesuffix("_backward")
+    wrt_count, grad_count = STEP_BACKWARD[op]
+    wrt = tuple(t.requires_grad_() for t in x[:wrt_count])
+    fwd = x[:len(x) - grad_count]
+    ys = step_forward(case, fwd, cos_sin)
+    grads = tuple(g.view_as(y) for g, y in zip(x[len(x) - grad_count:], ys))
+    return ys, wrt, grads
+
+
+def step_loss_run(case, inputs, ids, holder):
+    """Cross-entropy from logits or of the LM head: the forward and autograd's gradient of its
+    input (dlogits, dh) in one timed call, as the library's call gives both."""
+    ignore = case.get("params", {}).get("ignore_index", -100)
+    linear = case["op"] == "linear_cross_entropy"
+
+    def run(s):
+        x = inputs[s][0].detach().requires_grad_()
+        logits = F.linear(x, inputs[s][1]) if linear else x
+        loss = F.cross_entropy(logits, ids, ignore_index=ignore)
+        holder["y"] = (loss, torch.autograd.grad(loss, x)[0])
+    return run
+
+
+def make_step_case(case, inputs, ids, dev, holder):
+    """The timed call of a training step's op (the module docstring says what each runs)."""
+    op, params = case["op"], case.get("params", {})
+    cos_sin = rope_tables(case, dev) if op == "rope" else None
+    if op in ("cross_entropy", "linear_cross_entropy"):
+        return step_loss_run(case, inputs, ids, holder)
+    if op.endswith("_backward") or params.get("inverse", False):
+        graphs = [step_backward_graph(case, x, cos_sin) for x in inputs]
+
+        def run_backward(s):
+            ys, wrt, grads = graphs[s]
+            holder["grads"] = torch.autograd.grad(ys, wrt, grads, retain_graph=True)
+        return run_backward
+
+    def run(s):
+        x = inputs[s]
+        if op == "add":
+            holder["y"] = x[1].add_(x[0], alpha=params.get("alpha", 1.0))
+        elif op == "embedding":
+            holder["y"] = F.embedding(ids, x[0])
+        else:
+            holder["y"] = step_forward(case, x, cos_sin)
+    return run
+
+
 def make_case(case, gen, dev, sets):
     d = case["dims"]
     op = case["op"]
@@ -67,6 +209,9 @@ def make_case(case, gen, dev, sets):
         return (t * (hi - lo) + lo).to(dev)
 
     inputs = common.make_inputs(case, sets, u, lambda a: a.transpose(-2, -1))
+    ids = common.step_ids(case, lambda n, hi: torch.randint(hi, (n,), generator=gen))
+    if common.is_step(case):
+        return make_step_case(case, inputs, None if ids is None else ids.to(dev), dev, {})
     eps, scale = 1e-5, 0.5
     holder = {}
     if op.endswith("_backward"):
@@ -140,7 +285,8 @@ def main():
                                                               device_sample))
                      for m in modes}
             results.append(common.result(suite, case, backend, "ok", modes=stats))
-        except (torch.cuda.OutOfMemoryError if cuda else MemoryError, RuntimeError) as e:
+        except (torch.cuda.OutOfMemoryError if cuda else MemoryError, RuntimeError,
+                AttributeError) as e:  # AttributeError: a PyTorch without the function
             results.append(common.result(suite, case, backend, "error", str(e)[:180]))
         if cuda:
             torch.cuda.empty_cache()
