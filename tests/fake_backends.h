@@ -67,6 +67,10 @@ static inline hd_status fake_run_lora_backward(void *s, hd_context *ctx, const h
 {
     return fake_called(s, ctx, a->lora_backward.variant);
 }
+static inline hd_status fake_run_step(void *s, hd_context *ctx, const hd_op_args *a)
+{
+    return fake_called(s, ctx, a->step.variant);
+}
 /* As the real fused backend: any GEMM, few-token LoRA (and any epilogue), rows up to a
  * limit. */
 static inline bool fake_fused_supports(void *s, hd_op op, const hd_shape *shape, hd_part part)
@@ -172,7 +176,21 @@ static hd_backend_impl fake_fused = {
             [HD_OP_SOFTMAX_BACKWARD] = fake_run_row_backward,
             [HD_OP_LAYER_NORM_BACKWARD] = fake_run_row_backward,
             [HD_OP_RMS_NORM_BACKWARD] = fake_run_row_backward,
-            [HD_OP_LORA_BACKWARD] = fake_run_lora_backward},
+            [HD_OP_LORA_BACKWARD] = fake_run_lora_backward,
+            /* the training step's ops, as the real fused backend offers them */
+            [HD_OP_SWIGLU] = fake_run_step,
+            [HD_OP_SWIGLU_BACKWARD] = fake_run_step,
+            [HD_OP_GELU] = fake_run_step,
+            [HD_OP_GELU_BACKWARD] = fake_run_step,
+            [HD_OP_ADD] = fake_run_step,
+            [HD_OP_ADD_RMS_NORM] = fake_run_step,
+            [HD_OP_ADD_RMS_NORM_BACKWARD] = fake_run_step,
+            [HD_OP_ROPE] = fake_run_step,
+            [HD_OP_ATTENTION] = fake_run_step,
+            [HD_OP_ATTENTION_BACKWARD] = fake_run_step,
+            [HD_OP_CROSS_ENTROPY] = fake_run_step,
+            [HD_OP_LINEAR_CROSS_ENTROPY] = fake_run_step,
+            [HD_OP_EMBEDDING] = fake_run_step},
     .epilogue = {[HD_OP_LORA] = fake_run_lora},
 };
 static hd_backend_impl fake_clblast = {

@@ -12,6 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "autotune/case_params.h"
+#include "autotune/reference.h"
+#include "autotune/suites.h"
 #include "dispatch/check.h"
 #include "dispatch/tensor.h"
 #include "dispatch/tools.h"
@@ -288,6 +291,85 @@ static op_run run_lora_backward(hd_context *ctx, hd_rng *rng)
     return run_backward(ctx, HD_OP_LORA_BACKWARD, rng);
 }
 
+/* The training step's ops: the ci suite's case of the op (tiny, every backend takes it), its
+ * scalars as the tools make them, inputs from the op table's ranges, every output wanted that
+ * the tools want; the outputs checked by the tools' float64 check, or unchanged after a
+ * failure. */
+static const hd_bench_case *ci_case_of(hd_op op)
+{
+    const hd_bench_suite *ci = hd__bench_suite_find("ci");
+    for (size_t i = 0; ci != NULL && i < ci->count; i++)
+        if (ci->cases[i].op == op)
+            return &ci->cases[i];
+    fail_msg("the ci suite has no case of %s", hd_op_name(op));
+    return NULL;
+}
+
+static op_run run_step(hd_context *ctx, hd_op op, hd_rng *rng)
+{
+    const hd_bench_case *c = ci_case_of(op);
+    const hd_op_desc *d = hd__op(op);
+    hd_case_params cp;
+    assert_true(hd__case_params_make(c, 7, &cp));
+    hd_tensor *t[HD_OP_TENSOR_MAX] = {NULL};
+    float *data[HD_OP_TENSOR_MAX] = {NULL};
+    const float *in[HD_OP_TENSOR_MAX] = {NULL};
+    const float *got[HD_OP_TENSOR_MAX] = {NULL};
+    size_t count[HD_OP_TENSOR_MAX] = {0};
+    int inputs = 0, outputs = 0;
+    for (int i = 0; i < d->tensor_count; i++) {
+        if (hd__case_tensor_left_out(op, i))
+            continue;
+        size_t rows, cols;
+        hd__op_tensor_shape(op, i, &c->shape, &rows, &cols);
+        count[i] = rows * cols;
+        bool output = d->tensors[i].role == HD_ROLE_OUTPUT;
+        data[i] = output && !hd__case_reads_output(op)
+                      ? sentinels(count[i])
+                      : hd_test_random(rng, count[i], output ? -1.0f : d->tensors[i].lo,
+                                       output ? 1.0f : d->tensors[i].hi);
+        t[i] = hd_test_tensor(ctx, rows, cols, data[i]);
+        if (output)
+            outputs++;
+        else
+            in[inputs++] = data[i];
+    }
+    if (hd__case_reads_output(op)) /* add reads y: its old contents are an input of the check */
+        for (int i = 0; i < d->tensor_count; i++)
+            if (d->tensors[i].role == HD_ROLE_OUTPUT && data[i] != NULL)
+                in[inputs++] = data[i];
+    op_run res = {.status = hd__call(ctx, op, (const hd_tensor *const *)t, &cp.p)};
+    char err[HD_ERROR_CAPACITY];
+    snprintf(err, sizeof err, "%s", hd_context_last_error(ctx));
+    int o = 0;
+    for (int i = 0; i < d->tensor_count; i++) {
+        if (t[i] == NULL)
+            continue;
+        if (d->tensors[i].role == HD_ROLE_INPUT)
+            hd_test_expect_unchanged("step op input", t[i], data[i]);
+        else if (res.status == HD_OK)
+            got[o++] = hd_test_read(t[i]);
+        else if (!hd__case_reads_output(op))
+            hd_test_expect_unchanged("step op output after failure", t[i], data[i]);
+    }
+    if (res.status == HD_OK) {
+        char why[200];
+        double worst = hd__ref_check_step(op, &c->shape, &cp.p, in, got, why, sizeof why);
+        if (!(worst <= 1.0))
+            fail_msg("%s: %s", hd_op_name(op), why);
+    }
+    restore_error(ctx, err);
+    for (int i = 0; i < o; i++)
+        free((float *)got[i]);
+    for (int i = 0; i < d->tensor_count; i++) {
+        hd_tensor_destroy(t[i]);
+        free(data[i]);
+    }
+    hd__case_params_free(&cp);
+    (void)outputs;
+    return res;
+}
+
 static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
 {
     static op_run (*const runners[HD_OP_COUNT])(hd_context *, hd_rng *) = {
@@ -303,6 +385,8 @@ static op_run run_and_check(hd_context *ctx, hd_op op, uint64_t salt)
         [HD_OP_LORA_BACKWARD] = run_lora_backward,
     };
     hd_rng rng = hd_test_rng(salt);
+    if (hd__op(op)->args == HD_ARGS_STEP)
+        return run_step(ctx, op, &rng);
     if (runners[op] == NULL)
         fail_msg("no runner for %s: add one with the op", hd_op_name(op));
     return runners[op](ctx, &rng);

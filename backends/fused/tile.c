@@ -979,9 +979,9 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         return s;
     mma = mma && p->wm != 0;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    hd_fused_program program;
-    const char *name;
-    bool async;
+    hd_fused_program program = HD_FUSED_GEMM_TILE; /* set by tile_build where it succeeds */
+    const char *name = NULL;
+    bool async = false;
     s = tile_build(f, ctx, c, p, *threads, mma, &program, &name, options, &async);
     if (s != HD_OK)
         return s;
@@ -1030,9 +1030,9 @@ hd_status hd__fused_tile_build_ahead(hd_fused *f, hd_context *ctx, const hd_fuse
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    hd_fused_program program;
-    const char *name;
-    bool copies;
+    hd_fused_program program = HD_FUSED_GEMM_TILE; /* set by tile_build where it succeeds */
+    const char *name = NULL;
+    bool copies = false;
     s = tile_build(f, ctx, c, &p, threads, mma && p.wm != 0, &program, &name, options, &copies);
     if (s == HD_OK)
         hd__fused_build_ahead(f, ctx, program, options);
