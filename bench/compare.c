@@ -113,11 +113,15 @@ static void print_case(FILE *out, const char *name, const json_t *mine, const js
         t->log_sum_auto += log(p.seconds / a.seconds);
         t->n_auto++;
     }
-    const char *ran_on = "-"; /* of the case's last auto result */
+    /* What auto ran on in this mode (a host-mode call may move the work elsewhere), else in
+     * its reference check; of the case's last auto result. */
+    const char *ran_on = "-";
     for (size_t j = 0; j < json_array_size(mine); j++) {
         const json_t *row = json_array_get(mine, j);
-        if (strcmp(str(row, "backend", ""), "auto") == 0)
-            ran_on = str(row, "ran_on", "-");
+        if (strcmp(str(row, "backend", ""), "auto") != 0)
+            continue;
+        const json_t *in_mode = json_object_get(json_object_get(row, "modes"), m);
+        ran_on = str(in_mode, "ran_on", str(row, "ran_on", "-"));
     }
     char ob[20], ab[20];
     snprintf(ob, sizeof ob, "(%s)", o.backend);

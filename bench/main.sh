@@ -9,7 +9,7 @@
 #   sh bench/main.sh [RESULTS_DIR]   (default: results/<date> in the repository; a relative
 #                                     folder is taken from the directory the command runs in)
 #
-# Environment: SUITES (default "seed,train,gemm,backward"), BENCH_ARGS (extra dispatch-bench
+# Environment: SUITES (default "seed,train,gemm,backward,step"), BENCH_ARGS (extra dispatch-bench
 # options), AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and BENCH_TIME (seconds the
 # tuner and the benchmark may take, default 220 and 240), PEER_TIME (each peer, default 60; the
 # budgets add up to under 10 minutes), PEERS (default "numpy torch"), PYTHON
@@ -18,7 +18,9 @@
 # $XDG_CACHE_HOME/hd-dispatch/tune.txt, else ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1,
 # SKIP_BUILD=1 (use BUILD as it is, e.g. one built on another machine of the same
 # architecture), LLAMA=0 (skip the Llama trainer's step against PEFT), LLAMA_CONFIG (its
-# model: 8b2, the default, or small), SHAPES (a shapes file, as dispatch-autotune --shapes reads it: its cases are
+# model: 8b2, the default, or small), STAGES (the stages to run, default
+# "tune bench peers llama": a machine that limits a command's time runs them in two commands
+# into one RESULTS_DIR, the tuning cache kept between them), SHAPES (a shapes file, as dispatch-autotune --shapes reads it: its cases are
 # tuned too, within SHAPES_TUNE_TIME seconds, default 60, and timed by the benchmark and the
 # peers as the suite "file").
 set -eu
@@ -39,7 +41,7 @@ out=${out:-$PWD/results/$stamp}
 # copying it (it ignores the interrupt), and the job stops after the step in progress.
 log() { (trap '' INT; exec tee "$1"); }
 trap 'echo "== interrupted: what finished is in $out" >&2; exit 130' INT
-suites=${SUITES:-seed,train,gemm,backward}
+suites=${SUITES:-seed,train,gemm,backward,step}
 python=${PYTHON:-/usr/bin/python3}
 build=${BUILD:-build-release}
 peers_wanted=${PEERS:-numpy torch}
@@ -78,8 +80,13 @@ cache=${HD_TUNE_CACHE:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/hd-dispatch/tune.txt
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv || true
 } > "$out/machine.txt"
 
-echo "== dispatch-autotune into $cache"
-if [ -x "$build/autotune/tool/dispatch-autotune" ]; then
+stages=" ${STAGES:-tune bench peers llama} "
+stage() { case "$stages" in *" $1 "*) return 0 ;; esac; return 1; }
+
+if ! stage tune; then
+    echo "== dispatch-autotune not asked for (STAGES=$stages): the cache as it is"
+elif [ -x "$build/autotune/tool/dispatch-autotune" ]; then
+    echo "== dispatch-autotune into $cache"
     # shellcheck disable=SC2086
     "$build/autotune/tool/dispatch-autotune" --suites "$suites" --cache "$cache" \
         --max-time "${TUNE_TIME:-220}" ${AUTOTUNE_ARGS:-} 2>&1 | log "$out/autotune.txt"
@@ -99,14 +106,17 @@ bench_run() {
 }
 bench_run --list-cases --json "$out/cases.json"
 
-echo "== dispatch-bench --suites $suites${shapes:+ --shapes $shapes}"
-# shellcheck disable=SC2086
-bench_run --suites "$suites" --cache "$cache" --max-time "${BENCH_TIME:-240}" \
-    --json "$out/ours.json" --csv-out "$out/ours.csv" ${BENCH_ARGS:-} | log "$out/ours.txt"
+if stage bench; then
+    echo "== dispatch-bench --suites $suites${shapes:+ --shapes $shapes}"
+    # shellcheck disable=SC2086
+    bench_run --suites "$suites" --cache "$cache" --max-time "${BENCH_TIME:-240}" \
+        --json "$out/ours.json" --csv-out "$out/ours.csv" ${BENCH_ARGS:-} | log "$out/ours.txt"
+fi
 [ -z "$shapes" ] || suites="$suites,file" # the peers' list
 
 peers=""
 wants() { case " $peers_wanted " in *" $1 "*) return 0 ;; esac; return 1; }
+stage peers || peers_wanted=""
 if ! wants numpy; then
     echo "== numpy peer not asked for (PEERS=$peers_wanted)"
 elif "$python" -c 'import numpy' 2>/dev/null; then
@@ -136,6 +146,7 @@ else
 fi
 
 for peer in $peers; do
+    [ -f "$out/ours.json" ] || break
     echo "== gap table vs $peer"
     "$bench" --compare "$out/$peer.json" --ours "$out/ours.json" | log "$out/gap-$peer.txt"
 done
@@ -144,7 +155,7 @@ done
 # tokens (bench/peers/torch_llama.py): where PyTorch sees a GPU, the step of LLAMA_CONFIG
 # (default 8b2: two Llama-3-8B-shaped layers, 2048 tokens); LLAMA=0 skips it.
 trainer="$build/examples/llama_lora"
-if [ "${LLAMA:-1}" = 1 ] && [ -x "$trainer" ] && wants torch &&
+if [ "${LLAMA:-1}" = 1 ] && stage llama && [ -x "$trainer" ] &&
     "$python" -c 'import torch, sys, peft, transformers; sys.exit(not torch.cuda.is_available())' \
         2>/dev/null; then
     config=${LLAMA_CONFIG:-8b2}
@@ -167,6 +178,7 @@ fi
 peer_files=""
 for peer in $peers; do peer_files="$peer_files $out/$peer.json"; done
 for mode in device sync chain; do
+    [ -f "$out/ours.json" ] || break
     # shellcheck disable=SC2086
     "$python" bench/plot.py --mode "$mode" --out "$out/plots" "$out/ours.json" $peer_files || true
 done

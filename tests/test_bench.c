@@ -455,8 +455,11 @@ static void test_compare_known_pair(void **state)
     assert_int_equal(rc, 0);
     /* gemm: both have sync; ours best 5 us (clblast), auto 6 us, peer 20 us */
     assert_non_null(strstr(out, "4.00x    3.33x"));
-    /* softmax: device on both sides: 10 us / 8 us */
+    /* softmax: device on both sides: 10 us / 8 us; auto's check ran on the CPU, its device-mode
+     * calls on fused, and the table names the backend of the mode it shows */
     assert_non_null(strstr(out, "1.25x"));
+    assert_non_null(strstr(out, "(fused)"));
+    assert_null(strstr(out, "(cpu)"));
     assert_non_null(strstr(out, "rms_norm 64x1024         only in the peer file"));
     assert_non_null(strstr(out, "best 2.24x over 2 cases (faster on 2)"));
     free(out);
