@@ -99,7 +99,9 @@ static void usage(FILE *f)
           "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
           "  --repeats N         at least N timed runs per mode (default 5, at most 10000)\n"
           "  --max-runs N        at most N timed runs per mode (default 1000, at most 10000)\n"
-          "  --budget-ms MS      stop repeating a mode after MS milliseconds (default 300)\n"
+          "  --budget-ms MS      stop repeating a mode after MS milliseconds (default 300;\n"
+          "                      less where a backend's share of --case-budget-s or --max-time\n"
+          "                      is less: fewer runs, at least --repeats)\n"
           "  --rounds N          time the backends of a case in turn, N rounds per mode, each\n"
           "                      with 1/N of the runs and budget; report the median of the\n"
           "                      rounds' medians (default 3, at most 16)\n"
@@ -574,6 +576,7 @@ typedef struct bench_state {
     double start;          /* when the cases began */
     double *case_est_s;    /* each case's estimate, for the ETA; NULL: none */
     size_t timed, skipped; /* backends of the current case */
+    double mode_budget_s;  /* the current case's time per backend and mode (mode_budget_s()) */
 } bench_state;
 
 /* The rates the estimates run on: the tuner's calibration where the cache has one, with this
@@ -593,8 +596,6 @@ static void estimate_rates(bench_state *st)
         st->cal.copy_gbps = st->run->roof.device_bandwidth / 1e9;
 }
 
-/* Seconds one backend takes on a case whose op takes op_s: a check, then per mode the larger
- * of the time budget and the minimum calls (with the warm-up of every round). */
 /* Untimed calls before each round: a slow op is warm after one (kernels built, data resident),
  * and on a 2 s op the default three per round and mode cost more than the timing itself. */
 static unsigned round_warmup(const options *o, double op_s)
@@ -602,6 +603,8 @@ static unsigned round_warmup(const options *o, double op_s)
     return op_s > SLOW_OP_S && o->warmup > 1 ? 1 : o->warmup;
 }
 
+/* Seconds one backend takes on a case whose op takes op_s: a check, then per mode the larger
+ * of the mode's time budget and the minimum calls (with the warm-up of every round). */
 static double estimate_backend_s(const bench_state *st, double op_s)
 {
     unsigned warmup = round_warmup(st->o, op_s);
@@ -612,7 +615,7 @@ static double estimate_backend_s(const bench_state *st, double op_s)
         bool chained = m == HD_MEASURE_CHAIN || m == HD_MEASURE_HOST;
         double calls = st->o->repeats * (chained ? 2.0 : 1.0) + (double)warmup * st->o->rounds;
         double t = calls * op_s;
-        total += t > st->o->budget_ms * 1e-3 ? t : st->o->budget_ms * 1e-3;
+        total += t > st->mode_budget_s ? t : st->mode_budget_s;
     }
     return total;
 }
@@ -665,6 +668,23 @@ static double backend_limit_s(const bench_state *st, const hd_bench_case *c)
 {
     double limit = case_limit_s(st);
     return limit > 0 ? limit / takers(st, c) : limit;
+}
+
+/* The time each backend may spend on each mode of case c: --budget-ms, or less where the
+ * backend's share of the case budget is less, so that a case the budget cannot hold at the
+ * full --budget-ms is timed with fewer runs (still at least --repeats) rather than skipped.
+ * A part of the share is left for the first and the checked call. */
+static double mode_budget_s(const bench_state *st, const hd_bench_case *c)
+{
+    double full = st->o->budget_ms * 1e-3;
+    double limit = backend_limit_s(st, c);
+    int modes = 0;
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++)
+        modes += st->o->modes[m];
+    if (limit <= 0 || modes == 0)
+        return full;
+    double share = limit / (modes + 1);
+    return share < full ? share : full;
 }
 
 /* Seconds case c is expected to take in all (the backends over their share count as
@@ -726,7 +746,7 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     cfg.warmup = round_warmup(st->o, last_median > 0 ? last_median : r->op_s);
     cfg.min_runs = (st->o->repeats + rounds - 1) / rounds;
     cfg.max_runs = (st->o->max_runs + rounds - 1) / rounds;
-    cfg.budget_s = st->o->budget_ms * 1e-3 / rounds;
+    cfg.budget_s = st->mode_budget_s / rounds;
     cfg.chain_length = chain;
     cfg.input_sets = inst->sets;
     cfg.reset = hd__bench_instance_reset;
@@ -988,6 +1008,7 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
         return;
     }
     /* every forced backend, then auto */
+    st->mode_budget_s = mode_budget_s(st, c);
     size_t record_index[HD_BACKEND_COUNT + 1];
     hd_backend timed[HD_BACKEND_COUNT + 1];
     size_t n = 0;
@@ -1228,7 +1249,8 @@ static int run_suites(const options *o)
     if (hd_context_warmup(ctx) != HD_OK)
         fprintf(stderr, "dispatch-bench: warm-up: %s\n", hd_context_last_error(ctx));
 
-    bench_state st = {.ctx = ctx, .o = o, .run = &run, .gpu = gpu};
+    bench_state st = {.ctx = ctx, .o = o, .run = &run, .gpu = gpu,
+                      .mode_budget_s = o->budget_ms * 1e-3};
     calibrate(ctx, &run, o, &st.cpu_rate);
     estimate_rates(&st);
     for (int i = 0; i < o->suite_count; i++)

@@ -217,6 +217,16 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["schema
     "$dir/json.txt" || fail "--json - output is not JSON alone: $(head -3 "$dir/json.txt")"
 python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["settings"]["seed"] == 10' \
     "$dir/json.txt" || fail "--seed 010 is not seed 10"
+# A case that its share of --max-time cannot hold at the full --budget-ms is timed with fewer
+# runs, not skipped: the seed suite's small cases at 0.6 s each, in a run of a few seconds.
+"$bench" --suites seed --cpu-only --modes sync,chain --budget-ms 600 --max-time 4 --quiet \
+    --json - >"$dir/tight.json" 2>/dev/null || fail "the --max-time 4 run failed"
+python3 - "$dir/tight.json" <<'PY' || fail "--max-time skipped cases a shorter budget holds"
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["results"] if r["case"] == "lora 1x512x512 r8"]
+timed = {r["backend"] for r in rows if r["status"] == "ok"}
+assert timed == {"cpu", "auto"}, [(r["backend"], r["status"], r["note"]) for r in rows]
+PY
 # Where standard error is not a terminal: one progress line per case with the elapsed time;
 # --quiet (-q) none.
 "$bench" --suites ci --cpu-only --modes sync --repeats 1 --budget-ms 1 --warmup 1 --rounds 1 \
