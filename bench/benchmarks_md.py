@@ -8,12 +8,14 @@ usage: benchmarks_md.py --update PAGE [--results DIR] [--check]
 
 --update rewrites, in place, the part of PAGE between the lines "<!-- benchmarks_md: begin -->"
 and "<!-- benchmarks_md: end -->" from every run under DIR (default: bench/results beside this
-script), one folder per machine kind, GPUs first: ours.json (dispatch-bench), the peers' JSON
-(every other hd-bench/1 file), machine.txt (its first "commit:" line), command.txt (the command
-that made the run) and note.txt (optional, printed under the run's heading). Each run gets a
-summary per suite in two timing modes (the first two of device, sync and chain that ours and
-its first peer both measured); a run with a PyTorch peer also gets one table per suite, both
-modes side by side. With --check it
+script), one folder per machine kind, GPUs first and newest first: ours.json (dispatch-bench),
+the peers' JSON (every other .json file but llama-*.json, schema hd-bench/1), machine.txt (its
+first "commit:" line), command.txt (the command that made the run), note.txt (optional, printed
+under the run's heading) and llama-ours.json / llama-torch.json (optional: the Llama trainer's
+step against transformers + PEFT, bench/main.sh's llama stage). Each run gets a summary per
+suite in two timing modes (the first two of device, sync and chain that ours and its first peer
+both measured) and its trainer table; the newest GPU run with a PyTorch peer also gets one table
+per suite, both modes side by side. With --check it
 writes nothing and exits 1 where PAGE is not what the runs give.
 
 The second form prints the tables of one run in one mode to standard output. OURS.json and
@@ -23,6 +25,7 @@ mode asked for (numpy has no device mode) is read in chain mode, and the column 
 have no host mode: chain stands in).
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -217,11 +220,53 @@ def when(date):
     return date.replace("T", " ")[:16] + " UTC" if date else "?"
 
 
-def run_section(folder, page_dir):
-    """The page's part for one run folder: heading, what ran where, summary, tables."""
+def trainer_section(folder):
+    """The Llama LoRA trainer's steps against transformers + PEFT on the same weights, from
+    llama-ours.json (examples/llama_lora --json) and llama-torch.json (torch_llama.py compare);
+    none where the run has no llama-torch.json."""
+    path = os.path.join(folder, "llama-torch.json")
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        peer = json.load(f)
+    ours = {}
+    if os.path.isfile(os.path.join(folder, "llama-ours.json")):
+        with open(os.path.join(folder, "llama-ours.json")) as f:
+            ours = json.load(f)
+    lines = ["**The LoRA trainer against PEFT** (`examples/llama_lora` and "
+             "`bench/peers/torch_llama.py`, model %s, %s tokens a step, the same weights and "
+             "data; median step of 10; ratio = PEFT's step / ours)" % (
+                 peer.get("config", "?"), peer.get("tokens", "?")), "",
+             "| precision | llama_lora | PyTorch %s + PEFT | ratio | PyTorch peak memory |" %
+             peer.get("torch", "?"), "|---|---|---|---|---|"]
+    mine = sorted(ours.get("step_seconds", []))
+    mine_s = mine[len(mine) // 2] if mine else None
+    for precision, m in peer.get("modes", {}).items():
+        p = m.get("median_step_s")
+        o = mine_s if ours.get("precision") == precision else None
+        lines.append("| %s | %s | %s | %s | %.2f GiB |" % (
+            precision, scaled(o) if o else "not run", scaled(p),
+            "%.2f×" % (p / o) if o and p else "-", m.get("peak_bytes", 0) / 2**30))
+    facts = []
+    if "loss_rel_error_max" in peer:
+        facts.append("losses over %d steps agree to %.1e relative" % (
+            len(ours.get("losses", [])), peer["loss_rel_error_max"]))
+    grad = peer.get("modes", {}).get(ours.get("precision"), {}).get("grad_rel_error_max")
+    if grad is not None:
+        facts.append("the worst LoRA gradient of step 1 differs by %.1e relative" % grad)
+    if "model_bytes" in ours:
+        facts.append("our model tensors take %.2f GiB" % (ours["model_bytes"] / 2**30))
+    if facts:
+        lines += ["", "In %s: %s." % (ours.get("precision", "?"), "; ".join(facts))]
+    return lines
+
+
+def run_section(folder, page_dir, tables=True):
+    """The page's part for one run folder: heading, what ran where, summary, the trainer's
+    step against PEFT, and (with tables) a table per suite."""
     ours_data, peers = None, []
     for name in sorted(os.listdir(folder)):
-        if not name.endswith(".json"):
+        if not name.endswith(".json") or name.startswith("llama-"):
             continue
         data = load(os.path.join(folder, name))
         if data.get("tool") == "dispatch-bench":
@@ -266,7 +311,10 @@ def run_section(folder, page_dir):
     if note:
         out += ["", note]
     out += [""] + summary(order, ours, peer, pname, modes)
-    if pname == "torch":
+    trainer = trainer_section(folder)
+    if trainer:
+        out += [""] + trainer
+    if pname == "torch" and tables:
         for suite, cases in order.items():
             out += [""] + side_by_side(suite, cases, ours, peer, pname, modes)
     return out
@@ -280,10 +328,16 @@ def update(page, results, check=False):
     folders = [os.path.join(results, d) for d in sorted(os.listdir(results))
                if os.path.isfile(os.path.join(results, d, "ours.json"))]
     kind = {f: load(os.path.join(f, "ours.json")).get("device", {}).get("kind") for f in folders}
-    folders.sort(key=lambda f: (kind[f] != "gpu", f))
+    date = {f: load(os.path.join(f, "ours.json")).get("date", "") for f in folders}
+    folders.sort(key=lambda f: date[f], reverse=True)
+    folders.sort(key=lambda f: kind[f] != "gpu")  # GPUs first, each group newest first
+    # per-case tables for the newest GPU run only: the others get their summaries
+    gpus = [f for f in folders if kind[f] == "gpu"]
+    newest = max(gpus, key=lambda f: date[f]) if gpus else None
     body = []
     for f in folders:
-        body += [""] + run_section(os.path.abspath(f), os.path.dirname(os.path.abspath(page)))
+        body += [""] + run_section(os.path.abspath(f), os.path.dirname(os.path.abspath(page)),
+                                   tables=f == newest)
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
     new = head + BEGIN + "\n" + "\n".join(body) + "\n\n" + END + tail
