@@ -11,13 +11,10 @@
 #include <stdlib.h>
 
 #include "backends/cpu/step.h"
+#include "backends/cpu/vector.h"
 
 /* Elements per unit of work: 64 KiB of each of the four arrays. */
 #define UNIT 16384
-/* Below this many elements in all one thread is faster than waking the pool. */
-#define PARALLEL_ELEMENTS 65536
-/* Partial sums of the norm's pass: four vectors of doubles. */
-#define LANES 8
 
 typedef struct adamw_job {
     const hd_adamw_tensor *t;
@@ -44,15 +41,15 @@ static size_t tensor_of(const adamw_job *job, size_t u)
 
 HD_CPU_VECTOR_CLONES static double sum_squares(const float *g, size_t n)
 {
-    double part[LANES] = {0.0};
+    double part[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++)
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++)
             part[l] += (double)g[j + l] * g[j + l];
     for (; j < n; j++)
         part[0] += (double)g[j] * g[j];
     double total = 0.0;
-    for (size_t l = 0; l < LANES; l++)
+    for (size_t l = 0; l < HD_CPU_LANES; l++)
         total += part[l];
     return total;
 }
@@ -121,7 +118,7 @@ hd_status hd__cpu_adamw(hd_cpu_pool *pool, const hd_adamw_tensor *t, size_t coun
     }
     size_t units = first[count];
     adamw_job job = {t, count, first, f, 1.0f, NULL};
-    hd_cpu_pool *p = elements >= PARALLEL_ELEMENTS ? pool : NULL;
+    hd_cpu_pool *p = elements >= HD_CPU_PARALLEL_ELEMENTS ? pool : NULL;
     if (total != NULL) {
         job.sums = malloc((units > 0 ? units : 1) * sizeof *job.sums);
         if (job.sums == NULL) {

@@ -1,7 +1,7 @@
 /*
  * Residual add + RMS norm on the CPU, forward and backward (step.h). Rows are split across the
  * pool's threads when the call is large enough to pay for waking it. Sums along a row keep
- * LANES partial sums in double (vector code without fast-math flags, the same order on every
+ * HD_CPU_LANES partial sums in double (vector code without fast-math flags, the same order on every
  * machine), and double holds the square of any float: rows of 1e30 or 1e-30 need no scaling.
  */
 #include <math.h>
@@ -9,11 +9,8 @@
 #include <stdlib.h>
 
 #include "backends/cpu/step.h"
+#include "backends/cpu/vector.h"
 
-/* Below this many elements one thread is faster than waking the pool (as rows.c). */
-#define PARALLEL_ELEMENTS 65536
-/* Partial sums per pass along a row: four vectors of doubles. */
-#define LANES 8
 /* Columns per block of the weight-gradient step: a block of each row is eight cache lines, and
  * its sums (128 doubles) stay in the first-level cache. */
 #define COLUMN_BLOCK 128
@@ -21,14 +18,14 @@
 static double lanes_total(const double *part)
 {
     double total = 0.0;
-    for (size_t l = 0; l < LANES; l++)
+    for (size_t l = 0; l < HD_CPU_LANES; l++)
         total += part[l];
     return total;
 }
 
 static hd_cpu_pool *pool_for(hd_cpu_pool *pool, size_t rows, size_t cols)
 {
-    return rows > 1 && rows * cols >= PARALLEL_ELEMENTS ? pool : NULL;
+    return rows > 1 && rows * cols >= HD_CPU_PARALLEL_ELEMENTS ? pool : NULL;
 }
 
 /* h = x + r over the row (h may be x or r: each element is read before it is written, so the
@@ -39,10 +36,10 @@ HD_CPU_VECTOR_CLONES static void add_rms_norm_row(const float *x, const float *r
 #pragma omp simd
     for (size_t j = 0; j < n; j++)
         h[j] = x[j] + r[j];
-    double part[LANES] = {0.0};
+    double part[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++)
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++)
             part[l] += (double)h[j + l] * h[j + l];
     for (; j < n; j++)
         part[0] += (double)h[j] * h[j];
@@ -81,10 +78,10 @@ void hd__cpu_add_rms_norm(hd_cpu_pool *pool, size_t rows, size_t cols, const flo
 HD_CPU_VECTOR_CLONES static void backward_stats_row(const float *h, const float *w, const float *dy,
                                                     float eps, size_t n, double *rstd, double *sgx)
 {
-    double sq[LANES] = {0.0}, gh[LANES] = {0.0};
+    double sq[HD_CPU_LANES] = {0.0}, gh[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++) {
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++) {
             sq[l] += (double)h[j + l] * h[j + l];
             gh[l] += (double)w[j + l] * dy[j + l] * h[j + l];
         }

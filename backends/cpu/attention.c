@@ -415,8 +415,8 @@ HD_CPU_VECTOR_CLONES static void dkdv_item(const attention_job *job, size_t it, 
 hd_status hd__cpu_attention_backward(hd_cpu_pool *pool, const hd_cpu_attention_shape *s,
                                      const float *q, const float *k, const float *v,
                                      const float *out, const float *lse, const float *dout,
-                                     const int32_t *kv_range, const int32_t *q_range, float *dq, float *dk,
-                                     float *dv)
+                                     const int32_t *kv_range, const int32_t *q_range, float *dq,
+                                     float *dk, float *dv)
 {
     const size_t d = s->head_dim;
     attention_job job = {.s = s,

@@ -20,41 +20,10 @@
 #include <string.h>
 
 #include "backends/cpu/step.h"
-
-/* Below this many elements one thread is faster than waking the pool (as the row kernels). */
-#define HD_CPU_PARALLEL_ELEMENTS 65536
+#include "backends/cpu/vector.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
-
-/* e^d for d in [-inf, 0] (NaN gives NaN), within 2 ulp: the row kernels' polynomial
- * (rows.c). d = n*ln2 + r with |r| <= ln2/2; e^r from its degree-7 Taylor polynomial; 2^n built
- * in the exponent bits. Below -87, e^d is under FLT_MIN: 0. */
-static inline float exp_nonpositive(float d)
-{
-    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float dc = d < -87.0f ? -87.0f : d;
-    float t = dc * log2e + round_magic;
-    float n = t - round_magic;
-    float r = (dc - n * ln2_hi) - n * ln2_lo;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    /* 2^n from t's low mantissa bits, which hold 0x400000 + n; unsigned, so that NaN is
-     * defined too */
-    uint32_t t_bits;
-    memcpy(&t_bits, &t, sizeof t_bits);
-    uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return d < -87.0f ? 0.0f : p * scale;
-}
 
 /* sigmoid(t) and 1 - sigmoid(t), from e = exp(-|t|) and r = 1 / (1 + e): r and e * r, one
  * for each sign of t. */
@@ -64,7 +33,7 @@ typedef struct sigmoid {
 
 static inline sigmoid sigmoid_of(float t)
 {
-    float e = exp_nonpositive(-fabsf(t)), r = 1.0f / (1.0f + e), er = e * r;
+    float e = hd__cpu_exp_nonpositive(-fabsf(t)), r = 1.0f / (1.0f + e), er = e * r;
     bool up = t >= 0.0f;
     return (sigmoid){up ? r : er, up ? er : r};
 }

@@ -5,9 +5,7 @@
 #include <string.h>
 
 #include "backends/cpu/step.h"
-
-/* As the elementwise ops: below this many elements one thread beats waking the pool. */
-#define HD_CPU_PARALLEL_ELEMENTS 65536
+#include "backends/cpu/vector.h"
 
 typedef struct embedding_job {
     size_t cols;

@@ -9,9 +9,8 @@
 #include <math.h>
 
 #include "backends/cpu/step.h"
+#include "backends/cpu/vector.h"
 
-/* As the elementwise ops: below this many elements one thread beats waking the pool. */
-#define HD_CPU_PARALLEL_ELEMENTS 65536
 /* Angles per block of a row: their cosines and sines stay in the first-level cache while the
  * block is applied to every head. */
 #define ANGLE_BLOCK 64

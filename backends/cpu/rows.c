@@ -3,7 +3,7 @@
  * backend's thread pool (pool.c) when the input is large enough to pay for waking it. Sums are
  * accumulated in double: a 32768-wide row summed in float loses about four digits.
  *
- * Each pass over a row keeps LANES independent partial results (maximum, sums) that are
+ * Each pass over a row keeps HD_CPU_LANES independent partial results (maximum, sums) that are
  * combined at the end. The compiler may not reorder a floating-point reduction by itself, so a
  * single accumulator makes every pass a scalar chain of dependent adds (4 cycles per element);
  * written with lanes, the sums are vector code without any fast-math flag and the maximum runs
@@ -15,55 +15,21 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-
-/* Below this many elements one thread is faster than waking the pool. */
-#define HD_CPU_PARALLEL_ELEMENTS 65536
-/* Partial results per pass: two SSE vectors of floats, four of doubles. */
-#define LANES 8
-
-/* e^d for d in [-inf, 0], within 2 ulp, written so the compiler vectorizes the loop around
- * it (libm's expf is a call per element: it made softmax five times slower than the norms).
- * d = n*ln2 + r with |r| <= ln2/2; e^r from its degree-7 Taylor polynomial (error below
- * 6e-9); 2^n built in the exponent bits. Below -87, e^d is under FLT_MIN: 0. */
-static inline float exp_nonpositive(float d)
-{
-    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float dc = d < -87.0f ? -87.0f : d;
-    float t = dc * log2e + round_magic;
-    float n = t - round_magic;
-    float r = (dc - n * ln2_hi) - n * ln2_lo;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    /* 2^n from t's low mantissa bits, which hold 0x400000 + n: unsigned arithmetic, so that a
-     * NaN d (whose row the caller then discards) has a defined result too */
-    uint32_t t_bits;
-    memcpy(&t_bits, &t, sizeof t_bits);
-    uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return d < -87.0f ? 0.0f : p * scale;
-}
+#include "backends/cpu/vector.h"
 
 /* The row's maximum; NaN if x[0] is NaN, and a NaN elsewhere is passed over. */
 static float row_max(const float *x, size_t n)
 {
-    float max[LANES];
-    for (size_t l = 0; l < LANES; l++)
+    float max[HD_CPU_LANES];
+    for (size_t l = 0; l < HD_CPU_LANES; l++)
         max[l] = x[0];
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++)
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++)
             max[l] = x[j + l] > max[l] ? x[j + l] : max[l];
     for (; j < n; j++)
         max[0] = x[j] > max[0] ? x[j] : max[0];
-    for (size_t l = 1; l < LANES; l++)
+    for (size_t l = 1; l < HD_CPU_LANES; l++)
         max[0] = max[l] > max[0] ? max[l] : max[0];
     return max[0];
 }
@@ -71,7 +37,7 @@ static float row_max(const float *x, size_t n)
 static double lanes_total(const double *part)
 {
     double total = 0.0;
-    for (size_t l = 0; l < LANES; l++)
+    for (size_t l = 0; l < HD_CPU_LANES; l++)
         total += part[l];
     return total;
 }
@@ -79,10 +45,10 @@ static double lanes_total(const double *part)
 /* The sum of x, in double. */
 static double row_sum(const float *x, size_t n)
 {
-    double part[LANES] = {0.0};
+    double part[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++)
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++)
             part[l] += x[j + l];
     for (; j < n; j++)
         part[0] += x[j];
@@ -101,7 +67,7 @@ HD_CPU_VECTOR_CLONES static void softmax_row(const float *x, float *y, size_t n)
         return;
     }
     for (size_t j = 0; j < n; j++)
-        y[j] = exp_nonpositive(x[j] - max);
+        y[j] = hd__cpu_exp_nonpositive(x[j] - max);
     /* a NaN after the first element makes the sum NaN, and with it the whole row */
     float inv = (float)(1.0 / row_sum(y, n));
     for (size_t j = 0; j < n; j++)
@@ -111,10 +77,10 @@ HD_CPU_VECTOR_CLONES static void softmax_row(const float *x, float *y, size_t n)
 /* The sum of the squared deviations of x from mean, in double. */
 static double row_squares(const float *x, double mean, size_t n)
 {
-    double part[LANES] = {0.0};
+    double part[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++) {
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++) {
             double d = x[j + l] - mean;
             part[l] += d * d;
         }

@@ -10,7 +10,7 @@
  *
  * The weight gradients are taken before dx is written, so dx may be dy.
  *
- * As in the forward kernels (rows.c), every sum along a row keeps LANES independent partial
+ * As in the forward kernels (rows.c), every sum along a row keeps HD_CPU_LANES independent partial
  * sums in double, combined at the end: vector code without fast-math flags, the same order of
  * additions on every machine, and no chain of dependent adds to wait on.
  */
@@ -19,20 +19,17 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vector.h"
 #include "core/error.h"
 
-/* As the forward row kernels: below this many elements one thread beats waking the pool. */
-#define HD_CPU_PARALLEL_ELEMENTS 65536
 /* Columns per block of the weight-gradient step: a block of each row is eight cache lines,
  * read as one stretch, and its sums (two of 128 doubles) stay in the first-level cache. */
 #define COLUMN_BLOCK 128
-/* Partial sums per pass along a row: four vectors of doubles. */
-#define LANES 8
 
 static double lanes_total(const double *part)
 {
     double total = 0.0;
-    for (size_t l = 0; l < LANES; l++)
+    for (size_t l = 0; l < HD_CPU_LANES; l++)
         total += part[l];
     return total;
 }
@@ -40,10 +37,10 @@ static double lanes_total(const double *part)
 /* The sum of a[j] * b[j], in double. */
 static double row_dot(const float *a, const float *b, size_t n)
 {
-    double part[LANES] = {0.0};
+    double part[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++)
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++)
             part[l] += (double)a[j + l] * b[j + l];
     for (; j < n; j++)
         part[0] += (double)a[j] * b[j];
@@ -87,16 +84,16 @@ hd_status hd__cpu_softmax_backward(void *state, hd_context *ctx, const hd_row_ba
 HD_CPU_VECTOR_CLONES static void norm_stats_row(const float *x, size_t n, float eps, bool center,
                                                 double *mean, double *rstd)
 {
-    double sum[LANES] = {0.0}, sq[LANES] = {0.0};
+    double sum[HD_CPU_LANES] = {0.0}, sq[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; center && j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++)
+    for (; center && j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++)
             sum[l] += x[j + l];
     for (; center && j < n; j++)
         sum[0] += x[j];
     double m = center ? lanes_total(sum) / (double)n : 0.0;
-    for (j = 0; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++) {
+    for (j = 0; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++) {
             double d = (double)x[j + l] - m;
             sq[l] += d * d;
         }
@@ -136,10 +133,10 @@ HD_CPU_VECTOR_CLONES static void norm_backward_row(const float *x, const float *
                                                    const float *dy, double mean, double rstd,
                                                    bool center, float *dx, size_t n)
 {
-    double sum_g[LANES] = {0.0}, sum_gx[LANES] = {0.0};
+    double sum_g[HD_CPU_LANES] = {0.0}, sum_gx[HD_CPU_LANES] = {0.0};
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (size_t l = 0; l < LANES; l++) {
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++) {
             double g = (double)gamma[j + l] * dy[j + l];
             sum_g[l] += g;
             sum_gx[l] += g * (((double)x[j + l] - mean) * rstd);

@@ -1,0 +1,50 @@
+/*
+ * What the CPU kernels share inside their loops: the size below which a call stays on its
+ * thread, the width of a row's partial sums, and e^d for d <= 0 in a form the compiler
+ * vectorizes. Header-only, so that each is inlined into the loop that uses it.
+ */
+#ifndef HD_BACKENDS_CPU_VECTOR_H
+#define HD_BACKENDS_CPU_VECTOR_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Below this many elements one thread is faster than waking the pool. */
+#define HD_CPU_PARALLEL_ELEMENTS 65536
+
+/* Independent partial sums per pass along a row: two SSE vectors of floats, four of doubles;
+ * combined at the end, so the order of additions is the same on every machine and no chain of
+ * dependent adds is waited on. */
+#define HD_CPU_LANES 8
+
+/* e^d for d in [-inf, 0], within 2 ulp (libm's expf is a call per element, which keeps the
+ * loop around it scalar). d = n*ln2 + r with |r| <= ln2/2; e^r from its degree-7 Taylor
+ * polynomial (error below 6e-9); 2^n built in the exponent bits. Below -87, e^d is under
+ * FLT_MIN: 0. A NaN d gives NaN. */
+static inline float hd__cpu_exp_nonpositive(float d)
+{
+    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
+    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float dc = d < -87.0f ? -87.0f : d;
+    float t = dc * log2e + round_magic;
+    float n = t - round_magic;
+    float r = (dc - n * ln2_hi) - n * ln2_lo;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    /* 2^n from t's low mantissa bits, which hold 0x400000 + n: unsigned arithmetic, so that a
+     * NaN d has a defined result too */
+    uint32_t t_bits;
+    memcpy(&t_bits, &t, sizeof t_bits);
+    uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return d < -87.0f ? 0.0f : p * scale;
+}
+
+#endif
