@@ -41,6 +41,13 @@ join rows_backward common rows_backward
 join gemm_tile gemm gemm_tile
 join gemm_mma gemm gemm_mma
 join gemm_wgmma gemm gemm_wgmma
+join elementwise elem elementwise
+join rope elem rope
+join embedding elem embedding
+join attention elem attention
+join add_rms_norm common elem add_rms_norm
+join cross_entropy common elem cross_entropy
+join adamw common adamw
 
 check() { # PROGRAM OPTIONS...
     local program=$1
@@ -76,6 +83,24 @@ for t in 0 1; do
     check lora_backward -DGROUP=256 -DWARPS=8 -DMR=4 -DVEC=4 -DDB_VEC=4 -DTRANS_W=$t -DTRANS_A=$t -DTRANS_B=$t
 done
 check lora_backward -DGROUP=256 -DWARPS=8 -DMR=1 -DVEC=1 -DDB_VEC=1 -DTRANS_W=0 -DTRANS_A=1 -DTRANS_B=0
+
+# The training step's programs at their defaults and at other sizes, with float and with bf16
+# activations (ACT_BF16, elem.cl).
+for bf16 in 0 1; do
+    for p in elementwise rope embedding attention add_rms_norm cross_entropy; do
+        check $p -DACT_BF16=$bf16
+    done
+    check elementwise -DVEC=1 -DACT_BF16=$bf16
+    check embedding -DVEC=8 -DACT_BF16=$bf16
+    check rope -DFREQ_PAIRS=0 -DHEADS_PER_ITEM=1 -DACT_BF16=$bf16
+    check add_rms_norm -DWG=64 -DROWS=4 -DVEC=1 -DCACHE=0 -DPREFETCH=1 -DACT_BF16=$bf16
+    check cross_entropy -DWG=128 -DROWS=2 -DVEC=1 -DACT_BF16=$bf16
+    for d in 64 256; do
+        check attention -DHEAD_DIM=$d -DACT_BF16=$bf16
+    done
+done
+check adamw
+check adamw -DWG=64 -DELEMS=1
 
 # The tiled GEMM: tile.c's options, the FMA kernel in every transpose.
 for ta in 0 1; do

@@ -38,41 +38,6 @@
  * Tuning parameters (-D; defaults in common.cl): WG, ROWS, VEC.
  */
 
-/* Vector j (elements j * VEC ..) of an activation row, widened to float; the store rounds as
- * act_store does. */
-#if VEC == 4 && !ACT_BF16
-inline float4 act_loadv(const __global act_t *p, int j)
-{
-    return ((const __global float4 *)p)[j];
-}
-inline void act_storev(__global act_t *p, int j, float4 v)
-{
-    ((__global float4 *)p)[j] = v;
-}
-#elif VEC == 4
-inline float4 act_loadv(const __global act_t *p, int j)
-{
-    return as_float4(convert_uint4(((const __global ushort4 *)p)[j]) << 16);
-}
-inline void act_storev(__global act_t *p, int j, float4 v)
-{
-    const size_t i = (size_t)j * 4;
-    act_store(p, i, v.x);
-    act_store(p, i + 1, v.y);
-    act_store(p, i + 2, v.z);
-    act_store(p, i + 3, v.w);
-}
-#else
-inline float act_loadv(const __global act_t *p, int j)
-{
-    return act_load(p, (size_t)j);
-}
-inline void act_storev(__global act_t *p, int j, float v)
-{
-    act_store(p, (size_t)j, v);
-}
-#endif
-
 /* (m, s) pairs, each standing for s * exp(m), added: the larger maximum kept. m starts at
  * -FLT_MAX rather than -inf, so that a -inf logit gives exp(-inf) = 0, never exp(-inf + inf). */
 inline float2 lse_combine(float2 a, float2 b)
