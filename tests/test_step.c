@@ -35,20 +35,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Forces op onto b; false where the context lacks b. */
-static bool use_backend(hd_op op, hd_backend b)
-{
-    if (!hd_context_has_backend(shared_ctx, b))
-        return false;
-    assert_int_equal(hd_context_set_backend(shared_ctx, op, b), HD_OK);
-    return true;
-}
-
-static void release_backend(hd_op op)
-{
-    assert_int_equal(hd_context_set_backend(shared_ctx, op, HD_BACKEND_AUTO), HD_OK);
-}
-
 /* A shape of the class the step's elementwise ops serve: one row or column now and then. */
 static hd_test_matrix_shape random_shape(hd_rng *rng)
 {
@@ -76,37 +62,37 @@ static void run_elementwise(unary_kind kind, hd_backend b, size_t rows, size_t c
     case SWIGLU:
         op = HD_OP_SWIGLU;
         out[0] = in_place ? t[1] : hd_test_tensor(ctx, rows, cols, NULL);
-        use_backend(op, b);
+        hd_test_use_backend(shared_ctx, op, b);
         s = hd_swiglu(ctx, t[0], t[1], out[0]);
         break;
     case SWIGLU_BACKWARD:
         op = HD_OP_SWIGLU_BACKWARD;
         out[0] = in_place ? t[0] : hd_test_tensor(ctx, rows, cols, NULL);
         out[1] = in_place ? t[2] : hd_test_tensor(ctx, rows, cols, NULL);
-        use_backend(op, b);
+        hd_test_use_backend(shared_ctx, op, b);
         s = hd_swiglu_backward(ctx, t[0], t[1], t[2], out[0], out[1]);
         break;
     case GELU:
         op = HD_OP_GELU;
         out[0] = in_place ? t[0] : hd_test_tensor(ctx, rows, cols, NULL);
-        use_backend(op, b);
+        hd_test_use_backend(shared_ctx, op, b);
         s = hd_gelu(ctx, t[0], out[0]);
         break;
     case GELU_BACKWARD:
         op = HD_OP_GELU_BACKWARD;
         out[0] = in_place ? t[1] : hd_test_tensor(ctx, rows, cols, NULL);
-        use_backend(op, b);
+        hd_test_use_backend(shared_ctx, op, b);
         s = hd_gelu_backward(ctx, t[0], t[1], out[0]);
         break;
     case ADD:
         op = HD_OP_ADD;
         out[0] = t[1];
-        use_backend(op, b);
+        hd_test_use_backend(shared_ctx, op, b);
         s = hd_add(ctx, -0.75f, t[0], out[0]);
         break;
     }
     hd_test_expect_ran_on(ctx, s, b, hd_op_name(op));
-    release_backend(op);
+    hd_test_release_backend(shared_ctx, op);
     int outputs = kind == SWIGLU_BACKWARD ? 2 : 1;
     for (int i = 0; i < outputs; i++)
         got[i] = hd_test_read(out[i]);
@@ -279,7 +265,7 @@ static void check_rope(const rope_case *c, hd_rng *rng)
     hd__ref_rope(c->rows, c->heads, c->d, pos, freq, c->inverse, x, want);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = step_backends[bi];
-        if (!use_backend(HD_OP_ROPE, b))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_ROPE, b))
             continue;
         hd_tensor *tx = hd_test_tensor(shared_ctx, c->rows, cols, x);
         hd_tensor *ty = c->in_place ? tx : hd_test_tensor(shared_ctx, c->rows, cols, NULL);
@@ -304,7 +290,7 @@ static void check_rope(const rope_case *c, hd_rng *rng)
             hd_tensor_destroy(ty);
         hd_tensor_destroy(tx);
         hd_tensor_destroy(tf);
-        release_backend(HD_OP_ROPE);
+        hd_test_release_backend(shared_ctx, HD_OP_ROPE);
     }
     free(x);
     free(pos);
@@ -343,7 +329,7 @@ static void test_rope_inverse_restores_input(void **state)
         want[i] = x[i];
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = step_backends[bi];
-        if (!use_backend(HD_OP_ROPE, b))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_ROPE, b))
             continue;
         hd_tensor *t = hd_test_tensor(shared_ctx, rows, cols, x);
         hd_rope_options opt = {.head_dim = 16, .theta = 500000.0f, .position_offset = 9};
@@ -354,7 +340,7 @@ static void test_rope_inverse_restores_input(void **state)
         hd_test_expect_close("rope then its inverse", got, want, rows * cols, 2e-6, 1e-6);
         free(got);
         hd_tensor_destroy(t);
-        release_backend(HD_OP_ROPE);
+        hd_test_release_backend(shared_ctx, HD_OP_ROPE);
     }
     free(x);
     free(want);
@@ -379,7 +365,7 @@ static void test_embedding_copies_table_rows(void **state)
         hd__ref_embedding(rows, cols, ids, table, want);
         for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
             hd_backend b = step_backends[bi];
-            if (!use_backend(HD_OP_EMBEDDING, b))
+            if (!hd_test_use_backend(shared_ctx, HD_OP_EMBEDDING, b))
                 continue;
             hd_tensor *tt = hd_test_tensor(shared_ctx, vocab, cols, table);
             hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
@@ -390,7 +376,7 @@ static void test_embedding_copies_table_rows(void **state)
             free(got);
             hd_tensor_destroy(tt);
             hd_tensor_destroy(to);
-            release_backend(HD_OP_EMBEDDING);
+            hd_test_release_backend(shared_ctx, HD_OP_EMBEDDING);
         }
         free(table);
         free(ids);
@@ -458,7 +444,8 @@ static void check_attention(const attention_case *c, hd_rng *rng)
                                 .sequences = {c->lengths, c->count}};
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = step_backends[bi];
-        if (!use_backend(HD_OP_ATTENTION, b) || !use_backend(HD_OP_ATTENTION_BACKWARD, b))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_ATTENTION, b) ||
+            !hd_test_use_backend(shared_ctx, HD_OP_ATTENTION_BACKWARD, b))
             continue;
         hd_context *ctx = shared_ctx;
         hd_tensor *tq = hd_test_tensor(ctx, t, qd, q), *tk = hd_test_tensor(ctx, t, kd, k);
@@ -493,8 +480,8 @@ static void check_attention(const attention_case *c, hd_rng *rng)
         hd_tensor *all[] = {tq, tk, tv, to, tl, tout, tlse, tdo, tdq, tdk, tdv};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             hd_tensor_destroy(all[i]);
-        release_backend(HD_OP_ATTENTION);
-        release_backend(HD_OP_ATTENTION_BACKWARD);
+        hd_test_release_backend(shared_ctx, HD_OP_ATTENTION);
+        hd_test_release_backend(shared_ctx, HD_OP_ATTENTION_BACKWARD);
     }
     float *f[] = {q, k, v, dout, outf, lsef};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)

@@ -51,20 +51,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Forces op onto b; false where the context lacks b. */
-static bool use_backend(hd_op op, hd_backend b)
-{
-    if (!hd_context_has_backend(shared_ctx, b))
-        return false;
-    assert_int_equal(hd_context_set_backend(shared_ctx, op, b), HD_OK);
-    return true;
-}
-
-static void release_backend(hd_op op)
-{
-    assert_int_equal(hd_context_set_backend(shared_ctx, op, HD_BACKEND_AUTO), HD_OK);
-}
-
 /* NaN meets NaN, an infinity the same infinity. */
 static bool special_matches(float got, double want)
 {
@@ -174,10 +160,10 @@ static void check_forward(const norm_case *c, hd_rng *rng)
     double *h_ref = hd_test_doubles(n), *y_ref = hd_test_doubles(n);
     hd__ref_add_rms_norm(c->rows, c->cols, x, r, w, c->eps, h_ref, y_ref);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
-        if (!use_backend(HD_OP_ADD_RMS_NORM, train_backends[bi]))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_ADD_RMS_NORM, train_backends[bi]))
             continue;
         check_forward_on(train_backends[bi], c, x, r, w, h_ref, y_ref);
-        release_backend(HD_OP_ADD_RMS_NORM);
+        hd_test_release_backend(shared_ctx, HD_OP_ADD_RMS_NORM);
     }
     free(x);
     free(r);
@@ -314,10 +300,10 @@ static void check_backward(const norm_case *c, hd_rng *rng)
                             .eps = c->eps};
     norm_backward_reference(&d);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
-        if (!use_backend(HD_OP_ADD_RMS_NORM_BACKWARD, train_backends[bi]))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD, train_backends[bi]))
             continue;
         check_backward_on(train_backends[bi], c, &d);
-        release_backend(HD_OP_ADD_RMS_NORM_BACKWARD);
+        hd_test_release_backend(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD);
     }
     norm_backward_free(&d);
 }
@@ -388,7 +374,7 @@ static void test_add_rms_norm_backward_matches_finite_differences(void **state)
         h[i] = x[i] + r[i];
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = train_backends[bi];
-        if (!use_backend(HD_OP_ADD_RMS_NORM_BACKWARD, b))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD, b))
             continue;
         hd_tensor *th = hd_test_tensor(shared_ctx, rows, cols, h);
         hd_tensor *tw = hd_test_tensor(shared_ctx, 1, cols, w);
@@ -417,7 +403,7 @@ static void test_add_rms_norm_backward_matches_finite_differences(void **state)
         hd_tensor *t[] = {th, tw, tdy, tdres, tdh};
         for (size_t k = 0; k < 5; k++)
             hd_tensor_destroy(t[k]);
-        release_backend(HD_OP_ADD_RMS_NORM_BACKWARD);
+        hd_test_release_backend(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD);
     }
     free(x);
     free(r);
@@ -612,10 +598,10 @@ static void check_ce(const ce_case *c, hd_rng *rng)
     d.logits = random_logits(rng, c, d.targets);
     ce_reference(&d);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
-        if (!use_backend(HD_OP_CROSS_ENTROPY, train_backends[bi]))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_CROSS_ENTROPY, train_backends[bi]))
             continue;
         check_ce_on(train_backends[bi], c, &d);
-        release_backend(HD_OP_CROSS_ENTROPY);
+        hd_test_release_backend(shared_ctx, HD_OP_CROSS_ENTROPY);
     }
     ce_free(&d);
 }
@@ -682,7 +668,7 @@ static void test_cross_entropy_gradient_matches_finite_differences(void **state)
     d.logits = random_logits(&rng, &c, d.targets);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = train_backends[bi];
-        if (!use_backend(HD_OP_CROSS_ENTROPY, b))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_CROSS_ENTROPY, b))
             continue;
         hd_tensor *tl = hd_test_tensor(shared_ctx, c.rows, c.vocab, d.logits);
         hd_tensor *tloss = hd_test_tensor(shared_ctx, 1, 1, NULL);
@@ -701,7 +687,7 @@ static void test_cross_entropy_gradient_matches_finite_differences(void **state)
         free(dl);
         hd_tensor_destroy(tl);
         hd_tensor_destroy(tloss);
-        release_backend(HD_OP_CROSS_ENTROPY);
+        hd_test_release_backend(shared_ctx, HD_OP_CROSS_ENTROPY);
     }
     free(d.logits);
     free(d.targets);
@@ -843,10 +829,10 @@ static void check_lm(const lm_case *c, hd_rng *rng)
     lm_inputs(c, rng, &d);
     lm_reference(&d);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
-        if (!use_backend(HD_OP_LINEAR_CROSS_ENTROPY, train_backends[bi]))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY, train_backends[bi]))
             continue;
         check_lm_on(train_backends[bi], c, &d);
-        release_backend(HD_OP_LINEAR_CROSS_ENTROPY);
+        hd_test_release_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY);
     }
     lm_free(&d);
 }
@@ -907,7 +893,7 @@ static void test_linear_cross_entropy_gradient_matches_finite_differences(void *
     double inv = 1.0 / (double)counted_rows(d.targets, c.rows);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = train_backends[bi];
-        if (!use_backend(HD_OP_LINEAR_CROSS_ENTROPY, b))
+        if (!hd_test_use_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY, b))
             continue;
         hd_tensor *th = hd_test_tensor(shared_ctx, c.rows, c.dim, d.h);
         hd_tensor *tw = hd_test_tensor(shared_ctx, c.vocab, c.dim, d.w);
@@ -935,7 +921,7 @@ static void test_linear_cross_entropy_gradient_matches_finite_differences(void *
         hd_tensor *t[] = {th, tw, tloss, tdh};
         for (size_t q = 0; q < 4; q++)
             hd_tensor_destroy(t[q]);
-        release_backend(HD_OP_LINEAR_CROSS_ENTROPY);
+        hd_test_release_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY);
     }
     lm_free(&d);
     (void)state;

@@ -138,6 +138,19 @@ hd_context *hd_test_context(bool cpu_only)
     return ctx;
 }
 
+bool hd_test_use_backend(hd_context *ctx, hd_op op, hd_backend b)
+{
+    if (!hd_context_has_backend(ctx, b))
+        return false;
+    assert_int_equal(hd_context_set_backend(ctx, op, b), HD_OK);
+    return true;
+}
+
+void hd_test_release_backend(hd_context *ctx, hd_op op)
+{
+    assert_int_equal(hd_context_set_backend(ctx, op, HD_BACKEND_AUTO), HD_OK);
+}
+
 /* The float64 reference is the tools' (autotune/reference.c, on backends/reference.h): the
  * functions below only lay it out as whole outputs. */
 

@@ -47,6 +47,11 @@ void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const cha
  * Its notes are collected (hd_test_notes). */
 hd_context *hd_test_context(bool cpu_only);
 
+/* Forces op onto backend b in ctx; false (nothing changed) where ctx lacks b. */
+bool hd_test_use_backend(hd_context *ctx, hd_op op, hd_backend b);
+/* Gives op back to the dispatcher's choice. */
+void hd_test_release_backend(hd_context *ctx, hd_op op);
+
 /* The notes contexts made with hd_test_log as their log callback have given since the last
  * hd_test_notes_clear(), one per line. */
 void hd_test_log(void *user, const char *message);
