@@ -53,16 +53,6 @@ inline int pick_int(int8 v, int k)
            k == 4 ? v.s4 : k == 5 ? v.s5 : k == 6 ? v.s6 : v.s7;
 }
 
-/* *hi + *lo += v as an unevaluated pair (TwoSum, common.cl); an infinite sum keeps no error
- * term, which would be NaN. */
-inline void pair_add(float *hi, float *lo, float v)
-{
-    float e;
-    const float s = two_sum(*hi, v, &e);
-    *lo += isfinite(s) ? e : 0.0f;
-    *hi = s;
-}
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 adamw_grad_sumsq(const __global float *g0, const __global float *g1, const __global float *g2,
                  const __global float *g3, const __global float *g4, const __global float *g5,
@@ -91,25 +81,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 adamw_grad_norm(const __global float *partials, int count, __global float *total)
 {
     __local float rh[WG], rl[WG];
-    const int l = (int)get_local_id(0);
-    float hi = 0.0f, lo = 0.0f;
-    for (int i = l; i < count; i += WG)
-        pair_add(&hi, &lo, partials[i]);
-    rh[l] = hi;
-    rl[l] = lo;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = WG / 2; w > 0; w /= 2) {
-        if (l < w) {
-            hi = rh[l];
-            lo = rl[l] + rl[l + w];
-            pair_add(&hi, &lo, rh[l + w]);
-            rh[l] = hi;
-            rl[l] = lo;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (l == 0)
-        total[0] = sqrt(rh[0] + rl[0]);
+    const float sum = group_pair_sum(partials, count, rh, rl);
+    if (get_local_id(0) == 0)
+        total[0] = sqrt(sum);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void

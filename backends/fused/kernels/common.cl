@@ -156,6 +156,42 @@ inline float two_sum(float a, float b, float *err)
     return s;
 }
 
+/* *hi + *lo += v as an unevaluated pair (TwoSum); an infinite sum keeps no error term, which
+ * would be NaN. */
+inline void pair_add(float *hi, float *lo, float v)
+{
+    float e;
+    const float s = two_sum(*hi, v, &e);
+    *lo += isfinite(s) ? e : 0.0f;
+    *hi = s;
+}
+
+/* The sum of x[0 .. count-1] by one work-group of WG work-items, in the same order every run:
+ * work-item l adds l, l + WG, ... as a pair sum, then a binary tree of pair sums; the result
+ * to every work-item. rh and rl hold WG floats each. */
+inline float group_pair_sum(const __global float *x, int count, __local float *rh,
+                            __local float *rl)
+{
+    const int l = (int)get_local_id(0);
+    float hi = 0.0f, lo = 0.0f;
+    for (int i = l; i < count; i += WG)
+        pair_add(&hi, &lo, x[i]);
+    rh[l] = hi;
+    rl[l] = lo;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WG / 2; w > 0; w /= 2) {
+        if (l < w) {
+            hi = rh[l];
+            lo = rl[l] + rl[l + w];
+            pair_add(&hi, &lo, rh[l + w]);
+            rh[l] = hi;
+            rl[l] = lo;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return rh[0] + rl[0];
+}
+
 /* Adds the elements of v to the pair (hi, lo). */
 inline void sum2_add(float *hi, float *lo, floatv v)
 {

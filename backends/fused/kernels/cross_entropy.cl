@@ -140,39 +140,13 @@ cross_entropy_loss_rows(const __global act_t *logits, const __global int *target
         write_loss(losses, lse, row, counted, ms, xt);
 }
 
-/* *hi + *lo += v as an unevaluated pair (TwoSum, common.cl); an infinite sum keeps no error
- * term, which would be NaN. */
-inline void pair_add(float *hi, float *lo, float v)
-{
-    float e;
-    const float s = two_sum(*hi, v, &e);
-    *lo += isfinite(s) ? e : 0.0f;
-    *hi = s;
-}
-
-/* loss[0] = (sum of losses[0 .. rows-1]) * inv_count, one work-group: work-item l adds l,
- * l + WG, ... in order as a pair sum, then a tree over the work-group (same order every run). */
+/* loss[0] = (sum of losses[0 .. rows-1]) * inv_count, by one work-group in the same order every
+ * run (group_pair_sum, common.cl). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 cross_entropy_mean(const __global float *losses, __global float *loss, int rows, float inv_count)
 {
     __local float rh[WG], rl[WG];
-    const int l = (int)get_local_id(0);
-    float hi = 0.0f, lo = 0.0f;
-    for (int i = l; i < rows; i += WG)
-        pair_add(&hi, &lo, losses[i]);
-    rh[l] = hi;
-    rl[l] = lo;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = WG / 2; w > 0; w /= 2) {
-        if (l < w) {
-            hi = rh[l];
-            lo = rl[l] + rl[l + w];
-            pair_add(&hi, &lo, rh[l + w]);
-            rh[l] = hi;
-            rl[l] = lo;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (l == 0)
-        loss[0] = (rh[0] + rl[0]) * inv_count;
+    const float sum = group_pair_sum(losses, rows, rh, rl);
+    if (get_local_id(0) == 0)
+        loss[0] = sum * inv_count;
 }
