@@ -15,8 +15,8 @@ under the run's heading) and llama-ours.json / llama-torch.json (optional: the L
 step against transformers + PEFT, bench/main.sh's llama stage). Each run gets a summary per
 suite in two timing modes (the first two of device, sync and chain that ours and its first peer
 both measured) and its trainer table; the newest GPU run with a PyTorch peer also gets one table
-per suite, both modes side by side. With --check it
-writes nothing and exits 1 where PAGE is not what the runs give.
+per suite, both modes side by side. With --check it writes nothing and exits 1 where PAGE is
+not what the runs give.
 
 The second form prints the tables of one run in one mode to standard output. OURS.json and
 PEER.json are dispatch-bench / peer JSON (schema hd-bench/1). --extra adds a column with the
@@ -261,20 +261,17 @@ def trainer_section(folder):
     return lines
 
 
-def run_section(folder, page_dir, tables=True):
-    """The page's part for one run folder: heading, what ran where, summary, the trainer's
-    step against PEFT, and (with tables) a table per suite."""
-    ours_data, peers = None, []
+def run_section(folder, page_dir, ours_data, tables=True):
+    """The page's part for one run folder whose ours.json holds ours_data: heading, what ran
+    where, summary, the trainer's step against PEFT, and (with tables) a table per suite."""
+    if ours_data.get("tool") != "dispatch-bench":
+        sys.exit("benchmarks_md: %s/ours.json is not dispatch-bench's" % folder)
+    peers = []
     for name in sorted(os.listdir(folder)):
-        if not name.endswith(".json") or name.startswith("llama-"):
+        if not name.endswith(".json") or name.startswith("llama-") or name == "ours.json":
             continue
         data = load(os.path.join(folder, name))
-        if data.get("tool") == "dispatch-bench":
-            ours_data = data
-        else:
-            peers.append((peer_name(data, name), data))
-    if ours_data is None:
-        sys.exit("benchmarks_md: %s has no dispatch-bench JSON" % folder)
+        peers.append((peer_name(data, name), data))
     ours, order = index(ours_data)
     pname, pdata = peers[0] if peers else ("peer", None)
     peer = index(pdata) if pdata else None
@@ -327,17 +324,15 @@ def update(page, results, check=False):
         sys.exit("benchmarks_md: %s needs one line %s and, after it, one %s" % (page, BEGIN, END))
     folders = [os.path.join(results, d) for d in sorted(os.listdir(results))
                if os.path.isfile(os.path.join(results, d, "ours.json"))]
-    kind = {f: load(os.path.join(f, "ours.json")).get("device", {}).get("kind") for f in folders}
-    date = {f: load(os.path.join(f, "ours.json")).get("date", "") for f in folders}
-    folders.sort(key=lambda f: date[f], reverse=True)
-    folders.sort(key=lambda f: kind[f] != "gpu")  # GPUs first, each group newest first
-    # per-case tables for the newest GPU run only: the others get their summaries
-    gpus = [f for f in folders if kind[f] == "gpu"]
-    newest = max(gpus, key=lambda f: date[f]) if gpus else None
+    ours = {f: load(os.path.join(f, "ours.json")) for f in folders}
+    gpu = {f: ours[f].get("device", {}).get("kind") == "gpu" for f in folders}
+    folders.sort(key=lambda f: ours[f].get("date", ""), reverse=True)
+    folders.sort(key=lambda f: not gpu[f])  # GPUs first, each group newest first
     body = []
     for f in folders:
+        # per-case tables for the newest GPU run only: the others get their summaries
         body += [""] + run_section(os.path.abspath(f), os.path.dirname(os.path.abspath(page)),
-                                   tables=f == newest)
+                                   ours[f], tables=gpu[f] and f == folders[0])
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
     new = head + BEGIN + "\n" + "\n".join(body) + "\n\n" + END + tail

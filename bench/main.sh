@@ -9,20 +9,20 @@
 #   sh bench/main.sh [RESULTS_DIR]   (default: results/<date> in the repository; a relative
 #                                     folder is taken from the directory the command runs in)
 #
-# Environment: SUITES (default "seed,train,gemm,backward,step"), BENCH_ARGS (extra dispatch-bench
-# options), AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and BENCH_TIME (seconds the
-# tuner and the benchmark may take, default 220 and 240), PEER_TIME (each peer, default 60; the
-# budgets add up to under 10 minutes), PEERS (default "numpy torch"), PYTHON
-# (default /usr/bin/python3, which sees Debian's python3-numpy), BUILD (default
-# build-release), HD_TUNE_CACHE (the cache to tune, default the one programs read:
-# $XDG_CACHE_HOME/hd-dispatch/tune.txt, else ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1,
-# SKIP_BUILD=1 (use BUILD as it is, e.g. one built on another machine of the same
-# architecture), LLAMA=0 (skip the Llama trainer's step against PEFT), LLAMA_CONFIG (its
-# model: 8b2, the default, or small), STAGES (the stages to run, default
-# "tune bench peers llama": a machine that limits a command's time runs them in two commands
-# into one RESULTS_DIR, the tuning cache kept between them), SHAPES (a shapes file, as dispatch-autotune --shapes reads it: its cases are
-# tuned too, within SHAPES_TUNE_TIME seconds, default 60, and timed by the benchmark and the
-# peers as the suite "file").
+# Environment: SUITES (default "seed,train,gemm,backward,step"), BENCH_ARGS (extra
+# dispatch-bench options), AUTOTUNE_ARGS (extra dispatch-autotune options), TUNE_TIME and
+# BENCH_TIME (seconds the tuner and the benchmark may take, default 220 and 240), PEER_TIME
+# (each peer, default 60; these budgets add up to under 10 minutes, the llama stage and the
+# plots come on top), PEERS (default "numpy torch"), PYTHON (default /usr/bin/python3, which
+# sees Debian's python3-numpy), BUILD (default build-release), HD_TUNE_CACHE (the cache to
+# tune, default the one programs read: $XDG_CACHE_HOME/hd-dispatch/tune.txt, else
+# ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1, SKIP_BUILD=1 (use BUILD as it is, e.g. one built
+# on another machine of the same architecture), LLAMA=0 (skip the Llama trainer's step against
+# PEFT), LLAMA_CONFIG (its model: 8b2, the default, or small), STAGES (the stages to run,
+# default "tune bench peers llama": a machine that limits a command's time runs them in two
+# commands into one RESULTS_DIR, the tuning cache kept between them), SHAPES (a shapes file, as
+# dispatch-autotune --shapes reads it: its cases are tuned too, within SHAPES_TUNE_TIME
+# seconds, default 60, and timed by the benchmark and the peers as the suite "file").
 set -eu
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
