@@ -15,14 +15,6 @@
  * its sums (128 doubles) stay in the first-level cache. */
 #define COLUMN_BLOCK 128
 
-static double lanes_total(const double *part)
-{
-    double total = 0.0;
-    for (size_t l = 0; l < HD_CPU_LANES; l++)
-        total += part[l];
-    return total;
-}
-
 static hd_cpu_pool *pool_for(hd_cpu_pool *pool, size_t rows, size_t cols)
 {
     return rows > 1 && rows * cols >= HD_CPU_PARALLEL_ELEMENTS ? pool : NULL;
@@ -44,7 +36,7 @@ HD_CPU_VECTOR_CLONES static void add_rms_norm_row(const float *x, const float *r
     for (; j < n; j++)
         part[0] += (double)h[j] * h[j];
     /* 1/rms in double: near FLT_MAX it is about 1e-38, which float holds to a few bits */
-    double rrms = 1.0 / sqrt(lanes_total(part) / (double)n + (double)eps);
+    double rrms = 1.0 / sqrt(hd__cpu_lanes_total(part) / (double)n + (double)eps);
 #pragma omp simd /* y aliases nothing */
     for (j = 0; j < n; j++)
         y[j] = (float)(h[j] * rrms) * w[j];
@@ -89,9 +81,9 @@ HD_CPU_VECTOR_CLONES static void backward_stats_row(const float *h, const float 
         sq[0] += (double)h[j] * h[j];
         gh[0] += (double)w[j] * dy[j] * h[j];
     }
-    double r = 1.0 / sqrt(lanes_total(sq) / (double)n + (double)eps);
+    double r = 1.0 / sqrt(hd__cpu_lanes_total(sq) / (double)n + (double)eps);
     *rstd = r;
-    *sgx = lanes_total(gh) / (double)n * r * r;
+    *sgx = hd__cpu_lanes_total(gh) / (double)n * r * r;
 }
 
 /* dh = rstd * (w*dy - h*sgx) + dres over the row; dh may be dy or dres. */

@@ -13,25 +13,6 @@
 #include "backends/cpu/step.h"
 #include "backends/cpu/vector.h"
 
-/* The row's maximum, at least -FLT_MAX: a row of -inf then gives exp(-inf) = 0 for every
- * element, never exp(-inf + inf) (its sum is 0 and its lse -inf, as PyTorch's logsumexp). A
- * NaN is passed over here and caught by the sum. */
-static inline float row_max(const float *x, size_t n)
-{
-    float max[HD_CPU_LANES];
-    for (size_t l = 0; l < HD_CPU_LANES; l++)
-        max[l] = -FLT_MAX;
-    size_t j = 0;
-    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
-        for (size_t l = 0; l < HD_CPU_LANES; l++)
-            max[l] = x[j + l] > max[l] ? x[j + l] : max[l];
-    for (; j < n; j++)
-        max[0] = x[j] > max[0] ? x[j] : max[0];
-    for (size_t l = 1; l < HD_CPU_LANES; l++)
-        max[0] = max[l] > max[0] ? max[l] : max[0];
-    return max[0];
-}
-
 /* The sum of exp(x - max), in double; NaN where a logit is NaN or +inf. */
 static inline double row_exp_sum(const float *x, float max, size_t n)
 {
@@ -82,7 +63,10 @@ HD_CPU_VECTOR_CLONES static void ce_row(const ce_job *c, size_t i)
             memset(dx, 0, n * sizeof *dx);
         return;
     }
-    float max = row_max(x, n);
+    /* at least -FLT_MAX: a row of -inf then gives exp(-inf) = 0 for every element, never
+     * exp(-inf + inf) (its sum is 0 and its lse -inf, as PyTorch's logsumexp); a NaN is passed
+     * over here and caught by the sum */
+    float max = hd__cpu_row_max(x, n, -FLT_MAX);
     double sum = row_exp_sum(x, max, n), log_sum = log(sum);
     if (c->lse != NULL)
         c->lse[i] = (float)((double)max + log_sum);

@@ -17,31 +17,6 @@
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/vector.h"
 
-/* The row's maximum; NaN if x[0] is NaN, and a NaN elsewhere is passed over. */
-static float row_max(const float *x, size_t n)
-{
-    float max[HD_CPU_LANES];
-    for (size_t l = 0; l < HD_CPU_LANES; l++)
-        max[l] = x[0];
-    size_t j = 0;
-    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
-        for (size_t l = 0; l < HD_CPU_LANES; l++)
-            max[l] = x[j + l] > max[l] ? x[j + l] : max[l];
-    for (; j < n; j++)
-        max[0] = x[j] > max[0] ? x[j] : max[0];
-    for (size_t l = 1; l < HD_CPU_LANES; l++)
-        max[0] = max[l] > max[0] ? max[l] : max[0];
-    return max[0];
-}
-
-static double lanes_total(const double *part)
-{
-    double total = 0.0;
-    for (size_t l = 0; l < HD_CPU_LANES; l++)
-        total += part[l];
-    return total;
-}
-
 /* The sum of x, in double. */
 static double row_sum(const float *x, size_t n)
 {
@@ -52,14 +27,14 @@ static double row_sum(const float *x, size_t n)
             part[l] += x[j + l];
     for (; j < n; j++)
         part[0] += x[j];
-    return lanes_total(part);
+    return hd__cpu_lanes_total(part);
 }
 
 /* Four plain loops: the maximum, e^(x - max) into y, the sum of y, the scaling; a row that
  * fits the first-level cache is read from there after the first. y may be x. */
 HD_CPU_VECTOR_CLONES static void softmax_row(const float *x, float *y, size_t n)
 {
-    float max = row_max(x, n);
+    float max = hd__cpu_row_max(x, n, x[0]); /* NaN if x[0] is; a later NaN is passed over */
     /* +inf (inf - inf), a row of -inf, or NaN first: the reference's row is NaN */
     if (!isfinite(max)) {
         for (size_t j = 0; j < n; j++)
@@ -88,7 +63,7 @@ static double row_squares(const float *x, double mean, size_t n)
         double d = x[j] - mean;
         part[0] += d * d;
     }
-    return lanes_total(part);
+    return hd__cpu_lanes_total(part);
 }
 
 HD_CPU_VECTOR_CLONES static void layer_norm_row(const float *x, const float *gamma,

@@ -26,14 +26,6 @@
  * read as one stretch, and its sums (two of 128 doubles) stay in the first-level cache. */
 #define COLUMN_BLOCK 128
 
-static double lanes_total(const double *part)
-{
-    double total = 0.0;
-    for (size_t l = 0; l < HD_CPU_LANES; l++)
-        total += part[l];
-    return total;
-}
-
 /* The sum of a[j] * b[j], in double. */
 static double row_dot(const float *a, const float *b, size_t n)
 {
@@ -44,7 +36,7 @@ static double row_dot(const float *a, const float *b, size_t n)
             part[l] += (double)a[j + l] * b[j + l];
     for (; j < n; j++)
         part[0] += (double)a[j] * b[j];
-    return lanes_total(part);
+    return hd__cpu_lanes_total(part);
 }
 
 /* The pool when the call is large enough to pay for waking it, else NULL (the caller alone). */
@@ -91,7 +83,7 @@ HD_CPU_VECTOR_CLONES static void norm_stats_row(const float *x, size_t n, float 
             sum[l] += x[j + l];
     for (; center && j < n; j++)
         sum[0] += x[j];
-    double m = center ? lanes_total(sum) / (double)n : 0.0;
+    double m = center ? hd__cpu_lanes_total(sum) / (double)n : 0.0;
     for (j = 0; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
         for (size_t l = 0; l < HD_CPU_LANES; l++) {
             double d = (double)x[j + l] - m;
@@ -100,7 +92,7 @@ HD_CPU_VECTOR_CLONES static void norm_stats_row(const float *x, size_t n, float 
     for (; j < n; j++)
         sq[0] += ((double)x[j] - m) * ((double)x[j] - m);
     *mean = m;
-    *rstd = 1.0 / sqrt(lanes_total(sq) / (double)n + (double)eps);
+    *rstd = 1.0 / sqrt(hd__cpu_lanes_total(sq) / (double)n + (double)eps);
 }
 
 /* dgamma[j] = sum_i dy[i][j] * xhat[i][j] and dbeta[j] = sum_i dy[i][j], for the columns of
@@ -146,8 +138,8 @@ HD_CPU_VECTOR_CLONES static void norm_backward_row(const float *x, const float *
         sum_g[0] += g;
         sum_gx[0] += g * (((double)x[j] - mean) * rstd);
     }
-    double mean_g = center ? lanes_total(sum_g) / (double)n : 0.0;
-    double mean_gx = lanes_total(sum_gx) / (double)n;
+    double mean_g = center ? hd__cpu_lanes_total(sum_g) / (double)n : 0.0;
+    double mean_gx = hd__cpu_lanes_total(sum_gx) / (double)n;
     for (j = 0; j < n; j++) {
         double xhat = ((double)x[j] - mean) * rstd;
         dx[j] = (float)(rstd * ((double)gamma[j] * dy[j] - mean_g - xhat * mean_gx));

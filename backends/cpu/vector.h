@@ -6,6 +6,7 @@
 #ifndef HD_BACKENDS_CPU_VECTOR_H
 #define HD_BACKENDS_CPU_VECTOR_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -16,6 +17,33 @@
  * combined at the end, so the order of additions is the same on every machine and no chain of
  * dependent adds is waited on. */
 #define HD_CPU_LANES 8
+
+/* The sum of a row's HD_CPU_LANES partial sums, in lane order. */
+static inline double hd__cpu_lanes_total(const double *part)
+{
+    double total = 0.0;
+    for (size_t l = 0; l < HD_CPU_LANES; l++)
+        total += part[l];
+    return total;
+}
+
+/* The largest of start and x[0 .. n-1] over HD_CPU_LANES lanes; a NaN in x is passed over (and
+ * a NaN start stays). */
+static inline float hd__cpu_row_max(const float *x, size_t n, float start)
+{
+    float max[HD_CPU_LANES];
+    for (size_t l = 0; l < HD_CPU_LANES; l++)
+        max[l] = start;
+    size_t j = 0;
+    for (; j + HD_CPU_LANES <= n; j += HD_CPU_LANES)
+        for (size_t l = 0; l < HD_CPU_LANES; l++)
+            max[l] = x[j + l] > max[l] ? x[j + l] : max[l];
+    for (; j < n; j++)
+        max[0] = x[j] > max[0] ? x[j] : max[0];
+    for (size_t l = 1; l < HD_CPU_LANES; l++)
+        max[0] = max[l] > max[0] ? max[l] : max[0];
+    return max[0];
+}
 
 /* e^d for d in [-inf, 0], within 2 ulp (libm's expf is a call per element, which keeps the
  * loop around it scalar). d = n*ln2 + r with |r| <= ln2/2; e^r from its degree-7 Taylor
