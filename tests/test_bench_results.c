@@ -3,7 +3,6 @@
  * member names; every field of schema hd-bench/1 (bench/SCHEMA.md) checked, the first failure
  * named with its record. tests/bench_readers.py feeds the same hostile files to the tool and to
  * bench/check_results.py and checks that both say the same. */
-#define _DEFAULT_SOURCE /* mkdtemp */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +24,13 @@ static char dir[64];
 static int make_dir(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/hd-bench-results-test-XXXXXX");
-    return mkdtemp(dir) == NULL ? -1 : 0;
+    return hd_test_tmpdir_create("bench-results", dir, sizeof dir);
 }
 
 static int remove_dir(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return hd_test_tmpdir_remove(dir);
 }
 
 static void expect_load_fails(const char *path, const char *needle)

@@ -2,7 +2,6 @@
  * every float type and odd shape, the element conversions, the atomic writer, and hostile
  * files (cut short, lying lengths, shapes that disagree with the data, unknown types,
  * duplicate names, a 100 MB header, a FIFO), each refused with its message and no crash. */
-#define _DEFAULT_SOURCE /* mkdtemp */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -22,16 +21,13 @@ static char tmpdir[256];
 static int make_tmpdir(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hd-st-test-XXXXXX");
-    return mkdtemp(tmpdir) == NULL ? -1 : 0;
+    return hd_test_tmpdir_create("st", tmpdir, sizeof tmpdir);
 }
 
 static int remove_tmpdir(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return hd_test_tmpdir_remove(tmpdir);
 }
 
 static const char *tmp_path(const char *name)
@@ -41,14 +37,6 @@ static const char *tmp_path(const char *name)
     char *p = buf[next++ % 4];
     snprintf(p, sizeof buf[0], "%s/%s", tmpdir, name);
     return p;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
 }
 
 static void *read_bytes(const char *path, size_t *n)
@@ -526,7 +514,7 @@ static void expect_refused_image(const char *what, const void *image, size_t siz
                                  const char *part)
 {
     const char *path = tmp_path("hostile.safetensors");
-    write_bytes(path, image, size);
+    hd_test_write_file(path, image, size);
     for (int memory = 0; memory < 2; memory++) {
         char msg[512] = "untouched";
         hd_st_file *f = (hd_st_file *)&f;

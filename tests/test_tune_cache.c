@@ -1,7 +1,6 @@
 /* The tuning cache file: parser, writer, merge under concurrent writers, and how a context
  * treats matching, foreign and damaged files. */
-#define _DEFAULT_SOURCE     /* mkdtemp */
-#define _XOPEN_SOURCE   700 /* utimensat, symlink */
+#define _XOPEN_SOURCE 700 /* utimensat, symlink */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,16 +32,13 @@ static char tmpdir[256];
 static int make_tmpdir(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hd-tune-test-XXXXXX");
-    return mkdtemp(tmpdir) == NULL ? -1 : 0;
+    return hd_test_tmpdir_create("tune", tmpdir, sizeof tmpdir);
 }
 
 static int remove_tmpdir(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return hd_test_tmpdir_remove(tmpdir);
 }
 
 static void tmp_path(char *buf, size_t size, const char *name)
@@ -305,7 +301,8 @@ static void test_cache_save_merges_with_records_on_disk(void **state)
     hd__tune_file_init(&back);
     assert_int_equal(hd__tune_load(path, &back, msg, sizeof msg), HD_OK);
     assert_int_equal(back.count, 3);
-    assert_int_equal(hd__tune_find(&back, HD_OP_SOFTMAX, &r2.shape, HD_PRECISION_FP32)->backend, HD_BACKEND_FUSED);
+    assert_int_equal(hd__tune_find(&back, HD_OP_SOFTMAX, &r2.shape, HD_PRECISION_FP32)->backend,
+                     HD_BACKEND_FUSED);
     assert_non_null(hd__tune_find(&back, HD_OP_SOFTMAX, &r1.shape, HD_PRECISION_FP32));
     assert_non_null(hd__tune_find(&back, HD_OP_LAYER_NORM, &r3.shape, HD_PRECISION_FP32));
     assert_true(back.cal.launch_us == 5.0 && back.cal.host_gbps == 12.0);
@@ -437,8 +434,8 @@ static void test_cache_preferred_winner_is_kept_against_a_faster_runner_up(void 
     hd_tune_file f;
     file_for(probe, &f);
     hd_context_destroy(probe);
-    hd_tune_record r = record(HD_OP_SOFTMAX, 6, 10, 0, 0, fused ? HD_BACKEND_FUSED : HD_BACKEND_CPU,
-                              100.0);
+    hd_tune_record r =
+        record(HD_OP_SOFTMAX, 6, 10, 0, 0, fused ? HD_BACKEND_FUSED : HD_BACKEND_CPU, 100.0);
     r.runner_up = fused ? HD_BACKEND_CPU : HD_BACKEND_AUTO;
     r.margin_pct = fused ? -3.0 : 0.0;
     assert_int_equal(hd__tune_put(&f, &r), HD_OK);
@@ -590,14 +587,6 @@ static char *read_text(const char *path)
     return read_bytes(path, NULL);
 }
 
-static void write_bytes(const char *path, const char *bytes, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(bytes, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
 /* Lines of text that start with prefix, each checked to be no longer than the reader takes. */
 static size_t lines_starting(const char *text, const char *prefix)
 {
@@ -635,7 +624,7 @@ static void expect_save_keeps_every_line(const char *path, const hd_tune_file *f
     tmp_path(copy, sizeof copy, "round-trip-copy.txt");
     size_t len;
     char *bytes = read_bytes(path, &len);
-    write_bytes(copy, bytes, len);
+    hd_test_write_file(copy, bytes, len);
     free(bytes);
     hd_tune_file empty, back;
     hd__tune_file_init(&empty);
@@ -1008,7 +997,7 @@ static void test_cache_save_keeps_lines_it_cannot_read_as_comments(void **state)
     len += (size_t)snprintf(text + len, sizeof text - len,
                             "\" 3 - -\nlayer_norm 64 1\r0 cpu - 7.1 - -\n"
                             "layer_norm 3 3 cpu - 7.1 - -");
-    write_bytes(path, text, len);
+    hd_test_write_file(path, text, len);
 
     hd_tune_file f;
     made_up_file(&f);
@@ -1163,8 +1152,8 @@ static void test_cache_key_with_a_non_ascii_byte_matches_its_own_file(void **sta
 /* Sets LC_NUMERIC to an installed locale whose decimal point is a comma; false where none is. */
 static bool set_comma_decimal_locale(void)
 {
-    static const char *const names[] = {"de_DE.UTF-8", "de_DE.utf8", "de_DE", "fr_FR.UTF-8",
-                                        "fr_FR.utf8", "fr_FR", "nl_NL.UTF-8", "ru_RU.UTF-8"};
+    static const char *const names[] = {"de_DE.UTF-8", "de_DE.utf8", "de_DE",       "fr_FR.UTF-8",
+                                        "fr_FR.utf8",  "fr_FR",      "nl_NL.UTF-8", "ru_RU.UTF-8"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (setlocale(LC_NUMERIC, names[i]) != NULL &&
             strcmp(localeconv()->decimal_point, ",") == 0)

@@ -386,11 +386,32 @@ void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const cha
                  hd_context_last_error(ctx));
 }
 
+int hd_test_tmpdir_create(const char *name, char *dir, size_t size)
+{
+    int len = snprintf(dir, size, "/tmp/hd-%s-test-XXXXXX", name);
+    return len < 0 || (size_t)len >= size || mkdtemp(dir) == NULL ? -1 : 0;
+}
+
+int hd_test_tmpdir_remove(const char *dir)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+void hd_test_write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        fail_msg("cannot create %s", path);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
 int hd_test_cache_dir_create(const char *suite, char *path, size_t size)
 {
     char dir[128];
-    snprintf(dir, sizeof dir, "/tmp/hd-%s-test-XXXXXX", suite);
-    if (mkdtemp(dir) == NULL)
+    if (hd_test_tmpdir_create(suite, dir, sizeof dir) != 0)
         return -1;
     snprintf(path, size, "%s/tune.txt", dir);
     return 0;

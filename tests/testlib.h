@@ -149,6 +149,14 @@ hd_test_lora_shape hd_test_random_lora_shape(hd_rng *rng);
  * parts (short rows, one work-group's worth, several, and rows past a work-group's registers). */
 hd_test_matrix_shape hd_test_random_row_shape(hd_rng *rng);
 
+/* A fresh temporary directory /tmp/hd-NAME-test-XXXXXX, its path into dir (size bytes).
+ * Returns 0, or -1 when it cannot be made (a cmocka setup's failure). */
+int hd_test_tmpdir_create(const char *name, char *dir, size_t size);
+/* Removes dir and everything in it; 0 or -1. */
+int hd_test_tmpdir_remove(const char *dir);
+/* Writes the n bytes at p to the file at path, failing the test where it cannot. */
+void hd_test_write_file(const char *path, const void *p, size_t n);
+
 /* A fresh temporary directory for a suite's tuning cache: path becomes DIR/tune.txt. Returns
  * 0, or -1 when the directory cannot be made (a cmocka setup's failure). */
 int hd_test_cache_dir_create(const char *suite, char *path, size_t size);
