@@ -48,12 +48,12 @@ typedef enum hd_part {
     HD_PART_EPILOGUE,
 } hd_part;
 
-struct hd_cl_runtime;    /* the device runtime the device backends share (backends/opencl) */
+struct hd_runtime;       /* the device runtime the device backends share (backends/runtime) */
 struct hd_device_buffer; /* a tensor's storage at the device place */
 
 /* What a backend's probe gets of the context, once: the device runtime, the thread count. */
 typedef struct hd_backend_setup {
-    struct hd_cl_runtime *device; /* the device runtime the device backends share; NULL: none */
+    struct hd_runtime *device;    /* the device runtime the device backends share; NULL: none */
     size_t cpu_threads;           /* CPU threads asked for; 0: the default */
 } hd_backend_setup;
 
@@ -150,33 +150,37 @@ typedef struct hd_backend_impl {
  * buffers and copies, and waiting. dispatch/ reaches the device only through these hooks
  * (ggml's buffer type is the model), so it includes nothing of backends/opencl/. */
 typedef struct hd_device_ops {
-    /* Opens the device spec names (NULL: the default one). HD_ERR_BACKEND_UNAVAILABLE, with a
-     * message, when spec is NULL and there is none. */
-    hd_status (*open)(hd_context *ctx, const char *spec, struct hd_cl_runtime **out);
-    void (*close)(struct hd_cl_runtime *rt); /* waits for the queue */
-    const char *(*name)(const struct hd_cl_runtime *rt);
-    hd_status (*finish)(struct hd_cl_runtime *rt, hd_context *ctx); /* waits; late errors */
-    hd_status (*acquire)(struct hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
+    /* Opens the device spec names (NULL: the default one) on the runtime choice names
+     * ("auto", "opencl", "cuda"; NULL: $HD_RUNTIME, else auto; fail_probe: fault injection,
+     * backends/runtime/runtime.h). HD_ERR_BACKEND_UNAVAILABLE, with a message, when spec is
+     * NULL and there is none. */
+    hd_status (*open)(hd_context *ctx, const char *spec, const char *choice, bool fail_probe,
+                      struct hd_runtime **out);
+    void (*close)(struct hd_runtime *rt); /* waits for the queue */
+    const char *(*name)(const struct hd_runtime *rt);
+    const char *(*runtime)(const struct hd_runtime *rt); /* "opencl" or "cuda" */
+    hd_status (*finish)(struct hd_runtime *rt, hd_context *ctx); /* waits; late errors */
+    hd_status (*acquire)(struct hd_runtime *rt, hd_context *ctx, size_t bytes,
                          struct hd_device_buffer **out);
-    void (*release)(struct hd_cl_runtime *rt, struct hd_device_buffer *buf);
-    hd_status (*upload)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+    void (*release)(struct hd_runtime *rt, struct hd_device_buffer *buf);
+    hd_status (*upload)(struct hd_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                         const void *src, size_t bytes); /* returns once src may be reused */
-    hd_status (*download)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+    hd_status (*download)(struct hd_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                           void *dst, size_t bytes); /* waits */
-    hd_status (*zero)(struct hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
+    hd_status (*zero)(struct hd_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                       size_t bytes);
     /* Host memory the copies above move at the link's full speed (pinned), contents
      * undefined; NULL where the device cannot give it. Freed before the device closes. */
-    void *(*host_alloc)(struct hd_cl_runtime *rt, size_t bytes);
-    void (*host_free)(struct hd_cl_runtime *rt, void *p);
+    void *(*host_alloc)(struct hd_runtime *rt, size_t bytes);
+    void (*host_free)(struct hd_runtime *rt, void *p);
 
     /* What the tools measure and record of the device (dispatch/device.h). */
-    bool (*is_gpu)(const struct hd_cl_runtime *rt);
-    const char *(*driver)(const struct hd_cl_runtime *rt);
-    const char *(*platform)(const struct hd_cl_runtime *rt);
+    bool (*is_gpu)(const struct hd_runtime *rt);
+    const char *(*driver)(const struct hd_runtime *rt);
+    const char *(*platform)(const struct hd_runtime *rt);
     /* Device time of what the backends queue between the two calls (waits). */
-    void (*capture_begin)(struct hd_cl_runtime *rt);
-    hd_status (*capture_end)(struct hd_cl_runtime *rt, hd_context *ctx, double *seconds);
+    void (*capture_begin)(struct hd_runtime *rt);
+    hd_status (*capture_end)(struct hd_runtime *rt, hd_context *ctx, double *seconds);
 } hd_device_ops;
 
 /* The version of CLBlast this build links, as the tuning cache's device key holds it:
@@ -191,18 +195,18 @@ const hd_device_ops *hd__registry_device(void);
 typedef struct hd_device_measure_ops {
     /* Device copy bandwidth (read plus written bytes per second) and the cost of an empty
      * launch in device and host time (both wait). */
-    hd_status (*copy_bandwidth)(struct hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
+    hd_status (*copy_bandwidth)(struct hd_runtime *rt, hd_context *ctx, size_t bytes,
                                 double *bytes_per_second);
-    hd_status (*launch_latency)(struct hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
+    hd_status (*launch_latency)(struct hd_runtime *rt, hd_context *ctx, double *device_seconds,
                                 double *host_seconds);
     /* The fastest of repeats uploads of bytes from src, each timed to completion (waits). */
-    hd_status (*upload_seconds)(struct hd_cl_runtime *rt, hd_context *ctx, const void *src,
+    hd_status (*upload_seconds)(struct hd_runtime *rt, hd_context *ctx, const void *src,
                                 size_t bytes, unsigned repeats, double *best_seconds);
     /* Worker threads that build programs the backends queue through their build_ahead hooks
      * (at most 4; idempotent), and the queued builds not yet started dropped (with wait, once
      * those under way have ended). */
-    hd_status (*build_ahead_start)(struct hd_cl_runtime *rt, hd_context *ctx, unsigned workers);
-    void (*build_ahead_cancel)(struct hd_cl_runtime *rt, bool wait);
+    hd_status (*build_ahead_start)(struct hd_runtime *rt, hd_context *ctx, unsigned workers);
+    void (*build_ahead_cancel)(struct hd_runtime *rt, bool wait);
 } hd_device_measure_ops;
 
 /* The measurement hooks of this build's device; NULL when built without one. */

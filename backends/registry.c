@@ -10,7 +10,7 @@
 #endif
 
 #ifdef HD_HAVE_OPENCL
-extern const hd_device_ops hd__opencl_device_ops; /* backends/opencl/device_ops.c */
+extern const hd_device_ops hd__runtime_device_ops; /* backends/runtime/device_ops.c */
 #endif
 
 static const hd_backend_impl *const backends[] = {
@@ -60,7 +60,7 @@ hd_backend hd__registry_last_resort(void)
 const hd_device_ops *hd__registry_device(void)
 {
 #ifdef HD_HAVE_OPENCL
-    return &hd__opencl_device_ops;
+    return &hd__runtime_device_ops;
 #else
     return NULL;
 #endif

@@ -5,13 +5,13 @@
 #include "backends/backend.h"
 
 #ifdef HD_HAVE_OPENCL
-extern const hd_device_measure_ops hd__opencl_measure_ops; /* backends/opencl/measure.c */
+extern const hd_device_measure_ops hd__runtime_measure_ops; /* backends/runtime/measure.c */
 #endif
 
 const hd_device_measure_ops *hd__registry_device_measure(void)
 {
 #ifdef HD_HAVE_OPENCL
-    return &hd__opencl_measure_ops;
+    return &hd__runtime_measure_ops;
 #else
     return NULL;
 #endif

@@ -131,8 +131,12 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
     if (dev == NULL || opt->disable_opencl || env_off)
         return HD_OK;
     const char *spec = nonempty(opt->device) ? opt->device : nonempty(getenv("HD_DEVICE"));
-    hd_status s =
-        hd__fault(ctx, HD_BACKEND_AUTO, "open") ? HD_ERR_DEVICE : dev->open(ctx, spec, &ctx->cl);
+    const char *runtime = nonempty(opt->runtime);
+    bool fail_probe = hd__fault(ctx, HD_BACKEND_AUTO, "cuda-probe");
+    hd__error_clear(ctx);
+    hd_status s = hd__fault(ctx, HD_BACKEND_AUTO, "open")
+                      ? HD_ERR_DEVICE
+                      : dev->open(ctx, spec, runtime, fail_probe, &ctx->rt);
     if (s != HD_OK && s != HD_ERR_OUT_OF_MEMORY && spec == NULL) {
         /* no OpenCL here, or a device that cannot be used now (another process holds it in
          * exclusive mode, its driver fails): the CPU serves alone, which is worth a note, not
@@ -145,7 +149,7 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
         ctx->dev = dev;
     /* pinned host copies: on a GPU unless $HD_PINNED is off; elsewhere only when it is on */
     ctx->pinned_host = s == HD_OK && dev->host_alloc != NULL &&
-                       hd__env_bool(ctx, "HD_PINNED", dev->is_gpu(ctx->cl));
+                       hd__env_bool(ctx, "HD_PINNED", dev->is_gpu(ctx->rt));
     return s;
 }
 
@@ -240,7 +244,7 @@ void hd_context_destroy(hd_context *ctx)
     hd__plans_free(ctx);
     hd__backends_destroy(ctx);
     if (ctx->dev != NULL)
-        ctx->dev->close(ctx->cl);
+        ctx->dev->close(ctx->rt);
     free(ctx);
 }
 
@@ -257,7 +261,14 @@ int hd_context_cpu_threads(const hd_context *ctx)
 const char *hd_context_device_name(const hd_context *ctx)
 {
     if (ctx != NULL && ctx->dev != NULL)
-        return ctx->dev->name(ctx->cl);
+        return ctx->dev->name(ctx->rt);
+    return "none";
+}
+
+const char *hd_context_device_runtime(const hd_context *ctx)
+{
+    if (ctx != NULL && ctx->dev != NULL)
+        return ctx->dev->runtime(ctx->rt);
     return "none";
 }
 
@@ -358,6 +369,6 @@ hd_status hd_sync(hd_context *ctx)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(ctx);
     if (ctx->dev != NULL)
-        return ctx->dev->finish(ctx->cl, ctx);
+        return ctx->dev->finish(ctx->rt, ctx);
     return HD_OK;
 }

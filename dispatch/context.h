@@ -14,7 +14,7 @@
 #include "core/names.h"
 #include "dispatch/fault.h"
 
-struct hd_cl_runtime;
+struct hd_runtime;
 struct hd_tune_table;
 
 struct hd_context {
@@ -34,7 +34,7 @@ struct hd_context {
     struct hd_plan_memo *plans; /* memoized plans (dispatch/memo.h); NULL until first used */
     uint64_t plan_generation;   /* bumped by whatever can change a plan */
 
-    struct hd_cl_runtime *cl;        /* NULL: no OpenCL device */
+    struct hd_runtime *rt;           /* the device runtime; NULL: no device */
     const hd_device_ops *dev;        /* its hooks (backends/backend.h); NULL without one */
     bool pinned_host;                /* large tensors' host copies pinned ($HD_PINNED) */
     struct hd_tune_table *tune;      /* NULL: no tuning cache (dispatch/tuning.c) */

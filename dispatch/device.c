@@ -13,22 +13,22 @@ bool hd__device_present(const hd_context *ctx)
 
 bool hd__device_is_gpu(const hd_context *ctx)
 {
-    return hd__device_present(ctx) && ctx->dev->is_gpu(ctx->cl);
+    return hd__device_present(ctx) && ctx->dev->is_gpu(ctx->rt);
 }
 
 const char *hd__device_name(const hd_context *ctx)
 {
-    return hd__device_present(ctx) ? ctx->dev->name(ctx->cl) : "";
+    return hd__device_present(ctx) ? ctx->dev->name(ctx->rt) : "";
 }
 
 const char *hd__device_driver(const hd_context *ctx)
 {
-    return hd__device_present(ctx) ? ctx->dev->driver(ctx->cl) : "";
+    return hd__device_present(ctx) ? ctx->dev->driver(ctx->rt) : "";
 }
 
 const char *hd__device_platform(const hd_context *ctx)
 {
-    return hd__device_present(ctx) ? ctx->dev->platform(ctx->cl) : "";
+    return hd__device_present(ctx) ? ctx->dev->platform(ctx->rt) : "";
 }
 
 /* Host copies of at least this many bytes are pinned where the context says so: a copy to or
@@ -42,7 +42,7 @@ void *hd__host_alloc(const hd_context *ctx, size_t bytes, bool zeroed, bool *pin
 {
     *pinned = false;
     if (ctx->pinned_host && bytes >= HD_PINNED_MIN_BYTES) {
-        void *p = ctx->dev->host_alloc(ctx->cl, bytes);
+        void *p = ctx->dev->host_alloc(ctx->rt, bytes);
         if (p != NULL) {
             *pinned = true;
             return zeroed ? memset(p, 0, bytes) : p;
@@ -55,7 +55,7 @@ void *hd__host_alloc(const hd_context *ctx, size_t bytes, bool zeroed, bool *pin
 void hd__host_free(const hd_context *ctx, void *p, bool pinned)
 {
     if (pinned)
-        ctx->dev->host_free(ctx->cl, p);
+        ctx->dev->host_free(ctx->rt, p);
     else
         free(p);
 }
@@ -68,10 +68,10 @@ static hd_status no_device(hd_context *ctx)
 void hd__device_capture_begin(hd_context *ctx)
 {
     if (hd__device_present(ctx))
-        ctx->dev->capture_begin(ctx->cl);
+        ctx->dev->capture_begin(ctx->rt);
 }
 
 hd_status hd__device_capture_end(hd_context *ctx, double *seconds)
 {
-    return hd__device_present(ctx) ? ctx->dev->capture_end(ctx->cl, ctx, seconds) : no_device(ctx);
+    return hd__device_present(ctx) ? ctx->dev->capture_end(ctx->rt, ctx, seconds) : no_device(ctx);
 }

@@ -20,7 +20,7 @@ hd_status hd__device_copy_bandwidth(hd_context *ctx, size_t bytes, double *bytes
 {
     *bytes_per_second = 0.0;
     const hd_device_measure_ops *m = measure_ops(ctx);
-    return m != NULL ? m->copy_bandwidth(ctx->cl, ctx, bytes, bytes_per_second)
+    return m != NULL ? m->copy_bandwidth(ctx->rt, ctx, bytes, bytes_per_second)
                      : HD_ERR_BACKEND_UNAVAILABLE;
 }
 
@@ -28,7 +28,7 @@ hd_status hd__device_launch_latency(hd_context *ctx, double *device_seconds, dou
 {
     *device_seconds = *host_seconds = 0.0;
     const hd_device_measure_ops *m = measure_ops(ctx);
-    return m != NULL ? m->launch_latency(ctx->cl, ctx, device_seconds, host_seconds)
+    return m != NULL ? m->launch_latency(ctx->rt, ctx, device_seconds, host_seconds)
                      : HD_ERR_BACKEND_UNAVAILABLE;
 }
 
@@ -37,7 +37,7 @@ hd_status hd__device_upload_seconds(hd_context *ctx, const void *src, size_t byt
 {
     *best_seconds = 0.0;
     const hd_device_measure_ops *m = measure_ops(ctx);
-    return m != NULL ? m->upload_seconds(ctx->cl, ctx, src, bytes, repeats, best_seconds)
+    return m != NULL ? m->upload_seconds(ctx->rt, ctx, src, bytes, repeats, best_seconds)
                      : HD_ERR_BACKEND_UNAVAILABLE;
 }
 
@@ -46,12 +46,12 @@ hd_status hd__device_build_ahead_start(hd_context *ctx, unsigned workers)
     const hd_device_measure_ops *m = hd__registry_device_measure();
     if (!hd__device_present(ctx) || m == NULL || m->build_ahead_start == NULL)
         return HD_OK;
-    return m->build_ahead_start(ctx->cl, ctx, workers);
+    return m->build_ahead_start(ctx->rt, ctx, workers);
 }
 
 void hd__device_build_ahead_cancel(hd_context *ctx, bool wait)
 {
     const hd_device_measure_ops *m = hd__registry_device_measure();
     if (hd__device_present(ctx) && m != NULL && m->build_ahead_cancel != NULL)
-        m->build_ahead_cancel(ctx->cl, wait);
+        m->build_ahead_cancel(ctx->rt, wait);
 }

@@ -43,7 +43,7 @@ hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor 
 static void release_device(const hd_tensor *t)
 {
     if (t->state->device != NULL)
-        t->ctx->dev->release(t->ctx->cl, t->state->device);
+        t->ctx->dev->release(t->ctx->rt, t->state->device);
     t->state->device = NULL;
     t->state->device_valid = false;
 }
@@ -90,7 +90,7 @@ hd_status hd__tensor_reserve(const hd_tensor *t, hd_place place)
         return HD_OK;
     if (t->ctx->dev == NULL)
         return hd__error(t->ctx, HD_ERR_BACKEND_UNAVAILABLE, "the context has no device");
-    return t->ctx->dev->acquire(t->ctx->cl, t->ctx, tensor_bytes(t), &t->state->device);
+    return t->ctx->dev->acquire(t->ctx->rt, t->ctx, tensor_bytes(t), &t->state->device);
 }
 
 hd_status hd__tensor_to_host(const hd_tensor *t)
@@ -99,7 +99,7 @@ hd_status hd__tensor_to_host(const hd_tensor *t)
     if (s != HD_OK || t->state->host_valid)
         return s;
     if (t->state->device_valid) {
-        s = t->ctx->dev->download(t->ctx->cl, t->ctx, t->state->device, t->state->host,
+        s = t->ctx->dev->download(t->ctx->rt, t->ctx, t->state->device, t->state->host,
                                   tensor_bytes(t));
         if (s != HD_OK)
             return s;
@@ -118,12 +118,12 @@ hd_status hd__tensor_to_device(const hd_tensor *t)
     if (s != HD_OK)
         return s;
     if (t->state->host_valid) {
-        s = t->ctx->dev->upload(t->ctx->cl, t->ctx, t->state->device, t->state->host,
+        s = t->ctx->dev->upload(t->ctx->rt, t->ctx, t->state->device, t->state->host,
                                 tensor_bytes(t));
         if (s == HD_OK) /* the copy is paid: staying is counted afresh */
             t->state->stay_us = 0.0;
     } else {
-        s = t->ctx->dev->zero(t->ctx->cl, t->ctx, t->state->device, tensor_bytes(t));
+        s = t->ctx->dev->zero(t->ctx->rt, t->ctx, t->state->device, tensor_bytes(t));
     }
     if (s != HD_OK)
         return s;

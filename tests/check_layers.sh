@@ -4,8 +4,11 @@
 # calls:
 #   - core/ includes nothing of ours but core/ (and the public headers);
 #   - backends/ includes core/, backends/backend.h (the vtable), backends/reference.h (the
-#     float64 GEMM element) and the backend's own folder (a device backend also the OpenCL
-#     runtime, backends/opencl/runtime.h), never dispatch/, and reads no field of the context;
+#     float64 GEMM element) and the backend's own folder, never dispatch/, and reads no field
+#     of the context; the fused backend reaches the device through the runtime interface
+#     (backends/runtime/runtime.h) alone, CLBlast also through the OpenCL runtime; the
+#     interface's implementations (opencl/, cuda/) include it and its pool, the CUDA runtime
+#     also the OpenCL runtime (its compiler), the interface both implementations;
 #   - dispatch/ includes core/, backends/backend.h and its own headers: nothing of a backend's
 #     folder, the OpenCL runtime or autotune/;
 #   - the tools reach dispatch/ only through its tools' interface (dispatch/tools.h and the few
@@ -31,7 +34,7 @@ fail() {
 command -v nm > /dev/null || { echo "nm not found: skipped" >&2; exit 77; }
 [ -f "$lib" ] || { echo "no library at $lib" >&2; exit 1; }
 
-forbidden='hd__measure|hd__tune_choose|hd__tune_fastest|hd__tune_save|hd__tune_format|hd__calibrat|hd__ref_|hd__bench_|hd__fault|hd__registry_list|hd__registry_device_measure|hd__device_(copy_bandwidth|launch_latency|upload_seconds)|hd__cl_(copy_bandwidth|launch_latency|upload_seconds)|hd__opencl_measure_ops'
+forbidden='hd__measure|hd__tune_choose|hd__tune_fastest|hd__tune_save|hd__tune_format|hd__calibrat|hd__ref_|hd__bench_|hd__fault|hd__registry_list|hd__registry_device_measure|hd__device_(copy_bandwidth|launch_latency|upload_seconds)|hd__runtime_measure_ops'
 found=$(nm "$lib" | awk '{print $NF}' | grep -E "^($forbidden)" | sort -u)
 [ -z "$found" ] || fail "libdispatch holds tools' or test-only code: $(echo $found)"
 nm "$lib" | grep -q ' hd__call' || fail "nm shows no library symbols in $lib: check the test itself"
@@ -75,7 +78,13 @@ $bad"
 for dir in "$root"/backends/*/; do
     name=$(basename "$dir")
     allowed="core/[a-z_]+\.h|backends/(backend|reference)\.h|backends/$name/[a-z_]+\.h"
-    case $name in clblast | fused) allowed="$allowed|backends/opencl/runtime\.h" ;; esac
+    case $name in
+    fused) allowed="$allowed|backends/runtime/runtime\.h" ;;
+    clblast) allowed="$allowed|backends/(opencl|runtime)/runtime\.h" ;;
+    opencl) allowed="$allowed|backends/runtime/(runtime|pool)\.h" ;;
+    cuda) allowed="$allowed|backends/runtime/(runtime|pool)\.h|backends/opencl/runtime\.h" ;;
+    runtime) allowed="$allowed|backends/opencl/runtime\.h|backends/cuda/cuda\.h" ;;
+    esac
     bad=$(includes "$dir" | grep -vE "#include \"($allowed)\"")
     [ -z "$bad" ] || fail "backends/$name includes a header outside core/, backends/backend.h and its own folder:
 $bad"

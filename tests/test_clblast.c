@@ -573,7 +573,7 @@ static void test_clblast_last_context_releases_its_opencl_context(void **state)
     hd_rng rng = hd_test_rng(15);
     assert_int_equal(hd_context_set_backend(own, HD_OP_GEMM, HD_BACKEND_CLBLAST), HD_OK);
     check_gemm(own, &rng, true, false, 19, 23, 29, 1.0f, 0.0f, HD_BACKEND_CLBLAST);
-    cl_context cl = hd__cl_context(own->cl);
+    cl_context cl = hd__cl_context(hd__rt_opencl(own->rt));
     assert_int_equal(clRetainContext(cl), CL_SUCCESS);
     hd_context_destroy(own);
     /* PoCL's worker threads drop their references to finished commands (and through them to

@@ -202,7 +202,7 @@ static void test_pool_reuses_released_buffers(void **state)
     assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 1000, &a), HD_OK);
     assert_true(a->capacity >= 1000 && a->capacity <= 1280);
     assert_int_equal(a->bytes, 1000);
-    cl_mem mem = a->mem;
+    cl_mem mem = hd__cl_mem(a->mem);
     hd__cl_pool_counters(rt, &c0);
     assert_int_equal(c0.pooled_bytes, 0);
     hd__cl_buffer_release(rt, a);
@@ -212,7 +212,7 @@ static void test_pool_reuses_released_buffers(void **state)
     /* The same size class: the same memory, no new allocation. */
     assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 990, &b), HD_OK);
     hd__cl_pool_counters(rt, &c1);
-    assert_ptr_equal(b->mem, mem);
+    assert_ptr_equal(hd__cl_mem(b->mem), mem);
     assert_int_equal(b->bytes, 990);
     assert_int_equal(c1.allocations, c0.allocations);
     assert_int_equal(c1.reuses, c0.reuses + 1);
@@ -221,7 +221,7 @@ static void test_pool_reuses_released_buffers(void **state)
     /* Another class while b is held: a new allocation. */
     assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 5000, &c), HD_OK);
     hd__cl_pool_counters(rt, &c1);
-    assert_ptr_not_equal(c->mem, mem);
+    assert_ptr_not_equal(hd__cl_mem(c->mem), mem);
     assert_int_equal(c1.allocations, c0.allocations + 1);
 
     /* Empty requests get a real buffer too. */
@@ -336,7 +336,7 @@ static void test_upload_download_round_trips_odd_sizes(void **state)
 
         /* Zeroing a prefix of odd length leaves the rest. */
         size_t z = n / 2 + 1;
-        assert_int_equal(hd__cl_zero(rt, ctx, buf, z), HD_OK);
+        assert_int_equal(hd__cl_zero(rt, ctx, hd__cl_mem(buf->mem), z), HD_OK);
         assert_int_equal(hd__cl_download(rt, ctx, buf, dst, n), HD_OK);
         for (size_t j = 0; j < z; j++)
             assert_int_equal(dst[j], 0);
@@ -382,9 +382,11 @@ static void test_uploads_queue_many_then_read_in_order(void **state)
 static void test_tensor_migrates_host_device_cpu_and_back(void **state)
 {
     (void)state;
+    setenv("HD_RUNTIME", "opencl", 1); /* this test reads the OpenCL runtime's pool */
     hd_context *ctx = hd_test_context(false);
-    assert_non_null(ctx->cl);
-    hd_cl_runtime *rt = ctx->cl;
+    unsetenv("HD_RUNTIME");
+    assert_non_null(hd__rt_opencl(ctx->rt));
+    hd_cl_runtime *rt = hd__rt_opencl(ctx->rt);
     enum { ROWS = 7, COLS = 13, N = ROWS * COLS };
     hd_rng rng = hd_test_rng(23);
     float x[N], got[N];
@@ -841,7 +843,7 @@ static void test_capture_times_enqueued_commands(void **state)
     enum { N = 4096 };
     struct hd_device_buffer *buf;
     assert_int_equal(hd__cl_buffer_acquire(rt, ctx, N * sizeof(float), &buf), HD_OK);
-    assert_int_equal(hd__cl_zero(rt, ctx, buf, N * sizeof(float)), HD_OK);
+    assert_int_equal(hd__cl_zero(rt, ctx, hd__cl_mem(buf->mem), N * sizeof(float)), HD_OK);
     enqueue_double(rt, ctx, double_source, buf, N, NULL); /* built before timing */
 
     assert_null(hd__cl_event_slot(rt));
@@ -867,23 +869,24 @@ static void test_capture_times_enqueued_commands(void **state)
     hd_context_destroy(ctx);
 }
 
+/* The calibration measurements, on whichever runtime the device runs. */
 static void test_calibration_timings_are_positive(void **state)
 {
     (void)state;
-    hd_context *ctx = message_context();
-    hd_cl_runtime *rt = open_runtime(ctx, NULL);
+    hd_context *ctx = hd_test_context(false);
+    const hd_device_measure_ops *m = hd__registry_device_measure();
+    assert_non_null(m);
     double bw = 0.0, dev = 0.0, host = 0.0;
-    assert_int_equal(hd__cl_copy_bandwidth(rt, ctx, (size_t)1 << 20, &bw), HD_OK);
+    assert_int_equal(m->copy_bandwidth(ctx->rt, ctx, (size_t)1 << 20, &bw), HD_OK);
     assert_true(bw > 1e6);
     double none = 1.0;
-    assert_int_equal(hd__cl_copy_bandwidth(rt, ctx, 0, &none), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(m->copy_bandwidth(ctx->rt, ctx, 0, &none), HD_ERR_INVALID_ARGUMENT);
     assert_true(none == 0.0);
-    assert_int_equal(hd__cl_launch_latency(rt, ctx, &dev, &host), HD_OK);
+    assert_int_equal(m->launch_latency(ctx->rt, ctx, &dev, &host), HD_OK);
     assert_true(dev >= 0.0 && dev < 1.0);
     assert_true(host > 0.0 && host < 1.0);
-    print_message("copy %.3f GB/s, empty launch %.1f us device, %.1f us host\n", bw * 1e-9,
-                  dev * 1e6, host * 1e6);
-    hd__cl_runtime_destroy(rt);
+    print_message("%s: copy %.3f GB/s, empty launch %.1f us device, %.1f us host\n",
+                  hd_context_device_runtime(ctx), bw * 1e-9, dev * 1e6, host * 1e6);
     hd_context_destroy(ctx);
 }
 
@@ -898,7 +901,7 @@ static void test_disable_opencl_environment_gives_cpu_only(void **state)
     assert_int_equal(hd_context_create(&ctx, NULL), HD_OK);
     unsetenv("HD_DISABLE_OPENCL");
     unsetenv("HD_DEVICE");
-    assert_null(ctx->cl);
+    assert_null(ctx->rt);
     assert_string_equal(hd_context_device_name(ctx), "none");
     assert_true(hd_context_has_backend(ctx, HD_BACKEND_CPU));
     assert_false(hd_context_has_backend(ctx, HD_BACKEND_FUSED));
@@ -912,7 +915,7 @@ static int no_platform_child(void)
     hd_context *ctx = NULL;
     if (hd_context_create(&ctx, NULL) != HD_OK)
         return 1;
-    if (ctx->cl != NULL || strcmp(hd_context_device_name(ctx), "none") != 0)
+    if (ctx->rt != NULL || strcmp(hd_context_device_name(ctx), "none") != 0)
         return 2;
     if (!hd_context_has_backend(ctx, HD_BACKEND_CPU) ||
         hd_context_has_backend(ctx, HD_BACKEND_FUSED))

@@ -1087,13 +1087,13 @@ static void test_cache_save_keeps_a_file_it_cannot_read(void **state)
     hd__tune_file_free(&f);
 }
 
-static const char *mali_name(const struct hd_cl_runtime *rt)
+static const char *mali_name(const struct hd_runtime *rt)
 {
     (void)rt;
     return "Mali\xc2\xae G78";
 }
 
-static const char *mali_text(const struct hd_cl_runtime *rt)
+static const char *mali_text(const struct hd_runtime *rt)
 {
     (void)rt;
     return "ARM\xc2\xae 1.0";

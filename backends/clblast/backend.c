@@ -24,10 +24,15 @@ static hd_status clblast_probe(hd_context *ctx, const hd_backend_setup *setup, v
     *state = NULL;
     if (setup->device == NULL)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "clblast: no OpenCL device");
+    /* CLBlast is OpenCL host code: it runs only where the device runs on OpenCL */
+    if (hd__rt_opencl(setup->device) == NULL)
+        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
+                         "clblast: the device runs on the CUDA runtime (HD_RUNTIME=opencl "
+                         "offers CLBlast)");
     hd_clblast_state *st = calloc(1, sizeof *st);
     if (st == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "clblast: no memory for the backend state");
-    st->rt = setup->device;
+    st->rt = hd__rt_opencl(setup->device);
     hd_status s = hd__clblast_device_query(ctx, st->rt, &st->dev);
     if (s != HD_OK) {
         free(st);
@@ -116,13 +121,13 @@ static hd_status scratch_gemm(hd_clblast_state *st, hd_context *ctx, size_t m, s
     for (int i = 0; i < 3 && s == HD_OK; i++)
         s = hd__cl_buffer_acquire(st->rt, ctx, bytes[i], &buf[i]);
     if (s == HD_OK && batch == 1) {
-        s = hd__clblast_sgemm(st, ctx, true, false, false, m, n, k, 1.0f, buf[0]->mem, 0, k,
-                              buf[1]->mem, 0, n, 0.0f, buf[2]->mem, 0, n);
+        s = hd__clblast_sgemm(st, ctx, true, false, false, m, n, k, 1.0f, hd__cl_mem(buf[0]->mem), 0, k,
+                              hd__cl_mem(buf[1]->mem), 0, n, 0.0f, hd__cl_mem(buf[2]->mem), 0, n);
     } else if (s == HD_OK) {
         cl_command_queue queue = hd__cl_queue(st->rt);
         CLBlastStatusCode code = CLBlastSgemmStridedBatched(
             CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
-            buf[0]->mem, 0, k, m * k, buf[1]->mem, 0, n, k * n, 0.0f, buf[2]->mem, 0, n, m * n,
+            hd__cl_mem(buf[0]->mem), 0, k, m * k, hd__cl_mem(buf[1]->mem), 0, n, k * n, 0.0f, hd__cl_mem(buf[2]->mem), 0, n, m * n,
             batch, &queue, NULL);
         if (code != CLBlastSuccess)
             s = hd__clblast_error(ctx, code, "CLBlastSgemmStridedBatched (warm-up)");

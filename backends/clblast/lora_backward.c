@@ -16,7 +16,7 @@
 
 static cl_mem mem_of(const hd_tensor *t)
 {
-    return t->state->device->mem;
+    return hd__cl_mem(t->state->device->mem);
 }
 
 /* Where the products write: the gradients themselves when they are overwritten, pooled
@@ -98,7 +98,7 @@ static void scratch_give(hd_clblast_state *st, hd_context *ctx, scratch *sc)
 
 static cl_mem scratch_mem(const scratch *sc, int i)
 {
-    return sc->buf[i] != NULL ? sc->buf[i]->mem : NULL;
+    return sc->buf[i] != NULL ? hd__cl_mem(sc->buf[i]->mem) : NULL;
 }
 
 hd_status hd__clblast_lora_backward(void *state, hd_context *ctx, const hd_lora_backward_args *l)

@@ -17,11 +17,16 @@
 #define ADAMW_WG    256
 #define ADAMW_ELEMS 4
 
+/* An int8 argument of the kernels (OpenCL C's vector of eight ints: 32 bytes, so aligned). */
+typedef struct adamw_int8 {
+    _Alignas(32) int32_t s[ADAMW_SLOTS];
+} adamw_int8;
+
 /* One launch's tensors: lens and the first work-group of each (unused slots empty, starting
  * where the groups end). */
 typedef struct adamw_batch {
     size_t first, count;
-    cl_int8 lens, starts;
+    adamw_int8 lens, starts;
     size_t groups;
 } adamw_batch;
 
@@ -29,7 +34,7 @@ typedef struct adamw_plan {
     size_t wg, span; /* span: elements per work-group */
     size_t batch_count, partials;
     adamw_batch *batches;
-    cl_kernel sumsq, norm, update;
+    hd_kernel *sumsq, *norm, *update;
     struct hd_device_buffer *part, *total_scratch;
 } adamw_plan;
 
@@ -55,8 +60,8 @@ static hd_status plan_batches(hd_context *ctx, const hd_adamw_args *a, adamw_pla
                                  "fused: adamw's tensor %zu of %zu elements passes the kernels' "
                                  "int indices",
                                  bt->first + k, n);
-            bt->lens.s[k] = (cl_int)n;
-            bt->starts.s[k] = (cl_int)groups;
+            bt->lens.s[k] = (int32_t)n;
+            bt->starts.s[k] = (int32_t)groups;
             groups += ceil_div(n, pl->span);
         }
         bt->groups = groups;
@@ -115,7 +120,7 @@ static const struct hd_device_buffer *slot_buffer(const hd_tensor *const *list,
 }
 
 static hd_status launch_sumsq(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
-                              const adamw_plan *pl, adamw_batch *bt, cl_int part0)
+                              const adamw_plan *pl, adamw_batch *bt, int32_t part0)
 {
     hd_fused_arg list[ADAMW_SLOTS + 4];
     for (size_t k = 0; k < ADAMW_SLOTS; k++)
@@ -135,10 +140,10 @@ static hd_status launch_norm(hd_fused *f, hd_context *ctx, const hd_adamw_args *
     size_t part0 = 0;
     for (size_t b = 0; b < pl->batch_count && s == HD_OK; b++) {
         if (pl->batches[b].groups > 0)
-            s = launch_sumsq(f, ctx, a, pl, &pl->batches[b], (cl_int)part0);
+            s = launch_sumsq(f, ctx, a, pl, &pl->batches[b], (int32_t)part0);
         part0 += pl->batches[b].groups;
     }
-    cl_int count = (cl_int)pl->partials;
+    int32_t count = (int32_t)pl->partials;
     const hd_fused_arg list[] = {HD_FUSED_BUFFER(pl->part), HD_FUSED_VALUE(count),
                                  HD_FUSED_BUFFER(total)};
     return s == HD_OK ? hd__fused_launch_args(f, ctx, pl->norm, 1, pl->wg, list, 3) : s;
@@ -147,7 +152,7 @@ static hd_status launch_norm(hd_fused *f, hd_context *ctx, const hd_adamw_args *
 /* The update's scalar arguments, which outlive each launch. */
 typedef struct update_scalars {
     hd_adamw_factors f;
-    cl_float max_norm;
+    float max_norm;
 } update_scalars;
 
 enum { UPDATE_ARGS = 4 * ADAMW_SLOTS + 12 };

@@ -94,7 +94,7 @@ static void options_of(const hd_step_args *a, const tiles *t, char out[HD_FUSED_
 
 /* The kernels of a call, built (or found built) before any launch. */
 static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, const tiles *t,
-                         const char *const names[], const size_t groups[], cl_kernel out[],
+                         const char *const names[], const size_t groups[], hd_kernel *out[],
                          int count)
 {
     char options[HD_FUSED_OPTIONS_CAPACITY];
@@ -128,9 +128,9 @@ static hd_status upload_ranges(hd_fused *f, hd_context *ctx, const hd_step_args 
 }
 
 /* scale * log2(e), formed in double: the kernels take scores in base 2. */
-static cl_float base2_scale(float scale)
+static float base2_scale(float scale)
 {
-    return (cl_float)((double)scale * 1.4426950408889634);
+    return (float)((double)scale * 1.4426950408889634);
 }
 
 static bool fits_int(size_t v)
@@ -152,7 +152,7 @@ hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *ar
 {
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
-    cl_kernel k;
+    hd_kernel *k;
     static const char *const names[] = {"attention_forward"};
     tiles t = {0};
     hd_status s = check_sizes(ctx, a);
@@ -166,8 +166,8 @@ hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *ar
         s = upload_ranges(f, ctx, a, &kv_range, NULL);
     if (s == HD_OK && a->out[1] == NULL) /* lse not wanted: the kernel writes it anyway */
         s = hd__fused_buffer(f, ctx, a->rows * a->heads * sizeof(float), &lse);
-    cl_int tokens = (cl_int)a->rows, heads = (cl_int)a->heads, kv_heads = (cl_int)a->kv_heads;
-    cl_float qscale = base2_scale(a->scale);
+    int32_t tokens = (int32_t)a->rows, heads = (int32_t)a->heads, kv_heads = (int32_t)a->kv_heads;
+    float qscale = base2_scale(a->scale);
     if (s == HD_OK) {
         const hd_fused_arg list[] = {
             HD_FUSED_TENSOR(a->in[0]),
@@ -232,14 +232,14 @@ static hd_status take_scratch(hd_fused *f, hd_context *ctx, const hd_step_args *
 enum { DELTA, DQ, DKDV, REDUCE, BACKWARD_KERNELS };
 
 static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
-                                 const tiles *t, cl_kernel k[BACKWARD_KERNELS],
+                                 const tiles *t, hd_kernel *k[BACKWARD_KERNELS],
                                  const backward_scratch *b)
 {
     const hd_tensor *q = a->in[0], *kt = a->in[1], *v = a->in[2], *out = a->in[3];
     const hd_tensor *lse = a->in[4], *dout = a->in[5];
-    cl_int tokens = (cl_int)a->rows, heads = (cl_int)a->heads, kv_heads = (cl_int)a->kv_heads;
-    cl_int splits = (cl_int)splits_of(a), kv_cols = (cl_int)(a->kv_heads * a->head_dim);
-    cl_float qscale = base2_scale(a->scale), scale = a->scale;
+    int32_t tokens = (int32_t)a->rows, heads = (int32_t)a->heads, kv_heads = (int32_t)a->kv_heads;
+    int32_t splits = (int32_t)splits_of(a), kv_cols = (int32_t)(a->kv_heads * a->head_dim);
+    float qscale = base2_scale(a->scale), scale = a->scale;
     const hd_fused_arg delta[] = {HD_FUSED_TENSOR(out), HD_FUSED_TENSOR(dout),
                                   HD_FUSED_BUFFER(b->delta), HD_FUSED_VALUE(tokens),
                                   HD_FUSED_VALUE(heads)};
@@ -282,7 +282,7 @@ hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op
     static const char *const names[BACKWARD_KERNELS] = {"attention_bwd_delta", "attention_bwd_dq",
                                                         "attention_bwd_dkdv",
                                                         "attention_bwd_dkdv_reduce"};
-    cl_kernel k[BACKWARD_KERNELS];
+    hd_kernel *k[BACKWARD_KERNELS];
     backward_scratch b = {0};
     tiles t = {0};
     hd_status s = check_sizes(ctx, a);

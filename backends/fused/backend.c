@@ -36,21 +36,16 @@ static hd_status fused_probe(hd_context *ctx, const hd_backend_setup *setup, voi
     *state = NULL;
     if (setup->device == NULL)
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
-                         "fused: the context has no OpenCL device");
+                         "fused: the context has no device");
     hd_fused *f = calloc(1, sizeof *f);
     if (f == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: backend state");
-    cl_int err = clGetDeviceInfo(hd__cl_device(setup->device), CL_DEVICE_MAX_WORK_GROUP_SIZE,
-                                 sizeof f->device_max_group, &f->device_max_group, NULL);
-    cl_uint units = 0;
-    if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(hd__cl_device(setup->device), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units,
-                              &units, NULL);
-    f->compute_units = units;
+    const hd_runtime_info *info = hd__rt_info(setup->device);
+    f->device_max_group = info->max_group;
+    f->compute_units = info->compute_units;
     f->rt = setup->device;
-    hd__fused_tile_probe(f, hd__cl_device(setup->device));
-    hd_status s =
-        err == CL_SUCCESS ? hd__fused_sources_create(f) : hd__cl_error(ctx, err, "clGetDeviceInfo");
+    hd__fused_tile_probe(f, info);
+    hd_status s = hd__fused_sources_create(f);
     if (s != HD_OK) {
         hd__fused_sources_destroy(f);
         free(f);
@@ -66,16 +61,12 @@ static void fused_destroy(void *state)
     if (f == NULL)
         return;
     hd__fused_sources_destroy(f); /* kernels and programs belong to the runtime */
-    if (f->lora_part != NULL)
-        clReleaseMemObject(f->lora_part);
+    hd__rt_scratch_free(f->rt, f->lora_part);
     hd__fused_kg_release(f);
     hd__fused_tile_release(f);
-    if (f->lora_u != NULL)
-        clReleaseMemObject(f->lora_u);
-    if (f->backward_stats != NULL)
-        clReleaseMemObject(f->backward_stats);
-    if (f->backward_parts != NULL)
-        clReleaseMemObject(f->backward_parts);
+    hd__rt_scratch_free(f->rt, f->lora_u);
+    hd__rt_scratch_free(f->rt, f->backward_stats);
+    hd__rt_scratch_free(f->rt, f->backward_parts);
     free(f);
 }
 
@@ -457,7 +448,7 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
                                                {"layer_norm_cached", "layer_norm_looped"},
                                                {"rms_norm_cached", "rms_norm_looped"}};
         for (int op = 0; op < 3 && s == HD_OK; op++) {
-            cl_kernel k;
+            hd_kernel *k;
             s = hd__fused_kernel(f, ctx, (hd_fused_program)(HD_FUSED_SOFTMAX + op), options,
                                  names[op][cached ? 0 : 1], (size_t)p.wg, &k);
         }
@@ -471,7 +462,7 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
             break;
         char options[HD_FUSED_OPTIONS_CAPACITY];
         hd__fused_options(HD_FUSED_FAMILY_GEMV, &p, 1, options);
-        cl_kernel k;
+        hd_kernel *k;
         size_t group = (size_t)p.tn * (size_t)p.ks;
         s = hd__fused_kernel(f, ctx, which ? HD_FUSED_LORA : HD_FUSED_GEMV, options,
                              which ? "lora_forward" : "gemm_rows", group, &k);
@@ -482,7 +473,7 @@ static hd_status fused_warmup(void *state, hd_context *ctx)
     if (s == HD_OK) {
         char options[HD_FUSED_OPTIONS_CAPACITY];
         hd__fused_options(HD_FUSED_FAMILY_UPDATE, &p, 0, options);
-        cl_kernel k;
+        hd_kernel *k;
         s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update", (size_t)p.wg,
                              &k);
     }
@@ -549,7 +540,7 @@ static hd_status fused_scale(void *state, hd_context *ctx, const hd_tensor *t, f
 {
     hd_fused *f = state;
     if (beta == 0.0f)
-        return hd__cl_zero(f->rt, ctx, t->state->device, t->rows * t->cols * sizeof(float));
+        return hd__rt_zero(f->rt, ctx, t->state->device->mem, t->rows * t->cols * sizeof(float));
     return hd__fused_scale_rows(f, ctx, t->state->device->mem, t->rows, t->cols, beta);
 }
 

@@ -21,9 +21,9 @@ static size_t rows_per_slot(size_t mr)
 
 /* A prepared product: the kernel, its launch, and for the strip kernel its KG scratch. */
 typedef struct rows_launch {
-    cl_kernel kernel;
+    hd_kernel *kernel;
     size_t groups, group;
-    cl_mem part, count;
+    hd_devmem part, count;
 } rows_launch;
 
 static bool fits_int(size_t v)
@@ -96,22 +96,22 @@ hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_
     hd_status s = setup(f, ctx, c, &l);
     if (s != HD_OK || c->m == 0 || c->n == 0)
         return s;
-    cl_int m = (cl_int)c->m, n = (cl_int)c->n, k = (cl_int)c->k, k2 = (cl_int)c->k2;
-    cl_float alpha = c->alpha, beta = c->beta;
+    int32_t m = (int32_t)c->m, n = (int32_t)c->n, k = (int32_t)c->k, k2 = (int32_t)c->k2;
+    float alpha = c->alpha, beta = c->beta;
     if (!c->b_trans) {
         /* the scratch as of this setup: preparing later products may have replaced it */
         const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &beta, &c->c, &l.part, &l.count};
         const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,    sizeof alpha,
-                                sizeof(cl_mem), sizeof(cl_mem), sizeof beta, sizeof(cl_mem),
-                                sizeof(cl_mem), sizeof(cl_mem)};
+                                sizeof(hd_devmem), sizeof(hd_devmem), sizeof beta, sizeof(hd_devmem),
+                                sizeof(hd_devmem), sizeof(hd_devmem)};
         s = hd__fused_set_args(ctx, l.kernel, values, sizes, 10);
     } else {
         /* without a second product its buffers are the first's, never read (k2 = 0) */
-        cl_mem a2 = c->k2 > 0 ? c->a2 : c->a, b2 = c->k2 > 0 ? c->b2 : c->b;
+        hd_devmem a2 = c->k2 > 0 ? c->a2 : c->a, b2 = c->k2 > 0 ? c->b2 : c->b;
         const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &k2, &a2, &b2, &beta, &c->c};
         const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,      sizeof alpha,
-                                sizeof(cl_mem), sizeof(cl_mem), sizeof k2,     sizeof(cl_mem),
-                                sizeof(cl_mem), sizeof beta,    sizeof(cl_mem)};
+                                sizeof(hd_devmem), sizeof(hd_devmem), sizeof k2,     sizeof(hd_devmem),
+                                sizeof(hd_devmem), sizeof beta,    sizeof(hd_devmem)};
         s = hd__fused_set_args(ctx, l.kernel, values, sizes, 11);
     }
     return s == HD_OK ? hd__fused_launch(f, ctx, l.kernel, l.groups, l.group) : s;

@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "backends/backend.h"
-#include "backends/opencl/runtime.h"
+#include "backends/runtime/runtime.h"
 
 /*
  * Queues y += scale * (x * A) * B on the context's OpenCL queue, one launch. x, A, B and y
@@ -26,7 +26,7 @@ hd_status hd__fused_lora_update(void *fused_state, hd_context *ctx, const hd_lor
  * arguments set, only the launch left. A plan whose earlier stage writes y prepares this
  * first, so that a refusal leaves y untouched. kernel is NULL where nothing is to be done. */
 typedef struct hd_fused_update {
-    cl_kernel kernel;
+    hd_kernel *kernel;
     size_t groups, group;
 } hd_fused_update;
 

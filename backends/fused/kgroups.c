@@ -9,14 +9,14 @@
 /* Partials beyond this are not worth it: KG then splits a GEMV already wide enough. */
 #define KG_PART_MAX_BYTES ((size_t)256 << 20)
 
-static hd_status create(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *out)
+static hd_status create(hd_fused *f, hd_context *ctx, size_t bytes, hd_devmem *out)
 {
-    return hd__cl_scratch_create(f->rt, ctx, bytes, "GEMV partials", out);
+    return hd__rt_scratch_create(f->rt, ctx, bytes, "GEMV partials", out);
 }
 
 hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
-                               size_t strips, size_t rows, cl_mem unused, cl_mem *part,
-                               cl_mem *count)
+                               size_t strips, size_t rows, hd_devmem unused, hd_devmem *part,
+                               hd_devmem *count)
 {
     *part = unused;
     *count = unused;
@@ -33,8 +33,7 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
     size_t bytes = strips * per_strip;
     hd_status s;
     if (bytes > f->kg_part_bytes) {
-        if (f->kg_part != NULL)
-            clReleaseMemObject(f->kg_part); /* freed once the queued launches using it ran */
+        hd__rt_scratch_free(f->rt, f->kg_part); /* freed once the queued launches using it ran */
         f->kg_part = NULL;
         f->kg_part_bytes = 0;
         if ((s = create(f, ctx, bytes, &f->kg_part)) != HD_OK)
@@ -42,19 +41,15 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
         f->kg_part_bytes = bytes;
     }
     if (strips > f->kg_count_len) {
-        if (f->kg_count != NULL)
-            clReleaseMemObject(f->kg_count);
+        hd__rt_scratch_free(f->rt, f->kg_count);
         f->kg_count = NULL;
         f->kg_count_len = 0;
-        if ((s = create(f, ctx, strips * sizeof(cl_int), &f->kg_count)) != HD_OK)
+        if ((s = create(f, ctx, strips * sizeof(int32_t), &f->kg_count)) != HD_OK)
             return s;
-        const cl_int zero = 0;
-        cl_int err = clEnqueueFillBuffer(hd__cl_queue(f->rt), f->kg_count, &zero, sizeof zero, 0,
-                                         strips * sizeof(cl_int), 0, NULL, NULL);
-        if (err != CL_SUCCESS) {
-            clReleaseMemObject(f->kg_count);
+        if ((s = hd__rt_zero(f->rt, ctx, f->kg_count, strips * sizeof(int32_t))) != HD_OK) {
+            hd__rt_scratch_free(f->rt, f->kg_count);
             f->kg_count = NULL;
-            return hd__cl_error(ctx, err, "clEnqueueFillBuffer (GEMV counters)");
+            return s;
         }
         f->kg_count_len = strips;
     }
@@ -65,10 +60,8 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
 
 void hd__fused_kg_release(hd_fused *f)
 {
-    if (f->kg_part != NULL)
-        clReleaseMemObject(f->kg_part);
-    if (f->kg_count != NULL)
-        clReleaseMemObject(f->kg_count);
+    hd__rt_scratch_free(f->rt, f->kg_part);
+    hd__rt_scratch_free(f->rt, f->kg_count);
     f->kg_part = NULL;
     f->kg_count = NULL;
     f->kg_part_bytes = 0;

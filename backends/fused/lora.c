@@ -36,24 +36,24 @@ size_t hd__fused_lora_update_variants(const hd_shape *shape, const char **out, s
 }
 
 /* Arguments common to both kernels: tokens, in, out, r, rp, scale. */
-static hd_status set_sizes(hd_context *ctx, cl_kernel k, const hd_lora_args *l)
+static hd_status set_sizes(hd_context *ctx, hd_kernel *k, const hd_lora_args *l)
 {
-    cl_int v[5] = {(cl_int)l->tokens, (cl_int)l->in, (cl_int)l->out, (cl_int)l->rank,
-                   (cl_int)hd__fused_pow2_ceil(l->rank == 0 ? 1 : l->rank)};
+    int32_t v[5] = {(int32_t)l->tokens, (int32_t)l->in, (int32_t)l->out, (int32_t)l->rank,
+                   (int32_t)hd__fused_pow2_ceil(l->rank == 0 ? 1 : l->rank)};
     hd_status s = HD_OK;
-    for (cl_uint i = 0; i < 5 && s == HD_OK; i++)
+    for (uint32_t i = 0; i < 5 && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, i, sizeof v[i], &v[i]);
-    cl_float scale = l->scale;
+    float scale = l->scale;
     if (s == HD_OK)
         s = hd__fused_set_arg(ctx, k, 5, sizeof scale, &scale);
     return s;
 }
 
-static hd_status set_mems(hd_context *ctx, cl_kernel k, cl_uint first, const cl_mem *mems,
-                          cl_uint count)
+static hd_status set_mems(hd_context *ctx, hd_kernel *k, uint32_t first, const hd_devmem *mems,
+                          uint32_t count)
 {
     hd_status s = HD_OK;
-    for (cl_uint i = 0; i < count && s == HD_OK; i++)
+    for (uint32_t i = 0; i < count && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, first + i, sizeof mems[i], &mems[i]);
     return s;
 }
@@ -61,12 +61,12 @@ static hd_status set_mems(hd_context *ctx, cl_kernel k, cl_uint first, const cl_
 /* The partials of lora_xa: HD_FUSED_MAX_SPLIT blocks of MR (<= HD_FUSED_MAX_ROWS) rows of
  * HD_FUSED_MAX_RANK floats, allocated once. In-order queue: a later call's lora_xa runs after
  * this call's reader. */
-static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
+static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, hd_devmem *out)
 {
     if (f->lora_part == NULL) {
         size_t bytes =
             (size_t)HD_FUSED_MAX_SPLIT * HD_FUSED_MAX_ROWS * HD_FUSED_MAX_RANK * sizeof(float);
-        hd_status s = hd__cl_scratch_create(f->rt, ctx, bytes, "LoRA partials", &f->lora_part);
+        hd_status s = hd__rt_scratch_create(f->rt, ctx, bytes, "LoRA partials", &f->lora_part);
         if (s != HD_OK)
             return s;
     }
@@ -76,19 +76,19 @@ static hd_status lora_part_buffer(hd_fused *f, hd_context *ctx, cl_mem *out)
 
 /* lora_xa into the partials buffer, split ways over the rows of A; *parts: groups launched. */
 static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l, const char *options,
-                           size_t group, int split, cl_mem part, cl_int *parts)
+                           size_t group, int split, hd_devmem part, int32_t *parts)
 {
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options, "lora_xa", group, &k);
     if (s != HD_OK)
         return s;
     size_t chunk = (l->in + (size_t)split - 1) / (size_t)split;
-    *parts = (cl_int)((l->in + chunk - 1) / chunk);
-    cl_int v[5] = {(cl_int)l->tokens, (cl_int)l->in, (cl_int)l->rank,
-                   (cl_int)hd__fused_pow2_ceil(l->rank), (cl_int)chunk};
-    for (cl_uint i = 0; i < 5 && s == HD_OK; i++)
+    *parts = (int32_t)((l->in + chunk - 1) / chunk);
+    int32_t v[5] = {(int32_t)l->tokens, (int32_t)l->in, (int32_t)l->rank,
+                   (int32_t)hd__fused_pow2_ceil(l->rank), (int32_t)chunk};
+    for (uint32_t i = 0; i < 5 && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, i, sizeof v[i], &v[i]);
-    cl_mem mems[3] = {hd__fused_mem(l->x), hd__fused_mem(l->a), part};
+    hd_devmem mems[3] = {hd__fused_mem(l->x), hd__fused_mem(l->a), part};
     if (s == HD_OK)
         s = set_mems(ctx, k, 5, mems, 3);
     return s == HD_OK ? hd__fused_launch(f, ctx, k, (size_t)*parts, group) : s;
@@ -96,14 +96,13 @@ static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l, 
 
 /* Scratch for u = scale * x * A (tokens x rank) of the tiled path, grown on demand; the
  * in-order queue runs a later call's writer after this call's reader. */
-static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, cl_mem *out)
+static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, hd_devmem *out)
 {
     size_t bytes = floats * sizeof(float);
     if (bytes > f->lora_u_bytes) {
-        if (f->lora_u != NULL)
-            clReleaseMemObject(f->lora_u);
+        hd__rt_scratch_free(f->rt, f->lora_u);
         f->lora_u_bytes = 0;
-        hd_status s = hd__cl_scratch_create(f->rt, ctx, bytes, "LoRA x*A", &f->lora_u);
+        hd_status s = hd__rt_scratch_create(f->rt, ctx, bytes, "LoRA x*A", &f->lora_u);
         if (s != HD_OK)
             return s;
         f->lora_u_bytes = bytes;
@@ -118,7 +117,7 @@ static hd_status lora_u_buffer(hd_fused *f, hd_context *ctx, size_t floats, cl_m
 static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
 {
     size_t tokens = l->tokens, in = l->in, out = l->out, rank = l->rank;
-    cl_mem x = hd__fused_mem(l->x), u = NULL;
+    hd_devmem x = hd__fused_mem(l->x), u = NULL;
     hd_status s;
     if (rank > 0) {
         if ((s = lora_u_buffer(f, ctx, tokens * rank, &u)) != HD_OK)
@@ -165,7 +164,7 @@ static hd_status lora_tiled(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
  * the few-row kernels refuse the sizes. */
 static hd_status lora_dot_form(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
 {
-    cl_mem u = NULL;
+    hd_devmem u = NULL;
     hd_status s;
     if (l->rank > 0 && (s = lora_u_buffer(f, ctx, l->tokens * l->rank, &u)) != HD_OK)
         return s;
@@ -219,18 +218,18 @@ static hd_status lora_strip(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
         snprintf(options + used, sizeof options - used, " -DXA_IN_PASS=1");
     }
     size_t group = (size_t)p.tn * (size_t)p.ks;
-    cl_kernel k;
+    hd_kernel *k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_LORA, options,
                          p.split > 0 ? "lora_forward_split" : "lora_forward", group, &k);
     if (s != HD_OK)
         return s;
     /* Rank 0: A and B hold nothing and may have no device storage; the kernel never reads
      * them, but every argument needs a valid buffer. */
-    cl_mem w = hd__fused_mem(l->w);
-    cl_mem mems[5] = {hd__fused_mem(l->x), w, l->rank ? hd__fused_mem(l->a) : w,
+    hd_devmem w = hd__fused_mem(l->w);
+    hd_devmem mems[5] = {hd__fused_mem(l->x), w, l->rank ? hd__fused_mem(l->a) : w,
                       l->rank ? hd__fused_mem(l->b) : w, hd__fused_mem(l->y)};
     if (p.split > 0) {
-        cl_int parts = 0;
+        int32_t parts = 0;
         if ((s = lora_part_buffer(f, ctx, &mems[2])) != HD_OK ||
             (s = launch_xa(f, ctx, l, options, group, p.split, mems[2], &parts)) != HD_OK)
             return s;
@@ -243,7 +242,7 @@ static hd_status lora_strip(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
     }
     size_t nv = l->out / (size_t)p.vec;
     size_t strips = (nv + (size_t)p.tn - 1) / (size_t)p.tn;
-    cl_mem scratch[2];
+    hd_devmem scratch[2];
     if ((s = set_mems(ctx, k, 6, mems, 5)) != HD_OK ||
         (s = hd__fused_kg_buffers(f, ctx, &p, strips, l->tokens, w, &scratch[0], &scratch[1])) !=
             HD_OK ||
@@ -315,11 +314,11 @@ hd_status hd__fused_lora_update_prepare(void *fused_state, hd_context *ctx, cons
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_UPDATE, &p, 0, options);
-    cl_kernel k;
+    hd_kernel *k;
     s = hd__fused_kernel(f, ctx, HD_FUSED_LORA_UPDATE, options, "lora_update", (size_t)p.wg, &k);
     if (s != HD_OK)
         return s;
-    cl_mem mems[4] = {hd__fused_mem(l->x), hd__fused_mem(l->a), hd__fused_mem(l->b),
+    hd_devmem mems[4] = {hd__fused_mem(l->x), hd__fused_mem(l->a), hd__fused_mem(l->b),
                       hd__fused_mem(l->y)};
     if ((s = set_sizes(ctx, k, l)) != HD_OK || (s = set_mems(ctx, k, 6, mems, 4)) != HD_OK)
         return s;

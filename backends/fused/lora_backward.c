@@ -30,7 +30,7 @@
 
 /* The buffers of one call; NULL where a check runs without them. */
 typedef struct backward_mems {
-    cl_mem x, w, a, b, dy, dx, da, db, u, h;
+    hd_devmem x, w, a, b, dy, dx, da, db, u, h;
 } backward_mems;
 
 /* One product of a call: on the tiled engine, or on the few-row kernels. */
@@ -57,7 +57,7 @@ static void add_rows(backward_plan *p, hd_fused_rows_call c)
 }
 
 static hd_fused_tile_call product(size_t m, size_t n, size_t k, float alpha, float beta,
-                                  hd_fused_operand a, hd_fused_operand b, cl_mem c,
+                                  hd_fused_operand a, hd_fused_operand b, hd_devmem c,
                                   hd_precision precision)
 {
     return (hd_fused_tile_call){.m = m,
@@ -116,8 +116,8 @@ static void add_weight_gradients(const hd_lora_backward_args *l, const backward_
 
 /* A few-row product C (m x n) = alpha * A * op(B) + beta * C, op(B) = B^T where B is stored
  * n x k (the dot form), else B stored k x n. */
-static hd_fused_rows_call few(size_t m, size_t n, size_t k, float alpha, float beta, cl_mem a,
-                              cl_mem b, bool b_trans, cl_mem c)
+static hd_fused_rows_call few(size_t m, size_t n, size_t k, float alpha, float beta, hd_devmem a,
+                              hd_devmem b, bool b_trans, hd_devmem c)
 {
     return (hd_fused_rows_call){.m = m,
                                 .n = n,
@@ -303,36 +303,36 @@ static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora
              "-DTRANS_B=%d",
              GROUP, WARPS, hd__fused_pow2_ceil(l->tokens), vec, db_vec, l->trans_w, l->trans_a,
              l->trans_b);
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s =
         hd__fused_kernel(f, ctx, HD_FUSED_LORA_BACKWARD, options, "lora_backward_few", GROUP, &k);
     if (s != HD_OK)
         return s;
     one_launch g = one_launch_groups(f, l);
     size_t db_groups = (l->out / (size_t)db_vec + GROUP - 1) / GROUP;
-    cl_mem x = hd__fused_mem(l->x), w = hd__fused_mem(l->w), a = hd__fused_mem(l->a),
+    hd_devmem x = hd__fused_mem(l->x), w = hd__fused_mem(l->w), a = hd__fused_mem(l->a),
            b = hd__fused_mem(l->b), dy = hd__fused_mem(l->dy), da = hd__fused_mem(l->da),
            db = hd__fused_mem(l->db);
     /* without dx the kernel never writes it, nor with one range the partials or counters: any
      * valid buffer fills those arguments */
-    cl_mem dx = l->dx != NULL ? hd__fused_mem(l->dx) : da, part, count;
+    hd_devmem dx = l->dx != NULL ? hd__fused_mem(l->dx) : da, part, count;
     hd_fused_params kg = {.kg = (int)g.ranges, .tn = COLUMN_BLOCK / vec, .vec = vec};
     if ((s = hd__fused_kg_buffers(f, ctx, &kg, g.blocks, l->tokens, da, &part, &count)) != HD_OK)
         return s;
-    cl_int tokens = (cl_int)l->tokens, in = (cl_int)l->in, out = (cl_int)l->out,
-           rank = (cl_int)l->rank, rp = (cl_int)hd__fused_pow2_ceil(l->rank);
-    cl_float scale = l->scale, beta = l->accumulate ? 1.0f : 0.0f;
-    cl_int has_dx = l->dx != NULL, dx_count = (cl_int)g.dx_groups, range_count = (cl_int)g.ranges,
-           range_rows = (cl_int)g.chunk;
+    int32_t tokens = (int32_t)l->tokens, in = (int32_t)l->in, out = (int32_t)l->out,
+           rank = (int32_t)l->rank, rp = (int32_t)hd__fused_pow2_ceil(l->rank);
+    float scale = l->scale, beta = l->accumulate ? 1.0f : 0.0f;
+    int32_t has_dx = l->dx != NULL, dx_count = (int32_t)g.dx_groups, range_count = (int32_t)g.ranges,
+           range_rows = (int32_t)g.chunk;
     const void *values[] = {&tokens, &in,       &out,         &rank,       &rp, &scale, &beta,
                             &has_dx, &dx_count, &range_count, &range_rows, &x,  &w,     &a,
                             &b,      &dy,       &dx,          &da,         &db, &part,  &count};
     const size_t sizes[] = {sizeof tokens,   sizeof in,          sizeof out,        sizeof rank,
                             sizeof rp,       sizeof scale,       sizeof beta,       sizeof has_dx,
-                            sizeof dx_count, sizeof range_count, sizeof range_rows, sizeof(cl_mem),
-                            sizeof(cl_mem),  sizeof(cl_mem),     sizeof(cl_mem),    sizeof(cl_mem),
-                            sizeof(cl_mem),  sizeof(cl_mem),     sizeof(cl_mem),    sizeof(cl_mem),
-                            sizeof(cl_mem)};
+                            sizeof dx_count, sizeof range_count, sizeof range_rows, sizeof(hd_devmem),
+                            sizeof(hd_devmem),  sizeof(hd_devmem),     sizeof(hd_devmem),    sizeof(hd_devmem),
+                            sizeof(hd_devmem),  sizeof(hd_devmem),     sizeof(hd_devmem),    sizeof(hd_devmem),
+                            sizeof(hd_devmem)};
     s = hd__fused_set_args(ctx, k, values, sizes, 21);
     return s == HD_OK ? hd__fused_launch(f, ctx, k, g.dx_groups + db_groups, GROUP) : s;
 }
@@ -355,8 +355,8 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
     size_t low_rank_bytes = l->tokens * l->rank * sizeof(float);
     struct hd_device_buffer *u = NULL, *h = NULL;
     hd_status s = HD_OK;
-    if (l->rank > 0 && (s = hd__cl_buffer_acquire(f->rt, ctx, low_rank_bytes, &u)) == HD_OK)
-        s = hd__cl_buffer_acquire(f->rt, ctx, low_rank_bytes, &h);
+    if (l->rank > 0 && (s = hd__rt_buffer_acquire(f->rt, ctx, low_rank_bytes, &u)) == HD_OK)
+        s = hd__rt_buffer_acquire(f->rt, ctx, low_rank_bytes, &h);
     backward_mems m = {.x = hd__fused_mem(l->x),
                        .w = hd__fused_mem(l->w),
                        .dy = hd__fused_mem(l->dy),
@@ -381,15 +381,15 @@ hd_status hd__fused_lora_backward(void *state, hd_context *ctx, const hd_lora_ba
         const backward_step *step = &plan.step[i];
         s = step->few_rows ? hd__fused_rows_gemm(f, ctx, &step->rows)
                            : hd__fused_tile_gemm(f, ctx, &step->tile);
-        cl_mem out = step->few_rows ? step->rows.c : step->tile.c;
+        hd_devmem out = step->few_rows ? step->rows.c : step->tile.c;
         wrote = wrote || (s == HD_OK && out != m.u && out != m.h);
     }
     if (s != HD_OK && wrote) /* a refused enqueue after the first gradient was written */
         hd__error_outputs_changed(ctx);
     /* The queue is in order: whoever takes u or h from the pool next runs after these. */
     if (u != NULL)
-        hd__cl_buffer_release(f->rt, u);
+        hd__rt_buffer_release(f->rt, u);
     if (h != NULL)
-        hd__cl_buffer_release(f->rt, h);
+        hd__rt_buffer_release(f->rt, h);
     return s;
 }

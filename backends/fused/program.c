@@ -91,26 +91,17 @@ static hd_status fetch_kernel(hd_fused *f, hd_context *ctx, hd_fused_program pro
                               const char *options, const char *name,
                               struct hd_fused_kernel_entry *e)
 {
-    cl_program prog;
-    hd_status s = hd__cl_program(f->rt, ctx, f->source[program], options, &prog);
-    if (s == HD_OK)
-        s = hd__cl_kernel(f->rt, ctx, prog, name, &e->kernel);
+    hd_status s = hd__rt_kernel(f->rt, ctx, f->source[program], options, name, &e->kernel);
     if (s != HD_OK)
         return s;
-    size_t max_group = 0;
-    cl_int err =
-        clGetKernelWorkGroupInfo(e->kernel, hd__cl_device(f->rt), CL_KERNEL_WORK_GROUP_SIZE,
-                                 sizeof max_group, &max_group, NULL);
-    if (err != CL_SUCCESS)
-        return hd__cl_error(ctx, err, "clGetKernelWorkGroupInfo");
     e->program = program;
     e->name = name;
-    e->max_group = max_group;
+    e->max_group = hd__rt_kernel_max_group(e->kernel);
     return HD_OK;
 }
 
 hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program program,
-                           const char *options, const char *name, size_t group, cl_kernel *out)
+                           const char *options, const char *name, size_t group, hd_kernel **out)
 {
     struct hd_fused_kernel_entry *hit = NULL, fresh;
     for (size_t i = 0; i < f->kernel_count && hit == NULL; i++) {
@@ -140,82 +131,70 @@ hd_status hd__fused_kernel(hd_fused *f, hd_context *ctx, hd_fused_program progra
 void hd__fused_build_ahead(hd_fused *f, hd_context *ctx, hd_fused_program program,
                            const char *options)
 {
-    hd__cl_build_ahead(f->rt, f->source[program], options);
+    hd__rt_build_ahead(f->rt, f->source[program], options);
 }
 
-hd_status hd__fused_set_arg(hd_context *ctx, cl_kernel k, cl_uint index, size_t size,
+hd_status hd__fused_set_arg(hd_context *ctx, hd_kernel *k, uint32_t index, size_t size,
                             const void *value)
 {
-    cl_int err = clSetKernelArg(k, index, size, value);
-    if (err != CL_SUCCESS)
-        return hd__cl_error(ctx, err, "clSetKernelArg");
-    return HD_OK;
+    return hd__rt_set_arg(ctx, k, index, size, value);
 }
 
-hd_status hd__fused_set_args(hd_context *ctx, cl_kernel k, const void *const *values,
-                             const size_t *sizes, cl_uint count)
+hd_status hd__fused_set_args(hd_context *ctx, hd_kernel *k, const void *const *values,
+                             const size_t *sizes, uint32_t count)
 {
     hd_status s = HD_OK;
-    for (cl_uint i = 0; i < count && s == HD_OK; i++)
+    for (uint32_t i = 0; i < count && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, i, sizes[i], values[i]);
     return s;
 }
 
-hd_status hd__fused_launch(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups, size_t group)
+hd_status hd__fused_launch(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups, size_t group)
 {
-    size_t global = groups * group, local = group;
-    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(f->rt), k, 1, NULL, &global, &local, 0, NULL,
-                                        hd__cl_event_slot(f->rt));
-    if (err != CL_SUCCESS)
-        return hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
-    return HD_OK;
+    return hd__rt_launch(f->rt, ctx, k, (const size_t[2]){groups, 1}, group);
 }
 
-hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, cl_kernel k, size_t groups,
+hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups,
                                 size_t group, const hd_fused_arg *args, int count)
 {
     return hd__fused_launch_grid(f, ctx, k, (const size_t[2]){groups, 1}, group, args, count);
 }
 
-hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, cl_kernel k, const size_t groups[2],
+hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, hd_kernel *k, const size_t groups[2],
                                 size_t group, const hd_fused_arg *args, int count)
 {
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++) {
         const hd_fused_arg *a = &args[i];
         switch (a->kind) {
-        case HD_FUSED_ARG_BUFFER:
-            s = hd__fused_set_arg(ctx, k, (cl_uint)i, sizeof(cl_mem),
-                                  a->buffer != NULL ? &a->buffer->mem : NULL);
+        case HD_FUSED_ARG_BUFFER: {
+            hd_devmem mem = a->buffer != NULL ? a->buffer->mem : NULL;
+            s = hd__fused_set_arg(ctx, k, (uint32_t)i, sizeof mem, &mem);
             break;
+        }
         case HD_FUSED_ARG_VALUE:
-            s = hd__fused_set_arg(ctx, k, (cl_uint)i, a->size, a->value);
+            s = hd__fused_set_arg(ctx, k, (uint32_t)i, a->size, a->value);
             break;
         case HD_FUSED_ARG_LOCAL:
-            s = hd__fused_set_arg(ctx, k, (cl_uint)i, a->size, NULL);
+            s = hd__fused_set_arg(ctx, k, (uint32_t)i, a->size, NULL);
             break;
         }
     }
-    if (s != HD_OK)
-        return s;
-    size_t global[2] = {groups[0] * group, groups[1]}, local[2] = {group, 1};
-    cl_int err = clEnqueueNDRangeKernel(hd__cl_queue(f->rt), k, 2, NULL, global, local, 0, NULL,
-                                        hd__cl_event_slot(f->rt));
-    return err == CL_SUCCESS ? HD_OK : hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
+    return s == HD_OK ? hd__rt_launch(f->rt, ctx, k, groups, group) : s;
 }
 
 hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,
                            struct hd_device_buffer **out)
 {
-    return hd__cl_buffer_acquire(f->rt, ctx, bytes > 0 ? bytes : 1, out);
+    return hd__rt_buffer_acquire(f->rt, ctx, bytes > 0 ? bytes : 1, out);
 }
 
 hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t bytes,
                            struct hd_device_buffer **out)
 {
     hd_status s = hd__fused_buffer(f, ctx, bytes, out);
-    if (s == HD_OK && bytes > 0 && (s = hd__cl_upload(f->rt, ctx, *out, src, bytes)) != HD_OK) {
-        hd__cl_buffer_release(f->rt, *out);
+    if (s == HD_OK && bytes > 0 && (s = hd__rt_upload(f->rt, ctx, *out, src, bytes)) != HD_OK) {
+        hd__rt_buffer_release(f->rt, *out);
         *out = NULL;
     }
     return s;
@@ -225,17 +204,10 @@ hd_status hd__fused_copy(hd_fused *f, hd_context *ctx, const struct hd_device_bu
                          size_t dst_offset, const struct hd_device_buffer *src, size_t src_offset,
                          size_t bytes)
 {
-    if (bytes == 0)
-        return HD_OK;
-    cl_int err = clEnqueueCopyBuffer(hd__cl_queue(f->rt), src->mem, dst->mem, src_offset,
-                                     dst_offset, bytes, 0, NULL, hd__cl_event_slot(f->rt));
-    if (err != CL_SUCCESS)
-        return hd__cl_error(ctx, err, "clEnqueueCopyBuffer");
-    return HD_OK;
+    return hd__rt_copy(f->rt, ctx, dst->mem, dst_offset, src->mem, src_offset, bytes);
 }
 
 void hd__fused_buffer_release(hd_fused *f, struct hd_device_buffer *buf)
 {
-    if (buf != NULL)
-        hd__cl_buffer_release(f->rt, buf);
+    hd__rt_buffer_release(f->rt, buf);
 }

@@ -24,22 +24,22 @@ static hd_status run_rows(hd_fused *f, hd_context *ctx, const row_kernel *rk,
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &p, 0, options);
-    cl_kernel k;
+    hd_kernel *k;
     s = hd__fused_kernel(f, ctx, rk->program, options, cached ? rk->cached : rk->looped,
                          (size_t)p.wg, &k);
     if (s != HD_OK)
         return s;
 
-    cl_mem x = hd__fused_mem(r->x), y = hd__fused_mem(r->y);
-    cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols;
-    cl_uint i = 0;
+    hd_devmem x = hd__fused_mem(r->x), y = hd__fused_mem(r->y);
+    int32_t rows = (int32_t)r->rows, cols = (int32_t)r->cols;
+    uint32_t i = 0;
     s = hd__fused_set_arg(ctx, k, i++, sizeof x, &x);
     if (s == HD_OK && r->gamma != NULL) {
-        cl_mem g = hd__fused_mem(r->gamma);
+        hd_devmem g = hd__fused_mem(r->gamma);
         s = hd__fused_set_arg(ctx, k, i++, sizeof g, &g);
     }
     if (s == HD_OK && r->beta != NULL) {
-        cl_mem b = hd__fused_mem(r->beta);
+        hd_devmem b = hd__fused_mem(r->beta);
         s = hd__fused_set_arg(ctx, k, i++, sizeof b, &b);
     }
     if (s == HD_OK)
@@ -49,7 +49,7 @@ static hd_status run_rows(hd_fused *f, hd_context *ctx, const row_kernel *rk,
     if (s == HD_OK)
         s = hd__fused_set_arg(ctx, k, i++, sizeof cols, &cols);
     if (s == HD_OK && rk->program != HD_FUSED_SOFTMAX) {
-        cl_float eps = r->eps;
+        float eps = r->eps;
         s = hd__fused_set_arg(ctx, k, i++, sizeof eps, &eps);
     }
     if (s != HD_OK)

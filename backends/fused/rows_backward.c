@@ -22,23 +22,23 @@
 
 typedef struct arg {
     size_t size;
-    const void *value; /* NULL with a cl_mem size: a NULL buffer argument */
+    const void *value; /* NULL with a hd_devmem size: a NULL buffer argument */
 } arg;
 
 /* Sets k's arguments and launches groups work-groups of group work-items. */
-static hd_status launch_kernel(hd_fused *f, hd_context *ctx, cl_kernel k, size_t group, size_t groups,
+static hd_status launch_kernel(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t group, size_t groups,
                                const arg *args, int count)
 {
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++)
-        s = hd__fused_set_arg(ctx, k, (cl_uint)i, args[i].size, args[i].value);
+        s = hd__fused_set_arg(ctx, k, (uint32_t)i, args[i].size, args[i].value);
     return s == HD_OK ? hd__fused_launch(f, ctx, k, groups, group) : s;
 }
 
 static hd_status launch(hd_fused *f, hd_context *ctx, const char *options, const char *name,
                         size_t group, size_t groups, const arg *args, int count)
 {
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, options, name, group, &k);
     return s == HD_OK ? launch_kernel(f, ctx, k, group, groups, args, count) : s;
 }
@@ -51,21 +51,20 @@ static hd_status build_first(hd_fused *f, hd_context *ctx, const char *options,
 {
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++) {
-        cl_kernel k;
+        hd_kernel *k;
         s = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, options, names[i], groups[i], &k);
     }
     return s;
 }
 
 /* A scratch buffer of at least bytes, grown on demand; in-order queue: reused by every call. */
-static hd_status scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *buf, size_t *capacity)
+static hd_status scratch(hd_fused *f, hd_context *ctx, size_t bytes, hd_devmem *buf, size_t *capacity)
 {
     if (*buf != NULL && *capacity >= bytes)
         return HD_OK;
-    if (*buf != NULL)
-        clReleaseMemObject(*buf);
+    hd__rt_scratch_free(f->rt, *buf);
     *capacity = 0;
-    hd_status s = hd__cl_scratch_create(f->rt, ctx, bytes, "norm backward scratch", buf);
+    hd_status s = hd__rt_scratch_create(f->rt, ctx, bytes, "norm backward scratch", buf);
     if (s != HD_OK)
         return s;
     *capacity = bytes;
@@ -75,11 +74,11 @@ static hd_status scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *buf
 /* dgamma and dbeta (either may be absent) from the partials of `chunks` chunks of rows in
  * part (dgamma's chunk by chunk, then dbeta's), added per column in a fixed order. */
 static hd_status combine_partials(hd_fused *f, hd_context *ctx, const char *options,
-                                  const hd_row_backward_args *r, cl_mem part, cl_int chunks)
+                                  const hd_row_backward_args *r, hd_devmem part, int32_t chunks)
 {
-    cl_mem dg = r->dgamma != NULL ? hd__fused_mem(r->dgamma) : NULL;
-    cl_mem db = r->dbeta != NULL ? hd__fused_mem(r->dbeta) : NULL;
-    cl_int cols = (cl_int)r->cols;
+    hd_devmem dg = r->dgamma != NULL ? hd__fused_mem(r->dgamma) : NULL;
+    hd_devmem db = r->dbeta != NULL ? hd__fused_mem(r->dbeta) : NULL;
+    int32_t cols = (int32_t)r->cols;
     const arg co[] = {{sizeof part, &part},
                       {sizeof dg, dg != NULL ? &dg : NULL},
                       {sizeof db, db != NULL ? &db : NULL},
@@ -91,23 +90,23 @@ static hd_status combine_partials(hd_fused *f, hd_context *ctx, const char *opti
 
 static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *options,
                                    const hd_fused_params *p, const hd_row_backward_args *r,
-                                   cl_int center)
+                                   int32_t center)
 {
-    cl_mem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy);
+    hd_devmem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy);
     size_t chunks = (r->rows + GRADS_CHUNK - 1) / GRADS_CHUNK;
     size_t span = (r->cols + GRADS_GROUP - 1) / GRADS_GROUP * GRADS_GROUP;
     if (span > (size_t)INT_MAX / chunks || 2 * chunks > SIZE_MAX / sizeof(float) / r->cols)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",
                          r->rows, r->cols);
-    cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols, chunk = GRADS_CHUNK;
-    cl_int nchunks = (cl_int)chunks, nspan = (cl_int)span;
-    cl_float eps = r->eps;
+    int32_t rows = (int32_t)r->rows, cols = (int32_t)r->cols, chunk = GRADS_CHUNK;
+    int32_t nchunks = (int32_t)chunks, nspan = (int32_t)span;
+    float eps = r->eps;
     hd_status s =
         scratch(f, ctx, 4 * r->rows * sizeof(float), &f->backward_stats, &f->backward_stats_bytes);
     if (s == HD_OK)
         s = scratch(f, ctx, 2 * chunks * r->cols * sizeof(float), &f->backward_parts,
                     &f->backward_parts_bytes);
-    cl_mem stats = f->backward_stats, part = f->backward_parts;
+    hd_devmem stats = f->backward_stats, part = f->backward_parts;
     const arg st[] = {{sizeof x, &x},       {sizeof stats, &stats}, {sizeof rows, &rows},
                       {sizeof cols, &cols}, {sizeof eps, &eps},     {sizeof center, &center}};
     size_t row_groups = (r->rows + (size_t)p->rows - 1) / (size_t)p->rows;
@@ -135,7 +134,7 @@ static hd_status norm_weight_grads(hd_fused *f, hd_context *ctx, const char *opt
  * groups' partials added per column: where a row fits in the registers of a slot of at most 512
  * work-items. *done: whether it ran (or failed) here. */
 static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
-                            const hd_row_backward_args *r, cl_int center, bool *done)
+                            const hd_row_backward_args *r, int32_t center, bool *done)
 {
     size_t n = r->cols / (size_t)p->vec;
     size_t slot = 1; /* T: the fewest work-items whose registers hold the row */
@@ -159,7 +158,7 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     int len = snprintf(fused_options, sizeof fused_options, "%s -DPREFETCH=%d", options, prefetch);
     if (len < 0 || (size_t)len >= sizeof fused_options)
         return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
-    cl_kernel k;
+    hd_kernel *k;
     hd_status built = hd__fused_kernel(f, ctx, HD_FUSED_ROWS_BACKWARD, fused_options,
                                        "norm_backward_fused", wg, &k);
     /* a compiler may give the kernel's registers fewer work-items than asked (NVIDIA's gave
@@ -190,11 +189,11 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
                          r->rows, r->cols);
     hd_status s = scratch(f, ctx, 2 * groups * r->cols * sizeof(float), &f->backward_parts,
                           &f->backward_parts_bytes);
-    cl_mem x = hd__fused_mem(r->x), g = hd__fused_mem(r->gamma), dy = hd__fused_mem(r->dy),
+    hd_devmem x = hd__fused_mem(r->x), g = hd__fused_mem(r->gamma), dy = hd__fused_mem(r->dy),
            dx = hd__fused_mem(r->dx), part = f->backward_parts;
-    cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols, nchunk = (cl_int)chunk,
-           ngroups = (cl_int)groups;
-    cl_float eps = r->eps;
+    int32_t rows = (int32_t)r->rows, cols = (int32_t)r->cols, nchunk = (int32_t)chunk,
+           ngroups = (int32_t)groups;
+    float eps = r->eps;
     const arg a[] = {{sizeof x, &x},
                      {sizeof g, &g},
                      {sizeof dy, &dy},
@@ -222,7 +221,7 @@ static hd_status run(hd_fused *f, hd_context *ctx, const hd_row_backward_args *r
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &p, 0, options);
-    cl_int center = norm == 1;
+    int32_t center = norm == 1;
     if (norm && (r->dgamma != NULL || r->dbeta != NULL)) {
         bool done;
         s = norm_fused(f, ctx, &p, r, center, &done);
@@ -235,10 +234,10 @@ static hd_status run(hd_fused *f, hd_context *ctx, const hd_row_backward_args *r
         if (s == HD_OK)
             s = norm_weight_grads(f, ctx, options, &p, r, center);
     }
-    cl_mem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy), dx = hd__fused_mem(r->dx);
-    cl_mem g = norm ? hd__fused_mem(r->gamma) : NULL;
-    cl_int rows = (cl_int)r->rows, cols = (cl_int)r->cols;
-    cl_float eps = r->eps;
+    hd_devmem x = hd__fused_mem(r->x), dy = hd__fused_mem(r->dy), dx = hd__fused_mem(r->dx);
+    hd_devmem g = norm ? hd__fused_mem(r->gamma) : NULL;
+    int32_t rows = (int32_t)r->rows, cols = (int32_t)r->cols;
+    float eps = r->eps;
     size_t groups = (r->rows + (size_t)p.rows - 1) / (size_t)p.rows;
     if (s != HD_OK)
         return s;

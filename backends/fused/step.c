@@ -102,7 +102,7 @@ static hd_status check_sizes(hd_context *ctx, hd_op op, const hd_step_args *a)
 
 /* The op's kernel, built (or found built) with the call's parameters. */
 static hd_status step_kernel_for(hd_fused *f, hd_context *ctx, hd_op op, const hd_step_args *a,
-                                 hd_fused_params *p, cl_kernel *k)
+                                 hd_fused_params *p, hd_kernel **k)
 {
     hd_status s = check_sizes(ctx, op, a);
     if (s == HD_OK)
@@ -127,14 +127,14 @@ static hd_status run_elementwise(void *state, hd_context *ctx, hd_op op, const h
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
     hd_fused_params p;
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = step_kernel_for(f, ctx, op, a, &p, &k);
     if (s != HD_OK)
         return s;
     size_t vectors = (a->rows * a->cols + (size_t)p.vec - 1) / (size_t)p.vec;
     size_t groups = stride_groups(vectors, p.wg);
-    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
-    cl_float alpha = a->alpha;
+    int32_t rows = (int32_t)a->rows, cols = (int32_t)a->cols;
+    float alpha = a->alpha;
     hd_fused_arg list[8];
     int n = 0;
     for (int i = 0; i < HD_STEP_INPUTS && a->in[i] != NULL; i++)
@@ -183,7 +183,7 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
     hd_fused_params p;
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = step_kernel_for(f, ctx, HD_OP_ROPE, a, &p, &k);
     if (s != HD_OK)
         return s;
@@ -201,8 +201,8 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
         hd__rope_frequencies(a->theta, d, pairs);
         s = hd__fused_upload(f, ctx, pairs, d * sizeof *pairs, &freq_buf);
     }
-    cl_int rows = (cl_int)a->rows, heads_arg = (cl_int)heads, d_arg = (cl_int)d;
-    cl_int inverse = a->inverse ? 1 : 0;
+    int32_t rows = (int32_t)a->rows, heads_arg = (int32_t)heads, d_arg = (int32_t)d;
+    int32_t inverse = a->inverse ? 1 : 0;
     if (s == HD_OK) {
         size_t items = a->rows * ((heads + (size_t)p.hpi - 1) / (size_t)p.hpi) * (d / 2);
         const hd_fused_arg list[] = {
@@ -230,12 +230,12 @@ hd_status hd__fused_embedding(void *state, hd_context *ctx, const hd_op_args *ar
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
     hd_fused_params p;
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = step_kernel_for(f, ctx, HD_OP_EMBEDDING, a, &p, &k);
     struct hd_device_buffer *ids = NULL;
     if (s == HD_OK)
         s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &ids);
-    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
+    int32_t rows = (int32_t)a->rows, cols = (int32_t)a->cols;
     if (s == HD_OK) {
         const hd_fused_arg list[] = {
             HD_FUSED_TENSOR(a->in[0]), HD_FUSED_BUFFER(ids), HD_FUSED_TENSOR(a->out[0]),

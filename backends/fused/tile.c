@@ -12,13 +12,6 @@
 
 #include "backends/fused/internal.h"
 
-#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
-#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
-#endif
-#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV
-#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
-#endif
-
 /* Split-K scratch beyond this is not worth it: such products have tiles enough. */
 #define SPLITK_PART_MAX_BYTES ((size_t)256 << 20)
 
@@ -27,32 +20,18 @@ bool hd__fused_is_tile_variant(const char *variant)
     return variant != NULL && (strncmp(variant, "BM=", 3) == 0 || strstr(variant, " BM=") != NULL);
 }
 
-void hd__fused_tile_probe(hd_fused *f, cl_device_id device)
+void hd__fused_tile_probe(hd_fused *f, const hd_runtime_info *info)
 {
-    cl_ulong local = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) == CL_SUCCESS)
-        f->local_mem = (size_t)local;
-    char ext[8192] = "";
-    cl_uint major = 0;
-    bool listed =
-        clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) == CL_SUCCESS;
-    f->nv_options = listed && strstr(ext, "cl_nv_compiler_options") != NULL;
-    f->mma = listed && strstr(ext, "cl_nv_device_attribute_query") != NULL &&
-             clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
-                             NULL) == CL_SUCCESS &&
-             major >= 8;
+    f->local_mem = info->static_local;
+    f->nv_options = info->nv_options;
+    f->mma = info->nv_major >= 8;
     /* wgmma exists on sm_90a alone: not on later architectures */
-    cl_uint minor = 0;
-    f->wgmma = f->mma && major == 9 &&
-               clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor,
-                               NULL) == CL_SUCCESS &&
-               minor == 0;
+    f->wgmma = f->mma && info->nv_major == 9 && info->nv_minor == 0;
 }
 
 void hd__fused_tile_release(hd_fused *f)
 {
-    if (f->splitk_part != NULL)
-        clReleaseMemObject(f->splitk_part);
+    hd__rt_scratch_free(f->rt, f->splitk_part);
     f->splitk_part = NULL;
     f->splitk_bytes = 0;
 }
@@ -895,7 +874,7 @@ static int vec_of(bool aligned, size_t stage, size_t threads, bool wgmma)
     return (aligned || !wgmma) && stage % (4 * threads) == 0 ? 4 : 1;
 }
 
-static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_mem *out)
+static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, hd_devmem *out)
 {
     if (bytes > SPLITK_PART_MAX_BYTES)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
@@ -904,7 +883,7 @@ static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, cl_m
     if (bytes > f->splitk_bytes) {
         hd__fused_tile_release(f); /* freed once the queued launches using it ran */
         hd_status s =
-            hd__cl_scratch_create(f->rt, ctx, bytes, "split-K partials", &f->splitk_part);
+            hd__rt_scratch_create(f->rt, ctx, bytes, "split-K partials", &f->splitk_part);
         if (s != HD_OK)
             return s;
         f->splitk_bytes = bytes;
@@ -971,7 +950,7 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
 /* The kernel for p, building the tensor-core one if need be; a failed tensor-core build marks
  * it broken for the context and gives the FMA kernel instead. */
 static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
-                             hd_fused_params *p, size_t *threads, cl_kernel *out)
+                             hd_fused_params *p, size_t *threads, hd_kernel **out)
 {
     bool mma = wants_mma(f, c->precision);
     hd_status s = tile_params(f, ctx, c, mma, p, threads);
@@ -1047,7 +1026,7 @@ static bool fits_int(size_t v)
 /* Everything of a tiled product that can refuse it, queueing nothing: the 32-bit ranges, the
  * parameters, the kernels' builds and the split-K scratch. */
 static hd_status tile_setup(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
-                            hd_fused_params *p, size_t *threads, cl_kernel *k, cl_mem *part)
+                            hd_fused_params *p, size_t *threads, hd_kernel **k, hd_devmem *part)
 {
     if (!fits_int(c->m) || !fits_int(c->n) || !fits_int(c->k) || !fits_int(c->a.ld) ||
         !fits_int(c->b.ld) || !fits_int(c->ldc) || !fits_int(c->k2) || !fits_int(c->a2.ld) ||
@@ -1065,7 +1044,7 @@ static hd_status tile_setup(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
     *part = c->c;
     if (slices == 1)
         return HD_OK;
-    cl_kernel reduce;
+    hd_kernel *reduce;
     if ((s = splitk_scratch(f, ctx, slices * c->m * c->n * sizeof(float), part)) != HD_OK)
         return s;
     return hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256, &reduce);
@@ -1075,8 +1054,8 @@ hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_ti
 {
     hd_fused_params p;
     size_t threads;
-    cl_kernel k;
-    cl_mem part;
+    hd_kernel *k;
+    hd_devmem part;
     return tile_setup(f, ctx, c, &p, &threads, &k, &part);
 }
 
@@ -1084,8 +1063,8 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
 {
     hd_fused_params p;
     size_t threads;
-    cl_kernel k;
-    cl_mem part;
+    hd_kernel *k;
+    hd_devmem part;
     hd_status s = tile_setup(f, ctx, c, &p, &threads, &k, &part);
     if (s != HD_OK)
         return s;
@@ -1093,39 +1072,39 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     size_t kchunk = ceil_div(ceil_div(c->k, slices), (size_t)p.bk) * (size_t)p.bk;
     size_t tiles = ceil_div(c->m, (size_t)p.bm) * ceil_div(c->n, (size_t)p.bn);
 
-    cl_int m = (cl_int)c->m, n = (cl_int)c->n, kk = (cl_int)c->k, lda = (cl_int)c->a.ld,
-           ldb = (cl_int)c->b.ld, ldc = (cl_int)c->ldc, chunk = (cl_int)kchunk,
-           nslices = (cl_int)slices;
-    cl_float alpha = c->alpha, beta = c->beta;
-    cl_ulong sa = c->stride_a, sb = c->stride_b, sc = c->stride_c;
+    int32_t m = (int32_t)c->m, n = (int32_t)c->n, kk = (int32_t)c->k, lda = (int32_t)c->a.ld,
+           ldb = (int32_t)c->b.ld, ldc = (int32_t)c->ldc, chunk = (int32_t)kchunk,
+           nslices = (int32_t)slices;
+    float alpha = c->alpha, beta = c->beta;
+    uint64_t sa = c->stride_a, sb = c->stride_b, sc = c->stride_c;
     /* without a second product its buffers are the first's, never read (k2 = 0) */
-    cl_mem a2 = c->k2 > 0 ? c->a2.mem : c->a.mem, b2 = c->k2 > 0 ? c->b2.mem : c->b.mem;
-    cl_int lda2 = (cl_int)c->a2.ld, ldb2 = (cl_int)c->b2.ld, k2 = (cl_int)c->k2;
+    hd_devmem a2 = c->k2 > 0 ? c->a2.mem : c->a.mem, b2 = c->k2 > 0 ? c->b2.mem : c->b.mem;
+    int32_t lda2 = (int32_t)c->a2.ld, ldb2 = (int32_t)c->b2.ld, k2 = (int32_t)c->k2;
     const void *values[] = {&m,    &n,    &kk,   &alpha, &c->a.mem, &lda,     &c->b.mem, &ldb,
                             &beta, &c->c, &ldc,  &part,  &chunk,    &nslices, &sa,       &sb,
                             &sc,   &a2,   &lda2, &b2,    &ldb2,     &k2};
     const size_t sizes[] = {
-        sizeof m,       sizeof n,       sizeof kk,   sizeof alpha,   sizeof(cl_mem), sizeof lda,
-        sizeof(cl_mem), sizeof ldb,     sizeof beta, sizeof(cl_mem), sizeof ldc,     sizeof(cl_mem),
-        sizeof chunk,   sizeof nslices, sizeof sa,   sizeof sb,      sizeof sc,      sizeof(cl_mem),
-        sizeof lda2,    sizeof(cl_mem), sizeof ldb2, sizeof k2};
+        sizeof m,       sizeof n,       sizeof kk,   sizeof alpha,   sizeof(hd_devmem), sizeof lda,
+        sizeof(hd_devmem), sizeof ldb,     sizeof beta, sizeof(hd_devmem), sizeof ldc,     sizeof(hd_devmem),
+        sizeof chunk,   sizeof nslices, sizeof sa,   sizeof sb,      sizeof sc,      sizeof(hd_devmem),
+        sizeof lda2,    sizeof(hd_devmem), sizeof ldb2, sizeof k2};
     if ((s = hd__fused_set_args(ctx, k, values, sizes, 22)) != HD_OK ||
         (s = hd__fused_launch(f, ctx, k, tiles * slices * c->batch, threads)) != HD_OK || slices == 1)
         return s;
 
-    cl_kernel reduce;
+    hd_kernel *reduce;
     if ((s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256,
                               &reduce)) != HD_OK)
         return s;
     const void *rvalues[] = {&m, &n, &alpha, &beta, &c->c, &ldc, &part, &nslices};
     const size_t rsizes[] = {sizeof m,       sizeof n,   sizeof alpha,   sizeof beta,
-                             sizeof(cl_mem), sizeof ldc, sizeof(cl_mem), sizeof nslices};
+                             sizeof(hd_devmem), sizeof ldc, sizeof(hd_devmem), sizeof nslices};
     if ((s = hd__fused_set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
         return s;
     return hd__fused_launch(f, ctx, reduce, ceil_div(c->m * c->n, 256), 256);
 }
 
-hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, cl_mem c, size_t rows, size_t cols,
+hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, hd_devmem c, size_t rows, size_t cols,
                                float beta)
 {
     if (rows == 0 || cols == 0)
@@ -1134,15 +1113,15 @@ hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, cl_mem c, size_t ro
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: scaling %zu x %zu: a side over %d",
                          rows, cols, INT_MAX);
     /* the split-K reduction of no slices: C = beta * C + alpha * 0, one fma per element */
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_splitk_reduce", 256, &k);
     if (s != HD_OK)
         return s;
-    cl_int m = (cl_int)rows, n = (cl_int)cols, ld = (cl_int)cols, none = 0;
-    cl_float alpha = 1.0f, b = beta;
+    int32_t m = (int32_t)rows, n = (int32_t)cols, ld = (int32_t)cols, none = 0;
+    float alpha = 1.0f, b = beta;
     const void *values[] = {&m, &n, &alpha, &b, &c, &ld, &c, &none};
     const size_t sizes[] = {sizeof m,       sizeof n,  sizeof alpha,   sizeof b,
-                            sizeof(cl_mem), sizeof ld, sizeof(cl_mem), sizeof none};
+                            sizeof(hd_devmem), sizeof ld, sizeof(hd_devmem), sizeof none};
     if ((s = hd__fused_set_args(ctx, k, values, sizes, 8)) != HD_OK)
         return s;
     return hd__fused_launch(f, ctx, k, ceil_div(rows * cols, 256), 256);

@@ -48,7 +48,7 @@ static size_t row_groups(size_t rows, const hd_fused_params *p)
 /* Builds (or finds built) each named kernel of the program before anything is launched. */
 static hd_status build_first(hd_fused *f, hd_context *ctx, hd_fused_program program,
                              const char *options, const char *const names[], const size_t groups[],
-                             cl_kernel kernels[], int count)
+                             hd_kernel *kernels[], int count)
 {
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++)
@@ -77,7 +77,7 @@ hd_status hd__fused_add_rms_norm(void *state, hd_context *ctx, const hd_op_args 
     hd_fused_params p;
     bool cached;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = row_options(f, ctx, a->variant, a->cols, &p, &cached, options);
     if (s == HD_OK)
         s = hd__fused_kernel(f, ctx, HD_FUSED_ADD_RMS_NORM, options,
@@ -85,8 +85,8 @@ hd_status hd__fused_add_rms_norm(void *state, hd_context *ctx, const hd_op_args 
                              &k);
     if (s != HD_OK)
         return s;
-    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
-    cl_float eps = a->eps;
+    int32_t rows = (int32_t)a->rows, cols = (int32_t)a->cols;
+    float eps = a->eps;
     const hd_fused_arg list[] = {
         HD_FUSED_TENSOR(a->in[0]),  HD_FUSED_TENSOR(a->in[1]),  HD_FUSED_TENSOR(a->in[2]),
         HD_FUSED_TENSOR(a->out[0]), HD_FUSED_TENSOR(a->out[1]), HD_FUSED_VALUE(rows),
@@ -96,11 +96,11 @@ hd_status hd__fused_add_rms_norm(void *state, hd_context *ctx, const hd_op_args 
 }
 
 /* dweight = the sum of each column's `chunks` partials in part, in a fixed order. */
-static hd_status combine_partials(hd_fused *f, hd_context *ctx, cl_kernel k,
+static hd_status combine_partials(hd_fused *f, hd_context *ctx, hd_kernel *k,
                                   const struct hd_device_buffer *part, const hd_step_args *a,
-                                  cl_int chunks)
+                                  int32_t chunks)
 {
-    cl_int cols = (cl_int)a->cols;
+    int32_t cols = (int32_t)a->cols;
     const hd_fused_arg list[] = {HD_FUSED_BUFFER(part), HD_FUSED_TENSOR(a->out[1]),
                                  HD_FUSED_VALUE(cols), HD_FUSED_VALUE(chunks)};
     return hd__fused_launch_args(f, ctx, k, ceil_div(a->cols, COMBINE_COLS), COMBINE_GROUP, list,
@@ -144,7 +144,7 @@ static size_t single_pass_groups(const hd_fused *f, const hd_fused_params *one, 
  * the compiled kernel cannot run a group of the slot's size (its registers), for the looped
  * kernels to take the call. */
 static hd_status single_pass_kernels(hd_fused *f, hd_context *ctx, const hd_fused_params *one,
-                                     bool dw, cl_kernel k[2], bool *declined)
+                                     bool dw, hd_kernel *k[2], bool *declined)
 {
     char options[HD_FUSED_OPTIONS_CAPACITY], pass_options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, one, 0, options);
@@ -174,7 +174,7 @@ static hd_status backward_single_pass(hd_fused *f, hd_context *ctx, const hd_fus
                                       const hd_step_args *a, bool *done)
 {
     hd_fused_params one;
-    cl_kernel k[2];
+    hd_kernel *k[2];
     bool declined = false, dw = a->out[1] != NULL;
     *done = single_pass_params(f, p, a->cols, &one);
     if (!*done)
@@ -191,8 +191,8 @@ static hd_status backward_single_pass(hd_fused *f, hd_context *ctx, const hd_fus
                          a->rows, a->cols);
     if (dw)
         s = hd__fused_buffer(f, ctx, groups * a->cols * sizeof(float), &part);
-    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols, nchunk = (cl_int)chunk;
-    cl_float eps = a->eps;
+    int32_t rows = (int32_t)a->rows, cols = (int32_t)a->cols, nchunk = (int32_t)chunk;
+    float eps = a->eps;
     const hd_fused_arg list[] = {
         HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[1]),  HD_FUSED_TENSOR(a->in[2]),
         HD_FUSED_TENSOR(a->in[3]), HD_FUSED_TENSOR(a->out[0]), HD_FUSED_BUFFER(part),
@@ -201,7 +201,7 @@ static hd_status backward_single_pass(hd_fused *f, hd_context *ctx, const hd_fus
     };
     if (s == HD_OK)
         s = hd__fused_launch_args(f, ctx, k[0], groups, (size_t)one.wg, list, 10);
-    if (s == HD_OK && dw && (s = combine_partials(f, ctx, k[1], part, a, (cl_int)groups)) != HD_OK)
+    if (s == HD_OK && dw && (s = combine_partials(f, ctx, k[1], part, a, (int32_t)groups)) != HD_OK)
         hd__error_outputs_changed(ctx); /* dh is written (over dy or dres, in place) */
     hd__fused_buffer_release(f, part);
     return s;
@@ -212,13 +212,13 @@ static hd_status backward_single_pass(hd_fused *f, hd_context *ctx, const hd_fus
 static hd_status backward_rows(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
                                const char *options, const hd_step_args *a)
 {
-    cl_kernel k;
+    hd_kernel *k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ADD_RMS_NORM, options,
                                    "add_rms_norm_backward_rows", (size_t)p->wg, &k);
     if (s != HD_OK)
         return s;
-    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols;
-    cl_float eps = a->eps;
+    int32_t rows = (int32_t)a->rows, cols = (int32_t)a->cols;
+    float eps = a->eps;
     const hd_fused_arg list[] = {
         HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[1]),  HD_FUSED_TENSOR(a->in[2]),
         HD_FUSED_TENSOR(a->in[3]), HD_FUSED_TENSOR(a->out[0]), HD_FUSED_VALUE(rows),
@@ -232,7 +232,7 @@ static hd_status backward_rows(hd_fused *f, hd_context *ctx, const hd_fused_para
 enum { LONG_STATS, LONG_PARTIALS, LONG_COMBINE, LONG_APPLY, LONG_KERNELS };
 
 typedef struct long_rows {
-    cl_kernel k[LONG_KERNELS];
+    hd_kernel *k[LONG_KERNELS];
     struct hd_device_buffer *stats, *part;
     size_t chunks, span; /* chunks of GRADS_CHUNK rows; columns rounded up to GRADS_GROUP */
 } long_rows;
@@ -262,9 +262,9 @@ static hd_status long_rows_prepare(hd_fused *f, hd_context *ctx, const hd_fused_
 static hd_status long_rows_launch(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
                                   const hd_step_args *a, const long_rows *l)
 {
-    cl_int rows = (cl_int)a->rows, cols = (cl_int)a->cols, chunk = GRADS_CHUNK;
-    cl_int chunks = (cl_int)l->chunks, span = (cl_int)l->span;
-    cl_float eps = a->eps;
+    int32_t rows = (int32_t)a->rows, cols = (int32_t)a->cols, chunk = GRADS_CHUNK;
+    int32_t chunks = (int32_t)l->chunks, span = (int32_t)l->span;
+    float eps = a->eps;
     const hd_fused_arg stats[] = {
         HD_FUSED_TENSOR(a->in[0]), HD_FUSED_TENSOR(a->in[1]), HD_FUSED_TENSOR(a->in[2]),
         HD_FUSED_BUFFER(l->stats), HD_FUSED_VALUE(rows),      HD_FUSED_VALUE(cols),
@@ -330,7 +330,7 @@ hd_status hd__fused_add_rms_norm_backward(void *state, hd_context *ctx, const hd
  * their mean. CACHE does not apply: the rows are looped. */
 typedef struct ce_kernels {
     hd_fused_params p;
-    cl_kernel rows, mean;
+    hd_kernel *rows, *mean;
 } ce_kernels;
 
 static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, size_t vocab,
@@ -345,7 +345,7 @@ static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, siz
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &k->p, 0, options);
     const char *const names[] = {"cross_entropy_rows", "cross_entropy_mean"};
     const size_t groups[] = {(size_t)k->p.wg, (size_t)k->p.wg};
-    cl_kernel built[2];
+    hd_kernel *built[2];
     s = build_first(f, ctx, HD_FUSED_CROSS_ENTROPY, options, names, groups, built, 2);
     k->rows = built[0];
     k->mean = built[1];
@@ -363,8 +363,8 @@ typedef struct ce_rows_call {
 
 static hd_status ce_rows(hd_fused *f, hd_context *ctx, const ce_kernels *k, const ce_rows_call *c)
 {
-    cl_int rows = (cl_int)c->rows, cols = (cl_int)c->vocab, ignore = c->ignore_index;
-    cl_float inv = c->inv_count;
+    int32_t rows = (int32_t)c->rows, cols = (int32_t)c->vocab, ignore = c->ignore_index;
+    float inv = c->inv_count;
     const hd_fused_arg list[] = {
         HD_FUSED_BUFFER(c->logits), HD_FUSED_BUFFER(c->targets), HD_FUSED_BUFFER(c->losses),
         HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_VALUE(rows),
@@ -379,8 +379,8 @@ static hd_status ce_mean(hd_fused *f, hd_context *ctx, const ce_kernels *k,
                          const struct hd_device_buffer *losses, const hd_tensor *loss, size_t rows,
                          float inv_count)
 {
-    cl_int n = (cl_int)rows;
-    cl_float inv = inv_count;
+    int32_t n = (int32_t)rows;
+    float inv = inv_count;
     const hd_fused_arg list[] = {HD_FUSED_BUFFER(losses), HD_FUSED_TENSOR(loss), HD_FUSED_VALUE(n),
                                  HD_FUSED_VALUE(inv)};
     return hd__fused_launch_args(f, ctx, k->mean, 1, (size_t)k->p.wg, list, 4);
@@ -454,9 +454,9 @@ static hd_fused_tile_call lm_head_product(const lm_head *l, bool dh, size_t m)
 {
     const hd_step_args *a = l->a;
     size_t d = a->cols, v = a->vocab;
-    cl_mem w = a->in[1]->state->device->mem, logits = l->logits->mem;
-    cl_mem h = l->whole ? a->in[0]->state->device->mem : l->h_c->mem;
-    cl_mem out = dh ? (l->whole ? a->out[1]->state->device->mem : l->dh_c->mem) : logits;
+    hd_devmem w = a->in[1]->state->device->mem, logits = l->logits->mem;
+    hd_devmem h = l->whole ? a->in[0]->state->device->mem : l->h_c->mem;
+    hd_devmem out = dh ? (l->whole ? a->out[1]->state->device->mem : l->dh_c->mem) : logits;
     hd_fused_tile_call c = {.m = m,
                             .n = dh ? d : v,
                             .k = dh ? v : d,

@@ -35,27 +35,6 @@ struct hd_cl_staging {
     /* the copied bytes follow */
 };
 
-/* The class of a request and the capacity that class allocates. */
-static size_t size_class(size_t bytes, size_t *capacity)
-{
-    if (bytes <= HD_CL_POOL_MIN_BYTES) {
-        *capacity = HD_CL_POOL_MIN_BYTES;
-        return 0;
-    }
-    unsigned k = 0;
-    while (k < 63 && ((size_t)1 << (k + 1)) <= bytes)
-        k++;
-    size_t step = ((size_t)1 << k) / 4;
-    size_t q = (bytes + step - 1) / step; /* 4..8 */
-    if (q == 8) {
-        k++;
-        q = 4;
-        step *= 2;
-    }
-    *capacity = q * step;
-    return (size_t)(k - 8) * 4 + (q - 4);
-}
-
 static bool allocation_failure(cl_int err)
 {
     return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES;
@@ -116,7 +95,7 @@ hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes
                          "(%llu bytes)",
                          bytes, (unsigned long long)rt->max_alloc);
     size_t capacity;
-    size_t cls = size_class(bytes, &capacity);
+    size_t cls = hd__pool_size_class(bytes, &capacity);
     struct hd_cl_pool_entry *e = rt->free_lists[cls];
     if (e != NULL) {
         rt->free_lists[cls] = e->next;
@@ -128,7 +107,9 @@ hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes
         e = calloc(1, sizeof *e);
         if (e == NULL)
             return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for a buffer record");
-        cl_int err = create_trimming(rt, capacity, &e->buf.mem);
+        cl_mem mem = NULL;
+        cl_int err = create_trimming(rt, capacity, &mem);
+        e->buf.mem = (hd_devmem)(void *)mem;
         if (err != CL_SUCCESS) {
             free(e);
             return hd__cl_error(ctx, err, "clCreateBuffer");
@@ -150,9 +131,9 @@ void hd__cl_buffer_release(hd_cl_runtime *rt, struct hd_device_buffer *buf)
     struct hd_cl_pool_entry *e = (struct hd_cl_pool_entry *)buf;
     rt->live_buffers--;
     size_t capacity;
-    size_t cls = size_class(buf->capacity, &capacity);
+    size_t cls = hd__pool_size_class(buf->capacity, &capacity);
     if (capacity != buf->capacity || rt->pooled_bytes + capacity > rt->pool_cap_bytes) {
-        clReleaseMemObject(buf->mem); /* the driver frees it after the commands that use it */
+        clReleaseMemObject(hd__cl_mem(buf->mem)); /* the driver frees it after the commands that use it */
         free(e);
         return;
     }
@@ -163,11 +144,11 @@ void hd__cl_buffer_release(hd_cl_runtime *rt, struct hd_device_buffer *buf)
 
 void hd__cl_pool_trim(hd_cl_runtime *rt)
 {
-    for (size_t c = 0; c < HD_CL_POOL_CLASSES; c++) {
+    for (size_t c = 0; c < HD_POOL_CLASSES; c++) {
         while (rt->free_lists[c] != NULL) {
             struct hd_cl_pool_entry *e = rt->free_lists[c];
             rt->free_lists[c] = e->next;
-            clReleaseMemObject(e->buf.mem);
+            clReleaseMemObject(hd__cl_mem(e->buf.mem));
             free(e);
         }
     }
@@ -222,7 +203,7 @@ static bool upload_staged(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
     void *copy = s + 1;
     memcpy(copy, src, bytes);
     cl_int err =
-        clEnqueueWriteBuffer(rt->queue, buf->mem, CL_FALSE, 0, bytes, copy, 0, NULL, &s->done);
+        clEnqueueWriteBuffer(rt->queue, hd__cl_mem(buf->mem), CL_FALSE, 0, bytes, copy, 0, NULL, &s->done);
     if (err != CL_SUCCESS) {
         free(s);
         *status = hd__cl_error(ctx, err, "clEnqueueWriteBuffer");
@@ -248,7 +229,7 @@ hd_status hd__cl_upload(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buf
         return s;
     if (bytes <= HD_CL_STAGED_UPLOAD_MAX && upload_staged(rt, ctx, buf, src, bytes, &s))
         return s;
-    cl_int err = clEnqueueWriteBuffer(rt->queue, buf->mem, CL_TRUE, 0, bytes, src, 0, NULL, NULL);
+    cl_int err = clEnqueueWriteBuffer(rt->queue, hd__cl_mem(buf->mem), CL_TRUE, 0, bytes, src, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueWriteBuffer");
     return HD_OK;
@@ -260,23 +241,34 @@ hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
     hd_status s = check_range(ctx, buf, bytes, "download");
     if (s != HD_OK || bytes == 0)
         return s;
-    cl_int err = clEnqueueReadBuffer(rt->queue, buf->mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+    cl_int err = clEnqueueReadBuffer(rt->queue, hd__cl_mem(buf->mem), CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueReadBuffer");
     hd__cl_staging_reclaim(rt, false);
     return HD_OK;
 }
 
-hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
-                      size_t bytes)
+hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, cl_mem mem, size_t bytes)
 {
-    hd_status s = check_range(ctx, buf, bytes, "zero");
-    if (s != HD_OK || bytes == 0)
-        return s;
+    if (bytes == 0)
+        return HD_OK;
     const cl_uint zero = 0;
     size_t pattern = bytes % sizeof zero == 0 ? sizeof zero : 1;
-    cl_int err = clEnqueueFillBuffer(rt->queue, buf->mem, &zero, pattern, 0, bytes, 0, NULL, NULL);
+    cl_int err = clEnqueueFillBuffer(rt->queue, mem, &zero, pattern, 0, bytes, 0, NULL,
+                                     hd__cl_event_slot(rt));
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueFillBuffer");
+    return HD_OK;
+}
+
+hd_status hd__cl_copy(hd_cl_runtime *rt, hd_context *ctx, cl_mem dst, size_t dst_offset,
+                      cl_mem src, size_t src_offset, size_t bytes)
+{
+    if (bytes == 0)
+        return HD_OK;
+    cl_int err = clEnqueueCopyBuffer(rt->queue, src, dst, src_offset, dst_offset, bytes, 0, NULL,
+                                     hd__cl_event_slot(rt));
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clEnqueueCopyBuffer");
     return HD_OK;
 }

@@ -315,3 +315,58 @@ hd_status hd__cl_finish(hd_cl_runtime *rt, hd_context *ctx)
     hd__cl_staging_reclaim(rt, false);
     return HD_OK;
 }
+
+/* NVIDIA's device queries (cl_nv_device_attribute_query), by the values of its extension. */
+#define HD_CL_NV_COMPUTE_CAPABILITY_MAJOR 0x4000
+#define HD_CL_NV_COMPUTE_CAPABILITY_MINOR 0x4001
+#define HD_CL_NV_PCI_BUS_ID               0x4008
+#define HD_CL_NV_PCI_SLOT_ID              0x4009
+#define HD_CL_NV_PCI_DOMAIN_ID            0x400A
+
+static bool has_extension(const hd_cl_runtime *rt, const char *name)
+{
+    char ext[8192] = "";
+    return clGetDeviceInfo(rt->device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL) ==
+               CL_SUCCESS &&
+           strstr(ext, name) != NULL;
+}
+
+static bool nv_query(const hd_cl_runtime *rt, cl_uint param, int *value)
+{
+    cl_uint v = 0;
+    if (clGetDeviceInfo(rt->device, param, sizeof v, &v, NULL) != CL_SUCCESS)
+        return false;
+    *value = (int)v;
+    return true;
+}
+
+bool hd__cl_nv_pci_address(const hd_cl_runtime *rt, int *domain, int *bus, int *slot)
+{
+    return has_extension(rt, "cl_nv_device_attribute_query") &&
+           nv_query(rt, HD_CL_NV_PCI_DOMAIN_ID, domain) && nv_query(rt, HD_CL_NV_PCI_BUS_ID, bus) &&
+           nv_query(rt, HD_CL_NV_PCI_SLOT_ID, slot);
+}
+
+hd_status hd__cl_runtime_info(hd_cl_runtime *rt, hd_context *ctx, hd_runtime_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = HD_RUNTIME_OPENCL;
+    cl_uint units = 0;
+    cl_ulong local = 0;
+    cl_int err = clGetDeviceInfo(rt->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof out->max_group,
+                                 &out->max_group, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(rt->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(rt->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    if (err != CL_SUCCESS)
+        return hd__cl_error(ctx, err, "clGetDeviceInfo");
+    out->compute_units = units;
+    out->local_mem = out->static_local = (size_t)local;
+    out->nv_options = has_extension(rt, "cl_nv_compiler_options");
+    if (has_extension(rt, "cl_nv_device_attribute_query") &&
+        (!nv_query(rt, HD_CL_NV_COMPUTE_CAPABILITY_MAJOR, &out->nv_major) ||
+         !nv_query(rt, HD_CL_NV_COMPUTE_CAPABILITY_MINOR, &out->nv_minor)))
+        out->nv_major = out->nv_minor = 0;
+    return HD_OK;
+}

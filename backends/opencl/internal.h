@@ -6,11 +6,8 @@
 #include <stdint.h>
 
 #include "backends/opencl/runtime.h"
+#include "backends/runtime/pool.h" /* the pool's size classes */
 
-/* Pool size classes: four per octave (1, 1.25, 1.5, 1.75 times a power of two), so a pooled
- * buffer wastes at most a fifth of itself; the smallest class is HD_CL_POOL_MIN_BYTES. */
-#define HD_CL_POOL_MIN_BYTES 256u
-#define HD_CL_POOL_CLASSES   (64 * 4)
 
 struct hd_cl_pool_entry; /* a pooled buffer: struct hd_device_buffer plus a link */
 
@@ -57,7 +54,7 @@ struct hd_cl_runtime {
     char platform_version[256];
 
     /* Buffer pool. */
-    struct hd_cl_pool_entry *free_lists[HD_CL_POOL_CLASSES];
+    struct hd_cl_pool_entry *free_lists[HD_POOL_CLASSES];
     size_t pooled_bytes, pool_cap_bytes;
     size_t live_buffers;
     struct hd_cl_pool_counters counters;

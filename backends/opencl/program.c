@@ -157,10 +157,7 @@ static cl_int build_capturing_stderr(hd_cl_runtime *rt, cl_program program, cons
     return err;
 }
 
-/* Text of the PTX that NVIDIA's compiler returns as a program's binary, NUL-terminated, or
- * NULL: with *failed false where the program has no binary, true where it could not be read
- * (no memory, the driver refused). */
-static char *program_text(cl_program program, bool *failed)
+char *hd__cl_program_text(cl_program program, bool *failed)
 {
     size_t size = 0;
     *failed =
@@ -195,7 +192,7 @@ static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *
                                 cl_program *program)
 {
     bool failed;
-    char *ptx = program_text(*program, &failed);
+    char *ptx = hd__cl_program_text(*program, &failed);
     if (failed) /* built, but not retargeted: its marked instructions would be comments */
         return hd__error(ctx, HD_ERR_BUILD,
                          "cannot read the built PTX back to retarget it to sm_90a (options "
@@ -411,4 +408,27 @@ void hd__cl_programs_destroy(hd_cl_runtime *rt)
 void hd__cl_program_counters(const hd_cl_runtime *rt, struct hd_cl_program_counters *out)
 {
     *out = rt->program_counters;
+}
+
+hd_status hd__cl_kernel_max_group(hd_cl_runtime *rt, hd_context *ctx, cl_kernel k, size_t *out)
+{
+    cl_int err = clGetKernelWorkGroupInfo(k, rt->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *out,
+                                          out, NULL);
+    return err == CL_SUCCESS ? HD_OK : hd__cl_error(ctx, err, "clGetKernelWorkGroupInfo");
+}
+
+hd_status hd__cl_set_arg(hd_context *ctx, cl_kernel k, unsigned index, size_t size,
+                         const void *value)
+{
+    cl_int err = clSetKernelArg(k, index, size, value);
+    return err == CL_SUCCESS ? HD_OK : hd__cl_error(ctx, err, "clSetKernelArg");
+}
+
+hd_status hd__cl_launch(hd_cl_runtime *rt, hd_context *ctx, cl_kernel k, const size_t groups[2],
+                        size_t group)
+{
+    size_t global[2] = {groups[0] * group, groups[1]}, local[2] = {group, 1};
+    cl_int err = clEnqueueNDRangeKernel(rt->queue, k, 2, NULL, global, local, 0, NULL,
+                                        hd__cl_event_slot(rt));
+    return err == CL_SUCCESS ? HD_OK : hd__cl_error(ctx, err, "clEnqueueNDRangeKernel");
 }

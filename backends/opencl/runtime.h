@@ -15,13 +15,13 @@
 
 #include <hd/dispatch.h>
 
-/* A device allocation, owned by the runtime's pool. bytes is the size asked for; the cl_mem
- * may be larger (pooled sizes are rounded up). */
-struct hd_device_buffer {
-    cl_mem mem;
-    size_t bytes;
-    size_t capacity;
-};
+#include "backends/runtime/runtime.h"
+
+/* A device buffer's memory (struct hd_device_buffer, backends/runtime/runtime.h) as OpenCL's. */
+static inline cl_mem hd__cl_mem(hd_devmem mem)
+{
+    return (cl_mem)(void *)mem;
+}
 
 typedef struct hd_cl_runtime hd_cl_runtime;
 
@@ -40,6 +40,8 @@ const char *hd__cl_device_name(const hd_cl_runtime *rt);
 const char *hd__cl_driver_version(const hd_cl_runtime *rt);
 const char *hd__cl_platform_name(const hd_cl_runtime *rt);
 bool hd__cl_device_is_gpu(const hd_cl_runtime *rt);
+/* The limits the backends plan launches by (backends/runtime/runtime.h). */
+hd_status hd__cl_runtime_info(hd_cl_runtime *rt, hd_context *ctx, hd_runtime_info *out);
 
 /* Maps err (not CL_SUCCESS) to a status, recording "<what> failed: CL_... (code)". */
 hd_status hd__cl_error(hd_context *ctx, cl_int err, const char *what);
@@ -66,8 +68,10 @@ hd_status hd__cl_upload(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buf
                         const void *src, size_t bytes);
 hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                           void *dst, size_t bytes);
-hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
-                      size_t bytes);
+/* Queued: bytes of mem zeroed; bytes copied between two buffers. */
+hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, cl_mem mem, size_t bytes);
+hd_status hd__cl_copy(hd_cl_runtime *rt, hd_context *ctx, cl_mem dst, size_t dst_offset,
+                      cl_mem src, size_t src_offset, size_t bytes);
 
 /* Pinned (page-locked) host memory of at least bytes, contents undefined, or NULL where the
  * runtime cannot give it (the caller then takes ordinary memory); freed by hd__cl_host_free
@@ -89,9 +93,26 @@ void hd__cl_host_free(hd_cl_runtime *rt, void *p);
 hd_status hd__cl_program(hd_cl_runtime *rt, hd_context *ctx, const char *source,
                          const char *options, cl_program *out);
 
+/* The program's binary as text, NUL-terminated (the caller frees it): on NVIDIA's driver, the
+ * PTX. NULL with *failed false where the program has no binary, true where it could not be
+ * read (no memory, the driver refused). */
+char *hd__cl_program_text(cl_program program, bool *failed);
+
+/* The PCI address of an NVIDIA device (cl_nv_device_attribute_query); false elsewhere. */
+bool hd__cl_nv_pci_address(const hd_cl_runtime *rt, int *domain, int *bus, int *slot);
+
 /* Kernel from a program built by hd__cl_program(), created once and kept by the runtime. */
 hd_status hd__cl_kernel(hd_cl_runtime *rt, hd_context *ctx, cl_program program, const char *name,
                         cl_kernel *out);
+
+/* The kernel's largest work-group on this device. */
+hd_status hd__cl_kernel_max_group(hd_cl_runtime *rt, hd_context *ctx, cl_kernel k, size_t *out);
+/* Sets an argument (value NULL: __local memory of size bytes); queues k over groups[0] x
+ * groups[1] groups of group x 1 work-items, its event in the capture's slot. */
+hd_status hd__cl_set_arg(hd_context *ctx, cl_kernel k, unsigned index, size_t size,
+                         const void *value);
+hd_status hd__cl_launch(hd_cl_runtime *rt, hd_context *ctx, cl_kernel k, const size_t groups[2],
+                        size_t group);
 
 /*
  * Event capture, for timing with device events. Between capture_begin and capture_end every
@@ -107,19 +128,6 @@ cl_event *hd__cl_event_slot(hd_cl_runtime *rt);
  * capture it does nothing. */
 hd_status hd__cl_capture_mark(hd_cl_runtime *rt, hd_context *ctx);
 hd_status hd__cl_capture_end(hd_cl_runtime *rt, hd_context *ctx, double *seconds);
-
-/* For calibration and the roofline, in the tools' library only (measure.c): device-to-device
- * copy bandwidth over a buffer of bytes (read plus written bytes per second, median of several
- * copies timed by events), and the median cost of launching an empty kernel: device time
- * (event start to end) and host time (enqueue plus finish). Both wait. */
-hd_status hd__cl_copy_bandwidth(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
-                                double *bytes_per_second);
-hd_status hd__cl_launch_latency(hd_cl_runtime *rt, hd_context *ctx, double *device_seconds,
-                                double *host_seconds);
-/* The fastest of repeats uploads of bytes from src to a pooled buffer, each timed on the host
- * to completion, after one untimed upload. Waits. */
-hd_status hd__cl_upload_seconds(hd_cl_runtime *rt, hd_context *ctx, const void *src, size_t bytes,
-                                unsigned repeats, double *best_seconds);
 
 /* Counters, for tests and diagnostics. */
 struct hd_cl_pool_counters {

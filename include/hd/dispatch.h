@@ -180,7 +180,14 @@ typedef struct hd_context_options {
      * returned and kept for hd_context_last_error(). */
     void (*log)(void *user, const char *message);
     void *log_user;
-    void *reserved[8]; /* zero (hd_context_options_init): room for options to come */
+    /* How the device's kernels run: "opencl", "cuda" (NVIDIA only: the same kernels through
+     * the CUDA driver, loaded at run time, in one stream with NVIDIA's libraries and with the
+     * GPU's whole shared memory), or "auto" (CUDA on an NVIDIA GPU where libcuda loads and a
+     * probe kernel runs right, else OpenCL). NULL: $HD_RUNTIME, else auto. A runtime that
+     * cannot run here falls back to OpenCL with a note; CLBlast is not available while the
+     * device runs on CUDA. hd_context_device_runtime() says which one runs. */
+    const char *runtime;
+    void *reserved[7]; /* zero (hd_context_options_init): room for options to come */
 } hd_context_options;
 
 /* Version of the library this program runs with, as "MAJOR.MINOR.PATCH". The compile-time
@@ -246,6 +253,9 @@ HD_API int hd_context_cpu_threads(const hd_context *ctx);
 
 /* Name of the OpenCL device the context uses, or "none" without one. Owned by the context. */
 HD_API const char *hd_context_device_name(const hd_context *ctx);
+/* The runtime the device's kernels run on: "opencl" or "cuda" (hd_context_options.runtime),
+ * or "none" without a device. Static. */
+HD_API const char *hd_context_device_runtime(const hd_context *ctx);
 
 /* Whether backend b can run on this context (probed at creation and still healthy). */
 HD_API bool hd_context_has_backend(const hd_context *ctx, hd_backend b);

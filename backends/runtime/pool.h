@@ -1,0 +1,54 @@
+/*
+ * A pool of device memory keyed by size class, for a runtime whose driver allocates and frees
+ * plain device memory (the CUDA runtime's; OpenCL's pool keeps its own buffers, by the same
+ * classes). Reusing a pooled allocation needs no synchronisation where the runtime has one
+ * in-order queue: every command that used it before its release runs before any command of
+ * its next owner.
+ */
+#ifndef HD_BACKENDS_RUNTIME_POOL_H
+#define HD_BACKENDS_RUNTIME_POOL_H
+
+#include <stddef.h>
+
+#include "backends/runtime/runtime.h"
+
+/* Size classes: four per octave (1, 1.25, 1.5, 1.75 times a power of two), so a pooled
+ * allocation wastes at most a fifth of itself; the smallest class is HD_POOL_MIN_BYTES. */
+#define HD_POOL_MIN_BYTES 256u
+#define HD_POOL_CLASSES   (64 * 4)
+
+/* The class of a request of bytes, and the capacity that class allocates. */
+size_t hd__pool_size_class(size_t bytes, size_t *capacity);
+
+typedef enum hd_pool_result {
+    HD_POOL_OK,
+    HD_POOL_FULL,   /* the device has no memory left */
+    HD_POOL_FAILED, /* any other failure */
+} hd_pool_result;
+
+struct hd_pool_entry;
+
+typedef struct hd_pool {
+    void *owner;
+    hd_pool_result (*alloc)(void *owner, size_t bytes, hd_devmem *out);
+    void (*free)(void *owner, hd_devmem mem);
+    struct hd_pool_entry *free_lists[HD_POOL_CLASSES];
+    size_t pooled_bytes, cap_bytes;
+} hd_pool;
+
+/* An empty pool over alloc and free, keeping idle at most an eighth of device_bytes (1 GiB at
+ * most). */
+void hd__pool_init(hd_pool *pool, void *owner,
+                   hd_pool_result (*alloc)(void *owner, size_t bytes, hd_devmem *out),
+                   void (*free)(void *owner, hd_devmem mem), size_t device_bytes);
+hd_status hd__pool_acquire(hd_pool *pool, hd_context *ctx, size_t bytes,
+                           struct hd_device_buffer **out);
+void hd__pool_release(hd_pool *pool, struct hd_device_buffer *buf); /* NULL: no-op */
+/* Memory outside the pool (hd__rt_scratch_create), the idle allocations handed back and the
+ * allocation tried again where the device is full. */
+hd_status hd__pool_scratch(hd_pool *pool, hd_context *ctx, size_t bytes, const char *what,
+                           hd_devmem *out);
+/* Frees every idle allocation. */
+void hd__pool_trim(hd_pool *pool);
+
+#endif
