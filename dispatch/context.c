@@ -137,7 +137,7 @@ static hd_status open_device(hd_context *ctx, const hd_context_options *opt)
     hd_status s = hd__fault(ctx, HD_BACKEND_AUTO, "open")
                       ? HD_ERR_DEVICE
                       : dev->open(ctx, spec, runtime, fail_probe, &ctx->rt);
-    if (s != HD_OK && s != HD_ERR_OUT_OF_MEMORY && spec == NULL) {
+    if (s != HD_OK && s != HD_ERR_OUT_OF_MEMORY && s != HD_ERR_INVALID_ARGUMENT && spec == NULL) {
         /* no OpenCL here, or a device that cannot be used now (another process holds it in
          * exclusive mode, its driver fails): the CPU serves alone, which is worth a note, not
          * an error. A device the user named is an error: they asked for that one. */

@@ -301,6 +301,18 @@ hd_status hd__rt_kernel(hd_runtime *rt, hd_context *ctx, const char *source, con
         free(k);
         return s;
     }
+    for (struct hd_kernel *known = rt->kernels; known != NULL; known = known->next) {
+#ifdef HD_HAVE_CUDA_RUNTIME
+        bool same = known->cuda == k->cuda && known->cl == k->cl;
+#else
+        bool same = known->cl == k->cl;
+#endif
+        if (same) { /* the drivers' runtimes keep each kernel once: so does this list */
+            free(k);
+            *out = known;
+            return HD_OK;
+        }
+    }
     k->next = rt->kernels;
     rt->kernels = k;
     *out = k;

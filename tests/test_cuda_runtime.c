@@ -1,0 +1,311 @@
+/*
+ * The CUDA runtime: the PTX rewrite on samples of NVIDIA's OpenCL compiler (and what it
+ * refuses), the choice of runtime and its fallbacks (no libcuda, a libcuda that lacks a
+ * function or fails to start, a device that is not NVIDIA's, a probe that fails), and the
+ * runtime interface on whichever runtime the device runs: a kernel with __local arguments up to
+ * the largest local memory the device gives a group.
+ *
+ * $HD_TEST_EXPECT_RUNTIME_NOTE, where set, is a text the runtime's note must hold: the meson
+ * tests that point $HD_CUDA_LIBRARY at a library that is missing or broken set it.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backends/cuda/ptx.h"
+#include "backends/runtime/runtime.h"
+#include "dispatch/context.h"
+#include "testlib.h"
+
+static char *read_sample(const char *name, size_t *len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ptx/%s", HD_TEST_DATA, name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 3);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    text[n] = text[n + 1] = '\0'; /* a program binary's trailing NULs */
+    *len = (size_t)n + 2;
+    return text;
+}
+
+/* What every rewritten module must not hold any more, and must hold. */
+static void expect_cuda_ready(const hd_ptx_module *m)
+{
+    assert_null(strstr(m->text, "texmode_independent"));
+    assert_null(strstr(m->text, "%envreg"));
+    assert_null(strstr(m->text, ".ptr"));
+    assert_null(strstr(m->text, ".metadata"));
+    assert_non_null(strstr(m->text, ".extern .shared .align 16 .b8 hd_dynamic_shared[];"));
+    assert_int_equal(strlen(m->text), m->len);
+    for (const hd_ptx_entry *e = m->entries; e != NULL; e = e->next) {
+        char visible[200];
+        snprintf(visible, sizeof visible, ".visible .entry %s(", e->name);
+        assert_non_null(strstr(m->text, visible));
+    }
+    /* no entry left without .visible */
+    for (const char *p = strstr(m->text, ".entry"); p != NULL; p = strstr(p + 1, ".entry"))
+        assert_true(p - m->text >= 9 && strncmp(p - 9, ".visible ", 9) == 0);
+}
+
+static void test_rewrites_kernels_of_nvidias_opencl_compiler(void **state)
+{
+    (void)state;
+    const char *samples[] = {"embedding_opencl.ptx", "adamw_opencl.ptx"};
+    for (size_t i = 0; i < sizeof samples / sizeof *samples; i++) {
+        size_t len;
+        char *ptx = read_sample(samples[i], &len);
+        hd_ptx_module m;
+        char why[256];
+        if (!hd__ptx_for_cuda(ptx, len, &m, why, sizeof why))
+            fail_msg("%s refused: %s", samples[i], why);
+        expect_cuda_ready(&m);
+        assert_non_null(strstr(m.text, ".target sm_90\n"));
+        assert_non_null(m.entries);
+        hd__ptx_module_free(&m);
+        free(ptx);
+    }
+    /* adamw's kernels take two int8 vectors by value: 32 bytes each */
+    size_t len;
+    char *ptx = read_sample("adamw_opencl.ptx", &len);
+    hd_ptx_module m;
+    char why[256];
+    assert_true(hd__ptx_for_cuda(ptx, len, &m, why, sizeof why));
+    const hd_ptx_entry *e = hd__ptx_entry(&m, "adamw_update");
+    assert_non_null(e);
+    bool vector = false;
+    for (unsigned i = 0; i < e->param_count; i++) {
+        assert_false(e->params[i].local);
+        vector = vector || e->params[i].bytes == 32;
+    }
+    assert_true(vector);
+    assert_null(hd__ptx_entry(&m, "no_such_kernel"));
+    hd__ptx_module_free(&m);
+    free(ptx);
+}
+
+static void test_rewrites_local_arguments_launch_registers_and_inline_asm(void **state)
+{
+    (void)state;
+    size_t len;
+    char *ptx = read_sample("features_sm90a.ptx", &len);
+    hd_ptx_module m;
+    char why[256];
+    if (!hd__ptx_for_cuda(ptx, len, &m, why, sizeof why))
+        fail_msg("refused: %s", why);
+    expect_cuda_ready(&m);
+    assert_non_null(strstr(m.text, ".target sm_90a\n"));
+    const hd_ptx_entry *e = hd__ptx_entry(&m, "features");
+    assert_non_null(e);
+    assert_int_equal(e->param_count, 5);
+    const bool local[5] = {false, true, true, false, false};
+    const unsigned bytes[5] = {8, 8, 4, 32, 4};
+    for (unsigned i = 0; i < 5; i++) {
+        assert_int_equal(e->params[i].local, local[i]);
+        assert_int_equal(e->params[i].bytes, bytes[i]);
+    }
+    /* each __local pointer gets the dynamic shared memory's address, in its own width */
+    assert_non_null(strstr(m.text, "mov.u64 %hd_base, hd_dynamic_shared; add.u64 %rd2, %rd2, "
+                                   "%hd_base;"));
+    assert_non_null(strstr(m.text, "mov.u32 %hd_base, hd_dynamic_shared; add.u32 %r1, %r1, "
+                                   "%hd_base;"));
+    /* the group offsets and global offsets read 0; the launch's groups, %nctaid */
+    const char *zero[] = {"%r6, 0;", "%r7, 0;", "%r8, 0;", "%r9, 0;", "%r10, 0;", "%r11, 0;"};
+    for (size_t i = 0; i < sizeof zero / sizeof *zero; i++)
+        assert_non_null(strstr(m.text, zero[i]));
+    assert_non_null(strstr(m.text, "%r12, %nctaid.x;"));
+    assert_non_null(strstr(m.text, "%r13, %nctaid.y;"));
+    assert_non_null(strstr(m.text, "%r14, %nctaid.z;"));
+    /* the inline asm and the static __local array pass as they are */
+    assert_non_null(strstr(m.text, "cp.async.cg.shared.global [%rd2], [%rd1], 16;"));
+    assert_non_null(strstr(m.text, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+    assert_non_null(strstr(m.text, "wgmma.fence.sync.aligned;"));
+    assert_non_null(strstr(m.text, ".shared .align 4 .b8 features_$_red[1024];"));
+    hd__ptx_module_free(&m);
+    free(ptx);
+}
+
+/* Each refusal names the construct and its line, and leaves nothing to free. */
+static void expect_refused(const char *ptx, const char *reason)
+{
+    hd_ptx_module m;
+    char why[256];
+    assert_false(hd__ptx_for_cuda(ptx, strlen(ptx), &m, why, sizeof why));
+    assert_null(m.text);
+    assert_null(m.entries);
+    if (strstr(why, reason) == NULL || strstr(why, "PTX line ") == NULL)
+        fail_msg("refusal '%s' does not say '%s'", why, reason);
+}
+
+static void test_refuses_what_it_does_not_know(void **state)
+{
+    (void)state;
+    const char head[] = ".version 9.0\n.target sm_90, texmode_independent\n.address_size 64\n"
+                        ".entry k(\n\t.param .u64 .ptr .global .align 4 k_param_0,\n"
+                        "\t.param .u64 .ptr .shared .align 4 k_param_1\n)\n{\n";
+    char ptx[1024];
+    snprintf(ptx, sizeof ptx, "%s\tmov.b32 \t%%r1, %%envreg9;\n\tret;\n}\n", head);
+    expect_refused(ptx, "%envreg9");
+    snprintf(ptx, sizeof ptx, "%s\tadd.s32 \t%%r1, %%envreg0, %%r2;\n}\n", head);
+    expect_refused(ptx, "otherwise than by a 32-bit mov");
+    snprintf(ptx, sizeof ptx, "%s\tmov.u64 \t%%rd1, k_param_1;\n}\n", head);
+    expect_refused(ptx, "__local pointer parameter used otherwise");
+    snprintf(ptx, sizeof ptx, "%s\ttex.2d.v4.f32.f32 {%%f1, %%f2, %%f3, %%f4}, [t, {%%f5, %%f6}];\n}\n",
+             head);
+    expect_refused(ptx, "tex.");
+    expect_refused(".version 9.0\n.target sm_90\n.address_size 64\n.entry k(\n"
+                   "\t.param .u64 .ptr .const .align 4 k_param_0\n)\n{\n}\n",
+                   "state space");
+    expect_refused(".version 9.0\n.address_size 64\n", "not PTX");
+    const char nul[] = ".version 9.0\n\0.target sm_90\n";
+    hd_ptx_module m;
+    char why[128];
+    assert_false(hd__ptx_for_cuda(nul, sizeof nul - 1, &m, why, sizeof why));
+    assert_non_null(strstr(why, "NUL"));
+}
+
+/* The runtime a context chose, and the note it gave. */
+static void test_runtime_choice_and_its_fallbacks(void **state)
+{
+    (void)state;
+    const char *expect_note = getenv("HD_TEST_EXPECT_RUNTIME_NOTE");
+    hd_test_notes_clear();
+    setenv("HD_RUNTIME", "cuda", 1);
+    hd_context *ctx = hd_test_context(false);
+    unsetenv("HD_RUNTIME");
+    const char *runtime = hd_context_device_runtime(ctx);
+    if (strcmp(hd_context_device_name(ctx), "none") == 0) {
+        assert_string_equal(runtime, "none");
+    } else if (strcmp(runtime, "opencl") == 0) {
+        /* asked for CUDA and not given it: the note says why */
+        const char *notes = hd_test_notes();
+        assert_non_null(strstr(notes, "device runtime: OpenCL, as the CUDA runtime cannot run "
+                                      "here"));
+        if (expect_note != NULL && strstr(notes, expect_note) == NULL)
+            fail_msg("the note '%s' does not say '%s'", notes, expect_note);
+        assert_false(hd_context_has_backend(ctx, HD_BACKEND_CLBLAST) &&
+                     !hd_context_has_backend(ctx, HD_BACKEND_FUSED));
+    } else {
+        assert_string_equal(runtime, "cuda");
+        assert_null(expect_note); /* a broken libcuda must not have given CUDA */
+        /* CLBlast is OpenCL host code: not offered on the CUDA runtime */
+        assert_false(hd_context_has_backend(ctx, HD_BACKEND_CLBLAST));
+        assert_true(hd_context_has_backend(ctx, HD_BACKEND_FUSED));
+        hd_context_destroy(ctx);
+        /* a probe that fails falls back to OpenCL, with a note */
+        hd_test_notes_clear();
+        setenv("HD_FAULT", "*:cuda-probe", 1);
+        ctx = hd_test_context(false);
+        unsetenv("HD_FAULT");
+        assert_string_equal(hd_context_device_runtime(ctx), "opencl");
+        assert_non_null(strstr(hd_test_notes(), "probe kernel"));
+    }
+    hd_context_destroy(ctx);
+
+    /* opencl is always taken; a runtime no one knows is an error */
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.no_tune_cache = true;
+    opt.runtime = "opencl";
+    ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
+    assert_true(strcmp(hd_context_device_runtime(ctx), "opencl") == 0 ||
+                strcmp(hd_context_device_runtime(ctx), "none") == 0);
+    hd_context_destroy(ctx);
+    opt.runtime = "vulkan";
+    ctx = NULL;
+    hd_status s = hd_context_create(&ctx, &opt);
+    if (s == HD_OK) { /* no device here: no runtime is opened */
+        assert_string_equal(hd_context_device_runtime(ctx), "none");
+        hd_context_destroy(ctx);
+    } else {
+        assert_int_equal(s, HD_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(hd_context_last_error(NULL), "expected auto, opencl or cuda"));
+    }
+}
+
+/* A kernel with two __local arrays, the second as large as the device lets one group hold,
+ * through the interface the backends use, on whichever runtime runs the device. */
+static const char local_source[] =
+    "kernel void fill(global int *out, local int *small, local int *large, int large_ints)\n"
+    "{\n"
+    "    const int l = (int)get_local_id(0), n = (int)get_local_size(0);\n"
+    "    small[l] = l;\n"
+    "    for (int i = l; i < large_ints; i += n)\n"
+    "        large[i] = i + 7;\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    int sum = small[n - 1 - l];\n"
+    "    for (int i = l; i < large_ints; i += n)\n"
+    "        sum += large[large_ints - 1 - i];\n"
+    "    out[get_global_id(0)] = sum + 1000 * (int)get_group_id(0) * (int)get_num_groups(0);\n"
+    "}\n";
+
+static void test_kernel_takes_the_largest_local_memory_the_device_gives(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    hd_runtime *rt = ctx->rt;
+    if (rt == NULL) { /* no device: the interface has nothing to run on */
+        hd_context_destroy(ctx);
+        return;
+    }
+    const hd_runtime_info *info = hd__rt_info(rt);
+    enum { GROUP = 64, GROUPS = 3 };
+    hd_kernel *k = NULL;
+    assert_int_equal(hd__rt_kernel(rt, ctx, local_source, "", "fill", &k), HD_OK);
+    hd_kernel *again = NULL;
+    assert_int_equal(hd__rt_kernel(rt, ctx, local_source, "", "fill", &again), HD_OK);
+    assert_ptr_equal(k, again);
+    assert_true(hd__rt_kernel_max_group(k) >= GROUP);
+    /* all the local memory a group may have but the small array, a margin for the driver */
+    size_t small_bytes = GROUP * sizeof(int), margin = 1024;
+    assert_true(info->local_mem > small_bytes + margin);
+    int large_ints = (int)((info->local_mem - small_bytes - margin) / sizeof(int));
+    struct hd_device_buffer *buf = NULL;
+    int out[GROUP * GROUPS];
+    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, sizeof out, &buf), HD_OK);
+    assert_int_equal(hd__rt_set_arg(ctx, k, 0, sizeof buf->mem, &buf->mem), HD_OK);
+    assert_int_equal(hd__rt_set_arg(ctx, k, 1, small_bytes, NULL), HD_OK);
+    assert_int_equal(hd__rt_set_arg(ctx, k, 2, (size_t)large_ints * sizeof(int), NULL), HD_OK);
+    assert_int_equal(hd__rt_set_arg(ctx, k, 3, sizeof large_ints, &large_ints), HD_OK);
+    assert_int_equal(hd__rt_launch(rt, ctx, k, (const size_t[2]){GROUPS, 1}, GROUP), HD_OK);
+    assert_int_equal(hd__rt_download(rt, ctx, buf, out, sizeof out), HD_OK);
+    for (int g = 0; g < GROUPS; g++) {
+        for (int l = 0; l < GROUP; l++) {
+            long want = GROUP - 1 - l + 1000L * g * GROUPS;
+            for (int i = l; i < large_ints; i += GROUP)
+                want += large_ints - 1 - i + 7;
+            if (out[g * GROUP + l] != want)
+                fail_msg("%s, %d bytes of local memory: item %d of group %d gave %d, not %ld",
+                         hd__rt_kind_name(rt), large_ints * 4, l, g, out[g * GROUP + l], want);
+        }
+    }
+    print_message("%s: a group held %zu bytes of local memory\n", hd__rt_kind_name(rt),
+                  small_bytes + (size_t)large_ints * sizeof(int));
+    hd__rt_buffer_release(rt, buf);
+    hd_context_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rewrites_kernels_of_nvidias_opencl_compiler),
+        cmocka_unit_test(test_rewrites_local_arguments_launch_registers_and_inline_asm),
+        cmocka_unit_test(test_refuses_what_it_does_not_know),
+        cmocka_unit_test(test_runtime_choice_and_its_fallbacks),
+        cmocka_unit_test(test_kernel_takes_the_largest_local_memory_the_device_gives),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
