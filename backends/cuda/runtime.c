@@ -174,7 +174,7 @@ hd_status hd__cuda_upload(hd_cuda *cu, hd_context *ctx, hd_devmem dst, const voi
     hd_status s = current(cu, ctx);
     if (s != HD_OK || bytes == 0)
         return s;
-    capture_open(cu);
+    /* not in a capture's span, as OpenCL's uploads are not: device time is the device's work */
     CHECK(cu, ctx, cu->d->cuMemcpyHtoDAsync_v2(ptr_of(dst), src, bytes, cu->stream),
           "cuMemcpyHtoDAsync");
     /* from pageable memory the driver has staged src when the call returns; pinned memory it
@@ -373,13 +373,16 @@ hd_status hd__cuda_set_arg(hd_context *ctx, hd_cuda_kernel *k, unsigned index, s
         return hd__error(ctx, HD_ERR_INTERNAL, "CUDA runtime: %s has no argument %u", k->name,
                          index);
     const hd_ptx_param *p = &k->entry->params[index];
-    if (p->local != (value == NULL) || (!p->local && size != p->bytes))
+    /* value NULL is a __local array's size, or for a pointer to global memory, as in OpenCL, no
+     * buffer */
+    if ((p->local && value != NULL) || (!p->local && size != p->bytes))
         return hd__error(ctx, HD_ERR_INTERNAL,
-                         "CUDA runtime: argument %u of %s takes %s, not %zu bytes%s", index,
-                         k->name, p->local ? "a __local size" : "its value", size,
-                         value == NULL ? " of local memory" : "");
+                         "CUDA runtime: argument %u of %s takes %s, not %zu bytes", index, k->name,
+                         p->local ? "a __local array's size" : "its value", size);
     if (p->local)
         k->local_bytes[index] = size;
+    else if (value == NULL)
+        memset(k->params[index], 0, size);
     else
         memcpy(k->params[index], value, size);
     k->set[index] = true;
