@@ -48,7 +48,7 @@ static void expect_cuda_ready(const hd_ptx_module *m)
     assert_null(strstr(m->text, "%envreg"));
     assert_null(strstr(m->text, ".ptr"));
     assert_null(strstr(m->text, ".metadata"));
-    assert_non_null(strstr(m->text, ".extern .shared .align 16 .b8 hd_dynamic_shared[];"));
+    assert_non_null(strstr(m->text, ".extern .shared .align 128 .b8 hd_dynamic_shared[];"));
     assert_int_equal(strlen(m->text), m->len);
     for (const hd_ptx_entry *e = m->entries; e != NULL; e = e->next) {
         char visible[200];

@@ -299,7 +299,7 @@ bool hd__ptx_for_cuda(const char *ptx, size_t len, hd_ptx_module *out, char *why
         }
         if (starts(p, ".address_size")) {
             puts_(&t, line);
-            puts_(&t, "\n\n.extern .shared .align 16 .b8 " DYNAMIC_SHARED "[];\n");
+            puts_(&t, "\n\n.extern .shared .align 128 .b8 " DYNAMIC_SHARED "[];\n");
             continue;
         }
         const char *entry_word = starts(p, ".visible") ? skip_space(p + 8) : p;

@@ -15,8 +15,8 @@
  *     group's shared memory, CUDA passes what the host gives. The host gives an offset into
  *     the launch's dynamic shared memory, and each "ld.param" of such a parameter is followed
  *     by the addition of the dynamic shared memory's address (a ".extern .shared" array the
- *     rewrite declares), so the kernel finds its __local arrays wherever the driver put the
- *     dynamic part;
+ *     rewrite declares, aligned to 128 bytes), so the kernel finds its __local arrays wherever
+ *     the driver put the dynamic part;
  *   - the ".metadata_section { ... }" block (OpenCL's kernel attributes) and the trailing NUL
  *     bytes of the binary: dropped.
  *

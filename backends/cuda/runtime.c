@@ -20,6 +20,10 @@
 #include "backends/runtime/pool.h"
 #include "core/error.h"
 
+/* The alignment of each __local argument in dynamic shared memory, as ptx.c declares its
+ * base. */
+#define HD_CUDA_LOCAL_ALIGN 128
+
 /* A loaded module: the OpenCL program it was compiled as, and its rewrite's entries. */
 typedef struct module {
     cl_program program;
@@ -399,7 +403,8 @@ hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const
                              k->name);
         if (!k->entry->params[i].local)
             continue;
-        dynamic = (dynamic + 15) / 16 * 16; /* each __local array where its type may start */
+        /* each __local array where any of its types may start, tensor-core operands too */
+        dynamic = (dynamic + HD_CUDA_LOCAL_ALIGN - 1) / HD_CUDA_LOCAL_ALIGN * HD_CUDA_LOCAL_ALIGN;
         uint64_t offset = dynamic;
         if (k->entry->params[i].bytes == 4) {
             uint32_t narrow = (uint32_t)offset;

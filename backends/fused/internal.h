@@ -89,6 +89,10 @@ typedef struct hd_fused {
     hd_devmem kg_count; /* per-strip arrival counts of the KG > 1 kernels, zero between launches */
     size_t kg_count_len;
     size_t local_mem;   /* local memory a kernel may declare in its source */
+    size_t stage_mem;   /* local memory the warpgroup GEMM's stages may take as a __local
+                           argument (STAGE_ARG, gemm_wgmma.cl): on the CUDA runtime, its
+                           dynamic shared memory past local_mem; 0: they are the kernel's
+                           own arrays, within local_mem */
     bool mma;           /* NVIDIA sm_80+: the tensor-core kernels may be built */
     bool nv_options;    /* cl_nv_compiler_options: -cl-nv-maxrregcount is understood */
     bool mma_broken;    /* their build failed here: the fp32 kernels run instead */

@@ -20,9 +20,15 @@ bool hd__fused_is_tile_variant(const char *variant)
     return variant != NULL && (strncmp(variant, "BM=", 3) == 0 || strstr(variant, " BM=") != NULL);
 }
 
+/* Local memory a work-group of the warpgroup kernel leaves to the driver beside its stages. */
+#define STAGE_MEM_RESERVE 1024
+
 void hd__fused_tile_probe(hd_fused *f, const hd_runtime_info *info)
 {
     f->local_mem = info->static_local;
+    f->stage_mem = info->kind == HD_RUNTIME_CUDA && info->local_mem > info->static_local
+                       ? info->local_mem - STAGE_MEM_RESERVE
+                       : 0;
     f->nv_options = info->nv_options;
     f->mma = info->nv_major >= 8;
     /* wgmma exists on sm_90a alone: not on later architectures */
@@ -117,10 +123,18 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
     return buffers * (a + b) * sizeof(float);
 }
 
+/* Local memory the stages of p may take: the warpgroup kernel's, where they are a __local
+ * argument (stage_mem), else the kernel's own arrays' (0: unknown). */
+static size_t stage_capacity(const hd_fused *f, const hd_fused_params *p)
+{
+    return p->wgmma && f->stage_mem > 0 ? f->stage_mem : f->local_mem;
+}
+
 /* Whether the device's local memory holds the stages of p (0: its size unknown, taken to). */
 static bool local_memory_holds(const hd_fused *f, const hd_fused_params *p, bool mma)
 {
-    return f->local_mem == 0 || local_bytes(p, mma) <= f->local_mem;
+    size_t capacity = stage_capacity(f, p);
+    return capacity == 0 || local_bytes(p, mma) <= capacity;
 }
 
 /* ---- the defaults: a table of named rules ----
@@ -689,7 +703,8 @@ static void wgmma_fill(const hd_fused *f, hd_fused_params *p)
         p->overlap = p->areg ? 0 : 1;
     if (p->async == 0) {
         size_t most = p->areg ? 8 : 6;
-        size_t fit = f->local_mem > 0 ? f->local_mem / wgmma_stage_bytes(p) : most;
+        size_t capacity = stage_capacity(f, p);
+        size_t fit = capacity > 0 ? capacity / wgmma_stage_bytes(p) : most;
         p->async = fit < 3 ? 3 : fit > most ? (int)most : (int)fit;
     }
 }
@@ -924,8 +939,9 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
         len = (int)cap;
     else if (p->wgmma)
         len += snprintf(options + len, cap - (size_t)len,
-                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s", p->wn, p->async,
-                        p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s%s", p->wn,
+                        p->async, p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "",
+                        f->stage_mem > 0 ? " -DSTAGE_ARG=1" : "");
     else if (mma)
         len += snprintf(options + len, cap - (size_t)len,
                         " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d -DASYNC=%d%s", p->wm, p->wn,
@@ -1088,7 +1104,10 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         sizeof(hd_devmem), sizeof ldb,     sizeof beta, sizeof(hd_devmem), sizeof ldc,     sizeof(hd_devmem),
         sizeof chunk,   sizeof nslices, sizeof sa,   sizeof sb,      sizeof sc,      sizeof(hd_devmem),
         sizeof lda2,    sizeof(hd_devmem), sizeof ldb2, sizeof k2};
-    if ((s = hd__fused_set_args(ctx, k, values, sizes, 22)) != HD_OK ||
+    s = hd__fused_set_args(ctx, k, values, sizes, 22);
+    if (s == HD_OK && p.wgmma && f->stage_mem > 0) /* the stages: dynamic local memory */
+        s = hd__fused_set_arg(ctx, k, 22, local_bytes(&p, true), NULL);
+    if (s != HD_OK ||
         (s = hd__fused_launch(f, ctx, k, tiles * slices * c->batch, threads)) != HD_OK || slices == 1)
         return s;
 
@@ -1268,6 +1287,15 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=128 BK=8 WN=128 ASYNC=6 WGMMA=1", 128, 128, 8, 0, 128, 6},
         {"BM=128 BN=128 BK=16 WN=128 ASYNC=3 WGMMA=1", 128, 128, 16, 0, 128, 3},
         {"BM=128 BN=256 BK=8 WN=256 ASYNC=4 WGMMA=1", 128, 256, 8, 0, 256, 4},
+        /* past 48 KiB of stages: where they are dynamic local memory (the CUDA runtime) */
+        {"BM=128 BN=256 BK=16 WN=256 ASYNC=4 WGMMA=1", 128, 256, 16, 0, 256, 4},
+        {"BM=128 BN=256 BK=16 WN=256 ASYNC=6 WGMMA=1", 128, 256, 16, 0, 256, 6},
+        {"BM=128 BN=256 BK=32 WN=256 ASYNC=4 WGMMA=1", 128, 256, 32, 0, 256, 4},
+        {"BM=128 BN=256 BK=8 WN=256 ASYNC=8 WGMMA=1", 128, 256, 8, 0, 256, 8},
+        {"BM=256 BN=128 BK=16 WN=128 ASYNC=4 WGMMA=1", 256, 128, 16, 0, 128, 4},
+        {"BM=128 BN=128 BK=32 WN=128 ASYNC=4 WGMMA=1", 128, 128, 32, 0, 128, 4},
+        {"BM=256 BN=256 BK=8 WN=256 ASYNC=4 WGMMA=1", 256, 256, 8, 0, 256, 4},
+        {"BM=128 BN=256 BK=16 WN=256 ASYNC=8 AREG=1 WGMMA=1", 128, 256, 16, 0, 256, 8},
         {"BM=128 BN=256 BK=8 WN=256 ASYNC=4 OVERLAP=0 WGMMA=1", 128, 256, 8, 0, 256, 4},
         {"BM=128 BN=128 BK=8 WN=128 ASYNC=6 OVERLAP=0 WGMMA=1", 128, 128, 8, 0, 128, 6},
         {"BM=64 BN=256 BK=8 WN=256 ASYNC=4 OVERLAP=0 WGMMA=1", 64, 256, 8, 0, 256, 4},

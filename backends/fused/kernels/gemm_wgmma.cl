@@ -48,6 +48,9 @@
  * Tuning parameters: BM (a multiple of 64), BN, WN (64, 128 or 256, dividing BN), BK (a
  * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0),
  * AREG (0 or 1).
+ * STAGE_ARG = 1: the stages are a __local argument the host sizes (A's ASYNC buffers, then
+ * B's), not arrays of the kernel: the CUDA runtime gives such an argument as dynamic shared
+ * memory, up to the multiprocessor's opt-in limit, where a kernel's own arrays stop at 48 KiB.
  * A wider WN gives each barrier more products: 128 x 256 tiles of two warpgroups do twice the
  * work of 128 x 128 ones per stage on the same 256 work-items.
  */
@@ -364,6 +367,15 @@ static inline void wgmma_step_rs_emulated(float *d, const uint *fr, __local floa
 #endif
 #endif
 
+#ifndef STAGE_ARG
+#define STAGE_ARG 0
+#endif
+#if STAGE_ARG
+#define STAGE_PARAM , __local float *restrict stage_mem
+#else
+#define STAGE_PARAM
+#endif
+
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
 gemm_wgmma(const int m, const int n, const int k, const float alpha,
            __global const float *restrict a, const int lda, __global const float *restrict b,
@@ -371,20 +383,27 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
            __global float *restrict part, const int kchunk, const int slices,
            const ulong stride_a, const ulong stride_b, const ulong stride_c,
            __global const float *restrict a2, const int lda2, __global const float *restrict b2,
-           const int ldb2, const int k2)
+           const int ldb2, const int k2 STAGE_PARAM)
 {
-/* A_STAGE(s): A's buffer of stage s. With AREG, A never enters local memory (copy_stage
- * copies B alone): no buffer, but the emulation's scratch of one A step. */
+/* A_STAGE(s), B_STAGE(s): the buffers of stage s. With AREG, A never enters local memory
+ * (copy_stage copies B alone): no buffer, but the emulation's scratch of one A step. */
 #if AREG && MMA_EMULATE
     __local float as[1][AS_SIZE] __attribute__((aligned(128)));
 #define A_STAGE(s) as[0]
 #elif AREG
 #define A_STAGE(s) ((__local float *)0)
+#elif STAGE_ARG
+#define A_STAGE(s) (stage_mem + (s) * AS_SIZE)
 #else
     __local float as[ASYNC][AS_SIZE] __attribute__((aligned(128)));
 #define A_STAGE(s) as[s]
 #endif
+#if STAGE_ARG
+#define B_STAGE(s) (stage_mem + (AREG ? 0 : ASYNC * AS_SIZE) + (s) * BS_SIZE)
+#else
     __local float bs[ASYNC][BS_SIZE] __attribute__((aligned(128)));
+#define B_STAGE(s) bs[s]
+#endif
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
     a += pos.batch * stride_a;
     b += pos.batch * stride_b;
@@ -408,7 +427,7 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
      * every warpgroup waited for before the barrier. */
     for (int s = 0; s < AHEAD; s++) {
         if (s < stages)
-            copy_stage(&q, s, m0, n0, m, n, A_STAGE(s), bs[s]);
+            copy_stage(&q, s, m0, n0, m, n, A_STAGE(s), B_STAGE(s));
         cp_commit();
     }
 #if AREG
@@ -429,9 +448,9 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
             barrier(CLK_LOCAL_MEM_FENCE);
             int next = s + AHEAD;
             if (next < stages)
-                copy_stage(&q, next, m0, n0, m, n, A_STAGE(next % ASYNC), bs[next % ASYNC]);
+                copy_stage(&q, next, m0, n0, m, n, A_STAGE(next % ASYNC), B_STAGE(next % ASYNC));
             cp_commit();
-            __local const float *sb = bs[s % ASYNC];
+            __local const float *sb = B_STAGE(s % ASYNC);
             fence_acc(acc);
             WGMMA_BEGIN();
 #pragma unroll
@@ -453,9 +472,9 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
         barrier(CLK_LOCAL_MEM_FENCE);
         int next = s + AHEAD;
         if (next < stages)
-            copy_stage(&q, next, m0, n0, m, n, as[next % ASYNC], bs[next % ASYNC]);
+            copy_stage(&q, next, m0, n0, m, n, A_STAGE(next % ASYNC), B_STAGE(next % ASYNC));
         cp_commit();
-        __local const float *sa = as[s % ASYNC], *sb = bs[s % ASYNC];
+        __local const float *sa = A_STAGE(s % ASYNC), *sb = B_STAGE(s % ASYNC);
         fence_acc(acc);
         WGMMA_BEGIN();
 #pragma unroll
