@@ -3,6 +3,7 @@
  * function handed to the one the device runs on. OpenCL is always open: it names the device
  * and compiles every kernel, for either runtime.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -29,6 +30,7 @@ struct hd_runtime {
     struct hd_cuda *cuda; /* NULL: the device runs on OpenCL */
 #endif
     hd_runtime_info info;
+    char platform[320]; /* the OpenCL platform, and on CUDA the runtime too */
     struct hd_kernel *kernels;
 };
 
@@ -45,6 +47,8 @@ static void choose_cuda(hd_runtime *rt, hd_context *ctx, const char *choice, boo
     hd_status s = hd__cuda_open(ctx, rt->cl, fail_probe, &rt->cuda);
     if (s == HD_OK) {
         hd__cuda_info(rt->cuda, &rt->info);
+        snprintf(rt->platform, sizeof rt->platform, "%s (CUDA runtime)",
+                 hd__cl_platform_name(rt->cl));
         hd__note(ctx, "device runtime: CUDA (%s)", hd__cl_device_name(rt->cl));
         return;
     }
@@ -84,6 +88,7 @@ hd_status hd__rt_open(hd_context *ctx, const char *spec, const char *choice, boo
         hd__rt_close(rt);
         return s;
     }
+    snprintf(rt->platform, sizeof rt->platform, "%s", hd__cl_platform_name(rt->cl));
     if (strcasecmp(choice, "opencl") != 0)
         choose_cuda(rt, ctx, choice, fail_probe);
     *out = rt;
@@ -128,7 +133,7 @@ const char *hd__rt_driver_version(const hd_runtime *rt)
 
 const char *hd__rt_platform_name(const hd_runtime *rt)
 {
-    return hd__cl_platform_name(rt->cl);
+    return rt->platform;
 }
 
 bool hd__rt_is_gpu(const hd_runtime *rt)

@@ -70,6 +70,8 @@ const hd_runtime_info *hd__rt_info(const hd_runtime *rt);
 const char *hd__rt_kind_name(const hd_runtime *rt); /* "opencl" or "cuda" */
 const char *hd__rt_device_name(const hd_runtime *rt);
 const char *hd__rt_driver_version(const hd_runtime *rt);
+/* The OpenCL platform's name, with " (CUDA runtime)" after it where the device runs on CUDA:
+ * the tuning cache's key, so that each runtime keeps its own timings. */
 const char *hd__rt_platform_name(const hd_runtime *rt);
 bool hd__rt_is_gpu(const hd_runtime *rt);
 /* The OpenCL runtime the device runs on (CLBlast's), NULL while it runs on CUDA. */
