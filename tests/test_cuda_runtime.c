@@ -182,9 +182,13 @@ static void test_runtime_choice_and_its_fallbacks(void **state)
     (void)state;
     const char *expect_note = getenv("HD_TEST_EXPECT_RUNTIME_NOTE");
     hd_test_notes_clear();
-    setenv("HD_RUNTIME", "cuda", 1);
-    hd_context *ctx = hd_test_context(false);
-    unsetenv("HD_RUNTIME");
+    hd_context_options asked;
+    hd_context_options_init(&asked);
+    asked.log = hd_test_log;
+    asked.no_tune_cache = true;
+    asked.runtime = "cuda";
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &asked), HD_OK);
     const char *runtime = hd_context_device_runtime(ctx);
     if (strcmp(hd_context_device_name(ctx), "none") == 0) {
         assert_string_equal(runtime, "none");

@@ -382,9 +382,12 @@ static void test_uploads_queue_many_then_read_in_order(void **state)
 static void test_tensor_migrates_host_device_cpu_and_back(void **state)
 {
     (void)state;
-    setenv("HD_RUNTIME", "opencl", 1); /* this test reads the OpenCL runtime's pool */
-    hd_context *ctx = hd_test_context(false);
-    unsetenv("HD_RUNTIME");
+    hd_context_options opt; /* this test reads the OpenCL runtime's pool */
+    hd_context_options_init(&opt);
+    opt.no_tune_cache = true;
+    opt.runtime = "opencl";
+    hd_context *ctx = NULL;
+    assert_int_equal(hd_context_create(&ctx, &opt), HD_OK);
     assert_non_null(hd__rt_opencl(ctx->rt));
     hd_cl_runtime *rt = hd__rt_opencl(ctx->rt);
     enum { ROWS = 7, COLS = 13, N = ROWS * COLS };
