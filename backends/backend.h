@@ -158,7 +158,7 @@ typedef struct hd_device_ops {
                       struct hd_runtime **out);
     void (*close)(struct hd_runtime *rt); /* waits for the queue */
     const char *(*name)(const struct hd_runtime *rt);
-    const char *(*runtime)(const struct hd_runtime *rt); /* "opencl" or "cuda" */
+    const char *(*runtime)(const struct hd_runtime *rt);         /* "opencl" or "cuda" */
     hd_status (*finish)(struct hd_runtime *rt, hd_context *ctx); /* waits; late errors */
     hd_status (*acquire)(struct hd_runtime *rt, hd_context *ctx, size_t bytes,
                          struct hd_device_buffer **out);

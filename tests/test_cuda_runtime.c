@@ -162,8 +162,8 @@ static void test_refuses_what_it_does_not_know(void **state)
     expect_refused(ptx, "otherwise than by a 32-bit mov");
     snprintf(ptx, sizeof ptx, "%s\tmov.u64 \t%%rd1, k_param_1;\n}\n", head);
     expect_refused(ptx, "__local pointer parameter used otherwise");
-    snprintf(ptx, sizeof ptx, "%s\ttex.2d.v4.f32.f32 {%%f1, %%f2, %%f3, %%f4}, [t, {%%f5, %%f6}];\n}\n",
-             head);
+    snprintf(ptx, sizeof ptx,
+             "%s\ttex.2d.v4.f32.f32 {%%f1, %%f2, %%f3, %%f4}, [t, {%%f5, %%f6}];\n}\n", head);
     expect_refused(ptx, "tex.");
     expect_refused(".version 9.0\n.target sm_90\n.address_size 64\n.entry k(\n"
                    "\t.param .u64 .ptr .const .align 4 k_param_0\n)\n{\n}\n",

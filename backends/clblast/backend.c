@@ -121,14 +121,15 @@ static hd_status scratch_gemm(hd_clblast_state *st, hd_context *ctx, size_t m, s
     for (int i = 0; i < 3 && s == HD_OK; i++)
         s = hd__cl_buffer_acquire(st->rt, ctx, bytes[i], &buf[i]);
     if (s == HD_OK && batch == 1) {
-        s = hd__clblast_sgemm(st, ctx, true, false, false, m, n, k, 1.0f, hd__cl_mem(buf[0]->mem), 0, k,
-                              hd__cl_mem(buf[1]->mem), 0, n, 0.0f, hd__cl_mem(buf[2]->mem), 0, n);
+        s = hd__clblast_sgemm(st, ctx, true, false, false, m, n, k, 1.0f, hd__cl_mem(buf[0]->mem),
+                              0, k, hd__cl_mem(buf[1]->mem), 0, n, 0.0f, hd__cl_mem(buf[2]->mem), 0,
+                              n);
     } else if (s == HD_OK) {
         cl_command_queue queue = hd__cl_queue(st->rt);
         CLBlastStatusCode code = CLBlastSgemmStridedBatched(
             CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
-            hd__cl_mem(buf[0]->mem), 0, k, m * k, hd__cl_mem(buf[1]->mem), 0, n, k * n, 0.0f, hd__cl_mem(buf[2]->mem), 0, n, m * n,
-            batch, &queue, NULL);
+            hd__cl_mem(buf[0]->mem), 0, k, m * k, hd__cl_mem(buf[1]->mem), 0, n, k * n, 0.0f,
+            hd__cl_mem(buf[2]->mem), 0, n, m * n, batch, &queue, NULL);
         if (code != CLBlastSuccess)
             s = hd__clblast_error(ctx, code, "CLBlastSgemmStridedBatched (warm-up)");
     }

@@ -41,8 +41,9 @@ hd_status hd__clblast_gemm(void *state, hd_context *ctx, const hd_gemm_args *g)
     hd_status s = hd__clblast_prepare(st, ctx, g->variant);
     if (s == HD_OK)
         s = hd__clblast_sgemm(st, ctx, true, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha,
-                              hd__cl_mem(g->a->state->device->mem), 0, g->a->cols, hd__cl_mem(g->b->state->device->mem), 0,
-                              g->b->cols, g->beta, hd__cl_mem(g->c->state->device->mem), 0, g->c->cols);
+                              hd__cl_mem(g->a->state->device->mem), 0, g->a->cols,
+                              hd__cl_mem(g->b->state->device->mem), 0, g->b->cols, g->beta,
+                              hd__cl_mem(g->c->state->device->mem), 0, g->c->cols);
     hd__clblast_unlock();
     return s;
 }
@@ -64,9 +65,10 @@ hd_status hd__clblast_gemm_batched(void *state, hd_context *ctx, const hd_gemm_a
     if (s == HD_OK)
         code = CLBlastSgemmStridedBatched(
             CLBlastLayoutRowMajor, transpose(g->trans_a), transpose(g->trans_b), g->m, g->n, g->k,
-            g->alpha, hd__cl_mem(g->a->state->device->mem), 0, g->a->cols, stride_a, hd__cl_mem(g->b->state->device->mem),
-            0, g->b->cols, stride_b, g->beta, hd__cl_mem(g->c->state->device->mem), 0, g->c->cols, stride_c,
-            g->batch, &queue, hd__cl_event_slot(st->rt));
+            g->alpha, hd__cl_mem(g->a->state->device->mem), 0, g->a->cols, stride_a,
+            hd__cl_mem(g->b->state->device->mem), 0, g->b->cols, stride_b, g->beta,
+            hd__cl_mem(g->c->state->device->mem), 0, g->c->cols, stride_c, g->batch, &queue,
+            hd__cl_event_slot(st->rt));
     hd__clblast_unlock();
     if (s == HD_OK && code != CLBlastSuccess)
         s = hd__clblast_error(ctx, code, "CLBlastSgemmStridedBatched");
@@ -83,7 +85,8 @@ hd_status hd__clblast_scale(void *state, hd_context *ctx, const hd_tensor *t, fl
         return hd__cl_zero(st->rt, ctx, hd__cl_mem(t->state->device->mem), n * sizeof(float));
     cl_command_queue queue = hd__cl_queue(st->rt);
     hd__clblast_lock();
-    CLBlastStatusCode code = CLBlastSscal(n, beta, hd__cl_mem(t->state->device->mem), 0, 1, &queue, NULL);
+    CLBlastStatusCode code =
+        CLBlastSscal(n, beta, hd__cl_mem(t->state->device->mem), 0, 1, &queue, NULL);
     hd__clblast_unlock();
     return code == CLBlastSuccess ? HD_OK : hd__clblast_error(ctx, code, "CLBlastSscal");
 }

@@ -15,9 +15,9 @@ static hd_status base_product(hd_clblast_state *st, hd_context *ctx, const hd_lo
     if (s != HD_OK)
         return s;
     return hd__clblast_sgemm(st, ctx, true, false, l->trans_w, l->tokens, l->out, l->in, 1.0f,
-                             hd__cl_mem(l->x->state->device->mem), 0, l->in, hd__cl_mem(l->w->state->device->mem), 0,
-                             l->trans_w ? l->in : l->out, 0.0f, hd__cl_mem(l->y->state->device->mem), 0,
-                             l->out);
+                             hd__cl_mem(l->x->state->device->mem), 0, l->in,
+                             hd__cl_mem(l->w->state->device->mem), 0, l->trans_w ? l->in : l->out,
+                             0.0f, hd__cl_mem(l->y->state->device->mem), 0, l->out);
 }
 
 hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *l)
@@ -36,13 +36,14 @@ hd_status hd__clblast_lora(void *state, hd_context *ctx, const hd_lora_args *l)
     hd_status s = base_product(st, ctx, l, l->variant);
     if (s == HD_OK && h != NULL)
         s = hd__clblast_sgemm(st, ctx, true, false, l->trans_a, l->tokens, l->rank, l->in, 1.0f,
-                              hd__cl_mem(l->x->state->device->mem), 0, l->in, hd__cl_mem(l->a->state->device->mem), 0,
-                              l->trans_a ? l->in : l->rank, 0.0f, hd__cl_mem(h->mem), 0, l->rank);
+                              hd__cl_mem(l->x->state->device->mem), 0, l->in,
+                              hd__cl_mem(l->a->state->device->mem), 0, l->trans_a ? l->in : l->rank,
+                              0.0f, hd__cl_mem(h->mem), 0, l->rank);
     if (s == HD_OK && h != NULL)
-        s = hd__clblast_sgemm(st, ctx, true, false, l->trans_b, l->tokens, l->out, l->rank, l->scale,
-                              hd__cl_mem(h->mem), 0, l->rank, hd__cl_mem(l->b->state->device->mem), 0,
-                              l->trans_b ? l->rank : l->out, 1.0f, hd__cl_mem(l->y->state->device->mem), 0,
-                              l->out);
+        s = hd__clblast_sgemm(
+            st, ctx, true, false, l->trans_b, l->tokens, l->out, l->rank, l->scale,
+            hd__cl_mem(h->mem), 0, l->rank, hd__cl_mem(l->b->state->device->mem), 0,
+            l->trans_b ? l->rank : l->out, 1.0f, hd__cl_mem(l->y->state->device->mem), 0, l->out);
     hd__clblast_unlock();
     /* The queue is in order: whoever takes h from the pool next enqueues after these GEMMs. */
     if (h != NULL)

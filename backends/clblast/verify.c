@@ -90,9 +90,10 @@ static hd_status run_problem(hd_clblast_state *st, hd_context *ctx, const proble
             s = hd__cl_upload(rt, ctx, buf[i], src[i], bytes[i]);
     }
     if (s == HD_OK)
-        s = hd__clblast_sgemm(st, ctx, true, pr->trans_a, pr->trans_b, pr->m, pr->n, pr->k, pr->alpha,
-                              hd__cl_mem(buf[0]->mem), 0, pr->trans_a ? pr->m : pr->k, hd__cl_mem(buf[1]->mem), 0,
-                              pr->trans_b ? pr->k : pr->n, pr->beta, hd__cl_mem(buf[2]->mem), 0, pr->n);
+        s = hd__clblast_sgemm(st, ctx, true, pr->trans_a, pr->trans_b, pr->m, pr->n, pr->k,
+                              pr->alpha, hd__cl_mem(buf[0]->mem), 0, pr->trans_a ? pr->m : pr->k,
+                              hd__cl_mem(buf[1]->mem), 0, pr->trans_b ? pr->k : pr->n, pr->beta,
+                              hd__cl_mem(buf[2]->mem), 0, pr->n);
     if (s == HD_OK)
         s = hd__cl_download(rt, ctx, buf[2], c, bytes[2]);
     if (s == HD_OK)

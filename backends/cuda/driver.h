@@ -51,10 +51,10 @@ enum {
     X(cuInit, hd_cu_result, (unsigned flags))                                                      \
     X(cuDriverGetVersion, hd_cu_result, (int *version))                                            \
     X(cuGetErrorName, hd_cu_result, (hd_cu_result error, const char **name))                       \
-    X(cuDeviceGetCount, hd_cu_result, (int *count))                                               \
+    X(cuDeviceGetCount, hd_cu_result, (int *count))                                                \
     X(cuDeviceGet, hd_cu_result, (hd_cu_device * device, int ordinal))                             \
     X(cuDeviceGetAttribute, hd_cu_result, (int *value, int attribute, hd_cu_device device))        \
-    X(cuDeviceTotalMem_v2, hd_cu_result, (size_t * bytes, hd_cu_device device))                   \
+    X(cuDeviceTotalMem_v2, hd_cu_result, (size_t * bytes, hd_cu_device device))                    \
     X(cuDevicePrimaryCtxRetain, hd_cu_result, (hd_cu_context * ctx, hd_cu_device device))          \
     X(cuDevicePrimaryCtxRelease_v2, hd_cu_result, (hd_cu_device device))                           \
     X(cuCtxSetCurrent, hd_cu_result, (hd_cu_context ctx))                                          \
@@ -63,7 +63,7 @@ enum {
     X(cuStreamSynchronize, hd_cu_result, (hd_cu_stream stream))                                    \
     X(cuEventCreate, hd_cu_result, (hd_cu_event * event, unsigned flags))                          \
     X(cuEventDestroy_v2, hd_cu_result, (hd_cu_event event))                                        \
-    X(cuEventRecord, hd_cu_result, (hd_cu_event event, hd_cu_stream stream))                      \
+    X(cuEventRecord, hd_cu_result, (hd_cu_event event, hd_cu_stream stream))                       \
     X(cuEventSynchronize, hd_cu_result, (hd_cu_event event))                                       \
     X(cuEventElapsedTime, hd_cu_result, (float *ms, hd_cu_event start, hd_cu_event end))           \
     X(cuMemAlloc_v2, hd_cu_result, (hd_cu_ptr * ptr, size_t bytes))                                \

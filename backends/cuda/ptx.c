@@ -133,8 +133,10 @@ static bool param_line(const char *line, size_t line_no, hd_ptx_entry *e, local_
         else if (starts(space, ".shared"))
             drop = (size_t)(space + 7 - ptr), local = true;
         else
-            return refuse(why, cap, line_no, "a pointer parameter of a state space CUDA passes "
-                                             "otherwise (%.40s)", space);
+            return refuse(why, cap, line_no,
+                          "a pointer parameter of a state space CUDA passes "
+                          "otherwise (%.40s)",
+                          space);
         while (ptr[drop] == ' ' || ptr[drop] == '\t')
             drop++;
         if (starts(ptr + drop, ".align")) { /* the pointee's alignment, part of .ptr */
@@ -215,8 +217,9 @@ static bool local_read_line(const char *line, const char *name, size_t line_no, 
     if (!starts(p, "ld.param.") ||
         sscanf(p + 9, "%7[a-z0-9] %63[^, \t] , [%199[^]]", type, reg, operand) != 3 ||
         strcmp(operand, name) != 0)
-        return refuse(why, cap, line_no, "a __local pointer parameter used otherwise than "
-                                         "loaded whole");
+        return refuse(why, cap, line_no,
+                      "a __local pointer parameter used otherwise than "
+                      "loaded whole");
     const char *width;
     if (strcmp(type, "u64") == 0 || strcmp(type, "b64") == 0 || strcmp(type, "s64") == 0)
         width = "64";
@@ -233,8 +236,8 @@ static bool local_read_line(const char *line, const char *name, size_t line_no, 
     return true;
 }
 
-static const char *const unknown_constructs[] = {".texref", ".samplerref", ".surfref", "tex.",
-                                                 "tld4.", "suld.", "sust.", "suq.", "txq."};
+static const char *const unknown_constructs[] = {
+    ".texref", ".samplerref", ".surfref", "tex.", "tld4.", "suld.", "sust.", "suq.", "txq."};
 
 bool hd__ptx_for_cuda(const char *ptx, size_t len, hd_ptx_module *out, char *why, size_t why_cap)
 {

@@ -289,10 +289,9 @@ static hd_status load_module(hd_cuda *cu, hd_context *ctx, cl_program program, m
         const char *name = NULL;
         if (cu->d->cuGetErrorName(r, &name) != HD_CU_SUCCESS || name == NULL)
             name = "CUDA_ERROR_UNKNOWN";
-        return hd__error(ctx, r == HD_CU_ERROR_OUT_OF_MEMORY ? HD_ERR_DEVICE_OUT_OF_MEMORY
-                                                              : HD_ERR_BUILD,
-                         "cuModuleLoadDataEx failed: %s (%d): %s", name, r,
-                         log[0] != '\0' ? log : "no log");
+        return hd__error(
+            ctx, r == HD_CU_ERROR_OUT_OF_MEMORY ? HD_ERR_DEVICE_OUT_OF_MEMORY : HD_ERR_BUILD,
+            "cuModuleLoadDataEx failed: %s (%d): %s", name, r, log[0] != '\0' ? log : "no log");
     }
     m->program = program;
     m->next = cu->modules;
@@ -322,8 +321,7 @@ static hd_status new_kernel(hd_cuda *cu, hd_context *ctx, module *m, const char 
         r = cu->d->cuFuncGetAttribute(&threads, HD_CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                                       k->function);
     if (r == HD_CU_SUCCESS)
-        r = cu->d->cuFuncGetAttribute(&shared, HD_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                                      k->function);
+        r = cu->d->cuFuncGetAttribute(&shared, HD_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k->function);
     if (k->values == NULL || r != HD_CU_SUCCESS) {
         free(k->values);
         free(k);
@@ -430,9 +428,8 @@ hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const
         return s;
     if (dynamic > k->dynamic_allowed) {
         CHECK(cu, ctx,
-              cu->d->cuFuncSetAttribute(k->function,
-                                        HD_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                        (int)dynamic),
+              cu->d->cuFuncSetAttribute(
+                  k->function, HD_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)dynamic),
               "cuFuncSetAttribute (dynamic shared memory)");
         k->dynamic_allowed = dynamic;
     }

@@ -35,8 +35,7 @@ static hd_status fused_probe(hd_context *ctx, const hd_backend_setup *setup, voi
 {
     *state = NULL;
     if (setup->device == NULL)
-        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
-                         "fused: the context has no device");
+        return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE, "fused: the context has no device");
     hd_fused *f = calloc(1, sizeof *f);
     if (f == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: backend state");

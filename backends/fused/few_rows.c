@@ -101,17 +101,19 @@ hd_status hd__fused_rows_gemm(hd_fused *f, hd_context *ctx, const hd_fused_rows_
     if (!c->b_trans) {
         /* the scratch as of this setup: preparing later products may have replaced it */
         const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &beta, &c->c, &l.part, &l.count};
-        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,    sizeof alpha,
-                                sizeof(hd_devmem), sizeof(hd_devmem), sizeof beta, sizeof(hd_devmem),
-                                sizeof(hd_devmem), sizeof(hd_devmem)};
+        const size_t sizes[] = {sizeof m,         sizeof n,          sizeof k,
+                                sizeof alpha,     sizeof(hd_devmem), sizeof(hd_devmem),
+                                sizeof beta,      sizeof(hd_devmem), sizeof(hd_devmem),
+                                sizeof(hd_devmem)};
         s = hd__fused_set_args(ctx, l.kernel, values, sizes, 10);
     } else {
         /* without a second product its buffers are the first's, never read (k2 = 0) */
         hd_devmem a2 = c->k2 > 0 ? c->a2 : c->a, b2 = c->k2 > 0 ? c->b2 : c->b;
         const void *values[] = {&m, &n, &k, &alpha, &c->a, &c->b, &k2, &a2, &b2, &beta, &c->c};
-        const size_t sizes[] = {sizeof m,       sizeof n,       sizeof k,      sizeof alpha,
-                                sizeof(hd_devmem), sizeof(hd_devmem), sizeof k2,     sizeof(hd_devmem),
-                                sizeof(hd_devmem), sizeof beta,    sizeof(hd_devmem)};
+        const size_t sizes[] = {sizeof m,     sizeof n,          sizeof k,
+                                sizeof alpha, sizeof(hd_devmem), sizeof(hd_devmem),
+                                sizeof k2,    sizeof(hd_devmem), sizeof(hd_devmem),
+                                sizeof beta,  sizeof(hd_devmem)};
         s = hd__fused_set_args(ctx, l.kernel, values, sizes, 11);
     }
     return s == HD_OK ? hd__fused_launch(f, ctx, l.kernel, l.groups, l.group) : s;

@@ -39,7 +39,7 @@ size_t hd__fused_lora_update_variants(const hd_shape *shape, const char **out, s
 static hd_status set_sizes(hd_context *ctx, hd_kernel *k, const hd_lora_args *l)
 {
     int32_t v[5] = {(int32_t)l->tokens, (int32_t)l->in, (int32_t)l->out, (int32_t)l->rank,
-                   (int32_t)hd__fused_pow2_ceil(l->rank == 0 ? 1 : l->rank)};
+                    (int32_t)hd__fused_pow2_ceil(l->rank == 0 ? 1 : l->rank)};
     hd_status s = HD_OK;
     for (uint32_t i = 0; i < 5 && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, i, sizeof v[i], &v[i]);
@@ -85,7 +85,7 @@ static hd_status launch_xa(hd_fused *f, hd_context *ctx, const hd_lora_args *l, 
     size_t chunk = (l->in + (size_t)split - 1) / (size_t)split;
     *parts = (int32_t)((l->in + chunk - 1) / chunk);
     int32_t v[5] = {(int32_t)l->tokens, (int32_t)l->in, (int32_t)l->rank,
-                   (int32_t)hd__fused_pow2_ceil(l->rank), (int32_t)chunk};
+                    (int32_t)hd__fused_pow2_ceil(l->rank), (int32_t)chunk};
     for (uint32_t i = 0; i < 5 && s == HD_OK; i++)
         s = hd__fused_set_arg(ctx, k, i, sizeof v[i], &v[i]);
     hd_devmem mems[3] = {hd__fused_mem(l->x), hd__fused_mem(l->a), part};
@@ -227,7 +227,7 @@ static hd_status lora_strip(hd_fused *f, hd_context *ctx, const hd_lora_args *l)
      * them, but every argument needs a valid buffer. */
     hd_devmem w = hd__fused_mem(l->w);
     hd_devmem mems[5] = {hd__fused_mem(l->x), w, l->rank ? hd__fused_mem(l->a) : w,
-                      l->rank ? hd__fused_mem(l->b) : w, hd__fused_mem(l->y)};
+                         l->rank ? hd__fused_mem(l->b) : w, hd__fused_mem(l->y)};
     if (p.split > 0) {
         int32_t parts = 0;
         if ((s = lora_part_buffer(f, ctx, &mems[2])) != HD_OK ||
@@ -319,7 +319,7 @@ hd_status hd__fused_lora_update_prepare(void *fused_state, hd_context *ctx, cons
     if (s != HD_OK)
         return s;
     hd_devmem mems[4] = {hd__fused_mem(l->x), hd__fused_mem(l->a), hd__fused_mem(l->b),
-                      hd__fused_mem(l->y)};
+                         hd__fused_mem(l->y)};
     if ((s = set_sizes(ctx, k, l)) != HD_OK || (s = set_mems(ctx, k, 6, mems, 4)) != HD_OK)
         return s;
     *out = (hd_fused_update){.kernel = k,

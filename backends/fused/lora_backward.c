@@ -311,8 +311,8 @@ static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora
     one_launch g = one_launch_groups(f, l);
     size_t db_groups = (l->out / (size_t)db_vec + GROUP - 1) / GROUP;
     hd_devmem x = hd__fused_mem(l->x), w = hd__fused_mem(l->w), a = hd__fused_mem(l->a),
-           b = hd__fused_mem(l->b), dy = hd__fused_mem(l->dy), da = hd__fused_mem(l->da),
-           db = hd__fused_mem(l->db);
+              b = hd__fused_mem(l->b), dy = hd__fused_mem(l->dy), da = hd__fused_mem(l->da),
+              db = hd__fused_mem(l->db);
     /* without dx the kernel never writes it, nor with one range the partials or counters: any
      * valid buffer fills those arguments */
     hd_devmem dx = l->dx != NULL ? hd__fused_mem(l->dx) : da, part, count;
@@ -320,19 +320,20 @@ static hd_status backward_one_launch(hd_fused *f, hd_context *ctx, const hd_lora
     if ((s = hd__fused_kg_buffers(f, ctx, &kg, g.blocks, l->tokens, da, &part, &count)) != HD_OK)
         return s;
     int32_t tokens = (int32_t)l->tokens, in = (int32_t)l->in, out = (int32_t)l->out,
-           rank = (int32_t)l->rank, rp = (int32_t)hd__fused_pow2_ceil(l->rank);
+            rank = (int32_t)l->rank, rp = (int32_t)hd__fused_pow2_ceil(l->rank);
     float scale = l->scale, beta = l->accumulate ? 1.0f : 0.0f;
-    int32_t has_dx = l->dx != NULL, dx_count = (int32_t)g.dx_groups, range_count = (int32_t)g.ranges,
-           range_rows = (int32_t)g.chunk;
+    int32_t has_dx = l->dx != NULL, dx_count = (int32_t)g.dx_groups,
+            range_count = (int32_t)g.ranges, range_rows = (int32_t)g.chunk;
     const void *values[] = {&tokens, &in,       &out,         &rank,       &rp, &scale, &beta,
                             &has_dx, &dx_count, &range_count, &range_rows, &x,  &w,     &a,
                             &b,      &dy,       &dx,          &da,         &db, &part,  &count};
-    const size_t sizes[] = {sizeof tokens,   sizeof in,          sizeof out,        sizeof rank,
-                            sizeof rp,       sizeof scale,       sizeof beta,       sizeof has_dx,
-                            sizeof dx_count, sizeof range_count, sizeof range_rows, sizeof(hd_devmem),
-                            sizeof(hd_devmem),  sizeof(hd_devmem),     sizeof(hd_devmem),    sizeof(hd_devmem),
-                            sizeof(hd_devmem),  sizeof(hd_devmem),     sizeof(hd_devmem),    sizeof(hd_devmem),
-                            sizeof(hd_devmem)};
+    const size_t sizes[] = {sizeof tokens,      sizeof in,         sizeof out,
+                            sizeof rank,        sizeof rp,         sizeof scale,
+                            sizeof beta,        sizeof has_dx,     sizeof dx_count,
+                            sizeof range_count, sizeof range_rows, sizeof(hd_devmem),
+                            sizeof(hd_devmem),  sizeof(hd_devmem), sizeof(hd_devmem),
+                            sizeof(hd_devmem),  sizeof(hd_devmem), sizeof(hd_devmem),
+                            sizeof(hd_devmem),  sizeof(hd_devmem), sizeof(hd_devmem)};
     s = hd__fused_set_args(ctx, k, values, sizes, 21);
     return s == HD_OK ? hd__fused_launch(f, ctx, k, g.dx_groups + db_groups, GROUP) : s;
 }

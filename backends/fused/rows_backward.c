@@ -26,8 +26,8 @@ typedef struct arg {
 } arg;
 
 /* Sets k's arguments and launches groups work-groups of group work-items. */
-static hd_status launch_kernel(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t group, size_t groups,
-                               const arg *args, int count)
+static hd_status launch_kernel(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t group,
+                               size_t groups, const arg *args, int count)
 {
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++)
@@ -58,7 +58,8 @@ static hd_status build_first(hd_fused *f, hd_context *ctx, const char *options,
 }
 
 /* A scratch buffer of at least bytes, grown on demand; in-order queue: reused by every call. */
-static hd_status scratch(hd_fused *f, hd_context *ctx, size_t bytes, hd_devmem *buf, size_t *capacity)
+static hd_status scratch(hd_fused *f, hd_context *ctx, size_t bytes, hd_devmem *buf,
+                         size_t *capacity)
 {
     if (*buf != NULL && *capacity >= bytes)
         return HD_OK;
@@ -190,9 +191,9 @@ static hd_status norm_fused(hd_fused *f, hd_context *ctx, const hd_fused_params 
     hd_status s = scratch(f, ctx, 2 * groups * r->cols * sizeof(float), &f->backward_parts,
                           &f->backward_parts_bytes);
     hd_devmem x = hd__fused_mem(r->x), g = hd__fused_mem(r->gamma), dy = hd__fused_mem(r->dy),
-           dx = hd__fused_mem(r->dx), part = f->backward_parts;
+              dx = hd__fused_mem(r->dx), part = f->backward_parts;
     int32_t rows = (int32_t)r->rows, cols = (int32_t)r->cols, nchunk = (int32_t)chunk,
-           ngroups = (int32_t)groups;
+            ngroups = (int32_t)groups;
     float eps = r->eps;
     const arg a[] = {{sizeof x, &x},
                      {sizeof g, &g},

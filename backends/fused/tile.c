@@ -897,8 +897,7 @@ static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, hd_d
                          SPLITK_PART_MAX_BYTES);
     if (bytes > f->splitk_bytes) {
         hd__fused_tile_release(f); /* freed once the queued launches using it ran */
-        hd_status s =
-            hd__rt_scratch_create(f->rt, ctx, bytes, "split-K partials", &f->splitk_part);
+        hd_status s = hd__rt_scratch_create(f->rt, ctx, bytes, "split-K partials", &f->splitk_part);
         if (s != HD_OK)
             return s;
         f->splitk_bytes = bytes;
@@ -939,8 +938,8 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
         len = (int)cap;
     else if (p->wgmma)
         len += snprintf(options + len, cap - (size_t)len,
-                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s%s", p->wn,
-                        p->async, p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "",
+                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s%s", p->wn, p->async,
+                        p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "",
                         f->stage_mem > 0 ? " -DSTAGE_ARG=1" : "");
     else if (mma)
         len += snprintf(options + len, cap - (size_t)len,
@@ -1089,8 +1088,8 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     size_t tiles = ceil_div(c->m, (size_t)p.bm) * ceil_div(c->n, (size_t)p.bn);
 
     int32_t m = (int32_t)c->m, n = (int32_t)c->n, kk = (int32_t)c->k, lda = (int32_t)c->a.ld,
-           ldb = (int32_t)c->b.ld, ldc = (int32_t)c->ldc, chunk = (int32_t)kchunk,
-           nslices = (int32_t)slices;
+            ldb = (int32_t)c->b.ld, ldc = (int32_t)c->ldc, chunk = (int32_t)kchunk,
+            nslices = (int32_t)slices;
     float alpha = c->alpha, beta = c->beta;
     uint64_t sa = c->stride_a, sb = c->stride_b, sc = c->stride_c;
     /* without a second product its buffers are the first's, never read (k2 = 0) */
@@ -1100,15 +1099,17 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
                             &beta, &c->c, &ldc,  &part,  &chunk,    &nslices, &sa,       &sb,
                             &sc,   &a2,   &lda2, &b2,    &ldb2,     &k2};
     const size_t sizes[] = {
-        sizeof m,       sizeof n,       sizeof kk,   sizeof alpha,   sizeof(hd_devmem), sizeof lda,
-        sizeof(hd_devmem), sizeof ldb,     sizeof beta, sizeof(hd_devmem), sizeof ldc,     sizeof(hd_devmem),
-        sizeof chunk,   sizeof nslices, sizeof sa,   sizeof sb,      sizeof sc,      sizeof(hd_devmem),
-        sizeof lda2,    sizeof(hd_devmem), sizeof ldb2, sizeof k2};
+        sizeof m,    sizeof n,          sizeof kk,         sizeof alpha,   sizeof(hd_devmem),
+        sizeof lda,  sizeof(hd_devmem), sizeof ldb,        sizeof beta,    sizeof(hd_devmem),
+        sizeof ldc,  sizeof(hd_devmem), sizeof chunk,      sizeof nslices, sizeof sa,
+        sizeof sb,   sizeof sc,         sizeof(hd_devmem), sizeof lda2,    sizeof(hd_devmem),
+        sizeof ldb2, sizeof k2};
     s = hd__fused_set_args(ctx, k, values, sizes, 22);
     if (s == HD_OK && p.wgmma && f->stage_mem > 0) /* the stages: dynamic local memory */
         s = hd__fused_set_arg(ctx, k, 22, local_bytes(&p, true), NULL);
     if (s != HD_OK ||
-        (s = hd__fused_launch(f, ctx, k, tiles * slices * c->batch, threads)) != HD_OK || slices == 1)
+        (s = hd__fused_launch(f, ctx, k, tiles * slices * c->batch, threads)) != HD_OK ||
+        slices == 1)
         return s;
 
     hd_kernel *reduce;
@@ -1116,7 +1117,7 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
                               &reduce)) != HD_OK)
         return s;
     const void *rvalues[] = {&m, &n, &alpha, &beta, &c->c, &ldc, &part, &nslices};
-    const size_t rsizes[] = {sizeof m,       sizeof n,   sizeof alpha,   sizeof beta,
+    const size_t rsizes[] = {sizeof m,          sizeof n,   sizeof alpha,      sizeof beta,
                              sizeof(hd_devmem), sizeof ldc, sizeof(hd_devmem), sizeof nslices};
     if ((s = hd__fused_set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
         return s;
@@ -1139,7 +1140,7 @@ hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, hd_devmem c, size_t
     int32_t m = (int32_t)rows, n = (int32_t)cols, ld = (int32_t)cols, none = 0;
     float alpha = 1.0f, b = beta;
     const void *values[] = {&m, &n, &alpha, &b, &c, &ld, &c, &none};
-    const size_t sizes[] = {sizeof m,       sizeof n,  sizeof alpha,   sizeof b,
+    const size_t sizes[] = {sizeof m,          sizeof n,  sizeof alpha,      sizeof b,
                             sizeof(hd_devmem), sizeof ld, sizeof(hd_devmem), sizeof none};
     if ((s = hd__fused_set_args(ctx, k, values, sizes, 8)) != HD_OK)
         return s;

@@ -133,7 +133,8 @@ void hd__cl_buffer_release(hd_cl_runtime *rt, struct hd_device_buffer *buf)
     size_t capacity;
     size_t cls = hd__pool_size_class(buf->capacity, &capacity);
     if (capacity != buf->capacity || rt->pooled_bytes + capacity > rt->pool_cap_bytes) {
-        clReleaseMemObject(hd__cl_mem(buf->mem)); /* the driver frees it after the commands that use it */
+        clReleaseMemObject(
+            hd__cl_mem(buf->mem)); /* the driver frees it after the commands that use it */
         free(e);
         return;
     }
@@ -202,8 +203,8 @@ static bool upload_staged(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
         return false;
     void *copy = s + 1;
     memcpy(copy, src, bytes);
-    cl_int err =
-        clEnqueueWriteBuffer(rt->queue, hd__cl_mem(buf->mem), CL_FALSE, 0, bytes, copy, 0, NULL, &s->done);
+    cl_int err = clEnqueueWriteBuffer(rt->queue, hd__cl_mem(buf->mem), CL_FALSE, 0, bytes, copy, 0,
+                                      NULL, &s->done);
     if (err != CL_SUCCESS) {
         free(s);
         *status = hd__cl_error(ctx, err, "clEnqueueWriteBuffer");
@@ -229,7 +230,8 @@ hd_status hd__cl_upload(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buf
         return s;
     if (bytes <= HD_CL_STAGED_UPLOAD_MAX && upload_staged(rt, ctx, buf, src, bytes, &s))
         return s;
-    cl_int err = clEnqueueWriteBuffer(rt->queue, hd__cl_mem(buf->mem), CL_TRUE, 0, bytes, src, 0, NULL, NULL);
+    cl_int err = clEnqueueWriteBuffer(rt->queue, hd__cl_mem(buf->mem), CL_TRUE, 0, bytes, src, 0,
+                                      NULL, NULL);
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueWriteBuffer");
     return HD_OK;
@@ -241,7 +243,8 @@ hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
     hd_status s = check_range(ctx, buf, bytes, "download");
     if (s != HD_OK || bytes == 0)
         return s;
-    cl_int err = clEnqueueReadBuffer(rt->queue, hd__cl_mem(buf->mem), CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+    cl_int err =
+        clEnqueueReadBuffer(rt->queue, hd__cl_mem(buf->mem), CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clEnqueueReadBuffer");
     hd__cl_staging_reclaim(rt, false);
@@ -261,8 +264,8 @@ hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, cl_mem mem, size_t byt
     return HD_OK;
 }
 
-hd_status hd__cl_copy(hd_cl_runtime *rt, hd_context *ctx, cl_mem dst, size_t dst_offset,
-                      cl_mem src, size_t src_offset, size_t bytes)
+hd_status hd__cl_copy(hd_cl_runtime *rt, hd_context *ctx, cl_mem dst, size_t dst_offset, cl_mem src,
+                      size_t src_offset, size_t bytes)
 {
     if (bytes == 0)
         return HD_OK;

@@ -8,7 +8,6 @@
 #include "backends/opencl/runtime.h"
 #include "backends/runtime/pool.h" /* the pool's size classes */
 
-
 struct hd_cl_pool_entry; /* a pooled buffer: struct hd_device_buffer plus a link */
 
 struct hd_cl_program_entry {

@@ -412,8 +412,8 @@ void hd__cl_program_counters(const hd_cl_runtime *rt, struct hd_cl_program_count
 
 hd_status hd__cl_kernel_max_group(hd_cl_runtime *rt, hd_context *ctx, cl_kernel k, size_t *out)
 {
-    cl_int err = clGetKernelWorkGroupInfo(k, rt->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *out,
-                                          out, NULL);
+    cl_int err =
+        clGetKernelWorkGroupInfo(k, rt->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *out, out, NULL);
     return err == CL_SUCCESS ? HD_OK : hd__cl_error(ctx, err, "clGetKernelWorkGroupInfo");
 }
 

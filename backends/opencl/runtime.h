@@ -70,8 +70,8 @@ hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
                           void *dst, size_t bytes);
 /* Queued: bytes of mem zeroed; bytes copied between two buffers. */
 hd_status hd__cl_zero(hd_cl_runtime *rt, hd_context *ctx, cl_mem mem, size_t bytes);
-hd_status hd__cl_copy(hd_cl_runtime *rt, hd_context *ctx, cl_mem dst, size_t dst_offset,
-                      cl_mem src, size_t src_offset, size_t bytes);
+hd_status hd__cl_copy(hd_cl_runtime *rt, hd_context *ctx, cl_mem dst, size_t dst_offset, cl_mem src,
+                      size_t src_offset, size_t bytes);
 
 /* Pinned (page-locked) host memory of at least bytes, contents undefined, or NULL where the
  * runtime cannot give it (the caller then takes ordinary memory); freed by hd__cl_host_free

@@ -48,12 +48,12 @@ typedef enum hd_runtime_kind {
 /* What the backends plan their launches by. */
 typedef struct hd_runtime_info {
     hd_runtime_kind kind;
-    size_t max_group;     /* work-items of one group at most */
-    size_t compute_units; /* multiprocessors: how many groups fill the device */
-    size_t local_mem;     /* local memory one group may hold, static and dynamic together */
-    size_t static_local;  /* of it, what a kernel may declare in its source (OpenCL's limit) */
+    size_t max_group;       /* work-items of one group at most */
+    size_t compute_units;   /* multiprocessors: how many groups fill the device */
+    size_t local_mem;       /* local memory one group may hold, static and dynamic together */
+    size_t static_local;    /* of it, what a kernel may declare in its source (OpenCL's limit) */
     int nv_major, nv_minor; /* NVIDIA's compute capability; 0 elsewhere */
-    bool nv_options;      /* the compiler takes NVIDIA's options (cl_nv_compiler_options) */
+    bool nv_options;        /* the compiler takes NVIDIA's options (cl_nv_compiler_options) */
 } hd_runtime_info;
 
 /* Opens the device spec names (NULL: the first GPU, else the first device; as OpenCL lists
