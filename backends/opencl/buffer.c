@@ -183,15 +183,6 @@ void hd__cl_staging_reclaim(hd_cl_runtime *rt, bool wait)
     }
 }
 
-static hd_status check_range(hd_context *ctx, const struct hd_device_buffer *buf, size_t bytes,
-                             const char *what)
-{
-    if (bytes > buf->capacity)
-        return hd__error(ctx, HD_ERR_INTERNAL, "%s: %zu bytes into a buffer of %zu", what, bytes,
-                         buf->capacity);
-    return HD_OK;
-}
-
 /* Copies src aside and enqueues a non-blocking write from the copy; false when there is no
  * memory for the copy (the caller then writes blocking). */
 static bool upload_staged(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
@@ -225,7 +216,7 @@ static bool upload_staged(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_b
 hd_status hd__cl_upload(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                         const void *src, size_t bytes)
 {
-    hd_status s = check_range(ctx, buf, bytes, "upload");
+    hd_status s = hd__buffer_check_range(ctx, buf, bytes, "upload");
     if (s != HD_OK || bytes == 0)
         return s;
     if (bytes <= HD_CL_STAGED_UPLOAD_MAX && upload_staged(rt, ctx, buf, src, bytes, &s))
@@ -240,7 +231,7 @@ hd_status hd__cl_upload(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buf
 hd_status hd__cl_download(hd_cl_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                           void *dst, size_t bytes)
 {
-    hd_status s = check_range(ctx, buf, bytes, "download");
+    hd_status s = hd__buffer_check_range(ctx, buf, bytes, "download");
     if (s != HD_OK || bytes == 0)
         return s;
     cl_int err =

@@ -120,3 +120,12 @@ void hd__pool_trim(hd_pool *pool)
     }
     pool->pooled_bytes = 0;
 }
+
+hd_status hd__buffer_check_range(hd_context *ctx, const struct hd_device_buffer *buf, size_t bytes,
+                                 const char *what)
+{
+    if (bytes > buf->capacity)
+        return hd__error(ctx, HD_ERR_INTERNAL, "%s: %zu bytes into a buffer of %zu", what, bytes,
+                         buf->capacity);
+    return HD_OK;
+}

@@ -51,4 +51,9 @@ hd_status hd__pool_scratch(hd_pool *pool, hd_context *ctx, size_t bytes, const c
 /* Frees every idle allocation. */
 void hd__pool_trim(hd_pool *pool);
 
+/* HD_ERR_INTERNAL, naming what, where bytes do not fit in buf: a copy's bounds, checked by
+ * either runtime before it reaches the driver. */
+hd_status hd__buffer_check_range(hd_context *ctx, const struct hd_device_buffer *buf, size_t bytes,
+                                 const char *what);
+
 #endif

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "backends/opencl/runtime.h"
+#include "backends/runtime/pool.h"
 #include "backends/runtime/runtime.h"
 #include "core/error.h"
 #ifdef HD_HAVE_CUDA_RUNTIME
@@ -205,19 +206,10 @@ void hd__rt_scratch_free(hd_runtime *rt, hd_devmem mem)
     clReleaseMemObject(hd__cl_mem(mem)); /* freed once the queued launches using it ran */
 }
 
-static hd_status check_range(hd_context *ctx, const struct hd_device_buffer *buf, size_t bytes,
-                             const char *what)
-{
-    if (bytes > buf->capacity)
-        return hd__error(ctx, HD_ERR_INTERNAL, "%s: %zu bytes into a buffer of %zu", what, bytes,
-                         buf->capacity);
-    return HD_OK;
-}
-
 hd_status hd__rt_upload(hd_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                         const void *src, size_t bytes)
 {
-    hd_status s = check_range(ctx, buf, bytes, "upload");
+    hd_status s = hd__buffer_check_range(ctx, buf, bytes, "upload");
     if (s != HD_OK)
         return s;
 #ifdef HD_HAVE_CUDA_RUNTIME
@@ -230,7 +222,7 @@ hd_status hd__rt_upload(hd_runtime *rt, hd_context *ctx, struct hd_device_buffer
 hd_status hd__rt_download(hd_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf, void *dst,
                           size_t bytes)
 {
-    hd_status s = check_range(ctx, buf, bytes, "download");
+    hd_status s = hd__buffer_check_range(ctx, buf, bytes, "download");
     if (s != HD_OK)
         return s;
 #ifdef HD_HAVE_CUDA_RUNTIME
