@@ -946,45 +946,51 @@ static void test_gemm_tensor_core_kernels_match_reference(void **state)
     tensor_cores_end(f, emulate);
 }
 
-/* The warpgroup kernel with its stages as a __local argument (STAGE_ARG) up to the CUDA
- * runtime's dynamic shared memory: tiles the tuner offers past 48 KiB of stages (wide and
- * deep, 256 rows of four warpgroups, A in registers), each transpose once, on tiles cut by the
- * matrix's edge, a partial stage alone and several rounds of the buffers. Where the device
- * runs on the CUDA runtime these are the real kernels; under the emulation the stage memory is
- * set as the H200's; on OpenCL's NVIDIA devices, what their 48 KiB allow. */
-static void test_gemm_wgmma_stages_as_a_local_argument(void **state)
+/* The tiled GEMM's stages as a __local argument (STAGE_ARG) up to the CUDA runtime's dynamic
+ * shared memory: tiles the tuner offers past 48 KiB of stages, of the warpgroup kernel (wide
+ * and deep, 256 rows of four warpgroups, A in registers), of mma.sync (fp32x3) and of the FMA
+ * kernel with cp.async copies (fp32), each transpose once over the warpgroup's, on tiles cut
+ * by the matrix's edge, a partial stage alone and several rounds of the buffers. Where the
+ * device runs on the CUDA runtime these are the real kernels; under the emulation the stage
+ * memory is set as the H200's; on OpenCL's NVIDIA devices, the tiles their 48 KiB allow. */
+static void test_gemm_stages_as_a_local_argument(void **state)
 {
     hd_context *ctx = *state;
     bool emulate;
     hd_fused *f = tensor_cores_begin(ctx, true, &emulate);
-    size_t saved = f->stage_mem;
-    if (f->stage_mem == 0)
-        f->stage_mem = emulate ? 232448 - 1024 : f->local_mem;
-    hd_shape shape = {.dim = {300, 300, 300}};
-    const char *list[96];
-    size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_TF32, list, 96);
-    static const char *const past_48k[] = {
-        "BM=128 BN=256 BK=16 WN=256 ASYNC=6 WGMMA=1",
-        "BM=256 BN=128 BK=16 WN=128 ASYNC=4 WGMMA=1",
-        "BM=128 BN=256 BK=16 WN=256 ASYNC=8 AREG=1 WGMMA=1",
-    };
-    bool listed[3] = {false, false, false};
-    size_t offered = 0;
-    for (size_t v = 0; v < 3; v++) {
-        for (size_t i = 0; i < count; i++)
-            listed[v] = listed[v] || strcmp(list[i], past_48k[v]) == 0;
-        offered += listed[v]; /* not listed: past this device's local memory */
+    size_t saved = f->stage_mem, saved_local = f->local_mem;
+    if (emulate) { /* the H200's: 48 KiB a kernel may declare, 227 KiB as dynamic memory */
+        f->local_mem = 48 * 1024;
+        f->stage_mem = 232448 - 1024;
+    } else if (f->stage_mem == 0) {
+        f->stage_mem = f->local_mem;
     }
     /* transposes (bit 0: A's, bit 1: B's) and depths spread over the variants, as the emulation
-     * is slow on PoCL: a partial stage alone, and several rounds of the buffers */
+     * is slow on PoCL */
     static const struct {
-        size_t variant;
+        const char *variant;
+        hd_precision precision;
         int tr;
         size_t k;
-    } cases[] = {{0, 0, 203}, {0, 3, 36}, {1, 1, 4}, {2, 2, 148}};
+    } cases[] = {
+        {"BM=128 BN=256 BK=16 WN=256 ASYNC=6 WGMMA=1", HD_PRECISION_TF32, 0, 203},
+        {"BM=128 BN=256 BK=16 WN=256 ASYNC=6 WGMMA=1", HD_PRECISION_TF32, 3, 36},
+        {"BM=256 BN=128 BK=16 WN=128 ASYNC=4 WGMMA=1", HD_PRECISION_TF32, 1, 4},
+        {"BM=128 BN=256 BK=16 WN=256 ASYNC=8 AREG=1 WGMMA=1", HD_PRECISION_TF32, 2, 148},
+        {"BM=128 BN=256 BK=16 WM=64 WN=64 ASYNC=4", HD_PRECISION_FP32X3, 0, 148},
+        {"BM=128 BN=128 BK=16 RM=8 RN=16 ASYNC=4", HD_PRECISION_FP32, 0, 203},
+    };
+    hd_shape shape = {.dim = {300, 300, 300}};
+    size_t offered = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        if (!listed[cases[i].variant])
+        const char *list[96];
+        size_t count = hd__fused_tile_variants(f, &shape, cases[i].precision, list, 96);
+        bool listed = false;
+        for (size_t j = 0; j < count; j++)
+            listed = listed || strcmp(list[j], cases[i].variant) == 0;
+        if (!listed) /* past this device's local memory */
             continue;
+        offered++;
         int tr = cases[i].tr;
         gemm_case gc = {131 + 70 * (size_t)(tr % 2),
                         97 + 160 * (size_t)(tr / 2),
@@ -994,11 +1000,13 @@ static void test_gemm_wgmma_stages_as_a_local_argument(void **state)
                         tr == 0,
                         tr % 2 == 1,
                         tr / 2 == 1};
-        check_gemm_in(ctx, &gc, past_48k[cases[i].variant], HD_PRECISION_TF32, 3300 + i);
+        check_gemm_in(ctx, &gc, cases[i].variant, cases[i].precision, 3300 + i);
     }
-    assert_true(offered > 0 || (!emulate && f->stage_mem < 96 * 1024));
-    assert_false(f->wgmma_broken);
+    assert_true(offered == sizeof cases / sizeof *cases ||
+                (!emulate && f->stage_mem < 96 * 1024));
+    assert_false(f->wgmma_broken || f->mma_broken || f->fma_async_broken);
     f->stage_mem = saved;
+    f->local_mem = saved_local;
     tensor_cores_end(f, emulate);
 }
 
@@ -2121,7 +2129,7 @@ int main(void)
         cmocka_unit_test(test_gemm_tiles_match_reference),
         cmocka_unit_test(test_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_gemm_tensor_core_kernels_match_reference),
-        cmocka_unit_test(test_gemm_wgmma_stages_as_a_local_argument),
+        cmocka_unit_test(test_gemm_stages_as_a_local_argument),
         cmocka_unit_test(test_gemm_batched_tiles_match_reference),
         cmocka_unit_test(test_gemm_outside_design_is_declined),
         cmocka_unit_test(test_gemm_k_groups_match_reference),

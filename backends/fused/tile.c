@@ -123,18 +123,33 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
     return buffers * (a + b) * sizeof(float);
 }
 
-/* Local memory the stages of p may take: the warpgroup kernel's, where they are a __local
- * argument (stage_mem), else the kernel's own arrays' (0: unknown). */
-static size_t stage_capacity(const hd_fused *f, const hd_fused_params *p)
+/* Whether the stages of p are the kernel's __local argument (STAGE_ARG, gemm.cl), where the
+ * runtime gives more local memory than a kernel may declare (the CUDA runtime): always for the
+ * warpgroup kernel, whose defaults fill that memory; for the others only stages past what they
+ * may declare (a tuned tile: their defaults stay within it). */
+static bool stages_as_argument(const hd_fused *f, const hd_fused_params *p, bool mma)
 {
-    return p->wgmma && f->stage_mem > 0 ? f->stage_mem : f->local_mem;
+    return f->stage_mem > 0 && (p->wgmma || local_bytes(p, mma) > f->local_mem);
+}
+
+/* Local memory the stages of p may take: the runtime's, as a __local argument (stage_mem),
+ * else what a kernel may declare (0: unknown). */
+static size_t stage_capacity(const hd_fused *f)
+{
+    return f->stage_mem > 0 ? f->stage_mem : f->local_mem;
 }
 
 /* Whether the device's local memory holds the stages of p (0: its size unknown, taken to). */
 static bool local_memory_holds(const hd_fused *f, const hd_fused_params *p, bool mma)
 {
-    size_t capacity = stage_capacity(f, p);
+    size_t capacity = stage_capacity(f);
     return capacity == 0 || local_bytes(p, mma) <= capacity;
+}
+
+/* Whether the stages of p fit in what a kernel may declare: the FMA kernel's defaults. */
+static bool declared_memory_holds(const hd_fused *f, const hd_fused_params *p, bool mma)
+{
+    return f->local_mem == 0 || local_bytes(p, mma) <= f->local_mem;
 }
 
 /* ---- the defaults: a table of named rules ----
@@ -470,7 +485,7 @@ static void thin_tile(const tile_case *t, hd_fused_params *p)
     size_t groups = c->batch == 1 ? tiles * sk : tiles * c->batch;
     hd_fused_params deep = {.bm = p->bm, .bn = p->bn, .bk = 32};
     if (!named_bk && long_depth_contiguous && groups >= 3 * units &&
-        local_memory_holds(t->f, &deep, false))
+        declared_memory_holds(t->f, &deep, false))
         p->bk = 32;
     if (c->batch == 1)
         p->sk = (int)sk;
@@ -498,7 +513,7 @@ static void large_copied(const tile_case *t, hd_fused_params *p)
     hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
     if (copies_unaligned_a(t))
         deep.async = 3;
-    if (p->async == 0 && local_memory_holds(t->f, &deep, false))
+    if (p->async == 0 && declared_memory_holds(t->f, &deep, false))
         p->async = deep.async;
     fma_tile(t->f, t->c, p, fma_shape_dims[FMA_LARGE]);
 }
@@ -548,7 +563,7 @@ static bool large_slices_applies(const tile_case *t)
 static void large_sliced(const tile_case *t, hd_fused_params *p)
 {
     hd_fused_params deep = {.bm = 128, .bn = 128, .bk = 8, .async = 5};
-    if (copies_both(t->f, t->c) && local_memory_holds(t->f, &deep, false))
+    if (copies_both(t->f, t->c) && declared_memory_holds(t->f, &deep, false))
         p->async = 5;
     else
         p->lead = 2;
@@ -703,7 +718,7 @@ static void wgmma_fill(const hd_fused *f, hd_fused_params *p)
         p->overlap = p->areg ? 0 : 1;
     if (p->async == 0) {
         size_t most = p->areg ? 8 : 6;
-        size_t capacity = stage_capacity(f, p);
+        size_t capacity = stage_capacity(f);
         size_t fit = capacity > 0 ? capacity / wgmma_stage_bytes(p) : most;
         p->async = fit < 3 ? 3 : fit > most ? (int)most : (int)fit;
     }
@@ -938,9 +953,8 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
         len = (int)cap;
     else if (p->wgmma)
         len += snprintf(options + len, cap - (size_t)len,
-                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s%s", p->wn, p->async,
-                        p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "",
-                        f->stage_mem > 0 ? " -DSTAGE_ARG=1" : "");
+                        " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s", p->wn, p->async,
+                        p->overlap, p->areg, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (mma)
         len += snprintf(options + len, cap - (size_t)len,
                         " -DMMA=1 -DWM=%d -DWN=%d -DPREC=%d -DASYNC=%d%s", p->wm, p->wn,
@@ -950,6 +964,8 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
         len += snprintf(options + len, cap - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s%s",
                         p->rm, p->rn, async, p->lead > 1 ? " -DLEAD=2" : "",
                         async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
+    if (stages_as_argument(f, p, mma) && len >= 0 && (size_t)len < cap)
+        len += snprintf(options + len, cap - (size_t)len, " -DSTAGE_ARG=1");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0 && len >= 0 && (size_t)len < cap)
         len += snprintf(options + len, cap - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);
@@ -1105,8 +1121,9 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         sizeof sb,   sizeof sc,         sizeof(hd_devmem), sizeof lda2,    sizeof(hd_devmem),
         sizeof ldb2, sizeof k2};
     s = hd__fused_set_args(ctx, k, values, sizes, 22);
-    if (s == HD_OK && p.wgmma && f->stage_mem > 0) /* the stages: dynamic local memory */
-        s = hd__fused_set_arg(ctx, k, 22, local_bytes(&p, true), NULL);
+    bool mma = p.wm != 0; /* the tensor-core kernel's parameters name its warps */
+    if (s == HD_OK && stages_as_argument(f, &p, mma)) /* the stages: dynamic local memory */
+        s = hd__fused_set_arg(ctx, k, 22, local_bytes(&p, mma), NULL);
     if (s != HD_OK ||
         (s = hd__fused_launch(f, ctx, k, tiles * slices * c->batch, threads)) != HD_OK ||
         slices == 1)
@@ -1275,13 +1292,18 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=128 BN=64 BK=16 WM=64 WN=32 ASYNC=4", 128, 64, 16, 64, 32, 4},
         {"BM=64 BN=128 BK=16 WM=32 WN=64 ASYNC=4", 64, 128, 16, 32, 64, 4},
         {"BM=64 BN=64 BK=16 WM=32 WN=32 ASYNC=4", 64, 64, 16, 32, 32, 4},
+        /* past 48 KiB of stages: where they are dynamic local memory (the CUDA runtime) */
+        {"BM=128 BN=128 BK=16 WM=64 WN=64 ASYNC=4", 128, 128, 16, 64, 64, 4},
+        {"BM=128 BN=256 BK=16 WM=64 WN=64 ASYNC=4", 128, 256, 16, 64, 64, 4},
+        {"BM=256 BN=128 BK=16 WM=64 WN=64 ASYNC=4", 256, 128, 16, 64, 64, 4},
     };
     /* tf32 on compute capability 9.0: the warpgroup kernel's tiles, its buffers filling the
      * local memory (NVIDIA's OpenCL gives 48 KiB, and refuses more through a __local
-     * argument too). 256 work-items at most: groups of 512 ran none of the tiles tried
-     * (128 x 128 of 64 x 64 blocks, 256 x 128, 128 x 256 of 64 x 128 blocks), also with the
-     * registers capped at 128 through -cl-nv-maxrregcount; 128 x 256 tiles run as two
-     * warpgroups of 64 x 256. With A's fragments in registers (AREG) the local memory holds
+     * argument too; the CUDA runtime up to the opt-in limit). On OpenCL 256 work-items at
+     * most: groups of 512 ran none of the tiles tried (128 x 128 of 64 x 64 blocks, 256 x
+     * 128, 128 x 256 of 64 x 128 blocks), also with the registers capped at 128 through
+     * -cl-nv-maxrregcount; on the CUDA runtime 256 x 128 tiles of four warpgroups ran
+     * right (test_fused); 128 x 256 tiles run as two warpgroups of 64 x 256. With A's fragments in registers (AREG) the local memory holds
      * B's stages alone, which lets 128 x 256 tiles take 16-deep stages (commits e9c5a86,
      * e88f1af). */
     static const tile_variant wgmma_tiles[] = {
@@ -1316,6 +1338,9 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
      * depth-major copied by cp.async, more stages in flight (none where A is stored m x k and
      * B n x k: both go through registers) */
     static const tile_variant fma_async_tiles[] = {
+        /* past 48 KiB of stages: where they are dynamic local memory (the CUDA runtime) */
+        {"BM=128 BN=128 BK=16 RM=8 RN=16 ASYNC=4", 128, 128, 16, 8, 16, 4},
+        {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=8", 128, 128, 8, 16, 8, 8},
         {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=3", 128, 128, 8, 8, 8, 3},
         {"BM=128 BN=128 BK=8 RM=8 RN=8 ASYNC=4", 128, 128, 8, 8, 8, 4},
         {"BM=128 BN=128 BK=8 RM=16 RN=8 ASYNC=3", 128, 128, 8, 16, 8, 3},

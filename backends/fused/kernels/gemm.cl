@@ -44,6 +44,10 @@
  *   TRANS_A, TRANS_B   the stored layouts above
  *   SPLIT_K   1: k is cut into slices whose partial tiles gemm_splitk_reduce adds
  *   GROUP_M   tile rows per band of the launch order
+ *   STAGE_ARG 1: the local-memory stages are the kernel's last argument, a __local array
+ *             the host sizes, not arrays of the kernel: on the CUDA runtime such an argument
+ *             is dynamic shared memory, up to the multiprocessor's opt-in limit, where a
+ *             kernel's own arrays stop at OpenCL's 48 KiB (STAGE_PARAM, STAGE_ARRAYS)
  * and the arithmetic's own (gemm_tile.cl: RM, RN; gemm_mma.cl: WM, WN, PREC, ASYNC;
  * gemm_wgmma.cl: WN, ASYNC). THREADS
  * and the local layouts AS_AT(i, p), BS_AT(p, j) (row i or column j of the tile at depth p) are
@@ -57,6 +61,21 @@
 #endif
 #ifndef MMA
 #define MMA 0 /* 1: the tensor-core arithmetic of gemm_mma.cl */
+#endif
+#ifndef STAGE_ARG
+#define STAGE_ARG 0
+#endif
+#if STAGE_ARG
+#define STAGE_PARAM , __local float *restrict stage_mem
+/* as[b] and bs[b], buffer b of A's and of B's stages, over the argument: A's first */
+#define STAGE_ARRAYS(buffers, a_size, b_size)                                                      \
+    __local float(*as)[a_size] = (__local float(*)[a_size])stage_mem;                               \
+    __local float(*bs)[b_size] = (__local float(*)[b_size])(stage_mem + (buffers) * (a_size))
+#else
+#define STAGE_PARAM
+#define STAGE_ARRAYS(buffers, a_size, b_size)                                                      \
+    __local float as[buffers][a_size] __attribute__((aligned(16)));                                \
+    __local float bs[buffers][b_size] __attribute__((aligned(16)))
 #endif
 #ifndef WGMMA
 #define WGMMA 0 /* 1: the warpgroup tensor-core arithmetic of gemm_wgmma.cl (Hopper) */

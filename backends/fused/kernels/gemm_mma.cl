@@ -210,10 +210,9 @@ gemm_mma(const int m, const int n, const int k, const float alpha,
          __global float *restrict part, const int kchunk, const int slices,
          const ulong stride_a, const ulong stride_b, const ulong stride_c,
          __global const float *restrict a2, const int lda2, __global const float *restrict b2,
-         const int ldb2, const int k2)
+         const int ldb2, const int k2 STAGE_PARAM)
 {
-    __local float as[BUFFERS][AS_SIZE] __attribute__((aligned(16)));
-    __local float bs[BUFFERS][BS_SIZE] __attribute__((aligned(16)));
+    STAGE_ARRAYS(BUFFERS, AS_SIZE, BS_SIZE);
 #if MMA_EMULATE
     __local float scratch[THREADS * 6];
 #endif

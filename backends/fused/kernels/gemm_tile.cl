@@ -138,10 +138,10 @@ gemm_tile(const int m, const int n, const int k, const float alpha,
           const int ldb, const float beta, __global float *restrict c, const int ldc,
           __global float *restrict part, const int kchunk, const int slices, const ulong stride_a,
           const ulong stride_b, const ulong stride_c, __global const float *restrict a2,
-          const int lda2, __global const float *restrict b2, const int ldb2, const int k2)
+          const int lda2, __global const float *restrict b2, const int ldb2,
+          const int k2 STAGE_PARAM)
 {
-    __local float as[BUFFERS][AS_SIZE] __attribute__((aligned(16)));
-    __local float bs[BUFFERS][BS_SIZE] __attribute__((aligned(16)));
+    STAGE_ARRAYS(BUFFERS, AS_SIZE, BS_SIZE);
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
     a += pos.batch * stride_a;
     b += pos.batch * stride_b;

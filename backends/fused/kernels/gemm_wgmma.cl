@@ -48,9 +48,8 @@
  * Tuning parameters: BM (a multiple of 64), BN, WN (64, 128 or 256, dividing BN), BK (a
  * multiple of 8), ASYNC (3 to 8 buffers, within the device's local memory), OVERLAP (1 or 0),
  * AREG (0 or 1).
- * STAGE_ARG = 1: the stages are a __local argument the host sizes (A's ASYNC buffers, then
- * B's), not arrays of the kernel: the CUDA runtime gives such an argument as dynamic shared
- * memory, up to the multiprocessor's opt-in limit, where a kernel's own arrays stop at 48 KiB.
+ * STAGE_ARG (gemm.cl): the stages in the __local argument are A's ASYNC buffers, then B's
+ * (B's alone with AREG).
  * A wider WN gives each barrier more products: 128 x 256 tiles of two warpgroups do twice the
  * work of 128 x 128 ones per stage on the same 256 work-items.
  */
@@ -365,15 +364,6 @@ static inline void wgmma_step_rs_emulated(float *d, const uint *fr, __local floa
     wgmma_step(d, scratch, (wm0 / 8) * CORE_SBO, bs, b_off, lid);
 }
 #endif
-#endif
-
-#ifndef STAGE_ARG
-#define STAGE_ARG 0
-#endif
-#if STAGE_ARG
-#define STAGE_PARAM , __local float *restrict stage_mem
-#else
-#define STAGE_PARAM
 #endif
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
