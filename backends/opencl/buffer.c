@@ -133,8 +133,8 @@ void hd__cl_buffer_release(hd_cl_runtime *rt, struct hd_device_buffer *buf)
     size_t capacity;
     size_t cls = hd__pool_size_class(buf->capacity, &capacity);
     if (capacity != buf->capacity || rt->pooled_bytes + capacity > rt->pool_cap_bytes) {
-        clReleaseMemObject(
-            hd__cl_mem(buf->mem)); /* the driver frees it after the commands that use it */
+        /* the driver frees it after the commands that use it */
+        clReleaseMemObject(hd__cl_mem(buf->mem));
         free(e);
         return;
     }
