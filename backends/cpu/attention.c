@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backends/cpu/step.h"
+#include "backends/cpu/vector.h"
 
 /* Query rows per work item of the forward and of dq. */
 #define QTILE 32
@@ -42,30 +43,14 @@
 #define LN2   0.69314718055994530942
 
 /* 2^x to about 1 ulp, written so that the loops around it vectorize: x = n + r, |r| <= 1/2,
- * 2^r = e^(r ln 2) from its degree-7 Taylor polynomial (error below 6e-9), 2^n built in the
- * exponent bits. Below -126 it gives 0 (2^x under FLT_MIN, flushed), above 127 infinity, NaN
- * for NaN. */
+ * 2^r = e^(r ln 2) (hd__cpu_exp_reduced). Below -126 it gives 0 (2^x under FLT_MIN, flushed),
+ * above 127 infinity, NaN for NaN. */
 static inline float exp2_fast(float x)
 {
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float xc = x < -126.0f ? -126.0f : x > 127.0f ? 127.0f : x;
-    float t = xc + round_magic;
-    float n = t - round_magic;
-    float y = (xc - n) * (float)LN2;
-    float p = 1.0f / 5040.0f;
-    p = p * y + 1.0f / 720.0f;
-    p = p * y + 1.0f / 120.0f;
-    p = p * y + 1.0f / 24.0f;
-    p = p * y + 1.0f / 6.0f;
-    p = p * y + 0.5f;
-    p = p * y + 1.0f;
-    p = p * y + 1.0f;
-    uint32_t t_bits;
-    memcpy(&t_bits, &t, sizeof t_bits);
-    uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23; /* t's low bits hold 0x400000 + n */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float r = p * scale;
+    float t = xc + HD_CPU_ROUND_MAGIC;
+    float n = t - HD_CPU_ROUND_MAGIC;
+    float r = hd__cpu_exp_reduced((xc - n) * (float)LN2, t);
     r = x < -126.0f ? 0.0f : r;
     r = x > 127.0f ? INFINITY : r;
     return x != x ? x : r;

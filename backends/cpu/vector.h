@@ -45,18 +45,16 @@ static inline float hd__cpu_row_max(const float *x, size_t n, float start)
     return max[0];
 }
 
-/* e^d for d in [-inf, 0], within 2 ulp (libm's expf is a call per element, which keeps the
- * loop around it scalar). d = n*ln2 + r with |r| <= ln2/2; e^r from its degree-7 Taylor
- * polynomial (error below 6e-9); 2^n built in the exponent bits. Below -87, e^d is under
- * FLT_MIN: 0. A NaN d gives NaN. */
-static inline float hd__cpu_exp_nonpositive(float d)
+/* Adding this to a float in [-2^22, 2^22] rounds it to an integer, held in the low mantissa
+ * bits (1.5 * 2^23). */
+#define HD_CPU_ROUND_MAGIC 12582912.0f
+
+/* The core of the vectorizable exponentials: e^r for |r| <= ln2/2 from its degree-7 Taylor
+ * polynomial (error below 6e-9), times 2^n built in the exponent bits from t = n +
+ * HD_CPU_ROUND_MAGIC as the rounding left it (its low mantissa bits hold 0x400000 + n:
+ * unsigned arithmetic, so that a NaN has a defined result too). */
+static inline float hd__cpu_exp_reduced(float r, float t)
 {
-    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float dc = d < -87.0f ? -87.0f : d;
-    float t = dc * log2e + round_magic;
-    float n = t - round_magic;
-    float r = (dc - n * ln2_hi) - n * ln2_lo;
     float p = 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
@@ -65,14 +63,25 @@ static inline float hd__cpu_exp_nonpositive(float d)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    /* 2^n from t's low mantissa bits, which hold 0x400000 + n: unsigned arithmetic, so that a
-     * NaN d has a defined result too */
     uint32_t t_bits;
     memcpy(&t_bits, &t, sizeof t_bits);
     uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return d < -87.0f ? 0.0f : p * scale;
+    return p * scale;
+}
+
+/* e^d for d in [-inf, 0], within 2 ulp (libm's expf is a call per element, which keeps the
+ * loop around it scalar): d = n*ln2 + r with |r| <= ln2/2. Below -87, e^d is under FLT_MIN:
+ * 0. A NaN d gives NaN. */
+static inline float hd__cpu_exp_nonpositive(float d)
+{
+    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
+    float dc = d < -87.0f ? -87.0f : d;
+    float t = dc * log2e + HD_CPU_ROUND_MAGIC;
+    float n = t - HD_CPU_ROUND_MAGIC;
+    float r = (dc - n * ln2_hi) - n * ln2_lo;
+    return d < -87.0f ? 0.0f : hd__cpu_exp_reduced(r, t);
 }
 
 #endif
