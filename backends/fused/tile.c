@@ -139,17 +139,22 @@ static size_t stage_capacity(const hd_fused *f)
     return f->stage_mem > 0 ? f->stage_mem : f->local_mem;
 }
 
-/* Whether the device's local memory holds the stages of p (0: its size unknown, taken to). */
+/* Whether capacity bytes of local memory hold the stages of p (0: the size unknown, taken to). */
+static bool stages_fit(const hd_fused_params *p, bool mma, size_t capacity)
+{
+    return capacity == 0 || local_bytes(p, mma) <= capacity;
+}
+
+/* Whether the device's local memory holds the stages of p. */
 static bool local_memory_holds(const hd_fused *f, const hd_fused_params *p, bool mma)
 {
-    size_t capacity = stage_capacity(f);
-    return capacity == 0 || local_bytes(p, mma) <= capacity;
+    return stages_fit(p, mma, stage_capacity(f));
 }
 
 /* Whether the stages of p fit in what a kernel may declare: the FMA kernel's defaults. */
 static bool declared_memory_holds(const hd_fused *f, const hd_fused_params *p, bool mma)
 {
-    return f->local_mem == 0 || local_bytes(p, mma) <= f->local_mem;
+    return stages_fit(p, mma, f->local_mem);
 }
 
 /* ---- the defaults: a table of named rules ----

@@ -85,6 +85,13 @@ hd_status hd__cl_scratch_create(hd_cl_runtime *rt, hd_context *ctx, size_t bytes
     return HD_OK;
 }
 
+void hd__cl_scratch_free(hd_cl_runtime *rt, cl_mem mem)
+{
+    (void)rt;
+    if (mem != NULL)
+        clReleaseMemObject(mem); /* freed once the queued launches using it ran */
+}
+
 hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
                                 struct hd_device_buffer **out)
 {

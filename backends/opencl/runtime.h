@@ -56,6 +56,9 @@ hd_status hd__cl_finish(hd_cl_runtime *rt, hd_context *ctx);
  * and the error said, naming what, on failure. */
 hd_status hd__cl_scratch_create(hd_cl_runtime *rt, hd_context *ctx, size_t bytes, const char *what,
                                 cl_mem *out);
+/* Frees scratch memory; the driver keeps it until the queued commands that use it ran. NULL:
+ * no-op. */
+void hd__cl_scratch_free(hd_cl_runtime *rt, cl_mem mem);
 
 /* Device memory from the pool, released back to it. Contents are undefined. */
 hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,

@@ -202,34 +202,31 @@ void hd__rt_scratch_free(hd_runtime *rt, hd_devmem mem)
         return;
     }
 #endif
-    (void)rt;
-    clReleaseMemObject(hd__cl_mem(mem)); /* freed once the queued launches using it ran */
+    hd__cl_scratch_free(rt->cl, hd__cl_mem(mem));
 }
 
 hd_status hd__rt_upload(hd_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf,
                         const void *src, size_t bytes)
 {
-    hd_status s = hd__buffer_check_range(ctx, buf, bytes, "upload");
-    if (s != HD_OK)
-        return s;
 #ifdef HD_HAVE_CUDA_RUNTIME
-    if (ON_CUDA(rt))
-        return hd__cuda_upload(rt->cuda, ctx, buf->mem, src, bytes);
+    if (ON_CUDA(rt)) {
+        hd_status s = hd__buffer_check_range(ctx, buf, bytes, "upload");
+        return s != HD_OK ? s : hd__cuda_upload(rt->cuda, ctx, buf->mem, src, bytes);
+    }
 #endif
-    return hd__cl_upload(rt->cl, ctx, buf, src, bytes);
+    return hd__cl_upload(rt->cl, ctx, buf, src, bytes); /* which checks the range itself */
 }
 
 hd_status hd__rt_download(hd_runtime *rt, hd_context *ctx, struct hd_device_buffer *buf, void *dst,
                           size_t bytes)
 {
-    hd_status s = hd__buffer_check_range(ctx, buf, bytes, "download");
-    if (s != HD_OK)
-        return s;
 #ifdef HD_HAVE_CUDA_RUNTIME
-    if (ON_CUDA(rt))
-        return hd__cuda_download(rt->cuda, ctx, buf->mem, dst, bytes);
+    if (ON_CUDA(rt)) {
+        hd_status s = hd__buffer_check_range(ctx, buf, bytes, "download");
+        return s != HD_OK ? s : hd__cuda_download(rt->cuda, ctx, buf->mem, dst, bytes);
+    }
 #endif
-    return hd__cl_download(rt->cl, ctx, buf, dst, bytes);
+    return hd__cl_download(rt->cl, ctx, buf, dst, bytes); /* which checks the range itself */
 }
 
 hd_status hd__rt_zero(hd_runtime *rt, hd_context *ctx, hd_devmem mem, size_t bytes)
