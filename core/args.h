@@ -113,7 +113,7 @@ typedef struct hd_step_args {
     size_t counted; /* targets not ignored */
     size_t vocab;
     const char *variant;    /* as for GEMM */
-    hd_precision precision; /* the LM head's products */
+    hd_precision precision; /* the LM head's products, attention's */
 } hd_step_args;
 
 /* AdamW over count tensors (hd_adamw(); not an op of the table, since it takes any number of

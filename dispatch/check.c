@@ -557,6 +557,7 @@ hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
     a->head_dim = d;
     a->causal = p->causal;
     a->scale = scale;
+    a->precision = ctx->gemm_precision;
     return HD_OK;
 }
 

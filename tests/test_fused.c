@@ -21,10 +21,13 @@
 
 #include "tests/testlib.h"
 
+#include "autotune/reference_step.h"
+
 #include "backends/fused/fused.h"
 #include "backends/fused/internal.h"
 #include "dispatch/context.h"
 #include "dispatch/tensor.h"
+#include "dispatch/tools.h"
 
 #define GEMM_FACTOR 2.0
 #define SOFTMAX_ATOL 1e-9
@@ -1697,6 +1700,147 @@ static void test_lora_tf32_a_in_registers_matches_reference(void **state)
     tensor_cores_end(f, emulate);
 }
 
+/* ---- attention on the tensor cores ---- */
+
+typedef struct tc_attention_case {
+    size_t tokens, heads, kv_heads, head_dim;
+    const size_t *lengths; /* count packed sequences; NULL: one */
+    size_t count;
+    bool causal;
+    float range; /* q and k uniform in +-range */
+} tc_attention_case;
+
+static double largest_magnitude(const double *p, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(p[i]) > m ? fabs(p[i]) : m;
+    return m;
+}
+
+/* Runs the forward of c on the fused backend with variant (NULL: through the public call)
+ * in the context's precision, checks out and lse against the float64 reference within rel
+ * of their scale, and returns out (the caller frees it); NULL where the variant's tile does
+ * not fit this device. */
+static float *check_tc_attention(hd_context *ctx, const tc_attention_case *c, const char *variant,
+                                 double rel, uint64_t seed)
+{
+    hd_rng rng = hd_test_rng(seed);
+    size_t t = c->tokens, qd = c->heads * c->head_dim, kd = c->kv_heads * c->head_dim;
+    float *q = hd_test_random(&rng, t * qd, -c->range, c->range);
+    float *k = hd_test_random(&rng, t * kd, -c->range, c->range);
+    float *v = hd_test_random(&rng, t * kd, -1, 1);
+    int lens[16];
+    for (size_t i = 0; i < c->count; i++)
+        lens[i] = (int)c->lengths[i];
+    if (c->count == 0)
+        lens[0] = (int)t;
+    hd_ref_attention_shape rs = {t,    c->heads, c->kv_heads, c->head_dim, lens, c->count ? c->count : 1,
+                                 c->causal, 1.0 / sqrt((double)c->head_dim)};
+    double *out = hd_test_doubles(t * qd), *lse = hd_test_doubles(t * c->heads);
+    hd__ref_attention(&rs, q, k, v, out, lse);
+    hd_tensor *tq = hd_test_tensor(ctx, t, qd, q), *tk = hd_test_tensor(ctx, t, kd, k);
+    hd_tensor *tv = hd_test_tensor(ctx, t, kd, v), *to = hd_test_tensor(ctx, t, qd, NULL);
+    hd_tensor *tl = hd_test_tensor(ctx, t, c->heads, NULL);
+    char what[160];
+    snprintf(what, sizeof what, "%s attention, %zu tokens, %zu/%zu heads of %zu%s%s, variant %s",
+             hd_precision_name(ctx->gemm_precision), t, c->heads, c->kv_heads, c->head_dim,
+             c->causal ? ", causal" : "", c->count ? ", packed" : "",
+             variant != NULL ? variant : "default");
+    hd_attention_options opt = {.heads = c->heads,
+                                .kv_heads = c->kv_heads,
+                                .causal = c->causal,
+                                .sequences = {c->lengths, c->count}};
+    float *got = NULL;
+    if (variant == NULL) {
+        expect_fused(ctx, hd_attention(ctx, &opt, tq, tk, tv, to, tl), what);
+    } else {
+        const hd_tensor *tensors[] = {tq, tk, tv, to, tl};
+        hd_op_params p = {.heads = c->heads,
+                          .kv_heads = c->kv_heads,
+                          .causal = c->causal,
+                          .sequences = {c->lengths, c->count}};
+        hd_call call;
+        assert_int_equal(hd__call_prepare(ctx, HD_OP_ATTENTION, tensors, &p, &call), HD_OK);
+        hd_status s = hd__call_run_on(ctx, HD_BACKEND_FUSED, &call, variant);
+        if (s == HD_ERR_UNSUPPORTED) {
+            fprintf(stderr, "# %s: declined on this device: %s\n", what, hd_context_last_error(ctx));
+            goto done;
+        }
+        if (s != HD_OK)
+            fail_msg("%s: %s", what, hd_context_last_error(ctx));
+    }
+    got = hd_test_read(to);
+    float *got_lse = hd_test_read(tl);
+    hd_test_expect_close(what, got, out, t * qd, rel * (largest_magnitude(out, t * qd) + 1.0), 0);
+    hd_test_expect_close(what, got_lse, lse, t * c->heads,
+                         rel * (largest_magnitude(lse, t * c->heads) + 1.0), 0);
+    free(got_lse);
+done:;
+    hd_tensor *all[] = {tq, tk, tv, to, tl};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd_tensor_destroy(all[i]);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(lse);
+    return got;
+}
+
+/* Attention's forward on the tensor cores (attention_mma.cl; emulated where the device has
+ * none), in fp32x3 and tf32 against the float64 reference: one token, odd counts, packed
+ * sequences of unequal lengths, grouped heads, causal and full, head dimensions that are and
+ * are not multiples of 16 (8, 72) up to 256, several query and key tiles (the copies of the
+ * next tile while this one is used, the online rescaling), scores of hundreds (fp32x3); every
+ * variant the tuner lists. tf32's result differs from the FMA kernel's (fp32) on the same
+ * data: the tensor cores ran. */
+static void test_attention_on_tensor_cores(void **state)
+{
+    hd_context *ctx = *state;
+    bool emulate;
+    hd_fused *f = tensor_cores_begin(ctx, false, &emulate);
+    hd_precision saved = ctx->gemm_precision;
+    static const size_t unequal[] = {1, 7, 40, 13};
+    const tc_attention_case cases[] = {
+        {1, 1, 1, 8, NULL, 0, true, 1},       {61, 4, 1, 64, unequal, 4, true, 1},
+        {61, 4, 2, 72, unequal, 4, false, 1}, {150, 2, 1, 128, NULL, 0, true, 1},
+        {29, 2, 1, 256, NULL, 0, false, 1},   {45, 2, 2, 8, NULL, 0, true, 30},
+    };
+    const tc_attention_case every_variant = {100, 1, 1, 64, NULL, 0, true, 1};
+    const hd_precision precisions[] = {HD_PRECISION_FP32X3, HD_PRECISION_TF32};
+    for (size_t pi = 0; pi < 2; pi++) {
+        ctx->gemm_precision = precisions[pi];
+        double rel = precisions[pi] == HD_PRECISION_TF32 ? 2e-3 : 4e-5;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (cases[i].range > 2 && precisions[pi] == HD_PRECISION_TF32)
+                continue; /* tf32 keeps 11 bits of a score of hundreds */
+            free(check_tc_attention(ctx, &cases[i], NULL, rel * (1.0 + cases[i].range),
+                                    4100 + i));
+        }
+        const char *variants[32];
+        hd_shape shape = {.dim = {100, 1, 1, 64}, .precision = precisions[pi]};
+        size_t n = hd__fused_step_variants(f, HD_OP_ATTENTION, &shape, variants, 32);
+        assert_true(n > 0);
+        for (size_t i = 0; i < n; i++)
+            free(check_tc_attention(ctx, &every_variant, variants[i], rel * 2.0, 4200 + i));
+    }
+    /* the same data in fp32 (FMAs) and tf32 (tensor cores) */
+    ctx->gemm_precision = HD_PRECISION_FP32;
+    float *fma = check_tc_attention(ctx, &cases[1], NULL, 2e-5 * 2.0, 4300);
+    ctx->gemm_precision = HD_PRECISION_TF32;
+    float *tensor = check_tc_attention(ctx, &cases[1], NULL, 2e-3 * 2.0, 4300);
+    size_t n = cases[1].tokens * cases[1].heads * cases[1].head_dim, differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += fma[i] != tensor[i];
+    assert_true(differ > n / 2);
+    free(fma);
+    free(tensor);
+    ctx->gemm_precision = saved;
+    assert_false(f->attention_mma_broken);
+    tensor_cores_end(f, emulate);
+}
+
 /* The fused backend's state with the FMA kernel's cp.async copies on: the real ones where the
  * device has them (NVIDIA compute capability 8.0 and later), else their emulation (*emulating
  * says which, for cp_async_end). */
@@ -2139,6 +2283,7 @@ int main(void)
         cmocka_unit_test(test_lora_few_tokens_matches_reference),
         cmocka_unit_test(test_lora_tiles_match_reference),
         cmocka_unit_test(test_lora_tf32_a_in_registers_matches_reference),
+        cmocka_unit_test(test_attention_on_tensor_cores),
         cmocka_unit_test(test_lora_every_variant),
         cmocka_unit_test(test_lora_split_matches_reference),
         cmocka_unit_test(test_lora_split_back_to_back),

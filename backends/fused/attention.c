@@ -4,6 +4,9 @@
  * head split over work-groups, their partial sums added in order by a last launch), without
  * atomics. The rows' key ranges (and, backward, the keys' query ranges) are made on the host
  * from the packed sequences and copied with the call. One program per head dimension.
+ * Where the context's GEMM precision is tf32 or fp32x3 and the device has tensor cores, the
+ * forward's products run on them (kernels/attention_mma.cl), its tiles in local memory that
+ * the call passes (the runtime's whole opt-in memory on CUDA).
  */
 #include <limits.h>
 #include <math.h>
@@ -23,10 +26,79 @@
 /* A call's tiles: the variant's, the rest attention.cl's defaults for the head dimension
  * (halved rows for heads wider than 128, whose tiles must fit the same local memory). */
 typedef struct tiles {
-    int bq, bk, rq, tc; /* forward and dq */
+    int bq, bk, rq, tc; /* forward and dq; the tensor-core forward's bq and bk */
     int kbk, krk, kbq;  /* dk and dv */
     int fast;
+    int prec;           /* the tensor-core forward's TF32 products per multiply; 0: FMAs */
+    size_t mma_local;   /* its local memory, in bytes */
 } tiles;
+
+static int or_default(int v, int fallback)
+{
+    return v != 0 ? v : fallback;
+}
+
+/* The tensor-core forward's work-items and local memory (attention_mma.cl: MMA_WG and
+ * MMA_LOCAL_FLOATS). */
+static size_t mma_group(const tiles *t)
+{
+    return (size_t)t->bq / 16 * 32;
+}
+
+static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, int bq, int bk)
+{
+    size_t d16 = (head_dim + 15) / 16 * 16, lda = d16 + (d16 % 32 == 0 ? 16 : 0);
+    size_t scratch = f->mma_emulated ? (size_t)bq / 16 * 32 * 6 : 0;
+    return ((size_t)(bq + bk) * lda + (size_t)bk * (head_dim + 4) + scratch) * sizeof(float);
+}
+
+/* Local memory a kernel may take as a __local argument. */
+static size_t local_capacity(const hd_fused *f)
+{
+    return f->stage_mem > 0 ? f->stage_mem : f->local_mem;
+}
+
+/* Whether op runs on the tensor-core forward: the precision asks for them and the device
+ * has them. */
+static bool wants_mma(const hd_fused *f, hd_op op, hd_precision precision)
+{
+    return op == HD_OP_ATTENTION && precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken &&
+           !f->attention_mma_broken;
+}
+
+/* The tensor-core forward's tiles: the variant's, or 64 x 64 halved (keys first) until they
+ * fit the local memory; a variant's tile that does not fit is refused. */
+static hd_status mma_tiles_of(hd_fused *f, hd_context *ctx, size_t head_dim,
+                              hd_precision precision, const hd_fused_params *p, tiles *t)
+{
+    bool chosen = p->att_bq != 0 || p->att_bk != 0;
+    *t = (tiles){.bq = or_default(p->att_bq, 64),
+                 .bk = or_default(p->att_bk, 64),
+                 .fast = p->att_fast,
+                 .prec = precision == HD_PRECISION_TF32 ? 1 : 3};
+    if (t->bq % 16 != 0 || t->bk % 16 != 0)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: tensor-core attention tiles BQ=%d BK=%d are not multiples of 16",
+                         t->bq, t->bk);
+    while (!chosen && mma_local_bytes(f, head_dim, t->bq, t->bk) > local_capacity(f) &&
+           (t->bk > 16 || t->bq > 16)) {
+        if (t->bk > 16)
+            t->bk /= 2;
+        else
+            t->bq /= 2;
+    }
+    t->mma_local = mma_local_bytes(f, head_dim, t->bq, t->bk);
+    if (t->mma_local > local_capacity(f))
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: tensor-core attention tiles BQ=%d BK=%d of head_dim %zu need "
+                         "%zu bytes of local memory; the device gives %zu",
+                         t->bq, t->bk, head_dim, t->mma_local, local_capacity(f));
+    if (mma_group(t) > f->device_max_group)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: attention work-groups of %zu exceed the device's %zu",
+                         mma_group(t), f->device_max_group);
+    return HD_OK;
+}
 
 static size_t forward_group(const tiles *t)
 {
@@ -43,21 +115,18 @@ static size_t ceil_div(size_t a, size_t b)
     return (a + b - 1) / b;
 }
 
-static int or_default(int v, int fallback)
-{
-    return v != 0 ? v : fallback;
-}
-
 /* The tiles of variant for a head of head_dim, checked against the kernels' divisibility
  * rules (attention.cl: VK and DQ_VK 16, or 8 for wide heads; KV_QK 8, or 4) and the device's
  * work-group limit. A tile whose local memory the device lacks fails its build instead. */
-static hd_status tiles_of(hd_fused *f, hd_context *ctx, size_t head_dim, const char *variant,
-                          tiles *t)
+static hd_status tiles_of(hd_fused *f, hd_context *ctx, hd_op op, size_t head_dim,
+                          hd_precision precision, const char *variant, tiles *t)
 {
     hd_fused_params p;
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ATTENTION, variant, &p);
     if (s != HD_OK)
         return s;
+    if (wants_mma(f, op, precision))
+        return mma_tiles_of(f, ctx, head_dim, precision, &p, t);
     bool wide = head_dim > 128;
     int vk = wide ? 8 : 16, qk = wide ? 4 : 8;
     *t = (tiles){.bq = or_default(p.att_bq, wide ? 32 : 64),
@@ -83,8 +152,17 @@ static hd_status tiles_of(hd_fused *f, hd_context *ctx, size_t head_dim, const c
 }
 
 /* The program of the call's head dimension and tiles. */
-static void options_of(const hd_step_args *a, const tiles *t, char out[HD_FUSED_OPTIONS_CAPACITY])
+static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
+                       char out[HD_FUSED_OPTIONS_CAPACITY])
 {
+    if (t->prec != 0) {
+        snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
+                 "-D HEAD_DIM=%zu -D ATT_MMA=1 -D PREC=%d -D MMA_BQ=%d -D MMA_BK=%d "
+                 "-D FAST_EXP=%d%s",
+                 a->head_dim, t->prec, t->bq, t->bk, t->fast,
+                 f->mma_emulated ? " -D MMA_EMULATE=1" : "");
+        return;
+    }
     snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
              "-D HEAD_DIM=%zu -D BQ=%d -D BK=%d -D RQ=%d -D TC=%d -D DQ_BQ=%d -D DQ_BK=%d "
              "-D DQ_RQ=%d -D DQ_TC=%d -D KV_BK=%d -D KV_RK=%d -D KV_BQ=%d -D FAST_EXP=%d",
@@ -98,7 +176,7 @@ static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, co
                          int count)
 {
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    options_of(a, t, options);
+    options_of(f, a, t, options);
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++)
         s = hd__fused_kernel(f, ctx, HD_FUSED_ATTENTION, options, names[i], groups[i], &out[i]);
@@ -148,19 +226,14 @@ static hd_status check_sizes(hd_context *ctx, const hd_step_args *a)
                      a->rows);
 }
 
-hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *args)
+/* Queues the forward of a on the kernel of tiles t. */
+static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
+                                const tiles *t)
 {
-    hd_fused *f = state;
-    const hd_step_args *a = &args->step;
+    const char *name = t->prec != 0 ? "attention_forward_mma" : "attention_forward";
+    size_t group = t->prec != 0 ? mma_group(t) : forward_group(t);
     hd_kernel *k;
-    static const char *const names[] = {"attention_forward"};
-    tiles t = {0};
-    hd_status s = check_sizes(ctx, a);
-    if (s == HD_OK)
-        s = tiles_of(f, ctx, a->head_dim, a->variant, &t);
-    const size_t groups[] = {s == HD_OK ? forward_group(&t) : 0};
-    if (s == HD_OK)
-        s = kernels(f, ctx, a, &t, names, groups, &k, 1);
+    hd_status s = kernels(f, ctx, a, t, &name, &group, &k, 1);
     struct hd_device_buffer *kv_range = NULL, *lse = NULL;
     if (s == HD_OK)
         s = upload_ranges(f, ctx, a, &kv_range, NULL);
@@ -180,13 +253,34 @@ hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *ar
             HD_FUSED_VALUE(heads),
             HD_FUSED_VALUE(kv_heads),
             HD_FUSED_VALUE(qscale),
+            HD_FUSED_LOCAL(t->mma_local), /* the tensor-core kernel's alone */
         };
-        const size_t grid[2] = {a->heads, ceil_div(a->rows, (size_t)t.bq)};
-        s = hd__fused_launch_grid(f, ctx, k, grid, forward_group(&t), list,
-                                  (int)(sizeof list / sizeof list[0]));
+        const size_t grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
+        int count = (int)(sizeof list / sizeof list[0]) - (t->prec != 0 ? 0 : 1);
+        s = hd__fused_launch_grid(f, ctx, k, grid, group, list, count);
     }
     hd__fused_buffer_release(f, kv_range);
     hd__fused_buffer_release(f, lse);
+    return s;
+}
+
+hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    hd_fused *f = state;
+    const hd_step_args *a = &args->step;
+    tiles t = {0};
+    hd_status s = check_sizes(ctx, a);
+    if (s == HD_OK)
+        s = tiles_of(f, ctx, HD_OP_ATTENTION, a->head_dim, a->precision, a->variant, &t);
+    if (s == HD_OK)
+        s = launch_forward(f, ctx, a, &t);
+    if (s == HD_ERR_BUILD && t.prec != 0 && a->variant == NULL) {
+        /* the FMA kernel instead, for this context */
+        f->attention_mma_broken = true;
+        s = tiles_of(f, ctx, HD_OP_ATTENTION, a->head_dim, a->precision, NULL, &t);
+        if (s == HD_OK)
+            s = launch_forward(f, ctx, a, &t);
+    }
     return s;
 }
 
@@ -287,7 +381,7 @@ hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op
     tiles t = {0};
     hd_status s = check_sizes(ctx, a);
     if (s == HD_OK)
-        s = tiles_of(f, ctx, a->head_dim, a->variant, &t);
+        s = tiles_of(f, ctx, HD_OP_ATTENTION_BACKWARD, a->head_dim, a->precision, a->variant, &t);
     const size_t groups[BACKWARD_KERNELS] = {DELTA_GROUP, s == HD_OK ? forward_group(&t) : 0,
                                              s == HD_OK ? dkdv_group(&t) : 0, REDUCE_GROUP};
     if (s == HD_OK)
@@ -300,15 +394,27 @@ hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op
     return s;
 }
 
-hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
+hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
                                     const char *variant)
 {
     tiles t;
-    return tiles_of(f, ctx, shape->dim[3], variant, &t);
+    return tiles_of(f, ctx, op, shape->dim[3], shape->precision, variant, &t);
 }
 
-size_t hd__fused_attention_variants(const hd_shape *shape, const char **out, size_t max)
+size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
+                                    const char **out, size_t max)
 {
+    /* the tensor-core forward's query and key tiles (a tile past the local memory is refused,
+     * and the tuner moves on), and its exponential */
+    static const char *const tensor_cores[] = {"BQ=64 BK=64", "BQ=128 BK=64", "BQ=64 BK=32",
+                                               "BQ=128 BK=32", "BQ=64 BK=128", "BQ=128 BK=128",
+                                               "BQ=32 BK=64", "FAST=1"};
+    if (wants_mma(f, op, shape->precision)) {
+        size_t n = 0;
+        for (size_t i = 0; i < sizeof tensor_cores / sizeof tensor_cores[0] && n < max; i++)
+            out[n++] = tensor_cores[i];
+        return n;
+    }
     /* the exponential's instruction, the key tile, the query tile and its rows per work-item,
      * and the backward's key tiles; a tile whose local memory the device lacks fails its
      * build, and the tuner moves on */

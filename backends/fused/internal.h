@@ -27,11 +27,13 @@ extern const char hd__fused_cl_lowrank[];
 extern const char hd__fused_cl_rms_norm[];
 extern const char hd__fused_cl_rows_backward[];
 extern const char hd__fused_cl_softmax[];
+extern const char hd__fused_cl_tensor_core[];
 extern const char hd__fused_cl_elem[];
 extern const char hd__fused_cl_elementwise[];
 extern const char hd__fused_cl_rope[];
 extern const char hd__fused_cl_embedding[];
 extern const char hd__fused_cl_attention[];
+extern const char hd__fused_cl_attention_mma[];
 extern const char hd__fused_cl_add_rms_norm[];
 extern const char hd__fused_cl_cross_entropy[];
 extern const char hd__fused_cl_adamw[];
@@ -100,6 +102,7 @@ typedef struct hd_fused {
     bool mma_emulated;  /* tests only: the tensor-core kernels' OpenCL C stand-in for the PTX */
     bool wgmma;         /* NVIDIA compute capability 9.0: the warpgroup kernel may be built */
     bool wgmma_broken;  /* its build failed here: tf32 runs on the mma.sync kernel */
+    bool attention_mma_broken; /* the tensor-core attention's build failed: FMAs instead */
     hd_devmem splitk_part; /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
     hd_devmem lora_u; /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
@@ -425,11 +428,13 @@ hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_
 size_t hd__fused_step_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
                                const char **out, size_t max);
 /* Attention's: whether variant's tiles fit the head dimension (the kernels' divisibility and
- * the device's work-group limit; a tile whose local memory the device lacks fails its build),
- * and the variants worth timing. */
-hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, const hd_shape *shape,
+ * the device's work-group limit; a tile whose local memory the device lacks fails its build,
+ * or, on the tensor cores, is refused), and the variants worth timing (the tensor-core
+ * forward's where the shape's precision runs on them). */
+hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
                                     const char *variant);
-size_t hd__fused_attention_variants(const hd_shape *shape, const char **out, size_t max);
+size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
+                                    const char **out, size_t max);
 /* Residual add + RMS norm, cross-entropy (and its LM-head form) and AdamW (train.c): their
  * slots, which of the step's ops they are, and what their kernel parameters accept. */
 hd_status hd__fused_add_rms_norm(void *state, hd_context *ctx, const hd_op_args *args);

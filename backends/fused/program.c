@@ -20,16 +20,21 @@ static const char *const lora_update_parts[] = {hd__fused_cl_common, hd__fused_c
                                                 hd__fused_cl_lora_update, NULL};
 static const char *const lora_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_lowrank,
                                                   hd__fused_cl_lora_backward, NULL};
-static const char *const gemm_tile_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_tile, NULL};
-static const char *const gemm_mma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_mma, NULL};
-static const char *const gemm_wgmma_parts[] = {hd__fused_cl_gemm, hd__fused_cl_gemm_wgmma, NULL};
+static const char *const gemm_tile_parts[] = {hd__fused_cl_tensor_core, hd__fused_cl_gemm,
+                                              hd__fused_cl_gemm_tile, NULL};
+static const char *const gemm_mma_parts[] = {hd__fused_cl_tensor_core, hd__fused_cl_gemm,
+                                             hd__fused_cl_gemm_mma, NULL};
+static const char *const gemm_wgmma_parts[] = {hd__fused_cl_tensor_core, hd__fused_cl_gemm,
+                                               hd__fused_cl_gemm_wgmma, NULL};
 static const char *const rows_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_rows_backward,
                                                   NULL};
 static const char *const elementwise_parts[] = {hd__fused_cl_elem, hd__fused_cl_elementwise,
                                                 NULL};
 static const char *const rope_parts[] = {hd__fused_cl_elem, hd__fused_cl_rope, NULL};
 static const char *const embedding_parts[] = {hd__fused_cl_elem, hd__fused_cl_embedding, NULL};
-static const char *const attention_parts[] = {hd__fused_cl_elem, hd__fused_cl_attention, NULL};
+static const char *const attention_parts[] = {hd__fused_cl_elem, hd__fused_cl_tensor_core,
+                                              hd__fused_cl_attention, hd__fused_cl_attention_mma,
+                                              NULL};
 static const char *const add_rms_norm_parts[] = {hd__fused_cl_common, hd__fused_cl_elem,
                                                  hd__fused_cl_add_rms_norm, NULL};
 static const char *const cross_entropy_parts[] = {hd__fused_cl_common, hd__fused_cl_elem,

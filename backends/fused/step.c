@@ -266,7 +266,7 @@ hd_status hd__fused_step_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_
     if (hd__fused_train_op(op))
         return hd__fused_train_check(f, ctx, op, shape, variant);
     if (is_attention(op))
-        return hd__fused_attention_check(f, ctx, shape, variant);
+        return hd__fused_attention_check(f, ctx, op, shape, variant);
     hd_fused_params p;
     return step_params(f, ctx, op, shape->dim[1], variant, &p);
 }
@@ -277,7 +277,7 @@ size_t hd__fused_step_variants(const hd_fused *f, hd_op op, const hd_shape *shap
     if (hd__fused_train_op(op))
         return hd__fused_train_variants(f, op, shape, out, max);
     if (is_attention(op))
-        return hd__fused_attention_variants(shape, out, max);
+        return hd__fused_attention_variants(f, op, shape, out, max);
     if (kernel_of[op].name == NULL)
         return 0;
     static const char *const elementwise[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=512 VEC=4",

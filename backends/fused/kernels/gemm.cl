@@ -239,45 +239,6 @@
 #error "a stage must split evenly over the work-items"
 #endif
 
-#if MMA || WGMMA || ASYNC
-#ifndef MMA_EMULATE
-#define MMA_EMULATE 0 /* 1: OpenCL C in place of the PTX: tensor cores, cp.async (tests) */
-#endif
-/* Copies of 16 and 4 bytes to local memory at dst: the first `bytes` (a multiple of 4, at
- * most the copy's size) from src, zeros after them. cp.async returns before the copy lands;
- * cp_commit closes the work-item's group of copies issued since the last (each kernel's
- * CP_WAIT then waits for all but its own count of groups). Emulated by plain copies. */
-#if MMA_EMULATE
-static inline void copy16(__local float *dst, __global const float *src, int bytes)
-{
-    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int q = 0; q < bytes / 4; q++)
-        e[q] = src[q];
-    *(__local float4 *)dst = (float4)(e[0], e[1], e[2], e[3]);
-}
-static inline void copy4(__local float *dst, __global const float *src, int bytes)
-{
-    *dst = bytes > 0 ? *src : 0.0f;
-}
-#define cp_commit()
-#else
-static inline void copy16(__local float *dst, __global const float *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :
-                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-static inline void copy4(__local float *dst, __global const float *src, int bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                 :
-                 : "r"((uint)(size_t)dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-#define cp_commit() asm volatile("cp.async.commit_group;" ::: "memory")
-#endif
-#endif
 
 /* What work-group g computes: tile (bm, bn) of k slice `slice` of matrix `batch`. Groups run
  * matrix by matrix, slice by slice; inside a slice, in bands of GROUP_M tile rows. */

@@ -28,17 +28,12 @@
  * each 16-deep group's products of a row block in a fresh accumulator and adds that to the
  * tile's with an fp32 add, the tensor cores never carrying more than 16 depths.
  *
- * MMA_EMULATE = 1 replaces the PTX by OpenCL C with the same fragment layout (the operands
- * exchanged through local memory, products rounded as fp32), so that everything but the
- * instructions themselves can be tested where no tensor core is (PoCL in CI).
+ * The instruction, the operands' split and their emulation (MMA_EMULATE) are tensor_core.cl's.
  *
  * Tuning parameters: WM (a multiple of 16), WN (a multiple of 8), PREC (1 or 3), ASYNC (0, or
  * 2 to 4 stages copied by cp.async, with VEC_A = VEC_B = 4 and aligned); BK a multiple of 16
  * (gemm.cl).
  */
-#ifndef PREC
-#define PREC 3 /* TF32 products per multiply: 3 (fp32x3) or 1 (tf32) */
-#endif
 #if WM % 16 != 0 || WN % 8 != 0 || BM % WM != 0 || BN % WN != 0 || BK % 16 != 0
 #error "WM must be a multiple of 16 and WN of 8, dividing BM and BN; BK a multiple of 16"
 #endif
@@ -49,83 +44,11 @@
 #define NI (WN / 8)
 #define WARPS_N (BN / WN)
 
-/* TF32 operands as the tensor cores read them: an mma ignores the low 13 bits of each 32-bit
- * operand, so adding half of TF32's last place to the magnitude's bits (x's bits + 0x1000)
- * rounds x to nearest, ties away from zero, in one integer add; the carry of a mantissa of
- * ones goes into the exponent as it should, and an infinity stays infinite (the carry stays
- * in the ignored bits). */
-#define TF32_HALF_ULP 0x1000u
-#define TF32_KEPT 0xffffe000u
-
-/* The four values of v as TF32 big parts and, for PREC = 3, small parts: small = x - big, exact
- * in fp32, itself rounded by the same add: four operations per value, where a split through
- * cvt.rna.tf32.f32, a mask and a finiteness test takes seven; the split runs on every fragment
- * read and competes with the mma for issue slots. A non-finite x has small = NaN (inf - inf),
- * and so has a finite x that rounds to infinity (within half a TF32 place of FLT_MAX): its
- * products are NaN. */
-static inline void split4(float4 v, uint big[4], uint small[4])
-{
-    float x[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int d = 0; d < 4; d++) {
-#if PREC == 3
-        big[d] = as_uint(x[d]) + TF32_HALF_ULP;
-        small[d] = as_uint(x[d] - as_float(big[d] & TF32_KEPT)) + TF32_HALF_ULP;
-#else
-        /* a NaN whose payload lies in the ignored bits would read as infinity */
-        big[d] = isnan(x[d]) ? 0x7fc00000u : as_uint(x[d]) + TF32_HALF_ULP;
-        small[d] = 0;
-#endif
-    }
-}
-
+/* The warp's scratch for the emulated mma (tensor_core.cl), from the work-group's. */
 #if MMA_EMULATE
-/* d += a * b for one 16 x 8 x 8 block, the fragments exchanged through the warp's 32 * 6
- * floats of local scratch; every work-item of the group calls it the same number of times. */
-static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
-                            __local float *x, int lane)
-{
-    __local float *mine = x + lane * 6;
-    mine[0] = as_float(a0 & TF32_KEPT);
-    mine[1] = as_float(a1 & TF32_KEPT);
-    mine[2] = as_float(a2 & TF32_KEPT);
-    mine[3] = as_float(a3 & TF32_KEPT);
-    mine[4] = as_float(b0 & TF32_KEPT);
-    mine[5] = as_float(b1 & TF32_KEPT);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int g = lane / 4, t = lane % 4;
-    float r[4];
-    for (int o = 0; o < 4; o++) {
-        int row = g + 8 * (o >> 1), col = 2 * t + (o & 1);
-        float sum = 0.0f;
-        for (int k = 0; k < 8; k++)
-            sum += x[(4 * (row % 8) + k % 4) * 6 + row / 8 + 2 * (k / 4)] *
-                   x[(4 * col + k % 4) * 6 + 4 + k / 4];
-        r[o] = sum;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    *d += (float4)(r[0], r[1], r[2], r[3]);
-}
-#define SCRATCH_PARAM , __local float *scratch, int lane
 #define SCRATCH_ARG , scratch + (lid / 32) * 32 * 6, lane
-#define SCRATCH_PASS , scratch, lane
-/* kept rolled: PoCL compiles each barrier of an unrolled loop as a region of its own */
-#define MMA_UNROLL _Pragma("unroll 1")
 #else
-/* d += a * b for one 16 x 8 x 8 block. */
-static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1)
-{
-    float d0 = d->x, d1 = d->y, d2 = d->z, d3 = d->w;
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    *d = (float4)(d0, d1, d2, d3);
-}
-#define SCRATCH_PARAM
 #define SCRATCH_ARG
-#define SCRATCH_PASS
-#define MMA_UNROLL _Pragma("unroll")
 #endif
 
 /* Depths p .. p + 3 of row i of A (column j of B) in the stage's local layout (gemm.cl). */
@@ -143,12 +66,6 @@ static inline void mma_tf32(float4 *d, uint a0, uint a1, uint a2, uint a3, uint 
 #else
 #define B_FRAG(bs, p, j) (*(__local const float4 *)((bs) + BS_AT(p, j)))
 #endif
-
-/* The product of step s of a group: a[h][d] holds depth 4t + d of row g + 8h, b[d] depth
- * 4t + d of column g. */
-#define MMA_STEP(d, a, s, b) \
-    mma_tf32(d, (a)[0][2 * (s)], (a)[1][2 * (s)], (a)[0][2 * (s) + 1], (a)[1][2 * (s) + 1], \
-             (b)[2 * (s)], (b)[2 * (s) + 1] SCRATCH_PASS)
 
 /* acc += the stage in as, bs for the warp's block at (wm0, wn0) of the tile. */
 static inline void stage_mma(__local const float *as, __local const float *bs, int wm0, int wn0,
