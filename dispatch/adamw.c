@@ -176,18 +176,21 @@ static hd_status check_call(hd_context *ctx, const hd_adamw_options *opt, const 
     return s;
 }
 
+bool hd__backend_runs_adamw(const hd_context *ctx, hd_backend b)
+{
+    return hd__backend_usable(ctx, b) && ctx->composite[b] == NULL && ctx->backends[b] != NULL &&
+           ctx->backends[b]->adamw != NULL;
+}
+
 /* The first usable backend in the registry's order with an AdamW slot at place;
  * HD_BACKEND_AUTO where there is none. */
 static hd_backend adamw_backend(const hd_context *ctx, hd_place place)
 {
     size_t n;
     const hd_backend *order = hd__registry_order(&n);
-    for (size_t i = 0; i < n; i++) {
-        const hd_backend_impl *impl = ctx->backends[order[i]];
-        if (impl != NULL && impl->adamw != NULL && impl->place == place &&
-            hd__backend_usable(ctx, order[i]))
+    for (size_t i = 0; i < n; i++)
+        if (hd__backend_runs_adamw(ctx, order[i]) && ctx->backends[order[i]]->place == place)
             return order[i];
-    }
     return HD_BACKEND_AUTO;
 }
 

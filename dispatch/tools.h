@@ -89,6 +89,10 @@ bool hd__backend_usable(const hd_context *ctx, hd_backend b);
  * supports() agrees. */
 bool hd__backend_takes(const hd_context *ctx, hd_backend b, hd_op op, const hd_shape *shape);
 
+/* Whether backend b is usable in ctx and has an AdamW slot: hd_adamw() runs on it where the
+ * first parameter is valid at its place (dispatch/adamw.c). False for plans and auto. */
+bool hd__backend_runs_adamw(const hd_context *ctx, hd_backend b);
+
 /* Where backend or plan b needs its tensors (a plan: where its first stage runs); b must be
  * usable in ctx. */
 hd_place hd__backend_place(const hd_context *ctx, hd_backend b);
