@@ -161,7 +161,7 @@ bool hd__bench_shapes_read(const char *path, hd_bench_case_list *out, char *why,
         if (strspn(line, " \t") == len)
             continue;
         hd_bench_case c;
-        char reason[300];
+        char reason[512];
         if (!hd__bench_case_parse(line, &c, reason, sizeof reason)) {
             snprintf(why, size, "%s:%d: %s", path, no, reason);
             ok = false;

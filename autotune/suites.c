@@ -317,7 +317,7 @@ const char *hd__bench_suite_names(void)
 
 const char *hd__bench_op_names(void)
 {
-    static char text[256];
+    static char text[384];
     return text[0] != '\0' ? text : join_names(text, sizeof text, op_name, HD_OP_COUNT);
 }
 

@@ -173,7 +173,7 @@ static bool add_shapes_file(const char *path, options *o)
         return false;
     }
     hd_bench_case_list file;
-    char why[400];
+    char why[640];
     if (!hd__bench_shapes_read(path, &file, why, sizeof why)) {
         fprintf(stderr, "dispatch-bench: --shapes %s\n", why);
         return false;

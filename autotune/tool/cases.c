@@ -10,7 +10,7 @@
 static int from_file(const tool_options *o, tool_case_list *l)
 {
     hd_bench_case_list file;
-    char why[400];
+    char why[640];
     if (!hd__bench_shapes_read(o->shapes, &file, why, sizeof why)) {
         fprintf(stderr, "dispatch-autotune: --shapes %s\n", why);
         return EXIT_USAGE;

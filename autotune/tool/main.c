@@ -330,7 +330,7 @@ static int show(const char *path)
 static int explain(const tool_options *o, const char *path)
 {
     hd_bench_case c;
-    char why[300];
+    char why[512];
     if (!hd__bench_case_parse(o->explain, &c, why, sizeof why)) {
         fprintf(hd__measure_stderr(), "dispatch-autotune: --explain: %s\n", why);
         return EXIT_USAGE;
