@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "autotune/reference_step.h"
 #include "backends/backend.h"
 #include "backends/reference.h"
 #include "core/op.h"
@@ -203,5 +204,26 @@ void hd__ref_step_expect_free(hd_ref_expect *e);
 double hd__ref_check_step(hd_op op, const hd_shape *shape, const hd_op_params *p,
                           const float *const in[], const float *const got[], char *why,
                           size_t size);
+
+/* AdamW's lists over count tensors, n[k] floats each: the state before a step (p, g, m, v), or
+ * what a backend's step left (p, m, v; g unused). */
+typedef struct hd_ref_adamw_lists {
+    size_t count;
+    const size_t *n;
+    const float *const *p, *const *g, *const *m, *const *v;
+} hd_ref_adamw_lists;
+
+/* The tools' check of one AdamW step (hd_adamw) with the clip to max_grad_norm (0: none), from
+ * the state before it, against the float64 step (hd__ref_adamw with hd__ref_clip_coef of
+ * hd__ref_grad_norm): the worst error over its tolerance of every element of p, m and v after
+ * it (at most 1 passes; a non-finite element, or no memory for the reference, gives
+ * infinity), why saying where it was ("m[3][17]: got ..."). An element's tolerance is a count
+ * of float's unit roundoff times the magnitude of its terms; the parameter's takes the
+ * update's bound from the first moment's terms rather than from the moment, which may cancel
+ * to nothing; the count is larger where the clip scales the gradients, since its coefficient
+ * comes from a norm the backend sums in float over every gradient. */
+double hd__ref_check_adamw(const hd_ref_adamw_lists *before, const hd_ref_adamw_params *hp,
+                           float max_grad_norm, const hd_ref_adamw_lists *after, char *why,
+                           size_t size);
 
 #endif
