@@ -118,3 +118,14 @@ unsigned hd__case_scalars(hd_op op)
         return 0;
     }
 }
+
+hd_adamw_options hd__case_adamw_options(long step)
+{
+    return (hd_adamw_options){.lr = HD_CASE_ADAMW_LR,
+                              .beta1 = HD_CASE_ADAMW_BETA1,
+                              .beta2 = HD_CASE_ADAMW_BETA2,
+                              .eps = HD_CASE_ADAMW_EPS,
+                              .weight_decay = HD_CASE_ADAMW_WEIGHT_DECAY,
+                              .step = step,
+                              .max_grad_norm = HD_CASE_ADAMW_MAX_GRAD_NORM};
+}

@@ -12,7 +12,10 @@
  *   inv_freq tensor left out), forward; attention causal, its scale 1/sqrt(d), heads and
  *   kv_heads from the shape; cross-entropy's ignore index -100 on a few targets
  *   (hd__case_ignored_targets), every other target and embedding's ids drawn in range from
- *   the case's seed.
+ *   the case's seed
+ *   AdamW               torch.optim.AdamW's defaults (lr 1e-3, betas 0.9 and 0.999, eps 1e-8,
+ *                       weight decay 0.01), the gradients first clipped to a total norm of 1.0
+ *                       as transformers' Trainer clips them by default (max_grad_norm)
  */
 #ifndef HD_AUTOTUNE_CASE_PARAMS_H
 #define HD_AUTOTUNE_CASE_PARAMS_H
@@ -29,6 +32,13 @@
 #define HD_CASE_EPS          1e-5f
 #define HD_CASE_THETA        500000.0f
 #define HD_CASE_IGNORE_INDEX (-100)
+
+#define HD_CASE_ADAMW_LR            1e-3f
+#define HD_CASE_ADAMW_BETA1         0.9f
+#define HD_CASE_ADAMW_BETA2         0.999f
+#define HD_CASE_ADAMW_EPS           1e-8f
+#define HD_CASE_ADAMW_WEIGHT_DECAY  0.01f
+#define HD_CASE_ADAMW_MAX_GRAD_NORM 1.0f
 
 typedef struct hd_case_params {
     hd_op_params p; /* p.ids points into ids */
@@ -61,6 +71,10 @@ enum {
     HD_CASE_HAS_TARGETS = 16, /* cross-entropy's ignore index and how many targets are it */
 };
 unsigned hd__case_scalars(hd_op op);
+
+/* An AdamW case's options for its step number `step` (1 for the first): the hyperparameters
+ * above, no grad_norm tensor. */
+hd_adamw_options hd__case_adamw_options(long step);
 
 /* How many of rows targets a cross-entropy case ignores: rows / 64, at least 1 from 2 rows on,
  * none of 1 row (its mean would be over nothing). Target k * rows / n of each k < n is the

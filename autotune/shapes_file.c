@@ -1,6 +1,6 @@
 /* Cases as text, one per line of a shapes file ("gemm 1 4096 4096 nn", "lora 8 4096 4096 16
- * pt", "softmax 64 1024"): what dispatch-autotune --shapes tunes and dispatch-bench --shapes
- * times. */
+ * pt", "softmax 64 1024", "adamw 2 4096 1024 14336 16"): what dispatch-autotune --shapes tunes
+ * (AdamW's cases aside) and dispatch-bench --shapes times. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +51,41 @@ static bool parse_suffix(const char *word, size_t len, const hd_op_desc *desc, h
     return desc->lora_layout && hd__lora_layout_from_name(word, len, &shape->lora_layout);
 }
 
+/* An AdamW case's words after its name: layers, hidden, kv_dim, mlp and rank, each from 1
+ * (layers at most HD_BENCH_ADAMW_MAX_LAYERS), and nothing after them. */
+static bool parse_adamw(const char *text, const char *p, hd_bench_case *out, char *why, size_t size)
+{
+    static const char *const names[] = {"layers", "hidden", "kv_dim", "mlp", "rank"};
+    char buf[SHOWN_SIZE], buf2[SHOWN_SIZE];
+    size_t value[5], len;
+    memset(out, 0, sizeof *out);
+    out->op = HD_BENCH_OP_ADAMW;
+    for (int i = 0; i < 5; i++) {
+        const char *word = next_word(&p, &len);
+        if (word == NULL) {
+            snprintf(why, size, "'%s': adamw takes 5 dimensions (layers hidden kv_dim mlp rank)",
+                     shown(text, strlen(text), buf));
+            return false;
+        }
+        if (!hd__tune_dim_parse(word, len, 1, &value[i]) ||
+            (i == 0 && value[i] > HD_BENCH_ADAMW_MAX_LAYERS)) {
+            snprintf(why, size, "'%s': dimension %d (%s) '%s' is not a whole number from 1 to %zu",
+                     shown(text, strlen(text), buf), i + 1, names[i], shown(word, len, buf2),
+                     i == 0 ? (size_t)HD_BENCH_ADAMW_MAX_LAYERS : HD_TUNE_DIM_MAX);
+            return false;
+        }
+    }
+    if (next_word(&p, &len) != NULL) {
+        snprintf(why, size, "'%s': expected adamw and its 5 dimensions only",
+                 shown(text, strlen(text), buf));
+        return false;
+    }
+    for (int i = 0; i < 4; i++)
+        out->shape.dim[i] = value[i];
+    out->rank = value[4];
+    return true;
+}
+
 bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_t size)
 {
     const char *p = text;
@@ -63,9 +98,11 @@ bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_
         return false;
     }
     snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), word);
+    if (strcmp(name, "adamw") == 0)
+        return parse_adamw(text, p, out, why, size);
     if (len >= sizeof name || !hd__op_from_name(name, &op)) {
         snprintf(why, size, "unknown operation '%s' (expected %s)", shown(word, len, buf),
-                 hd__bench_op_names());
+                 hd__bench_case_op_names());
         return false;
     }
     /* The op's dims, digits alone as the cache writes them, then (where it has them) its
@@ -100,10 +137,19 @@ bool hd__bench_case_parse(const char *text, hd_bench_case *out, char *why, size_
     return true;
 }
 
+static bool same_case(const hd_bench_case *a, const hd_bench_case *b)
+{
+    if (a->op != b->op)
+        return false;
+    if (hd__bench_case_is_adamw(a))
+        return memcmp(a->shape.dim, b->shape.dim, sizeof a->shape.dim) == 0 && a->rank == b->rank;
+    return hd__op_same_shape(a->op, &a->shape, &b->shape);
+}
+
 bool hd__bench_case_list_add(hd_bench_case_list *l, const hd_bench_case *c)
 {
     for (size_t i = 0; i < l->count; i++)
-        if (l->cases[i].op == c->op && hd__op_same_shape(c->op, &l->cases[i].shape, &c->shape))
+        if (same_case(&l->cases[i], c))
             return true;
     if (l->count == l->capacity) {
         size_t cap = l->capacity ? 2 * l->capacity : 32;

@@ -10,47 +10,32 @@
 
 #define GEMM(m, n, k)                                                                              \
     {                                                                                              \
-        HD_OP_GEMM,                                                                                \
-        {                                                                                          \
-            .dim = {(m), (n), (k) }                                                                \
-        }                                                                                          \
+        .op = HD_OP_GEMM, .shape = {.dim = {(m), (n), (k)} }                                       \
     }
 #define GEMM_T(m, n, k, ta, tb)                                                                    \
     {                                                                                              \
-        HD_OP_GEMM,                                                                                \
-        {                                                                                          \
-            .dim = {(m), (n), (k)}, .trans_a = ta, .trans_b = tb                                   \
-        }                                                                                          \
+        .op = HD_OP_GEMM, .shape = {.dim = {(m), (n), (k)}, .trans_a = ta, .trans_b = tb }         \
     }
 #define LORA(t, in, out, r)                                                                        \
     {                                                                                              \
-        HD_OP_LORA,                                                                                \
-        {                                                                                          \
-            .dim = {(t), (in), (out), (r) }                                                        \
-        }                                                                                          \
+        .op = HD_OP_LORA, .shape = {.dim = {(t), (in), (out), (r)} }                               \
     }
 /* LoRA with the weights as PyTorch and PEFT store them: W out×in, A r×in, B out×r. */
 #define LORA_PT(t, in, out, r)                                                                     \
     {                                                                                              \
-        HD_OP_LORA,                                                                                \
-        {                                                                                          \
-            .dim = {(t), (in), (out), (r)}, .lora_layout = HD_LORA_LAYOUT_PYTORCH                  \
+        .op = HD_OP_LORA, .shape = {                                                               \
+            .dim = {(t), (in), (out), (r)},                                                        \
+            .lora_layout = HD_LORA_LAYOUT_PYTORCH                                                  \
         }                                                                                          \
     }
 /* A batch of GEMMs: m x n x k, batch of them (attention's per-head products). */
 #define BATCHED(m, n, k, batch)                                                                    \
     {                                                                                              \
-        HD_OP_GEMM_BATCHED,                                                                        \
-        {                                                                                          \
-            .dim = {(m), (n), (k), (batch) }                                                       \
-        }                                                                                          \
+        .op = HD_OP_GEMM_BATCHED, .shape = {.dim = {(m), (n), (k), (batch)} }                      \
     }
-#define ROWS(op, r, c)                                                                             \
+#define ROWS(o, r, c)                                                                              \
     {                                                                                              \
-        op,                                                                                        \
-        {                                                                                          \
-            .dim = {(r), (c) }                                                                     \
-        }                                                                                          \
+        .op = (o), .shape = {.dim = {(r), (c)} }                                                   \
     }
 
 /* The shapes of the original comparison: one-token LoRA at three widths, a rank sweep at
@@ -71,17 +56,14 @@ static const hd_bench_case train_cases[] = {
 
 #define LORA_BACKWARD(t, in, out, r)                                                               \
     {                                                                                              \
-        HD_OP_LORA_BACKWARD,                                                                       \
-        {                                                                                          \
-            .dim = {(t), (in), (out), (r) }                                                        \
-        }                                                                                          \
+        .op = HD_OP_LORA_BACKWARD, .shape = {.dim = {(t), (in), (out), (r)} }                      \
     }
 
 #define LORA_BACKWARD_PT(t, in, out, r)                                                            \
     {                                                                                              \
-        HD_OP_LORA_BACKWARD,                                                                       \
-        {                                                                                          \
-            .dim = {(t), (in), (out), (r)}, .lora_layout = HD_LORA_LAYOUT_PYTORCH                  \
+        .op = HD_OP_LORA_BACKWARD, .shape = {                                                      \
+            .dim = {(t), (in), (out), (r)},                                                        \
+            .lora_layout = HD_LORA_LAYOUT_PYTORCH                                                  \
         }                                                                                          \
     }
 
@@ -163,19 +145,13 @@ static const hd_bench_case shapes_cases[] = {
  * cross-entropy; rows x cols, pairs (head_dim / 2) for RoPE; tokens, heads, kv heads and
  * head_dim for attention; rows x dim, vocabulary for the LM head's cross-entropy and the
  * embedding. */
-#define DIMS3(op, a, b, c)                                                                         \
+#define DIMS3(o, a, b, c)                                                                          \
     {                                                                                              \
-        op,                                                                                        \
-        {                                                                                          \
-            .dim = {(a), (b), (c) }                                                                \
-        }                                                                                          \
+        .op = (o), .shape = {.dim = {(a), (b), (c)} }                                              \
     }
-#define DIMS4(op, a, b, c, d)                                                                      \
+#define DIMS4(o, a, b, c, d)                                                                       \
     {                                                                                              \
-        op,                                                                                        \
-        {                                                                                          \
-            .dim = {(a), (b), (c), (d) }                                                           \
-        }                                                                                          \
+        .op = (o), .shape = {.dim = {(a), (b), (c), (d)} }                                         \
     }
 
 /* One decoder's training step of a model with hidden size `hid`, `heads` query heads and `kv`
@@ -192,12 +168,22 @@ static const hd_bench_case shapes_cases[] = {
         DIMS3(HD_OP_LINEAR_CROSS_ENTROPY, t, hid, voc), DIMS3(HD_OP_EMBEDDING, t, hid, voc),       \
         ROWS(HD_OP_GELU, t, mlp), ROWS(HD_OP_GELU_BACKWARD, t, mlp)
 
+/* AdamW over the LoRA factors of rank r of `layers` decoder layers of hidden size `hid`, k and
+ * v projections kv wide and MLP width `mlp` (hd__bench_adamw_tensors). */
+#define ADAMW(layers, hid, kv, mlp, r)                                                             \
+    {                                                                                              \
+        .op = HD_BENCH_OP_ADAMW, .shape = {.dim = {(layers), (hid), (kv), (mlp)}}, .rank = (r)     \
+    }
+
 /* Llama-3-8B's shapes at 2048 tokens (hidden 4096, 32 heads and 8 KV heads of 128, MLP 14336,
  * vocabulary 128256), then a small model's at 512 (hidden 1024, 16 and 4 heads of 64, MLP
- * 2816, vocabulary 32000). */
+ * 2816, vocabulary 32000); each with the optimizer's step over the rank-16 LoRA factors of two
+ * of its layers. */
 static const hd_bench_case step_cases[] = {
     STEP_CASES(2048, 4096, 32, 8, 128, 14336, 128256),
     STEP_CASES(512, 1024, 16, 4, 64, 2816, 32000),
+    ADAMW(2, 4096, 8 * 128, 14336, 16),
+    ADAMW(2, 1024, 4 * 64, 2816, 16),
 };
 
 /* Odd and prime sizes, a transposed GEMM, a 1-row op: every op, seconds on PoCL. */
@@ -230,6 +216,8 @@ static const hd_bench_case ci_cases[] = {
     ROWS(HD_OP_CROSS_ENTROPY, 9, 300),
     DIMS3(HD_OP_LINEAR_CROSS_ENTROPY, 9, 24, 300),
     DIMS3(HD_OP_EMBEDDING, 9, 24, 300),
+    /* AdamW: 14 tensors, more than the fused kernels take in one launch */
+    ADAMW(1, 48, 16, 80, 3),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -255,7 +243,7 @@ static const hd_bench_suite suites[] = {
     {"step",
      "a decoder's training step: Llama-3-8B's shapes at 2048 tokens and a small model's at 512 "
      "(SwiGLU, GELU, add, add + RMS norm, RoPE, attention, cross-entropy, the LM head's, "
-     "embedding; forward and backward)",
+     "embedding; forward and backward), and AdamW over two layers' rank-16 LoRA factors",
      step_cases, COUNT(step_cases)},
 };
 
@@ -304,9 +292,10 @@ static const char *suite_or_all(size_t i)
     return i < COUNT(suites) ? suites[i].name : "all";
 }
 
+/* The table's ops, then adamw. */
 static const char *op_name(size_t i)
 {
-    return hd_op_name((hd_op)i);
+    return i == HD_OP_COUNT ? "adamw" : hd_op_name((hd_op)i);
 }
 
 const char *hd__bench_suite_names(void)
@@ -319,6 +308,12 @@ const char *hd__bench_op_names(void)
 {
     static char text[384];
     return text[0] != '\0' ? text : join_names(text, sizeof text, op_name, HD_OP_COUNT);
+}
+
+const char *hd__bench_case_op_names(void)
+{
+    static char text[384];
+    return text[0] != '\0' ? text : join_names(text, sizeof text, op_name, HD_OP_COUNT + 1);
 }
 
 bool hd__bench_list_each(const char *who, const char *list, bool (*item)(const char *, void *),
@@ -349,28 +344,93 @@ bool hd__bench_list_each(const char *who, const char *list, bool (*item)(const c
     return ok;
 }
 
+bool hd__bench_case_is_adamw(const hd_bench_case *c)
+{
+    return c->op == HD_BENCH_OP_ADAMW;
+}
+
+const char *hd__bench_case_op_name(const hd_bench_case *c)
+{
+    return hd__bench_case_is_adamw(c) ? "adamw" : hd_op_name(c->op);
+}
+
+/* The projections of a decoder layer that carry LoRA factors, in and out as indices of an
+ * AdamW case's dims (1 hidden, 2 kv_dim, 3 mlp). */
+static const struct {
+    int in, out;
+} projections[HD_BENCH_ADAMW_LAYER_TENSORS / 2] = {
+    {1, 1}, /* q */
+    {1, 2}, /* k */
+    {1, 2}, /* v */
+    {1, 1}, /* o */
+    {1, 3}, /* gate */
+    {1, 3}, /* up */
+    {3, 1}, /* down */
+};
+
+size_t hd__bench_adamw_tensors(const hd_bench_case *c, size_t rows[], size_t cols[], size_t max)
+{
+    const size_t *d = c->shape.dim;
+    size_t n = 0;
+    for (size_t layer = 0; layer < d[0] && n < max; layer++)
+        for (size_t k = 0; k < COUNT(projections) && n < max; k++) {
+            rows[n] = c->rank; /* A: rank x in */
+            cols[n++] = d[projections[k].in];
+            if (n < max) { /* B: out x rank */
+                rows[n] = d[projections[k].out];
+                cols[n++] = c->rank;
+            }
+        }
+    return d[0] * HD_BENCH_ADAMW_LAYER_TENSORS;
+}
+
+double hd__bench_adamw_parameters(const hd_bench_case *c)
+{
+    double per_layer = 0.0;
+    for (size_t k = 0; k < COUNT(projections); k++)
+        per_layer += (double)c->rank *
+                     (double)(c->shape.dim[projections[k].in] + c->shape.dim[projections[k].out]);
+    return (double)c->shape.dim[0] * per_layer;
+}
+
+/* AdamW's arithmetic per parameter: the norm's square and sum, the clip, the decay, the
+ * moments' seven operations, the update's six (a square root, a division among them). */
+#define ADAMW_FLOPS_PER_PARAMETER 17.0
+/* Its bytes per parameter: the parameter, gradient and moments read, the parameter and moments
+ * written, 4 bytes each. */
+#define ADAMW_BYTES_PER_PARAMETER 28.0
+
 int hd__bench_case_name(const hd_bench_case *c, char *buf, size_t cap)
 {
+    const size_t *d = c->shape.dim;
+    if (hd__bench_case_is_adamw(c))
+        return snprintf(buf, cap, "adamw %zux%zux%zux%zu r%zu", d[0], d[1], d[2], d[3], c->rank);
     return hd__op_text(c->op, &c->shape, HD_TEXT_CASE, buf, cap);
 }
 
 double hd__bench_case_flops(const hd_bench_case *c)
 {
+    if (hd__bench_case_is_adamw(c))
+        return ADAMW_FLOPS_PER_PARAMETER * hd__bench_adamw_parameters(c);
     return hd__op_flops(c->op, &c->shape);
 }
 
 double hd__bench_case_elements(const hd_bench_case *c)
 {
+    if (hd__bench_case_is_adamw(c)) /* the four lists */
+        return 4.0 * hd__bench_adamw_parameters(c);
     return hd__op_elements(c->op, &c->shape);
 }
 
 double hd__bench_case_bytes(const hd_bench_case *c)
 {
+    if (hd__bench_case_is_adamw(c))
+        return ADAMW_BYTES_PER_PARAMETER * hd__bench_adamw_parameters(c);
     /* beta = 0 in the benchmark, so C is written and never read: every tensor moves once. */
     return hd__op_bytes(c->op, &c->shape);
 }
 
 int hd__bench_case_compute_bound(const hd_bench_case *c)
 {
-    return hd__op(c->op)->compute_bound;
+    return !hd__bench_case_is_adamw(c) && hd__op(c->op)->compute_bound;
 }

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune/calibrate.h"
 #include "autotune/reference.h"
+#include "bench/adamw_case.h"
 #include "bench/case.h"
 #include "core/error.h"
 #include "core/op.h"
@@ -23,8 +25,7 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Uniform in [lo, hi), nudged off zero so that no input is ever all zeros by chance. */
-static void fill(uint64_t *state, float *p, size_t n, float lo, float hi)
+void hd__bench_fill(uint64_t *state, float *p, size_t n, float lo, float hi)
 {
     for (size_t i = 0; i < n; i++) {
         double u = (double)(splitmix(state) >> 11) * 0x1.0p-53;
@@ -71,7 +72,7 @@ static hd_status make_tensor(hd_context *ctx, const input_spec *s, uint64_t *sta
     float *data = malloc((n > 0 ? n : 1) * sizeof *data);
     if (data == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "benchmark input of %zu floats", n);
-    fill(state, data, n, s->lo, s->hi);
+    hd__bench_fill(state, data, n, s->lo, s->hi);
     st = hd_tensor_write(*t, data);
     if (kept != NULL)
         *kept = data;
@@ -91,6 +92,9 @@ void hd__bench_instance_destroy(hd_bench_instance *inst)
         hd_tensor_destroy(inst->out[i]);
         free(inst->before[i]);
     }
+    if (inst->adamw != NULL)
+        hd__bench_adamw_destroy(inst->adamw);
+    free(inst->adamw);
     hd__ref_step_expect_free(&inst->expect);
     hd__case_params_free(&inst->params);
     memset(inst, 0, sizeof *inst);
@@ -110,7 +114,29 @@ static hd_status make_outputs(hd_bench_instance *inst, const input_spec *out, ui
             continue;
         if ((inst->before[i] = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL)
             return hd__error(inst->ctx, HD_ERR_OUT_OF_MEMORY, "benchmark output of %zu floats", n);
-        fill(state, inst->before[i], n, -1.0f, 1.0f);
+        hd__bench_fill(state, inst->before[i], n, -1.0f, 1.0f);
+    }
+    return st;
+}
+
+/* Input sets whose inputs together take set_bytes each: several where they stay small. */
+static size_t input_sets(double set_bytes)
+{
+    return set_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES ? ROTATE_SETS : 1;
+}
+
+/* An AdamW case's instance: its lists, every one an input set's (each set steps its own
+ * parameters and moments). */
+static hd_status create_adamw(hd_bench_instance *inst)
+{
+    inst->adamw = malloc(sizeof *inst->adamw);
+    if (inst->adamw == NULL)
+        return hd__error(inst->ctx, HD_ERR_OUT_OF_MEMORY, "an AdamW case");
+    inst->sets = input_sets(4.0 * hd__bench_case_elements(&inst->c));
+    hd_status st = hd__bench_adamw_create(inst->ctx, &inst->c, inst->seed, inst->sets, inst->adamw);
+    if (st != HD_OK) {
+        free(inst->adamw);
+        inst->adamw = NULL;
     }
     return st;
 }
@@ -123,6 +149,8 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     inst->c = *c;
     inst->seed = seed;
     inst->expect.bounded = -1;
+    if (hd__bench_case_is_adamw(c))
+        return create_adamw(inst);
     /* the ids from a stream of their own, not the inputs' */
     if (!hd__case_params_make(c, seed ^ 0x6964730000000000u, &inst->params))
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "the ids of %s", hd_op_name(c->op));
@@ -135,8 +163,7 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     double out_elements = 0.0;
     for (int i = 0; i < inst->outputs; i++)
         out_elements += (double)out[i].rows * (double)out[i].cols;
-    double set_bytes = 4.0 * (hd__bench_case_elements(c) - out_elements);
-    inst->sets = set_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES ? ROTATE_SETS : 1;
+    inst->sets = input_sets(4.0 * (hd__bench_case_elements(c) - out_elements));
 
     uint64_t state = seed;
     hd_status st = HD_OK;
@@ -152,9 +179,44 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     return st;
 }
 
+bool hd__bench_case_takes(const hd_context *ctx, hd_backend b, const hd_bench_case *c)
+{
+    if (hd__bench_case_is_adamw(c))
+        return hd__backend_runs_adamw(ctx, b);
+    return hd__backend_takes(ctx, b, c->op, &c->shape);
+}
+
+double hd__bench_case_estimate_s(const hd_context *ctx, const hd_tune_calibration *cal,
+                                 hd_backend b, const hd_bench_case *c)
+{
+    if (hd__bench_case_is_adamw(c))
+        return hd__bench_adamw_estimate_s(ctx, cal, b, c);
+    return hd__calibrate_estimate_s(ctx, cal, b, c->op, &c->shape);
+}
+
+bool hd__bench_case_has_host_mode(const hd_bench_case *c)
+{
+    return !hd__bench_case_is_adamw(c);
+}
+
+hd_status hd__bench_instance_use(hd_bench_instance *inst, hd_backend b)
+{
+    if (inst->adamw != NULL)
+        return hd__bench_adamw_place(inst->adamw, b);
+    return hd_context_set_backend(inst->ctx, inst->c.op, b);
+}
+
+void hd__bench_instance_release(hd_bench_instance *inst)
+{
+    if (inst->adamw == NULL)
+        hd_context_set_backend(inst->ctx, inst->c.op, HD_BACKEND_AUTO);
+}
+
 hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)
 {
     hd_bench_instance *inst = user;
+    if (inst->adamw != NULL)
+        return hd__bench_adamw_run(ctx, inst->adamw, set);
     hd_tensor **in = inst->in[set < inst->sets ? set : 0];
     const hd_tensor *t[HD_OP_TENSOR_MAX];
     const hd_op_desc *d = hd__op(inst->c.op);
@@ -168,6 +230,9 @@ hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
     hd_bench_instance *inst = user;
     size_t s = set < inst->sets ? set : 0;
     hd_status st = HD_OK;
+    if (!hd__bench_case_has_host_mode(&inst->c))
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s has no host mode",
+                         hd__bench_case_op_name(&inst->c));
     for (int i = 0; i < inst->inputs && st == HD_OK; i++)
         st = inst->in[s][i] == NULL ? HD_OK /* left out */
              : inst->host[s][i] != NULL
@@ -260,6 +325,8 @@ hd_status hd__bench_instance_check(hd_bench_instance *inst, double *worst)
 {
     hd_context *ctx = inst->ctx;
     hd_status st = HD_OK;
+    if (inst->adamw != NULL)
+        return hd__bench_adamw_check(inst->adamw, worst);
     for (int o = 0; o < inst->outputs && st == HD_OK; o++)
         if (inst->before[o] != NULL)
             st = hd_tensor_write(inst->out[o], inst->before[o]);

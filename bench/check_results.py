@@ -70,14 +70,20 @@ MODE = [field("median_s", "number", rng=SECONDS), field("min_s", "number", rng=S
         field("ran_on", "name", optional=True),
         field("regret_pct", "number", optional=True, nullable=True, rng=ANY_NUMBER),
         field("best_backend", "name", optional=True)]
-# A step op's scalars (autotune/case_params.h), each where the op has it.
+# A step op's or AdamW's scalars (autotune/case_params.h), each where the case has it.
 PARAMS = [field("alpha", "number", optional=True, rng=ANY_NUMBER),
           field("eps", "number", optional=True, rng=NON_NEGATIVE),
           field("theta", "number", optional=True, rng=POSITIVE),
           field("position_offset", "int", optional=True, rng=DIM),
           field("inverse", "bool", optional=True), field("causal", "bool", optional=True),
           field("ignore_index", "int", optional=True, rng=INT32),
-          field("ignored", "int", optional=True, rng=DIM)]
+          field("ignored", "int", optional=True, rng=DIM),
+          field("rank", "int", optional=True, rng=DIM),
+          field("lr", "number", optional=True, rng=NON_NEGATIVE),
+          field("beta1", "number", optional=True, rng=NON_NEGATIVE),
+          field("beta2", "number", optional=True, rng=NON_NEGATIVE),
+          field("weight_decay", "number", optional=True, rng=NON_NEGATIVE),
+          field("max_grad_norm", "number", optional=True, rng=NON_NEGATIVE)]
 RESULT = [field("suite", "name"), field("case", "name"), field("op", "name"),
           field("dims", "dims"), field("trans_a", "bool"), field("trans_b", "bool"),
           field("lora_layout", "int", optional=True, rng=LAYOUT),

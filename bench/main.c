@@ -87,15 +87,19 @@ typedef struct options {
 static void usage(FILE *f)
 {
     fputs("usage: dispatch-bench [options]\n"
-          "  --suites LIST       comma list of seed, train, gemm, shapes, backward, ci, or all\n"
-          "                      (every suite but ci) (default: seed; --suite is the same)\n"
+          "  --suites LIST       comma list of seed, train, gemm, shapes, backward, step, ci,\n"
+          "                      or all (every suite but ci) (default: seed; --suite is the\n"
+          "                      same)\n"
           "  --shapes FILE       also time these cases, as the suite 'file' (default: them\n"
           "                      alone), one per line as dispatch-autotune --shapes reads them:\n"
           "                      'gemm M N K [nn|nt|tn|tt]', 'lora T IN OUT RANK [pt]',\n"
-          "                      'softmax ROWS COLS', ...; '#' starts a comment\n"
+          "                      'softmax ROWS COLS', ...; and AdamW over a model's LoRA\n"
+          "                      factors, 'adamw LAYERS HIDDEN KV_DIM MLP RANK'; '#' starts a\n"
+          "                      comment\n"
           "  --modes LIST        device,sync,chain,host (default: device,sync,chain); host:\n"
           "                      chains on inputs written again from the host before each\n"
-          "                      (what a loop over host data costs, the scheduler's moves in)\n"
+          "                      (what a loop over host data costs, the scheduler's moves in;\n"
+          "                      not AdamW, which runs where its tensors are)\n"
           "  --backends LIST     cpu,clblast,fused,clblast+fused,auto (default: all)\n"
           "  --repeats N         at least N timed runs per mode (default 5, at most 10000)\n"
           "  --max-runs N        at most N timed runs per mode (default 1000, at most 10000)\n"
@@ -625,15 +629,12 @@ static double estimate_backend_s(const bench_state *st, double op_s)
 static double estimate_op_s(const bench_state *st, hd_backend b, const hd_bench_case *c)
 {
     if (b != HD_BACKEND_AUTO)
-        return hd__calibrate_estimate_s(st->ctx, &st->cal, b, c->op, &c->shape);
+        return hd__bench_case_estimate_s(st->ctx, &st->cal, b, c);
     double best = INFINITY;
     for (int i = 0; i < HD_BACKEND_COUNT; i++)
-        if (i != HD_BACKEND_AUTO && hd__backend_takes(st->ctx, (hd_backend)i, c->op, &c->shape))
-            best = fmin(best, hd__calibrate_estimate_s(st->ctx, &st->cal, (hd_backend)i, c->op,
-                                                       &c->shape));
-    return isinf(best) ? hd__calibrate_estimate_s(st->ctx, &st->cal, HD_BACKEND_CPU, c->op,
-                                                  &c->shape)
-                       : best;
+        if (i != HD_BACKEND_AUTO && hd__bench_case_takes(st->ctx, (hd_backend)i, c))
+            best = fmin(best, hd__bench_case_estimate_s(st->ctx, &st->cal, (hd_backend)i, c));
+    return isinf(best) ? hd__bench_case_estimate_s(st->ctx, &st->cal, HD_BACKEND_CPU, c) : best;
 }
 
 /* The seconds the current case may take: --case-budget-s, or less where --max-time leaves
@@ -659,7 +660,7 @@ static int takers(const bench_state *st, const hd_bench_case *c)
     int n = 0;
     for (int b = 0; b < HD_BACKEND_COUNT; b++)
         n += st->o->backends[b] &&
-             (b == HD_BACKEND_AUTO || hd__backend_takes(st->ctx, (hd_backend)b, c->op, &c->shape));
+             (b == HD_BACKEND_AUTO || hd__bench_case_takes(st->ctx, (hd_backend)b, c));
     return n > 0 ? n : 1;
 }
 
@@ -735,7 +736,7 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     const unsigned rounds = st->o->rounds;
     progress("[%zu/%zu] %s: %s on %s, %s, round %u of %u", st->done + 1, st->total, r->suite,
              r->name, r->backend, hd__measure_mode_name(m), rs->count + 1, rounds);
-    if (hd_context_set_backend(st->ctx, r->c.op, b) != HD_OK) {
+    if (hd__bench_instance_use(inst, b) != HD_OK) {
         r->state = HD_BENCH_ERROR;
         snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
         return false;
@@ -752,7 +753,7 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     cfg.reset = hd__bench_instance_reset;
     hd_measure_result res;
     hd_status s = hd__measure(st->ctx, &cfg, hd__bench_instance_run, inst, &res);
-    hd_context_set_backend(st->ctx, r->c.op, HD_BACKEND_AUTO);
+    hd__bench_instance_release(inst);
     if (s != HD_OK) {
         r->state = HD_BENCH_ERROR;
         snprintf(r->note, sizeof r->note, "%s mode: %s", hd__measure_mode_name(m),
@@ -807,6 +808,18 @@ static double fastest_op_s(const bench_state *st, const size_t *record_index,
     return best;
 }
 
+/* The note of the records of a case the host mode does not time (AdamW: inputs written from
+ * the host would run it on the host whatever the backend). */
+static void note_no_host_mode(bench_state *st, const size_t *record_index, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        hd_bench_record *r = &st->run->records[record_index[i]];
+        if (r->state == HD_BENCH_OK)
+            snprintf(r->note, sizeof r->note,
+                     "host mode not timed: AdamW runs where its tensors are");
+    }
+}
+
 /*
  * Times the backends that passed their check (the records at record_index[0..n), the backend
  * of each in bs), mode by mode. The backends take turns, one round each, rounds times over: a
@@ -835,6 +848,10 @@ static void measure_case(bench_state *st, hd_bench_instance *inst, const size_t 
         if (!st->o->modes[m])
             continue;
         bool host = m == HD_MEASURE_HOST;
+        if (host && !hd__bench_case_has_host_mode(&inst->c)) {
+            note_no_host_mode(st, record_index, n);
+            continue;
+        }
         unsigned host_chain =
             host ? chain_length(st->o, m, fastest_op_s(st, record_index, last_median, n)) : 0;
         hd_bench_instance own[HD_BACKEND_COUNT + 1];
@@ -889,13 +906,18 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     r->c = inst->c;
     snprintf(r->name, sizeof r->name, "%s", name);
     snprintf(r->backend, sizeof r->backend, "%s", hd_backend_name(b));
-    hd_op op = inst->c.op;
     if (b != HD_BACKEND_AUTO && !hd_context_has_backend(st->ctx, b)) {
         r->state = HD_BENCH_NA;
         snprintf(r->note, sizeof r->note, "not available on this machine");
         return false;
     }
-    if (hd_context_set_backend(st->ctx, op, b) != HD_OK) {
+    if (b != HD_BACKEND_AUTO && hd__bench_case_is_adamw(&inst->c) &&
+        !hd__bench_case_takes(st->ctx, b, &inst->c)) {
+        r->state = HD_BENCH_NA;
+        snprintf(r->note, sizeof r->note, "%s does not run AdamW", r->backend);
+        return false;
+    }
+    if (hd__bench_instance_use(inst, b) != HD_OK) {
         r->state = HD_BENCH_NA;
         snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
         return false;
@@ -905,7 +927,7 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     double limit = backend_limit_s(st, &inst->c);
     double est = estimate_backend_s(st, estimate_op_s(st, b, &inst->c));
     if (limit < 0 || (limit > 0 && est > limit)) {
-        hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
+        hd__bench_instance_release(inst);
         r->state = HD_BENCH_SKIPPED;
         if (limit < 0)
             snprintf(r->note, sizeof r->note, "no time left (--max-time %.0f s)",
@@ -938,7 +960,7 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     if (s == HD_OK)
         s = hd__bench_instance_check(inst, &r->check);
     r->ran_on = hd_context_last_backend(st->ctx);
-    hd_context_set_backend(st->ctx, op, HD_BACKEND_AUTO);
+    hd__bench_instance_release(inst);
     /* A backend far slower than the estimate (PoCL running CLBlast, say) is caught here, by
      * the time its checked call really took. */
     est = estimate_backend_s(st, op_s);
@@ -972,7 +994,16 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
 static bool any_backend_takes(const bench_state *st, const hd_bench_case *c)
 {
     for (int b = 0; b < HD_BACKEND_COUNT; b++)
-        if (b != HD_BACKEND_AUTO && hd__backend_takes(st->ctx, (hd_backend)b, c->op, &c->shape))
+        if (b != HD_BACKEND_AUTO && hd__bench_case_takes(st->ctx, (hd_backend)b, c))
+            return true;
+    return false;
+}
+
+/* Whether a mode asked for times case c (AdamW has no host mode). */
+static bool any_mode_times(const options *o, const hd_bench_case *c)
+{
+    for (int m = 0; m < HD_MEASURE_MODE_COUNT; m++)
+        if (o->modes[m] && (m != HD_MEASURE_HOST || hd__bench_case_has_host_mode(c)))
             return true;
     return false;
 }
@@ -993,8 +1024,13 @@ static void run_case(bench_state *st, const char *suite, const hd_bench_case *c,
         add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED, note);
         return;
     }
+    if (!any_mode_times(st->o, c)) {
+        add_note_record(st, suite, c, name, "-", HD_BENCH_SKIPPED,
+                        "the host mode alone was asked for, and AdamW runs where its tensors are");
+        return;
+    }
     if (!any_backend_takes(st, c)) { /* an operation not yet on any backend here */
-        snprintf(note, sizeof note, "no backend here computes %s", hd_op_name(c->op));
+        snprintf(note, sizeof note, "no backend here computes %s", hd__bench_case_op_name(c));
         add_note_record(st, suite, c, name, "-", HD_BENCH_NA, note);
         return;
     }

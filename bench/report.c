@@ -218,8 +218,8 @@ void hd__bench_write_csv(FILE *f, const hd_bench_run *run)
             const size_t *d = r->c.shape.dim;
             fprintf(f, "%s,", r->suite);
             csv_field(f, r->name);
-            fprintf(f, ",%s,%zu,%zu,%zu,%zu,%d,%d,%s,%s,%s,", hd_op_name(r->c.op), d[0], d[1], d[2],
-                    d[3], r->c.shape.trans_a, r->c.shape.trans_b, r->backend,
+            fprintf(f, ",%s,%zu,%zu,%zu,%zu,%d,%d,%s,%s,%s,", hd__bench_case_op_name(&r->c), d[0],
+                    d[1], d[2], d[3], r->c.shape.trans_a, r->c.shape.trans_b, r->backend,
                     hd_backend_name(r->ran_on), hd__bench_state_name(r->state));
             if (have) {
                 const hd_measure_result *x = &r->m[m];
@@ -445,9 +445,24 @@ json_member(FILE *f, bool *first, const char *fmt, ...)
     *first = false;
 }
 
+/* An AdamW case's rank and hyperparameters (autotune/case_params.h), for the peers. */
+static void json_adamw_params(FILE *f, const hd_bench_case *c)
+{
+    hd_adamw_options o = hd__case_adamw_options(1);
+    fprintf(f,
+            ", \"params\": {\"rank\": %zu, \"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, "
+            "\"eps\": %.9g, \"weight_decay\": %.9g, \"max_grad_norm\": %.9g}",
+            c->rank, (double)o.lr, (double)o.beta1, (double)o.beta2, (double)o.eps,
+            (double)o.weight_decay, (double)o.max_grad_norm);
+}
+
 /* The case's scalars that its dims do not say (autotune/case_params.h), for the peers. */
 static void json_params(FILE *f, const hd_bench_case *c)
 {
+    if (hd__bench_case_is_adamw(c)) {
+        json_adamw_params(f, c);
+        return;
+    }
     unsigned has = hd__case_scalars(c->op);
     hd_case_params cp;
     if (has == 0 || !hd__case_params_make(c, 0, &cp))
@@ -479,9 +494,10 @@ static void json_case_fields(FILE *f, const hd_bench_case *c, const char *name)
     fprintf(f,
             ", \"op\": \"%s\", \"dims\": [%zu, %zu, %zu, %zu], \"trans_a\": %s, "
             "\"trans_b\": %s, \"flops\": %.17g, \"bytes\": %.17g",
-            hd_op_name(c->op), d[0], d[1], d[2], d[3], c->shape.trans_a ? "true" : "false",
+            hd__bench_case_op_name(c), d[0], d[1], d[2], d[3], c->shape.trans_a ? "true" : "false",
             c->shape.trans_b ? "true" : "false", hd__bench_case_flops(c), hd__bench_case_bytes(c));
-    if (hd__op(c->op)->lora_layout) /* hd_lora_layout: 7 is PyTorch's W out×in, A r×in, B out×r */
+    /* hd_lora_layout: 7 is PyTorch's W out×in, A r×in, B out×r */
+    if (!hd__bench_case_is_adamw(c) && hd__op(c->op)->lora_layout)
         fprintf(f, ", \"lora_layout\": %u", c->shape.lora_layout);
     json_params(f, c);
 }
@@ -511,6 +527,21 @@ void hd__bench_write_json(FILE *f, const hd_bench_run *run)
     fputs("\n  ]\n}\n", f);
 }
 
+/* An AdamW case's tensors, [rows, cols] each in hd_adamw()'s order, so that a peer steps the
+ * same list (the cases' file only: a result names its case by its dims and params). */
+static void json_adamw_tensors(FILE *f, const hd_bench_case *c)
+{
+    hd_bench_case layer = *c; /* every layer's list is the first's */
+    layer.shape.dim[0] = 1;
+    size_t rows[HD_BENCH_ADAMW_LAYER_TENSORS], cols[HD_BENCH_ADAMW_LAYER_TENSORS];
+    hd__bench_adamw_tensors(&layer, rows, cols, HD_BENCH_ADAMW_LAYER_TENSORS);
+    fputs(", \"tensors\": [", f);
+    for (size_t l = 0; l < c->shape.dim[0]; l++)
+        for (size_t k = 0; k < HD_BENCH_ADAMW_LAYER_TENSORS; k++)
+            fprintf(f, "%s[%zu, %zu]", l + k > 0 ? ", " : "", rows[k], cols[k]);
+    fputc(']', f);
+}
+
 static void write_suite_json(FILE *f, const hd_bench_suite *s, bool first)
 {
     fprintf(f, "%s\n    {\"name\": ", first ? "" : ",");
@@ -523,6 +554,8 @@ static void write_suite_json(FILE *f, const hd_bench_suite *s, bool first)
         hd__bench_case_name(&s->cases[j], name, sizeof name);
         fprintf(f, "%s\n      {", j ? "," : "");
         json_case_fields(f, &s->cases[j], name);
+        if (hd__bench_case_is_adamw(&s->cases[j]))
+            json_adamw_tensors(f, &s->cases[j]);
         fputc('}', f);
     }
     fputs("]}", f);

@@ -131,7 +131,7 @@ static const field mode_fields[] = {
     {.name = "best_backend", .kind = K_NAME, .optional = true},
     {0},
 };
-/* A step op's scalars (autotune/case_params.h), each where the op has it. */
+/* A step op's or AdamW's scalars (autotune/case_params.h), each where the case has it. */
 static const field params_fields[] = {
     {.name = "alpha", .kind = K_NUMBER, .optional = true, .range = &any_number},
     {.name = "eps", .kind = K_NUMBER, .optional = true, .range = &non_negative},
@@ -141,6 +141,12 @@ static const field params_fields[] = {
     {.name = "causal", .kind = K_BOOL, .optional = true},
     {.name = "ignore_index", .kind = K_INT, .optional = true, .range = &int32},
     {.name = "ignored", .kind = K_INT, .optional = true, .range = &dim},
+    {.name = "rank", .kind = K_INT, .optional = true, .range = &dim},
+    {.name = "lr", .kind = K_NUMBER, .optional = true, .range = &non_negative},
+    {.name = "beta1", .kind = K_NUMBER, .optional = true, .range = &non_negative},
+    {.name = "beta2", .kind = K_NUMBER, .optional = true, .range = &non_negative},
+    {.name = "weight_decay", .kind = K_NUMBER, .optional = true, .range = &non_negative},
+    {.name = "max_grad_norm", .kind = K_NUMBER, .optional = true, .range = &non_negative},
     {0},
 };
 static const field result_fields[] = {

@@ -128,6 +128,13 @@ MUTATIONS = [
      "results[0].params.ignore_index: out of range (-2147483648 to 2147483647)"),
     ("params-theta-zero", mutated("results/0/params", {"theta": 0}),
      "results[0].params.theta: out of range (greater than 0)"),
+    ("params-adamw", mutated("results/0/params", {
+        "rank": 16, "lr": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-08,
+        "weight_decay": 0.01, "max_grad_norm": 1}), None),
+    ("params-rank-real", mutated("results/0/params", {"rank": 16.0}),
+     "results[0].params.rank: expected an integer, got a real number"),
+    ("params-lr-negative", mutated("results/0/params", {"lr": -0.001}),
+     "results[0].params.lr: out of range (at least 0)"),
     ("key-escape", mutated("results/0/\x1b[2J\u00e9", 1), "results[0].?[2J??: unknown field"),
     ("record-array", mutated("results/0", []), "results[0]: expected an object, got an array"),
     ("results-object", mutated("results", {}), "results: expected an array, got an object"),

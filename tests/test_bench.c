@@ -10,6 +10,7 @@
 #include "autotune/calibrate.h"
 #include "autotune/measure.h"
 #include "autotune/reference.h"
+#include "bench/adamw_case.h"
 #include "bench/case.h"
 #include "bench/compare.h"
 #include "bench/results_file.h"
@@ -49,14 +50,14 @@ static void test_suites_match_the_issue(void **state)
     assert_int_equal(seed->cases[10].shape.lora_layout, HD_LORA_LAYOUT_PYTORCH);
 }
 
-/* The step suite: Llama-3-8B's step at 2048 tokens, then a small model's at 512, 14 ops each;
- * its cases' names as the peers join them. */
+/* The step suite: Llama-3-8B's step at 2048 tokens, then a small model's at 512, 14 ops each,
+ * then AdamW over each model's LoRA factors; its cases' names as the peers join them. */
 static void test_step_suite_holds_both_models(void **state)
 {
     (void)state;
     const hd_bench_suite *step = hd__bench_suite_find("step");
     assert_non_null(step);
-    assert_int_equal(step->count, 28);
+    assert_int_equal(step->count, 30);
     static const char *const names[] = {
         "swiglu 2048x14336",
         "swiglu_backward 2048x14336",
@@ -82,6 +83,10 @@ static void test_step_suite_holds_both_models(void **state)
     assert_string_equal(name, "attention 512 h16 k4 d64");
     hd__bench_case_name(&step->cases[14 + 10], name, sizeof name);
     assert_string_equal(name, "linear_cross_entropy 512x1024 v32000");
+    hd__bench_case_name(&step->cases[28], name, sizeof name);
+    assert_string_equal(name, "adamw 2x4096x1024x14336 r16");
+    hd__bench_case_name(&step->cases[29], name, sizeof name);
+    assert_string_equal(name, "adamw 2x1024x256x2816 r16");
     /* "all" runs it, the default suites do not */
     const hd_bench_suite *all[HD_BENCH_SUITES_MAX];
     size_t n = hd__bench_suites_named("all", all), found = 0;
@@ -108,13 +113,193 @@ static void test_suites_names_are_unique(void **state)
 static void test_case_figures_gemm_and_rows(void **state)
 {
     (void)state;
-    hd_bench_case g = {HD_OP_GEMM, {.dim = {2, 3, 5}}};
+    hd_bench_case g = {.op = HD_OP_GEMM, .shape = {.dim = {2, 3, 5}}};
     assert_true(hd__bench_case_flops(&g) == 60.0);
     assert_true(hd__bench_case_bytes(&g) == 4.0 * (10 + 15 + 6));
-    hd_bench_case s = {HD_OP_SOFTMAX, {.dim = {64, 1024}}};
+    hd_bench_case s = {.op = HD_OP_SOFTMAX, .shape = {.dim = {64, 1024}}};
     assert_true(hd__bench_case_bytes(&s) == 8.0 * 64 * 1024);
-    hd_bench_case l = {HD_OP_LORA, {.dim = {1, 4, 6, 2}}};
+    hd_bench_case l = {.op = HD_OP_LORA, .shape = {.dim = {1, 4, 6, 2}}};
     assert_true(hd__bench_case_elements(&l) == 4 + 24 + 8 + 12 + 6);
+}
+
+/* Llama-3-8B's AdamW case: A (16 x in) and B (out x 16) of q, k, v, o, gate, up and down, for
+ * each of its two layers: 28 tensors, 2.6 M parameters; AdamW's figures per parameter. */
+static void test_adamw_case_steps_the_lora_factors_of_its_model(void **state)
+{
+    (void)state;
+    const hd_bench_case *c = &hd__bench_suite_find("step")->cases[28];
+    assert_true(hd__bench_case_is_adamw(c));
+    assert_string_equal(hd__bench_case_op_name(c), "adamw");
+    static const size_t layer[HD_BENCH_ADAMW_LAYER_TENSORS][2] = {
+        {16, 4096}, {4096, 16}, {16, 4096},  {1024, 16}, {16, 4096},  {1024, 16},  {16, 4096},
+        {4096, 16}, {16, 4096}, {14336, 16}, {16, 4096}, {14336, 16}, {16, 14336}, {4096, 16},
+    };
+    size_t rows[28], cols[28];
+    assert_int_equal(hd__bench_adamw_tensors(c, rows, cols, 28), 28);
+    for (size_t k = 0; k < 28; k++) {
+        assert_int_equal(rows[k], layer[k % HD_BENCH_ADAMW_LAYER_TENSORS][0]);
+        assert_int_equal(cols[k], layer[k % HD_BENCH_ADAMW_LAYER_TENSORS][1]);
+    }
+    /* a shorter array takes the first tensors; the count is still every one */
+    size_t few_rows[3] = {0}, few_cols[3] = {0};
+    assert_int_equal(hd__bench_adamw_tensors(c, few_rows, few_cols, 3), 28);
+    assert_int_equal(few_rows[2], 16);
+    assert_int_equal(few_cols[2], 4096);
+    double n = 2 * 16 * (9 * 4096 + 2 * 1024 + 3 * 14336);
+    assert_true(hd__bench_adamw_parameters(c) == n);
+    assert_true(n == 2621440.0);
+    assert_true(hd__bench_case_elements(c) == 4 * n);
+    assert_true(hd__bench_case_bytes(c) == 28 * n);
+    assert_true(hd__bench_case_flops(c) == 17 * n);
+    assert_false(hd__bench_case_compute_bound(c));
+    assert_false(hd__bench_case_has_host_mode(c));
+}
+
+/* A shapes file's AdamW line reads as the suite's case, held once; each misspelling is refused
+ * with a message that says what is wrong. */
+static void test_case_parse_reads_adamw_and_refuses_bad_spellings(void **state)
+{
+    (void)state;
+    const hd_bench_case *llama = &hd__bench_suite_find("step")->cases[28];
+    hd_bench_case c;
+    char why[512] = "";
+    assert_true(hd__bench_case_parse(" adamw 2\t4096 1024 14336 16 ", &c, why, sizeof why));
+    assert_true(hd__bench_case_is_adamw(&c));
+    assert_memory_equal(c.shape.dim, llama->shape.dim, sizeof c.shape.dim);
+    assert_int_equal(c.rank, 16);
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"adamw 2 4096 1024 14336", "adamw takes 5 dimensions (layers hidden kv_dim mlp rank)"},
+        {"adamw", "adamw takes 5 dimensions"},
+        {"adamw 2 4096 1024 14336 16 pt", "expected adamw and its 5 dimensions only"},
+        {"adamw 0 4096 1024 14336 16",
+         "dimension 1 (layers) '0' is not a whole number from 1 to 1024"},
+        {"adamw 1025 4096 1024 14336 16", "dimension 1 (layers) '1025' is not a whole number"},
+        {"adamw 2 4096 1k 14336 16", "dimension 3 (kv_dim) '1k' is not a whole number"},
+        {"adamw 2 4096 1024 14336 0",
+         "dimension 5 (rank) '0' is not a whole number from 1 to 16777216"},
+        {"adamW 2 4096 1024 14336 16", "unknown operation 'adamW' (expected gemm, "},
+        {"adam 2 4096 1024 14336 16", "embedding or adamw)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = '\0';
+        if (hd__bench_case_parse(bad[i].text, &c, why, sizeof why) ||
+            strstr(why, bad[i].says) == NULL)
+            fail_msg("'%s': expected a refusal saying '%s', got '%s'", bad[i].text, bad[i].says,
+                     why);
+    }
+    hd_bench_case_list l = {NULL, 0, 0};
+    hd_bench_case other = *llama;
+    other.rank = 8;
+    assert_true(hd__bench_case_list_add(&l, llama));
+    assert_true(hd__bench_case_list_add(&l, llama));
+    assert_true(hd__bench_case_list_add(&l, &other));
+    assert_int_equal(l.count, 2);
+    free(l.cases);
+}
+
+/* AdamW's check: a backend's step passes; the same step judged without its clip fails, as do
+ * one element of a moment off by far more than its tolerance (named) and a NaN. */
+static void test_adamw_check_passes_a_step_and_catches_a_wrong_one(void **state)
+{
+    (void)state;
+    enum { K = 3 };
+    static const size_t n[K] = {48, 1000, 7};
+    hd_context *ctx = hd_test_context(true);
+    hd_rng rng = hd_test_rng(91);
+    float *p[K], *g[K], *m[K], *v[K], *got_p[K], *got_m[K], *got_v[K];
+    hd_tensor *tp[K], *tg[K], *tm[K], *tv[K];
+    for (size_t k = 0; k < K; k++) {
+        p[k] = hd_test_random(&rng, n[k], -1.0f, 1.0f);
+        g[k] = hd_test_random(&rng, n[k], -0.1f, 0.1f);
+        m[k] = hd_test_random(&rng, n[k], -0.01f, 0.01f);
+        v[k] = hd_test_random(&rng, n[k], 0.0f, 1e-3f);
+        tp[k] = hd_test_tensor(ctx, 1, n[k], p[k]);
+        tg[k] = hd_test_tensor(ctx, 1, n[k], g[k]);
+        tm[k] = hd_test_tensor(ctx, 1, n[k], m[k]);
+        tv[k] = hd_test_tensor(ctx, 1, n[k], v[k]);
+    }
+    hd_adamw_options o = hd__case_adamw_options(3);
+    assert_int_equal(hd_adamw(ctx, &o, K, tp, (const hd_tensor *const *)tg, tm, tv), HD_OK);
+    for (size_t k = 0; k < K; k++) {
+        got_p[k] = hd_test_read(tp[k]);
+        got_m[k] = hd_test_read(tm[k]);
+        got_v[k] = hd_test_read(tv[k]);
+    }
+    const float *const *cp = (const float *const *)p, *const *cg = (const float *const *)g;
+    const float *const *cm = (const float *const *)m, *const *cv = (const float *const *)v;
+    hd_ref_adamw_lists before = {K, n, cp, cg, cm, cv};
+    hd_ref_adamw_lists after = {K,
+                                n,
+                                (const float *const *)got_p,
+                                NULL,
+                                (const float *const *)got_m,
+                                (const float *const *)got_v};
+    hd_ref_adamw_params hp = {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step};
+    char why[200];
+    double worst = hd__ref_check_adamw(&before, &hp, o.max_grad_norm, &after, why, sizeof why);
+    if (!(worst <= 1.0))
+        fail_msg("a CPU step off the reference: %g (%s)", worst, why);
+    assert_true(hd__ref_check_adamw(&before, &hp, 0.0f, &after, why, sizeof why) > 1.0);
+    got_m[1][17] += 1e-4f;
+    assert_true(hd__ref_check_adamw(&before, &hp, o.max_grad_norm, &after, why, sizeof why) > 1.0);
+    assert_non_null(strstr(why, "m[1][17]"));
+    got_v[2][6] = NAN;
+    assert_true(isinf(hd__ref_check_adamw(&before, &hp, o.max_grad_norm, &after, why, sizeof why)));
+    for (size_t k = 0; k < K; k++) {
+        float *all[] = {p[k], g[k], m[k], v[k], got_p[k], got_m[k], got_v[k]};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            free(all[i]);
+        hd_tensor *t[] = {tp[k], tg[k], tm[k], tv[k]};
+        for (size_t i = 0; i < 4; i++)
+            hd_tensor_destroy(t[i]);
+    }
+    hd_context_destroy(ctx);
+}
+
+/* The ci suite's AdamW case on each backend that runs AdamW and on auto: its tensors placed
+ * where the backend runs, the step run there and checked; a backend without AdamW does not
+ * take it, and the host mode has no reset for it. */
+static void test_instance_adamw_runs_where_it_is_placed(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    const hd_bench_suite *ci = hd__bench_suite_find("ci");
+    const hd_bench_case *c = NULL;
+    for (size_t i = 0; i < ci->count && c == NULL; i++)
+        c = hd__bench_case_is_adamw(&ci->cases[i]) ? &ci->cases[i] : NULL;
+    assert_non_null(c);
+    hd_bench_instance inst;
+    assert_int_equal(hd__bench_instance_create(ctx, c, hd_test_seed(), false, &inst), HD_OK);
+    assert_non_null(inst.adamw);
+    assert_int_equal(inst.adamw->count, HD_BENCH_ADAMW_LAYER_TENSORS);
+    assert_int_equal(inst.sets, 3); /* small lists rotate */
+    bool device = hd__backend_runs_adamw(ctx, HD_BACKEND_FUSED);
+    const hd_backend timed[] = {HD_BACKEND_CPU, HD_BACKEND_FUSED, HD_BACKEND_AUTO, HD_BACKEND_CPU};
+    for (size_t i = 0; i < sizeof timed / sizeof timed[0]; i++) {
+        hd_backend b = timed[i];
+        if (b != HD_BACKEND_AUTO && !hd__bench_case_takes(ctx, b, c))
+            continue;
+        hd_backend want = b == HD_BACKEND_AUTO ? (device ? HD_BACKEND_FUSED : HD_BACKEND_CPU) : b;
+        assert_int_equal(hd__bench_instance_use(&inst, b), HD_OK);
+        assert_int_equal(hd__bench_instance_run(ctx, &inst, 1), HD_OK);
+        assert_int_equal(hd_sync(ctx), HD_OK);
+        assert_int_equal(hd_context_last_backend(ctx), want);
+        assert_true(inst.adamw->lists[1][0][0]->state->device_valid == (want != HD_BACKEND_CPU));
+        double worst = -1;
+        assert_int_equal(hd__bench_instance_check(&inst, &worst), HD_OK);
+        if (!(worst >= 0 && worst <= 1.0))
+            fail_msg("adamw on %s: %g tolerances off", hd_backend_name(b), worst);
+        assert_int_equal(hd_context_last_backend(ctx), want);
+        hd__bench_instance_release(&inst);
+    }
+    assert_false(hd__bench_case_takes(ctx, HD_BACKEND_CLBLAST, c));
+    assert_false(hd__bench_case_takes(ctx, HD_BACKEND_CLBLAST_FUSED, c));
+    assert_int_equal(hd__bench_instance_reset(ctx, &inst, 0), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "adamw has no host mode"));
+    hd__bench_instance_destroy(&inst);
+    hd_context_destroy(ctx);
 }
 
 typedef struct counter {
@@ -360,7 +545,7 @@ static void test_instance_reset_leaves_the_inputs_on_the_host(void **state)
 {
     (void)state;
     hd_context *ctx = hd_test_context(false);
-    hd_bench_case c = {HD_OP_RMS_NORM, {.dim = {7, 129}}};
+    hd_bench_case c = {.op = HD_OP_RMS_NORM, .shape = {.dim = {7, 129}}};
     hd_bench_instance inst;
     assert_int_equal(hd__bench_instance_create(ctx, &c, hd_test_seed(), true, &inst), HD_OK);
     if (hd_context_has_backend(ctx, HD_BACKEND_FUSED)) {
@@ -481,6 +666,10 @@ int main(void)
         cmocka_unit_test(test_suites_names_are_unique),
         cmocka_unit_test(test_step_suite_holds_both_models),
         cmocka_unit_test(test_case_figures_gemm_and_rows),
+        cmocka_unit_test(test_adamw_case_steps_the_lora_factors_of_its_model),
+        cmocka_unit_test(test_case_parse_reads_adamw_and_refuses_bad_spellings),
+        cmocka_unit_test(test_adamw_check_passes_a_step_and_catches_a_wrong_one),
+        cmocka_unit_test(test_instance_adamw_runs_where_it_is_placed),
         cmocka_unit_test(test_measure_takes_min_runs_and_warms_every_set),
         cmocka_unit_test(test_measure_stops_at_budget_after_min_runs),
         cmocka_unit_test(test_measure_stops_after_one_call_once_the_stop_flag_is_set),

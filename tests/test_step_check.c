@@ -350,19 +350,19 @@ static void test_step_check_samples_rows_of_larger_outputs(void **state)
     (void)state;
     hd_rng rng = hd_test_rng(72);
     const hd_bench_case cases[] = {
-        {HD_OP_SWIGLU_BACKWARD, {.dim = {300, 4000}}},
-        {HD_OP_ADD_RMS_NORM_BACKWARD, {.dim = {600, 2048}}},
-        {HD_OP_CROSS_ENTROPY, {.dim = {200, 7000}}},
-        {HD_OP_ROPE, {.dim = {700, 2048, 32}}},
-        {HD_OP_ATTENTION, {.dim = {200, 4, 2, 32}}},
-        {HD_OP_ATTENTION_BACKWARD, {.dim = {120, 4, 2, 16}}},
+        {.op = HD_OP_SWIGLU_BACKWARD, .shape = {.dim = {300, 4000}}},
+        {.op = HD_OP_ADD_RMS_NORM_BACKWARD, .shape = {.dim = {600, 2048}}},
+        {.op = HD_OP_CROSS_ENTROPY, .shape = {.dim = {200, 7000}}},
+        {.op = HD_OP_ROPE, .shape = {.dim = {700, 2048, 32}}},
+        {.op = HD_OP_ATTENTION, .shape = {.dim = {200, 4, 2, 32}}},
+        {.op = HD_OP_ATTENTION_BACKWARD, .shape = {.dim = {120, 4, 2, 16}}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i], &rng, NULL, true);
     static const size_t lengths[] = {7, 1, 12};
     hd_sequences seq = {lengths, 3};
-    hd_bench_case a = {HD_OP_ATTENTION, {.dim = {20, 4, 1, 8}}};
-    hd_bench_case b = {HD_OP_ATTENTION_BACKWARD, {.dim = {20, 4, 2, 8}}};
+    hd_bench_case a = {.op = HD_OP_ATTENTION, .shape = {.dim = {20, 4, 1, 8}}};
+    hd_bench_case b = {.op = HD_OP_ATTENTION_BACKWARD, .shape = {.dim = {20, 4, 2, 8}}};
     for (int causal = 0; causal < 2; causal++) {
         check_case(&a, &rng, &seq, causal);
         check_case(&b, &rng, &seq, causal);
@@ -375,7 +375,7 @@ static void test_linear_cross_entropy_loss_is_bounded_at_scale(void **state)
 {
     (void)state;
     hd_rng rng = hd_test_rng(73);
-    hd_bench_case c = {HD_OP_LINEAR_CROSS_ENTROPY, {.dim = {64, 512, 9000}}};
+    hd_bench_case c = {.op = HD_OP_LINEAR_CROSS_ENTROPY, .shape = {.dim = {64, 512, 9000}}};
     assert_true(64.0 * 512 * 9000 > HD_REF_STEP_MACS);
     step_data d;
     make_data(&c, &rng, &d);
@@ -406,7 +406,7 @@ static void test_linear_cross_entropy_loss_is_bounded_at_scale(void **state)
 static void test_case_params_follow_the_shape_and_the_seed(void **state)
 {
     (void)state;
-    hd_bench_case ce = {HD_OP_CROSS_ENTROPY, {.dim = {2048, 128256}}};
+    hd_bench_case ce = {.op = HD_OP_CROSS_ENTROPY, .shape = {.dim = {2048, 128256}}};
     hd_case_params a, b;
     assert_true(hd__case_params_make(&ce, 5, &a));
     assert_true(hd__case_params_make(&ce, 5, &b));
@@ -425,16 +425,16 @@ static void test_case_params_follow_the_shape_and_the_seed(void **state)
     assert_int_equal(hd__case_ignored_targets(1), 0);
     assert_int_equal(hd__case_ignored_targets(5), 1);
 
-    hd_bench_case emb = {HD_OP_EMBEDDING, {.dim = {100, 8, 3}}};
+    hd_bench_case emb = {.op = HD_OP_EMBEDDING, .shape = {.dim = {100, 8, 3}}};
     assert_true(hd__case_params_make(&emb, 9, &a));
     for (size_t i = 0; i < 100; i++)
         assert_true(a.ids[i] >= 0 && a.ids[i] < 3);
     hd__case_params_free(&a);
 
-    hd_bench_case at = {HD_OP_ATTENTION_BACKWARD, {.dim = {2048, 32, 8, 128}}};
+    hd_bench_case at = {.op = HD_OP_ATTENTION_BACKWARD, .shape = {.dim = {2048, 32, 8, 128}}};
     assert_true(hd__case_params_make(&at, 1, &a));
     assert_true(a.p.heads == 32 && a.p.kv_heads == 8 && a.p.causal && a.ids == NULL);
-    hd_bench_case rope = {HD_OP_ROPE, {.dim = {2048, 4096, 64}}};
+    hd_bench_case rope = {.op = HD_OP_ROPE, .shape = {.dim = {2048, 4096, 64}}};
     assert_true(hd__case_params_make(&rope, 1, &a));
     assert_true(a.p.head_dim == 128 && a.p.theta == 500000.0f && !a.p.inverse);
     assert_true(hd__case_tensor_left_out(HD_OP_ROPE, 1));

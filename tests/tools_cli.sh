@@ -88,6 +88,30 @@ done
 expect 2 "cannot read line 1: Input/output error" "$tune" --shapes /proc/self/mem --dry-run
 printf 'sofmax 3 5\n' >"$dir/bad-op.txt"
 expect 2 "'sofmax'" "$tune" --shapes "$dir/bad-op.txt" --dry-run
+# AdamW in a shapes file: five dimensions, each from 1 (at most 1024 layers), nothing after
+# them, refused alike by both tools; the tuner takes none (AdamW runs where its tensors are)
+# and explains none; the bench lists its tensors for the peers.
+for bad in 'adamw 2 4096 1024 14336' 'adamw 0 4096 1024 14336 16' 'adamw 1025 8 8 8 8' \
+    'adamw 2 4096 1024 14336 16 pt' 'adamw 2 4096 1024 14336 -16'; do
+    printf "$bad\\n" >"$dir/x.txt"
+    expect 2 "x.txt:1: '$bad': " "$tune" --shapes "$dir/x.txt" --dry-run
+    expect 2 "x.txt:1: '$bad': " "$bench" --shapes "$dir/x.txt" --list-cases
+done
+printf 'adamw 2 4096 1024 14336\n' >"$dir/x.txt"
+expect 2 "adamw takes 5 dimensions (layers hidden kv_dim mlp rank)" "$bench" --shapes "$dir/x.txt" \
+    --list-cases
+printf 'adamw 1 48 16 80 3\n' >"$dir/adamw.txt"
+expect 2 "adamw 1x48x16x80 r3 is not tuned" "$tune" --shapes "$dir/adamw.txt" --dry-run
+expect 2 "AdamW has no plan to explain" "$tune" --explain 'adamw 1 48 16 80 3'
+"$bench" --shapes "$dir/adamw.txt" --list-cases --json - | python3 -c '
+import json, sys
+f = [s for s in json.load(sys.stdin)["suites"] if s["name"] == "file"][0]["cases"]
+assert [c["case"] for c in f] == ["adamw 1x48x16x80 r3"], f
+c = f[0]
+assert c["op"] == "adamw" and c["dims"] == [1, 48, 16, 80] and c["params"]["rank"] == 3, c
+assert c["tensors"][:3] == [[3, 48], [48, 3], [3, 48]] and len(c["tensors"]) == 14, c
+assert c["bytes"] == 28 * sum(r * k for r, k in c["tensors"]), c
+' || fail "--shapes --list-cases --json: the AdamW case and its tensors"
 expect 2 "'abc'" "$tune" --case-budget-s abc
 # A cache that cannot be read is not replaced: its records are kept for repair.
 printf 'hd-tune 1\nlibrary 0.1.0\nplatform unquoted\nsoftmax 8 8 cpu - 3 - -\n' >"$dir/damaged.txt"

@@ -11,7 +11,11 @@ the machine computes its op (the others say "no backend here computes it"). disp
 times the same cases (the ci suite's step cases as a shapes file): the file follows the schema;
 no result is wrong or an error; a case some backend computes has auto and every backend that
 computes it ok, within the reference's tolerance; the others have one n/a record saying so; the
-scalars (params) are those autotune/case_params.h gives each op.
+scalars (params) are those autotune/case_params.h gives each op. The ci suite's AdamW case
+(no op of the table) is timed beside them: ok on the CPU, on every device backend with an
+AdamW slot and on auto, within the reference's tolerance, with its rank and hyperparameters in
+params; n/a on the backends without one; and dispatch-autotune, given it alone, tunes nothing
+and says why.
 """
 import json
 import os
@@ -31,6 +35,10 @@ PARAMS = {"add": {"alpha": 1},
           "rope": {"theta": 500000, "position_offset": 0, "inverse": False},
           "attention": {"causal": True}, "attention_backward": {"causal": True},
           "cross_entropy": {"ignore_index": -100}, "linear_cross_entropy": {"ignore_index": -100}}
+# an AdamW case's params (autotune/case_params.h's hyperparameters, as floats print them)
+ADAMW_PARAMS = {"lr": 0.00100000005, "beta1": 0.899999976, "beta2": 0.999000013,
+                "eps": 9.99999994e-09, "weight_decay": 0.00999999978, "max_grad_norm": 1}
+ADAMW_SLOTS = ("cpu", "fused")  # the backends with an AdamW slot
 failures = []
 
 
@@ -117,6 +125,48 @@ def check_results(path, cases, computed):
             fail(f"{name}: no record, and results {[(r['backend'], r['status']) for r in rs]}")
 
 
+def ci_adamw_case():
+    """The ci suite's AdamW case: (its name, its words in a shapes file, its rank)."""
+    doc = json.loads(run([bench, "--list-cases", "--json", "-"], "--list-cases"))
+    ci = next(s for s in doc["suites"] if s["name"] == "ci")
+    c = next(c for c in ci["cases"] if c["op"] == "adamw")
+    rank = c["params"]["rank"]
+    return c["case"], "adamw " + " ".join(map(str, c["dims"] + [rank])), rank
+
+
+def check_adamw(path, name, rank):
+    """The AdamW case's results: ok where a backend has an AdamW slot and on auto, checked; n/a
+    elsewhere; its params."""
+    with open(path) as f:
+        rs = [r for r in json.load(f)["results"] if r["case"] == name]
+    if not rs:
+        fail(f"{name}: no result")
+    for r in rs:
+        b, status = r["backend"], r["status"]
+        if r.get("params") != dict(ADAMW_PARAMS, rank=rank):
+            fail(f"{name}: params {r.get('params')}")
+        if b in ADAMW_SLOTS + ("auto",) and status == "n/a" and "not available" in r["note"]:
+            continue
+        if b in ADAMW_SLOTS + ("auto",) and (status != "ok" or not r["check"] <= 1.0):
+            fail(f"{name} on {b}: {status} (check {r['check']}): {r['note']}")
+        if b not in ADAMW_SLOTS + ("auto",) and (
+                status != "n/a" or not re.search("does not run AdamW|not available", r["note"])):
+            fail(f"{name} on {b}: {status}: {r['note']}, expected n/a")
+    if not any(r["backend"] == "cpu" and r["status"] == "ok" for r in rs):
+        fail(f"{name}: not timed on the CPU")
+
+
+def check_adamw_not_tuned(words):
+    """dispatch-autotune given the AdamW case alone: no case to tune, and why."""
+    shapes = os.path.join(work, "adamw.txt")
+    with open(shapes, "w") as f:
+        f.write(words + "\n")
+    p = subprocess.run([tune, "--shapes", shapes, "--dry-run", "--cache",
+                        os.path.join(work, "none.txt")], capture_output=True, text=True)
+    if p.returncode != 2 or "is not tuned (AdamW runs where its tensors are" not in p.stderr:
+        fail(f"dispatch-autotune --shapes of AdamW alone: exit {p.returncode}: {p.stderr}")
+
+
 def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -149,13 +199,17 @@ def main():
                 fail(f"fused alone: {name}: recorded {record[0]}")
         if len(fused) < 4:
             fail(f"fused alone: only {fused} listed fused candidates")
+    adamw_name, adamw_words, adamw_rank = ci_adamw_case()
     shapes = os.path.join(work, "step.txt")
     with open(shapes, "w") as f:
         f.writelines(f"{op} {' '.join(map(str, dims))}\n" for _, op, dims in cases)
+        f.write(adamw_words + "\n")
     results = os.path.join(work, "bench.json")
     run([bench, "--shapes", shapes, "--repeats", "2", "--budget-ms", "1", "--warmup", "1",
          "--max-runs", "3", "--quiet", "--json", results], "dispatch-bench")
     check_results(results, cases, computed)
+    check_adamw(results, adamw_name, adamw_rank)
+    check_adamw_not_tuned(adamw_words)
     print(f"tools_step: {len(cases)} step cases, {len(computed)} computed here: "
           f"{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)

@@ -7,6 +7,13 @@
 #include "core/op.h"
 #include "dispatch/tools.h"
 
+/* Whether the tuner takes case c: one of the operations asked for. AdamW's cases are
+ * dispatch-bench's alone: AdamW has no backend to choose, it runs where its tensors are. */
+static bool tuned(const tool_options *o, const hd_bench_case *c)
+{
+    return !hd__bench_case_is_adamw(c) && o->op_wanted[c->op];
+}
+
 static int from_file(const tool_options *o, tool_case_list *l)
 {
     hd_bench_case_list file;
@@ -16,9 +23,17 @@ static int from_file(const tool_options *o, tool_case_list *l)
         return EXIT_USAGE;
     }
     int rc = EXIT_TUNED;
-    for (size_t i = 0; i < file.count && rc == EXIT_TUNED; i++)
-        if (o->op_wanted[file.cases[i].op] && !hd__bench_case_list_add(l, &file.cases[i]))
+    for (size_t i = 0; i < file.count && rc == EXIT_TUNED; i++) {
+        char name[64];
+        hd__bench_case_name(&file.cases[i], name, sizeof name);
+        if (hd__bench_case_is_adamw(&file.cases[i]))
+            fprintf(stderr,
+                    "dispatch-autotune: --shapes %s: %s is not tuned (AdamW runs where its "
+                    "tensors are; dispatch-bench times it)\n",
+                    o->shapes, name);
+        else if (tuned(o, &file.cases[i]) && !hd__bench_case_list_add(l, &file.cases[i]))
             rc = EXIT_USAGE;
+    }
     free(file.cases);
     if (rc == EXIT_TUNED && l->count == 0) {
         fprintf(stderr, "dispatch-autotune: --shapes %s: no case (of the operations asked for)\n",
@@ -34,7 +49,7 @@ static int from_file(const tool_options *o, tool_case_list *l)
 static int add_suite(const tool_options *o, const hd_bench_suite *s, tool_case_list *l)
 {
     for (size_t i = 0; i < s->count; i++)
-        if (o->op_wanted[s->cases[i].op] && !hd__bench_case_list_add(l, &s->cases[i]))
+        if (tuned(o, &s->cases[i]) && !hd__bench_case_list_add(l, &s->cases[i]))
             return EXIT_USAGE;
     return EXIT_TUNED;
 }

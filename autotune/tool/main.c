@@ -335,6 +335,13 @@ static int explain(const tool_options *o, const char *path)
         fprintf(hd__measure_stderr(), "dispatch-autotune: --explain: %s\n", why);
         return EXIT_USAGE;
     }
+    if (hd__bench_case_is_adamw(&c)) {
+        fprintf(hd__measure_stderr(),
+                "dispatch-autotune: --explain: AdamW has no plan to explain: it runs where its "
+                "tensors are (the device where the first parameter is valid there, else the "
+                "host)\n");
+        return EXIT_USAGE;
+    }
     hd_context *ctx = open_context(o, path, true);
     if (ctx == NULL)
         return EXIT_NO_CONTEXT;
