@@ -71,8 +71,17 @@ def load_cases(args):
     return picked
 
 
+def adamw_parameters(case):
+    """The floats of each of an AdamW case's lists: every element of its tensors."""
+    return sum(rows * cols for rows, cols in case["tensors"])
+
+
 def input_sets(case):
-    """3 sets when all inputs of 3 sets stay under 64 MiB, else 1 (as bench/case.c)."""
+    """3 sets when all inputs of 3 sets stay under 64 MiB, else 1 (as bench/case.c; an AdamW
+    case's set is its four lists, each set stepping its own parameters and moments)."""
+    if case["op"] == "adamw":
+        in_bytes = 16 * adamw_parameters(case)
+        return ROTATE_SETS if in_bytes * ROTATE_SETS < ROTATE_BELOW_BYTES else 1
     d = case["dims"]
     out = {"gemm": d[0] * d[1], "gemm_batched": d[0] * d[1] * d[3], "lora": d[0] * d[2],
            "lora_backward": d[0] * d[1] + d[1] * d[3] + d[3] * d[2],
@@ -93,7 +102,7 @@ def too_large(args, case, backward=True):
     times none: backward=False), else None."""
     if case["op"].endswith("_backward") and not backward:
         return "this peer does not time the backward ops"
-    elements = case["bytes"] / 4
+    elements = 4 * adamw_parameters(case) if case["op"] == "adamw" else case["bytes"] / 4
     if args.max_elements and elements > args.max_elements:
         return f"{elements:.0f} elements > --max-elements"
     return None
@@ -232,6 +241,21 @@ def make_inputs(case, sets, uniform, transpose):
                                   transpose)[0]
             inputs.append(forward + (uniform((d[0], d[1]), -1, 1),))
     return inputs
+
+
+# AdamW's lists' value ranges, as bench/adamw_case.c draws them: the parameters, their
+# gradients (whose total norm is far above the clip's 1.0, which then scales them), and the
+# moments, which a peer whose optimizer keeps its own state need not take.
+ADAMW_RANGES = {"params": (-1, 1), "grads": (-0.1, 0.1), "m": (-0.01, 0.01), "v": (0, 1e-3)}
+
+
+def adamw_inputs(case, sets, uniform, lists=("params", "grads")):
+    """`sets` dicts of an AdamW case's lists (by default the parameters and gradients), each a
+    list of arrays of the case's "tensors" shapes (from `dispatch-bench --list-cases --json`:
+    its model's LoRA factors, A then B of each projection, layer by layer), in the value
+    ranges of dispatch-bench."""
+    return [{name: [uniform(tuple(shape), *ADAMW_RANGES[name]) for shape in case["tensors"]]
+             for name in lists} for _ in range(sets)]
 
 
 def measure(run_one, sync, sets, mode, args, device_sample=None):

@@ -10,7 +10,7 @@ alpha x in place, add + RMS norm (h and y), RoPE with rotate_half on (T, H, d) v
 sin tables made outside the timing), cross-entropy's loss and dlogits from logits (a softmax
 and the mean over the targets counted), the LM head's (h w^T, then the same, then dh =
 dlogits w), the embedding as a row gather; attention (which no numpy user writes for a
-training step) and every backward op are not timed. Output: schema hd-bench/1, backend
+training step), every backward op and AdamW (numpy has no optimizer) are not timed. Output: schema hd-bench/1, backend
 "numpy".
 
     dispatch-bench --list-cases --json cases.json
@@ -136,6 +136,7 @@ def main():
     for index, (suite, case) in enumerate(cases):
         note = common.too_large(args, case, backward=False) or \
             ("this peer does not time attention" if case["op"] == "attention" else None) or \
+            ("this peer does not time AdamW" if case["op"] == "adamw" else None) or \
             ("this peer does not time the backward ops"
              if case.get("params", {}).get("inverse") else None)
         if note:

@@ -39,6 +39,14 @@ fp32 on tensors laid out as dispatch-bench's (T x features), with the case's "pa
 Targets and ids are int64 (PyTorch's index type), drawn in range, params.ignored of the
 targets the ignore index (bench/SCHEMA.md).
 
+AdamW (op "adamw": a model's LoRA factors, the case's "tensors" in the cases file) as a
+PyTorch or transformers user steps it: fp32 parameters with their .grad set, one
+torch.optim.AdamW(..., foreach=True) with the case's params (lr, betas, eps, weight_decay),
+and each timed call torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
+then optimizer.step(), as transformers' Trainer does; the moments are the optimizer's own
+(made at its first step, in the untimed warm-up). Each input set has its parameters,
+gradients and optimizer, as dispatch-bench's sets each have their lists.
+
     dispatch-bench --list-cases --json cases.json
     python3 bench/peers/torch_peer.py --cases cases.json --suite all --json torch.json
 """
@@ -200,6 +208,27 @@ def make_step_case(case, inputs, ids, dev, holder):
     return run
 
 
+def make_adamw_case(case, sets, uniform):
+    """The timed call of an AdamW case (the module docstring says what it runs)."""
+    params = case["params"]
+    steps = []
+    for lists in common.adamw_inputs(case, sets, uniform):
+        leaves = [p.requires_grad_() for p in lists["params"]]
+        for p, g in zip(leaves, lists["grads"]):
+            p.grad = g
+        opt = torch.optim.AdamW(leaves, lr=params["lr"], betas=(params["beta1"], params["beta2"]),
+                                eps=params["eps"], weight_decay=params["weight_decay"],
+                                foreach=True)
+        steps.append((leaves, opt))
+    max_norm = params["max_grad_norm"]
+
+    def run(s):
+        leaves, opt = steps[s]
+        torch.nn.utils.clip_grad_norm_(leaves, max_norm, foreach=True)
+        opt.step()
+    return run
+
+
 def make_case(case, gen, dev, sets):
     d = case["dims"]
     op = case["op"]
@@ -208,6 +237,8 @@ def make_case(case, gen, dev, sets):
         t = torch.rand(shape, generator=gen, dtype=torch.float32)
         return (t * (hi - lo) + lo).to(dev)
 
+    if op == "adamw":
+        return make_adamw_case(case, sets, u)
     inputs = common.make_inputs(case, sets, u, lambda a: a.transpose(-2, -1))
     ids = common.step_ids(case, lambda n, hi: torch.randint(hi, (n,), generator=gen))
     if common.is_step(case):
