@@ -19,6 +19,10 @@
  * backward's given out and lse: FlashAttention's definition, which the backends compute),
  * W_ij = p_ij (E_ij |dp_ij - delta_i| + d (sum_c |dout_ic v_jc| + sum_c |dout_ic out_ic|)) the
  * error of ds, and N_j the terms of key j's sums (its queries times the group's heads).
+ * The forward in tf32 (its products on tensor cores, operands of 10 mantissa bits) adds, with
+ * t = 2^-9 as hd__ref_matmul_tolerance takes it: t S_ij to each score, so to out_ic
+ * t sum_j p_ij (S_ij |v_jc - out_ic| + |v_jc|) (the weights' error, v's and p's rounding), and
+ * to lse_i t sum_j p_ij S_ij. fp32x3 stays within the fp32 bounds' factor K.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,6 +37,7 @@ typedef struct attn {
     bool causal;
     const hd_sequences *seq;
     const float *q, *k, *v, *out, *lse, *dout;
+    bool tf32; /* the forward's products in tf32 */
 } attn;
 
 static attn attn_of(const hd_shape *s, const hd_op_params *p, const float *const in[],
@@ -46,7 +51,8 @@ static attn attn_of(const hd_shape *s, const hd_op_params *p, const float *const
               .seq = &p->sequences,
               .q = in[0],
               .k = in[1],
-              .v = in[2]};
+              .v = in[2],
+              .tf32 = s->precision == HD_PRECISION_TF32 && !backward};
     a.group = a.heads / a.kv_heads;
     a.scale = p->attention_scale != 0.0f ? (double)p->attention_scale : 1.0 / sqrt((double)a.d);
     if (backward) {
@@ -112,7 +118,7 @@ static double mean_keys(const attn *a)
 /* ---- forward ---- */
 
 /* Row i, head h: out and lse with their tolerances. sc, mag: room for the row's scores; acc:
- * 2 d doubles. */
+ * 3 d doubles. */
 static void forward_row_head(const attn *a, size_t i, size_t h, double *sc, double *mag,
                              double *acc, hd_ref_expect *e)
 {
@@ -125,7 +131,8 @@ static void forward_row_head(const attn *a, size_t i, size_t h, double *sc, doub
     }
     for (size_t j = b; j < end; j++)
         sum += exp(sc[j - b] - max);
-    double lse = max + log(sum), *out = acc, *tol = acc + d;
+    double lse = max + log(sum), *out = acc, *tol = acc + d, *tol_tf32 = acc + 2 * d;
+    double spread_tf32 = 0.0;
     for (size_t c = 0; c < 2 * d; c++)
         acc[c] = 0.0;
     for (size_t j = b; j < end; j++) {
@@ -138,15 +145,26 @@ static void forward_row_head(const attn *a, size_t i, size_t h, double *sc, doub
         const float *vj = a->v + (j * a->kv_heads + h / a->group) * d;
         double p = exp(sc[j - b] - lse), E = (double)d * (mag[j - b] + 1) + fabs(lse) + n + 8;
         spread += p * E;
+        spread_tf32 += p * mag[j - b];
+        sc[j - b] = p; /* the score is spent: tf32's terms below take the weight */
         for (size_t c = 0; c < d; c++)
             tol[c] += p * (E * fabs(vj[c] - out[c]) + (n + 2) * fabs((double)vj[c]));
     }
+    double t = a->tf32 ? 1.0 / 512.0 : 0.0;
+    for (size_t c = 0; c < d; c++)
+        tol_tf32[c] = 0.0;
+    for (size_t j = b; j < end && t > 0.0; j++) {
+        const float *vj = a->v + (j * a->kv_heads + h / a->group) * d;
+        for (size_t c = 0; c < d; c++)
+            tol_tf32[c] += sc[j - b] * (mag[j - b] * fabs(vj[c] - out[c]) + fabs((double)vj[c]));
+    }
     for (size_t c = 0; c < d; c++)
         hd__ref_expect_add(e, 0, (i * a->heads + h) * d + c, out[c],
-                           K * HD_REF_U * tol[c] + HD_REF_EXACT);
+                           K * HD_REF_U * tol[c] + t * tol_tf32[c] + HD_REF_EXACT);
     if (e->outputs > 1)
         hd__ref_expect_add(e, 1, i * a->heads + h, lse,
-                           K * HD_REF_U * (spread + fabs(lse) + 1) + HD_REF_EXACT);
+                           K * HD_REF_U * (spread + fabs(lse) + 1) + t * spread_tf32 +
+                               HD_REF_EXACT);
 }
 
 bool hd__ref_expect_attention(const hd_shape *s, const hd_op_params *p, const float *const in[],
@@ -154,7 +172,7 @@ bool hd__ref_expect_attention(const hd_shape *s, const hd_op_params *p, const fl
 {
     attn a = attn_of(s, p, in, false);
     size_t max = hd__ref_step_rows_by_cost(a.tokens, 3.0 * a.heads * mean_keys(&a) * a.d);
-    double *m = malloc((2 * a.tokens + 2 * a.d + 1) * sizeof *m);
+    double *m = malloc((2 * a.tokens + 3 * a.d + 1) * sizeof *m);
     if (m == NULL)
         return false;
     for (size_t si = 0; si < hd__ref_sample_count(a.tokens, max); si++) {

@@ -1793,7 +1793,8 @@ done:;
  * sequences of unequal lengths, grouped heads, causal and full, head dimensions that are and
  * are not multiples of 16 (8, 72) up to 256, several query and key tiles (the copies of the
  * next tile while this one is used, the online rescaling), scores of hundreds (fp32x3); every
- * variant the tuner lists. tf32's result differs from the FMA kernel's (fp32) on the same
+ * variant the tuner lists; the local memory as the kernel's own array and as its argument (the
+ * CUDA runtime's). tf32's result differs from the FMA kernel's (fp32) on the same
  * data: the tensor cores ran. */
 static void test_attention_on_tensor_cores(void **state)
 {
@@ -1825,6 +1826,13 @@ static void test_attention_on_tensor_cores(void **state)
         for (size_t i = 0; i < n; i++)
             free(check_tc_attention(ctx, &every_variant, variants[i], rel * 2.0, 4200 + i));
     }
+    /* the local memory as the kernel's argument, as the CUDA runtime passes it */
+    size_t saved_stage_mem = f->stage_mem;
+    if (f->stage_mem == 0)
+        f->stage_mem = f->local_mem;
+    ctx->gemm_precision = HD_PRECISION_FP32X3;
+    free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4400));
+    f->stage_mem = saved_stage_mem;
     /* the same data in fp32 (FMAs) and tf32 (tensor cores) */
     ctx->gemm_precision = HD_PRECISION_FP32;
     float *fma = check_tc_attention(ctx, &cases[1], NULL, 2e-5 * 2.0, 4300);

@@ -369,6 +369,58 @@ static void test_step_check_samples_rows_of_larger_outputs(void **state)
     }
 }
 
+/* x rounded to TF32 (10 mantissa bits, to nearest), as the tensor cores read it. */
+static float tf32(float x)
+{
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits = (bits + 0x1000u) & 0xffffe000u;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+/* Attention's forward in tf32: an output computed from q, k and v rounded to TF32 (the
+ * tensor cores' operands) passes the check of a tf32 shape, and fails fp32's. */
+static void test_attention_check_admits_tf32_operands(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(74);
+    hd_bench_case c = {.op = HD_OP_ATTENTION,
+                       .shape = {.dim = {150, 4, 2, 64}, .precision = HD_PRECISION_TF32}};
+    step_data d;
+    make_data(&c, &rng, &d);
+    const hd_shape *s = &d.c.shape;
+    size_t T = s->dim[0], H = s->dim[1], Hk = s->dim[2], dim = s->dim[3];
+    size_t n[3] = {T * H * dim, T * Hk * dim, T * Hk * dim};
+    float *rounded[3];
+    for (int t = 0; t < 3; t++) {
+        rounded[t] = hd_test_floats(n[t]);
+        for (size_t i = 0; i < n[t]; i++)
+            rounded[t][i] = tf32(d.in[t][i]);
+    }
+    double *out = hd_test_doubles(n[0]), *lse = hd_test_doubles(T * H);
+    naive_attention(s, &d.cp.p, rounded[0], rounded[1], rounded[2], out, lse);
+    round_into(d.out[0], out, n[0]);
+    round_into(d.out[1], lse, T * H);
+    char why[256];
+    for (int precision = 0; precision < 2; precision++) {
+        d.c.shape.precision = precision == 0 ? HD_PRECISION_TF32 : HD_PRECISION_FP32;
+        hd_ref_expect e;
+        assert_true(hd__ref_step_expect(d.c.op, s, &d.cp.p, (const float *const *)d.in, &e));
+        double worst = hd__ref_step_compare(&e, (const float *const *)d.out, why, sizeof why);
+        if (precision == 0 && !(worst <= 1.0))
+            fail_msg("tf32 operands' attention is %g tolerances off: %s", worst, why);
+        if (precision == 1 && !(worst > 1.0))
+            fail_msg("tf32 operands' attention passes fp32's check (%g)", worst);
+        hd__ref_step_expect_free(&e);
+    }
+    for (int t = 0; t < 3; t++)
+        free(rounded[t]);
+    free(out);
+    free(lse);
+    free_data(&d);
+}
+
 /* Beyond the budget for every row's logits the LM head's loss is held between bounds, which
  * its true value meets and a negative or absurd one does not; dh is checked on sampled rows. */
 static void test_linear_cross_entropy_loss_is_bounded_at_scale(void **state)
@@ -450,6 +502,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_check_passes_the_reference_and_catches_a_wrong_element),
         cmocka_unit_test(test_step_check_samples_rows_of_larger_outputs),
+        cmocka_unit_test(test_attention_check_admits_tf32_operands),
         cmocka_unit_test(test_linear_cross_entropy_loss_is_bounded_at_scale),
         cmocka_unit_test(test_case_params_follow_the_shape_and_the_seed),
     };

@@ -52,10 +52,16 @@ static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, int bq, int bk
     return ((size_t)(bq + bk) * lda + (size_t)bk * (head_dim + 4) + scratch) * sizeof(float);
 }
 
-/* Local memory a kernel may take as a __local argument. */
+/* Whether the tensor-core forward takes its local memory as an argument (the CUDA runtime's
+ * dynamic local memory), and how much it may take. */
+static bool local_as_argument(const hd_fused *f)
+{
+    return f->stage_mem > 0;
+}
+
 static size_t local_capacity(const hd_fused *f)
 {
-    return f->stage_mem > 0 ? f->stage_mem : f->local_mem;
+    return local_as_argument(f) ? f->stage_mem : f->local_mem;
 }
 
 /* Whether op runs on the tensor-core forward: the precision asks for them and the device
@@ -66,20 +72,16 @@ static bool wants_mma(const hd_fused *f, hd_op op, hd_precision precision)
            !f->attention_mma_broken;
 }
 
-/* The tensor-core forward's tiles: the variant's, or 64 x 64 halved (keys first) until they
- * fit the local memory; a variant's tile that does not fit is refused. */
-static hd_status mma_tiles_of(hd_fused *f, hd_context *ctx, size_t head_dim,
-                              hd_precision precision, const hd_fused_params *p, tiles *t)
+/* The tensor-core forward's tiles: the variant's, or 64 x 64 halved (keys first, to 16 x 16)
+ * until they fit the local memory. */
+static void mma_tiles_of(const hd_fused *f, size_t head_dim, hd_precision precision,
+                         const hd_fused_params *p, tiles *t)
 {
     bool chosen = p->att_bq != 0 || p->att_bk != 0;
     *t = (tiles){.bq = or_default(p->att_bq, 64),
                  .bk = or_default(p->att_bk, 64),
                  .fast = p->att_fast,
                  .prec = precision == HD_PRECISION_TF32 ? 1 : 3};
-    if (t->bq % 16 != 0 || t->bk % 16 != 0)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                         "fused: tensor-core attention tiles BQ=%d BK=%d are not multiples of 16",
-                         t->bq, t->bk);
     while (!chosen && mma_local_bytes(f, head_dim, t->bq, t->bk) > local_capacity(f) &&
            (t->bk > 16 || t->bq > 16)) {
         if (t->bk > 16)
@@ -88,6 +90,16 @@ static hd_status mma_tiles_of(hd_fused *f, hd_context *ctx, size_t head_dim,
             t->bq /= 2;
     }
     t->mma_local = mma_local_bytes(f, head_dim, t->bq, t->bk);
+}
+
+/* Whether the tensor-core tiles t hold to the kernel's rules and the device's limits. */
+static hd_status mma_tiles_check(const hd_fused *f, hd_context *ctx, size_t head_dim,
+                                 const tiles *t)
+{
+    if (t->bq <= 0 || t->bk <= 0 || t->bq % 16 != 0 || t->bk % 16 != 0)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: tensor-core attention tiles BQ=%d BK=%d are not multiples of 16",
+                         t->bq, t->bk);
     if (t->mma_local > local_capacity(f))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: tensor-core attention tiles BQ=%d BK=%d of head_dim %zu need "
@@ -125,8 +137,13 @@ static hd_status tiles_of(hd_fused *f, hd_context *ctx, hd_op op, size_t head_di
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ATTENTION, variant, &p);
     if (s != HD_OK)
         return s;
-    if (wants_mma(f, op, precision))
-        return mma_tiles_of(f, ctx, head_dim, precision, &p, t);
+    if (wants_mma(f, op, precision)) {
+        mma_tiles_of(f, head_dim, precision, &p, t);
+        /* default tiles past the local memory (wide heads within OpenCL's 48 KiB) leave the
+         * call to the FMA kernel, whose tiles are sized for it */
+        if (t->mma_local <= local_capacity(f) || p.att_bq != 0 || p.att_bk != 0)
+            return mma_tiles_check(f, ctx, head_dim, t);
+    }
     bool wide = head_dim > 128;
     int vk = wide ? 8 : 16, qk = wide ? 4 : 8;
     *t = (tiles){.bq = or_default(p.att_bq, wide ? 32 : 64),
@@ -158,8 +175,8 @@ static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
     if (t->prec != 0) {
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
                  "-D HEAD_DIM=%zu -D ATT_MMA=1 -D PREC=%d -D MMA_BQ=%d -D MMA_BK=%d "
-                 "-D FAST_EXP=%d%s",
-                 a->head_dim, t->prec, t->bq, t->bk, t->fast,
+                 "-D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
+                 a->head_dim, t->prec, t->bq, t->bk, local_as_argument(f), t->fast,
                  f->mma_emulated ? " -D MMA_EMULATE=1" : "");
         return;
     }
@@ -253,10 +270,11 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
             HD_FUSED_VALUE(heads),
             HD_FUSED_VALUE(kv_heads),
             HD_FUSED_VALUE(qscale),
-            HD_FUSED_LOCAL(t->mma_local), /* the tensor-core kernel's alone */
+            HD_FUSED_LOCAL(t->mma_local), /* the tensor-core kernel's, as an argument */
         };
         const size_t grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
-        int count = (int)(sizeof list / sizeof list[0]) - (t->prec != 0 ? 0 : 1);
+        bool local_arg = t->prec != 0 && local_as_argument(f);
+        int count = (int)(sizeof list / sizeof list[0]) - (local_arg ? 0 : 1);
         s = hd__fused_launch_grid(f, ctx, k, grid, group, list, count);
     }
     hd__fused_buffer_release(f, kv_range);

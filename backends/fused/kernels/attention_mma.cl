@@ -9,7 +9,9 @@
  * their scores against a tile of MMA_BK keys (MMA_BK / 8 blocks of 16 x 8) and their output
  * (HEAD_DIM / 8 blocks), both in registers, where lane 4g + t holds rows g and g + 8 at columns
  * 2t and 2t + 1 of each block. Local memory (`smem`, MMA_LOCAL_FLOATS floats): q' (q times
- * qscale, staged once), the tile's k, the tile's v, and under MMA_EMULATE each warp's scratch.
+ * qscale, staged once), the tile's k, the tile's v, and under MMA_EMULATE each warp's scratch;
+ * the kernel's own array within OpenCL's limit, or (MMA_LOCAL_ARG = 1, the CUDA runtime) its
+ * last argument, dynamic local memory up to the device's opt-in limit.
  * k and v are copied by cp.async, each while the other is in use: the next tile's k during
  * the softmax and p v, the next tile's v during the next q' k^T.
  * Per key tile:
@@ -39,6 +41,9 @@
 #endif
 #ifndef MMA_BK
 #define MMA_BK 64
+#endif
+#ifndef MMA_LOCAL_ARG
+#define MMA_LOCAL_ARG 0 /* 1: the local memory is the kernel's last argument */
 #endif
 #if MMA_BQ % 16 != 0 || MMA_BK % 16 != 0
 #error "MMA_BQ and MMA_BK must be multiples of 16"
@@ -195,8 +200,15 @@ MMA_UNROLL
 __kernel __attribute__((reqd_work_group_size(MMA_WG, 1, 1))) void
 attention_forward_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
                       const __global int *kv_range, __global act_t *out, __global float *lse,
-                      int tokens, int heads, int kv_heads, float qscale, __local float *smem)
+                      int tokens, int heads, int kv_heads, float qscale
+#if MMA_LOCAL_ARG
+                      , __local float *smem
+#endif
+)
 {
+#if !MMA_LOCAL_ARG
+    __local float smem[MMA_LOCAL_FLOATS] __attribute__((aligned(16)));
+#endif
     __local float *qs = smem, *ks = qs + MMA_BQ * MMA_LDA, *vs = ks + MMA_BK * MMA_LDA;
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
