@@ -1788,13 +1788,98 @@ done:;
     return got;
 }
 
-/* Attention's forward on the tensor cores (attention_mma.cl; emulated where the device has
- * none), in fp32x3 and tf32 against the float64 reference: one token, odd counts, packed
+/* The backward of c on the fused backend with variant (NULL: through the public call) in the
+ * context's precision: dq, dk and dv against the float64 reference within rel of their scale,
+ * from the reference's out and lse. */
+static void check_tc_attention_backward(hd_context *ctx, const tc_attention_case *c,
+                                        const char *variant, double rel, uint64_t seed)
+{
+    hd_rng rng = hd_test_rng(seed);
+    size_t t = c->tokens, qd = c->heads * c->head_dim, kd = c->kv_heads * c->head_dim;
+    float *q = hd_test_random(&rng, t * qd, -c->range, c->range);
+    float *k = hd_test_random(&rng, t * kd, -c->range, c->range);
+    float *v = hd_test_random(&rng, t * kd, -1, 1), *dout = hd_test_random(&rng, t * qd, -1, 1);
+    int lens[16];
+    for (size_t i = 0; i < c->count; i++)
+        lens[i] = (int)c->lengths[i];
+    if (c->count == 0)
+        lens[0] = (int)t;
+    hd_ref_attention_shape rs = {t,    c->heads, c->kv_heads, c->head_dim, lens, c->count ? c->count : 1,
+                                 c->causal, 1.0 / sqrt((double)c->head_dim)};
+    double *out = hd_test_doubles(t * qd), *lse = hd_test_doubles(t * c->heads);
+    double *dq = hd_test_doubles(t * qd), *dk = hd_test_doubles(t * kd), *dv = hd_test_doubles(t * kd);
+    hd__ref_attention(&rs, q, k, v, out, lse);
+    hd__ref_attention_backward(&rs, q, k, v, dout, dq, dk, dv);
+    float *outf = hd_test_floats(t * qd), *lsef = hd_test_floats(t * c->heads);
+    for (size_t i = 0; i < t * qd; i++)
+        outf[i] = (float)out[i];
+    for (size_t i = 0; i < t * c->heads; i++)
+        lsef[i] = (float)lse[i];
+    hd_tensor *tq = hd_test_tensor(ctx, t, qd, q), *tk = hd_test_tensor(ctx, t, kd, k);
+    hd_tensor *tv = hd_test_tensor(ctx, t, kd, v), *to = hd_test_tensor(ctx, t, qd, outf);
+    hd_tensor *tl = hd_test_tensor(ctx, t, c->heads, lsef), *tg = hd_test_tensor(ctx, t, qd, dout);
+    hd_tensor *tdq = hd_test_tensor(ctx, t, qd, NULL), *tdk = hd_test_tensor(ctx, t, kd, NULL);
+    hd_tensor *tdv = hd_test_tensor(ctx, t, kd, NULL);
+    char what[160];
+    snprintf(what, sizeof what,
+             "%s attention backward, %zu tokens, %zu/%zu heads of %zu%s%s, variant %s",
+             hd_precision_name(ctx->gemm_precision), t, c->heads, c->kv_heads, c->head_dim,
+             c->causal ? ", causal" : "", c->count ? ", packed" : "",
+             variant != NULL ? variant : "default");
+    hd_attention_options opt = {.heads = c->heads,
+                                .kv_heads = c->kv_heads,
+                                .causal = c->causal,
+                                .sequences = {c->lengths, c->count}};
+    bool ran = true;
+    if (variant == NULL) {
+        expect_fused(ctx, hd_attention_backward(ctx, &opt, tq, tk, tv, to, tl, tg, tdq, tdk, tdv),
+                     what);
+    } else {
+        const hd_tensor *tensors[] = {tq, tk, tv, to, tl, tg, tdq, tdk, tdv};
+        hd_op_params p = {.heads = c->heads,
+                          .kv_heads = c->kv_heads,
+                          .causal = c->causal,
+                          .sequences = {c->lengths, c->count}};
+        hd_call call;
+        assert_int_equal(hd__call_prepare(ctx, HD_OP_ATTENTION_BACKWARD, tensors, &p, &call),
+                         HD_OK);
+        hd_status st = hd__call_run_on(ctx, HD_BACKEND_FUSED, &call, variant);
+        if (st == HD_ERR_UNSUPPORTED) {
+            fprintf(stderr, "# %s: declined on this device: %s\n", what, hd_context_last_error(ctx));
+            ran = false;
+        } else if (st != HD_OK) {
+            fail_msg("%s: %s", what, hd_context_last_error(ctx));
+        }
+    }
+    if (ran) {
+        const hd_tensor *got[] = {tdq, tdk, tdv};
+        const double *want[] = {dq, dk, dv};
+        const size_t n[] = {t * qd, t * kd, t * kd};
+        for (int i = 0; i < 3; i++) {
+            float *g = hd_test_read(got[i]);
+            hd_test_expect_close(what, g, want[i], n[i],
+                                 rel * (largest_magnitude(want[i], n[i]) + 1.0), 0);
+            free(g);
+        }
+    }
+    hd_tensor *all[] = {tq, tk, tv, to, tl, tg, tdq, tdk, tdv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd_tensor_destroy(all[i]);
+    float *fl[] = {q, k, v, dout, outf, lsef};
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
+        free(fl[i]);
+    double *dd[] = {out, lse, dq, dk, dv};
+    for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++)
+        free(dd[i]);
+}
+
+/* Attention's forward and backward on the tensor cores (attention_mma.cl; emulated where the
+ * device has none), in fp32x3 and tf32 against the float64 reference: one token, odd counts, packed
  * sequences of unequal lengths, grouped heads, causal and full, head dimensions that are and
  * are not multiples of 16 (8, 72) up to 256, several query and key tiles (the copies of the
  * next tile while this one is used, the online rescaling), scores of hundreds (fp32x3); every
- * variant the tuner lists; the local memory as the kernel's own array and as its argument (the
- * CUDA runtime's). tf32's result differs from the FMA kernel's (fp32) on the same
+ * variant the tuner lists (in fp32x3: the tiles are tf32's too); the local memory as the
+ * kernel's own array and as its argument (the CUDA runtime's). tf32's result differs from the FMA kernel's (fp32) on the same
  * data: the tensor cores ran. */
 static void test_attention_on_tensor_cores(void **state)
 {
@@ -1813,18 +1898,28 @@ static void test_attention_on_tensor_cores(void **state)
     for (size_t pi = 0; pi < 2; pi++) {
         ctx->gemm_precision = precisions[pi];
         double rel = precisions[pi] == HD_PRECISION_TF32 ? 2e-3 : 4e-5;
+        double rel_backward = precisions[pi] == HD_PRECISION_TF32 ? 4e-3 : 2e-4;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             if (cases[i].range > 2 && precisions[pi] == HD_PRECISION_TF32)
                 continue; /* tf32 keeps 11 bits of a score of hundreds */
             free(check_tc_attention(ctx, &cases[i], NULL, rel * (1.0 + cases[i].range),
                                     4100 + i));
+            check_tc_attention_backward(ctx, &cases[i], NULL,
+                                        rel_backward * (1.0 + cases[i].range), 4150 + i);
         }
+        if (precisions[pi] == HD_PRECISION_TF32)
+            continue; /* the tiles are the same in both: each variant once */
         const char *variants[32];
         hd_shape shape = {.dim = {100, 1, 1, 64}, .precision = precisions[pi]};
         size_t n = hd__fused_step_variants(f, HD_OP_ATTENTION, &shape, variants, 32);
         assert_true(n > 0);
         for (size_t i = 0; i < n; i++)
             free(check_tc_attention(ctx, &every_variant, variants[i], rel * 2.0, 4200 + i));
+        n = hd__fused_step_variants(f, HD_OP_ATTENTION_BACKWARD, &shape, variants, 32);
+        assert_true(n > 0);
+        for (size_t i = 0; i < n; i++)
+            check_tc_attention_backward(ctx, &every_variant, variants[i], rel_backward * 2.0,
+                                        4250 + i);
     }
     /* the local memory as the kernel's argument, as the CUDA runtime passes it */
     size_t saved_stage_mem = f->stage_mem;
@@ -1832,6 +1927,7 @@ static void test_attention_on_tensor_cores(void **state)
         f->stage_mem = f->local_mem;
     ctx->gemm_precision = HD_PRECISION_FP32X3;
     free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4400));
+    check_tc_attention_backward(ctx, &cases[2], NULL, 2e-4 * 2.0, 4401);
     f->stage_mem = saved_stage_mem;
     /* the same data in fp32 (FMAs) and tf32 (tensor cores) */
     ctx->gemm_precision = HD_PRECISION_FP32;

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/fused/internal.h"
 #include "core/sequence.h"
@@ -23,14 +24,18 @@
 /* The dk and dv kernel's work-items across a tile's columns (attention.cl's KV_TC). */
 #define KV_TC 16
 
+/* The tensor-core kernels (attention_mma.cl). */
+enum { MMA_FORWARD, MMA_DQ, MMA_DKDV, MMA_KERNELS };
+
 /* A call's tiles: the variant's, the rest attention.cl's defaults for the head dimension
- * (halved rows for heads wider than 128, whose tiles must fit the same local memory). */
+ * (halved rows for heads wider than 128, whose tiles must fit the same local memory), or on
+ * tensor cores attention_mma.cl's. */
 typedef struct tiles {
-    int bq, bk, rq, tc; /* forward and dq; the tensor-core forward's bq and bk */
-    int kbk, krk, kbq;  /* dk and dv */
+    int bq, bk, rq, tc; /* forward and dq (the tensor-core kernels' MMA_BQ, MMA_BK) */
+    int kbk, krk, kbq;  /* dk and dv (MMA_KBK, MMA_KBQ) */
     int fast;
-    int prec;           /* the tensor-core forward's TF32 products per multiply; 0: FMAs */
-    size_t mma_local;   /* its local memory, in bytes */
+    int prec;                      /* TF32 products per multiply on tensor cores; 0: FMAs */
+    size_t mma_local[MMA_KERNELS]; /* the tensor-core kernels' local memory, in bytes */
 } tiles;
 
 static int or_default(int v, int fallback)
@@ -38,22 +43,27 @@ static int or_default(int v, int fallback)
     return v != 0 ? v : fallback;
 }
 
-/* The tensor-core forward's work-items and local memory (attention_mma.cl: MMA_WG and
- * MMA_LOCAL_FLOATS). */
-static size_t mma_group(const tiles *t)
+/* A tensor-core kernel's work-items and local memory (attention_mma.cl: MMA_WG, MMA_KWG and
+ * MMA_LOCAL_FLOATS, MMA_DQ_FLOATS, MMA_KV_FLOATS). */
+static size_t mma_group(const tiles *t, int kernel)
 {
-    return (size_t)t->bq / 16 * 32;
+    return (size_t)(kernel == MMA_DKDV ? t->kbk : t->bq) / 16 * 32;
 }
 
-static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, int bq, int bk)
+static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, const tiles *t, int kernel)
 {
     size_t d16 = (head_dim + 15) / 16 * 16, lda = d16 + (d16 % 32 == 0 ? 16 : 0);
-    size_t scratch = f->mma_emulated ? (size_t)bq / 16 * 32 * 6 : 0;
-    return ((size_t)(bq + bk) * lda + (size_t)bk * (head_dim + 4) + scratch) * sizeof(float);
+    size_t ldb = d16 + (d16 % 32 == 0 ? 20 : 4), ldv = head_dim + 4;
+    size_t bq = (size_t)t->bq, bk = (size_t)t->bk, kbk = (size_t)t->kbk, kbq = (size_t)t->kbq;
+    size_t scratch = f->mma_emulated ? mma_group(t, kernel) * 6 : 0;
+    size_t floats = kernel == MMA_FORWARD ? (bq + bk) * lda + bk * ldv
+                    : kernel == MMA_DQ    ? (2 * bq + bk) * lda + bk * ldb
+                                          : 2 * kbk * lda + 2 * kbq * ldb;
+    return (floats + scratch) * sizeof(float);
 }
 
-/* Whether the tensor-core forward takes its local memory as an argument (the CUDA runtime's
- * dynamic local memory), and how much it may take. */
+/* Whether the tensor-core kernels take their local memory as an argument (the CUDA runtime's
+ * dynamic local memory), and how much they may take. */
 static bool local_as_argument(const hd_fused *f)
 {
     return f->stage_mem > 0;
@@ -64,51 +74,91 @@ static size_t local_capacity(const hd_fused *f)
     return local_as_argument(f) ? f->stage_mem : f->local_mem;
 }
 
-/* Whether op runs on the tensor-core forward: the precision asks for them and the device
- * has them. */
-static bool wants_mma(const hd_fused *f, hd_op op, hd_precision precision)
+/* Whether attention runs on tensor cores: the precision asks for them and the device has
+ * them. */
+static bool wants_mma(const hd_fused *f, hd_precision precision)
 {
-    return op == HD_OP_ATTENTION && precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken &&
-           !f->attention_mma_broken;
+    return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken && !f->attention_mma_broken;
 }
 
-/* The tensor-core forward's tiles: the variant's, or 64 x 64 halved (keys first, to 16 x 16)
- * until they fit the local memory. */
-static void mma_tiles_of(const hd_fused *f, size_t head_dim, hd_precision precision,
+/* The kernels of op on tensor cores, and whether the tiles t fit the local memory. */
+static int mma_kernels_of(hd_op op, int out[2])
+{
+    if (op == HD_OP_ATTENTION) {
+        out[0] = MMA_FORWARD;
+        return 1;
+    }
+    out[0] = MMA_DQ;
+    out[1] = MMA_DKDV;
+    return 2;
+}
+
+static bool mma_fits(const hd_fused *f, hd_op op, size_t head_dim, const tiles *t)
+{
+    int k[2], n = mma_kernels_of(op, k);
+    for (int i = 0; i < n; i++)
+        if (mma_local_bytes(f, head_dim, t, k[i]) > local_capacity(f))
+            return false;
+    return true;
+}
+
+/* Halves *first down to 16, then *second, while the local memory of kernel exceeds the
+ * device's. */
+static void mma_shrink(const hd_fused *f, int kernel, size_t head_dim, tiles *t, int *first,
+                       int *second)
+{
+    while (mma_local_bytes(f, head_dim, t, kernel) > local_capacity(f) &&
+           (*first > 16 || *second > 16)) {
+        if (*first > 16)
+            *first /= 2;
+        else
+            *second /= 2;
+    }
+}
+
+/* The tensor-core tiles: the variant's, or the defaults (64 x 64 forward and dq, 64 keys by
+ * 32 rows dk and dv) halved, keys first, until they fit the local memory. */
+static void mma_tiles_of(const hd_fused *f, hd_op op, size_t head_dim, hd_precision precision,
                          const hd_fused_params *p, tiles *t)
 {
-    bool chosen = p->att_bq != 0 || p->att_bk != 0;
     *t = (tiles){.bq = or_default(p->att_bq, 64),
                  .bk = or_default(p->att_bk, 64),
+                 .kbk = or_default(p->att_kbk, 64),
+                 .kbq = or_default(p->att_kbq, 32),
                  .fast = p->att_fast,
                  .prec = precision == HD_PRECISION_TF32 ? 1 : 3};
-    while (!chosen && mma_local_bytes(f, head_dim, t->bq, t->bk) > local_capacity(f) &&
-           (t->bk > 16 || t->bq > 16)) {
-        if (t->bk > 16)
-            t->bk /= 2;
-        else
-            t->bq /= 2;
+    bool chosen = p->att_bq != 0 || p->att_bk != 0 || p->att_kbk != 0 || p->att_kbq != 0;
+    if (!chosen) {
+        mma_shrink(f, op == HD_OP_ATTENTION ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
+        mma_shrink(f, MMA_DKDV, head_dim, t, &t->kbk, &t->kbq);
     }
-    t->mma_local = mma_local_bytes(f, head_dim, t->bq, t->bk);
+    for (int k = 0; k < MMA_KERNELS; k++)
+        t->mma_local[k] = mma_local_bytes(f, head_dim, t, k);
 }
 
-/* Whether the tensor-core tiles t hold to the kernel's rules and the device's limits. */
-static hd_status mma_tiles_check(const hd_fused *f, hd_context *ctx, size_t head_dim,
+/* Whether the tensor-core tiles t of op hold to the kernels' rules and the device's limits. */
+static hd_status mma_tiles_check(const hd_fused *f, hd_context *ctx, hd_op op, size_t head_dim,
                                  const tiles *t)
 {
-    if (t->bq <= 0 || t->bk <= 0 || t->bq % 16 != 0 || t->bk % 16 != 0)
+    if (t->bq <= 0 || t->bk <= 0 || t->kbk <= 0 || t->kbq <= 0 || t->bq % 16 != 0 ||
+        t->bk % 16 != 0 || t->kbk % 16 != 0 || t->kbq % 16 != 0)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                         "fused: tensor-core attention tiles BQ=%d BK=%d are not multiples of 16",
-                         t->bq, t->bk);
-    if (t->mma_local > local_capacity(f))
-        return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: tensor-core attention tiles BQ=%d BK=%d of head_dim %zu need "
-                         "%zu bytes of local memory; the device gives %zu",
-                         t->bq, t->bk, head_dim, t->mma_local, local_capacity(f));
-    if (mma_group(t) > f->device_max_group)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: attention work-groups of %zu exceed the device's %zu",
-                         mma_group(t), f->device_max_group);
+                         "fused: tensor-core attention tiles BQ=%d BK=%d KBK=%d KBQ=%d are not "
+                         "all multiples of 16",
+                         t->bq, t->bk, t->kbk, t->kbq);
+    int k[2], n = mma_kernels_of(op, k);
+    for (int i = 0; i < n; i++) {
+        if (t->mma_local[k[i]] > local_capacity(f))
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: tensor-core attention tiles BQ=%d BK=%d KBK=%d KBQ=%d of "
+                             "head_dim %zu need %zu bytes of local memory; the device gives %zu",
+                             t->bq, t->bk, t->kbk, t->kbq, head_dim, t->mma_local[k[i]],
+                             local_capacity(f));
+        if (mma_group(t, k[i]) > f->device_max_group)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: attention work-groups of %zu exceed the device's %zu",
+                             mma_group(t, k[i]), f->device_max_group);
+    }
     return HD_OK;
 }
 
@@ -137,12 +187,13 @@ static hd_status tiles_of(hd_fused *f, hd_context *ctx, hd_op op, size_t head_di
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ATTENTION, variant, &p);
     if (s != HD_OK)
         return s;
-    if (wants_mma(f, op, precision)) {
-        mma_tiles_of(f, head_dim, precision, &p, t);
+    if (wants_mma(f, precision)) {
+        mma_tiles_of(f, op, head_dim, precision, &p, t);
         /* default tiles past the local memory (wide heads within OpenCL's 48 KiB) leave the
-         * call to the FMA kernel, whose tiles are sized for it */
-        if (t->mma_local <= local_capacity(f) || p.att_bq != 0 || p.att_bk != 0)
-            return mma_tiles_check(f, ctx, head_dim, t);
+         * call to the FMA kernels, whose tiles are sized for it */
+        bool chosen = p.att_bq != 0 || p.att_bk != 0 || p.att_kbk != 0 || p.att_kbq != 0;
+        if (chosen || mma_fits(f, op, head_dim, t))
+            return mma_tiles_check(f, ctx, op, head_dim, t);
     }
     bool wide = head_dim > 128;
     int vk = wide ? 8 : 16, qk = wide ? 4 : 8;
@@ -175,9 +226,9 @@ static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
     if (t->prec != 0) {
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
                  "-D HEAD_DIM=%zu -D ATT_MMA=1 -D PREC=%d -D MMA_BQ=%d -D MMA_BK=%d "
-                 "-D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
-                 a->head_dim, t->prec, t->bq, t->bk, local_as_argument(f), t->fast,
-                 f->mma_emulated ? " -D MMA_EMULATE=1" : "");
+                 "-D MMA_KBK=%d -D MMA_KBQ=%d -D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
+                 a->head_dim, t->prec, t->bq, t->bk, t->kbk, t->kbq, local_as_argument(f),
+                 t->fast, f->mma_emulated ? " -D MMA_EMULATE=1" : "");
         return;
     }
     snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
@@ -248,7 +299,7 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
                                 const tiles *t)
 {
     const char *name = t->prec != 0 ? "attention_forward_mma" : "attention_forward";
-    size_t group = t->prec != 0 ? mma_group(t) : forward_group(t);
+    size_t group = t->prec != 0 ? mma_group(t, MMA_FORWARD) : forward_group(t);
     hd_kernel *k;
     hd_status s = kernels(f, ctx, a, t, &name, &group, &k, 1);
     struct hd_device_buffer *kv_range = NULL, *lse = NULL;
@@ -270,7 +321,7 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
             HD_FUSED_VALUE(heads),
             HD_FUSED_VALUE(kv_heads),
             HD_FUSED_VALUE(qscale),
-            HD_FUSED_LOCAL(t->mma_local), /* the tensor-core kernel's, as an argument */
+            HD_FUSED_LOCAL(t->mma_local[MMA_FORWARD]), /* the tensor-core kernel's */
         };
         const size_t grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
         bool local_arg = t->prec != 0 && local_as_argument(f);
@@ -343,8 +394,26 @@ static hd_status take_scratch(hd_fused *f, hd_context *ctx, const hd_step_args *
 
 enum { DELTA, DQ, DKDV, REDUCE, BACKWARD_KERNELS };
 
+/* The most arguments a backward kernel takes: dk and dv's 17 and their local memory. */
+#define LAUNCH_ARGS_MAX 18
+
+/* Queues k over grid with the count arguments of list, and local (NULL: none) after them. */
+static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k,
+                                   const size_t grid[2], size_t group, const hd_fused_arg *list,
+                                   int count, const hd_fused_arg *local)
+{
+    hd_fused_arg all[LAUNCH_ARGS_MAX];
+    if (count + 1 > LAUNCH_ARGS_MAX)
+        return hd__error(ctx, HD_ERR_INTERNAL, "fused: %d arguments", count + 1);
+    memcpy(all, list, (size_t)count * sizeof *list);
+    if (local != NULL)
+        all[count++] = *local;
+    return hd__fused_launch_grid(f, ctx, k, grid, group, all, count);
+}
+
 static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
                                  const tiles *t, hd_kernel *k[BACKWARD_KERNELS],
+                                 const size_t groups[BACKWARD_KERNELS],
                                  const backward_scratch *b)
 {
     const hd_tensor *q = a->in[0], *kt = a->in[1], *v = a->in[2], *out = a->in[3];
@@ -363,9 +432,14 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
         HD_FUSED_BUFFER(b->kv_range), HD_FUSED_TENSOR(a->out[0]), HD_FUSED_VALUE(tokens),
         HD_FUSED_VALUE(heads),        HD_FUSED_VALUE(kv_heads),   HD_FUSED_VALUE(qscale),
         HD_FUSED_VALUE(scale)};
+    /* the tensor-core kernels take their local memory last, where it is an argument */
+    const hd_fused_arg dq_local = HD_FUSED_LOCAL(t->mma_local[MMA_DQ]);
+    const hd_fused_arg kv_local = HD_FUSED_LOCAL(t->mma_local[MMA_DKDV]);
+    bool local_arg = t->prec != 0 && local_as_argument(f);
     const size_t dq_grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
     if (s == HD_OK)
-        s = hd__fused_launch_grid(f, ctx, k[DQ], dq_grid, forward_group(t), dq, 13);
+        s = launch_with_local(f, ctx, k[DQ], dq_grid, groups[DQ], dq, 13,
+                              local_arg ? &dq_local : NULL);
     const hd_fused_arg dkdv[] = {
         HD_FUSED_TENSOR(q),          HD_FUSED_TENSOR(kt),         HD_FUSED_TENSOR(v),
         HD_FUSED_TENSOR(dout),       HD_FUSED_TENSOR(lse),        HD_FUSED_BUFFER(b->delta),
@@ -375,7 +449,8 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
         HD_FUSED_VALUE(qscale),      HD_FUSED_VALUE(scale)};
     const size_t dkdv_grid[2] = {a->kv_heads * (size_t)splits, ceil_div(a->rows, (size_t)t->kbk)};
     if (s == HD_OK)
-        s = hd__fused_launch_grid(f, ctx, k[DKDV], dkdv_grid, dkdv_group(t), dkdv, 17);
+        s = launch_with_local(f, ctx, k[DKDV], dkdv_grid, groups[DKDV], dkdv, 17,
+                              local_arg ? &kv_local : NULL);
     const hd_fused_arg reduce[] = {HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part),
                                    HD_FUSED_TENSOR(a->out[1]),  HD_FUSED_TENSOR(a->out[2]),
                                    HD_FUSED_VALUE(tokens),      HD_FUSED_VALUE(kv_cols),
@@ -387,28 +462,48 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
     return s;
 }
 
+/* Queues the backward of a on the kernels of tiles t. */
+static hd_status run_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
+                              const tiles *t)
+{
+    static const char *const fma[BACKWARD_KERNELS] = {"attention_bwd_delta", "attention_bwd_dq",
+                                                      "attention_bwd_dkdv",
+                                                      "attention_bwd_dkdv_reduce"};
+    static const char *const mma[BACKWARD_KERNELS] = {
+        "attention_bwd_delta", "attention_bwd_dq_mma", "attention_bwd_dkdv_mma",
+        "attention_bwd_dkdv_reduce"};
+    bool on_mma = t->prec != 0;
+    const size_t groups[BACKWARD_KERNELS] = {
+        DELTA_GROUP, on_mma ? mma_group(t, MMA_DQ) : forward_group(t),
+        on_mma ? mma_group(t, MMA_DKDV) : dkdv_group(t), REDUCE_GROUP};
+    hd_kernel *k[BACKWARD_KERNELS];
+    backward_scratch b = {0};
+    hd_status s = kernels(f, ctx, a, t, on_mma ? mma : fma, groups, k, BACKWARD_KERNELS);
+    if (s == HD_OK)
+        s = take_scratch(f, ctx, a, &b);
+    if (s == HD_OK)
+        s = launch_backward(f, ctx, a, t, k, groups, &b);
+    release_scratch(f, &b);
+    return s;
+}
+
 hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op_args *args)
 {
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
-    static const char *const names[BACKWARD_KERNELS] = {"attention_bwd_delta", "attention_bwd_dq",
-                                                        "attention_bwd_dkdv",
-                                                        "attention_bwd_dkdv_reduce"};
-    hd_kernel *k[BACKWARD_KERNELS];
-    backward_scratch b = {0};
     tiles t = {0};
     hd_status s = check_sizes(ctx, a);
     if (s == HD_OK)
         s = tiles_of(f, ctx, HD_OP_ATTENTION_BACKWARD, a->head_dim, a->precision, a->variant, &t);
-    const size_t groups[BACKWARD_KERNELS] = {DELTA_GROUP, s == HD_OK ? forward_group(&t) : 0,
-                                             s == HD_OK ? dkdv_group(&t) : 0, REDUCE_GROUP};
     if (s == HD_OK)
-        s = kernels(f, ctx, a, &t, names, groups, k, BACKWARD_KERNELS);
-    if (s == HD_OK)
-        s = take_scratch(f, ctx, a, &b);
-    if (s == HD_OK)
-        s = launch_backward(f, ctx, a, &t, k, &b);
-    release_scratch(f, &b);
+        s = run_backward(f, ctx, a, &t);
+    if (s == HD_ERR_BUILD && t.prec != 0 && a->variant == NULL) {
+        /* the FMA kernels instead, for this context */
+        f->attention_mma_broken = true;
+        s = tiles_of(f, ctx, HD_OP_ATTENTION_BACKWARD, a->head_dim, a->precision, NULL, &t);
+        if (s == HD_OK)
+            s = run_backward(f, ctx, a, &t);
+    }
     return s;
 }
 
@@ -427,10 +522,17 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
     static const char *const tensor_cores[] = {"BQ=64 BK=64", "BQ=128 BK=64", "BQ=64 BK=32",
                                                "BQ=128 BK=32", "BQ=64 BK=128", "BQ=128 BK=128",
                                                "BQ=32 BK=64", "FAST=1"};
-    if (wants_mma(f, op, shape->precision)) {
+    static const char *const tensor_cores_backward[] = {
+        "BQ=64 BK=64 KBK=64 KBQ=32", "BQ=128 BK=64",         "BQ=64 BK=32", "KBK=128 KBQ=32",
+        "KBK=64 KBQ=16",             "KBK=128 KBQ=16",       "KBK=32 KBQ=32", "FAST=1"};
+    if (wants_mma(f, shape->precision)) {
+        bool forward = op == HD_OP_ATTENTION;
+        const char *const *list = forward ? tensor_cores : tensor_cores_backward;
+        size_t count = forward ? sizeof tensor_cores / sizeof tensor_cores[0]
+                               : sizeof tensor_cores_backward / sizeof tensor_cores_backward[0];
         size_t n = 0;
-        for (size_t i = 0; i < sizeof tensor_cores / sizeof tensor_cores[0] && n < max; i++)
-            out[n++] = tensor_cores[i];
+        for (size_t i = 0; i < count && n < max; i++)
+            out[n++] = list[i];
         return n;
     }
     /* the exponential's instruction, the key tile, the query tile and its rows per work-item,

@@ -42,11 +42,17 @@
 #ifndef MMA_BK
 #define MMA_BK 64
 #endif
+#ifndef MMA_KBK
+#define MMA_KBK 64 /* keys per work-group (dk and dv) */
+#endif
+#ifndef MMA_KBQ
+#define MMA_KBQ 32 /* query rows per tile (dk and dv) */
+#endif
 #ifndef MMA_LOCAL_ARG
 #define MMA_LOCAL_ARG 0 /* 1: the local memory is the kernel's last argument */
 #endif
-#if MMA_BQ % 16 != 0 || MMA_BK % 16 != 0
-#error "MMA_BQ and MMA_BK must be multiples of 16"
+#if MMA_BQ % 16 != 0 || MMA_BK % 16 != 0 || MMA_KBK % 16 != 0 || MMA_KBQ % 16 != 0
+#error "MMA_BQ, MMA_BK, MMA_KBK and MMA_KBQ must be multiples of 16"
 #endif
 #if PREC != 1 && PREC != 3
 #error "PREC must be 1 or 3"
@@ -57,12 +63,23 @@
 #define MMA_D16   ((HEAD_DIM + 15) / 16 * 16)
 #define MMA_LDA   (MMA_D16 + (MMA_D16 % 32 == 0 ? 16 : 0))
 #define MMA_LDV   (HEAD_DIM + 4)
+/* rows read both as float4 runs of depths and as single columns: a stride of 20 banks,
+ * 2-way conflicts in one pair of lanes of a float4 phase, none in the columns */
+#define MMA_LDB   (MMA_D16 + (MMA_D16 % 32 == 0 ? 20 : 4))
 #define MMA_NS    (MMA_BK / 8)   /* score blocks of a warp */
 #define MMA_NO    (HEAD_DIM / 8) /* output blocks of a warp */
-/* The host sizes `smem` by the same sum (attention.c: mma_local_bytes). */
-#define MMA_SCRATCH (MMA_EMULATE ? MMA_WARPS * 32 * 6 : 0)
+#define MMA_KWARPS (MMA_KBK / 16)
+#define MMA_KWG    (MMA_KWARPS * 32)
+#define MMA_NQ     (MMA_KBQ / 8) /* score blocks of a warp (dk and dv) */
+/* Each kernel's local memory; the host sizes `smem` by the same sums (attention.c:
+ * mma_local_bytes). */
+#define MMA_SCRATCH(warps) (MMA_EMULATE ? (warps) * 32 * 6 : 0)
 #define MMA_LOCAL_FLOATS \
-    ((MMA_BQ + MMA_BK) * MMA_LDA + MMA_BK * MMA_LDV + MMA_SCRATCH)
+    ((MMA_BQ + MMA_BK) * MMA_LDA + MMA_BK * MMA_LDV + MMA_SCRATCH(MMA_WARPS))
+#define MMA_DQ_FLOATS \
+    ((2 * MMA_BQ + MMA_BK) * MMA_LDA + MMA_BK * MMA_LDB + MMA_SCRATCH(MMA_WARPS))
+#define MMA_KV_FLOATS \
+    (2 * MMA_KBK * MMA_LDA + 2 * MMA_KBQ * MMA_LDB + MMA_SCRATCH(MMA_KWARPS))
 
 /* x combined over the 4 lanes of its quad by op (bfly over lane bits 0, then 1: the same
  * order, so the same result, on each lane). */
@@ -94,18 +111,32 @@ static inline float lane_xor(float x, int bit)
 
 #if MMA_EMULATE
 #define cp_wait_all_but_newest()
+#define cp_wait_all()
 #else
 #define cp_wait_all_but_newest() asm volatile("cp.async.wait_group 1;" ::: "memory")
+#define cp_wait_all()            asm volatile("cp.async.wait_group 0;" ::: "memory")
+#endif
+
+/* The kernels' local memory: their own array, or the argument (MMA_LOCAL_ARG). */
+#if MMA_LOCAL_ARG
+#define LOCAL_PARAM , __local float *smem
+#define LOCAL_ARRAY(floats)
+#else
+#define LOCAL_PARAM
+#define LOCAL_ARRAY(floats) __local float smem[floats] __attribute__((aligned(16)))
 #endif
 
 /* Rows row0 .. row0 + rows of a head (columns col .. col + HEAD_DIM of rows ld apart) into
  * dst, rows lds floats apart, `width` floats each (a multiple of 4, at least HEAD_DIM): zeros
- * past HEAD_DIM and for rows at or past limit. */
+ * past HEAD_DIM and for rows at or past limit; the work-group's `threads` work-items share
+ * the copies. stage_scaled_rows: the same times f, through registers, landed at the next
+ * barrier. */
 static inline void stage_rows(__local float *dst, int lds, const __global act_t *src, size_t ld,
-                              int col, int row0, int rows, int limit, int width, int id)
+                              int col, int row0, int rows, int limit, int width, int id,
+                              int threads)
 {
     const int runs = width / 4;
-    for (int e = id; e < rows * runs; e += MMA_WG) {
+    for (int e = id; e < rows * runs; e += threads) {
         const int r = e / runs, c = 4 * (e % runs), i = row0 + r;
         const bool in = i < limit && c < HEAD_DIM;
         const size_t at = in ? (size_t)i * ld + (size_t)(col + c) : 0;
@@ -120,21 +151,38 @@ static inline void stage_rows(__local float *dst, int lds, const __global act_t 
     }
 }
 
-/* s += q' k^T for warp `warp`'s 16 rows against the tile's MMA_BK keys. */
-static inline void tile_scores(__local const float *qs, __local const float *ks, int warp, int g,
-                               int t, float4 s[MMA_NS] SCRATCH_PARAM)
+static inline void stage_scaled_rows(__local float *dst, int lds, const __global act_t *src,
+                                     size_t ld, int col, int row0, int rows, int limit,
+                                     float f, int id, int threads)
+{
+    const int runs = MMA_D16 / 4;
+    for (int e = id; e < rows * runs; e += threads) {
+        const int r = e / runs, c = 4 * (e % runs), i = row0 + r;
+        const size_t at = (size_t)i * ld + (size_t)(col + c);
+        *(__local float4 *)(dst + r * lds + c) =
+            i < limit && c < HEAD_DIM ? (float4)(act_load(src, at), act_load(src, at + 1),
+                                                 act_load(src, at + 2), act_load(src, at + 3)) *
+                                            f
+                                      : (float4)(0.0f);
+    }
+}
+
+/* s[0 .. nb) += a b^T for a warp: a's 16 rows from row a0 (lda floats apart), against nb
+ * blocks of 8 rows of b (ldb apart), over MMA_D16 depths (both padded with zeros). */
+static inline void block_dots(__local const float *a, int lda, int a0, __local const float *b,
+                              int ldb, int g, int t, float4 *s, int nb SCRATCH_PARAM)
 {
 MMA_UNROLL
     for (int p = 0; p < MMA_D16; p += 16) {
         uint ab[2][4], as_[2][4];
 MMA_UNROLL
         for (int h = 0; h < 2; h++)
-            split4(*(__local const float4 *)(qs + (16 * warp + g + 8 * h) * MMA_LDA + p + 4 * t),
-                   ab[h], as_[h]);
+            split4(*(__local const float4 *)(a + (a0 + g + 8 * h) * lda + p + 4 * t), ab[h],
+                   as_[h]);
 MMA_UNROLL
-        for (int j = 0; j < MMA_NS; j++) {
+        for (int j = 0; j < nb; j++) {
             uint bb[4], bs[4];
-            split4(*(__local const float4 *)(ks + (8 * j + g) * MMA_LDA + p + 4 * t), bb, bs);
+            split4(*(__local const float4 *)(b + (8 * j + g) * ldb + p + 4 * t), bb, bs);
 #if PREC == 3
             float4 part = (float4)(0.0f);
 MMA_UNROLL
@@ -157,21 +205,22 @@ MMA_UNROLL
  * key 2t (s.x, s.z), slot t + 4 key 2t + 1 (s.y, s.w). */
 #define P_FRAG(s) ((float4)((s).x, (s).z, (s).y, (s).w))
 
-/* o += p v for a warp: p its score blocks, now weights; v the tile's rows. */
-static inline void tile_values(__local const float *vs, const float4 s[MMA_NS], int g, int t,
-                               float4 o[MMA_NO] SCRATCH_PARAM)
+/* o[0 .. no) += p x for a warp: p its nk score blocks (now weights, 8 keys each, a multiple
+ * of 2), x the keys' rows (ldx floats apart), whose HEAD_DIM columns make no blocks of 8. */
+static inline void block_values(__local const float *x, int ldx, const float4 *p, int nk, int g,
+                                int t, float4 *o, int no SCRATCH_PARAM)
 {
 MMA_UNROLL
-    for (int j = 0; j < MMA_NS; j += 2) {
+    for (int j = 0; j < nk; j += 2) {
         uint pb[2][4], ps[2][4];
-        split4(P_FRAG(s[j]), pb[0], ps[0]);
-        split4(P_FRAG(s[j + 1]), pb[1], ps[1]);
+        split4(P_FRAG(p[j]), pb[0], ps[0]);
+        split4(P_FRAG(p[j + 1]), pb[1], ps[1]);
 MMA_UNROLL
-        for (int n = 0; n < MMA_NO; n++) {
+        for (int n = 0; n < no; n++) {
             /* keys 2t, 2t + 1 of blocks j and j + 1, column g of block n */
-            __local const float *c = vs + (8 * j + 2 * t) * MMA_LDV + 8 * n + g;
+            __local const float *c = x + (8 * j + 2 * t) * ldx + 8 * n + g;
             uint vb[4], vsm[4];
-            split4((float4)(c[0], c[MMA_LDV], c[8 * MMA_LDV], c[9 * MMA_LDV]), vb, vsm);
+            split4((float4)(c[0], c[ldx], c[8 * ldx], c[9 * ldx]), vb, vsm);
 #if PREC == 3
             float4 part = (float4)(0.0f);
 MMA_UNROLL
@@ -194,25 +243,20 @@ MMA_UNROLL
     }
 }
 
-/* A score kept where key lies in range, else -inf. */
+/* A score kept where key lies in range, else -inf; a weight kept, else 0. */
 #define MASKED(score, key, range) ((key) >= (range).x && (key) < (range).y ? (score) : -INFINITY)
+#define ZEROED(w, key, range)     ((key) >= (range).x && (key) < (range).y ? (w) : 0.0f)
 
 __kernel __attribute__((reqd_work_group_size(MMA_WG, 1, 1))) void
 attention_forward_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
                       const __global int *kv_range, __global act_t *out, __global float *lse,
-                      int tokens, int heads, int kv_heads, float qscale
-#if MMA_LOCAL_ARG
-                      , __local float *smem
-#endif
-)
+                      int tokens, int heads, int kv_heads, float qscale LOCAL_PARAM)
 {
-#if !MMA_LOCAL_ARG
-    __local float smem[MMA_LOCAL_FLOATS] __attribute__((aligned(16)));
-#endif
+    LOCAL_ARRAY(MMA_LOCAL_FLOATS);
     __local float *qs = smem, *ks = qs + MMA_BQ * MMA_LDA, *vs = ks + MMA_BK * MMA_LDA;
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
-    __local float *scratch = vs + MMA_BK * MMA_LDV + warp * 32 * 6;
+    __local float *scratch = smem + MMA_LOCAL_FLOATS - MMA_SCRATCH(MMA_WARPS) + warp * 32 * 6;
 #else
     __local float *scratch = NULL;
 #endif
@@ -227,19 +271,11 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
     const int2 rg0 = r0 < tokens ? vload2(r0, kv_range) : (int2)(0, 0);
     const int2 rg1 = r1 < tokens ? vload2(r1, kv_range) : (int2)(0, 0);
 
-    stage_rows(ks, MMA_LDA, k, ldk, kcol, lo, MMA_BK, hi, MMA_D16, id);
+    stage_rows(ks, MMA_LDA, k, ldk, kcol, lo, MMA_BK, hi, MMA_D16, id, MMA_WG);
     cp_commit();
-    stage_rows(vs, MMA_LDV, v, ldk, kcol, lo, MMA_BK, hi, HEAD_DIM, id);
+    stage_rows(vs, MMA_LDV, v, ldk, kcol, lo, MMA_BK, hi, HEAD_DIM, id, MMA_WG);
     cp_commit();
-    for (int e = id; e < MMA_BQ * (MMA_D16 / 4); e += MMA_WG) {
-        const int r = e / (MMA_D16 / 4), c = 4 * (e % (MMA_D16 / 4)), i = q0 + r;
-        const size_t at = (size_t)i * ldq + (size_t)(qcol + c);
-        *(__local float4 *)(qs + r * MMA_LDA + c) =
-            i < tokens && c < HEAD_DIM ? (float4)(act_load(q, at), act_load(q, at + 1),
-                                                  act_load(q, at + 2), act_load(q, at + 3)) *
-                                             qscale
-                                       : (float4)(0.0f);
-    }
+    stage_scaled_rows(qs, MMA_LDA, q, ldq, qcol, q0, MMA_BQ, tokens, qscale, id, MMA_WG);
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float4 o[MMA_NO];
@@ -256,10 +292,10 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
 #pragma unroll
         for (int j = 0; j < MMA_NS; j++)
             s[j] = (float4)(0.0f);
-        tile_scores(qs, ks, warp, g, t, s SCRATCH_PASS);
+        block_dots(qs, MMA_LDA, 16 * warp, ks, MMA_LDA, g, t, s, MMA_NS SCRATCH_PASS);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (next < hi)
-            stage_rows(ks, MMA_LDA, k, ldk, kcol, next, MMA_BK, hi, MMA_D16, id);
+            stage_rows(ks, MMA_LDA, k, ldk, kcol, next, MMA_BK, hi, MMA_D16, id, MMA_WG);
         cp_commit();
 
         /* (2) masks, the rows' maxima, the rescaling, the weights */
@@ -297,10 +333,10 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
         /* (3) the tile's v has landed (the next k may still be in flight) */
         cp_wait_all_but_newest();
         barrier(CLK_LOCAL_MEM_FENCE);
-        tile_values(vs, s, g, t, o SCRATCH_PASS);
+        block_values(vs, MMA_LDV, s, MMA_NS, g, t, o, MMA_NO SCRATCH_PASS);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (next < hi)
-            stage_rows(vs, MMA_LDV, v, ldk, kcol, next, MMA_BK, hi, HEAD_DIM, id);
+            stage_rows(vs, MMA_LDV, v, ldk, kcol, next, MMA_BK, hi, HEAD_DIM, id, MMA_WG);
         cp_commit();
     }
 
@@ -323,5 +359,202 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
         lse[(size_t)r0 * heads + h] = (m0 + log2(l0)) * LN2_F;
     if (t == 0 && r1 < tokens)
         lse[(size_t)r1 * heads + h] = (m1 + log2(l1)) * LN2_F;
+}
+
+/* ---- backward ---- */
+
+/* dq on the tensor cores: attention_bwd_dq's arguments and results. A work-group of MMA_BQ
+ * query rows of head h (as the forward's); per key tile of MMA_BK: s = q' k^T and
+ * dp = dout v^T (block_dots), ds = p (dp - delta) with p = exp2(s - lse), 0 where masked,
+ * then dq += ds k (block_values: the ds blocks as A fragments, k's rows as B). Local memory:
+ * q' and dout (staged once), the tile's v (read as runs of depths) and k (read both ways,
+ * MMA_LDB); the next tile's v is copied during ds and ds k, the next k during nothing but the
+ * other work-groups' products. */
+__kernel __attribute__((reqd_work_group_size(MMA_WG, 1, 1))) void
+attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
+                     const __global act_t *dout, const __global float *lse,
+                     const __global float *delta, const __global int *kv_range,
+                     __global act_t *dq, int tokens, int heads, int kv_heads, float qscale,
+                     float scale LOCAL_PARAM)
+{
+    LOCAL_ARRAY(MMA_DQ_FLOATS);
+    __local float *qs = smem, *gs = qs + MMA_BQ * MMA_LDA, *vs = gs + MMA_BQ * MMA_LDA;
+    __local float *ks = vs + MMA_BK * MMA_LDA;
+    const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
+#if MMA_EMULATE
+    __local float *scratch = smem + MMA_DQ_FLOATS - MMA_SCRATCH(MMA_WARPS) + warp * 32 * 6;
+#endif
+    const int h = (int)get_group_id(0), hk = h / (heads / kv_heads);
+    const int q0 = ((int)get_num_groups(1) - 1 - (int)get_group_id(1)) * MMA_BQ;
+    const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
+    const int qcol = h * HEAD_DIM, kcol = hk * HEAD_DIM;
+    const int last = min(q0 + MMA_BQ, tokens) - 1;
+    const int lo = kv_range[2 * (size_t)q0], hi = kv_range[2 * (size_t)last + 1];
+    const int r0 = q0 + 16 * warp + g, r1 = r0 + 8;
+    const int2 rg0 = r0 < tokens ? vload2(r0, kv_range) : (int2)(0, 0);
+    const int2 rg1 = r1 < tokens ? vload2(r1, kv_range) : (int2)(0, 0);
+    const float lse0 = r0 < tokens ? lse[(size_t)r0 * heads + h] * LOG2E_F : 0.0f;
+    const float lse1 = r1 < tokens ? lse[(size_t)r1 * heads + h] * LOG2E_F : 0.0f;
+    const float dl0 = r0 < tokens ? delta[(size_t)r0 * heads + h] : 0.0f;
+    const float dl1 = r1 < tokens ? delta[(size_t)r1 * heads + h] : 0.0f;
+
+    stage_rows(vs, MMA_LDA, v, ldk, kcol, lo, MMA_BK, hi, MMA_D16, id, MMA_WG);
+    stage_rows(ks, MMA_LDB, k, ldk, kcol, lo, MMA_BK, hi, MMA_D16, id, MMA_WG);
+    stage_rows(gs, MMA_LDA, dout, ldq, qcol, q0, MMA_BQ, tokens, MMA_D16, id, MMA_WG);
+    cp_commit();
+    stage_scaled_rows(qs, MMA_LDA, q, ldq, qcol, q0, MMA_BQ, tokens, qscale, id, MMA_WG);
+
+    float4 acc[MMA_NO];
+#pragma unroll
+    for (int n = 0; n < MMA_NO; n++)
+        acc[n] = (float4)(0.0f);
+
+    for (int j0 = lo; j0 < hi; j0 += MMA_BK) {
+        const int next = j0 + MMA_BK;
+        cp_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float4 s[MMA_NS], dp[MMA_NS];
+#pragma unroll
+        for (int j = 0; j < MMA_NS; j++)
+            s[j] = dp[j] = (float4)(0.0f);
+        block_dots(qs, MMA_LDA, 16 * warp, ks, MMA_LDB, g, t, s, MMA_NS SCRATCH_PASS);
+        block_dots(gs, MMA_LDA, 16 * warp, vs, MMA_LDA, g, t, dp, MMA_NS SCRATCH_PASS);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (next < hi)
+            stage_rows(vs, MMA_LDA, v, ldk, kcol, next, MMA_BK, hi, MMA_D16, id, MMA_WG);
+        cp_commit();
+#pragma unroll
+        for (int j = 0; j < MMA_NS; j++) {
+            const int key = j0 + 8 * j + 2 * t;
+            const float4 p = (float4)(EXP2(s[j].x - lse0), EXP2(s[j].y - lse0),
+                                      EXP2(s[j].z - lse1), EXP2(s[j].w - lse1));
+            s[j] = (float4)(ZEROED(p.x * (dp[j].x - dl0), key, rg0),
+                            ZEROED(p.y * (dp[j].y - dl0), key + 1, rg0),
+                            ZEROED(p.z * (dp[j].z - dl1), key, rg1),
+                            ZEROED(p.w * (dp[j].w - dl1), key + 1, rg1));
+        }
+        block_values(ks, MMA_LDB, s, MMA_NS, g, t, acc, MMA_NO SCRATCH_PASS);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (next < hi)
+            stage_rows(ks, MMA_LDB, k, ldk, kcol, next, MMA_BK, hi, MMA_D16, id, MMA_WG);
+        cp_commit();
+    }
+
+#pragma unroll
+    for (int n = 0; n < MMA_NO; n++) {
+        const int c = qcol + 8 * n + 2 * t;
+        if (r0 < tokens) {
+            act_store(dq, (size_t)r0 * ldq + c, acc[n].x * scale);
+            act_store(dq, (size_t)r0 * ldq + c + 1, acc[n].y * scale);
+        }
+        if (r1 < tokens) {
+            act_store(dq, (size_t)r1 * ldq + c, acc[n].z * scale);
+            act_store(dq, (size_t)r1 * ldq + c + 1, acc[n].w * scale);
+        }
+    }
+}
+
+/* dk and dv on the tensor cores: attention_bwd_dkdv's arguments, grid and results (partial
+ * slices where splits > 1), work-groups of MMA_KBK keys, warp w owning keys 16w .. + 15. Per
+ * query head of the slice and tile of MMA_KBQ rows that attend to the keys: s = k q^T times
+ * qscale and dp = v dout^T (block_dots; q and dout copied as they are, read both ways), p =
+ * exp2(s - lse), 0 where masked, dv += p dout, ds = p (dp - delta), dk += ds q (block_values).
+ * Local memory: k and v (staged once), the tile's q and dout. */
+__kernel __attribute__((reqd_work_group_size(MMA_KWG, 1, 1))) void
+attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
+                       const __global act_t *dout, const __global float *lse,
+                       const __global float *delta, const __global int *q_range,
+                       __global act_t *dk, __global act_t *dv, __global float *dk_part,
+                       __global float *dv_part, int tokens, int heads, int kv_heads, int splits,
+                       float qscale, float scale LOCAL_PARAM)
+{
+    LOCAL_ARRAY(MMA_KV_FLOATS);
+    __local float *ks = smem, *vs = ks + MMA_KBK * MMA_LDA, *qs = vs + MMA_KBK * MMA_LDA;
+    __local float *gs = qs + MMA_KBQ * MMA_LDB;
+    const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
+#if MMA_EMULATE
+    __local float *scratch = smem + MMA_KV_FLOATS - MMA_SCRATCH(MMA_KWARPS) + warp * 32 * 6;
+#endif
+    const int hk = (int)get_group_id(0) / splits, slice = (int)get_group_id(0) % splits;
+    const int per = heads / kv_heads / splits, h0 = hk * (heads / kv_heads) + slice * per;
+    const int k0 = (int)get_group_id(1) * MMA_KBK;
+    const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
+    const int kcol = hk * HEAD_DIM;
+    const int last = min(k0 + MMA_KBK, tokens) - 1;
+    const int lo = q_range[2 * (size_t)k0], hi = q_range[2 * (size_t)last + 1];
+    /* this lane's two keys; keys past the matrix get an empty range: every weight 0 */
+    const int j0 = k0 + 16 * warp + g, j1 = j0 + 8;
+    const int2 rg0 = j0 < tokens ? vload2(j0, q_range) : (int2)(0, 0);
+    const int2 rg1 = j1 < tokens ? vload2(j1, q_range) : (int2)(0, 0);
+
+    stage_rows(ks, MMA_LDA, k, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
+    stage_rows(vs, MMA_LDA, v, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
+    cp_commit();
+
+    float4 dka[MMA_NO], dva[MMA_NO];
+#pragma unroll
+    for (int n = 0; n < MMA_NO; n++)
+        dka[n] = dva[n] = (float4)(0.0f);
+
+    for (int h = h0; h < h0 + per; h++) {
+        const int qcol = h * HEAD_DIM;
+        for (int i0 = lo; i0 < hi; i0 += MMA_KBQ) {
+            stage_rows(qs, MMA_LDB, q, ldq, qcol, i0, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
+            stage_rows(gs, MMA_LDB, dout, ldq, qcol, i0, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
+            cp_commit();
+            cp_wait_all();
+            barrier(CLK_LOCAL_MEM_FENCE);
+            float4 s[MMA_NQ], dp[MMA_NQ];
+#pragma unroll
+            for (int j = 0; j < MMA_NQ; j++)
+                s[j] = dp[j] = (float4)(0.0f);
+            block_dots(ks, MMA_LDA, 16 * warp, qs, MMA_LDB, g, t, s, MMA_NQ SCRATCH_PASS);
+            block_dots(vs, MMA_LDA, 16 * warp, gs, MMA_LDB, g, t, dp, MMA_NQ SCRATCH_PASS);
+            /* p in s, then (after dv's product) ds; delta of the lane's two rows per block */
+            float dl[MMA_NQ][2];
+#pragma unroll
+            for (int j = 0; j < MMA_NQ; j++) {
+                const int i = i0 + 8 * j + 2 * t;
+                const float l0 = i < tokens ? lse[(size_t)i * heads + h] * LOG2E_F : 0.0f;
+                const float l1 = i + 1 < tokens ? lse[(size_t)(i + 1) * heads + h] * LOG2E_F : 0.0f;
+                dl[j][0] = i < tokens ? delta[(size_t)i * heads + h] : 0.0f;
+                dl[j][1] = i + 1 < tokens ? delta[(size_t)(i + 1) * heads + h] : 0.0f;
+                s[j] = (float4)(ZEROED(EXP2(s[j].x * qscale - l0), i, rg0),
+                                ZEROED(EXP2(s[j].y * qscale - l1), i + 1, rg0),
+                                ZEROED(EXP2(s[j].z * qscale - l0), i, rg1),
+                                ZEROED(EXP2(s[j].w * qscale - l1), i + 1, rg1));
+            }
+            block_values(gs, MMA_LDB, s, MMA_NQ, g, t, dva, MMA_NO SCRATCH_PASS);
+#pragma unroll
+            for (int j = 0; j < MMA_NQ; j++)
+                s[j] *= dp[j] - (float4)(dl[j][0], dl[j][1], dl[j][0], dl[j][1]);
+            block_values(qs, MMA_LDB, s, MMA_NQ, g, t, dka, MMA_NO SCRATCH_PASS);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int j = u == 0 ? j0 : j1;
+        if (j >= tokens)
+            continue;
+        const size_t at = (size_t)j * ldk + (size_t)kcol;
+        const size_t sat = (size_t)slice * (size_t)tokens * ldk + at;
+#pragma unroll
+        for (int n = 0; n < MMA_NO; n++) {
+            const int c = 8 * n + 2 * t;
+            const float2 dkv = (u == 0 ? dka[n].xy : dka[n].zw) * scale;
+            const float2 dvv = u == 0 ? dva[n].xy : dva[n].zw;
+            if (splits == 1) {
+                act_store(dk, at + c, dkv.x);
+                act_store(dk, at + c + 1, dkv.y);
+                act_store(dv, at + c, dvv.x);
+                act_store(dv, at + c + 1, dvv.y);
+            } else {
+                vstore2(dkv, 0, dk_part + sat + c);
+                vstore2(dvv, 0, dv_part + sat + c);
+            }
+        }
+    }
 }
 #endif
