@@ -19,10 +19,13 @@
  * backward's given out and lse: FlashAttention's definition, which the backends compute),
  * W_ij = p_ij (E_ij |dp_ij - delta_i| + d (sum_c |dout_ic v_jc| + sum_c |dout_ic out_ic|)) the
  * error of ds, and N_j the terms of key j's sums (its queries times the group's heads).
- * The forward in tf32 (its products on tensor cores, operands of 10 mantissa bits) adds, with
- * t = 2^-9 as hd__ref_matmul_tolerance takes it: t S_ij to each score, so to out_ic
- * t sum_j p_ij (S_ij |v_jc - out_ic| + |v_jc|) (the weights' error, v's and p's rounding), and
- * to lse_i t sum_j p_ij S_ij. fp32x3 stays within the fp32 bounds' factor K.
+ * In tf32 (the products on tensor cores, operands of 10 mantissa bits), with t = 2^-9 as
+ * hd__ref_matmul_tolerance takes it: a score is off by t S_ij more, so out_ic by
+ * t sum_j p_ij (S_ij |v_jc - out_ic| + |v_jc|) (the weights' error, v's and p's rounding) and
+ * lse_i by t sum_j p_ij S_ij; backward, E_ij gains t S_ij / u, W_ij gains
+ * t p_ij (S_ij |dp_ij - delta_i| + sum_c |dout_ic v_jc|) / u (dp's products), and each term of
+ * dq, dk and dv t / u of its size (ds, p and the other operand rounded). fp32x3 stays within
+ * the fp32 bounds' factor K.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -37,7 +40,7 @@ typedef struct attn {
     bool causal;
     const hd_sequences *seq;
     const float *q, *k, *v, *out, *lse, *dout;
-    bool tf32; /* the forward's products in tf32 */
+    bool tf32; /* the products in tf32 */
 } attn;
 
 static attn attn_of(const hd_shape *s, const hd_op_params *p, const float *const in[],
@@ -52,7 +55,7 @@ static attn attn_of(const hd_shape *s, const hd_op_params *p, const float *const
               .q = in[0],
               .k = in[1],
               .v = in[2],
-              .tf32 = s->precision == HD_PRECISION_TF32 && !backward};
+              .tf32 = s->precision == HD_PRECISION_TF32};
     a.group = a.heads / a.kv_heads;
     a.scale = p->attention_scale != 0.0f ? (double)p->attention_scale : 1.0 / sqrt((double)a.d);
     if (backward) {
@@ -199,6 +202,12 @@ static double delta_of(const attn *a, size_t i, size_t h, double *mag)
     return dot_mag(a->dout + at, a->out + at, a->d, mag);
 }
 
+/* tf32's rounding of a product's operands, in units of u (0 in fp32 and fp32x3). */
+static double tf32_units(const attn *a)
+{
+    return a->tf32 ? 1.0 / 512.0 / HD_REF_U : 0.0;
+}
+
 static pair_terms pair_of(const attn *a, size_t i, size_t h, size_t j, double n)
 {
     double smag, vmag, dmag;
@@ -207,11 +216,11 @@ static pair_terms pair_of(const attn *a, size_t i, size_t h, size_t j, double n)
     double dp = dot_mag(a->dout + (i * a->heads + h) * a->d,
                         a->v + (j * a->kv_heads + h / a->group) * a->d, a->d, &vmag);
     double d = (double)a->d, p = exp(s - lse);
-    double E = d * (smag + 1) + fabs(lse) + n + 8;
+    double x = tf32_units(a), E = d * (smag + 1) + fabs(lse) + n + 8 + x * smag;
     return (pair_terms){.p = p,
                         .ds = p * (dp - delta),
                         .p_err = p * E,
-                        .ds_err = p * (E * fabs(dp - delta) + d * (vmag + dmag))};
+                        .ds_err = p * (E * fabs(dp - delta) + d * (vmag + dmag) + x * vmag)};
 }
 
 /* Query row i: dq of every head. acc: 2 d doubles. */
@@ -229,7 +238,8 @@ static void dq_row(const attn *a, size_t i, double *acc, hd_ref_expect *e)
             const float *kj = a->k + (j * a->kv_heads + h / a->group) * d;
             for (size_t c = 0; c < d; c++) {
                 dq[c] += a->scale * t.ds * kj[c];
-                tol[c] += a->scale * (t.ds_err + n * fabs(t.ds)) * fabs((double)kj[c]);
+                tol[c] += a->scale * (t.ds_err + (n + tf32_units(a)) * fabs(t.ds)) *
+                          fabs((double)kj[c]);
             }
         }
         for (size_t c = 0; c < d; c++)
@@ -247,7 +257,7 @@ static void dkdv_row_head(const attn *a, size_t j, size_t hk, double *acc, hd_re
     double *dk = acc, *dv = acc + d, *tk = acc + 2 * d, *tv = acc + 3 * d;
     for (size_t c = 0; c < 4 * d; c++)
         acc[c] = 0.0;
-    double terms = (double)((end - b) * a->group);
+    double terms = (double)((end - b) * a->group) + tf32_units(a);
     for (size_t h = hk * a->group; h < (hk + 1) * a->group; h++)
         for (size_t i = b; i < end; i++) {
             size_t kb, ke;

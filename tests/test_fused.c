@@ -1879,7 +1879,7 @@ static void check_tc_attention_backward(hd_context *ctx, const tc_attention_case
  * are not multiples of 16 (8, 72) up to 256, several query and key tiles (the copies of the
  * next tile while this one is used, the online rescaling), scores of hundreds (fp32x3); every
  * variant the tuner lists (in fp32x3: the tiles are tf32's too); the local memory as the
- * kernel's own array and as its argument (the CUDA runtime's). tf32's result differs from the FMA kernel's (fp32) on the same
+ * kernels' own array and as their argument (the CUDA runtime's; emulated on OpenCL). tf32's result differs from the FMA kernel's (fp32) on the same
  * data: the tensor cores ran. */
 static void test_attention_on_tensor_cores(void **state)
 {
@@ -1921,9 +1921,11 @@ static void test_attention_on_tensor_cores(void **state)
             check_tc_attention_backward(ctx, &every_variant, variants[i], rel_backward * 2.0,
                                         4250 + i);
     }
-    /* the local memory as the kernel's argument, as the CUDA runtime passes it */
+    /* the local memory as the kernels' argument, as the CUDA runtime passes it (emulated
+     * where the runtime takes their own arrays: on NVIDIA's OpenCL these kernels faulted with
+     * the argument) */
     size_t saved_stage_mem = f->stage_mem;
-    if (f->stage_mem == 0)
+    if (f->stage_mem == 0 && emulate)
         f->stage_mem = f->local_mem;
     ctx->gemm_precision = HD_PRECISION_FP32X3;
     free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4400));

@@ -421,6 +421,55 @@ static void test_attention_check_admits_tf32_operands(void **state)
     free_data(&d);
 }
 
+/* Attention's backward in tf32 likewise: dq, dk and dv computed from q, k, v and dout rounded
+ * to TF32 pass the check of a tf32 shape, and fail fp32's. */
+static void test_attention_backward_check_admits_tf32_operands(void **state)
+{
+    (void)state;
+    hd_rng rng = hd_test_rng(75);
+    hd_bench_case c = {.op = HD_OP_ATTENTION_BACKWARD,
+                       .shape = {.dim = {120, 4, 2, 32}, .precision = HD_PRECISION_TF32}};
+    step_data d;
+    make_data(&c, &rng, &d);
+    attention_backward_inputs(&d);
+    const hd_shape *s = &d.c.shape;
+    size_t T = s->dim[0], H = s->dim[1], Hk = s->dim[2], dim = s->dim[3];
+    const float *rounded[6];
+    float *copies[6] = {NULL};
+    for (int t = 0; t < 6; t++) {
+        rounded[t] = d.in[t];
+        if (t == 3 || t == 4) /* out and lse: the given forward's */
+            continue;
+        size_t n = T * (t == 0 || t == 5 ? H : Hk) * dim;
+        copies[t] = hd_test_floats(n);
+        for (size_t i = 0; i < n; i++)
+            copies[t][i] = tf32(d.in[t][i]);
+        rounded[t] = copies[t];
+    }
+    double *want[3] = {hd_test_doubles(d.out_n[0]), hd_test_doubles(d.out_n[1]),
+                       hd_test_doubles(d.out_n[2])};
+    naive_attention_backward(s, &d.cp.p, rounded, want[0], want[1], want[2]);
+    for (int o = 0; o < 3; o++)
+        round_into(d.out[o], want[o], d.out_n[o]);
+    char why[256];
+    for (int precision = 0; precision < 2; precision++) {
+        d.c.shape.precision = precision == 0 ? HD_PRECISION_TF32 : HD_PRECISION_FP32;
+        hd_ref_expect e;
+        assert_true(hd__ref_step_expect(d.c.op, s, &d.cp.p, (const float *const *)d.in, &e));
+        double worst = hd__ref_step_compare(&e, (const float *const *)d.out, why, sizeof why);
+        if (precision == 0 && !(worst <= 1.0))
+            fail_msg("tf32 operands' attention backward is %g tolerances off: %s", worst, why);
+        if (precision == 1 && !(worst > 1.0))
+            fail_msg("tf32 operands' attention backward passes fp32's check (%g)", worst);
+        hd__ref_step_expect_free(&e);
+    }
+    for (int t = 0; t < 6; t++)
+        free(copies[t]);
+    for (int o = 0; o < 3; o++)
+        free(want[o]);
+    free_data(&d);
+}
+
 /* Beyond the budget for every row's logits the LM head's loss is held between bounds, which
  * its true value meets and a negative or absurd one does not; dh is checked on sampled rows. */
 static void test_linear_cross_entropy_loss_is_bounded_at_scale(void **state)
@@ -503,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_step_check_passes_the_reference_and_catches_a_wrong_element),
         cmocka_unit_test(test_step_check_samples_rows_of_larger_outputs),
         cmocka_unit_test(test_attention_check_admits_tf32_operands),
+        cmocka_unit_test(test_attention_backward_check_admits_tf32_operands),
         cmocka_unit_test(test_linear_cross_entropy_loss_is_bounded_at_scale),
         cmocka_unit_test(test_case_params_follow_the_shape_and_the_seed),
     };

@@ -583,10 +583,10 @@ HD_API hd_status hd_rope(hd_context *ctx, const hd_rope_options *opt, const hd_t
  * kv_heads) (grouped-query attention, as transformers' repeat_kv groups them). head_dim is a
  * multiple of 8 up to 256. Row i attends to the rows j of its own sequence, j <= i when causal.
  * out is T x (heads * head_dim); lse (may be NULL; the backward needs it) is T x heads, the
- * natural log of each row's and head's sum of exp(scale * q.k). The forward's two products
- * follow the context's GEMM precision (fp32x3 and tf32 on tensor cores, the softmax in fp32,
- * as PyTorch's scaled_dot_product_attention runs fp32 inputs on sm_80+ with its 3xTF32
- * kernel); the backward computes in fp32. */
+ * natural log of each row's and head's sum of exp(scale * q.k). The products, forward and
+ * backward, follow the context's GEMM precision: fp32 FMAs, or fp32x3 and tf32 on tensor cores
+ * with the softmax in fp32 (PyTorch's scaled_dot_product_attention runs fp32 inputs on sm_80+
+ * as fp32x3). */
 typedef struct hd_attention_options {
     size_t heads, kv_heads;
     bool causal;
