@@ -5,8 +5,9 @@
  * atomics. The rows' key ranges (and, backward, the keys' query ranges) are made on the host
  * from the packed sequences and copied with the call. One program per head dimension.
  * Where the context's GEMM precision is tf32 or fp32x3 and the device has tensor cores, the
- * forward's products run on them (kernels/attention_mma.cl), its tiles in local memory that
- * the call passes (the runtime's whole opt-in memory on CUDA).
+ * forward, dq, and dk with dv run on them (kernels/attention_mma.cl; delta and the slices'
+ * sum stay attention.cl's), their tiles in local memory that the call passes on the CUDA
+ * runtime (up to its opt-in limit).
  */
 #include <limits.h>
 #include <math.h>
@@ -81,7 +82,7 @@ static bool wants_mma(const hd_fused *f, hd_precision precision)
     return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken && !f->attention_mma_broken;
 }
 
-/* The kernels of op on tensor cores, and whether the tiles t fit the local memory. */
+/* The tensor-core kernels of op. */
 static int mma_kernels_of(hd_op op, int out[2])
 {
     if (op == HD_OP_ATTENTION) {
@@ -93,6 +94,7 @@ static int mma_kernels_of(hd_op op, int out[2])
     return 2;
 }
 
+/* Whether the tiles t of op fit the local memory. */
 static bool mma_fits(const hd_fused *f, hd_op op, size_t head_dim, const tiles *t)
 {
     int k[2], n = mma_kernels_of(op, k);
@@ -294,6 +296,23 @@ static hd_status check_sizes(hd_context *ctx, const hd_step_args *a)
                      a->rows);
 }
 
+/* The most arguments a kernel takes: dk and dv's 17 and their local memory. */
+#define LAUNCH_ARGS_MAX 18
+
+/* Queues k over grid with the count arguments of list, and local (NULL: none) after them. */
+static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k,
+                                   const size_t grid[2], size_t group, const hd_fused_arg *list,
+                                   int count, const hd_fused_arg *local)
+{
+    hd_fused_arg all[LAUNCH_ARGS_MAX];
+    if (count + 1 > LAUNCH_ARGS_MAX)
+        return hd__error(ctx, HD_ERR_INTERNAL, "fused: %d arguments", count + 1);
+    memcpy(all, list, (size_t)count * sizeof *list);
+    if (local != NULL)
+        all[count++] = *local;
+    return hd__fused_launch_grid(f, ctx, k, grid, group, all, count);
+}
+
 /* Queues the forward of a on the kernel of tiles t. */
 static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
                                 const tiles *t)
@@ -321,12 +340,12 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
             HD_FUSED_VALUE(heads),
             HD_FUSED_VALUE(kv_heads),
             HD_FUSED_VALUE(qscale),
-            HD_FUSED_LOCAL(t->mma_local[MMA_FORWARD]), /* the tensor-core kernel's */
         };
+        /* the tensor-core kernel takes its local memory last, where it is an argument */
+        const hd_fused_arg local = HD_FUSED_LOCAL(t->mma_local[MMA_FORWARD]);
         const size_t grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
-        bool local_arg = t->prec != 0 && local_as_argument(f);
-        int count = (int)(sizeof list / sizeof list[0]) - (local_arg ? 0 : 1);
-        s = hd__fused_launch_grid(f, ctx, k, grid, group, list, count);
+        s = launch_with_local(f, ctx, k, grid, group, list, (int)(sizeof list / sizeof list[0]),
+                              t->prec != 0 && local_as_argument(f) ? &local : NULL);
     }
     hd__fused_buffer_release(f, kv_range);
     hd__fused_buffer_release(f, lse);
@@ -393,23 +412,6 @@ static hd_status take_scratch(hd_fused *f, hd_context *ctx, const hd_step_args *
 }
 
 enum { DELTA, DQ, DKDV, REDUCE, BACKWARD_KERNELS };
-
-/* The most arguments a backward kernel takes: dk and dv's 17 and their local memory. */
-#define LAUNCH_ARGS_MAX 18
-
-/* Queues k over grid with the count arguments of list, and local (NULL: none) after them. */
-static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k,
-                                   const size_t grid[2], size_t group, const hd_fused_arg *list,
-                                   int count, const hd_fused_arg *local)
-{
-    hd_fused_arg all[LAUNCH_ARGS_MAX];
-    if (count + 1 > LAUNCH_ARGS_MAX)
-        return hd__error(ctx, HD_ERR_INTERNAL, "fused: %d arguments", count + 1);
-    memcpy(all, list, (size_t)count * sizeof *list);
-    if (local != NULL)
-        all[count++] = *local;
-    return hd__fused_launch_grid(f, ctx, k, grid, group, all, count);
-}
 
 static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
                                  const tiles *t, hd_kernel *k[BACKWARD_KERNELS],

@@ -1,8 +1,10 @@
 /*
- * Attention's forward on NVIDIA's tensor cores (sm_80 and later): attention.cl's forward (the
- * same arguments, results, range tables, base-2 scores and masks) with its two products on
- * mma.sync (tensor_core.cl), built where the context's GEMM precision is tf32 or fp32x3
- * (ATT_MMA = 1, PREC = 1 or 3) and the device has tensor cores (or MMA_EMULATE = 1).
+ * Attention on NVIDIA's tensor cores (sm_80 and later): attention.cl's forward, dq, and dk with
+ * dv (the same arguments, results, range tables, base-2 scores and masks) with their products
+ * on mma.sync (tensor_core.cl), built where the context's GEMM precision is tf32 or fp32x3
+ * (ATT_MMA = 1, PREC = 1 or 3) and the device has tensor cores (or MMA_EMULATE = 1). The
+ * backward's delta and its slices' sum stay attention.cl's. The forward is described here;
+ * the backward's kernels, which share its products (block_dots, block_values), above each.
  *
  * Work decomposition: a work-group of MMA_BQ / 16 warps holds MMA_BQ query rows of one head
  * (tiles ordered as attention_forward's: the most keys first); warp w owns rows 16w .. + 15:
@@ -33,7 +35,8 @@
  * bf16 rows are converted as they are staged.
  *
  * Tuning parameters: MMA_BQ (query rows per work-group, a multiple of 16), MMA_BK (keys per
- * tile, a multiple of 16), PREC, FAST_EXP (attention.cl).
+ * tile, a multiple of 16), both for the forward and dq; MMA_KBK (keys per work-group) and
+ * MMA_KBQ (query rows per tile), multiples of 16, for dk and dv; PREC, FAST_EXP (attention.cl).
  */
 #if ATT_MMA
 #ifndef MMA_BQ
@@ -257,8 +260,6 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_LOCAL_FLOATS - MMA_SCRATCH(MMA_WARPS) + warp * 32 * 6;
-#else
-    __local float *scratch = NULL;
 #endif
     const int h = (int)get_group_id(0), hk = h / (heads / kv_heads);
     const int q0 = ((int)get_num_groups(1) - 1 - (int)get_group_id(1)) * MMA_BQ;
