@@ -238,8 +238,8 @@ static void dq_row(const attn *a, size_t i, double *acc, hd_ref_expect *e)
             const float *kj = a->k + (j * a->kv_heads + h / a->group) * d;
             for (size_t c = 0; c < d; c++) {
                 dq[c] += a->scale * t.ds * kj[c];
-                tol[c] += a->scale * (t.ds_err + (n + tf32_units(a)) * fabs(t.ds)) *
-                          fabs((double)kj[c]);
+                tol[c] +=
+                    a->scale * (t.ds_err + (n + tf32_units(a)) * fabs(t.ds)) * fabs((double)kj[c]);
             }
         }
         for (size_t c = 0; c < d; c++)

@@ -229,8 +229,8 @@ static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
                  "-D HEAD_DIM=%zu -D ATT_MMA=1 -D PREC=%d -D MMA_BQ=%d -D MMA_BK=%d "
                  "-D MMA_KBK=%d -D MMA_KBQ=%d -D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
-                 a->head_dim, t->prec, t->bq, t->bk, t->kbk, t->kbq, local_as_argument(f),
-                 t->fast, f->mma_emulated ? " -D MMA_EMULATE=1" : "");
+                 a->head_dim, t->prec, t->bq, t->bk, t->kbk, t->kbq, local_as_argument(f), t->fast,
+                 f->mma_emulated ? " -D MMA_EMULATE=1" : "");
         return;
     }
     snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
@@ -300,9 +300,9 @@ static hd_status check_sizes(hd_context *ctx, const hd_step_args *a)
 #define LAUNCH_ARGS_MAX 18
 
 /* Queues k over grid with the count arguments of list, and local (NULL: none) after them. */
-static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k,
-                                   const size_t grid[2], size_t group, const hd_fused_arg *list,
-                                   int count, const hd_fused_arg *local)
+static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k, const size_t grid[2],
+                                   size_t group, const hd_fused_arg *list, int count,
+                                   const hd_fused_arg *local)
 {
     hd_fused_arg all[LAUNCH_ARGS_MAX];
     if (count + 1 > LAUNCH_ARGS_MAX)
@@ -314,8 +314,7 @@ static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k,
 }
 
 /* Queues the forward of a on the kernel of tiles t. */
-static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
-                                const tiles *t)
+static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args *a, const tiles *t)
 {
     const char *name = t->prec != 0 ? "attention_forward_mma" : "attention_forward";
     size_t group = t->prec != 0 ? mma_group(t, MMA_FORWARD) : forward_group(t);
@@ -415,8 +414,7 @@ enum { DELTA, DQ, DKDV, REDUCE, BACKWARD_KERNELS };
 
 static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
                                  const tiles *t, hd_kernel *k[BACKWARD_KERNELS],
-                                 const size_t groups[BACKWARD_KERNELS],
-                                 const backward_scratch *b)
+                                 const size_t groups[BACKWARD_KERNELS], const backward_scratch *b)
 {
     const hd_tensor *q = a->in[0], *kt = a->in[1], *v = a->in[2], *out = a->in[3];
     const hd_tensor *lse = a->in[4], *dout = a->in[5];
@@ -465,15 +463,14 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
 }
 
 /* Queues the backward of a on the kernels of tiles t. */
-static hd_status run_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
-                              const tiles *t)
+static hd_status run_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a, const tiles *t)
 {
     static const char *const fma[BACKWARD_KERNELS] = {"attention_bwd_delta", "attention_bwd_dq",
                                                       "attention_bwd_dkdv",
                                                       "attention_bwd_dkdv_reduce"};
-    static const char *const mma[BACKWARD_KERNELS] = {
-        "attention_bwd_delta", "attention_bwd_dq_mma", "attention_bwd_dkdv_mma",
-        "attention_bwd_dkdv_reduce"};
+    static const char *const mma[BACKWARD_KERNELS] = {"attention_bwd_delta", "attention_bwd_dq_mma",
+                                                      "attention_bwd_dkdv_mma",
+                                                      "attention_bwd_dkdv_reduce"};
     bool on_mma = t->prec != 0;
     const size_t groups[BACKWARD_KERNELS] = {
         DELTA_GROUP, on_mma ? mma_group(t, MMA_DQ) : forward_group(t),
@@ -519,14 +516,20 @@ hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, hd_op op, cons
 size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
                                     const char **out, size_t max)
 {
-    /* the tensor-core forward's query and key tiles (a tile past the local memory is refused,
-     * and the tuner moves on), and its exponential */
-    static const char *const tensor_cores[] = {"BQ=64 BK=64", "BQ=128 BK=64", "BQ=64 BK=32",
+    /* on tensor cores: the forward's query and key tiles, the backward's dq tiles and dk and
+     * dv tiles (a tile past the local memory is refused, and the tuner moves on), and the
+     * exponential's instruction */
+    static const char *const tensor_cores[] = {"BQ=64 BK=64",  "BQ=128 BK=64", "BQ=64 BK=32",
                                                "BQ=128 BK=32", "BQ=64 BK=128", "BQ=128 BK=128",
-                                               "BQ=32 BK=64", "FAST=1"};
-    static const char *const tensor_cores_backward[] = {
-        "BQ=64 BK=64 KBK=64 KBQ=32", "BQ=128 BK=64",         "BQ=64 BK=32", "KBK=128 KBQ=32",
-        "KBK=64 KBQ=16",             "KBK=128 KBQ=16",       "KBK=32 KBQ=32", "FAST=1"};
+                                               "BQ=32 BK=64",  "FAST=1"};
+    static const char *const tensor_cores_backward[] = {"BQ=64 BK=64 KBK=64 KBQ=32",
+                                                        "BQ=128 BK=64",
+                                                        "BQ=64 BK=32",
+                                                        "KBK=128 KBQ=32",
+                                                        "KBK=64 KBQ=16",
+                                                        "KBK=128 KBQ=16",
+                                                        "KBK=32 KBQ=32",
+                                                        "FAST=1"};
     if (wants_mma(f, shape->precision)) {
         bool forward = op == HD_OP_ATTENTION;
         const char *const *list = forward ? tensor_cores : tensor_cores_backward;
@@ -540,10 +543,10 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
     /* the exponential's instruction, the key tile, the query tile and its rows per work-item,
      * and the backward's key tiles; a tile whose local memory the device lacks fails its
      * build, and the tuner moves on */
-    static const char *const narrow[] = {
-        "FAST=1",       "BK=32",        "BQ=32 RQ=4",  "RQ=4",   "BQ=128 RQ=16",
-        "KBK=32 KRK=2", "KBK=64 KRK=4", "KBQ=64",      "KBQ=16", "FAST=1 BK=32",
-        "FAST=1 RQ=4",  "KBQ=64 BQ=32 RQ=4"};
+    static const char *const narrow[] = {"FAST=1",       "BK=32",        "BQ=32 RQ=4",
+                                         "RQ=4",         "BQ=128 RQ=16", "KBK=32 KRK=2",
+                                         "KBK=64 KRK=4", "KBQ=64",       "KBQ=16",
+                                         "FAST=1 BK=32", "FAST=1 RQ=4",  "KBQ=64 BQ=32 RQ=4"};
     static const char *const wide[] = {"FAST=1", "BK=32", "BQ=16 RQ=2", "KBK=16 KRK=1", "KBQ=16"};
     bool is_wide = shape->dim[3] > 128;
     const char *const *list = is_wide ? wide : narrow;

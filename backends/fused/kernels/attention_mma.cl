@@ -246,6 +246,36 @@ MMA_UNROLL
     }
 }
 
+/* A query tile's place (the forward's and dq's work-group): head h and its kv head's columns,
+ * rows q0 .. q0 + MMA_BQ (the tiles with the most keys first), the rows' strides, the span
+ * [lo, hi) of keys its rows attend to, and this lane's two rows with their key ranges (rows
+ * past the matrix get an empty range: every weight 0). */
+typedef struct query_tile {
+    int h, q0, qcol, kcol, lo, hi, r0, r1;
+    size_t ldq, ldk;
+    int2 rg0, rg1;
+} query_tile;
+
+static inline query_tile query_tile_of(const __global int *kv_range, int tokens, int heads,
+                                       int kv_heads, int warp, int g)
+{
+    query_tile q;
+    q.h = (int)get_group_id(0);
+    q.q0 = ((int)get_num_groups(1) - 1 - (int)get_group_id(1)) * MMA_BQ;
+    q.ldq = (size_t)heads * HEAD_DIM;
+    q.ldk = (size_t)kv_heads * HEAD_DIM;
+    q.qcol = q.h * HEAD_DIM;
+    q.kcol = q.h / (heads / kv_heads) * HEAD_DIM;
+    const int last = min(q.q0 + MMA_BQ, tokens) - 1;
+    q.lo = kv_range[2 * (size_t)q.q0];
+    q.hi = kv_range[2 * (size_t)last + 1];
+    q.r0 = q.q0 + 16 * warp + g;
+    q.r1 = q.r0 + 8;
+    q.rg0 = q.r0 < tokens ? vload2(q.r0, kv_range) : (int2)(0, 0);
+    q.rg1 = q.r1 < tokens ? vload2(q.r1, kv_range) : (int2)(0, 0);
+    return q;
+}
+
 /* A score kept where key lies in range, else -inf; a weight kept, else 0. */
 #define MASKED(score, key, range) ((key) >= (range).x && (key) < (range).y ? (score) : -INFINITY)
 #define ZEROED(w, key, range)     ((key) >= (range).x && (key) < (range).y ? (w) : 0.0f)
@@ -261,22 +291,13 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_LOCAL_FLOATS - MMA_SCRATCH(MMA_WARPS) + warp * 32 * 6;
 #endif
-    const int h = (int)get_group_id(0), hk = h / (heads / kv_heads);
-    const int q0 = ((int)get_num_groups(1) - 1 - (int)get_group_id(1)) * MMA_BQ;
-    const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
-    const int qcol = h * HEAD_DIM, kcol = hk * HEAD_DIM;
-    const int last = min(q0 + MMA_BQ, tokens) - 1;
-    const int lo = kv_range[2 * (size_t)q0], hi = kv_range[2 * (size_t)last + 1];
-    /* this lane's two rows; rows past the matrix get an empty range: every weight 0 */
-    const int r0 = q0 + 16 * warp + g, r1 = r0 + 8;
-    const int2 rg0 = r0 < tokens ? vload2(r0, kv_range) : (int2)(0, 0);
-    const int2 rg1 = r1 < tokens ? vload2(r1, kv_range) : (int2)(0, 0);
+    const query_tile qt = query_tile_of(kv_range, tokens, heads, kv_heads, warp, g);
 
-    stage_rows(ks, MMA_LDA, k, ldk, kcol, lo, MMA_BK, hi, MMA_D16, id, MMA_WG);
+    stage_rows(ks, MMA_LDA, k, qt.ldk, qt.kcol, qt.lo, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
     cp_commit();
-    stage_rows(vs, MMA_LDV, v, ldk, kcol, lo, MMA_BK, hi, HEAD_DIM, id, MMA_WG);
+    stage_rows(vs, MMA_LDV, v, qt.ldk, qt.kcol, qt.lo, MMA_BK, qt.hi, HEAD_DIM, id, MMA_WG);
     cp_commit();
-    stage_scaled_rows(qs, MMA_LDA, q, ldq, qcol, q0, MMA_BQ, tokens, qscale, id, MMA_WG);
+    stage_scaled_rows(qs, MMA_LDA, q, qt.ldq, qt.qcol, qt.q0, MMA_BQ, tokens, qscale, id, MMA_WG);
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float4 o[MMA_NO];
@@ -284,7 +305,7 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
     for (int n = 0; n < MMA_NO; n++)
         o[n] = (float4)(0.0f);
 
-    for (int j0 = lo; j0 < hi; j0 += MMA_BK) {
+    for (int j0 = qt.lo; j0 < qt.hi; j0 += MMA_BK) {
         const int next = j0 + MMA_BK;
         /* (1) the tile's k has landed (its v may still be in flight) */
         cp_wait_all_but_newest();
@@ -295,8 +316,8 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
             s[j] = (float4)(0.0f);
         block_dots(qs, MMA_LDA, 16 * warp, ks, MMA_LDA, g, t, s, MMA_NS SCRATCH_PASS);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (next < hi)
-            stage_rows(ks, MMA_LDA, k, ldk, kcol, next, MMA_BK, hi, MMA_D16, id, MMA_WG);
+        if (next < qt.hi)
+            stage_rows(ks, MMA_LDA, k, qt.ldk, qt.kcol, next, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
         cp_commit();
 
         /* (2) masks, the rows' maxima, the rescaling, the weights */
@@ -304,8 +325,8 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
 #pragma unroll
         for (int j = 0; j < MMA_NS; j++) {
             const int key = j0 + 8 * j + 2 * t;
-            s[j] = (float4)(MASKED(s[j].x, key, rg0), MASKED(s[j].y, key + 1, rg0),
-                            MASKED(s[j].z, key, rg1), MASKED(s[j].w, key + 1, rg1));
+            s[j] = (float4)(MASKED(s[j].x, key, qt.rg0), MASKED(s[j].y, key + 1, qt.rg0),
+                            MASKED(s[j].z, key, qt.rg1), MASKED(s[j].w, key + 1, qt.rg1));
             /* fmax passes over NaN: its weight is NaN */
             x0 = fmax(x0, fmax(s[j].x, s[j].y));
             x1 = fmax(x1, fmax(s[j].z, s[j].w));
@@ -336,8 +357,8 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
         barrier(CLK_LOCAL_MEM_FENCE);
         block_values(vs, MMA_LDV, s, MMA_NS, g, t, o, MMA_NO SCRATCH_PASS);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (next < hi)
-            stage_rows(vs, MMA_LDV, v, ldk, kcol, next, MMA_BK, hi, HEAD_DIM, id, MMA_WG);
+        if (next < qt.hi)
+            stage_rows(vs, MMA_LDV, v, qt.ldk, qt.kcol, next, MMA_BK, qt.hi, HEAD_DIM, id, MMA_WG);
         cp_commit();
     }
 
@@ -346,20 +367,20 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
     const float f0 = 1.0f / l0, f1 = 1.0f / l1;
 #pragma unroll
     for (int n = 0; n < MMA_NO; n++) {
-        const int c = qcol + 8 * n + 2 * t;
-        if (r0 < tokens) {
-            act_store(out, (size_t)r0 * ldq + c, o[n].x * f0);
-            act_store(out, (size_t)r0 * ldq + c + 1, o[n].y * f0);
+        const int c = qt.qcol + 8 * n + 2 * t;
+        if (qt.r0 < tokens) {
+            act_store(out, (size_t)qt.r0 * qt.ldq + c, o[n].x * f0);
+            act_store(out, (size_t)qt.r0 * qt.ldq + c + 1, o[n].y * f0);
         }
-        if (r1 < tokens) {
-            act_store(out, (size_t)r1 * ldq + c, o[n].z * f1);
-            act_store(out, (size_t)r1 * ldq + c + 1, o[n].w * f1);
+        if (qt.r1 < tokens) {
+            act_store(out, (size_t)qt.r1 * qt.ldq + c, o[n].z * f1);
+            act_store(out, (size_t)qt.r1 * qt.ldq + c + 1, o[n].w * f1);
         }
     }
-    if (t == 0 && r0 < tokens)
-        lse[(size_t)r0 * heads + h] = (m0 + log2(l0)) * LN2_F;
-    if (t == 0 && r1 < tokens)
-        lse[(size_t)r1 * heads + h] = (m1 + log2(l1)) * LN2_F;
+    if (t == 0 && qt.r0 < tokens)
+        lse[(size_t)qt.r0 * heads + qt.h] = (m0 + log2(l0)) * LN2_F;
+    if (t == 0 && qt.r1 < tokens)
+        lse[(size_t)qt.r1 * heads + qt.h] = (m1 + log2(l1)) * LN2_F;
 }
 
 /* ---- backward ---- */
@@ -385,32 +406,24 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_DQ_FLOATS - MMA_SCRATCH(MMA_WARPS) + warp * 32 * 6;
 #endif
-    const int h = (int)get_group_id(0), hk = h / (heads / kv_heads);
-    const int q0 = ((int)get_num_groups(1) - 1 - (int)get_group_id(1)) * MMA_BQ;
-    const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
-    const int qcol = h * HEAD_DIM, kcol = hk * HEAD_DIM;
-    const int last = min(q0 + MMA_BQ, tokens) - 1;
-    const int lo = kv_range[2 * (size_t)q0], hi = kv_range[2 * (size_t)last + 1];
-    const int r0 = q0 + 16 * warp + g, r1 = r0 + 8;
-    const int2 rg0 = r0 < tokens ? vload2(r0, kv_range) : (int2)(0, 0);
-    const int2 rg1 = r1 < tokens ? vload2(r1, kv_range) : (int2)(0, 0);
-    const float lse0 = r0 < tokens ? lse[(size_t)r0 * heads + h] * LOG2E_F : 0.0f;
-    const float lse1 = r1 < tokens ? lse[(size_t)r1 * heads + h] * LOG2E_F : 0.0f;
-    const float dl0 = r0 < tokens ? delta[(size_t)r0 * heads + h] : 0.0f;
-    const float dl1 = r1 < tokens ? delta[(size_t)r1 * heads + h] : 0.0f;
+    const query_tile qt = query_tile_of(kv_range, tokens, heads, kv_heads, warp, g);
+    const float lse0 = qt.r0 < tokens ? lse[(size_t)qt.r0 * heads + qt.h] * LOG2E_F : 0.0f;
+    const float lse1 = qt.r1 < tokens ? lse[(size_t)qt.r1 * heads + qt.h] * LOG2E_F : 0.0f;
+    const float dl0 = qt.r0 < tokens ? delta[(size_t)qt.r0 * heads + qt.h] : 0.0f;
+    const float dl1 = qt.r1 < tokens ? delta[(size_t)qt.r1 * heads + qt.h] : 0.0f;
 
-    stage_rows(vs, MMA_LDA, v, ldk, kcol, lo, MMA_BK, hi, MMA_D16, id, MMA_WG);
-    stage_rows(ks, MMA_LDB, k, ldk, kcol, lo, MMA_BK, hi, MMA_D16, id, MMA_WG);
-    stage_rows(gs, MMA_LDA, dout, ldq, qcol, q0, MMA_BQ, tokens, MMA_D16, id, MMA_WG);
+    stage_rows(vs, MMA_LDA, v, qt.ldk, qt.kcol, qt.lo, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
+    stage_rows(ks, MMA_LDB, k, qt.ldk, qt.kcol, qt.lo, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
+    stage_rows(gs, MMA_LDA, dout, qt.ldq, qt.qcol, qt.q0, MMA_BQ, tokens, MMA_D16, id, MMA_WG);
     cp_commit();
-    stage_scaled_rows(qs, MMA_LDA, q, ldq, qcol, q0, MMA_BQ, tokens, qscale, id, MMA_WG);
+    stage_scaled_rows(qs, MMA_LDA, q, qt.ldq, qt.qcol, qt.q0, MMA_BQ, tokens, qscale, id, MMA_WG);
 
     float4 acc[MMA_NO];
 #pragma unroll
     for (int n = 0; n < MMA_NO; n++)
         acc[n] = (float4)(0.0f);
 
-    for (int j0 = lo; j0 < hi; j0 += MMA_BK) {
+    for (int j0 = qt.lo; j0 < qt.hi; j0 += MMA_BK) {
         const int next = j0 + MMA_BK;
         cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -421,36 +434,36 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
         block_dots(qs, MMA_LDA, 16 * warp, ks, MMA_LDB, g, t, s, MMA_NS SCRATCH_PASS);
         block_dots(gs, MMA_LDA, 16 * warp, vs, MMA_LDA, g, t, dp, MMA_NS SCRATCH_PASS);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (next < hi)
-            stage_rows(vs, MMA_LDA, v, ldk, kcol, next, MMA_BK, hi, MMA_D16, id, MMA_WG);
+        if (next < qt.hi)
+            stage_rows(vs, MMA_LDA, v, qt.ldk, qt.kcol, next, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
         cp_commit();
 #pragma unroll
         for (int j = 0; j < MMA_NS; j++) {
             const int key = j0 + 8 * j + 2 * t;
             const float4 p = (float4)(EXP2(s[j].x - lse0), EXP2(s[j].y - lse0),
                                       EXP2(s[j].z - lse1), EXP2(s[j].w - lse1));
-            s[j] = (float4)(ZEROED(p.x * (dp[j].x - dl0), key, rg0),
-                            ZEROED(p.y * (dp[j].y - dl0), key + 1, rg0),
-                            ZEROED(p.z * (dp[j].z - dl1), key, rg1),
-                            ZEROED(p.w * (dp[j].w - dl1), key + 1, rg1));
+            s[j] = (float4)(ZEROED(p.x * (dp[j].x - dl0), key, qt.rg0),
+                            ZEROED(p.y * (dp[j].y - dl0), key + 1, qt.rg0),
+                            ZEROED(p.z * (dp[j].z - dl1), key, qt.rg1),
+                            ZEROED(p.w * (dp[j].w - dl1), key + 1, qt.rg1));
         }
         block_values(ks, MMA_LDB, s, MMA_NS, g, t, acc, MMA_NO SCRATCH_PASS);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (next < hi)
-            stage_rows(ks, MMA_LDB, k, ldk, kcol, next, MMA_BK, hi, MMA_D16, id, MMA_WG);
+        if (next < qt.hi)
+            stage_rows(ks, MMA_LDB, k, qt.ldk, qt.kcol, next, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
         cp_commit();
     }
 
 #pragma unroll
     for (int n = 0; n < MMA_NO; n++) {
-        const int c = qcol + 8 * n + 2 * t;
-        if (r0 < tokens) {
-            act_store(dq, (size_t)r0 * ldq + c, acc[n].x * scale);
-            act_store(dq, (size_t)r0 * ldq + c + 1, acc[n].y * scale);
+        const int c = qt.qcol + 8 * n + 2 * t;
+        if (qt.r0 < tokens) {
+            act_store(dq, (size_t)qt.r0 * qt.ldq + c, acc[n].x * scale);
+            act_store(dq, (size_t)qt.r0 * qt.ldq + c + 1, acc[n].y * scale);
         }
-        if (r1 < tokens) {
-            act_store(dq, (size_t)r1 * ldq + c, acc[n].z * scale);
-            act_store(dq, (size_t)r1 * ldq + c + 1, acc[n].w * scale);
+        if (qt.r1 < tokens) {
+            act_store(dq, (size_t)qt.r1 * qt.ldq + c, acc[n].z * scale);
+            act_store(dq, (size_t)qt.r1 * qt.ldq + c + 1, acc[n].w * scale);
         }
     }
 }
