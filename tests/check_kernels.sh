@@ -38,13 +38,13 @@ join lora common gemv lowrank lora
 join lora_update common lowrank lora_update
 join lora_backward common lowrank lora_backward
 join rows_backward common rows_backward
-join gemm_tile gemm gemm_tile
-join gemm_mma gemm gemm_mma
-join gemm_wgmma gemm gemm_wgmma
+join gemm_tile tensor_core gemm gemm_tile
+join gemm_mma tensor_core gemm gemm_mma
+join gemm_wgmma tensor_core gemm gemm_wgmma
 join elementwise elem elementwise
 join rope elem rope
 join embedding elem embedding
-join attention elem attention
+join attention elem tensor_core attention attention_mma
 join add_rms_norm common elem add_rms_norm
 join cross_entropy common elem cross_entropy
 join adamw common adamw
@@ -99,6 +99,17 @@ for bf16 in 0 1; do
         check attention -DHEAD_DIM=$d -DACT_BF16=$bf16
     done
 done
+# Attention on tensor cores (attention_mma.cl): both arithmetics, the local memory as the
+# kernels' own arrays and as their argument, tiles other than the defaults, a head that is no
+# multiple of 16, bf16 activations, the emulation.
+for prec in 1 3; do
+    for local_arg in 0 1; do
+        check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=$prec -DMMA_LOCAL_ARG=$local_arg
+    done
+done
+check attention -DHEAD_DIM=72 -DATT_MMA=1 -DPREC=3 -DMMA_BQ=32 -DMMA_BK=16 -DMMA_KBK=32 -DMMA_KBQ=16
+check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=1 -DMMA_LOCAL_ARG=1 -DACT_BF16=1
+check attention -DHEAD_DIM=64 -DATT_MMA=1 -DPREC=3 -DMMA_EMULATE=1
 check adamw
 check adamw -DWG=64 -DELEMS=1
 
