@@ -11,10 +11,10 @@ and "<!-- benchmarks_md: end -->" from every run under DIR (default: bench/resul
 script), one folder per machine kind, GPUs first and newest first: ours.json (dispatch-bench),
 the peers' JSON (every other .json file but llama-*.json, schema hd-bench/1), machine.txt (its
 first "commit:" line), command.txt (the command that made the run), note.txt (optional, printed
-under the run's heading) and llama-ours.json / llama-torch.json (optional: the Llama trainer's
-step against transformers + PEFT, bench/main.sh's llama stage). Each run gets a summary per
-suite in two timing modes (the first two of device, sync and chain that ours and its first peer
-both measured) and its trainer table; the newest GPU run with a PyTorch peer also gets one table
+under the run's heading) and llama-ours.json, llama-ours-<precision>.json and llama-torch.json
+(optional: the Llama trainer's step against transformers + PEFT, bench/main.sh's llama stage).
+Each run gets a summary per suite in two timing modes (the first two of device, sync and chain
+that ours and its first peer both measured) and its trainer table; the newest GPU run with a PyTorch peer also gets one table
 per suite, both modes side by side. With --check it writes nothing and exits 1 where PAGE is
 not what the runs give.
 
@@ -222,8 +222,9 @@ def when(date):
 
 def trainer_section(folder):
     """The Llama LoRA trainer's steps against transformers + PEFT on the same weights, from
-    llama-ours.json (examples/llama_lora --json) and llama-torch.json (torch_llama.py compare);
-    none where the run has no llama-torch.json."""
+    llama-ours.json (examples/llama_lora --json; its losses and gradients are the ones
+    compared), llama-ours-<precision>.json (the same trainer in another precision) and
+    llama-torch.json (torch_llama.py compare); none where the run has no llama-torch.json."""
     path = os.path.join(folder, "llama-torch.json")
     if not os.path.isfile(path):
         return []
@@ -233,17 +234,24 @@ def trainer_section(folder):
     if os.path.isfile(os.path.join(folder, "llama-ours.json")):
         with open(os.path.join(folder, "llama-ours.json")) as f:
             ours = json.load(f)
+    # each precision's step of ours: llama-ours.json's, and llama-ours-<precision>.json's
+    steps = {}
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("llama-ours") and name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                run = json.load(f)
+            times = sorted(run.get("step_seconds", []))
+            if times and run.get("precision"):
+                steps[run["precision"]] = times[len(times) // 2]
     lines = ["**The LoRA trainer against PEFT** (`examples/llama_lora` and "
              "`bench/peers/torch_llama.py`, model %s, %s tokens a step, the same weights and "
              "data; median step of 10; ratio = PEFT's step / ours)" % (
                  peer.get("config", "?"), peer.get("tokens", "?")), "",
              "| precision | llama_lora | PyTorch %s + PEFT | ratio | PyTorch peak memory |" %
              peer.get("torch", "?"), "|---|---|---|---|---|"]
-    mine = sorted(ours.get("step_seconds", []))
-    mine_s = mine[len(mine) // 2] if mine else None
     for precision, m in peer.get("modes", {}).items():
         p = m.get("median_step_s")
-        o = mine_s if ours.get("precision") == precision else None
+        o = steps.get(precision)
         lines.append("| %s | %s | %s | %s | %.2f GiB |" % (
             precision, scaled(o) if o else "not run", scaled(p),
             "%.2f×" % (p / o) if o and p else "-", m.get("peak_bytes", 0) / 2**30))

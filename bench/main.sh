@@ -153,7 +153,8 @@ done
 
 # The Llama LoRA trainer against transformers + PEFT on the same weights, LoRA factors and
 # tokens (bench/peers/torch_llama.py): where PyTorch sees a GPU, the step of LLAMA_CONFIG
-# (default 8b2: two Llama-3-8B-shaped layers, 2048 tokens); LLAMA=0 skips it.
+# (default 8b2: two Llama-3-8B-shaped layers, 2048 tokens) in fp32 (losses and gradients
+# compared) and in tf32; LLAMA=0 skips it.
 trainer="$build/examples/llama_lora"
 if [ "${LLAMA:-1}" = 1 ] && stage llama && [ -x "$trainer" ] &&
     "$python" -c 'import torch, sys, peft, transformers; sys.exit(not torch.cuda.is_available())' \
@@ -167,9 +168,14 @@ if [ "${LLAMA:-1}" = 1 ] && stage llama && [ -x "$trainer" ] &&
     "$trainer" $("$python" bench/peers/torch_llama.py args --config "$config" --dir "$work") \
         --save-grads "$work/ours-grads.safetensors" --json "$work/ours.json" 2>&1 |
         log "$out/llama-ours.txt"
+    # the trainer's step in tf32 too, as PEFT's is timed (its losses are not compared)
+    # shellcheck disable=SC2046
+    "$trainer" $("$python" bench/peers/torch_llama.py args --config "$config" --dir "$work") \
+        --precision tf32 --json "$work/ours-tf32.json" 2>&1 | log "$out/llama-ours-tf32.txt"
     "$python" bench/peers/torch_llama.py compare --config "$config" --dir "$work" \
         --json "$out/llama-torch.json" 2>&1 | log "$out/llama-torch.txt"
     cp "$work/ours.json" "$out/llama-ours.json"
+    cp "$work/ours-tf32.json" "$out/llama-ours-tf32.json" 2>/dev/null || true
     rm -f "$work"/*.safetensors "$work/tokens.bin" # gigabytes: the results keep the figures
 else
     echo "== Llama LoRA step skipped (LLAMA=0, no trainer, or no CUDA, PEFT or transformers)"
