@@ -61,7 +61,7 @@ double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precisi
 {
     double rel = scale * k * FLT_EPSILON;
     if (precision == HD_PRECISION_TF32)
-        rel += 1.0 / 512.0;
+        rel += HD_REF_TF32;
     return rel * bound + 1e-30;
 }
 

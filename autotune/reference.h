@@ -41,9 +41,13 @@ hd_ref_elem hd__ref_matmul_elem(hd_op op, const hd_shape *shape, const hd_ref_in
 /* Row i of a row op, into want (shape->dim[1] values). */
 void hd__ref_row(hd_op op, const hd_shape *shape, const hd_ref_inputs *in, size_t i, double *want);
 
+/* The relative error tf32 allows a product of two fp32 operands reduced to TF32's 10 mantissa
+ * bits, rounded or (Hopper's warpgroup kernel) truncated. */
+#define HD_REF_TF32 (1.0 / 512.0)
+
 /* How far a GEMM or LoRA element may be from the reference: a k-long float sum's rounding bound
  * (`scale` times k·ε, relative to the sum of the terms' magnitudes `bound`); fp32x3 is held to
- * the same bound as fp32, tf32 adds its operands' rounding (2^-9 of `bound`). */
+ * the same bound as fp32, tf32 adds its operands' rounding (HD_REF_TF32 of `bound`). */
 double hd__ref_matmul_tolerance(double k, double bound, double scale, hd_precision precision);
 /* Float64 multiply-adds one output element of GEMM (k) or LoRA (in * (1 + rank)) costs
  * hd__ref_matmul_elem: what a check's sample size is budgeted by (hd__ref_affordable). */

@@ -19,13 +19,14 @@
  * backward's given out and lse: FlashAttention's definition, which the backends compute),
  * W_ij = p_ij (E_ij |dp_ij - delta_i| + d (sum_c |dout_ic v_jc| + sum_c |dout_ic out_ic|)) the
  * error of ds, and N_j the terms of key j's sums (its queries times the group's heads).
- * In tf32 (the products on tensor cores, operands of 10 mantissa bits), with t = 2^-9 as
- * hd__ref_matmul_tolerance takes it: a score is off by t S_ij more, so out_ic by
+ * In tf32 (the products on tensor cores, operands of 10 mantissa bits), with t = HD_REF_TF32
+ * as hd__ref_matmul_tolerance takes it: a score is off by t S_ij more, so out_ic by
  * t sum_j p_ij (S_ij |v_jc - out_ic| + |v_jc|) (the weights' error, v's and p's rounding) and
- * lse_i by t sum_j p_ij S_ij; backward, E_ij gains t S_ij / u, W_ij gains
- * t p_ij (S_ij |dp_ij - delta_i| + sum_c |dout_ic v_jc|) / u (dp's products), and each term of
- * dq, dk and dv t / u of its size (ds, p and the other operand rounded). fp32x3 stays within
- * the fp32 bounds' factor K.
+ * lse_i by t sum_j p_ij S_ij; backward, in the u counts above (so times K with them), E_ij
+ * gains t S_ij / u, W_ij gains t p_ij (S_ij |dp_ij - delta_i| + sum_c |dout_ic v_jc|) / u
+ * (dp's products), and each term of dq, dk and dv t / u of its size (ds, p and the other
+ * operand rounded). These bounds are linear: they hold while t S_ij stays well below 1. fp32x3
+ * is held to the fp32 bounds.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -153,7 +154,7 @@ static void forward_row_head(const attn *a, size_t i, size_t h, double *sc, doub
         for (size_t c = 0; c < d; c++)
             tol[c] += p * (E * fabs(vj[c] - out[c]) + (n + 2) * fabs((double)vj[c]));
     }
-    double t = a->tf32 ? 1.0 / 512.0 : 0.0;
+    double t = a->tf32 ? HD_REF_TF32 : 0.0;
     for (size_t c = 0; c < d; c++)
         tol_tf32[c] = 0.0;
     for (size_t j = b; j < end && t > 0.0; j++) {
@@ -205,7 +206,7 @@ static double delta_of(const attn *a, size_t i, size_t h, double *mag)
 /* tf32's rounding of a product's operands, in units of u (0 in fp32 and fp32x3). */
 static double tf32_units(const attn *a)
 {
-    return a->tf32 ? 1.0 / 512.0 / HD_REF_U : 0.0;
+    return a->tf32 ? HD_REF_TF32 / HD_REF_U : 0.0;
 }
 
 static pair_terms pair_of(const attn *a, size_t i, size_t h, size_t j, double n)

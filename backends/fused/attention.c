@@ -75,11 +75,13 @@ static size_t local_capacity(const hd_fused *f)
     return local_as_argument(f) ? f->stage_mem : f->local_mem;
 }
 
-/* Whether attention runs on tensor cores: the precision asks for them and the device has
- * them. */
-static bool wants_mma(const hd_fused *f, hd_precision precision)
+/* Whether op runs on tensor cores: the precision asks for them and the device has them. The
+ * backward's accumulators of dk and dv (dq) take HEAD_DIM floats a lane each, so heads past 128
+ * would outgrow a thread's registers: their backward stays on the FMA kernels. */
+static bool wants_mma(const hd_fused *f, hd_op op, size_t head_dim, hd_precision precision)
 {
-    return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken && !f->attention_mma_broken;
+    return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken && !f->attention_mma_broken &&
+           (op == HD_OP_ATTENTION || head_dim <= 128);
 }
 
 /* The tensor-core kernels of op. */
@@ -118,8 +120,19 @@ static void mma_shrink(const hd_fused *f, int kernel, size_t head_dim, tiles *t,
     }
 }
 
-/* The tensor-core tiles: the variant's, or the defaults (64 x 64 forward and dq, 64 keys by
- * 32 rows dk and dv) halved, keys first, until they fit the local memory. */
+/* Whether the variant p names the forward's and dq's tiles, and dk and dv's. */
+static bool names_query_tiles(const hd_fused_params *p)
+{
+    return p->att_bq != 0 || p->att_bk != 0;
+}
+
+static bool names_key_tiles(const hd_fused_params *p)
+{
+    return p->att_kbk != 0 || p->att_kbq != 0;
+}
+
+/* The tensor-core tiles: those the variant names, the others the defaults (64 x 64 forward
+ * and dq, 64 keys by 32 rows dk and dv) halved, keys first, until they fit the local memory. */
 static void mma_tiles_of(const hd_fused *f, hd_op op, size_t head_dim, hd_precision precision,
                          const hd_fused_params *p, tiles *t)
 {
@@ -129,11 +142,10 @@ static void mma_tiles_of(const hd_fused *f, hd_op op, size_t head_dim, hd_precis
                  .kbq = or_default(p->att_kbq, 32),
                  .fast = p->att_fast,
                  .prec = precision == HD_PRECISION_TF32 ? 1 : 3};
-    bool chosen = p->att_bq != 0 || p->att_bk != 0 || p->att_kbk != 0 || p->att_kbq != 0;
-    if (!chosen) {
+    if (!names_query_tiles(p))
         mma_shrink(f, op == HD_OP_ATTENTION ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
+    if (!names_key_tiles(p))
         mma_shrink(f, MMA_DKDV, head_dim, t, &t->kbk, &t->kbq);
-    }
     for (int k = 0; k < MMA_KERNELS; k++)
         t->mma_local[k] = mma_local_bytes(f, head_dim, t, k);
 }
@@ -189,12 +201,11 @@ static hd_status tiles_of(hd_fused *f, hd_context *ctx, hd_op op, size_t head_di
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ATTENTION, variant, &p);
     if (s != HD_OK)
         return s;
-    if (wants_mma(f, precision)) {
+    if (wants_mma(f, op, head_dim, precision)) {
         mma_tiles_of(f, op, head_dim, precision, &p, t);
         /* default tiles past the local memory (wide heads within OpenCL's 48 KiB) leave the
          * call to the FMA kernels, whose tiles are sized for it */
-        bool chosen = p.att_bq != 0 || p.att_bk != 0 || p.att_kbk != 0 || p.att_kbq != 0;
-        if (chosen || mma_fits(f, op, head_dim, t))
+        if (names_query_tiles(&p) || names_key_tiles(&p) || mma_fits(f, op, head_dim, t))
             return mma_tiles_check(f, ctx, op, head_dim, t);
     }
     bool wide = head_dim > 128;
@@ -519,18 +530,13 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
     /* on tensor cores: the forward's query and key tiles, the backward's dq tiles and dk and
      * dv tiles (a tile past the local memory is refused, and the tuner moves on), and the
      * exponential's instruction */
-    static const char *const tensor_cores[] = {"BQ=64 BK=64",  "BQ=128 BK=64", "BQ=64 BK=32",
-                                               "BQ=128 BK=32", "BQ=64 BK=128", "BQ=128 BK=128",
-                                               "BQ=32 BK=64",  "FAST=1"};
-    static const char *const tensor_cores_backward[] = {"BQ=64 BK=64 KBK=64 KBQ=32",
-                                                        "BQ=128 BK=64",
-                                                        "BQ=64 BK=32",
-                                                        "KBK=128 KBQ=32",
-                                                        "KBK=64 KBQ=16",
-                                                        "KBK=128 KBQ=16",
-                                                        "KBK=32 KBQ=32",
-                                                        "FAST=1"};
-    if (wants_mma(f, shape->precision)) {
+    static const char *const tensor_cores[] = {
+        "BQ=64 BK=64",   "BQ=128 BK=64", "BQ=64 BK=32", "BQ=128 BK=32", "BQ=64 BK=128",
+        "BQ=128 BK=128", "BQ=32 BK=64",  "BQ=32 BK=32", "BQ=32 BK=16",  "FAST=1"};
+    static const char *const tensor_cores_backward[] = {
+        "BQ=128 BK=64",  "BQ=64 BK=32",    "BQ=32 BK=32",   "BQ=32 BK=16",   "KBK=128 KBQ=32",
+        "KBK=64 KBQ=16", "KBK=128 KBQ=16", "KBK=32 KBQ=32", "KBK=32 KBQ=16", "FAST=1"};
+    if (wants_mma(f, op, shape->dim[3], shape->precision)) {
         bool forward = op == HD_OP_ATTENTION;
         const char *const *list = forward ? tensor_cores : tensor_cores_backward;
         size_t count = forward ? sizeof tensor_cores / sizeof tensor_cores[0]

@@ -430,7 +430,7 @@ size_t hd__fused_step_variants(const hd_fused *f, hd_op op, const hd_shape *shap
 /* Attention's: whether variant's tiles fit the head dimension (the kernels' divisibility and
  * the device's work-group limit; a tile whose local memory the device lacks fails its build,
  * or, on the tensor cores, is refused), and the variants worth timing (the tensor-core
- * forward's where the shape's precision runs on them). */
+ * kernels' where the shape's precision runs op on them). */
 hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
                                     const char *variant);
 size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape *shape,

@@ -586,7 +586,8 @@ HD_API hd_status hd_rope(hd_context *ctx, const hd_rope_options *opt, const hd_t
  * natural log of each row's and head's sum of exp(scale * q.k). The products, forward and
  * backward, follow the context's GEMM precision: fp32 FMAs, or fp32x3 and tf32 on tensor cores
  * with the softmax in fp32 (PyTorch's scaled_dot_product_attention runs fp32 inputs on sm_80+
- * as fp32x3). */
+ * as fp32x3); fp32 FMAs where the fused backend's tiles do not fit (docs/kernels.md) and on the
+ * CPU backend, both at least as accurate. */
 typedef struct hd_attention_options {
     size_t heads, kv_heads;
     bool causal;

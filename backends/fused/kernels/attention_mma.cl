@@ -40,10 +40,10 @@
  */
 #if ATT_MMA
 #ifndef MMA_BQ
-#define MMA_BQ 64
+#define MMA_BQ 64 /* query rows per work-group (forward and dq) */
 #endif
 #ifndef MMA_BK
-#define MMA_BK 64
+#define MMA_BK 64 /* keys per tile (forward and dq) */
 #endif
 #ifndef MMA_KBK
 #define MMA_KBK 64 /* keys per work-group (dk and dv) */
