@@ -1917,7 +1917,8 @@ static size_t bits_differ(float *a, float *b, size_t n)
  * for this device's local memory; the local memory as the kernels' own array and as their
  * argument (the CUDA runtime's; emulated on OpenCL); the tiles chosen within OpenCL's 48 KiB
  * and the FMA kernels where none fit (emulated). Both precisions give other bits than the
- * FMA kernels on most elements of the same data, forward and backward: the tensor cores ran. */
+ * FMA kernels on most elements of the same data, forward and backward (the tensor cores ran),
+ * and the same bits when run again. */
 static void test_attention_on_tensor_cores(void **state)
 {
     hd_context *ctx = *state;
@@ -1979,6 +1980,13 @@ static void test_attention_on_tensor_cores(void **state)
         ctx->gemm_precision = precisions[pi];
         float *tc = check_tc_attention(ctx, same, NULL, rel, 4300);
         float *tc_dq = check_tc_attention_backward(ctx, same, NULL, rel, 4301);
+        /* and the same bits again: every sum in a fixed order */
+        float *again = check_tc_attention(ctx, same, NULL, rel, 4300);
+        float *again_dq = check_tc_attention_backward(ctx, same, NULL, rel, 4301);
+        assert_int_equal(bits_differ(again, tc, n_out), 0);
+        assert_int_equal(bits_differ(again_dq, tc_dq, n_out), 0);
+        tc = check_tc_attention(ctx, same, NULL, rel, 4300);
+        tc_dq = check_tc_attention_backward(ctx, same, NULL, rel, 4301);
         assert_true(bits_differ(fma, tc, n_out) > n_out / 2);
         assert_true(bits_differ(fma_dq, tc_dq, n_out) > n_out / 2);
     }
