@@ -362,26 +362,6 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
     return s;
 }
 
-hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *args)
-{
-    hd_fused *f = state;
-    const hd_step_args *a = &args->step;
-    tiles t = {0};
-    hd_status s = check_sizes(ctx, a);
-    if (s == HD_OK)
-        s = tiles_of(f, ctx, HD_OP_ATTENTION, a->head_dim, a->precision, a->variant, &t);
-    if (s == HD_OK)
-        s = launch_forward(f, ctx, a, &t);
-    if (s == HD_ERR_BUILD && t.prec != 0 && a->variant == NULL) {
-        /* the FMA kernel instead, for this context */
-        f->attention_mma_broken = true;
-        s = tiles_of(f, ctx, HD_OP_ATTENTION, a->head_dim, a->precision, NULL, &t);
-        if (s == HD_OK)
-            s = launch_forward(f, ctx, a, &t);
-    }
-    return s;
-}
-
 /* The backward's scratch: delta (tokens x heads) and, where the query heads of a kv head are
  * split, the partial dk and dv of each slice. */
 typedef struct backward_scratch {
@@ -497,24 +477,35 @@ static hd_status run_backward(hd_fused *f, hd_context *ctx, const hd_step_args *
     return s;
 }
 
-hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op_args *args)
+/* Runs op (its kernels queued by run) on the call's tiles; where the tensor-core kernels of
+ * the default tiles fail to build, on the FMA kernels instead, for this context. */
+static hd_status run_attention(hd_fused *f, hd_context *ctx, hd_op op, const hd_step_args *a,
+                               hd_status (*run)(hd_fused *, hd_context *, const hd_step_args *,
+                                                const tiles *))
 {
-    hd_fused *f = state;
-    const hd_step_args *a = &args->step;
     tiles t = {0};
     hd_status s = check_sizes(ctx, a);
     if (s == HD_OK)
-        s = tiles_of(f, ctx, HD_OP_ATTENTION_BACKWARD, a->head_dim, a->precision, a->variant, &t);
+        s = tiles_of(f, ctx, op, a->head_dim, a->precision, a->variant, &t);
     if (s == HD_OK)
-        s = run_backward(f, ctx, a, &t);
+        s = run(f, ctx, a, &t);
     if (s == HD_ERR_BUILD && t.prec != 0 && a->variant == NULL) {
-        /* the FMA kernels instead, for this context */
         f->attention_mma_broken = true;
-        s = tiles_of(f, ctx, HD_OP_ATTENTION_BACKWARD, a->head_dim, a->precision, NULL, &t);
+        s = tiles_of(f, ctx, op, a->head_dim, a->precision, NULL, &t);
         if (s == HD_OK)
-            s = run_backward(f, ctx, a, &t);
+            s = run(f, ctx, a, &t);
     }
     return s;
+}
+
+hd_status hd__fused_attention(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return run_attention(state, ctx, HD_OP_ATTENTION, &args->step, launch_forward);
+}
+
+hd_status hd__fused_attention_backward(void *state, hd_context *ctx, const hd_op_args *args)
+{
+    return run_attention(state, ctx, HD_OP_ATTENTION_BACKWARD, &args->step, run_backward);
 }
 
 hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, hd_op op, const hd_shape *shape,
