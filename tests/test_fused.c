@@ -1732,6 +1732,49 @@ static bool tile_declined(hd_context *ctx, hd_status s, const char *what)
     return true;
 }
 
+/* A case's random inputs from seed (q and k within +-range, v and dout within +-1; dout for
+ * the backward alone, NULL else) and its shape for the float64 reference. */
+typedef struct tc_inputs {
+    size_t qd, kd; /* q's and k's columns */
+    float *q, *k, *v, *dout;
+    int lens[16];
+    hd_ref_attention_shape rs; /* its seq_lens are lens: the struct stays where it was made */
+} tc_inputs;
+
+static void tc_inputs_make(const tc_attention_case *c, uint64_t seed, bool backward,
+                           tc_inputs *in)
+{
+    hd_rng rng = hd_test_rng(seed);
+    size_t t = c->tokens;
+    in->qd = c->heads * c->head_dim;
+    in->kd = c->kv_heads * c->head_dim;
+    in->q = hd_test_random(&rng, t * in->qd, -c->range, c->range);
+    in->k = hd_test_random(&rng, t * in->kd, -c->range, c->range);
+    in->v = hd_test_random(&rng, t * in->kd, -1, 1);
+    in->dout = backward ? hd_test_random(&rng, t * in->qd, -1, 1) : NULL;
+    assert_true(c->count <= sizeof in->lens / sizeof in->lens[0]);
+    for (size_t i = 0; i < c->count; i++)
+        in->lens[i] = (int)c->lengths[i];
+    if (c->count == 0)
+        in->lens[0] = (int)t;
+    in->rs = (hd_ref_attention_shape){.tokens = t,
+                                      .heads = c->heads,
+                                      .kv_heads = c->kv_heads,
+                                      .head_dim = c->head_dim,
+                                      .seq_lens = in->lens,
+                                      .nseq = c->count ? c->count : 1,
+                                      .causal = c->causal,
+                                      .scale = 1.0 / sqrt((double)c->head_dim)};
+}
+
+static void tc_inputs_free(tc_inputs *in)
+{
+    free(in->q);
+    free(in->k);
+    free(in->v);
+    free(in->dout);
+}
+
 /* Runs the forward of c on the fused backend with variant (NULL: through the public call)
  * in the context's precision, checks out and lse against the float64 reference within rel
  * of their scale, and returns out (the caller frees it); NULL where the variant's tile does
@@ -1739,27 +1782,12 @@ static bool tile_declined(hd_context *ctx, hd_status s, const char *what)
 static float *check_tc_attention(hd_context *ctx, const tc_attention_case *c, const char *variant,
                                  double rel, uint64_t seed)
 {
-    hd_rng rng = hd_test_rng(seed);
-    size_t t = c->tokens, qd = c->heads * c->head_dim, kd = c->kv_heads * c->head_dim;
-    float *q = hd_test_random(&rng, t * qd, -c->range, c->range);
-    float *k = hd_test_random(&rng, t * kd, -c->range, c->range);
-    float *v = hd_test_random(&rng, t * kd, -1, 1);
-    int lens[16];
-    assert_true(c->count <= 16);
-    for (size_t i = 0; i < c->count; i++)
-        lens[i] = (int)c->lengths[i];
-    if (c->count == 0)
-        lens[0] = (int)t;
-    hd_ref_attention_shape rs = {.tokens = t,
-                                 .heads = c->heads,
-                                 .kv_heads = c->kv_heads,
-                                 .head_dim = c->head_dim,
-                                 .seq_lens = lens,
-                                 .nseq = c->count ? c->count : 1,
-                                 .causal = c->causal,
-                                 .scale = 1.0 / sqrt((double)c->head_dim)};
+    tc_inputs in;
+    tc_inputs_make(c, seed, false, &in);
+    size_t t = c->tokens, qd = in.qd, kd = in.kd;
+    float *q = in.q, *k = in.k, *v = in.v;
     double *out = hd_test_doubles(t * qd), *lse = hd_test_doubles(t * c->heads);
-    hd__ref_attention(&rs, q, k, v, out, lse);
+    hd__ref_attention(&in.rs, q, k, v, out, lse);
     hd_tensor *tq = hd_test_tensor(ctx, t, qd, q), *tk = hd_test_tensor(ctx, t, kd, k);
     hd_tensor *tv = hd_test_tensor(ctx, t, kd, v), *to = hd_test_tensor(ctx, t, qd, NULL);
     hd_tensor *tl = hd_test_tensor(ctx, t, c->heads, NULL);
@@ -1796,9 +1824,7 @@ done:;
     hd_tensor *all[] = {tq, tk, tv, to, tl};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         hd_tensor_destroy(all[i]);
-    free(q);
-    free(k);
-    free(v);
+    tc_inputs_free(&in);
     free(out);
     free(lse);
     return got;
@@ -1811,30 +1837,15 @@ done:;
 static float *check_tc_attention_backward(hd_context *ctx, const tc_attention_case *c,
                                           const char *variant, double rel, uint64_t seed)
 {
-    hd_rng rng = hd_test_rng(seed);
-    size_t t = c->tokens, qd = c->heads * c->head_dim, kd = c->kv_heads * c->head_dim;
-    float *q = hd_test_random(&rng, t * qd, -c->range, c->range);
-    float *k = hd_test_random(&rng, t * kd, -c->range, c->range);
-    float *v = hd_test_random(&rng, t * kd, -1, 1), *dout = hd_test_random(&rng, t * qd, -1, 1);
-    int lens[16];
-    assert_true(c->count <= 16);
-    for (size_t i = 0; i < c->count; i++)
-        lens[i] = (int)c->lengths[i];
-    if (c->count == 0)
-        lens[0] = (int)t;
-    hd_ref_attention_shape rs = {.tokens = t,
-                                 .heads = c->heads,
-                                 .kv_heads = c->kv_heads,
-                                 .head_dim = c->head_dim,
-                                 .seq_lens = lens,
-                                 .nseq = c->count ? c->count : 1,
-                                 .causal = c->causal,
-                                 .scale = 1.0 / sqrt((double)c->head_dim)};
+    tc_inputs in;
+    tc_inputs_make(c, seed, true, &in);
+    size_t t = c->tokens, qd = in.qd, kd = in.kd;
+    float *q = in.q, *k = in.k, *v = in.v, *dout = in.dout;
     double *out = hd_test_doubles(t * qd), *lse = hd_test_doubles(t * c->heads);
     double *dq = hd_test_doubles(t * qd), *dk = hd_test_doubles(t * kd);
     double *dv = hd_test_doubles(t * kd);
-    hd__ref_attention(&rs, q, k, v, out, lse);
-    hd__ref_attention_backward(&rs, q, k, v, dout, dq, dk, dv);
+    hd__ref_attention(&in.rs, q, k, v, out, lse);
+    hd__ref_attention_backward(&in.rs, q, k, v, dout, dq, dk, dv);
     float *outf = hd_test_floats(t * qd), *lsef = hd_test_floats(t * c->heads);
     for (size_t i = 0; i < t * qd; i++)
         outf[i] = (float)out[i];
@@ -1888,7 +1899,8 @@ static float *check_tc_attention_backward(hd_context *ctx, const tc_attention_ca
     hd_tensor *all[] = {tq, tk, tv, to, tl, tg, tdq, tdk, tdv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         hd_tensor_destroy(all[i]);
-    float *fl[] = {q, k, v, dout, outf, lsef};
+    tc_inputs_free(&in);
+    float *fl[] = {outf, lsef};
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
         free(fl[i]);
     double *dd[] = {out, lse, dq, dk, dv};
