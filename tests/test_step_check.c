@@ -369,14 +369,23 @@ static void test_step_check_samples_rows_of_larger_outputs(void **state)
     }
 }
 
-/* x rounded to TF32 (10 mantissa bits, to nearest), as the tensor cores read it. */
-static float tf32(float x)
+/* d's outputs, computed from TF32-rounded operands, pass the check of its shape in tf32 and
+ * fail it in fp32. */
+static void expect_tf32_passes_fp32_fails(step_data *d, const char *what)
 {
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    bits = (bits + 0x1000u) & 0xffffe000u;
-    memcpy(&x, &bits, sizeof x);
-    return x;
+    char why[256];
+    for (int precision = 0; precision < 2; precision++) {
+        d->c.shape.precision = precision == 0 ? HD_PRECISION_TF32 : HD_PRECISION_FP32;
+        hd_ref_expect e;
+        assert_true(hd__ref_step_expect(d->c.op, &d->c.shape, &d->cp.p,
+                                        (const float *const *)d->in, &e));
+        double worst = hd__ref_step_compare(&e, (const float *const *)d->out, why, sizeof why);
+        if (precision == 0 && !(worst <= 1.0))
+            fail_msg("tf32 operands' %s is %g tolerances off: %s", what, worst, why);
+        if (precision == 1 && !(worst > 1.0))
+            fail_msg("tf32 operands' %s passes fp32's check (%g)", what, worst);
+        hd__ref_step_expect_free(&e);
+    }
 }
 
 /* Attention's forward in tf32: an output computed from q, k and v rounded to TF32 (the
@@ -396,24 +405,13 @@ static void test_attention_check_admits_tf32_operands(void **state)
     for (int t = 0; t < 3; t++) {
         rounded[t] = hd_test_floats(n[t]);
         for (size_t i = 0; i < n[t]; i++)
-            rounded[t][i] = tf32(d.in[t][i]);
+            rounded[t][i] = hd_test_tf32(d.in[t][i]);
     }
     double *out = hd_test_doubles(n[0]), *lse = hd_test_doubles(T * H);
     naive_attention(s, &d.cp.p, rounded[0], rounded[1], rounded[2], out, lse);
     round_into(d.out[0], out, n[0]);
     round_into(d.out[1], lse, T * H);
-    char why[256];
-    for (int precision = 0; precision < 2; precision++) {
-        d.c.shape.precision = precision == 0 ? HD_PRECISION_TF32 : HD_PRECISION_FP32;
-        hd_ref_expect e;
-        assert_true(hd__ref_step_expect(d.c.op, s, &d.cp.p, (const float *const *)d.in, &e));
-        double worst = hd__ref_step_compare(&e, (const float *const *)d.out, why, sizeof why);
-        if (precision == 0 && !(worst <= 1.0))
-            fail_msg("tf32 operands' attention is %g tolerances off: %s", worst, why);
-        if (precision == 1 && !(worst > 1.0))
-            fail_msg("tf32 operands' attention passes fp32's check (%g)", worst);
-        hd__ref_step_expect_free(&e);
-    }
+    expect_tf32_passes_fp32_fails(&d, "attention");
     for (int t = 0; t < 3; t++)
         free(rounded[t]);
     free(out);
@@ -443,7 +441,7 @@ static void test_attention_backward_check_admits_tf32_operands(void **state)
         size_t n = T * (t == 0 || t == 5 ? H : Hk) * dim;
         copies[t] = hd_test_floats(n);
         for (size_t i = 0; i < n; i++)
-            copies[t][i] = tf32(d.in[t][i]);
+            copies[t][i] = hd_test_tf32(d.in[t][i]);
         rounded[t] = copies[t];
     }
     double *want[3] = {hd_test_doubles(d.out_n[0]), hd_test_doubles(d.out_n[1]),
@@ -451,18 +449,7 @@ static void test_attention_backward_check_admits_tf32_operands(void **state)
     naive_attention_backward(s, &d.cp.p, rounded, want[0], want[1], want[2]);
     for (int o = 0; o < 3; o++)
         round_into(d.out[o], want[o], d.out_n[o]);
-    char why[256];
-    for (int precision = 0; precision < 2; precision++) {
-        d.c.shape.precision = precision == 0 ? HD_PRECISION_TF32 : HD_PRECISION_FP32;
-        hd_ref_expect e;
-        assert_true(hd__ref_step_expect(d.c.op, s, &d.cp.p, (const float *const *)d.in, &e));
-        double worst = hd__ref_step_compare(&e, (const float *const *)d.out, why, sizeof why);
-        if (precision == 0 && !(worst <= 1.0))
-            fail_msg("tf32 operands' attention backward is %g tolerances off: %s", worst, why);
-        if (precision == 1 && !(worst > 1.0))
-            fail_msg("tf32 operands' attention backward passes fp32's check (%g)", worst);
-        hd__ref_step_expect_free(&e);
-    }
+    expect_tf32_passes_fp32_fails(&d, "attention backward");
     for (int t = 0; t < 6; t++)
         free(copies[t]);
     for (int o = 0; o < 3; o++)

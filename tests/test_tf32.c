@@ -17,23 +17,11 @@
 
 enum { GROUP = 16 }; /* depths a work-item reads at once; fp32x3 accumulates per group */
 
-static float tf32(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7f800000u) != 0x7f800000u)
-        u += 0x1000u; /* ties away from zero: the magnitude's bits round up */
-    u &= 0xffffe000u;
-    float r;
-    memcpy(&r, &u, sizeof r);
-    return r;
-}
-
 /* The kernel's split: big = tf32(x), small = tf32(x - big), NaN for a non-finite x. */
 static void split(float x, int prec, float *big, float *small)
 {
-    *big = tf32(x);
-    *small = prec == 3 ? tf32(x - *big) : 0.0f;
+    *big = hd_test_tf32(x);
+    *small = prec == 3 ? hd_test_tf32(x - *big) : 0.0f;
 }
 
 /* One mma step: d + the 8 exact products, rounded once. */
@@ -116,12 +104,12 @@ static errors measure(size_t k, size_t count, float lo, float hi, uint64_t salt)
 static void test_tf32_rounding_clears_low_bits_and_rounds_to_nearest(void **state)
 {
     (void)state;
-    assert_true(tf32(1.0f) == 1.0f);
+    assert_true(hd_test_tf32(1.0f) == 1.0f);
     /* 1 + 2^-11 is halfway between TF32 neighbours 1 and 1 + 2^-10: ties go away from zero */
-    assert_true(tf32(1.0f + 0x1p-11f) == 1.0f + 0x1p-10f);
-    assert_true(tf32(-(1.0f + 0x1p-11f)) == -(1.0f + 0x1p-10f));
-    assert_true(tf32(1.0f + 0x1p-12f) == 1.0f);
-    assert_true(isinf(tf32(INFINITY)) && isnan(tf32(NAN)));
+    assert_true(hd_test_tf32(1.0f + 0x1p-11f) == 1.0f + 0x1p-10f);
+    assert_true(hd_test_tf32(-(1.0f + 0x1p-11f)) == -(1.0f + 0x1p-10f));
+    assert_true(hd_test_tf32(1.0f + 0x1p-12f) == 1.0f);
+    assert_true(isinf(hd_test_tf32(INFINITY)) && isnan(hd_test_tf32(NAN)));
     hd_rng rng = hd_test_rng(7100);
     float x[4096];
     hd_test_fill(&rng, x, 4096, -1e6f, 1e6f);

@@ -71,6 +71,18 @@ double *hd_test_doubles(size_t n)
     return p;
 }
 
+float hd_test_tf32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) != 0x7f800000u)
+        u += 0x1000u; /* ties away from zero: the magnitude's bits round up */
+    u &= 0xffffe000u;
+    float r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+
 float *hd_test_random(hd_rng *rng, size_t n, float lo, float hi)
 {
     float *p = hd_test_floats(n);
