@@ -1775,6 +1775,33 @@ static void tc_inputs_free(tc_inputs *in)
     free(in->dout);
 }
 
+/* The options of case c (the public call's), its parameters (the dispatcher's), and its
+ * description in test messages. */
+static hd_attention_options tc_options(const tc_attention_case *c)
+{
+    return (hd_attention_options){.heads = c->heads,
+                                  .kv_heads = c->kv_heads,
+                                  .causal = c->causal,
+                                  .sequences = {c->lengths, c->count}};
+}
+
+static hd_op_params tc_params(const tc_attention_case *c)
+{
+    return (hd_op_params){.heads = c->heads,
+                          .kv_heads = c->kv_heads,
+                          .causal = c->causal,
+                          .sequences = {c->lengths, c->count}};
+}
+
+static void tc_describe(char *what, size_t size, const hd_context *ctx,
+                        const tc_attention_case *c, const char *op, const char *variant)
+{
+    snprintf(what, size, "%s %s, %zu tokens, %zu/%zu heads of %zu%s%s, variant %s",
+             hd_precision_name(ctx->gemm_precision), op, c->tokens, c->heads, c->kv_heads,
+             c->head_dim, c->causal ? ", causal" : "", c->count ? ", packed" : "",
+             variant != NULL ? variant : "default");
+}
+
 /* Runs the forward of c on the fused backend with variant (NULL: through the public call)
  * in the context's precision, checks out and lse against the float64 reference within rel
  * of their scale, and returns out (the caller frees it); NULL where the variant's tile does
@@ -1792,23 +1819,14 @@ static float *check_tc_attention(hd_context *ctx, const tc_attention_case *c, co
     hd_tensor *tv = hd_test_tensor(ctx, t, kd, v), *to = hd_test_tensor(ctx, t, qd, NULL);
     hd_tensor *tl = hd_test_tensor(ctx, t, c->heads, NULL);
     char what[160];
-    snprintf(what, sizeof what, "%s attention, %zu tokens, %zu/%zu heads of %zu%s%s, variant %s",
-             hd_precision_name(ctx->gemm_precision), t, c->heads, c->kv_heads, c->head_dim,
-             c->causal ? ", causal" : "", c->count ? ", packed" : "",
-             variant != NULL ? variant : "default");
-    hd_attention_options opt = {.heads = c->heads,
-                                .kv_heads = c->kv_heads,
-                                .causal = c->causal,
-                                .sequences = {c->lengths, c->count}};
+    tc_describe(what, sizeof what, ctx, c, "attention", variant);
+    const hd_op_params p = tc_params(c);
+    const hd_attention_options opt = tc_options(c);
     float *got = NULL;
     if (variant == NULL) {
         expect_fused(ctx, hd_attention(ctx, &opt, tq, tk, tv, to, tl), what);
     } else {
         const hd_tensor *tensors[] = {tq, tk, tv, to, tl};
-        hd_op_params p = {.heads = c->heads,
-                          .kv_heads = c->kv_heads,
-                          .causal = c->causal,
-                          .sequences = {c->lengths, c->count}};
         hd_call call;
         assert_int_equal(hd__call_prepare(ctx, HD_OP_ATTENTION, tensors, &p, &call), HD_OK);
         if (tile_declined(ctx, hd__call_run_on(ctx, HD_BACKEND_FUSED, &call, variant), what))
@@ -1857,25 +1875,15 @@ static float *check_tc_attention_backward(hd_context *ctx, const tc_attention_ca
     hd_tensor *tdq = hd_test_tensor(ctx, t, qd, NULL), *tdk = hd_test_tensor(ctx, t, kd, NULL);
     hd_tensor *tdv = hd_test_tensor(ctx, t, kd, NULL);
     char what[160];
-    snprintf(what, sizeof what,
-             "%s attention backward, %zu tokens, %zu/%zu heads of %zu%s%s, variant %s",
-             hd_precision_name(ctx->gemm_precision), t, c->heads, c->kv_heads, c->head_dim,
-             c->causal ? ", causal" : "", c->count ? ", packed" : "",
-             variant != NULL ? variant : "default");
-    hd_attention_options opt = {.heads = c->heads,
-                                .kv_heads = c->kv_heads,
-                                .causal = c->causal,
-                                .sequences = {c->lengths, c->count}};
+    tc_describe(what, sizeof what, ctx, c, "attention backward", variant);
+    const hd_op_params p = tc_params(c);
+    const hd_attention_options opt = tc_options(c);
     bool ran = true;
     if (variant == NULL) {
         expect_fused(ctx, hd_attention_backward(ctx, &opt, tq, tk, tv, to, tl, tg, tdq, tdk, tdv),
                      what);
     } else {
         const hd_tensor *tensors[] = {tq, tk, tv, to, tl, tg, tdq, tdk, tdv};
-        hd_op_params p = {.heads = c->heads,
-                          .kv_heads = c->kv_heads,
-                          .causal = c->causal,
-                          .sequences = {c->lengths, c->count}};
         hd_call call;
         assert_int_equal(hd__call_prepare(ctx, HD_OP_ATTENTION_BACKWARD, tensors, &p, &call),
                          HD_OK);
