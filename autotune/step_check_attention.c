@@ -136,8 +136,8 @@ static void forward_row_head(const attn *a, size_t i, size_t h, double *sc, doub
     for (size_t j = b; j < end; j++)
         sum += exp(sc[j - b] - max);
     double lse = max + log(sum), *out = acc, *tol = acc + d, *tol_tf32 = acc + 2 * d;
-    double spread_tf32 = 0.0;
-    for (size_t c = 0; c < 2 * d; c++)
+    double spread_tf32 = 0.0, t = a->tf32 ? HD_REF_TF32 : 0.0;
+    for (size_t c = 0; c < 3 * d; c++)
         acc[c] = 0.0;
     for (size_t j = b; j < end; j++) {
         const float *vj = a->v + (j * a->kv_heads + h / a->group) * d;
@@ -150,17 +150,10 @@ static void forward_row_head(const attn *a, size_t i, size_t h, double *sc, doub
         double p = exp(sc[j - b] - lse), E = (double)d * (mag[j - b] + 1) + fabs(lse) + n + 8;
         spread += p * E;
         spread_tf32 += p * mag[j - b];
-        sc[j - b] = p; /* the score is spent: tf32's terms below take the weight */
         for (size_t c = 0; c < d; c++)
             tol[c] += p * (E * fabs(vj[c] - out[c]) + (n + 2) * fabs((double)vj[c]));
-    }
-    double t = a->tf32 ? HD_REF_TF32 : 0.0;
-    for (size_t c = 0; c < d; c++)
-        tol_tf32[c] = 0.0;
-    for (size_t j = b; j < end && t > 0.0; j++) {
-        const float *vj = a->v + (j * a->kv_heads + h / a->group) * d;
-        for (size_t c = 0; c < d; c++)
-            tol_tf32[c] += sc[j - b] * (mag[j - b] * fabs(vj[c] - out[c]) + fabs((double)vj[c]));
+        for (size_t c = 0; t > 0.0 && c < d; c++)
+            tol_tf32[c] += p * (mag[j - b] * fabs(vj[c] - out[c]) + fabs((double)vj[c]));
     }
     for (size_t c = 0; c < d; c++)
         hd__ref_expect_add(e, 0, (i * a->heads + h) * d + c, out[c],
