@@ -2434,6 +2434,36 @@ static void test_warmup_builds_defaults(void **state)
      * PoCL, CLBlast's kernels alone take most of a minute to build. */
 }
 
+/* The LM head's chunks of logits: as few as 512 MiB of logits allow, of equal rows, whole
+ * tiles of 128 rows where that fits; every row in one chunk or another. */
+static void test_lm_head_chunks_are_few_even_and_whole_tiles(void **state)
+{
+    const size_t budget = (size_t)512 << 20;
+    /* Llama 3's head at 2048 tokens: two chunks of 1024 rows */
+    assert_int_equal(hd__fused_lm_head_chunk_rows(2048, 128256), 1024);
+    /* logits within the budget: one chunk */
+    assert_int_equal(hd__fused_lm_head_chunk_rows(1046, 128256), 1046);
+    assert_int_equal(hd__fused_lm_head_chunk_rows(1, 32000), 1);
+    /* a row past the budget: a row at a time */
+    assert_int_equal(hd__fused_lm_head_chunk_rows(3, budget), 1);
+    hd_rng rng = hd_test_rng(41);
+    for (int i = 0; i < 2000; i++) {
+        size_t rows = 1 + (size_t)hd_test_uniform(&rng, 0.0f, 20000.0f);
+        size_t vocab = 1 + (size_t)hd_test_uniform(&rng, 0.0f, 300000.0f);
+        size_t most = budget / sizeof(float) / vocab, chunk = hd__fused_lm_head_chunk_rows(rows, vocab);
+        most = most > 0 ? most : 1;
+        size_t chunks = (rows + chunk - 1) / chunk, fewest = (rows + most - 1) / most;
+        if (chunk < 1 || chunk > rows || chunk > most || chunks != fewest)
+            fail_msg("%zu rows of %zu words: chunks of %zu rows (at most %zu, %zu chunks, not %zu)",
+                     rows, vocab, chunk, most, chunks, fewest);
+        /* whole tiles where they fit within the budget, else equal rows */
+        size_t even = (rows + fewest - 1) / fewest, whole = (even + 127) / 128 * 128;
+        if (chunks > 1 && chunk != (whole <= most ? whole : even))
+            fail_msg("%zu rows of %zu words: chunks of %zu rows", rows, vocab, chunk);
+    }
+    (void)state;
+}
+
 static void test_probe_without_device_is_unavailable(void **state)
 {
     hd_context *cpu = hd_test_context(true);
@@ -2488,6 +2518,7 @@ int main(void)
         cmocka_unit_test(test_lora_update_rejects_bad_input),
         cmocka_unit_test(test_chain_device_then_cpu_then_read),
         cmocka_unit_test(test_warmup_builds_defaults),
+        cmocka_unit_test(test_lm_head_chunks_are_few_even_and_whole_tiles),
         cmocka_unit_test(test_probe_without_device_is_unavailable),
     };
     /* The program-binary cache is the OpenCL runtime suite's subject. Here it would only cost

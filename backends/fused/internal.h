@@ -448,6 +448,8 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
                                 const char *variant);
 size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
                                 const char **out, size_t max);
+/* Rows of the LM head's logits computed at once, for rows tokens of a vocab-word head. */
+size_t hd__fused_lm_head_chunk_rows(size_t rows, size_t vocab);
 /* The tiled product dx = dy * W^T (+ u * A^T) of a LoRA backward call of this shape, which
  * its variants tune, without buffers; and whether that product would accept variant. */
 hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_shape *shape,

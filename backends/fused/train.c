@@ -34,6 +34,9 @@
  * logits of 2048 such rows take, which a step without chunks keeps twice (with their
  * gradient). */
 #define LOGITS_CHUNK_BYTES ((size_t)512 << 20)
+/* The tiled engine's largest tile rows: chunks of whole tiles leave no wave of dh's product
+ * (chunk rows x D, the vocabulary deep) to a row of tiles nearly empty. */
+#define LOGITS_CHUNK_ALIGN 128
 
 static size_t ceil_div(size_t a, size_t b)
 {
@@ -442,11 +445,18 @@ typedef struct lm_head {
     hd_fused_tile_call products[2][2]; /* [logits, dh][a full chunk, the last] */
 } lm_head;
 
-static size_t lm_head_chunk_rows(size_t rows, size_t vocab)
+/* Rows per chunk: as few chunks as LOGITS_CHUNK_BYTES allows, of equal rows, rounded up to
+ * whole tiles where that stays within it (2048 rows of 128256 words: two chunks of 1024, where
+ * 1046 and 1002 left dh's product a ninth row of tiles holding 22 rows, and a third wave). */
+size_t hd__fused_lm_head_chunk_rows(size_t rows, size_t vocab)
 {
-    size_t c = LOGITS_CHUNK_BYTES / sizeof(float) / vocab;
-    c = c > 0 ? c : 1;
-    return c < rows ? c : rows;
+    size_t most = LOGITS_CHUNK_BYTES / sizeof(float) / vocab;
+    most = most > 0 ? most : 1;
+    if (most >= rows)
+        return rows;
+    size_t even = ceil_div(rows, ceil_div(rows, most));
+    size_t whole = ceil_div(even, LOGITS_CHUNK_ALIGN) * LOGITS_CHUNK_ALIGN;
+    return whole <= most ? whole : even;
 }
 
 /* logits_c (m x V) = h_c * w^T (w stored V x D), or dh_c (m x D) = dlogits_c * w. */
@@ -567,7 +577,7 @@ hd_status hd__fused_linear_cross_entropy(void *state, hd_context *ctx, const hd_
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
     lm_head l = {
-        .a = a, .chunk = lm_head_chunk_rows(a->rows, a->vocab), .inv_count = inv_count(a->counted)};
+        .a = a, .chunk = hd__fused_lm_head_chunk_rows(a->rows, a->vocab), .inv_count = inv_count(a->counted)};
     l.whole = l.chunk == a->rows;
     hd_status s = lm_head_prepare(f, ctx, &l);
     bool wrote = false;
@@ -602,7 +612,7 @@ bool hd__fused_train_supports(hd_op op, const hd_shape *s)
 static hd_fused_tile_call lm_head_logits_call(const hd_shape *s, const char *variant)
 {
     size_t rows = s->dim[0], d = s->dim[1], v = s->dim[2];
-    return (hd_fused_tile_call){.m = lm_head_chunk_rows(rows, v),
+    return (hd_fused_tile_call){.m = hd__fused_lm_head_chunk_rows(rows, v),
                                 .n = v,
                                 .k = d,
                                 .batch = 1,
