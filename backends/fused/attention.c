@@ -58,8 +58,8 @@ static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, const tiles *t
     size_t bq = (size_t)t->bq, bk = (size_t)t->bk, kbk = (size_t)t->kbk, kbq = (size_t)t->kbq;
     size_t scratch = f->mma_emulated ? mma_group(t, kernel) * 6 : 0;
     size_t floats = kernel == MMA_FORWARD ? (bq + bk) * lda + bk * ldv
-                    : kernel == MMA_DQ    ? (2 * bq + bk) * lda + bk * ldb
-                                          : 2 * kbk * lda + 2 * kbq * ldb;
+                    : kernel == MMA_DQ    ? (2 * bq + bk) * lda + 2 * bk * ldb
+                                          : 2 * kbk * lda + 4 * kbq * ldb;
     return (floats + scratch) * sizeof(float);
 }
 
@@ -131,19 +131,23 @@ static bool names_key_tiles(const hd_fused_params *p)
     return p->att_kbk != 0 || p->att_kbq != 0;
 }
 
-/* The tensor-core tiles: those the variant names, the others the defaults (64 x 64 forward
- * and dq, 64 keys by 32 rows dk and dv) halved, keys first, until they fit the local memory. */
+/* The tensor-core tiles: those the variant names, the others the defaults halved, keys
+ * first, until they fit the local memory. The defaults: 64 x 64 forward; 128 query rows by 32
+ * keys in dq, whose q' and dout take local memory by the row (8 warps in a work-group, where
+ * 64 x 64 left a multiprocessor one work-group of 4 warps); 64 keys by 16 rows in dk and dv (two
+ * work-groups to a multiprocessor of Hopper). */
 static void mma_tiles_of(const hd_fused *f, hd_op op, size_t head_dim, hd_precision precision,
                          const hd_fused_params *p, tiles *t)
 {
-    *t = (tiles){.bq = or_default(p->att_bq, 64),
-                 .bk = or_default(p->att_bk, 64),
+    bool forward = op == HD_OP_ATTENTION;
+    *t = (tiles){.bq = or_default(p->att_bq, forward ? 64 : 128),
+                 .bk = or_default(p->att_bk, forward ? 64 : 32),
                  .kbk = or_default(p->att_kbk, 64),
-                 .kbq = or_default(p->att_kbq, 32),
+                 .kbq = or_default(p->att_kbq, 16),
                  .fast = p->att_fast,
                  .prec = precision == HD_PRECISION_TF32 ? 1 : 3};
     if (!names_query_tiles(p))
-        mma_shrink(f, op == HD_OP_ATTENTION ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
+        mma_shrink(f, forward ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
     if (!names_key_tiles(p))
         mma_shrink(f, MMA_DKDV, head_dim, t, &t->kbk, &t->kbq);
     for (int k = 0; k < MMA_KERNELS; k++)
@@ -525,8 +529,8 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
         "BQ=64 BK=64",   "BQ=128 BK=64", "BQ=64 BK=32", "BQ=128 BK=32", "BQ=64 BK=128",
         "BQ=128 BK=128", "BQ=32 BK=64",  "BQ=32 BK=32", "BQ=32 BK=16",  "FAST=1"};
     static const char *const tensor_cores_backward[] = {
-        "BQ=128 BK=64",  "BQ=64 BK=32",    "BQ=32 BK=32",   "BQ=32 BK=16",   "KBK=128 KBQ=32",
-        "KBK=64 KBQ=16", "KBK=128 KBQ=16", "KBK=32 KBQ=32", "KBK=32 KBQ=16", "FAST=1"};
+        "BQ=128 BK=16",  "BQ=64 BK=16",    "BQ=64 BK=32",   "BQ=32 BK=32",   "BQ=32 BK=16",
+        "KBK=64 KBQ=32", "KBK=128 KBQ=16", "KBK=32 KBQ=16", "KBK=32 KBQ=32", "FAST=1"};
     if (wants_mma(f, op, shape->dim[3], shape->precision)) {
         bool forward = op == HD_OP_ATTENTION;
         const char *const *list = forward ? tensor_cores : tensor_cores_backward;

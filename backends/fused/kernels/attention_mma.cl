@@ -49,7 +49,7 @@
 #define MMA_KBK 64 /* keys per work-group (dk and dv) */
 #endif
 #ifndef MMA_KBQ
-#define MMA_KBQ 32 /* query rows per tile (dk and dv) */
+#define MMA_KBQ 16 /* query rows per tile (dk and dv) */
 #endif
 #ifndef MMA_LOCAL_ARG
 #define MMA_LOCAL_ARG 0 /* 1: the local memory is the kernel's last argument */
@@ -80,9 +80,9 @@
 #define MMA_LOCAL_FLOATS \
     ((MMA_BQ + MMA_BK) * MMA_LDA + MMA_BK * MMA_LDV + MMA_SCRATCH(MMA_WARPS))
 #define MMA_DQ_FLOATS \
-    ((2 * MMA_BQ + MMA_BK) * MMA_LDA + MMA_BK * MMA_LDB + MMA_SCRATCH(MMA_WARPS))
+    ((2 * MMA_BQ + MMA_BK) * MMA_LDA + 2 * MMA_BK * MMA_LDB + MMA_SCRATCH(MMA_WARPS))
 #define MMA_KV_FLOATS \
-    (2 * MMA_KBK * MMA_LDA + 2 * MMA_KBQ * MMA_LDB + MMA_SCRATCH(MMA_KWARPS))
+    (2 * MMA_KBK * MMA_LDA + 4 * MMA_KBQ * MMA_LDB + MMA_SCRATCH(MMA_KWARPS))
 
 /* x combined over the 4 lanes of its quad by op (bfly over lane bits 0, then 1: the same
  * order, so the same result, on each lane). */
@@ -389,9 +389,9 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
  * query rows of head h (as the forward's); per key tile of MMA_BK: s = q' k^T and
  * dp = dout v^T (block_dots), ds = p (dp - delta) with p = exp2(s - lse), 0 where masked,
  * then dq += ds k (block_values: the ds blocks as A fragments, k's rows as B). Local memory:
- * q' and dout (staged once), the tile's v (read as runs of depths) and k (read both ways,
- * MMA_LDB); the next tile's v is copied during ds and ds k, the next k during nothing but the
- * other work-groups' products. */
+ * q' and dout (staged once), the tile's v (read as runs of depths) and k in two buffers (read
+ * both ways, MMA_LDB). The next tile's k is copied during the whole of this tile's work, into
+ * the buffer the last tile's ds k has finished with; the next v during ds and ds k. */
 __kernel __attribute__((reqd_work_group_size(MMA_WG, 1, 1))) void
 attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
                      const __global act_t *dout, const __global float *lse,
@@ -401,7 +401,7 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
 {
     LOCAL_ARRAY(MMA_DQ_FLOATS);
     __local float *qs = smem, *gs = qs + MMA_BQ * MMA_LDA, *vs = gs + MMA_BQ * MMA_LDA;
-    __local float *ks = vs + MMA_BK * MMA_LDA;
+    __local float *kbuf = vs + MMA_BK * MMA_LDA; /* two tiles of MMA_BK * MMA_LDB */
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_DQ_FLOATS - MMA_SCRATCH(MMA_WARPS) + warp * 32 * 6;
@@ -413,7 +413,7 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
     const float dl1 = qt.r1 < tokens ? delta[(size_t)qt.r1 * heads + qt.h] : 0.0f;
 
     stage_rows(vs, MMA_LDA, v, qt.ldk, qt.kcol, qt.lo, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
-    stage_rows(ks, MMA_LDB, k, qt.ldk, qt.kcol, qt.lo, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
+    stage_rows(kbuf, MMA_LDB, k, qt.ldk, qt.kcol, qt.lo, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
     stage_rows(gs, MMA_LDA, dout, qt.ldq, qt.qcol, qt.q0, MMA_BQ, tokens, MMA_D16, id, MMA_WG);
     cp_commit();
     stage_scaled_rows(qs, MMA_LDA, q, qt.ldq, qt.qcol, qt.q0, MMA_BQ, tokens, qscale, id, MMA_WG);
@@ -423,10 +423,16 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
     for (int n = 0; n < MMA_NO; n++)
         acc[n] = (float4)(0.0f);
 
-    for (int j0 = qt.lo; j0 < qt.hi; j0 += MMA_BK) {
+    for (int j0 = qt.lo, buf = 0; j0 < qt.hi; j0 += MMA_BK, buf ^= 1) {
         const int next = j0 + MMA_BK;
+        __local float *ks = kbuf + buf * MMA_BK * MMA_LDB;
+        /* the tile's k and v have landed, and every warp is past the last tile's ds k */
         cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (next < qt.hi)
+            stage_rows(kbuf + (buf ^ 1) * MMA_BK * MMA_LDB, MMA_LDB, k, qt.ldk, qt.kcol, next,
+                       MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
+        cp_commit();
         float4 s[MMA_NS], dp[MMA_NS];
 #pragma unroll
         for (int j = 0; j < MMA_NS; j++)
@@ -448,10 +454,6 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
                             ZEROED(p.w * (dp[j].w - dl1), key + 1, qt.rg1));
         }
         block_values(ks, MMA_LDB, s, MMA_NS, g, t, acc, MMA_NO SCRATCH_PASS);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (next < qt.hi)
-            stage_rows(ks, MMA_LDB, k, qt.ldk, qt.kcol, next, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
-        cp_commit();
     }
 
 #pragma unroll
@@ -473,7 +475,9 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
  * query head of the slice and tile of MMA_KBQ rows that attend to the keys: s = k q^T times
  * qscale and dp = v dout^T (block_dots; q and dout copied as they are, read both ways), p =
  * exp2(s - lse), 0 where masked, dv += p dout, ds = p (dp - delta), dk += ds q (block_values).
- * Local memory: k and v (staged once), the tile's q and dout. */
+ * Local memory: k and v (staged once), and two buffers of a tile's q and dout: the tiles of
+ * every head of the slice run as one sequence, the next one's copied during this one's work
+ * into the buffer the last one has finished with. */
 __kernel __attribute__((reqd_work_group_size(MMA_KWG, 1, 1))) void
 attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
                        const __global act_t *dout, const __global float *lse,
@@ -483,8 +487,7 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
                        float qscale, float scale LOCAL_PARAM)
 {
     LOCAL_ARRAY(MMA_KV_FLOATS);
-    __local float *ks = smem, *vs = ks + MMA_KBK * MMA_LDA, *qs = vs + MMA_KBK * MMA_LDA;
-    __local float *gs = qs + MMA_KBQ * MMA_LDB;
+    __local float *ks = smem, *vs = ks + MMA_KBK * MMA_LDA, *tiles = vs + MMA_KBK * MMA_LDA;
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_KV_FLOATS - MMA_SCRATCH(MMA_KWARPS) + warp * 32 * 6;
@@ -500,9 +503,16 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
     const int j0 = k0 + 16 * warp + g, j1 = j0 + 8;
     const int2 rg0 = j0 < tokens ? vload2(j0, q_range) : (int2)(0, 0);
     const int2 rg1 = j1 < tokens ? vload2(j1, q_range) : (int2)(0, 0);
+    /* tile u of the sequence: head h0 + u / per_head, rows lo + (u % per_head) * MMA_KBQ */
+    const int per_head = hi > lo ? (hi - lo + MMA_KBQ - 1) / MMA_KBQ : 0, count = per * per_head;
 
     stage_rows(ks, MMA_LDA, k, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
     stage_rows(vs, MMA_LDA, v, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
+    if (count > 0) {
+        stage_rows(tiles, MMA_LDB, q, ldq, h0 * HEAD_DIM, lo, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
+        stage_rows(tiles + MMA_KBQ * MMA_LDB, MMA_LDB, dout, ldq, h0 * HEAD_DIM, lo, MMA_KBQ, hi,
+                   MMA_D16, id, MMA_KWG);
+    }
     cp_commit();
 
     float4 dka[MMA_NO], dva[MMA_NO];
@@ -510,41 +520,45 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
     for (int n = 0; n < MMA_NO; n++)
         dka[n] = dva[n] = (float4)(0.0f);
 
-    for (int h = h0; h < h0 + per; h++) {
-        const int qcol = h * HEAD_DIM;
-        for (int i0 = lo; i0 < hi; i0 += MMA_KBQ) {
-            stage_rows(qs, MMA_LDB, q, ldq, qcol, i0, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
-            stage_rows(gs, MMA_LDB, dout, ldq, qcol, i0, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
-            cp_commit();
-            cp_wait_all();
-            barrier(CLK_LOCAL_MEM_FENCE);
-            float4 s[MMA_NQ], dp[MMA_NQ];
-#pragma unroll
-            for (int j = 0; j < MMA_NQ; j++)
-                s[j] = dp[j] = (float4)(0.0f);
-            block_dots(ks, MMA_LDA, 16 * warp, qs, MMA_LDB, g, t, s, MMA_NQ SCRATCH_PASS);
-            block_dots(vs, MMA_LDA, 16 * warp, gs, MMA_LDB, g, t, dp, MMA_NQ SCRATCH_PASS);
-            /* p in s, then (after dv's product) ds; delta of the lane's two rows per block */
-            float dl[MMA_NQ][2];
-#pragma unroll
-            for (int j = 0; j < MMA_NQ; j++) {
-                const int i = i0 + 8 * j + 2 * t;
-                const float l0 = i < tokens ? lse[(size_t)i * heads + h] * LOG2E_F : 0.0f;
-                const float l1 = i + 1 < tokens ? lse[(size_t)(i + 1) * heads + h] * LOG2E_F : 0.0f;
-                dl[j][0] = i < tokens ? delta[(size_t)i * heads + h] : 0.0f;
-                dl[j][1] = i + 1 < tokens ? delta[(size_t)(i + 1) * heads + h] : 0.0f;
-                s[j] = (float4)(ZEROED(EXP2(s[j].x * qscale - l0), i, rg0),
-                                ZEROED(EXP2(s[j].y * qscale - l1), i + 1, rg0),
-                                ZEROED(EXP2(s[j].z * qscale - l0), i, rg1),
-                                ZEROED(EXP2(s[j].w * qscale - l1), i + 1, rg1));
-            }
-            block_values(gs, MMA_LDB, s, MMA_NQ, g, t, dva, MMA_NO SCRATCH_PASS);
-#pragma unroll
-            for (int j = 0; j < MMA_NQ; j++)
-                s[j] *= dp[j] - (float4)(dl[j][0], dl[j][1], dl[j][0], dl[j][1]);
-            block_values(qs, MMA_LDB, s, MMA_NQ, g, t, dka, MMA_NO SCRATCH_PASS);
-            barrier(CLK_LOCAL_MEM_FENCE);
+    for (int u = 0; u < count; u++) {
+        const int h = h0 + u / per_head, i0 = lo + u % per_head * MMA_KBQ;
+        __local float *qs = tiles + (u & 1) * 2 * MMA_KBQ * MMA_LDB, *gs = qs + MMA_KBQ * MMA_LDB;
+        /* the tile has landed, and every warp is past the last one */
+        cp_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (u + 1 < count) {
+            const int hn = h0 + (u + 1) / per_head, in = lo + (u + 1) % per_head * MMA_KBQ;
+            __local float *qn = tiles + ((u + 1) & 1) * 2 * MMA_KBQ * MMA_LDB;
+            stage_rows(qn, MMA_LDB, q, ldq, hn * HEAD_DIM, in, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
+            stage_rows(qn + MMA_KBQ * MMA_LDB, MMA_LDB, dout, ldq, hn * HEAD_DIM, in, MMA_KBQ, hi,
+                       MMA_D16, id, MMA_KWG);
         }
+        cp_commit();
+        float4 s[MMA_NQ], dp[MMA_NQ];
+#pragma unroll
+        for (int j = 0; j < MMA_NQ; j++)
+            s[j] = dp[j] = (float4)(0.0f);
+        block_dots(ks, MMA_LDA, 16 * warp, qs, MMA_LDB, g, t, s, MMA_NQ SCRATCH_PASS);
+        block_dots(vs, MMA_LDA, 16 * warp, gs, MMA_LDB, g, t, dp, MMA_NQ SCRATCH_PASS);
+        /* p in s, then (after dv's product) ds; delta of the lane's two rows per block */
+        float dl[MMA_NQ][2];
+#pragma unroll
+        for (int j = 0; j < MMA_NQ; j++) {
+            const int i = i0 + 8 * j + 2 * t;
+            const float l0 = i < tokens ? lse[(size_t)i * heads + h] * LOG2E_F : 0.0f;
+            const float l1 = i + 1 < tokens ? lse[(size_t)(i + 1) * heads + h] * LOG2E_F : 0.0f;
+            dl[j][0] = i < tokens ? delta[(size_t)i * heads + h] : 0.0f;
+            dl[j][1] = i + 1 < tokens ? delta[(size_t)(i + 1) * heads + h] : 0.0f;
+            s[j] = (float4)(ZEROED(EXP2(s[j].x * qscale - l0), i, rg0),
+                            ZEROED(EXP2(s[j].y * qscale - l1), i + 1, rg0),
+                            ZEROED(EXP2(s[j].z * qscale - l0), i, rg1),
+                            ZEROED(EXP2(s[j].w * qscale - l1), i + 1, rg1));
+        }
+        block_values(gs, MMA_LDB, s, MMA_NQ, g, t, dva, MMA_NO SCRATCH_PASS);
+#pragma unroll
+        for (int j = 0; j < MMA_NQ; j++)
+            s[j] *= dp[j] - (float4)(dl[j][0], dl[j][1], dl[j][0], dl[j][1]);
+        block_values(qs, MMA_LDB, s, MMA_NQ, g, t, dka, MMA_NO SCRATCH_PASS);
     }
 
 #pragma unroll
