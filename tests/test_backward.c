@@ -1272,10 +1272,7 @@ int main(void)
             test_lora_backward_random_shapes_and_layouts_match_reference, setup_lora_clblast,
             teardown),
     };
-    /* HD_TEST_FILTER: the tests whose names match its pattern (cmocka's: * and ?) alone */
-    const char *filter = getenv("HD_TEST_FILTER");
-    if (filter != NULL)
-        cmocka_set_test_filter(filter);
+    hd_test_filter_from_env();
     int failed = cmocka_run_group_tests_name("backward on the CPU", tests, setup, teardown);
     failed += cmocka_run_group_tests_name("backward on the fused kernels", fused, NULL, NULL);
     failed += cmocka_run_group_tests_name("LoRA backward on the fused kernels and CLBlast",

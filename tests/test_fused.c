@@ -2434,23 +2434,23 @@ static void test_warmup_builds_defaults(void **state)
      * PoCL, CLBlast's kernels alone take most of a minute to build. */
 }
 
-/* The LM head's chunks of logits: as few as 512 MiB of logits allow, of equal rows, whole
+/* The LM head's chunks of logits: as few as HD_FUSED_LOGITS_BYTES of logits allow, of equal rows, whole
  * tiles of 128 rows where that fits; every row in one chunk or another. */
 static void test_lm_head_chunks_are_few_even_and_whole_tiles(void **state)
 {
-    const size_t budget = (size_t)512 << 20;
+    const size_t budget = HD_FUSED_LOGITS_BYTES;
     /* Llama 3's head at 2048 tokens: two chunks of 1024 rows */
-    assert_int_equal(hd__fused_lm_head_chunk_rows(2048, 128256), 1024);
+    assert_int_equal(hd__fused_lm_head_chunk_rows(2048, 128256, budget), 1024);
     /* logits within the budget: one chunk */
-    assert_int_equal(hd__fused_lm_head_chunk_rows(1046, 128256), 1046);
-    assert_int_equal(hd__fused_lm_head_chunk_rows(1, 32000), 1);
+    assert_int_equal(hd__fused_lm_head_chunk_rows(1046, 128256, budget), 1046);
+    assert_int_equal(hd__fused_lm_head_chunk_rows(1, 32000, budget), 1);
     /* a row past the budget: a row at a time */
-    assert_int_equal(hd__fused_lm_head_chunk_rows(3, budget), 1);
+    assert_int_equal(hd__fused_lm_head_chunk_rows(3, budget, budget), 1);
     hd_rng rng = hd_test_rng(41);
     for (int i = 0; i < 2000; i++) {
         size_t rows = 1 + (size_t)hd_test_uniform(&rng, 0.0f, 20000.0f);
         size_t vocab = 1 + (size_t)hd_test_uniform(&rng, 0.0f, 300000.0f);
-        size_t most = budget / sizeof(float) / vocab, chunk = hd__fused_lm_head_chunk_rows(rows, vocab);
+        size_t most = budget / sizeof(float) / vocab, chunk = hd__fused_lm_head_chunk_rows(rows, vocab, budget);
         most = most > 0 ? most : 1;
         size_t chunks = (rows + chunk - 1) / chunk, fewest = (rows + most - 1) / most;
         if (chunk < 1 || chunk > rows || chunk > most || chunks != fewest)
@@ -2525,10 +2525,7 @@ int main(void)
      * time: asking PoCL for a program's binary compiles every kernel of it for any work-group
      * size, on top of the compile for the size each launch uses. */
     setenv("HD_PROGRAM_CACHE", "0", 1);
-    /* HD_TEST_FILTER: the tests whose names match its pattern (cmocka's: * and ?) alone */
-    const char *filter = getenv("HD_TEST_FILTER");
-    if (filter != NULL)
-        cmocka_set_test_filter(filter);
+    hd_test_filter_from_env();
     hd_test_seed();
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "autotune/reference_step.h"
+#include "backends/fused/internal.h"
+#include "dispatch/context.h"
 #include "tests/testlib.h"
 
 #define U 0x1p-24
@@ -863,6 +865,44 @@ static void test_linear_cross_entropy_in_several_chunks(void **state)
     (void)state;
 }
 
+/* The fused backend's LM head in several chunks of logits, its budget lowered to a few rows'
+ * worth: chunks of whole 128-row tiles and a shorter last one (300 rows, 130 a chunk at most:
+ * 128, 128, 44), equal chunks where whole tiles do not fit (250 rows, 100 at most: 84, 84,
+ * 82), a row at a time (a budget below one row), dh absent, every target ignored. */
+static void test_linear_cross_entropy_fused_chunks(void **state)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    size_t saved = f->logits_bytes;
+    hd_rng rng = hd_test_rng(24);
+    const struct {
+        lm_case c;
+        size_t chunk_rows, want; /* the budget in rows of logits; the chunk it gives */
+    } cases[] = {
+        {{300, 16, 1001, IGNORE_SOME, true}, 130, 128},
+        {{250, 9, 1001, IGNORE_SOME, true}, 100, 84},
+        {{250, 9, 1001, IGNORE_NONE, false}, 100, 84},
+        {{5, 7, 300, IGNORE_SOME, true}, 0, 1},
+        {{40, 5, 77, IGNORE_ALL, true}, 16, 14},
+    };
+    assert_true(hd_test_use_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY, HD_BACKEND_FUSED));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const lm_case *c = &cases[i].c;
+        f->logits_bytes = cases[i].chunk_rows * c->vocab * sizeof(float);
+        assert_int_equal(hd__fused_lm_head_chunk_rows(c->rows, c->vocab, f->logits_bytes),
+                         cases[i].want);
+        lm_data d;
+        lm_inputs(c, &rng, &d);
+        lm_reference(&d);
+        check_lm_on(HD_BACKEND_FUSED, c, &d);
+        lm_free(&d);
+    }
+    hd_test_release_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY);
+    f->logits_bytes = saved;
+    (void)state;
+}
+
 /* Row i's loss in double (logits in double) with h's element k set to hk. */
 static double lm_row_loss(const lm_data *d, size_t i, size_t k, float hk)
 {
@@ -1406,6 +1446,7 @@ int main(void)
         cmocka_unit_test(test_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_linear_cross_entropy_matches_reference),
         cmocka_unit_test(test_linear_cross_entropy_in_several_chunks),
+        cmocka_unit_test(test_linear_cross_entropy_fused_chunks),
         cmocka_unit_test(test_linear_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_adamw_matches_reference),
         cmocka_unit_test(test_adamw_falls_back_to_the_host_after_a_device_failure),
@@ -1414,5 +1455,6 @@ int main(void)
         cmocka_unit_test(test_cross_entropy_refuses_bad_arguments),
         cmocka_unit_test(test_adamw_refuses_bad_arguments),
     };
+    hd_test_filter_from_env();
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -30,6 +30,13 @@ uint64_t hd_test_seed(void)
     return seed;
 }
 
+void hd_test_filter_from_env(void)
+{
+    const char *filter = getenv("HD_TEST_FILTER");
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
+}
+
 static uint64_t splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15u);

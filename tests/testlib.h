@@ -20,6 +20,9 @@
 /* The run's seed: $HD_TEST_SEED if set, else from the clock. Printed once per process, so a
  * failing run can be replayed. */
 uint64_t hd_test_seed(void);
+/* HD_TEST_FILTER: the suite runs the tests whose names match its pattern (cmocka's: * and ?)
+ * alone. Call before running the tests. */
+void hd_test_filter_from_env(void);
 typedef struct hd_rng {
     uint64_t state;
 } hd_rng;

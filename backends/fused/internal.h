@@ -83,6 +83,7 @@ typedef struct hd_fused {
     char *source[HD_FUSED_PROGRAM_COUNT];
     size_t device_max_group;
     size_t compute_units; /* multiprocessors: how many work-groups fill it */
+    size_t logits_bytes;  /* the LM head's logits held at once at most (HD_FUSED_LOGITS_BYTES) */
     struct hd_fused_kernel_entry kernels[HD_FUSED_KERNEL_CACHE];
     size_t kernel_count;
     hd_devmem lora_part; /* partial x*A sums of the split LoRA path; created on first use */
@@ -448,8 +449,16 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
                                 const char *variant);
 size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
                                 const char **out, size_t max);
-/* Rows of the LM head's logits computed at once, for rows tokens of a vocab-word head. */
-size_t hd__fused_lm_head_chunk_rows(size_t rows, size_t vocab);
+/* The LM head's logits held at once at most: large enough that each chunk's products run at
+ * the tiled engine's full rate (a thousand rows of a 128256-word vocabulary: the logits'
+ * product of thousands of tiles, dh's of a few waves of them, each 128256 deep), where chunks
+ * of a hundred rows left both products too thin to fill the device; half of what the whole
+ * logits of 2048 such rows take, which a step without chunks keeps twice (with their
+ * gradient). hd_fused.logits_bytes starts here; tests lower it to reach several chunks. */
+#define HD_FUSED_LOGITS_BYTES ((size_t)512 << 20)
+/* Rows of the LM head's logits computed at once, for rows tokens of a vocab-word head, within
+ * `bytes` of logits. */
+size_t hd__fused_lm_head_chunk_rows(size_t rows, size_t vocab, size_t bytes);
 /* The tiled product dx = dy * W^T (+ u * A^T) of a LoRA backward call of this shape, which
  * its variants tune, without buffers; and whether that product would accept variant. */
 hd_fused_tile_call hd__fused_lora_backward_dx_call(hd_context *ctx, const hd_shape *shape,

@@ -27,13 +27,6 @@
 #define SINGLE_PASS_CACHE_MAX 4
 #define SINGLE_PASS_GROUP     256
 #define SINGLE_PASS_SLOT_MAX  512
-/* The LM head's logits held at once at most: large enough that each chunk's products run at
- * the tiled engine's full rate (a thousand rows of a 128256-word vocabulary: the logits'
- * product of thousands of tiles, dh's of a few waves of them, each 128256 deep), where chunks
- * of a hundred rows left both products too thin to fill the device; half of what the whole
- * logits of 2048 such rows take, which a step without chunks keeps twice (with their
- * gradient). */
-#define LOGITS_CHUNK_BYTES ((size_t)512 << 20)
 /* The tiled engine's largest tile rows: chunks of whole tiles leave no wave of dh's product
  * (chunk rows x D, the vocabulary deep) to a row of tiles nearly empty. */
 #define LOGITS_CHUNK_ALIGN 128
@@ -445,12 +438,13 @@ typedef struct lm_head {
     hd_fused_tile_call products[2][2]; /* [logits, dh][a full chunk, the last] */
 } lm_head;
 
-/* Rows per chunk: as few chunks as LOGITS_CHUNK_BYTES allows, of equal rows, rounded up to
- * whole tiles where that stays within it (2048 rows of 128256 words: two chunks of 1024, where
- * 1046 and 1002 left dh's product a ninth row of tiles holding 22 rows, and a third wave). */
-size_t hd__fused_lm_head_chunk_rows(size_t rows, size_t vocab)
+/* Rows per chunk: as few chunks as `bytes` of logits allow, of equal rows, rounded up to
+ * whole tiles where that stays within it (2048 rows of 128256 words in HD_FUSED_LOGITS_BYTES:
+ * two chunks of 1024, where 1046 and 1002 left dh's product a ninth row of tiles holding 22
+ * rows, and a third wave). */
+size_t hd__fused_lm_head_chunk_rows(size_t rows, size_t vocab, size_t bytes)
 {
-    size_t most = LOGITS_CHUNK_BYTES / sizeof(float) / vocab;
+    size_t most = bytes / sizeof(float) / vocab;
     most = most > 0 ? most : 1;
     if (most >= rows)
         return rows;
@@ -577,7 +571,7 @@ hd_status hd__fused_linear_cross_entropy(void *state, hd_context *ctx, const hd_
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
     lm_head l = {
-        .a = a, .chunk = hd__fused_lm_head_chunk_rows(a->rows, a->vocab), .inv_count = inv_count(a->counted)};
+        .a = a, .chunk = hd__fused_lm_head_chunk_rows(a->rows, a->vocab, f->logits_bytes), .inv_count = inv_count(a->counted)};
     l.whole = l.chunk == a->rows;
     hd_status s = lm_head_prepare(f, ctx, &l);
     bool wrote = false;
@@ -609,10 +603,11 @@ bool hd__fused_train_supports(hd_op op, const hd_shape *s)
 }
 
 /* The logits product of an LM head call of shape s (rows, dim, vocab), without buffers. */
-static hd_fused_tile_call lm_head_logits_call(const hd_shape *s, const char *variant)
+static hd_fused_tile_call lm_head_logits_call(const hd_fused *f, const hd_shape *s,
+                                              const char *variant)
 {
     size_t rows = s->dim[0], d = s->dim[1], v = s->dim[2];
-    return (hd_fused_tile_call){.m = hd__fused_lm_head_chunk_rows(rows, v),
+    return (hd_fused_tile_call){.m = hd__fused_lm_head_chunk_rows(rows, v, f->logits_bytes),
                                 .n = v,
                                 .k = d,
                                 .batch = 1,
@@ -627,7 +622,7 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
                                 const char *variant)
 {
     if (op == HD_OP_LINEAR_CROSS_ENTROPY) {
-        hd_fused_tile_call c = lm_head_logits_call(s, variant);
+        hd_fused_tile_call c = lm_head_logits_call(f, s, variant);
         return hd__fused_tile_check(f, ctx, &c);
     }
     hd_fused_params p;
@@ -662,7 +657,7 @@ size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *s, 
                                 size_t max)
 {
     if (op == HD_OP_LINEAR_CROSS_ENTROPY) {
-        hd_fused_tile_call c = lm_head_logits_call(s, NULL);
+        hd_fused_tile_call c = lm_head_logits_call(f, s, NULL);
         hd_shape logits = {.dim = {c.m, c.n, c.k}, .trans_b = true};
         return hd__fused_tile_variants(f, &logits, s->precision, out, max);
     }
