@@ -2434,8 +2434,8 @@ static void test_warmup_builds_defaults(void **state)
      * PoCL, CLBlast's kernels alone take most of a minute to build. */
 }
 
-/* The LM head's chunks of logits: as few as HD_FUSED_LOGITS_BYTES of logits allow, of equal rows, whole
- * tiles of 128 rows where that fits; every row in one chunk or another. */
+/* The LM head's chunks of logits: as few as HD_FUSED_LOGITS_BYTES of logits allow, of equal rows,
+ * whole tiles of 128 rows where that fits; every row in one chunk or another. */
 static void test_lm_head_chunks_are_few_even_and_whole_tiles(void **state)
 {
     const size_t budget = HD_FUSED_LOGITS_BYTES;
@@ -2450,7 +2450,8 @@ static void test_lm_head_chunks_are_few_even_and_whole_tiles(void **state)
     for (int i = 0; i < 2000; i++) {
         size_t rows = 1 + (size_t)hd_test_uniform(&rng, 0.0f, 20000.0f);
         size_t vocab = 1 + (size_t)hd_test_uniform(&rng, 0.0f, 300000.0f);
-        size_t most = budget / sizeof(float) / vocab, chunk = hd__fused_lm_head_chunk_rows(rows, vocab, budget);
+        size_t most = budget / sizeof(float) / vocab,
+               chunk = hd__fused_lm_head_chunk_rows(rows, vocab, budget);
         most = most > 0 ? most : 1;
         size_t chunks = (rows + chunk - 1) / chunk, fewest = (rows + most - 1) / most;
         if (chunk < 1 || chunk > rows || chunk > most || chunks != fewest)

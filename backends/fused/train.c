@@ -570,8 +570,9 @@ hd_status hd__fused_linear_cross_entropy(void *state, hd_context *ctx, const hd_
 {
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
-    lm_head l = {
-        .a = a, .chunk = hd__fused_lm_head_chunk_rows(a->rows, a->vocab, f->logits_bytes), .inv_count = inv_count(a->counted)};
+    lm_head l = {.a = a,
+                 .chunk = hd__fused_lm_head_chunk_rows(a->rows, a->vocab, f->logits_bytes),
+                 .inv_count = inv_count(a->counted)};
     l.whole = l.chunk == a->rows;
     hd_status s = lm_head_prepare(f, ctx, &l);
     bool wrote = false;
