@@ -101,15 +101,16 @@ for bf16 in 0 1; do
 done
 # Attention on tensor cores (attention_mma.cl): both arithmetics, the local memory as the
 # kernels' own arrays and as their argument, tiles other than the defaults, a head that is no
-# multiple of 16, bf16 activations, the emulation.
+# multiple of 16, bf16 activations, the emulation, the backward's streamed tiles in one buffer.
 for prec in 1 3; do
     for local_arg in 0 1; do
         check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=$prec -DMMA_LOCAL_ARG=$local_arg
     done
 done
-check attention -DHEAD_DIM=72 -DATT_MMA=1 -DPREC=3 -DMMA_BQ=32 -DMMA_BK=16 -DMMA_KBK=32 -DMMA_KBQ=16
+check attention -DHEAD_DIM=72 -DATT_MMA=1 -DPREC=3 -DMMA_BQ=32 -DMMA_BK=16 -DMMA_KBK=32 -DMMA_KBQ=16 -DMMA_RING=1
 check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=1 -DMMA_LOCAL_ARG=1 -DACT_BF16=1
 check attention -DHEAD_DIM=64 -DATT_MMA=1 -DPREC=3 -DMMA_EMULATE=1
+check attention -DHEAD_DIM=64 -DATT_MMA=1 -DPREC=3 -DMMA_EMULATE=1 -DMMA_RING=1
 check adamw
 check adamw -DWG=64 -DELEMS=1
 

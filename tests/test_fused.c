@@ -2011,15 +2011,21 @@ static void test_attention_on_tensor_cores(void **state)
         assert_true(bits_differ(fma_dq, tc_dq, n_out) > n_out / 2);
     }
     /* within OpenCL's 48 KiB of local memory (emulated): the default tiles halved until they
-     * fit; where 16 x 16 does not (the forward at heads of 256) and past heads of 128 (the
-     * backward), the FMA kernels' bits */
+     * fit, the backward's streamed tiles in one buffer at heads of 128 (the tensor cores ran:
+     * other bits than the FMA kernels'); where 16 x 16 does not (the forward at heads of 256)
+     * and past heads of 128 (the backward), the FMA kernels' bits */
     if (emulate) {
         size_t saved_local = f->local_mem;
         f->local_mem = 48 * 1024;
         f->stage_mem = 0;
         ctx->gemm_precision = HD_PRECISION_FP32X3;
         free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4500));
-        free(check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4 * 2.0, 4501));
+        float *tc_one = check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4 * 2.0, 4501);
+        ctx->gemm_precision = HD_PRECISION_FP32;
+        float *fma_one = check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4 * 2.0, 4501);
+        size_t n_one = cases[3].tokens * cases[3].heads * cases[3].head_dim;
+        assert_true(bits_differ(fma_one, tc_one, n_one) > n_one / 2);
+        ctx->gemm_precision = HD_PRECISION_FP32X3;
         const tc_attention_case *wide = &cases[4];
         size_t n_wide = wide->tokens * wide->heads * wide->head_dim;
         float *tc = check_tc_attention(ctx, wide, NULL, 4e-5 * 2.0, 4502);

@@ -36,6 +36,7 @@ typedef struct tiles {
     int kbk, krk, kbq;  /* dk and dv (MMA_KBK, MMA_KBQ) */
     int fast;
     int prec;                      /* TF32 products per multiply on tensor cores; 0: FMAs */
+    int ring;                      /* the backward's buffers of the tiles it streams (MMA_RING) */
     size_t mma_local[MMA_KERNELS]; /* the tensor-core kernels' local memory, in bytes */
 } tiles;
 
@@ -57,9 +58,10 @@ static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, const tiles *t
     size_t ldb = d16 + (d16 % 32 == 0 ? 20 : 4), ldv = head_dim + 4;
     size_t bq = (size_t)t->bq, bk = (size_t)t->bk, kbk = (size_t)t->kbk, kbq = (size_t)t->kbq;
     size_t scratch = f->mma_emulated ? mma_group(t, kernel) * 6 : 0;
+    size_t ring = (size_t)t->ring;
     size_t floats = kernel == MMA_FORWARD ? (bq + bk) * lda + bk * ldv
-                    : kernel == MMA_DQ    ? (2 * bq + bk) * lda + 2 * bk * ldb
-                                          : 2 * kbk * lda + 4 * kbq * ldb;
+                    : kernel == MMA_DQ    ? (2 * bq + bk) * lda + ring * bk * ldb
+                                          : 2 * kbk * lda + 2 * ring * kbq * ldb;
     return (floats + scratch) * sizeof(float);
 }
 
@@ -132,24 +134,30 @@ static bool names_key_tiles(const hd_fused_params *p)
 }
 
 /* The tensor-core tiles: those the variant names, the others the defaults halved, keys
- * first, until they fit the local memory. The defaults: 64 x 64 forward; 128 query rows by 32
- * keys in dq, whose q' and dout take local memory by the row (8 warps in a work-group, where
- * 64 x 64 left a multiprocessor one work-group of 4 warps); 64 keys by 16 rows in dk and dv (two
- * work-groups to a multiprocessor of Hopper). */
+ * first, until they fit the local memory; the backward's streamed tiles in two buffers, or in
+ * one where two fit in no tiles (OpenCL's 48 KiB at heads of 128). The defaults: 64 x 64
+ * forward; 128 query rows by 32 keys in dq, whose q' and dout take local memory by the row (8
+ * warps in a work-group, where 64 x 64 left a multiprocessor one work-group of 4 warps); 64
+ * keys by 16 rows in dk and dv (two work-groups to a multiprocessor of Hopper). */
 static void mma_tiles_of(const hd_fused *f, hd_op op, size_t head_dim, hd_precision precision,
                          const hd_fused_params *p, tiles *t)
 {
     bool forward = op == HD_OP_ATTENTION;
-    *t = (tiles){.bq = or_default(p->att_bq, forward ? 64 : 128),
-                 .bk = or_default(p->att_bk, forward ? 64 : 32),
-                 .kbk = or_default(p->att_kbk, 64),
-                 .kbq = or_default(p->att_kbq, 16),
-                 .fast = p->att_fast,
-                 .prec = precision == HD_PRECISION_TF32 ? 1 : 3};
-    if (!names_query_tiles(p))
-        mma_shrink(f, forward ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
-    if (!names_key_tiles(p))
-        mma_shrink(f, MMA_DKDV, head_dim, t, &t->kbk, &t->kbq);
+    for (int ring = 2; ring >= 1; ring--) {
+        *t = (tiles){.bq = or_default(p->att_bq, forward ? 64 : 128),
+                     .bk = or_default(p->att_bk, forward ? 64 : 32),
+                     .kbk = or_default(p->att_kbk, 64),
+                     .kbq = or_default(p->att_kbq, 16),
+                     .fast = p->att_fast,
+                     .prec = precision == HD_PRECISION_TF32 ? 1 : 3,
+                     .ring = ring};
+        if (!names_query_tiles(p))
+            mma_shrink(f, forward ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
+        if (!names_key_tiles(p))
+            mma_shrink(f, MMA_DKDV, head_dim, t, &t->kbk, &t->kbq);
+        if (mma_fits(f, op, head_dim, t))
+            break;
+    }
     for (int k = 0; k < MMA_KERNELS; k++)
         t->mma_local[k] = mma_local_bytes(f, head_dim, t, k);
 }
@@ -243,8 +251,9 @@ static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
     if (t->prec != 0) {
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
                  "-D HEAD_DIM=%zu -D ATT_MMA=1 -D PREC=%d -D MMA_BQ=%d -D MMA_BK=%d "
-                 "-D MMA_KBK=%d -D MMA_KBQ=%d -D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
-                 a->head_dim, t->prec, t->bq, t->bk, t->kbk, t->kbq, local_as_argument(f), t->fast,
+                 "-D MMA_KBK=%d -D MMA_KBQ=%d -D MMA_RING=%d -D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
+                 a->head_dim, t->prec, t->bq, t->bk, t->kbk, t->kbq, t->ring, local_as_argument(f),
+                 t->fast,
                  f->mma_emulated ? " -D MMA_EMULATE=1" : "");
         return;
     }

@@ -36,7 +36,9 @@
  *
  * Tuning parameters: MMA_BQ (query rows per work-group, a multiple of 16), MMA_BK (keys per
  * tile, a multiple of 16), both for the forward and dq; MMA_KBK (keys per work-group) and
- * MMA_KBQ (query rows per tile), multiples of 16, for dk and dv; PREC, FAST_EXP (attention.cl).
+ * MMA_KBQ (query rows per tile), multiples of 16, for dk and dv; MMA_RING (2: the backward
+ * copies its next tile during this one's work; 1: after it, where two buffers do not fit);
+ * PREC, FAST_EXP (attention.cl).
  */
 #if ATT_MMA
 #ifndef MMA_BQ
@@ -51,11 +53,17 @@
 #ifndef MMA_KBQ
 #define MMA_KBQ 16 /* query rows per tile (dk and dv) */
 #endif
+#ifndef MMA_RING
+#define MMA_RING 2 /* buffers of the backward's streamed tiles (dq's k, dk and dv's q and dout) */
+#endif
 #ifndef MMA_LOCAL_ARG
 #define MMA_LOCAL_ARG 0 /* 1: the local memory is the kernel's last argument */
 #endif
 #if MMA_BQ % 16 != 0 || MMA_BK % 16 != 0 || MMA_KBK % 16 != 0 || MMA_KBQ % 16 != 0
 #error "MMA_BQ, MMA_BK, MMA_KBK and MMA_KBQ must be multiples of 16"
+#endif
+#if MMA_RING != 1 && MMA_RING != 2
+#error "MMA_RING is 1 or 2"
 #endif
 #if PREC != 1 && PREC != 3
 #error "PREC must be 1 or 3"
@@ -80,9 +88,9 @@
 #define MMA_LOCAL_FLOATS \
     ((MMA_BQ + MMA_BK) * MMA_LDA + MMA_BK * MMA_LDV + MMA_SCRATCH(MMA_WARPS))
 #define MMA_DQ_FLOATS \
-    ((2 * MMA_BQ + MMA_BK) * MMA_LDA + 2 * MMA_BK * MMA_LDB + MMA_SCRATCH(MMA_WARPS))
+    ((2 * MMA_BQ + MMA_BK) * MMA_LDA + MMA_RING * MMA_BK * MMA_LDB + MMA_SCRATCH(MMA_WARPS))
 #define MMA_KV_FLOATS \
-    (2 * MMA_KBK * MMA_LDA + 4 * MMA_KBQ * MMA_LDB + MMA_SCRATCH(MMA_KWARPS))
+    (2 * MMA_KBK * MMA_LDA + 2 * MMA_RING * MMA_KBQ * MMA_LDB + MMA_SCRATCH(MMA_KWARPS))
 
 /* x combined over the 4 lanes of its quad by op (bfly over lane bits 0, then 1: the same
  * order, so the same result, on each lane). */
@@ -389,9 +397,10 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
  * query rows of head h (as the forward's); per key tile of MMA_BK: s = q' k^T and
  * dp = dout v^T (block_dots), ds = p (dp - delta) with p = exp2(s - lse), 0 where masked,
  * then dq += ds k (block_values: the ds blocks as A fragments, k's rows as B). Local memory:
- * q' and dout (staged once), the tile's v (read as runs of depths) and k in two buffers (read
- * both ways, MMA_LDB). The next tile's k is copied during the whole of this tile's work, into
- * the buffer the last tile's ds k has finished with; the next v during ds and ds k. */
+ * q' and dout (staged once), the tile's v (read as runs of depths) and k in MMA_RING buffers
+ * (read both ways, MMA_LDB). With two, the next tile's k is copied during the whole of this
+ * tile's work, into the buffer the last tile's ds k has finished with; with one, after this
+ * tile's ds k. The next v is copied during ds and ds k. */
 __kernel __attribute__((reqd_work_group_size(MMA_WG, 1, 1))) void
 attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
                      const __global act_t *dout, const __global float *lse,
@@ -401,7 +410,7 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
 {
     LOCAL_ARRAY(MMA_DQ_FLOATS);
     __local float *qs = smem, *gs = qs + MMA_BQ * MMA_LDA, *vs = gs + MMA_BQ * MMA_LDA;
-    __local float *kbuf = vs + MMA_BK * MMA_LDA; /* two tiles of MMA_BK * MMA_LDB */
+    __local float *kbuf = vs + MMA_BK * MMA_LDA; /* MMA_RING tiles of MMA_BK * MMA_LDB */
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_DQ_FLOATS - MMA_SCRATCH(MMA_WARPS) + warp * 32 * 6;
@@ -423,16 +432,18 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
     for (int n = 0; n < MMA_NO; n++)
         acc[n] = (float4)(0.0f);
 
-    for (int j0 = qt.lo, buf = 0; j0 < qt.hi; j0 += MMA_BK, buf ^= 1) {
+    for (int j0 = qt.lo, buf = 0; j0 < qt.hi; j0 += MMA_BK, buf = (buf + 1) % MMA_RING) {
         const int next = j0 + MMA_BK;
         __local float *ks = kbuf + buf * MMA_BK * MMA_LDB;
         /* the tile's k and v have landed, and every warp is past the last tile's ds k */
         cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE);
+#if MMA_RING == 2
         if (next < qt.hi)
             stage_rows(kbuf + (buf ^ 1) * MMA_BK * MMA_LDB, MMA_LDB, k, qt.ldk, qt.kcol, next,
                        MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
         cp_commit();
+#endif
         float4 s[MMA_NS], dp[MMA_NS];
 #pragma unroll
         for (int j = 0; j < MMA_NS; j++)
@@ -454,6 +465,12 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
                             ZEROED(p.w * (dp[j].w - dl1), key + 1, qt.rg1));
         }
         block_values(ks, MMA_LDB, s, MMA_NS, g, t, acc, MMA_NO SCRATCH_PASS);
+#if MMA_RING == 1
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (next < qt.hi)
+            stage_rows(ks, MMA_LDB, k, qt.ldk, qt.kcol, next, MMA_BK, qt.hi, MMA_D16, id, MMA_WG);
+        cp_commit();
+#endif
     }
 
 #pragma unroll
@@ -470,14 +487,24 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
     }
 }
 
+/* Tile u of dk and dv's sequence of query tiles (head h0 + u / per_head, rows lo + u % per_head
+ * * MMA_KBQ, zeros from hi): its q into dst, its dout MMA_KBQ rows after (the kernel's names). */
+#define STAGE_QUERY_TILE(dst, u)                                                                \
+    do {                                                                                        \
+        const int col_ = (h0 + (u) / per_head) * HEAD_DIM, i0_ = lo + (u) % per_head * MMA_KBQ; \
+        stage_rows((dst), MMA_LDB, q, ldq, col_, i0_, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);       \
+        stage_rows((dst) + MMA_KBQ * MMA_LDB, MMA_LDB, dout, ldq, col_, i0_, MMA_KBQ, hi,       \
+                   MMA_D16, id, MMA_KWG);                                                       \
+    } while (0)
+
 /* dk and dv on the tensor cores: attention_bwd_dkdv's arguments, grid and results (partial
  * slices where splits > 1), work-groups of MMA_KBK keys, warp w owning keys 16w .. + 15. Per
  * query head of the slice and tile of MMA_KBQ rows that attend to the keys: s = k q^T times
  * qscale and dp = v dout^T (block_dots; q and dout copied as they are, read both ways), p =
  * exp2(s - lse), 0 where masked, dv += p dout, ds = p (dp - delta), dk += ds q (block_values).
- * Local memory: k and v (staged once), and two buffers of a tile's q and dout: the tiles of
- * every head of the slice run as one sequence, the next one's copied during this one's work
- * into the buffer the last one has finished with. */
+ * Local memory: k and v (staged once), and MMA_RING buffers of a tile's q and dout: the tiles
+ * of every head of the slice run as one sequence, the next one's copied during this one's work
+ * into the buffer the last one has finished with (two), or after this one's work (one). */
 __kernel __attribute__((reqd_work_group_size(MMA_KWG, 1, 1))) void
 attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
                        const __global act_t *dout, const __global float *lse,
@@ -503,16 +530,13 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
     const int j0 = k0 + 16 * warp + g, j1 = j0 + 8;
     const int2 rg0 = j0 < tokens ? vload2(j0, q_range) : (int2)(0, 0);
     const int2 rg1 = j1 < tokens ? vload2(j1, q_range) : (int2)(0, 0);
-    /* tile u of the sequence: head h0 + u / per_head, rows lo + (u % per_head) * MMA_KBQ */
+    /* the tiles of the slice's heads, one sequence (STAGE_QUERY_TILE) */
     const int per_head = hi > lo ? (hi - lo + MMA_KBQ - 1) / MMA_KBQ : 0, count = per * per_head;
 
     stage_rows(ks, MMA_LDA, k, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
     stage_rows(vs, MMA_LDA, v, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
-    if (count > 0) {
-        stage_rows(tiles, MMA_LDB, q, ldq, h0 * HEAD_DIM, lo, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
-        stage_rows(tiles + MMA_KBQ * MMA_LDB, MMA_LDB, dout, ldq, h0 * HEAD_DIM, lo, MMA_KBQ, hi,
-                   MMA_D16, id, MMA_KWG);
-    }
+    if (count > 0)
+        STAGE_QUERY_TILE(tiles, 0);
     cp_commit();
 
     float4 dka[MMA_NO], dva[MMA_NO];
@@ -522,18 +546,16 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
 
     for (int u = 0; u < count; u++) {
         const int h = h0 + u / per_head, i0 = lo + u % per_head * MMA_KBQ;
-        __local float *qs = tiles + (u & 1) * 2 * MMA_KBQ * MMA_LDB, *gs = qs + MMA_KBQ * MMA_LDB;
+        __local float *qs = tiles + u % MMA_RING * 2 * MMA_KBQ * MMA_LDB;
+        __local float *gs = qs + MMA_KBQ * MMA_LDB;
         /* the tile has landed, and every warp is past the last one */
         cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (u + 1 < count) {
-            const int hn = h0 + (u + 1) / per_head, in = lo + (u + 1) % per_head * MMA_KBQ;
-            __local float *qn = tiles + ((u + 1) & 1) * 2 * MMA_KBQ * MMA_LDB;
-            stage_rows(qn, MMA_LDB, q, ldq, hn * HEAD_DIM, in, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);
-            stage_rows(qn + MMA_KBQ * MMA_LDB, MMA_LDB, dout, ldq, hn * HEAD_DIM, in, MMA_KBQ, hi,
-                       MMA_D16, id, MMA_KWG);
-        }
+#if MMA_RING == 2
+        if (u + 1 < count)
+            STAGE_QUERY_TILE(tiles + ((u + 1) & 1) * 2 * MMA_KBQ * MMA_LDB, u + 1);
         cp_commit();
+#endif
         float4 s[MMA_NQ], dp[MMA_NQ];
 #pragma unroll
         for (int j = 0; j < MMA_NQ; j++)
@@ -559,6 +581,12 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
         for (int j = 0; j < MMA_NQ; j++)
             s[j] *= dp[j] - (float4)(dl[j][0], dl[j][1], dl[j][0], dl[j][1]);
         block_values(qs, MMA_LDB, s, MMA_NQ, g, t, dka, MMA_NO SCRATCH_PASS);
+#if MMA_RING == 1
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (u + 1 < count)
+            STAGE_QUERY_TILE(qs, u + 1);
+        cp_commit();
+#endif
     }
 
 #pragma unroll
