@@ -253,8 +253,7 @@ static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
                  "-D HEAD_DIM=%zu -D ATT_MMA=1 -D PREC=%d -D MMA_BQ=%d -D MMA_BK=%d "
                  "-D MMA_KBK=%d -D MMA_KBQ=%d -D MMA_RING=%d -D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
                  a->head_dim, t->prec, t->bq, t->bk, t->kbk, t->kbq, t->ring, local_as_argument(f),
-                 t->fast,
-                 f->mma_emulated ? " -D MMA_EMULATE=1" : "");
+                 t->fast, f->mma_emulated ? " -D MMA_EMULATE=1" : "");
         return;
     }
     snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
