@@ -320,6 +320,6 @@ hd_status hd_adamw(hd_context *ctx, const hd_adamw_options *opt, size_t count,
     const hd_adamw_args a = adamw_args(opt, count, params, grads, m, v);
     double begin = hd__profile_begin(ctx);
     s = run_where_the_tensors_are(ctx, &a, count > 0 && params[0]->state->device_valid);
-    hd__profile_end(ctx, HD_PROFILE_ADAMW, begin, s);
+    hd__profile_end(ctx, HD_PROFILE_ADAMW, NULL, begin, s);
     return s;
 }

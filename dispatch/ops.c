@@ -299,7 +299,7 @@ hd_status hd__call(hd_context *ctx, hd_op op, const hd_tensor *const t[], const 
     }
     double begin = hd__profile_begin(ctx);
     s = dispatch_call(ctx, &call);
-    hd__profile_end(ctx, (int)op, begin, s);
+    hd__profile_end(ctx, (int)op, &call.shape, begin, s);
     return s;
 }
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dispatch/context.h"
 #include "core/env.h"
@@ -25,7 +26,7 @@
  * user's own settings neither leak into nor out of the cases. */
 static const char *const env_names[] = {
     "HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL", "HD_GEMM_PRECISION", "HD_THREADS",
-    "HD_PINNED",  "HD_LOG",    "HD_PROGRAM_CACHE",  "HD_FAULT"};
+    "HD_PINNED",  "HD_LOG",    "HD_PROGRAM_CACHE",  "HD_FAULT",          "HD_PROFILE"};
 #define ENV_COUNT (sizeof env_names / sizeof env_names[0])
 
 static int save_env(void **state)
@@ -1137,6 +1138,53 @@ static void test_context_unknown_switch_value_keeps_the_default_with_a_note(void
     hd_context_destroy(ctx);
 }
 
+/* HD_PROFILE=1: the table hd_context_destroy() prints counts each call that ran (not a refused
+ * one) under its operation and backend, the first call of each shape apart. */
+static void test_profile_counts_calls_and_each_shape_first(void **state)
+{
+    (void)state;
+    setenv("HD_PROFILE", "1", 1);
+    hd_context *ctx = hd_test_context(true);
+    hd_tensor *a = hd_test_tensor(ctx, 3, 5, NULL), *b = hd_test_tensor(ctx, 5, 4, NULL);
+    hd_tensor *c = hd_test_tensor(ctx, 3, 4, NULL), *a7 = hd_test_tensor(ctx, 7, 5, NULL);
+    hd_tensor *c7 = hd_test_tensor(ctx, 7, 4, NULL);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 0.0f, c), HD_OK);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, b, 0.0f, c), HD_OK);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a7, b, 0.0f, c7), HD_OK);
+    assert_int_equal(hd_gemm(ctx, false, false, 1.0f, a, a, 0.0f, c), HD_ERR_SHAPE_MISMATCH);
+    hd_tensor *all[] = {a, b, c, a7, c7};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        hd_tensor_destroy(all[i]);
+    char path[] = "/tmp/hd-test-profile-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    hd_context_destroy(ctx);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char table[4096] = "";
+    ssize_t n = pread(fd, table, sizeof table - 1, 0);
+    close(fd);
+    unlink(path);
+    assert_true(n > 0);
+    const char *row = strstr(table, "\n  gemm ");
+    if (row == NULL)
+        fail_msg("no gemm row in the profile:\n%s", table);
+    char op[32], backend[32];
+    unsigned long calls = 0, shapes = 0;
+    double total, per_call, share, first;
+    assert_int_equal(sscanf(row, " %31s %31s %lu %lf %lf %lf%% %lu %lf", op, backend, &calls,
+                            &total, &per_call, &share, &shapes, &first),
+                     8);
+    assert_string_equal(backend, "cpu");
+    assert_int_equal(calls, 3);
+    assert_int_equal(shapes, 2);
+    assert_true(total >= 0.0 && first > 0.0);
+}
+
 #define WITH_ENV(test) cmocka_unit_test_setup_teardown(test, save_env, restore_env)
 
 int main(void)
@@ -1144,6 +1192,7 @@ int main(void)
     hd_test_seed();
     const struct CMUnitTest tests[] = {
         WITH_ENV(test_context_create_null_out_is_invalid),
+        WITH_ENV(test_profile_counts_calls_and_each_shape_first),
         WITH_ENV(test_context_create_with_defaults_has_the_cpu),
         WITH_ENV(test_context_options_init_sets_defaults),
         WITH_ENV(test_context_disable_opencl_option_gives_cpu_only),
