@@ -1,13 +1,15 @@
 /* $HD_PROFILE=1: where a program's time goes, per operation and backend. Each operation then
  * waits for the work queued before it, runs, and waits for its own work, and its wall time is
  * added to the context's table, which hd_context_destroy() prints to stderr; the first call
- * of each shape of each operation on each backend, which builds its kernels, is shown apart. The waits take
- * away the overlap of host and device: the figures are for finding where the time goes, not
- * for the total. */
+ * of each shape of each operation on each backend, which builds its kernels, is shown apart.
+ * The waits take away the overlap of host and device: the figures are for finding where the
+ * time goes, not for the total. */
 #ifndef HD_DISPATCH_PROFILE_H
 #define HD_DISPATCH_PROFILE_H
 
 #include <hd/dispatch.h>
+
+#include "core/args.h"
 
 /* The table's rows: the ops of HD_OP_MAP, and AdamW, which is not one of them. */
 #define HD_PROFILE_ADAMW HD_OP_COUNT
