@@ -28,8 +28,10 @@
 #include <string.h>
 
 #include "autotune/reference_step.h"
+#ifdef HD_HAVE_OPENCL
 #include "backends/fused/internal.h"
 #include "dispatch/context.h"
+#endif
 #include "tests/testlib.h"
 
 #define U 0x1p-24
@@ -865,6 +867,7 @@ static void test_linear_cross_entropy_in_several_chunks(void **state)
     (void)state;
 }
 
+#ifdef HD_HAVE_OPENCL
 /* The fused backend's LM head in several chunks of logits, its budget lowered to a few rows'
  * worth: chunks of whole 128-row tiles and a shorter last one (300 rows, 130 a chunk at most:
  * 128, 128, 44), equal chunks where whole tiles do not fit (250 rows, 100 at most: 84, 84,
@@ -902,6 +905,7 @@ static void test_linear_cross_entropy_fused_chunks(void **state)
     f->logits_bytes = saved;
     (void)state;
 }
+#endif
 
 /* Row i's loss in double (logits in double) with h's element k set to hk. */
 static double lm_row_loss(const lm_data *d, size_t i, size_t k, float hk)
@@ -1446,7 +1450,9 @@ int main(void)
         cmocka_unit_test(test_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_linear_cross_entropy_matches_reference),
         cmocka_unit_test(test_linear_cross_entropy_in_several_chunks),
+#ifdef HD_HAVE_OPENCL
         cmocka_unit_test(test_linear_cross_entropy_fused_chunks),
+#endif
         cmocka_unit_test(test_linear_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_adamw_matches_reference),
         cmocka_unit_test(test_adamw_falls_back_to_the_host_after_a_device_failure),
