@@ -1079,8 +1079,10 @@ static void adamw_expect_tensor(const char *what, const adamw_host *st, size_t k
         double g = st->g[k][i] * coef;
         mm[i] = fabs(o->beta1 * st->m[k][i]) + fabs((1.0 - o->beta1) * g);
         vm[i] = fabs(o->beta2 * st->v[k][i]) + fabs((1.0 - o->beta2) * g * g);
+        /* the update's magnitude from m's terms, not m: where they cancel, the rounding of
+         * each still reaches the update */
         pm[i] = fabs(st->p[k][i] * (1.0 - (double)o->lr * o->weight_decay)) +
-                fabs(o->lr / bc1 * m[i] / (sqrt(v[i] / bc2) + o->eps));
+                fabs(o->lr / bc1) * mm[i] / (sqrt(v[i] / bc2) + o->eps);
     }
     float *gp = hd_test_read(t->p[k]), *gm = hd_test_read(t->m[k]), *gv = hd_test_read(t->v[k]);
     char name[240];
