@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "dispatch/context.h"
 #include "core/env.h"
@@ -1155,21 +1154,11 @@ static void test_profile_counts_calls_and_each_shape_first(void **state)
     hd_tensor *all[] = {a, b, c, a7, c7};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         hd_tensor_destroy(all[i]);
-    char path[] = "/tmp/hd-test-profile-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    fflush(stderr);
-    int saved = dup(STDERR_FILENO);
-    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    hd_test_stderr capture;
+    hd_test_stderr_capture(&capture);
     hd_context_destroy(ctx);
-    fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    char table[4096] = "";
-    ssize_t n = pread(fd, table, sizeof table - 1, 0);
-    close(fd);
-    unlink(path);
-    assert_true(n > 0);
+    char table[4096];
+    assert_true(hd_test_stderr_release(&capture, table, sizeof table) > 0);
     const char *row = strstr(table, "\n  gemm ");
     if (row == NULL)
         fail_msg("no gemm row in the profile:\n%s", table);

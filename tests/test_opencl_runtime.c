@@ -1007,24 +1007,15 @@ static void test_build_output_goes_to_a_note_not_stderr(void **state)
              "/* %llu */\n#warning hd test warning\n"
              "__kernel void hd_test_warns(__global int *x) { x[0] = 1; }\n",
              (unsigned long long)hd_test_seed() ^ (unsigned long long)getpid());
-    char path[] = "/tmp/hd-test-stderr-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    fflush(stderr);
-    int saved = dup(STDERR_FILENO);
-    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    hd_test_stderr capture;
+    hd_test_stderr_capture(&capture);
     cl_program program;
     hd__error_clear(ctx);
     hd_test_notes_clear();
     hd_status s = hd__cl_program(rt, ctx, source, NULL, &program);
-    fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
+    char seen[512];
+    size_t n = hd_test_stderr_release(&capture, seen, sizeof seen);
     assert_int_equal(s, HD_OK);
-    char seen[512] = "";
-    ssize_t n = pread(fd, seen, sizeof seen - 1, 0);
-    close(fd);
-    unlink(path);
     if (n > 0)
         fail_msg("the build printed on stderr: %s", seen);
     print_message("notes after the build: '%s'\n", hd_test_notes());

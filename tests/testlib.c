@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "autotune/reference.h"
 #include "backends/reference.h"
@@ -441,4 +442,29 @@ int hd_test_cache_dir_remove(const char *path)
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf \"$(dirname '%s')\"", path);
     return system(cmd) == 0 ? 0 : -1;
+}
+
+void hd_test_stderr_capture(hd_test_stderr *c)
+{
+    snprintf(c->path, sizeof c->path, "/tmp/hd-test-stderr-XXXXXX");
+    c->fd = mkstemp(c->path);
+    assert_true(c->fd >= 0);
+    fflush(stderr);
+    c->saved = dup(STDERR_FILENO);
+    assert_true(c->saved >= 0);
+    assert_true(dup2(c->fd, STDERR_FILENO) >= 0);
+}
+
+size_t hd_test_stderr_release(hd_test_stderr *c, char *out, size_t size)
+{
+    fflush(stderr);
+    dup2(c->saved, STDERR_FILENO);
+    close(c->saved);
+    ssize_t n = size > 0 ? pread(c->fd, out, size - 1, 0) : 0;
+    close(c->fd);
+    unlink(c->path);
+    assert_true(n >= 0);
+    if (size > 0)
+        out[n] = '\0';
+    return (size_t)n;
 }

@@ -163,6 +163,17 @@ int hd_test_tmpdir_remove(const char *dir);
 /* Writes the n bytes at p to the file at path, failing the test where it cannot. */
 void hd_test_write_file(const char *path, const void *p, size_t n);
 
+/* The process's standard error, captured into a temporary file from hd_test_stderr_capture()
+ * to hd_test_stderr_release(), which puts it back and gives what was written meanwhile (at
+ * most size - 1 bytes, NUL-ended) and its length; the file is removed. Each fails the test
+ * where it cannot. */
+typedef struct hd_test_stderr {
+    int fd, saved;
+    char path[32];
+} hd_test_stderr;
+void hd_test_stderr_capture(hd_test_stderr *c);
+size_t hd_test_stderr_release(hd_test_stderr *c, char *out, size_t size);
+
 /* A fresh temporary directory for a suite's tuning cache: path becomes DIR/tune.txt. Returns
  * 0, or -1 when the directory cannot be made (a cmocka setup's failure). */
 int hd_test_cache_dir_create(const char *suite, char *path, size_t size);
