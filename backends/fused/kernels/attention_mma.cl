@@ -284,6 +284,25 @@ static inline query_tile query_tile_of(const __global int *kv_range, int tokens,
     return q;
 }
 
+/* A warp's output blocks o (HEAD_DIM / 8 of them) into its two rows of the query tile qt in
+ * dst, row r0's times f0 and r1's times f1; rows past the matrix are left out. */
+static inline void store_query_rows(__global act_t *dst, const query_tile *qt, const float4 *o,
+                                    float f0, float f1, int tokens, int t)
+{
+#pragma unroll
+    for (int n = 0; n < MMA_NO; n++) {
+        const int c = qt->qcol + 8 * n + 2 * t;
+        if (qt->r0 < tokens) {
+            act_store(dst, (size_t)qt->r0 * qt->ldq + c, o[n].x * f0);
+            act_store(dst, (size_t)qt->r0 * qt->ldq + c + 1, o[n].y * f0);
+        }
+        if (qt->r1 < tokens) {
+            act_store(dst, (size_t)qt->r1 * qt->ldq + c, o[n].z * f1);
+            act_store(dst, (size_t)qt->r1 * qt->ldq + c + 1, o[n].w * f1);
+        }
+    }
+}
+
 /* A score kept where key lies in range, else -inf; a weight kept, else 0. */
 #define MASKED(score, key, range) ((key) >= (range).x && (key) < (range).y ? (score) : -INFINITY)
 #define ZEROED(w, key, range)     ((key) >= (range).x && (key) < (range).y ? (w) : 0.0f)
@@ -373,18 +392,7 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
     QUAD_REDUCE(l0, OP_ADD, scratch, lane);
     QUAD_REDUCE(l1, OP_ADD, scratch, lane);
     const float f0 = 1.0f / l0, f1 = 1.0f / l1;
-#pragma unroll
-    for (int n = 0; n < MMA_NO; n++) {
-        const int c = qt.qcol + 8 * n + 2 * t;
-        if (qt.r0 < tokens) {
-            act_store(out, (size_t)qt.r0 * qt.ldq + c, o[n].x * f0);
-            act_store(out, (size_t)qt.r0 * qt.ldq + c + 1, o[n].y * f0);
-        }
-        if (qt.r1 < tokens) {
-            act_store(out, (size_t)qt.r1 * qt.ldq + c, o[n].z * f1);
-            act_store(out, (size_t)qt.r1 * qt.ldq + c + 1, o[n].w * f1);
-        }
-    }
+    store_query_rows(out, &qt, o, f0, f1, tokens, t);
     if (t == 0 && qt.r0 < tokens)
         lse[(size_t)qt.r0 * heads + qt.h] = (m0 + log2(l0)) * LN2_F;
     if (t == 0 && qt.r1 < tokens)
@@ -473,18 +481,7 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
 #endif
     }
 
-#pragma unroll
-    for (int n = 0; n < MMA_NO; n++) {
-        const int c = qt.qcol + 8 * n + 2 * t;
-        if (qt.r0 < tokens) {
-            act_store(dq, (size_t)qt.r0 * qt.ldq + c, acc[n].x * scale);
-            act_store(dq, (size_t)qt.r0 * qt.ldq + c + 1, acc[n].y * scale);
-        }
-        if (qt.r1 < tokens) {
-            act_store(dq, (size_t)qt.r1 * qt.ldq + c, acc[n].z * scale);
-            act_store(dq, (size_t)qt.r1 * qt.ldq + c + 1, acc[n].w * scale);
-        }
-    }
+    store_query_rows(dq, &qt, acc, scale, scale, tokens, t);
 }
 
 /* Tile u of dk and dv's sequence of query tiles (head h0 + u / per_head, rows lo + u % per_head
