@@ -1710,14 +1710,6 @@ typedef struct tc_attention_case {
     float range; /* q and k uniform in +-range */
 } tc_attention_case;
 
-static double largest_magnitude(const double *p, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++)
-        m = fabs(p[i]) > m ? fabs(p[i]) : m;
-    return m;
-}
-
 /* Whether a tuner's tile was declined for this device's local memory or work-group limit (said,
  * and true); any other failure fails the test. */
 static bool tile_declined(hd_context *ctx, hd_status s, const char *what)
@@ -1834,9 +1826,9 @@ static float *check_tc_attention(hd_context *ctx, const tc_attention_case *c, co
     }
     got = hd_test_read(to);
     float *got_lse = hd_test_read(tl);
-    hd_test_expect_close(what, got, out, t * qd, rel * (largest_magnitude(out, t * qd) + 1.0), 0);
+    hd_test_expect_close(what, got, out, t * qd, rel * (hd_test_max_abs(out, t * qd) + 1.0), 0);
     hd_test_expect_close(what, got_lse, lse, t * c->heads,
-                         rel * (largest_magnitude(lse, t * c->heads) + 1.0), 0);
+                         rel * (hd_test_max_abs(lse, t * c->heads) + 1.0), 0);
     free(got_lse);
 done:;
     hd_tensor *all[] = {tq, tk, tv, to, tl};
@@ -1897,7 +1889,7 @@ static float *check_tc_attention_backward(hd_context *ctx, const tc_attention_ca
         for (int i = 0; i < 3; i++) {
             float *g = hd_test_read(got[i]);
             hd_test_expect_close(what, g, want[i], n[i],
-                                 rel * (largest_magnitude(want[i], n[i]) + 1.0), 0);
+                                 rel * (hd_test_max_abs(want[i], n[i]) + 1.0), 0);
             if (i == 0)
                 got_dq = g;
             else

@@ -395,14 +395,6 @@ typedef struct attention_case {
     float range; /* q and k uniform in +-range: large ranges make the online softmax rescale */
 } attention_case;
 
-static double max_abs(const double *p, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++)
-        m = fabs(p[i]) > m ? fabs(p[i]) : m;
-    return m;
-}
-
 /* Within a few float roundings of each output's scale: the sums run over a row's keys, and an
  * element's error grows with the largest term of its sum, not its own size; the terms are of
  * the inputs' order (v and dout within +-1), which floors the scale at 1 where the sums cancel
@@ -410,7 +402,7 @@ static double max_abs(const double *p, size_t n)
 static void expect_attention_close(const char *what, const float *got, const double *want, size_t n,
                                    double rel)
 {
-    hd_test_expect_close(what, got, want, n, rel * (max_abs(want, n) + 1.0), 0);
+    hd_test_expect_close(what, got, want, n, rel * (hd_test_max_abs(want, n) + 1.0), 0);
 }
 
 static void check_attention(const attention_case *c, hd_rng *rng)
@@ -458,7 +450,7 @@ static void check_attention(const attention_case *c, hd_rng *rng)
         hd_test_expect_ran_on(ctx, hd_attention(ctx, &opt, tq, tk, tv, to, tl), b, what);
         float *got = hd_test_read(to), *got_lse = hd_test_read(tl);
         expect_attention_close(what, got, out, t * qd, 2e-5 * (1.0 + c->range));
-        hd_test_expect_close(what, got_lse, lse, t * c->heads, 2e-5 * max_abs(lse, t * c->heads),
+        hd_test_expect_close(what, got_lse, lse, t * c->heads, 2e-5 * hd_test_max_abs(lse, t * c->heads),
                              0);
         free(got);
         free(got_lse);

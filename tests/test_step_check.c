@@ -388,6 +388,15 @@ static void expect_tf32_passes_fp32_fails(step_data *d, const char *what)
     }
 }
 
+/* n floats of x rounded to TF32, as the tensor cores read them, in a new buffer (free it). */
+static float *tf32_copy(const float *x, size_t n)
+{
+    float *r = hd_test_floats(n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = hd_test_tf32(x[i]);
+    return r;
+}
+
 /* Attention's forward in tf32: an output computed from q, k and v rounded to TF32 (the
  * tensor cores' operands) passes the check of a tf32 shape, and fails fp32's. */
 static void test_attention_check_admits_tf32_operands(void **state)
@@ -402,11 +411,8 @@ static void test_attention_check_admits_tf32_operands(void **state)
     size_t T = s->dim[0], H = s->dim[1], Hk = s->dim[2], dim = s->dim[3];
     size_t n[3] = {T * H * dim, T * Hk * dim, T * Hk * dim};
     float *rounded[3];
-    for (int t = 0; t < 3; t++) {
-        rounded[t] = hd_test_floats(n[t]);
-        for (size_t i = 0; i < n[t]; i++)
-            rounded[t][i] = hd_test_tf32(d.in[t][i]);
-    }
+    for (int t = 0; t < 3; t++)
+        rounded[t] = tf32_copy(d.in[t], n[t]);
     double *out = hd_test_doubles(n[0]), *lse = hd_test_doubles(T * H);
     naive_attention(s, &d.cp.p, rounded[0], rounded[1], rounded[2], out, lse);
     round_into(d.out[0], out, n[0]);
@@ -438,10 +444,7 @@ static void test_attention_backward_check_admits_tf32_operands(void **state)
         rounded[t] = d.in[t];
         if (t == 3 || t == 4) /* out and lse: the given forward's */
             continue;
-        size_t n = T * (t == 0 || t == 5 ? H : Hk) * dim;
-        copies[t] = hd_test_floats(n);
-        for (size_t i = 0; i < n; i++)
-            copies[t][i] = hd_test_tf32(d.in[t][i]);
+        copies[t] = tf32_copy(d.in[t], T * (t == 0 || t == 5 ? H : Hk) * dim);
         rounded[t] = copies[t];
     }
     double *want[3] = {hd_test_doubles(d.out_n[0]), hd_test_doubles(d.out_n[1]),

@@ -91,6 +91,14 @@ float hd_test_tf32(float x)
     return r;
 }
 
+double hd_test_max_abs(const double *p, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(p[i]) > m ? fabs(p[i]) : m;
+    return m;
+}
+
 float *hd_test_random(hd_rng *rng, size_t n, float lo, float hi)
 {
     float *p = hd_test_floats(n);

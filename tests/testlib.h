@@ -38,6 +38,8 @@ float *hd_test_random(hd_rng *rng, size_t n, float lo, float hi);
 /* x rounded to TF32 (10 mantissa bits, to nearest, ties away from zero), as the tensor cores
  * read an operand; infinities and NaNs as they are. */
 float hd_test_tf32(float x);
+/* The largest |p[i]| of n doubles; 0 where n is 0. */
+double hd_test_max_abs(const double *p, size_t n);
 
 /* A tensor of ctx holding data (rows*cols floats; NULL leaves zeros). Fails the test on error. */
 hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float *data);
