@@ -40,7 +40,7 @@ join lora_backward common lowrank lora_backward
 join rows_backward common rows_backward
 join gemm_tile tensor_core gemm gemm_tile
 join gemm_mma tensor_core gemm gemm_mma
-join gemm_wgmma tensor_core gemm gemm_wgmma
+join gemm_wgmma tensor_core gemm gemm_wgmma gemm_tma
 join elementwise elem elementwise
 join rope elem rope
 join embedding elem embedding
@@ -140,6 +140,13 @@ for ta in 0 1; do
         check gemm_wgmma -DBM=64 -DBN=64 -DBK=16 -DVEC_A=1 -DVEC_B=1 -DALIGN_A=0 -DALIGN_B=0 $base -DSPLIT_K=1 -DWGMMA=1 -DWN=64 -DASYNC=4 -DOVERLAP=1 -DAREG=0
     done
 done
+# The warpgroup kernel with the copy engine's stages (gemm_tma.cl): depth-contiguous operands
+# alone, the real kernel and its emulation, split-K.
+tma="-DVEC_A=1 -DVEC_B=1 -DALIGN_A=1 -DALIGN_B=1 -DVEC_C=4 -DTRANS_A=0 -DTRANS_B=1 -DWGMMA=1 -DTMA=1"
+for emulate in 0 1; do
+    check gemm_wgmma -DBM=128 -DBN=256 -DBK=32 $tma -DSPLIT_K=0 -DWN=256 -DASYNC=4 -DMMA_EMULATE=$emulate
+done
+check gemm_wgmma -DBM=64 -DBN=64 -DBK=32 $tma -DSPLIT_K=1 -DWN=64 -DASYNC=8
 
 echo "check_kernels: $checked builds, $failed failed"
 [ "$failed" -eq 0 ]

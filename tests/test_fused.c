@@ -1659,6 +1659,177 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     lora_data_free(&d);
 }
 
+/* tf32's warpgroup kernel with its stages copied by the Tensor Memory Accelerator (gemm_tma.cl):
+ * both operands stored depth-contiguous (A m x k, B n x k), each tile the tuner offers, on
+ * tiles cut by the matrix's edge, depths below, at and past a stage (4, 32, 204), alpha, beta
+ * and NaN in a C that beta = 0 ignores, split-K, the defaults' choice, a batch and LoRA's second
+ * product (in PyTorch's layout). Where the device runs on the CUDA runtime of a Hopper these
+ * are the real kernels and tensor maps; elsewhere their emulation (MMA_EMULATE: the copies as
+ * loads into the same swizzled layout), with the H200's local memory. On a Hopper on OpenCL
+ * the kernel is refused, and tf32 runs on cp.async's. */
+static void test_gemm_tma_kernel_matches_reference(void **state)
+{
+    hd_context *ctx = *state;
+    bool emulate;
+    hd_fused *f = tensor_cores_begin(ctx, true, &emulate);
+    size_t saved = f->stage_mem, saved_local = f->local_mem;
+    bool saved_tma = f->tma;
+    if (emulate) {
+        f->local_mem = 48 * 1024;
+        f->stage_mem = 232448 - 1024;
+        f->tma = true;
+    }
+    hd_fused_tile_call nt = product_of(300, 300, 300, false, true);
+    nt.precision = HD_PRECISION_TF32;
+    if (!f->tma) { /* OpenCL: no tensor maps; the variant is refused, the default is cp.async's */
+        hd_fused_params p;
+        nt.variant = "BM=128 BN=256 BK=32 WN=256 ASYNC=4 TMA=1";
+        assert_int_equal(hd__fused_tile_check(f, ctx, &nt), HD_ERR_UNSUPPORTED);
+        nt.variant = NULL;
+        assert_int_equal(hd__fused_tile_resolve(f, ctx, &nt, &p), HD_OK);
+        assert_int_equal(p.tma, 0);
+        tensor_cores_end(f, emulate);
+        return;
+    }
+    hd_shape shape = {.dim = {300, 300, 300}, .trans_b = true};
+    const char *list[96];
+    size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_TF32, list, 96), offered = 0;
+    static const size_t depths[] = {204, 4, 32, 76}; /* rows of whole 16-byte runs */
+    for (size_t i = 0; i < count; i++) {
+        if (strstr(list[i], "TMA=1") == NULL)
+            continue;
+        gemm_case gc = {131 + 70 * (offered % 2), 97 + 160 * (offered / 2 % 2),
+                        depths[offered % 4], offered % 2 ? 1.0f : -0.5f,
+                        offered / 2 % 2 ? 0.25f : 0.0f, offered % 3 == 0, false, true};
+        check_gemm_in(ctx, &gc, list[i], HD_PRECISION_TF32, 3400 + i);
+        offered++;
+    }
+    assert_true(offered >= 6);
+    /* split-K, and the defaults: the copy engine wherever the operands allow, the 128 x 256
+     * tiles where they fill the device, cp.async's kernel for the other layouts */
+    static const gemm_case split = {70, 45, 300, 1.0f, 0.5f, false, false, true};
+    check_gemm_in(ctx, &split, "BM=64 BN=64 WN=64 SK=3 TMA=1", HD_PRECISION_TF32, 3480);
+    static const gemm_case wide = {257, 300, 41, 1.0f, 0.5f, false, false, true};
+    check_gemm_in(ctx, &wide, DEFAULT_PARAMETERS, HD_PRECISION_TF32, 3481);
+    hd_fused_params p;
+    nt.variant = NULL;
+    assert_int_equal(hd__fused_tile_resolve(f, ctx, &nt, &p), HD_OK);
+    assert_int_equal(p.tma, 1);
+    hd_fused_tile_call big = product_of(4096, 4096, 4096, false, true);
+    big.precision = HD_PRECISION_TF32;
+    assert_int_equal(hd__fused_tile_resolve(f, ctx, &big, &p), HD_OK);
+    assert_true(p.tma == 1 && p.bm == 128 && p.bn == 256 && p.bk == 32);
+    for (int tr = 0; tr < 3; tr++) { /* A stored k x m, B k x n, or both */
+        hd_fused_tile_call other = product_of(300, 300, 300, tr != 1, tr == 0);
+        other.precision = HD_PRECISION_TF32;
+        assert_int_equal(hd__fused_tile_resolve(f, ctx, &other, &p), HD_OK);
+        assert_int_equal(p.tma, 0);
+        other.variant = "TMA=1";
+        assert_int_equal(hd__fused_tile_check(f, ctx, &other), HD_ERR_UNSUPPORTED);
+    }
+    nt.variant = "TMA=1 BK=16";
+    assert_int_equal(hd__fused_tile_check(f, ctx, &nt), HD_ERR_UNSUPPORTED);
+    nt.variant = "TMA=1 AREG=1";
+    assert_int_equal(hd__fused_tile_check(f, ctx, &nt), HD_ERR_UNSUPPORTED);
+    hd_fused_tile_call odd = product_of(300, 300, 301, false, true); /* rows of 301 floats */
+    odd.precision = HD_PRECISION_TF32;
+    assert_int_equal(hd__fused_tile_resolve(f, ctx, &odd, &p), HD_OK);
+    assert_int_equal(p.tma, 0);
+
+    /* a batch of three, each matrix's tensor map a box apart */
+    const size_t batch = 3, m = 70, n = 45, k = 36;
+    hd_rng rng = hd_test_rng(3490);
+    float *a = hd_test_floats(batch * m * k), *b = hd_test_floats(batch * n * k);
+    hd_test_fill(&rng, a, batch * m * k, -1, 1);
+    hd_test_fill(&rng, b, batch * n * k, -1, 1);
+    hd_tensor *t_a = hd_test_tensor(ctx, batch * m, k, a), *t_b = hd_test_tensor(ctx, batch * n, k, b);
+    hd_tensor *t_c = hd_test_tensor(ctx, batch * m, n, NULL);
+    void *fs;
+    const hd_backend_impl *impl = fused_impl(ctx, &fs);
+    to_device(t_a);
+    to_device(t_b);
+    assert_int_equal(hd__tensor_reserve(t_c, HD_PLACE_DEVICE), HD_OK);
+    hd_gemm_args batched = {.trans_b = true, .alpha = 1.0f, .a = t_a, .b = t_b, .c = t_c,
+                            .m = m, .n = n, .k = k, .batch = batch,
+                            .variant = "BM=64 BN=64 WN=64 TMA=1",
+                            .precision = HD_PRECISION_TF32};
+    hd_status s = impl->run[HD_OP_GEMM_BATCHED](fs, ctx, &(hd_op_args){.gemm = batched});
+    if (s != HD_OK)
+        fail_msg("gemm_batched (TMA): %s (%s)", hd_status_name(s), hd_context_last_error(ctx));
+    hd__tensor_written(t_c, HD_PLACE_DEVICE);
+    float *got = hd_test_read(t_c);
+    double *want = hd_test_doubles(m * n), *bound = hd_test_doubles(m * n);
+    for (size_t i = 0; i < batch; i++) {
+        hd_ref_gemm(false, true, m, n, k, 1.0f, a + i * m * k, b + i * n * k, 0.0f, NULL, want,
+                    bound);
+        hd_test_expect_gemm_close("gemm_batched (TMA)", got + i * m * n, want, bound, m * n, k,
+                                  gemm_factor(HD_PRECISION_TF32, k));
+    }
+    hd_tensor_destroy(t_a);
+    hd_tensor_destroy(t_b);
+    hd_tensor_destroy(t_c);
+    free(got);
+    free(want);
+    free(bound);
+    free(a);
+    free(b);
+
+    /* LoRA in PyTorch's layout on the tiled engine: x * W^T + (s * x * A^T) * B^T, the second
+     * product's stages after the first's (a rank past one stage, 40, and one inside it, 12) */
+    static const size_t ranks[] = {40, 12};
+    for (size_t r = 0; r < 2; r++) {
+        size_t tokens = 131, in = 204, out = 97, rank = ranks[r];
+        lora_data d = lora_data_make(tokens, in, out, rank, 3495 + r);
+        float *wt = hd_test_floats(out * in), *at = hd_test_floats(rank * in),
+              *bt = hd_test_floats(out * rank);
+        for (size_t i = 0; i < in; i++) {
+            for (size_t j = 0; j < out; j++)
+                wt[j * in + i] = d.w[i * out + j];
+            for (size_t j = 0; j < rank; j++)
+                at[j * in + i] = d.a[i * rank + j];
+        }
+        for (size_t i = 0; i < rank; i++)
+            for (size_t j = 0; j < out; j++)
+                bt[j * rank + i] = d.b[i * out + j];
+        hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x), *w = hd_test_tensor(ctx, out, in, wt);
+        hd_tensor *ta = hd_test_tensor(ctx, rank, in, at), *tb = hd_test_tensor(ctx, out, rank, bt);
+        hd_tensor *y = hd_test_tensor(ctx, tokens, out, NULL);
+        to_device(x);
+        to_device(w);
+        to_device(ta);
+        to_device(tb);
+        assert_int_equal(hd__tensor_reserve(y, HD_PLACE_DEVICE), HD_OK);
+        hd_lora_args args = {.x = x, .w = w, .a = ta, .b = tb, .scale = d.scale, .y = y,
+                             .tokens = tokens, .in = in, .out = out, .rank = rank,
+                             .variant = "BM=128 BN=128 BK=32 WN=128 ASYNC=6 TMA=1",
+                             .precision = HD_PRECISION_TF32, .trans_w = true, .trans_a = true,
+                             .trans_b = true};
+        s = impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = args});
+        if (s != HD_OK)
+            fail_msg("lora (TMA): %s (%s)", hd_status_name(s), hd_context_last_error(ctx));
+        hd__tensor_written(y, HD_PLACE_DEVICE);
+        float *yl = hd_test_read(y);
+        hd_test_expect_gemm_close("lora (TMA)", yl, d.want, d.bound, tokens * out, in + rank,
+                                  gemm_factor(HD_PRECISION_TF32, in + rank));
+        free(yl);
+        free(wt);
+        free(at);
+        free(bt);
+        hd_tensor_destroy(x);
+        hd_tensor_destroy(w);
+        hd_tensor_destroy(ta);
+        hd_tensor_destroy(tb);
+        hd_tensor_destroy(y);
+        lora_data_free(&d);
+    }
+    /* a kernel that failed to build would have passed on cp.async's results */
+    assert_false(f->tma_broken || f->wgmma_broken || f->mma_broken);
+    f->stage_mem = saved;
+    f->local_mem = saved_local;
+    f->tma = saved_tma;
+    tensor_cores_end(f, emulate);
+}
+
 /* Many tokens, and ranks past the strip kernels' 64, on the tiled engine (x * W with the
  * low-rank product in the same tiles): odd and prime sizes, rank 0 and 1, widths and ranks
  * not a multiple of 4 (scalar loads), and each tile variant the tuner times for one shape,
@@ -2499,6 +2670,7 @@ int main(void)
         cmocka_unit_test(test_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_gemm_tensor_core_kernels_match_reference),
         cmocka_unit_test(test_gemm_stages_as_a_local_argument),
+        cmocka_unit_test(test_gemm_tma_kernel_matches_reference),
         cmocka_unit_test(test_gemm_batched_tiles_match_reference),
         cmocka_unit_test(test_gemm_outside_design_is_declined),
         cmocka_unit_test(test_gemm_k_groups_match_reference),

@@ -25,6 +25,8 @@ hd_status hd__cuda_open(hd_context *ctx, struct hd_cl_runtime *compiler, bool fa
                         hd_cuda **out);
 void hd__cuda_close(hd_cuda *cu); /* waits; NULL is a no-op */
 void hd__cuda_info(const hd_cuda *cu, hd_runtime_info *out);
+hd_status hd__cuda_tensor_map(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
+                              hd_devmem *out);
 
 hd_status hd__cuda_finish(hd_cuda *cu, hd_context *ctx);
 hd_status hd__cuda_buffer_acquire(hd_cuda *cu, hd_context *ctx, size_t bytes,

@@ -51,6 +51,10 @@ static void load(void)
     }
     HD_CUDA_DRIVER_FUNCTIONS(HD_CUDA_DRIVER_LOAD)
 #undef HD_CUDA_DRIVER_LOAD
+    {
+        void *found = dlsym(driver.library, "cuTensorMapEncodeTiled");
+        memcpy(&driver.cuTensorMapEncodeTiled, &found, sizeof found);
+    }
     hd_cu_result r = driver.cuInit(0);
     if (r != HD_CU_SUCCESS) {
         const char *name = NULL;

@@ -91,10 +91,27 @@ enum {
       (hd_cu_function function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,   \
        unsigned bz, unsigned shared_bytes, hd_cu_stream stream, void **params, void **extra))
 
+/* cuTensorMapEncodeTiled's enumerations, the values of cuda.h. */
+enum {
+    HD_CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
+    HD_CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+    HD_CU_TENSOR_MAP_SWIZZLE_128B = 3,
+    HD_CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+    HD_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* zeros */
+};
+
 #define HD_CUDA_DRIVER_MEMBER(name, ret, args) ret(*name) args;
 typedef struct hd_cuda_driver {
     void *library;
     HD_CUDA_DRIVER_FUNCTIONS(HD_CUDA_DRIVER_MEMBER)
+    /* CUDA 12.0 on, compute capability 9.0 on: NULL where the driver lacks it (the copy
+     * engine's tensor maps are then not offered; everything else runs) */
+    hd_cu_result (*cuTensorMapEncodeTiled)(void *map, int type, unsigned rank, void *address,
+                                           const unsigned long long *dim,
+                                           const unsigned long long *strides,
+                                           const unsigned *box, const unsigned *element_strides,
+                                           int interleave, int swizzle, int l2_promotion,
+                                           int oob_fill);
 } hd_cuda_driver;
 #undef HD_CUDA_DRIVER_MEMBER
 

@@ -24,6 +24,17 @@
  * base. */
 #define HD_CUDA_LOCAL_ALIGN 128
 
+/* Tensor maps in device memory: HD_CUDA_MAP_SLOTS of them, each map in one of the
+ * HD_CUDA_MAP_WAYS slots of the set its hash names. */
+#define HD_CUDA_MAP_BYTES 128
+#define HD_CUDA_MAP_SLOTS 2048
+#define HD_CUDA_MAP_WAYS  4
+
+struct map_slot {
+    unsigned char bytes[HD_CUDA_MAP_BYTES] __attribute__((aligned(64)));
+    bool used;
+};
+
 /* A loaded module: the OpenCL program it was compiled as, and its rewrite's entries. */
 typedef struct module {
     cl_program program;
@@ -69,6 +80,10 @@ struct hd_cuda {
     hd_cuda_kernel *kernels;
     hd_cu_event start, end;
     bool capturing, started;
+    /* tensor maps (hd__cuda_tensor_map): device slots of HD_CUDA_MAP_BYTES, their host copies */
+    hd_cu_ptr map_table;
+    struct map_slot *map_slots;
+    unsigned map_turn[HD_CUDA_MAP_SLOTS / HD_CUDA_MAP_WAYS];
 };
 
 static hd_status cu_error(const hd_cuda_driver *d, hd_context *ctx, hd_cu_result r,
@@ -596,6 +611,7 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         .nv_major = major,
         .nv_minor = minor,
         .nv_options = compiled.nv_options,
+        .tensor_maps = major >= 9 && cu->d->cuTensorMapEncodeTiled != NULL,
     };
     hd__pool_init(&cu->pool, cu, pool_alloc, pool_free, total);
     return HD_OK;
@@ -662,6 +678,9 @@ void hd__cuda_close(hd_cuda *cu)
             hd__ptx_module_free(&m->ptx);
             free(m);
         }
+        if (cu->map_table != 0)
+            d->cuMemFree_v2(cu->map_table);
+        free(cu->map_slots);
         while (cu->pinned != NULL) {
             pinned *q = cu->pinned;
             cu->pinned = q->next;
@@ -677,6 +696,79 @@ void hd__cuda_close(hd_cuda *cu)
         d->cuDevicePrimaryCtxRelease_v2(cu->device);
     }
     free(cu);
+}
+
+/* ---- tensor maps ---- */
+
+static uint64_t map_hash(const unsigned char *bytes)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (size_t i = 0; i < HD_CUDA_MAP_BYTES; i++)
+        h = (h ^ bytes[i]) * 1099511628211u;
+    return h;
+}
+
+hd_status hd__cuda_tensor_map(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
+                              hd_devmem *out)
+{
+    *out = NULL;
+    if (!cu->info.tensor_maps)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "CUDA runtime: tensor maps need compute capability 9.0 and a driver "
+                         "with cuTensorMapEncodeTiled");
+    if (desc->rank < 1 || desc->rank > 3)
+        return hd__error(ctx, HD_ERR_INTERNAL, "CUDA runtime: a tensor map of rank %u",
+                         desc->rank);
+    struct map_slot map = {.used = true};
+    unsigned long long dim[3], strides[2];
+    unsigned box[3], unit[3] = {1, 1, 1};
+    for (unsigned i = 0; i < desc->rank; i++) {
+        dim[i] = desc->dim[i];
+        box[i] = desc->box[i];
+        if (i > 0)
+            strides[i - 1] = desc->stride[i - 1];
+    }
+    hd_cu_result r = cu->d->cuTensorMapEncodeTiled(
+        map.bytes, HD_CU_TENSOR_MAP_DATA_TYPE_FLOAT32, desc->rank, (void *)(uintptr_t)desc->mem,
+        dim, strides, box, unit, HD_CU_TENSOR_MAP_INTERLEAVE_NONE, HD_CU_TENSOR_MAP_SWIZZLE_128B,
+        HD_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, HD_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != HD_CU_SUCCESS) /* an address, stride or box the copy engine does not take */
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "CUDA runtime: cuTensorMapEncodeTiled refused the tensor (%d)", r);
+    hd_status s = current(cu, ctx);
+    if (s != HD_OK)
+        return s;
+    if (cu->map_slots == NULL) {
+        cu->map_slots = calloc(HD_CUDA_MAP_SLOTS, sizeof *cu->map_slots);
+        if (cu->map_slots == NULL)
+            return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CUDA runtime: tensor maps' host copies");
+        r = cu->d->cuMemAlloc_v2(&cu->map_table, (size_t)HD_CUDA_MAP_SLOTS * HD_CUDA_MAP_BYTES);
+        if (r != HD_CU_SUCCESS) {
+            free(cu->map_slots);
+            cu->map_slots = NULL;
+            cu->map_table = 0;
+            return cu_error(cu->d, ctx, r, "cuMemAlloc (tensor maps)");
+        }
+    }
+    size_t set = (size_t)(map_hash(map.bytes) % (HD_CUDA_MAP_SLOTS / HD_CUDA_MAP_WAYS));
+    struct map_slot *ways = cu->map_slots + set * HD_CUDA_MAP_WAYS;
+    size_t slot = HD_CUDA_MAP_WAYS;
+    for (size_t w = 0; w < HD_CUDA_MAP_WAYS && slot == HD_CUDA_MAP_WAYS; w++)
+        if (ways[w].used && memcmp(ways[w].bytes, map.bytes, HD_CUDA_MAP_BYTES) == 0)
+            slot = w;
+    if (slot == HD_CUDA_MAP_WAYS) {
+        /* the set's ways in turn: the copy runs on the stream after the launches queued
+         * on the map it replaces, before those queued on this one (kernels order their reads
+         * of a map after it: gemm_tma.cl's fence) */
+        slot = cu->map_turn[set]++ % HD_CUDA_MAP_WAYS;
+        hd_cu_ptr at = cu->map_table + (set * HD_CUDA_MAP_WAYS + slot) * HD_CUDA_MAP_BYTES;
+        ways[slot] = map;
+        CHECK(cu, ctx,
+              cu->d->cuMemcpyHtoDAsync_v2(at, ways[slot].bytes, HD_CUDA_MAP_BYTES, cu->stream),
+              "cuMemcpyHtoDAsync (tensor map)");
+    }
+    *out = mem_of(cu->map_table + (set * HD_CUDA_MAP_WAYS + slot) * HD_CUDA_MAP_BYTES);
+    return HD_OK;
 }
 
 void hd__cuda_info(const hd_cuda *cu, hd_runtime_info *out)

@@ -17,6 +17,7 @@ extern const char hd__fused_cl_gemm[];
 extern const char hd__fused_cl_gemm_mma[];
 extern const char hd__fused_cl_gemm_tile[];
 extern const char hd__fused_cl_gemm_wgmma[];
+extern const char hd__fused_cl_gemm_tma[];
 extern const char hd__fused_cl_gemv[];
 extern const char hd__fused_cl_gemv_nt[];
 extern const char hd__fused_cl_layer_norm[];
@@ -103,6 +104,10 @@ typedef struct hd_fused {
     bool mma_emulated;  /* tests only: the tensor-core kernels' OpenCL C stand-in for the PTX */
     bool wgmma;         /* NVIDIA compute capability 9.0: the warpgroup kernel may be built */
     bool wgmma_broken;  /* its build failed here: tf32 runs on the mma.sync kernel */
+    bool tma;           /* its stages may be copied by the Tensor Memory Accelerator
+                           (gemm_tma.cl): the runtime gives tensor maps (the CUDA runtime on
+                           Hopper), or tests emulate it */
+    bool tma_broken;    /* that kernel's build failed here: cp.async copies instead */
     bool attention_mma_broken; /* the tensor-core attention's build failed: FMAs instead */
     hd_devmem splitk_part; /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
@@ -190,6 +195,9 @@ typedef struct hd_fused_params {
                                  barrier, 0 they finish before it (a stage more in flight) */
     int areg;                 /* warpgroup kernel: 1 A's fragments go from global memory straight
                                  into registers, local memory holds B alone */
+    int tma;                  /* warpgroup kernel: 1 its stages copied by the Tensor Memory
+                                 Accelerator, 0 by cp.async; -1 unset: TMA where the call
+                                 allows it */
     int lead;                 /* FMA kernel: stages between a register-staged operand's loads and
                                  their store (1 or 2), 0: 1 */
     int hpi;                  /* step family, RoPE: heads an item rotates with one angle */
@@ -202,7 +210,7 @@ typedef struct hd_fused_params {
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
- * SPLIT and OVERLAP -1). NULL or "" names none. Unknown names, repeated names, values outside
+ * SPLIT, OVERLAP and TMA -1). NULL or "" names none. Unknown names, repeated names, values outside
  * the allowed set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in the
  * message. */
 hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,

@@ -55,6 +55,7 @@ static const param_spec tile_spec[] = {
     SPEC("REG", 64, 255, false, reg),  SPEC("ASYNC", 2, 8, false, async),
     SPEC("WGMMA", 0, 1, false, wgmma), SPEC("OVERLAP", 0, 1, false, overlap),
     SPEC("AREG", 0, 1, false, areg),   SPEC("LEAD", 1, 2, false, lead),
+    SPEC("TMA", 0, 1, false, tma),
 };
 
 static const param_spec step_spec[] = {
@@ -164,6 +165,7 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
     out->cache = -1; /* CACHE=0 is a choice (the looped kernel), so unset is -1 */
     out->split = -1; /* as is SPLIT=0 (one launch) */
     out->overlap = -1; /* and OVERLAP=0 (the warpgroup kernel's products finish each stage) */
+    out->tma = -1;     /* and TMA=0 (its stages copied by cp.async) */
     if (variant == NULL)
         return HD_OK;
     size_t count;

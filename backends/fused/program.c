@@ -25,7 +25,8 @@ static const char *const gemm_tile_parts[] = {hd__fused_cl_tensor_core, hd__fuse
 static const char *const gemm_mma_parts[] = {hd__fused_cl_tensor_core, hd__fused_cl_gemm,
                                              hd__fused_cl_gemm_mma, NULL};
 static const char *const gemm_wgmma_parts[] = {hd__fused_cl_tensor_core, hd__fused_cl_gemm,
-                                               hd__fused_cl_gemm_wgmma, NULL};
+                                               hd__fused_cl_gemm_wgmma, hd__fused_cl_gemm_tma,
+                                               NULL};
 static const char *const rows_backward_parts[] = {hd__fused_cl_common, hd__fused_cl_rows_backward,
                                                   NULL};
 static const char *const elementwise_parts[] = {hd__fused_cl_elem, hd__fused_cl_elementwise,

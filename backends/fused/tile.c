@@ -4,7 +4,10 @@
  * launches. fp32 runs the FMA kernel everywhere; fp32x3 and tf32 run the tensor-core kernel
  * where the device is NVIDIA with compute capability 8.0 or later and the kernel builds, else
  * the FMA kernel (at least as accurate), with a note. tf32 on compute capability 9.0 runs the
- * warpgroup kernel (wgmma), else, or where that does not build, the mma.sync one.
+ * warpgroup kernel (wgmma), else, or where that does not build, the mma.sync one. On the CUDA
+ * runtime the warpgroup kernel's stages are copied by the Tensor Memory Accelerator
+ * (gemm_tma.cl) where both operands are stored depth-contiguous in 16-byte aligned rows; else,
+ * or where the driver refuses their tensor maps, by cp.async.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@ void hd__fused_tile_probe(hd_fused *f, const hd_runtime_info *info)
     f->mma = info->nv_major >= 8;
     /* wgmma exists on sm_90a alone: not on later architectures */
     f->wgmma = f->mma && info->nv_major == 9 && info->nv_minor == 0;
+    f->tma = f->wgmma && info->tensor_maps && f->stage_mem > 0;
 }
 
 void hd__fused_tile_release(hd_fused *f)
@@ -59,6 +63,22 @@ static bool wants_wgmma(const hd_fused *f, hd_precision precision)
     return precision == HD_PRECISION_TF32 && wants_mma(f, precision) && f->wgmma &&
            !f->wgmma_broken;
 }
+
+/* Whether the warpgroup kernel may copy c's stages through the Tensor Memory Accelerator: both
+ * operands of both products stored depth-contiguous (A m x k, B n x k), rows and matrices
+ * 16-byte aligned (the tensor maps' strides). */
+static bool tma_allows(const hd_fused *f, const hd_fused_tile_call *c)
+{
+    bool rows = c->a.ld % 4 == 0 && c->b.ld % 4 == 0 &&
+                (c->k2 == 0 || (c->a2.ld % 4 == 0 && c->b2.ld % 4 == 0));
+    return f->tma && !f->tma_broken && !c->a.trans && c->b.trans && rows &&
+           c->stride_a % 4 == 0 && c->stride_b % 4 == 0;
+}
+
+/* Local memory the TMA kernel's stages are placed in from the argument's first 1024-byte
+ * boundary (its swizzle's period; gemm_tma.cl), then its barriers. */
+#define TMA_ALIGN_BYTES 1024
+#define TMA_BARRIER_BYTES 16 /* two mbarriers per buffer */
 
 /* Whether A's rows (B's), the second product's too (LoRA's: one layout serves both), are
  * 16-byte aligned: what lets the loads take whole float4 runs and cp.async copy them. */
@@ -108,6 +128,8 @@ static size_t wgmma_stage_bytes(const hd_fused_params *p)
 /* Local memory of one kernel (two stages of each operand, or ASYNC), as gemm.cl lays it out. */
 static size_t local_bytes(const hd_fused_params *p, bool mma)
 {
+    if (p->tma == 1)
+        return (size_t)p->async * (wgmma_stage_bytes(p) + TMA_BARRIER_BYTES) + TMA_ALIGN_BYTES;
     if (p->wgmma)
         return (size_t)p->async * wgmma_stage_bytes(p);
     size_t buffers = p->async > 0 ? (size_t)p->async : 2;
@@ -129,7 +151,7 @@ static size_t local_bytes(const hd_fused_params *p, bool mma)
  * may declare (a tuned tile: their defaults stay within it). */
 static bool stages_as_argument(const hd_fused *f, const hd_fused_params *p, bool mma)
 {
-    return f->stage_mem > 0 && (p->wgmma || local_bytes(p, mma) > f->local_mem);
+    return p->tma == 1 || (f->stage_mem > 0 && (p->wgmma || local_bytes(p, mma) > f->local_mem));
 }
 
 /* Local memory the stages of p may take: the runtime's, as a __local argument (stage_mem),
@@ -166,7 +188,7 @@ static bool declared_memory_holds(const hd_fused *f, const hd_fused_params *p, b
  * BENCHMARKS.md's tables, not here. */
 
 /* The three kernels the defaults serve. */
-typedef enum tile_kind { TILE_FMA, TILE_MMA, TILE_WGMMA } tile_kind;
+typedef enum tile_kind { TILE_FMA, TILE_MMA, TILE_WGMMA, TILE_TMA } tile_kind;
 
 /* The parameters a rule sets, which the variant must leave open for it to apply. */
 enum {
@@ -684,6 +706,23 @@ static void shallow(const tile_case *t, hd_fused_params *p)
     }
 }
 
+/* tf32 with the copy engine: 128 x 256 tiles of two warpgroups, 4 buffers of 32 deep, where the
+ * matrices fill such a tile and the tiles the device. */
+static bool tma_wide_applies(const tile_case *t)
+{
+    const hd_fused_tile_call *c = t->c;
+    return c->m >= 128 && c->n >= 256 &&
+           ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= t->units;
+}
+
+static void tma_wide(const tile_case *t, hd_fused_params *p)
+{
+    (void)t;
+    p->bm = 128;
+    p->bn = 256;
+    p->wn = 256;
+}
+
 /* A rule: the kernel it serves, the parameters it sets (which the variant must leave open),
  * whether it applies to the call, and what it sets. */
 typedef struct tile_rule {
@@ -696,6 +735,7 @@ typedef struct tile_rule {
 static const tile_rule rules[] = {
     {TILE_WGMMA, OPEN_BM | OPEN_BN | OPEN_WN | OPEN_BK | OPEN_ASYNC | OPEN_OVERLAP | OPEN_AREG,
      wgmma_wide_applies, wgmma_wide},
+    {TILE_TMA, OPEN_BM | OPEN_BN | OPEN_WN, tma_wide_applies, tma_wide},
     {TILE_MMA, OPEN_BM | OPEN_BN | OPEN_WM | OPEN_WN | OPEN_ASYNC, is_large, mma_large},
     {TILE_FMA, OPEN_BM | OPEN_BN | OPEN_RM | OPEN_RN | OPEN_SK, thin_applies, thin_tile},
     {TILE_FMA, OPEN_FMA_TILE, large_copied_applies, large_copied},
@@ -729,6 +769,20 @@ static void wgmma_fill(const hd_fused *f, hd_fused_params *p)
     }
 }
 
+/* The TMA kernel's parameters still open: warpgroups as wide as the tile up to 256 columns,
+ * 32 deep (one swizzled row), as many buffers as the local memory holds, 3 to 8. */
+static void tma_fill(const hd_fused *f, hd_fused_params *p)
+{
+    if (p->wn == 0)
+        p->wn = p->bn % 256 == 0 ? 256 : p->bn % 128 == 0 ? 128 : 64;
+    p->bk = 32;
+    if (p->async == 0) {
+        size_t capacity = stage_capacity(f), per = wgmma_stage_bytes(p) + TMA_BARRIER_BYTES;
+        size_t fit = capacity > TMA_ALIGN_BYTES ? (capacity - TMA_ALIGN_BYTES) / per : 8;
+        p->async = fit < 3 ? 3 : fit > 8 ? 8 : (int)fit;
+    }
+}
+
 /* The parameters no rule set: 128 x 128 tiles where large, else 64 x 64; the kernel's own
  * defaults; and split-K where the tiles leave units idle and the depth is 1024 or more, for
  * about a group per unit, at least 4 slices on the FMA kernel (fewer left the units waiting on
@@ -740,7 +794,9 @@ static void fill_open(const tile_case *t, hd_fused_params *p)
         p->bm = t->large ? 128 : 64;
     if (p->bn == 0)
         p->bn = t->large ? 128 : 64;
-    if (t->kernel == TILE_WGMMA) {
+    if (t->kernel == TILE_TMA) {
+        tma_fill(t->f, p);
+    } else if (t->kernel == TILE_WGMMA) {
         wgmma_fill(t->f, p);
     } else if (t->kernel == TILE_MMA) {
         if (p->bk == 0)
@@ -778,7 +834,7 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     tile_case t = {
         .f = f,
         .c = c,
-        .kernel = p->wgmma ? TILE_WGMMA : (mma ? TILE_MMA : TILE_FMA),
+        .kernel = p->tma == 1 ? TILE_TMA : p->wgmma ? TILE_WGMMA : (mma ? TILE_MMA : TILE_FMA),
         .units = units,
         .large = large,
         .half_fill = !large && 2 * ceil_div(c->m, 64) * ceil_div(c->n, 128) * c->batch >= units,
@@ -840,6 +896,17 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                            p);
     if (wgmma && p->wm == 0)
         p->wgmma = 1; /* the default for tf32 here, unless the variant names mma.sync warps */
+    bool tma = p->wgmma && tma_allows(f, c);
+    if (p->tma == 1 && !tma)
+        return unsupported(ctx,
+                           "TMA is the warpgroup kernel's on the CUDA runtime of compute "
+                           "capability 9.0, with both operands stored depth-contiguous (A m x k, "
+                           "B n x k) in 16-byte aligned rows",
+                           p);
+    if (p->tma == 1 && (p->areg || p->overlap >= 0 || (p->bk != 0 && p->bk != 32)))
+        return unsupported(ctx, "TMA takes BK=32 and neither AREG nor OVERLAP", p);
+    if (p->tma < 0) /* the copy engine where it serves, unless the variant names cp.async's */
+        p->tma = tma && !p->areg && p->overlap < 0 && (p->bk == 0 || p->bk == 32);
     if (p->overlap >= 0 && !p->wgmma)
         return unsupported(ctx, "OVERLAP is the warpgroup kernel's", p);
     if (p->areg && !p->wgmma)
@@ -856,7 +923,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                                "WGMMA needs BM a multiple of 64, WN 64, 128 or 256 dividing BN, "
                                "BK a multiple of 8 and ASYNC at least 3",
                                p);
-        *threads = (size_t)(p->bm / 64) * (size_t)(p->bn / p->wn) * 128;
+        *threads = (size_t)(p->bm / 64) * (size_t)(p->bn / p->wn) * 128 + (p->tma ? 128 : 0);
     } else if (mma) {
         if (p->async > 4)
             return unsupported(ctx, "the mma.sync kernel takes ASYNC 2 to 4", p);
@@ -873,8 +940,8 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         *threads = (size_t)(p->bm / p->rm) * (size_t)(p->bn / p->rn);
     }
     size_t stage_a = (size_t)p->bm * (size_t)p->bk, stage_b = (size_t)p->bk * (size_t)p->bn;
-    if (*threads > f->device_max_group || *threads > 1024 || stage_a % *threads != 0 ||
-        stage_b % *threads != 0)
+    if (*threads > f->device_max_group || *threads > 1024 ||
+        (!p->tma && (stage_a % *threads != 0 || stage_b % *threads != 0)))
         return unsupported(ctx, "the work-items do not split a stage evenly, or are too many", p);
     if (!local_memory_holds(f, p, mma))
         return unsupported(ctx, "the stages exceed the device's local memory", p);
@@ -956,6 +1023,9 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
                     : 0;
     if (len < 0 || (size_t)len >= cap)
         len = (int)cap;
+    else if (p->tma)
+        len += snprintf(options + len, cap - (size_t)len, " -DWGMMA=1 -DTMA=1 -DWN=%d -DASYNC=%d%s",
+                        p->wn, p->async, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (p->wgmma)
         len += snprintf(options + len, cap - (size_t)len,
                         " -DWGMMA=1 -DWN=%d -DASYNC=%d -DOVERLAP=%d -DAREG=%d%s", p->wn, p->async,
@@ -969,7 +1039,7 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
         len += snprintf(options + len, cap - (size_t)len, " -DRM=%d -DRN=%d -DASYNC=%d%s%s",
                         p->rm, p->rn, async, p->lead > 1 ? " -DLEAD=2" : "",
                         async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
-    if (stages_as_argument(f, p, mma) && len >= 0 && (size_t)len < cap)
+    if (!p->tma && stages_as_argument(f, p, mma) && len >= 0 && (size_t)len < cap)
         len += snprintf(options + len, cap - (size_t)len, " -DSTAGE_ARG=1");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0 && len >= 0 && (size_t)len < cap)
@@ -979,7 +1049,7 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
                          "fused: the tiled GEMM's build options are too long");
     *copies = async != 0;
     *program = p->wgmma ? HD_FUSED_GEMM_WGMMA : mma ? HD_FUSED_GEMM_MMA : HD_FUSED_GEMM_TILE;
-    *name = p->wgmma ? "gemm_wgmma" : mma ? "gemm_mma" : "gemm_tile";
+    *name = p->tma ? "gemm_wgmma_tma" : p->wgmma ? "gemm_wgmma" : mma ? "gemm_mma" : "gemm_tile";
     return HD_OK;
 }
 
@@ -1001,6 +1071,19 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (s != HD_OK)
         return s;
     s = hd__fused_kernel(f, ctx, program, options, name, *threads, out);
+    if (p->tma) {
+        if (s != HD_ERR_BUILD)
+            return s;
+        /* the stages through cp.async instead, for this context */
+        f->tma_broken = true;
+        hd_fused_tile_call cp_async = *c;
+        cp_async.variant = NULL;
+        s = tile_kernel(f, ctx, &cp_async, p, threads, out);
+        if (s == HD_OK)
+            hd__note(ctx, "fused: the GEMM's copies through the Tensor Memory Accelerator did not "
+                          "build on this device; its stages go through cp.async");
+        return s;
+    }
     if (p->wgmma) {
         if (s != HD_ERR_BUILD)
             return s;
@@ -1095,13 +1178,60 @@ hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_ti
     return tile_setup(f, ctx, c, &p, &threads, &k, &part);
 }
 
+/* The tensor maps of the TMA kernel's operands A, B, A2 and B2 (gemm_tma.cl): each of rank 3
+ * (depth, row, matrix), the boxes one stage's. Without a second product its maps are the
+ * first's, never read. Under the emulation the operands themselves stand in (it reads them). */
+static hd_status tma_maps(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                          const hd_fused_params *p, hd_devmem maps[4])
+{
+    const hd_fused_operand *ops[4] = {&c->a, &c->b, &c->a2, &c->b2};
+    for (int i = 0; i < 4; i++) {
+        if (i >= 2 && c->k2 == 0) {
+            maps[i] = maps[i - 2];
+            continue;
+        }
+        if (f->mma_emulated) {
+            maps[i] = ops[i]->mem;
+            continue;
+        }
+        bool b = i % 2 == 1, second = i >= 2;
+        size_t rows = b ? c->n : c->m, ld = ops[i]->ld, depth = second ? c->k2 : c->k;
+        size_t batch = second ? 1 : c->batch, stride = second ? 0 : b ? c->stride_b : c->stride_a;
+        hd_rt_tensor_map_desc d = {
+            .mem = ops[i]->mem,
+            .rank = 3,
+            .dim = {depth, rows, batch},
+            .stride = {ld * sizeof(float), (batch > 1 ? stride : rows * ld) * sizeof(float)},
+            .box = {(uint32_t)p->bk, (uint32_t)(b ? p->bn : p->bm), 1},
+        };
+        hd_status s = hd__rt_tensor_map(f->rt, ctx, &d, &maps[i]);
+        if (s != HD_OK)
+            return s;
+    }
+    return HD_OK;
+}
+
 hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
 {
     hd_fused_params p;
     size_t threads;
     hd_kernel *k;
-    hd_devmem part;
+    hd_devmem part, maps[4];
     hd_status s = tile_setup(f, ctx, c, &p, &threads, &k, &part);
+    if (s == HD_OK && p.tma && (s = tma_maps(f, ctx, c, &p, maps)) == HD_ERR_UNSUPPORTED &&
+        (c->variant == NULL || strstr(c->variant, "TMA=") == NULL)) {
+        /* the driver refused a map (an operand's address not 16-byte aligned): cp.async's
+         * copies, as the variant would run them */
+        char variant[HD_FUSED_OPTIONS_CAPACITY];
+        int len = snprintf(variant, sizeof variant, "%s%sTMA=0", c->variant ? c->variant : "",
+                           c->variant ? " " : "");
+        if (len < 0 || (size_t)len >= sizeof variant)
+            return s;
+        hd__error_clear(ctx);
+        hd_fused_tile_call cp_async = *c;
+        cp_async.variant = variant;
+        return hd__fused_tile_gemm(f, ctx, &cp_async);
+    }
     if (s != HD_OK)
         return s;
     size_t slices = (size_t)p.sk;
@@ -1127,8 +1257,11 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         sizeof ldb2, sizeof k2};
     s = hd__fused_set_args(ctx, k, values, sizes, 22);
     bool mma = p.wm != 0; /* the tensor-core kernel's parameters name its warps */
+    unsigned stage_index = 22;
+    for (unsigned i = 0; p.tma && i < 4 && s == HD_OK; i++) /* the TMA kernel's maps */
+        s = hd__fused_set_arg(ctx, k, stage_index++, sizeof(hd_devmem), &maps[i]);
     if (s == HD_OK && stages_as_argument(f, &p, mma)) /* the stages: dynamic local memory */
-        s = hd__fused_set_arg(ctx, k, 22, local_bytes(&p, mma), NULL);
+        s = hd__fused_set_arg(ctx, k, stage_index, local_bytes(&p, mma), NULL);
     if (s != HD_OK ||
         (s = hd__fused_launch(f, ctx, k, tiles * slices * c->batch, threads)) != HD_OK ||
         slices == 1)
@@ -1187,10 +1320,11 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
                          .bk = v->bk,
                          .async = v->async,
                          .wgmma = wgmma,
-                         .areg = wgmma && strstr(v->text, "AREG=1") != NULL};
+                         .areg = wgmma && strstr(v->text, "AREG=1") != NULL,
+                         .tma = wgmma && strstr(v->text, "TMA=1") != NULL};
     size_t threads;
     if (wgmma) {
-        threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128;
+        threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128 + (p.tma ? 128 : 0);
     } else if (mma) {
         p.wm = v->wm_or_rm;
         p.wn = v->wn_or_rn;
@@ -1373,11 +1507,27 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     static const char *const mma_capped[] = {"BM=128 BN=128 BK=16 WM=64 WN=32 REG=128",
                                              "BM=128 BN=128 BK=16 WM=64 WN=64 REG=168",
                                              "BM=64 BN=128 BK=16 WM=32 WN=32 REG=128"};
+    /* the same with stages copied by the Tensor Memory Accelerator (32 deep), where the
+     * operands are stored depth-contiguous: one warpgroup more, which issues the copies */
+    static const tile_variant tma_tiles[] = {
+        {"BM=128 BN=256 BK=32 WN=256 ASYNC=4 TMA=1", 128, 256, 32, 0, 256, 4},
+        {"BM=128 BN=256 BK=32 WN=256 ASYNC=3 TMA=1", 128, 256, 32, 0, 256, 3},
+        {"BM=128 BN=128 BK=32 WN=128 ASYNC=6 TMA=1", 128, 128, 32, 0, 128, 6},
+        {"BM=256 BN=128 BK=32 WN=128 ASYNC=4 TMA=1", 256, 128, 32, 0, 128, 4},
+        {"BM=128 BN=128 BK=32 WN=64 ASYNC=6 TMA=1", 128, 128, 32, 0, 64, 6},
+        {"BM=64 BN=256 BK=32 WN=256 ASYNC=6 TMA=1", 64, 256, 32, 0, 256, 6},
+        {"BM=64 BN=128 BK=32 WN=128 ASYNC=8 TMA=1", 64, 128, 32, 0, 128, 8},
+        {"BM=64 BN=64 BK=32 WN=64 ASYNC=8 TMA=1", 64, 64, 32, 0, 64, 8},
+    };
     bool mma = wants_mma(f, precision);
     const tile_variant *tiles = mma ? mma_tiles : fma_tiles;
     size_t count =
         mma ? sizeof mma_tiles / sizeof mma_tiles[0] : sizeof fma_tiles / sizeof fma_tiles[0];
     size_t n = 0;
+    bool tma = wants_wgmma(f, precision) && f->tma && !f->tma_broken && !s->trans_a && s->trans_b;
+    for (size_t i = 0; tma && i < sizeof tma_tiles / sizeof tma_tiles[0] && n < cap; i++)
+        if (variant_fits(f, &tma_tiles[i], true))
+            all[n++] = tma_tiles[i].text;
     for (size_t i = 0;
          wants_wgmma(f, precision) && i < sizeof wgmma_tiles / sizeof wgmma_tiles[0] && n < cap;
          i++)

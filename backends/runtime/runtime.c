@@ -229,6 +229,20 @@ hd_status hd__rt_download(hd_runtime *rt, hd_context *ctx, struct hd_device_buff
     return hd__cl_download(rt->cl, ctx, buf, dst, bytes); /* which checks the range itself */
 }
 
+hd_status hd__rt_tensor_map(hd_runtime *rt, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
+                            hd_devmem *out)
+{
+#ifdef HD_HAVE_CUDA_RUNTIME
+    if (ON_CUDA(rt))
+        return hd__cuda_tensor_map(rt->cuda, ctx, desc, out);
+#endif
+    (void)rt;
+    (void)desc;
+    *out = NULL;
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "tensor maps need the CUDA runtime (this device runs on OpenCL)");
+}
+
 hd_status hd__rt_zero(hd_runtime *rt, hd_context *ctx, hd_devmem mem, size_t bytes)
 {
 #ifdef HD_HAVE_CUDA_RUNTIME

@@ -54,6 +54,7 @@ typedef struct hd_runtime_info {
     size_t static_local;    /* of it, what a kernel may declare in its source (OpenCL's limit) */
     int nv_major, nv_minor; /* NVIDIA's compute capability; 0 elsewhere */
     bool nv_options;        /* the compiler takes NVIDIA's options (cl_nv_compiler_options) */
+    bool tensor_maps;       /* hd__rt_tensor_map works: the CUDA runtime on Hopper and later */
 } hd_runtime_info;
 
 /* Opens the device spec names (NULL: the first GPU, else the first device; as OpenCL lists
@@ -129,6 +130,25 @@ hd_status hd__rt_set_arg(hd_context *ctx, hd_kernel *k, unsigned index, size_t s
  * group x 1: get_global_id(0) runs to groups[0] * group, get_global_id(1) to groups[1]). */
 hd_status hd__rt_launch(hd_runtime *rt, hd_context *ctx, hd_kernel *k, const size_t groups[2],
                         size_t group);
+
+/* An fp32 tensor of rank 1 to 3 as the Tensor Memory Accelerator (Hopper's bulk tensor copies,
+ * cp.async.bulk.tensor) reads it: its sizes innermost first, the byte strides of dimensions 1
+ * and 2, the box one copy moves, in the 128-byte swizzle, zeros outside the tensor. */
+typedef struct hd_rt_tensor_map_desc {
+    hd_devmem mem;
+    unsigned rank;
+    uint64_t dim[3];
+    uint64_t stride[2];
+    uint32_t box[3];
+} hd_rt_tensor_map_desc;
+
+/* The device address of the tensor map of desc, a kernel argument as device memory is. Maps are
+ * kept by their contents in a table of device memory, so that calls on the same tensors upload
+ * none; a new map is copied into the table on the stream, ordered after the launches queued
+ * before it. HD_ERR_UNSUPPORTED where the runtime has none (info.tensor_maps false) or the
+ * driver refuses desc (an address or stride not 16-byte aligned, a box too large). */
+hd_status hd__rt_tensor_map(hd_runtime *rt, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
+                            hd_devmem *out);
 
 /* Device time of what is queued between capture_begin and capture_end: from the first
  * command's start to the last one's end (capture_end waits). capture_mark opens the span

@@ -125,7 +125,14 @@
 #ifndef WN
 #define WN 128 /* columns of C per warpgroup */
 #endif
+#ifndef TMA
+#define TMA 0 /* 1: stages copied by the Tensor Memory Accelerator (gemm_tma.cl) */
+#endif
+#if TMA /* the products' warpgroups and one that issues the copies */
+#define THREADS ((BM / 64) * (BN / WN) * 128 + 128)
+#else
 #define THREADS ((BM / 64) * (BN / WN) * 128)
+#endif
 #define CORE_AT(r, p) (((((r) >> 3) * (BK / 4) + ((p) >> 2)) << 5) | (((r)&7) << 2) | ((p)&3))
 #define AS_SIZE (BM * BK)
 #define AS_AT(i, p) CORE_AT(i, p)
@@ -235,7 +242,7 @@
 
 #define A_LOADS (BM * BK / (VEC_A * THREADS))
 #define B_LOADS (BK * BN / (VEC_B * THREADS))
-#if (BM * BK) % (VEC_A * THREADS) != 0 || (BK * BN) % (VEC_B * THREADS) != 0
+#if !(WGMMA && TMA) && ((BM * BK) % (VEC_A * THREADS) != 0 || (BK * BN) % (VEC_B * THREADS) != 0)
 #error "a stage must split evenly over the work-items"
 #endif
 

@@ -75,10 +75,34 @@
 #define WGROUPS_N (BN / WN)
 #define ACC (WN / 2) /* accumulators per work-item */
 
+#ifndef TMA
+#define TMA 0
+#endif
+#if TMA
+/* The operands as the Tensor Memory Accelerator writes them (gemm_tma.cl): each row's BK = 32
+ * depths in 128 bytes, 16-byte chunk c of row r at chunk c ^ (r % 8) (its 128-byte swizzle),
+ * eight rows to a group of 1024 bytes. A k8 step reads 32 bytes of each row, inside one row:
+ * the leading offset is unused. */
+#define CORE_LBO 16
+#define CORE_SBO 1024
+#define DESCRIPTOR_LAYOUT 1ul /* the descriptor's layout type: 128-byte swizzle */
+/* The byte of a stage the tensor cores read for byte offset `byte` (from a 1024-byte aligned
+ * base). */
+static inline int swizzled(int byte)
+{
+    return byte ^ (((byte >> 7) & 7) << 4);
+}
+/* The float of operand block off (a byte offset: its first row and k8 step) at row, depth kk. */
+#define OPERAND_INDEX(off, row, kk) (swizzled((off) + (row)*128 + (kk)*4) / 4)
+#else
 /* Byte offsets between core matrices: along the depth (leading) and to the next 8 rows
  * (stride), as AS_AT and BS_AT lay them out. */
 #define CORE_LBO 128
 #define CORE_SBO (BK / 4 * 128)
+#define DESCRIPTOR_LAYOUT 0ul /* no swizzle */
+#define OPERAND_INDEX(off, row, kk) \
+    (((off) + ((row) / 8) * CORE_SBO + ((kk) / 4) * CORE_LBO) / 4 + ((row) % 8) * 4 + (kk) % 4)
+#endif
 
 /* Keeps the compiler from moving accumulator reads or writes across the asynchronous
  * products (the assembler itself orders them against the wgmma instructions). */
@@ -104,12 +128,8 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
             int row = 16 * q + g + 8 * (o >> 1), col = 8 * j + 2 * t + (o & 1);
             float sum = 0.0f;
             for (int kk = 0; kk < 8; kk++) {
-                int ak = (a_off + (row / 8) * CORE_SBO + (kk / 4) * CORE_LBO) / 4 +
-                         (row % 8) * 4 + kk % 4;
-                int bk = (b_off + (col / 8) * CORE_SBO + (kk / 4) * CORE_LBO) / 4 +
-                         (col % 8) * 4 + kk % 4;
-                sum += as_float(as_uint(as[ak]) & 0xffffe000u) *
-                       as_float(as_uint(bs[bk]) & 0xffffe000u);
+                sum += as_float(as_uint(as[OPERAND_INDEX(a_off, row, kk)]) & 0xffffe000u) *
+                       as_float(as_uint(bs[OPERAND_INDEX(b_off, col, kk)]) & 0xffffe000u);
             }
             d[4 * j + o] += sum;
         }
@@ -120,12 +140,12 @@ static inline void wgmma_step(float *d, __local const float *as, int a_off,
 #define WGMMA_DRAIN()
 #else
 /* The shared-memory matrix descriptor of the PTX ISA: start address, leading and stride byte
- * offsets, each >> 4, no swizzle. */
+ * offsets, each >> 4, and the layout (DESCRIPTOR_LAYOUT). */
 static inline ulong descriptor(__local const float *base, int offset)
 {
     uint addr = (uint)(size_t)base + (uint)offset;
     return (ulong)((addr & 0x3ffff) >> 4) | ((ulong)(CORE_LBO >> 4) << 16) |
-           ((ulong)(CORE_SBO >> 4) << 32);
+           ((ulong)(CORE_SBO >> 4) << 32) | (DESCRIPTOR_LAYOUT << 62);
 }
 
 #define F4(d, i) "+f"(d[i]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
@@ -240,6 +260,7 @@ static inline void wgmma_step_rs(float *d, const uint *fragment, __local const f
     asm volatile("// @sm_90a@ wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
 #endif
 
+#if !TMA /* the rest: the stages copied through cp.async by every work-item */
 /* CP_WAIT waits until at most AHEAD - 1 of the work-item's groups of copies (gemm.cl's
  * copy16, copy4, cp_commit) are in flight, the stage about to be multiplied landed, and fences
  * its landed copies against the tensor cores' reads (the async proxy). */
@@ -493,3 +514,4 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
         }
     }
 }
+#endif
