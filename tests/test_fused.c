@@ -1719,22 +1719,29 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
     big.precision = HD_PRECISION_TF32;
     assert_int_equal(hd__fused_tile_resolve(f, ctx, &big, &p), HD_OK);
     assert_true(p.tma == 1 && p.bm == 128 && p.bn == 256 && p.bk == 32);
-    for (int tr = 0; tr < 3; tr++) { /* A stored k x m, B k x n, or both */
-        hd_fused_tile_call other = product_of(300, 300, 300, tr != 1, tr == 0);
-        other.precision = HD_PRECISION_TF32;
-        assert_int_equal(hd__fused_tile_resolve(f, ctx, &other, &p), HD_OK);
+    /* Operands stored otherwise (A k x m, B k x n, or both; rows of odd lengths) are copied
+     * depth-contiguous first (gemm_repack) where TMA=1 asks, or where the product is large
+     * enough to pay for the copy; small ones run on cp.async's kernel in place. */
+    for (int tr = 0; tr < 4; tr++) {
+        hd_fused_tile_call small = product_of(70, 45, 300, tr != 1, tr == 0);
+        small.precision = HD_PRECISION_TF32;
+        if (tr == 3) /* depth-contiguous, rows of 301 floats */
+            small = product_of(70, 45, 301, false, true), small.precision = HD_PRECISION_TF32;
+        assert_int_equal(hd__fused_tile_resolve(f, ctx, &small, &p), HD_OK);
         assert_int_equal(p.tma, 0);
-        other.variant = "TMA=1";
-        assert_int_equal(hd__fused_tile_check(f, ctx, &other), HD_ERR_UNSUPPORTED);
+        hd_fused_tile_call large = product_of(4096, 4096, tr == 3 ? 4095 : 4096, tr != 1, tr == 0);
+        large.precision = HD_PRECISION_TF32;
+        assert_int_equal(hd__fused_tile_resolve(f, ctx, &large, &p), HD_OK);
+        assert_true(p.tma == 1 && p.bm == 128 && p.bn == 256);
+        gemm_case gc = {131, 97, tr == 3 ? 203 : 201, 1.0f, tr % 2 ? 0.5f : 0.0f, tr == 2,
+                        tr != 1 && tr != 3, tr == 0 || tr == 3};
+        check_gemm_in(ctx, &gc, "BM=128 BN=128 WN=128 TMA=1", HD_PRECISION_TF32, 3470 + tr);
+        check_gemm_in(ctx, &gc, "BM=64 BN=64 WN=64 TMA=0", HD_PRECISION_TF32, 3475 + tr);
     }
     nt.variant = "TMA=1 BK=16";
     assert_int_equal(hd__fused_tile_check(f, ctx, &nt), HD_ERR_UNSUPPORTED);
     nt.variant = "TMA=1 AREG=1";
     assert_int_equal(hd__fused_tile_check(f, ctx, &nt), HD_ERR_UNSUPPORTED);
-    hd_fused_tile_call odd = product_of(300, 300, 301, false, true); /* rows of 301 floats */
-    odd.precision = HD_PRECISION_TF32;
-    assert_int_equal(hd__fused_tile_resolve(f, ctx, &odd, &p), HD_OK);
-    assert_int_equal(p.tma, 0);
 
     /* a batch of three, each matrix's tensor map a box apart */
     const size_t batch = 3, m = 70, n = 45, k = 36;
@@ -1774,10 +1781,13 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
     free(a);
     free(b);
 
-    /* LoRA in PyTorch's layout on the tiled engine: x * W^T + (s * x * A^T) * B^T, the second
-     * product's stages after the first's (a rank past one stage, 40, and one inside it, 12) */
-    static const size_t ranks[] = {40, 12};
-    for (size_t r = 0; r < 2; r++) {
+    /* LoRA on the tiled engine: x * W^T + (s * x * A^T) * B^T in PyTorch's layout, the second
+     * product's stages after the first's (a rank past one stage, 40, and one inside it, 12);
+     * and in the library's layout (W in x out, B rank x out), W and B copied first, with a rank
+     * whose rows are no whole 16-byte runs (5) */
+    static const size_t ranks[] = {40, 12, 5};
+    for (size_t r = 0; r < 3; r++) {
+        bool pt = r < 2;
         size_t tokens = 131, in = 204, out = 97, rank = ranks[r];
         lora_data d = lora_data_make(tokens, in, out, rank, 3495 + r);
         float *wt = hd_test_floats(out * in), *at = hd_test_floats(rank * in),
@@ -1791,8 +1801,10 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
         for (size_t i = 0; i < rank; i++)
             for (size_t j = 0; j < out; j++)
                 bt[j * rank + i] = d.b[i * out + j];
-        hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x), *w = hd_test_tensor(ctx, out, in, wt);
-        hd_tensor *ta = hd_test_tensor(ctx, rank, in, at), *tb = hd_test_tensor(ctx, out, rank, bt);
+        hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x);
+        hd_tensor *w = pt ? hd_test_tensor(ctx, out, in, wt) : hd_test_tensor(ctx, in, out, d.w);
+        hd_tensor *ta = pt ? hd_test_tensor(ctx, rank, in, at) : hd_test_tensor(ctx, in, rank, d.a);
+        hd_tensor *tb = pt ? hd_test_tensor(ctx, out, rank, bt) : hd_test_tensor(ctx, rank, out, d.b);
         hd_tensor *y = hd_test_tensor(ctx, tokens, out, NULL);
         to_device(x);
         to_device(w);
@@ -1802,8 +1814,8 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
         hd_lora_args args = {.x = x, .w = w, .a = ta, .b = tb, .scale = d.scale, .y = y,
                              .tokens = tokens, .in = in, .out = out, .rank = rank,
                              .variant = "BM=128 BN=128 BK=32 WN=128 ASYNC=6 TMA=1",
-                             .precision = HD_PRECISION_TF32, .trans_w = true, .trans_a = true,
-                             .trans_b = true};
+                             .precision = HD_PRECISION_TF32, .trans_w = pt, .trans_a = pt,
+                             .trans_b = pt};
         s = impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = args});
         if (s != HD_OK)
             fail_msg("lora (TMA): %s (%s)", hd_status_name(s), hd_context_last_error(ctx));

@@ -111,6 +111,8 @@ typedef struct hd_fused {
     bool attention_mma_broken; /* the tensor-core attention's build failed: FMAs instead */
     hd_devmem splitk_part; /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
+    hd_devmem repack[4]; /* A, B, A2 and B2 copied depth-contiguous for the TMA kernel */
+    size_t repack_bytes[4];
     hd_devmem lora_u; /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
     size_t lora_u_bytes;
     hd_devmem backward_stats; /* the norms' backward: mean, its low part and 1/std per row,

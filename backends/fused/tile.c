@@ -39,11 +39,21 @@ void hd__fused_tile_probe(hd_fused *f, const hd_runtime_info *info)
     f->tma = f->wgmma && info->tensor_maps && f->stage_mem > 0;
 }
 
-void hd__fused_tile_release(hd_fused *f)
+static void splitk_release(hd_fused *f)
 {
     hd__rt_scratch_free(f->rt, f->splitk_part);
     f->splitk_part = NULL;
     f->splitk_bytes = 0;
+}
+
+void hd__fused_tile_release(hd_fused *f)
+{
+    splitk_release(f);
+    for (int i = 0; i < 4; i++) {
+        hd__rt_scratch_free(f->rt, f->repack[i]);
+        f->repack[i] = NULL;
+        f->repack_bytes[i] = 0;
+    }
 }
 
 static size_t ceil_div(size_t a, size_t b)
@@ -955,11 +965,159 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     return HD_OK;
 }
 
+/* ---- operands copied for the TMA kernel ----
+ *
+ * tf32's warpgroup products read both operands depth-contiguous (the tensor cores take TF32
+ * from local memory in that order alone), and the copy engine moves rows 16-byte aligned. An
+ * operand stored otherwise (A k x m, B k x n, rows of an odd length) is copied so, once per
+ * call (gemm_repack), where the TMA kernel's products then pay for the copy: the copy reads
+ * and writes the operand once, at the device's bandwidth, where the product reads it once per
+ * tile of the other side; from 256 rows (columns) of the other side on, the copy costs less
+ * than the cp.async kernel loses to the TMA kernel on the product (BENCHMARKS.md, "Device
+ * runtimes on the H200"). A variant naming TMA=1 copies whatever the shape; TMA=0 never. */
+
+/* Scratch the copies may take at most: past it, cp.async's kernel reads the operands where
+ * they are. */
+#define REPACK_MAX_BYTES ((size_t)4 << 30)
+
+typedef struct repack_plan {
+    bool any;
+    bool copied[4];          /* A, B, A2, B2 */
+    size_t bytes[4];         /* of each copy */
+    hd_fused_tile_call view; /* the call as the kernel runs it: the copies in place of the
+                                operands (their memory NULL until tile_repack sets it) */
+} repack_plan;
+
+/* Whether operand i of c (0 A, 1 B, 2 A2, 3 B2) is stored depth-contiguous in aligned rows. */
+static bool operand_ready(const hd_fused_tile_call *c, int i)
+{
+    const hd_fused_operand *o = i == 0 ? &c->a : i == 1 ? &c->b : i == 2 ? &c->a2 : &c->b2;
+    size_t stride = i == 0 ? c->stride_a : i == 1 ? c->stride_b : 0;
+    return o->trans == (i % 2 == 1) && o->ld % 4 == 0 && stride % 4 == 0;
+}
+
+/* Which operands of c to copy before the TMA kernel runs it (r->any false: none, the call runs
+ * as it is). */
+static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                                repack_plan *r)
+{
+    memset(r, 0, sizeof *r);
+    r->view = *c;
+    if (!f->tma || f->tma_broken || !wants_wgmma(f, c->precision) || c->m == 0 || c->n == 0)
+        return HD_OK;
+    hd_fused_params p;
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, c->variant, &p);
+    if (s != HD_OK)
+        return s;
+    /* a variant of another kernel, or of cp.async's copies */
+    if (p.tma == 0 || p.wm != 0 || p.rm != 0 || p.areg || p.overlap >= 0 ||
+        (p.bk != 0 && p.bk != 32))
+        return HD_OK;
+    size_t rows[4] = {c->m, c->n, c->m, c->n}, depth[4] = {c->k, c->k, c->k2, c->k2};
+    size_t batch[4] = {c->batch, c->batch, 1, 1};
+    size_t units = f->compute_units > 0 ? f->compute_units : 1, total = 0;
+    bool fills = ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= units;
+    for (int i = 0; i < 4; i++) {
+        if (operand_ready(c, i) || depth[i] == 0)
+            continue;
+        /* A is read once per tile column, B once per tile row */
+        bool pays = fills && (i % 2 == 0 ? c->n : c->m) >= 256;
+        if (p.tma != 1 && !pays && i < 2)
+            return HD_OK; /* the cp.async kernel reads it in place */
+        size_t ld = (depth[i] + 3) / 4 * 4;
+        r->copied[i] = true;
+        r->bytes[i] = batch[i] * rows[i] * ld * sizeof(float);
+        total += r->bytes[i];
+        hd_fused_operand *o = i == 0   ? &r->view.a
+                              : i == 1 ? &r->view.b
+                              : i == 2 ? &r->view.a2
+                                       : &r->view.b2;
+        *o = (hd_fused_operand){NULL, ld, i % 2 == 1};
+        if (i == 0)
+            r->view.stride_a = c->batch > 1 ? rows[i] * ld : 0;
+        else if (i == 1)
+            r->view.stride_b = c->batch > 1 ? rows[i] * ld : 0;
+        r->any = true;
+    }
+    if (total > REPACK_MAX_BYTES) {
+        if (p.tma == 1)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: TMA=1 would copy %zu bytes of operands, over the %zu allowed",
+                             total, REPACK_MAX_BYTES);
+        memset(r, 0, sizeof *r);
+        r->view = *c;
+    }
+    return HD_OK;
+}
+
+/* The scratch of the plan's copies, their memory set in its view. */
+static hd_status repack_scratch(hd_fused *f, hd_context *ctx, repack_plan *r)
+{
+    static const char *const what[4] = {"A copied for the TMA GEMM", "B copied for the TMA GEMM",
+                                        "A2 copied for the TMA GEMM", "B2 copied for the TMA GEMM"};
+    for (int i = 0; i < 4; i++) {
+        if (!r->copied[i])
+            continue;
+        if (r->bytes[i] > f->repack_bytes[i]) {
+            hd__rt_scratch_free(f->rt, f->repack[i]); /* once the launches using it ran */
+            f->repack[i] = NULL;
+            f->repack_bytes[i] = 0;
+            hd_status s = hd__rt_scratch_create(f->rt, ctx, r->bytes[i], what[i], &f->repack[i]);
+            if (s != HD_OK)
+                return s;
+            f->repack_bytes[i] = r->bytes[i];
+        }
+        hd_fused_operand *o = i == 0   ? &r->view.a
+                              : i == 1 ? &r->view.b
+                              : i == 2 ? &r->view.a2
+                                       : &r->view.b2;
+        o->mem = f->repack[i];
+    }
+    return HD_OK;
+}
+
+/* Queues the plan's copies (gemm_repack) from c's operands into its view's. */
+static hd_status repack_launch(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
+                               const repack_plan *r)
+{
+    hd_kernel *k;
+    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_repack", 256, &k);
+    for (int i = 0; i < 4 && s == HD_OK; i++) {
+        if (!r->copied[i])
+            continue;
+        const hd_fused_operand *from = i == 0 ? &c->a : i == 1 ? &c->b : i == 2 ? &c->a2 : &c->b2;
+        const hd_fused_operand *to = i == 0   ? &r->view.a
+                                     : i == 1 ? &r->view.b
+                                     : i == 2 ? &r->view.a2
+                                              : &r->view.b2;
+        bool b = i % 2 == 1, second = i >= 2;
+        size_t rows = b ? c->n : c->m, depth = second ? c->k2 : c->k;
+        size_t batch = second ? 1 : c->batch;
+        int32_t rows32 = (int32_t)rows, depth32 = (int32_t)depth, lds = (int32_t)from->ld,
+                ldd = (int32_t)to->ld;
+        /* stored depth-major: A k x m (trans), B k x n (not trans) */
+        int32_t trans = from->trans != b;
+        uint64_t stride_src = second ? 0 : b ? c->stride_b : c->stride_a;
+        uint64_t stride_dst = (uint64_t)(rows * to->ld);
+        const hd_fused_arg args[] = {
+            HD_FUSED_VALUE(rows32), HD_FUSED_VALUE(depth32),    HD_FUSED_VALUE(from->mem),
+            HD_FUSED_VALUE(lds),    HD_FUSED_VALUE(trans),      HD_FUSED_VALUE(stride_src),
+            HD_FUSED_VALUE(to->mem), HD_FUSED_VALUE(ldd),       HD_FUSED_VALUE(stride_dst)};
+        size_t groups[2] = {ceil_div(rows, 32) * ceil_div(depth, 32), batch};
+        s = hd__fused_launch_grid(f, ctx, k, groups, 256, args, 9);
+    }
+    return s;
+}
+
 hd_status hd__fused_tile_resolve(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
                                  hd_fused_params *p)
 {
+    repack_plan r;
+    hd_status s = repack_plan_of(f, ctx, c, &r);
+    if (s != HD_OK)
+        return s;
     size_t threads;
-    return tile_params(f, ctx, c, wants_mma(f, c->precision), p, &threads);
+    return tile_params(f, ctx, &r.view, wants_mma(f, c->precision), p, &threads);
 }
 
 hd_status hd__fused_tile_check(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
@@ -983,7 +1141,7 @@ static hd_status splitk_scratch(hd_fused *f, hd_context *ctx, size_t bytes, hd_d
                          "fused: split-K needs %zu bytes of partials, over the %zu allowed", bytes,
                          SPLITK_PART_MAX_BYTES);
     if (bytes > f->splitk_bytes) {
-        hd__fused_tile_release(f); /* freed once the queued launches using it ran */
+        splitk_release(f); /* freed once the queued launches using it ran */
         hd_status s = hd__rt_scratch_create(f->rt, ctx, bytes, "split-K partials", &f->splitk_part);
         if (s != HD_OK)
             return s;
@@ -1119,12 +1277,17 @@ static hd_status tile_kernel(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     return s;
 }
 
-hd_status hd__fused_tile_build_ahead(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+hd_status hd__fused_tile_build_ahead(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call)
 {
+    repack_plan r;
+    hd_status s = repack_plan_of(f, ctx, call, &r);
+    if (s != HD_OK)
+        return s;
+    const hd_fused_tile_call *c = &r.view;
     bool mma = wants_mma(f, c->precision);
     hd_fused_params p;
     size_t threads;
-    hd_status s = tile_params(f, ctx, c, mma, &p, &threads);
+    s = tile_params(f, ctx, c, mma, &p, &threads);
     if (s != HD_OK)
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
@@ -1171,11 +1334,19 @@ static hd_status tile_setup(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
 
 hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
 {
+    repack_plan r;
+    hd_status s = repack_plan_of(f, ctx, c, &r);
+    if (s == HD_OK && r.any)
+        s = repack_scratch(f, ctx, &r);
     hd_fused_params p;
     size_t threads;
     hd_kernel *k;
     hd_devmem part;
-    return tile_setup(f, ctx, c, &p, &threads, &k, &part);
+    if (s == HD_OK)
+        s = tile_setup(f, ctx, &r.view, &p, &threads, &k, &part);
+    if (s == HD_OK && r.any)
+        s = hd__fused_kernel(f, ctx, HD_FUSED_GEMM_TILE, "", "gemm_repack", 256, &k);
+    return s;
 }
 
 /* The tensor maps of the TMA kernel's operands A, B, A2 and B2 (gemm_tma.cl): each of rank 3
@@ -1211,7 +1382,8 @@ static hd_status tma_maps(hd_fused *f, hd_context *ctx, const hd_fused_tile_call
     return HD_OK;
 }
 
-hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+/* hd__fused_tile_gemm of a call whose operands the kernel reads where they are. */
+static hd_status tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
 {
     hd_fused_params p;
     size_t threads;
@@ -1230,7 +1402,7 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
         hd__error_clear(ctx);
         hd_fused_tile_call cp_async = *c;
         cp_async.variant = variant;
-        return hd__fused_tile_gemm(f, ctx, &cp_async);
+        return tile_gemm(f, ctx, &cp_async);
     }
     if (s != HD_OK)
         return s;
@@ -1277,6 +1449,17 @@ hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_
     if ((s = hd__fused_set_args(ctx, reduce, rvalues, rsizes, 8)) != HD_OK)
         return s;
     return hd__fused_launch(f, ctx, reduce, ceil_div(c->m * c->n, 256), 256);
+}
+
+hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c)
+{
+    repack_plan r;
+    hd_status s = repack_plan_of(f, ctx, c, &r);
+    if (s != HD_OK || !r.any)
+        return s != HD_OK ? s : tile_gemm(f, ctx, c);
+    if ((s = repack_scratch(f, ctx, &r)) != HD_OK || (s = repack_launch(f, ctx, c, &r)) != HD_OK)
+        return s;
+    return tile_gemm(f, ctx, &r.view);
 }
 
 hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, hd_devmem c, size_t rows, size_t cols,
@@ -1507,8 +1690,9 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     static const char *const mma_capped[] = {"BM=128 BN=128 BK=16 WM=64 WN=32 REG=128",
                                              "BM=128 BN=128 BK=16 WM=64 WN=64 REG=168",
                                              "BM=64 BN=128 BK=16 WM=32 WN=32 REG=128"};
-    /* the same with stages copied by the Tensor Memory Accelerator (32 deep), where the
-     * operands are stored depth-contiguous: one warpgroup more, which issues the copies */
+    /* the same with stages copied by the Tensor Memory Accelerator (32 deep): one warpgroup
+     * more, which issues the copies; operands stored otherwise are copied depth-contiguous
+     * first (repack_plan_of), which their timing includes */
     static const tile_variant tma_tiles[] = {
         {"BM=128 BN=256 BK=32 WN=256 ASYNC=4 TMA=1", 128, 256, 32, 0, 256, 4},
         {"BM=128 BN=256 BK=32 WN=256 ASYNC=3 TMA=1", 128, 256, 32, 0, 256, 3},
@@ -1524,7 +1708,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     size_t count =
         mma ? sizeof mma_tiles / sizeof mma_tiles[0] : sizeof fma_tiles / sizeof fma_tiles[0];
     size_t n = 0;
-    bool tma = wants_wgmma(f, precision) && f->tma && !f->tma_broken && !s->trans_a && s->trans_b;
+    bool tma = wants_wgmma(f, precision) && f->tma && !f->tma_broken;
     for (size_t i = 0; tma && i < sizeof tma_tiles / sizeof tma_tiles[0] && n < cap; i++)
         if (variant_fits(f, &tma_tiles[i], true))
             all[n++] = tma_tiles[i].text;

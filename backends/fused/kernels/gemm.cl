@@ -667,3 +667,37 @@ __kernel void gemm_splitk_reduce(const int m, const int n, const float alpha, co
     __global float *at = c + (e / (size_t)n) * ldc + e % (size_t)n;
     *at = beta != 0.0f ? fma(beta, *at, alpha * sum) : alpha * sum;
 }
+
+/* An operand copied depth-contiguous for the TMA kernel (gemm_tma.cl, which reads rows of
+ * 16-byte aligned depths): dst[r * ldd + d] = op(X)[r][d] for rows r < rows and depths
+ * d < depth of each matrix of the batch (work-group dimension 1; stride_src and stride_dst
+ * floats apart). X is stored rows x depth (trans = 0: x[r * lds + d]: a copy into aligned rows)
+ * or depth x rows (trans = 1: x[d * lds + r]). A work-group moves a 32 x 32 block through local
+ * memory, reading along the stored rows and writing along dst's. */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+gemm_repack(const int rows, const int depth, __global const float *restrict x, const int lds,
+            const int trans, const ulong stride_src, __global float *restrict dst, const int ldd,
+            const ulong stride_dst)
+{
+    __local float block[32][33];
+    int blocks_d = (depth + 31) / 32;
+    int r0 = get_group_id(0) / blocks_d * 32, d0 = get_group_id(0) % blocks_d * 32;
+    x += get_group_id(1) * stride_src;
+    dst += get_group_id(1) * stride_dst;
+    int lid = get_local_id(0), lane = lid % 32, line = lid / 32;
+    for (int i = line; i < 32; i += 8) {
+        /* trans: line i of the block is depth d0 + i, lanes along rows; else row r0 + i */
+        int r = trans ? r0 + lane : r0 + i, d = trans ? d0 + i : d0 + lane;
+        float v = 0.0f;
+        if (r < rows && d < depth)
+            v = trans ? x[(size_t)d * lds + r] : x[(size_t)r * lds + d];
+        if (trans)
+            block[lane][i] = v;
+        else
+            block[i][lane] = v;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = line; i < 32; i += 8)
+        if (r0 + i < rows && d0 + lane < depth)
+            dst[(size_t)(r0 + i) * ldd + d0 + lane] = block[i][lane];
+}
