@@ -1834,6 +1834,63 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
         hd_tensor_destroy(y);
         lora_data_free(&d);
     }
+    /* B unwritten since an earlier call (the LM head's chunks): the copy of B that call made
+     * serves; a different B, or one written since (the flag off), is copied again */
+    {
+        hd_rng brng = hd_test_rng(3499);
+        float *a0 = hd_test_floats(m * k), *a1 = hd_test_floats(m * k);
+        float *b0 = hd_test_floats(k * n), *b1 = hd_test_floats(k * n);
+        hd_test_fill(&brng, a0, m * k, -1, 1);
+        hd_test_fill(&brng, a1, m * k, -1, 1);
+        hd_test_fill(&brng, b0, k * n, -1, 1);
+        hd_test_fill(&brng, b1, k * n, -1, 1);
+        hd_tensor *ta[2] = {hd_test_tensor(ctx, m, k, a0), hd_test_tensor(ctx, m, k, a1)};
+        hd_tensor *tb[2] = {hd_test_tensor(ctx, k, n, b0), hd_test_tensor(ctx, k, n, b1)};
+        hd_tensor *tc = hd_test_tensor(ctx, m, n, NULL);
+        static const struct {
+            int a, b;
+            bool unchanged;
+            int b_holds; /* the data tb[b] holds by then */
+        } calls[] = {{0, 0, false, 0}, {1, 0, true, 0}, {0, 1, true, 1}, {1, 1, false, 0}};
+        double *bwant = hd_test_doubles(m * n), *bbound = hd_test_doubles(m * n);
+        for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
+            const float *b_data = calls[i].b_holds ? b1 : b0;
+            if (i == 3) /* tb[1] rewritten with b0 */
+                assert_int_equal(hd_tensor_write(tb[1], b0), HD_OK);
+            to_device(ta[calls[i].a]);
+            to_device(tb[calls[i].b]);
+            assert_int_equal(hd__tensor_reserve(tc, HD_PLACE_DEVICE), HD_OK);
+            hd_fused_tile_call call = {.m = m, .n = n, .k = k, .batch = 1, .alpha = 1.0f,
+                                       .a = {hd__fused_mem(ta[calls[i].a]), k, false},
+                                       .b = {hd__fused_mem(tb[calls[i].b]), n, false},
+                                       .c = hd__fused_mem(tc), .ldc = n,
+                                       .precision = HD_PRECISION_TF32,
+                                       .variant = "BM=64 BN=64 WN=64 TMA=1",
+                                       .b_unchanged = calls[i].unchanged};
+            s = hd__fused_tile_gemm(f, ctx, &call);
+            if (s != HD_OK)
+                fail_msg("B unchanged, call %zu: %s (%s)", i, hd_status_name(s),
+                         hd_context_last_error(ctx));
+            hd__tensor_written(tc, HD_PLACE_DEVICE);
+            hd_ref_gemm(false, false, m, n, k, 1.0f, calls[i].a ? a1 : a0, b_data, 0.0f, NULL,
+                        bwant, bbound);
+            float *bgot = hd_test_read(tc);
+            hd_test_expect_gemm_close("TMA, B unchanged", bgot, bwant, bbound, m * n, k,
+                                      gemm_factor(HD_PRECISION_TF32, k));
+            free(bgot);
+        }
+        for (int i = 0; i < 2; i++) {
+            hd_tensor_destroy(ta[i]);
+            hd_tensor_destroy(tb[i]);
+        }
+        hd_tensor_destroy(tc);
+        free(a0);
+        free(a1);
+        free(b0);
+        free(b1);
+        free(bwant);
+        free(bbound);
+    }
     /* a kernel that failed to build would have passed on cp.async's results */
     assert_false(f->tma_broken || f->wgmma_broken || f->mma_broken);
     f->stage_mem = saved;

@@ -113,6 +113,11 @@ typedef struct hd_fused {
     size_t splitk_bytes;
     hd_devmem repack[4]; /* A, B, A2 and B2 copied depth-contiguous for the TMA kernel */
     size_t repack_bytes[4];
+    struct hd_fused_repack_source { /* what each copy was made from, for b_unchanged */
+        hd_devmem mem;
+        size_t ld, rows, depth, batch, stride;
+        bool trans, valid;
+    } repack_from[4];
     hd_devmem lora_u; /* scale * x * A of the tiled LoRA path, lora_u_bytes long */
     size_t lora_u_bytes;
     hd_devmem backward_stats; /* the norms' backward: mean, its low part and 1/std per row,
@@ -375,6 +380,8 @@ typedef struct hd_fused_tile_call {
     size_t k2;
     hd_precision precision;
     const char *variant;
+    bool b_unchanged; /* B is unwritten since the caller's earlier calls on it: where the TMA
+                         kernel reads a copy of it (tile.c), one such a call made serves */
 } hd_fused_tile_call;
 hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
 /* Everything of hd__fused_tile_gemm() that can refuse call (ranges, parameters, the kernels'

@@ -53,6 +53,7 @@ void hd__fused_tile_release(hd_fused *f)
         hd__rt_scratch_free(f->rt, f->repack[i]);
         f->repack[i] = NULL;
         f->repack_bytes[i] = 0;
+        f->repack_from[i].valid = false;
     }
 }
 
@@ -972,13 +973,21 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
  * operand stored otherwise (A k x m, B k x n, rows of an odd length) is copied so, once per
  * call (gemm_repack), where the TMA kernel's products then pay for the copy: the copy reads
  * and writes the operand once, at the device's bandwidth, where the product reads it once per
- * tile of the other side; from 256 rows (columns) of the other side on, the copy costs less
- * than the cp.async kernel loses to the TMA kernel on the product (BENCHMARKS.md, "Device
- * runtimes on the H200"). A variant naming TMA=1 copies whatever the shape; TMA=0 never. */
+ * tile of the other side. Per float of the operand the copy moves 8 bytes, while the
+ * cp.async kernel loses to the TMA kernel about twice the time of 2 * (rows of the other side)
+ * flops at the TMA kernel's rate (BENCHMARKS.md, "Device runtimes on the H200"): from 256 rows
+ * (columns) of the other side on the copy costs less, and from REPACK_MIN_SIDE on it costs
+ * well less. A variant naming TMA=1 copies whatever the shape; TMA=0 never. A caller whose B
+ * is unwritten since its earlier calls on it (hd_fused_tile_call.b_unchanged: the LM head's
+ * chunks) reuses the copy of B the last of them made, where no other B was copied since. */
 
 /* Scratch the copies may take at most: past it, cp.async's kernel reads the operands where
  * they are. */
 #define REPACK_MAX_BYTES ((size_t)4 << 30)
+/* Rows (columns) of the other side from which an operand's copy pays, and the flops below which
+ * a product is too small for the copy's launch. */
+#define REPACK_MIN_SIDE 512
+#define REPACK_MIN_FLOPS 1e9
 
 typedef struct repack_plan {
     bool any;
@@ -1015,13 +1024,14 @@ static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fus
         return HD_OK;
     size_t rows[4] = {c->m, c->n, c->m, c->n}, depth[4] = {c->k, c->k, c->k2, c->k2};
     size_t batch[4] = {c->batch, c->batch, 1, 1};
-    size_t units = f->compute_units > 0 ? f->compute_units : 1, total = 0;
-    bool fills = ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= units;
+    size_t total = 0;
+    bool large = 2.0 * (double)c->m * (double)c->n * (double)c->k * (double)c->batch >=
+                 REPACK_MIN_FLOPS;
     for (int i = 0; i < 4; i++) {
         if (operand_ready(c, i) || depth[i] == 0)
             continue;
         /* A is read once per tile column, B once per tile row */
-        bool pays = fills && (i % 2 == 0 ? c->n : c->m) >= 256;
+        bool pays = large && (i % 2 == 0 ? c->n : c->m) >= REPACK_MIN_SIDE;
         if (p.tma != 1 && !pays && i < 2)
             return HD_OK; /* the cp.async kernel reads it in place */
         size_t ld = (depth[i] + 3) / 4 * 4;
@@ -1062,6 +1072,7 @@ static hd_status repack_scratch(hd_fused *f, hd_context *ctx, repack_plan *r)
             hd__rt_scratch_free(f->rt, f->repack[i]); /* once the launches using it ran */
             f->repack[i] = NULL;
             f->repack_bytes[i] = 0;
+            f->repack_from[i].valid = false;
             hd_status s = hd__rt_scratch_create(f->rt, ctx, r->bytes[i], what[i], &f->repack[i]);
             if (s != HD_OK)
                 return s;
@@ -1099,12 +1110,21 @@ static hd_status repack_launch(hd_fused *f, hd_context *ctx, const hd_fused_tile
         int32_t trans = from->trans != b;
         uint64_t stride_src = second ? 0 : b ? c->stride_b : c->stride_a;
         uint64_t stride_dst = (uint64_t)(rows * to->ld);
+        struct hd_fused_repack_source source = {from->mem, from->ld, rows,     depth,
+                                                batch,     stride_src, from->trans, true};
+        struct hd_fused_repack_source *made = &f->repack_from[i];
+        if (i == 1 && c->b_unchanged && made->valid && made->mem == source.mem &&
+            made->ld == source.ld && made->rows == rows && made->depth == depth &&
+            made->batch == batch && made->stride == stride_src && made->trans == source.trans)
+            continue; /* the copy an earlier call made */
         const hd_fused_arg args[] = {
             HD_FUSED_VALUE(rows32), HD_FUSED_VALUE(depth32),    HD_FUSED_VALUE(from->mem),
             HD_FUSED_VALUE(lds),    HD_FUSED_VALUE(trans),      HD_FUSED_VALUE(stride_src),
             HD_FUSED_VALUE(to->mem), HD_FUSED_VALUE(ldd),       HD_FUSED_VALUE(stride_dst)};
         size_t groups[2] = {ceil_div(rows, 32) * ceil_div(depth, 32), batch};
         s = hd__fused_launch_grid(f, ctx, k, groups, 256, args, 9);
+        *made = source;
+        made->valid = s == HD_OK;
     }
     return s;
 }

@@ -556,7 +556,9 @@ static hd_status lm_head_chunk(hd_fused *f, hd_context *ctx, const lm_head *l, s
                            n * sizeof(float));
     if (s != HD_OK || dh == NULL)
         return s;
-    s = hd__fused_tile_gemm(f, ctx, &l->products[1][which]);
+    hd_fused_tile_call dh_product = l->products[1][which];
+    dh_product.b_unchanged = r0 > 0; /* w, which an earlier chunk's dh may have copied */
+    s = hd__fused_tile_gemm(f, ctx, &dh_product);
     if (s == HD_OK && !l->whole)
         s = hd__fused_copy(f, ctx, dh->state->device, r0 * d * sizeof(float), l->dh_c, 0,
                            n * d * sizeof(float));
