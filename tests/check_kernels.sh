@@ -144,9 +144,11 @@ done
 # alone, the real kernel and its emulation, split-K.
 tma="-DVEC_A=1 -DVEC_B=1 -DALIGN_A=1 -DALIGN_B=1 -DVEC_C=4 -DTRANS_A=0 -DTRANS_B=1 -DWGMMA=1 -DTMA=1"
 for emulate in 0 1; do
-    check gemm_wgmma -DBM=128 -DBN=256 -DBK=32 $tma -DSPLIT_K=0 -DWN=256 -DASYNC=4 -DMMA_EMULATE=$emulate
+    check gemm_wgmma -DBM=128 -DBN=256 -DBK=32 $tma -DSPLIT_K=0 -DWN=256 -DASYNC=4 -DPREC=1 -DMMA_EMULATE=$emulate
+    check gemm_wgmma -DBM=128 -DBN=128 -DBK=32 $tma -DSPLIT_K=0 -DWN=128 -DASYNC=3 -DPREC=3 -DMMA_EMULATE=$emulate
 done
-check gemm_wgmma -DBM=64 -DBN=64 -DBK=32 $tma -DSPLIT_K=1 -DWN=64 -DASYNC=8
+check gemm_wgmma -DBM=64 -DBN=64 -DBK=32 $tma -DSPLIT_K=1 -DWN=64 -DASYNC=8 -DPREC=1
+check gemm_wgmma -DBM=64 -DBN=64 -DBK=32 $tma -DSPLIT_K=1 -DWN=64 -DASYNC=6 -DPREC=3
 
 echo "check_kernels: $checked builds, $failed failed"
 [ "$failed" -eq 0 ]

@@ -302,6 +302,48 @@ static void test_kernel_takes_the_largest_local_memory_the_device_gives(void **s
     hd_context_destroy(ctx);
 }
 
+/* Tensor maps (the copy engine's descriptors, hd__rt_tensor_map): where the runtime gives them
+ * (the CUDA runtime on Hopper), one per distinct tensor, the same address for the same one
+ * asked again, a refusal for a stride the engine cannot take; elsewhere (OpenCL, an older GPU
+ * or driver) a refusal that says why. */
+static void test_tensor_maps_where_the_runtime_gives_them(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    hd_runtime *rt = ctx->rt;
+    if (rt == NULL) {
+        hd_context_destroy(ctx);
+        return;
+    }
+    struct hd_device_buffer *buf = NULL;
+    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, 64 * 1024, &buf), HD_OK);
+    hd_rt_tensor_map_desc d = {.mem = buf->mem,
+                               .rank = 3,
+                               .dim = {36, 100, 2},
+                               .stride = {40 * sizeof(float), 4000 * sizeof(float)},
+                               .box = {32, 64, 1}};
+    hd_devmem map = NULL, again = NULL, other = NULL;
+    hd_status s = hd__rt_tensor_map(rt, ctx, &d, &map);
+    if (!hd__rt_info(rt)->tensor_maps) {
+        assert_int_equal(s, HD_ERR_UNSUPPORTED);
+        assert_null(map);
+        assert_non_null(strstr(hd_context_last_error(ctx), "tensor maps"));
+    } else {
+        assert_int_equal(s, HD_OK);
+        assert_non_null(map);
+        assert_int_equal(hd__rt_tensor_map(rt, ctx, &d, &again), HD_OK);
+        assert_ptr_equal(map, again);
+        d.dim[1] = 99;
+        assert_int_equal(hd__rt_tensor_map(rt, ctx, &d, &other), HD_OK);
+        assert_ptr_not_equal(map, other);
+        d.stride[0] = 37 * sizeof(float); /* rows not 16-byte aligned */
+        assert_int_equal(hd__rt_tensor_map(rt, ctx, &d, &other), HD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(hd_context_last_error(ctx), "cuTensorMapEncodeTiled"));
+    }
+    hd__rt_buffer_release(rt, buf);
+    hd_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_refuses_what_it_does_not_know),
         cmocka_unit_test(test_runtime_choice_and_its_fallbacks),
         cmocka_unit_test(test_kernel_takes_the_largest_local_memory_the_device_gives),
+        cmocka_unit_test(test_tensor_maps_where_the_runtime_gives_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1659,8 +1659,9 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     lora_data_free(&d);
 }
 
-/* tf32's warpgroup kernel with its stages copied by the Tensor Memory Accelerator (gemm_tma.cl):
- * both operands stored depth-contiguous (A m x k, B n x k), each tile the tuner offers, on
+/* The warpgroup kernel with its stages copied by the Tensor Memory Accelerator (gemm_tma.cl), in
+ * tf32 and in fp32x3: both operands stored depth-contiguous (A m x k, B n x k), each tile the
+ * tuner offers, on
  * tiles cut by the matrix's edge, depths below, at and past a stage (4, 32, 204), alpha, beta
  * and NaN in a C that beta = 0 ignores, split-K, the defaults' choice, a batch and LoRA's second
  * product (in PyTorch's layout). Where the device runs on the CUDA runtime of a Hopper these
@@ -1705,13 +1706,40 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
         offered++;
     }
     assert_true(offered >= 6);
+    /* fp32x3 on the copy engine (PREC 3: each operand's small parts made in local memory): each
+     * tile the tuner offers, the defaults (128 x 128), an operand copied first, and the mma.sync
+     * kernel where a variant names its warps */
+    count = hd__fused_tile_variants(f, &shape, HD_PRECISION_FP32X3, list, 96);
+    size_t split_offered = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (strstr(list[i], "TMA=1") == NULL)
+            continue;
+        size_t o = split_offered++;
+        gemm_case gc = {131 + 70 * (o % 2), 97 + 160 * (o / 2 % 2), depths[o % 4],
+                        o % 2 ? 1.0f : -0.5f, o / 2 % 2 ? 0.25f : 0.0f, o % 3 == 0, false, true};
+        check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32X3, 3440 + i);
+    }
+    assert_true(split_offered >= 4);
+    hd_fused_params p;
+    hd_fused_tile_call x3 = product_of(4096, 4096, 4096, false, true);
+    x3.precision = HD_PRECISION_FP32X3;
+    assert_int_equal(hd__fused_tile_resolve(f, ctx, &x3, &p), HD_OK);
+    assert_true(p.tma == 1 && p.tma_split == 1 && p.bm == 128 && p.bn == 128 && p.bk == 32);
+    x3.variant = "BM=128 BN=128 BK=16 WM=64 WN=32";
+    assert_int_equal(hd__fused_tile_resolve(f, ctx, &x3, &p), HD_OK);
+    assert_true(p.tma == 0 && p.wgmma == 0);
+    x3.variant = "WGMMA=1 TMA=0";
+    assert_int_equal(hd__fused_tile_check(f, ctx, &x3), HD_ERR_UNSUPPORTED);
+    static const gemm_case x3_wide = {257, 300, 204, 1.0f, 0.5f, false, false, true};
+    check_gemm_in(ctx, &x3_wide, DEFAULT_PARAMETERS, HD_PRECISION_FP32X3, 3460);
+    static const gemm_case x3_nn = {131, 97, 201, -1.0f, 0.0f, true, true, false};
+    check_gemm_in(ctx, &x3_nn, "BM=64 BN=64 WN=64 TMA=1", HD_PRECISION_FP32X3, 3461);
     /* split-K, and the defaults: the copy engine wherever the operands allow, the 128 x 256
      * tiles where they fill the device, cp.async's kernel for the other layouts */
     static const gemm_case split = {70, 45, 300, 1.0f, 0.5f, false, false, true};
     check_gemm_in(ctx, &split, "BM=64 BN=64 WN=64 SK=3 TMA=1", HD_PRECISION_TF32, 3480);
     static const gemm_case wide = {257, 300, 41, 1.0f, 0.5f, false, false, true};
     check_gemm_in(ctx, &wide, DEFAULT_PARAMETERS, HD_PRECISION_TF32, 3481);
-    hd_fused_params p;
     nt.variant = NULL;
     assert_int_equal(hd__fused_tile_resolve(f, ctx, &nt, &p), HD_OK);
     assert_int_equal(p.tma, 1);

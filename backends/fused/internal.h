@@ -205,6 +205,8 @@ typedef struct hd_fused_params {
     int tma;                  /* warpgroup kernel: 1 its stages copied by the Tensor Memory
                                  Accelerator, 0 by cp.async; -1 unset: TMA where the call
                                  allows it */
+    int tma_split;            /* set from the precision, not a variant's: the TMA kernel in
+                                 fp32x3, its stages holding each operand's small parts too */
     int lead;                 /* FMA kernel: stages between a register-staged operand's loads and
                                  their store (1 or 2), 0: 1 */
     int hpi;                  /* step family, RoPE: heads an item rotates with one angle */

@@ -75,6 +75,14 @@ static bool wants_wgmma(const hd_fused *f, hd_precision precision)
            !f->wgmma_broken;
 }
 
+/* Whether fp32x3 may run on the warpgroup kernel: with the copy engine alone (gemm_tma.cl,
+ * PREC 3: its stages' small parts are made in local memory after the copies land). */
+static bool wants_tma_x3(const hd_fused *f, hd_precision precision)
+{
+    return precision == HD_PRECISION_FP32X3 && wants_mma(f, precision) && f->wgmma &&
+           !f->wgmma_broken && f->tma && !f->tma_broken;
+}
+
 /* Whether the warpgroup kernel may copy c's stages through the Tensor Memory Accelerator: both
  * operands of both products stored depth-contiguous (A m x k, B n x k), rows and matrices
  * 16-byte aligned (the tensor maps' strides). */
@@ -89,7 +97,14 @@ static bool tma_allows(const hd_fused *f, const hd_fused_tile_call *c)
 /* Local memory the TMA kernel's stages are placed in from the argument's first 1024-byte
  * boundary (its swizzle's period; gemm_tma.cl), then its barriers. */
 #define TMA_ALIGN_BYTES 1024
-#define TMA_BARRIER_BYTES 16 /* two mbarriers per buffer */
+#define TMA_BARRIER_BYTES 24 /* three mbarriers per buffer at most */
+
+/* Local memory of one buffer of the TMA kernel: both operands' stages, twice for fp32x3. */
+static size_t tma_buffer_bytes(const hd_fused_params *p)
+{
+    size_t stage = ((size_t)p->bm + (size_t)p->bn) * (size_t)p->bk * sizeof(float);
+    return stage * (p->tma_split ? 2 : 1) + TMA_BARRIER_BYTES;
+}
 
 /* Whether A's rows (B's), the second product's too (LoRA's: one layout serves both), are
  * 16-byte aligned: what lets the loads take whole float4 runs and cp.async copy them. */
@@ -140,7 +155,7 @@ static size_t wgmma_stage_bytes(const hd_fused_params *p)
 static size_t local_bytes(const hd_fused_params *p, bool mma)
 {
     if (p->tma == 1)
-        return (size_t)p->async * (wgmma_stage_bytes(p) + TMA_BARRIER_BYTES) + TMA_ALIGN_BYTES;
+        return (size_t)p->async * tma_buffer_bytes(p) + TMA_ALIGN_BYTES;
     if (p->wgmma)
         return (size_t)p->async * wgmma_stage_bytes(p);
     size_t buffers = p->async > 0 ? (size_t)p->async : 2;
@@ -718,11 +733,12 @@ static void shallow(const tile_case *t, hd_fused_params *p)
 }
 
 /* tf32 with the copy engine: 128 x 256 tiles of two warpgroups, 4 buffers of 32 deep, where the
- * matrices fill such a tile and the tiles the device. */
+ * matrices fill such a tile and the tiles the device (fp32x3, whose buffers take twice the
+ * memory, keeps the 128 x 128 tiles of fill_open). */
 static bool tma_wide_applies(const tile_case *t)
 {
     const hd_fused_tile_call *c = t->c;
-    return c->m >= 128 && c->n >= 256 &&
+    return c->precision == HD_PRECISION_TF32 && c->m >= 128 && c->n >= 256 &&
            ceil_div(c->m, 128) * ceil_div(c->n, 256) * c->batch >= t->units;
 }
 
@@ -788,7 +804,7 @@ static void tma_fill(const hd_fused *f, hd_fused_params *p)
         p->wn = p->bn % 256 == 0 ? 256 : p->bn % 128 == 0 ? 128 : 64;
     p->bk = 32;
     if (p->async == 0) {
-        size_t capacity = stage_capacity(f), per = wgmma_stage_bytes(p) + TMA_BARRIER_BYTES;
+        size_t capacity = stage_capacity(f), per = tma_buffer_bytes(p);
         size_t fit = capacity > TMA_ALIGN_BYTES ? (capacity - TMA_ALIGN_BYTES) / per : 8;
         p->async = fit < 3 ? 3 : fit > 8 ? 8 : (int)fit;
     }
@@ -899,14 +915,19 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
         if (f->fma_async_broken)
             p->async = 0; /* its build failed here: the stages go through registers */
     }
-    bool wgmma = mma && wants_wgmma(f, c->precision);
+    /* the warpgroup kernel: tf32's, through cp.async or the copy engine; fp32x3's through the
+     * copy engine alone */
+    bool x3 = c->precision == HD_PRECISION_FP32X3;
+    bool wgmma = mma && (x3 ? wants_tma_x3(f, c->precision) && tma_allows(f, c)
+                            : wants_wgmma(f, c->precision));
     if (p->wgmma && !wgmma)
         return unsupported(ctx,
-                           "WGMMA is the tf32 kernel of compute capability 9.0, which this "
-                           "context does not run",
+                           "WGMMA is the warpgroup kernel of compute capability 9.0 (tf32's, and "
+                           "fp32x3's with TMA), which this context does not run here",
                            p);
-    if (wgmma && p->wm == 0)
-        p->wgmma = 1; /* the default for tf32 here, unless the variant names mma.sync warps */
+    bool names_cp_async = p->tma == 0 || p->areg || p->overlap >= 0 || (p->bk != 0 && p->bk != 32);
+    if (wgmma && p->wm == 0 && !(x3 && names_cp_async))
+        p->wgmma = 1; /* the default here, unless the variant names mma.sync warps */
     bool tma = p->wgmma && tma_allows(f, c);
     if (p->tma == 1 && !tma)
         return unsupported(ctx,
@@ -917,7 +938,10 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
     if (p->tma == 1 && (p->areg || p->overlap >= 0 || (p->bk != 0 && p->bk != 32)))
         return unsupported(ctx, "TMA takes BK=32 and neither AREG nor OVERLAP", p);
     if (p->tma < 0) /* the copy engine where it serves, unless the variant names cp.async's */
-        p->tma = tma && !p->areg && p->overlap < 0 && (p->bk == 0 || p->bk == 32);
+        p->tma = tma && !names_cp_async;
+    if (x3 && p->wgmma && !p->tma)
+        return unsupported(ctx, "fp32x3 runs on the warpgroup kernel with TMA alone", p);
+    p->tma_split = x3 && p->tma;
     if (p->overlap >= 0 && !p->wgmma)
         return unsupported(ctx, "OVERLAP is the warpgroup kernel's", p);
     if (p->areg && !p->wgmma)
@@ -971,13 +995,14 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
  * tf32's warpgroup products read both operands depth-contiguous (the tensor cores take TF32
  * from local memory in that order alone), and the copy engine moves rows 16-byte aligned. An
  * operand stored otherwise (A k x m, B k x n, rows of an odd length) is copied so, once per
- * call (gemm_repack), where the TMA kernel's products then pay for the copy: the copy reads
- * and writes the operand once, at the device's bandwidth, where the product reads it once per
- * tile of the other side. Per float of the operand the copy moves 8 bytes, while the
- * cp.async kernel loses to the TMA kernel about twice the time of 2 * (rows of the other side)
- * flops at the TMA kernel's rate (BENCHMARKS.md, "Device runtimes on the H200"): from 256 rows
- * (columns) of the other side on the copy costs less, and from REPACK_MIN_SIDE on it costs
- * well less. A variant naming TMA=1 copies whatever the shape; TMA=0 never. A caller whose B
+ * call (gemm_repack), where the TMA kernel's products then pay for the copy. Per float of the
+ * operand, the copy reads and writes 8 bytes at the device's bandwidth, and the product does
+ * 2 flops per row (column) of the other side, which the cp.async kernel runs at under half the
+ * TMA kernel's rate (BENCHMARKS.md, "Device runtimes on the H200"): on the H200 the copy costs
+ * less than the time it saves from about 200 rows of the other side on; REPACK_MIN_SIDE leaves
+ * a margin, and REPACK_MIN_FLOPS keeps small products, where a launch more weighs, in place.
+ * LoRA's second product (A2, B2: its rank deep) is copied with the first where that is.
+ * A variant naming TMA=1 copies whatever the shape; TMA=0 never. A caller whose B
  * is unwritten since its earlier calls on it (hd_fused_tile_call.b_unchanged: the LM head's
  * chunks) reuses the copy of B the last of them made, where no other B was copied since. */
 
@@ -994,7 +1019,7 @@ typedef struct repack_plan {
     bool copied[4];          /* A, B, A2, B2 */
     size_t bytes[4];         /* of each copy */
     hd_fused_tile_call view; /* the call as the kernel runs it: the copies in place of the
-                                operands (their memory NULL until tile_repack sets it) */
+                                operands (their memory NULL until repack_scratch sets it) */
 } repack_plan;
 
 /* Whether operand i of c (0 A, 1 B, 2 A2, 3 B2) is stored depth-contiguous in aligned rows. */
@@ -1012,7 +1037,8 @@ static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fus
 {
     memset(r, 0, sizeof *r);
     r->view = *c;
-    if (!f->tma || f->tma_broken || !wants_wgmma(f, c->precision) || c->m == 0 || c->n == 0)
+    if (!f->tma || f->tma_broken || c->m == 0 || c->n == 0 ||
+        !(wants_wgmma(f, c->precision) || wants_tma_x3(f, c->precision)))
         return HD_OK;
     hd_fused_params p;
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_TILE, c->variant, &p);
@@ -1031,9 +1057,9 @@ static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fus
         if (operand_ready(c, i) || depth[i] == 0)
             continue;
         /* A is read once per tile column, B once per tile row */
-        bool pays = large && (i % 2 == 0 ? c->n : c->m) >= REPACK_MIN_SIDE;
-        if (p.tma != 1 && !pays && i < 2)
-            return HD_OK; /* the cp.async kernel reads it in place */
+        bool pays = large && (i >= 2 || (i % 2 == 0 ? c->n : c->m) >= REPACK_MIN_SIDE);
+        if (p.tma != 1 && !pays)
+            return HD_OK; /* the cp.async kernel reads the operands in place */
         size_t ld = (depth[i] + 3) / 4 * 4;
         r->copied[i] = true;
         r->bytes[i] = batch[i] * rows[i] * ld * sizeof(float);
@@ -1202,7 +1228,8 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
     if (len < 0 || (size_t)len >= cap)
         len = (int)cap;
     else if (p->tma)
-        len += snprintf(options + len, cap - (size_t)len, " -DWGMMA=1 -DTMA=1 -DWN=%d -DASYNC=%d%s",
+        len += snprintf(options + len, cap - (size_t)len,
+                        " -DWGMMA=1 -DTMA=1 -DPREC=%d -DWN=%d -DASYNC=%d%s", p->tma_split ? 3 : 1,
                         p->wn, p->async, f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     else if (p->wgmma)
         len += snprintf(options + len, cap - (size_t)len,
@@ -1513,8 +1540,8 @@ typedef struct tile_variant {
 } tile_variant;
 
 /* Whether v fits the device: its work-items and its local memory, so that the tuner is not
- * offered what must fail. */
-static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
+ * offered what must fail (split: a TMA tile's buffers hold fp32x3's small parts too). */
+static bool variant_fits_split(const hd_fused *f, const tile_variant *v, bool mma, bool split)
 {
     /* the warpgroup kernel's variants name no warp rows: its warpgroups are 64 rows by WN */
     bool wgmma = mma && v->wm_or_rm == 0;
@@ -1525,6 +1552,7 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
                          .wgmma = wgmma,
                          .areg = wgmma && strstr(v->text, "AREG=1") != NULL,
                          .tma = wgmma && strstr(v->text, "TMA=1") != NULL};
+    p.tma_split = p.tma && split;
     size_t threads;
     if (wgmma) {
         threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128 + (p.tma ? 128 : 0);
@@ -1536,6 +1564,11 @@ static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
         threads = (size_t)(v->bm / v->wm_or_rm) * (size_t)(v->bn / v->wn_or_rn);
     }
     return threads <= f->device_max_group && local_memory_holds(f, &p, mma);
+}
+
+static bool variant_fits(const hd_fused *f, const tile_variant *v, bool mma)
+{
+    return variant_fits_split(f, v, mma, false);
 }
 
 /* The fp32 tiles that won most often where sweeps timed every variant (GEMM, LoRA and LoRA
@@ -1723,6 +1756,16 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         {"BM=64 BN=128 BK=32 WN=128 ASYNC=8 TMA=1", 64, 128, 32, 0, 128, 8},
         {"BM=64 BN=64 BK=32 WN=64 ASYNC=8 TMA=1", 64, 64, 32, 0, 64, 8},
     };
+    /* fp32x3 on the copy engine: buffers twice as large (each operand's small parts), three
+     * products a step */
+    static const tile_variant tma_split_tiles[] = {
+        {"BM=128 BN=128 BK=32 WN=128 ASYNC=3 TMA=1", 128, 128, 32, 0, 128, 3},
+        {"BM=128 BN=128 BK=32 WN=64 ASYNC=3 TMA=1", 128, 128, 32, 0, 64, 3},
+        {"BM=64 BN=128 BK=32 WN=128 ASYNC=4 TMA=1", 64, 128, 32, 0, 128, 4},
+        {"BM=128 BN=64 BK=32 WN=64 ASYNC=4 TMA=1", 128, 64, 32, 0, 64, 4},
+        {"BM=64 BN=256 BK=32 WN=256 ASYNC=3 TMA=1", 64, 256, 32, 0, 256, 3},
+        {"BM=64 BN=64 BK=32 WN=64 ASYNC=6 TMA=1", 64, 64, 32, 0, 64, 6},
+    };
     bool mma = wants_mma(f, precision);
     const tile_variant *tiles = mma ? mma_tiles : fma_tiles;
     size_t count =
@@ -1732,6 +1775,11 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
     for (size_t i = 0; tma && i < sizeof tma_tiles / sizeof tma_tiles[0] && n < cap; i++)
         if (variant_fits(f, &tma_tiles[i], true))
             all[n++] = tma_tiles[i].text;
+    bool x3 = wants_tma_x3(f, precision);
+    for (size_t i = 0; x3 && i < sizeof tma_split_tiles / sizeof tma_split_tiles[0] && n < cap;
+         i++)
+        if (variant_fits_split(f, &tma_split_tiles[i], true, true))
+            all[n++] = tma_split_tiles[i].text;
     for (size_t i = 0;
          wants_wgmma(f, precision) && i < sizeof wgmma_tiles / sizeof wgmma_tiles[0] && n < cap;
          i++)

@@ -25,6 +25,14 @@
  * which arrive once the products reading it have finished (wgmma.wait_group 1 after the next
  * stage's products were issued).
  *
+ * PREC = 3 (fp32x3): each operand split as a TF32 big part and a TF32 small part (tensor_core.cl's
+ * split4: the same arithmetic as gemm_mma.cl's fp32x3), three products per k8 step (small * big,
+ * big * small, big * big). The split is made in local memory, where wgmma reads its operands:
+ * once a stage's copies have landed, warps 1 to 3 of the copying warpgroup write each value's
+ * big part over it and its small part into a second buffer of the same layout, and signal a
+ * third mbarrier (`ready`), which the products wait on instead of `full`. The buffers of a
+ * stage take twice the local memory.
+ *
  * The second product (LoRA's), split-K slices and batches are gemm.cl's: four tensor maps,
  * A, B, A2 and B2, each of rank 3 (depth, row, matrix of the batch); slice 0 runs the second
  * pair's stages after the first's.
@@ -41,8 +49,14 @@
 #if BK != 32 || TRANS_A || !TRANS_B
 #error "the TMA kernel takes BK = 32 (one 128-byte swizzled row) and depth-contiguous operands"
 #endif
+#if PREC != 1 && PREC != 3 /* (tensor_core.cl's default is 3: the host names it) */
+#error "PREC is 1 (tf32) or 3 (fp32x3)"
+#endif
 #define CONSUMERS ((BM / 64) * (BN / WN))
 #define STAGE_BYTES ((BM + BN) * BK * 4)
+#define SPLITTERS 96 /* PREC 3: warps 1 to 3 of the copying warpgroup */
+/* The stages' floats: both operands' buffers, and with PREC 3 their small parts' */
+#define STAGE_FLOATS (ASYNC * (BM + BN) * BK * (PREC == 3 ? 2 : 1))
 /* The swizzle's rows repeat every 1024 bytes: the stages start on such a boundary. */
 #define SWIZZLE_ALIGN 1024
 
@@ -58,7 +72,24 @@ static inline void emulated_copy(__local float *dst, __global const float *x, in
         dst[swizzled(r * 128 + kk * 4) / 4] = in ? x[(size_t)(r0 + r) * ld + k0 + kk] : 0.0f;
     }
 }
-#else
+#endif
+
+#if PREC == 3
+/* Float4s 0 .. n - 1 of a stage, every items-th from item: their big parts over them, their
+ * small parts into small (tensor_core.cl's split4). */
+static inline void split_stage(__local float4 *values, __local float4 *small, int n, int item,
+                               int items)
+{
+    for (int i = item; i < n; i += items) {
+        uint big[4], low[4];
+        split4(values[i], big, low);
+        values[i] = as_float4((uint4)(big[0], big[1], big[2], big[3]));
+        small[i] = as_float4((uint4)(low[0], low[1], low[2], low[3]));
+    }
+}
+#endif
+
+#if !MMA_EMULATE
 static inline uint shared_address(__local const void *p)
 {
     return (uint)(size_t)p;
@@ -137,12 +168,15 @@ gemm_wgmma_tma(const int m, const int n, const int k, const float alpha,
     int stages = stages1 + (pos.slice == 0 ? (k2 + BK - 1) / BK : 0);
     int lid = get_local_id(0), wg = lid / 128;
 
-    /* the stages from the first 1024-byte boundary of the argument: A's ASYNC, B's ASYNC, then
-     * the barriers (full[ASYNC], empty[ASYNC], 8 bytes each) */
+    /* the stages from the first 1024-byte boundary of the argument: A's ASYNC, B's ASYNC, with
+     * PREC 3 their small parts' likewise, then the barriers (full[ASYNC], empty[ASYNC] and with
+     * PREC 3 ready[ASYNC], 8 bytes each) */
     int skip = (int)((SWIZZLE_ALIGN - (size_t)stage_mem % SWIZZLE_ALIGN) % SWIZZLE_ALIGN);
     __local float *stage0 = stage_mem + skip / 4;
 #define A_STAGE(s) (stage0 + (s)*BM * BK)
 #define B_STAGE(s) (stage0 + ASYNC * BM * BK + (s)*BN * BK)
+#define A_SMALL(s) (stage0 + ASYNC * (BM + BN) * BK + (s)*BM * BK)
+#define B_SMALL(s) (stage0 + ASYNC * (BM + BN) * BK + ASYNC * BM * BK + (s)*BN * BK)
 
     float acc[ACC];
 #pragma unroll
@@ -166,24 +200,56 @@ gemm_wgmma_tma(const int m, const int n, const int k, const float alpha,
             emulated_copy(B_STAGE(0), b2, ldb2, n0, n, k0, k2, BN);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#if PREC == 3
+        split_stage((__local float4 *)A_STAGE(0), (__local float4 *)A_SMALL(0), BM * BK / 4, lid,
+                    THREADS);
+        split_stage((__local float4 *)B_STAGE(0), (__local float4 *)B_SMALL(0), BN * BK / 4, lid,
+                    THREADS);
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         if (wg > 0)
-            for (int kk = 0; kk < BK / 8; kk++)
+            for (int kk = 0; kk < BK / 8; kk++) {
+#if PREC == 3
+                wgmma_step(acc, A_SMALL(0), a_base + 32 * kk, B_STAGE(0), b_base + 32 * kk, lid);
+                wgmma_step(acc, A_STAGE(0), a_base + 32 * kk, B_SMALL(0), b_base + 32 * kk, lid);
+#endif
                 wgmma_step(acc, A_STAGE(0), a_base + 32 * kk, B_STAGE(0), b_base + 32 * kk, lid);
+            }
     }
     if (wg == 0)
         return;
 #else
-    uint full0 = shared_address(stage0 + ASYNC * (BM + BN) * BK), empty0 = full0 + 8 * ASYNC;
+    uint full0 = shared_address(stage0 + STAGE_FLOATS);
+    uint empty0 = full0 + 8 * ASYNC, ready0 = empty0 + 8 * ASYNC;
     if (lid == 0) {
         for (int s = 0; s < ASYNC; s++) {
             mbarrier_init(full0 + 8 * s, 1);
             mbarrier_init(empty0 + 8 * s, CONSUMERS * 128);
+#if PREC == 3
+            mbarrier_init(ready0 + 8 * s, SPLITTERS);
+#endif
         }
         asm volatile("// @sm_90a@ fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     if (wg == 0) {
+#if PREC == 3
+        if (lid >= 32) { /* the splitters */
+            for (int s = 0; s < stages; s++) {
+                int slot = s % ASYNC;
+                mbarrier_wait(full0 + 8 * slot, (uint)(s / ASYNC) & 1);
+                split_stage((__local float4 *)A_STAGE(slot), (__local float4 *)A_SMALL(slot),
+                            BM * BK / 4, lid - 32, SPLITTERS);
+                split_stage((__local float4 *)B_STAGE(slot), (__local float4 *)B_SMALL(slot),
+                            BN * BK / 4, lid - 32, SPLITTERS);
+                /* the writes, through the generic proxy, before the products' reads */
+                asm volatile("// @sm_90a@ fence.proxy.async.shared::cta;\n" ::: "memory");
+                mbarrier_arrive(ready0 + 8 * slot);
+            }
+            return;
+        }
+#endif
         if (lid != 0)
             return;
         tensor_map_acquire(map_a);
@@ -214,13 +280,18 @@ gemm_wgmma_tma(const int m, const int n, const int k, const float alpha,
 
     for (int s = 0; s < stages; s++) {
         int slot = s % ASYNC;
-        mbarrier_wait(full0 + 8 * slot, (uint)(s / ASYNC) & 1);
+        mbarrier_wait((PREC == 3 ? ready0 : full0) + 8 * slot, (uint)(s / ASYNC) & 1);
         __local const float *sa = A_STAGE(slot), *sb = B_STAGE(slot);
         fence_acc(acc);
         WGMMA_BEGIN();
 #pragma unroll
-        for (int kk = 0; kk < BK / 8; kk++)
+        for (int kk = 0; kk < BK / 8; kk++) {
+#if PREC == 3
+            wgmma_step(acc, A_SMALL(slot), a_base + 32 * kk, sb, b_base + 32 * kk, lid);
+            wgmma_step(acc, sa, a_base + 32 * kk, B_SMALL(slot), b_base + 32 * kk, lid);
+#endif
             wgmma_step(acc, sa, a_base + 32 * kk, sb, b_base + 32 * kk, lid);
+        }
         asm volatile("// @sm_90a@ wgmma.commit_group.sync.aligned;\n"
                      "// @sm_90a@ wgmma.wait_group.sync.aligned 1;\n" ::
                          : "memory");
@@ -233,6 +304,8 @@ gemm_wgmma_tma(const int m, const int n, const int k, const float alpha,
 #endif
 #undef A_STAGE
 #undef B_STAGE
+#undef A_SMALL
+#undef B_SMALL
 
     gemm_out o = out_of(c + pos.batch * stride_c, ldc, alpha, beta, part, pos, m, n);
     int quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
