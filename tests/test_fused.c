@@ -1615,16 +1615,34 @@ static void lora_data_free(lora_data *d)
     free(d->bound);
 }
 
-static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
-                       const char *variant, uint64_t salt)
+/* A copy of the rows x cols matrix x, transposed. */
+static float *transposed(const float *x, size_t rows, size_t cols)
 {
+    float *t = hd_test_floats(rows * cols);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            t[j * rows + i] = x[i * cols + j];
+    return t;
+}
+
+/* LoRA's forward on the fused backend against the float64 reference, in precision, with the
+ * weights in PyTorch's layout (pt: W out x in, A rank x in, B out x rank) or the library's;
+ * variant NULL: through hd_lora_forward (the library's layout, the context's precision). */
+static void check_lora_in(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
+                          const char *variant, hd_precision precision, bool pt, uint64_t salt)
+{
+    assert_true(variant != NULL || (!pt && precision == hd_context_gemm_precision(ctx)));
     lora_data d = lora_data_make(tokens, in, out, rank, salt);
-    hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x), *w = hd_test_tensor(ctx, in, out, d.w);
-    hd_tensor *a = hd_test_tensor(ctx, in, rank, d.a), *b = hd_test_tensor(ctx, rank, out, d.b);
+    float *wt = pt ? transposed(d.w, in, out) : NULL, *at = pt ? transposed(d.a, in, rank) : NULL,
+          *bt = pt ? transposed(d.b, rank, out) : NULL;
+    hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x);
+    hd_tensor *w = pt ? hd_test_tensor(ctx, out, in, wt) : hd_test_tensor(ctx, in, out, d.w);
+    hd_tensor *a = pt ? hd_test_tensor(ctx, rank, in, at) : hd_test_tensor(ctx, in, rank, d.a);
+    hd_tensor *b = pt ? hd_test_tensor(ctx, out, rank, bt) : hd_test_tensor(ctx, rank, out, d.b);
     hd_tensor *y = hd_test_tensor(ctx, tokens, out, NULL);
-    char what[128];
-    snprintf(what, sizeof what, "lora T=%zu %zux%zu r=%zu [%s]", tokens, in, out, rank,
-             variant ? variant : "default");
+    char what[160];
+    snprintf(what, sizeof what, "lora T=%zu %zux%zu r=%zu%s %s [%s]", tokens, in, out, rank,
+             pt ? " pt" : "", hd_precision_name(precision), variant ? variant : "default");
     if (variant == NULL) {
         expect_fused(ctx, hd_lora_forward(ctx, x, w, a, b, d.scale, y), what);
     } else {
@@ -1637,7 +1655,8 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
         assert_int_equal(hd__tensor_reserve(y, HD_PLACE_DEVICE), HD_OK);
         hd_lora_args args = {.x = x, .w = w, .a = a, .b = b, .scale = d.scale, .y = y,
                              .tokens = tokens, .in = in, .out = out, .rank = rank,
-                             .variant = variant, .precision = hd_context_gemm_precision(ctx)};
+                             .variant = variant, .precision = precision,
+                             .trans_w = pt, .trans_a = pt, .trans_b = pt};
         hd_status s = impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = args});
         if (beyond_device_limit(ctx, s, what))
             variant = "declined";
@@ -1648,7 +1667,7 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     if (variant == NULL || strcmp(variant, "declined") != 0) {
         float *got = hd_test_read(y);
         hd_test_expect_gemm_close(what, got, d.want, d.bound, tokens * out, in + rank,
-                                  gemm_factor(hd_context_gemm_precision(ctx), in + rank));
+                                  gemm_factor(precision, in + rank));
         free(got);
     }
     hd_tensor_destroy(x);
@@ -1656,7 +1675,17 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     hd_tensor_destroy(a);
     hd_tensor_destroy(b);
     hd_tensor_destroy(y);
+    free(wt);
+    free(at);
+    free(bt);
     lora_data_free(&d);
+}
+
+static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
+                       const char *variant, uint64_t salt)
+{
+    check_lora_in(ctx, tokens, in, out, rank, variant, hd_context_gemm_precision(ctx), false,
+                  salt);
 }
 
 /* The warpgroup kernel with its stages copied by the Tensor Memory Accelerator (gemm_tma.cl), in
@@ -1814,54 +1843,9 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
      * and in the library's layout (W in x out, B rank x out), W and B copied first, with a rank
      * whose rows are no whole 16-byte runs (5) */
     static const size_t ranks[] = {40, 12, 5};
-    for (size_t r = 0; r < 3; r++) {
-        bool pt = r < 2;
-        size_t tokens = 131, in = 204, out = 97, rank = ranks[r];
-        lora_data d = lora_data_make(tokens, in, out, rank, 3495 + r);
-        float *wt = hd_test_floats(out * in), *at = hd_test_floats(rank * in),
-              *bt = hd_test_floats(out * rank);
-        for (size_t i = 0; i < in; i++) {
-            for (size_t j = 0; j < out; j++)
-                wt[j * in + i] = d.w[i * out + j];
-            for (size_t j = 0; j < rank; j++)
-                at[j * in + i] = d.a[i * rank + j];
-        }
-        for (size_t i = 0; i < rank; i++)
-            for (size_t j = 0; j < out; j++)
-                bt[j * rank + i] = d.b[i * out + j];
-        hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x);
-        hd_tensor *w = pt ? hd_test_tensor(ctx, out, in, wt) : hd_test_tensor(ctx, in, out, d.w);
-        hd_tensor *ta = pt ? hd_test_tensor(ctx, rank, in, at) : hd_test_tensor(ctx, in, rank, d.a);
-        hd_tensor *tb = pt ? hd_test_tensor(ctx, out, rank, bt) : hd_test_tensor(ctx, rank, out, d.b);
-        hd_tensor *y = hd_test_tensor(ctx, tokens, out, NULL);
-        to_device(x);
-        to_device(w);
-        to_device(ta);
-        to_device(tb);
-        assert_int_equal(hd__tensor_reserve(y, HD_PLACE_DEVICE), HD_OK);
-        hd_lora_args args = {.x = x, .w = w, .a = ta, .b = tb, .scale = d.scale, .y = y,
-                             .tokens = tokens, .in = in, .out = out, .rank = rank,
-                             .variant = "BM=128 BN=128 BK=32 WN=128 ASYNC=6 TMA=1",
-                             .precision = HD_PRECISION_TF32, .trans_w = pt, .trans_a = pt,
-                             .trans_b = pt};
-        s = impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = args});
-        if (s != HD_OK)
-            fail_msg("lora (TMA): %s (%s)", hd_status_name(s), hd_context_last_error(ctx));
-        hd__tensor_written(y, HD_PLACE_DEVICE);
-        float *yl = hd_test_read(y);
-        hd_test_expect_gemm_close("lora (TMA)", yl, d.want, d.bound, tokens * out, in + rank,
-                                  gemm_factor(HD_PRECISION_TF32, in + rank));
-        free(yl);
-        free(wt);
-        free(at);
-        free(bt);
-        hd_tensor_destroy(x);
-        hd_tensor_destroy(w);
-        hd_tensor_destroy(ta);
-        hd_tensor_destroy(tb);
-        hd_tensor_destroy(y);
-        lora_data_free(&d);
-    }
+    for (size_t r = 0; r < 3; r++)
+        check_lora_in(ctx, 131, 204, 97, ranks[r], "BM=128 BN=128 BK=32 WN=128 ASYNC=6 TMA=1",
+                      HD_PRECISION_TF32, r < 2, 3495 + r);
     /* B unwritten since an earlier call (the LM head's chunks): the copy of B that call made
      * serves; a different B, or one written since (the flag off), is copied again */
     {

@@ -18,7 +18,8 @@
  * bytes in the engine's 128-byte swizzle, which the products' descriptors name (gemm_wgmma.cl,
  * TMA): the tensor cores read the eight rows of a group from eight distinct bank groups.
  *
- * Work-items: warpgroup 0 issues the copies (one work-item; the others leave), warpgroups
+ * Work-items: warpgroup 0 issues the copies (one work-item; with PREC 3 its warps 1 to 3 split
+ * the stages, below; the others leave), warpgroups
  * 1 .. CONSUMERS multiply, each a 64 x WN block of the BM x BN tile. Stages: ASYNC buffers; the
  * copies run up to ASYNC stages ahead of the products. Per buffer, `full` counts the copies'
  * bytes (the issuing work-item's arrival announces them) and `empty` the products' work-items,
@@ -307,20 +308,7 @@ gemm_wgmma_tma(const int m, const int n, const int k, const float alpha,
 #undef A_SMALL
 #undef B_SMALL
 
-    gemm_out o = out_of(c + pos.batch * stride_c, ldc, alpha, beta, part, pos, m, n);
-    int quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int row = m0 + wm0 + 16 * quarter + g + 8 * h;
-        if (row >= m)
-            continue;
-#pragma unroll
-        for (int j = 0; j < WN / 8; j++) {
-            int col = n0 + wn0 + 8 * j + 2 * t;
-            if (col < n)
-                store_run(o, row, col, n,
-                          (float4)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], 0.0f, 0.0f), 2);
-        }
-    }
+    store_warpgroup(out_of(c + pos.batch * stride_c, ldc, alpha, beta, part, pos, m, n), acc,
+                    m0 + wm0, n0 + wn0, m, n);
 }
 #endif

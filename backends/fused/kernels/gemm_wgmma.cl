@@ -260,6 +260,26 @@ static inline void wgmma_step_rs(float *d, const uint *fragment, __local const f
     asm volatile("// @sm_90a@ wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
 #endif
 
+/* Writes a warpgroup's 64 x WN block of results from its accumulators (the layout above), its
+ * rows from row0 and columns from col0, those inside m x n. */
+static inline void store_warpgroup(gemm_out o, const float *acc, int row0, int col0, int m, int n)
+{
+    int lid = get_local_id(0), quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int row = row0 + 16 * quarter + g + 8 * h;
+        if (row >= m)
+            continue;
+#pragma unroll
+        for (int j = 0; j < WN / 8; j++) {
+            int col = col0 + 8 * j + 2 * t;
+            if (col < n)
+                store_run(o, row, col, n,
+                          (float4)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], 0.0f, 0.0f), 2);
+        }
+    }
+}
+
 #if !TMA /* the rest: the stages copied through cp.async by every work-item */
 /* CP_WAIT waits until at most AHEAD - 1 of the work-item's groups of copies (gemm.cl's
  * copy16, copy4, cp_commit) are in flight, the stage about to be multiplied landed, and fences
@@ -498,20 +518,6 @@ gemm_wgmma(const int m, const int n, const int k, const float alpha,
     WGMMA_DRAIN();
     fence_acc(acc);
 
-    gemm_out o = out_of(c, ldc, alpha, beta, part, pos, m, n);
-    int quarter = (lid % 128) / 32, g = lid % 32 / 4, t = lid % 4;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int row = m0 + wm0 + 16 * quarter + g + 8 * h;
-        if (row >= m)
-            continue;
-#pragma unroll
-        for (int j = 0; j < WN / 8; j++) {
-            int col = n0 + wn0 + 8 * j + 2 * t;
-            if (col < n)
-                store_run(o, row, col, n,
-                          (float4)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], 0.0f, 0.0f), 2);
-        }
-    }
+    store_warpgroup(out_of(c, ldc, alpha, beta, part, pos, m, n), acc, m0 + wm0, n0 + wn0, m, n);
 }
 #endif
