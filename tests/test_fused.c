@@ -1615,16 +1615,6 @@ static void lora_data_free(lora_data *d)
     free(d->bound);
 }
 
-/* A copy of the rows x cols matrix x, transposed. */
-static float *transposed(const float *x, size_t rows, size_t cols)
-{
-    float *t = hd_test_floats(rows * cols);
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++)
-            t[j * rows + i] = x[i * cols + j];
-    return t;
-}
-
 /* LoRA's forward on the fused backend against the float64 reference, in precision, with the
  * weights in PyTorch's layout (pt: W out x in, A rank x in, B out x rank) or the library's;
  * variant NULL: through hd_lora_forward (the library's layout, the context's precision). */
@@ -1633,8 +1623,9 @@ static void check_lora_in(hd_context *ctx, size_t tokens, size_t in, size_t out,
 {
     assert_true(variant != NULL || (!pt && precision == hd_context_gemm_precision(ctx)));
     lora_data d = lora_data_make(tokens, in, out, rank, salt);
-    float *wt = pt ? transposed(d.w, in, out) : NULL, *at = pt ? transposed(d.a, in, rank) : NULL,
-          *bt = pt ? transposed(d.b, rank, out) : NULL;
+    float *wt = pt ? hd_test_transposed(d.w, in, out) : NULL;
+    float *at = pt ? hd_test_transposed(d.a, in, rank) : NULL;
+    float *bt = pt ? hd_test_transposed(d.b, rank, out) : NULL;
     hd_tensor *x = hd_test_tensor(ctx, tokens, in, d.x);
     hd_tensor *w = pt ? hd_test_tensor(ctx, out, in, wt) : hd_test_tensor(ctx, in, out, d.w);
     hd_tensor *a = pt ? hd_test_tensor(ctx, rank, in, at) : hd_test_tensor(ctx, in, rank, d.a);
@@ -1653,10 +1644,21 @@ static void check_lora_in(hd_context *ctx, size_t tokens, size_t in, size_t out,
         to_device(a);
         to_device(b);
         assert_int_equal(hd__tensor_reserve(y, HD_PLACE_DEVICE), HD_OK);
-        hd_lora_args args = {.x = x, .w = w, .a = a, .b = b, .scale = d.scale, .y = y,
-                             .tokens = tokens, .in = in, .out = out, .rank = rank,
-                             .variant = variant, .precision = precision,
-                             .trans_w = pt, .trans_a = pt, .trans_b = pt};
+        hd_lora_args args = {.x = x,
+                             .w = w,
+                             .a = a,
+                             .b = b,
+                             .scale = d.scale,
+                             .y = y,
+                             .tokens = tokens,
+                             .in = in,
+                             .out = out,
+                             .rank = rank,
+                             .variant = variant,
+                             .precision = precision,
+                             .trans_w = pt,
+                             .trans_a = pt,
+                             .trans_b = pt};
         hd_status s = impl->run[HD_OP_LORA](fs, ctx, &(hd_op_args){.lora = args});
         if (beyond_device_limit(ctx, s, what))
             variant = "declined";
@@ -1684,8 +1686,7 @@ static void check_lora_in(hd_context *ctx, size_t tokens, size_t in, size_t out,
 static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, size_t rank,
                        const char *variant, uint64_t salt)
 {
-    check_lora_in(ctx, tokens, in, out, rank, variant, hd_context_gemm_precision(ctx), false,
-                  salt);
+    check_lora_in(ctx, tokens, in, out, rank, variant, hd_context_gemm_precision(ctx), false, salt);
 }
 
 /* The warpgroup kernel with its stages copied by the Tensor Memory Accelerator (gemm_tma.cl), in
@@ -1728,9 +1729,14 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
     for (size_t i = 0; i < count; i++) {
         if (strstr(list[i], "TMA=1") == NULL)
             continue;
-        gemm_case gc = {131 + 70 * (offered % 2), 97 + 160 * (offered / 2 % 2),
-                        depths[offered % 4], offered % 2 ? 1.0f : -0.5f,
-                        offered / 2 % 2 ? 0.25f : 0.0f, offered % 3 == 0, false, true};
+        gemm_case gc = {131 + 70 * (offered % 2),
+                        97 + 160 * (offered / 2 % 2),
+                        depths[offered % 4],
+                        offered % 2 ? 1.0f : -0.5f,
+                        offered / 2 % 2 ? 0.25f : 0.0f,
+                        offered % 3 == 0,
+                        false,
+                        true};
         check_gemm_in(ctx, &gc, list[i], HD_PRECISION_TF32, 3400 + i);
         offered++;
     }
@@ -1744,8 +1750,14 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
         if (strstr(list[i], "TMA=1") == NULL)
             continue;
         size_t o = split_offered++;
-        gemm_case gc = {131 + 70 * (o % 2), 97 + 160 * (o / 2 % 2), depths[o % 4],
-                        o % 2 ? 1.0f : -0.5f, o / 2 % 2 ? 0.25f : 0.0f, o % 3 == 0, false, true};
+        gemm_case gc = {131 + 70 * (o % 2),
+                        97 + 160 * (o / 2 % 2),
+                        depths[o % 4],
+                        o % 2 ? 1.0f : -0.5f,
+                        o / 2 % 2 ? 0.25f : 0.0f,
+                        o % 3 == 0,
+                        false,
+                        true};
         check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32X3, 3440 + i);
     }
     assert_true(split_offered >= 4);
@@ -1790,8 +1802,14 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
         large.precision = HD_PRECISION_TF32;
         assert_int_equal(hd__fused_tile_resolve(f, ctx, &large, &p), HD_OK);
         assert_true(p.tma == 1 && p.bm == 128 && p.bn == 256);
-        gemm_case gc = {131, 97, tr == 3 ? 203 : 201, 1.0f, tr % 2 ? 0.5f : 0.0f, tr == 2,
-                        tr != 1 && tr != 3, tr == 0 || tr == 3};
+        gemm_case gc = {131,
+                        97,
+                        tr == 3 ? 203 : 201,
+                        1.0f,
+                        tr % 2 ? 0.5f : 0.0f,
+                        tr == 2,
+                        tr != 1 && tr != 3,
+                        tr == 0 || tr == 3};
         check_gemm_in(ctx, &gc, "BM=128 BN=128 WN=128 TMA=1", HD_PRECISION_TF32, 3470 + tr);
         check_gemm_in(ctx, &gc, "BM=64 BN=64 WN=64 TMA=0", HD_PRECISION_TF32, 3475 + tr);
     }
@@ -1806,15 +1824,23 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
     float *a = hd_test_floats(batch * m * k), *b = hd_test_floats(batch * n * k);
     hd_test_fill(&rng, a, batch * m * k, -1, 1);
     hd_test_fill(&rng, b, batch * n * k, -1, 1);
-    hd_tensor *t_a = hd_test_tensor(ctx, batch * m, k, a), *t_b = hd_test_tensor(ctx, batch * n, k, b);
+    hd_tensor *t_a = hd_test_tensor(ctx, batch * m, k, a),
+              *t_b = hd_test_tensor(ctx, batch * n, k, b);
     hd_tensor *t_c = hd_test_tensor(ctx, batch * m, n, NULL);
     void *fs;
     const hd_backend_impl *impl = fused_impl(ctx, &fs);
     to_device(t_a);
     to_device(t_b);
     assert_int_equal(hd__tensor_reserve(t_c, HD_PLACE_DEVICE), HD_OK);
-    hd_gemm_args batched = {.trans_b = true, .alpha = 1.0f, .a = t_a, .b = t_b, .c = t_c,
-                            .m = m, .n = n, .k = k, .batch = batch,
+    hd_gemm_args batched = {.trans_b = true,
+                            .alpha = 1.0f,
+                            .a = t_a,
+                            .b = t_b,
+                            .c = t_c,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .batch = batch,
                             .variant = "BM=64 BN=64 WN=64 TMA=1",
                             .precision = HD_PRECISION_TF32};
     hd_status s = impl->run[HD_OP_GEMM_BATCHED](fs, ctx, &(hd_op_args){.gemm = batched});
@@ -1872,10 +1898,15 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
             to_device(ta[calls[i].a]);
             to_device(tb[calls[i].b]);
             assert_int_equal(hd__tensor_reserve(tc, HD_PLACE_DEVICE), HD_OK);
-            hd_fused_tile_call call = {.m = m, .n = n, .k = k, .batch = 1, .alpha = 1.0f,
+            hd_fused_tile_call call = {.m = m,
+                                       .n = n,
+                                       .k = k,
+                                       .batch = 1,
+                                       .alpha = 1.0f,
                                        .a = {hd__fused_mem(ta[calls[i].a]), k, false},
                                        .b = {hd__fused_mem(tb[calls[i].b]), n, false},
-                                       .c = hd__fused_mem(tc), .ldc = n,
+                                       .c = hd__fused_mem(tc),
+                                       .ldc = n,
                                        .precision = HD_PRECISION_TF32,
                                        .variant = "BM=64 BN=64 WN=64 TMA=1",
                                        .b_unchanged = calls[i].unchanged};

@@ -29,16 +29,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* The rows×cols matrix m, transposed into a new cols×rows buffer. */
-static float *transposed(const float *m, size_t rows, size_t cols)
-{
-    float *t = hd_test_floats(rows * cols);
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++)
-            t[j * rows + i] = m[i * cols + j];
-    return t;
-}
-
 typedef struct lora_case {
     size_t tokens, in, out, rank;
 } lora_case;
@@ -56,8 +46,9 @@ static hd_backend check_layout(hd_context *ctx, hd_backend b, unsigned layout, l
     bool tw = layout & HD_LORA_TRANS_W, ta = layout & HD_LORA_TRANS_A,
          tb = layout & HD_LORA_TRANS_B;
     /* stored as the layout says: the transpose of the default-layout matrix */
-    float *ws = tw ? transposed(w, c.in, c.out) : w, *as = ta ? transposed(a, c.in, c.rank) : a;
-    float *bs = tb ? transposed(bm, c.rank, c.out) : bm;
+    float *ws = tw ? hd_test_transposed(w, c.in, c.out) : w;
+    float *as = ta ? hd_test_transposed(a, c.in, c.rank) : a;
+    float *bs = tb ? hd_test_transposed(bm, c.rank, c.out) : bm;
     hd_tensor *tx = hd_test_tensor(ctx, c.tokens, c.in, x);
     hd_tensor *twt =
         tw ? hd_test_tensor(ctx, c.out, c.in, ws) : hd_test_tensor(ctx, c.in, c.out, ws);

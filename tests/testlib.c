@@ -72,6 +72,15 @@ float *hd_test_floats(size_t n)
     return p;
 }
 
+float *hd_test_transposed(const float *x, size_t rows, size_t cols)
+{
+    float *t = hd_test_floats(rows * cols);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            t[j * rows + i] = x[i * cols + j];
+    return t;
+}
+
 double *hd_test_doubles(size_t n)
 {
     double *p = malloc((n > 0 ? n : 1) * sizeof *p);

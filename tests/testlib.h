@@ -32,6 +32,8 @@ float hd_test_uniform(hd_rng *rng, float lo, float hi);
 void hd_test_fill(hd_rng *rng, float *p, size_t n, float lo, float hi);
 /* malloc that fails the test instead of returning NULL; n may be 0. */
 float *hd_test_floats(size_t n);
+/* The rows x cols matrix x, transposed into a new cols x rows buffer (free() it). */
+float *hd_test_transposed(const float *x, size_t rows, size_t cols);
 double *hd_test_doubles(size_t n);
 /* n floats uniform in [lo, hi], in a new buffer (free it). */
 float *hd_test_random(hd_rng *rng, size_t n, float lo, float hi);

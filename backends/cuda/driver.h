@@ -108,10 +108,9 @@ typedef struct hd_cuda_driver {
      * engine's tensor maps are then not offered; everything else runs) */
     hd_cu_result (*cuTensorMapEncodeTiled)(void *map, int type, unsigned rank, void *address,
                                            const unsigned long long *dim,
-                                           const unsigned long long *strides,
-                                           const unsigned *box, const unsigned *element_strides,
-                                           int interleave, int swizzle, int l2_promotion,
-                                           int oob_fill);
+                                           const unsigned long long *strides, const unsigned *box,
+                                           const unsigned *element_strides, int interleave,
+                                           int swizzle, int l2_promotion, int oob_fill);
 } hd_cuda_driver;
 #undef HD_CUDA_DRIVER_MEMBER
 

@@ -717,8 +717,7 @@ hd_status hd__cuda_tensor_map(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_m
                          "CUDA runtime: tensor maps need compute capability 9.0 and a driver "
                          "with cuTensorMapEncodeTiled");
     if (desc->rank < 1 || desc->rank > 3)
-        return hd__error(ctx, HD_ERR_INTERNAL, "CUDA runtime: a tensor map of rank %u",
-                         desc->rank);
+        return hd__error(ctx, HD_ERR_INTERNAL, "CUDA runtime: a tensor map of rank %u", desc->rank);
     struct map_slot map = {.used = true};
     unsigned long long dim[3], strides[2];
     unsigned box[3], unit[3] = {1, 1, 1};

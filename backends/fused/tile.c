@@ -90,13 +90,13 @@ static bool tma_allows(const hd_fused *f, const hd_fused_tile_call *c)
 {
     bool rows = c->a.ld % 4 == 0 && c->b.ld % 4 == 0 &&
                 (c->k2 == 0 || (c->a2.ld % 4 == 0 && c->b2.ld % 4 == 0));
-    return f->tma && !f->tma_broken && !c->a.trans && c->b.trans && rows &&
-           c->stride_a % 4 == 0 && c->stride_b % 4 == 0;
+    return f->tma && !f->tma_broken && !c->a.trans && c->b.trans && rows && c->stride_a % 4 == 0 &&
+           c->stride_b % 4 == 0;
 }
 
 /* Local memory the TMA kernel's stages are placed in from the argument's first 1024-byte
  * boundary (its swizzle's period; gemm_tma.cl), then its barriers. */
-#define TMA_ALIGN_BYTES 1024
+#define TMA_ALIGN_BYTES   1024
 #define TMA_BARRIER_BYTES 24 /* three mbarriers per buffer at most */
 
 /* Local memory of one buffer of the TMA kernel: both operands' stages, twice for fp32x3. */
@@ -861,7 +861,9 @@ static void default_tile(const hd_fused *f, const hd_fused_tile_call *c, bool mm
     tile_case t = {
         .f = f,
         .c = c,
-        .kernel = p->tma == 1 ? TILE_TMA : p->wgmma ? TILE_WGMMA : (mma ? TILE_MMA : TILE_FMA),
+        .kernel = p->tma == 1 ? TILE_TMA
+                  : p->wgmma  ? TILE_WGMMA
+                              : (mma ? TILE_MMA : TILE_FMA),
         .units = units,
         .large = large,
         .half_fill = !large && 2 * ceil_div(c->m, 64) * ceil_div(c->n, 128) * c->batch >= units,
@@ -1011,7 +1013,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
 #define REPACK_MAX_BYTES ((size_t)4 << 30)
 /* Rows (columns) of the other side from which an operand's copy pays, and the flops below which
  * a product is too small for the copy's launch. */
-#define REPACK_MIN_SIDE 512
+#define REPACK_MIN_SIDE  512
 #define REPACK_MIN_FLOPS 1e9
 
 typedef struct repack_plan {
@@ -1051,8 +1053,8 @@ static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fus
     size_t rows[4] = {c->m, c->n, c->m, c->n}, depth[4] = {c->k, c->k, c->k2, c->k2};
     size_t batch[4] = {c->batch, c->batch, 1, 1};
     size_t total = 0;
-    bool large = 2.0 * (double)c->m * (double)c->n * (double)c->k * (double)c->batch >=
-                 REPACK_MIN_FLOPS;
+    bool large =
+        2.0 * (double)c->m * (double)c->n * (double)c->k * (double)c->batch >= REPACK_MIN_FLOPS;
     for (int i = 0; i < 4; i++) {
         if (operand_ready(c, i) || depth[i] == 0)
             continue;
@@ -1136,7 +1138,7 @@ static hd_status repack_launch(hd_fused *f, hd_context *ctx, const hd_fused_tile
         int32_t trans = from->trans != b;
         uint64_t stride_src = second ? 0 : b ? c->stride_b : c->stride_a;
         uint64_t stride_dst = (uint64_t)(rows * to->ld);
-        struct hd_fused_repack_source source = {from->mem, from->ld, rows,     depth,
+        struct hd_fused_repack_source source = {from->mem, from->ld,   rows,        depth,
                                                 batch,     stride_src, from->trans, true};
         struct hd_fused_repack_source *made = &f->repack_from[i];
         if (i == 1 && c->b_unchanged && made->valid && made->mem == source.mem &&
@@ -1144,9 +1146,9 @@ static hd_status repack_launch(hd_fused *f, hd_context *ctx, const hd_fused_tile
             made->batch == batch && made->stride == stride_src && made->trans == source.trans)
             continue; /* the copy an earlier call made */
         const hd_fused_arg args[] = {
-            HD_FUSED_VALUE(rows32), HD_FUSED_VALUE(depth32),    HD_FUSED_VALUE(from->mem),
-            HD_FUSED_VALUE(lds),    HD_FUSED_VALUE(trans),      HD_FUSED_VALUE(stride_src),
-            HD_FUSED_VALUE(to->mem), HD_FUSED_VALUE(ldd),       HD_FUSED_VALUE(stride_dst)};
+            HD_FUSED_VALUE(rows32),  HD_FUSED_VALUE(depth32), HD_FUSED_VALUE(from->mem),
+            HD_FUSED_VALUE(lds),     HD_FUSED_VALUE(trans),   HD_FUSED_VALUE(stride_src),
+            HD_FUSED_VALUE(to->mem), HD_FUSED_VALUE(ldd),     HD_FUSED_VALUE(stride_dst)};
         size_t groups[2] = {ceil_div(rows, 32) * ceil_div(depth, 32), batch};
         s = hd__fused_launch_grid(f, ctx, k, groups, 256, args, 9);
         *made = source;
@@ -1776,8 +1778,7 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
         if (variant_fits(f, &tma_tiles[i], true))
             all[n++] = tma_tiles[i].text;
     bool x3 = wants_tma_x3(f, precision);
-    for (size_t i = 0; x3 && i < sizeof tma_split_tiles / sizeof tma_split_tiles[0] && n < cap;
-         i++)
+    for (size_t i = 0; x3 && i < sizeof tma_split_tiles / sizeof tma_split_tiles[0] && n < cap; i++)
         if (variant_fits_split(f, &tma_split_tiles[i], true, true))
             all[n++] = tma_split_tiles[i].text;
     for (size_t i = 0;
