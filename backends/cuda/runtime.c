@@ -761,10 +761,11 @@ hd_status hd__cuda_tensor_map(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_m
          * of a map after it: gemm_tma.cl's fence) */
         slot = cu->map_turn[set]++ % HD_CUDA_MAP_WAYS;
         hd_cu_ptr at = cu->map_table + (set * HD_CUDA_MAP_WAYS + slot) * HD_CUDA_MAP_BYTES;
-        ways[slot] = map;
-        CHECK(cu, ctx,
-              cu->d->cuMemcpyHtoDAsync_v2(at, ways[slot].bytes, HD_CUDA_MAP_BYTES, cu->stream),
+        ways[slot].used = false; /* until the copy is queued: a failed one leaves no stale map */
+        /* from pageable memory: the driver has staged it when the call returns */
+        CHECK(cu, ctx, cu->d->cuMemcpyHtoDAsync_v2(at, map.bytes, HD_CUDA_MAP_BYTES, cu->stream),
               "cuMemcpyHtoDAsync (tensor map)");
+        ways[slot] = map;
     }
     *out = mem_of(cu->map_table + (set * HD_CUDA_MAP_WAYS + slot) * HD_CUDA_MAP_BYTES);
     return HD_OK;

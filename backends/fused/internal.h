@@ -219,9 +219,9 @@ typedef struct hd_fused_params {
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
- * SPLIT, OVERLAP and TMA -1). NULL or "" names none. Unknown names, repeated names, values outside
- * the allowed set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in the
- * message. */
+ * SPLIT, OVERLAP and TMA -1). NULL or "" names none. Unknown names, repeated names, values
+ * outside the allowed set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in
+ * the message. */
 hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,
                                  hd_fused_params *out);
 
@@ -383,7 +383,7 @@ typedef struct hd_fused_tile_call {
     hd_precision precision;
     const char *variant;
     bool b_unchanged; /* B is unwritten since the caller's earlier calls on it: where the TMA
-                         kernel reads a copy of it (tile.c), one such a call made serves */
+                         kernel reads a copy of it (tile.c), the copy one of them made serves */
 } hd_fused_tile_call;
 hd_status hd__fused_tile_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
 /* Everything of hd__fused_tile_gemm() that can refuse call (ranges, parameters, the kernels'

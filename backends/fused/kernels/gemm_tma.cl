@@ -62,7 +62,7 @@
 #define SWIZZLE_ALIGN 1024
 
 #if MMA_EMULATE
-/* Rows r0 .. r0 + SIDE - 1 (below rows), depths k0 .. k0 + 31 (below kend) of x into a stage, as
+/* Rows r0 .. r0 + side - 1 (below rows), depths k0 .. k0 + 31 (below kend) of x into a stage, as
  * the copy engine would write them; zeros outside. */
 static inline void emulated_copy(__local float *dst, __global const float *x, int ld, int r0,
                                  int rows, int k0, int kend, int side)
