@@ -1689,6 +1689,33 @@ static void check_lora(hd_context *ctx, size_t tokens, size_t in, size_t out, si
     check_lora_in(ctx, tokens, in, out, rank, variant, hd_context_gemm_precision(ctx), false, salt);
 }
 
+/* Each copy-engine tile (TMA=1) the tuner offers in precision, on products A m x k times B
+ * stored n x k: tiles cut by the matrix's edge, depths below, at and past a stage in rows of
+ * whole 16-byte runs, alpha, beta and NaN in a C that beta = 0 ignores. How many it checked. */
+static size_t check_tma_tiles(hd_context *ctx, const hd_fused *f, hd_precision precision,
+                              uint64_t salt)
+{
+    hd_shape shape = {.dim = {300, 300, 300}, .trans_b = true};
+    const char *list[96];
+    size_t count = hd__fused_tile_variants(f, &shape, precision, list, 96), offered = 0;
+    static const size_t depths[] = {204, 4, 32, 76};
+    for (size_t i = 0; i < count; i++) {
+        if (strstr(list[i], "TMA=1") == NULL)
+            continue;
+        size_t o = offered++;
+        gemm_case gc = {131 + 70 * (o % 2),
+                        97 + 160 * (o / 2 % 2),
+                        depths[o % 4],
+                        o % 2 ? 1.0f : -0.5f,
+                        o / 2 % 2 ? 0.25f : 0.0f,
+                        o % 3 == 0,
+                        false,
+                        true};
+        check_gemm_in(ctx, &gc, list[i], precision, salt + i);
+    }
+    return offered;
+}
+
 /* The warpgroup kernel with its stages copied by the Tensor Memory Accelerator (gemm_tma.cl), in
  * tf32 and in fp32x3: both operands stored depth-contiguous (A m x k, B n x k), each tile the
  * tuner offers, on
@@ -1722,45 +1749,11 @@ static void test_gemm_tma_kernel_matches_reference(void **state)
         tensor_cores_end(f, emulate);
         return;
     }
-    hd_shape shape = {.dim = {300, 300, 300}, .trans_b = true};
-    const char *list[96];
-    size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_TF32, list, 96), offered = 0;
-    static const size_t depths[] = {204, 4, 32, 76}; /* rows of whole 16-byte runs */
-    for (size_t i = 0; i < count; i++) {
-        if (strstr(list[i], "TMA=1") == NULL)
-            continue;
-        gemm_case gc = {131 + 70 * (offered % 2),
-                        97 + 160 * (offered / 2 % 2),
-                        depths[offered % 4],
-                        offered % 2 ? 1.0f : -0.5f,
-                        offered / 2 % 2 ? 0.25f : 0.0f,
-                        offered % 3 == 0,
-                        false,
-                        true};
-        check_gemm_in(ctx, &gc, list[i], HD_PRECISION_TF32, 3400 + i);
-        offered++;
-    }
-    assert_true(offered >= 6);
+    assert_true(check_tma_tiles(ctx, f, HD_PRECISION_TF32, 3400) >= 6);
     /* fp32x3 on the copy engine (PREC 3: each operand's small parts made in local memory): each
      * tile the tuner offers, the defaults (128 x 128), an operand copied first, and the mma.sync
      * kernel where a variant names its warps */
-    count = hd__fused_tile_variants(f, &shape, HD_PRECISION_FP32X3, list, 96);
-    size_t split_offered = 0;
-    for (size_t i = 0; i < count; i++) {
-        if (strstr(list[i], "TMA=1") == NULL)
-            continue;
-        size_t o = split_offered++;
-        gemm_case gc = {131 + 70 * (o % 2),
-                        97 + 160 * (o / 2 % 2),
-                        depths[o % 4],
-                        o % 2 ? 1.0f : -0.5f,
-                        o / 2 % 2 ? 0.25f : 0.0f,
-                        o % 3 == 0,
-                        false,
-                        true};
-        check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32X3, 3440 + i);
-    }
-    assert_true(split_offered >= 4);
+    assert_true(check_tma_tiles(ctx, f, HD_PRECISION_FP32X3, 3440) >= 4);
     hd_fused_params p;
     hd_fused_tile_call x3 = product_of(4096, 4096, 4096, false, true);
     x3.precision = HD_PRECISION_FP32X3;

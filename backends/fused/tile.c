@@ -83,15 +83,57 @@ static bool wants_tma_x3(const hd_fused *f, hd_precision precision)
            !f->wgmma_broken && f->tma && !f->tma_broken;
 }
 
+/* The operands of a tiled call by index, as the TMA kernel, its tensor maps and the copies
+ * before it take them: 0 A, 1 B, 2 A2, 3 B2 (LoRA's second product). */
+static const hd_fused_operand *operand_of(const hd_fused_tile_call *c, int i)
+{
+    return i == 0 ? &c->a : i == 1 ? &c->b : i == 2 ? &c->a2 : &c->b2;
+}
+
+static void operand_set(hd_fused_tile_call *c, int i, hd_fused_operand o)
+{
+    *(i == 0 ? &c->a : i == 1 ? &c->b : i == 2 ? &c->a2 : &c->b2) = o;
+}
+
+/* What the kernel reads of operand i: its rows (op(A)'s, or op(B)'s columns), depth, matrices
+ * and the floats between them (the second product's: one matrix). */
+typedef struct operand_extent {
+    size_t rows, depth, batch, stride;
+} operand_extent;
+
+static operand_extent operand_extent_of(const hd_fused_tile_call *c, int i)
+{
+    operand_extent e = {c->m, c->k, c->batch, c->stride_a};
+    if (i % 2 == 1) {
+        e.rows = c->n;
+        e.stride = c->stride_b;
+    }
+    if (i >= 2) {
+        e.depth = c->k2;
+        e.batch = 1;
+        e.stride = 0;
+    }
+    return e;
+}
+
+/* Whether operand i of c is stored depth-contiguous in aligned rows. */
+static bool operand_ready(const hd_fused_tile_call *c, int i)
+{
+    const hd_fused_operand *o = operand_of(c, i);
+    return o->trans == (i % 2 == 1) && o->ld % 4 == 0 && operand_extent_of(c, i).stride % 4 == 0;
+}
+
 /* Whether the warpgroup kernel may copy c's stages through the Tensor Memory Accelerator: both
  * operands of both products stored depth-contiguous (A m x k, B n x k), rows and matrices
  * 16-byte aligned (the tensor maps' strides). */
 static bool tma_allows(const hd_fused *f, const hd_fused_tile_call *c)
 {
-    bool rows = c->a.ld % 4 == 0 && c->b.ld % 4 == 0 &&
-                (c->k2 == 0 || (c->a2.ld % 4 == 0 && c->b2.ld % 4 == 0));
-    return f->tma && !f->tma_broken && !c->a.trans && c->b.trans && rows && c->stride_a % 4 == 0 &&
-           c->stride_b % 4 == 0;
+    if (!f->tma || f->tma_broken)
+        return false;
+    for (int i = 0; i < (c->k2 > 0 ? 4 : 2); i++)
+        if (!operand_ready(c, i))
+            return false;
+    return true;
 }
 
 /* Local memory the TMA kernel's stages are placed in from the argument's first 1024-byte
@@ -1024,14 +1066,6 @@ typedef struct repack_plan {
                                 operands (their memory NULL until repack_scratch sets it) */
 } repack_plan;
 
-/* Whether operand i of c (0 A, 1 B, 2 A2, 3 B2) is stored depth-contiguous in aligned rows. */
-static bool operand_ready(const hd_fused_tile_call *c, int i)
-{
-    const hd_fused_operand *o = i == 0 ? &c->a : i == 1 ? &c->b : i == 2 ? &c->a2 : &c->b2;
-    size_t stride = i == 0 ? c->stride_a : i == 1 ? c->stride_b : 0;
-    return o->trans == (i % 2 == 1) && o->ld % 4 == 0 && stride % 4 == 0;
-}
-
 /* Which operands of c to copy before the TMA kernel runs it (r->any false: none, the call runs
  * as it is). */
 static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
@@ -1050,31 +1084,26 @@ static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fus
     if (p.tma == 0 || p.wm != 0 || p.rm != 0 || p.areg || p.overlap >= 0 ||
         (p.bk != 0 && p.bk != 32))
         return HD_OK;
-    size_t rows[4] = {c->m, c->n, c->m, c->n}, depth[4] = {c->k, c->k, c->k2, c->k2};
-    size_t batch[4] = {c->batch, c->batch, 1, 1};
     size_t total = 0;
     bool large =
         2.0 * (double)c->m * (double)c->n * (double)c->k * (double)c->batch >= REPACK_MIN_FLOPS;
     for (int i = 0; i < 4; i++) {
-        if (operand_ready(c, i) || depth[i] == 0)
+        operand_extent e = operand_extent_of(c, i);
+        if (operand_ready(c, i) || e.depth == 0)
             continue;
         /* A is read once per tile column, B once per tile row */
         bool pays = large && (i >= 2 || (i % 2 == 0 ? c->n : c->m) >= REPACK_MIN_SIDE);
         if (p.tma != 1 && !pays)
             return HD_OK; /* the cp.async kernel reads the operands in place */
-        size_t ld = (depth[i] + 3) / 4 * 4;
+        size_t ld = (e.depth + 3) / 4 * 4;
         r->copied[i] = true;
-        r->bytes[i] = batch[i] * rows[i] * ld * sizeof(float);
+        r->bytes[i] = e.batch * e.rows * ld * sizeof(float);
         total += r->bytes[i];
-        hd_fused_operand *o = i == 0   ? &r->view.a
-                              : i == 1 ? &r->view.b
-                              : i == 2 ? &r->view.a2
-                                       : &r->view.b2;
-        *o = (hd_fused_operand){NULL, ld, i % 2 == 1};
+        operand_set(&r->view, i, (hd_fused_operand){NULL, ld, i % 2 == 1});
         if (i == 0)
-            r->view.stride_a = c->batch > 1 ? rows[i] * ld : 0;
+            r->view.stride_a = c->batch > 1 ? e.rows * ld : 0;
         else if (i == 1)
-            r->view.stride_b = c->batch > 1 ? rows[i] * ld : 0;
+            r->view.stride_b = c->batch > 1 ? e.rows * ld : 0;
         r->any = true;
     }
     if (total > REPACK_MAX_BYTES) {
@@ -1106,11 +1135,9 @@ static hd_status repack_scratch(hd_fused *f, hd_context *ctx, repack_plan *r)
                 return s;
             f->repack_bytes[i] = r->bytes[i];
         }
-        hd_fused_operand *o = i == 0   ? &r->view.a
-                              : i == 1 ? &r->view.b
-                              : i == 2 ? &r->view.a2
-                                       : &r->view.b2;
-        o->mem = f->repack[i];
+        hd_fused_operand copy = *operand_of(&r->view, i);
+        copy.mem = f->repack[i];
+        operand_set(&r->view, i, copy);
     }
     return HD_OK;
 }
@@ -1124,32 +1151,25 @@ static hd_status repack_launch(hd_fused *f, hd_context *ctx, const hd_fused_tile
     for (int i = 0; i < 4 && s == HD_OK; i++) {
         if (!r->copied[i])
             continue;
-        const hd_fused_operand *from = i == 0 ? &c->a : i == 1 ? &c->b : i == 2 ? &c->a2 : &c->b2;
-        const hd_fused_operand *to = i == 0   ? &r->view.a
-                                     : i == 1 ? &r->view.b
-                                     : i == 2 ? &r->view.a2
-                                              : &r->view.b2;
-        bool b = i % 2 == 1, second = i >= 2;
-        size_t rows = b ? c->n : c->m, depth = second ? c->k2 : c->k;
-        size_t batch = second ? 1 : c->batch;
-        int32_t rows32 = (int32_t)rows, depth32 = (int32_t)depth, lds = (int32_t)from->ld,
+        const hd_fused_operand *from = operand_of(c, i), *to = operand_of(&r->view, i);
+        operand_extent e = operand_extent_of(c, i);
+        int32_t rows32 = (int32_t)e.rows, depth32 = (int32_t)e.depth, lds = (int32_t)from->ld,
                 ldd = (int32_t)to->ld;
         /* stored depth-major: A k x m (trans), B k x n (not trans) */
-        int32_t trans = from->trans != b;
-        uint64_t stride_src = second ? 0 : b ? c->stride_b : c->stride_a;
-        uint64_t stride_dst = (uint64_t)(rows * to->ld);
-        struct hd_fused_repack_source source = {from->mem, from->ld,   rows,        depth,
-                                                batch,     stride_src, from->trans, true};
+        int32_t trans = from->trans != (i % 2 == 1);
+        uint64_t stride_src = e.stride, stride_dst = (uint64_t)(e.rows * to->ld);
+        struct hd_fused_repack_source source = {from->mem, from->ld, e.rows,      e.depth,
+                                                e.batch,   e.stride, from->trans, true};
         struct hd_fused_repack_source *made = &f->repack_from[i];
         if (i == 1 && c->b_unchanged && made->valid && made->mem == source.mem &&
-            made->ld == source.ld && made->rows == rows && made->depth == depth &&
-            made->batch == batch && made->stride == stride_src && made->trans == source.trans)
+            made->ld == source.ld && made->rows == e.rows && made->depth == e.depth &&
+            made->batch == e.batch && made->stride == e.stride && made->trans == source.trans)
             continue; /* the copy an earlier call made */
         const hd_fused_arg args[] = {
             HD_FUSED_VALUE(rows32),  HD_FUSED_VALUE(depth32), HD_FUSED_VALUE(from->mem),
             HD_FUSED_VALUE(lds),     HD_FUSED_VALUE(trans),   HD_FUSED_VALUE(stride_src),
             HD_FUSED_VALUE(to->mem), HD_FUSED_VALUE(ldd),     HD_FUSED_VALUE(stride_dst)};
-        size_t groups[2] = {ceil_div(rows, 32) * ceil_div(depth, 32), batch};
+        size_t groups[2] = {ceil_div(e.rows, 32) * ceil_div(e.depth, 32), e.batch};
         s = hd__fused_launch_grid(f, ctx, k, groups, 256, args, 9);
         *made = source;
         made->valid = s == HD_OK;
@@ -1404,25 +1424,24 @@ hd_status hd__fused_tile_prepare(hd_fused *f, hd_context *ctx, const hd_fused_ti
 static hd_status tma_maps(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *c,
                           const hd_fused_params *p, hd_devmem maps[4])
 {
-    const hd_fused_operand *ops[4] = {&c->a, &c->b, &c->a2, &c->b2};
     for (int i = 0; i < 4; i++) {
+        const hd_fused_operand *o = operand_of(c, i);
         if (i >= 2 && c->k2 == 0) {
             maps[i] = maps[i - 2];
             continue;
         }
         if (f->mma_emulated) {
-            maps[i] = ops[i]->mem;
+            maps[i] = o->mem;
             continue;
         }
-        bool b = i % 2 == 1, second = i >= 2;
-        size_t rows = b ? c->n : c->m, ld = ops[i]->ld, depth = second ? c->k2 : c->k;
-        size_t batch = second ? 1 : c->batch, stride = second ? 0 : b ? c->stride_b : c->stride_a;
+        operand_extent e = operand_extent_of(c, i);
         hd_rt_tensor_map_desc d = {
-            .mem = ops[i]->mem,
+            .mem = o->mem,
             .rank = 3,
-            .dim = {depth, rows, batch},
-            .stride = {ld * sizeof(float), (batch > 1 ? stride : rows * ld) * sizeof(float)},
-            .box = {(uint32_t)p->bk, (uint32_t)(b ? p->bn : p->bm), 1},
+            .dim = {e.depth, e.rows, e.batch},
+            .stride = {o->ld * sizeof(float),
+                       (e.batch > 1 ? e.stride : e.rows * o->ld) * sizeof(float)},
+            .box = {(uint32_t)p->bk, (uint32_t)(i % 2 == 1 ? p->bn : p->bm), 1},
         };
         hd_status s = hd__rt_tensor_map(f->rt, ctx, &d, &maps[i]);
         if (s != HD_OK)
