@@ -1042,9 +1042,10 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
  * call (gemm_repack), where the TMA kernel's products then pay for the copy. Per float of the
  * operand, the copy reads and writes 8 bytes at the device's bandwidth, and the product does
  * 2 flops per row (column) of the other side, which the cp.async kernel runs at under half the
- * TMA kernel's rate (BENCHMARKS.md, "Device runtimes on the H200"): on the H200 the copy costs
- * less than the time it saves from about 200 rows of the other side on; REPACK_MIN_SIDE leaves
- * a margin, and REPACK_MIN_FLOPS keeps small products, where a launch more weighs, in place.
+ * TMA kernel's rate: past a few hundred rows of the other side the copy costs less than the
+ * time it saves, at the bandwidth and rates BENCHMARKS.md gives ("Device runtimes on the
+ * H200"); REPACK_MIN_SIDE leaves a margin over that, and REPACK_MIN_FLOPS keeps small products,
+ * where a launch more weighs, in place.
  * LoRA's second product (A2, B2: its rank deep) is copied with the first where that is.
  * A variant naming TMA=1 copies whatever the shape; TMA=0 never. A caller whose B
  * is unwritten since its earlier calls on it (hd_fused_tile_call.b_unchanged: the LM head's
