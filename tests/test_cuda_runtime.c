@@ -339,6 +339,19 @@ static void test_tensor_maps_where_the_runtime_gives_them(void **state)
         d.stride[0] = 37 * sizeof(float); /* rows not 16-byte aligned */
         assert_int_equal(hd__rt_tensor_map(rt, ctx, &d, &other), HD_ERR_UNSUPPORTED);
         assert_non_null(strstr(hd_context_last_error(ctx), "cuTensorMapEncodeTiled"));
+        d.stride[0] = 40 * sizeof(float); /* the refusal left the first map in place */
+        d.dim[1] = 100;
+        assert_int_equal(hd__rt_tensor_map(rt, ctx, &d, &again), HD_OK);
+        assert_ptr_equal(map, again);
+        /* a rank-2 tensor: what its description holds past its rank does not name another */
+        hd_rt_tensor_map_desc two = d, two_noise = d;
+        two.rank = two_noise.rank = 2;
+        two.dim[2] = 0, two.stride[1] = 0, two.box[2] = 0;
+        hd_devmem map2 = NULL, map2_noise = NULL;
+        assert_int_equal(hd__rt_tensor_map(rt, ctx, &two, &map2), HD_OK);
+        assert_int_equal(hd__rt_tensor_map(rt, ctx, &two_noise, &map2_noise), HD_OK);
+        assert_ptr_equal(map2, map2_noise);
+        assert_ptr_not_equal(map2, map);
     }
     hd__rt_buffer_release(rt, buf);
     hd_context_destroy(ctx);

@@ -25,13 +25,15 @@
 #define HD_CUDA_LOCAL_ALIGN 128
 
 /* Tensor maps in device memory: HD_CUDA_MAP_SLOTS of them, each map in one of the
- * HD_CUDA_MAP_WAYS slots of the set its hash names. */
+ * HD_CUDA_MAP_WAYS slots of the set its description's hash names. */
 #define HD_CUDA_MAP_BYTES 128
 #define HD_CUDA_MAP_SLOTS 2048
 #define HD_CUDA_MAP_WAYS  4
+#define HD_CUDA_MAP_KEY   10 /* words of a description: address, rank, 3 sizes, 2 strides, 3 boxes */
 
+/* The description a slot's map was encoded from (the map is a function of it alone). */
 struct map_slot {
-    unsigned char bytes[HD_CUDA_MAP_BYTES] __attribute__((aligned(64)));
+    uint64_t key[HD_CUDA_MAP_KEY];
     bool used;
 };
 
@@ -80,7 +82,7 @@ struct hd_cuda {
     hd_cuda_kernel *kernels;
     hd_cu_event start, end;
     bool capturing, started;
-    /* tensor maps (hd__cuda_tensor_map): device slots of HD_CUDA_MAP_BYTES, their host copies */
+    /* tensor maps (hd__cuda_tensor_map): device slots of HD_CUDA_MAP_BYTES, their descriptions */
     hd_cu_ptr map_table;
     struct map_slot *map_slots;
     unsigned map_turn[HD_CUDA_MAP_SLOTS / HD_CUDA_MAP_WAYS];
@@ -700,12 +702,48 @@ void hd__cuda_close(hd_cuda *cu)
 
 /* ---- tensor maps ---- */
 
-static uint64_t map_hash(const unsigned char *bytes)
+/* desc as words, its unused dimensions zero: equal descriptions, equal keys */
+static void map_key(const hd_rt_tensor_map_desc *desc, uint64_t key[HD_CUDA_MAP_KEY])
 {
-    uint64_t h = 1469598103934665603u; /* FNV-1a */
-    for (size_t i = 0; i < HD_CUDA_MAP_BYTES; i++)
-        h = (h ^ bytes[i]) * 1099511628211u;
+    memset(key, 0, HD_CUDA_MAP_KEY * sizeof *key);
+    key[0] = (uint64_t)(uintptr_t)desc->mem;
+    key[1] = desc->rank;
+    for (unsigned i = 0; i < desc->rank; i++) {
+        key[2 + i] = desc->dim[i];
+        key[7 + i] = desc->box[i];
+        if (i > 0)
+            key[4 + i] = desc->stride[i - 1];
+    }
+}
+
+static uint64_t map_hash(const uint64_t key[HD_CUDA_MAP_KEY])
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a over the words */
+    for (size_t i = 0; i < HD_CUDA_MAP_KEY; i++)
+        h = (h ^ key[i]) * 1099511628211u;
     return h;
+}
+
+/* The map of desc encoded into bytes. */
+static hd_status map_encode(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
+                            unsigned char bytes[HD_CUDA_MAP_BYTES])
+{
+    unsigned long long dim[3], strides[2];
+    unsigned box[3], unit[3] = {1, 1, 1};
+    for (unsigned i = 0; i < desc->rank; i++) {
+        dim[i] = desc->dim[i];
+        box[i] = desc->box[i];
+        if (i > 0)
+            strides[i - 1] = desc->stride[i - 1];
+    }
+    hd_cu_result r = cu->d->cuTensorMapEncodeTiled(
+        bytes, HD_CU_TENSOR_MAP_DATA_TYPE_FLOAT32, desc->rank, (void *)(uintptr_t)desc->mem, dim,
+        strides, box, unit, HD_CU_TENSOR_MAP_INTERLEAVE_NONE, HD_CU_TENSOR_MAP_SWIZZLE_128B,
+        HD_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, HD_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != HD_CU_SUCCESS) /* an address, stride or box the copy engine does not take */
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "CUDA runtime: cuTensorMapEncodeTiled refused the tensor (%d)", r);
+    return HD_OK;
 }
 
 hd_status hd__cuda_tensor_map(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
@@ -719,55 +757,48 @@ hd_status hd__cuda_tensor_map(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_m
     if (desc->rank < 1 || desc->rank > 3)
         return hd__error(ctx, HD_ERR_INTERNAL, "CUDA runtime: a tensor map of rank %u", desc->rank);
     struct map_slot map = {.used = true};
-    unsigned long long dim[3], strides[2];
-    unsigned box[3], unit[3] = {1, 1, 1};
-    for (unsigned i = 0; i < desc->rank; i++) {
-        dim[i] = desc->dim[i];
-        box[i] = desc->box[i];
-        if (i > 0)
-            strides[i - 1] = desc->stride[i - 1];
-    }
-    hd_cu_result r = cu->d->cuTensorMapEncodeTiled(
-        map.bytes, HD_CU_TENSOR_MAP_DATA_TYPE_FLOAT32, desc->rank, (void *)(uintptr_t)desc->mem,
-        dim, strides, box, unit, HD_CU_TENSOR_MAP_INTERLEAVE_NONE, HD_CU_TENSOR_MAP_SWIZZLE_128B,
-        HD_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, HD_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != HD_CU_SUCCESS) /* an address, stride or box the copy engine does not take */
-        return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "CUDA runtime: cuTensorMapEncodeTiled refused the tensor (%d)", r);
-    hd_status s = current(cu, ctx);
+    map_key(desc, map.key);
+    size_t set = (size_t)(map_hash(map.key) % (HD_CUDA_MAP_SLOTS / HD_CUDA_MAP_WAYS));
+    struct map_slot *ways = cu->map_slots != NULL ? cu->map_slots + set * HD_CUDA_MAP_WAYS : NULL;
+    if (ways != NULL)
+        for (size_t w = 0; w < HD_CUDA_MAP_WAYS; w++)
+            if (ways[w].used && memcmp(ways[w].key, map.key, sizeof map.key) == 0) {
+                *out = mem_of(cu->map_table + (set * HD_CUDA_MAP_WAYS + w) * HD_CUDA_MAP_BYTES);
+                return HD_OK;
+            }
+    /* a new description: encoded (a refusal leaves the table as it was), then copied into
+     * the set's ways in turn */
+    unsigned char bytes[HD_CUDA_MAP_BYTES] __attribute__((aligned(64)));
+    hd_status s = map_encode(cu, ctx, desc, bytes);
+    if (s == HD_OK)
+        s = current(cu, ctx);
     if (s != HD_OK)
         return s;
     if (cu->map_slots == NULL) {
         cu->map_slots = calloc(HD_CUDA_MAP_SLOTS, sizeof *cu->map_slots);
         if (cu->map_slots == NULL)
-            return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CUDA runtime: tensor maps' host copies");
-        r = cu->d->cuMemAlloc_v2(&cu->map_table, (size_t)HD_CUDA_MAP_SLOTS * HD_CUDA_MAP_BYTES);
+            return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "CUDA runtime: tensor maps' descriptions");
+        hd_cu_result r =
+            cu->d->cuMemAlloc_v2(&cu->map_table, (size_t)HD_CUDA_MAP_SLOTS * HD_CUDA_MAP_BYTES);
         if (r != HD_CU_SUCCESS) {
             free(cu->map_slots);
             cu->map_slots = NULL;
             cu->map_table = 0;
             return cu_error(cu->d, ctx, r, "cuMemAlloc (tensor maps)");
         }
+        ways = cu->map_slots + set * HD_CUDA_MAP_WAYS;
     }
-    size_t set = (size_t)(map_hash(map.bytes) % (HD_CUDA_MAP_SLOTS / HD_CUDA_MAP_WAYS));
-    struct map_slot *ways = cu->map_slots + set * HD_CUDA_MAP_WAYS;
-    size_t slot = HD_CUDA_MAP_WAYS;
-    for (size_t w = 0; w < HD_CUDA_MAP_WAYS && slot == HD_CUDA_MAP_WAYS; w++)
-        if (ways[w].used && memcmp(ways[w].bytes, map.bytes, HD_CUDA_MAP_BYTES) == 0)
-            slot = w;
-    if (slot == HD_CUDA_MAP_WAYS) {
-        /* the set's ways in turn: the copy runs on the stream after the launches queued
-         * on the map it replaces, before those queued on this one (kernels order their reads
-         * of a map after it: gemm_tma.cl's fence) */
-        slot = cu->map_turn[set]++ % HD_CUDA_MAP_WAYS;
-        hd_cu_ptr at = cu->map_table + (set * HD_CUDA_MAP_WAYS + slot) * HD_CUDA_MAP_BYTES;
-        ways[slot].used = false; /* until the copy is queued: a failed one leaves no stale map */
-        /* from pageable memory: the driver has staged it when the call returns */
-        CHECK(cu, ctx, cu->d->cuMemcpyHtoDAsync_v2(at, map.bytes, HD_CUDA_MAP_BYTES, cu->stream),
-              "cuMemcpyHtoDAsync (tensor map)");
-        ways[slot] = map;
-    }
-    *out = mem_of(cu->map_table + (set * HD_CUDA_MAP_WAYS + slot) * HD_CUDA_MAP_BYTES);
+    /* the copy runs on the stream after the launches queued on the map it replaces, before
+     * those queued on this one (kernels order their reads of a map after it: gemm_tma.cl's
+     * fence) */
+    size_t slot = cu->map_turn[set]++ % HD_CUDA_MAP_WAYS;
+    hd_cu_ptr at = cu->map_table + (set * HD_CUDA_MAP_WAYS + slot) * HD_CUDA_MAP_BYTES;
+    ways[slot].used = false; /* until the copy is queued: a failed one leaves no stale map */
+    /* from pageable memory: the driver has staged it when the call returns */
+    CHECK(cu, ctx, cu->d->cuMemcpyHtoDAsync_v2(at, bytes, HD_CUDA_MAP_BYTES, cu->stream),
+          "cuMemcpyHtoDAsync (tensor map)");
+    ways[slot] = map;
+    *out = mem_of(at);
     return HD_OK;
 }
 
