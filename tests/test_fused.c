@@ -2203,8 +2203,7 @@ static size_t bits_differ(float *a, float *b, size_t n)
  * of the next tile while this one is used, the online rescaling), scores of hundreds (fp32x3);
  * every variant the tuner lists (in fp32x3: the tiles are tf32's too), each run or declined
  * for this device's local memory; the local memory as the kernels' own array and as their
- * argument (the CUDA runtime's; emulated on OpenCL); the backward's dq in dk and dv's launch
- * and by its own kernel; the tiles chosen within OpenCL's 48 KiB
+ * argument (the CUDA runtime's; emulated on OpenCL); the tiles chosen within OpenCL's 48 KiB
  * and the FMA kernels where none fit (emulated). Both precisions give other bits than the
  * FMA kernels on most elements of the same data, forward and backward (the tensor cores ran),
  * and the same bits when run again. */
@@ -2278,29 +2277,6 @@ static void test_attention_on_tensor_cores(void **state)
         tc_dq = check_tc_attention_backward(ctx, same, NULL, rel, 4301);
         assert_true(bits_differ(fma, tc, n_out) > n_out / 2);
         assert_true(bits_differ(fma_dq, tc_dq, n_out) > n_out / 2);
-    }
-    /* dq added by dk and dv's work-groups in turn (DQ=1, the default where it fits) and by its
-     * own kernel (DQ=0): both near the reference on packed sequences of unequal lengths,
-     * causal and full, summed in other orders; DQ=1 refused where no tensor-core backward
-     * runs (the forward, fp32's FMA kernels) */
-    ctx->gemm_precision = HD_PRECISION_FP32X3;
-    for (size_t i = 1; i <= 2; i++) {
-        const tc_attention_case *c = &cases[i];
-        size_t n_dq = c->tokens * c->heads * c->head_dim;
-        float *one = check_tc_attention_backward(ctx, c, "DQ=1", 2e-4 * 2.0, 4600 + i);
-        float *own = check_tc_attention_backward(ctx, c, "DQ=0", 2e-4 * 2.0, 4600 + i);
-        assert_true(bits_differ(one, own, n_dq) > 0);
-    }
-    {
-        hd_shape shape = {.dim = {100, 1, 1, 64}, .precision = HD_PRECISION_FP32X3};
-        assert_int_equal(hd__fused_step_check(f, ctx, HD_OP_ATTENTION, &shape, "DQ=1"),
-                         HD_ERR_INVALID_ARGUMENT);
-        assert_non_null(strstr(hd_context_last_error(ctx), "DQ=1"));
-        assert_int_equal(hd__fused_step_check(f, ctx, HD_OP_ATTENTION_BACKWARD, &shape, "DQ=0"),
-                         HD_OK);
-        shape.precision = HD_PRECISION_FP32;
-        assert_int_equal(hd__fused_step_check(f, ctx, HD_OP_ATTENTION_BACKWARD, &shape, "DQ=1"),
-                         HD_ERR_INVALID_ARGUMENT);
     }
     /* within OpenCL's 48 KiB of local memory (emulated): the default tiles halved until they
      * fit, the backward's streamed tiles in one buffer at heads of 128 (the tensor cores ran:

@@ -25,9 +25,8 @@
 /* The dk and dv kernel's work-items across a tile's columns (attention.cl's KV_TC). */
 #define KV_TC 16
 
-/* The tensor-core kernels (attention_mma.cl): the forward, dq, dk with dv, and the backward in
- * one launch (dk, dv and dq). */
-enum { MMA_FORWARD, MMA_DQ, MMA_DKDV, MMA_DKDV_DQ, MMA_KERNELS };
+/* The tensor-core kernels (attention_mma.cl). */
+enum { MMA_FORWARD, MMA_DQ, MMA_DKDV, MMA_KERNELS };
 
 /* A call's tiles: the variant's, the rest attention.cl's defaults for the head dimension
  * (halved rows for heads wider than 128, whose tiles must fit the same local memory), or on
@@ -38,7 +37,6 @@ typedef struct tiles {
     int fast;
     int prec;                      /* TF32 products per multiply on tensor cores; 0: FMAs */
     int ring;                      /* the backward's buffers of the tiles it streams (MMA_RING) */
-    bool one_launch;               /* tensor-core backward: dq added by dk and dv's launch */
     size_t mma_local[MMA_KERNELS]; /* the tensor-core kernels' local memory, in bytes */
 } tiles;
 
@@ -51,7 +49,7 @@ static int or_default(int v, int fallback)
  * MMA_LOCAL_FLOATS, MMA_DQ_FLOATS, MMA_KV_FLOATS). */
 static size_t mma_group(const tiles *t, int kernel)
 {
-    return (size_t)(kernel == MMA_DKDV || kernel == MMA_DKDV_DQ ? t->kbk : t->bq) / 16 * 32;
+    return (size_t)(kernel == MMA_DKDV ? t->kbk : t->bq) / 16 * 32;
 }
 
 static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, const tiles *t, int kernel)
@@ -64,8 +62,7 @@ static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, const tiles *t
     size_t floats = kernel == MMA_FORWARD ? (bq + bk) * lda + bk * ldv
                     : kernel == MMA_DQ    ? (2 * bq + bk) * lda + ring * bk * ldb
                                           : 2 * kbk * lda + 2 * ring * kbq * ldb;
-    size_t ds_tile = kernel == MMA_DKDV_DQ ? kbq * (kbk + 4) : 0; /* MMA_LDS */
-    return (floats + scratch + ds_tile) * sizeof(float);
+    return (floats + scratch) * sizeof(float);
 }
 
 /* Whether the tensor-core kernels take their local memory as an argument (the CUDA runtime's
@@ -89,11 +86,11 @@ static bool wants_mma(const hd_fused *f, hd_op op, size_t head_dim, hd_precision
            (op == HD_OP_ATTENTION || head_dim <= 128);
 }
 
-/* The tensor-core kernels of op on tiles t. */
-static int mma_kernels_of(hd_op op, const tiles *t, int out[2])
+/* The tensor-core kernels of op. */
+static int mma_kernels_of(hd_op op, int out[2])
 {
-    if (op == HD_OP_ATTENTION || t->one_launch) {
-        out[0] = op == HD_OP_ATTENTION ? MMA_FORWARD : MMA_DKDV_DQ;
+    if (op == HD_OP_ATTENTION) {
+        out[0] = MMA_FORWARD;
         return 1;
     }
     out[0] = MMA_DQ;
@@ -104,7 +101,7 @@ static int mma_kernels_of(hd_op op, const tiles *t, int out[2])
 /* Whether the tiles t of op fit the local memory. */
 static bool mma_fits(const hd_fused *f, hd_op op, size_t head_dim, const tiles *t)
 {
-    int k[2], n = mma_kernels_of(op, t, k);
+    int k[2], n = mma_kernels_of(op, k);
     for (int i = 0; i < n; i++)
         if (mma_local_bytes(f, head_dim, t, k[i]) > local_capacity(f))
             return false;
@@ -138,8 +135,7 @@ static bool names_key_tiles(const hd_fused_params *p)
 
 /* The tensor-core tiles: those the variant names, the others the defaults halved, keys
  * first, until they fit the local memory; the backward's streamed tiles in two buffers, or in
- * one where two fit in no tiles (OpenCL's 48 KiB at heads of 128); its dq in dk and dv's
- * launch unless the variant says DQ=0 or only its own kernel's tiles fit. The defaults: 64 x 64
+ * one where two fit in no tiles (OpenCL's 48 KiB at heads of 128). The defaults: 64 x 64
  * forward; 128 query rows by 32 keys in dq, whose q' and dout take local memory by the row (8
  * warps in a work-group, where 64 x 64 left a multiprocessor one work-group of 4 warps); 64
  * keys by 16 rows in dk and dv (two work-groups to a multiprocessor of Hopper). */
@@ -147,20 +143,18 @@ static void mma_tiles_of(const hd_fused *f, hd_op op, size_t head_dim, hd_precis
                          const hd_fused_params *p, tiles *t)
 {
     bool forward = op == HD_OP_ATTENTION;
-    for (int tries = 0; tries < 4; tries++) {
-        bool one_launch = !forward && p->att_dq != 0 && (tries < 2 || p->att_dq == 1);
+    for (int ring = 2; ring >= 1; ring--) {
         *t = (tiles){.bq = or_default(p->att_bq, forward ? 64 : 128),
                      .bk = or_default(p->att_bk, forward ? 64 : 32),
                      .kbk = or_default(p->att_kbk, 64),
                      .kbq = or_default(p->att_kbq, 16),
                      .fast = p->att_fast,
                      .prec = precision == HD_PRECISION_TF32 ? 1 : 3,
-                     .ring = 2 - tries % 2,
-                     .one_launch = one_launch};
+                     .ring = ring};
         if (!names_query_tiles(p))
             mma_shrink(f, forward ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
         if (!names_key_tiles(p))
-            mma_shrink(f, one_launch ? MMA_DKDV_DQ : MMA_DKDV, head_dim, t, &t->kbk, &t->kbq);
+            mma_shrink(f, MMA_DKDV, head_dim, t, &t->kbk, &t->kbq);
         if (mma_fits(f, op, head_dim, t))
             break;
     }
@@ -178,7 +172,7 @@ static hd_status mma_tiles_check(const hd_fused *f, hd_context *ctx, hd_op op, s
                          "fused: tensor-core attention tiles BQ=%d BK=%d KBK=%d KBQ=%d are not "
                          "all multiples of 16",
                          t->bq, t->bk, t->kbk, t->kbq);
-    int k[2], n = mma_kernels_of(op, t, k);
+    int k[2], n = mma_kernels_of(op, k);
     for (int i = 0; i < n; i++) {
         if (t->mma_local[k[i]] > local_capacity(f))
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
@@ -219,13 +213,7 @@ static hd_status tiles_of(hd_fused *f, hd_context *ctx, hd_op op, size_t head_di
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ATTENTION, variant, &p);
     if (s != HD_OK)
         return s;
-    bool mma = wants_mma(f, op, head_dim, precision);
-    if (p.att_dq == 1 && !(mma && op == HD_OP_ATTENTION_BACKWARD))
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                         "fused: DQ=1 names the tensor-core backward's one launch; this call "
-                         "runs %s",
-                         op == HD_OP_ATTENTION ? "the forward" : "on the FMA kernels");
-    if (mma) {
+    if (wants_mma(f, op, head_dim, precision)) {
         mma_tiles_of(f, op, head_dim, precision, &p, t);
         /* default tiles past the local memory (wide heads within OpenCL's 48 KiB) leave the
          * call to the FMA kernels, whose tiles are sized for it */
@@ -283,11 +271,8 @@ static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, co
     char options[HD_FUSED_OPTIONS_CAPACITY];
     options_of(f, a, t, options);
     hd_status s = HD_OK;
-    for (int i = 0; i < count && s == HD_OK; i++) {
-        out[i] = NULL;
-        if (names[i] != NULL) /* a kernel the call does without */
-            s = hd__fused_kernel(f, ctx, HD_FUSED_ATTENTION, options, names[i], groups[i], &out[i]);
-    }
+    for (int i = 0; i < count && s == HD_OK; i++)
+        s = hd__fused_kernel(f, ctx, HD_FUSED_ATTENTION, options, names[i], groups[i], &out[i]);
     return s;
 }
 
@@ -334,8 +319,8 @@ static hd_status check_sizes(hd_context *ctx, const hd_step_args *a)
                      a->rows);
 }
 
-/* The most arguments a kernel takes: the one-launch backward's 21 and its local memory. */
-#define LAUNCH_ARGS_MAX 22
+/* The most arguments a kernel takes: dk and dv's 17 and their local memory. */
+#define LAUNCH_ARGS_MAX 18
 
 /* Queues k over grid with the count arguments of list, and local (NULL: none) after them. */
 static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k, const size_t grid[2],
@@ -389,18 +374,15 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
     return s;
 }
 
-/* The backward's scratch: delta (tokens x heads); where the query heads of a kv head are
- * split, the partial dk and dv of each slice; in one launch, the order in which key tiles add
- * to dq's blocks of query rows (the first of each block) and the counters that keep it. */
+/* The backward's scratch: delta (tokens x heads) and, where the query heads of a kv head are
+ * split, the partial dk and dv of each slice. */
 typedef struct backward_scratch {
-    struct hd_device_buffer *kv_range, *q_range, *delta, *dk_part, *dv_part, *first, *turn;
-    int32_t blocks; /* dq's blocks of MMA_KBQ query rows */
+    struct hd_device_buffer *kv_range, *q_range, *delta, *dk_part, *dv_part;
 } backward_scratch;
 
 static void release_scratch(hd_fused *f, backward_scratch *b)
 {
-    struct hd_device_buffer *all[] = {b->kv_range, b->q_range, b->delta, b->dk_part,
-                                      b->dv_part,  b->first,   b->turn};
+    struct hd_device_buffer *all[] = {b->kv_range, b->q_range, b->delta, b->dk_part, b->dv_part};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         hd__fused_buffer_release(f, all[i]);
 }
@@ -412,44 +394,7 @@ static size_t splits_of(const hd_step_args *a)
     return a->heads / a->kv_heads;
 }
 
-/* first[b]: the first of the tiles of kbk keys whose queries (q_range) reach block b of kbq
- * query rows, as attention_bwd_mma counts them (a tile's span from its first key's range to its
- * last one's, in whole blocks). The kernel takes the tiles that reach a block to be
- * consecutive: so they are where every tile has queries and the spans' ends never decrease
- * from tile to tile, as the sequence tables make them (packed sequences in order, a mask
- * causal or full); any other table is an internal error. */
-static hd_status dq_order(hd_context *ctx, const int32_t *q_range, size_t rows, size_t kbk,
-                          size_t kbq, int32_t *first)
-{
-    size_t key_tiles = ceil_div(rows, kbk), blocks = ceil_div(rows, kbq);
-    int32_t *lo = malloc(2 * key_tiles * sizeof *lo);
-    if (lo == NULL)
-        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "attention: dq's order");
-    int32_t *hi = lo + key_tiles;
-    bool ordered = true;
-    for (size_t j = 0; j < key_tiles && ordered; j++) {
-        size_t last = (j + 1) * kbk < rows ? (j + 1) * kbk - 1 : rows - 1;
-        int32_t qlo = q_range[2 * j * kbk], qhi = q_range[2 * last + 1];
-        lo[j] = qlo / (int32_t)kbq;
-        hi[j] = (int32_t)ceil_div((size_t)qhi, kbq);
-        ordered = qhi > qlo && (j == 0 || (lo[j] >= lo[j - 1] && hi[j] >= hi[j - 1]));
-    }
-    /* the tiles that reach block b: from the first whose span ends past it, while their spans
-     * start at or before it */
-    size_t j = 0;
-    for (size_t blk = 0; blk < blocks && ordered; blk++) {
-        while (j < key_tiles && (size_t)hi[j] <= blk)
-            j++;
-        ordered = j < key_tiles && (size_t)lo[j] <= blk;
-        first[blk] = (int32_t)j;
-    }
-    free(lo);
-    return ordered ? HD_OK
-                   : hd__error(ctx, HD_ERR_INTERNAL,
-                               "attention: the key tiles' query spans are out of order");
-}
-
-static hd_status take_scratch(hd_fused *f, hd_context *ctx, const hd_step_args *a, const tiles *t,
+static hd_status take_scratch(hd_fused *f, hd_context *ctx, const hd_step_args *a,
                               backward_scratch *b)
 {
     hd_status s = upload_ranges(f, ctx, a, &b->kv_range, &b->q_range);
@@ -465,36 +410,9 @@ static hd_status take_scratch(hd_fused *f, hd_context *ctx, const hd_step_args *
         s = hd__fused_buffer(f, ctx, part * sizeof(float), &b->dk_part);
     if (s == HD_OK && splits > 1)
         s = hd__fused_buffer(f, ctx, part * sizeof(float), &b->dv_part);
-    if (s != HD_OK || !t->one_launch)
-        return s;
-    size_t blocks = ceil_div(a->rows, (size_t)t->kbq), counters = a->heads * blocks + 1;
-    if (!fits_int(counters))
-        return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: attention backward's %zu counters exceed the kernels' int "
-                         "indices",
-                         counters);
-    b->blocks = (int32_t)blocks;
-    int32_t *ranges = malloc(4 * a->rows * sizeof *ranges), *first = malloc(blocks * sizeof *first);
-    s = ranges != NULL && first != NULL
-            ? HD_OK
-            : hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "attention: dq's order");
-    if (s == HD_OK) {
-        int32_t *q = ranges + 2 * a->rows;
-        hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, ranges, q);
-        s = dq_order(ctx, q, a->rows, (size_t)t->kbk, (size_t)t->kbq, first);
-    }
-    if (s == HD_OK)
-        s = hd__fused_upload(f, ctx, first, blocks * sizeof *first, &b->first);
-    if (s == HD_OK)
-        s = hd__fused_buffer(f, ctx, counters * sizeof(int32_t), &b->turn);
-    if (s == HD_OK)
-        s = hd__rt_zero(f->rt, ctx, b->turn->mem, counters * sizeof(int32_t));
-    free(ranges);
-    free(first);
     return s;
 }
 
-/* The backward's kernels; in one launch, DKDV's adds dq, and DQ is not built. */
 enum { DELTA, DQ, DKDV, REDUCE, BACKWARD_KERNELS };
 
 static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_args *a,
@@ -519,14 +437,12 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
         HD_FUSED_VALUE(scale)};
     /* the tensor-core kernels take their local memory last, where it is an argument */
     const hd_fused_arg dq_local = HD_FUSED_LOCAL(t->mma_local[MMA_DQ]);
-    const hd_fused_arg kv_local =
-        HD_FUSED_LOCAL(t->mma_local[t->one_launch ? MMA_DKDV_DQ : MMA_DKDV]);
+    const hd_fused_arg kv_local = HD_FUSED_LOCAL(t->mma_local[MMA_DKDV]);
     bool local_arg = t->prec != 0 && local_as_argument(f);
     const size_t dq_grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
-    if (s == HD_OK && !t->one_launch)
+    if (s == HD_OK)
         s = launch_with_local(f, ctx, k[DQ], dq_grid, groups[DQ], dq, 13,
                               local_arg ? &dq_local : NULL);
-    int32_t blocks = b->blocks;
     const hd_fused_arg dkdv[] = {
         HD_FUSED_TENSOR(q),          HD_FUSED_TENSOR(kt),         HD_FUSED_TENSOR(v),
         HD_FUSED_TENSOR(dout),       HD_FUSED_TENSOR(lse),        HD_FUSED_BUFFER(b->delta),
@@ -534,18 +450,9 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
         HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part), HD_FUSED_VALUE(tokens),
         HD_FUSED_VALUE(heads),       HD_FUSED_VALUE(kv_heads),    HD_FUSED_VALUE(splits),
         HD_FUSED_VALUE(qscale),      HD_FUSED_VALUE(scale)};
-    const hd_fused_arg one_launch[] = {
-        HD_FUSED_TENSOR(q),          HD_FUSED_TENSOR(kt),         HD_FUSED_TENSOR(v),
-        HD_FUSED_TENSOR(dout),       HD_FUSED_TENSOR(lse),        HD_FUSED_BUFFER(b->delta),
-        HD_FUSED_BUFFER(b->q_range), HD_FUSED_TENSOR(a->out[1]),  HD_FUSED_TENSOR(a->out[2]),
-        HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part), HD_FUSED_TENSOR(a->out[0]),
-        HD_FUSED_BUFFER(b->turn),    HD_FUSED_BUFFER(b->first),   HD_FUSED_VALUE(blocks),
-        HD_FUSED_VALUE(tokens),      HD_FUSED_VALUE(heads),       HD_FUSED_VALUE(kv_heads),
-        HD_FUSED_VALUE(splits),      HD_FUSED_VALUE(qscale),      HD_FUSED_VALUE(scale)};
     const size_t dkdv_grid[2] = {a->kv_heads * (size_t)splits, ceil_div(a->rows, (size_t)t->kbk)};
     if (s == HD_OK)
-        s = launch_with_local(f, ctx, k[DKDV], dkdv_grid, groups[DKDV],
-                              t->one_launch ? one_launch : dkdv, t->one_launch ? 21 : 17,
+        s = launch_with_local(f, ctx, k[DKDV], dkdv_grid, groups[DKDV], dkdv, 17,
                               local_arg ? &kv_local : NULL);
     const hd_fused_arg reduce[] = {HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part),
                                    HD_FUSED_TENSOR(a->out[1]),  HD_FUSED_TENSOR(a->out[2]),
@@ -567,21 +474,15 @@ static hd_status run_backward(hd_fused *f, hd_context *ctx, const hd_step_args *
     static const char *const mma[BACKWARD_KERNELS] = {"attention_bwd_delta", "attention_bwd_dq_mma",
                                                       "attention_bwd_dkdv_mma",
                                                       "attention_bwd_dkdv_reduce"};
-    static const char *const mma_one_launch[BACKWARD_KERNELS] = {
-        "attention_bwd_delta", NULL, "attention_bwd_mma", "attention_bwd_dkdv_reduce"};
     bool on_mma = t->prec != 0;
     const size_t groups[BACKWARD_KERNELS] = {
         DELTA_GROUP, on_mma ? mma_group(t, MMA_DQ) : forward_group(t),
         on_mma ? mma_group(t, MMA_DKDV) : dkdv_group(t), REDUCE_GROUP};
     hd_kernel *k[BACKWARD_KERNELS];
     backward_scratch b = {0};
-    hd_status s = kernels(f, ctx, a, t,
-                          !on_mma         ? fma
-                          : t->one_launch ? mma_one_launch
-                                          : mma,
-                          groups, k, BACKWARD_KERNELS);
+    hd_status s = kernels(f, ctx, a, t, on_mma ? mma : fma, groups, k, BACKWARD_KERNELS);
     if (s == HD_OK)
-        s = take_scratch(f, ctx, a, t, &b);
+        s = take_scratch(f, ctx, a, &b);
     if (s == HD_OK)
         s = launch_backward(f, ctx, a, t, k, groups, &b);
     release_scratch(f, &b);
@@ -637,8 +538,7 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
         "BQ=128 BK=128", "BQ=32 BK=64",  "BQ=32 BK=32", "BQ=32 BK=16",  "FAST=1"};
     static const char *const tensor_cores_backward[] = {
         "BQ=128 BK=16",  "BQ=64 BK=16",    "BQ=64 BK=32",   "BQ=32 BK=32",   "BQ=32 BK=16",
-        "KBK=64 KBQ=32", "KBK=128 KBQ=16", "KBK=32 KBQ=16", "KBK=32 KBQ=32", "FAST=1",
-        "DQ=0"};
+        "KBK=64 KBQ=32", "KBK=128 KBQ=16", "KBK=32 KBQ=16", "KBK=32 KBQ=32", "FAST=1"};
     if (wants_mma(f, op, shape->dim[3], shape->precision)) {
         bool forward = op == HD_OP_ATTENTION;
         const char *const *list = forward ? tensor_cores : tensor_cores_backward;

@@ -216,12 +216,10 @@ typedef struct hd_fused_params {
     int att_kbk, att_krk;     /* dk and dv: keys per work-group, keys per work-item */
     int att_kbq;              /* dk and dv: query rows per tile */
     int att_fast;             /* 1: exp2 by the device's native instruction */
-    int att_dq;               /* tensor-core backward: 1 dq added by dk and dv's work-groups in
-                                 order, 0 by its own kernel; -1 unset: 1 where the call allows */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
- * SPLIT, OVERLAP, TMA and DQ -1). NULL or "" names none. Unknown names, repeated names, values
+ * SPLIT, OVERLAP and TMA -1). NULL or "" names none. Unknown names, repeated names, values
  * outside the allowed set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in
  * the message. */
 hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,

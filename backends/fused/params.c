@@ -65,11 +65,10 @@ static const param_spec step_spec[] = {
 };
 
 static const param_spec attention_spec[] = {
-    SPEC("BQ", 16, 128, true, att_bq),   SPEC("BK", 16, 128, true, att_bk),
-    SPEC("RQ", 1, 16, true, att_rq),     SPEC("TC", 4, 32, true, att_tc),
+    SPEC("BQ", 16, 128, true, att_bq),  SPEC("BK", 16, 128, true, att_bk),
+    SPEC("RQ", 1, 16, true, att_rq),    SPEC("TC", 4, 32, true, att_tc),
     SPEC("KBK", 16, 128, true, att_kbk), SPEC("KRK", 1, 8, true, att_krk),
-    SPEC("KBQ", 16, 64, true, att_kbq),  SPEC("FAST", 0, 1, false, att_fast),
-    SPEC("DQ", 0, 1, false, att_dq),
+    SPEC("KBQ", 16, 64, true, att_kbq), SPEC("FAST", 0, 1, false, att_fast),
 };
 
 static const param_spec *family_spec(hd_fused_family family, size_t *count)
@@ -167,7 +166,6 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
     out->split = -1; /* as is SPLIT=0 (one launch) */
     out->overlap = -1; /* and OVERLAP=0 (the warpgroup kernel's products finish each stage) */
     out->tma = -1;     /* and TMA=0 (its stages copied by cp.async) */
-    out->att_dq = -1;  /* and DQ=0 (dq by its own kernel) */
     if (variant == NULL)
         return HD_OK;
     size_t count;

@@ -91,10 +91,6 @@
     ((2 * MMA_BQ + MMA_BK) * MMA_LDA + MMA_RING * MMA_BK * MMA_LDB + MMA_SCRATCH(MMA_WARPS))
 #define MMA_KV_FLOATS \
     (2 * MMA_KBK * MMA_LDA + 2 * MMA_RING * MMA_KBQ * MMA_LDB + MMA_SCRATCH(MMA_KWARPS))
-/* ds^T's rows in the backward of one launch (MMA_KBK keys and 4 floats: an odd multiple of 4
- * banks), its tile after all of dk and dv's local memory */
-#define MMA_LDS            (MMA_KBK + 4)
-#define MMA_DKDV_DQ_FLOATS (MMA_KV_FLOATS + MMA_KBQ * MMA_LDS)
 
 /* x combined over the 4 lanes of its quad by op (bfly over lane bits 0, then 1: the same
  * order, so the same result, on each lane). */
@@ -488,114 +484,41 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
     store_query_rows(dq, &qt, acc, scale, scale, tokens, t);
 }
 
-/* Tile u of dk and dv's sequence of query tiles: head h0 + u / per_head, rows i0 .. i0 +
- * MMA_KBQ of block b = b_hi - 1 - u % per_head (i0 = b * MMA_KBQ), the blocks of MMA_KBQ rows
- * that hold the keys' query span [lo, hi), the last first; its q into dst, its dout MMA_KBQ
- * rows after (the kernel's names; rows at or past hi zeros, those before lo weighted 0). */
-#define TILE_BLOCK(u) (b_hi - 1 - (u) % per_head)
-#define STAGE_QUERY_TILE(dst, u)                                                              \
-    do {                                                                                      \
-        const int col_ = (h0 + (u) / per_head) * HEAD_DIM, i0_ = TILE_BLOCK(u) * MMA_KBQ;     \
-        stage_rows((dst), MMA_LDB, q, ldq, col_, i0_, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);     \
-        stage_rows((dst) + MMA_KBQ * MMA_LDB, MMA_LDB, dout, ldq, col_, i0_, MMA_KBQ, hi,     \
-                   MMA_D16, id, MMA_KWG);                                                     \
+/* Tile u of dk and dv's sequence of query tiles (head h0 + u / per_head, rows lo + u % per_head
+ * * MMA_KBQ, zeros from hi): its q into dst, its dout MMA_KBQ rows after (the kernel's names). */
+#define STAGE_QUERY_TILE(dst, u)                                                                \
+    do {                                                                                        \
+        const int col_ = (h0 + (u) / per_head) * HEAD_DIM, i0_ = lo + (u) % per_head * MMA_KBQ; \
+        stage_rows((dst), MMA_LDB, q, ldq, col_, i0_, MMA_KBQ, hi, MMA_D16, id, MMA_KWG);       \
+        stage_rows((dst) + MMA_KBQ * MMA_LDB, MMA_LDB, dout, ldq, col_, i0_, MMA_KBQ, hi,       \
+                   MMA_D16, id, MMA_KWG);                                                       \
     } while (0)
 
-/* dq's blocks of 16 rows by 8 columns in a query tile, and the rounds in which the warps
- * take them in turn. */
-#define DQ_BLOCKS (MMA_KBQ / 16 * MMA_NO)
-#define DQ_ROUNDS ((DQ_BLOCKS + MMA_KWARPS - 1) / MMA_KWARPS)
-
-/* dq of a query tile from its ds^T (dst, MMA_KBQ rows of MMA_KBK keys, MMA_LDS apart) and the
- * keys' k (ks): block r * MMA_KWARPS + warp of dq's DQ_BLOCKS in acc[r], a sum over the keys
- * in groups of 16 (each fp32x3 group in a fresh accumulator, as block_dots). Warps past the
- * last block in a round repeat it (every warp multiplies as often: the emulation's barriers)
- * and store nothing of it. */
-static inline void tile_dq(__local const float *dst, __local const float *ks, int warp, int g,
-                           int t, float4 acc[DQ_ROUNDS] SCRATCH_PARAM)
+/* dk and dv on the tensor cores: attention_bwd_dkdv's arguments, grid and results (partial
+ * slices where splits > 1), work-groups of MMA_KBK keys, warp w owning keys 16w .. + 15. Per
+ * query head of the slice and tile of MMA_KBQ rows that attend to the keys: s = k q^T times
+ * qscale and dp = v dout^T (block_dots; q and dout copied as they are, read both ways), p =
+ * exp2(s - lse), 0 where masked, dv += p dout, ds = p (dp - delta), dk += ds q (block_values).
+ * Local memory: k and v (staged once), and MMA_RING buffers of a tile's q and dout: the tiles
+ * of every head of the slice run as one sequence, the next one's copied during this one's work
+ * into the buffer the last one has finished with (two), or after this one's work (one). */
+__kernel __attribute__((reqd_work_group_size(MMA_KWG, 1, 1))) void
+attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
+                       const __global act_t *dout, const __global float *lse,
+                       const __global float *delta, const __global int *q_range,
+                       __global act_t *dk, __global act_t *dv, __global float *dk_part,
+                       __global float *dv_part, int tokens, int heads, int kv_heads, int splits,
+                       float qscale, float scale LOCAL_PARAM)
 {
-MMA_UNROLL
-    for (int r = 0; r < DQ_ROUNDS; r++) {
-        const int blk = min(r * MMA_KWARPS + warp, DQ_BLOCKS - 1);
-        const int m0 = blk / MMA_NO * 16, n0 = blk % MMA_NO * 8;
-        acc[r] = (float4)(0.0f);
-MMA_UNROLL
-        for (int kk = 0; kk < MMA_KBK; kk += 16) {
-            float4 part = (float4)(0.0f);
-MMA_UNROLL
-            for (int h = 0; h < 16; h += 8) {
-                /* A: ds^T rows g, g + 8 at keys t, t + 4; B: k at keys t, t + 4, column g */
-                __local const float *a = dst + (m0 + g) * MMA_LDS + kk + h + t;
-                __local const float *b = ks + (kk + h + t) * MMA_LDA + n0 + g;
-                uint ab[4], as_[4], bb[4], bs[4];
-                split4((float4)(a[0], a[8 * MMA_LDS], a[4], a[8 * MMA_LDS + 4]), ab, as_);
-                split4((float4)(b[0], b[4 * MMA_LDA], 0.0f, 0.0f), bb, bs);
-#if PREC == 3
-                mma_tf32(&part, as_[0], as_[1], as_[2], as_[3], bb[0], bb[1] SCRATCH_PASS);
-                mma_tf32(&part, ab[0], ab[1], ab[2], ab[3], bs[0], bs[1] SCRATCH_PASS);
-#endif
-                mma_tf32(&part, ab[0], ab[1], ab[2], ab[3], bb[0], bb[1] SCRATCH_PASS);
-            }
-            acc[r] += part;
-        }
-    }
-}
-
-/* dq's rows i0 .. i0 + MMA_KBQ of head column qcol += scale * acc (tile_dq's blocks), or =
- * where `first` (this work-group the first to add to them). Read volatile: another
- * work-group wrote them, past any cache that is not coherent. */
-static inline void add_tile_dq(__global float *dq, size_t ldq, int qcol, int i0, int tokens,
-                               const float4 acc[DQ_ROUNDS], float scale, bool first, int warp,
-                               int g, int t)
-{
-#pragma unroll
-    for (int r = 0; r < DQ_ROUNDS; r++) {
-        const int blk = r * MMA_KWARPS + warp;
-        if (blk >= DQ_BLOCKS)
-            continue;
-        const int row = i0 + blk / MMA_NO * 16 + g, col = qcol + blk % MMA_NO * 8 + 2 * t;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (row + 8 * h >= tokens)
-                continue;
-            __global float *at = dq + (size_t)(row + 8 * h) * ldq + (size_t)col;
-            float2 add = (h == 0 ? acc[r].xy : acc[r].zw) * scale;
-            if (!first)
-                add += (float2)(((volatile __global float *)at)[0],
-                                ((volatile __global float *)at)[1]);
-            vstore2(add, 0, at);
-        }
-    }
-}
-
-/* dk and dv on the tensor cores, and where `with_dq` dq: attention_bwd_dkdv's arguments and
- * results (partial slices where splits > 1), work-groups of MMA_KBK keys from k0 of kv head
- * hk, slice `slice` of its query heads; warp w owns keys 16w .. + 15. Per query head of the
- * slice and tile of MMA_KBQ rows that attend to the keys: s = k q^T times qscale and
- * dp = v dout^T (block_dots; q and dout copied as they are, read both ways), p = exp2(s - lse),
- * 0 where masked, dv += p dout, ds = p (dp - delta), dk += ds q (block_values); with dq,
- * ds^T through local memory and dq = ds k (tile_dq), added to dq's rows in turn
- * (attention_bwd_mma). Local memory: k and v (staged once), MMA_RING buffers of a tile's q
- * and dout: the tiles of every head of the slice run as one sequence, the next one's copied
- * during this one's work into the buffer the last one has finished with (two), or after this
- * one's work (one); then the emulation's scratch; with dq, ds^T (dst) last. */
-static inline void dkdv_tiles(const __global act_t *q, const __global act_t *k,
-                              const __global act_t *v, const __global act_t *dout,
-                              const __global float *lse, const __global float *delta,
-                              const __global int *q_range, __global act_t *dk,
-                              __global act_t *dv, __global float *dk_part,
-                              __global float *dv_part, int tokens, int heads, int kv_heads,
-                              int splits, float qscale, float scale, __local float *smem,
-                              int hk, int slice, int k0, const bool with_dq, __global float *dq,
-                              volatile __global int *turn, const __global int *first,
-                              int blocks, int kv_tile, __local float *dst)
-{
+    LOCAL_ARRAY(MMA_KV_FLOATS);
     __local float *ks = smem, *vs = ks + MMA_KBK * MMA_LDA, *tiles = vs + MMA_KBK * MMA_LDA;
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_KV_FLOATS - MMA_SCRATCH(MMA_KWARPS) + warp * 32 * 6;
 #endif
+    const int hk = (int)get_group_id(0) / splits, slice = (int)get_group_id(0) % splits;
     const int per = heads / kv_heads / splits, h0 = hk * (heads / kv_heads) + slice * per;
+    const int k0 = (int)get_group_id(1) * MMA_KBK;
     const size_t ldq = (size_t)heads * HEAD_DIM, ldk = (size_t)kv_heads * HEAD_DIM;
     const int kcol = hk * HEAD_DIM;
     const int last = min(k0 + MMA_KBK, tokens) - 1;
@@ -605,8 +528,7 @@ static inline void dkdv_tiles(const __global act_t *q, const __global act_t *k,
     const int2 rg0 = j0 < tokens ? vload2(j0, q_range) : (int2)(0, 0);
     const int2 rg1 = j1 < tokens ? vload2(j1, q_range) : (int2)(0, 0);
     /* the tiles of the slice's heads, one sequence (STAGE_QUERY_TILE) */
-    const int b_lo = lo / MMA_KBQ, b_hi = hi > lo ? (hi + MMA_KBQ - 1) / MMA_KBQ : b_lo;
-    const int per_head = b_hi - b_lo, count = per * per_head;
+    const int per_head = hi > lo ? (hi - lo + MMA_KBQ - 1) / MMA_KBQ : 0, count = per * per_head;
 
     stage_rows(ks, MMA_LDA, k, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
     stage_rows(vs, MMA_LDA, v, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
@@ -620,7 +542,7 @@ static inline void dkdv_tiles(const __global act_t *q, const __global act_t *k,
         dka[n] = dva[n] = (float4)(0.0f);
 
     for (int u = 0; u < count; u++) {
-        const int h = h0 + u / per_head, b = TILE_BLOCK(u), i0 = b * MMA_KBQ;
+        const int h = h0 + u / per_head, i0 = lo + u % per_head * MMA_KBQ;
         __local float *qs = tiles + u % MMA_RING * 2 * MMA_KBQ * MMA_LDB;
         __local float *gs = qs + MMA_KBQ * MMA_LDB;
         /* the tile has landed, and every warp is past the last one */
@@ -652,44 +574,10 @@ static inline void dkdv_tiles(const __global act_t *q, const __global act_t *k,
                             ZEROED(EXP2(s[j].w * qscale - l1), i + 1, rg1));
         }
         block_values(gs, MMA_LDB, s, MMA_NQ, g, t, dva, MMA_NO SCRATCH_PASS);
-        /* ds, 0 where masked: rows of another sequence in the tile add nothing, whatever
-         * their dout holds */
 #pragma unroll
-        for (int j = 0; j < MMA_NQ; j++) {
-            const int i = i0 + 8 * j + 2 * t;
-            const float4 ds = s[j] * (dp[j] - (float4)(dl[j][0], dl[j][1], dl[j][0], dl[j][1]));
-            s[j] = (float4)(ZEROED(ds.x, i, rg0), ZEROED(ds.y, i + 1, rg0), ZEROED(ds.z, i, rg1),
-                            ZEROED(ds.w, i + 1, rg1));
-        }
+        for (int j = 0; j < MMA_NQ; j++)
+            s[j] *= dp[j] - (float4)(dl[j][0], dl[j][1], dl[j][0], dl[j][1]);
         block_values(qs, MMA_LDB, s, MMA_NQ, g, t, dka, MMA_NO SCRATCH_PASS);
-        if (with_dq) {
-            /* ds^T: lanes writing keys g, g + 8 of queries 2t, 2t + 1 hit distinct banks */
-#pragma unroll
-            for (int j = 0; j < MMA_NQ; j++) {
-                __local float *at = dst + (8 * j + 2 * t) * MMA_LDS + 16 * warp + g;
-                at[0] = s[j].x;
-                at[MMA_LDS] = s[j].y;
-                at[8] = s[j].z;
-                at[MMA_LDS + 8] = s[j].w;
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            float4 acc[DQ_ROUNDS];
-            tile_dq(dst, ks, warp, g, t, acc SCRATCH_PASS);
-            /* this tile's turn: the key tiles that add to block b do so in their order, from
-             * first[b], each after the one before has counted its adds */
-            volatile __global int *count_b = turn + (size_t)h * (size_t)blocks + (size_t)b;
-            const int rank = kv_tile - first[b];
-            if (id == 0)
-                while (*count_b != rank)
-                    ;
-            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-            add_tile_dq(dq, ldq, h * HEAD_DIM, i0, tokens, acc, scale, rank == 0, warp, g, t);
-            /* every work-item's adds visible device-wide before the block is counted */
-            mem_fence(CLK_GLOBAL_MEM_FENCE);
-            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-            if (id == 0)
-                atomic_inc(count_b);
-        }
 #if MMA_RING == 1
         barrier(CLK_LOCAL_MEM_FENCE);
         if (u + 1 < count)
@@ -721,54 +609,5 @@ static inline void dkdv_tiles(const __global act_t *q, const __global act_t *k,
             }
         }
     }
-}
-
-/* dk and dv (dkdv_tiles), work-group (kv head and slice, key tile) of the grid. */
-__kernel __attribute__((reqd_work_group_size(MMA_KWG, 1, 1))) void
-attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
-                       const __global act_t *dout, const __global float *lse,
-                       const __global float *delta, const __global int *q_range,
-                       __global act_t *dk, __global act_t *dv, __global float *dk_part,
-                       __global float *dv_part, int tokens, int heads, int kv_heads, int splits,
-                       float qscale, float scale LOCAL_PARAM)
-{
-    LOCAL_ARRAY(MMA_KV_FLOATS);
-    const int place = (int)get_group_id(0), kv_tile = (int)get_group_id(1);
-    dkdv_tiles(q, k, v, dout, lse, delta, q_range, dk, dv, dk_part, dv_part, tokens, heads,
-               kv_heads, splits, qscale, scale, smem, place / splits, place % splits,
-               kv_tile * MMA_KBK, false, NULL, NULL, NULL, 0, kv_tile, NULL);
-}
-
-/* The whole backward but delta in one launch: dk and dv as attention_bwd_dkdv_mma, and dq
- * (fp32, written whole: its rows need no zeros before) added by the work-groups of the key
- * tiles that attend to each block of MMA_KBQ query rows, in the order of those tiles: five
- * products a tile where attention_bwd_dq_mma computes s and ds again, and sums in a fixed
- * order, so results repeat run to run.
- * turn: blocks counters per query head (block b of head h at h * blocks + b), then one more,
- * the work-groups' tickets, all zero at the launch; first[b]: the first key tile whose queries
- * reach block b (the host's, from q_range: the tiles that reach a block are consecutive). A
- * work-group takes its place from a ticket, not its group id, so that the tile it waits for
- * has started before it, whatever order the device runs work-groups in: tickets run the grid
- * in order of key tile, the tiles with the most queries (causal masks) first. Each tile's
- * query blocks run from the last, where every tile of a causal mask starts, so the work-groups
- * that add to a block reach it together and wait little. */
-__kernel __attribute__((reqd_work_group_size(MMA_KWG, 1, 1))) void
-attention_bwd_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
-                  const __global act_t *dout, const __global float *lse,
-                  const __global float *delta, const __global int *q_range, __global act_t *dk,
-                  __global act_t *dv, __global float *dk_part, __global float *dv_part,
-                  __global float *dq, volatile __global int *turn, const __global int *first,
-                  int blocks, int tokens, int heads, int kv_heads, int splits, float qscale,
-                  float scale LOCAL_PARAM)
-{
-    LOCAL_ARRAY(MMA_DKDV_DQ_FLOATS);
-    __local int ticket;
-    if (get_local_id(0) == 0)
-        ticket = atomic_inc(turn + (size_t)heads * (size_t)blocks);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int places = kv_heads * splits, place = ticket % places, kv_tile = ticket / places;
-    dkdv_tiles(q, k, v, dout, lse, delta, q_range, dk, dv, dk_part, dv_part, tokens, heads,
-               kv_heads, splits, qscale, scale, smem, place / splits, place % splits,
-               kv_tile * MMA_KBK, true, dq, turn, first, blocks, kv_tile, smem + MMA_KV_FLOATS);
 }
 #endif
