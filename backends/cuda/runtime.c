@@ -29,7 +29,8 @@
 #define HD_CUDA_MAP_BYTES 128
 #define HD_CUDA_MAP_SLOTS 2048
 #define HD_CUDA_MAP_WAYS  4
-#define HD_CUDA_MAP_KEY   10 /* words of a description: address, rank, 3 sizes, 2 strides, 3 boxes */
+/* words of a description: address, rank, 3 sizes, 2 strides, 3 boxes */
+#define HD_CUDA_MAP_KEY 10
 
 /* The description a slot's map was encoded from (the map is a function of it alone). */
 struct map_slot {

@@ -145,8 +145,9 @@ typedef struct hd_rt_tensor_map_desc {
 /* The device address of the tensor map of desc, a kernel argument as device memory is. Maps are
  * kept by their descriptions in a table of device memory, so that calls on the same tensors
  * encode and upload none; a new map is copied into the table on the stream, ordered after the
- * launches queued before it. HD_ERR_UNSUPPORTED where the runtime has none (info.tensor_maps false) or the
- * driver refuses desc (an address or stride not 16-byte aligned, a box too large). */
+ * launches queued before it. HD_ERR_UNSUPPORTED where the runtime has none (info.tensor_maps
+ * false) or the driver refuses desc (an address or stride not 16-byte aligned, a box too
+ * large). */
 hd_status hd__rt_tensor_map(hd_runtime *rt, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
                             hd_devmem *out);
 
