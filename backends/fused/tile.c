@@ -46,15 +46,21 @@ static void splitk_release(hd_fused *f)
     f->splitk_bytes = 0;
 }
 
+/* The scratch of operand i's copies (freed once the queued launches using it ran), and the
+ * record of what it held. */
+static void repack_release(hd_fused *f, int i)
+{
+    hd__rt_scratch_free(f->rt, f->repack[i]);
+    f->repack[i] = NULL;
+    f->repack_bytes[i] = 0;
+    f->repack_from[i].valid = false;
+}
+
 void hd__fused_tile_release(hd_fused *f)
 {
     splitk_release(f);
-    for (int i = 0; i < 4; i++) {
-        hd__rt_scratch_free(f->rt, f->repack[i]);
-        f->repack[i] = NULL;
-        f->repack_bytes[i] = 0;
-        f->repack_from[i].valid = false;
-    }
+    for (int i = 0; i < 4; i++)
+        repack_release(f, i);
 }
 
 static size_t ceil_div(size_t a, size_t b)
@@ -134,6 +140,20 @@ static bool tma_allows(const hd_fused *f, const hd_fused_tile_call *c)
         if (!operand_ready(c, i))
             return false;
     return true;
+}
+
+/* Whether p names what only the warpgroup kernel's cp.async copies take: A's fragments in
+ * registers, OVERLAP, or stages other than the copy engine's 32 deep. */
+static bool names_cp_async_only(const hd_fused_params *p)
+{
+    return p->areg || p->overlap >= 0 || (p->bk != 0 && p->bk != 32);
+}
+
+/* Work-items of the warpgroup kernel: a warpgroup per 64 rows by wn columns of the tile, and
+ * with the copy engine one more, which issues the copies. */
+static size_t wgmma_threads(int bm, int bn, int wn, bool tma)
+{
+    return (size_t)(bm / 64) * (size_t)(bn / wn) * 128 + (tma ? 128 : 0);
 }
 
 /* Local memory the TMA kernel's stages are placed in from the argument's first 1024-byte
@@ -969,7 +989,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                            "WGMMA is the warpgroup kernel of compute capability 9.0 (tf32's, and "
                            "fp32x3's with TMA), which this context does not run here",
                            p);
-    bool names_cp_async = p->tma == 0 || p->areg || p->overlap >= 0 || (p->bk != 0 && p->bk != 32);
+    bool names_cp_async = p->tma == 0 || names_cp_async_only(p);
     if (wgmma && p->wm == 0 && !(x3 && names_cp_async))
         p->wgmma = 1; /* the default here, unless the variant names mma.sync warps */
     bool tma = p->wgmma && tma_allows(f, c);
@@ -979,7 +999,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                            "capability 9.0, with both operands stored depth-contiguous (A m x k, "
                            "B n x k) in 16-byte aligned rows",
                            p);
-    if (p->tma == 1 && (p->areg || p->overlap >= 0 || (p->bk != 0 && p->bk != 32)))
+    if (p->tma == 1 && names_cp_async_only(p))
         return unsupported(ctx, "TMA takes BK=32 and neither AREG nor OVERLAP", p);
     if (p->tma < 0) /* the copy engine where it serves, unless the variant names cp.async's */
         p->tma = tma && !names_cp_async;
@@ -1002,7 +1022,7 @@ static hd_status tile_params(hd_fused *f, hd_context *ctx, const hd_fused_tile_c
                                "WGMMA needs BM a multiple of 64, WN 64, 128 or 256 dividing BN, "
                                "BK a multiple of 8 and ASYNC at least 3",
                                p);
-        *threads = (size_t)(p->bm / 64) * (size_t)(p->bn / p->wn) * 128 + (p->tma ? 128 : 0);
+        *threads = wgmma_threads(p->bm, p->bn, p->wn, p->tma);
     } else if (mma) {
         if (p->async > 4)
             return unsupported(ctx, "the mma.sync kernel takes ASYNC 2 to 4", p);
@@ -1082,8 +1102,7 @@ static hd_status repack_plan_of(const hd_fused *f, hd_context *ctx, const hd_fus
     if (s != HD_OK)
         return s;
     /* a variant of another kernel, or of cp.async's copies */
-    if (p.tma == 0 || p.wm != 0 || p.rm != 0 || p.areg || p.overlap >= 0 ||
-        (p.bk != 0 && p.bk != 32))
+    if (p.tma == 0 || p.wm != 0 || p.rm != 0 || names_cp_async_only(&p))
         return HD_OK;
     size_t total = 0;
     bool large =
@@ -1127,10 +1146,7 @@ static hd_status repack_scratch(hd_fused *f, hd_context *ctx, repack_plan *r)
         if (!r->copied[i])
             continue;
         if (r->bytes[i] > f->repack_bytes[i]) {
-            hd__rt_scratch_free(f->rt, f->repack[i]); /* once the launches using it ran */
-            f->repack[i] = NULL;
-            f->repack_bytes[i] = 0;
-            f->repack_from[i].valid = false;
+            repack_release(f, i);
             hd_status s = hd__rt_scratch_create(f->rt, ctx, r->bytes[i], what[i], &f->repack[i]);
             if (s != HD_OK)
                 return s;
@@ -1581,7 +1597,7 @@ static bool variant_fits_split(const hd_fused *f, const tile_variant *v, bool mm
     p.tma_split = p.tma && split;
     size_t threads;
     if (wgmma) {
-        threads = (size_t)(v->bm / 64) * (size_t)(v->bn / v->wn_or_rn) * 128 + (p.tma ? 128 : 0);
+        threads = wgmma_threads(v->bm, v->bn, v->wn_or_rn, p.tma);
     } else if (mma) {
         p.wm = v->wm_or_rm;
         p.wn = v->wn_or_rn;
