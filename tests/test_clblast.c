@@ -29,7 +29,7 @@ static hd_context *ctx;
 static int suite_setup(void **state)
 {
     (void)state;
-    ctx = hd_test_context(false);
+    ctx = hd_test_context_on("opencl"); /* CLBlast is OpenCL host code */
     if (!hd_context_has_backend(ctx, HD_BACKEND_CLBLAST)) {
         fprintf(stderr, "no CLBlast backend: %s\n", hd_context_last_error(ctx));
         return -1;
@@ -569,7 +569,7 @@ static void test_clblast_last_context_releases_its_opencl_context(void **state)
 {
     (void)state;
     hd_context_destroy(ctx);
-    hd_context *own = hd_test_context(false);
+    hd_context *own = hd_test_context_on("opencl");
     hd_rng rng = hd_test_rng(15);
     assert_int_equal(hd_context_set_backend(own, HD_OP_GEMM, HD_BACKEND_CLBLAST), HD_OK);
     check_gemm(own, &rng, true, false, 19, 23, 29, 1.0f, 0.0f, HD_BACKEND_CLBLAST);

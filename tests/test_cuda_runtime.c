@@ -211,7 +211,7 @@ static void test_runtime_choice_and_its_fallbacks(void **state)
         /* a probe that fails falls back to OpenCL, with a note */
         hd_test_notes_clear();
         setenv("HD_FAULT", "*:cuda-probe", 1);
-        ctx = hd_test_context(false);
+        ctx = hd_test_context_on("cuda");
         unsetenv("HD_FAULT");
         assert_string_equal(hd_context_device_runtime(ctx), "opencl");
         assert_non_null(strstr(hd_test_notes(), "probe kernel"));

@@ -1090,7 +1090,7 @@ static void test_fallback_every_listed_variant_passes_the_load_check(void **stat
 static void test_fallback_hybrid_plan_refusal_leaves_y_untouched(void **state)
 {
     (void)state;
-    hd_context *ctx = hd_test_context(false);
+    hd_context *ctx = hd_test_context_on("opencl");
     if (!hd_context_has_backend(ctx, HD_BACKEND_CLBLAST_FUSED)) {
         hd_context_destroy(ctx);
         skip();

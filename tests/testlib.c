@@ -161,18 +161,29 @@ void hd_test_notes_clear(void)
     notes[0] = '\0';
 }
 
-hd_context *hd_test_context(bool cpu_only)
+static hd_context *test_context(bool cpu_only, const char *runtime)
 {
     hd_context_options opt;
     hd_context_options_init(&opt);
     opt.log = hd_test_log;
     opt.disable_opencl = cpu_only;
     opt.no_tune_cache = true;
+    opt.runtime = runtime;
     hd_context *ctx = NULL;
     hd_status s = hd_context_create(&ctx, &opt);
     if (s != HD_OK)
         fail_msg("hd_context_create: %s", hd_status_str(s));
     return ctx;
+}
+
+hd_context *hd_test_context(bool cpu_only)
+{
+    return test_context(cpu_only, NULL);
+}
+
+hd_context *hd_test_context_on(const char *runtime)
+{
+    return test_context(false, runtime);
 }
 
 bool hd_test_use_backend(hd_context *ctx, hd_op op, hd_backend b)

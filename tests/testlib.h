@@ -56,6 +56,9 @@ void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const cha
 /* A context for tests: CPU only when cpu_only, else whatever this machine has (PoCL in CI).
  * Its notes are collected (hd_test_notes). */
 hd_context *hd_test_context(bool cpu_only);
+/* A context as hd_test_context(false) gives, on the device runtime named ("opencl", "cuda"),
+ * whatever $HD_RUNTIME says: for the suites whose subject lives on one runtime. */
+hd_context *hd_test_context_on(const char *runtime);
 
 /* Forces op onto backend b in ctx; false (nothing changed) where ctx lacks b. */
 bool hd_test_use_backend(hd_context *ctx, hd_op op, hd_backend b);
