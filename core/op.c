@@ -51,6 +51,12 @@
     {                                                                                              \
         .name = n, .role = HD_ROLE_OUTPUT, .rows = r, .cols = c, .layout = fl, .batch = HD_DIM_ONE \
     }
+/* An output the op reads before it writes it (an accumulation). */
+#define OUT_UPDATED(n, r, c)                                                                       \
+    {                                                                                              \
+        .name = n, .role = HD_ROLE_OUTPUT, .read_too = true, .rows = r, .cols = c,                 \
+        .batch = HD_DIM_ONE                                                                        \
+    }
 #define T_ONE HD_DIM_ONE
 /* The training step's tensors: an output that may be the inputs of mask m (in place), an
  * optional input, and attention's heads x head_dim columns (dim h times dim d). */
@@ -408,7 +414,7 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .dim_names = {"rows", "cols"},
             .args = HD_ARGS_STEP,
             .tensor_count = 2,
-            .tensors = {IN("x", 0, 1, -1, 1), OUT("y", 0, 1)},
+            .tensors = {IN("x", 0, 1, -1, 1), OUT_UPDATED("y", 0, 1)},
             .flops = add_flops,
         },
     [HD_OP_ADD_RMS_NORM] =
@@ -548,7 +554,13 @@ double hd__op_elements(hd_op op, const hd_shape *s)
 
 double hd__op_bytes(hd_op op, const hd_shape *s)
 {
-    return 4.0 * hd__op_elements(op, s);
+    double sum = 0.0;
+    for (int i = 0; i < hd__op(op)->tensor_count; i++) {
+        size_t r, c;
+        hd__op_tensor_shape(op, i, s, &r, &c);
+        sum += (double)r * (double)c * (hd__op(op)->tensors[i].read_too ? 2.0 : 1.0);
+    }
+    return 4.0 * sum;
 }
 
 double hd__op_flops(hd_op op, const hd_shape *s)

@@ -32,6 +32,8 @@ typedef struct hd_op_tensor {
     hd_tensor_role role;
     bool optional;           /* may be NULL (a gradient the caller does not want) */
     unsigned in_place_of;    /* an output: bit i set where it may be tensors[i] (in place) */
+    bool read_too;           /* an output whose values the op reads first (y += x): its bytes
+                                count twice */
     signed char rows, cols;  /* dims (HD_DIM_ONE: 1) */
     signed char cols_times;  /* 0, or 1 + a dim the columns are multiplied by (attention's
                                 heads x head_dim) */
@@ -110,8 +112,9 @@ void hd__op_tensor_shape(hd_op op, int i, const hd_shape *shape, size_t *rows, s
 
 /* Floats held by every tensor of one call. */
 double hd__op_elements(hd_op op, const hd_shape *shape);
-/* The fewest bytes one call moves: each tensor once (an output the call also reads, as GEMM's
- * C with beta != 0, once too: the shape does not say whether it is read). */
+/* The fewest bytes one call moves: each tensor once, an output that every call reads first
+ * (hd_tensor read_too: hd_add's y) twice. GEMM's C with beta != 0 counts once: the shape does
+ * not say whether it is read. */
 double hd__op_bytes(hd_op op, const hd_shape *shape);
 double hd__op_flops(hd_op op, const hd_shape *shape);
 /* Multiply-adds for compute-bound ops, elements of the first input for the others: the

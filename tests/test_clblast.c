@@ -333,6 +333,7 @@ static void *worker_main(void *arg)
     hd_context_options_init(&opt);
     opt.no_tune_cache = true;
     opt.backends = "gemm=clblast";
+    opt.runtime = "opencl";
     hd_status s = hd_context_create(&c, &opt);
     pthread_barrier_wait(wk->start);
     if (s != HD_OK) {
@@ -542,6 +543,7 @@ static void test_clblast_cache_note_reaches_a_log_that_calls_the_library(void **
     hd_context_options_init(&opt);
     opt.no_tune_cache = true;
     opt.backends = "clblast";
+    opt.runtime = "opencl";
     gemm_from_log g = {.status = HD_ERR_INTERNAL};
     assert_int_equal(hd_context_create(&g.other, &opt), HD_OK);
     opt.no_tune_cache = false;

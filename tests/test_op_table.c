@@ -80,6 +80,17 @@ static void test_op_table_batched_gemm_has_its_name_flops_and_bytes(void **state
     assert_true(hd__op_bytes(HD_OP_GEMM_BATCHED, &s) == 4.0 * 8 * 3 * 64 * 64);
 }
 
+/* hd_add reads y before it writes it: x read, y read and written; an elementwise op with an
+ * output of its own (SwiGLU: g, u read, y written) counts each tensor once. */
+static void test_op_table_bytes_count_an_updated_output_twice(void **state)
+{
+    (void)state;
+    hd_shape s = {.dim = {7, 129}};
+    assert_true(hd__op_bytes(HD_OP_ADD, &s) == 4.0 * 3 * 7 * 129);
+    assert_true(hd__op_elements(HD_OP_ADD, &s) == 2.0 * 7 * 129);
+    assert_true(hd__op_bytes(HD_OP_SWIGLU, &s) == 4.0 * 3 * 7 * 129);
+}
+
 static void test_op_table_texts_keep_their_established_form(void **state)
 {
     (void)state;
@@ -126,6 +137,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op_table_every_op_has_every_field),
         cmocka_unit_test(test_op_table_batched_gemm_has_its_name_flops_and_bytes),
+        cmocka_unit_test(test_op_table_bytes_count_an_updated_output_twice),
         cmocka_unit_test(test_op_table_texts_keep_their_established_form),
         cmocka_unit_test(test_op_table_tensor_shapes_follow_transposes_and_batch),
     };

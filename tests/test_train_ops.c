@@ -31,6 +31,7 @@
 #ifdef HD_HAVE_OPENCL
 #include "backends/fused/internal.h"
 #include "dispatch/context.h"
+#include "dispatch/tools.h"
 #endif
 #include "tests/testlib.h"
 
@@ -258,7 +259,9 @@ static void norm_backward_free(norm_backward_data *d)
     free(d->dw_mag);
 }
 
-static void check_backward_on(hd_backend b, const norm_case *c, const norm_backward_data *d)
+/* On backend b, through the public call, or with variant (not NULL) as the tuner runs it. */
+static void check_backward_on(hd_backend b, const norm_case *c, const norm_backward_data *d,
+                              const char *variant)
 {
     size_t rows = c->rows, cols = c->cols, n = rows * cols;
     hd_tensor *th = hd_test_tensor(shared_ctx, rows, cols, d->h);
@@ -271,11 +274,22 @@ static void check_backward_on(hd_backend b, const norm_case *c, const norm_backw
     hd_tensor *tdw = c->dweight ? hd_test_tensor(shared_ctx, 1, cols, NULL) : NULL;
     char what[200];
     snprintf(what, sizeof what,
-             "add_rms_norm_backward on %s, %zu x %zu, scale %g, dres %d, dweight %d, alias %d",
-             hd_backend_name(b), rows, cols, c->scale, d->dres != NULL, c->dweight, c->alias);
-    hd_test_expect_ran_on(
-        shared_ctx, hd_add_rms_norm_backward(shared_ctx, th, tw, tdy, tdres, c->eps, tdh, tdw), b,
-        what);
+             "add_rms_norm_backward on %s (%s), %zu x %zu, scale %g, dres %d, dweight %d, "
+             "alias %d",
+             hd_backend_name(b), variant != NULL ? variant : "its choice", rows, cols, c->scale,
+             d->dres != NULL, c->dweight, c->alias);
+    hd_status s;
+    if (variant == NULL) {
+        s = hd_add_rms_norm_backward(shared_ctx, th, tw, tdy, tdres, c->eps, tdh, tdw);
+    } else {
+        const hd_tensor *tensors[] = {th, tw, tdy, tdres, tdh, tdw};
+        hd_op_params p = {.eps = c->eps};
+        hd_call call;
+        assert_int_equal(
+            hd__call_prepare(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD, tensors, &p, &call), HD_OK);
+        s = hd__call_run_on(shared_ctx, b, &call, variant);
+    }
+    hd_test_expect_ran_on(shared_ctx, s, b, what);
     float *dh = hd_test_read(tdh);
     expect_within(what, dh, d->dh_ref, d->dh_mag, n, norm_limit(cols));
     free(dh);
@@ -306,7 +320,7 @@ static void check_backward(const norm_case *c, hd_rng *rng)
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         if (!hd_test_use_backend(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD, train_backends[bi]))
             continue;
-        check_backward_on(train_backends[bi], c, &d);
+        check_backward_on(train_backends[bi], c, &d, NULL);
         hd_test_release_backend(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD);
     }
     norm_backward_free(&d);
@@ -327,6 +341,38 @@ static void test_add_rms_norm_backward_matches_reference(void **state)
             norm_case c = {shapes[s][0], shapes[s][1], 1.0, 1e-6f, alias, dres, dweight, 1.0};
             check_backward(&c, &rng);
         }
+    (void)state;
+}
+
+/* Every variant the fused backend lists for the tuner, run as the tuner runs it (no
+ * fallback), on rows its single pass holds (a group's chunk of rows whole, short and empty)
+ * and on rows too long for it, with dres and dweight. */
+static void test_add_rms_norm_backward_variants_match_reference(void **state)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_rng rng = hd_test_rng(6);
+    static const size_t shapes[][2] = {{37, 4096}, {5, 257}, {1, 1024}, {3, 5003}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        norm_case c = {shapes[sh][0], shapes[sh][1], 1.0, 1e-6f, (int)(sh % 3), true, true, 1.0};
+        size_t n = c.rows * c.cols;
+        norm_backward_data d = {.rows = c.rows,
+                                .cols = c.cols,
+                                .h = scaled_random(&rng, n, c.scale),
+                                .w = hd_test_random(&rng, c.cols, 0.5f, 1.5f),
+                                .dy = scaled_random(&rng, n, c.dscale),
+                                .dres = scaled_random(&rng, n, c.dscale),
+                                .eps = c.eps};
+        norm_backward_reference(&d);
+        hd_shape shape = {.dim = {c.rows, c.cols}};
+        const char *variants[32];
+        size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED,
+                                            HD_OP_ADD_RMS_NORM_BACKWARD, &shape, variants, 32);
+        assert_true(count >= 8);
+        for (size_t i = 0; i < count; i++)
+            check_backward_on(HD_BACKEND_FUSED, &c, &d, variants[i]);
+        norm_backward_free(&d);
+    }
     (void)state;
 }
 
@@ -1444,6 +1490,7 @@ int main(void)
         cmocka_unit_test(test_add_rms_norm_matches_reference),
         cmocka_unit_test(test_add_rms_norm_at_extreme_magnitudes),
         cmocka_unit_test(test_add_rms_norm_backward_matches_reference),
+        cmocka_unit_test(test_add_rms_norm_backward_variants_match_reference),
         cmocka_unit_test(test_add_rms_norm_backward_at_extreme_magnitudes),
         cmocka_unit_test(test_add_rms_norm_backward_matches_finite_differences),
         cmocka_unit_test(test_add_rms_norm_backward_of_no_rows_zeroes_dweight),

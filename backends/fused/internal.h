@@ -185,6 +185,10 @@ typedef enum hd_fused_family {
 
 typedef struct hd_fused_params {
     int wg, rows, vec, cache; /* rows family; wg also for the update */
+    int units;                /* rows family, the single pass of the add + RMS norm backward:
+                                 work-groups per compute unit, 0: by the rule (train.c) */
+    int prefetch;             /* the same pass: 1 loads a slot's next row during this one's
+                                 reductions, 0 not, -1 unset: by the rule */
     int tn, ks, unroll;       /* GEMV family */
     int split;                /* LoRA: work-groups of the separate x*A launch, 0: none */
     int mr;                   /* update family (tokens per work-group) */
@@ -219,9 +223,9 @@ typedef struct hd_fused_params {
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,
- * SPLIT, OVERLAP and TMA -1). NULL or "" names none. Unknown names, repeated names, values
- * outside the allowed set or any other text: HD_ERR_INVALID_ARGUMENT with the offending token in
- * the message. */
+ * PREFETCH, SPLIT, OVERLAP and TMA -1). NULL or "" names none. Unknown names, repeated names,
+ * values outside the allowed set or any other text: HD_ERR_INVALID_ARGUMENT with the offending
+ * token in the message. */
 hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const char *variant,
                                  hd_fused_params *out);
 

@@ -28,10 +28,9 @@ typedef struct param_spec {
     }
 
 static const param_spec rows_spec[] = {
-    SPEC("WG", 1, 1024, true, wg),
-    SPEC("ROWS", 1, 1024, true, rows),
-    SPEC("VEC", 1, 4, true, vec),
-    SPEC("CACHE", 0, 16, false, cache),
+    SPEC("WG", 1, 1024, true, wg),      SPEC("ROWS", 1, 1024, true, rows),
+    SPEC("VEC", 1, 4, true, vec),       SPEC("CACHE", 0, 16, false, cache),
+    SPEC("UNITS", 1, 16, false, units), SPEC("PREFETCH", 0, 1, false, prefetch),
 };
 static const param_spec gemv_spec[] = {
     SPEC("TN", 1, 256, true, tn),
@@ -163,6 +162,7 @@ hd_status hd__fused_params_parse(hd_context *ctx, hd_fused_family family, const 
 {
     memset(out, 0, sizeof *out);
     out->cache = -1; /* CACHE=0 is a choice (the looped kernel), so unset is -1 */
+    out->prefetch = -1; /* PREFETCH=0 too (the single pass loads each row in its turn) */
     out->split = -1; /* as is SPLIT=0 (one launch) */
     out->overlap = -1; /* and OVERLAP=0 (the warpgroup kernel's products finish each stage) */
     out->tma = -1;     /* and TMA=0 (its stages copied by cp.async) */

@@ -122,14 +122,27 @@ static bool single_pass_params(const hd_fused *f, const hd_fused_params *p, size
     return true;
 }
 
+/* Whether the single pass loads a slot's next row during this one's reductions: the variant's
+ * PREFETCH, else where the group is small enough for twice the registers of h and dy (the
+ * largest slots do not have them). */
+static bool single_pass_prefetch(const hd_fused_params *one)
+{
+    return one->prefetch >= 0 ? one->prefetch == 1 : one->wg <= SINGLE_PASS_GROUP;
+}
+
 /* Work-groups of the single pass, each a chunk of rows (a multiple of ROWS, so that no slot
- * idles): one per compute unit where each keeps its next row's loads in flight (prefetch),
- * more where others must load while one reduces. */
-static size_t single_pass_groups(const hd_fused *f, const hd_fused_params *one, bool prefetch,
-                                 size_t rows, size_t *chunk)
+ * idles): the variant's UNITS per compute unit, else one where each keeps its next row's loads
+ * in flight (prefetch), more where others must load while one reduces. Each group writes a row
+ * of dweight's partials: more groups, more of them to add. */
+static size_t single_pass_groups(const hd_fused *f, const hd_fused_params *one, size_t rows,
+                                 size_t *chunk)
 {
     size_t units = f->compute_units > 0 ? f->compute_units : 1;
-    size_t wanted = units * (prefetch ? 1 : one->cache >= 3 ? 2 : 4);
+    size_t per_unit = one->units > 0              ? (size_t)one->units
+                      : single_pass_prefetch(one) ? 1
+                      : one->cache >= 3           ? 2
+                                                  : 4;
+    size_t wanted = units * per_unit;
     size_t groups = rows < wanted ? rows : wanted;
     size_t per_group = (size_t)one->rows;
     *chunk = ceil_div(ceil_div(rows, groups), per_group) * per_group;
@@ -144,10 +157,8 @@ static hd_status single_pass_kernels(hd_fused *f, hd_context *ctx, const hd_fuse
 {
     char options[HD_FUSED_OPTIONS_CAPACITY], pass_options[HD_FUSED_OPTIONS_CAPACITY];
     hd__fused_options(HD_FUSED_FAMILY_ROWS, one, 0, options);
-    /* the next row's loads in flight through the reductions: twice the registers for h and dy,
-     * which the largest slots do not have */
     int len = snprintf(pass_options, sizeof pass_options, "%s -DPREFETCH=%d", options,
-                       one->wg <= SINGLE_PASS_GROUP);
+                       single_pass_prefetch(one));
     if (len < 0 || (size_t)len >= sizeof pass_options)
         return hd__error(ctx, HD_ERR_INTERNAL, "fused: build options too long");
     *declined = false;
@@ -179,8 +190,7 @@ static hd_status backward_single_pass(hd_fused *f, hd_context *ctx, const hd_fus
     *done = !declined;
     if (s != HD_OK || declined)
         return s;
-    size_t chunk,
-        groups = single_pass_groups(f, &one, one.wg <= SINGLE_PASS_GROUP, a->rows, &chunk);
+    size_t chunk, groups = single_pass_groups(f, &one, a->rows, &chunk);
     struct hd_device_buffer *part = NULL;
     if (dw && groups > SIZE_MAX / sizeof(float) / a->cols)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: %zu x %zu too large for the partials",
@@ -634,7 +644,8 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
 }
 
 /* Rows family variants: the forward's register capacity and group shapes; the backward's and
- * cross-entropy's looped kernels, where CACHE does not apply. */
+ * cross-entropy's looped kernels, where CACHE does not apply; the backward's single pass, which
+ * sizes its own slots and takes UNITS and PREFETCH alone. */
 static const struct {
     hd_op op;
     const char *text;
@@ -649,6 +660,10 @@ static const struct {
     {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=256 ROWS=1", 256},
     {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=512 ROWS=1", 512},
     {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=1024 ROWS=1", 1024},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=2", 256},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=2 PREFETCH=0", 256},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=4 PREFETCH=0", 256},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=8 PREFETCH=0", 256},
     {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=1", 256},
     {HD_OP_CROSS_ENTROPY, "WG=512 ROWS=1", 512},
     {HD_OP_CROSS_ENTROPY, "WG=1024 ROWS=1", 1024},
