@@ -34,9 +34,9 @@
  *     rows g * chunk .. (g + 1) * chunk - 1, ROWS at a time; per row one slot reduction (sum h^2
  *     and sum g * h, unscaled; again scaled where a row of the group was out of range); dh
  *     written; compensated sums of dy * xhat per column, added over the slots in slot order and
- *     written as part[g * cols + j] (part NULL: no dw). h and dy read once, dres once, dh
- *     written once: 16 bytes (12 without dres). Then add_rms_norm_weight_combine (groups
- *     partials per column).
+ *     written as part[g * cols + j] (part NULL: no dw). h and dy read once, dres once (with the
+ *     row's h and dy, ahead of its reductions), dh written once: 16 bytes (12 without dres).
+ *     Then add_rms_norm_weight_combine (groups partials per column).
  *   add_rms_norm_backward_rows (any length, no dw): per row the statistics (a pass over h),
  *     mean(g * xhat) (h, dy), dh (h, dy, dres): h read three times, dy twice.
  *   For dw on rows too long for the registers, deterministic and without atomics, before dh
@@ -359,9 +359,11 @@ inline void comp_addv(floatv *sum, floatv *comp, floatv v)
     *sum = s;
 }
 
-/* Row `row` of h and dy into this work-item's hv and dv where row < end, zeros otherwise. */
-inline void load_rows(floatv *hv, floatv *dv, const __global act_t *h, const __global act_t *dy,
-                      int row, int end, int cols, int n, int t)
+/* Row `row` of h, dy and dres (NULL: none) into this work-item's hv, dv and rv where
+ * row < end, zeros otherwise. */
+inline void load_rows(floatv *hv, floatv *dv, floatv *rv, const __global act_t *h,
+                      const __global act_t *dy, const __global act_t *dres, int row, int end,
+                      int cols, int n, int t)
 {
     const bool live = row < end;
     const size_t off = (size_t)(live ? row : 0) * (size_t)cols;
@@ -370,6 +372,7 @@ inline void load_rows(floatv *hv, floatv *dv, const __global act_t *h, const __g
         const int j = t + i * T;
         hv[i] = live && j < n ? act_loadv(h + off, j) : (floatv)(0.0f);
         dv[i] = live && j < n ? act_loadv(dy + off, j) : (floatv)(0.0f);
+        rv[i] = dres != 0 && live && j < n ? act_loadv(dres + off, j) : (floatv)(0.0f);
     }
 }
 
@@ -409,10 +412,10 @@ add_rms_norm_backward_fused(const __global act_t *h, const __global float *w,
     const float inv_n = 1.0f / (float)cols, least = (float)cols * fmax(0.0f, 0x1p-60f - eps);
     const int begin = g * chunk, end = min(rows, begin + chunk);
     const int steps = (end - begin + ROWS - 1) / ROWS;
-    floatv hv[CACHE], dv[CACHE];
+    floatv hv[CACHE], dv[CACHE], rv[CACHE];
 #if PREFETCH
-    floatv hn[CACHE], dn[CACHE];
-    load_rows(hn, dn, h, dy, begin + slot, end, cols, n, t);
+    floatv hn[CACHE], dn[CACHE], rn[CACHE];
+    load_rows(hn, dn, rn, h, dy, dres, begin + slot, end, cols, n, t);
 #endif
     for (int step = 0; step < steps; step++) {
         const int row = begin + step * ROWS + slot;
@@ -423,11 +426,12 @@ add_rms_norm_backward_fused(const __global act_t *h, const __global float *w,
         for (int i = 0; i < CACHE; i++) {
             hv[i] = hn[i];
             dv[i] = dn[i];
+            rv[i] = rn[i];
         }
         if (step + 1 < steps)
-            load_rows(hn, dn, h, dy, row + ROWS, end, cols, n, t);
+            load_rows(hn, dn, rn, h, dy, dres, row + ROWS, end, cols, n, t);
 #else
-        load_rows(hv, dv, h, dy, row, end, cols, n, t);
+        load_rows(hv, dv, rv, h, dy, dres, row, end, cols, n, t);
 #endif
         /* the row's sums unscaled; where a row of the work-group (whose trees share barriers)
          * summed out of range (squares that overflowed or fell among the subnormals against an
@@ -452,7 +456,7 @@ add_rms_norm_backward_fused(const __global act_t *h, const __global float *w,
                     const floatv xhat = hv[i] * rr.x;
                     floatv d = rr.y * (wr[i] * dv[i] - xhat * sgx);
                     if (dres != 0)
-                        d += act_loadv(dres + off, j);
+                        d += rv[i];
                     act_storev(dh + off, j, d);
                     if (part != 0)
                         comp_addv(&pg[i], &pgc[i], dv[i] * xhat);
