@@ -22,9 +22,9 @@
  * error, recovered exactly, and the low part), |l| below 0.01 up to p = 2^17 with hi <= 1;
  * then cos a = cos h * (1 - l^2/2) - sin h * l and sin a = sin h * (1 - l^2/2) + cos h * l
  * (the terms in l^3 are below 2e-7 there; first order alone leaves l^2/2, up to 3e-5). cos and
- * sin of h are the full-precision built-ins, which reduce a large argument exactly: never build
- * with -cl-fast-relaxed-math or -cl-unsafe-math-optimizations, whose approximations are off by
- * far more at large arguments. What remains against the double reference, on |x| <= 1 up to
+ * sin of h come from the full-precision built-in sincos, which reduces a large argument exactly
+ * (once for both): never build with -cl-fast-relaxed-math or -cl-unsafe-math-optimizations,
+ * whose approximations are off by far more at large arguments. What remains against the double reference, on |x| <= 1 up to
  * p = 2^17: the built-ins' few ulps, the l^3 terms and the outputs' rounding, inside 2e-6.
  *
  * Work decomposition: one item per (row, group of HEADS_PER_ITEM heads, i < d/2); items are
@@ -56,7 +56,8 @@ inline float2 rope_cos_sin(int p, float2 f)
     const float pf = (float)p;
     const float h = pf * f.x;
     const float l = fma(pf, f.x, -h) + pf * f.y;
-    const float c = cos(h), s = sin(h), keep = 1.0f - 0.5f * l * l;
+    float c;
+    const float s = sincos(h, &c), keep = 1.0f - 0.5f * l * l; /* one argument reduction */
     return (float2)(c * keep - s * l, s * keep + c * l);
 }
 
@@ -76,14 +77,8 @@ rope(const __global act_t *x, __global act_t *y, const __global int *pos,
     const int step_j = (int)(gsize - step_rows * (size_t)per_row);
     for (; row < (size_t)rows; row += step_rows) {
         const int i = j % pairs, h0 = j / pairs * HEADS_PER_ITEM;
-#if FREQ_PAIRS
-        float2 cs = rope_cos_sin(pos[row], vload2(i, inv_freq));
-#else
-        float2 cs = rope_cos_sin(pos[row], (float2)(inv_freq[i], 0.0f));
-#endif
-        if (inverse)
-            cs.y = -cs.y;
         const size_t base = row * cols + (size_t)h0 * (size_t)d + (size_t)i;
+        /* the loads first, in flight while the angle is formed */
         float x0[HEADS_PER_ITEM], x1[HEADS_PER_ITEM]; /* x[i], x[i + d/2] of each head */
 #pragma unroll
         for (int k = 0; k < HEADS_PER_ITEM; k++) {
@@ -92,6 +87,13 @@ rope(const __global act_t *x, __global act_t *y, const __global int *pos,
             x0[k] = live ? act_load(x, at) : 0.0f;
             x1[k] = live ? act_load(x, at + (size_t)pairs) : 0.0f;
         }
+#if FREQ_PAIRS
+        float2 cs = rope_cos_sin(pos[row], vload2(i, inv_freq));
+#else
+        float2 cs = rope_cos_sin(pos[row], (float2)(inv_freq[i], 0.0f));
+#endif
+        if (inverse)
+            cs.y = -cs.y;
 #pragma unroll
         for (int k = 0; k < HEADS_PER_ITEM; k++) {
             const size_t at = base + (size_t)k * (size_t)d;
