@@ -259,11 +259,29 @@ static void norm_backward_free(norm_backward_data *d)
     free(d->dw_mag);
 }
 
-/* On backend b, through the public call, or with variant (not NULL) as the tuner runs it. */
-static void check_backward_on(hd_backend b, const norm_case *c, const norm_backward_data *d,
-                              const char *variant)
+/* dh and dweight (tdw NULL: none) against the reference. */
+static void check_backward_results(const char *what, const norm_case *c,
+                                   const norm_backward_data *d, hd_tensor *tdh, hd_tensor *tdw)
 {
     size_t rows = c->rows, cols = c->cols, n = rows * cols;
+    float *dh = hd_test_read(tdh);
+    expect_within(what, dh, d->dh_ref, d->dh_mag, n, norm_limit(cols));
+    free(dh);
+    if (tdw != NULL) {
+        float *dw = hd_test_read(tdw);
+        expect_within(what, dw, d->dw_ref, d->dw_mag, cols,
+                      8.0 + 4.0 * (sqrt((double)rows) + sqrt((double)cols)));
+        free(dw);
+    }
+}
+
+/* On backend b, through the public call, or with variant (not NULL) as the tuner runs it;
+ * false where the variant was refused as the tuner sees refusals (a group the compiled kernel
+ * cannot run, a build that failed): nothing to check. */
+static bool check_backward_on(hd_backend b, const norm_case *c, const norm_backward_data *d,
+                              const char *variant)
+{
+    size_t rows = c->rows, cols = c->cols;
     hd_tensor *th = hd_test_tensor(shared_ctx, rows, cols, d->h);
     hd_tensor *tw = hd_test_tensor(shared_ctx, 1, cols, d->w);
     hd_tensor *tdy = hd_test_tensor(shared_ctx, rows, cols, d->dy);
@@ -289,21 +307,17 @@ static void check_backward_on(hd_backend b, const norm_case *c, const norm_backw
             hd__call_prepare(shared_ctx, HD_OP_ADD_RMS_NORM_BACKWARD, tensors, &p, &call), HD_OK);
         s = hd__call_run_on(shared_ctx, b, &call, variant);
     }
-    hd_test_expect_ran_on(shared_ctx, s, b, what);
-    float *dh = hd_test_read(tdh);
-    expect_within(what, dh, d->dh_ref, d->dh_mag, n, norm_limit(cols));
-    free(dh);
-    if (tdw != NULL) {
-        float *dw = hd_test_read(tdw);
-        expect_within(what, dw, d->dw_ref, d->dw_mag, cols,
-                      8.0 + 4.0 * (sqrt((double)rows) + sqrt((double)cols)));
-        free(dw);
+    bool refused = variant != NULL && (s == HD_ERR_UNSUPPORTED || s == HD_ERR_BUILD);
+    if (!refused) {
+        hd_test_expect_ran_on(shared_ctx, s, b, what);
+        check_backward_results(what, c, d, tdh, tdw);
     }
     if (c->alias == 0)
         hd_tensor_destroy(tdh);
     hd_tensor *t[] = {th, tw, tdy, tdres, tdw};
     for (size_t i = 0; i < 5; i++)
         hd_tensor_destroy(t[i]);
+    return !refused;
 }
 
 static void check_backward(const norm_case *c, hd_rng *rng)
@@ -369,8 +383,10 @@ static void test_add_rms_norm_backward_variants_match_reference(void **state)
         size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED,
                                             HD_OP_ADD_RMS_NORM_BACKWARD, &shape, variants, 32);
         assert_true(count >= 8);
+        size_t ran = 0;
         for (size_t i = 0; i < count; i++)
-            check_backward_on(HD_BACKEND_FUSED, &c, &d, variants[i]);
+            ran += check_backward_on(HD_BACKEND_FUSED, &c, &d, variants[i]);
+        assert_true(ran * 2 > count); /* groups of 256 and fewer run everywhere */
         norm_backward_free(&d);
     }
     (void)state;
