@@ -65,6 +65,15 @@
 #ifndef STAGE_ARG
 #define STAGE_ARG 0
 #endif
+/* The arguments every GEMM kernel of the family takes, in the host's order (tile.c): the
+ * product, split-K's partials, the batch strides, LoRA's second product. */
+#define GEMM_PARAMS                                                                                \
+    const int m, const int n, const int k, const float alpha, __global const float *restrict a,   \
+        const int lda, __global const float *restrict b, const int ldb, const float beta,         \
+        __global float *restrict c, const int ldc, __global float *restrict part,                 \
+        const int kchunk, const int slices, const ulong stride_a, const ulong stride_b,           \
+        const ulong stride_c, __global const float *restrict a2, const int lda2,                  \
+        __global const float *restrict b2, const int ldb2, const int k2
 #if STAGE_ARG
 #define STAGE_PARAM , __local float *restrict stage_mem
 /* as[b] and bs[b], buffer b of A's and of B's stages, over the argument: A's first */

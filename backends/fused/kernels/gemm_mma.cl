@@ -121,13 +121,7 @@ MMA_UNROLL
 #endif
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
-gemm_mma(const int m, const int n, const int k, const float alpha,
-         __global const float *restrict a, const int lda, __global const float *restrict b,
-         const int ldb, const float beta, __global float *restrict c, const int ldc,
-         __global float *restrict part, const int kchunk, const int slices,
-         const ulong stride_a, const ulong stride_b, const ulong stride_c,
-         __global const float *restrict a2, const int lda2, __global const float *restrict b2,
-         const int ldb2, const int k2 STAGE_PARAM)
+gemm_mma(GEMM_PARAMS STAGE_PARAM)
 {
     STAGE_ARRAYS(BUFFERS, AS_SIZE, BS_SIZE);
 #if MMA_EMULATE

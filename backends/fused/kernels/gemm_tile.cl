@@ -133,13 +133,7 @@ static inline void tile_stage(const gemm_pairs *q, int s, int stages, int m0, in
 }
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
-gemm_tile(const int m, const int n, const int k, const float alpha,
-          __global const float *restrict a, const int lda, __global const float *restrict b,
-          const int ldb, const float beta, __global float *restrict c, const int ldc,
-          __global float *restrict part, const int kchunk, const int slices, const ulong stride_a,
-          const ulong stride_b, const ulong stride_c, __global const float *restrict a2,
-          const int lda2, __global const float *restrict b2, const int ldb2,
-          const int k2 STAGE_PARAM)
+gemm_tile(GEMM_PARAMS STAGE_PARAM)
 {
     STAGE_ARRAYS(BUFFERS, AS_SIZE, BS_SIZE);
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);

@@ -151,14 +151,7 @@ static inline void tensor_map_acquire(__global const ulong *map)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
-gemm_wgmma_tma(const int m, const int n, const int k, const float alpha,
-               __global const float *restrict a, const int lda, __global const float *restrict b,
-               const int ldb, const float beta, __global float *restrict c, const int ldc,
-               __global float *restrict part, const int kchunk, const int slices,
-               const ulong stride_a, const ulong stride_b, const ulong stride_c,
-               __global const float *restrict a2, const int lda2,
-               __global const float *restrict b2, const int ldb2, const int k2,
-               __global const ulong *map_a, __global const ulong *map_b,
+gemm_wgmma_tma(GEMM_PARAMS, __global const ulong *map_a, __global const ulong *map_b,
                __global const ulong *map_a2, __global const ulong *map_b2,
                __local float *restrict stage_mem)
 {

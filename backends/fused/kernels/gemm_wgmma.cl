@@ -408,13 +408,7 @@ static inline void wgmma_step_rs_emulated(float *d, const uint *fr, __local floa
 #endif
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
-gemm_wgmma(const int m, const int n, const int k, const float alpha,
-           __global const float *restrict a, const int lda, __global const float *restrict b,
-           const int ldb, const float beta, __global float *restrict c, const int ldc,
-           __global float *restrict part, const int kchunk, const int slices,
-           const ulong stride_a, const ulong stride_b, const ulong stride_c,
-           __global const float *restrict a2, const int lda2, __global const float *restrict b2,
-           const int ldb2, const int k2 STAGE_PARAM)
+gemm_wgmma(GEMM_PARAMS STAGE_PARAM)
 {
 /* A_STAGE(s), B_STAGE(s): the buffers of stage s. With AREG, A never enters local memory
  * (copy_stage copies B alone): no buffer, but the emulation's scratch of one A step. */

@@ -24,8 +24,9 @@
  * (the terms in l^3 are below 2e-7 there; first order alone leaves l^2/2, up to 3e-5). cos and
  * sin of h come from the full-precision built-in sincos, which reduces a large argument exactly
  * (once for both): never build with -cl-fast-relaxed-math or -cl-unsafe-math-optimizations,
- * whose approximations are off by far more at large arguments. What remains against the double reference, on |x| <= 1 up to
- * p = 2^17: the built-ins' few ulps, the l^3 terms and the outputs' rounding, inside 2e-6.
+ * whose approximations are off by far more at large arguments. What remains against the double
+ * reference, on |x| <= 1 up to p = 2^17: the built-ins' few ulps, the l^3 terms and the
+ * outputs' rounding, inside 2e-6.
  *
  * Work decomposition: one item per (row, group of HEADS_PER_ITEM heads, i < d/2); items are
  * numbered i fastest, then the head group, then the row, so that neighbouring work-items read
