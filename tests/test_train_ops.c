@@ -31,8 +31,8 @@
 #ifdef HD_HAVE_OPENCL
 #include "backends/fused/internal.h"
 #include "dispatch/context.h"
-#include "dispatch/tools.h"
 #endif
+#include "dispatch/tools.h"
 #include "tests/testlib.h"
 
 #define U 0x1p-24
