@@ -113,7 +113,7 @@ void hd__op_tensor_shape(hd_op op, int i, const hd_shape *shape, size_t *rows, s
 /* Floats held by every tensor of one call. */
 double hd__op_elements(hd_op op, const hd_shape *shape);
 /* The fewest bytes one call moves: each tensor once, an output that every call reads first
- * (hd_tensor read_too: hd_add's y) twice. GEMM's C with beta != 0 counts once: the shape does
+ * (hd_op_tensor.read_too: hd_add's y) twice. GEMM's C with beta != 0 counts once: the shape does
  * not say whether it is read. */
 double hd__op_bytes(hd_op op, const hd_shape *shape);
 double hd__op_flops(hd_op op, const hd_shape *shape);

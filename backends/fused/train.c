@@ -123,7 +123,7 @@ static bool single_pass_params(const hd_fused *f, const hd_fused_params *p, size
 }
 
 /* Whether the single pass loads a slot's next row during this one's reductions: the variant's
- * PREFETCH, else where the group is small enough for twice the registers of h and dy (the
+ * PREFETCH, else where the group is small enough for twice the registers of h, dy and dres (the
  * largest slots do not have them). */
 static bool single_pass_prefetch(const hd_fused_params *one)
 {
