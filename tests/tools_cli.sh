@@ -321,6 +321,19 @@ assert got == want, got
 assert all(r["status"] == "ok" for r in d["results"] if r["backend"] in ("cpu", "auto")), d
 ' "$dir/user.json" || fail "--shapes run: the file's cases, and them alone"
 
+# A case the library refuses (RoPE whose head_dim, twice the pairs, does not divide the
+# columns) is an error record whose note is the library's message.
+printf 'rope 7 24 8\n' >"$dir/refused.txt"
+HD_DISABLE_OPENCL=1 "$bench" --shapes "$dir/refused.txt" --backends cpu --modes device \
+    --repeats 1 --max-runs 1 --warmup 1 --rounds 1 --cache "$dir/none.txt" \
+    --json "$dir/refused.json" >/dev/null 2>&1 || fail "--shapes run of a refused case"
+python3 -c '
+import json, sys
+r = [r for r in json.load(open(sys.argv[1]))["results"] if r["backend"] == "cpu"][0]
+assert r["status"] == "error", r
+assert "head_dim 16 must be even, > 0 and divide the 24 columns" in r["note"], r
+' "$dir/refused.json" || fail "a refused case: its error record lacks the library's message"
+
 # Ctrl-C: the bench writes the JSON of the cases it finished, the tuner keeps its cache.
 interrupt 3 "$bench" --suites ci,seed --budget-ms 2000 --json "$dir/int.json"
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$dir/int.json" ||
