@@ -359,8 +359,9 @@ static void test_add_rms_norm_backward_matches_reference(void **state)
 }
 
 /* Every variant the fused backend lists for the tuner, run as the tuner runs it (no
- * fallback), on rows its single pass holds (a group's chunk of rows whole, short and empty)
- * and on rows too long for it, with dres and dweight. */
+ * fallback), on rows its single pass holds (chunks of several rows with a shorter last one, a
+ * single row) and on rows too long for it (5003 columns), with dres and dweight, dh apart and
+ * over dy or dres. */
 static void test_add_rms_norm_backward_variants_match_reference(void **state)
 {
     if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
