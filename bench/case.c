@@ -208,8 +208,16 @@ hd_status hd__bench_instance_use(hd_bench_instance *inst, hd_backend b)
 
 void hd__bench_instance_release(hd_bench_instance *inst)
 {
-    if (inst->adamw == NULL)
-        hd_context_set_backend(inst->ctx, inst->c.op, HD_BACKEND_AUTO);
+    if (inst->adamw != NULL)
+        return;
+    /* hd_context_set_backend clears the context's last error, which holds the message of a
+     * call that failed before the release: kept for the caller to report */
+    hd_report *report = hd__report(inst->ctx);
+    char kept[HD_ERROR_CAPACITY];
+    size_t len = strlen(report->last_error) + 1;
+    memcpy(kept, report->last_error, len);
+    hd_context_set_backend(inst->ctx, inst->c.op, HD_BACKEND_AUTO);
+    memcpy(report->last_error, kept, len);
 }
 
 hd_status hd__bench_instance_run(hd_context *ctx, void *user, size_t set)

@@ -69,7 +69,8 @@ void hd__bench_instance_destroy(hd_bench_instance *inst);
 /* The calls that follow run on backend b (HD_BACKEND_AUTO: the dispatcher's choice): the op
  * forced to b, or an AdamW case's tensors placed where b runs (hd__bench_adamw_place). Returns
  * HD_OK, or the refusal with the context's message. hd__bench_instance_release() undoes it:
- * the op no longer forced (an AdamW case's tensors stay where they are). */
+ * the op no longer forced (an AdamW case's tensors stay where they are), the context's last
+ * error kept. */
 hd_status hd__bench_instance_use(hd_bench_instance *inst, hd_backend b);
 void hd__bench_instance_release(hd_bench_instance *inst);
 

@@ -753,12 +753,11 @@ static bool measure_round(bench_state *st, hd_bench_instance *inst, hd_bench_rec
     cfg.reset = hd__bench_instance_reset;
     hd_measure_result res;
     hd_status s = hd__measure(st->ctx, &cfg, hd__bench_instance_run, inst, &res);
-    if (s != HD_OK) /* before the release, whose set-backend call clears the message */
-        snprintf(r->note, sizeof r->note, "%s mode: %s", hd__measure_mode_name(m),
-                 hd_context_last_error(st->ctx));
     hd__bench_instance_release(inst);
     if (s != HD_OK) {
         r->state = HD_BENCH_ERROR;
+        snprintf(r->note, sizeof r->note, "%s mode: %s", hd__measure_mode_name(m),
+                 hd_context_last_error(st->ctx));
         return false;
     }
     if (b != HD_BACKEND_AUTO && res.ran_on != b) {
@@ -961,9 +960,6 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
     if (s == HD_OK)
         s = hd__bench_instance_check(inst, &r->check);
     r->ran_on = hd_context_last_backend(st->ctx);
-    char error[200] = ""; /* taken before the release, whose set-backend call clears it */
-    if (s != HD_OK)
-        snprintf(error, sizeof error, "%.180s", hd_context_last_error(st->ctx));
     hd__bench_instance_release(inst);
     /* A backend far slower than the estimate (PoCL running CLBlast, say) is caught here, by
      * the time its checked call really took. */
@@ -973,7 +969,7 @@ static bool check_backend(bench_state *st, hd_bench_instance *inst, const char *
         snprintf(r->note, sizeof r->note, "interrupted");
     } else if (s != HD_OK) {
         r->state = HD_BENCH_ERROR;
-        snprintf(r->note, sizeof r->note, "%s", error);
+        snprintf(r->note, sizeof r->note, "%.180s", hd_context_last_error(st->ctx));
     } else if (b != HD_BACKEND_AUTO && r->ran_on != b) {
         r->state = HD_BENCH_NA;
         snprintf(r->note, sizeof r->note, "declined; the call fell back to %s",
