@@ -541,26 +541,28 @@ void hd__op_tensor_shape(hd_op op, int i, const hd_shape *s, size_t *rows, size_
     *cols = swap ? r : c;
 }
 
-double hd__op_elements(hd_op op, const hd_shape *s)
+/* The floats of every tensor of one call, those of an output it also reads twice where
+ * reads_too (the floats it moves). */
+static double tensor_floats(hd_op op, const hd_shape *s, bool reads_too)
 {
     double sum = 0.0;
     for (int i = 0; i < hd__op(op)->tensor_count; i++) {
         size_t r, c;
         hd__op_tensor_shape(op, i, s, &r, &c);
-        sum += (double)r * (double)c;
+        bool twice = reads_too && hd__op(op)->tensors[i].read_too;
+        sum += (double)r * (double)c * (twice ? 2.0 : 1.0);
     }
     return sum;
 }
 
+double hd__op_elements(hd_op op, const hd_shape *s)
+{
+    return tensor_floats(op, s, false);
+}
+
 double hd__op_bytes(hd_op op, const hd_shape *s)
 {
-    double sum = 0.0;
-    for (int i = 0; i < hd__op(op)->tensor_count; i++) {
-        size_t r, c;
-        hd__op_tensor_shape(op, i, s, &r, &c);
-        sum += (double)r * (double)c * (hd__op(op)->tensors[i].read_too ? 2.0 : 1.0);
-    }
-    return 4.0 * sum;
+    return 4.0 * tensor_floats(op, s, true);
 }
 
 double hd__op_flops(hd_op op, const hd_shape *s)
