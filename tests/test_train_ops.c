@@ -628,7 +628,9 @@ static void ce_free(ce_data *d)
     free(d->dl_mag);
 }
 
-static void check_ce_on(hd_backend b, const ce_case *c, const ce_data *d)
+/* On backend b, through the public call, or with variant (not NULL) as the tuner runs it;
+ * false where the variant was refused (HD_ERR_UNSUPPORTED, HD_ERR_BUILD): nothing to check. */
+static bool check_ce_on(hd_backend b, const ce_case *c, const ce_data *d, const char *variant)
 {
     size_t n = c->rows * c->vocab;
     hd_tensor *tl = hd_test_tensor(shared_ctx, c->rows, c->vocab, d->logits);
@@ -636,16 +638,30 @@ static void check_ce_on(hd_backend b, const ce_case *c, const ce_data *d)
     hd_tensor *tdl = !c->dlogits   ? NULL
                      : c->in_place ? tl
                                    : hd_test_tensor(shared_ctx, c->rows, c->vocab, NULL);
-    char what[200];
-    snprintf(what, sizeof what, "cross_entropy on %s, %zu x %zu, logits %d, ignored %d%s%s",
-             hd_backend_name(b), c->rows, c->vocab, (int)c->dist, (int)c->ignored,
-             c->in_place ? ", in place" : "", c->dlogits ? "" : ", no dlogits");
-    hd_test_expect_ran_on(
-        shared_ctx, hd_cross_entropy(shared_ctx, tl, d->targets, IGNORE, tloss, tdl), b, what);
-    float *loss = hd_test_read(tloss);
-    expect_within(what, loss, &d->loss_ref, &d->loss_mag, 1, 1.0);
-    free(loss);
-    if (tdl != NULL) {
+    char what[240];
+    snprintf(what, sizeof what, "cross_entropy on %s (%s), %zu x %zu, logits %d, ignored %d%s%s",
+             hd_backend_name(b), variant != NULL ? variant : "its choice", c->rows, c->vocab,
+             (int)c->dist, (int)c->ignored, c->in_place ? ", in place" : "",
+             c->dlogits ? "" : ", no dlogits");
+    hd_status s;
+    if (variant == NULL) {
+        s = hd_cross_entropy(shared_ctx, tl, d->targets, IGNORE, tloss, tdl);
+    } else {
+        const hd_tensor *tensors[] = {tl, tloss, tdl};
+        hd_op_params p = {.ids = d->targets, .ignore_index = IGNORE};
+        hd_call call;
+        assert_int_equal(hd__call_prepare(shared_ctx, HD_OP_CROSS_ENTROPY, tensors, &p, &call),
+                         HD_OK);
+        s = hd__call_run_on(shared_ctx, b, &call, variant);
+    }
+    bool refused = variant != NULL && (s == HD_ERR_UNSUPPORTED || s == HD_ERR_BUILD);
+    if (!refused) {
+        hd_test_expect_ran_on(shared_ctx, s, b, what);
+        float *loss = hd_test_read(tloss);
+        expect_within(what, loss, &d->loss_ref, &d->loss_mag, 1, 1.0);
+        free(loss);
+    }
+    if (!refused && tdl != NULL) {
         float *dl = hd_test_read(tdl);
         expect_within(what, dl, d->dl_ref, d->dl_mag, n, 1.0);
         if (c->ignored == IGNORE_ALL)
@@ -656,6 +672,7 @@ static void check_ce_on(hd_backend b, const ce_case *c, const ce_data *d)
         hd_tensor_destroy(tdl);
     hd_tensor_destroy(tl);
     hd_tensor_destroy(tloss);
+    return !refused;
 }
 
 static void check_ce(const ce_case *c, hd_rng *rng)
@@ -667,7 +684,7 @@ static void check_ce(const ce_case *c, hd_rng *rng)
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         if (!hd_test_use_backend(shared_ctx, HD_OP_CROSS_ENTROPY, train_backends[bi]))
             continue;
-        check_ce_on(train_backends[bi], c, &d);
+        check_ce_on(train_backends[bi], c, &d, NULL);
         hd_test_release_backend(shared_ctx, HD_OP_CROSS_ENTROPY);
     }
     ce_free(&d);
@@ -710,6 +727,97 @@ static void test_cross_entropy_at_extreme_logits(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_ce(&cases[i], &rng);
+    (void)state;
+}
+
+/* The cluster kernel (a row held in the registers of CLUSTER work-groups): every variant the
+ * tuner lists and others, on vocabularies of 1 to several thousand that leave ranks empty or
+ * short, in place and apart, with ignored rows, +-1e4 logits and -inf masks. Where the device
+ * has no thread-block clusters, one work-group plays each (CLUSTER_EMULATE) and CLUSTER=1
+ * runs as it is. */
+static void test_cross_entropy_cluster_variants_match_reference(void **state)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    bool emulating = f->clusters < HD_RT_CLUSTER_MAX;
+    f->clusters_emulated = emulating;
+    hd_rng rng = hd_test_rng(14);
+    const ce_case cases[] = {
+        {1, 1, LOGITS_NORMAL, IGNORE_NONE, false, false, true},
+        {3, 5, LOGITS_NORMAL, IGNORE_SOME, false, true, true},
+        {7, 37, LOGITS_NORMAL, IGNORE_SOME, false, false, true},
+        {5, 1000, LOGITS_NORMAL, IGNORE_SOME, false, false, false},
+        {9, 3001, LOGITS_WIDE, IGNORE_SOME, false, true, true},
+        {4, 8192, LOGITS_MASKED, IGNORE_NONE, true, true, true},
+        {3, 7, LOGITS_NORMAL, IGNORE_ALL, false, true, true},
+    };
+    static const char *const extra[] = {"CLUSTER=1 WG=64",         "CLUSTER=2 WG=32",
+                                        "CLUSTER=4 WG=128 CACHE=16", "CLUSTER=8 WG=32 VEC=1",
+                                        "CLUSTER=8 WG=64 CACHE=4"};
+    size_t ran = 0, tried = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const ce_case *c = &cases[i];
+        ce_data d = {.rows = c->rows, .vocab = c->vocab};
+        d.targets = random_targets(&rng, c->rows, c->vocab, c->ignored);
+        d.logits = random_logits(&rng, c, d.targets);
+        ce_reference(&d);
+        hd_shape shape = {.dim = {c->rows, c->vocab}};
+        const char *variants[40];
+        size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED, HD_OP_CROSS_ENTROPY,
+                                            &shape, variants, 32);
+        for (size_t e = 0; e < sizeof extra / sizeof extra[0]; e++)
+            variants[count++] = extra[e];
+        for (size_t v = 0; v < count; v++) {
+            if (strstr(variants[v], "CLUSTER=") == NULL)
+                continue;
+            tried++;
+            ran += check_ce_on(HD_BACKEND_FUSED, c, &d, variants[v]);
+        }
+        ce_free(&d);
+    }
+    f->clusters_emulated = false;
+    assert_true(ran * 2 > tried); /* refused only where a row passes the registers */
+    (void)state;
+}
+
+/* CLUSTER's refusals: more work-groups than the runtime's clusters (only where it has none),
+ * a row longer than the registers hold, and ROWS beside it. */
+static void test_cross_entropy_cluster_refusals(void **state)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    hd_rng rng = hd_test_rng(15);
+    ce_case c = {2, 4096, LOGITS_NORMAL, IGNORE_NONE, false, false, true};
+    ce_data d = {.rows = c.rows, .vocab = c.vocab};
+    d.targets = random_targets(&rng, c.rows, c.vocab, c.ignored);
+    d.logits = random_logits(&rng, &c, d.targets);
+    hd_tensor *tl = hd_test_tensor(shared_ctx, c.rows, c.vocab, d.logits);
+    hd_tensor *tloss = hd_test_tensor(shared_ctx, 1, 1, NULL);
+    const hd_tensor *tensors[] = {tl, tloss, NULL};
+    hd_op_params p = {.ids = d.targets, .ignore_index = IGNORE};
+    hd_call call;
+    assert_int_equal(hd__call_prepare(shared_ctx, HD_OP_CROSS_ENTROPY, tensors, &p, &call), HD_OK);
+    if (f->clusters < 2) {
+        assert_int_equal(hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "CLUSTER=2 WG=64"),
+                         HD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(hd_context_last_error(shared_ctx), "thread-block clusters"));
+    }
+    /* 1024 vectors of 4: more than 2 work-groups of 32 hold in 8 vectors each */
+    assert_int_equal(
+        hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "CLUSTER=1 WG=32 CACHE=8"),
+        HD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(hd_context_last_error(shared_ctx), "more than CLUSTER=1"));
+    assert_int_equal(hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "CLUSTER=1 WG=256 ROWS=4"),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(shared_ctx), "ROWS=4"));
+    assert_int_equal(hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "CLUSTER=3"),
+                     HD_ERR_INVALID_ARGUMENT);
+    hd_tensor_destroy(tl);
+    hd_tensor_destroy(tloss);
+    free(d.logits);
+    free(d.targets);
     (void)state;
 }
 
@@ -1513,6 +1621,8 @@ int main(void)
         cmocka_unit_test(test_add_rms_norm_backward_of_no_rows_zeroes_dweight),
         cmocka_unit_test(test_cross_entropy_matches_reference),
         cmocka_unit_test(test_cross_entropy_at_extreme_logits),
+        cmocka_unit_test(test_cross_entropy_cluster_variants_match_reference),
+        cmocka_unit_test(test_cross_entropy_cluster_refusals),
         cmocka_unit_test(test_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_linear_cross_entropy_matches_reference),
         cmocka_unit_test(test_linear_cross_entropy_in_several_chunks),

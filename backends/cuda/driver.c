@@ -54,6 +54,8 @@ static void load(void)
     {
         void *found = dlsym(driver.library, "cuTensorMapEncodeTiled");
         memcpy(&driver.cuTensorMapEncodeTiled, &found, sizeof found);
+        found = dlsym(driver.library, "cuLaunchKernelEx");
+        memcpy(&driver.cuLaunchKernelEx, &found, sizeof found);
     }
     hd_cu_result r = driver.cuInit(0);
     if (r != HD_CU_SUCCESS) {

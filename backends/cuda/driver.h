@@ -100,6 +100,26 @@ enum {
     HD_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* zeros */
 };
 
+/* cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute), with the one attribute
+ * the runtime sets: the thread-block cluster's dimensions (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION). */
+enum { HD_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
+typedef struct hd_cu_launch_attribute {
+    int id;
+    char pad[8 - sizeof(int)];
+    union {
+        char bytes[64]; /* CUlaunchAttributeValue's size */
+        struct {
+            unsigned x, y, z;
+        } cluster_dim;
+    } value;
+} hd_cu_launch_attribute;
+typedef struct hd_cu_launch_config {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+    hd_cu_stream stream;
+    hd_cu_launch_attribute *attrs;
+    unsigned attr_count;
+} hd_cu_launch_config;
+
 #define HD_CUDA_DRIVER_MEMBER(name, ret, args) ret(*name) args;
 typedef struct hd_cuda_driver {
     void *library;
@@ -111,6 +131,9 @@ typedef struct hd_cuda_driver {
                                            const unsigned long long *strides, const unsigned *box,
                                            const unsigned *element_strides, int interleave,
                                            int swizzle, int l2_promotion, int oob_fill);
+    /* CUDA 12.0 on: NULL where the driver lacks it (no thread-block clusters) */
+    hd_cu_result (*cuLaunchKernelEx)(const hd_cu_launch_config *config, hd_cu_function function,
+                                     void **params, void **extra);
 } hd_cuda_driver;
 #undef HD_CUDA_DRIVER_MEMBER
 

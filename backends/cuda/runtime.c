@@ -412,6 +412,12 @@ hd_status hd__cuda_set_arg(hd_context *ctx, hd_cuda_kernel *k, unsigned index, s
 hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const size_t groups[2],
                           size_t group)
 {
+    return hd__cuda_launch_cluster(cu, ctx, k, groups, group, 1);
+}
+
+hd_status hd__cuda_launch_cluster(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k,
+                                  const size_t groups[2], size_t group, size_t cluster)
+{
     size_t dynamic = 0;
     for (unsigned i = 0; i < k->entry->param_count; i++) {
         if (!k->set[i])
@@ -436,6 +442,11 @@ hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "CUDA runtime: %s over %zu x %zu groups of %zu is past CUDA's grid",
                          k->name, groups[0], groups[1], group);
+    if (cluster > 1 && (cluster > cu->info.clusters || groups[0] % cluster != 0))
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "CUDA runtime: %s in clusters of %zu over %zu groups: the device takes "
+                         "clusters of up to %zu that divide the groups",
+                         k->name, cluster, groups[0], cu->info.clusters);
     if (k->static_shared + dynamic > cu->info.local_mem)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "CUDA runtime: %s asks for %zu bytes of local memory, the device gives "
@@ -452,6 +463,26 @@ hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const
         k->dynamic_allowed = dynamic;
     }
     capture_open(cu);
+    if (cluster > 1) {
+        hd_cu_launch_attribute attr = {.id = HD_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+        attr.value.cluster_dim.x = (unsigned)cluster;
+        attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+        const hd_cu_launch_config config = {
+            .grid_x = (unsigned)groups[0],
+            .grid_y = (unsigned)groups[1],
+            .grid_z = 1,
+            .block_x = (unsigned)group,
+            .block_y = 1,
+            .block_z = 1,
+            .shared_bytes = (unsigned)dynamic,
+            .stream = cu->stream,
+            .attrs = &attr,
+            .attr_count = 1,
+        };
+        CHECK(cu, ctx, cu->d->cuLaunchKernelEx(&config, k->function, k->params, NULL),
+              "cuLaunchKernelEx (clusters)");
+        return HD_OK;
+    }
     CHECK(cu, ctx,
           cu->d->cuLaunchKernel(k->function, (unsigned)groups[0], (unsigned)groups[1], 1,
                                 (unsigned)group, 1, 1, (unsigned)dynamic, cu->stream, k->params,
@@ -615,6 +646,7 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         .nv_minor = minor,
         .nv_options = compiled.nv_options,
         .tensor_maps = major >= 9 && cu->d->cuTensorMapEncodeTiled != NULL,
+        .clusters = major >= 9 && cu->d->cuLaunchKernelEx != NULL ? HD_RT_CLUSTER_MAX : 0,
     };
     hd__pool_init(&cu->pool, cu, pool_alloc, pool_free, total);
     return HD_OK;

@@ -102,6 +102,9 @@ typedef struct hd_fused {
     bool mma_broken;    /* their build failed here: the fp32 kernels run instead */
     bool fma_async_broken; /* the FMA kernel's cp.async build failed: register staging */
     bool mma_emulated;  /* tests only: the tensor-core kernels' OpenCL C stand-in for the PTX */
+    size_t clusters;    /* work-groups of a thread-block cluster at most (hd__rt_launch_cluster);
+                           0: none */
+    bool clusters_emulated; /* tests only: cluster kernels as one work-group playing each */
     bool wgmma;         /* NVIDIA compute capability 9.0: the warpgroup kernel may be built */
     bool wgmma_broken;  /* its build failed here: tf32 runs on the mma.sync kernel */
     bool tma;           /* its stages may be copied by the Tensor Memory Accelerator
@@ -174,7 +177,7 @@ hd_fused_route hd__fused_route(const hd_fused *f, hd_op op, const hd_shape *s, h
 /* The parameter families and their -D names. Each value is 0 when the variant string leaves
  * it to the defaults. */
 typedef enum hd_fused_family {
-    HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE */
+    HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE UNITS PREFETCH CLUSTER */
     HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
     HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
     HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
@@ -189,6 +192,9 @@ typedef struct hd_fused_params {
                                  work-groups per compute unit, 0: by the rule (train.c) */
     int prefetch;             /* the same pass: 1 loads a slot's next row during this one's
                                  reductions, 0 not, -1 unset: by the rule */
+    int cluster;              /* rows family, cross-entropy: work-groups sharing a row, its
+                                 logits held in their registers (a thread-block cluster where
+                                 more than 1); 0: the looped kernel */
     int tn, ks, unroll;       /* GEMV family */
     int split;                /* LoRA: work-groups of the separate x*A launch, 0: none */
     int mr;                   /* update family (tokens per work-group) */
@@ -302,6 +308,11 @@ hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size
                                 size_t group, const hd_fused_arg *args, int count);
 hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, hd_kernel *k, const size_t groups[2],
                                 size_t group, const hd_fused_arg *args, int count);
+/* As hd__fused_launch_args, the groups in thread-block clusters of `cluster` (a divisor of
+ * groups; 1: none): HD_ERR_UNSUPPORTED where the runtime has no such clusters. */
+hd_status hd__fused_launch_cluster_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups,
+                                        size_t group, size_t cluster, const hd_fused_arg *args,
+                                        int count);
 
 /* A pooled device buffer holding bytes copied from host memory (which may be reused once this
  * returns: a call's host arrays, its ids and per-row tables), queued before what follows;

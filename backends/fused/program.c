@@ -166,8 +166,7 @@ hd_status hd__fused_launch_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size
     return hd__fused_launch_grid(f, ctx, k, (const size_t[2]){groups, 1}, group, args, count);
 }
 
-hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, hd_kernel *k, const size_t groups[2],
-                                size_t group, const hd_fused_arg *args, int count)
+static hd_status set_args(hd_context *ctx, hd_kernel *k, const hd_fused_arg *args, int count)
 {
     hd_status s = HD_OK;
     for (int i = 0; i < count && s == HD_OK; i++) {
@@ -186,7 +185,24 @@ hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, hd_kernel *k, cons
             break;
         }
     }
+    return s;
+}
+
+hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, hd_kernel *k, const size_t groups[2],
+                                size_t group, const hd_fused_arg *args, int count)
+{
+    hd_status s = set_args(ctx, k, args, count);
     return s == HD_OK ? hd__rt_launch(f->rt, ctx, k, groups, group) : s;
+}
+
+hd_status hd__fused_launch_cluster_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups,
+                                        size_t group, size_t cluster, const hd_fused_arg *args,
+                                        int count)
+{
+    hd_status s = set_args(ctx, k, args, count);
+    return s == HD_OK ? hd__rt_launch_cluster(f->rt, ctx, k, (const size_t[2]){groups, 1}, group,
+                                              cluster)
+                      : s;
 }
 
 hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,

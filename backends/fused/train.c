@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "backends/fused/internal.h"
 #include "core/op.h"
@@ -30,6 +31,10 @@
 /* The tiled engine's largest tile rows: chunks of whole tiles leave no wave of dh's product
  * (chunk rows x D, the vocabulary deep) to a row of tiles nearly empty. */
 #define LOGITS_CHUNK_ALIGN 128
+/* Cross-entropy's cluster kernel: work-items per group by the rule, and vectors each holds at
+ * most (its registers; the CACHE parameter's range). */
+#define CE_CLUSTER_GROUP     512
+#define CE_CLUSTER_CACHE_MAX 16
 
 static size_t ceil_div(size_t a, size_t b)
 {
@@ -333,23 +338,86 @@ hd_status hd__fused_add_rms_norm_backward(void *state, hd_context *ctx, const hd
 /* ---- cross-entropy ---- */
 
 /* The kernels of one call over rows of vocab logits: the rows' losses (and dlogits), then
- * their mean. CACHE does not apply: the rows are looped. */
+ * their mean. The rows kernel is the looped one (CACHE does not apply), or with CLUSTER the
+ * cluster kernel, each row held in the registers of `cluster` work-groups. */
 typedef struct ce_kernels {
     hd_fused_params p;
     hd_kernel *rows, *mean;
+    size_t cluster; /* work-groups sharing a row, 0: the looped kernel */
+    size_t launch_cluster; /* the clusters the launch asks for: 1 where emulated */
 } ce_kernels;
+
+/* The cluster kernel's parameters where the variant names CLUSTER (chosen), or without a
+ * variant the rule: a row read once from a cluster of HD_RT_CLUSTER_MAX groups where the device
+ * has such clusters and their registers hold it, the looped kernel otherwise. A variant that
+ * leaves CLUSTER out names the looped kernel. */
+static hd_status ce_cluster_params(const hd_fused *f, hd_context *ctx, size_t vocab, bool chosen,
+                                   bool ruled, hd_fused_params *p)
+{
+    if (!chosen) {
+        if (!ruled || f->clusters < HD_RT_CLUSTER_MAX) {
+            p->cluster = 0;
+            return HD_OK;
+        }
+        p->cluster = HD_RT_CLUSTER_MAX;
+        p->wg = (int)(f->device_max_group < CE_CLUSTER_GROUP ? f->device_max_group
+                                                              : CE_CLUSTER_GROUP);
+    }
+    size_t cluster = (size_t)p->cluster, nv = vocab / (size_t)p->vec;
+    size_t chunk = ceil_div(nv, cluster), cache = ceil_div(chunk, (size_t)p->wg);
+    if (chosen && p->cache > 0)
+        cache = (size_t)p->cache;
+    bool fits = chunk <= cache * (size_t)p->wg && cache <= CE_CLUSTER_CACHE_MAX;
+    if (!chosen && (!fits || vocab == 0)) {
+        p->cluster = 0;
+        return HD_OK;
+    }
+    if (cluster > 1 && cluster > f->clusters && !f->clusters_emulated)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: CLUSTER=%zu needs thread-block clusters of %zu, the device's "
+                         "runtime has %s%zu",
+                         cluster, cluster, f->clusters > 0 ? "up to " : "", f->clusters);
+    if (!fits)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: a row of %zu logits is more than CLUSTER=%zu groups of %d "
+                         "work-items hold in %zu vectors each (at most %d)",
+                         vocab, cluster, p->wg, cache, CE_CLUSTER_CACHE_MAX);
+    p->cache = (int)cache;
+    return HD_OK;
+}
 
 static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, size_t vocab,
                           ce_kernels *k)
 {
     bool cached;
-    hd_status s = hd__fused_rows_params(f, ctx, variant, vocab, &k->p, &cached);
+    hd_fused_params named; /* what the variant itself says, defaults left open */
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ROWS, variant, &named);
+    if (s == HD_OK)
+        s = hd__fused_rows_params(f, ctx, variant, vocab, &k->p, &cached);
+    if (s == HD_OK && named.cluster > 0 && named.rows > 1)
+        s = hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                      "fused: cross-entropy's CLUSTER takes a row per work-group, not ROWS=%d",
+                      named.rows);
+    if (s == HD_OK)
+        s = ce_cluster_params(f, ctx, vocab, named.cluster > 0, variant == NULL || *variant == '\0',
+                              &k->p);
     if (s != HD_OK)
         return s;
-    k->p.cache = 0;
+    if (k->p.cluster > 0)
+        k->p.rows = 1;
+    k->cluster = (size_t)k->p.cluster;
+    k->launch_cluster = f->clusters_emulated ? 1 : k->cluster;
     char options[HD_FUSED_OPTIONS_CAPACITY];
+    if (k->cluster == 0)
+        k->p.cache = 0;
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &k->p, 0, options);
-    const char *const names[] = {"cross_entropy_rows", "cross_entropy_mean"};
+    if (k->cluster > 0) {
+        size_t len = strlen(options);
+        snprintf(options + len, sizeof options - len, " -DCLUSTER=%zu%s", k->cluster,
+                 f->clusters_emulated ? " -DCLUSTER_EMULATE=1" : "");
+    }
+    const char *const names[] = {k->cluster > 0 ? "cross_entropy_cluster" : "cross_entropy_rows",
+                                 "cross_entropy_mean"};
     const size_t groups[] = {(size_t)k->p.wg, (size_t)k->p.wg};
     hd_kernel *built[2];
     s = build_first(f, ctx, HD_FUSED_CROSS_ENTROPY, options, names, groups, built, 2);
@@ -371,13 +439,28 @@ static hd_status ce_rows(hd_fused *f, hd_context *ctx, const ce_kernels *k, cons
 {
     int32_t rows = (int32_t)c->rows, cols = (int32_t)c->vocab, ignore = c->ignore_index;
     float inv = c->inv_count;
+    if (k->cluster == 0) {
+        const hd_fused_arg list[] = {
+            HD_FUSED_BUFFER(c->logits), HD_FUSED_BUFFER(c->targets), HD_FUSED_BUFFER(c->losses),
+            HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_VALUE(rows),
+            HD_FUSED_VALUE(cols),       HD_FUSED_VALUE(ignore),      HD_FUSED_VALUE(inv),
+        };
+        return hd__fused_launch_args(f, ctx, k->rows, row_groups(c->rows, &k->p), (size_t)k->p.wg,
+                                     list, 9);
+    }
+    struct hd_device_buffer *pairs = NULL; /* each rank's (m, s) of each row */
+    hd_status s = hd__fused_buffer(f, ctx, c->rows * k->cluster * 2 * sizeof(float), &pairs);
     const hd_fused_arg list[] = {
         HD_FUSED_BUFFER(c->logits), HD_FUSED_BUFFER(c->targets), HD_FUSED_BUFFER(c->losses),
-        HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_VALUE(rows),
-        HD_FUSED_VALUE(cols),       HD_FUSED_VALUE(ignore),      HD_FUSED_VALUE(inv),
+        HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_BUFFER(pairs),
+        HD_FUSED_VALUE(rows),       HD_FUSED_VALUE(cols),        HD_FUSED_VALUE(ignore),
+        HD_FUSED_VALUE(inv),
     };
-    return hd__fused_launch_args(f, ctx, k->rows, row_groups(c->rows, &k->p), (size_t)k->p.wg, list,
-                                 9);
+    if (s == HD_OK)
+        s = hd__fused_launch_cluster_args(f, ctx, k->rows, c->rows * k->launch_cluster,
+                                          (size_t)k->p.wg, k->launch_cluster, list, 10);
+    hd__fused_buffer_release(f, pairs);
+    return s;
 }
 
 /* loss = the rows' losses added in a fixed order, times inv_count: one work-group. */
@@ -645,7 +728,9 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
 
 /* Rows family variants: the forward's register capacity and group shapes; the backward's and
  * cross-entropy's looped kernels, where CACHE does not apply; the backward's single pass, which
- * sizes its own slots and takes UNITS and PREFETCH alone. */
+ * sizes its own slots and takes UNITS and PREFETCH alone; cross-entropy's cluster kernel, whose
+ * CACHE follows from the vocabulary (refused where its registers cannot hold a row, or the
+ * device has no clusters of that size). */
 static const struct {
     hd_op op;
     const char *text;
@@ -669,6 +754,12 @@ static const struct {
     {HD_OP_CROSS_ENTROPY, "WG=1024 ROWS=1", 1024},
     {HD_OP_CROSS_ENTROPY, "WG=128 ROWS=1", 128},
     {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=4", 256},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=512", 512},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=256", 256},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=1024", 1024},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=1024", 1024},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=1024", 1024},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=256", 256},
 };
 
 size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *s, const char **out,

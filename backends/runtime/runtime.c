@@ -357,6 +357,20 @@ hd_status hd__rt_launch(hd_runtime *rt, hd_context *ctx, hd_kernel *k, const siz
     return hd__cl_launch(rt->cl, ctx, k->cl, groups, group);
 }
 
+hd_status hd__rt_launch_cluster(hd_runtime *rt, hd_context *ctx, hd_kernel *k,
+                                const size_t groups[2], size_t group, size_t cluster)
+{
+    if (cluster <= 1)
+        return hd__rt_launch(rt, ctx, k, groups, group);
+#ifdef HD_HAVE_CUDA_RUNTIME
+    if (ON_CUDA(rt))
+        return hd__cuda_launch_cluster(rt->cuda, ctx, k->cuda, groups, group, cluster);
+#endif
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "%s runtime: no thread-block clusters (a launch in clusters of %zu)",
+                     hd__rt_kind_name(rt), cluster);
+}
+
 void hd__rt_capture_begin(hd_runtime *rt)
 {
 #ifdef HD_HAVE_CUDA_RUNTIME

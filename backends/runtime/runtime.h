@@ -55,7 +55,14 @@ typedef struct hd_runtime_info {
     int nv_major, nv_minor; /* NVIDIA's compute capability; 0 elsewhere */
     bool nv_options;        /* the compiler takes NVIDIA's options (cl_nv_compiler_options) */
     bool tensor_maps;       /* hd__rt_tensor_map works: the CUDA runtime on Hopper and later */
+    size_t clusters;        /* work-groups of one thread-block cluster at most (co-scheduled,
+                               one barrier across them: hd__rt_launch_cluster); 0: none, as on
+                               OpenCL */
 } hd_runtime_info;
+
+/* The clusters a launch asks for at most: the size every Hopper device runs (CUDA's portable
+ * cluster size). */
+#define HD_RT_CLUSTER_MAX 8
 
 /* Opens the device spec names (NULL: the first GPU, else the first device; as OpenCL lists
  * them) on the runtime choice names ("auto", "opencl", "cuda"; NULL or "": $HD_RUNTIME, else
@@ -130,6 +137,12 @@ hd_status hd__rt_set_arg(hd_context *ctx, hd_kernel *k, unsigned index, size_t s
  * group x 1: get_global_id(0) runs to groups[0] * group, get_global_id(1) to groups[1]). */
 hd_status hd__rt_launch(hd_runtime *rt, hd_context *ctx, hd_kernel *k, const size_t groups[2],
                         size_t group);
+/* As hd__rt_launch, the groups in thread-block clusters of `cluster` consecutive groups along
+ * dimension 0 (groups[0] a multiple of it), which the device runs at once, so that their
+ * work-items may wait for each other (barrier.cluster). HD_ERR_UNSUPPORTED where the runtime
+ * has no clusters of that size (info.clusters). cluster 1 is hd__rt_launch. */
+hd_status hd__rt_launch_cluster(hd_runtime *rt, hd_context *ctx, hd_kernel *k,
+                                const size_t groups[2], size_t group, size_t cluster);
 
 /* An fp32 tensor of rank 1 to 3 as the Tensor Memory Accelerator (Hopper's bulk tensor copies,
  * cp.async.bulk.tensor) reads it: its sizes innermost first, the byte strides of dimensions 1

@@ -35,7 +35,11 @@
  *   cross_entropy_loss_rows: losses and lse only (evaluation): pass 1.
  *   cross_entropy_mean: loss[0] = sum of losses * inv_count; one work-group of WG.
  *
- * Tuning parameters (-D; defaults in common.cl): WG, ROWS, VEC.
+ *   cross_entropy_cluster (CLUSTER > 0): cross_entropy_rows with each row read once, held in
+ *     registers across the CLUSTER work-groups of a thread-block cluster (below).
+ *
+ * Tuning parameters (-D; defaults in common.cl): WG, ROWS, VEC; CLUSTER and CACHE for the
+ * cluster kernel.
  */
 
 /* (m, s) pairs, each standing for s * exp(m), added: the larger maximum kept. m starts at
@@ -150,3 +154,145 @@ cross_entropy_mean(const __global float *losses, __global float *loss, int rows,
     if (get_local_id(0) == 0)
         loss[0] = sum * inv_count;
 }
+
+#if CLUSTER
+/*
+ * cross_entropy_cluster: the row's logits read once. CLUSTER work-groups share a row, rank r
+ * holding vectors [r * chunk, min(nv, (r + 1) * chunk)) of it (nv = cols / VEC, chunk =
+ * ceil(nv / CLUSTER) <= WG * CACHE), work-item l the vectors l, l + WG, ... of that range, CACHE
+ * of them in registers. Each work-group finds its range's (m, s) (one exp per logit), writes it
+ * to part[row * CLUSTER + r] (float2, rows * CLUSTER of them), and waits at the cluster's
+ * barrier (release and acquire at cluster scope: every rank's pair is then visible to every
+ * other); each then adds the row's CLUSTER pairs in rank order, the same sum in every rank,
+ * and writes its range of dlogits from its registers. Global memory, not the cluster's shared
+ * memory, carries the pairs: no work-group may read another's local memory after that one
+ * exits, so a second barrier would be needed. Grid: rows * CLUSTER work-groups of WG, in
+ * clusters of CLUSTER (hd__rt_launch_cluster). CLUSTER = 1 needs no cluster (one work-group
+ * holds the row) and runs on any device.
+ *
+ * CLUSTER_EMULATE = 1: one work-group per row plays every rank in turn, with a work-group
+ * barrier for the cluster's; the same arithmetic in the same order, where no device has
+ * clusters (tests). Its registers are loaded again for the writes.
+ */
+#if ROWS != 1
+#error "cross_entropy.cl: the cluster kernel takes ROWS = 1"
+#endif
+#if CACHE < 1
+#error "cross_entropy.cl: the cluster kernel holds CACHE >= 1 vectors per work-item"
+#endif
+#ifndef CLUSTER_EMULATE
+#define CLUSTER_EMULATE 0
+#endif
+
+/* Work-item l's vectors of the range [begin, end) of row lr into x (-inf past it), and the
+ * range's (m, s) over the work-group: one exp per logit, as the maximum comes first. */
+inline float2 range_hold(const __global act_t *lr, int begin, int end, int l, floatv x[CACHE],
+                         __local float2 *red)
+{
+    floatv mv = (floatv)(-FLT_MAX);
+#pragma unroll
+    for (int c = 0; c < CACHE; c++) {
+        const int j = begin + l + c * WG;
+        x[c] = j < end ? act_loadv(lr, j) : (floatv)(-INFINITY);
+        mv = fmax(mv, x[c]); /* a NaN x leaves m, and makes s NaN below */
+    }
+    const float m = HMAX(mv);
+    floatv sv = (floatv)(0.0f);
+#pragma unroll
+    for (int c = 0; c < CACHE; c++)
+        sv += exp(x[c] - m);
+    return slot_lse((float2)(m, HSUM(sv)), red, 0, l);
+}
+
+/* dlogits of the range from the held x: (exp(x - m) / s - onehot) * inv_count, or 0 for a row
+ * not counted. */
+inline void range_write(__global act_t *dl, int begin, int end, int l, const floatv x[CACHE],
+                        bool counted, float2 ms, int target, float inv_count)
+{
+    const float inv_s = 1.0f / ms.y;
+    const int tj = counted ? target / VEC : -1;
+#if VEC == 4
+    const int tl = target % VEC;
+    const float4 hot = (float4)(tl == 0 ? 1.0f : 0.0f, tl == 1 ? 1.0f : 0.0f,
+                                tl == 2 ? 1.0f : 0.0f, tl == 3 ? 1.0f : 0.0f);
+#else
+    const float hot = 1.0f;
+#endif
+#pragma unroll
+    for (int c = 0; c < CACHE; c++) {
+        const int j = begin + l + c * WG;
+        if (j < end) {
+            floatv p = exp(x[c] - ms.x) * inv_s;
+            if (j == tj)
+                p -= hot;
+            act_storev(dl, j, counted ? p * inv_count : (floatv)(0.0f));
+        }
+    }
+}
+
+/* Every work-item of every work-group of the cluster, after the writes before it are visible
+ * to all of them; a work-group barrier where one work-group plays the cluster. */
+inline void cluster_barrier(void)
+{
+#if CLUSTER_EMULATE || CLUSTER == 1
+    barrier(CLK_GLOBAL_MEM_FENCE);
+#else
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+cross_entropy_cluster(const __global act_t *logits, const __global int *targets,
+                      __global float *losses, __global float *lse, __global act_t *dlogits,
+                      __global float2 *part, int rows, int cols, int ignore_index, float inv_count)
+{
+    __local float2 red[WG];
+    const int l = (int)get_local_id(0);
+#if CLUSTER_EMULATE
+    const int row = (int)get_group_id(0), first = 0;
+#else
+    const int row = (int)get_group_id(0) / CLUSTER, first = (int)get_group_id(0) % CLUSTER;
+#endif
+    const int target = targets[row];
+    const bool counted = target != ignore_index;
+    const int nv = counted || lse != 0 ? cols / VEC : 0; /* an ignored row unread unless lse */
+    const int chunk = (cols / VEC + CLUSTER - 1) / CLUSTER;
+    const size_t off = (size_t)row * (size_t)cols;
+    /* the target's logit, before any rank overwrites it in place */
+    const float xt = counted && first == 0 && l == 0 ? act_load(logits, off + (size_t)target) : 0.0f;
+    floatv x[CACHE];
+#if CLUSTER_EMULATE
+    for (int r = 0; r < CLUSTER; r++) {
+        const float2 ms = range_hold(logits + off, min(nv, r * chunk), min(nv, (r + 1) * chunk), l,
+                                     x, red);
+        if (l == 0)
+            part[row * CLUSTER + r] = ms;
+    }
+#else
+    const int begin = min(nv, first * chunk), end = min(nv, (first + 1) * chunk);
+    const float2 mine = range_hold(logits + off, begin, end, l, x, red);
+    if (l == 0)
+        part[row * CLUSTER + first] = mine;
+#endif
+    cluster_barrier();
+    const volatile __global float2 *pairs = part + row * CLUSTER;
+    float2 ms = (float2)(-FLT_MAX, 0.0f);
+    for (int r = 0; r < CLUSTER; r++)
+        ms = lse_combine(ms, pairs[r]);
+    if (first == 0 && l == 0)
+        write_loss(losses, lse, row, counted, ms, xt);
+    if (dlogits == 0)
+        return;
+#if CLUSTER_EMULATE
+    for (int r = 0; r < CLUSTER; r++) { /* each work-item rewrites what it reads itself */
+        const int b = min(cols / VEC, r * chunk), e = min(cols / VEC, (r + 1) * chunk);
+        range_hold(logits + off, min(nv, b), min(nv, e), l, x, red);
+        range_write(dlogits + off, b, e, l, x, counted, ms, target, inv_count);
+    }
+#else
+    range_write(dlogits + off, first * chunk, min(cols / VEC, (first + 1) * chunk), l, x, counted,
+                ms, target, inv_count);
+#endif
+}
+#endif
