@@ -116,6 +116,8 @@ check attention -DHEAD_DIM=64 -DATT_MMA=1 -DPREC=3 -DMMA_EMULATE=1
 check attention -DHEAD_DIM=64 -DATT_MMA=1 -DPREC=3 -DMMA_EMULATE=1 -DMMA_RING=1
 check adamw
 check adamw -DWG=64 -DELEMS=1
+check adamw -DSLOTS=16
+check adamw -DSLOTS=32 -DELEMS=8
 
 # The tiled GEMM: tile.c's options, the FMA kernel in every transpose.
 for ta in 0 1; do

@@ -1144,11 +1144,15 @@ static void test_linear_cross_entropy_gradient_matches_finite_differences(void *
 
 /* ---- AdamW ---- */
 
-/* More tensors than the fused kernels take in one launch (8), of 1 to 5000 elements. */
-#define ADAMW_TENSORS 11
+/* More tensors than the fused kernels take in one launch (8, 16 or 32 by the device's
+ * parameter space), of 1 to 5000 elements. */
+#define ADAMW_TENSORS 37
 static const size_t adamw_shapes[ADAMW_TENSORS][2] = {
-    {1, 1},    {50, 100}, {1, 4099}, {7, 13},   {64, 16},  {3, 1},
-    {1, 5000}, {2, 2},    {17, 29},  {1, 1024}, {4, 1250},
+    {1, 1},    {50, 100}, {1, 4099}, {7, 13},  {64, 16},  {3, 1},   {1, 5000}, {2, 2},
+    {17, 29},  {1, 1024}, {4, 1250}, {1, 2},   {9, 9},    {33, 31}, {1, 257},  {2, 1023},
+    {5, 5},    {1, 3},    {16, 64},  {1, 1},   {13, 17},  {8, 128}, {1, 4096}, {3, 331},
+    {2, 7},    {1, 11},   {40, 25},  {1, 999}, {6, 6},    {1, 1},   {19, 23},  {2, 512},
+    {1, 4},    {7, 7},    {1, 65},   {3, 3},   {11, 101},
 };
 
 typedef enum clip_mode {

@@ -23,6 +23,9 @@
 /* The alignment of each __local argument in dynamic shared memory, as ptx.c declares its
  * base. */
 #define HD_CUDA_LOCAL_ALIGN 128
+/* A kernel's parameters at most: the driver API's classic limit (later drivers allow more for
+ * newer PTX, which the OpenCL compiler's PTX does not declare). */
+#define HD_CUDA_PARAM_BYTES 4096
 
 /* Tensor maps in device memory: HD_CUDA_MAP_SLOTS of them, each map in one of the
  * HD_CUDA_MAP_WAYS slots of the set its description's hash names. */
@@ -642,6 +645,8 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         .compute_units = (size_t)units,
         .local_mem = (size_t)(optin > shared ? optin : shared),
         .static_local = compiled.static_local, /* what the OpenCL compiler lets a kernel declare */
+        .param_bytes = compiled.param_bytes < HD_CUDA_PARAM_BYTES ? compiled.param_bytes
+                                                               : HD_CUDA_PARAM_BYTES,
         .nv_major = major,
         .nv_minor = minor,
         .nv_options = compiled.nv_options,

@@ -1,10 +1,11 @@
 /*
- * AdamW over many tensors on the device (kernels/adamw.cl): the tensors in batches of up to
- * eight, one launch each. With the norm measured (clipping, or grad_norm wanted): each batch's
- * sums of squares into one partials buffer, the norm from all of them in one work-group (into
- * grad_norm, or a scratch float), then the updates, which read it where they clip. Every
- * kernel is built and every buffer taken before the first launch; the parameters are written
- * by the updates alone, so a failure before the first of them leaves the step for the host.
+ * AdamW over many tensors on the device (kernels/adamw.cl): the tensors in batches of as many
+ * as a launch's parameters hold (SLOTS: 32, 16 or 8), one launch each. With the norm measured
+ * (clipping, or grad_norm wanted): each batch's sums of squares into one partials buffer, the
+ * last work-group of them adding them into the norm (into grad_norm, or a scratch float), then
+ * the updates, which read it where they clip. Every kernel is built and every buffer taken
+ * before the first launch; the parameters are written by the updates alone, so a failure
+ * before the first of them leaves the step for the host.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -12,35 +13,46 @@
 
 #include "backends/fused/internal.h"
 
-#define ADAMW_SLOTS 8 /* tensors per launch: the kernels' eight slots */
+#define ADAMW_SLOTS_MAX 32 /* tensors per launch at most: adamw.cl's largest SLOTS */
 /* Work-items per group and elements per work-item (adamw.cl's WG and ELEMS defaults). */
 #define ADAMW_WG    256
 #define ADAMW_ELEMS 4
-
-/* An int8 argument of the kernels (OpenCL C's vector of eight ints: 32 bytes, so aligned). */
-typedef struct adamw_int8 {
-    _Alignas(32) int32_t s[ADAMW_SLOTS];
-} adamw_int8;
+/* The update's arguments: per slot 4 buffers and 2 ints; after them 8 floats, a buffer and a
+ * float. */
+#define UPDATE_SLOT_BYTES  (4 * sizeof(hd_devmem) + 2 * sizeof(int32_t))
+#define UPDATE_FIXED_BYTES (9 * sizeof(float) + sizeof(hd_devmem))
 
 /* One launch's tensors: lens and the first work-group of each (unused slots empty, starting
  * where the groups end). */
 typedef struct adamw_batch {
     size_t first, count;
-    adamw_int8 lens, starts;
+    int32_t lens[ADAMW_SLOTS_MAX], starts[ADAMW_SLOTS_MAX];
     size_t groups;
 } adamw_batch;
 
 typedef struct adamw_plan {
     size_t wg, span; /* span: elements per work-group */
+    size_t slots;    /* tensors per launch */
     size_t batch_count, partials;
     adamw_batch *batches;
-    hd_kernel *sumsq, *norm, *update;
+    hd_kernel *norm, *update;
     struct hd_device_buffer *part, *total_scratch;
+    hd_devmem count;
 } adamw_plan;
 
 static size_t ceil_div(size_t a, size_t b)
 {
     return (a + b - 1) / b;
+}
+
+/* The most tensors a launch takes: the largest of adamw.cl's SLOTS whose update arguments fit
+ * the device's parameter space (OpenCL guarantees 1 KiB: 16; NVIDIA's 4 KiB: 32). */
+static size_t slots_for(const hd_fused *f)
+{
+    size_t slots = ADAMW_SLOTS_MAX;
+    while (slots > 8 && slots * UPDATE_SLOT_BYTES + UPDATE_FIXED_BYTES > f->param_bytes)
+        slots /= 2;
+    return slots;
 }
 
 /* The batches' lens, starts and groups; HD_ERR_UNSUPPORTED where a tensor or a launch passes
@@ -50,18 +62,18 @@ static hd_status plan_batches(hd_context *ctx, const hd_adamw_args *a, adamw_pla
     pl->partials = 0;
     for (size_t b = 0; b < pl->batch_count; b++) {
         adamw_batch *bt = &pl->batches[b];
-        bt->first = b * ADAMW_SLOTS;
-        bt->count = a->count - bt->first < ADAMW_SLOTS ? a->count - bt->first : ADAMW_SLOTS;
+        bt->first = b * pl->slots;
+        bt->count = a->count - bt->first < pl->slots ? a->count - bt->first : pl->slots;
         size_t groups = 0;
-        for (size_t k = 0; k < ADAMW_SLOTS; k++) {
+        for (size_t k = 0; k < pl->slots; k++) {
             size_t n = k < bt->count ? hd__tensor_count(a->params[bt->first + k]) : 0;
             if (n > (size_t)INT_MAX - pl->span || groups > (size_t)INT_MAX - ceil_div(n, pl->span))
                 return hd__error(ctx, HD_ERR_UNSUPPORTED,
                                  "fused: adamw's tensor %zu of %zu elements passes the kernels' "
                                  "int indices",
                                  bt->first + k, n);
-            bt->lens.s[k] = (int32_t)n;
-            bt->starts.s[k] = (int32_t)groups;
+            bt->lens[k] = (int32_t)n;
+            bt->starts[k] = (int32_t)groups;
             groups += ceil_div(n, pl->span);
         }
         bt->groups = groups;
@@ -76,19 +88,17 @@ static hd_status plan_batches(hd_context *ctx, const hd_adamw_args *a, adamw_pla
 static hd_status build_kernels(hd_fused *f, hd_context *ctx, bool measure, adamw_plan *pl)
 {
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d", pl->wg, ADAMW_ELEMS);
+    snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DSLOTS=%zu", pl->wg,
+             ADAMW_ELEMS, pl->slots);
     hd_status s =
         hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_update", pl->wg, &pl->update);
-    if (s == HD_OK && measure)
-        s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_grad_sumsq", pl->wg,
-                             &pl->sumsq);
     if (s == HD_OK && measure)
         s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_grad_norm", pl->wg, &pl->norm);
     return s;
 }
 
-/* Everything that can refuse the step: the batches, the kernels, the partials and the norm's
- * scratch where no grad_norm receives it. */
+/* Everything that can refuse the step: the batches, the kernels, the partials, the arrival
+ * counter and the norm's scratch where no grad_norm receives it. */
 static hd_status prepare(hd_fused *f, hd_context *ctx, const hd_adamw_args *a, bool measure,
                          adamw_plan *pl)
 {
@@ -96,7 +106,8 @@ static hd_status prepare(hd_fused *f, hd_context *ctx, const hd_adamw_args *a, b
     while (pl->wg > f->device_max_group) /* the norm's tree takes a power of two */
         pl->wg /= 2;
     pl->span = pl->wg * ADAMW_ELEMS;
-    pl->batch_count = ceil_div(a->count, ADAMW_SLOTS);
+    pl->slots = slots_for(f);
+    pl->batch_count = ceil_div(a->count, pl->slots);
     pl->batches = malloc((pl->batch_count > 0 ? pl->batch_count : 1) * sizeof *pl->batches);
     if (pl->batches == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: adamw's batches of %zu tensors",
@@ -106,6 +117,8 @@ static hd_status prepare(hd_fused *f, hd_context *ctx, const hd_adamw_args *a, b
         s = build_kernels(f, ctx, measure, pl);
     if (s == HD_OK && measure)
         s = hd__fused_buffer(f, ctx, pl->partials * sizeof(float), &pl->part);
+    if (s == HD_OK && measure)
+        s = hd__fused_arrival_counter(f, ctx, &pl->count);
     if (s == HD_OK && measure && a->grad_norm == NULL)
         s = hd__fused_buffer(f, ctx, sizeof(float), &pl->total_scratch);
     return s;
@@ -119,34 +132,48 @@ static const struct hd_device_buffer *slot_buffer(const hd_tensor *const *list,
     return list[bt->first + (k < bt->count ? k : 0)]->state->device;
 }
 
+enum { NORM_ARGS = 3 * ADAMW_SLOTS_MAX + 5, UPDATE_ARGS = 6 * ADAMW_SLOTS_MAX + 10 };
+
+/* The norm's fixed arguments, which outlive each launch. */
+typedef struct norm_scalars {
+    int32_t part0, groups;
+} norm_scalars;
+
 static hd_status launch_sumsq(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
-                              const adamw_plan *pl, adamw_batch *bt, int32_t part0)
+                              const adamw_plan *pl, const adamw_batch *bt, const norm_scalars *n,
+                              const struct hd_device_buffer *total)
 {
-    hd_fused_arg list[ADAMW_SLOTS + 4];
-    for (size_t k = 0; k < ADAMW_SLOTS; k++)
-        list[k] = HD_FUSED_BUFFER(slot_buffer(a->grads, bt, k));
-    list[ADAMW_SLOTS] = HD_FUSED_VALUE(bt->lens);
-    list[ADAMW_SLOTS + 1] = HD_FUSED_VALUE(bt->starts);
-    list[ADAMW_SLOTS + 2] = HD_FUSED_BUFFER(pl->part);
-    list[ADAMW_SLOTS + 3] = HD_FUSED_VALUE(part0);
-    return hd__fused_launch_args(f, ctx, pl->sumsq, bt->groups, pl->wg, list, ADAMW_SLOTS + 4);
+    const struct hd_device_buffer count = {.mem = pl->count, .bytes = sizeof(int32_t)};
+    hd_fused_arg list[NORM_ARGS];
+    int at = 0;
+    for (size_t k = 0; k < pl->slots; k++) {
+        list[at++] = HD_FUSED_BUFFER(slot_buffer(a->grads, bt, k));
+        list[at++] = HD_FUSED_VALUE(bt->lens[k]);
+        list[at++] = HD_FUSED_VALUE(bt->starts[k]);
+    }
+    list[at++] = HD_FUSED_BUFFER(pl->part);
+    list[at++] = HD_FUSED_VALUE(n->part0);
+    list[at++] = HD_FUSED_VALUE(n->groups);
+    list[at++] = HD_FUSED_BUFFER(&count);
+    list[at++] = HD_FUSED_BUFFER(total);
+    return hd__fused_launch_args(f, ctx, pl->norm, bt->groups, pl->wg, list, at);
 }
 
-/* total = the 2-norm of every gradient: each batch's sums of squares, then their sum. */
+/* total = the 2-norm of every gradient: each batch's sums of squares, the last work-group of
+ * them adding them all; 0 where there are no elements. */
 static hd_status launch_norm(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
                              const adamw_plan *pl, const struct hd_device_buffer *total)
 {
+    if (pl->partials == 0)
+        return hd__rt_zero(f->rt, ctx, total->mem, sizeof(float));
     hd_status s = HD_OK;
-    size_t part0 = 0;
+    norm_scalars n = {0, (int32_t)pl->partials};
     for (size_t b = 0; b < pl->batch_count && s == HD_OK; b++) {
         if (pl->batches[b].groups > 0)
-            s = launch_sumsq(f, ctx, a, pl, &pl->batches[b], (int32_t)part0);
-        part0 += pl->batches[b].groups;
+            s = launch_sumsq(f, ctx, a, pl, &pl->batches[b], &n, total);
+        n.part0 += (int32_t)pl->batches[b].groups;
     }
-    int32_t count = (int32_t)pl->partials;
-    const hd_fused_arg list[] = {HD_FUSED_BUFFER(pl->part), HD_FUSED_VALUE(count),
-                                 HD_FUSED_BUFFER(total)};
-    return s == HD_OK ? hd__fused_launch_args(f, ctx, pl->norm, 1, pl->wg, list, 3) : s;
+    return s;
 }
 
 /* The update's scalar arguments, which outlive each launch. */
@@ -155,22 +182,20 @@ typedef struct update_scalars {
     float max_norm;
 } update_scalars;
 
-enum { UPDATE_ARGS = 4 * ADAMW_SLOTS + 12 };
-
 static hd_status launch_update(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
-                               const adamw_plan *pl, adamw_batch *bt, update_scalars *u,
-                               const struct hd_device_buffer *total)
+                               const adamw_plan *pl, const adamw_batch *bt,
+                               const update_scalars *u, const struct hd_device_buffer *total)
 {
     hd_fused_arg list[UPDATE_ARGS];
     int n = 0;
-    for (size_t k = 0; k < ADAMW_SLOTS; k++) {
+    for (size_t k = 0; k < pl->slots; k++) {
         list[n++] = HD_FUSED_BUFFER(slot_buffer((const hd_tensor *const *)a->params, bt, k));
         list[n++] = HD_FUSED_BUFFER(slot_buffer(a->grads, bt, k));
         list[n++] = HD_FUSED_BUFFER(slot_buffer((const hd_tensor *const *)a->m, bt, k));
         list[n++] = HD_FUSED_BUFFER(slot_buffer((const hd_tensor *const *)a->v, bt, k));
+        list[n++] = HD_FUSED_VALUE(bt->lens[k]);
+        list[n++] = HD_FUSED_VALUE(bt->starts[k]);
     }
-    list[n++] = HD_FUSED_VALUE(bt->lens);
-    list[n++] = HD_FUSED_VALUE(bt->starts);
     list[n++] = HD_FUSED_VALUE(u->f.decay);
     list[n++] = HD_FUSED_VALUE(u->f.beta1);
     list[n++] = HD_FUSED_VALUE(u->f.one_minus_beta1);

@@ -43,6 +43,7 @@ static hd_status fused_probe(hd_context *ctx, const hd_backend_setup *setup, voi
     f->device_max_group = info->max_group;
     f->compute_units = info->compute_units;
     f->clusters = info->clusters;
+    f->param_bytes = info->param_bytes;
     f->logits_bytes = HD_FUSED_LOGITS_BYTES;
     f->rt = setup->device;
     hd__fused_tile_probe(f, info);

@@ -84,6 +84,7 @@ typedef struct hd_fused {
     char *source[HD_FUSED_PROGRAM_COUNT];
     size_t device_max_group;
     size_t compute_units; /* multiprocessors: how many work-groups fill it */
+    size_t param_bytes;   /* a kernel's arguments together at most */
     size_t logits_bytes;  /* the LM head's logits held at once at most (HD_FUSED_LOGITS_BYTES) */
     struct hd_fused_kernel_entry kernels[HD_FUSED_KERNEL_CACHE];
     size_t kernel_count;
@@ -328,6 +329,10 @@ void hd__fused_buffer_release(hd_fused *f, struct hd_device_buffer *buf); /* NUL
 hd_status hd__fused_copy(hd_fused *f, hd_context *ctx, const struct hd_device_buffer *dst,
                          size_t dst_offset, const struct hd_device_buffer *src, size_t src_offset,
                          size_t bytes);
+
+/* The first of the KG kernels' arrival counters (zero between launches), which any kernel whose
+ * last work-group finishes a launch's work may count on and must leave at zero. */
+hd_status hd__fused_arrival_counter(hd_fused *f, hd_context *ctx, hd_devmem *out);
 
 /* The partials and counters of a KG > 1 launch over `strips` strips of rows (<= HD_FUSED_MAX_ROWS)
  * rows, grown on demand (the counters zeroed on the queue). KG == 1: both are `unused`, a buffer

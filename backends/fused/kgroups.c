@@ -1,7 +1,8 @@
 /* The scratch of the KG > 1 GEMV and LoRA kernels (gemv.cl, strip_combine): the partial sums
  * of each strip's KG work-groups and one arrival counter per strip. Both are shared by every
  * launch on the context's in-order queue, so one launch's last group has read the partials and
- * reset its counter before the next launch starts. */
+ * reset its counter before the next launch starts. AdamW's norm counts on the first counter
+ * (hd__fused_arrival_counter). */
 #include <string.h>
 
 #include "backends/fused/internal.h"
@@ -12,6 +13,31 @@
 static hd_status create(hd_fused *f, hd_context *ctx, size_t bytes, hd_devmem *out)
 {
     return hd__rt_scratch_create(f->rt, ctx, bytes, "GEMV partials", out);
+}
+
+/* kg_count holding at least `len` counters, zeroed where it is made. */
+static hd_status counters(hd_fused *f, hd_context *ctx, size_t len)
+{
+    if (len <= f->kg_count_len)
+        return HD_OK;
+    hd__rt_scratch_free(f->rt, f->kg_count);
+    f->kg_count = NULL;
+    f->kg_count_len = 0;
+    hd_status s = create(f, ctx, len * sizeof(int32_t), &f->kg_count);
+    if (s == HD_OK && (s = hd__rt_zero(f->rt, ctx, f->kg_count, len * sizeof(int32_t))) != HD_OK) {
+        hd__rt_scratch_free(f->rt, f->kg_count);
+        f->kg_count = NULL;
+    }
+    if (s == HD_OK)
+        f->kg_count_len = len;
+    return s;
+}
+
+hd_status hd__fused_arrival_counter(hd_fused *f, hd_context *ctx, hd_devmem *out)
+{
+    hd_status s = counters(f, ctx, 1);
+    *out = s == HD_OK ? f->kg_count : NULL;
+    return s;
 }
 
 hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_params *p,
@@ -40,19 +66,8 @@ hd_status hd__fused_kg_buffers(hd_fused *f, hd_context *ctx, const hd_fused_para
             return s;
         f->kg_part_bytes = bytes;
     }
-    if (strips > f->kg_count_len) {
-        hd__rt_scratch_free(f->rt, f->kg_count);
-        f->kg_count = NULL;
-        f->kg_count_len = 0;
-        if ((s = create(f, ctx, strips * sizeof(int32_t), &f->kg_count)) != HD_OK)
-            return s;
-        if ((s = hd__rt_zero(f->rt, ctx, f->kg_count, strips * sizeof(int32_t))) != HD_OK) {
-            hd__rt_scratch_free(f->rt, f->kg_count);
-            f->kg_count = NULL;
-            return s;
-        }
-        f->kg_count_len = strips;
-    }
+    if ((s = counters(f, ctx, strips)) != HD_OK)
+        return s;
     *part = f->kg_part;
     *count = f->kg_count;
     return HD_OK;

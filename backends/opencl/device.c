@@ -359,6 +359,9 @@ hd_status hd__cl_runtime_info(hd_cl_runtime *rt, hd_context *ctx, hd_runtime_inf
         err = clGetDeviceInfo(rt->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(rt->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(rt->device, CL_DEVICE_MAX_PARAMETER_SIZE, sizeof out->param_bytes,
+                              &out->param_bytes, NULL);
     if (err != CL_SUCCESS)
         return hd__cl_error(ctx, err, "clGetDeviceInfo");
     out->compute_units = units;

@@ -52,6 +52,7 @@ typedef struct hd_runtime_info {
     size_t compute_units;   /* multiprocessors: how many groups fill the device */
     size_t local_mem;       /* local memory one group may hold, static and dynamic together */
     size_t static_local;    /* of it, what a kernel may declare in its source (OpenCL's limit) */
+    size_t param_bytes;     /* a kernel's arguments together at most, in bytes */
     int nv_major, nv_minor; /* NVIDIA's compute capability; 0 elsewhere */
     bool nv_options;        /* the compiler takes NVIDIA's options (cl_nv_compiler_options) */
     bool tensor_maps;       /* hd__rt_tensor_map works: the CUDA runtime on Hopper and later */

@@ -1,5 +1,5 @@
 /*
- * AdamW over up to 8 tensors per launch (torch.optim.AdamW's update, step t >= 1), with the
+ * AdamW over up to SLOTS tensors per launch (torch.optim.AdamW's update, step t >= 1), with the
  * optional global gradient-norm clip of torch.nn.utils.clip_grad_norm_ applied before it.
  *
  * Per element, g' = g * coef:
@@ -11,60 +11,88 @@
  * coef = min(1, max_norm / (total + 1e-6)) (NaN where total is NaN, as PyTorch's clamp); the
  * gradients themselves are not modified. Without clipping coef = 1.
  *
- * Layout: tensor k (k < 8) is p_k, g_k, m_k, v_k, each lens.sk floats (fp32 parameters, their
+ * Layout: tensor k (k < SLOTS) is p_k, g_k, m_k, v_k, each len_k floats (fp32 parameters, their
  * gradients and the optimizer's state; p, m, v updated in place); unused slots have length 0
- * (their buffers may be any valid buffer). starts.sk: the first work-group of tensor k, the
- * prefix sums of ceil(lens.sk / SPAN) (starts.s0 = 0); the grid has starts.s7 +
- * ceil(lens.s7 / SPAN) work-groups of WG.
- * Work decomposition: work-group b serves tensor k, the last with starts.sk <= b, elements
- * (b - starts.sk) * SPAN .. + SPAN - 1 of it; work-item l the elements l, l + WG, ... of that
- * span (ELEMS of them, coalesced).
+ * (their buffers may be any valid buffer). start_k: the first work-group of tensor k, the prefix
+ * sums of ceil(len_k / SPAN) (start_0 = 0, an unused slot starting where the groups end).
+ * Work decomposition: work-group b serves tensor k, the last with start_k <= b, elements
+ * (b - start_k) * SPAN .. + SPAN - 1 of it; work-item l the elements l, l + WG, ... of that
+ * span (ELEMS of them, coalesced). The tensor is found by comparing b with each start: the
+ * same path for the whole group, a few instructions a slot.
  *
  * Kernels:
- *   adamw_grad_sumsq: partials[part0 + b] = sum of g^2 over work-group b's span (4 bytes read
- *     per element). Several launches (more than 8 tensors) write consecutive ranges of one
- *     partials buffer.
- *   adamw_grad_norm: one work-group of WG; total[0] = sqrt(the sum of partials[0 .. count-1]),
- *     added in a fixed order as a pair sum (the same result on every run).
+ *   adamw_grad_norm: partials[part0 + b] = sum of g^2 over work-group b's span (4 bytes read per
+ *     element); then the last work-group to finish, of all `groups` of this call's launches
+ *     (several where there are more than SLOTS tensors, writing consecutive ranges of one
+ *     partials buffer), counted on *count, writes total[0] = sqrt(the sum of the partials),
+ *     added in a fixed order as a pair sum (the same result on every run), and sets *count
+ *     back to 0.
  *   adamw_update: the step; reads total[0] for the clip (total NULL: no clip). 16 bytes read,
  *     12 written per element.
  *
- * Tuning parameters (-D; defaults below): WG (common.cl), ELEMS. ROWS must be 1.
+ * Tuning parameters (-D; defaults below): WG (common.cl), ELEMS, SLOTS (8, 16 or 32: as many as
+ * the device's kernel parameter space holds). ROWS must be 1.
  */
 #ifndef ELEMS
 #define ELEMS 4 /* elements per work-item of a work-group's span */
+#endif
+#ifndef SLOTS
+#define SLOTS 8
 #endif
 #if ROWS != 1
 #error "adamw.cl: ROWS must be 1"
 #endif
 #define SPAN (WG * ELEMS) /* elements per work-group */
 
-/* The tensor that work-group b serves: the last slot whose first group is at most b (empty
- * slots before it start where it does, and are passed over). */
-inline int adamw_slot(int8 starts, int b)
-{
-    return (b >= starts.s1) + (b >= starts.s2) + (b >= starts.s3) + (b >= starts.s4) +
-           (b >= starts.s5) + (b >= starts.s6) + (b >= starts.s7);
-}
+/* X(k) for each slot k < SLOTS. */
+#define SLOTS_8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define SLOTS_16(X) SLOTS_8(X) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define SLOTS_32(X)                                                                              \
+    SLOTS_16(X) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28)    \
+        X(29) X(30) X(31)
+#if SLOTS == 8
+#define EACH_SLOT SLOTS_8
+#elif SLOTS == 16
+#define EACH_SLOT SLOTS_16
+#elif SLOTS == 32
+#define EACH_SLOT SLOTS_32
+#else
+#error "adamw.cl: SLOTS must be 8, 16 or 32"
+#endif
 
-inline int pick_int(int8 v, int k)
-{
-    return k == 0 ? v.s0 : k == 1 ? v.s1 : k == 2 ? v.s2 : k == 3 ? v.s3 :
-           k == 4 ? v.s4 : k == 5 ? v.s5 : k == 6 ? v.s6 : v.s7;
-}
+/* The parameters of slot k: its tensors' buffers, length and first work-group. */
+#define NORM_PARAMS(k) const __global float *g##k, int len##k, int start##k,
+#define UPDATE_PARAMS(k)                                                                         \
+    __global float *p##k, const __global float *g##k, __global float *m##k, __global float *v##k, \
+        int len##k, int start##k,
+/* Slot k taken where work-group b lies at or past its first group: the last such slot wins. */
+#define PICK_NORM(k)                                                                             \
+    if (b >= start##k) {                                                                         \
+        g = g##k;                                                                                \
+        len = len##k;                                                                            \
+        first = start##k;                                                                        \
+    }
+#define PICK_UPDATE(k)                                                                           \
+    if (b >= start##k) {                                                                         \
+        p = p##k;                                                                                \
+        g = g##k;                                                                                \
+        m = m##k;                                                                                \
+        v = v##k;                                                                                \
+        len = len##k;                                                                            \
+        first = start##k;                                                                        \
+    }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-adamw_grad_sumsq(const __global float *g0, const __global float *g1, const __global float *g2,
-                 const __global float *g3, const __global float *g4, const __global float *g5,
-                 const __global float *g6, const __global float *g7, int8 lens, int8 starts,
-                 __global float *partials, int part0)
+adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int groups,
+                volatile __global int *count, __global float *total)
 {
-    __local float red[WG];
+    __local float rh[WG], rl[WG];
+    __local int last;
     const int l = (int)get_local_id(0), b = (int)get_group_id(0);
-    const int k = adamw_slot(starts, b);
-    const __global float *g = k == 0 ? g0 : k == 1 ? g1 : k == 2 ? g2 : k == 3 ? g3 :
-                              k == 4 ? g4 : k == 5 ? g5 : k == 6 ? g6 : g7;
-    const int len = pick_int(lens, k), base = (b - pick_int(starts, k)) * SPAN;
+    const __global float *g = g0;
+    int len = 0, first = 0;
+    EACH_SLOT(PICK_NORM)
+    const int base = (b - first) * SPAN;
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < ELEMS; i++) {
@@ -72,44 +100,42 @@ adamw_grad_sumsq(const __global float *g0, const __global float *g1, const __glo
         if (at < len)
             sq += g[at] * g[at];
     }
-    sq = slot_sum(sq, red, 0, l);
+    rh[l] = sq;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WG / 2; w > 0; w /= 2) { /* the group's sum, a fixed tree */
+        if (l < w)
+            rh[l] += rh[l + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    /* as gemv.cl's strip_combine: the partial fenced device-wide before the group is counted */
+    if (l == 0) {
+        partials[part0 + b] = rh[0];
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        const int arrived = atomic_inc(count);
+        last = arrived == groups - 1;
+        if (arrived == groups - 1)
+            atomic_xchg(count, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!last)
+        return;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    const float sum = group_pair_sum(partials, groups, rh, rl);
     if (l == 0)
-        partials[part0 + b] = sq;
-}
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-adamw_grad_norm(const __global float *partials, int count, __global float *total)
-{
-    __local float rh[WG], rl[WG];
-    const float sum = group_pair_sum(partials, count, rh, rl);
-    if (get_local_id(0) == 0)
         total[0] = sqrt(sum);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-adamw_update(__global float *p0, const __global float *g0, __global float *m0, __global float *v0,
-             __global float *p1, const __global float *g1, __global float *m1, __global float *v1,
-             __global float *p2, const __global float *g2, __global float *m2, __global float *v2,
-             __global float *p3, const __global float *g3, __global float *m3, __global float *v3,
-             __global float *p4, const __global float *g4, __global float *m4, __global float *v4,
-             __global float *p5, const __global float *g5, __global float *m5, __global float *v5,
-             __global float *p6, const __global float *g6, __global float *m6, __global float *v6,
-             __global float *p7, const __global float *g7, __global float *m7, __global float *v7,
-             int8 lens, int8 starts, float decay, float beta1, float one_minus_beta1, float beta2,
+adamw_update(EACH_SLOT(UPDATE_PARAMS) float decay, float beta1, float one_minus_beta1, float beta2,
              float one_minus_beta2, float step_size, float inv_bc2_sqrt, float eps,
              const __global float *total, float max_norm)
 {
     const int l = (int)get_local_id(0), b = (int)get_group_id(0);
-    const int k = adamw_slot(starts, b);
-    __global float *p = k == 0 ? p0 : k == 1 ? p1 : k == 2 ? p2 : k == 3 ? p3 :
-                        k == 4 ? p4 : k == 5 ? p5 : k == 6 ? p6 : p7;
-    const __global float *g = k == 0 ? g0 : k == 1 ? g1 : k == 2 ? g2 : k == 3 ? g3 :
-                              k == 4 ? g4 : k == 5 ? g5 : k == 6 ? g6 : g7;
-    __global float *m = k == 0 ? m0 : k == 1 ? m1 : k == 2 ? m2 : k == 3 ? m3 :
-                        k == 4 ? m4 : k == 5 ? m5 : k == 6 ? m6 : m7;
-    __global float *v = k == 0 ? v0 : k == 1 ? v1 : k == 2 ? v2 : k == 3 ? v3 :
-                        k == 4 ? v4 : k == 5 ? v5 : k == 6 ? v6 : v7;
-    const int len = pick_int(lens, k), base = (b - pick_int(starts, k)) * SPAN;
+    __global float *p = p0, *m = m0, *v = v0;
+    const __global float *g = g0;
+    int len = 0, first = 0;
+    EACH_SLOT(PICK_UPDATE)
+    const int base = (b - first) * SPAN;
     float coef = 1.0f;
     if (total != 0) {
         const float c = max_norm / (total[0] + 1e-6f);

@@ -168,8 +168,9 @@ inline void pair_add(float *hi, float *lo, float v)
 
 /* The sum of x[0 .. count-1] by one work-group of WG work-items, in the same order every run:
  * work-item l adds l, l + WG, ... as a pair sum, then a binary tree of pair sums; the result
- * to every work-item. rh and rl hold WG floats each. */
-inline float group_pair_sum(const __global float *x, int count, __local float *rh,
+ * to every work-item. rh and rl hold WG floats each. x is read volatile, so that the last
+ * work-group of a launch may sum what the others wrote. */
+inline float group_pair_sum(const volatile __global float *x, int count, __local float *rh,
                             __local float *rl)
 {
     const int l = (int)get_local_id(0);
