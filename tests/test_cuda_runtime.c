@@ -176,6 +176,47 @@ static void test_refuses_what_it_does_not_know(void **state)
     assert_non_null(strstr(why, "NUL"));
 }
 
+/* A kernel of `count` int parameters, each read once. */
+static char *kernel_of_params(unsigned count)
+{
+    size_t cap = 256 + (size_t)count * 96, len = 0;
+    char *ptx = malloc(cap);
+    assert_non_null(ptx);
+    len += (size_t)snprintf(ptx + len, cap - len,
+                            ".version 9.0\n.target sm_90, texmode_independent\n"
+                            ".address_size 64\n.entry k(\n");
+    for (unsigned i = 0; i < count; i++)
+        len += (size_t)snprintf(ptx + len, cap - len, "\t.param .u32 k_param_%u%s\n", i,
+                                i + 1 < count ? "," : "");
+    len += (size_t)snprintf(ptx + len, cap - len,
+                            ")\n{\n\tld.param.u32 \t%%r1, [k_param_0];\n\tret;\n}\n");
+    assert_true(len < cap);
+    return ptx;
+}
+
+/* Kernels of many parameters (AdamW's 32 tensors a launch) up to HD_PTX_MAX_PARAMS; one more is
+ * refused with the limit named. */
+static void test_takes_parameters_up_to_its_limit(void **state)
+{
+    (void)state;
+    char *ptx = kernel_of_params(HD_PTX_MAX_PARAMS);
+    hd_ptx_module m;
+    char why[256];
+    if (!hd__ptx_for_cuda(ptx, strlen(ptx), &m, why, sizeof why))
+        fail_msg("refused: %s", why);
+    const hd_ptx_entry *e = hd__ptx_entry(&m, "k");
+    assert_non_null(e);
+    assert_int_equal(e->param_count, HD_PTX_MAX_PARAMS);
+    assert_int_equal(e->params[HD_PTX_MAX_PARAMS - 1].bytes, 4);
+    hd__ptx_module_free(&m);
+    free(ptx);
+    ptx = kernel_of_params(HD_PTX_MAX_PARAMS + 1);
+    char limit[64];
+    snprintf(limit, sizeof limit, "more than %d parameters", HD_PTX_MAX_PARAMS);
+    expect_refused(ptx, limit);
+    free(ptx);
+}
+
 /* The runtime a context chose, and the note it gave. */
 static void test_runtime_choice_and_its_fallbacks(void **state)
 {
@@ -363,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_rewrites_kernels_of_nvidias_opencl_compiler),
         cmocka_unit_test(test_rewrites_local_arguments_launch_registers_and_inline_asm),
         cmocka_unit_test(test_refuses_what_it_does_not_know),
+        cmocka_unit_test(test_takes_parameters_up_to_its_limit),
         cmocka_unit_test(test_runtime_choice_and_its_fallbacks),
         cmocka_unit_test(test_kernel_takes_the_largest_local_memory_the_device_gives),
         cmocka_unit_test(test_tensor_maps_where_the_runtime_gives_them),

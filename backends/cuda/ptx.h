@@ -31,7 +31,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define HD_PTX_MAX_PARAMS 48
+/* Parameters of one kernel at most: adamw.cl's 32 tensors a launch take 202. */
+#define HD_PTX_MAX_PARAMS 256
 
 /* One kernel parameter as the rewritten entry takes it. */
 typedef struct hd_ptx_param {

@@ -31,9 +31,11 @@
 /* The tiled engine's largest tile rows: chunks of whole tiles leave no wave of dh's product
  * (chunk rows x D, the vocabulary deep) to a row of tiles nearly empty. */
 #define LOGITS_CHUNK_ALIGN 128
-/* Cross-entropy's cluster kernel: work-items per group by the rule, and vectors each holds at
- * most (its registers; the CACHE parameter's range). */
-#define CE_CLUSTER_GROUP     512
+/* Cross-entropy's cluster kernel: work-items per group by the rule, the fewest that hold a row
+ * (larger groups leave a cluster's eight waiting for multiprocessors to free at once), and
+ * vectors each holds at most (its registers; the CACHE parameter's range). */
+#define CE_CLUSTER_GROUP     256
+#define CE_CLUSTER_GROUP_MAX 512
 #define CE_CLUSTER_CACHE_MAX 16
 
 static size_t ceil_div(size_t a, size_t b)
@@ -360,8 +362,10 @@ static hd_status ce_cluster_params(const hd_fused *f, hd_context *ctx, size_t vo
             return HD_OK;
         }
         p->cluster = HD_RT_CLUSTER_MAX;
-        p->wg = (int)(f->device_max_group < CE_CLUSTER_GROUP ? f->device_max_group
-                                                              : CE_CLUSTER_GROUP);
+        size_t chunk = ceil_div(vocab / (size_t)p->vec, HD_RT_CLUSTER_MAX), wg = CE_CLUSTER_GROUP;
+        while (wg < CE_CLUSTER_GROUP_MAX && chunk > wg * CE_CLUSTER_CACHE_MAX)
+            wg *= 2;
+        p->wg = (int)(f->device_max_group < wg ? f->device_max_group : wg);
     }
     size_t cluster = (size_t)p->cluster, nv = vocab / (size_t)p->vec;
     size_t chunk = ceil_div(nv, cluster), cache = ceil_div(chunk, (size_t)p->wg);
@@ -754,12 +758,13 @@ static const struct {
     {HD_OP_CROSS_ENTROPY, "WG=1024 ROWS=1", 1024},
     {HD_OP_CROSS_ENTROPY, "WG=128 ROWS=1", 128},
     {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=4", 256},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=512", 512},
     {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=256", 256},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=1024", 1024},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=128", 128},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=512", 512},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=512", 512},
     {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=1024", 1024},
     {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=1024", 1024},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=256", 256},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=512", 512},
 };
 
 size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *s, const char **out,
