@@ -44,18 +44,27 @@
 #endif
 #define SPAN (WG * ELEMS) /* elements per work-group */
 
-/* X(k) for each slot k < SLOTS. */
+/* X(k) for each slot k < SLOTS: EACH_SLOT in order (the parameters), EACH_SLOT_DOWN from the
+ * last (the search for a work-group's tensor). */
 #define SLOTS_8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define SLOTS_16(X) SLOTS_8(X) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define SLOTS_32(X)                                                                              \
     SLOTS_16(X) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28)    \
         X(29) X(30) X(31)
+#define SLOTS_8_DOWN(X) X(7) X(6) X(5) X(4) X(3) X(2) X(1) X(0)
+#define SLOTS_16_DOWN(X) X(15) X(14) X(13) X(12) X(11) X(10) X(9) X(8) SLOTS_8_DOWN(X)
+#define SLOTS_32_DOWN(X)                                                                         \
+    X(31) X(30) X(29) X(28) X(27) X(26) X(25) X(24) X(23) X(22) X(21) X(20) X(19) X(18) X(17)    \
+        X(16) SLOTS_16_DOWN(X)
 #if SLOTS == 8
-#define EACH_SLOT SLOTS_8
+#define EACH_SLOT      SLOTS_8
+#define EACH_SLOT_DOWN SLOTS_8_DOWN
 #elif SLOTS == 16
-#define EACH_SLOT SLOTS_16
+#define EACH_SLOT      SLOTS_16
+#define EACH_SLOT_DOWN SLOTS_16_DOWN
 #elif SLOTS == 32
-#define EACH_SLOT SLOTS_32
+#define EACH_SLOT      SLOTS_32
+#define EACH_SLOT_DOWN SLOTS_32_DOWN
 #else
 #error "adamw.cl: SLOTS must be 8, 16 or 32"
 #endif
@@ -65,22 +74,58 @@
 #define UPDATE_PARAMS(k)                                                                         \
     __global float *p##k, const __global float *g##k, __global float *m##k, __global float *v##k, \
         int len##k, int start##k,
-/* Slot k taken where work-group b lies at or past its first group: the last such slot wins. */
-#define PICK_NORM(k)                                                                             \
-    if (b >= start##k) {                                                                         \
-        g = g##k;                                                                                \
-        len = len##k;                                                                            \
-        first = start##k;                                                                        \
+
+/* Work-group b's span of slot k's tensor, where k is the last slot starting at or before b: each
+ * slot's code names its own parameters, so that no pointer is chosen at run time (a pointer
+ * picked from many parameters made the compiler copy them all to each work-item's stack). */
+#define NORM_SPAN(k)                                                                             \
+    if (!found && b >= start##k) {                                                               \
+        found = true;                                                                            \
+        sq = span_sumsq(g##k, len##k, (b - start##k) * SPAN, l);                                  \
     }
-#define PICK_UPDATE(k)                                                                           \
-    if (b >= start##k) {                                                                         \
-        p = p##k;                                                                                \
-        g = g##k;                                                                                \
-        m = m##k;                                                                                \
-        v = v##k;                                                                                \
-        len = len##k;                                                                            \
-        first = start##k;                                                                        \
+#define UPDATE_SPAN(k)                                                                           \
+    if (!found && b >= start##k) {                                                               \
+        found = true;                                                                            \
+        span_update(p##k, g##k, m##k, v##k, len##k, (b - start##k) * SPAN, l, &f);               \
     }
+
+/* The sum of g^2 over work-item l's elements of the span at base. */
+inline float span_sumsq(const __global float *g, int len, int base, int l)
+{
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ELEMS; i++) {
+        const int at = base + i * WG + l;
+        if (at < len)
+            sq += g[at] * g[at];
+    }
+    return sq;
+}
+
+/* The step's factors (see the top), coef the clip's. */
+typedef struct adamw_factors {
+    float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_bc2_sqrt, eps,
+        coef;
+} adamw_factors;
+
+/* The step on work-item l's elements of the span at base. */
+inline void span_update(__global float *p, const __global float *g, __global float *m,
+                        __global float *v, int len, int base, int l, const adamw_factors *f)
+{
+#pragma unroll
+    for (int i = 0; i < ELEMS; i++) {
+        const int at = base + i * WG + l;
+        if (at < len) {
+            const float gi = g[at] * f->coef;
+            const float mi = f->beta1 * m[at] + f->one_minus_beta1 * gi;
+            const float vi = f->beta2 * v[at] + f->one_minus_beta2 * (gi * gi);
+            const float pi = p[at] * f->decay;
+            p[at] = pi - f->step_size * (mi / (sqrt(vi) * f->inv_bc2_sqrt + f->eps));
+            m[at] = mi;
+            v[at] = vi;
+        }
+    }
+}
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int groups,
@@ -89,17 +134,9 @@ adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int 
     __local float rh[WG], rl[WG];
     __local int last;
     const int l = (int)get_local_id(0), b = (int)get_group_id(0);
-    const __global float *g = g0;
-    int len = 0, first = 0;
-    EACH_SLOT(PICK_NORM)
-    const int base = (b - first) * SPAN;
+    bool found = false;
     float sq = 0.0f;
-#pragma unroll
-    for (int i = 0; i < ELEMS; i++) {
-        const int at = base + i * WG + l;
-        if (at < len)
-            sq += g[at] * g[at];
-    }
+    EACH_SLOT_DOWN(NORM_SPAN)
     rh[l] = sq;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int w = WG / 2; w > 0; w /= 2) { /* the group's sum, a fixed tree */
@@ -131,27 +168,12 @@ adamw_update(EACH_SLOT(UPDATE_PARAMS) float decay, float beta1, float one_minus_
              const __global float *total, float max_norm)
 {
     const int l = (int)get_local_id(0), b = (int)get_group_id(0);
-    __global float *p = p0, *m = m0, *v = v0;
-    const __global float *g = g0;
-    int len = 0, first = 0;
-    EACH_SLOT(PICK_UPDATE)
-    const int base = (b - first) * SPAN;
-    float coef = 1.0f;
+    adamw_factors f = {decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                       step_size, inv_bc2_sqrt, eps, 1.0f};
     if (total != 0) {
         const float c = max_norm / (total[0] + 1e-6f);
-        coef = c > 1.0f ? 1.0f : c; /* a NaN c stays NaN, as PyTorch's clamp */
+        f.coef = c > 1.0f ? 1.0f : c; /* a NaN c stays NaN, as PyTorch's clamp */
     }
-#pragma unroll
-    for (int i = 0; i < ELEMS; i++) {
-        const int at = base + i * WG + l;
-        if (at < len) {
-            const float gi = g[at] * coef;
-            const float mi = beta1 * m[at] + one_minus_beta1 * gi;
-            const float vi = beta2 * v[at] + one_minus_beta2 * (gi * gi);
-            const float pi = p[at] * decay;
-            p[at] = pi - step_size * (mi / (sqrt(vi) * inv_bc2_sqrt + eps));
-            m[at] = mi;
-            v[at] = vi;
-        }
-    }
+    bool found = false;
+    EACH_SLOT_DOWN(UPDATE_SPAN)
 }
