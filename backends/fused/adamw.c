@@ -16,7 +16,7 @@
 #define ADAMW_SLOTS_MAX 32 /* tensors per launch at most: adamw.cl's largest SLOTS */
 /* Work-items per group and elements per work-item (adamw.cl's WG and ELEMS defaults). */
 #define ADAMW_WG    256
-#define ADAMW_ELEMS 4
+#define ADAMW_ELEMS 8
 /* The update's arguments: per slot 4 buffers and 2 ints; after them 8 floats, a buffer and a
  * float. */
 #define UPDATE_SLOT_BYTES  (4 * sizeof(hd_devmem) + 2 * sizeof(int32_t))

@@ -34,7 +34,7 @@
  * the device's kernel parameter space holds). ROWS must be 1.
  */
 #ifndef ELEMS
-#define ELEMS 4 /* elements per work-item of a work-group's span */
+#define ELEMS 8 /* elements per work-item of a work-group's span */
 #endif
 #ifndef SLOTS
 #define SLOTS 8
@@ -137,16 +137,10 @@ adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int 
     bool found = false;
     float sq = 0.0f;
     EACH_SLOT_DOWN(NORM_SPAN)
-    rh[l] = sq;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = WG / 2; w > 0; w /= 2) { /* the group's sum, a fixed tree */
-        if (l < w)
-            rh[l] += rh[l + w];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    sq = slot_sum(sq, rh, 0, l);
     /* as gemv.cl's strip_combine: the partial fenced device-wide before the group is counted */
     if (l == 0) {
-        partials[part0 + b] = rh[0];
+        partials[part0 + b] = sq;
         mem_fence(CLK_GLOBAL_MEM_FENCE);
         const int arrived = atomic_inc(count);
         last = arrived == groups - 1;
