@@ -167,12 +167,16 @@ static hd_status launch_norm(hd_fused *f, hd_context *ctx, const hd_adamw_args *
     if (pl->partials == 0)
         return hd__rt_zero(f->rt, ctx, total->mem, sizeof(float));
     hd_status s = HD_OK;
+    bool counted = false; /* a launch queued: the counter no longer zero until the last */
     norm_scalars n = {0, (int32_t)pl->partials};
     for (size_t b = 0; b < pl->batch_count && s == HD_OK; b++) {
         if (pl->batches[b].groups > 0)
             s = launch_sumsq(f, ctx, a, pl, &pl->batches[b], &n, total);
+        counted = counted || (s == HD_OK && pl->batches[b].groups > 0);
         n.part0 += (int32_t)pl->batches[b].groups;
     }
+    if (s != HD_OK && counted) /* the counter left for the next kernel that counts on it */
+        (void)hd__rt_zero(f->rt, ctx, pl->count, sizeof(int32_t));
     return s;
 }
 

@@ -82,6 +82,18 @@ inline void write_loss(__global float *losses, __global float *lse, int row, boo
         lse[row] = ms.x + log(ms.y);
 }
 
+/* The one-hot of the target within its vector: 1 in the target's lane (VEC = 4), or 1. */
+inline floatv target_hot(int target)
+{
+#if VEC == 4
+    const int tl = target % VEC;
+    return (float4)(tl == 0 ? 1.0f : 0.0f, tl == 1 ? 1.0f : 0.0f, tl == 2 ? 1.0f : 0.0f,
+                    tl == 3 ? 1.0f : 0.0f);
+#else
+    return 1.0f;
+#endif
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 cross_entropy_rows(const __global act_t *logits, const __global int *targets,
                    __global float *losses, __global float *lse, __global act_t *dlogits, int rows,
@@ -110,13 +122,7 @@ cross_entropy_rows(const __global act_t *logits, const __global int *targets,
     }
     const float inv_s = 1.0f / ms.y;
     const int tj = target / VEC;
-#if VEC == 4
-    const int tl = target % VEC;
-    const float4 hot = (float4)(tl == 0 ? 1.0f : 0.0f, tl == 1 ? 1.0f : 0.0f,
-                                tl == 2 ? 1.0f : 0.0f, tl == 3 ? 1.0f : 0.0f);
-#else
-    const float hot = 1.0f;
-#endif
+    const floatv hot = target_hot(target);
     for (int j = t; j < nv; j += T) {
         floatv p = exp(act_loadv(logits + off, j) - ms.x) * inv_s;
         if (j == tj)
@@ -211,13 +217,7 @@ inline void range_write(__global act_t *dl, int begin, int end, int l, const flo
 {
     const float inv_s = 1.0f / ms.y;
     const int tj = counted ? target / VEC : -1;
-#if VEC == 4
-    const int tl = target % VEC;
-    const float4 hot = (float4)(tl == 0 ? 1.0f : 0.0f, tl == 1 ? 1.0f : 0.0f,
-                                tl == 2 ? 1.0f : 0.0f, tl == 3 ? 1.0f : 0.0f);
-#else
-    const float hot = 1.0f;
-#endif
+    const floatv hot = target_hot(target);
 #pragma unroll
     for (int c = 0; c < CACHE; c++) {
         const int j = begin + l + c * WG;
