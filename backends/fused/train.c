@@ -733,38 +733,38 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
 /* Rows family variants: the forward's register capacity and group shapes; the backward's and
  * cross-entropy's looped kernels, where CACHE does not apply; the backward's single pass, which
  * sizes its own slots and takes UNITS and PREFETCH alone; cross-entropy's cluster kernel, whose
- * CACHE follows from the vocabulary (refused where its registers cannot hold a row, or the
- * device has no clusters of that size). */
+ * CACHE follows from the vocabulary (refused where its registers cannot hold a row), listed where
+ * the device runs clusters of its size. */
 static const struct {
     hd_op op;
     const char *text;
-    size_t wg;
+    size_t wg, cluster; /* its work-groups' size and clusters' (0: none) */
 } row_variants[] = {
-    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=1 CACHE=4", 256},
-    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=4 CACHE=4", 256},
-    {HD_OP_ADD_RMS_NORM, "WG=512 ROWS=1 CACHE=4", 512},
-    {HD_OP_ADD_RMS_NORM, "WG=1024 ROWS=1 CACHE=8", 1024},
-    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=1 CACHE=0", 256},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=256 ROWS=4", 256},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=256 ROWS=1", 256},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=512 ROWS=1", 512},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=1024 ROWS=1", 1024},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=2", 256},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=2 PREFETCH=0", 256},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=4 PREFETCH=0", 256},
-    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=8 PREFETCH=0", 256},
-    {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=1", 256},
-    {HD_OP_CROSS_ENTROPY, "WG=512 ROWS=1", 512},
-    {HD_OP_CROSS_ENTROPY, "WG=1024 ROWS=1", 1024},
-    {HD_OP_CROSS_ENTROPY, "WG=128 ROWS=1", 128},
-    {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=4", 256},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=256", 256},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=128", 128},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=512", 512},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=512", 512},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=1024", 1024},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=1024", 1024},
-    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=512", 512},
+    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=1 CACHE=4", 256, 0},
+    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=4 CACHE=4", 256, 0},
+    {HD_OP_ADD_RMS_NORM, "WG=512 ROWS=1 CACHE=4", 512, 0},
+    {HD_OP_ADD_RMS_NORM, "WG=1024 ROWS=1 CACHE=8", 1024, 0},
+    {HD_OP_ADD_RMS_NORM, "WG=256 ROWS=1 CACHE=0", 256, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=256 ROWS=4", 256, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=256 ROWS=1", 256, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=512 ROWS=1", 512, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "WG=1024 ROWS=1", 1024, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=2", 256, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=2 PREFETCH=0", 256, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=4 PREFETCH=0", 256, 0},
+    {HD_OP_ADD_RMS_NORM_BACKWARD, "UNITS=8 PREFETCH=0", 256, 0},
+    {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=1", 256, 0},
+    {HD_OP_CROSS_ENTROPY, "WG=512 ROWS=1", 512, 0},
+    {HD_OP_CROSS_ENTROPY, "WG=1024 ROWS=1", 1024, 0},
+    {HD_OP_CROSS_ENTROPY, "WG=128 ROWS=1", 128, 0},
+    {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=4", 256, 0},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=256", 256, 8},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=128", 128, 8},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=512", 512, 8},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=512", 512, 4},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=1024", 1024, 4},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=1024", 1024, 1},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=1 WG=512", 512, 1},
 };
 
 size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *s, const char **out,
@@ -777,7 +777,9 @@ size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *s, 
     }
     size_t n = 0;
     for (size_t i = 0; i < sizeof row_variants / sizeof row_variants[0] && n < max; i++)
-        if (row_variants[i].op == op && row_variants[i].wg <= f->device_max_group)
+        if (row_variants[i].op == op && row_variants[i].wg <= f->device_max_group &&
+            (row_variants[i].cluster <= 1 || row_variants[i].cluster <= f->clusters ||
+             f->clusters_emulated))
             out[n++] = row_variants[i].text;
     return n;
 }
