@@ -2229,8 +2229,9 @@ static void test_attention_on_tensor_cores(void **state)
         {29, 2, 1, 256, NULL, 0, false, 1},   {45, 2, 2, 8, NULL, 0, true, 30},
     };
     const tc_attention_case every_variant = {100, 1, 1, 64, NULL, 0, true, 1};
-    const hd_precision precisions[] = {HD_PRECISION_FP32X3, HD_PRECISION_TF32};
-    for (size_t pi = 0; pi < 2; pi++) {
+    /* fp32 runs them as fp32x3 does (3xTF32), as PyTorch's scaled_dot_product_attention */
+    const hd_precision precisions[] = {HD_PRECISION_FP32X3, HD_PRECISION_TF32, HD_PRECISION_FP32};
+    for (size_t pi = 0; pi < 3; pi++) {
         ctx->gemm_precision = precisions[pi];
         double rel = precisions[pi] == HD_PRECISION_TF32 ? 2e-3 : 4e-5;
         double rel_backward = precisions[pi] == HD_PRECISION_TF32 ? 4e-3 : 2e-4;
@@ -2242,12 +2243,14 @@ static void test_attention_on_tensor_cores(void **state)
             free(check_tc_attention_backward(ctx, &cases[i], NULL,
                                              rel_backward * (1.0 + cases[i].range), 4150 + i));
         }
-        if (precisions[pi] == HD_PRECISION_TF32)
-            continue; /* the tiles are the same in both: each variant once */
+        if (precisions[pi] != HD_PRECISION_FP32)
+            continue; /* the tiles are the same in all three: each variant once, with fp32's
+                         FMA variants */
         const char *variants[32];
         hd_shape shape = {.dim = {100, 1, 1, 64}, .precision = precisions[pi]};
         size_t n = hd__fused_step_variants(f, HD_OP_ATTENTION, &shape, variants, 32);
         assert_true(n > 0);
+        assert_string_equal(variants[n - 2], "FMA=1");
         for (size_t i = 0; i < n; i++)
             free(check_tc_attention(ctx, &every_variant, variants[i], rel * 2.0, 4200 + i));
         n = hd__fused_step_variants(f, HD_OP_ATTENTION_BACKWARD, &shape, variants, 32);
@@ -2266,14 +2269,15 @@ static void test_attention_on_tensor_cores(void **state)
     free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4400));
     free(check_tc_attention_backward(ctx, &cases[2], NULL, 2e-4 * 2.0, 4401));
     f->stage_mem = saved_stage_mem;
-    /* the same data in fp32 (FMAs), fp32x3 and tf32 (tensor cores): the tensor cores ran */
+    /* the same data on the FMA kernels (FMA=1, fp32), in fp32x3 and tf32 (tensor cores): the
+     * tensor cores ran */
     const tc_attention_case *same = &cases[1];
     size_t n_out = same->tokens * same->heads * same->head_dim;
     for (size_t pi = 0; pi < 2; pi++) {
         double rel = precisions[pi] == HD_PRECISION_TF32 ? 4e-3 : 4e-4;
         ctx->gemm_precision = HD_PRECISION_FP32;
-        float *fma = check_tc_attention(ctx, same, NULL, 4e-5, 4300);
-        float *fma_dq = check_tc_attention_backward(ctx, same, NULL, 4e-4, 4301);
+        float *fma = check_tc_attention(ctx, same, "FMA=1", 4e-5, 4300);
+        float *fma_dq = check_tc_attention_backward(ctx, same, "FMA=1", 4e-4, 4301);
         ctx->gemm_precision = precisions[pi];
         float *tc = check_tc_attention(ctx, same, NULL, rel, 4300);
         float *tc_dq = check_tc_attention_backward(ctx, same, NULL, rel, 4301);
@@ -2299,7 +2303,7 @@ static void test_attention_on_tensor_cores(void **state)
         free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4500));
         float *tc_one = check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4 * 2.0, 4501);
         ctx->gemm_precision = HD_PRECISION_FP32;
-        float *fma_one = check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4 * 2.0, 4501);
+        float *fma_one = check_tc_attention_backward(ctx, &cases[3], "FMA=1", 2e-4 * 2.0, 4501);
         size_t n_one = cases[3].tokens * cases[3].heads * cases[3].head_dim;
         assert_true(bits_differ(fma_one, tc_one, n_one) > n_one / 2);
         ctx->gemm_precision = HD_PRECISION_FP32X3;
@@ -2308,8 +2312,8 @@ static void test_attention_on_tensor_cores(void **state)
         float *tc = check_tc_attention(ctx, wide, NULL, 4e-5 * 2.0, 4502);
         float *tc_dq = check_tc_attention_backward(ctx, wide, NULL, 2e-4 * 2.0, 4503);
         ctx->gemm_precision = HD_PRECISION_FP32;
-        float *fma = check_tc_attention(ctx, wide, NULL, 4e-5 * 2.0, 4502);
-        float *fma_dq = check_tc_attention_backward(ctx, wide, NULL, 2e-4 * 2.0, 4503);
+        float *fma = check_tc_attention(ctx, wide, "FMA=1", 4e-5 * 2.0, 4502);
+        float *fma_dq = check_tc_attention_backward(ctx, wide, "FMA=1", 2e-4 * 2.0, 4503);
         assert_int_equal(bits_differ(fma, tc, n_wide), 0);
         assert_int_equal(bits_differ(fma_dq, tc_dq, n_wide), 0);
         f->local_mem = saved_local;

@@ -4,10 +4,12 @@
  * head split over work-groups, their partial sums added in order by a last launch), without
  * atomics. The rows' key ranges (and, backward, the keys' query ranges) are made on the host
  * from the packed sequences and copied with the call. One program per head dimension.
- * Where the context's GEMM precision is tf32 or fp32x3 and the device has tensor cores, the
- * forward, dq, and dk with dv run on them (kernels/attention_mma.cl; delta and the slices'
- * sum stay attention.cl's), their tiles in local memory that the call passes on the CUDA
- * runtime (up to its opt-in limit).
+ * Where the device has tensor cores, the forward, dq, and dk with dv run on them
+ * (kernels/attention_mma.cl; delta and the slices' sum stay attention.cl's), their tiles in
+ * local memory that the call passes on the CUDA runtime (up to its opt-in limit): in tf32, or
+ * as 3xTF32 in fp32x3 and in fp32, as PyTorch's scaled_dot_product_attention runs fp32 inputs
+ * on such devices (CUTLASS's OpMultiplyAddFastF32). The variant FMA=1 keeps fp32's FMA kernels,
+ * and the tuner times them beside the tensor cores.
  */
 #include <limits.h>
 #include <math.h>
@@ -77,12 +79,13 @@ static size_t local_capacity(const hd_fused *f)
     return local_as_argument(f) ? f->stage_mem : f->local_mem;
 }
 
-/* Whether op runs on tensor cores: the precision asks for them and the device has them. The
- * backward's accumulators of dk and dv (dq) take HEAD_DIM floats a lane each, so heads past 128
- * would outgrow a thread's registers: their backward stays on the FMA kernels. */
-static bool wants_mma(const hd_fused *f, hd_op op, size_t head_dim, hd_precision precision)
+/* Whether op runs on tensor cores: the device has them and the variant does not ask for the FMA
+ * kernels (fma), in every precision (fp32 as 3xTF32). The backward's accumulators of dk and dv
+ * (dq) take HEAD_DIM floats a lane each, so heads past 128 would outgrow a thread's registers:
+ * their backward stays on the FMA kernels. */
+static bool wants_mma(const hd_fused *f, hd_op op, size_t head_dim, bool fma)
 {
-    return precision != HD_PRECISION_FP32 && f->mma && !f->mma_broken && !f->attention_mma_broken &&
+    return !fma && f->mma && !f->mma_broken && !f->attention_mma_broken &&
            (op == HD_OP_ATTENTION || head_dim <= 128);
 }
 
@@ -213,7 +216,7 @@ static hd_status tiles_of(hd_fused *f, hd_context *ctx, hd_op op, size_t head_di
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ATTENTION, variant, &p);
     if (s != HD_OK)
         return s;
-    if (wants_mma(f, op, head_dim, precision)) {
+    if (wants_mma(f, op, head_dim, p.att_fma == 1)) {
         mma_tiles_of(f, op, head_dim, precision, &p, t);
         /* default tiles past the local memory (wide heads within OpenCL's 48 KiB) leave the
          * call to the FMA kernels, whose tiles are sized for it */
@@ -539,7 +542,7 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
     static const char *const tensor_cores_backward[] = {
         "BQ=128 BK=16",  "BQ=64 BK=16",    "BQ=64 BK=32",   "BQ=32 BK=32",   "BQ=32 BK=16",
         "KBK=64 KBQ=32", "KBK=128 KBQ=16", "KBK=32 KBQ=16", "KBK=32 KBQ=32", "FAST=1"};
-    if (wants_mma(f, op, shape->dim[3], shape->precision)) {
+    if (wants_mma(f, op, shape->dim[3], false)) {
         bool forward = op == HD_OP_ATTENTION;
         const char *const *list = forward ? tensor_cores : tensor_cores_backward;
         size_t count = forward ? sizeof tensor_cores / sizeof tensor_cores[0]
@@ -547,6 +550,10 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
         size_t n = 0;
         for (size_t i = 0; i < count && n < max; i++)
             out[n++] = list[i];
+        /* in fp32, the FMA kernels beside them */
+        static const char *const fma[] = {"FMA=1", "FMA=1 FAST=1"};
+        for (size_t i = 0; shape->precision == HD_PRECISION_FP32 && i < 2 && n < max; i++)
+            out[n++] = fma[i];
         return n;
     }
     /* the exponential's instruction, the key tile, the query tile and its rows per work-item,

@@ -184,7 +184,7 @@ typedef enum hd_fused_family {
     HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
     HD_FUSED_FAMILY_STEP,     /* WG VEC HPI: the training step's elementwise, RoPE and
                                  embedding kernels */
-    HD_FUSED_FAMILY_ATTENTION, /* BQ BK RQ TC KBK KRK KBQ FAST: attention's tiles */
+    HD_FUSED_FAMILY_ATTENTION, /* BQ BK RQ TC KBK KRK KBQ FAST FMA: attention's tiles */
 } hd_fused_family;
 
 typedef struct hd_fused_params {
@@ -227,6 +227,7 @@ typedef struct hd_fused_params {
     int att_kbk, att_krk;     /* dk and dv: keys per work-group, keys per work-item */
     int att_kbq;              /* dk and dv: query rows per tile */
     int att_fast;             /* 1: exp2 by the device's native instruction */
+    int att_fma;              /* 1: the FMA kernels where the tensor cores would run (fp32) */
 } hd_fused_params;
 
 /* Parses "NAME=value NAME=value" for family into *out (unnamed parameters stay 0; CACHE,

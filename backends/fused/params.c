@@ -69,6 +69,7 @@ static const param_spec attention_spec[] = {
     SPEC("RQ", 1, 16, true, att_rq),    SPEC("TC", 4, 32, true, att_tc),
     SPEC("KBK", 16, 128, true, att_kbk), SPEC("KRK", 1, 8, true, att_krk),
     SPEC("KBQ", 16, 64, true, att_kbq), SPEC("FAST", 0, 1, false, att_fast),
+    SPEC("FMA", 0, 1, false, att_fma),
 };
 
 static const param_spec *family_spec(hd_fused_family family, size_t *count)
