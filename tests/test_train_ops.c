@@ -730,6 +730,7 @@ static void test_cross_entropy_at_extreme_logits(void **state)
     (void)state;
 }
 
+#ifdef HD_HAVE_OPENCL
 /* The cluster kernel (a row held in the registers of CLUSTER work-groups): every variant the
  * tuner lists and others, on vocabularies of 1 to several thousand that leave ranks empty or
  * short, in place and apart, with ignored rows, +-1e4 logits and -inf masks. Where the device
@@ -820,6 +821,8 @@ static void test_cross_entropy_cluster_refusals(void **state)
     free(d.targets);
     (void)state;
 }
+
+#endif
 
 /* The reference's mean loss with logit (i, j) set to xj. */
 static double ce_objective(const ce_data *d, size_t at, float xj)
@@ -1625,8 +1628,10 @@ int main(void)
         cmocka_unit_test(test_add_rms_norm_backward_of_no_rows_zeroes_dweight),
         cmocka_unit_test(test_cross_entropy_matches_reference),
         cmocka_unit_test(test_cross_entropy_at_extreme_logits),
+#ifdef HD_HAVE_OPENCL
         cmocka_unit_test(test_cross_entropy_cluster_variants_match_reference),
         cmocka_unit_test(test_cross_entropy_cluster_refusals),
+#endif
         cmocka_unit_test(test_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_linear_cross_entropy_matches_reference),
         cmocka_unit_test(test_linear_cross_entropy_in_several_chunks),
