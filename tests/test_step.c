@@ -248,7 +248,33 @@ typedef struct rope_case {
     bool inverse, in_place, table;
 } rope_case;
 
-static void check_rope(const rope_case *c, hd_rng *rng)
+/* On b, through the public call, or with variant (not NULL) as the tuner runs it; false where
+ * the variant was refused (HD_ERR_UNSUPPORTED, HD_ERR_BUILD): nothing to check. */
+static bool run_rope(hd_backend b, const hd_rope_options *opt, const hd_tensor *tx, hd_tensor *ty,
+                     const char *variant, const char *what)
+{
+    hd_status s;
+    if (variant == NULL) {
+        s = hd_rope(shared_ctx, opt, tx, ty);
+    } else {
+        const hd_tensor *tensors[] = {tx, opt->inv_freq, ty};
+        hd_op_params p = {.sequences = opt->sequences,
+                          .head_dim = opt->head_dim,
+                          .theta = opt->theta,
+                          .position_offset = opt->position_offset,
+                          .inverse = opt->inverse};
+        hd_call call;
+        assert_int_equal(hd__call_prepare(shared_ctx, HD_OP_ROPE, tensors, &p, &call), HD_OK);
+        s = hd__call_run_on(shared_ctx, b, &call, variant);
+        if (s == HD_ERR_UNSUPPORTED || s == HD_ERR_BUILD)
+            return false;
+    }
+    hd_test_expect_ran_on(shared_ctx, s, b, what);
+    return true;
+}
+
+/* Each backend through the public call, or the fused backend with variant. */
+static void check_rope_as(const rope_case *c, hd_rng *rng, const char *variant)
 {
     size_t cols = c->heads * c->d, n = c->rows * cols;
     float *x = hd_test_random(rng, n, -1, 1);
@@ -265,7 +291,8 @@ static void check_rope(const rope_case *c, hd_rng *rng)
     hd__ref_rope(c->rows, c->heads, c->d, pos, freq, c->inverse, x, want);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = step_backends[bi];
-        if (!hd_test_use_backend(shared_ctx, HD_OP_ROPE, b))
+        if (variant != NULL ? b != HD_BACKEND_FUSED || !hd_context_has_backend(shared_ctx, b)
+                            : !hd_test_use_backend(shared_ctx, HD_OP_ROPE, b))
             continue;
         hd_tensor *tx = hd_test_tensor(shared_ctx, c->rows, cols, x);
         hd_tensor *ty = c->in_place ? tx : hd_test_tensor(shared_ctx, c->rows, cols, NULL);
@@ -276,27 +303,33 @@ static void check_rope(const rope_case *c, hd_rng *rng)
                                .sequences = {c->lengths, c->count},
                                .inv_freq = tf,
                                .inverse = c->inverse};
-        hd_status s = hd_rope(shared_ctx, &opt, tx, ty);
-        char what[160];
-        snprintf(what, sizeof what, "rope on %s: %zu rows, %zu heads of %zu, offset %zu%s%s",
-                 hd_backend_name(b), c->rows, c->heads, c->d, c->offset,
-                 c->inverse ? ", inverse" : "", c->table ? ", table" : "");
-        hd_test_expect_ran_on(shared_ctx, s, b, what);
-        float *got = hd_test_read(ty);
-        /* Angles to within a few ulps of the exact product at any position (2^17 here). */
-        hd_test_expect_close(what, got, want, n, 2e-6, 0);
-        free(got);
+        char what[200];
+        snprintf(what, sizeof what, "rope on %s (%s): %zu rows, %zu heads of %zu, offset %zu%s%s",
+                 hd_backend_name(b), variant != NULL ? variant : "its choice", c->rows, c->heads,
+                 c->d, c->offset, c->inverse ? ", inverse" : "", c->table ? ", table" : "");
+        if (run_rope(b, &opt, tx, ty, variant, what)) {
+            float *got = hd_test_read(ty);
+            /* Angles to within a few ulps of the exact product at any position (2^17 here). */
+            hd_test_expect_close(what, got, want, n, 2e-6, 0);
+            free(got);
+        }
         if (!c->in_place)
             hd_tensor_destroy(ty);
         hd_tensor_destroy(tx);
         hd_tensor_destroy(tf);
-        hd_test_release_backend(shared_ctx, HD_OP_ROPE);
+        if (variant == NULL)
+            hd_test_release_backend(shared_ctx, HD_OP_ROPE);
     }
     free(x);
     free(pos);
     free(freq);
     free(want);
     free(table);
+}
+
+static void check_rope(const rope_case *c, hd_rng *rng)
+{
+    check_rope_as(c, rng, NULL);
 }
 
 static void test_rope_matches_reference(void **state)
@@ -319,6 +352,32 @@ static void test_rope_matches_reference(void **state)
 }
 
 /* The inverse rotation undoes the forward: the backward of RoPE is RoPE by -a. */
+/* Every variant the fused backend lists for the tuner (the item kernel's heads per item, the
+ * row kernel's rows per work-group), as the tuner runs it: rows fewer than a work-group's and a
+ * last group short, unequal sequences, the inverse, in place, a caller's table, heads of 10. */
+static void test_rope_variants_match_reference(void **state)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_rng rng = hd_test_rng(24);
+    static const size_t unequal[] = {1, 7, 64, 13};
+    const rope_case cases[] = {
+        {.rows = 85, .heads = 4, .d = 64, .lengths = unequal, .count = 4, .inverse = true},
+        {.rows = 3, .heads = 2, .d = 128, .offset = 131000, .in_place = true},
+        {.rows = 13, .heads = 5, .d = 10, .table = true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hd_shape shape = {.dim = {cases[i].rows, cases[i].heads * cases[i].d, cases[i].d / 2}};
+        const char *variants[16];
+        size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED, HD_OP_ROPE, &shape,
+                                            variants, 16);
+        assert_true(count >= 8);
+        for (size_t v = 0; v < count; v++)
+            check_rope_as(&cases[i], &rng, variants[v]);
+    }
+    (void)state;
+}
+
 static void test_rope_inverse_restores_input(void **state)
 {
     hd_rng rng = hd_test_rng(22);
@@ -659,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_elementwise_ops_at_large_inputs),
         cmocka_unit_test(test_elementwise_backward_matches_finite_differences),
         cmocka_unit_test(test_rope_matches_reference),
+        cmocka_unit_test(test_rope_variants_match_reference),
         cmocka_unit_test(test_rope_inverse_restores_input),
         cmocka_unit_test(test_embedding_copies_table_rows),
         cmocka_unit_test(test_attention_matches_reference),
@@ -667,5 +727,6 @@ int main(void)
         cmocka_unit_test(test_step_ops_refuse_bad_arguments),
         cmocka_unit_test(test_step_ops_on_empty_tensors_do_nothing),
     };
+    hd_test_filter_from_env();
     return cmocka_run_group_tests(tests, setup, teardown);
 }
