@@ -95,8 +95,6 @@ for bf16 in 0 1; do
     check rope -DFREQ_PAIRS=0 -DHEADS_PER_ITEM=1 -DACT_BF16=$bf16
     check add_rms_norm -DWG=64 -DROWS=4 -DVEC=1 -DCACHE=0 -DPREFETCH=1 -DACT_BF16=$bf16
     check cross_entropy -DWG=128 -DROWS=2 -DVEC=1 -DACT_BF16=$bf16
-    check rope -DROWS_PER_GROUP=4 -DACT_BF16=$bf16
-    check rope -DROWS_PER_GROUP=1 -DFREQ_PAIRS=0 -DWG=64 -DACT_BF16=$bf16
     check cross_entropy -DWG=512 -DCLUSTER=8 -DCACHE=8 -DACT_BF16=$bf16
     check cross_entropy -DWG=256 -DCLUSTER=1 -DCACHE=3 -DVEC=1 -DACT_BF16=$bf16
     check cross_entropy -DWG=128 -DCLUSTER=4 -DCACHE=2 -DCLUSTER_EMULATE=1 -DACT_BF16=$bf16

@@ -352,9 +352,9 @@ static void test_rope_matches_reference(void **state)
 }
 
 /* The inverse rotation undoes the forward: the backward of RoPE is RoPE by -a. */
-/* Every variant the fused backend lists for the tuner (the item kernel's heads per item, the
- * row kernel's rows per work-group), as the tuner runs it: rows fewer than a work-group's and a
- * last group short, unequal sequences, the inverse, in place, a caller's table, heads of 10. */
+/* Every variant the fused backend lists for the tuner (work-items per group, heads an item
+ * rotates with one angle), as the tuner runs it: unequal sequences, the inverse, in place at a
+ * large offset, a caller's table, 5 heads of 10 (a last item of fewer heads). */
 static void test_rope_variants_match_reference(void **state)
 {
     if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
@@ -371,7 +371,7 @@ static void test_rope_variants_match_reference(void **state)
         const char *variants[16];
         size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED, HD_OP_ROPE, &shape,
                                             variants, 16);
-        assert_true(count >= 8);
+        assert_true(count >= 4);
         for (size_t v = 0; v < count; v++)
             check_rope_as(&cases[i], &rng, variants[v]);
     }

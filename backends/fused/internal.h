@@ -221,9 +221,6 @@ typedef struct hd_fused_params {
     int lead;                 /* FMA kernel: stages between a register-staged operand's loads and
                                  their store (1 or 2), 0: 1 */
     int hpi;                  /* step family, RoPE: heads an item rotates with one angle */
-    int rpg;                  /* step family, RoPE: rows per work-group of the kernel that
-                                 forms a row's angles once in local memory, 0: the item
-                                 kernel */
     int att_bq, att_bk;       /* attention family: query rows per work-group and keys per tile
                                  of the forward and dq kernels */
     int att_rq, att_tc;       /* rows per work-item, work-items across a tile's columns */

@@ -79,9 +79,8 @@ static void step_options(hd_op op, const hd_fused_params *p, bool freq_pairs,
                          char out[HD_FUSED_OPTIONS_CAPACITY])
 {
     if (op == HD_OP_ROPE)
-        snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
-                 "-D WG=%d -D HEADS_PER_ITEM=%d -D FREQ_PAIRS=%d -D ROWS_PER_GROUP=%d", p->wg,
-                 p->hpi, freq_pairs ? 1 : 0, p->rpg);
+        snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D WG=%d -D HEADS_PER_ITEM=%d -D FREQ_PAIRS=%d",
+                 p->wg, p->hpi, freq_pairs ? 1 : 0);
     else
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D WG=%d -D VEC=%d", p->wg, p->vec);
 }
@@ -112,8 +111,8 @@ static hd_status step_kernel_for(hd_fused *f, hd_context *ctx, hd_op op, const h
         return s;
     char options[HD_FUSED_OPTIONS_CAPACITY];
     step_options(op, p, a->in[1] == NULL, options);
-    const char *name = op == HD_OP_ROPE && p->rpg > 0 ? "rope_rows" : kernel_of[op].name;
-    return hd__fused_kernel(f, ctx, kernel_of[op].program, options, name, (size_t)p->wg, k);
+    return hd__fused_kernel(f, ctx, kernel_of[op].program, options, kernel_of[op].name,
+                            (size_t)p->wg, k);
 }
 
 /* Groups of a grid-stride launch over items work-items' worth of work. */
@@ -178,27 +177,17 @@ hd_status hd__fused_add(void *state, hd_context *ctx, const hd_op_args *args)
 }
 
 /* RoPE: the rows' positions and, without a caller's table, the frequencies as (hi, lo) pairs,
- * copied to the device, then one launch: the item kernel over a grid of items, or with RPG
- * rope_rows, a work-group per RPG rows holding their angles in local memory. */
+ * copied to the device, then one launch. */
 hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
 {
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
     hd_fused_params p;
     hd_kernel *k;
-    size_t d = a->head_dim, heads = a->cols / d;
-    size_t angles_bytes = 0; /* rope_rows' local memory */
     hd_status s = step_kernel_for(f, ctx, HD_OP_ROPE, a, &p, &k);
-    if (s == HD_OK && p.rpg > 0) {
-        angles_bytes = (size_t)p.rpg * (d / 2) * 2 * sizeof(float);
-        if (angles_bytes > f->local_mem)
-            s = hd__error(ctx, HD_ERR_UNSUPPORTED,
-                          "fused: RPG=%d rows of %zu angles take %zu bytes of local memory, past "
-                          "the %zu a kernel may hold",
-                          p.rpg, d / 2, angles_bytes, f->local_mem);
-    }
     if (s != HD_OK)
         return s;
+    size_t d = a->head_dim, heads = a->cols / d;
     int32_t *pos = malloc(a->rows * sizeof *pos);
     float *pairs = malloc(d * sizeof *pairs);
     struct hd_device_buffer *pos_buf = NULL, *freq_buf = NULL;
@@ -216,8 +205,6 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
     int32_t inverse = a->inverse ? 1 : 0;
     if (s == HD_OK) {
         size_t items = a->rows * ((heads + (size_t)p.hpi - 1) / (size_t)p.hpi) * (d / 2);
-        size_t groups = p.rpg > 0 ? (a->rows + (size_t)p.rpg - 1) / (size_t)p.rpg
-                                  : stride_groups(items, p.wg);
         const hd_fused_arg list[] = {
             HD_FUSED_TENSOR(a->in[0]),
             HD_FUSED_TENSOR(a->out[0]),
@@ -227,9 +214,9 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
             HD_FUSED_VALUE(heads_arg),
             HD_FUSED_VALUE(d_arg),
             HD_FUSED_VALUE(inverse),
-            HD_FUSED_LOCAL(angles_bytes), /* rope_rows alone takes it */
         };
-        s = hd__fused_launch_args(f, ctx, k, groups, (size_t)p.wg, list, p.rpg > 0 ? 9 : 8);
+        s = hd__fused_launch_args(f, ctx, k, stride_groups(items, p.wg), (size_t)p.wg, list,
+                                  (int)(sizeof list / sizeof list[0]));
     }
     hd__fused_buffer_release(f, pos_buf);
     hd__fused_buffer_release(f, freq_buf);
@@ -296,8 +283,7 @@ size_t hd__fused_step_variants(const hd_fused *f, hd_op op, const hd_shape *shap
     static const char *const elementwise[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=512 VEC=4",
                                               "WG=1024 VEC=4", "WG=256 VEC=1"};
     static const char *const rope[] = {"WG=256 HPI=4", "WG=256 HPI=1", "WG=256 HPI=2",
-                                       "WG=128 HPI=4", "WG=512 HPI=8", "WG=256 RPG=4",
-                                       "WG=256 RPG=2", "WG=256 RPG=8", "WG=512 RPG=8"};
+                                       "WG=128 HPI=4", "WG=512 HPI=8"};
     static const char *const embedding[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=64 VEC=4",
                                             "WG=256 VEC=1"};
     const char *const *list = op == HD_OP_ROPE        ? rope

@@ -36,17 +36,10 @@
  * groups = ceil(heads / HEADS_PER_ITEM)). Per element: x read and written once (8 bytes fp32,
  * 4 bf16), plus pos and inv_freq (read once per item, from cache). No local memory.
  *
- * rope_rows (ROWS_PER_GROUP > 0): a work-group per ROWS_PER_GROUP rows. Their angles first,
- * d/2 a row, one a work-item, into local memory (cs: ROWS_PER_GROUP * d/2 float2, a __local
- * argument), then every (head, i) pair of those rows rotated with them, ROPE_BATCH pairs a
- * work-item loaded before any is stored: d/2 cos and sin a row, where the item kernel forms
- * heads / HEADS_PER_ITEM times as many.
- *
  * Tuning parameters:
  *   WG              work-items per work-group
  *   HEADS_PER_ITEM  heads an item rotates with the one angle it computes
  *   FREQ_PAIRS      1: inv_freq holds (hi, lo) pairs; 0: plain floats
- *   ROWS_PER_GROUP  rope_rows' rows per work-group (0: the item kernel alone)
  */
 #ifndef WG
 #define WG 256 /* work-items per work-group */
@@ -56,9 +49,6 @@
 #endif
 #ifndef FREQ_PAIRS
 #define FREQ_PAIRS 1 /* inv_freq: 1, (hi, lo) pairs; 0, plain floats */
-#endif
-#ifndef ROWS_PER_GROUP
-#define ROWS_PER_GROUP 0 /* rope_rows: rows per work-group */
 #endif
 
 /* (cos a, sin a) for a = p * (f.x + f.y), see the banner. */
@@ -70,19 +60,6 @@ inline float2 rope_cos_sin(int p, float2 f)
     float c;
     const float s = sincos(h, &c), keep = 1.0f - 0.5f * l * l; /* one argument reduction */
     return (float2)(c * keep - s * l, s * keep + c * l);
-}
-
-/* Row p's angle i, (cos, sin), turned back for the inverse. */
-inline float2 rope_angle(int p, const __global float *inv_freq, int i, int inverse)
-{
-#if FREQ_PAIRS
-    float2 cs = rope_cos_sin(p, vload2(i, inv_freq));
-#else
-    float2 cs = rope_cos_sin(p, (float2)(inv_freq[i], 0.0f));
-#endif
-    if (inverse)
-        cs.y = -cs.y;
-    return cs;
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -111,7 +88,13 @@ rope(const __global act_t *x, __global act_t *y, const __global int *pos,
             x0[k] = live ? act_load(x, at) : 0.0f;
             x1[k] = live ? act_load(x, at + (size_t)pairs) : 0.0f;
         }
-        const float2 cs = rope_angle(pos[row], inv_freq, i, inverse);
+#if FREQ_PAIRS
+        float2 cs = rope_cos_sin(pos[row], vload2(i, inv_freq));
+#else
+        float2 cs = rope_cos_sin(pos[row], (float2)(inv_freq[i], 0.0f));
+#endif
+        if (inverse)
+            cs.y = -cs.y;
 #pragma unroll
         for (int k = 0; k < HEADS_PER_ITEM; k++) {
             const size_t at = base + (size_t)k * (size_t)d;
@@ -127,48 +110,3 @@ rope(const __global act_t *x, __global act_t *y, const __global int *pos,
         }
     }
 }
-
-#if ROWS_PER_GROUP > 0
-#define ROPE_BATCH 4 /* pairs a work-item of rope_rows loads before it stores */
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-rope_rows(const __global act_t *x, __global act_t *y, const __global int *pos,
-          const __global float *inv_freq, int rows, int heads, int d, int inverse,
-          __local float2 *cs)
-{
-    const int pairs = d / 2, l = (int)get_local_id(0);
-    const int row0 = (int)get_group_id(0) * ROWS_PER_GROUP;
-    const int count = min(ROWS_PER_GROUP, rows - row0), per_row = heads * pairs;
-    for (int e = l; e < count * pairs; e += WG) {
-        const int r = e / pairs;
-        cs[e] = rope_angle(pos[row0 + r], inv_freq, e - r * pairs, inverse);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const size_t cols = (size_t)heads * (size_t)d;
-    for (int r = 0; r < count; r++) {
-        const size_t row_base = (size_t)(row0 + r) * cols;
-        const __local float2 *row_cs = cs + r * pairs;
-        for (int e0 = l; e0 < per_row; e0 += WG * ROPE_BATCH) {
-            float x0[ROPE_BATCH], x1[ROPE_BATCH];
-            size_t at[ROPE_BATCH];
-            int angle[ROPE_BATCH];
-#pragma unroll
-            for (int b = 0; b < ROPE_BATCH; b++) { /* the loads first */
-                const int e = e0 + b * WG, h = e / pairs;
-                angle[b] = e - h * pairs;
-                at[b] = row_base + (size_t)h * (size_t)d + (size_t)angle[b];
-                x0[b] = e < per_row ? act_load(x, at[b]) : 0.0f;
-                x1[b] = e < per_row ? act_load(x, at[b] + (size_t)pairs) : 0.0f;
-            }
-#pragma unroll
-            for (int b = 0; b < ROPE_BATCH; b++) {
-                if (e0 + b * WG < per_row) {
-                    const float2 c = row_cs[angle[b]];
-                    act_store(y, at[b], x0[b] * c.x - x1[b] * c.y);
-                    act_store(y, at[b] + (size_t)pairs, x1[b] * c.x + x0[b] * c.y);
-                }
-            }
-        }
-    }
-}
-#endif
