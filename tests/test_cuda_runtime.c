@@ -343,6 +343,71 @@ static void test_kernel_takes_the_largest_local_memory_the_device_gives(void **s
     hd_context_destroy(ctx);
 }
 
+/* Each group of a cluster of two writes its number, waits at the cluster's barrier, and reads
+ * its partner's (NVIDIA's inline PTX: built only where the runtime runs clusters). */
+static const char cluster_source[] =
+    "__kernel void swap(__global int *seen, __global int *out)\n"
+    "{\n"
+    "    const int g = (int)get_group_id(0), l = (int)get_local_id(0);\n"
+    "    if (l == 0)\n"
+    "        seen[g] = 100 + g;\n"
+    "    asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\\t\"\n"
+    "                 \"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
+    "    if (l == 0)\n"
+    "        out[g] = ((volatile __global int *)seen)[g ^ 1];\n"
+    "}\n";
+
+/* Thread-block clusters (hd__rt_launch_cluster): where the runtime runs them (the CUDA runtime
+ * on Hopper), groups of a cluster see each other's writes across its barrier, and a cluster
+ * past the device's or not dividing the groups is refused; elsewhere any cluster of more than
+ * one group is refused, saying so; a cluster of one is an ordinary launch everywhere. */
+static void test_clusters_where_the_runtime_runs_them(void **state)
+{
+    (void)state;
+    hd_context *ctx = hd_test_context(false);
+    hd_runtime *rt = ctx->rt;
+    if (rt == NULL) {
+        hd_context_destroy(ctx);
+        return;
+    }
+    const hd_runtime_info *info = hd__rt_info(rt);
+    enum { GROUP = 32, GROUPS = 8 };
+    struct hd_device_buffer *seen = NULL, *out = NULL;
+    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, GROUPS * sizeof(int), &seen), HD_OK);
+    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, GROUPS * sizeof(int), &out), HD_OK);
+    hd_kernel *k = NULL;
+    if (info->clusters >= 2) {
+        assert_int_equal(hd__rt_kernel(rt, ctx, cluster_source, "", "swap", &k), HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 0, sizeof seen->mem, &seen->mem), HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 1, sizeof out->mem, &out->mem), HD_OK);
+        assert_int_equal(
+            hd__rt_launch_cluster(rt, ctx, k, (const size_t[2]){GROUPS, 1}, GROUP, 2), HD_OK);
+        int got[GROUPS];
+        assert_int_equal(hd__rt_download(rt, ctx, out, got, sizeof got), HD_OK);
+        for (int g = 0; g < GROUPS; g++)
+            if (got[g] != 100 + (g ^ 1))
+                fail_msg("group %d of a cluster read %d, not its partner's %d", g, got[g],
+                         100 + (g ^ 1));
+        assert_int_equal(
+            hd__rt_launch_cluster(rt, ctx, k, (const size_t[2]){GROUPS, 1}, GROUP, 3),
+            HD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(hd_context_last_error(ctx), "divide the groups"));
+        assert_int_equal(hd__rt_launch_cluster(rt, ctx, k, (const size_t[2]){GROUPS * 4, 1},
+                                               GROUP, info->clusters * 2),
+                         HD_ERR_UNSUPPORTED);
+    } else {
+        assert_int_equal(hd__rt_kernel(rt, ctx, local_source, "", "fill", &k), HD_OK);
+        assert_int_equal(
+            hd__rt_launch_cluster(rt, ctx, k, (const size_t[2]){GROUPS, 1}, GROUP, 2),
+            HD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(hd_context_last_error(ctx), "clusters"));
+    }
+    print_message("%s: clusters of up to %zu\n", hd__rt_kind_name(rt), info->clusters);
+    hd__rt_buffer_release(rt, seen);
+    hd__rt_buffer_release(rt, out);
+    hd_context_destroy(ctx);
+}
+
 /* Tensor maps (the copy engine's descriptors, hd__rt_tensor_map): where the runtime gives them
  * (the CUDA runtime on Hopper), one per distinct tensor, the same address for the same one
  * asked again, a refusal for a stride the engine cannot take; elsewhere (OpenCL, an older GPU
@@ -407,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_takes_parameters_up_to_its_limit),
         cmocka_unit_test(test_runtime_choice_and_its_fallbacks),
         cmocka_unit_test(test_kernel_takes_the_largest_local_memory_the_device_gives),
+        cmocka_unit_test(test_clusters_where_the_runtime_runs_them),
         cmocka_unit_test(test_tensor_maps_where_the_runtime_gives_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

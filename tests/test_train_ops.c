@@ -690,7 +690,8 @@ static void check_ce(const ce_case *c, hd_rng *rng)
     ce_free(&d);
 }
 
-/* Vocabularies of 1 to several thousand (odd, prime, multiples of 4), ignored rows, dlogits in
+/* Vocabularies of 1 to several thousand (odd, prime, multiples of 4) and those of GPT-2 (odd)
+ * and Gemma (256000: where clusters run, groups of 512 hold its rows), ignored rows, dlogits in
  * place, apart and absent. */
 static void test_cross_entropy_matches_reference(void **state)
 {
@@ -704,6 +705,8 @@ static void test_cross_entropy_matches_reference(void **state)
         {33, 512, LOGITS_NORMAL, IGNORE_NONE, false, true, true},
         {3, 3001, LOGITS_NORMAL, IGNORE_SOME, false, false, true},
         {2, 8192, LOGITS_NORMAL, IGNORE_NONE, false, true, true},
+        {2, 50257, LOGITS_NORMAL, IGNORE_NONE, false, true, true},
+        {3, 256000, LOGITS_WIDE, IGNORE_SOME, false, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_ce(&cases[i], &rng);
