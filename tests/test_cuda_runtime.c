@@ -77,7 +77,8 @@ static void test_rewrites_kernels_of_nvidias_opencl_compiler(void **state)
         hd__ptx_module_free(&m);
         free(ptx);
     }
-    /* adamw's kernels take two int8 vectors by value: 32 bytes each */
+    /* the sample's adamw kernels (adamw.cl before 54c97c6) take two int8 vectors by value: 32
+     * bytes each */
     size_t len;
     char *ptx = read_sample("adamw_opencl.ptx", &len);
     hd_ptx_module m;
