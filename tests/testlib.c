@@ -428,10 +428,11 @@ void hd_test_expect_ran_on(hd_context *ctx, hd_status s, hd_backend b, const cha
 {
     if (s != HD_OK)
         fail_msg("%s: %s (%s)", what, hd_status_name(s), hd_context_last_error(ctx));
-    if (hd_context_last_backend(ctx) != b)
+    if (hd_context_last_backend(ctx) != b) /* a fallback's cause is a note, not an error */
         fail_msg("%s ran on %s, expected %s: %s", what,
                  hd_backend_name(hd_context_last_backend(ctx)), hd_backend_name(b),
-                 hd_context_last_error(ctx));
+                 hd_context_last_error(ctx)[0] != '\0' ? hd_context_last_error(ctx)
+                                                     : "the call fell back (HD_LOG=1 prints why)");
 }
 
 int hd_test_tmpdir_create(const char *name, char *dir, size_t size)
