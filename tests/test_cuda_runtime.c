@@ -344,18 +344,27 @@ static void test_kernel_takes_the_largest_local_memory_the_device_gives(void **s
     hd_context_destroy(ctx);
 }
 
-/* Each group of a cluster of two writes its number, waits at the cluster's barrier, and reads
- * its partner's (NVIDIA's inline PTX: built only where the runtime runs clusters). */
+/* Each group of a cluster of two writes its number (the odd ones after a wait, so that without
+ * the barrier their partners would read the -1 the host left), waits at the cluster's barrier,
+ * and reads its partner's; out[GROUPS + g] is the cluster's size as the group sees it
+ * (NVIDIA's inline PTX: built only where the runtime runs clusters). */
 static const char cluster_source[] =
-    "__kernel void swap(__global int *seen, __global int *out)\n"
+    "__kernel void swap(__global int *seen, __global int *out, int groups)\n"
     "{\n"
     "    const int g = (int)get_group_id(0), l = (int)get_local_id(0);\n"
+    "    if ((g & 1) && l == 0)\n"
+    "        for (volatile int spin = 0; spin < 200000; spin++)\n"
+    "            ;\n"
     "    if (l == 0)\n"
     "        seen[g] = 100 + g;\n"
     "    asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\\t\"\n"
     "                 \"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
-    "    if (l == 0)\n"
+    "    uint size;\n"
+    "    asm volatile(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(size));\n"
+    "    if (l == 0) {\n"
     "        out[g] = ((volatile __global int *)seen)[g ^ 1];\n"
+    "        out[groups + g] = (int)size;\n"
+    "    }\n"
     "}\n";
 
 /* Thread-block clusters (hd__rt_launch_cluster): where the runtime runs them (the CUDA runtime
@@ -374,21 +383,28 @@ static void test_clusters_where_the_runtime_runs_them(void **state)
     const hd_runtime_info *info = hd__rt_info(rt);
     enum { GROUP = 32, GROUPS = 8 };
     struct hd_device_buffer *seen = NULL, *out = NULL;
-    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, GROUPS * sizeof(int), &seen), HD_OK);
-    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, GROUPS * sizeof(int), &out), HD_OK);
+    int unset[GROUPS], got[2 * GROUPS], groups = GROUPS;
+    for (int g = 0; g < GROUPS; g++)
+        unset[g] = -1;
+    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, sizeof unset, &seen), HD_OK);
+    assert_int_equal(hd__rt_buffer_acquire(rt, ctx, sizeof got, &out), HD_OK);
+    assert_int_equal(hd__rt_upload(rt, ctx, seen, unset, sizeof unset), HD_OK);
     hd_kernel *k = NULL;
     if (info->clusters >= 2) {
         assert_int_equal(hd__rt_kernel(rt, ctx, cluster_source, "", "swap", &k), HD_OK);
         assert_int_equal(hd__rt_set_arg(ctx, k, 0, sizeof seen->mem, &seen->mem), HD_OK);
         assert_int_equal(hd__rt_set_arg(ctx, k, 1, sizeof out->mem, &out->mem), HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 2, sizeof groups, &groups), HD_OK);
         assert_int_equal(
             hd__rt_launch_cluster(rt, ctx, k, (const size_t[2]){GROUPS, 1}, GROUP, 2), HD_OK);
-        int got[GROUPS];
         assert_int_equal(hd__rt_download(rt, ctx, out, got, sizeof got), HD_OK);
-        for (int g = 0; g < GROUPS; g++)
+        for (int g = 0; g < GROUPS; g++) {
             if (got[g] != 100 + (g ^ 1))
                 fail_msg("group %d of a cluster read %d, not its partner's %d", g, got[g],
                          100 + (g ^ 1));
+            if (got[GROUPS + g] != 2)
+                fail_msg("group %d saw a cluster of %d groups, not 2", g, got[GROUPS + g]);
+        }
         assert_int_equal(
             hd__rt_launch_cluster(rt, ctx, k, (const size_t[2]){GROUPS, 1}, GROUP, 3),
             HD_ERR_UNSUPPORTED);

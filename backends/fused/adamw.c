@@ -139,7 +139,7 @@ typedef struct norm_scalars {
     int32_t part0, groups;
 } norm_scalars;
 
-static hd_status launch_sumsq(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
+static hd_status launch_norm_batch(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
                               const adamw_plan *pl, const adamw_batch *bt, const norm_scalars *n,
                               const struct hd_device_buffer *total)
 {
@@ -171,7 +171,7 @@ static hd_status launch_norm(hd_fused *f, hd_context *ctx, const hd_adamw_args *
     norm_scalars n = {0, (int32_t)pl->partials};
     for (size_t b = 0; b < pl->batch_count && s == HD_OK; b++) {
         if (pl->batches[b].groups > 0)
-            s = launch_sumsq(f, ctx, a, pl, &pl->batches[b], &n, total);
+            s = launch_norm_batch(f, ctx, a, pl, &pl->batches[b], &n, total);
         counted = counted || (s == HD_OK && pl->batches[b].groups > 0);
         n.part0 += (int32_t)pl->batches[b].groups;
     }

@@ -341,79 +341,96 @@ hd_status hd__fused_add_rms_norm_backward(void *state, hd_context *ctx, const hd
 
 /* The kernels of one call over rows of vocab logits: the rows' losses (and dlogits), then
  * their mean. The rows kernel is the looped one (CACHE does not apply), or with CLUSTER the
- * cluster kernel, each row held in the registers of `cluster` work-groups. */
+ * cluster kernel, each row held in the registers of `cluster` work-groups, which exchange their
+ * rows' pairs through `pairs` (taken with the call's other scratch, ce_take_pairs). */
 typedef struct ce_kernels {
     hd_fused_params p;
     hd_kernel *rows, *mean;
-    size_t cluster; /* work-groups sharing a row, 0: the looped kernel */
-    size_t launch_cluster; /* the clusters the launch asks for: 1 where emulated */
+    size_t cluster;        /* work-groups sharing a row, 0: the looped kernel */
+    size_t launch_cluster; /* work-groups per cluster of the launch: 1 where emulated */
+    struct hd_device_buffer *pairs;
 } ce_kernels;
 
-/* The cluster kernel's parameters where the variant names CLUSTER (chosen), or without a
- * variant the rule: a row read once from a cluster of HD_RT_CLUSTER_MAX groups where the device
- * has such clusters and their registers hold it, the looped kernel otherwise. A variant that
- * leaves CLUSTER out names the looped kernel. */
-static hd_status ce_cluster_params(const hd_fused *f, hd_context *ctx, size_t vocab, bool chosen,
-                                   bool ruled, hd_fused_params *p)
+/* Whether `cluster` groups of wg work-items hold a row of nv vectors, and in how many vectors
+ * each (*cache; `named`, where the variant names CACHE). */
+static bool ce_cluster_fits(size_t nv, size_t cluster, size_t wg, int named, size_t *cache)
 {
-    if (!chosen) {
-        if (!ruled || f->clusters < HD_RT_CLUSTER_MAX) {
-            p->cluster = 0;
-            return HD_OK;
-        }
-        p->cluster = HD_RT_CLUSTER_MAX;
-        size_t chunk = ceil_div(vocab / (size_t)p->vec, HD_RT_CLUSTER_MAX), wg = CE_CLUSTER_GROUP;
-        while (wg < CE_CLUSTER_GROUP_MAX && chunk > wg * CE_CLUSTER_CACHE_MAX)
-            wg *= 2;
-        p->wg = (int)(f->device_max_group < wg ? f->device_max_group : wg);
-    }
-    size_t cluster = (size_t)p->cluster, nv = vocab / (size_t)p->vec;
-    size_t chunk = ceil_div(nv, cluster), cache = ceil_div(chunk, (size_t)p->wg);
-    if (chosen && p->cache > 0)
-        cache = (size_t)p->cache;
-    bool fits = chunk <= cache * (size_t)p->wg && cache <= CE_CLUSTER_CACHE_MAX;
-    if (!chosen && (!fits || vocab == 0)) {
-        p->cluster = 0;
-        return HD_OK;
-    }
-    if (cluster > 1 && cluster > f->clusters && !f->clusters_emulated)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: CLUSTER=%zu needs thread-block clusters of %zu, the device's "
-                         "runtime has %s%zu",
-                         cluster, cluster, f->clusters > 0 ? "up to " : "", f->clusters);
-    if (!fits)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "fused: a row of %zu logits is more than CLUSTER=%zu groups of %d "
-                         "work-items hold in %zu vectors each (at most %d)",
-                         vocab, cluster, p->wg, cache, CE_CLUSTER_CACHE_MAX);
+    size_t chunk = ceil_div(nv, cluster);
+    *cache = named > 0 ? (size_t)named : ceil_div(chunk, wg);
+    return chunk <= *cache * wg && *cache <= CE_CLUSTER_CACHE_MAX;
+}
+
+/* The rule where no variant is given: a row read once from a cluster of HD_RT_CLUSTER_MAX
+ * groups where the device has such clusters, their registers hold it, and each work-item holds
+ * a vector at least; p's looped parameters otherwise. */
+static void ce_cluster_rule(const hd_fused *f, size_t vocab, hd_fused_params *p)
+{
+    size_t nv = vocab / (size_t)p->vec, cache = 0, wg = CE_CLUSTER_GROUP;
+    if (f->clusters < HD_RT_CLUSTER_MAX)
+        return;
+    while (wg < CE_CLUSTER_GROUP_MAX && !ce_cluster_fits(nv, HD_RT_CLUSTER_MAX, wg, 0, &cache))
+        wg *= 2;
+    if (wg > f->device_max_group || nv < HD_RT_CLUSTER_MAX * wg ||
+        !ce_cluster_fits(nv, HD_RT_CLUSTER_MAX, wg, 0, &cache))
+        return;
+    p->cluster = HD_RT_CLUSTER_MAX;
+    p->wg = (int)wg;
+    p->rows = 1;
     p->cache = (int)cache;
+}
+
+/* The parameters of a call over rows of vocab logits with variant, every refusal said: the rows
+ * family's; with CLUSTER (named) the cluster kernel's, checked against the device's clusters
+ * and registers; without a variant the rule. A variant that leaves CLUSTER out names the looped
+ * kernel. */
+static hd_status ce_params(hd_fused *f, hd_context *ctx, const char *variant, size_t vocab,
+                           ce_kernels *k)
+{
+    bool cached;
+    k->pairs = NULL;
+    hd_fused_params named; /* what the variant itself says, defaults left open */
+    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ROWS, variant, &named);
+    if (s == HD_OK)
+        s = hd__fused_rows_params(f, ctx, variant, vocab, &k->p, &cached);
+    if (s != HD_OK)
+        return s;
+    k->p.cache = 0;
+    if (named.cluster == 0 && (variant == NULL || *variant == '\0'))
+        ce_cluster_rule(f, vocab, &k->p);
+    if (named.cluster > 0) {
+        size_t cluster = (size_t)named.cluster, cache;
+        if (named.rows > 1)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "fused: cross-entropy's CLUSTER takes a row per work-group, not "
+                             "ROWS=%d",
+                             named.rows);
+        if (cluster > 1 && cluster > f->clusters && !f->clusters_emulated)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: CLUSTER=%zu needs thread-block clusters of %zu, the device's "
+                             "runtime has %s%zu",
+                             cluster, cluster, f->clusters > 0 ? "up to " : "", f->clusters);
+        if (!ce_cluster_fits(vocab / (size_t)k->p.vec, cluster, (size_t)k->p.wg, named.cache,
+                             &cache))
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: a row of %zu logits is more than CLUSTER=%zu groups of %d "
+                             "work-items hold in %zu vectors each (at most %d)",
+                             vocab, cluster, k->p.wg, cache, CE_CLUSTER_CACHE_MAX);
+        k->p.cluster = (int)cluster;
+        k->p.rows = 1;
+        k->p.cache = (int)cache;
+    }
+    k->cluster = (size_t)k->p.cluster;
+    k->launch_cluster = f->clusters_emulated ? 1 : k->cluster;
     return HD_OK;
 }
 
 static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, size_t vocab,
                           ce_kernels *k)
 {
-    bool cached;
-    hd_fused_params named; /* what the variant itself says, defaults left open */
-    hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ROWS, variant, &named);
-    if (s == HD_OK)
-        s = hd__fused_rows_params(f, ctx, variant, vocab, &k->p, &cached);
-    if (s == HD_OK && named.cluster > 0 && named.rows > 1)
-        s = hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                      "fused: cross-entropy's CLUSTER takes a row per work-group, not ROWS=%d",
-                      named.rows);
-    if (s == HD_OK)
-        s = ce_cluster_params(f, ctx, vocab, named.cluster > 0, variant == NULL || *variant == '\0',
-                              &k->p);
+    hd_status s = ce_params(f, ctx, variant, vocab, k);
     if (s != HD_OK)
         return s;
-    if (k->p.cluster > 0)
-        k->p.rows = 1;
-    k->cluster = (size_t)k->p.cluster;
-    k->launch_cluster = f->clusters_emulated ? 1 : k->cluster;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    if (k->cluster == 0)
-        k->p.cache = 0;
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &k->p, 0, options);
     if (k->cluster > 0) {
         size_t len = strlen(options);
@@ -428,6 +445,14 @@ static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, siz
     k->rows = built[0];
     k->mean = built[1];
     return s;
+}
+
+/* The cluster kernel's pairs for launches of up to rows rows (none for the looped kernel). */
+static hd_status ce_take_pairs(hd_fused *f, hd_context *ctx, ce_kernels *k, size_t rows)
+{
+    if (k->cluster == 0)
+        return HD_OK;
+    return hd__fused_buffer(f, ctx, rows * k->cluster * 2 * sizeof(float), &k->pairs);
 }
 
 /* One launch of the rows kernel: losses[i] for rows rows of logits, dlogits (NULL: none; may
@@ -452,19 +477,14 @@ static hd_status ce_rows(hd_fused *f, hd_context *ctx, const ce_kernels *k, cons
         return hd__fused_launch_args(f, ctx, k->rows, row_groups(c->rows, &k->p), (size_t)k->p.wg,
                                      list, 9);
     }
-    struct hd_device_buffer *pairs = NULL; /* each rank's (m, s) of each row */
-    hd_status s = hd__fused_buffer(f, ctx, c->rows * k->cluster * 2 * sizeof(float), &pairs);
     const hd_fused_arg list[] = {
         HD_FUSED_BUFFER(c->logits), HD_FUSED_BUFFER(c->targets), HD_FUSED_BUFFER(c->losses),
-        HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_BUFFER(pairs),
+        HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_BUFFER(k->pairs),
         HD_FUSED_VALUE(rows),       HD_FUSED_VALUE(cols),        HD_FUSED_VALUE(ignore),
         HD_FUSED_VALUE(inv),
     };
-    if (s == HD_OK)
-        s = hd__fused_launch_cluster_args(f, ctx, k->rows, c->rows * k->launch_cluster,
-                                          (size_t)k->p.wg, k->launch_cluster, list, 10);
-    hd__fused_buffer_release(f, pairs);
-    return s;
+    return hd__fused_launch_cluster_args(f, ctx, k->rows, c->rows * k->launch_cluster,
+                                         (size_t)k->p.wg, k->launch_cluster, list, 10);
 }
 
 /* loss = the rows' losses added in a fixed order, times inv_count: one work-group. */
@@ -491,9 +511,11 @@ hd_status hd__fused_cross_entropy(void *state, hd_context *ctx, const hd_op_args
 {
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
-    ce_kernels k;
+    ce_kernels k = {0};
     struct hd_device_buffer *targets = NULL, *losses = NULL;
     hd_status s = ce_build(f, ctx, a->variant, a->vocab, &k);
+    if (s == HD_OK)
+        s = ce_take_pairs(f, ctx, &k, a->rows);
     if (s == HD_OK)
         s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &targets);
     if (s == HD_OK)
@@ -515,6 +537,7 @@ hd_status hd__fused_cross_entropy(void *state, hd_context *ctx, const hd_op_args
         hd__error_outputs_changed(ctx); /* dlogits is written (over logits, in place) */
     hd__fused_buffer_release(f, targets);
     hd__fused_buffer_release(f, losses);
+    hd__fused_buffer_release(f, k.pairs);
     return s;
 }
 
@@ -596,8 +619,9 @@ static hd_status lm_head_scratch(hd_fused *f, hd_context *ctx, lm_head *l)
 
 static void lm_head_release(hd_fused *f, lm_head *l)
 {
-    struct hd_device_buffer *const all[] = {l->targets,   l->losses,   l->logits, l->h_c,
-                                            l->targets_c, l->losses_c, l->dh_c};
+    struct hd_device_buffer *const all[] = {l->targets, l->losses,   l->logits,
+                                            l->h_c,     l->targets_c, l->losses_c,
+                                            l->dh_c,    l->ce.pairs};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         hd__fused_buffer_release(f, all[i]);
 }
@@ -609,6 +633,8 @@ static hd_status lm_head_prepare(hd_fused *f, hd_context *ctx, lm_head *l)
     const hd_step_args *a = l->a;
     size_t last = a->rows - (ceil_div(a->rows, l->chunk) - 1) * l->chunk;
     hd_status s = ce_build(f, ctx, NULL, a->vocab, &l->ce);
+    if (s == HD_OK)
+        s = ce_take_pairs(f, ctx, &l->ce, l->chunk);
     if (s == HD_OK)
         s = lm_head_scratch(f, ctx, l);
     int products = a->out[1] != NULL ? 2 : 1;
@@ -724,6 +750,10 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
     if (op == HD_OP_LINEAR_CROSS_ENTROPY) {
         hd_fused_tile_call c = lm_head_logits_call(f, s, variant);
         return hd__fused_tile_check(f, ctx, &c);
+    }
+    if (op == HD_OP_CROSS_ENTROPY) {
+        ce_kernels k;
+        return ce_params(f, ctx, variant, s->dim[1], &k);
     }
     hd_fused_params p;
     bool cached;

@@ -61,8 +61,8 @@ typedef struct hd_runtime_info {
                                OpenCL */
 } hd_runtime_info;
 
-/* The clusters a launch asks for at most: the size every Hopper device runs (CUDA's portable
- * cluster size). */
+/* Work-groups per cluster a launch asks for at most: the size every Hopper device runs (CUDA's
+ * portable cluster size). */
 #define HD_RT_CLUSTER_MAX 8
 
 /* Opens the device spec names (NULL: the first GPU, else the first device; as OpenCL lists

@@ -37,7 +37,8 @@
 #define ELEMS 8 /* elements per work-item of a work-group's span */
 #endif
 #ifndef SLOTS
-#define SLOTS 8
+#define SLOTS 8 /* tensors per launch: OpenCL's least parameter space holds 8 (the host asks for
+                   16 or 32 where the device's holds them) */
 #endif
 #if ROWS != 1
 #error "adamw.cl: ROWS must be 1"

@@ -38,9 +38,12 @@
  *   cross_entropy_cluster (CLUSTER > 0): cross_entropy_rows with each row read once, held in
  *     registers across the CLUSTER work-groups of a thread-block cluster (below).
  *
- * Tuning parameters (-D; defaults in common.cl): WG, ROWS, VEC; CLUSTER and CACHE for the
- * cluster kernel.
+ * Tuning parameters (-D): WG, ROWS, VEC (defaults in common.cl); CLUSTER (0, the default: no
+ * cluster kernel) and CACHE (set by the host from the vocabulary) for the cluster kernel.
  */
+#ifndef CLUSTER
+#define CLUSTER 0 /* work-groups sharing a row in cross_entropy_cluster; 0: not built */
+#endif
 
 /* (m, s) pairs, each standing for s * exp(m), added: the larger maximum kept. m starts at
  * -FLT_MAX rather than -inf, so that a -inf logit gives exp(-inf) = 0, never exp(-inf + inf). */
