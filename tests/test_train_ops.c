@@ -1350,6 +1350,29 @@ static void test_adamw_matches_reference(void **state)
     (void)state;
 }
 
+#ifdef HD_HAVE_OPENCL
+/* The fused kernels in launches of 8 tensors (a device whose kernel parameters hold less than
+ * 16 tensors' worth: OpenCL's least is 1 KiB) and of 16, each over several launches, with and
+ * without the norm, against the reference. */
+static void test_adamw_in_launches_of_8_and_16(void **state)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    size_t saved = f->param_bytes;
+    hd_rng rng = hd_test_rng(33);
+    const adamw_run runs[] = {{2, CLIP_SCALES, true}, {1, CLIP_NONE, false}};
+    static const size_t bytes[] = {512, 1024}; /* 8 and 16 tensors a launch */
+    for (size_t b = 0; b < 2; b++) {
+        f->param_bytes = bytes[b];
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+            check_adamw(shared_ctx, HD_BACKEND_FUSED, &runs[i], &rng);
+    }
+    f->param_bytes = saved;
+    (void)state;
+}
+#endif
+
 /* A device that fails before it wrote anything hands the step to the CPU, with a note. */
 static void test_adamw_falls_back_to_the_host_after_a_device_failure(void **state)
 {
@@ -1659,6 +1682,9 @@ int main(void)
 #endif
         cmocka_unit_test(test_linear_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_adamw_matches_reference),
+#ifdef HD_HAVE_OPENCL
+        cmocka_unit_test(test_adamw_in_launches_of_8_and_16),
+#endif
         cmocka_unit_test(test_adamw_falls_back_to_the_host_after_a_device_failure),
         cmocka_unit_test(test_adamw_of_no_tensors_measures_zero),
         cmocka_unit_test(test_add_rms_norm_refuses_bad_arguments),
