@@ -298,15 +298,24 @@ static const char local_source[] =
     "    out[get_global_id(0)] = sum + 1000 * (int)get_group_id(0) * (int)get_num_groups(0);\n"
     "}\n";
 
+/* A context on the machine's device, or NULL where it has none: the runtime interface then has
+ * nothing to run on. */
+static hd_context *context_on_a_device(void)
+{
+    hd_context *ctx = hd_test_context(false);
+    if (ctx->rt != NULL)
+        return ctx;
+    hd_context_destroy(ctx);
+    return NULL;
+}
+
 static void test_kernel_takes_the_largest_local_memory_the_device_gives(void **state)
 {
     (void)state;
-    hd_context *ctx = hd_test_context(false);
-    hd_runtime *rt = ctx->rt;
-    if (rt == NULL) { /* no device: the interface has nothing to run on */
-        hd_context_destroy(ctx);
+    hd_context *ctx = context_on_a_device();
+    if (ctx == NULL)
         return;
-    }
+    hd_runtime *rt = ctx->rt;
     const hd_runtime_info *info = hd__rt_info(rt);
     enum { GROUP = 64, GROUPS = 3 };
     hd_kernel *k = NULL;
@@ -374,12 +383,10 @@ static const char cluster_source[] =
 static void test_clusters_where_the_runtime_runs_them(void **state)
 {
     (void)state;
-    hd_context *ctx = hd_test_context(false);
-    hd_runtime *rt = ctx->rt;
-    if (rt == NULL) {
-        hd_context_destroy(ctx);
+    hd_context *ctx = context_on_a_device();
+    if (ctx == NULL)
         return;
-    }
+    hd_runtime *rt = ctx->rt;
     const hd_runtime_info *info = hd__rt_info(rt);
     enum { GROUP = 32, GROUPS = 8 };
     struct hd_device_buffer *seen = NULL, *out = NULL;
@@ -432,12 +439,10 @@ static void test_clusters_where_the_runtime_runs_them(void **state)
 static void test_tensor_maps_where_the_runtime_gives_them(void **state)
 {
     (void)state;
-    hd_context *ctx = hd_test_context(false);
-    hd_runtime *rt = ctx->rt;
-    if (rt == NULL) {
-        hd_context_destroy(ctx);
+    hd_context *ctx = context_on_a_device();
+    if (ctx == NULL)
         return;
-    }
+    hd_runtime *rt = ctx->rt;
     struct hd_device_buffer *buf = NULL;
     assert_int_equal(hd__rt_buffer_acquire(rt, ctx, 64 * 1024, &buf), HD_OK);
     hd_rt_tensor_map_desc d = {.mem = buf->mem,

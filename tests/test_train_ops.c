@@ -38,9 +38,21 @@
 #define U 0x1p-24
 
 static const hd_backend train_backends[] = {HD_BACKEND_CPU, HD_BACKEND_FUSED};
+
 #define BACKEND_COUNT (sizeof train_backends / sizeof train_backends[0])
 
 static hd_context *shared_ctx;
+
+#ifdef HD_HAVE_OPENCL
+/* The shared context's fused backend state, for tests that set its limits; the test is
+ * skipped where the context has no fused backend. */
+static hd_fused *fused_state_or_skip(void)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    return shared_ctx->backend_state[HD_BACKEND_FUSED];
+}
+#endif
 
 static int setup(void **state)
 {
@@ -748,9 +760,7 @@ static void test_cross_entropy_at_extreme_logits(void **state)
  * runs as it is. */
 static void test_cross_entropy_cluster_variants_match_reference(void **state)
 {
-    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
-        skip();
-    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    hd_fused *f = fused_state_or_skip();
     bool emulating = f->clusters < HD_RT_CLUSTER_MAX;
     f->clusters_emulated = emulating;
     hd_rng rng = hd_test_rng(14);
@@ -805,9 +815,7 @@ static void test_cross_entropy_cluster_variants_match_reference(void **state)
  * a row longer than the registers hold, and ROWS beside it. */
 static void test_cross_entropy_cluster_refusals(void **state)
 {
-    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
-        skip();
-    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    hd_fused *f = fused_state_or_skip();
     hd_rng rng = hd_test_rng(15);
     ce_case c = {2, 4096, LOGITS_NORMAL, IGNORE_NONE, false, false, true};
     ce_data d = {.rows = c.rows, .vocab = c.vocab};
@@ -1067,9 +1075,7 @@ static void test_linear_cross_entropy_in_several_chunks(void **state)
  * 82), a row at a time (a budget below one row), dh absent, every target ignored. */
 static void test_linear_cross_entropy_fused_chunks(void **state)
 {
-    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
-        skip();
-    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    hd_fused *f = fused_state_or_skip();
     size_t saved = f->logits_bytes;
     hd_rng rng = hd_test_rng(24);
     const struct {
@@ -1356,9 +1362,7 @@ static void test_adamw_matches_reference(void **state)
  * without the norm, against the reference. */
 static void test_adamw_in_launches_of_8_and_16(void **state)
 {
-    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
-        skip();
-    hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+    hd_fused *f = fused_state_or_skip();
     size_t saved = f->param_bytes;
     hd_rng rng = hd_test_rng(33);
     const adamw_run runs[] = {{2, CLIP_SCALES, true}, {1, CLIP_NONE, false}};
