@@ -355,6 +355,27 @@ static void test_rope_matches_reference(void **state)
     (void)state;
 }
 
+/* Calls whose positions differ only in their values (the same rows, another offset or other
+ * sequences), one after another and back: the fused backend keeps each call's positions and
+ * frequencies on the device for the next one, and must copy them again when they change. */
+static void test_rope_follows_changing_positions(void **state)
+{
+    hd_rng rng = hd_test_rng(25);
+    static const size_t split[] = {5, 7}, other[] = {7, 5};
+    const rope_case cases[] = {
+        {.rows = 12, .heads = 2, .d = 8},
+        {.rows = 12, .heads = 2, .d = 8, .offset = 3},
+        {.rows = 12, .heads = 2, .d = 8, .lengths = split, .count = 2},
+        {.rows = 12, .heads = 2, .d = 8, .lengths = other, .count = 2, .inverse = true},
+        {.rows = 12, .heads = 2, .d = 8},
+        {.rows = 12, .heads = 1, .d = 16}, /* other frequencies, the same positions */
+        {.rows = 12, .heads = 2, .d = 8, .offset = 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_rope(&cases[i], &rng);
+    (void)state;
+}
+
 /* Every variant the fused backend lists for the tuner (work-items per group, heads an item
  * rotates with one angle), as the tuner runs it: unequal sequences, the inverse, in place at a
  * large offset, a caller's table, 5 heads of 10 (a last item of fewer heads). */
@@ -573,6 +594,23 @@ static void test_attention_matches_reference(void **state)
     (void)state;
 }
 
+/* Calls of the same tokens whose sequences differ, one after another and back: the fused
+ * backend keeps each call's range tables on the device for the next one (a step's layers), and
+ * must copy them again when the sequences change. */
+static void test_attention_follows_changing_sequences(void **state)
+{
+    hd_rng rng = hd_test_rng(44);
+    static const size_t split[] = {10, 14}, other[] = {14, 10};
+    const attention_case cases[] = {
+        {24, 2, 1, 8, NULL, 0, true, 1},     {24, 2, 1, 8, split, 2, true, 1},
+        {24, 2, 1, 8, other, 2, true, 1},    {24, 2, 1, 8, other, 2, false, 1},
+        {24, 2, 1, 8, NULL, 0, true, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_attention(&cases[i], &rng);
+    (void)state;
+}
+
 /* Every tile variant the fused backend lists for the tuner computes attention right: each
  * runs as the tuner runs it (the call prepared once, the variant given, no fallback). */
 static void test_attention_variants_match_reference(void **state)
@@ -725,10 +763,12 @@ int main(void)
         cmocka_unit_test(test_elementwise_backward_matches_finite_differences),
         cmocka_unit_test(test_rope_matches_reference),
         cmocka_unit_test(test_rope_variants_match_reference),
+        cmocka_unit_test(test_rope_follows_changing_positions),
         cmocka_unit_test(test_rope_inverse_restores_input),
         cmocka_unit_test(test_embedding_copies_table_rows),
         cmocka_unit_test(test_attention_matches_reference),
         cmocka_unit_test(test_attention_variants_match_reference),
+        cmocka_unit_test(test_attention_follows_changing_sequences),
         cmocka_unit_test(test_attention_refuses_bad_arguments),
         cmocka_unit_test(test_step_ops_refuse_bad_arguments),
         cmocka_unit_test(test_step_ops_on_empty_tensors_do_nothing),

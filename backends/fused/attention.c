@@ -279,11 +279,11 @@ static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, co
     return s;
 }
 
-/* The range tables of the call's sequences on the device: the rows' key ranges, and (q_range
- * not NULL) the keys' query ranges. */
+/* The range tables of the call's sequences on the device (hd__fused_table: a step's layers
+ * share them): the rows' key ranges, and (q_range not NULL) the keys' query ranges. */
 static hd_status upload_ranges(hd_fused *f, hd_context *ctx, const hd_step_args *a,
-                               struct hd_device_buffer **kv_range,
-                               struct hd_device_buffer **q_range)
+                               const struct hd_device_buffer **kv_range,
+                               const struct hd_device_buffer **q_range)
 {
     size_t bytes = 2 * a->rows * sizeof(int32_t);
     int32_t *kv = malloc(bytes), *q = malloc(bytes);
@@ -292,10 +292,10 @@ static hd_status upload_ranges(hd_fused *f, hd_context *ctx, const hd_step_args 
                       : hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "attention: the range tables");
     if (s == HD_OK) {
         hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, kv, q);
-        s = hd__fused_upload(f, ctx, kv, bytes, kv_range);
+        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_KV_RANGES, kv, bytes, kv_range);
     }
     if (s == HD_OK && q_range != NULL)
-        s = hd__fused_upload(f, ctx, q, bytes, q_range);
+        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_Q_RANGES, q, bytes, q_range);
     free(kv);
     free(q);
     return s;
@@ -346,7 +346,8 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
     size_t group = t->prec != 0 ? mma_group(t, MMA_FORWARD) : forward_group(t);
     hd_kernel *k;
     hd_status s = kernels(f, ctx, a, t, &name, &group, &k, 1);
-    struct hd_device_buffer *kv_range = NULL, *lse = NULL;
+    const struct hd_device_buffer *kv_range = NULL;
+    struct hd_device_buffer *lse = NULL;
     if (s == HD_OK)
         s = upload_ranges(f, ctx, a, &kv_range, NULL);
     if (s == HD_OK && a->out[1] == NULL) /* lse not wanted: the kernel writes it anyway */
@@ -372,20 +373,20 @@ static hd_status launch_forward(hd_fused *f, hd_context *ctx, const hd_step_args
         s = launch_with_local(f, ctx, k, grid, group, list, (int)(sizeof list / sizeof list[0]),
                               t->prec != 0 && local_as_argument(f) ? &local : NULL);
     }
-    hd__fused_buffer_release(f, kv_range);
     hd__fused_buffer_release(f, lse);
     return s;
 }
 
-/* The backward's scratch: delta (tokens x heads) and, where the query heads of a kv head are
- * split, the partial dk and dv of each slice. */
+/* The backward's tables and scratch: the range tables (kept by f), delta (tokens x heads) and,
+ * where the query heads of a kv head are split, the partial dk and dv of each slice. */
 typedef struct backward_scratch {
-    struct hd_device_buffer *kv_range, *q_range, *delta, *dk_part, *dv_part;
+    const struct hd_device_buffer *kv_range, *q_range;
+    struct hd_device_buffer *delta, *dk_part, *dv_part;
 } backward_scratch;
 
 static void release_scratch(hd_fused *f, backward_scratch *b)
 {
-    struct hd_device_buffer *all[] = {b->kv_range, b->q_range, b->delta, b->dk_part, b->dv_part};
+    struct hd_device_buffer *all[] = {b->delta, b->dk_part, b->dv_part};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         hd__fused_buffer_release(f, all[i]);
 }

@@ -66,6 +66,7 @@ static void fused_destroy(void *state)
     hd__rt_scratch_free(f->rt, f->lora_part);
     hd__fused_kg_release(f);
     hd__fused_tile_release(f);
+    hd__fused_tables_release(f);
     hd__rt_scratch_free(f->rt, f->lora_u);
     hd__rt_scratch_free(f->rt, f->backward_stats);
     hd__rt_scratch_free(f->rt, f->backward_parts);

@@ -79,6 +79,21 @@ struct hd_fused_kernel_entry {
     size_t max_group; /* work-items of one group at most */
 };
 
+/* The host-built tables kept on the device between calls (tables.c). */
+typedef enum hd_fused_table_kind {
+    HD_FUSED_TABLE_POSITIONS,   /* RoPE: each row's position */
+    HD_FUSED_TABLE_FREQUENCIES, /* RoPE: the frequencies as (hi, lo) pairs */
+    HD_FUSED_TABLE_KV_RANGES,   /* attention: each query row's range of keys */
+    HD_FUSED_TABLE_Q_RANGES,    /* attention: each key's range of query rows */
+    HD_FUSED_TABLE_COUNT
+} hd_fused_table_kind;
+
+struct hd_fused_table {
+    struct hd_device_buffer *buffer; /* NULL: none kept */
+    void *host;                      /* the bytes it holds, capacity long */
+    size_t bytes, capacity;
+};
+
 typedef struct hd_fused {
     hd_runtime *rt; /* the device runtime of the context this state serves */
     char *source[HD_FUSED_PROGRAM_COUNT];
@@ -129,6 +144,7 @@ typedef struct hd_fused {
     size_t backward_stats_bytes;
     hd_devmem backward_parts; /* and their weight gradients' partial sums per chunk of rows */
     size_t backward_parts_bytes;
+    struct hd_fused_table tables[HD_FUSED_TABLE_COUNT];
 } hd_fused;
 
 /* ---- the families of kernels and the router (route.c) ---- */
@@ -321,6 +337,12 @@ hd_status hd__fused_launch_cluster_args(hd_fused *f, hd_context *ctx, hd_kernel 
  * released with hd__fused_buffer_release once the launches that read it are queued. */
 hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t bytes,
                            struct hd_device_buffer **out);
+/* A device buffer holding the table of `kind` copied from src, kept by f until the next table
+ * of that kind with other bytes (tables.c): launches queued with it may follow, the caller
+ * releases nothing. */
+hd_status hd__fused_table(hd_fused *f, hd_context *ctx, hd_fused_table_kind kind, const void *src,
+                          size_t bytes, const struct hd_device_buffer **out);
+void hd__fused_tables_release(hd_fused *f);
 /* A pooled device buffer of bytes, contents undefined: a call's scratch. */
 hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,
                            struct hd_device_buffer **out);

@@ -177,7 +177,7 @@ hd_status hd__fused_add(void *state, hd_context *ctx, const hd_op_args *args)
 }
 
 /* RoPE: the rows' positions and, without a caller's table, the frequencies as (hi, lo) pairs,
- * copied to the device, then one launch. */
+ * kept on the device (hd__fused_table: a step's layers share them), then one launch. */
 hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
 {
     hd_fused *f = state;
@@ -190,16 +190,18 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
     size_t d = a->head_dim, heads = a->cols / d;
     int32_t *pos = malloc(a->rows * sizeof *pos);
     float *pairs = malloc(d * sizeof *pairs);
-    struct hd_device_buffer *pos_buf = NULL, *freq_buf = NULL;
+    const struct hd_device_buffer *pos_buf = NULL, *freq_buf = NULL;
     if (pos == NULL || pairs == NULL)
         s = hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd_rope: positions of %zu rows", a->rows);
     if (s == HD_OK) {
         hd__sequence_positions(a->seq_lengths, a->seq_count, a->rows, a->position_offset, pos);
-        s = hd__fused_upload(f, ctx, pos, a->rows * sizeof *pos, &pos_buf);
+        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_POSITIONS, pos, a->rows * sizeof *pos,
+                            &pos_buf);
     }
     if (s == HD_OK && a->in[1] == NULL) {
         hd__rope_frequencies(a->theta, d, pairs);
-        s = hd__fused_upload(f, ctx, pairs, d * sizeof *pairs, &freq_buf);
+        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_FREQUENCIES, pairs, d * sizeof *pairs,
+                            &freq_buf);
     }
     int32_t rows = (int32_t)a->rows, heads_arg = (int32_t)heads, d_arg = (int32_t)d;
     int32_t inverse = a->inverse ? 1 : 0;
@@ -218,8 +220,6 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
         s = hd__fused_launch_args(f, ctx, k, stride_groups(items, p.wg), (size_t)p.wg, list,
                                   (int)(sizeof list / sizeof list[0]));
     }
-    hd__fused_buffer_release(f, pos_buf);
-    hd__fused_buffer_release(f, freq_buf);
     free(pos);
     free(pairs);
     return s;
