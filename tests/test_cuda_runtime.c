@@ -485,6 +485,65 @@ static void test_tensor_maps_where_the_runtime_gives_them(void **state)
     hd_context_destroy(ctx);
 }
 
+/* Each group counts itself in, waits until every group has, and writes the count it saw:
+ * groups that did not all run at once would never finish. */
+static const char resident_source[] =
+    "__kernel void wait_all(volatile __global int *count, __global int *out, int groups)\n"
+    "{\n"
+    "    if (get_local_id(0) != 0)\n"
+    "        return;\n"
+    "    atomic_inc(count);\n"
+    "    while (*count < groups)\n"
+    "        ;\n"
+    "    out[get_group_id(0)] = *count;\n"
+    "}\n";
+
+/* Launches whose groups all run at once (hd__rt_launch_resident): where the runtime has them, as
+ * many groups as it says run at once (up to 264) wait for each other, and one group more is
+ * refused; elsewhere none run at once and the launch is refused. */
+static void test_resident_groups_where_the_runtime_runs_them(void **state)
+{
+    (void)state;
+    hd_context *ctx = context_on_a_device();
+    if (ctx == NULL)
+        return;
+    hd_runtime *rt = ctx->rt;
+    enum { GROUP = 64, MOST = 264 };
+    hd_kernel *k = NULL;
+    assert_int_equal(hd__rt_kernel(rt, ctx, resident_source, "", "wait_all", &k), HD_OK);
+    size_t capacity = 0;
+    assert_int_equal(hd__rt_resident_groups(rt, ctx, k, GROUP, &capacity), HD_OK);
+    if (hd__rt_info(rt)->resident) {
+        assert_true(capacity >= hd__rt_info(rt)->compute_units);
+        int groups = (int)(capacity < MOST ? capacity : MOST), zero = 0, got[MOST];
+        struct hd_device_buffer *count = NULL, *out = NULL;
+        assert_int_equal(hd__rt_buffer_acquire(rt, ctx, sizeof zero, &count), HD_OK);
+        assert_int_equal(hd__rt_buffer_acquire(rt, ctx, sizeof got, &out), HD_OK);
+        assert_int_equal(hd__rt_upload(rt, ctx, count, &zero, sizeof zero), HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 0, sizeof count->mem, &count->mem), HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 1, sizeof out->mem, &out->mem), HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 2, sizeof groups, &groups), HD_OK);
+        assert_int_equal(
+            hd__rt_launch_resident(rt, ctx, k, (const size_t[2]){(size_t)groups, 1}, GROUP),
+            HD_OK);
+        assert_int_equal(hd__rt_download(rt, ctx, out, got, (size_t)groups * sizeof *got), HD_OK);
+        for (int g = 0; g < groups; g++)
+            if (got[g] != groups)
+                fail_msg("group %d of %d saw %d arrived", g, groups, got[g]);
+        assert_int_not_equal(
+            hd__rt_launch_resident(rt, ctx, k, (const size_t[2]){capacity + 1, 1}, GROUP), HD_OK);
+        hd__rt_buffer_release(rt, count);
+        hd__rt_buffer_release(rt, out);
+    } else {
+        assert_int_equal(capacity, 0);
+        assert_int_equal(hd__rt_launch_resident(rt, ctx, k, (const size_t[2]){1, 1}, GROUP),
+                         HD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(hd_context_last_error(ctx), "at once"));
+    }
+    print_message("%s: %zu groups of %d at once\n", hd__rt_kind_name(rt), capacity, (int)GROUP);
+    hd_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -495,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_runtime_choice_and_its_fallbacks),
         cmocka_unit_test(test_kernel_takes_the_largest_local_memory_the_device_gives),
         cmocka_unit_test(test_clusters_where_the_runtime_runs_them),
+        cmocka_unit_test(test_resident_groups_where_the_runtime_runs_them),
         cmocka_unit_test(test_tensor_maps_where_the_runtime_gives_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

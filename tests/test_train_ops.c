@@ -812,11 +812,15 @@ static void test_cross_entropy_cluster_variants_match_reference(void **state)
     (void)state;
 }
 
-/* Emulated clusters end with the test that asked for them, failed or not. */
-static int end_cluster_emulation(void **state)
+/* What a test emulates or caps on the fused state ends with it, failed or not. */
+static int end_emulation(void **state)
 {
-    if (hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
-        ((hd_fused *)shared_ctx->backend_state[HD_BACKEND_FUSED])->clusters_emulated = false;
+    if (hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED)) {
+        hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+        f->clusters_emulated = false;
+        f->resident_emulated = false;
+        f->resident_cap = 0;
+    }
     (void)state;
     return 0;
 }
@@ -1203,6 +1207,7 @@ typedef struct adamw_run {
     int64_t step;
     clip_mode clip;
     bool want_norm;
+    size_t tensors; /* the first this many of the tensors stepped; 0: all */
 } adamw_run;
 
 typedef struct adamw_host {
@@ -1318,9 +1323,10 @@ static void adamw_expect_tensor(const char *what, const adamw_host *st, size_t k
  * device backend, every tensor on the host for the CPU), checked against the reference. */
 static void check_adamw(hd_context *ctx, hd_backend b, const adamw_run *r, hd_rng *rng)
 {
+    size_t count = r->tensors > 0 ? r->tensors : ADAMW_TENSORS;
     adamw_host st;
     adamw_host_init(&st, rng, r->step == 1);
-    double total = hd__ref_grad_norm(ADAMW_TENSORS, (const float *const *)st.g, st.n);
+    double total = hd__ref_grad_norm(count, (const float *const *)st.g, st.n);
     float max_norm = r->clip == CLIP_NONE     ? 0.0f
                      : r->clip == CLIP_SCALES ? (float)(0.5 * total)
                                               : (float)(10.0 * total);
@@ -1332,11 +1338,14 @@ static void check_adamw(hd_context *ctx, hd_backend b, const adamw_run *r, hd_rn
         assert_int_equal(hd_tensor_prefetch(t.p[0]), HD_OK);
     hd_adamw_options o = adamw_options(r->step, max_norm, norm);
     char what[160];
-    snprintf(what, sizeof what, "adamw on %s, step %ld, clip %d%s", hd_backend_name(b),
-             (long)r->step, (int)r->clip, r->want_norm ? ", grad_norm" : "");
-    hd_test_expect_ran_on(ctx, hd_adamw(ctx, &o, ADAMW_TENSORS, t.p, t.grads, t.m, t.v), b, what);
-    for (size_t k = 0; k < ADAMW_TENSORS; k++)
+    snprintf(what, sizeof what, "adamw on %s, step %ld, clip %d%s, %zu tensors",
+             hd_backend_name(b), (long)r->step, (int)r->clip, r->want_norm ? ", grad_norm" : "",
+             count);
+    hd_test_expect_ran_on(ctx, hd_adamw(ctx, &o, count, t.p, t.grads, t.m, t.v), b, what);
+    for (size_t k = 0; k < count; k++)
         adamw_expect_tensor(what, &st, k, &o, coef, &t, r->clip == CLIP_SCALES ? 128.0 : 16.0);
+    for (size_t k = count; k < ADAMW_TENSORS; k++) /* past the call's tensors: untouched */
+        hd_test_expect_unchanged(what, t.p[k], st.p[k]);
     if (norm != NULL) {
         float *got = hd_test_read(norm);
         expect_within(what, got, &total, &total, 1, 32.0);
@@ -1353,9 +1362,9 @@ static void test_adamw_matches_reference(void **state)
 {
     hd_rng rng = hd_test_rng(31);
     const adamw_run runs[] = {
-        {1, CLIP_NONE, false},  {2, CLIP_NONE, true},    {1000, CLIP_NONE, false},
-        {1, CLIP_SCALES, true}, {2, CLIP_SCALES, false}, {1000, CLIP_SCALES, true},
-        {1, CLIP_IDLE, true},   {2, CLIP_IDLE, false},   {1000, CLIP_IDLE, true},
+        {1, CLIP_NONE, false, 0},  {2, CLIP_NONE, true, 0},    {1000, CLIP_NONE, false, 0},
+        {1, CLIP_SCALES, true, 0}, {2, CLIP_SCALES, false, 0}, {1000, CLIP_SCALES, true, 0},
+        {1, CLIP_IDLE, true, 0},   {2, CLIP_IDLE, false, 0},   {1000, CLIP_IDLE, true, 0},
     };
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         if (!hd_context_has_backend(shared_ctx, train_backends[bi]))
@@ -1375,7 +1384,7 @@ static void test_adamw_in_launches_of_8_and_16(void **state)
     hd_fused *f = fused_state_or_skip();
     size_t saved = f->param_bytes;
     hd_rng rng = hd_test_rng(33);
-    const adamw_run runs[] = {{2, CLIP_SCALES, true}, {1, CLIP_NONE, false}};
+    const adamw_run runs[] = {{2, CLIP_SCALES, true, 0}, {1, CLIP_NONE, false, 0}};
     static const size_t bytes[] = {512, 1024}; /* 8 and 16 tensors a launch */
     for (size_t b = 0; b < 2; b++) {
         f->param_bytes = bytes[b];
@@ -1383,6 +1392,28 @@ static void test_adamw_in_launches_of_8_and_16(void **state)
             check_adamw(shared_ctx, HD_BACKEND_FUSED, &runs[i], &rng);
     }
     f->param_bytes = saved;
+    (void)state;
+}
+
+/* The norm and the update in one launch of resident groups (adamw_resident), where the tensors
+ * fit one launch: as the runtime runs them (a cooperative launch on the CUDA runtime, the two
+ * launches elsewhere), capped at 3 groups (each reading again the spans past those it holds),
+ * and emulated as one work-group on any runtime; the clip applied, idle and off with the norm
+ * still wanted, one tensor and eight, against the reference. */
+static void test_adamw_in_one_launch(void **state)
+{
+    hd_fused *f = fused_state_or_skip();
+    hd_rng rng = hd_test_rng(34);
+    const adamw_run runs[] = {
+        {2, CLIP_SCALES, true, 8}, {1, CLIP_NONE, true, 8},       {3, CLIP_IDLE, false, 8},
+        {1000, CLIP_SCALES, false, 1}, {1, CLIP_SCALES, true, 3},
+    };
+    for (int form = 0; form < 3; form++) {
+        f->resident_cap = form == 1 ? 3 : 0;
+        f->resident_emulated = form == 2;
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+            check_adamw(shared_ctx, HD_BACKEND_FUSED, &runs[i], &rng);
+    }
     (void)state;
 }
 #endif
@@ -1397,7 +1428,7 @@ static void test_adamw_falls_back_to_the_host_after_a_device_failure(void **stat
     hd_context *ctx = hd_test_context(false);
     unsetenv("HD_FAULT");
     hd_test_notes_clear();
-    const adamw_run r = {2, CLIP_SCALES, true};
+    const adamw_run r = {2, CLIP_SCALES, true, 0};
     check_adamw(ctx, HD_BACKEND_CPU, &r, &rng); /* on the host from the start */
     adamw_host st;
     adamw_host_init(&st, &rng, false);
@@ -1686,7 +1717,7 @@ int main(void)
         cmocka_unit_test(test_cross_entropy_at_extreme_logits),
 #ifdef HD_HAVE_OPENCL
         cmocka_unit_test_teardown(test_cross_entropy_cluster_variants_match_reference,
-                                  end_cluster_emulation),
+                                  end_emulation),
         cmocka_unit_test(test_cross_entropy_cluster_refusals),
 #endif
         cmocka_unit_test(test_cross_entropy_gradient_matches_finite_differences),
@@ -1699,6 +1730,7 @@ int main(void)
         cmocka_unit_test(test_adamw_matches_reference),
 #ifdef HD_HAVE_OPENCL
         cmocka_unit_test(test_adamw_in_launches_of_8_and_16),
+        cmocka_unit_test_teardown(test_adamw_in_one_launch, end_emulation),
 #endif
         cmocka_unit_test(test_adamw_falls_back_to_the_host_after_a_device_failure),
         cmocka_unit_test(test_adamw_of_no_tensors_measures_zero),

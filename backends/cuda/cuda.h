@@ -53,6 +53,10 @@ hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const
                           size_t group);
 hd_status hd__cuda_launch_cluster(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k,
                                   const size_t groups[2], size_t group, size_t cluster);
+hd_status hd__cuda_launch_resident(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k,
+                                   const size_t groups[2], size_t group);
+hd_status hd__cuda_resident_groups(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, size_t group,
+                                   size_t *out);
 
 void hd__cuda_capture_begin(hd_cuda *cu);
 hd_status hd__cuda_capture_end(hd_cuda *cu, hd_context *ctx, double *seconds);

@@ -56,6 +56,10 @@ static void load(void)
         memcpy(&driver.cuTensorMapEncodeTiled, &found, sizeof found);
         found = dlsym(driver.library, "cuLaunchKernelEx");
         memcpy(&driver.cuLaunchKernelEx, &found, sizeof found);
+        found = dlsym(driver.library, "cuLaunchCooperativeKernel");
+        memcpy(&driver.cuLaunchCooperativeKernel, &found, sizeof found);
+        found = dlsym(driver.library, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+        memcpy(&driver.cuOccupancyMaxActiveBlocksPerMultiprocessor, &found, sizeof found);
     }
     hd_cu_result r = driver.cuInit(0);
     if (r != HD_CU_SUCCESS) {

@@ -32,6 +32,7 @@ enum {
     HD_CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     HD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     HD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    HD_CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95,
     HD_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
 
     HD_CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
@@ -134,6 +135,15 @@ typedef struct hd_cuda_driver {
     /* CUDA 12.0 on: NULL where the driver lacks it (no thread-block clusters) */
     hd_cu_result (*cuLaunchKernelEx)(const hd_cu_launch_config *config, hd_cu_function function,
                                      void **params, void **extra);
+    /* CUDA 9.0 on: NULL where the driver lacks either (no launches of resident groups) */
+    hd_cu_result (*cuLaunchCooperativeKernel)(hd_cu_function function, unsigned grid_x,
+                                              unsigned grid_y, unsigned grid_z, unsigned block_x,
+                                              unsigned block_y, unsigned block_z,
+                                              unsigned shared_bytes, hd_cu_stream stream,
+                                              void **params);
+    hd_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks,
+                                                                hd_cu_function function,
+                                                                int block, size_t shared_bytes);
 } hd_cuda_driver;
 #undef HD_CUDA_DRIVER_MEMBER
 

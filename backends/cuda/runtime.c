@@ -412,44 +412,58 @@ hd_status hd__cuda_set_arg(hd_context *ctx, hd_cuda_kernel *k, unsigned index, s
     return HD_OK;
 }
 
-hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const size_t groups[2],
-                          size_t group)
-{
-    return hd__cuda_launch_cluster(cu, ctx, k, groups, group, 1);
-}
+/* How a launch runs its groups: as the device frees room for them, in thread-block clusters,
+ * or all at once (resident). */
+typedef struct launch_form {
+    size_t cluster; /* groups per cluster; 1: none */
+    bool resident;
+} launch_form;
 
-hd_status hd__cuda_launch_cluster(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k,
-                                  const size_t groups[2], size_t group, size_t cluster)
+/* The dynamic shared memory of k's __local arguments, each where any of its types may start
+ * (tensor-core operands too); with offsets, their offsets written into its parameters. */
+static size_t dynamic_bytes(hd_cuda_kernel *k, bool offsets)
 {
     size_t dynamic = 0;
     for (unsigned i = 0; i < k->entry->param_count; i++) {
-        if (!k->set[i])
-            return hd__error(ctx, HD_ERR_INTERNAL, "CUDA runtime: argument %u of %s not set", i,
-                             k->name);
         if (!k->entry->params[i].local)
             continue;
-        /* each __local array where any of its types may start, tensor-core operands too */
         dynamic = (dynamic + HD_CUDA_LOCAL_ALIGN - 1) / HD_CUDA_LOCAL_ALIGN * HD_CUDA_LOCAL_ALIGN;
         uint64_t offset = dynamic;
-        if (k->entry->params[i].bytes == 4) {
+        if (offsets && k->entry->params[i].bytes == 4) {
             uint32_t narrow = (uint32_t)offset;
             memcpy(k->params[i], &narrow, sizeof narrow);
-        } else {
+        } else if (offsets) {
             memcpy(k->params[i], &offset, sizeof offset);
         }
         dynamic += k->local_bytes[i];
     }
+    return dynamic;
+}
+
+static hd_status launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const size_t groups[2],
+                        size_t group, launch_form form)
+{
+    for (unsigned i = 0; i < k->entry->param_count; i++)
+        if (!k->set[i])
+            return hd__error(ctx, HD_ERR_INTERNAL, "CUDA runtime: argument %u of %s not set", i,
+                             k->name);
+    size_t dynamic = dynamic_bytes(k, true);
     if (groups[0] == 0 || groups[1] == 0)
         return HD_OK;
     if (groups[0] > 0x7fffffff || groups[1] > 65535 || group > k->max_group)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "CUDA runtime: %s over %zu x %zu groups of %zu is past CUDA's grid",
                          k->name, groups[0], groups[1], group);
+    size_t cluster = form.cluster;
     if (cluster > 1 && (cluster > cu->info.clusters || groups[0] % cluster != 0))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "CUDA runtime: %s in clusters of %zu over %zu groups: the device takes "
                          "clusters of up to %zu that divide the groups",
                          k->name, cluster, groups[0], cu->info.clusters);
+    if (form.resident && !cu->info.resident)
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "CUDA runtime: %s: the driver or the device runs no cooperative launches",
+                         k->name);
     if (k->static_shared + dynamic > cu->info.local_mem)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "CUDA runtime: %s asks for %zu bytes of local memory, the device gives "
@@ -486,11 +500,55 @@ hd_status hd__cuda_launch_cluster(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *
               "cuLaunchKernelEx (clusters)");
         return HD_OK;
     }
+    if (form.resident) {
+        CHECK(cu, ctx,
+              cu->d->cuLaunchCooperativeKernel(k->function, (unsigned)groups[0],
+                                               (unsigned)groups[1], 1, (unsigned)group, 1, 1,
+                                               (unsigned)dynamic, cu->stream, k->params),
+              "cuLaunchCooperativeKernel");
+        return HD_OK;
+    }
     CHECK(cu, ctx,
           cu->d->cuLaunchKernel(k->function, (unsigned)groups[0], (unsigned)groups[1], 1,
                                 (unsigned)group, 1, 1, (unsigned)dynamic, cu->stream, k->params,
                                 NULL),
           "cuLaunchKernel");
+    return HD_OK;
+}
+
+hd_status hd__cuda_launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const size_t groups[2],
+                          size_t group)
+{
+    return launch(cu, ctx, k, groups, group, (launch_form){.cluster = 1});
+}
+
+hd_status hd__cuda_launch_cluster(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k,
+                                  const size_t groups[2], size_t group, size_t cluster)
+{
+    return launch(cu, ctx, k, groups, group, (launch_form){.cluster = cluster});
+}
+
+hd_status hd__cuda_launch_resident(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k,
+                                   const size_t groups[2], size_t group)
+{
+    return launch(cu, ctx, k, groups, group, (launch_form){.cluster = 1, .resident = true});
+}
+
+hd_status hd__cuda_resident_groups(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, size_t group,
+                                   size_t *out)
+{
+    *out = 0;
+    if (!cu->info.resident)
+        return HD_OK;
+    hd_status s = current(cu, ctx);
+    if (s != HD_OK)
+        return s;
+    int blocks = 0;
+    CHECK(cu, ctx,
+          cu->d->cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k->function, (int)group,
+                                                             dynamic_bytes(k, false)),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    *out = blocks > 0 ? (size_t)blocks * cu->info.compute_units : 0;
     return HD_OK;
 }
 
@@ -618,7 +676,7 @@ static hd_status find_device(hd_cuda *cu, hd_context *ctx)
 
 static hd_status device_info(hd_cuda *cu, hd_context *ctx)
 {
-    int threads = 0, units = 0, optin = 0, shared = 0, major = 0, minor = 0;
+    int threads = 0, units = 0, optin = 0, shared = 0, major = 0, minor = 0, cooperative = 0;
     size_t total = 0;
     const struct {
         int *value;
@@ -630,6 +688,7 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         {&shared, HD_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK},
         {&major, HD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
         {&minor, HD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
+        {&cooperative, HD_CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH},
     };
     for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++)
         CHECK(cu, ctx, cu->d->cuDeviceGetAttribute(attrs[i].value, attrs[i].attribute, cu->device),
@@ -652,6 +711,8 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         .nv_options = compiled.nv_options,
         .tensor_maps = major >= 9 && cu->d->cuTensorMapEncodeTiled != NULL,
         .clusters = major >= 9 && cu->d->cuLaunchKernelEx != NULL ? HD_RT_CLUSTER_MAX : 0,
+        .resident = cooperative != 0 && cu->d->cuLaunchCooperativeKernel != NULL &&
+                    cu->d->cuOccupancyMaxActiveBlocksPerMultiprocessor != NULL,
     };
     hd__pool_init(&cu->pool, cu, pool_alloc, pool_free, total);
     return HD_OK;

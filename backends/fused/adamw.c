@@ -3,9 +3,12 @@
  * as a launch's parameters hold (SLOTS: 32, 16 or 8), one launch each. With the norm measured
  * (clipping, or grad_norm wanted): each batch's sums of squares into one partials buffer, the
  * last work-group of them adding them into the norm (into grad_norm, or a scratch float), then
- * the updates, which read it where they clip. Every kernel is built and every buffer taken
- * before the first launch; the parameters are written by the updates alone, so a failure
- * before the first of them leaves the step for the host.
+ * the updates, which read it where they clip. Where the tensors fit one launch and the runtime
+ * runs a launch's groups all at once (the CUDA runtime's cooperative launches), the norm and the
+ * update are one launch instead (adamw_resident), which reads each gradient once where the
+ * groups' registers hold them all. Every kernel is built and every buffer taken before the
+ * first launch; the parameters are written by the updates alone, so a failure before the first
+ * of them leaves the step for the host.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -17,10 +20,10 @@
 /* Work-items per group and elements per work-item (adamw.cl's WG and ELEMS defaults). */
 #define ADAMW_WG    256
 #define ADAMW_ELEMS 8
-/* The update's arguments: per slot 4 buffers and 2 ints; after them 8 floats, a buffer and a
- * float. */
+/* The update's arguments: per slot 4 buffers and 2 ints; after them, at most (adamw_resident's)
+ * 2 ints, 9 floats and 4 buffers. */
 #define UPDATE_SLOT_BYTES  (4 * sizeof(hd_devmem) + 2 * sizeof(int32_t))
-#define UPDATE_FIXED_BYTES (9 * sizeof(float) + sizeof(hd_devmem))
+#define UPDATE_FIXED_BYTES (2 * sizeof(int32_t) + 9 * sizeof(float) + 4 * sizeof(hd_devmem))
 
 /* One launch's tensors: lens and the first work-group of each (unused slots empty, starting
  * where the groups end). */
@@ -36,8 +39,10 @@ typedef struct adamw_plan {
     size_t batch_count, partials;
     adamw_batch *batches;
     hd_kernel *norm, *update;
+    hd_kernel *resident;    /* the one-launch kernel, where it runs here; else NULL */
+    size_t resident_groups; /* its work-groups: as many as run at once, at most one a span */
     struct hd_device_buffer *part, *total_scratch;
-    hd_devmem count;
+    hd_devmem count, flag;
 } adamw_plan;
 
 static size_t ceil_div(size_t a, size_t b)
@@ -85,13 +90,34 @@ static hd_status plan_batches(hd_context *ctx, const hd_adamw_args *a, adamw_pla
     return HD_OK;
 }
 
+/* The one-launch kernel and its groups, where the norm is measured, the tensors fit one launch
+ * and the runtime runs that kernel's groups all at once; else pl->resident stays NULL. */
+static hd_status plan_resident(hd_fused *f, hd_context *ctx, const char *options, adamw_plan *pl)
+{
+    size_t spans = pl->partials, capacity = 0;
+    if (pl->batch_count != 1 || spans == 0 ||
+        (!f->resident_emulated && !hd__rt_info(f->rt)->resident))
+        return HD_OK;
+    hd_kernel *k;
+    hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_resident", pl->wg, &k);
+    if (s == HD_OK)
+        s = hd__fused_resident_groups(f, ctx, k, pl->wg, &capacity);
+    if (s == HD_OK && capacity > 0) {
+        pl->resident = k;
+        pl->resident_groups = capacity < spans ? capacity : spans;
+    }
+    return s;
+}
+
 static hd_status build_kernels(hd_fused *f, hd_context *ctx, bool measure, adamw_plan *pl)
 {
     char options[HD_FUSED_OPTIONS_CAPACITY];
     snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DSLOTS=%zu", pl->wg,
              ADAMW_ELEMS, pl->slots);
-    hd_status s =
-        hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_update", pl->wg, &pl->update);
+    hd_status s = measure ? plan_resident(f, ctx, options, pl) : HD_OK;
+    if (s != HD_OK || pl->resident != NULL)
+        return s;
+    s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_update", pl->wg, &pl->update);
     if (s == HD_OK && measure)
         s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_grad_norm", pl->wg, &pl->norm);
     return s;
@@ -117,7 +143,9 @@ static hd_status prepare(hd_fused *f, hd_context *ctx, const hd_adamw_args *a, b
         s = build_kernels(f, ctx, measure, pl);
     if (s == HD_OK && measure)
         s = hd__fused_buffer(f, ctx, pl->partials * sizeof(float), &pl->part);
-    if (s == HD_OK && measure)
+    if (s == HD_OK && measure && pl->resident != NULL)
+        s = hd__fused_grid_wait(f, ctx, &pl->count, &pl->flag);
+    else if (s == HD_OK && measure)
         s = hd__fused_arrival_counter(f, ctx, &pl->count);
     if (s == HD_OK && measure && a->grad_norm == NULL)
         s = hd__fused_buffer(f, ctx, sizeof(float), &pl->total_scratch);
@@ -132,7 +160,11 @@ static const struct hd_device_buffer *slot_buffer(const hd_tensor *const *list,
     return list[bt->first + (k < bt->count ? k : 0)]->state->device;
 }
 
-enum { NORM_ARGS = 3 * ADAMW_SLOTS_MAX + 5, UPDATE_ARGS = 6 * ADAMW_SLOTS_MAX + 10 };
+enum {
+    NORM_ARGS = 3 * ADAMW_SLOTS_MAX + 5,
+    UPDATE_ARGS = 6 * ADAMW_SLOTS_MAX + 10,
+    RESIDENT_ARGS = 6 * ADAMW_SLOTS_MAX + 15,
+};
 
 /* The norm's fixed arguments, which outlive each launch. */
 typedef struct norm_scalars {
@@ -186,11 +218,10 @@ typedef struct update_scalars {
     float max_norm;
 } update_scalars;
 
-static hd_status launch_update(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
-                               const adamw_plan *pl, const adamw_batch *bt,
-                               const update_scalars *u, const struct hd_device_buffer *total)
+/* The update's per-slot arguments (p, g, m, v, len, start of each) from list[0]; how many. */
+static int put_slots(hd_fused_arg *list, const hd_adamw_args *a, const adamw_plan *pl,
+                     const adamw_batch *bt)
 {
-    hd_fused_arg list[UPDATE_ARGS];
     int n = 0;
     for (size_t k = 0; k < pl->slots; k++) {
         list[n++] = HD_FUSED_BUFFER(slot_buffer((const hd_tensor *const *)a->params, bt, k));
@@ -200,6 +231,13 @@ static hd_status launch_update(hd_fused *f, hd_context *ctx, const hd_adamw_args
         list[n++] = HD_FUSED_VALUE(bt->lens[k]);
         list[n++] = HD_FUSED_VALUE(bt->starts[k]);
     }
+    return n;
+}
+
+/* The step's 8 factors from list[0]; how many. */
+static int put_factors(hd_fused_arg *list, const update_scalars *u)
+{
+    int n = 0;
     list[n++] = HD_FUSED_VALUE(u->f.decay);
     list[n++] = HD_FUSED_VALUE(u->f.beta1);
     list[n++] = HD_FUSED_VALUE(u->f.one_minus_beta1);
@@ -208,9 +246,45 @@ static hd_status launch_update(hd_fused *f, hd_context *ctx, const hd_adamw_args
     list[n++] = HD_FUSED_VALUE(u->f.step_size);
     list[n++] = HD_FUSED_VALUE(u->f.inv_bc2_sqrt);
     list[n++] = HD_FUSED_VALUE(u->f.eps);
+    return n;
+}
+
+static hd_status launch_update(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
+                               const adamw_plan *pl, const adamw_batch *bt,
+                               const update_scalars *u, const struct hd_device_buffer *total)
+{
+    hd_fused_arg list[UPDATE_ARGS];
+    int n = put_slots(list, a, pl, bt);
+    n += put_factors(list + n, u);
     list[n++] = HD_FUSED_BUFFER(total);
     list[n++] = HD_FUSED_VALUE(u->max_norm);
     return hd__fused_launch_args(f, ctx, pl->update, bt->groups, pl->wg, list, n);
+}
+
+/* The norm into total and the update (clipped where clip is set) in one launch. */
+static hd_status launch_resident(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
+                                 const adamw_plan *pl, const struct hd_device_buffer *total,
+                                 bool clip)
+{
+    update_scalars u = {
+        hd__adamw_factors(a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->step),
+        a->max_grad_norm};
+    const adamw_batch *bt = &pl->batches[0];
+    const struct hd_device_buffer count = {.mem = pl->count, .bytes = sizeof(int32_t)};
+    const struct hd_device_buffer flag = {.mem = pl->flag, .bytes = sizeof(int32_t)};
+    int32_t spans = (int32_t)bt->groups, clip_arg = clip ? 1 : 0;
+    hd_fused_arg list[RESIDENT_ARGS];
+    int n = put_slots(list, a, pl, bt);
+    list[n++] = HD_FUSED_VALUE(spans);
+    n += put_factors(list + n, &u);
+    list[n++] = HD_FUSED_BUFFER(pl->part);
+    list[n++] = HD_FUSED_BUFFER(&count);
+    list[n++] = HD_FUSED_BUFFER(&flag);
+    list[n++] = HD_FUSED_BUFFER(total);
+    list[n++] = HD_FUSED_VALUE(u.max_norm);
+    list[n++] = HD_FUSED_VALUE(clip_arg);
+    return hd__fused_launch_resident_args(f, ctx, pl->resident, pl->resident_groups, pl->wg, list,
+                                          n);
 }
 
 /* The updates, batch by batch; total NULL: no clip. */
@@ -241,9 +315,11 @@ hd_status hd__fused_adamw(void *state, hd_context *ctx, const hd_adamw_args *a)
     hd_status s = prepare(f, ctx, a, measure, &pl);
     const struct hd_device_buffer *total =
         a->grad_norm != NULL ? a->grad_norm->state->device : pl.total_scratch;
-    if (s == HD_OK && measure)
+    if (s == HD_OK && pl.resident != NULL)
+        s = launch_resident(f, ctx, a, &pl, total, clip);
+    else if (s == HD_OK && measure)
         s = launch_norm(f, ctx, a, &pl, total);
-    if (s == HD_OK)
+    if (s == HD_OK && pl.resident == NULL)
         s = launch_updates(f, ctx, a, &pl, clip ? total : NULL);
     hd__fused_buffer_release(f, pl.part);
     hd__fused_buffer_release(f, pl.total_scratch);

@@ -108,6 +108,7 @@ typedef struct hd_fused {
     size_t kg_part_bytes;
     hd_devmem kg_count; /* per-strip arrival counts of the KG > 1 kernels, zero between launches */
     size_t kg_count_len;
+    hd_devmem grid_flag; /* raised once per grid-wide wait (hd__fused_grid_wait), never reset */
     size_t local_mem;   /* local memory a kernel may declare in its source */
     size_t stage_mem;   /* local memory the warpgroup GEMM's stages may take as a __local
                            argument (STAGE_ARG, gemm_wgmma.cl): on the CUDA runtime, its
@@ -121,6 +122,9 @@ typedef struct hd_fused {
     size_t clusters;    /* work-groups of a thread-block cluster at most (hd__rt_launch_cluster);
                            0: none */
     bool clusters_emulated; /* tests only: cluster kernels as one work-group playing each */
+    bool resident_emulated; /* tests only: launches of resident groups as one work-group, which
+                               runs alone (hd__fused_resident_groups gives 1) */
+    size_t resident_cap;    /* tests only: resident groups at most (0: as the runtime runs) */
     bool wgmma;         /* NVIDIA compute capability 9.0: the warpgroup kernel may be built */
     bool wgmma_broken;  /* its build failed here: tf32 runs on the mma.sync kernel */
     bool tma;           /* its stages may be copied by the Tensor Memory Accelerator
@@ -332,6 +336,14 @@ hd_status hd__fused_launch_cluster_args(hd_fused *f, hd_context *ctx, hd_kernel 
                                         size_t group, size_t cluster, const hd_fused_arg *args,
                                         int count);
 
+/* The work-groups of k that run all at once (hd__rt_resident_groups; 1 where tests emulate
+ * them, at most resident_cap where they set it, 0 where the runtime promises none), and a launch of at most that many, whose groups may
+ * wait for each other (hd__fused_grid_wait). */
+hd_status hd__fused_resident_groups(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t group,
+                                    size_t *out);
+hd_status hd__fused_launch_resident_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups,
+                                         size_t group, const hd_fused_arg *args, int count);
+
 /* A pooled device buffer holding bytes copied from host memory (which may be reused once this
  * returns: a call's host arrays, its ids and per-row tables), queued before what follows;
  * released with hd__fused_buffer_release once the launches that read it are queued. */
@@ -356,6 +368,10 @@ hd_status hd__fused_copy(hd_fused *f, hd_context *ctx, const struct hd_device_bu
 /* The first of the KG kernels' arrival counters (zero between launches), which any kernel whose
  * last work-group finishes a launch's work may count on and must leave at zero. */
 hd_status hd__fused_arrival_counter(hd_fused *f, hd_context *ctx, hd_devmem *out);
+/* A grid-wide wait of resident groups: that counter, and a flag the last group to arrive
+ * raises (adds 1 to) once it has counted the arrivals back to zero; the others wait until the
+ * flag leaves the value they read before arriving. */
+hd_status hd__fused_grid_wait(hd_fused *f, hd_context *ctx, hd_devmem *count, hd_devmem *flag);
 
 /* The partials and counters of a KG > 1 launch over `strips` strips of rows (<= HD_FUSED_MAX_ROWS)
  * rows, grown on demand (the counters zeroed on the queue). KG == 1: both are `unused`, a buffer

@@ -2,7 +2,8 @@
  * of each strip's KG work-groups and one arrival counter per strip. Both are shared by every
  * launch on the context's in-order queue, so one launch's last group has read the partials and
  * reset its counter before the next launch starts. AdamW's norm counts on the first counter
- * (hd__fused_arrival_counter). */
+ * (hd__fused_arrival_counter), and its one-launch form waits on it with a flag beside
+ * (hd__fused_grid_wait). */
 #include <string.h>
 
 #include "backends/fused/internal.h"
@@ -37,6 +38,21 @@ hd_status hd__fused_arrival_counter(hd_fused *f, hd_context *ctx, hd_devmem *out
 {
     hd_status s = counters(f, ctx, 1);
     *out = s == HD_OK ? f->kg_count : NULL;
+    return s;
+}
+
+hd_status hd__fused_grid_wait(hd_fused *f, hd_context *ctx, hd_devmem *count, hd_devmem *flag)
+{
+    hd_status s = counters(f, ctx, 1);
+    if (s == HD_OK && f->grid_flag == NULL) {
+        s = hd__rt_scratch_create(f->rt, ctx, sizeof(int32_t), "a grid's flag", &f->grid_flag);
+        if (s == HD_OK && (s = hd__rt_zero(f->rt, ctx, f->grid_flag, sizeof(int32_t))) != HD_OK) {
+            hd__rt_scratch_free(f->rt, f->grid_flag);
+            f->grid_flag = NULL;
+        }
+    }
+    *count = s == HD_OK ? f->kg_count : NULL;
+    *flag = s == HD_OK ? f->grid_flag : NULL;
     return s;
 }
 
@@ -77,8 +93,10 @@ void hd__fused_kg_release(hd_fused *f)
 {
     hd__rt_scratch_free(f->rt, f->kg_part);
     hd__rt_scratch_free(f->rt, f->kg_count);
+    hd__rt_scratch_free(f->rt, f->grid_flag);
     f->kg_part = NULL;
     f->kg_count = NULL;
+    f->grid_flag = NULL;
     f->kg_part_bytes = 0;
     f->kg_count_len = 0;
 }

@@ -195,6 +195,31 @@ hd_status hd__fused_launch_grid(hd_fused *f, hd_context *ctx, hd_kernel *k, cons
     return s == HD_OK ? hd__rt_launch(f->rt, ctx, k, groups, group) : s;
 }
 
+hd_status hd__fused_resident_groups(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t group,
+                                    size_t *out)
+{
+    if (f->resident_emulated) {
+        *out = 1;
+        return HD_OK;
+    }
+    hd_status s = hd__rt_resident_groups(f->rt, ctx, k, group, out);
+    if (f->resident_cap > 0 && *out > f->resident_cap)
+        *out = f->resident_cap;
+    return s;
+}
+
+hd_status hd__fused_launch_resident_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups,
+                                         size_t group, const hd_fused_arg *args, int count)
+{
+    hd_status s = set_args(ctx, k, args, count);
+    if (s != HD_OK)
+        return s;
+    const size_t grid[2] = {groups, 1};
+    if (f->resident_emulated && groups <= 1) /* one group runs alone on any runtime */
+        return hd__rt_launch(f->rt, ctx, k, grid, group);
+    return hd__rt_launch_resident(f->rt, ctx, k, grid, group);
+}
+
 hd_status hd__fused_launch_cluster_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups,
                                         size_t group, size_t cluster, const hd_fused_arg *args,
                                         int count)

@@ -371,6 +371,36 @@ hd_status hd__rt_launch_cluster(hd_runtime *rt, hd_context *ctx, hd_kernel *k,
                      hd__rt_kind_name(rt), cluster);
 }
 
+hd_status hd__rt_resident_groups(hd_runtime *rt, hd_context *ctx, hd_kernel *k, size_t group,
+                                 size_t *out)
+{
+#ifdef HD_HAVE_CUDA_RUNTIME
+    if (ON_CUDA(rt))
+        return hd__cuda_resident_groups(rt->cuda, ctx, k->cuda, group, out);
+#endif
+    (void)rt;
+    (void)ctx;
+    (void)k;
+    (void)group;
+    *out = 0;
+    return HD_OK;
+}
+
+hd_status hd__rt_launch_resident(hd_runtime *rt, hd_context *ctx, hd_kernel *k,
+                                 const size_t groups[2], size_t group)
+{
+#ifdef HD_HAVE_CUDA_RUNTIME
+    if (ON_CUDA(rt))
+        return hd__cuda_launch_resident(rt->cuda, ctx, k->cuda, groups, group);
+#endif
+    (void)k;
+    (void)groups;
+    (void)group;
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "%s runtime: no launches whose groups all run at once",
+                     hd__rt_kind_name(rt));
+}
+
 void hd__rt_capture_begin(hd_runtime *rt)
 {
 #ifdef HD_HAVE_CUDA_RUNTIME

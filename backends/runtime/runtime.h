@@ -59,6 +59,9 @@ typedef struct hd_runtime_info {
     size_t clusters;        /* work-groups of one thread-block cluster at most (co-scheduled,
                                one barrier across them: hd__rt_launch_cluster); 0: none, as on
                                OpenCL */
+    bool resident;          /* hd__rt_launch_resident runs every group of a launch at once
+                               (CUDA's cooperative launches); false on OpenCL, which promises
+                               nothing of the kind */
 } hd_runtime_info;
 
 /* Work-groups per cluster a launch asks for at most: the size every Hopper device runs (CUDA's
@@ -144,6 +147,15 @@ hd_status hd__rt_launch(hd_runtime *rt, hd_context *ctx, hd_kernel *k, const siz
  * has no clusters of that size (info.clusters). cluster 1 is hd__rt_launch. */
 hd_status hd__rt_launch_cluster(hd_runtime *rt, hd_context *ctx, hd_kernel *k,
                                 const size_t groups[2], size_t group, size_t cluster);
+/* The work-groups of group work-items of k (its __local arguments as set) that the device runs
+ * all at once: 0 where the runtime cannot promise it (info.resident false). */
+hd_status hd__rt_resident_groups(hd_runtime *rt, hd_context *ctx, hd_kernel *k, size_t group,
+                                 size_t *out);
+/* As hd__rt_launch, every group running at once, so that groups may wait for each other through
+ * global memory: at most hd__rt_resident_groups of them, else the launch fails.
+ * HD_ERR_UNSUPPORTED where info.resident is false. */
+hd_status hd__rt_launch_resident(hd_runtime *rt, hd_context *ctx, hd_kernel *k,
+                                 const size_t groups[2], size_t group);
 
 /* An fp32 tensor of rank 1 to 3 as the Tensor Memory Accelerator (Hopper's bulk tensor copies,
  * cp.async.bulk.tensor) reads it: its sizes innermost first, the byte strides of dimensions 1

@@ -29,9 +29,18 @@
  *     back to 0.
  *   adamw_update: the step; reads total[0] for the clip (total NULL: no clip). 16 bytes read,
  *     12 written per element.
+ *   adamw_resident: both in one launch whose groups all run at once (a cooperative launch: the
+ *     host launches no more than the device holds). Work-group b takes spans b, b + G, ... (G
+ *     the launch's groups) of the `spans` that the starts number. It sums their g^2, keeping the
+ *     g of its first HOLD spans in registers; the last group to arrive on *count adds the
+ *     partials into the norm, writes total[0], sets *count back to 0 and raises *flag; the
+ *     others wait until *flag leaves the value they read before arriving. Then each steps its
+ *     spans, with the g it holds (read again past HOLD spans): where G * HOLD spans cover the
+ *     tensors, g is read once, 28 bytes moved per element in all, and no second launch waits on
+ *     the first. clip = 0: total[0] is written (the norm wanted) but not applied.
  *
  * Tuning parameters (-D; defaults below): WG (common.cl), ELEMS, SLOTS (8, 16 or 32: as many as
- * the device's kernel parameter space holds). ROWS must be 1.
+ * the device's kernel parameter space holds), HOLD. ROWS must be 1.
  */
 #ifndef ELEMS
 #define ELEMS 8 /* elements per work-item of a work-group's span */
@@ -39,6 +48,9 @@
 #ifndef SLOTS
 #define SLOTS 8 /* tensors per launch: OpenCL's least parameter space holds 8 (the host asks for
                    16 or 32 where the device's holds them) */
+#endif
+#ifndef HOLD
+#define HOLD 2 /* spans of g a work-item of adamw_resident keeps in registers */
 #endif
 #if ROWS != 1
 #error "adamw.cl: ROWS must be 1"
@@ -76,18 +88,30 @@
     __global float *p##k, const __global float *g##k, __global float *m##k, __global float *v##k, \
         int len##k, int start##k,
 
-/* Work-group b's span of slot k's tensor, where k is the last slot starting at or before b: each
- * slot's code names its own parameters, so that no pointer is chosen at run time (a pointer
- * picked from many parameters made the compiler copy them all to each work-item's stack). */
+/* Span `span` (of the numbering the starts give) of slot k's tensor, where k is the last slot
+ * starting at or before it: each slot's code names its own parameters, so that no pointer is
+ * chosen at run time (a pointer picked from many parameters made the compiler copy them all to
+ * each work-item's stack). With a float array `held` of ELEMS: its g kept there (HOLD_SPAN),
+ * or taken from there (HELD_SPAN). */
 #define NORM_SPAN(k)                                                                             \
-    if (!found && b >= start##k) {                                                               \
+    if (!found && span >= start##k) {                                                            \
         found = true;                                                                            \
-        sq = span_sumsq(g##k, len##k, (b - start##k) * SPAN, l);                                  \
+        sq += span_sumsq(g##k, len##k, (span - start##k) * SPAN, l);                              \
     }
 #define UPDATE_SPAN(k)                                                                           \
-    if (!found && b >= start##k) {                                                               \
+    if (!found && span >= start##k) {                                                            \
         found = true;                                                                            \
-        span_update(p##k, g##k, m##k, v##k, len##k, (b - start##k) * SPAN, l, &f);               \
+        span_update(p##k, g##k, m##k, v##k, len##k, (span - start##k) * SPAN, l, &f);            \
+    }
+#define HOLD_SPAN(k)                                                                             \
+    if (!found && span >= start##k) {                                                            \
+        found = true;                                                                            \
+        sq += span_hold(g##k, len##k, (span - start##k) * SPAN, l, held);                         \
+    }
+#define HELD_SPAN(k)                                                                             \
+    if (!found && span >= start##k) {                                                            \
+        found = true;                                                                            \
+        span_update_held(p##k, m##k, v##k, len##k, (span - start##k) * SPAN, l, &f, held);       \
     }
 
 /* The sum of g^2 over work-item l's elements of the span at base. */
@@ -103,11 +127,45 @@ inline float span_sumsq(const __global float *g, int len, int base, int l)
     return sq;
 }
 
+/* As span_sumsq, the elements kept in held (0 past the tensor). */
+inline float span_hold(const __global float *g, int len, int base, int l, float held[ELEMS])
+{
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ELEMS; i++) {
+        const int at = base + i * WG + l;
+        held[i] = at < len ? g[at] : 0.0f;
+        sq += held[i] * held[i];
+    }
+    return sq;
+}
+
 /* The step's factors (see the top), coef the clip's. */
 typedef struct adamw_factors {
     float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_bc2_sqrt, eps,
         coef;
 } adamw_factors;
+
+/* The clip's factor for the norm total: min(1, max_norm / (total + 1e-6)), a NaN staying NaN as
+ * in PyTorch's clamp. */
+inline float clip_coef(float max_norm, float total)
+{
+    const float c = max_norm / (total + 1e-6f);
+    return c > 1.0f ? 1.0f : c;
+}
+
+/* The step on one element, its gradient g (unclipped). */
+inline void element_update(__global float *p, __global float *m, __global float *v, int at,
+                           float g, const adamw_factors *f)
+{
+    const float gi = g * f->coef;
+    const float mi = f->beta1 * m[at] + f->one_minus_beta1 * gi;
+    const float vi = f->beta2 * v[at] + f->one_minus_beta2 * (gi * gi);
+    const float pi = p[at] * f->decay;
+    p[at] = pi - f->step_size * (mi / (sqrt(vi) * f->inv_bc2_sqrt + f->eps));
+    m[at] = mi;
+    v[at] = vi;
+}
 
 /* The step on work-item l's elements of the span at base. */
 inline void span_update(__global float *p, const __global float *g, __global float *m,
@@ -116,15 +174,20 @@ inline void span_update(__global float *p, const __global float *g, __global flo
 #pragma unroll
     for (int i = 0; i < ELEMS; i++) {
         const int at = base + i * WG + l;
-        if (at < len) {
-            const float gi = g[at] * f->coef;
-            const float mi = f->beta1 * m[at] + f->one_minus_beta1 * gi;
-            const float vi = f->beta2 * v[at] + f->one_minus_beta2 * (gi * gi);
-            const float pi = p[at] * f->decay;
-            p[at] = pi - f->step_size * (mi / (sqrt(vi) * f->inv_bc2_sqrt + f->eps));
-            m[at] = mi;
-            v[at] = vi;
-        }
+        if (at < len)
+            element_update(p, m, v, at, g[at], f);
+    }
+}
+
+/* As span_update, the gradients taken from held. */
+inline void span_update_held(__global float *p, __global float *m, __global float *v, int len,
+                             int base, int l, const adamw_factors *f, const float held[ELEMS])
+{
+#pragma unroll
+    for (int i = 0; i < ELEMS; i++) {
+        const int at = base + i * WG + l;
+        if (at < len)
+            element_update(p, m, v, at, held[i], f);
     }
 }
 
@@ -134,7 +197,7 @@ adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int 
 {
     __local float rh[WG], rl[WG];
     __local int last;
-    const int l = (int)get_local_id(0), b = (int)get_group_id(0);
+    const int l = (int)get_local_id(0), b = (int)get_group_id(0), span = b;
     bool found = false;
     float sq = 0.0f;
     EACH_SLOT_DOWN(NORM_SPAN)
@@ -162,13 +225,80 @@ adamw_update(EACH_SLOT(UPDATE_PARAMS) float decay, float beta1, float one_minus_
              float one_minus_beta2, float step_size, float inv_bc2_sqrt, float eps,
              const __global float *total, float max_norm)
 {
-    const int l = (int)get_local_id(0), b = (int)get_group_id(0);
+    const int l = (int)get_local_id(0), span = (int)get_group_id(0);
     adamw_factors f = {decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
                        step_size, inv_bc2_sqrt, eps, 1.0f};
-    if (total != 0) {
-        const float c = max_norm / (total[0] + 1e-6f);
-        f.coef = c > 1.0f ? 1.0f : c; /* a NaN c stays NaN, as PyTorch's clamp */
-    }
+    if (total != 0)
+        f.coef = clip_coef(max_norm, total[0]);
     bool found = false;
     EACH_SLOT_DOWN(UPDATE_SPAN)
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+adamw_resident(EACH_SLOT(UPDATE_PARAMS) int spans, float decay, float beta1,
+               float one_minus_beta1, float beta2, float one_minus_beta2, float step_size,
+               float inv_bc2_sqrt, float eps, __global float *partials,
+               volatile __global int *count, volatile __global int *flag, __global float *total,
+               float max_norm, int clip)
+{
+    __local float rh[WG], rl[WG];
+    __local int last, seen;
+    __local float norm;
+    const int l = (int)get_local_id(0), b = (int)get_group_id(0);
+    const int groups = (int)get_num_groups(0);
+    float keep[HOLD][ELEMS]; /* the g of the first HOLD spans, indexed by constants alone */
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < HOLD; j++) {
+        const int span = b + j * groups;
+        __private float *held = keep[j];
+        bool found = span >= spans;
+        EACH_SLOT_DOWN(HOLD_SPAN)
+    }
+    for (int span = b + HOLD * groups; span < spans; span += groups) {
+        bool found = false;
+        EACH_SLOT_DOWN(NORM_SPAN)
+    }
+    sq = slot_sum(sq, rh, 0, l);
+    if (l == 0) {
+        seen = *flag; /* before arriving: the flag is raised only once every group has */
+        partials[b] = sq;
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        const int arrived = atomic_inc(count);
+        last = arrived == groups - 1;
+        if (arrived == groups - 1)
+            atomic_xchg(count, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (last) {
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        const float sum = group_pair_sum(partials, groups, rh, rl);
+        if (l == 0) {
+            norm = sqrt(sum);
+            total[0] = norm;
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            atomic_inc(flag);
+        }
+    } else if (l == 0) {
+        while (*flag == seen)
+            ;
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        norm = ((volatile __global const float *)total)[0];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    adamw_factors f = {decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                       step_size, inv_bc2_sqrt, eps, 1.0f};
+    if (clip)
+        f.coef = clip_coef(max_norm, norm);
+#pragma unroll
+    for (int j = 0; j < HOLD; j++) {
+        const int span = b + j * groups;
+        const __private float *held = keep[j];
+        bool found = span >= spans;
+        EACH_SLOT_DOWN(HELD_SPAN)
+    }
+    for (int span = b + HOLD * groups; span < spans; span += groups) {
+        bool found = false;
+        EACH_SLOT_DOWN(UPDATE_SPAN)
+    }
 }
