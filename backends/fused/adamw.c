@@ -17,9 +17,12 @@
 #include "backends/fused/internal.h"
 
 #define ADAMW_SLOTS_MAX 32 /* tensors per launch at most: adamw.cl's largest SLOTS */
-/* Work-items per group and elements per work-item (adamw.cl's WG and ELEMS defaults). */
-#define ADAMW_WG    256
-#define ADAMW_ELEMS 8
+/* Work-items per group and elements per work-item (adamw.cl's WG and ELEMS defaults), and the
+ * spans of g that the one-launch kernel holds per work-item (HOLD): on the H200 spans of 4
+ * elements, or 4 held, took more time. */
+#define ADAMW_WG            256
+#define ADAMW_ELEMS         8
+#define ADAMW_RESIDENT_HOLD 2
 /* The update's arguments: per slot 4 buffers and 2 ints; after them, at most (adamw_resident's)
  * 2 ints, 9 floats and 4 buffers. */
 #define UPDATE_SLOT_BYTES  (4 * sizeof(hd_devmem) + 2 * sizeof(int32_t))
@@ -90,22 +93,22 @@ static hd_status plan_batches(hd_context *ctx, const hd_adamw_args *a, adamw_pla
     return HD_OK;
 }
 
-/* The one-launch kernel and its groups, where the norm is measured, the tensors fit one launch
- * and the runtime runs that kernel's groups all at once; else pl->resident stays NULL. */
-static hd_status plan_resident(hd_fused *f, hd_context *ctx, const char *options, adamw_plan *pl)
+/* The one-launch kernel and how many of its groups run at once, where the tensors fit one
+ * launch and the runtime runs a launch's groups all at once; else pl->resident stays NULL. */
+static hd_status plan_resident(hd_fused *f, hd_context *ctx, adamw_plan *pl, size_t *capacity)
 {
-    size_t spans = pl->partials, capacity = 0;
-    if (pl->batch_count != 1 || spans == 0 ||
-        (!f->resident_emulated && !hd__rt_info(f->rt)->resident))
+    *capacity = 0;
+    if (pl->batch_count != 1 || (!f->resident_emulated && !hd__rt_info(f->rt)->resident))
         return HD_OK;
+    char options[HD_FUSED_OPTIONS_CAPACITY];
+    snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DHOLD=%d -DSLOTS=%zu",
+             pl->wg, ADAMW_ELEMS, ADAMW_RESIDENT_HOLD, pl->slots);
     hd_kernel *k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_resident", pl->wg, &k);
     if (s == HD_OK)
-        s = hd__fused_resident_groups(f, ctx, k, pl->wg, &capacity);
-    if (s == HD_OK && capacity > 0) {
+        s = hd__fused_resident_groups(f, ctx, k, pl->wg, capacity);
+    if (s == HD_OK && *capacity > 0)
         pl->resident = k;
-        pl->resident_groups = capacity < spans ? capacity : spans;
-    }
     return s;
 }
 
@@ -114,10 +117,8 @@ static hd_status build_kernels(hd_fused *f, hd_context *ctx, bool measure, adamw
     char options[HD_FUSED_OPTIONS_CAPACITY];
     snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DSLOTS=%zu", pl->wg,
              ADAMW_ELEMS, pl->slots);
-    hd_status s = measure ? plan_resident(f, ctx, options, pl) : HD_OK;
-    if (s != HD_OK || pl->resident != NULL)
-        return s;
-    s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_update", pl->wg, &pl->update);
+    hd_status s =
+        hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_update", pl->wg, &pl->update);
     if (s == HD_OK && measure)
         s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_grad_norm", pl->wg, &pl->norm);
     return s;
@@ -131,15 +132,21 @@ static hd_status prepare(hd_fused *f, hd_context *ctx, const hd_adamw_args *a, b
     pl->wg = ADAMW_WG;
     while (pl->wg > f->device_max_group) /* the norm's tree takes a power of two */
         pl->wg /= 2;
-    pl->span = pl->wg * ADAMW_ELEMS;
     pl->slots = slots_for(f);
     pl->batch_count = ceil_div(a->count, pl->slots);
     pl->batches = malloc((pl->batch_count > 0 ? pl->batch_count : 1) * sizeof *pl->batches);
     if (pl->batches == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "fused: adamw's batches of %zu tensors",
                          a->count);
-    hd_status s = plan_batches(ctx, a, pl);
+    size_t capacity = 0;
+    hd_status s = measure ? plan_resident(f, ctx, pl, &capacity) : HD_OK;
+    pl->span = pl->wg * ADAMW_ELEMS;
     if (s == HD_OK)
+        s = plan_batches(ctx, a, pl);
+    if (pl->partials == 0) /* nothing to step: the two-launch form writes a zero norm */
+        pl->resident = NULL;
+    pl->resident_groups = capacity < pl->partials ? capacity : pl->partials;
+    if (s == HD_OK && pl->resident == NULL)
         s = build_kernels(f, ctx, measure, pl);
     if (s == HD_OK && measure)
         s = hd__fused_buffer(f, ctx, pl->partials * sizeof(float), &pl->part);

@@ -91,8 +91,7 @@
 /* Span `span` (of the numbering the starts give) of slot k's tensor, where k is the last slot
  * starting at or before it: each slot's code names its own parameters, so that no pointer is
  * chosen at run time (a pointer picked from many parameters made the compiler copy them all to
- * each work-item's stack). With a float array `held` of ELEMS: its g kept there (HOLD_SPAN),
- * or taken from there (HELD_SPAN). */
+ * each work-item's stack). */
 #define NORM_SPAN(k)                                                                             \
     if (!found && span >= start##k) {                                                            \
         found = true;                                                                            \
@@ -103,16 +102,41 @@
         found = true;                                                                            \
         span_update(p##k, g##k, m##k, v##k, len##k, (span - start##k) * SPAN, l, &f);            \
     }
-#define HOLD_SPAN(k)                                                                             \
+/* adamw_resident's form: the tensor of span `span` picked by a chain of selections ahead of
+ * code written once, its gradient (PICK_G: tg) or its parameters and moments (PICK_PMV: tp, tm,
+ * tv, and tg for a span not held), its length (tlen, 0 where span is past the last) and first
+ * element (tbase). Its work per span goes through HOLD + 2 places (each held span's, the
+ * rest's, both phases): repeated per slot, as NORM_SPAN and UPDATE_SPAN repeat theirs, it
+ * outgrew the instruction cache (Nsight Compute: most of the warps' stalls were on instruction
+ * fetch). The phases pick apart, so that no pointer of a held span stays live across the wait. */
+#define PICK_G(k)                                                                                \
     if (!found && span >= start##k) {                                                            \
         found = true;                                                                            \
-        sq += span_hold(g##k, len##k, (span - start##k) * SPAN, l, held);                         \
+        tg = g##k;                                                                               \
+        tlen = len##k;                                                                           \
+        tbase = (span - start##k) * SPAN;                                                        \
     }
-#define HELD_SPAN(k)                                                                             \
+#define PICK_PMV(k)                                                                              \
     if (!found && span >= start##k) {                                                            \
         found = true;                                                                            \
-        span_update_held(p##k, m##k, v##k, len##k, (span - start##k) * SPAN, l, &f, held);       \
+        tp = p##k;                                                                               \
+        tg = g##k;                                                                               \
+        tm = m##k;                                                                               \
+        tv = v##k;                                                                               \
+        tlen = len##k;                                                                           \
+        tbase = (span - start##k) * SPAN;                                                        \
     }
+#define SPAN_G                                                                                   \
+    const __global float *tg = g0;                                                               \
+    int tlen = 0, tbase = 0;                                                                     \
+    bool found = span >= spans;                                                                  \
+    EACH_SLOT_DOWN(PICK_G)
+#define SPAN_PMV                                                                                 \
+    __global float *tp = p0, *tm = m0, *tv = v0;                                                 \
+    const __global float *tg = g0;                                                               \
+    int tlen = 0, tbase = 0;                                                                     \
+    bool found = span >= spans;                                                                  \
+    EACH_SLOT_DOWN(PICK_PMV)
 
 /* The sum of g^2 over work-item l's elements of the span at base. */
 inline float span_sumsq(const __global float *g, int len, int base, int l)
@@ -154,41 +178,47 @@ inline float clip_coef(float max_norm, float total)
     return c > 1.0f ? 1.0f : c;
 }
 
-/* The step on one element, its gradient g (unclipped). */
-inline void element_update(__global float *p, __global float *m, __global float *v, int at,
-                           float g, const adamw_factors *f)
+/* The step on work-item l's elements of the span at base, their gradients g (unclipped): every
+ * p, m and v loaded before the first store, which the compiler may not move them past (the
+ * tensors could overlap, for all it knows), so that a work-item has all its loads in flight. */
+inline void span_step(__global float *p, __global float *m, __global float *v, int len, int base,
+                      int l, const adamw_factors *f, const float g[ELEMS])
 {
-    const float gi = g * f->coef;
-    const float mi = f->beta1 * m[at] + f->one_minus_beta1 * gi;
-    const float vi = f->beta2 * v[at] + f->one_minus_beta2 * (gi * gi);
-    const float pi = p[at] * f->decay;
-    p[at] = pi - f->step_size * (mi / (sqrt(vi) * f->inv_bc2_sqrt + f->eps));
-    m[at] = mi;
-    v[at] = vi;
+    float pv[ELEMS], mv[ELEMS], vv[ELEMS];
+#pragma unroll
+    for (int i = 0; i < ELEMS; i++) {
+        const int at = base + i * WG + l;
+        const bool in = at < len;
+        pv[i] = in ? p[at] : 0.0f;
+        mv[i] = in ? m[at] : 0.0f;
+        vv[i] = in ? v[at] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < ELEMS; i++) {
+        const int at = base + i * WG + l;
+        if (at < len) {
+            const float gi = g[i] * f->coef;
+            const float mi = f->beta1 * mv[i] + f->one_minus_beta1 * gi;
+            const float vi = f->beta2 * vv[i] + f->one_minus_beta2 * (gi * gi);
+            const float pi = pv[i] * f->decay;
+            p[at] = pi - f->step_size * (mi / (sqrt(vi) * f->inv_bc2_sqrt + f->eps));
+            m[at] = mi;
+            v[at] = vi;
+        }
+    }
 }
 
-/* The step on work-item l's elements of the span at base. */
+/* The step on work-item l's elements of the span at base, g read with them. */
 inline void span_update(__global float *p, const __global float *g, __global float *m,
                         __global float *v, int len, int base, int l, const adamw_factors *f)
 {
+    float gv[ELEMS];
 #pragma unroll
     for (int i = 0; i < ELEMS; i++) {
         const int at = base + i * WG + l;
-        if (at < len)
-            element_update(p, m, v, at, g[at], f);
+        gv[i] = at < len ? g[at] : 0.0f;
     }
-}
-
-/* As span_update, the gradients taken from held. */
-inline void span_update_held(__global float *p, __global float *m, __global float *v, int len,
-                             int base, int l, const adamw_factors *f, const float held[ELEMS])
-{
-#pragma unroll
-    for (int i = 0; i < ELEMS; i++) {
-        const int at = base + i * WG + l;
-        if (at < len)
-            element_update(p, m, v, at, held[i], f);
-    }
+    span_step(p, m, v, len, base, l, f, gv);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -251,13 +281,12 @@ adamw_resident(EACH_SLOT(UPDATE_PARAMS) int spans, float decay, float beta1,
 #pragma unroll
     for (int j = 0; j < HOLD; j++) {
         const int span = b + j * groups;
-        __private float *held = keep[j];
-        bool found = span >= spans;
-        EACH_SLOT_DOWN(HOLD_SPAN)
+        SPAN_G
+        sq += span_hold(tg, tlen, tbase, l, keep[j]);
     }
     for (int span = b + HOLD * groups; span < spans; span += groups) {
-        bool found = false;
-        EACH_SLOT_DOWN(NORM_SPAN)
+        SPAN_G
+        sq += span_sumsq(tg, tlen, tbase, l);
     }
     sq = slot_sum(sq, rh, 0, l);
     if (l == 0) {
@@ -293,12 +322,11 @@ adamw_resident(EACH_SLOT(UPDATE_PARAMS) int spans, float decay, float beta1,
 #pragma unroll
     for (int j = 0; j < HOLD; j++) {
         const int span = b + j * groups;
-        const __private float *held = keep[j];
-        bool found = span >= spans;
-        EACH_SLOT_DOWN(HELD_SPAN)
+        SPAN_PMV
+        span_step(tp, tm, tv, tlen, tbase, l, &f, keep[j]);
     }
     for (int span = b + HOLD * groups; span < spans; span += groups) {
-        bool found = false;
-        EACH_SLOT_DOWN(UPDATE_SPAN)
+        SPAN_PMV
+        span_update(tp, tg, tm, tv, tlen, tbase, l, &f);
     }
 }
