@@ -524,8 +524,7 @@ static void test_resident_groups_where_the_runtime_runs_them(void **state)
         assert_int_equal(hd__rt_set_arg(ctx, k, 1, sizeof out->mem, &out->mem), HD_OK);
         assert_int_equal(hd__rt_set_arg(ctx, k, 2, sizeof groups, &groups), HD_OK);
         assert_int_equal(
-            hd__rt_launch_resident(rt, ctx, k, (const size_t[2]){(size_t)groups, 1}, GROUP),
-            HD_OK);
+            hd__rt_launch_resident(rt, ctx, k, (const size_t[2]){(size_t)groups, 1}, GROUP), HD_OK);
         assert_int_equal(hd__rt_download(rt, ctx, out, got, (size_t)groups * sizeof *got), HD_OK);
         for (int g = 0; g < groups; g++)
             if (got[g] != groups)

@@ -602,8 +602,8 @@ static void test_attention_follows_changing_sequences(void **state)
     hd_rng rng = hd_test_rng(44);
     static const size_t split[] = {10, 14}, other[] = {14, 10};
     const attention_case cases[] = {
-        {24, 2, 1, 8, NULL, 0, true, 1},     {24, 2, 1, 8, split, 2, true, 1},
-        {24, 2, 1, 8, other, 2, true, 1},    {24, 2, 1, 8, other, 2, false, 1},
+        {24, 2, 1, 8, NULL, 0, true, 1},  {24, 2, 1, 8, split, 2, true, 1},
+        {24, 2, 1, 8, other, 2, true, 1}, {24, 2, 1, 8, other, 2, false, 1},
         {24, 2, 1, 8, NULL, 0, true, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -1338,9 +1338,8 @@ static void check_adamw(hd_context *ctx, hd_backend b, const adamw_run *r, hd_rn
         assert_int_equal(hd_tensor_prefetch(t.p[0]), HD_OK);
     hd_adamw_options o = adamw_options(r->step, max_norm, norm);
     char what[160];
-    snprintf(what, sizeof what, "adamw on %s, step %ld, clip %d%s, %zu tensors",
-             hd_backend_name(b), (long)r->step, (int)r->clip, r->want_norm ? ", grad_norm" : "",
-             count);
+    snprintf(what, sizeof what, "adamw on %s, step %ld, clip %d%s, %zu tensors", hd_backend_name(b),
+             (long)r->step, (int)r->clip, r->want_norm ? ", grad_norm" : "", count);
     hd_test_expect_ran_on(ctx, hd_adamw(ctx, &o, count, t.p, t.grads, t.m, t.v), b, what);
     for (size_t k = 0; k < count; k++)
         adamw_expect_tensor(what, &st, k, &o, coef, &t, r->clip == CLIP_SCALES ? 128.0 : 16.0);
@@ -1405,7 +1404,7 @@ static void test_adamw_in_one_launch(void **state)
     hd_fused *f = fused_state_or_skip();
     hd_rng rng = hd_test_rng(34);
     const adamw_run runs[] = {
-        {2, CLIP_SCALES, true, 8}, {1, CLIP_NONE, true, 8},       {3, CLIP_IDLE, false, 8},
+        {2, CLIP_SCALES, true, 8},     {1, CLIP_NONE, true, 8},   {3, CLIP_IDLE, false, 8},
         {1000, CLIP_SCALES, false, 1}, {1, CLIP_SCALES, true, 3},
     };
     for (int form = 0; form < 3; form++) {

@@ -142,8 +142,8 @@ typedef struct hd_cuda_driver {
                                               unsigned shared_bytes, hd_cu_stream stream,
                                               void **params);
     hd_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks,
-                                                                hd_cu_function function,
-                                                                int block, size_t shared_bytes);
+                                                                hd_cu_function function, int block,
+                                                                size_t shared_bytes);
 } hd_cuda_driver;
 #undef HD_CUDA_DRIVER_MEMBER
 

@@ -704,8 +704,8 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         .compute_units = (size_t)units,
         .local_mem = (size_t)(optin > shared ? optin : shared),
         .static_local = compiled.static_local, /* what the OpenCL compiler lets a kernel declare */
-        .param_bytes = compiled.param_bytes < HD_CUDA_PARAM_BYTES ? compiled.param_bytes
-                                                               : HD_CUDA_PARAM_BYTES,
+        .param_bytes =
+            compiled.param_bytes < HD_CUDA_PARAM_BYTES ? compiled.param_bytes : HD_CUDA_PARAM_BYTES,
         .nv_major = major,
         .nv_minor = minor,
         .nv_options = compiled.nv_options,

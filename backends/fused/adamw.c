@@ -101,8 +101,8 @@ static hd_status plan_resident(hd_fused *f, hd_context *ctx, adamw_plan *pl, siz
     if (pl->batch_count != 1 || (!f->resident_emulated && !hd__rt_info(f->rt)->resident))
         return HD_OK;
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DHOLD=%d -DSLOTS=%zu",
-             pl->wg, ADAMW_ELEMS, ADAMW_RESIDENT_HOLD, pl->slots);
+    snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DHOLD=%d -DSLOTS=%zu", pl->wg,
+             ADAMW_ELEMS, ADAMW_RESIDENT_HOLD, pl->slots);
     hd_kernel *k;
     hd_status s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_resident", pl->wg, &k);
     if (s == HD_OK)
@@ -257,8 +257,8 @@ static int put_factors(hd_fused_arg *list, const update_scalars *u)
 }
 
 static hd_status launch_update(hd_fused *f, hd_context *ctx, const hd_adamw_args *a,
-                               const adamw_plan *pl, const adamw_batch *bt,
-                               const update_scalars *u, const struct hd_device_buffer *total)
+                               const adamw_plan *pl, const adamw_batch *bt, const update_scalars *u,
+                               const struct hd_device_buffer *total)
 {
     hd_fused_arg list[UPDATE_ARGS];
     int n = put_slots(list, a, pl, bt);

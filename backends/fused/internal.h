@@ -337,8 +337,8 @@ hd_status hd__fused_launch_cluster_args(hd_fused *f, hd_context *ctx, hd_kernel 
                                         int count);
 
 /* The work-groups of k that run all at once (hd__rt_resident_groups; 1 where tests emulate
- * them, at most resident_cap where they set it, 0 where the runtime promises none), and a launch of at most that many, whose groups may
- * wait for each other (hd__fused_grid_wait). */
+ * them, at most resident_cap where they set it, 0 where the runtime promises none), and a
+ * launch of at most that many, whose groups may wait for each other (hd__fused_grid_wait). */
 hd_status hd__fused_resident_groups(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t group,
                                     size_t *out);
 hd_status hd__fused_launch_resident_args(hd_fused *f, hd_context *ctx, hd_kernel *k, size_t groups,

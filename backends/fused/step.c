@@ -195,8 +195,7 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
         s = hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd_rope: positions of %zu rows", a->rows);
     if (s == HD_OK) {
         hd__sequence_positions(a->seq_lengths, a->seq_count, a->rows, a->position_offset, pos);
-        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_POSITIONS, pos, a->rows * sizeof *pos,
-                            &pos_buf);
+        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_POSITIONS, pos, a->rows * sizeof *pos, &pos_buf);
     }
     if (s == HD_OK && a->in[1] == NULL) {
         hd__rope_frequencies(a->theta, d, pairs);

@@ -18,7 +18,8 @@ hd_status hd__fused_table(hd_fused *f, hd_context *ctx, hd_fused_table_kind kind
                           size_t bytes, const struct hd_device_buffer **out)
 {
     struct hd_fused_table *t = &f->tables[kind];
-    if (t->buffer != NULL && t->bytes == bytes && (bytes == 0 || memcmp(t->host, src, bytes) == 0)) {
+    if (t->buffer != NULL && t->bytes == bytes &&
+        (bytes == 0 || memcmp(t->host, src, bytes) == 0)) {
         *out = t->buffer;
         return HD_OK;
     }

@@ -397,8 +397,7 @@ hd_status hd__rt_launch_resident(hd_runtime *rt, hd_context *ctx, hd_kernel *k,
     (void)groups;
     (void)group;
     return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                     "%s runtime: no launches whose groups all run at once",
-                     hd__rt_kind_name(rt));
+                     "%s runtime: no launches whose groups all run at once", hd__rt_kind_name(rt));
 }
 
 void hd__rt_capture_begin(hd_runtime *rt)
