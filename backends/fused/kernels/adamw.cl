@@ -221,6 +221,19 @@ inline void span_update(__global float *p, const __global float *g, __global flo
     span_step(p, m, v, len, base, l, f, gv);
 }
 
+/* Work-item 0's arrival of its group: the group's partial sum written and fenced device-wide
+ * before the group is counted (as gemv.cl's strip_combine); true for the last of `groups` to
+ * arrive, which sets the count back to 0. */
+inline bool arrive(__global float *partial, float sq, volatile __global int *count, int groups)
+{
+    *partial = sq;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    const int arrived = atomic_inc(count);
+    if (arrived == groups - 1)
+        atomic_xchg(count, 0);
+    return arrived == groups - 1;
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int groups,
                 volatile __global int *count, __global float *total)
@@ -232,15 +245,8 @@ adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int 
     float sq = 0.0f;
     EACH_SLOT_DOWN(NORM_SPAN)
     sq = slot_sum(sq, rh, 0, l);
-    /* as gemv.cl's strip_combine: the partial fenced device-wide before the group is counted */
-    if (l == 0) {
-        partials[part0 + b] = sq;
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
-        const int arrived = atomic_inc(count);
-        last = arrived == groups - 1;
-        if (arrived == groups - 1)
-            atomic_xchg(count, 0);
-    }
+    if (l == 0)
+        last = arrive(partials + part0 + b, sq, count, groups);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!last)
         return;
@@ -291,12 +297,7 @@ adamw_resident(EACH_SLOT(UPDATE_PARAMS) int spans, float decay, float beta1,
     sq = slot_sum(sq, rh, 0, l);
     if (l == 0) {
         seen = *flag; /* before arriving: the flag is raised only once every group has */
-        partials[b] = sq;
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
-        const int arrived = atomic_inc(count);
-        last = arrived == groups - 1;
-        if (arrived == groups - 1)
-            atomic_xchg(count, 0);
+        last = arrive(partials + b, sq, count, groups);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (last) {
