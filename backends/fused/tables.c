@@ -2,9 +2,9 @@
  * Host-built tables that calls hand to their kernels (RoPE's positions and frequencies,
  * attention's sequence ranges), kept on the device between calls. A call whose table holds the
  * bytes of the last one of its kind uses the copy already there: the layers of a step share
- * their positions and ranges, forward and backward, so each is copied once, and a queue of
- * calls is not held up by copies from the host (on the OpenCL runtime an upload is a blocking
- * write, which waits for everything queued before it).
+ * their positions and ranges, forward and backward, so each is copied once, and a chain of
+ * calls has no transfer from the host queued between its kernels (which the device runs in
+ * order with them, each costing about a short kernel's time).
  *
  * The tables are read by kernels only. One that changes is written over on the context's
  * in-order queue, after the launches that read its old bytes.
