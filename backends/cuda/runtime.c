@@ -688,12 +688,15 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         {&shared, HD_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK},
         {&major, HD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
         {&minor, HD_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
-        {&cooperative, HD_CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH},
     };
     for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++)
         CHECK(cu, ctx, cu->d->cuDeviceGetAttribute(attrs[i].value, attrs[i].attribute, cu->device),
               "cuDeviceGetAttribute");
     CHECK(cu, ctx, cu->d->cuDeviceTotalMem_v2(&total, cu->device), "cuDeviceTotalMem");
+    /* optional: a driver that does not know the attribute runs no cooperative launches */
+    if (cu->d->cuDeviceGetAttribute(&cooperative, HD_CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH,
+                                    cu->device) != HD_CU_SUCCESS)
+        cooperative = 0;
     hd_runtime_info compiled;
     hd_status s = hd__cl_runtime_info(cu->compiler, ctx, &compiled);
     if (s != HD_OK)
