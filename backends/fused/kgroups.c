@@ -16,6 +16,18 @@ static hd_status create(hd_fused *f, hd_context *ctx, size_t bytes, hd_devmem *o
     return hd__rt_scratch_create(f->rt, ctx, bytes, "GEMV partials", out);
 }
 
+/* Scratch of bytes zeroed on the queue (what: for the message); NULL where either fails. */
+static hd_status create_zeroed(hd_fused *f, hd_context *ctx, size_t bytes, const char *what,
+                               hd_devmem *out)
+{
+    hd_status s = hd__rt_scratch_create(f->rt, ctx, bytes, what, out);
+    if (s == HD_OK && (s = hd__rt_zero(f->rt, ctx, *out, bytes)) != HD_OK) {
+        hd__rt_scratch_free(f->rt, *out);
+        *out = NULL;
+    }
+    return s;
+}
+
 /* kg_count holding at least `len` counters, zeroed where it is made. */
 static hd_status counters(hd_fused *f, hd_context *ctx, size_t len)
 {
@@ -24,11 +36,7 @@ static hd_status counters(hd_fused *f, hd_context *ctx, size_t len)
     hd__rt_scratch_free(f->rt, f->kg_count);
     f->kg_count = NULL;
     f->kg_count_len = 0;
-    hd_status s = create(f, ctx, len * sizeof(int32_t), &f->kg_count);
-    if (s == HD_OK && (s = hd__rt_zero(f->rt, ctx, f->kg_count, len * sizeof(int32_t))) != HD_OK) {
-        hd__rt_scratch_free(f->rt, f->kg_count);
-        f->kg_count = NULL;
-    }
+    hd_status s = create_zeroed(f, ctx, len * sizeof(int32_t), "GEMV partials", &f->kg_count);
     if (s == HD_OK)
         f->kg_count_len = len;
     return s;
@@ -44,13 +52,8 @@ hd_status hd__fused_arrival_counter(hd_fused *f, hd_context *ctx, hd_devmem *out
 hd_status hd__fused_grid_wait(hd_fused *f, hd_context *ctx, hd_devmem *count, hd_devmem *flag)
 {
     hd_status s = counters(f, ctx, 1);
-    if (s == HD_OK && f->grid_flag == NULL) {
-        s = hd__rt_scratch_create(f->rt, ctx, sizeof(int32_t), "a grid's flag", &f->grid_flag);
-        if (s == HD_OK && (s = hd__rt_zero(f->rt, ctx, f->grid_flag, sizeof(int32_t))) != HD_OK) {
-            hd__rt_scratch_free(f->rt, f->grid_flag);
-            f->grid_flag = NULL;
-        }
-    }
+    if (s == HD_OK && f->grid_flag == NULL)
+        s = create_zeroed(f, ctx, sizeof(int32_t), "a grid's flag", &f->grid_flag);
     *count = s == HD_OK ? f->kg_count : NULL;
     *flag = s == HD_OK ? f->grid_flag : NULL;
     return s;
