@@ -57,6 +57,10 @@ struct hd_cuda_kernel {
     size_t max_group;
     size_t static_shared;
     size_t dynamic_allowed; /* dynamic shared memory the function may take without opting in */
+    struct {                /* the last hd__cuda_resident_groups answer, and what it was for */
+        bool known;
+        size_t group, dynamic, groups;
+    } resident;
     unsigned char *values;  /* each parameter's bytes, at offset[i] */
     size_t offset[HD_PTX_MAX_PARAMS];
     size_t local_bytes[HD_PTX_MAX_PARAMS]; /* a __local argument's size */
@@ -540,15 +544,24 @@ hd_status hd__cuda_resident_groups(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel 
     *out = 0;
     if (!cu->info.resident)
         return HD_OK;
+    size_t dynamic = dynamic_bytes(k, false);
+    if (k->resident.known && k->resident.group == group && k->resident.dynamic == dynamic) {
+        *out = k->resident.groups; /* asked before each launch: the driver once */
+        return HD_OK;
+    }
     hd_status s = current(cu, ctx);
     if (s != HD_OK)
         return s;
     int blocks = 0;
     CHECK(cu, ctx,
           cu->d->cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k->function, (int)group,
-                                                             dynamic_bytes(k, false)),
+                                                             dynamic),
           "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     *out = blocks > 0 ? (size_t)blocks * cu->info.compute_units : 0;
+    k->resident.known = true;
+    k->resident.group = group;
+    k->resident.dynamic = dynamic;
+    k->resident.groups = *out;
     return HD_OK;
 }
 
