@@ -169,11 +169,13 @@ cross_entropy_mean(const __global float *losses, __global float *loss, int rows,
  * cross_entropy_cluster: the row's logits read once. CLUSTER work-groups share a row, rank r
  * holding vectors [r * chunk, min(nv, (r + 1) * chunk)) of it (nv = cols / VEC, chunk =
  * ceil(nv / CLUSTER) <= WG * CACHE), work-item l the vectors l, l + WG, ... of that range, CACHE
- * of them in registers. Each work-group finds its range's (m, s) (one exp per logit), writes it
- * to part[row * CLUSTER + r] (float2, rows * CLUSTER of them), and waits at the cluster's
+ * of them in registers: e = exp(x - m_l), against the work-item's own maximum m_l, so that each
+ * logit takes one exp. Each work-group finds its range's (m, s), writes it to
+ * part[row * CLUSTER + r] (float2, rows * CLUSTER of them), and waits at the cluster's
  * barrier (release and acquire at cluster scope: every rank's pair is then visible to every
  * other); each then adds the row's CLUSTER pairs in rank order, the same sum in every rank,
- * and writes its range of dlogits from its registers. Global memory, not the cluster's shared
+ * and writes its range of dlogits from its registers, e * exp(m_l - m) / s (one exp per
+ * work-item; within a few ulps of exp(x - m) / s, and never an exponent above 0). Global memory, not the cluster's shared
  * memory, carries the pairs: no work-group may read another's local memory after that one
  * exits, so a second barrier would be needed. Grid: rows * CLUSTER work-groups of WG, in
  * clusters of CLUSTER (hd__rt_launch_cluster). CLUSTER = 1 needs no cluster (one work-group
@@ -193,39 +195,43 @@ cross_entropy_mean(const __global float *losses, __global float *loss, int rows,
 #define CLUSTER_EMULATE 0
 #endif
 
-/* Work-item l's vectors of the range [begin, end) of row lr into x (-inf past it), and the
- * range's (m, s) over the work-group: one exp per logit, as the maximum comes first. */
-inline float2 range_hold(const __global act_t *lr, int begin, int end, int l, floatv x[CACHE],
-                         __local float2 *red)
+/* Work-item l's vectors of the range [begin, end) of row lr into e as exp(x - m_l) (0 past it),
+ * m_l the work-item's largest logit (-FLT_MAX for none), returned in *mine; and the range's
+ * (m, s) over the work-group: one exp per logit, as the maximum comes first. */
+inline float2 range_hold(const __global act_t *lr, int begin, int end, int l, floatv e[CACHE],
+                         float *mine, __local float2 *red)
 {
     floatv mv = (floatv)(-FLT_MAX);
 #pragma unroll
     for (int c = 0; c < CACHE; c++) {
         const int j = begin + l + c * WG;
-        x[c] = j < end ? act_loadv(lr, j) : (floatv)(-INFINITY);
-        mv = fmax(mv, x[c]); /* a NaN x leaves m, and makes s NaN below */
+        e[c] = j < end ? act_loadv(lr, j) : (floatv)(-INFINITY);
+        mv = fmax(mv, e[c]); /* a NaN x leaves m, and makes s NaN below */
     }
     const float m = HMAX(mv);
     floatv sv = (floatv)(0.0f);
 #pragma unroll
-    for (int c = 0; c < CACHE; c++)
-        sv += exp(x[c] - m);
+    for (int c = 0; c < CACHE; c++) {
+        e[c] = exp(e[c] - m);
+        sv += e[c];
+    }
+    *mine = m;
     return slot_lse((float2)(m, HSUM(sv)), red, 0, l);
 }
 
-/* dlogits of the range from the held x: (exp(x - m) / s - onehot) * inv_count, or 0 for a row
- * not counted. */
-inline void range_write(__global act_t *dl, int begin, int end, int l, const floatv x[CACHE],
-                        bool counted, float2 ms, int target, float inv_count)
+/* dlogits of the range from the held e = exp(x - m_l): (e * exp(m_l - m) / s - onehot) *
+ * inv_count, or 0 for a row not counted. */
+inline void range_write(__global act_t *dl, int begin, int end, int l, const floatv e[CACHE],
+                        float m_l, bool counted, float2 ms, int target, float inv_count)
 {
-    const float inv_s = 1.0f / ms.y;
+    const float f = exp(m_l - ms.x) / ms.y;
     const int tj = counted ? target / VEC : -1;
     const floatv hot = target_hot(target);
 #pragma unroll
     for (int c = 0; c < CACHE; c++) {
         const int j = begin + l + c * WG;
         if (j < end) {
-            floatv p = exp(x[c] - ms.x) * inv_s;
+            floatv p = e[c] * f;
             if (j == tj)
                 p -= hot;
             act_storev(dl, j, counted ? p * inv_count : (floatv)(0.0f));
@@ -264,17 +270,18 @@ cross_entropy_cluster(const __global act_t *logits, const __global int *targets,
     const size_t off = (size_t)row * (size_t)cols;
     /* the target's logit, before any rank overwrites it in place */
     const float xt = counted && first == 0 && l == 0 ? act_load(logits, off + (size_t)target) : 0.0f;
-    floatv x[CACHE];
+    floatv e[CACHE];
+    float m_l;
 #if CLUSTER_EMULATE
     for (int r = 0; r < CLUSTER; r++) {
         const float2 ms = range_hold(logits + off, min(nv, r * chunk), min(nv, (r + 1) * chunk), l,
-                                     x, red);
+                                     e, &m_l, red);
         if (l == 0)
             part[row * CLUSTER + r] = ms;
     }
 #else
     const int begin = min(nv, first * chunk), end = min(nv, (first + 1) * chunk);
-    const float2 mine = range_hold(logits + off, begin, end, l, x, red);
+    const float2 mine = range_hold(logits + off, begin, end, l, e, &m_l, red);
     if (l == 0)
         part[row * CLUSTER + first] = mine;
 #endif
@@ -289,13 +296,13 @@ cross_entropy_cluster(const __global act_t *logits, const __global int *targets,
         return;
 #if CLUSTER_EMULATE
     for (int r = 0; r < CLUSTER; r++) { /* each work-item rewrites what it reads itself */
-        const int b = min(cols / VEC, r * chunk), e = min(cols / VEC, (r + 1) * chunk);
-        range_hold(logits + off, min(nv, b), min(nv, e), l, x, red);
-        range_write(dlogits + off, b, e, l, x, counted, ms, target, inv_count);
+        const int b = min(cols / VEC, r * chunk), end = min(cols / VEC, (r + 1) * chunk);
+        range_hold(logits + off, min(nv, b), min(nv, end), l, e, &m_l, red);
+        range_write(dlogits + off, b, end, l, e, m_l, counted, ms, target, inv_count);
     }
 #else
-    range_write(dlogits + off, first * chunk, min(cols / VEC, (first + 1) * chunk), l, x, counted,
-                ms, target, inv_count);
+    range_write(dlogits + off, first * chunk, min(cols / VEC, (first + 1) * chunk), l, e, m_l,
+                counted, ms, target, inv_count);
 #endif
 }
 #endif
