@@ -27,7 +27,7 @@ join() { # NAME FILE... : the program source NAME from the kernel files given
     local name=$1
     shift
     local f
-    for f in "$@"; do cat "$dir/$f.cl" && echo; done > "$work/$name.cl"
+    for f in launch "$@"; do cat "$dir/$f.cl" && echo; done > "$work/$name.cl"
 }
 join softmax common softmax
 join layer_norm common layer_norm
@@ -155,5 +155,27 @@ done
 check gemm_wgmma -DBM=64 -DBN=64 -DBK=32 $tma -DSPLIT_K=1 -DWN=64 -DASYNC=8 -DPREC=1
 check gemm_wgmma -DBM=64 -DBN=64 -DBK=32 $tma -DSPLIT_K=1 -DWN=64 -DASYNC=6 -DPREC=3
 
-echo "check_kernels: $checked builds, $failed failed"
+# Every program as the CUDA runtime builds it on Hopper, each launch ordered after the one
+# before it by griddepcontrol (launch.cl).
+for p in softmax rows_backward lora gemv_nt elementwise rope embedding add_rms_norm adamw; do
+    check $p -DHD_DEPENDENT_LAUNCH=1
+done
+check cross_entropy -DWG=512 -DCLUSTER=8 -DCACHE=8 -DHD_DEPENDENT_LAUNCH=1
+check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=3 -DMMA_LOCAL_ARG=1 -DHD_DEPENDENT_LAUNCH=1
+check gemm_wgmma -DBM=128 -DBN=256 -DBK=32 $tma -DSPLIT_K=0 -DWN=256 -DASYNC=4 -DPREC=1 -DHD_DEPENDENT_LAUNCH=1
+
+# Every kernel's first statement is AFTER_PREVIOUS_LAUNCH() (launch.cl): the runtime launches a
+# kernel that holds griddepcontrol.wait as a dependent launch, which is in order only where
+# nothing before the wait touches global memory.
+for f in "$dir"/*.cl; do
+    kernels=$(grep -c '^__kernel' "$f")
+    first=$(awk '/^__kernel/ {k = 1} k && /^\{$/ {getline; if ($0 == "    AFTER_PREVIOUS_LAUNCH();") n++; k = 0} END {print n + 0}' "$f")
+    checked=$((checked + 1))
+    if [ "$kernels" != "$first" ]; then
+        echo "FAIL $(basename "$f"): $kernels kernels, $first of them begin with AFTER_PREVIOUS_LAUNCH()"
+        failed=$((failed + 1))
+    fi
+done
+
+echo "check_kernels: $checked builds and files, $failed failed"
 [ "$failed" -eq 0 ]

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "backends/cuda/ptx.h"
+#include "backends/fused/internal.h"
 #include "backends/runtime/runtime.h"
 #include "dispatch/context.h"
 #include "testlib.h"
@@ -136,6 +137,41 @@ static void test_rewrites_local_arguments_launch_registers_and_inline_asm(void *
     assert_non_null(strstr(m.text, ".shared .align 4 .b8 features_$_red[1024];"));
     hd__ptx_module_free(&m);
     free(ptx);
+}
+
+/* The entries whose own body waits for the launch before them (griddepcontrol.wait) are noted,
+ * and only those: not one whose wait sits in a comment, nor one after a function that waits. */
+static void test_notes_the_entries_that_wait_for_the_launch_before(void **state)
+{
+    (void)state;
+    const char ptx[] =
+        ".version 9.0\n.target sm_90, texmode_independent\n.address_size 64\n"
+        ".entry waits(\n\t.param .u64 .ptr .global .align 4 waits_param_0\n)\n{\n"
+        "\t// begin inline asm\n\tgriddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;\n"
+        "\t// end inline asm\n\tret;\n}\n"
+        ".entry commented(\n\t.param .u64 .ptr .global .align 4 commented_param_0\n)\n{\n"
+        "\t// griddepcontrol.wait;\n\tret;\n}\n"
+        ".func helper()\n{\n\tgriddepcontrol.wait;\n\tret;\n}\n"
+        ".entry after_helper(\n\t.param .u64 .ptr .global .align 4 after_helper_param_0\n)\n"
+        "{\n\tcall.uni helper, ();\n\tret;\n}\n";
+    hd_ptx_module m;
+    char why[256];
+    if (!hd__ptx_for_cuda(ptx, strlen(ptx), &m, why, sizeof why))
+        fail_msg("refused: %s", why);
+    expect_cuda_ready(&m);
+    assert_true(hd__ptx_entry(&m, "waits")->waits_on_previous);
+    assert_false(hd__ptx_entry(&m, "commented")->waits_on_previous);
+    assert_false(hd__ptx_entry(&m, "after_helper")->waits_on_previous);
+    assert_non_null(strstr(m.text, "\tgriddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;"));
+    hd__ptx_module_free(&m);
+    /* a sample of the compiler's, built before launch.cl: nothing waits */
+    size_t len;
+    char *sample = read_sample("embedding_opencl.ptx", &len);
+    assert_true(hd__ptx_for_cuda(sample, len, &m, why, sizeof why));
+    for (const hd_ptx_entry *e = m.entries; e != NULL; e = e->next)
+        assert_false(e->waits_on_previous);
+    hd__ptx_module_free(&m);
+    free(sample);
 }
 
 /* Each refusal names the construct and its line, and leaves nothing to free. */
@@ -543,17 +579,77 @@ static void test_resident_groups_where_the_runtime_runs_them(void **state)
     hd_context_destroy(ctx);
 }
 
+/* Each launch reads what the one before wrote in other work-groups' places (launch.cl's
+ * AFTER_PREVIOUS_LAUNCH() first, as every fused kernel has it). */
+static const char shift_kernel[] =
+    "__kernel void shift(const __global int *src, __global int *dst, int n)\n"
+    "{\n"
+    "    AFTER_PREVIOUS_LAUNCH();\n"
+    "    const int i = (int)get_global_id(0);\n"
+    "    if (i < n)\n"
+    "        dst[i] = src[(i + 4099) % n] + 1;\n"
+    "}\n";
+
+/* A chain of launches each of which reads, across the whole buffer, what the one before it
+ * wrote: where the runtime launches them as dependent launches (the CUDA runtime on Hopper),
+ * each begins while the one before ends and must still see all of its writes; elsewhere they
+ * run one after the other. Either way every value is the chain's. */
+static void test_dependent_launches_see_the_launch_before(void **state)
+{
+    (void)state;
+    hd_context *ctx = context_on_a_device();
+    if (ctx == NULL)
+        return;
+    hd_runtime *rt = ctx->rt;
+    static char source[4096];
+    snprintf(source, sizeof source, "%s\n%s", hd__fused_cl_launch, shift_kernel);
+    enum { N = 1 << 20, GROUP = 256, LAUNCHES = 101 };
+    int *host = malloc(N * sizeof *host);
+    assert_non_null(host);
+    for (int i = 0; i < N; i++)
+        host[i] = i;
+    struct hd_device_buffer *buf[2] = {NULL, NULL};
+    for (int b = 0; b < 2; b++)
+        assert_int_equal(hd__rt_buffer_acquire(rt, ctx, N * sizeof *host, &buf[b]), HD_OK);
+    assert_int_equal(hd__rt_upload(rt, ctx, buf[0], host, N * sizeof *host), HD_OK);
+    hd_kernel *k = NULL;
+    assert_int_equal(hd__rt_kernel(rt, ctx, source, "", "shift", &k), HD_OK);
+    int n = N;
+    for (int l = 0; l < LAUNCHES; l++) {
+        assert_int_equal(hd__rt_set_arg(ctx, k, 0, sizeof buf[0]->mem, &buf[l % 2]->mem), HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 1, sizeof buf[0]->mem, &buf[(l + 1) % 2]->mem),
+                         HD_OK);
+        assert_int_equal(hd__rt_set_arg(ctx, k, 2, sizeof n, &n), HD_OK);
+        assert_int_equal(hd__rt_launch(rt, ctx, k, (const size_t[2]){N / GROUP, 1}, GROUP), HD_OK);
+    }
+    assert_int_equal(hd__rt_download(rt, ctx, buf[LAUNCHES % 2], host, N * sizeof *host), HD_OK);
+    for (int i = 0; i < N; i++) {
+        const int want = (int)(((long)i + 4099L * LAUNCHES) % N) + LAUNCHES;
+        if (host[i] != want)
+            fail_msg("element %d after %d launches: %d, not %d", i, LAUNCHES, host[i], want);
+    }
+    print_message("%s: launches %s\n", hd__rt_kind_name(rt),
+                  hd__rt_info(rt)->dependent_launch ? "dependent (griddepcontrol)"
+                                                    : "one after the other");
+    for (int b = 0; b < 2; b++)
+        hd__rt_buffer_release(rt, buf[b]);
+    free(host);
+    hd_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rewrites_kernels_of_nvidias_opencl_compiler),
         cmocka_unit_test(test_rewrites_local_arguments_launch_registers_and_inline_asm),
+        cmocka_unit_test(test_notes_the_entries_that_wait_for_the_launch_before),
         cmocka_unit_test(test_refuses_what_it_does_not_know),
         cmocka_unit_test(test_takes_parameters_up_to_its_limit),
         cmocka_unit_test(test_runtime_choice_and_its_fallbacks),
         cmocka_unit_test(test_kernel_takes_the_largest_local_memory_the_device_gives),
         cmocka_unit_test(test_clusters_where_the_runtime_runs_them),
         cmocka_unit_test(test_resident_groups_where_the_runtime_runs_them),
+        cmocka_unit_test(test_dependent_launches_see_the_launch_before),
         cmocka_unit_test(test_tensor_maps_where_the_runtime_gives_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

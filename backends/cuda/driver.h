@@ -101,9 +101,14 @@ enum {
     HD_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* zeros */
 };
 
-/* cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute), with the one attribute
- * the runtime sets: the thread-block cluster's dimensions (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION). */
-enum { HD_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
+/* cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute), with the attributes the
+ * runtime sets: the thread-block cluster's dimensions (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
+ * and a programmatic dependent launch
+ * (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: programmaticStreamSerializationAllowed). */
+enum {
+    HD_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    HD_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+};
 typedef struct hd_cu_launch_attribute {
     int id;
     char pad[8 - sizeof(int)];
@@ -112,6 +117,7 @@ typedef struct hd_cu_launch_attribute {
         struct {
             unsigned x, y, z;
         } cluster_dim;
+        int programmatic_serialization_allowed;
     } value;
 } hd_cu_launch_attribute;
 typedef struct hd_cu_launch_config {

@@ -306,6 +306,8 @@ bool hd__ptx_for_cuda(const char *ptx, size_t len, hd_ptx_module *out, char *why
             continue;
         }
         const char *entry_word = starts(p, ".visible") ? skip_space(p + 8) : p;
+        if (starts(entry_word, ".func") || (starts(p, ".weak") && starts(skip_space(p + 5), ".func")))
+            entry = NULL; /* a function's body follows: not an entry's */
         if (starts(entry_word, ".entry")) {
             hd_ptx_entry *e = calloc(1, sizeof *e);
             if (e == NULL) {
@@ -346,6 +348,8 @@ bool hd__ptx_for_cuda(const char *ptx, size_t len, hd_ptx_module *out, char *why
                             unknown_constructs[u]);
         if (!ok)
             break;
+        if (entry != NULL && strstr(p, "griddepcontrol.wait") != NULL && !starts(p, "//"))
+            entry->waits_on_previous = true;
         if (strstr(p, "%envreg") != NULL && !starts(p, "//")) {
             ok = envreg_line(line, line_no, &t, why, why_cap);
             puts_(&t, "\n");

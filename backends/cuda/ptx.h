@@ -20,6 +20,9 @@
  *   - the ".metadata_section { ... }" block (OpenCL's kernel attributes) and the trailing NUL
  *     bytes of the binary: dropped.
  *
+ * It also notes, without changing them, the entries whose own body (not a .func it calls)
+ * holds griddepcontrol.wait.
+ *
  * Anything else OpenCL-specific that CUDA would run differently is refused, never guessed: an
  * %envreg beyond 8 or read otherwise than by that mov, a ".ptr" of another state space
  * (__constant or __private pointers), a __local pointer parameter read otherwise than by
@@ -43,6 +46,9 @@ typedef struct hd_ptx_param {
 /* One entry of the rewritten module. */
 typedef struct hd_ptx_entry {
     char name[128];
+    bool waits_on_previous; /* its body holds griddepcontrol.wait (launch.cl's
+                               AFTER_PREVIOUS_LAUNCH): the runtime may launch it as a
+                               programmatic dependent launch */
     unsigned param_count;
     hd_ptx_param params[HD_PTX_MAX_PARAMS];
     struct hd_ptx_entry *next;

@@ -484,10 +484,25 @@ static hd_status launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const s
         k->dynamic_allowed = dynamic;
     }
     capture_open(cu);
-    if (cluster > 1) {
-        hd_cu_launch_attribute attr = {.id = HD_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
-        attr.value.cluster_dim.x = (unsigned)cluster;
-        attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+    /* A kernel that waits for the launch before it (launch.cl) may begin while that one ends:
+     * its groups are placed as the last of the other's run, not after all of them have
+     * finished. A cooperative launch takes no attributes, and waits as any launch does. */
+    bool dependent = cu->info.dependent_launch && k->entry->waits_on_previous && !form.resident;
+    if (cluster > 1 || dependent) {
+        hd_cu_launch_attribute attrs[2];
+        unsigned count = 0;
+        if (cluster > 1) {
+            attrs[count] = (hd_cu_launch_attribute){.id = HD_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+            attrs[count].value.cluster_dim.x = (unsigned)cluster;
+            attrs[count].value.cluster_dim.y = attrs[count].value.cluster_dim.z = 1;
+            count++;
+        }
+        if (dependent) {
+            attrs[count] = (hd_cu_launch_attribute){
+                .id = HD_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+            attrs[count].value.programmatic_serialization_allowed = 1;
+            count++;
+        }
         const hd_cu_launch_config config = {
             .grid_x = (unsigned)groups[0],
             .grid_y = (unsigned)groups[1],
@@ -497,11 +512,11 @@ static hd_status launch(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, const s
             .block_z = 1,
             .shared_bytes = (unsigned)dynamic,
             .stream = cu->stream,
-            .attrs = &attr,
-            .attr_count = 1,
+            .attrs = attrs,
+            .attr_count = count,
         };
         CHECK(cu, ctx, cu->d->cuLaunchKernelEx(&config, k->function, k->params, NULL),
-              "cuLaunchKernelEx (clusters)");
+              "cuLaunchKernelEx");
         return HD_OK;
     }
     if (form.resident) {
@@ -729,6 +744,7 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         .clusters = major >= 9 && cu->d->cuLaunchKernelEx != NULL ? HD_RT_CLUSTER_MAX : 0,
         .resident = cooperative != 0 && cu->d->cuLaunchCooperativeKernel != NULL &&
                     cu->d->cuOccupancyMaxActiveBlocksPerMultiprocessor != NULL,
+        .dependent_launch = major >= 9 && cu->d->cuLaunchKernelEx != NULL,
     };
     hd__pool_init(&cu->pool, cu, pool_alloc, pool_free, total);
     return HD_OK;

@@ -1,6 +1,7 @@
 /*
  * Program sources, the kernel cache and launches. Each program kind's source is its kernel
- * files concatenated behind the shared prelude, assembled once per context; built programs
+ * files concatenated behind launch.cl (how every kernel orders itself after the launch before
+ * it) and the shared prelude, assembled once per context; built programs
  * are cached by the OpenCL runtime (memory and disk), and the kernels this backend fetched are
  * remembered here by (kind, options, name) so a queued op costs one short lookup.
  */
@@ -66,13 +67,17 @@ static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
 hd_status hd__fused_sources_create(hd_fused *f)
 {
     for (int k = 0; k < HD_FUSED_PROGRAM_COUNT; k++) {
-        size_t len = 1;
+        size_t len = strlen(hd__fused_cl_launch) + 2;
         for (const char *const *p = parts[k]; *p != NULL; p++)
             len += strlen(*p) + 1;
         char *src = malloc(len);
         if (src == NULL)
             return HD_ERR_OUT_OF_MEMORY;
         char *w = src;
+        size_t n_launch = strlen(hd__fused_cl_launch);
+        memcpy(w, hd__fused_cl_launch, n_launch);
+        w += n_launch;
+        *w++ = '\n';
         for (const char *const *p = parts[k]; *p != NULL; p++) {
             size_t n = strlen(*p);
             memcpy(w, *p, n);

@@ -283,9 +283,23 @@ void hd__rt_host_free(hd_runtime *rt, void *p)
     hd__cl_host_free(rt->cl, p);
 }
 
+/* The options a program is built with: the caller's, and where launches may depend on each
+ * other programmatically, HD_DEPENDENT_LAUNCH = 1 (the fused kernels' launch.cl). false where
+ * they do not fit in cap. */
+static bool built_with(const hd_runtime *rt, const char *options, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s%s", options,
+                     rt->info.dependent_launch ? " -D HD_DEPENDENT_LAUNCH=1" : "");
+    return n >= 0 && (size_t)n < cap;
+}
+
 hd_status hd__rt_kernel(hd_runtime *rt, hd_context *ctx, const char *source, const char *options,
                         const char *name, hd_kernel **out)
 {
+    char all[HD_RT_OPTIONS_CAPACITY];
+    if (!built_with(rt, options, all, sizeof all))
+        return hd__error(ctx, HD_ERR_INTERNAL, "build options too long: %s", options);
+    options = all;
     struct hd_kernel *k = calloc(1, sizeof *k);
     if (k == NULL)
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "a kernel record");
@@ -334,7 +348,9 @@ size_t hd__rt_kernel_max_group(const hd_kernel *k)
 
 void hd__rt_build_ahead(hd_runtime *rt, const char *source, const char *options)
 {
-    hd__cl_build_ahead(rt->cl, source, options);
+    char all[HD_RT_OPTIONS_CAPACITY];
+    if (built_with(rt, options, all, sizeof all)) /* else hd__rt_kernel will say so */
+        hd__cl_build_ahead(rt->cl, source, all);
 }
 
 hd_status hd__rt_set_arg(hd_context *ctx, hd_kernel *k, unsigned index, size_t size,

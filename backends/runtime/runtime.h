@@ -62,6 +62,10 @@ typedef struct hd_runtime_info {
     bool resident;          /* hd__rt_launch_resident runs every group of a launch at once
                                (CUDA's cooperative launches); false on OpenCL, which promises
                                nothing of the kind */
+    bool dependent_launch;  /* programs are built with HD_DEPENDENT_LAUNCH = 1, and a kernel
+                               whose body holds griddepcontrol.wait (the fused kernels'
+                               AFTER_PREVIOUS_LAUNCH(), launch.cl) may begin while the launch
+                               before it ends: the CUDA runtime on sm_90 and later */
 } hd_runtime_info;
 
 /* Work-groups per cluster a launch asks for at most: the size every Hopper device runs (CUDA's
@@ -124,7 +128,9 @@ void hd__rt_host_free(hd_runtime *rt, void *p);
  * OpenCL runtime's memory and disk caches; on CUDA the PTX rewritten and loaded once). A
  * failed build returns HD_ERR_BUILD with the compiler's log, or on CUDA the construct the
  * rewrite refused, in the context's message. source is recognised by its address first: its
- * text must not change while the runtime lives. */
+ * text must not change while the runtime lives. The runtime adds -D HD_DEPENDENT_LAUNCH=1 to
+ * options where info.dependent_launch; options and that fit in HD_RT_OPTIONS_CAPACITY. */
+#define HD_RT_OPTIONS_CAPACITY 512
 hd_status hd__rt_kernel(hd_runtime *rt, hd_context *ctx, const char *source, const char *options,
                         const char *name, hd_kernel **out);
 /* Work-items of one group the kernel runs with at most. */

@@ -238,6 +238,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 adamw_grad_norm(EACH_SLOT(NORM_PARAMS) __global float *partials, int part0, int groups,
                 volatile __global int *count, __global float *total)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float rh[WG], rl[WG];
     __local int last;
     const int l = (int)get_local_id(0), b = (int)get_group_id(0), span = b;
@@ -261,6 +262,7 @@ adamw_update(EACH_SLOT(UPDATE_PARAMS) float decay, float beta1, float one_minus_
              float one_minus_beta2, float step_size, float inv_bc2_sqrt, float eps,
              const __global float *total, float max_norm)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const int l = (int)get_local_id(0), span = (int)get_group_id(0);
     adamw_factors f = {decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
                        step_size, inv_bc2_sqrt, eps, 1.0f};
@@ -277,6 +279,7 @@ adamw_resident(EACH_SLOT(UPDATE_PARAMS) int spans, float decay, float beta1,
                volatile __global int *count, volatile __global int *flag, __global float *total,
                float max_norm, int clip)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float rh[WG], rl[WG];
     __local int last, seen;
     __local float norm;

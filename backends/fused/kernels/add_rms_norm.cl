@@ -96,6 +96,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 add_rms_norm_cached(const __global act_t *x, const __global act_t *r, const __global float *w,
                     __global act_t *h, __global act_t *y, int rows, int cols, float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -140,6 +141,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 add_rms_norm_looped(const __global act_t *x, const __global act_t *r, const __global float *w,
                     __global act_t *h, __global act_t *y, int rows, int cols, float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -244,6 +246,7 @@ add_rms_norm_backward_rows(const __global act_t *h, const __global float *w,
                            const __global act_t *dy, const __global act_t *dres,
                            __global act_t *dh, int rows, int cols, float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -263,6 +266,7 @@ add_rms_norm_backward_stats(const __global act_t *h, const __global float *w,
                             const __global act_t *dy, __global float *stats, int rows, int cols,
                             float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -288,6 +292,7 @@ add_rms_norm_backward_apply(const __global act_t *h, const __global float *w,
                             const __global act_t *dy, const __global act_t *dres,
                             const __global float *stats, __global act_t *dh, int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
     if (row >= rows)
@@ -310,6 +315,7 @@ __kernel void add_rms_norm_weight_partials(const __global act_t *h, const __glob
                                            const __global float *stats, __global float *part,
                                            int rows, int cols, int chunk, int chunks, int span)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const int id = (int)get_global_id(0), j = id % span, c = id / span;
     if (j >= cols || c >= chunks)
         return;
@@ -331,6 +337,7 @@ __kernel void add_rms_norm_weight_partials(const __global act_t *h, const __glob
 __kernel __attribute__((reqd_work_group_size(COMBINE_COLS * COMBINE_SLICES, 1, 1))) void
 add_rms_norm_weight_combine(const __global float *part, __global float *dw, int cols, int chunks)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float sums[COMBINE_SLICES][COMBINE_COLS];
     const int lid = (int)get_local_id(0), c = lid % COMBINE_COLS, sl = lid / COMBINE_COLS;
     const int j = (int)get_group_id(0) * COMBINE_COLS + c;
@@ -395,6 +402,7 @@ add_rms_norm_backward_fused(const __global act_t *h, const __global float *w,
                             __global act_t *dh, __global float *part, int rows, int cols,
                             float eps, int chunk)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float4 red[WG];
 #if ROWS > 1
     __local floatv sums[ROWS - 1][SLOT_SPAN];

@@ -383,6 +383,7 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
                   const __global int *kv_range, __global act_t *out, __global float *lse,
                   int tokens, int heads, int kv_heads, float qscale)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float stage[F_STAGE] __attribute__((aligned(16)));
     __local float ps[BK * LDQ] __attribute__((aligned(16)));
     __local float mx[TC * BQ] __attribute__((aligned(16)));
@@ -564,6 +565,7 @@ __kernel __attribute__((reqd_work_group_size(DELTA_WG, 1, 1))) void
 attention_bwd_delta(const __global act_t *out, const __global act_t *dout, __global float *delta,
                     int tokens, int heads)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[DELTA_WG];
     const int id = (int)get_local_id(0), t = id % DELTA_SLOT;
     const size_t pair = get_group_id(0) * (size_t)(DELTA_WG / DELTA_SLOT) + id / DELTA_SLOT;
@@ -599,6 +601,7 @@ attention_bwd_dq(const __global act_t *q, const __global act_t *k, const __globa
                  const __global float *delta, const __global int *kv_range, __global act_t *dq,
                  int tokens, int heads, int kv_heads, float qscale, float scale)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float stage[Q_STAGE] __attribute__((aligned(16)));
     __local float dss[DQ_BK * DQ_LDQ] __attribute__((aligned(16)));
     __local int2 rng[DQ_BQ];
@@ -750,6 +753,7 @@ attention_bwd_dkdv(const __global act_t *q, const __global act_t *k, const __glo
                    __global act_t *dv, __global float *dk_part, __global float *dv_part,
                    int tokens, int heads, int kv_heads, int splits, float qscale, float scale)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float stage[KV_STAGE] __attribute__((aligned(16)));
     __local float ps[KV_BQ * KV_LDK] __attribute__((aligned(16)));
     __local float dss[KV_BQ * KV_LDK] __attribute__((aligned(16)));
@@ -919,6 +923,7 @@ __kernel void attention_bwd_dkdv_reduce(const __global float *dk_part,
                                         const __global float *dv_part, __global act_t *dk,
                                         __global act_t *dv, int tokens, int kv_cols, int splits)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const size_t n = (size_t)tokens * (size_t)kv_cols;
     for (size_t e = get_global_id(0); e < n; e += get_global_size(0)) {
         float a = dk_part[e], b = dv_part[e];

@@ -312,6 +312,7 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
                       const __global int *kv_range, __global act_t *out, __global float *lse,
                       int tokens, int heads, int kv_heads, float qscale LOCAL_PARAM)
 {
+    AFTER_PREVIOUS_LAUNCH();
     LOCAL_ARRAY(MMA_LOCAL_FLOATS);
     __local float *qs = smem, *ks = qs + MMA_BQ * MMA_LDA, *vs = ks + MMA_BK * MMA_LDA;
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
@@ -416,6 +417,7 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
                      __global act_t *dq, int tokens, int heads, int kv_heads, float qscale,
                      float scale LOCAL_PARAM)
 {
+    AFTER_PREVIOUS_LAUNCH();
     LOCAL_ARRAY(MMA_DQ_FLOATS);
     __local float *qs = smem, *gs = qs + MMA_BQ * MMA_LDA, *vs = gs + MMA_BQ * MMA_LDA;
     __local float *kbuf = vs + MMA_BK * MMA_LDA; /* MMA_RING tiles of MMA_BK * MMA_LDB */
@@ -510,6 +512,7 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
                        __global float *dv_part, int tokens, int heads, int kv_heads, int splits,
                        float qscale, float scale LOCAL_PARAM)
 {
+    AFTER_PREVIOUS_LAUNCH();
     LOCAL_ARRAY(MMA_KV_FLOATS);
     __local float *ks = smem, *vs = ks + MMA_KBK * MMA_LDA, *tiles = vs + MMA_KBK * MMA_LDA;
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;

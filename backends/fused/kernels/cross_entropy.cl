@@ -102,6 +102,7 @@ cross_entropy_rows(const __global act_t *logits, const __global int *targets,
                    __global float *losses, __global float *lse, __global act_t *dlogits, int rows,
                    int cols, int ignore_index, float inv_count)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float2 red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -139,6 +140,7 @@ cross_entropy_loss_rows(const __global act_t *logits, const __global int *target
                         __global float *losses, __global float *lse, int rows, int cols,
                         int ignore_index)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float2 red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -158,6 +160,7 @@ cross_entropy_loss_rows(const __global act_t *logits, const __global int *target
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 cross_entropy_mean(const __global float *losses, __global float *loss, int rows, float inv_count)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float rh[WG], rl[WG];
     const float sum = group_pair_sum(losses, rows, rh, rl);
     if (get_local_id(0) == 0)
@@ -256,6 +259,7 @@ cross_entropy_cluster(const __global act_t *logits, const __global int *targets,
                       __global float *losses, __global float *lse, __global act_t *dlogits,
                       __global float2 *part, int rows, int cols, int ignore_index, float inv_count)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float2 red[WG];
     const int l = (int)get_local_id(0);
 #if CLUSTER_EMULATE

@@ -131,6 +131,7 @@ inline floatn swiglu_value(floatn g, floatn u)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 swiglu(const __global act_t *g, const __global act_t *u, __global act_t *y, int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const size_t n = (size_t)rows * (size_t)cols, nv = n / VEC;
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0))
         actn_store(y, i, swiglu_value(actn_load(g, i), actn_load(u, i)));
@@ -157,6 +158,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 swiglu_backward(const __global act_t *g, const __global act_t *u, const __global act_t *dy,
                 __global act_t *dg, __global act_t *du, int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const size_t n = (size_t)rows * (size_t)cols, nv = n / VEC;
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0)) {
         const swiglu_grads d = swiglu_grads_of(actn_load(g, i), actn_load(u, i), actn_load(dy, i));
@@ -186,6 +188,7 @@ inline floatn gelu_value(floatn x)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 gelu(const __global act_t *x, __global act_t *y, int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const size_t n = (size_t)rows * (size_t)cols, nv = n / VEC;
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0))
         actn_store(y, i, gelu_value(actn_load(x, i)));
@@ -209,6 +212,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 gelu_backward(const __global act_t *x, const __global act_t *dy, __global act_t *dx, int rows,
               int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const size_t n = (size_t)rows * (size_t)cols, nv = n / VEC;
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0))
         actn_store(dx, i, actn_load(dy, i) * gelu_slope(actn_load(x, i)));
@@ -220,6 +224,7 @@ gelu_backward(const __global act_t *x, const __global act_t *dy, __global act_t 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 add(const __global act_t *x, __global act_t *y, int rows, int cols, float alpha)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const size_t n = (size_t)rows * (size_t)cols, nv = n / VEC;
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0))
         actn_store(y, i, actn_load(y, i) + alpha * actn_load(x, i));

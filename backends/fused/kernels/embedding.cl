@@ -53,6 +53,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 embedding(const __global act_t *table, const __global int *ids, __global act_t *out, int rows,
           int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const int n = cols / VEC, t = (int)get_local_id(0);
     for (int r = (int)get_group_id(0); r < rows; r += (int)get_num_groups(0)) {
         const __global actn *src = (const __global actn *)(table + (size_t)ids[r] * (size_t)cols);

@@ -667,6 +667,7 @@ __kernel void gemm_splitk_reduce(const int m, const int n, const float alpha, co
                                  __global float *restrict c, const int ldc,
                                  __global const float *restrict part, const int slices)
 {
+    AFTER_PREVIOUS_LAUNCH();
     size_t e = get_global_id(0), total = (size_t)m * n;
     if (e >= total)
         return;
@@ -688,6 +689,7 @@ gemm_repack(const int rows, const int depth, __global const float *restrict x, c
             const int trans, const ulong stride_src, __global float *restrict dst, const int ldd,
             const ulong stride_dst)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float block[32][33];
     int blocks_d = (depth + 31) / 32;
     int r0 = get_group_id(0) / blocks_d * 32, d0 = get_group_id(0) % blocks_d * 32;

@@ -397,6 +397,7 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 gemm_rows(int m, int n, int k, float alpha, const __global float *a, const __global float *b,
           float beta, __global float *c, __global float *part, __global int *count)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local floatv red[RED_FLOATS / VEC];
     __local int last;
     const int lid = (int)get_local_id(0), nv = n / VEC;

@@ -47,6 +47,7 @@ gemm_rows_nt(const int m, const int n, const int k, const float alpha,
              const __global float *restrict a2, const __global float *restrict b2,
              const float beta, __global float *restrict c)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[MR * NT_GROUP];
     const int lid = (int)get_local_id(0);
     const int slot = lid / NT_LANES, lane = lid % NT_LANES;

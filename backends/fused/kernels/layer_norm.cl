@@ -34,6 +34,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 layer_norm_cached(const __global float *x, const __global float *gamma,
                   const __global float *beta, __global float *y, int rows, int cols, float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG], red2[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -84,6 +85,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 layer_norm_looped(const __global float *x, const __global float *gamma,
                   const __global float *beta, __global float *y, int rows, int cols, float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG], red2[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;

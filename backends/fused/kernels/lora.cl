@@ -90,6 +90,7 @@ lora_forward(int tokens, int in, int out, int r, int rp, float scale, const __gl
              const __global float *w, const __global float *a, const __global float *b,
              __global float *y, __global float *part, __global int *count)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local floatv red[RED_FLOATS / VEC];
     __local float h[MR * RMAX];
     __local float xs[XS_SIZE] __attribute__((aligned(16)));
@@ -127,6 +128,7 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 lora_xa(int tokens, int in, int r, int rp, int chunk, const __global float *x,
         const __global float *a, __global float *part)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[RED_FLOATS];
     __local float h[MR * RMAX];
     const int lid = (int)get_local_id(0), g = (int)get_group_id(0);
@@ -144,6 +146,7 @@ lora_forward_split(int tokens, int in, int out, int r, int parts, float scale,
                    const __global float *b, __global float *y, __global float *kpart,
                    __global int *count)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local floatv red[RED_FLOATS / VEC];
     __local float h[MR * RMAX];
     __local float xs[XS_SIZE] __attribute__((aligned(16)));

@@ -208,6 +208,7 @@ lora_backward_few(const int tokens, const int in, const int out, const int r, co
                   const __global float *dy, __global float *dx, __global float *da,
                   __global float *db, __global float *part, volatile __global int *count)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[RED_FLOATS] __attribute__((aligned(16)));
     __local float uh[MR * RMAX];
 #if TRANS_W

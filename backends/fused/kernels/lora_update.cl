@@ -16,6 +16,7 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 lora_update(int tokens, int in, int out, int r, int rp, float scale, const __global float *x,
             const __global float *a, const __global float *b, __global float *y)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[4096];
     __local float h[MR * RMAX];
     const int lid = (int)get_local_id(0);

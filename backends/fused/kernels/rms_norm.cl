@@ -31,6 +31,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 rms_norm_cached(const __global float *x, const __global float *w, __global float *y, int rows,
                 int cols, float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -67,6 +68,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 rms_norm_looped(const __global float *x, const __global float *w, __global float *y, int rows,
                 int cols, float eps)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;

@@ -66,6 +66,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 rope(const __global act_t *x, __global act_t *y, const __global int *pos,
      const __global float *inv_freq, int rows, int heads, int d, int inverse)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const int pairs = d / 2, groups = (heads + HEADS_PER_ITEM - 1) / HEADS_PER_ITEM;
     const int per_row = pairs * groups; /* items per row */
     const size_t cols = (size_t)heads * (size_t)d;

@@ -39,6 +39,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 softmax_backward_rows(const __global float *y, const __global float *dy, __global float *dx,
                       int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -101,6 +102,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_backward_rows(const __global float *x, const __global float *gamma, const __global float *dy,
                    __global float *dx, int rows, int cols, float eps, int center)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float4 red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -133,6 +135,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 norm_stats_rows(const __global float *x, __global float *stats, int rows, int cols, float eps,
                 int center)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float4 red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -166,6 +169,7 @@ __kernel void norm_weight_partials(const __global float *x, const __global float
                                    const __global float *stats, __global float *part, int rows,
                                    int cols, int chunk, int chunks, int span)
 {
+    AFTER_PREVIOUS_LAUNCH();
     const int id = (int)get_global_id(0), j = id % span, c = id / span;
     if (j >= cols || c >= chunks)
         return;
@@ -194,6 +198,7 @@ __kernel __attribute__((reqd_work_group_size(COMBINE_COLS * COMBINE_SLICES, 1, 1
 norm_weight_combine(const __global float *part, __global float *dgamma, __global float *dbeta,
                     int cols, int chunks)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float sums[2][COMBINE_SLICES][COMBINE_COLS];
     const int lid = (int)get_local_id(0), c = lid % COMBINE_COLS, sl = lid / COMBINE_COLS;
     const int j = (int)get_group_id(0) * COMBINE_COLS + c;
@@ -227,6 +232,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 softmax_backward_cached(const __global float *y, const __global float *dy, __global float *dx,
                         int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -324,6 +330,7 @@ norm_backward_fused(const __global float *x, const __global float *gamma,
                     const __global float *dy, __global float *dx, __global float *part, int rows,
                     int cols, float eps, int center, int chunk, int groups)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float4 red[WG];
 #if ROWS > 1
     __local floatv sums[ROWS - 1][SLOT_SPAN];

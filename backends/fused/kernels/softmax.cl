@@ -23,6 +23,7 @@
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 softmax_cached(const __global float *x, __global float *y, int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
@@ -63,6 +64,7 @@ softmax_cached(const __global float *x, __global float *y, int rows, int cols)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 softmax_looped(const __global float *x, __global float *y, int rows, int cols)
 {
+    AFTER_PREVIOUS_LAUNCH();
     __local float red[WG];
     const int t = (int)get_local_id(0) % T, slot = (int)get_local_id(0) / T;
     const int row = (int)get_group_id(0) * ROWS + slot;
