@@ -1,5 +1,6 @@
 /* The library's switches in the environment ($HD_DISABLE_OPENCL, $HD_PINNED, $HD_LOG,
- * $HD_PROGRAM_CACHE), read one way: the same spellings for each, blanks around them ignored. */
+ * $HD_PROGRAM_CACHE, $HD_CUDA_DEPENDENT_LAUNCH), read one way: the same spellings for each,
+ * blanks around them ignored. */
 #ifndef HD_CORE_ENV_H
 #define HD_CORE_ENV_H
 

@@ -592,15 +592,19 @@ static const char shift_kernel[] =
 
 /* A chain of launches each of which reads, across the whole buffer, what the one before it
  * wrote: where the runtime launches them as dependent launches (the CUDA runtime on Hopper),
- * each begins while the one before ends and must still see all of its writes; elsewhere they
- * run one after the other. Either way every value is the chain's. */
-static void test_dependent_launches_see_the_launch_before(void **state)
+ * each begins while the one before ends and must still see all of its writes; elsewhere, and
+ * with $HD_CUDA_DEPENDENT_LAUNCH off, they run one after the other. Either way every value is
+ * the chain's. */
+static void run_dependent_chain(bool allowed)
 {
-    (void)state;
+    setenv("HD_CUDA_DEPENDENT_LAUNCH", allowed ? "1" : "0", 1);
     hd_context *ctx = context_on_a_device();
+    unsetenv("HD_CUDA_DEPENDENT_LAUNCH");
     if (ctx == NULL)
         return;
     hd_runtime *rt = ctx->rt;
+    if (!allowed)
+        assert_false(hd__rt_info(rt)->dependent_launch);
     static char source[4096];
     snprintf(source, sizeof source, "%s\n%s", hd__fused_cl_launch, shift_kernel);
     enum { N = 1 << 20, GROUP = 256, LAUNCHES = 101 };
@@ -635,6 +639,13 @@ static void test_dependent_launches_see_the_launch_before(void **state)
         hd__rt_buffer_release(rt, buf[b]);
     free(host);
     hd_context_destroy(ctx);
+}
+
+static void test_dependent_launches_see_the_launch_before(void **state)
+{
+    (void)state;
+    run_dependent_chain(true);
+    run_dependent_chain(false);
 }
 
 int main(void)

@@ -18,6 +18,7 @@
 #include "backends/cuda/ptx.h"
 #include "backends/opencl/runtime.h"
 #include "backends/runtime/pool.h"
+#include "core/env.h"
 #include "core/error.h"
 
 /* The alignment of each __local argument in dynamic shared memory, as ptx.c declares its
@@ -744,7 +745,8 @@ static hd_status device_info(hd_cuda *cu, hd_context *ctx)
         .clusters = major >= 9 && cu->d->cuLaunchKernelEx != NULL ? HD_RT_CLUSTER_MAX : 0,
         .resident = cooperative != 0 && cu->d->cuLaunchCooperativeKernel != NULL &&
                     cu->d->cuOccupancyMaxActiveBlocksPerMultiprocessor != NULL,
-        .dependent_launch = major >= 9 && cu->d->cuLaunchKernelEx != NULL,
+        .dependent_launch = major >= 9 && cu->d->cuLaunchKernelEx != NULL &&
+                            hd__env_bool(ctx, "HD_CUDA_DEPENDENT_LAUNCH", true),
     };
     hd__pool_init(&cu->pool, cu, pool_alloc, pool_free, total);
     return HD_OK;
