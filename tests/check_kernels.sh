@@ -164,12 +164,12 @@ check cross_entropy -DWG=512 -DCLUSTER=8 -DCACHE=8 -DHD_DEPENDENT_LAUNCH=1
 check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=3 -DMMA_LOCAL_ARG=1 -DHD_DEPENDENT_LAUNCH=1
 check gemm_wgmma -DBM=128 -DBN=256 -DBK=32 $tma -DSPLIT_K=0 -DWN=256 -DASYNC=4 -DPREC=1 -DHD_DEPENDENT_LAUNCH=1
 
-# Every kernel's first statement is AFTER_PREVIOUS_LAUNCH() (launch.cl): the runtime launches a
-# kernel that holds griddepcontrol.wait as a dependent launch, which is in order only where
-# nothing before the wait touches global memory.
+# Every kernel's first statement is AFTER_PREVIOUS_LAUNCH() or AFTER_PREVIOUS_LAUNCH_ENDS()
+# (launch.cl): the runtime launches a kernel that holds griddepcontrol.wait as a dependent
+# launch, which is in order only where nothing before the wait touches global memory.
 for f in "$dir"/*.cl; do
     kernels=$(grep -c '^__kernel' "$f")
-    first=$(awk '/^__kernel/ {k = 1} k && /^\{$/ {getline; if ($0 == "    AFTER_PREVIOUS_LAUNCH();") n++; k = 0} END {print n + 0}' "$f")
+    first=$(awk '/^__kernel/ {k = 1} k && /^\{$/ {getline; if ($0 == "    AFTER_PREVIOUS_LAUNCH();" || $0 == "    AFTER_PREVIOUS_LAUNCH_ENDS();") n++; k = 0} END {print n + 0}' "$f")
     checked=$((checked + 1))
     if [ "$kernels" != "$first" ]; then
         echo "FAIL $(basename "$f"): $kernels kernels, $first of them begin with AFTER_PREVIOUS_LAUNCH()"

@@ -123,7 +123,7 @@ MMA_UNROLL
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
 gemm_mma(GEMM_PARAMS STAGE_PARAM)
 {
-    AFTER_PREVIOUS_LAUNCH();
+    AFTER_PREVIOUS_LAUNCH_ENDS();
     STAGE_ARRAYS(BUFFERS, AS_SIZE, BS_SIZE);
 #if MMA_EMULATE
     __local float scratch[THREADS * 6];

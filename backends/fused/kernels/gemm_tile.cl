@@ -135,7 +135,7 @@ static inline void tile_stage(const gemm_pairs *q, int s, int stages, int m0, in
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
 gemm_tile(GEMM_PARAMS STAGE_PARAM)
 {
-    AFTER_PREVIOUS_LAUNCH();
+    AFTER_PREVIOUS_LAUNCH_ENDS();
     STAGE_ARRAYS(BUFFERS, AS_SIZE, BS_SIZE);
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
     a += pos.batch * stride_a;

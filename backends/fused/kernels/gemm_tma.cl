@@ -155,7 +155,7 @@ gemm_wgmma_tma(GEMM_PARAMS, __global const ulong *map_a, __global const ulong *m
                __global const ulong *map_a2, __global const ulong *map_b2,
                __local float *restrict stage_mem)
 {
-    AFTER_PREVIOUS_LAUNCH();
+    AFTER_PREVIOUS_LAUNCH_ENDS();
     tile_pos pos = tile_of(get_group_id(0), m, n, slices);
     int m0 = pos.bm * BM, n0 = pos.bn * BN;
     int kbegin = pos.slice * kchunk, kend = min(k, kbegin + kchunk);

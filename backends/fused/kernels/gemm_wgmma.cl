@@ -410,7 +410,7 @@ static inline void wgmma_step_rs_emulated(float *d, const uint *fr, __local floa
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void
 gemm_wgmma(GEMM_PARAMS STAGE_PARAM)
 {
-    AFTER_PREVIOUS_LAUNCH();
+    AFTER_PREVIOUS_LAUNCH_ENDS();
 /* A_STAGE(s), B_STAGE(s): the buffers of stage s. With AREG, A never enters local memory
  * (copy_stage copies B alone): no buffer, but the emulation's scratch of one A step. */
 #if AREG && MMA_EMULATE

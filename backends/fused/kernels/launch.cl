@@ -1,7 +1,9 @@
 /*
  * In front of every fused program: how a kernel orders itself after the launch before it.
  *
- * Every kernel's first statement is AFTER_PREVIOUS_LAUNCH(). Where the runtime builds with
+ * Every kernel's first statement is AFTER_PREVIOUS_LAUNCH() or AFTER_PREVIOUS_LAUNCH_ENDS().
+ *
+ * AFTER_PREVIOUS_LAUNCH(): where the runtime builds with
  * HD_DEPENDENT_LAUNCH = 1 (the CUDA runtime on sm_90 and later, which then launches each such
  * kernel as a programmatic dependent launch: backends/cuda/runtime.c), a launch may begin, its
  * groups placed on the multiprocessors, while the launch before it in the queue is still
@@ -15,6 +17,14 @@
 #ifndef HD_DEPENDENT_LAUNCH
 #define HD_DEPENDENT_LAUNCH 0
 #endif
+/*
+ * AFTER_PREVIOUS_LAUNCH_ENDS(): nothing, so that the runtime launches the kernel as any launch,
+ * once the one before it has finished. The GEMM engine's tile kernels (gemm_tile, gemm_mma,
+ * gemm_wgmma, gemm_wgmma_tma) take it: long launches of one or a few waves of large tiles,
+ * which gain nothing from beginning early and, as dependent launches, ran the LoRA backward's
+ * products slower (BENCHMARKS.md, "Dependent launches").
+ */
+#define AFTER_PREVIOUS_LAUNCH_ENDS()
 #if HD_DEPENDENT_LAUNCH
 #define AFTER_PREVIOUS_LAUNCH() \
     asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
