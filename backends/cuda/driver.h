@@ -103,8 +103,8 @@ enum {
 
 /* cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute), with the attributes the
  * runtime sets: the thread-block cluster's dimensions (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
- * and a programmatic dependent launch
- * (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: programmaticStreamSerializationAllowed). */
+ * and a programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+ * its value programmaticStreamSerializationAllowed). */
 enum {
     HD_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
     HD_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,

@@ -306,7 +306,8 @@ bool hd__ptx_for_cuda(const char *ptx, size_t len, hd_ptx_module *out, char *why
             continue;
         }
         const char *entry_word = starts(p, ".visible") ? skip_space(p + 8) : p;
-        if (starts(entry_word, ".func") || (starts(p, ".weak") && starts(skip_space(p + 5), ".func")))
+        if (starts(entry_word, ".func") ||
+            (starts(p, ".weak") && starts(skip_space(p + 5), ".func")))
             entry = NULL; /* a function's body follows: not an entry's */
         if (starts(entry_word, ".entry")) {
             hd_ptx_entry *e = calloc(1, sizeof *e);

@@ -67,16 +67,16 @@ static const char *const *const parts[HD_FUSED_PROGRAM_COUNT] = {
 hd_status hd__fused_sources_create(hd_fused *f)
 {
     for (int k = 0; k < HD_FUSED_PROGRAM_COUNT; k++) {
-        size_t len = strlen(hd__fused_cl_launch) + 2;
+        const size_t launch_len = strlen(hd__fused_cl_launch);
+        size_t len = launch_len + 2;
         for (const char *const *p = parts[k]; *p != NULL; p++)
             len += strlen(*p) + 1;
         char *src = malloc(len);
         if (src == NULL)
             return HD_ERR_OUT_OF_MEMORY;
         char *w = src;
-        size_t n_launch = strlen(hd__fused_cl_launch);
-        memcpy(w, hd__fused_cl_launch, n_launch);
-        w += n_launch;
+        memcpy(w, hd__fused_cl_launch, launch_len);
+        w += launch_len;
         *w++ = '\n';
         for (const char *const *p = parts[k]; *p != NULL; p++) {
             size_t n = strlen(*p);

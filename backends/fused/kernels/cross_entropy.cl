@@ -178,9 +178,9 @@ cross_entropy_mean(const __global float *losses, __global float *loss, int rows,
  * barrier (release and acquire at cluster scope: every rank's pair is then visible to every
  * other); each then adds the row's CLUSTER pairs in rank order, the same sum in every rank,
  * and writes its range of dlogits from its registers, e * exp(m_l - m) / s (one exp per
- * work-item; within a few ulps of exp(x - m) / s, and never an exponent above 0). Global memory, not the cluster's shared
- * memory, carries the pairs: no work-group may read another's local memory after that one
- * exits, so a second barrier would be needed. Grid: rows * CLUSTER work-groups of WG, in
+ * work-item; within a few ulps of exp(x - m) / s, and never an exponent above 0). Global
+ * memory, not the cluster's shared memory, carries the pairs: no work-group may read another's
+ * local memory after that one exits, so a second barrier would be needed. Grid: rows * CLUSTER work-groups of WG, in
  * clusters of CLUSTER (hd__rt_launch_cluster). CLUSTER = 1 needs no cluster (one work-group
  * holds the row) and runs on any device.
  *
