@@ -31,9 +31,11 @@ void hd__sequence_attention_ranges(const size_t *lengths, size_t count, size_t r
     size_t begin = 0;
     for (size_t q = 0; q < sequences(count); q++) {
         size_t end = begin + length_of(lengths, count, rows, q);
-        for (size_t i = begin; i < end; i++) {
+        for (size_t i = begin; i < end && kv_range != NULL; i++) {
             kv_range[2 * i] = (int32_t)begin;
             kv_range[2 * i + 1] = (int32_t)(causal ? i + 1 : end);
+        }
+        for (size_t i = begin; i < end && q_range != NULL; i++) {
             q_range[2 * i] = (int32_t)(causal ? i : begin);
             q_range[2 * i + 1] = (int32_t)end;
         }

@@ -15,7 +15,8 @@ void hd__sequence_positions(const size_t *lengths, size_t count, size_t rows, si
 /* Attention's range tables: kv_range[2i], kv_range[2i + 1] = [begin, end) of the keys query
  * row i attends to (its sequence's rows, those up to i when causal); q_range[2j],
  * q_range[2j + 1] = [begin, end) of the query rows that attend to key j. Each holds 2 * rows
- * ints; both ends are non-decreasing in the row, and no range is empty. */
+ * ints (either may be NULL: not written); both ends are non-decreasing in the row, and no range
+ * is empty. */
 void hd__sequence_attention_ranges(const size_t *lengths, size_t count, size_t rows, bool causal,
                                    int32_t *kv_range, int32_t *q_range);
 

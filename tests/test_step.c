@@ -246,6 +246,7 @@ typedef struct rope_case {
     const size_t *lengths;
     size_t count;
     bool inverse, in_place, table;
+    float theta; /* 0: 10000 */
 } rope_case;
 
 /* On b, through the public call, or with variant (not NULL) as the tuner runs it; false where
@@ -285,7 +286,8 @@ static size_t check_rope_as(const rope_case *c, hd_rng *rng, const char *variant
     float *table = hd_test_floats(c->d / 2);
     assert_non_null(pos);
     positions(c->lengths, c->count, c->rows, c->offset, pos);
-    hd__ref_rope_inv_freq(10000.0, c->d, freq);
+    const float theta = c->theta > 0.0f ? c->theta : 10000.0f;
+    hd__ref_rope_inv_freq(theta, c->d, freq);
     for (size_t i = 0; c->table && i < c->d / 2; i++) { /* a scaled table, as Llama 3's */
         table[i] = (float)(freq[i] / (i % 3 == 0 ? 8.0 : 1.0));
         freq[i] = table[i];
@@ -300,7 +302,7 @@ static size_t check_rope_as(const rope_case *c, hd_rng *rng, const char *variant
         hd_tensor *ty = c->in_place ? tx : hd_test_tensor(shared_ctx, c->rows, cols, NULL);
         hd_tensor *tf = c->table ? hd_test_tensor(shared_ctx, 1, c->d / 2, table) : NULL;
         hd_rope_options opt = {.head_dim = c->d,
-                               .theta = 10000.0f,
+                               .theta = theta,
                                .position_offset = c->offset,
                                .sequences = {c->lengths, c->count},
                                .inv_freq = tf,
@@ -356,8 +358,9 @@ static void test_rope_matches_reference(void **state)
 }
 
 /* Calls whose positions differ only in their values (the same rows, another offset or other
- * sequences), one after another and back: the fused backend keeps each call's positions and
- * frequencies on the device for the next one, and must copy them again when they change. */
+ * sequences), or whose frequencies do (another base or head size), one after another and
+ * back: the fused backend keeps each call's positions and frequencies on the device for the
+ * next one, named by what they are made from, and must make them again when that changes. */
 static void test_rope_follows_changing_positions(void **state)
 {
     hd_rng rng = hd_test_rng(25);
@@ -369,6 +372,8 @@ static void test_rope_follows_changing_positions(void **state)
         {.rows = 12, .heads = 2, .d = 8, .lengths = other, .count = 2, .inverse = true},
         {.rows = 12, .heads = 2, .d = 8},
         {.rows = 12, .heads = 1, .d = 16}, /* other frequencies, the same positions */
+        {.rows = 12, .heads = 1, .d = 16, .theta = 500000.0f}, /* another base */
+        {.rows = 12, .heads = 1, .d = 16},
         {.rows = 12, .heads = 2, .d = 8, .offset = 3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

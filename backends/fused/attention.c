@@ -279,25 +279,36 @@ static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, co
     return s;
 }
 
+static void make_kv_ranges(const void *arg, void *table)
+{
+    const hd_step_args *a = arg;
+    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, table, NULL);
+}
+
+static void make_q_ranges(const void *arg, void *table)
+{
+    const hd_step_args *a = arg;
+    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, NULL, table);
+}
+
 /* The range tables of the call's sequences on the device (hd__fused_table: a step's layers
  * share them): the rows' key ranges, and (q_range not NULL) the keys' query ranges. */
 static hd_status upload_ranges(hd_fused *f, hd_context *ctx, const hd_step_args *a,
                                const struct hd_device_buffer **kv_range,
                                const struct hd_device_buffer **q_range)
 {
-    size_t bytes = 2 * a->rows * sizeof(int32_t);
-    int32_t *kv = malloc(bytes), *q = malloc(bytes);
-    hd_status s = kv != NULL && q != NULL
-                      ? HD_OK
-                      : hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "attention: the range tables");
-    if (s == HD_OK) {
-        hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, kv, q);
-        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_KV_RANGES, kv, bytes, kv_range);
-    }
+    const size_t key[3] = {a->rows, a->causal ? 1 : 0, a->seq_count};
+    hd_fused_recipe r = {
+        .key = {key, a->seq_lengths},
+        .key_bytes = {sizeof key, a->seq_count * sizeof *a->seq_lengths},
+        .bytes = 2 * a->rows * sizeof(int32_t),
+        .make = make_kv_ranges,
+        .arg = a,
+    };
+    hd_status s = hd__fused_table(f, ctx, HD_FUSED_TABLE_KV_RANGES, &r, kv_range);
+    r.make = make_q_ranges;
     if (s == HD_OK && q_range != NULL)
-        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_Q_RANGES, q, bytes, q_range);
-    free(kv);
-    free(q);
+        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_Q_RANGES, &r, q_range);
     return s;
 }
 

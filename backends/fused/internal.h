@@ -91,8 +91,8 @@ typedef enum hd_fused_table_kind {
 
 struct hd_fused_table {
     struct hd_device_buffer *buffer; /* NULL: none kept */
-    void *host;                      /* the bytes it holds, capacity long */
-    size_t bytes, capacity;
+    void *key;                       /* the recipe's key it was made from, capacity long */
+    size_t key_bytes, capacity, bytes;
 };
 
 typedef struct hd_fused {
@@ -350,11 +350,21 @@ hd_status hd__fused_launch_resident_args(hd_fused *f, hd_context *ctx, hd_kernel
  * released with hd__fused_buffer_release once the launches that read it are queued. */
 hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t bytes,
                            struct hd_device_buffer **out);
-/* A device buffer holding the table of `kind` copied from src, kept by f until the next table
- * of that kind with other bytes (tables.c): launches queued with it may follow, the caller
+/* What a table is made from: its key, in two parts (a fixed header, and an array such as the
+ * sequences' lengths), which names the table's contents whole; and make, which writes the
+ * table's `bytes` bytes from arg. */
+typedef struct hd_fused_recipe {
+    const void *key[2];
+    size_t key_bytes[2];
+    size_t bytes;
+    void (*make)(const void *arg, void *table);
+    const void *arg;
+} hd_fused_recipe;
+/* A device buffer holding the table of `kind` that recipe r makes, kept by f until the next
+ * table of that kind with another key (tables.c): launches queued with it may follow, the caller
  * releases nothing. */
-hd_status hd__fused_table(hd_fused *f, hd_context *ctx, hd_fused_table_kind kind, const void *src,
-                          size_t bytes, const struct hd_device_buffer **out);
+hd_status hd__fused_table(hd_fused *f, hd_context *ctx, hd_fused_table_kind kind,
+                          const hd_fused_recipe *r, const struct hd_device_buffer **out);
 void hd__fused_tables_release(hd_fused *f);
 /* A pooled device buffer of bytes, contents undefined: a call's scratch. */
 hd_status hd__fused_buffer(hd_fused *f, hd_context *ctx, size_t bytes,

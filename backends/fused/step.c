@@ -178,6 +178,19 @@ hd_status hd__fused_add(void *state, hd_context *ctx, const hd_op_args *args)
 
 /* RoPE: the rows' positions and, without a caller's table, the frequencies as (hi, lo) pairs,
  * kept on the device (hd__fused_table: a step's layers share them), then one launch. */
+/* RoPE's tables: each row's position, from the call's sequences; theta's frequencies as pairs. */
+static void make_positions(const void *arg, void *table)
+{
+    const hd_step_args *a = arg;
+    hd__sequence_positions(a->seq_lengths, a->seq_count, a->rows, a->position_offset, table);
+}
+
+static void make_frequencies(const void *arg, void *table)
+{
+    const hd_step_args *a = arg;
+    hd__rope_frequencies(a->theta, a->head_dim, table);
+}
+
 hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
 {
     hd_fused *f = state;
@@ -188,20 +201,29 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
     if (s != HD_OK)
         return s;
     size_t d = a->head_dim, heads = a->cols / d;
-    int32_t *pos = malloc(a->rows * sizeof *pos);
-    float *pairs = malloc(d * sizeof *pairs);
     const struct hd_device_buffer *pos_buf = NULL, *freq_buf = NULL;
-    if (pos == NULL || pairs == NULL)
-        s = hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd_rope: positions of %zu rows", a->rows);
-    if (s == HD_OK) {
-        hd__sequence_positions(a->seq_lengths, a->seq_count, a->rows, a->position_offset, pos);
-        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_POSITIONS, pos, a->rows * sizeof *pos, &pos_buf);
-    }
-    if (s == HD_OK && a->in[1] == NULL) {
-        hd__rope_frequencies(a->theta, d, pairs);
-        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_FREQUENCIES, pairs, d * sizeof *pairs,
-                            &freq_buf);
-    }
+    const size_t pos_key[3] = {a->rows, a->position_offset, a->seq_count};
+    const hd_fused_recipe positions = {
+        .key = {pos_key, a->seq_lengths},
+        .key_bytes = {sizeof pos_key, a->seq_count * sizeof *a->seq_lengths},
+        .bytes = a->rows * sizeof(int32_t),
+        .make = make_positions,
+        .arg = a,
+    };
+    s = hd__fused_table(f, ctx, HD_FUSED_TABLE_POSITIONS, &positions, &pos_buf);
+    const struct {
+        double theta;
+        size_t d;
+    } freq_key = {a->theta, d};
+    const hd_fused_recipe frequencies = {
+        .key = {&freq_key, NULL},
+        .key_bytes = {sizeof freq_key, 0},
+        .bytes = d * sizeof(float),
+        .make = make_frequencies,
+        .arg = a,
+    };
+    if (s == HD_OK && a->in[1] == NULL)
+        s = hd__fused_table(f, ctx, HD_FUSED_TABLE_FREQUENCIES, &frequencies, &freq_buf);
     int32_t rows = (int32_t)a->rows, heads_arg = (int32_t)heads, d_arg = (int32_t)d;
     int32_t inverse = a->inverse ? 1 : 0;
     if (s == HD_OK) {
@@ -219,8 +241,6 @@ hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
         s = hd__fused_launch_args(f, ctx, k, stride_groups(items, p.wg), (size_t)p.wg, list,
                                   (int)(sizeof list / sizeof list[0]));
     }
-    free(pos);
-    free(pairs);
     return s;
 }
 
