@@ -176,8 +176,6 @@ hd_status hd__fused_add(void *state, hd_context *ctx, const hd_op_args *args)
     return run_elementwise(state, ctx, HD_OP_ADD, args);
 }
 
-/* RoPE: the rows' positions and, without a caller's table, the frequencies as (hi, lo) pairs,
- * kept on the device (hd__fused_table: a step's layers share them), then one launch. */
 /* RoPE's tables: each row's position, from the call's sequences; theta's frequencies as pairs. */
 static void make_positions(const void *arg, void *table)
 {
@@ -191,6 +189,8 @@ static void make_frequencies(const void *arg, void *table)
     hd__rope_frequencies(a->theta, a->head_dim, table);
 }
 
+/* RoPE: the rows' positions and, without a caller's table, the frequencies as (hi, lo) pairs,
+ * kept on the device (hd__fused_table: a step's layers share them), then one launch. */
 hd_status hd__fused_rope(void *state, hd_context *ctx, const hd_op_args *args)
 {
     hd_fused *f = state;
