@@ -180,18 +180,17 @@ static bool parse_args(int argc, char **argv, options *o)
     }
     /* a token's target is the next one of its sequence: a sequence of one token has none, and a
      * step with no target at all has no loss (the mean of none, NaN) and no gradient */
-    bool any_target = o->sequence_count == 0 ? o->c.tokens >= 2 : false;
+    bool any_target = o->sequence_count == 0 && o->c.tokens >= 2;
     for (size_t i = 0; i < o->sequence_count; i++)
         any_target = any_target || o->sequences[i] >= 2;
-    if (!any_target && o->sequence_count == 0) {
-        fprintf(stderr, "llama_lora: --tokens %zu: a step needs two tokens at least (a token's "
-                        "target is the next one)\n",
-                o->c.tokens);
-        return false;
-    }
     if (!any_target) {
-        fprintf(stderr, "llama_lora: every one of --sequences is a single token: none has a next "
-                        "one to predict\n");
+        if (o->sequence_count == 0)
+            fprintf(stderr, "llama_lora: --tokens %zu: a step needs two tokens at least (a "
+                            "token's target is the next one)\n",
+                    o->c.tokens);
+        else
+            fprintf(stderr, "llama_lora: every one of --sequences is a single token: none has a "
+                            "next one to predict\n");
         return false;
     }
     return true;
