@@ -170,19 +170,19 @@ static bool parse_args(int argc, char **argv, options *o)
             i++;
         }
     }
+    /* a token's target is the next one of its sequence: a sequence of one token has none, and a
+     * step with no target at all has no loss (the mean of none, NaN) and no gradient */
     size_t sum = 0;
-    for (size_t i = 0; i < o->sequence_count; i++)
+    bool any_target = o->sequence_count == 0 && o->c.tokens >= 2;
+    for (size_t i = 0; i < o->sequence_count; i++) {
         sum += o->sequences[i];
+        any_target = any_target || o->sequences[i] >= 2;
+    }
     if (o->sequence_count > 0 && sum != o->c.tokens) {
         fprintf(stderr, "llama_lora: --sequences add up to %zu, not --tokens %zu\n", sum,
                 o->c.tokens);
         return false;
     }
-    /* a token's target is the next one of its sequence: a sequence of one token has none, and a
-     * step with no target at all has no loss (the mean of none, NaN) and no gradient */
-    bool any_target = o->sequence_count == 0 && o->c.tokens >= 2;
-    for (size_t i = 0; i < o->sequence_count; i++)
-        any_target = any_target || o->sequences[i] >= 2;
     if (!any_target) {
         if (o->sequence_count == 0)
             fprintf(stderr, "llama_lora: --tokens %zu: a step needs two tokens at least (a "

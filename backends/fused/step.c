@@ -7,7 +7,6 @@
  */
 #include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "backends/fused/internal.h"
 #include "core/op.h"
