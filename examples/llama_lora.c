@@ -41,7 +41,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: llama_lora [options]\n"
             "  model:    --layers N --hidden N --heads N --kv-heads N --mlp N --vocab N\n"
-            "            --theta X (RoPE base, 10000) --eps X (RMS norm, 1e-5) --tied\n"
+            "            --head-dim N (hidden / heads) --theta X (RoPE base, 10000)\n"
+            "            --rope-llama3 FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's RoPE scaling)\n"
+            "            --eps X (RMS norm, 1e-5) --tied\n"
             "  data:     --tokens N (per step) --data FILE (int32 ids) --sequences a,b,...\n"
             "  LoRA:     --rank N (16) --alpha X (32)\n"
             "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
@@ -91,16 +93,36 @@ static bool parse_sequences(const char *text, options *o)
     return o->sequence_count > 0;
 }
 
+/* FACTOR,LOW,HIGH,ORIGINAL: transformers' rope_scaling {"rope_type": "llama3", "factor",
+ * "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}. */
+static bool parse_rope_llama3(const char *text, llama_rope_scaling *out)
+{
+    char parts[4][64];
+    const char *at = text;
+    for (size_t n = 0; n < 4; n++) {
+        const char *comma = strchr(at, ',');
+        size_t len = comma != NULL ? (size_t)(comma - at) : strlen(at);
+        if (len >= sizeof parts[n] || (comma == NULL) != (n == 3))
+            return false; /* four values, three commas */
+        memcpy(parts[n], at, len);
+        parts[n][len] = '\0';
+        at += len + 1;
+    }
+    return parse_float(parts[0], &out->factor) && parse_float(parts[1], &out->low_freq_factor) &&
+           parse_float(parts[2], &out->high_freq_factor) &&
+           parse_size(parts[3], &out->original_max_positions);
+}
+
 /* One option and its value; false for an unknown option or a bad value. */
 static bool parse_option(options *o, const char *name, const char *value)
 {
     struct {
         const char *name;
         size_t *target;
-    } sizes[] = {{"--layers", &o->c.layers}, {"--hidden", &o->c.hidden},
-                 {"--heads", &o->c.heads},   {"--kv-heads", &o->c.kv_heads},
-                 {"--mlp", &o->c.mlp},       {"--vocab", &o->c.vocab},
-                 {"--tokens", &o->c.tokens}, {"--rank", &o->c.rank}};
+    } sizes[] = {
+        {"--layers", &o->c.layers},     {"--hidden", &o->c.hidden}, {"--heads", &o->c.heads},
+        {"--kv-heads", &o->c.kv_heads}, {"--mlp", &o->c.mlp},       {"--vocab", &o->c.vocab},
+        {"--tokens", &o->c.tokens},     {"--rank", &o->c.rank},     {"--head-dim", &o->c.head_dim}};
     struct {
         const char *name;
         float *target;
@@ -139,6 +161,8 @@ static bool parse_option(options *o, const char *name, const char *value)
     }
     if (strcmp(name, "--sequences") == 0)
         return parse_sequences(value, o);
+    if (strcmp(name, "--rope-llama3") == 0)
+        return parse_rope_llama3(value, &o->c.rope_scaling);
     return false;
 }
 

@@ -1,8 +1,9 @@
 /*
  * The Llama-style LoRA trainer (examples/llama/model.h) on a tiny configuration, on whatever
  * backends this machine has: the loss falls under AdamW, every LoRA gradient of a sample agrees
- * with finite differences of the loss, packed sequences restart positions and attention, and
- * weights files that disagree with the model are refused with the tensor's name.
+ * with finite differences of the loss (also with a head dimension of its own and Llama 3.1's
+ * scaled RoPE, whose frequencies are transformers'), packed sequences restart positions and
+ * attention, and weights files that disagree with the model are refused with the tensor's name.
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +29,18 @@ static llama_config tiny(size_t tokens)
     c.rank = 4;
     c.lora_alpha = 8.0f;
     c.lr = 1e-2f;
+    return c;
+}
+
+/* A head dimension of its own (transformers' head_dim: q is heads x 16 = 64 wide against a
+ * hidden of 32) and Llama 3.1's RoPE scaling, whose three bands of frequencies (kept, blended,
+ * divided by the factor) all fall within the heads of 16. */
+static llama_config tiny_llama3(size_t tokens)
+{
+    llama_config c = tiny(tokens);
+    c.head_dim = 16;
+    c.rope_theta = 500000.0f;
+    c.rope_scaling = (llama_rope_scaling){8.0f, 1.0f, 4.0f, 64};
     return c;
 }
 
@@ -151,7 +164,8 @@ static void test_gradients_match_finite_differences(void **state)
     (void)state;
 }
 
-/* Every op of the step forced onto the device's fused kernels (where there is a device). */
+/* Every op of the step forced onto the device's fused kernels (where there is a device), also
+ * with a head dimension of its own and Llama 3.1's RoPE scaling. */
 static void test_gradients_on_the_fused_backend_match_finite_differences(void **state)
 {
     hd_context_options opt;
@@ -166,11 +180,13 @@ static void test_gradients_on_the_fused_backend_match_finite_differences(void **
         hd_context_destroy(ctx);
         skip();
     }
-    llama_config c = tiny(16);
     size_t lengths[] = {9, 7};
     hd_sequences q = {lengths, 2};
-    check_gradients(ctx, &c, &q);
-    assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_FUSED);
+    const llama_config configs[] = {tiny(16), tiny_llama3(16)};
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        check_gradients(ctx, &configs[i], &q);
+        assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_FUSED);
+    }
     hd_context_destroy(ctx);
     (void)state;
 }
@@ -256,6 +272,42 @@ static void test_weights_file_that_disagrees_is_refused(void **state)
     (void)state;
 }
 
+static void test_head_dim_and_rope_scaling_gradients_match_finite_differences(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    llama_config c = tiny_llama3(16);
+    size_t lengths[] = {10, 6};
+    hd_sequences q = {lengths, 2};
+    check_gradients(ctx, &c, &q);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+/* The scaled frequencies against transformers' _compute_llama3_parameters, run line by line in
+ * Python on the same config (theta 500000, heads of 16, factor 8, low 1, high 4, 64 original
+ * positions): frequency 0 kept, 1 blended, the rest divided by 8; and theta's alone without the
+ * scaling. */
+static void test_rope_frequencies_are_transformers(void **state)
+{
+    static const double scaled[8] = {
+        1.0,           0.0794030092,   0.00470075387, 0.000911583092, 0.000176776695,
+        3.4281022e-05, 6.64786987e-06, 1.28917317e-06};
+    static const double plain[8] = {1.0,           0.193922745,    0.0376060309,  0.00729266474,
+                                    0.00141421356, 0.000274248176, 5.3182959e-05, 1.03133854e-05};
+    llama_config c = tiny_llama3(8);
+    float f[8];
+    for (int pass = 0; pass < 2; pass++) {
+        llama_rope_frequencies(&c, f);
+        const double *want = pass == 0 ? scaled : plain;
+        for (int i = 0; i < 8; i++)
+            if (fabs(f[i] - want[i]) > 1e-6 * want[i])
+                fail_msg("%s frequency %d: %.9g, transformers %.9g", pass == 0 ? "scaled" : "plain",
+                         i, (double)f[i], want[i]);
+        c.rope_scaling.factor = 0.0f; /* none */
+    }
+    (void)state;
+}
+
 static void test_config_that_cannot_run_is_refused(void **state)
 {
     llama_config c = tiny(8);
@@ -265,6 +317,22 @@ static void test_config_that_cannot_run_is_refused(void **state)
     c = tiny(8);
     c.hidden = 36; /* head_dim 9 */
     assert_false(llama_config_check(&c, why, sizeof why));
+    c.head_dim = 16; /* given: heads need not divide hidden */
+    assert_true(llama_config_check(&c, why, sizeof why));
+    c.head_dim = 12;
+    assert_false(llama_config_check(&c, why, sizeof why));
+    c.head_dim = 264;
+    assert_false(llama_config_check(&c, why, sizeof why));
+    const llama_rope_scaling bad[] = {
+        {0.5f, 1.0f, 4.0f, 64}, {8.0f, 4.0f, 1.0f, 64},     {8.0f, 0.0f, 4.0f, 64},
+        {8.0f, 1.0f, 4.0f, 0},  {INFINITY, 1.0f, 4.0f, 64}, {NAN, 1.0f, 4.0f, 64},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = tiny_llama3(8);
+        c.rope_scaling = bad[i];
+        assert_false(llama_config_check(&c, why, sizeof why));
+        assert_non_null(strstr(why, "llama3"));
+    }
     c = tiny(0);
     assert_false(llama_config_check(&c, why, sizeof why));
     (void)state;
@@ -279,6 +347,8 @@ int main(void)
         cmocka_unit_test(test_gradients_on_the_fused_backend_match_finite_differences),
         cmocka_unit_test(test_packed_loss_is_that_of_the_sequences_alone),
         cmocka_unit_test(test_weights_file_that_disagrees_is_refused),
+        cmocka_unit_test(test_head_dim_and_rope_scaling_gradients_match_finite_differences),
+        cmocka_unit_test(test_rope_frequencies_are_transformers),
         cmocka_unit_test(test_config_that_cannot_run_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,7 +14,8 @@ LoRA factors and tokens, timed per step and compared with the library's trainer
     torch_llama.py compare --config 8b2 --dir run/ --json run/torch.json
 
 The model is LlamaForCausalLM(LlamaConfig(...)) with attention_bias False, tie_word_embeddings
-False, rope_scaling None; LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
+False, and the config's head_dim and "llama3" rope_scaling where it names them (else
+transformers' hidden / heads and none); LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
 projections, lora_dropout 0, bias "none"); the optimizer torch.optim.AdamW(foreach=True) over
 the LoRA factors. The loss is transformers' causal-LM loss with labels = input_ids. A step is
 forward, backward, optimizer.step() and zero_grad(set_to_none=True), timed on the host around
@@ -37,6 +38,12 @@ CONFIGS = {
     # a small model, for a quick check of agreement
     "small": dict(layers=2, hidden=256, heads=8, kv_heads=2, mlp=688, vocab=4096, tokens=256,
                   theta=10000.0, eps=1e-5, rank=8, alpha=16.0),
+    # the small model with Llama 3.2's RoPE (its base and "llama3" scaling, the original
+    # context cut to 256 positions so that the step's positions meet all three bands) and
+    # heads of 64 from a hidden of 256 (q and o 512 wide), as transformers' head_dim allows
+    "small-llama3": dict(layers=2, hidden=256, heads=8, kv_heads=2, head_dim=64, mlp=688,
+                         vocab=4096, tokens=256, theta=500000.0, eps=1e-5, rank=8, alpha=16.0,
+                         rope_llama3=(32.0, 1.0, 4.0, 256)),
 }
 PROJECTIONS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
@@ -51,17 +58,28 @@ def trainer_args(c, d):
             "--rank", c["rank"], "--alpha", c["alpha"], "--lr", LR, "--steps", STEPS,
             "--weights", os.path.join(d, "weights.safetensors"),
             "--lora", os.path.join(d, "lora.safetensors"),
-            "--data", os.path.join(d, "tokens.bin")]
+            "--data", os.path.join(d, "tokens.bin")] + (
+                ["--head-dim", c["head_dim"]] if "head_dim" in c else []) + (
+                ["--rope-llama3", ",".join(str(v) for v in c["rope_llama3"])]
+                if "rope_llama3" in c else [])
 
 
 def build(c, torch, dtype):
     import transformers
+    named = {}
+    if "head_dim" in c:
+        named["head_dim"] = c["head_dim"]
+    if "rope_llama3" in c:
+        factor, low, high, original = c["rope_llama3"]
+        named["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                                 "high_freq_factor": high,
+                                 "original_max_position_embeddings": original}
     cfg = transformers.LlamaConfig(
         vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["mlp"],
         num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
         num_key_value_heads=c["kv_heads"], rms_norm_eps=c["eps"], rope_theta=c["theta"],
         max_position_embeddings=max(4096, c["tokens"]), tie_word_embeddings=False,
-        attention_bias=False, mlp_bias=False)
+        attention_bias=False, mlp_bias=False, **named)
     with torch.device("cuda"):
         return transformers.LlamaForCausalLM(cfg).to(dtype)
 

@@ -54,6 +54,7 @@ struct llama_model {
     size_t head_dim;
     float scale; /* LoRA's alpha / r */
     hd_tensor *embed, *final_norm, *lm_head;
+    hd_tensor *rope_freq; /* RoPE's scaled frequencies (1 x head_dim / 2); NULL: theta's */
     layer *layers;
     hd_tensor *resid_out, *normed; /* the last residual and its norm */
     hd_tensor *proj_out;           /* o's and down's outputs, in turn */
@@ -80,25 +81,63 @@ void llama_config_defaults(llama_config *c)
                         .adam_eps = 1e-8f};
 }
 
+size_t llama_head_dim(const llama_config *c)
+{
+    return c->head_dim != 0 ? c->head_dim : c->hidden / c->heads;
+}
+
+static bool rope_scaling_valid(const llama_rope_scaling *r)
+{
+    if (r->factor == 0.0f)
+        return true;
+    return isfinite(r->factor) && r->factor >= 1.0f && isfinite(r->high_freq_factor) &&
+           r->low_freq_factor > 0.0f && r->high_freq_factor > r->low_freq_factor &&
+           r->original_max_positions > 0;
+}
+
 bool llama_config_check(const llama_config *c, char *why, size_t size)
 {
     const char *bad = NULL;
     if (c->layers == 0 || c->hidden == 0 || c->heads == 0 || c->kv_heads == 0 || c->mlp == 0 ||
         c->vocab == 0 || c->tokens == 0 || c->rank == 0)
         bad = "every size (layers, hidden, heads, kv heads, mlp, vocab, tokens, rank) must be > 0";
-    else if (c->hidden % c->heads != 0)
-        bad = "heads must divide hidden";
+    else if (c->head_dim == 0 && c->hidden % c->heads != 0)
+        bad = "heads must divide hidden where the head dimension is not given";
     else if (c->heads % c->kv_heads != 0)
         bad = "kv heads must divide heads";
-    else if ((c->hidden / c->heads) % 8 != 0 || c->hidden / c->heads > 256)
-        bad = "the head dimension (hidden / heads) must be a multiple of 8 up to 256";
+    else if (llama_head_dim(c) % 8 != 0 || llama_head_dim(c) > 256)
+        bad = "the head dimension (head_dim, or hidden / heads) must be a multiple of 8 up to 256";
     else if (c->vocab > INT32_MAX)
         bad = "the vocabulary must fit int32 ids";
     else if (!(c->rope_theta > 1.0f) || !(c->norm_eps >= 0.0f) || !(c->lora_alpha > 0.0f))
         bad = "rope theta must be > 1, the norm's eps >= 0 and LoRA's alpha > 0";
+    else if (!rope_scaling_valid(&c->rope_scaling))
+        bad = "the llama3 RoPE scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor "
+              "and original positions > 0";
     if (bad != NULL)
         snprintf(why, size, "%s", bad);
     return bad == NULL;
+}
+
+void llama_rope_frequencies(const llama_config *c, float *out)
+{
+    const size_t d = llama_head_dim(c);
+    const llama_rope_scaling *r = &c->rope_scaling;
+    for (size_t i = 0; i < d / 2; i++) {
+        double f = pow((double)c->rope_theta, -2.0 * (double)i / (double)d);
+        if (r->factor != 0.0f) {
+            double wavelength = 6.283185307179586 / f; /* 2 pi / f */
+            double original = (double)r->original_max_positions;
+            double low = (double)r->low_freq_factor, high = (double)r->high_freq_factor;
+            if (wavelength > original / low) {
+                f /= r->factor;
+            } else if (wavelength >= original / high) {
+                double smooth = (original / wavelength - low) / (high - low);
+                f = (1.0 - smooth) * f / r->factor + smooth * f;
+            }
+        }
+        out[i] = (float)f;
+    }
 }
 
 /* ---- tensors ---- */
@@ -147,6 +186,20 @@ static hd_status create_layer(llama_model *m, layer *l)
     return s;
 }
 
+/* The scaled RoPE frequencies, on the device for every step. */
+static hd_status rope_frequencies(llama_model *m)
+{
+    float *f = malloc(m->head_dim / 2 * sizeof *f);
+    if (f == NULL)
+        return HD_ERR_OUT_OF_MEMORY;
+    llama_rope_frequencies(&m->c, f);
+    hd_status s = tensor(m, 1, m->head_dim / 2, &m->rope_freq);
+    if (s == HD_OK)
+        s = hd_tensor_write(m->rope_freq, f);
+    free(f);
+    return s;
+}
+
 static hd_status create_tensors(llama_model *m)
 {
     const llama_config *c = &m->c;
@@ -155,6 +208,8 @@ static hd_status create_tensors(llama_model *m)
     hd_status s = tensor(m, c->vocab, d, &m->embed);
     if (s == HD_OK)
         s = tensor(m, 1, d, &m->final_norm);
+    if (s == HD_OK && c->rope_scaling.factor != 0.0f)
+        s = rope_frequencies(m);
     for (size_t i = 0; i < c->layers && s == HD_OK; i++)
         s = create_layer(m, &m->layers[i]);
     struct {
@@ -205,7 +260,7 @@ hd_status llama_create(hd_context *ctx, const llama_config *c, llama_model **out
     }
     m->ctx = ctx;
     m->c = *c;
-    m->head_dim = c->hidden / c->heads;
+    m->head_dim = llama_head_dim(c);
     m->scale = c->lora_alpha / (float)c->rank;
     hd_status s = create_tensors(m);
     if (s == HD_OK)
@@ -240,9 +295,10 @@ void llama_destroy(llama_model *m)
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
             hd_tensor_destroy(t[k]);
     }
-    hd_tensor *t[] = {m->embed, m->final_norm, m->lm_head, m->resid_out, m->normed,  m->proj_out,
-                      m->loss,  m->grad_norm,  m->d_resid, m->d_norm,    m->d_tmp,   m->d_attn,
-                      m->dq,    m->dk,         m->dv,      m->d_act,     m->d_normed};
+    hd_tensor *t[] = {m->embed,  m->final_norm, m->rope_freq, m->lm_head,   m->resid_out,
+                      m->normed, m->proj_out,   m->loss,      m->grad_norm, m->d_resid,
+                      m->d_norm, m->d_tmp,      m->d_attn,    m->dq,        m->dk,
+                      m->dv,     m->d_act,      m->d_normed};
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
         hd_tensor_destroy(t[k]);
     for (int k = 0; k < 4; k++)
@@ -440,6 +496,7 @@ static hd_rope_options rope_options(const llama_model *m, const hd_sequences *q,
     return (hd_rope_options){.head_dim = m->head_dim,
                              .theta = m->c.rope_theta,
                              .sequences = q != NULL ? *q : (hd_sequences){NULL, 0},
+                             .inv_freq = m->rope_freq,
                              .inverse = inverse};
 }
 

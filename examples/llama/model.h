@@ -21,10 +21,20 @@
 
 #include <hd/dispatch.h>
 
+/* transformers' rope_scaling of rope_type "llama3" (Llama 3.1 and 3.2): frequencies whose
+ * wavelength passes original_max_positions / low_freq_factor divided by factor, those under
+ * original_max_positions / high_freq_factor kept, the ones between blended. factor 0: none. */
+typedef struct llama_rope_scaling {
+    float factor, low_freq_factor, high_freq_factor;
+    size_t original_max_positions;
+} llama_rope_scaling;
+
 typedef struct llama_config {
     size_t layers, hidden, heads, kv_heads, mlp, vocab;
+    size_t head_dim;      /* transformers' head_dim; 0: hidden / heads (its default) */
     size_t tokens;        /* rows of one step: the packed sequences' lengths together */
     float rope_theta;     /* transformers' rope_theta */
+    llama_rope_scaling rope_scaling;
     float norm_eps;       /* rms_norm_eps */
     bool tied_embeddings; /* the LM head is the embedding (no "lm_head.weight") */
     size_t rank;          /* LoRA r */
@@ -36,9 +46,19 @@ typedef struct llama_config {
  * 1e-5), PEFT's r 16 and alpha 32, AdamW's lr 1e-4, betas 0.9 and 0.999, eps 1e-8, no decay. */
 void llama_config_defaults(llama_config *c);
 
-/* The config's sizes checked: every size > 0, heads divisible into kv_heads, head_dim even and
- * a multiple of 8 up to 256. false with the reason in why. */
+/* The config's sizes checked: every size > 0, heads divisible into kv_heads, head_dim (given,
+ * or hidden / heads, which heads must then divide) a multiple of 8 up to 256, the RoPE
+ * scaling's factor 0 or at least 1 with 0 < low_freq_factor < high_freq_factor and
+ * original_max_positions > 0. false with the reason in why. */
 bool llama_config_check(const llama_config *c, char *why, size_t size);
+
+/* The head dimension of a config: head_dim, or hidden / heads where it is 0. */
+size_t llama_head_dim(const llama_config *c);
+
+/* RoPE's head_dim / 2 frequencies of a checked config, as transformers' rotary embedding forms
+ * them: theta^(-2i / head_dim), then the "llama3" scaling where its factor is not 0 (in
+ * double, rounded once to float). */
+void llama_rope_frequencies(const llama_config *c, float *out);
 
 /* Where a named tensor's values come from (a safetensors file, or a seed): fills dst with the
  * rows x cols floats of name, HD_OK, or an error with the reason in why. */
