@@ -5,8 +5,11 @@
  *
  * The model's shape comes from the options; its frozen weights from a safetensors file
  * (--weights, transformers' names; "lm_head.weight" missing means tied embeddings) or from a
- * seed; LoRA factors from a file (--lora, PEFT's names without the "base_model.model." prefix)
- * or initialised as PEFT does (A Kaiming-uniform, B zeros). Tokens come from a file of
+ * seed; LoRA factors from a file (--lora, PEFT's names, with or without the "base_model.model."
+ * prefix of a PEFT adapter's adapter_model.safetensors) or initialised as PEFT does (A
+ * Kaiming-uniform, B zeros). The trained factors go to a file (--save-lora, without the prefix)
+ * or to a PEFT adapter directory (--save-peft), which peft.PeftModel.from_pretrained loads onto
+ * the base model. Tokens come from a file of
  * little-endian int32 ids (--data; the first --tokens of them) or are drawn from the seed. Each
  * step prints its loss, its time and tokens per second; the loss is the only value read back
  * from the device during a step.
@@ -30,7 +33,7 @@ typedef struct options {
     llama_config c;
     long steps;
     unsigned long long seed;
-    const char *weights, *lora, *data, *save_lora, *save_grads, *precision, *json;
+    const char *weights, *lora, *data, *save_lora, *save_peft, *save_grads, *precision, *json;
     size_t sequences[64];
     size_t sequence_count;
     bool expect_fall;
@@ -48,7 +51,9 @@ static void usage(FILE *out)
             "  LoRA:     --rank N (16) --alpha X (32)\n"
             "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
             "  run:      --steps N (10) --seed N (1) --precision fp32|tf32|fp32x3\n"
-            "  files:    --weights FILE --lora FILE (safetensors in)\n"
+            "  files:    --weights FILE --lora FILE (safetensors in; a PEFT adapter's too)\n"
+            "            --save-peft DIR (a PEFT adapter: adapter_model.safetensors and\n"
+            "            adapter_config.json)\n"
             "            --save-lora FILE --save-grads FILE (safetensors out; the gradients\n"
             "            of the first step, before its update) --json FILE (the run's figures)\n"
             "  check:    --expect-fall (exit 1 unless the loss falls)\n");
@@ -132,13 +137,10 @@ static bool parse_option(options *o, const char *name, const char *value)
     struct {
         const char *name;
         const char **target;
-    } files[] = {{"--weights", &o->weights},
-                 {"--lora", &o->lora},
-                 {"--data", &o->data},
-                 {"--save-lora", &o->save_lora},
-                 {"--save-grads", &o->save_grads},
-                 {"--precision", &o->precision},
-                 {"--json", &o->json}};
+    } files[] = {{"--weights", &o->weights},     {"--lora", &o->lora},
+                 {"--data", &o->data},           {"--save-lora", &o->save_lora},
+                 {"--save-peft", &o->save_peft}, {"--save-grads", &o->save_grads},
+                 {"--precision", &o->precision}, {"--json", &o->json}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (strcmp(name, sizes[i].name) == 0)
             return parse_size(value, sizes[i].target);
@@ -255,36 +257,24 @@ static bool read_tokens(const options *o, int32_t *tokens)
 
 /* ---- outputs ---- */
 
-/* The LoRA factors (kind 0) or gradients (kind 1) as a safetensors file, PEFT's names. */
+/* The LoRA factors (kind 0) or gradients (kind 1) as a safetensors file, PEFT's names without
+ * its "base_model.model." prefix. */
 static bool save_lora(llama_model *m, int kind, const char *path)
 {
-    size_t n = llama_lora_count(m);
-    hd_st_entry *e = calloc(n, sizeof *e);
-    char(*names)[160] = calloc(n, sizeof *names);
-    float **data = calloc(n, sizeof *data);
-    bool ok = e != NULL && names != NULL && data != NULL;
-    for (size_t i = 0; ok && i < n; i++) {
-        hd_tensor *t = llama_lora_tensor(m, i, kind, names[i], sizeof names[i]);
-        size_t rows = hd_tensor_rows(t), cols = hd_tensor_cols(t);
-        ok = (data[i] = malloc(rows * cols * sizeof(float))) != NULL &&
-             hd_tensor_read(t, data[i]) == HD_OK;
-        e[i] = (hd_st_entry){.name = names[i],
-                             .dtype = HD_ST_F32,
-                             .ndim = 2,
-                             .shape = {rows, cols},
-                             .data = data[i]};
-    }
-    char msg[256] = "out of memory";
-    if (ok && hd_st_write(path, e, n, NULL, 0, msg, sizeof msg) != HD_OK)
-        ok = false;
-    if (!ok)
-        fprintf(stderr, "llama_lora: writing %s: %s\n", path, msg);
-    for (size_t i = 0; data != NULL && i < n; i++)
-        free(data[i]);
-    free(data);
-    free(names);
-    free(e);
-    return ok;
+    char why[512];
+    if (llama_save_lora(m, kind, path, "", why, sizeof why) == HD_OK)
+        return true;
+    fprintf(stderr, "llama_lora: writing %s: %s\n", path, why);
+    return false;
+}
+
+static bool save_peft(llama_model *m, const char *dir)
+{
+    char why[512];
+    if (llama_save_peft(m, dir, why, sizeof why) == HD_OK)
+        return true;
+    fprintf(stderr, "llama_lora: writing the PEFT adapter %s: %s\n", dir, why);
+    return false;
 }
 
 static double now_seconds(void)
@@ -367,6 +357,8 @@ static int train(const options *o, hd_context *ctx, llama_model *m, const int32_
             write_json(o, ctx, losses, seconds, llama_bytes(m));
         if (o->save_lora != NULL && !save_lora(m, 0, o->save_lora))
             status = 2;
+        if (o->save_peft != NULL && !save_peft(m, o->save_peft))
+            status = 2;
         if (o->expect_fall && !(losses[o->steps - 1] < losses[0])) {
             fprintf(stderr, "llama_lora: the loss did not fall (%g to %g)\n", (double)losses[0],
                     (double)losses[o->steps - 1]);
@@ -391,7 +383,7 @@ static hd_status load(const options *o, llama_model *m, char *why, size_t size)
     if (s == HD_OK && o->lora != NULL)
         s = hd_st_open(o->lora, &lora, why, size);
     if (s == HD_OK)
-        s = lora != NULL ? llama_load_lora(m, llama_file_source, lora, 0, why, size)
+        s = lora != NULL ? llama_load_lora(m, llama_peft_file_source, lora, 0, why, size)
                          : llama_load_lora(m, NULL, NULL, o->seed, why, size);
     hd_st_close(weights);
     hd_st_close(lora);

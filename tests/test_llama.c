@@ -3,7 +3,8 @@
  * backends this machine has: the loss falls under AdamW, every LoRA gradient of a sample agrees
  * with finite differences of the loss (also with a head dimension of its own and Llama 3.1's
  * scaled RoPE, whose frequencies are transformers'), packed sequences restart positions and
- * attention, and weights files that disagree with the model are refused with the tensor's name.
+ * attention, weights files that disagree with the model are refused with the tensor's name, and
+ * LoRA factors saved as a file or a PEFT adapter load back.
  */
 #include <math.h>
 #include <stdio.h>
@@ -235,6 +236,86 @@ static void test_packed_loss_is_that_of_the_sequences_alone(void **state)
     (void)state;
 }
 
+/* Every LoRA factor of a and b, bit for bit. */
+static void expect_same_lora(const llama_model *a, const llama_model *b, const char *what)
+{
+    for (size_t i = 0; i < llama_lora_count(a); i++) {
+        char name[160];
+        hd_tensor *ta = llama_lora_tensor(a, i, 0, name, sizeof name);
+        hd_tensor *tb = llama_lora_tensor(b, i, 0, NULL, 0);
+        size_t n = hd_tensor_rows(ta) * hd_tensor_cols(ta);
+        float *x = hd_test_read(ta), *y = hd_test_read(tb);
+        if (memcmp(x, y, n * sizeof *x) != 0)
+            fail_msg("%s: %s differs", what, name);
+        free(x);
+        free(y);
+    }
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return text;
+}
+
+/* The LoRA factors saved and loaded again: as a plain file (PEFT's names without the prefix)
+ * and as a PEFT adapter directory (adapter_model.safetensors under "base_model.model.", with
+ * adapter_config.json naming r and lora_alpha), each read back by the PEFT source, at rank 1,
+ * whose A factors are one row (a 2-D tensor in the file, not a norm's 1-D one). A directory
+ * that is a file is refused. */
+static void test_lora_saved_as_files_and_peft_adapters_loads_back(void **state)
+{
+    hd_context *ctx = hd_test_context(true);
+    llama_config c = tiny(8);
+    c.rank = 1;
+    llama_model *saved = make_model(ctx, &c, true);
+    char dir[] = "/tmp/hd-llama-peft-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char plain[256], adapter[256], config[256], why[256] = "";
+    snprintf(plain, sizeof plain, "%s/lora.safetensors", dir);
+    snprintf(adapter, sizeof adapter, "%s/adapter_model.safetensors", dir);
+    snprintf(config, sizeof config, "%s/adapter_config.json", dir);
+    if (llama_save_lora(saved, 0, plain, "", why, sizeof why) != HD_OK ||
+        llama_save_peft(saved, dir, why, sizeof why) != HD_OK)
+        fail_msg("saving: %s", why);
+    const char *const files[] = {plain, adapter};
+    for (int k = 0; k < 2; k++) {
+        hd_st_file *f = NULL;
+        assert_int_equal(hd_st_open(files[k], &f, why, sizeof why), HD_OK);
+        const hd_st_tensor *t = NULL;
+        const char *first = k == 0
+                                ? "model.layers.0.self_attn.q_proj.lora_A.weight"
+                                : "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+        assert_int_equal(hd_st_find(f, first, &t, why, sizeof why), HD_OK);
+        assert_int_equal(t->ndim, 2);
+        llama_model *loaded = make_model(ctx, &c, false);
+        if (llama_load_lora(loaded, llama_peft_file_source, f, 0, why, sizeof why) != HD_OK)
+            fail_msg("loading %s: %s", files[k], why);
+        expect_same_lora(saved, loaded, files[k]);
+        llama_destroy(loaded);
+        hd_st_close(f);
+    }
+    const char *text = read_text(config);
+    assert_non_null(strstr(text, "\"peft_type\": \"LORA\""));
+    assert_non_null(strstr(text, "\"r\": 1,"));
+    assert_non_null(strstr(text, "\"lora_alpha\": 8,"));
+    assert_non_null(strstr(text, "\"down_proj\""));
+    assert_int_equal(llama_save_peft(saved, plain, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "not a directory"));
+    const char *const made[] = {plain, adapter, config};
+    for (int k = 0; k < 3; k++)
+        unlink(made[k]);
+    rmdir(dir);
+    llama_destroy(saved);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
 /* A weights file whose tensor has the wrong shape, or lacks one, is refused by name. */
 static void test_weights_file_that_disagrees_is_refused(void **state)
 {
@@ -347,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_gradients_on_the_fused_backend_match_finite_differences),
         cmocka_unit_test(test_packed_loss_is_that_of_the_sequences_alone),
         cmocka_unit_test(test_weights_file_that_disagrees_is_refused),
+        cmocka_unit_test(test_lora_saved_as_files_and_peft_adapters_loads_back),
         cmocka_unit_test(test_head_dim_and_rope_scaling_gradients_match_finite_differences),
         cmocka_unit_test(test_rope_frequencies_are_transformers),
         cmocka_unit_test(test_config_that_cannot_run_is_refused),

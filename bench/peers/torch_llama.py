@@ -12,6 +12,9 @@ LoRA factors and tokens, timed per step and compared with the library's trainer
     # PEFT on them: its step 0 gradients and 10-step loss curve against the trainer's, its
     # step time in fp32 (TF32 off), with TF32 and under bf16 autocast
     torch_llama.py compare --config 8b2 --dir run/ --json run/torch.json
+    # a PEFT adapter the trainer saved (llama_lora ... --save-peft run/adapter): its loss on
+    # the tokens, the base model's weights under peft.PeftModel.from_pretrained
+    torch_llama.py adapter --config 8b2 --dir run/ --adapter run/adapter
 
 The model is LlamaForCausalLM(LlamaConfig(...)) with attention_bias False, tie_word_embeddings
 False, and the config's head_dim and "llama3" rope_scaling where it names them (else
@@ -230,14 +233,31 @@ def compare(args, c, torch):
         json.dump(report, f, indent=1)
 
 
+def adapter(args, c, torch):
+    """The loss on the tokens of the base weights in args.dir with the adapter directory
+    args.adapter, as PEFT loads it (fp32, TF32 off)."""
+    import peft
+    from safetensors.torch import load_file
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = build(c, torch, torch.float32)
+    model.load_state_dict(load_file(os.path.join(args.dir, "weights.safetensors"), device="cuda"),
+                          strict=False)
+    model = peft.PeftModel.from_pretrained(model, args.adapter)
+    loaded = sum(1 for n, _ in model.named_parameters() if "lora_" in n)
+    with torch.no_grad():
+        loss = step_loss(model, tokens_of(c, args.dir, torch), False, torch)
+    print(f"adapter {args.adapter}: {loaded} LoRA tensors, loss {loss.item():.7f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("what", choices=["make", "args", "compare"])
+    p.add_argument("what", choices=["make", "args", "compare", "adapter"])
     p.add_argument("--config", default="8b2", choices=sorted(CONFIGS))
     p.add_argument("--dir", required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--modes", default="fp32,tf32,bf16")
     p.add_argument("--json", default=None)
+    p.add_argument("--adapter", default=None, help="adapter: the PEFT adapter's directory")
     args = p.parse_args()
     c = CONFIGS[args.config]
     if args.what == "args":
@@ -249,6 +269,8 @@ def main():
     os.makedirs(args.dir, exist_ok=True)
     if args.what == "make":
         make(args, c, torch)
+    elif args.what == "adapter":
+        adapter(args, c, torch)
     else:
         args.json = args.json or os.path.join(args.dir, "torch.json")
         compare(args, c, torch)

@@ -14,10 +14,12 @@
  * then the loss of the LM head on the last norm's output without its logits
  * (hd_linear_cross_entropy), and the same in reverse for the gradients.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model.h"
 #include "safetensors.h"
@@ -369,8 +371,26 @@ hd_status llama_file_source(void *user, const char *name, size_t rows, size_t co
                             char *why, size_t size)
 {
     size_t shape[2] = {rows, cols};
-    bool vector = rows == 1; /* norms: 1-D in the file */
+    /* a row of one: a norm's weight, 1-D in the file, or a LoRA factor of rank 1, 2-D */
+    const hd_st_tensor *t = NULL;
+    char unused[8];
+    bool vector =
+        rows == 1 && hd_st_find(user, name, &t, unused, sizeof unused) == HD_OK && t->ndim == 1;
     return hd_st_load(user, name, vector ? 1 : 2, vector ? &shape[1] : shape, dst, why, size);
+}
+
+#define PEFT_PREFIX "base_model.model."
+
+hd_status llama_peft_file_source(void *user, const char *name, size_t rows, size_t cols, float *dst,
+                                 char *why, size_t size)
+{
+    const hd_st_tensor *t = NULL;
+    char unused[8], prefixed[256];
+    if (hd_st_find(user, name, &t, unused, sizeof unused) == HD_OK ||
+        (size_t)snprintf(prefixed, sizeof prefixed, PEFT_PREFIX "%s", name) >= sizeof prefixed ||
+        hd_st_find(user, prefixed, &t, unused, sizeof unused) != HD_OK)
+        return llama_file_source(user, name, rows, cols, dst, why, size);
+    return llama_file_source(user, prefixed, rows, cols, dst, why, size);
 }
 
 static uint64_t next_random(uint64_t *s)
@@ -700,6 +720,78 @@ hd_tensor *llama_lora_tensor(const llama_model *m, size_t i, int kind, char *nam
     if (name != NULL)
         lora_name(name, size, i / (2 * PROJECTIONS), (int)(i / 2 % PROJECTIONS), i % 2 == 1);
     return m->adam[kind][i];
+}
+
+hd_status llama_save_lora(llama_model *m, int kind, const char *path, const char *prefix, char *why,
+                          size_t size)
+{
+    size_t n = llama_lora_count(m);
+    hd_st_entry *e = calloc(n, sizeof *e);
+    char(*names)[192] = calloc(n, sizeof *names);
+    float **data = calloc(n, sizeof *data);
+    hd_status s = e != NULL && names != NULL && data != NULL ? HD_OK : HD_ERR_OUT_OF_MEMORY;
+    snprintf(why, size, "no host memory for the LoRA tensors");
+    for (size_t i = 0; s == HD_OK && i < n; i++) {
+        char name[160];
+        hd_tensor *t = llama_lora_tensor(m, i, kind, name, sizeof name);
+        size_t rows = hd_tensor_rows(t), cols = hd_tensor_cols(t);
+        snprintf(names[i], sizeof names[i], "%s%s", prefix, name);
+        if ((data[i] = malloc(rows * cols * sizeof(float))) == NULL)
+            s = HD_ERR_OUT_OF_MEMORY;
+        else if ((s = hd_tensor_read(t, data[i])) != HD_OK)
+            snprintf(why, size, "reading %s: %s", name, hd_context_last_error(m->ctx));
+        e[i] = (hd_st_entry){.name = names[i],
+                             .dtype = HD_ST_F32,
+                             .ndim = 2,
+                             .shape = {rows, cols},
+                             .data = data[i]};
+    }
+    const hd_st_meta meta = {"format", "pt"}; /* as safetensors.torch writes it */
+    if (s == HD_OK)
+        s = hd_st_write(path, e, n, &meta, 1, why, size);
+    for (size_t i = 0; data != NULL && i < n; i++)
+        free(data[i]);
+    free(data);
+    free(names);
+    free(e);
+    return s;
+}
+
+hd_status llama_save_peft(llama_model *m, const char *dir, char *why, size_t size)
+{
+    if (mkdir(dir, 0777) != 0) {
+        int e = errno;
+        struct stat st;
+        if (e != EEXIST || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            snprintf(why, size, "%s: %s", dir, e == EEXIST ? "not a directory" : strerror(e));
+            return HD_ERR_INVALID_ARGUMENT;
+        }
+    }
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir) >= sizeof path) {
+        snprintf(why, size, "%s: path too long", dir);
+        return HD_ERR_INVALID_ARGUMENT;
+    }
+    hd_status s = llama_save_lora(m, 0, path, PEFT_PREFIX, why, size);
+    if (s != HD_OK)
+        return s;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        snprintf(why, size, "%s: %s", path, strerror(errno));
+        return HD_ERR_INVALID_ARGUMENT;
+    }
+    fprintf(f, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n");
+    fprintf(f, "  \"r\": %zu,\n  \"lora_alpha\": %.9g,\n", m->c.rank, (double)m->c.lora_alpha);
+    fprintf(f, "  \"lora_dropout\": 0.0,\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": false,\n");
+    fprintf(f, "  \"target_modules\": [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", "
+               "\"gate_proj\", \"up_proj\", \"down_proj\"],\n");
+    fprintf(f, "  \"inference_mode\": true,\n  \"base_model_name_or_path\": null\n}\n");
+    if (fclose(f) != 0) {
+        snprintf(why, size, "%s: %s", path, strerror(errno));
+        return HD_ERR_INVALID_ARGUMENT;
+    }
+    return HD_OK;
 }
 
 size_t llama_bytes(const llama_model *m)

@@ -87,6 +87,11 @@ hd_status llama_load_lora(llama_model *m, llama_tensor_source *source, void *use
 hd_status llama_file_source(void *user, const char *name, size_t rows, size_t cols, float *dst,
                             char *why, size_t size);
 
+/* A PEFT adapter file's tensors (its adapter_model.safetensors): as llama_file_source, each
+ * name also found under the "base_model.model." prefix that PEFT saves them with. */
+hd_status llama_peft_file_source(void *user, const char *name, size_t rows, size_t cols, float *dst,
+                                 char *why, size_t size);
+
 /* Weights made from a seed as transformers initialises a Llama (normal, std 0.02; norms 1): a
  * tensor source. user points to a uint64_t seed. */
 hd_status llama_seeded_source(void *user, const char *name, size_t rows, size_t cols, float *dst,
@@ -109,6 +114,17 @@ hd_status llama_gradients(llama_model *m, const int32_t *tokens, const hd_sequen
  * 1 its gradient; its PEFT-style name. */
 size_t llama_lora_count(const llama_model *m);
 hd_tensor *llama_lora_tensor(const llama_model *m, size_t i, int kind, char *name, size_t size);
+
+/* The LoRA factors (kind 0) or their gradients (kind 1) as a safetensors file at path, F32,
+ * PEFT's names after prefix ("" for none). */
+hd_status llama_save_lora(llama_model *m, int kind, const char *path, const char *prefix, char *why,
+                          size_t size);
+
+/* The LoRA factors as a PEFT adapter in directory dir (made where missing):
+ * adapter_model.safetensors, PEFT's names under "base_model.model.", and adapter_config.json
+ * (LoRA of r and lora_alpha on the seven projections, no dropout, no bias), which
+ * peft.PeftModel.from_pretrained puts on the base model. */
+hd_status llama_save_peft(llama_model *m, const char *dir, char *why, size_t size);
 
 /* Bytes of the model's tensors (weights, LoRA state, activations). */
 size_t llama_bytes(const llama_model *m);
