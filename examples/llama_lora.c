@@ -26,6 +26,7 @@
 
 #include <hd/dispatch.h>
 
+#include "checkpoint.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -43,7 +44,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: llama_lora [options]\n"
-            "  model:    --layers N --hidden N --heads N --kv-heads N --mlp N --vocab N\n"
+            "  model:    --config FILE (a transformers config.json; the options below change it)\n"
+            "            --layers N --hidden N --heads N --kv-heads N --mlp N --vocab N\n"
             "            --head-dim N (hidden / heads) --theta X (RoPE base, 10000)\n"
             "            --rope-llama3 FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's RoPE scaling)\n"
             "            --eps X (RMS norm, 1e-5) --tied\n"
@@ -51,7 +53,9 @@ static void usage(FILE *out)
             "  LoRA:     --rank N (16) --alpha X (32)\n"
             "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
             "  run:      --steps N (10) --seed N (1) --precision fp32|tf32|fp32x3\n"
-            "  files:    --weights FILE --lora FILE (safetensors in; a PEFT adapter's too)\n"
+            "  files:    --weights FILE|DIR (safetensors; a directory's model.safetensors or the\n"
+            "            shards of its model.safetensors.index.json)\n"
+            "            --lora FILE (safetensors; a PEFT adapter's too)\n"
             "            --save-peft DIR (a PEFT adapter: adapter_model.safetensors and\n"
             "            adapter_config.json)\n"
             "            --save-lora FILE --save-grads FILE (safetensors out; the gradients\n"
@@ -180,8 +184,19 @@ static bool parse_args(int argc, char **argv, options *o)
     o->c.tokens = 64;
     o->steps = 10;
     o->seed = 1;
+    /* the shape of a config.json first, wherever --config stands: the other options change it */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--config") == 0) {
+            char why[512];
+            if (llama_config_read(argv[i + 1], &o->c, why, sizeof why) != HD_OK) {
+                fprintf(stderr, "llama_lora: --config %s\n", why);
+                return false;
+            }
+        }
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--tied") == 0) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            i++;
+        } else if (strcmp(argv[i], "--tied") == 0) {
             o->c.tied_embeddings = true;
         } else if (strcmp(argv[i], "--expect-fall") == 0) {
             o->expect_fall = true;
@@ -373,19 +388,20 @@ static int train(const options *o, hd_context *ctx, llama_model *m, const int32_
 
 static hd_status load(const options *o, llama_model *m, char *why, size_t size)
 {
-    hd_st_file *weights = NULL, *lora = NULL;
+    llama_weights *weights = NULL;
+    hd_st_file *lora = NULL;
     hd_status s = HD_OK;
     uint64_t seed = o->seed;
-    if (o->weights != NULL && (s = hd_st_open(o->weights, &weights, why, size)) != HD_OK)
+    if (o->weights != NULL && (s = llama_weights_open(o->weights, &weights, why, size)) != HD_OK)
         return s;
-    s = weights != NULL ? llama_load_weights(m, llama_file_source, weights, why, size)
+    s = weights != NULL ? llama_load_weights(m, llama_weights_source, weights, why, size)
                         : llama_load_weights(m, llama_seeded_source, &seed, why, size);
     if (s == HD_OK && o->lora != NULL)
         s = hd_st_open(o->lora, &lora, why, size);
     if (s == HD_OK)
         s = lora != NULL ? llama_load_lora(m, llama_peft_file_source, lora, 0, why, size)
                          : llama_load_lora(m, NULL, NULL, o->seed, why, size);
-    hd_st_close(weights);
+    llama_weights_close(weights);
     hd_st_close(lora);
     return s;
 }

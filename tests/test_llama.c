@@ -3,8 +3,9 @@
  * backends this machine has: the loss falls under AdamW, every LoRA gradient of a sample agrees
  * with finite differences of the loss (also with a head dimension of its own and Llama 3.1's
  * scaled RoPE, whose frequencies are transformers'), packed sequences restart positions and
- * attention, weights files that disagree with the model are refused with the tensor's name, and
- * LoRA factors saved as a file or a PEFT adapter load back.
+ * attention, weights files that disagree with the model are refused with the tensor's name,
+ * LoRA factors saved as a file or a PEFT adapter load back, and a transformers checkpoint (its
+ * config.json, its weights in shards) loads, while configs this model does not run are refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "model.h"
 #include "safetensors.h"
 #include "tests/testlib.h"
@@ -316,6 +318,244 @@ static void test_lora_saved_as_files_and_peft_adapters_loads_back(void **state)
     (void)state;
 }
 
+/* ---- transformers checkpoints ---- */
+
+/* Every tensor a model loads, as the seeded source makes it: a source that records. */
+typedef struct recorded {
+    size_t count;
+    char names[64][96];
+    size_t rows[64], cols[64];
+    float *data[64];
+} recorded;
+
+static hd_status recording_source(void *user, const char *name, size_t rows, size_t cols,
+                                  float *dst, char *why, size_t size)
+{
+    recorded *r = user;
+    uint64_t seed = 7;
+    hd_status s = llama_seeded_source(&seed, name, rows, cols, dst, why, size);
+    assert_true(r->count < 64);
+    snprintf(r->names[r->count], sizeof r->names[0], "%s", name);
+    r->rows[r->count] = rows;
+    r->cols[r->count] = cols;
+    r->data[r->count] = malloc(rows * cols * sizeof(float));
+    assert_non_null(r->data[r->count]);
+    memcpy(r->data[r->count++], dst, rows * cols * sizeof(float));
+    return s;
+}
+
+/* Tensors [from, to) of r as a safetensors file (norms 1-D, as transformers saves them). */
+static void write_shard(const recorded *r, size_t from, size_t to, const char *path)
+{
+    hd_st_entry e[64];
+    for (size_t i = from; i < to; i++) {
+        bool vector = r->rows[i] == 1;
+        e[i - from] = (hd_st_entry){.name = r->names[i],
+                                    .dtype = HD_ST_F32,
+                                    .ndim = vector ? 1 : 2,
+                                    .shape = {vector ? r->cols[i] : r->rows[i], r->cols[i]},
+                                    .data = r->data[i]};
+    }
+    char msg[256];
+    assert_int_equal(hd_st_write(path, e, to - from, NULL, 0, msg, sizeof msg), HD_OK);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The tiny model's config.json, as transformers writes a Llama's (with keys this model does not
+ * read). */
+static const char tiny_config_json[] =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_act\": "
+    "\"silu\", \"hidden_size\": 32, \"intermediate_size\": 48, \"num_hidden_layers\": 2, "
+    "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": "
+    "61, \"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": "
+    "\"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+    "\"original_max_position_embeddings\": 64}, \"tie_word_embeddings\": false, "
+    "\"attention_bias\": false, \"mlp_bias\": false, \"torch_dtype\": \"bfloat16\", "
+    "\"max_position_embeddings\": 131072}";
+
+/* A checkpoint directory as transformers saves a large model: config.json, two shards and
+ * model.safetensors.index.json. The config read from it is tiny_llama3's shape; the weights
+ * from the shards give the loss of the same weights from the seed, bit for bit. */
+static void test_checkpoint_directory_of_shards_loads(void **state)
+{
+    char dir[] = "/tmp/hd-llama-ckpt-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char config[256], index[256], shard[2][256], why[512] = "";
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    write_text(config, tiny_config_json);
+    llama_config c = tiny(16), want = tiny_llama3(16);
+    c.hidden = 8; /* the config sets every size */
+    if (llama_config_read(config, &c, why, sizeof why) != HD_OK)
+        fail_msg("config: %s", why);
+    assert_int_equal(c.hidden, want.hidden);
+    assert_int_equal(c.heads, want.heads);
+    assert_int_equal(c.kv_heads, want.kv_heads);
+    assert_int_equal(c.head_dim, want.head_dim);
+    assert_int_equal(c.mlp, want.mlp);
+    assert_int_equal(c.vocab, want.vocab);
+    assert_int_equal(c.layers, want.layers);
+    assert_true(c.rope_theta == want.rope_theta && c.norm_eps == 1e-5f);
+    assert_true(memcmp(&c.rope_scaling, &want.rope_scaling, sizeof c.rope_scaling) == 0);
+    assert_int_equal(c.tokens, 16); /* not the config's */
+
+    hd_context *ctx = hd_test_context(true);
+    llama_model *seeded = NULL, *sharded = NULL;
+    recorded *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    assert_int_equal(llama_create(ctx, &c, &seeded, why, sizeof why), HD_OK);
+    assert_int_equal(llama_load_weights(seeded, recording_source, r, why, sizeof why), HD_OK);
+    size_t half = r->count / 2;
+    char map[8192] = "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {";
+    for (size_t i = 0; i < r->count; i++) {
+        char entry[192];
+        snprintf(entry, sizeof entry, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                 i ? ", " : "", r->names[i], i < half ? 1 : 2);
+        strcat(map, entry);
+    }
+    strcat(map, "}}");
+    write_text(index, map);
+    for (int k = 0; k < 2; k++) {
+        snprintf(shard[k], sizeof shard[k], "%s/model-0000%d-of-00002.safetensors", dir, k + 1);
+        write_shard(r, k == 0 ? 0 : half, k == 0 ? half : r->count, shard[k]);
+    }
+    llama_weights *w = NULL;
+    if (llama_weights_open(dir, &w, why, sizeof why) != HD_OK)
+        fail_msg("weights: %s", why);
+    assert_int_equal(llama_create(ctx, &c, &sharded, why, sizeof why), HD_OK);
+    if (llama_load_weights(sharded, llama_weights_source, w, why, sizeof why) != HD_OK)
+        fail_msg("loading the shards: %s", why);
+    uint64_t seed = 3;
+    assert_int_equal(llama_load_lora(seeded, llama_seeded_source, &seed, 0, why, sizeof why),
+                     HD_OK);
+    assert_int_equal(llama_load_lora(sharded, llama_seeded_source, &seed, 0, why, sizeof why),
+                     HD_OK);
+    int32_t tokens[16];
+    hd_rng rng = hd_test_rng(9);
+    random_tokens(&rng, tokens, 16, c.vocab);
+    float a, b;
+    assert_int_equal(llama_eval(seeded, tokens, NULL, &a), HD_OK);
+    assert_int_equal(llama_eval(sharded, tokens, NULL, &b), HD_OK);
+    assert_true(memcmp(&a, &b, sizeof a) == 0);
+    /* one tensor the shards lack: refused by name */
+    llama_weights_close(w);
+    write_shard(r, 0, half - 1, shard[0]);
+    assert_int_equal(llama_weights_open(dir, &w, why, sizeof why), HD_OK);
+    assert_int_equal(llama_load_weights(sharded, llama_weights_source, w, why, sizeof why),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, r->names[half - 1]));
+    llama_weights_close(w);
+    /* an index naming a file outside its directory, or no weight_map */
+    const char *const bad_index[] = {
+        "{\"weight_map\": {\"model.embed_tokens.weight\": \"../model.safetensors\"}}",
+        "{\"weight_map\": {\"model.embed_tokens.weight\": 3}}",
+        "{\"metadata\": {}}",
+        "[1]",
+        "{\"weight_map\": {",
+        "{\"weight_map\": {\"a\": \".\"}}"};
+    for (size_t i = 0; i < sizeof bad_index / sizeof bad_index[0]; i++) {
+        write_text(index, bad_index[i]);
+        assert_int_equal(llama_weights_open(dir, &w, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+        assert_null(w);
+    }
+    for (size_t i = 0; i < r->count; i++)
+        free(r->data[i]);
+    free(r);
+    const char *const made[] = {config, index, shard[0], shard[1]};
+    for (int k = 0; k < 4; k++)
+        unlink(made[k]);
+    rmdir(dir);
+    llama_destroy(seeded);
+    llama_destroy(sharded);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+/* config.json values this model does not run, each refused with its key, the config as it
+ * was left unchanged; what a config leaves out takes transformers' defaults, and transformers
+ * 5's rope_parameters stand for rope_theta and rope_scaling. */
+static void test_config_json_that_cannot_run_is_refused(void **state)
+{
+    char path[] = "/tmp/hd-llama-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+#define SIZES                                                                                      \
+    "\"hidden_size\": 32, \"intermediate_size\": 48, \"num_hidden_layers\": 2, "                   \
+    "\"num_attention_heads\": 4, \"vocab_size\": 61, "
+    static const struct {
+        const char *json, *key;
+    } bad[] = {
+        {"{\"model_type\": \"mistral\", \"hidden_size\": 32}", "model_type"},
+        {"{\"hidden_act\": \"gelu\"}", "hidden_act"},
+        {"{\"attention_bias\": true}", "attention_bias"},
+        {"{\"mlp_bias\": true}", "mlp_bias"},
+        {"{\"intermediate_size\": 48, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+         "\"vocab_size\": 61}",
+         "hidden_size"},
+        {"{\"hidden_size\": -32}", "hidden_size"},
+        {"{\"hidden_size\": \"32\"}", "hidden_size"},
+        {"{\"hidden_size\": 32, \"intermediate_size\": 48, \"num_hidden_layers\": 2, "
+         "\"num_attention_heads\": 4, \"vocab_size\": 4294967296}",
+         "vocab_size"},
+        {"{" SIZES "\"head_dim\": 512}", "head_dim"},
+        {"{" SIZES "\"rms_norm_eps\": \"small\"}", "rms_norm_eps"},
+        {"{" SIZES "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", "rope_scaling"},
+        {"{" SIZES "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 4.0}}", "rope_scaling"},
+        {"{" SIZES "\"rope_scaling\": {\"rope_type\": \"llama3\", \"low_freq_factor\": 1.0, "
+         "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}}",
+         "factor"},
+        {"{" SIZES "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+         "\"low_freq_factor\": "
+         "1.0, \"high_freq_factor\": 4.0}}",
+         "original_max_position_embeddings"},
+        {"{" SIZES "\"rope_scaling\": 3}", "rope_scaling"},
+        {"{" SIZES "\"tie_word_embeddings\": 1}", "tie_word_embeddings"},
+        {"{\"hidden_size\": 32, \"hidden_size\": 64}", "duplicate"},
+        {"[]", "not a JSON object"},
+        {"{\"hidden_size\": 32", "line 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(path, bad[i].json);
+        llama_config c = tiny(8), before = c;
+        char why[512] = "";
+        assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+        if (strstr(why, bad[i].key) == NULL)
+            fail_msg("%s: refused without naming %s: %s", bad[i].json, bad[i].key, why);
+        assert_true(memcmp(&c, &before, sizeof c) == 0);
+    }
+    /* the defaults of what a config leaves out, and transformers 5's rope_parameters */
+    write_text(path, "{" SIZES "\"model_type\": \"llama\"}");
+    llama_config c = tiny(8);
+    c.head_dim = 16;
+    c.rope_scaling.factor = 8.0f;
+    char why[512];
+    assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
+    assert_true(c.kv_heads == 4 && c.head_dim == 0 && c.norm_eps == 1e-6f &&
+                c.rope_theta == 10000.0f && c.rope_scaling.factor == 0.0f && !c.tied_embeddings);
+    write_text(path, "{" SIZES "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": "
+                     "500000.0, \"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": "
+                     "4.0, \"original_max_position_embeddings\": 8192}, \"tie_word_embeddings\": "
+                     "true}");
+    assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
+    assert_true(c.rope_theta == 500000.0f && c.rope_scaling.factor == 32.0f &&
+                c.rope_scaling.original_max_positions == 8192 && c.tied_embeddings);
+#undef SIZES
+    unlink(path);
+    /* not a regular file, or none */
+    assert_int_equal(llama_config_read("/tmp", &c, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llama_config_read("/nonexistent/config.json", &c, why, sizeof why),
+                     HD_ERR_INVALID_ARGUMENT);
+    (void)state;
+}
+
 /* A weights file whose tensor has the wrong shape, or lacks one, is refused by name. */
 static void test_weights_file_that_disagrees_is_refused(void **state)
 {
@@ -429,6 +669,8 @@ int main(void)
         cmocka_unit_test(test_packed_loss_is_that_of_the_sequences_alone),
         cmocka_unit_test(test_weights_file_that_disagrees_is_refused),
         cmocka_unit_test(test_lora_saved_as_files_and_peft_adapters_loads_back),
+        cmocka_unit_test(test_checkpoint_directory_of_shards_loads),
+        cmocka_unit_test(test_config_json_that_cannot_run_is_refused),
         cmocka_unit_test(test_head_dim_and_rope_scaling_gradients_match_finite_differences),
         cmocka_unit_test(test_rope_frequencies_are_transformers),
         cmocka_unit_test(test_config_that_cannot_run_is_refused),

@@ -15,6 +15,8 @@ LoRA factors and tokens, timed per step and compared with the library's trainer
     # a PEFT adapter the trainer saved (llama_lora ... --save-peft run/adapter): its loss on
     # the tokens, the base model's weights under peft.PeftModel.from_pretrained
     torch_llama.py adapter --config 8b2 --dir run/ --adapter run/adapter
+    # with make --checkpoint, the weights also as transformers saves them (run/checkpoint:
+    # config.json, shards and their index), for llama_lora --config ... --weights run/checkpoint
 
 The model is LlamaForCausalLM(LlamaConfig(...)) with attention_bias False, tie_word_embeddings
 False, and the config's head_dim and "llama3" rope_scaling where it names them (else
@@ -110,6 +112,10 @@ def make(args, c, torch):
     save_file(lora, os.path.join(args.dir, "lora.safetensors"))
     ids = torch.randint(0, c["vocab"], (c["tokens"],), dtype=torch.int32)
     ids.numpy().astype("<i4").tofile(os.path.join(args.dir, "tokens.bin"))
+    if args.checkpoint:
+        # the same weights as transformers saves a model: config.json and shards of 2 MB with
+        # their model.safetensors.index.json (llama_lora --config DIR/config.json --weights DIR)
+        model.save_pretrained(os.path.join(args.dir, "checkpoint"), max_shard_size="2MB")
 
 
 def named_projections(model, layer):
@@ -258,6 +264,8 @@ def main():
     p.add_argument("--modes", default="fp32,tf32,bf16")
     p.add_argument("--json", default=None)
     p.add_argument("--adapter", default=None, help="adapter: the PEFT adapter's directory")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="make: also save the model as transformers does, in DIR/checkpoint")
     args = p.parse_args()
     c = CONFIGS[args.config]
     if args.what == "args":
