@@ -10,7 +10,8 @@
  * Kaiming-uniform, B zeros). The trained factors go to a file (--save-lora, without the prefix)
  * or to a PEFT adapter directory (--save-peft), which peft.PeftModel.from_pretrained loads onto
  * the base model. Tokens come from a file of
- * little-endian int32 ids (--data; the first --tokens of them) or are drawn from the seed. Each
+ * little-endian int32 ids (--data: each step the next window of --tokens of them, from the start
+ * again after the last whole window) or are drawn from the seed, once for every step. Each
  * step prints its loss, its time and tokens per second; the loss is the only value read back
  * from the device during a step.
  *
@@ -27,6 +28,7 @@
 #include <hd/dispatch.h>
 
 #include "checkpoint.h"
+#include "data.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -49,7 +51,8 @@ static void usage(FILE *out)
             "            --head-dim N (hidden / heads) --theta X (RoPE base, 10000)\n"
             "            --rope-llama3 FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's RoPE scaling)\n"
             "            --eps X (RMS norm, 1e-5) --tied\n"
-            "  data:     --tokens N (per step) --data FILE (int32 ids) --sequences a,b,...\n"
+            "  data:     --tokens N (per step) --data FILE (int32 ids, the next --tokens of\n"
+            "            them each step) --sequences a,b,... (each step's packing)\n"
             "  LoRA:     --rank N (16) --alpha X (32)\n"
             "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
             "  run:      --steps N (10) --seed N (1) --precision fp32|tf32|fp32x3\n"
@@ -239,35 +242,49 @@ static bool parse_args(int argc, char **argv, options *o)
 
 /* ---- inputs ---- */
 
-/* The tokens of a step: from the data file, or uniform from the seed. */
-static bool read_tokens(const options *o, int32_t *tokens)
+/* The steps' tokens: the data file's windows, one a step (data.h), or without --data one draw
+ * from the seed for every step. */
+typedef struct batches {
+    llama_data *data; /* NULL: drawn from the seed */
+    int32_t *tokens;  /* the current step's */
+} batches;
+
+/* The next step's tokens into b->tokens. */
+static bool next_batch(batches *b)
 {
+    char why[512];
+    if (b->data == NULL || llama_data_next(b->data, b->tokens, why, sizeof why) == HD_OK)
+        return true;
+    fprintf(stderr, "llama_lora: %s\n", why);
+    return false;
+}
+
+/* The first step's tokens in b->tokens: the data file's first window, or the seed's draw. */
+static bool open_batches(const options *o, batches *b)
+{
+    *b = (batches){NULL, malloc(o->c.tokens * sizeof *b->tokens)};
+    if (b->tokens == NULL)
+        return false;
     if (o->data == NULL) {
         unsigned long long s = o->seed * 0x9e3779b97f4a7c15ull + 17;
         for (size_t i = 0; i < o->c.tokens; i++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
-            tokens[i] = (int32_t)((s >> 33) % o->c.vocab);
+            b->tokens[i] = (int32_t)((s >> 33) % o->c.vocab);
         }
         return true;
     }
-    FILE *f = fopen(o->data, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "llama_lora: %s: %s\n", o->data, strerror(errno));
+    char why[512];
+    if (llama_data_open(o->data, o->c.tokens, o->c.vocab, &b->data, why, sizeof why) != HD_OK) {
+        fprintf(stderr, "llama_lora: --data %s\n", why);
         return false;
     }
-    size_t got = fread(tokens, sizeof *tokens, o->c.tokens, f);
-    fclose(f);
-    if (got != o->c.tokens) {
-        fprintf(stderr, "llama_lora: %s holds %zu ids, %zu wanted\n", o->data, got, o->c.tokens);
-        return false;
-    }
-    for (size_t i = 0; i < o->c.tokens; i++)
-        if (tokens[i] < 0 || (size_t)tokens[i] >= o->c.vocab) {
-            fprintf(stderr, "llama_lora: %s: id %ld at %zu is outside the vocabulary of %zu\n",
-                    o->data, (long)tokens[i], i, o->c.vocab);
-            return false;
-        }
-    return true;
+    return next_batch(b);
+}
+
+static void close_batches(batches *b)
+{
+    llama_data_close(b->data);
+    free(b->tokens);
 }
 
 /* ---- outputs ---- */
@@ -327,13 +344,12 @@ static void write_json(const options *o, hd_context *ctx, const float *losses,
 
 /* ---- the run ---- */
 
-static int train(const options *o, hd_context *ctx, llama_model *m, const int32_t *tokens)
+static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
 {
     hd_sequences seq = {o->sequences, o->sequence_count};
-    char name[160];
     if (o->save_grads != NULL) {
         float loss;
-        hd_status s = llama_gradients(m, tokens, &seq, &loss);
+        hd_status s = llama_gradients(m, b->tokens, &seq, &loss);
         if (s != HD_OK || !save_lora(m, 1, o->save_grads)) {
             fprintf(stderr, "llama_lora: gradients: %s\n", hd_context_last_error(ctx));
             return 2;
@@ -348,8 +364,12 @@ static int train(const options *o, hd_context *ctx, llama_model *m, const int32_
     }
     int status = 0;
     for (long step = 1; step <= o->steps && status == 0; step++) {
+        if (step > 1 && !next_batch(b)) {
+            status = 2;
+            break;
+        }
         double start = now_seconds();
-        hd_status s = llama_train_step(m, tokens, &seq, step, &losses[step - 1]);
+        hd_status s = llama_train_step(m, b->tokens, &seq, step, &losses[step - 1]);
         seconds[step - 1] = now_seconds() - start;
         if (s != HD_OK) {
             fprintf(stderr, "llama_lora: step %ld: %s\n", step, hd_context_last_error(ctx));
@@ -380,7 +400,6 @@ static int train(const options *o, hd_context *ctx, llama_model *m, const int32_
             status = 1;
         }
     }
-    (void)name;
     free(losses);
     free(seconds);
     return status;
@@ -434,21 +453,24 @@ int main(int argc, char **argv)
     }
     char why[512] = "";
     llama_model *m = NULL;
-    int32_t *tokens = malloc((o.c.tokens > 0 ? o.c.tokens : 1) * sizeof *tokens);
+    batches b = {0};
     int status = 2;
-    if (tokens != NULL && llama_create(ctx, &o.c, &m, why, sizeof why) == HD_OK &&
-        load(&o, m, why, sizeof why) == HD_OK && read_tokens(&o, tokens)) {
+    if (llama_create(ctx, &o.c, &m, why, sizeof why) == HD_OK &&
+        load(&o, m, why, sizeof why) == HD_OK && open_batches(&o, &b)) {
         printf("llama_lora: %zu layers, hidden %zu, %zu heads (%zu kv), mlp %zu, vocab %zu, "
                "%zu tokens, LoRA r %zu alpha %g, on %s (%s)\n",
                o.c.layers, o.c.hidden, o.c.heads, o.c.kv_heads, o.c.mlp, o.c.vocab, o.c.tokens,
                o.c.rank, (double)o.c.lora_alpha, hd_context_device_name(ctx),
                hd_precision_name(hd_context_gemm_precision(ctx)));
-        status = train(&o, ctx, m, tokens);
+        if (b.data != NULL)
+            printf("llama_lora: %s: %zu windows of %zu tokens an epoch\n", o.data,
+                   llama_data_windows(b.data), o.c.tokens);
+        status = train(&o, ctx, m, &b);
     } else if (why[0] != '\0') {
         fprintf(stderr, "llama_lora: %s\n", why);
     }
     llama_destroy(m);
-    free(tokens);
+    close_batches(&b);
     hd_context_destroy(ctx);
     return status;
 }

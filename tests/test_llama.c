@@ -4,8 +4,9 @@
  * with finite differences of the loss (also with a head dimension of its own and Llama 3.1's
  * scaled RoPE, whose frequencies are transformers'), packed sequences restart positions and
  * attention, weights files that disagree with the model are refused with the tensor's name,
- * LoRA factors saved as a file or a PEFT adapter load back, and a transformers checkpoint (its
- * config.json, its weights in shards) loads, while configs this model does not run are refused.
+ * LoRA factors saved as a file or a PEFT adapter load back, a transformers checkpoint (its
+ * config.json, its weights in shards) loads, while configs this model does not run are refused,
+ * and a training set's windows come one a step.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "data.h"
 #include "model.h"
 #include "safetensors.h"
 #include "tests/testlib.h"
@@ -556,6 +558,69 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
     (void)state;
 }
 
+/* The little-endian int32 ids as a file at path. */
+static void write_ids(const char *path, const int32_t *ids, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)ids[i];
+        unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
+                              (unsigned char)(u >> 24)};
+        assert_int_equal(fwrite(b, 1, 4, f), 4);
+    }
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A training set of 3 whole windows of 5 ids and 3 ids more: windows 0, 1, 2, then 0 again
+ * (the 3 never read); refusals of files that cannot serve, with their reasons. */
+static void test_data_windows_cycle_and_bad_files_are_refused(void **state)
+{
+    char path[] = "/tmp/hd-llama-data-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    int32_t ids[18];
+    for (int i = 0; i < 18; i++)
+        ids[i] = (i * 7) % 61;
+    write_ids(path, ids, 18);
+    llama_data *d = NULL;
+    char why[512] = "";
+    if (llama_data_open(path, 5, 61, &d, why, sizeof why) != HD_OK)
+        fail_msg("open: %s", why);
+    assert_int_equal(llama_data_windows(d), 3);
+    for (int step = 0; step < 7; step++) {
+        int32_t got[5];
+        assert_int_equal(llama_data_next(d, got, why, sizeof why), HD_OK);
+        assert_memory_equal(got, ids + 5 * (step % 3), sizeof got);
+    }
+    llama_data_close(d);
+    /* fewer ids than a window; an id outside the vocabulary (its place said); a size that is
+     * not whole ids; a directory; no file */
+    assert_int_equal(llama_data_open(path, 19, 61, &d, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "holds 18 ids, 19 wanted"));
+    ids[13] = 61;
+    write_ids(path, ids, 18);
+    assert_int_equal(llama_data_open(path, 5, 61, &d, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "id 61 at 13"));
+    ids[13] = -1;
+    write_ids(path, ids, 18);
+    assert_int_equal(llama_data_open(path, 5, 61, &d, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "id -1 at 13"));
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    fputc(0, f);
+    fclose(f);
+    assert_int_equal(llama_data_open(path, 5, 61, &d, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "whole number"));
+    assert_int_equal(llama_data_open("/tmp", 5, 61, &d, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llama_data_open("/nonexistent/ids.bin", 5, 61, &d, why, sizeof why),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_null(d);
+    unlink(path);
+    (void)state;
+}
+
 /* A weights file whose tensor has the wrong shape, or lacks one, is refused by name. */
 static void test_weights_file_that_disagrees_is_refused(void **state)
 {
@@ -671,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_lora_saved_as_files_and_peft_adapters_loads_back),
         cmocka_unit_test(test_checkpoint_directory_of_shards_loads),
         cmocka_unit_test(test_config_json_that_cannot_run_is_refused),
+        cmocka_unit_test(test_data_windows_cycle_and_bad_files_are_refused),
         cmocka_unit_test(test_head_dim_and_rope_scaling_gradients_match_finite_differences),
         cmocka_unit_test(test_rope_frequencies_are_transformers),
         cmocka_unit_test(test_config_that_cannot_run_is_refused),
