@@ -3,17 +3,17 @@
  *
  *   llama_lora [options]
  *
- * The model's shape comes from the options; its frozen weights from a safetensors file
- * (--weights, transformers' names; "lm_head.weight" missing means tied embeddings) or from a
- * seed; LoRA factors from a file (--lora, PEFT's names, with or without the "base_model.model."
- * prefix of a PEFT adapter's adapter_model.safetensors) or initialised as PEFT does (A
- * Kaiming-uniform, B zeros). The trained factors go to a file (--save-lora, without the prefix)
- * or to a PEFT adapter directory (--save-peft), which peft.PeftModel.from_pretrained loads onto
- * the base model. Tokens come from a file of
- * little-endian int32 ids (--data: each step the next window of --tokens of them, from the start
- * again after the last whole window) or are drawn from the seed, once for every step. Each
- * step prints its loss, its time and tokens per second; the loss is the only value read back
- * from the device during a step.
+ * The model's shape comes from a transformers config.json (--config) and the options, which
+ * change it; its frozen weights from safetensors (--weights: a file, or a checkpoint directory
+ * and its shards; transformers' names, "lm_head.weight" absent where the embeddings are tied) or
+ * from a seed. LoRA factors come from a file (--lora, PEFT's names, with or without the
+ * "base_model.model." prefix of a PEFT adapter's adapter_model.safetensors) or are initialised
+ * as PEFT does (A Kaiming-uniform, B zeros); the trained ones go to a file (--save-lora, without
+ * the prefix) or a PEFT adapter directory (--save-peft), which peft.PeftModel.from_pretrained
+ * puts on the base model. Tokens come from a file of little-endian int32 ids (--data: each step
+ * the next window of --tokens of them, from the start again after the last whole window) or are
+ * drawn from the seed, once for every step. Each step prints its loss, its time and tokens per
+ * second; the loss is the only value read back from the device during a step.
  *
  * Exit status: 0 after the last step; 1 when --expect-fall is given and the last loss is not
  * below the first; 2 for a bad option or input file.
@@ -55,6 +55,8 @@ static void usage(FILE *out)
             "            them each step) --sequences a,b,... (each step's packing)\n"
             "  LoRA:     --rank N (16) --alpha X (32)\n"
             "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
+            "            --schedule constant|linear|cosine (the lr's decay to 0 over --steps)\n"
+            "            --warmup N (steps of a linear rise from 0, 0)\n"
             "  run:      --steps N (10) --seed N (1) --precision fp32|tf32|fp32x3\n"
             "  files:    --weights FILE|DIR (safetensors; a directory's model.safetensors or the\n"
             "            shards of its model.safetensors.index.json)\n"
@@ -172,6 +174,16 @@ static bool parse_option(options *o, const char *name, const char *value)
         return parse_sequences(value, o);
     if (strcmp(name, "--rope-llama3") == 0)
         return parse_rope_llama3(value, &o->c.rope_scaling);
+    if (strcmp(name, "--warmup") == 0)
+        return parse_size(value, &o->c.warmup_steps);
+    if (strcmp(name, "--schedule") == 0) {
+        static const char *const names[] = {"constant", "linear", "cosine"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(value, names[i]) == 0) {
+                o->c.schedule = (llama_schedule)i;
+                return true;
+            }
+    }
     return false;
 }
 
@@ -214,6 +226,7 @@ static bool parse_args(int argc, char **argv, options *o)
             i++;
         }
     }
+    o->c.total_steps = (size_t)o->steps; /* where a decaying learning rate reaches 0 */
     /* a token's target is the next one of its sequence: a sequence of one token has none, and a
      * step with no target at all has no loss (the mean of none, NaN) and no gradient */
     size_t sum = 0;

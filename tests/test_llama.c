@@ -694,6 +694,47 @@ static void test_rope_frequencies_are_transformers(void **state)
     (void)state;
 }
 
+/* The learning rate per step against transformers' get_linear_schedule_with_warmup and
+ * get_cosine_schedule_with_warmup (and the constant one with warmup), lr 1e-3, 2 warmup steps
+ * of 10; a decay that ends within its warmup is refused. */
+static void test_learning_rate_schedules_are_transformers(void **state)
+{
+    static const struct {
+        llama_schedule schedule;
+        long step;
+        double want;
+    } cases[] = {
+        {LLAMA_SCHEDULE_LINEAR, 1, 0.0},           {LLAMA_SCHEDULE_LINEAR, 2, 5e-4},
+        {LLAMA_SCHEDULE_LINEAR, 3, 1e-3},          {LLAMA_SCHEDULE_LINEAR, 5, 7.5e-4},
+        {LLAMA_SCHEDULE_LINEAR, 7, 5e-4},          {LLAMA_SCHEDULE_LINEAR, 10, 1.25e-4},
+        {LLAMA_SCHEDULE_LINEAR, 11, 0.0},          {LLAMA_SCHEDULE_COSINE, 1, 0.0},
+        {LLAMA_SCHEDULE_COSINE, 2, 5e-4},          {LLAMA_SCHEDULE_COSINE, 3, 1e-3},
+        {LLAMA_SCHEDULE_COSINE, 5, 8.5355339e-4},  {LLAMA_SCHEDULE_COSINE, 7, 5e-4},
+        {LLAMA_SCHEDULE_COSINE, 10, 3.8060234e-5}, {LLAMA_SCHEDULE_COSINE, 11, 0.0},
+        {LLAMA_SCHEDULE_CONSTANT, 1, 0.0},         {LLAMA_SCHEDULE_CONSTANT, 2, 5e-4},
+        {LLAMA_SCHEDULE_CONSTANT, 10, 1e-3},
+    };
+    llama_config c = tiny(8);
+    c.lr = 1e-3f;
+    c.warmup_steps = 2;
+    c.total_steps = 10;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c.schedule = cases[i].schedule;
+        double got = llama_learning_rate(&c, cases[i].step);
+        if (fabs(got - cases[i].want) > 1e-7 * 1e-3)
+            fail_msg("schedule %d, step %ld: lr %.9g, transformers %.9g", (int)c.schedule,
+                     cases[i].step, got, cases[i].want);
+    }
+    char why[128];
+    c.schedule = LLAMA_SCHEDULE_COSINE;
+    c.total_steps = 2;
+    assert_false(llama_config_check(&c, why, sizeof why));
+    assert_non_null(strstr(why, "warmup"));
+    c.schedule = LLAMA_SCHEDULE_CONSTANT; /* no decay: any warmup */
+    assert_true(llama_config_check(&c, why, sizeof why));
+    (void)state;
+}
+
 static void test_config_that_cannot_run_is_refused(void **state)
 {
     llama_config c = tiny(8);
@@ -739,6 +780,7 @@ int main(void)
         cmocka_unit_test(test_data_windows_cycle_and_bad_files_are_refused),
         cmocka_unit_test(test_head_dim_and_rope_scaling_gradients_match_finite_differences),
         cmocka_unit_test(test_rope_frequencies_are_transformers),
+        cmocka_unit_test(test_learning_rate_schedules_are_transformers),
         cmocka_unit_test(test_config_that_cannot_run_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -113,12 +113,29 @@ bool llama_config_check(const llama_config *c, char *why, size_t size)
         bad = "the vocabulary must fit int32 ids";
     else if (!(c->rope_theta > 1.0f) || !(c->norm_eps >= 0.0f) || !(c->lora_alpha > 0.0f))
         bad = "rope theta must be > 1, the norm's eps >= 0 and LoRA's alpha > 0";
+    else if (c->schedule != LLAMA_SCHEDULE_CONSTANT && c->total_steps <= c->warmup_steps)
+        bad = "a decaying learning rate needs more steps than its warmup";
     else if (!rope_scaling_valid(&c->rope_scaling))
         bad = "the llama3 RoPE scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor "
               "and original positions > 0";
     if (bad != NULL)
         snprintf(why, size, "%s", bad);
     return bad == NULL;
+}
+
+float llama_learning_rate(const llama_config *c, long step)
+{
+    double t = (double)(step - 1), warmup = (double)c->warmup_steps;
+    if (t < warmup)
+        return (float)((double)c->lr * t / warmup);
+    double f = 1.0;
+    if (c->schedule != LLAMA_SCHEDULE_CONSTANT) {
+        double progress = (t - warmup) / ((double)c->total_steps - warmup);
+        f = c->schedule == LLAMA_SCHEDULE_LINEAR ? 1.0 - progress
+                                                 : 0.5 * (1.0 + cos(3.141592653589793 * progress));
+        f = f > 0.0 ? f : 0.0;
+    }
+    return (float)((double)c->lr * f);
 }
 
 void llama_rope_frequencies(const llama_config *c, float *out)
@@ -681,7 +698,7 @@ hd_status llama_train_step(llama_model *m, const int32_t *tokens, const hd_seque
     if (s == HD_OK)
         s = backward(m, sequences);
     const llama_config *c = &m->c;
-    hd_adamw_options opt = {.lr = c->lr,
+    hd_adamw_options opt = {.lr = llama_learning_rate(c, step),
                             .beta1 = c->beta1,
                             .beta2 = c->beta2,
                             .eps = c->adam_eps,

@@ -29,6 +29,14 @@ typedef struct llama_rope_scaling {
     size_t original_max_positions;
 } llama_rope_scaling;
 
+/* The learning rate over a run, as transformers' schedulers form it: constant, or after a
+ * linear warmup a linear or a cosine decay to 0 at the run's last step. */
+typedef enum llama_schedule {
+    LLAMA_SCHEDULE_CONSTANT,
+    LLAMA_SCHEDULE_LINEAR, /* get_linear_schedule_with_warmup */
+    LLAMA_SCHEDULE_COSINE, /* get_cosine_schedule_with_warmup (half a cycle) */
+} llama_schedule;
+
 typedef struct llama_config {
     size_t layers, hidden, heads, kv_heads, mlp, vocab;
     size_t head_dim;      /* transformers' head_dim; 0: hidden / heads (its default) */
@@ -40,6 +48,9 @@ typedef struct llama_config {
     size_t rank;          /* LoRA r */
     float lora_alpha;     /* scale = alpha / r */
     float lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm; /* AdamW (0: no clipping) */
+    llama_schedule schedule;                                       /* lr over the run */
+    size_t warmup_steps; /* lr rising linearly from 0 over these first steps */
+    size_t total_steps;  /* the run's steps, where the decay ends (linear, cosine) */
 } llama_config;
 
 /* transformers' defaults for a Llama layer where the config does not say (theta 10000, eps
@@ -49,8 +60,15 @@ void llama_config_defaults(llama_config *c);
 /* The config's sizes checked: every size > 0, heads divisible into kv_heads, head_dim (given,
  * or hidden / heads, which heads must then divide) a multiple of 8 up to 256, the RoPE
  * scaling's factor 0 or at least 1 with 0 < low_freq_factor < high_freq_factor and
- * original_max_positions > 0. false with the reason in why. */
+ * original_max_positions > 0, a decaying schedule's total_steps above its warmup_steps. false
+ * with the reason in why. */
 bool llama_config_check(const llama_config *c, char *why, size_t size);
+
+/* The learning rate of step `step` (1 for the first) under c's schedule: transformers' factor
+ * of its step index t = step - 1, t / warmup during the warmup, then 1 (constant), (total - t) /
+ * (total - warmup) (linear) or (1 + cos(pi (t - warmup) / (total - warmup))) / 2 (cosine), none
+ * below 0, times c->lr. */
+float llama_learning_rate(const llama_config *c, long step);
 
 /* The head dimension of a config: head_dim, or hidden / heads where it is 0. */
 size_t llama_head_dim(const llama_config *c);
