@@ -12,8 +12,9 @@
  * the prefix) or a PEFT adapter directory (--save-peft), which peft.PeftModel.from_pretrained
  * puts on the base model. Tokens come from a file of little-endian int32 ids (--data: each step
  * the next window of --tokens of them, from the start again after the last whole window) or are
- * drawn from the seed, once for every step. Each step prints its loss, its time and tokens per
- * second; the loss is the only value read back from the device during a step.
+ * drawn from the seed, once for every batch; a step takes --accumulate batches, their gradients
+ * added (transformers' gradient accumulation). Each step prints its loss, its time and tokens
+ * per second; the loss is the only value read back from the device during a step.
  *
  * Exit status: 0 after the last step; 1 when --expect-fall is given and the last loss is not
  * below the first; 2 for a bad option or input file.
@@ -35,6 +36,7 @@
 typedef struct options {
     llama_config c;
     long steps;
+    size_t accumulate; /* batches of --tokens a step */
     unsigned long long seed;
     const char *weights, *lora, *data, *save_lora, *save_peft, *save_grads, *precision, *json;
     size_t sequences[64];
@@ -51,8 +53,9 @@ static void usage(FILE *out)
             "            --head-dim N (hidden / heads) --theta X (RoPE base, 10000)\n"
             "            --rope-llama3 FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's RoPE scaling)\n"
             "            --eps X (RMS norm, 1e-5) --tied\n"
-            "  data:     --tokens N (per step) --data FILE (int32 ids, the next --tokens of\n"
-            "            them each step) --sequences a,b,... (each step's packing)\n"
+            "  data:     --tokens N (a batch) --data FILE (int32 ids, the next --tokens of\n"
+            "            them each batch) --sequences a,b,... (each batch's packing)\n"
+            "            --accumulate K (batches a step, their gradients added: 1)\n"
             "  LoRA:     --rank N (16) --alpha X (32)\n"
             "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
             "            --schedule constant|linear|cosine (the lr's decay to 0 over --steps)\n"
@@ -133,10 +136,11 @@ static bool parse_option(options *o, const char *name, const char *value)
     struct {
         const char *name;
         size_t *target;
-    } sizes[] = {
-        {"--layers", &o->c.layers},     {"--hidden", &o->c.hidden}, {"--heads", &o->c.heads},
-        {"--kv-heads", &o->c.kv_heads}, {"--mlp", &o->c.mlp},       {"--vocab", &o->c.vocab},
-        {"--tokens", &o->c.tokens},     {"--rank", &o->c.rank},     {"--head-dim", &o->c.head_dim}};
+    } sizes[] = {{"--layers", &o->c.layers},     {"--hidden", &o->c.hidden},
+                 {"--heads", &o->c.heads},       {"--kv-heads", &o->c.kv_heads},
+                 {"--mlp", &o->c.mlp},           {"--vocab", &o->c.vocab},
+                 {"--tokens", &o->c.tokens},     {"--rank", &o->c.rank},
+                 {"--head-dim", &o->c.head_dim}, {"--accumulate", &o->accumulate}};
     struct {
         const char *name;
         float *target;
@@ -198,6 +202,7 @@ static bool parse_args(int argc, char **argv, options *o)
     o->c.vocab = 256;
     o->c.tokens = 64;
     o->steps = 10;
+    o->accumulate = 1;
     o->seed = 1;
     /* the shape of a config.json first, wherever --config stands: the other options change it */
     for (int i = 1; i + 1 < argc; i++)
@@ -227,6 +232,10 @@ static bool parse_args(int argc, char **argv, options *o)
         }
     }
     o->c.total_steps = (size_t)o->steps; /* where a decaying learning rate reaches 0 */
+    if (o->accumulate == 0 || o->accumulate > 4096) {
+        fprintf(stderr, "llama_lora: --accumulate takes 1 to 4096 batches a step\n");
+        return false;
+    }
     /* a token's target is the next one of its sequence: a sequence of one token has none, and a
      * step with no target at all has no loss (the mean of none, NaN) and no gradient */
     size_t sum = 0;
@@ -259,35 +268,46 @@ static bool parse_args(int argc, char **argv, options *o)
  * from the seed for every step. */
 typedef struct batches {
     llama_data *data; /* NULL: drawn from the seed */
-    int32_t *tokens;  /* the current step's */
+    size_t count;     /* a step's batches (--accumulate) */
+    int32_t *tokens;  /* the current step's, count windows of --tokens */
+    const int32_t **each; /* each batch's */
 } batches;
 
-/* The next step's tokens into b->tokens. */
+/* The next step's batches into b->tokens. */
 static bool next_batch(batches *b)
 {
     char why[512];
-    if (b->data == NULL || llama_data_next(b->data, b->tokens, why, sizeof why) == HD_OK)
-        return true;
-    fprintf(stderr, "llama_lora: %s\n", why);
-    return false;
+    for (size_t i = 0; b->data != NULL && i < b->count; i++)
+        if (llama_data_next(b->data, (int32_t *)b->each[i], why, sizeof why) != HD_OK) {
+            fprintf(stderr, "llama_lora: %s\n", why);
+            return false;
+        }
+    return true;
 }
 
-/* The first step's tokens in b->tokens: the data file's first window, or the seed's draw. */
+/* The first step's batches in b->tokens: the data file's first windows, or the seed's draw in
+ * each. */
 static bool open_batches(const options *o, batches *b)
 {
-    *b = (batches){NULL, malloc(o->c.tokens * sizeof *b->tokens)};
-    if (b->tokens == NULL)
+    size_t t = o->c.tokens;
+    *b = (batches){NULL, o->accumulate, malloc(o->accumulate * t * sizeof *b->tokens),
+                   malloc(o->accumulate * sizeof *b->each)};
+    if (b->tokens == NULL || b->each == NULL)
         return false;
+    for (size_t i = 0; i < b->count; i++)
+        b->each[i] = b->tokens + i * t;
     if (o->data == NULL) {
         unsigned long long s = o->seed * 0x9e3779b97f4a7c15ull + 17;
-        for (size_t i = 0; i < o->c.tokens; i++) {
+        for (size_t i = 0; i < t; i++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             b->tokens[i] = (int32_t)((s >> 33) % o->c.vocab);
         }
+        for (size_t i = 1; i < b->count; i++)
+            memcpy(b->tokens + i * t, b->tokens, t * sizeof *b->tokens);
         return true;
     }
     char why[512];
-    if (llama_data_open(o->data, o->c.tokens, o->c.vocab, &b->data, why, sizeof why) != HD_OK) {
+    if (llama_data_open(o->data, t, o->c.vocab, &b->data, why, sizeof why) != HD_OK) {
         fprintf(stderr, "llama_lora: --data %s\n", why);
         return false;
     }
@@ -298,6 +318,7 @@ static void close_batches(batches *b)
 {
     llama_data_close(b->data);
     free(b->tokens);
+    free(b->each);
 }
 
 /* ---- outputs ---- */
@@ -345,7 +366,8 @@ static void write_json(const options *o, hd_context *ctx, const float *losses,
     }
     fprintf(f, "{\"schema\": \"hd-llama/1\", \"device\": \"%s\", \"precision\": \"%s\",\n",
             hd_context_device_name(ctx), hd_precision_name(hd_context_gemm_precision(ctx)));
-    fprintf(f, " \"tokens\": %zu, \"model_bytes\": %zu,\n \"losses\": [", o->c.tokens, bytes);
+    fprintf(f, " \"tokens\": %zu, \"model_bytes\": %zu,\n \"losses\": [",
+            o->c.tokens * o->accumulate, bytes);
     for (long i = 0; i < o->steps; i++)
         fprintf(f, "%s%.9g", i ? ", " : "", (double)losses[i]);
     fprintf(f, "],\n \"step_seconds\": [");
@@ -382,7 +404,7 @@ static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
             break;
         }
         double start = now_seconds();
-        hd_status s = llama_train_step(m, b->tokens, &seq, step, &losses[step - 1]);
+        hd_status s = llama_train_step_batches(m, b->each, b->count, &seq, step, &losses[step - 1]);
         seconds[step - 1] = now_seconds() - start;
         if (s != HD_OK) {
             fprintf(stderr, "llama_lora: step %ld: %s\n", step, hd_context_last_error(ctx));
@@ -390,7 +412,7 @@ static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
             break;
         }
         printf("step %3ld  loss %.6f  %8.2f ms  %9.0f tokens/s\n", step, (double)losses[step - 1],
-               1e3 * seconds[step - 1], (double)o->c.tokens / seconds[step - 1]);
+               1e3 * seconds[step - 1], (double)(o->c.tokens * o->accumulate) / seconds[step - 1]);
         fflush(stdout);
     }
     if (status == 0) {
@@ -400,7 +422,8 @@ static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
         qsort(sorted, n, sizeof *sorted, compare_doubles);
         double median = sorted[n / 2];
         printf("median step %.2f ms, %.0f tokens/s; model tensors %.1f MiB\n", 1e3 * median,
-               (double)o->c.tokens / median, (double)llama_bytes(m) / (1024.0 * 1024.0));
+               (double)(o->c.tokens * o->accumulate) / median,
+               (double)llama_bytes(m) / (1024.0 * 1024.0));
         if (o->json != NULL)
             write_json(o, ctx, losses, seconds, llama_bytes(m));
         if (o->save_lora != NULL && !save_lora(m, 0, o->save_lora))

@@ -320,6 +320,75 @@ static void test_lora_saved_as_files_and_peft_adapters_loads_back(void **state)
     (void)state;
 }
 
+/* Gradient accumulation: two steps over a batch taken twice move every factor exactly as two
+ * steps over it once (the summed gradients are twice the mean, and AdamW's eps scales with
+ * them), and report its loss; with the clip on, within 3e-5 relative (the clip adds 1e-6 to the
+ * doubled norm as to the norm). A step over two batches reports their mean loss, and gradients
+ * after it are not added to it. */
+static void test_accumulated_batches_step_as_their_mean(void **state)
+{
+    hd_context *ctx = hd_test_context(true);
+    hd_rng rng = hd_test_rng(11);
+    int32_t w1[16], w2[16];
+    random_tokens(&rng, w1, 16, 61);
+    random_tokens(&rng, w2, 16, 61);
+    for (int clip = 0; clip < 2; clip++) {
+        llama_config c = tiny(16);
+        c.weight_decay = 0.01f;
+        c.max_grad_norm = clip ? 0.05f : 0.0f;
+        llama_model *once = make_model(ctx, &c, true), *twice = make_model(ctx, &c, true);
+        const int32_t *same[] = {w1, w1};
+        for (long step = 1; step <= 2; step++) {
+            float a, b;
+            assert_int_equal(llama_train_step(once, w1, NULL, step, &a), HD_OK);
+            assert_int_equal(llama_train_step_batches(twice, same, 2, NULL, step, &b), HD_OK);
+            if (a != b)
+                fail_msg("step %ld: loss %.9g once, %.9g over the batch twice", step, (double)a,
+                         (double)b);
+        }
+        if (!clip) {
+            expect_same_lora(once, twice, "a batch twice");
+        } else {
+            for (size_t i = 0; i < llama_lora_count(once); i++) {
+                char name[160];
+                hd_tensor *ta = llama_lora_tensor(once, i, 0, name, sizeof name);
+                size_t n = hd_tensor_rows(ta) * hd_tensor_cols(ta);
+                float *x = hd_test_read(ta),
+                      *y = hd_test_read(llama_lora_tensor(twice, i, 0, NULL, 0));
+                for (size_t e = 0; e < n; e++)
+                    if (fabsf(x[e] - y[e]) > 3e-5f * (fabsf(x[e]) + 1e-3f))
+                        fail_msg("clipped, %s[%zu]: %.9g once, %.9g twice", name, e, (double)x[e],
+                                 (double)y[e]);
+                free(x);
+                free(y);
+            }
+        }
+        /* two batches: their mean loss; then a step of one batch, as a fresh model's */
+        const int32_t *pair[] = {w1, w2};
+        float l1, l2, both;
+        assert_int_equal(llama_eval(twice, w1, NULL, &l1), HD_OK);
+        assert_int_equal(llama_eval(twice, w2, NULL, &l2), HD_OK);
+        assert_int_equal(llama_train_step_batches(twice, pair, 2, NULL, 3, &both), HD_OK);
+        if (fabs((double)both - 0.5 * ((double)l1 + (double)l2)) > 1e-6 * fabs((double)both))
+            fail_msg("two batches: loss %.9g, their mean %.9g", (double)both,
+                     0.5 * ((double)l1 + (double)l2));
+        /* gradients after it are overwritten, not added to: the same twice */
+        float loss;
+        hd_tensor *g = llama_lora_tensor(twice, 1, 1, NULL, 0);
+        assert_int_equal(llama_gradients(twice, w2, NULL, &loss), HD_OK);
+        float *g0 = hd_test_read(g);
+        assert_int_equal(llama_gradients(twice, w2, NULL, &loss), HD_OK);
+        float *g1 = hd_test_read(g);
+        assert_memory_equal(g0, g1, hd_tensor_rows(g) * hd_tensor_cols(g) * sizeof *g0);
+        free(g0);
+        free(g1);
+        llama_destroy(once);
+        llama_destroy(twice);
+    }
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
 /* ---- transformers checkpoints ---- */
 
 /* Every tensor a model loads, as the seeded source makes it: a source that records. */
@@ -780,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_data_windows_cycle_and_bad_files_are_refused),
         cmocka_unit_test(test_head_dim_and_rope_scaling_gradients_match_finite_differences),
         cmocka_unit_test(test_rope_frequencies_are_transformers),
+        cmocka_unit_test(test_accumulated_batches_step_as_their_mean),
         cmocka_unit_test(test_learning_rate_schedules_are_transformers),
         cmocka_unit_test(test_config_that_cannot_run_is_refused),
     };

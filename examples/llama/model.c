@@ -35,6 +35,8 @@ static const char *const projection_names[PROJECTIONS] = {
 typedef struct projection {
     size_t in, out;
     hd_tensor *w, *a, *b, *da, *db, *ma, *va, *mb, *vb;
+    hd_tensor *batch_da, *batch_db; /* a step's later batches' gradients, added to da and db;
+                                       made at the first step of several batches */
 } projection;
 
 /* A layer's weights and what its forward keeps for the backward. */
@@ -61,6 +63,9 @@ struct llama_model {
     hd_tensor *resid_out, *normed; /* the last residual and its norm */
     hd_tensor *proj_out;           /* o's and down's outputs, in turn */
     hd_tensor *loss, *grad_norm;
+    hd_tensor *loss_sum; /* a step's batches' losses added */
+    bool accumulate;     /* the LoRA gradients add to those held (a step's later batches) */
+    bool batch_grads;    /* every projection has its batch_da and batch_db */
     /* gradients on the way down */
     hd_tensor *d_resid, *d_norm, *d_tmp, *d_attn, *dq, *dk, *dv, *d_act, *d_normed;
     int32_t *targets;    /* tokens shifted by one, ignore_index at each sequence's end */
@@ -234,11 +239,11 @@ static hd_status create_tensors(llama_model *m)
     struct {
         hd_tensor **t;
         size_t rows, cols;
-    } rest[] = {{&m->resid_out, t, d},  {&m->normed, t, d},    {&m->proj_out, t, d},
-                {&m->loss, 1, 1},       {&m->grad_norm, 1, 1}, {&m->d_resid, t, d},
-                {&m->d_norm, t, d},     {&m->d_tmp, t, d},     {&m->d_attn, t, qd},
-                {&m->dq, t, qd},        {&m->dk, t, kvd},      {&m->dv, t, kvd},
-                {&m->d_act, t, c->mlp}, {&m->d_normed, t, d}};
+    } rest[] = {{&m->resid_out, t, d}, {&m->normed, t, d},     {&m->proj_out, t, d},
+                {&m->loss, 1, 1},      {&m->grad_norm, 1, 1},  {&m->loss_sum, 1, 1},
+                {&m->d_resid, t, d},   {&m->d_norm, t, d},     {&m->d_tmp, t, d},
+                {&m->d_attn, t, qd},   {&m->dq, t, qd},        {&m->dk, t, kvd},
+                {&m->dv, t, kvd},      {&m->d_act, t, c->mlp}, {&m->d_normed, t, d}};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0] && s == HD_OK; i++)
         s = tensor(m, rest[i].rows, rest[i].cols, rest[i].t);
     return s;
@@ -295,7 +300,8 @@ hd_status llama_create(hd_context *ctx, const llama_config *c, llama_model **out
 
 static void destroy_projection(projection *p)
 {
-    hd_tensor *t[] = {p->w, p->a, p->b, p->da, p->db, p->ma, p->va, p->mb, p->vb};
+    hd_tensor *t[] = {p->w,  p->a,  p->b,  p->da,       p->db,      p->ma,
+                      p->va, p->mb, p->vb, p->batch_da, p->batch_db};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         hd_tensor_destroy(t[i]);
 }
@@ -314,10 +320,10 @@ void llama_destroy(llama_model *m)
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
             hd_tensor_destroy(t[k]);
     }
-    hd_tensor *t[] = {m->embed,  m->final_norm, m->rope_freq, m->lm_head,   m->resid_out,
-                      m->normed, m->proj_out,   m->loss,      m->grad_norm, m->d_resid,
-                      m->d_norm, m->d_tmp,      m->d_attn,    m->dq,        m->dk,
-                      m->dv,     m->d_act,      m->d_normed};
+    hd_tensor *t[] = {m->embed,   m->final_norm, m->rope_freq, m->lm_head,   m->resid_out,
+                      m->normed,  m->proj_out,   m->loss,      m->grad_norm, m->loss_sum,
+                      m->d_resid, m->d_norm,     m->d_tmp,     m->d_attn,    m->dq,
+                      m->dk,      m->dv,         m->d_act,     m->d_normed};
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
         hd_tensor_destroy(t[k]);
     for (int k = 0; k < 4; k++)
@@ -513,11 +519,37 @@ static hd_status lora(llama_model *m, const projection *p, const hd_tensor *x, h
     return hd_lora_forward_ex(m->ctx, x, p->w, p->a, p->b, m->scale, HD_LORA_LAYOUT_PYTORCH, y);
 }
 
+/* dx, and the LoRA gradients: into da and db, or (m->accumulate) added to them through
+ * batch_da and batch_db (hd_lora_backward's own accumulation would add dx to what it holds
+ * too). */
 static hd_status lora_grad(llama_model *m, const projection *p, const hd_tensor *x,
                            const hd_tensor *dy, hd_tensor *dx)
 {
-    return hd_lora_backward_ex(m->ctx, x, p->w, p->a, p->b, m->scale, HD_LORA_LAYOUT_PYTORCH, dy,
-                               dx, p->da, p->db, false);
+    hd_tensor *da = m->accumulate ? p->batch_da : p->da, *db = m->accumulate ? p->batch_db : p->db;
+    hd_status s = hd_lora_backward_ex(m->ctx, x, p->w, p->a, p->b, m->scale, HD_LORA_LAYOUT_PYTORCH,
+                                      dy, dx, da, db, false);
+    if (s == HD_OK && m->accumulate)
+        s = hd_add(m->ctx, 1.0f, p->batch_da, p->da);
+    if (s == HD_OK && m->accumulate)
+        s = hd_add(m->ctx, 1.0f, p->batch_db, p->db);
+    return s;
+}
+
+/* Every projection's batch_da and batch_db, once. */
+static hd_status make_batch_grads(llama_model *m)
+{
+    hd_status s = HD_OK;
+    for (size_t i = 0; i < m->c.layers && s == HD_OK && !m->batch_grads; i++)
+        for (int j = 0; j < PROJECTIONS && s == HD_OK; j++) {
+            projection *p = &m->layers[i].p[j];
+            if (p->batch_da == NULL)
+                s = tensor(m, m->c.rank, p->in, &p->batch_da);
+            if (s == HD_OK && p->batch_db == NULL)
+                s = tensor(m, p->out, m->c.rank, &p->batch_db);
+        }
+    if (s == HD_OK)
+        m->batch_grads = true;
+    return s;
 }
 
 static hd_attention_options attention_options(const llama_model *m, const hd_sequences *q)
@@ -689,29 +721,55 @@ hd_status llama_gradients(llama_model *m, const int32_t *tokens, const hd_sequen
     return s;
 }
 
-hd_status llama_train_step(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
-                           long step, float *loss)
+hd_status llama_train_step_batches(llama_model *m, const int32_t *const tokens[], size_t batches,
+                                   const hd_sequences *sequences, long step, float *loss)
 {
-    hd_status s = check_tokens(m, tokens);
-    if (s == HD_OK)
-        s = forward(m, tokens, sequences, m->d_normed);
-    if (s == HD_OK)
-        s = backward(m, sequences);
+    if (batches == 0)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd_status s = HD_OK;
+    for (size_t i = 0; i < batches && s == HD_OK; i++)
+        s = check_tokens(m, tokens[i]);
+    const float zero = 0.0f;
+    if (s == HD_OK && batches > 1)
+        s = make_batch_grads(m);
+    if (s == HD_OK && batches > 1)
+        s = hd_tensor_write(m->loss_sum, &zero);
+    for (size_t i = 0; i < batches && s == HD_OK; i++) {
+        m->accumulate = i > 0;
+        s = forward(m, tokens[i], sequences, m->d_normed);
+        if (s == HD_OK)
+            s = backward(m, sequences);
+        if (s == HD_OK && batches > 1)
+            s = hd_add(m->ctx, 1.0f, m->loss, m->loss_sum);
+    }
+    m->accumulate = false;
+    /* the gradients are `batches` times their mean: AdamW's update of the mean with its eps
+     * and clip norm scaled alike (m and v scale by k and k^2, and (k m) / (sqrt(k^2 v) + k eps)
+     * = m / (sqrt(v) + eps); the clip's 1e-6 is not scaled) */
     const llama_config *c = &m->c;
+    const float k = (float)batches;
     hd_adamw_options opt = {.lr = llama_learning_rate(c, step),
                             .beta1 = c->beta1,
                             .beta2 = c->beta2,
-                            .eps = c->adam_eps,
+                            .eps = c->adam_eps * k,
                             .weight_decay = c->weight_decay,
                             .step = step,
-                            .max_grad_norm = c->max_grad_norm,
+                            .max_grad_norm = c->max_grad_norm * k,
                             .grad_norm = c->max_grad_norm > 0.0f ? m->grad_norm : NULL};
     if (s == HD_OK)
         s = hd_adamw(m->ctx, &opt, m->adam_count, m->adam[0], (const hd_tensor *const *)m->adam[1],
                      m->adam[2], m->adam[3]);
     if (s == HD_OK) /* the one value that comes back, after the whole step */
-        s = hd_tensor_read(m->loss, loss);
+        s = hd_tensor_read(batches > 1 ? m->loss_sum : m->loss, loss);
+    if (s == HD_OK)
+        *loss /= k;
     return s;
+}
+
+hd_status llama_train_step(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
+                           long step, float *loss)
+{
+    return llama_train_step_batches(m, &tokens, 1, sequences, step, loss);
 }
 
 hd_status llama_eval(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,

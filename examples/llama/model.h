@@ -120,6 +120,14 @@ hd_status llama_seeded_source(void *user, const char *name, size_t rows, size_t 
  * first). *loss: the step's loss, read after the step (the one value that comes back). */
 hd_status llama_train_step(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
                            long step, float *loss);
+/* One step over `batches` batches of config.tokens ids (tokens[i], each packed as sequences
+ * says): their gradients added, then AdamW step `step` as it would take their mean (its eps
+ * and clip norm scaled by the batches, which gives the mean's update exactly without the
+ * clip; the clip's 1e-6 is added to the summed norm as to the mean's): transformers' gradient
+ * accumulation over batches with as many targets each. *loss: the batches' mean loss. One
+ * batch is llama_train_step. */
+hd_status llama_train_step_batches(llama_model *m, const int32_t *const tokens[], size_t batches,
+                                   const hd_sequences *sequences, long step, float *loss);
 /* The loss of the current weights on tokens, without gradients or an update. */
 hd_status llama_eval(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
                      float *loss);
