@@ -14,7 +14,8 @@
  * the next window of --tokens of them, from the start again after the last whole window) or are
  * drawn from the seed, once for every batch; a step takes --accumulate batches, their gradients
  * added (transformers' gradient accumulation). Each step prints its loss, its time and tokens
- * per second; the loss is the only value read back from the device during a step.
+ * per second; the loss is the only value read back from the device during a step. A held-out
+ * set (--eval-data, the same form) is evaluated after the last step, or every --eval-every.
  *
  * Exit status: 0 after the last step; 1 when --expect-fall is given and the last loss is not
  * below the first; 2 for a bad option or input file.
@@ -38,7 +39,9 @@ typedef struct options {
     long steps;
     size_t accumulate; /* batches of --tokens a step */
     unsigned long long seed;
-    const char *weights, *lora, *data, *save_lora, *save_peft, *save_grads, *precision, *json;
+    const char *weights, *lora, *data, *eval_data, *save_lora, *save_peft, *save_grads;
+    const char *precision, *json;
+    size_t eval_every; /* steps between evaluations of --eval-data (0: after the last only) */
     size_t sequences[64];
     size_t sequence_count;
     bool expect_fall;
@@ -56,6 +59,8 @@ static void usage(FILE *out)
             "  data:     --tokens N (a batch) --data FILE (int32 ids, the next --tokens of\n"
             "            them each batch) --sequences a,b,... (each batch's packing)\n"
             "            --accumulate K (batches a step, their gradients added: 1)\n"
+            "            --eval-data FILE (held-out int32 ids: the mean loss of all its windows)\n"
+            "            --eval-every N (steps between evaluations; 0: after the last step)\n"
             "  LoRA:     --rank N (16) --alpha X (32)\n"
             "  AdamW:    --lr X (1e-4) --weight-decay X (0) --max-grad-norm X (0: none)\n"
             "            --schedule constant|linear|cosine (the lr's decay to 0 over --steps)\n"
@@ -136,11 +141,17 @@ static bool parse_option(options *o, const char *name, const char *value)
     struct {
         const char *name;
         size_t *target;
-    } sizes[] = {{"--layers", &o->c.layers},     {"--hidden", &o->c.hidden},
-                 {"--heads", &o->c.heads},       {"--kv-heads", &o->c.kv_heads},
-                 {"--mlp", &o->c.mlp},           {"--vocab", &o->c.vocab},
-                 {"--tokens", &o->c.tokens},     {"--rank", &o->c.rank},
-                 {"--head-dim", &o->c.head_dim}, {"--accumulate", &o->accumulate}};
+    } sizes[] = {{"--layers", &o->c.layers},
+                 {"--hidden", &o->c.hidden},
+                 {"--heads", &o->c.heads},
+                 {"--kv-heads", &o->c.kv_heads},
+                 {"--mlp", &o->c.mlp},
+                 {"--vocab", &o->c.vocab},
+                 {"--tokens", &o->c.tokens},
+                 {"--rank", &o->c.rank},
+                 {"--head-dim", &o->c.head_dim},
+                 {"--accumulate", &o->accumulate},
+                 {"--eval-every", &o->eval_every}};
     struct {
         const char *name;
         float *target;
@@ -150,10 +161,15 @@ static bool parse_option(options *o, const char *name, const char *value)
     struct {
         const char *name;
         const char **target;
-    } files[] = {{"--weights", &o->weights},     {"--lora", &o->lora},
-                 {"--data", &o->data},           {"--save-lora", &o->save_lora},
-                 {"--save-peft", &o->save_peft}, {"--save-grads", &o->save_grads},
-                 {"--precision", &o->precision}, {"--json", &o->json}};
+    } files[] = {{"--weights", &o->weights},
+                 {"--lora", &o->lora},
+                 {"--data", &o->data},
+                 {"--eval-data", &o->eval_data},
+                 {"--save-lora", &o->save_lora},
+                 {"--save-peft", &o->save_peft},
+                 {"--save-grads", &o->save_grads},
+                 {"--precision", &o->precision},
+                 {"--json", &o->json}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (strcmp(name, sizes[i].name) == 0)
             return parse_size(value, sizes[i].target);
@@ -271,6 +287,8 @@ typedef struct batches {
     size_t count;     /* a step's batches (--accumulate) */
     int32_t *tokens;  /* the current step's, count windows of --tokens */
     const int32_t **each; /* each batch's */
+    llama_data *held_out; /* --eval-data, or NULL */
+    int32_t *eval_tokens; /* a window of it */
 } batches;
 
 /* The next step's batches into b->tokens. */
@@ -285,13 +303,14 @@ static bool next_batch(batches *b)
     return true;
 }
 
-/* The first step's batches in b->tokens: the data file's first windows, or the seed's draw in
- * each. */
+/* The first step's batches in b->tokens (the data file's first windows, or the seed's draw in
+ * each), and the held-out set (--eval-data) opened. */
 static bool open_batches(const options *o, batches *b)
 {
     size_t t = o->c.tokens;
-    *b = (batches){NULL, o->accumulate, malloc(o->accumulate * t * sizeof *b->tokens),
-                   malloc(o->accumulate * sizeof *b->each)};
+    *b = (batches){.count = o->accumulate,
+                   .tokens = malloc(o->accumulate * t * sizeof *b->tokens),
+                   .each = malloc(o->accumulate * sizeof *b->each)};
     if (b->tokens == NULL || b->each == NULL)
         return false;
     for (size_t i = 0; i < b->count; i++)
@@ -304,9 +323,16 @@ static bool open_batches(const options *o, batches *b)
         }
         for (size_t i = 1; i < b->count; i++)
             memcpy(b->tokens + i * t, b->tokens, t * sizeof *b->tokens);
-        return true;
     }
     char why[512];
+    if (o->eval_data != NULL &&
+        ((b->eval_tokens = malloc(t * sizeof *b->eval_tokens)) == NULL ||
+         llama_data_open(o->eval_data, t, o->c.vocab, &b->held_out, why, sizeof why) != HD_OK)) {
+        fprintf(stderr, "llama_lora: --eval-data %s\n", b->eval_tokens ? why : "out of memory");
+        return false;
+    }
+    if (o->data == NULL)
+        return true;
     if (llama_data_open(o->data, t, o->c.vocab, &b->data, why, sizeof why) != HD_OK) {
         fprintf(stderr, "llama_lora: --data %s\n", why);
         return false;
@@ -317,8 +343,10 @@ static bool open_batches(const options *o, batches *b)
 static void close_batches(batches *b)
 {
     llama_data_close(b->data);
+    llama_data_close(b->held_out);
     free(b->tokens);
     free(b->each);
+    free(b->eval_tokens);
 }
 
 /* ---- outputs ---- */
@@ -379,6 +407,33 @@ static void write_json(const options *o, hd_context *ctx, const float *losses,
 
 /* ---- the run ---- */
 
+/* The mean loss of the current weights over every window of the held-out set (each window a
+ * batch, packed as the training batches are), printed after step `step`. */
+static bool evaluate(const options *o, hd_context *ctx, llama_model *m, llama_data *held_out,
+                     int32_t *tokens, long step)
+{
+    hd_sequences seq = {o->sequences, o->sequence_count};
+    size_t windows = llama_data_windows(held_out);
+    double sum = 0.0;
+    char why[512];
+    for (size_t i = 0; i < windows; i++) {
+        float loss;
+        if (llama_data_next(held_out, tokens, why, sizeof why) != HD_OK) {
+            fprintf(stderr, "llama_lora: --eval-data %s\n", why);
+            return false;
+        }
+        if (llama_eval(m, tokens, &seq, &loss) != HD_OK) {
+            fprintf(stderr, "llama_lora: evaluation: %s\n", hd_context_last_error(ctx));
+            return false;
+        }
+        sum += loss;
+    }
+    printf("eval after step %ld: loss %.6f over %zu windows of %s\n", step, sum / (double)windows,
+           windows, o->eval_data);
+    fflush(stdout);
+    return true;
+}
+
 static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
 {
     hd_sequences seq = {o->sequences, o->sequence_count};
@@ -414,6 +469,10 @@ static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
         printf("step %3ld  loss %.6f  %8.2f ms  %9.0f tokens/s\n", step, (double)losses[step - 1],
                1e3 * seconds[step - 1], (double)(o->c.tokens * o->accumulate) / seconds[step - 1]);
         fflush(stdout);
+        bool eval_now = (o->eval_every > 0 && step % (long)o->eval_every == 0) || step == o->steps;
+        if (b->held_out != NULL && eval_now &&
+            !evaluate(o, ctx, m, b->held_out, b->eval_tokens, step))
+            status = 2;
     }
     if (status == 0) {
         double sorted[4096];
