@@ -16,6 +16,7 @@
  * added (transformers' gradient accumulation). Each step prints its loss, its time and tokens
  * per second; the loss is the only value read back from the device during a step. A held-out
  * set (--eval-data, the same form) is evaluated after the last step, or every --eval-every.
+ * --save-state keeps the factors, AdamW's moments and the step; --resume goes on from them.
  *
  * Exit status: 0 after the last step; 1 when --expect-fall is given and the last loss is not
  * below the first; 2 for a bad option or input file.
@@ -40,7 +41,8 @@ typedef struct options {
     size_t accumulate; /* batches of --tokens a step */
     unsigned long long seed;
     const char *weights, *lora, *data, *eval_data, *save_lora, *save_peft, *save_grads;
-    const char *precision, *json;
+    const char *precision, *json, *resume, *save_state;
+    long first;        /* the run's first step: 1, or the one after a resumed state's */
     size_t eval_every; /* steps between evaluations of --eval-data (0: after the last only) */
     size_t sequences[64];
     size_t sequence_count;
@@ -71,6 +73,8 @@ static void usage(FILE *out)
             "            --lora FILE (safetensors; a PEFT adapter's too)\n"
             "            --save-peft DIR (a PEFT adapter: adapter_model.safetensors and\n"
             "            adapter_config.json)\n"
+            "            --save-state FILE (the factors and AdamW's moments after the last\n"
+            "            step) --resume FILE (go on from such a state, up to --steps)\n"
             "            --save-lora FILE --save-grads FILE (safetensors out; the gradients\n"
             "            of the first step, before its update) --json FILE (the run's figures)\n"
             "  check:    --expect-fall (exit 1 unless the loss falls)\n");
@@ -169,7 +173,9 @@ static bool parse_option(options *o, const char *name, const char *value)
                  {"--save-peft", &o->save_peft},
                  {"--save-grads", &o->save_grads},
                  {"--precision", &o->precision},
-                 {"--json", &o->json}};
+                 {"--json", &o->json},
+                 {"--resume", &o->resume},
+                 {"--save-state", &o->save_state}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (strcmp(name, sizes[i].name) == 0)
             return parse_size(value, sizes[i].target);
@@ -218,6 +224,7 @@ static bool parse_args(int argc, char **argv, options *o)
     o->c.vocab = 256;
     o->c.tokens = 64;
     o->steps = 10;
+    o->first = 1;
     o->accumulate = 1;
     o->seed = 1;
     /* the shape of a config.json first, wherever --config stands: the other options change it */
@@ -337,6 +344,8 @@ static bool open_batches(const options *o, batches *b)
         fprintf(stderr, "llama_lora: --data %s\n", why);
         return false;
     }
+    /* a resumed run goes on where the steps before it stopped */
+    llama_data_seek(b->data, (size_t)(o->first - 1) * o->accumulate);
     return next_batch(b);
 }
 
@@ -385,7 +394,7 @@ static int compare_doubles(const void *a, const void *b)
 }
 
 static void write_json(const options *o, hd_context *ctx, const float *losses,
-                       const double *seconds, size_t bytes)
+                       const double *seconds, long count, size_t bytes)
 {
     FILE *f = fopen(o->json, "w");
     if (f == NULL) {
@@ -394,12 +403,12 @@ static void write_json(const options *o, hd_context *ctx, const float *losses,
     }
     fprintf(f, "{\"schema\": \"hd-llama/1\", \"device\": \"%s\", \"precision\": \"%s\",\n",
             hd_context_device_name(ctx), hd_precision_name(hd_context_gemm_precision(ctx)));
-    fprintf(f, " \"tokens\": %zu, \"model_bytes\": %zu,\n \"losses\": [",
-            o->c.tokens * o->accumulate, bytes);
-    for (long i = 0; i < o->steps; i++)
+    fprintf(f, " \"tokens\": %zu, \"model_bytes\": %zu, \"first_step\": %ld,\n \"losses\": [",
+            o->c.tokens * o->accumulate, bytes, o->first);
+    for (long i = 0; i < count; i++)
         fprintf(f, "%s%.9g", i ? ", " : "", (double)losses[i]);
     fprintf(f, "],\n \"step_seconds\": [");
-    for (long i = 0; i < o->steps; i++)
+    for (long i = 0; i < count; i++)
         fprintf(f, "%s%.9g", i ? ", " : "", seconds[i]);
     fprintf(f, "]}\n");
     fclose(f);
@@ -445,29 +454,31 @@ static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
             return 2;
         }
     }
-    float *losses = calloc((size_t)o->steps, sizeof *losses);
-    double *seconds = calloc((size_t)o->steps, sizeof *seconds);
+    const long run = o->steps - o->first + 1; /* steps this run takes */
+    float *losses = calloc((size_t)run, sizeof *losses);
+    double *seconds = calloc((size_t)run, sizeof *seconds);
     if (losses == NULL || seconds == NULL) {
         free(losses);
         free(seconds);
         return 2;
     }
     int status = 0;
-    for (long step = 1; step <= o->steps && status == 0; step++) {
-        if (step > 1 && !next_batch(b)) {
+    for (long step = o->first; step <= o->steps && status == 0; step++) {
+        const long i = step - o->first;
+        if (i > 0 && !next_batch(b)) {
             status = 2;
             break;
         }
         double start = now_seconds();
-        hd_status s = llama_train_step_batches(m, b->each, b->count, &seq, step, &losses[step - 1]);
-        seconds[step - 1] = now_seconds() - start;
+        hd_status s = llama_train_step_batches(m, b->each, b->count, &seq, step, &losses[i]);
+        seconds[i] = now_seconds() - start;
         if (s != HD_OK) {
             fprintf(stderr, "llama_lora: step %ld: %s\n", step, hd_context_last_error(ctx));
             status = 2;
             break;
         }
-        printf("step %3ld  loss %.6f  %8.2f ms  %9.0f tokens/s\n", step, (double)losses[step - 1],
-               1e3 * seconds[step - 1], (double)(o->c.tokens * o->accumulate) / seconds[step - 1]);
+        printf("step %3ld  loss %.6f  %8.2f ms  %9.0f tokens/s\n", step, (double)losses[i],
+               1e3 * seconds[i], (double)(o->c.tokens * o->accumulate) / seconds[i]);
         fflush(stdout);
         bool eval_now = (o->eval_every > 0 && step % (long)o->eval_every == 0) || step == o->steps;
         if (b->held_out != NULL && eval_now &&
@@ -476,7 +487,7 @@ static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
     }
     if (status == 0) {
         double sorted[4096];
-        size_t n = (size_t)o->steps < 4096 ? (size_t)o->steps : 4096;
+        size_t n = (size_t)run < 4096 ? (size_t)run : 4096;
         memcpy(sorted, seconds, n * sizeof *sorted);
         qsort(sorted, n, sizeof *sorted, compare_doubles);
         double median = sorted[n / 2];
@@ -484,14 +495,20 @@ static int train(const options *o, hd_context *ctx, llama_model *m, batches *b)
                (double)(o->c.tokens * o->accumulate) / median,
                (double)llama_bytes(m) / (1024.0 * 1024.0));
         if (o->json != NULL)
-            write_json(o, ctx, losses, seconds, llama_bytes(m));
+            write_json(o, ctx, losses, seconds, run, llama_bytes(m));
         if (o->save_lora != NULL && !save_lora(m, 0, o->save_lora))
             status = 2;
         if (o->save_peft != NULL && !save_peft(m, o->save_peft))
             status = 2;
-        if (o->expect_fall && !(losses[o->steps - 1] < losses[0])) {
+        char why[512];
+        if (o->save_state != NULL &&
+            llama_save_state(m, o->save_state, o->steps, why, sizeof why) != HD_OK) {
+            fprintf(stderr, "llama_lora: writing %s: %s\n", o->save_state, why);
+            status = 2;
+        }
+        if (o->expect_fall && !(losses[run - 1] < losses[0])) {
             fprintf(stderr, "llama_lora: the loss did not fall (%g to %g)\n", (double)losses[0],
-                    (double)losses[o->steps - 1]);
+                    (double)losses[run - 1]);
             status = 1;
         }
     }
@@ -518,6 +535,24 @@ static hd_status load(const options *o, llama_model *m, char *why, size_t size)
     llama_weights_close(weights);
     hd_st_close(lora);
     return s;
+}
+
+/* The state of --resume put back, the run's first step the one after it. */
+static bool resume(options *o, llama_model *m, char *why, size_t size)
+{
+    long done = 0;
+    if (o->resume == NULL)
+        return true;
+    if (llama_load_state(m, o->resume, &done, why, size) != HD_OK)
+        return false;
+    if (done >= o->steps) {
+        snprintf(why, size, "%s is at step %ld: nothing left of --steps %ld", o->resume, done,
+                 o->steps);
+        return false;
+    }
+    o->first = done + 1;
+    printf("llama_lora: %s: going on from step %ld\n", o->resume, done);
+    return true;
 }
 
 int main(int argc, char **argv)
@@ -551,7 +586,8 @@ int main(int argc, char **argv)
     batches b = {0};
     int status = 2;
     if (llama_create(ctx, &o.c, &m, why, sizeof why) == HD_OK &&
-        load(&o, m, why, sizeof why) == HD_OK && open_batches(&o, &b)) {
+        load(&o, m, why, sizeof why) == HD_OK && resume(&o, m, why, sizeof why) &&
+        open_batches(&o, &b)) {
         printf("llama_lora: %zu layers, hidden %zu, %zu heads (%zu kv), mlp %zu, vocab %zu, "
                "%zu tokens, LoRA r %zu alpha %g, on %s (%s)\n",
                o.c.layers, o.c.hidden, o.c.heads, o.c.kv_heads, o.c.mlp, o.c.vocab, o.c.tokens,

@@ -116,6 +116,11 @@ size_t llama_data_windows(const llama_data *d)
     return d->windows;
 }
 
+void llama_data_seek(llama_data *d, size_t window)
+{
+    d->next = window % d->windows;
+}
+
 hd_status llama_data_next(llama_data *d, int32_t *out, char *why, size_t size)
 {
     unsigned char *buf = malloc(d->tokens * 4);

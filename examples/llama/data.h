@@ -25,6 +25,9 @@ void llama_data_close(llama_data *d);
 /* The windows of the file (each epoch's steps). */
 size_t llama_data_windows(const llama_data *d);
 
+/* The next window is `window` (taken modulo the windows): where a resumed run goes on. */
+void llama_data_seek(llama_data *d, size_t window);
+
 /* The next window's ids into out (`tokens` of them). HD_ERR_INVALID_ARGUMENT if the file can
  * no longer be read as it was (why says so). */
 hd_status llama_data_next(llama_data *d, int32_t *out, char *why, size_t size);

@@ -797,38 +797,91 @@ hd_tensor *llama_lora_tensor(const llama_model *m, size_t i, int kind, char *nam
     return m->adam[kind][i];
 }
 
-hd_status llama_save_lora(llama_model *m, int kind, const char *path, const char *prefix, char *why,
-                          size_t size)
+/* The LoRA tensors of `kinds` lists of AdamW's (0 the factors, 1 their gradients, 2 and 3 the
+ * moments), each named prefix + its PEFT name + the kind's suffix, with meta, as a
+ * safetensors file at path (F32). */
+static hd_status save_tensors(llama_model *m, const char *path, const char *prefix,
+                              const int kinds[], const char *const suffixes[], size_t nk,
+                              const hd_st_meta *meta, size_t meta_count, char *why, size_t size)
 {
-    size_t n = llama_lora_count(m);
+    size_t n = llama_lora_count(m) * nk;
     hd_st_entry *e = calloc(n, sizeof *e);
-    char(*names)[192] = calloc(n, sizeof *names);
+    char(*names)[224] = calloc(n, sizeof *names);
     float **data = calloc(n, sizeof *data);
     hd_status s = e != NULL && names != NULL && data != NULL ? HD_OK : HD_ERR_OUT_OF_MEMORY;
     snprintf(why, size, "no host memory for the LoRA tensors");
     for (size_t i = 0; s == HD_OK && i < n; i++) {
         char name[160];
-        hd_tensor *t = llama_lora_tensor(m, i, kind, name, sizeof name);
+        size_t k = i / llama_lora_count(m), j = i % llama_lora_count(m);
+        llama_lora_tensor(m, j, 0, name, sizeof name);
+        hd_tensor *t = m->adam[kinds[k]][j];
         size_t rows = hd_tensor_rows(t), cols = hd_tensor_cols(t);
-        snprintf(names[i], sizeof names[i], "%s%s", prefix, name);
+        snprintf(names[i], sizeof names[i], "%s%s%s", prefix, name, suffixes[k]);
         if ((data[i] = malloc(rows * cols * sizeof(float))) == NULL)
             s = HD_ERR_OUT_OF_MEMORY;
         else if ((s = hd_tensor_read(t, data[i])) != HD_OK)
-            snprintf(why, size, "reading %s: %s", name, hd_context_last_error(m->ctx));
+            snprintf(why, size, "reading %s: %s", names[i], hd_context_last_error(m->ctx));
         e[i] = (hd_st_entry){.name = names[i],
                              .dtype = HD_ST_F32,
                              .ndim = 2,
                              .shape = {rows, cols},
                              .data = data[i]};
     }
-    const hd_st_meta meta = {"format", "pt"}; /* as safetensors.torch writes it */
     if (s == HD_OK)
-        s = hd_st_write(path, e, n, &meta, 1, why, size);
+        s = hd_st_write(path, e, n, meta, meta_count, why, size);
     for (size_t i = 0; data != NULL && i < n; i++)
         free(data[i]);
     free(data);
     free(names);
     free(e);
+    return s;
+}
+
+hd_status llama_save_lora(llama_model *m, int kind, const char *path, const char *prefix, char *why,
+                          size_t size)
+{
+    const int kinds[] = {kind};
+    const char *const suffixes[] = {""};
+    const hd_st_meta meta = {"format", "pt"}; /* as safetensors.torch writes it */
+    return save_tensors(m, path, prefix, kinds, suffixes, 1, &meta, 1, why, size);
+}
+
+/* The optimizer state's tensors: the factors, and AdamW's moments under PyTorch's names. */
+static const int state_kinds[] = {0, 2, 3};
+static const char *const state_suffixes[] = {"", ".exp_avg", ".exp_avg_sq"};
+
+hd_status llama_save_state(llama_model *m, const char *path, long step, char *why, size_t size)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%ld", step);
+    const hd_st_meta meta[] = {{"format", "pt"}, {"step", text}};
+    return save_tensors(m, path, "", state_kinds, state_suffixes, 3, meta, 2, why, size);
+}
+
+hd_status llama_load_state(llama_model *m, const char *path, long *step, char *why, size_t size)
+{
+    hd_st_file *f = NULL;
+    why[0] = '\0';
+    hd_status s = hd_st_open(path, &f, why, size);
+    if (s != HD_OK)
+        return s;
+    const char *text = hd_st_metadata(f, "step");
+    char *end = NULL;
+    long saved = text != NULL ? strtol(text, &end, 10) : 0;
+    if (text == NULL || end == text || *end != '\0' || saved < 1) {
+        snprintf(why, size, "%s: no step of 1 or more in its metadata", path);
+        s = HD_ERR_INVALID_ARGUMENT;
+    }
+    for (size_t k = 0; k < 3 && s == HD_OK; k++)
+        for (size_t j = 0; j < llama_lora_count(m) && s == HD_OK; j++) {
+            char name[160], full[224];
+            llama_lora_tensor(m, j, 0, name, sizeof name);
+            snprintf(full, sizeof full, "%s%s", name, state_suffixes[k]);
+            s = load_tensor(m, llama_file_source, f, full, m->adam[state_kinds[k]][j], why, size);
+        }
+    hd_st_close(f);
+    if (s == HD_OK)
+        *step = saved;
     return s;
 }
 

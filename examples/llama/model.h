@@ -152,6 +152,14 @@ hd_status llama_save_lora(llama_model *m, int kind, const char *path, const char
  * peft.PeftModel.from_pretrained puts on the base model. */
 hd_status llama_save_peft(llama_model *m, const char *dir, char *why, size_t size);
 
+/* The training state after step `step` as a safetensors file at path: every LoRA factor and
+ * its AdamW moments (PEFT's names; "<name>.exp_avg" and "<name>.exp_avg_sq", as PyTorch's
+ * AdamW names them), the step in the metadata ("step"). llama_load_state puts them back and
+ * gives the step, from which training goes on as if it had not stopped: a file that lacks a
+ * tensor, holds another shape or no step is refused (why says which). */
+hd_status llama_save_state(llama_model *m, const char *path, long step, char *why, size_t size);
+hd_status llama_load_state(llama_model *m, const char *path, long *step, char *why, size_t size);
+
 /* Bytes of the model's tensors (weights, LoRA state, activations). */
 size_t llama_bytes(const llama_model *m);
 
