@@ -318,8 +318,10 @@ static bool open_batches(const options *o, batches *b)
     *b = (batches){.count = o->accumulate,
                    .tokens = malloc(o->accumulate * t * sizeof *b->tokens),
                    .each = malloc(o->accumulate * sizeof *b->each)};
-    if (b->tokens == NULL || b->each == NULL)
+    if (b->tokens == NULL || b->each == NULL) {
+        fprintf(stderr, "llama_lora: no host memory for %zu batches of %zu tokens\n", b->count, t);
         return false;
+    }
     for (size_t i = 0; i < b->count; i++)
         b->each[i] = b->tokens + i * t;
     if (o->data == NULL) {
