@@ -1,6 +1,6 @@
 /*
  * Token windows from a file of int32 ids (data.h). The file is read twice over: once whole, in
- * chunks, to check every id before training starts, then a window per step.
+ * chunks, to check every id before training starts, then a window per batch.
  */
 #include <errno.h>
 #include <fcntl.h>

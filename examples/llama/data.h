@@ -1,6 +1,6 @@
 /*
  * A training set of token ids for the Llama trainer (data.c): a file of little-endian int32 ids,
- * read a step's window at a time.
+ * read a batch's window at a time.
  */
 #ifndef HD_EXAMPLES_LLAMA_DATA_H
 #define HD_EXAMPLES_LLAMA_DATA_H
@@ -22,7 +22,7 @@ hd_status llama_data_open(const char *path, size_t tokens, size_t vocab, llama_d
                           char *why, size_t size);
 void llama_data_close(llama_data *d);
 
-/* The windows of the file (each epoch's steps). */
+/* The windows of the file (each epoch's batches). */
 size_t llama_data_windows(const llama_data *d);
 
 /* The next window is `window` (taken modulo the windows): where a resumed run goes on. */
