@@ -278,8 +278,8 @@ static void test_lora_saved_as_files_and_peft_adapters_loads_back(void **state)
     llama_config c = tiny(8);
     c.rank = 1;
     llama_model *saved = make_model(ctx, &c, true);
-    char dir[] = "/tmp/hd-llama-peft-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[128];
+    assert_int_equal(hd_test_tmpdir_create("llama-peft", dir, sizeof dir), 0);
     char plain[256], adapter[256], config[256], why[256] = "";
     snprintf(plain, sizeof plain, "%s/lora.safetensors", dir);
     snprintf(adapter, sizeof adapter, "%s/adapter_model.safetensors", dir);
@@ -311,10 +311,7 @@ static void test_lora_saved_as_files_and_peft_adapters_loads_back(void **state)
     assert_non_null(strstr(text, "\"down_proj\""));
     assert_int_equal(llama_save_peft(saved, plain, why, sizeof why), HD_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(why, "not a directory"));
-    const char *const made[] = {plain, adapter, config};
-    for (int k = 0; k < 3; k++)
-        unlink(made[k]);
-    rmdir(dir);
+    assert_int_equal(hd_test_tmpdir_remove(dir), 0);
     llama_destroy(saved);
     hd_context_destroy(ctx);
     (void)state;
@@ -479,12 +476,10 @@ static void write_shard(const recorded *r, size_t from, size_t to, const char *p
     assert_int_equal(hd_st_write(path, e, to - from, NULL, 0, msg, sizeof msg), HD_OK);
 }
 
+/* text (NUL-ended) as the file at path. */
 static void write_text(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
+    hd_test_write_file(path, text, strlen(text));
 }
 
 /* The tiny model's config.json, as transformers writes a Llama's (with keys this model does not
@@ -504,8 +499,8 @@ static const char tiny_config_json[] =
  * from the shards give the loss of the same weights from the seed, bit for bit. */
 static void test_checkpoint_directory_of_shards_loads(void **state)
 {
-    char dir[] = "/tmp/hd-llama-ckpt-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[128];
+    assert_int_equal(hd_test_tmpdir_create("llama-ckpt", dir, sizeof dir), 0);
     char config[256], index[256], shard[2][256], why[512] = "";
     snprintf(config, sizeof config, "%s/config.json", dir);
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
@@ -587,10 +582,7 @@ static void test_checkpoint_directory_of_shards_loads(void **state)
     for (size_t i = 0; i < r->count; i++)
         free(r->data[i]);
     free(r);
-    const char *const made[] = {config, index, shard[0], shard[1]};
-    for (int k = 0; k < 4; k++)
-        unlink(made[k]);
-    rmdir(dir);
+    assert_int_equal(hd_test_tmpdir_remove(dir), 0);
     llama_destroy(seeded);
     llama_destroy(sharded);
     hd_context_destroy(ctx);
@@ -678,15 +670,12 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
 /* The little-endian int32 ids as a file at path. */
 static void write_ids(const char *path, const int32_t *ids, size_t n)
 {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)ids[i];
-        unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
-                              (unsigned char)(u >> 24)};
-        assert_int_equal(fwrite(b, 1, 4, f), 4);
-    }
-    assert_int_equal(fclose(f), 0);
+    unsigned char bytes[4 * 32];
+    assert_true(n <= 32);
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++)
+            bytes[4 * i + (size_t)k] = (unsigned char)((uint32_t)ids[i] >> (8 * k));
+    hd_test_write_file(path, bytes, 4 * n);
 }
 
 /* A training set of 3 whole windows of 5 ids and 3 ids more: windows 0, 1, 2, then 0 again
