@@ -118,6 +118,7 @@ check adamw
 check adamw -DWG=64 -DELEMS=1
 check adamw -DSLOTS=16
 check adamw -DSLOTS=32 -DELEMS=8
+check adamw -DSLOTS=32 -DEVICT_FIRST=1 -DHD_DEPENDENT_LAUNCH=1
 
 # The tiled GEMM: tile.c's options, the FMA kernel in every transpose.
 for ta in 0 1; do
@@ -166,13 +167,24 @@ check gemm_wgmma -DBM=128 -DBN=256 -DBK=32 $tma -DSPLIT_K=0 -DWN=256 -DASYNC=4 -
 
 # Every kernel's first statement is AFTER_PREVIOUS_LAUNCH() or AFTER_PREVIOUS_LAUNCH_ENDS()
 # (launch.cl): the runtime launches a kernel that holds griddepcontrol.wait as a dependent
-# launch, which is in order only where nothing before the wait touches global memory.
+# launch, which is in order only where nothing before the wait touches global memory. A kernel
+# opened by READS_AHEAD_OF_PREVIOUS_LAUNCH() reads ahead of its wait, and must hold the wait.
 for f in "$dir"/*.cl; do
     kernels=$(grep -c '^__kernel' "$f")
-    first=$(awk '/^__kernel/ {k = 1} k && /^\{$/ {getline; if ($0 == "    AFTER_PREVIOUS_LAUNCH();" || $0 == "    AFTER_PREVIOUS_LAUNCH_ENDS();") n++; k = 0} END {print n + 0}' "$f")
+    bad=$(awk '
+        function done() { if (k && (!opened || (ahead && !waits))) n++ }
+        /^__kernel/ { done(); k = 1; opened = 0; ahead = 0; waits = 0; next }
+        k && !opened && /^\{$/ {
+            opened = 1; getline
+            if ($0 == "    READS_AHEAD_OF_PREVIOUS_LAUNCH();") ahead = 1
+            else if ($0 != "    AFTER_PREVIOUS_LAUNCH();" && $0 != "    AFTER_PREVIOUS_LAUNCH_ENDS();") n++
+            next
+        }
+        k && ahead && /^    AFTER_PREVIOUS_LAUNCH\(\);$/ { waits = 1 }
+        END { done(); print n + 0 }' "$f")
     checked=$((checked + 1))
-    if [ "$kernels" != "$first" ]; then
-        echo "FAIL $(basename "$f"): $kernels kernels, $first of them begin with AFTER_PREVIOUS_LAUNCH()"
+    if [ "$bad" != 0 ]; then
+        echo "FAIL $(basename "$f"): $bad of its $kernels kernels begin with no launch macro, or read ahead without AFTER_PREVIOUS_LAUNCH()"
         failed=$((failed + 1))
     fi
 done

@@ -1395,10 +1395,12 @@ static void test_adamw_in_launches_of_8_and_16(void **state)
 }
 
 /* The norm and the update in one launch of resident groups (adamw_resident), where the tensors
- * fit one launch: as the runtime runs them (a cooperative launch on the CUDA runtime, the two
- * launches elsewhere), capped at 3 groups (each reading again the spans past those it holds),
- * and emulated as one work-group on any runtime; the clip applied, idle and off with the norm
- * still wanted, one tensor and eight, against the reference. */
+ * fit one launch: as the runtime runs them (a cooperative launch on the CUDA runtime; the two
+ * launches elsewhere, and where launches depend programmatically, for tensors past what its
+ * groups hold), capped at 3 groups (each reading again the spans past those it holds, where
+ * the one launch is taken), and emulated as one work-group on any runtime without dependent
+ * launches; the clip applied, idle and off with the norm still wanted, one tensor and eight,
+ * against the reference. */
 static void test_adamw_in_one_launch(void **state)
 {
     hd_fused *f = fused_state_or_skip();

@@ -3,12 +3,16 @@
  * as a launch's parameters hold (SLOTS: 32, 16 or 8), one launch each. With the norm measured
  * (clipping, or grad_norm wanted): each batch's sums of squares into one partials buffer, the
  * last work-group of them adding them into the norm (into grad_norm, or a scratch float), then
- * the updates, which read it where they clip. Where the tensors fit one launch and the runtime
- * runs a launch's groups all at once (the CUDA runtime's cooperative launches), the norm and the
- * update are one launch instead (adamw_resident), which reads each gradient once where the
- * groups' registers hold them all. Every kernel is built and every buffer taken before the
- * first launch; the parameters are written by the updates alone, so a failure before the first
- * of them leaves the step for the host.
+ * the updates (adamw_update_after_norm), which read it where they clip and load their tensors
+ * before waiting for the launch before them: as dependent launches (the CUDA runtime on
+ * compute capability 9.0 on) those loads overlap the end of the norm. Where the tensors fit
+ * one launch and the runtime runs a launch's groups all at once (the CUDA runtime's
+ * cooperative launches), the norm and the update are one launch instead (adamw_resident),
+ * which reads each gradient once where the groups' registers hold them all: always where
+ * launches cannot depend so, else only where its groups hold every gradient.
+ * Every kernel is built and every buffer taken before the first launch; the parameters are
+ * written by the updates alone, so a failure before the first of them leaves the step for the
+ * host.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -112,13 +116,17 @@ static hd_status plan_resident(hd_fused *f, hd_context *ctx, adamw_plan *pl, siz
     return s;
 }
 
+/* The update, and with the norm measured, the norm and the update that follows it: on NVIDIA's
+ * devices (PTX) its p, m and v pass L2 with the evict-first hint, so that the gradients the
+ * norm has just read stay there for it (adamw.cl's EVICT_FIRST). */
 static hd_status build_kernels(hd_fused *f, hd_context *ctx, bool measure, adamw_plan *pl)
 {
     char options[HD_FUSED_OPTIONS_CAPACITY];
-    snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DSLOTS=%zu", pl->wg,
-             ADAMW_ELEMS, pl->slots);
+    snprintf(options, sizeof options, "-DWG=%zu -DROWS=1 -DELEMS=%d -DSLOTS=%zu%s", pl->wg,
+             ADAMW_ELEMS, pl->slots, measure && f->mma ? " -DEVICT_FIRST=1" : "");
     hd_status s =
-        hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_update", pl->wg, &pl->update);
+        hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options,
+                         measure ? "adamw_update_after_norm" : "adamw_update", pl->wg, &pl->update);
     if (s == HD_OK && measure)
         s = hd__fused_kernel(f, ctx, HD_FUSED_ADAMW, options, "adamw_grad_norm", pl->wg, &pl->norm);
     return s;
@@ -144,6 +152,11 @@ static hd_status prepare(hd_fused *f, hd_context *ctx, const hd_adamw_args *a, b
     if (s == HD_OK)
         s = plan_batches(ctx, a, pl);
     if (pl->partials == 0) /* nothing to step: the two-launch form writes a zero norm */
+        pl->resident = NULL;
+    /* Where launches depend programmatically, the update's loads ahead of the norm's end take
+     * less time than the one launch unless its groups hold every gradient in registers (one
+     * span per resident group and held span; BENCHMARKS.md, "AdamW's update loaded ahead"). */
+    if (hd__rt_info(f->rt)->dependent_launch && capacity * ADAMW_RESIDENT_HOLD < pl->partials)
         pl->resident = NULL;
     pl->resident_groups = capacity < pl->partials ? capacity : pl->partials;
     if (s == HD_OK && pl->resident == NULL)

@@ -29,6 +29,13 @@
  *     back to 0.
  *   adamw_update: the step; reads total[0] for the clip (total NULL: no clip). 16 bytes read,
  *     12 written per element.
+ *   adamw_update_after_norm: adamw_update queued right after adamw_grad_norm (or another of
+ *     itself, on other tensors), which write none of p, g, m and v: each work-item loads its
+ *     elements before waiting for that launch (READS_AHEAD_OF_PREVIOUS_LAUNCH, launch.cl), so
+ *     that as a dependent launch its groups' loads overlap the norm's last groups and sum.
+ *     With EVICT_FIRST = 1 (NVIDIA's PTX) p, m and v are loaded and stored with the evict-first
+ *     hint (.cs), so that they pass through L2 without pushing out the gradients, which the
+ *     norm's launch has just read and which are read again from there.
  *   adamw_resident: both in one launch whose groups all run at once (a cooperative launch: the
  *     host launches no more than the device holds). Work-group b takes spans b, b + G, ... (G
  *     the launch's groups) of the `spans` that the starts number. It sums their g^2, keeping the
@@ -40,7 +47,8 @@
  *     the first. clip = 0: total[0] is written (the norm wanted) but not applied.
  *
  * Tuning parameters (-D; defaults below): WG (common.cl), ELEMS, SLOTS (8, 16 or 32: as many as
- * the device's kernel parameter space holds), HOLD. ROWS must be 1.
+ * the device's kernel parameter space holds), HOLD. ROWS must be 1. EVICT_FIRST (0 or 1, set
+ * by the host on NVIDIA's devices): the hint above.
  */
 #ifndef ELEMS
 #define ELEMS 8 /* elements per work-item of a work-group's span */
@@ -48,6 +56,9 @@
 #ifndef SLOTS
 #define SLOTS 8 /* tensors per launch: OpenCL's least parameter space holds 8 (the host asks for
                    16 or 32 where the device's holds them) */
+#endif
+#ifndef EVICT_FIRST
+#define EVICT_FIRST 0 /* 1: p, m and v loaded and stored with PTX's evict-first hint */
 #endif
 #ifndef HOLD
 #define HOLD 2 /* spans of g a work-item of adamw_resident keeps in registers */
@@ -108,7 +119,8 @@
  * element (tbase). Its work per span goes through HOLD + 2 places (each held span's, the
  * rest's, both phases): repeated per slot, as NORM_SPAN and UPDATE_SPAN repeat theirs, it
  * outgrew the instruction cache (Nsight Compute: most of the warps' stalls were on instruction
- * fetch). The phases pick apart, so that no pointer of a held span stays live across the wait. */
+ * fetch). The phases pick apart, so that no pointer of a held span stays live across the wait.
+ * adamw_update_after_norm picks its one span's tensor the same way (SPAN_PMV). */
 #define PICK_G(k)                                                                                \
     if (!found && span >= start##k) {                                                            \
         found = true;                                                                            \
@@ -137,6 +149,24 @@
     int tlen = 0, tbase = 0;                                                                     \
     bool found = span >= spans;                                                                  \
     EACH_SLOT_DOWN(PICK_PMV)
+
+/* A load and a store of p, m or v: through L2 with the evict-first hint under EVICT_FIRST. */
+#if EVICT_FIRST
+inline float load_once(const __global float *at)
+{
+    float x;
+    asm volatile("ld.global.cs.f32 %0, [%1];" : "=f"(x) : "l"(at));
+    return x;
+}
+
+inline void store_once(__global float *at, float x)
+{
+    asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(at), "f"(x) : "memory");
+}
+#else
+#define load_once(at)     (*(at))
+#define store_once(at, x) (*(at) = (x))
+#endif
 
 /* The sum of g^2 over work-item l's elements of the span at base. */
 inline float span_sumsq(const __global float *g, int len, int base, int l)
@@ -178,21 +208,27 @@ inline float clip_coef(float max_norm, float total)
     return c > 1.0f ? 1.0f : c;
 }
 
-/* The step on work-item l's elements of the span at base, their gradients g (unclipped): every
- * p, m and v loaded before the first store, which the compiler may not move them past (the
- * tensors could overlap, for all it knows), so that a work-item has all its loads in flight. */
-inline void span_step(__global float *p, __global float *m, __global float *v, int len, int base,
-                      int l, const adamw_factors *f, const float g[ELEMS])
+/* Work-item l's p, m and v of the span at base into pv, mv, vv (0 past the tensor). */
+inline void span_load(const __global float *p, const __global float *m, const __global float *v,
+                      int len, int base, int l, float pv[ELEMS], float mv[ELEMS],
+                      float vv[ELEMS])
 {
-    float pv[ELEMS], mv[ELEMS], vv[ELEMS];
 #pragma unroll
     for (int i = 0; i < ELEMS; i++) {
         const int at = base + i * WG + l;
         const bool in = at < len;
-        pv[i] = in ? p[at] : 0.0f;
-        mv[i] = in ? m[at] : 0.0f;
-        vv[i] = in ? v[at] : 0.0f;
+        pv[i] = in ? load_once(p + at) : 0.0f;
+        mv[i] = in ? load_once(m + at) : 0.0f;
+        vv[i] = in ? load_once(v + at) : 0.0f;
     }
+}
+
+/* The step on work-item l's elements of the span at base, from their p, m and v (pv, mv, vv)
+ * and gradients g (unclipped). */
+inline void span_store(__global float *p, __global float *m, __global float *v, int len, int base,
+                       int l, const adamw_factors *f, const float g[ELEMS],
+                       const float pv[ELEMS], const float mv[ELEMS], const float vv[ELEMS])
+{
 #pragma unroll
     for (int i = 0; i < ELEMS; i++) {
         const int at = base + i * WG + l;
@@ -201,11 +237,22 @@ inline void span_step(__global float *p, __global float *m, __global float *v, i
             const float mi = f->beta1 * mv[i] + f->one_minus_beta1 * gi;
             const float vi = f->beta2 * vv[i] + f->one_minus_beta2 * (gi * gi);
             const float pi = pv[i] * f->decay;
-            p[at] = pi - f->step_size * (mi / (sqrt(vi) * f->inv_bc2_sqrt + f->eps));
-            m[at] = mi;
-            v[at] = vi;
+            store_once(p + at, pi - f->step_size * (mi / (sqrt(vi) * f->inv_bc2_sqrt + f->eps)));
+            store_once(m + at, mi);
+            store_once(v + at, vi);
         }
     }
+}
+
+/* The step on work-item l's elements of the span at base, their gradients g (unclipped): every
+ * p, m and v loaded before the first store, which the compiler may not move them past (the
+ * tensors could overlap, for all it knows), so that a work-item has all its loads in flight. */
+inline void span_step(__global float *p, __global float *m, __global float *v, int len, int base,
+                      int l, const adamw_factors *f, const float g[ELEMS])
+{
+    float pv[ELEMS], mv[ELEMS], vv[ELEMS];
+    span_load(p, m, v, len, base, l, pv, mv, vv);
+    span_store(p, m, v, len, base, l, f, g, pv, mv, vv);
 }
 
 /* The step on work-item l's elements of the span at base, g read with them. */
@@ -270,6 +317,30 @@ adamw_update(EACH_SLOT(UPDATE_PARAMS) float decay, float beta1, float one_minus_
         f.coef = clip_coef(max_norm, total[0]);
     bool found = false;
     EACH_SLOT_DOWN(UPDATE_SPAN)
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+adamw_update_after_norm(EACH_SLOT(UPDATE_PARAMS) float decay, float beta1, float one_minus_beta1,
+                        float beta2, float one_minus_beta2, float step_size, float inv_bc2_sqrt,
+                        float eps, const __global float *total, float max_norm)
+{
+    READS_AHEAD_OF_PREVIOUS_LAUNCH();
+    const int l = (int)get_local_id(0), span = (int)get_group_id(0);
+    const int spans = (int)get_num_groups(0);
+    SPAN_PMV
+    float gv[ELEMS], pv[ELEMS], mv[ELEMS], vv[ELEMS];
+#pragma unroll
+    for (int i = 0; i < ELEMS; i++) {
+        const int at = tbase + i * WG + l;
+        gv[i] = at < tlen ? tg[at] : 0.0f;
+    }
+    span_load(tp, tm, tv, tlen, tbase, l, pv, mv, vv);
+    AFTER_PREVIOUS_LAUNCH();
+    adamw_factors f = {decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                       step_size, inv_bc2_sqrt, eps, 1.0f};
+    if (total != 0)
+        f.coef = clip_coef(max_norm, total[0]);
+    span_store(tp, tm, tv, tlen, tbase, l, &f, gv, pv, mv, vv);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void

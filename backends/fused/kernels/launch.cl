@@ -1,6 +1,6 @@
 /*
  * In front of every fused program: how a kernel orders itself after the launch before it.
- * Every kernel's first statement is one of the two macros below (tests/check_kernels.sh
+ * Every kernel's first statement is one of the three macros below (tests/check_kernels.sh
  * checks it).
  */
 #ifndef HD_DEPENDENT_LAUNCH
@@ -33,3 +33,14 @@
  * products slower (BENCHMARKS.md, "Dependent launches").
  */
 #define AFTER_PREVIOUS_LAUNCH_ENDS()
+
+/*
+ * READS_AHEAD_OF_PREVIOUS_LAUNCH(): nothing; it opens a kernel that reads global memory before
+ * its AFTER_PREVIOUS_LAUNCH(), which must follow, so that as a dependent launch its loads are in
+ * flight while the launch before it ends. Only memory that the launch before it does not write
+ * may be read ahead, and the host, which queues the two, must know that one (adamw.cl's update
+ * after the gradient norm's launch). Every launch before that one has finished by then: a
+ * dependent launch begins only once every group of the launch before it has passed its own
+ * AFTER_PREVIOUS_LAUNCH(), whose wait returns once the launch before that has finished.
+ */
+#define READS_AHEAD_OF_PREVIOUS_LAUNCH()
