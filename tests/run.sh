@@ -11,9 +11,11 @@
 #      reference;
 #   5. fuzz: the libFuzzer targets (clang, ASan+UBSan), each for $HD_FUZZ_SECONDS (default 30)
 #      seconds from its corpus: the tuning cache parser (parse, write, parse must give the same
-#      file) and the trainer's safetensors reader (examples/llama/: an accepted file's tensors
-#      cover its data and read back, and what the writer makes of it reads back the same); a
-#      crash or a failed check of a target fails the stage.
+#      file) and the trainer's readers of user files (examples/llama/): safetensors (an accepted
+#      file's tensors cover its data and read back, and what the writer makes of it reads back
+#      the same), config.json and the shards' index (an accepted one holds what checkpoint.h
+#      says), the token file (its windows read as the file holds them, a changed file refused
+#      or read in range); a crash or a failed check of a target fails the stage.
 # Ends with "N passed, N failed" over all suites run. Build directories live under
 # $HD_TEST_BUILD_ROOT (default: build-tests/ in the repository) and are reused by later runs.
 # Stage names as arguments run only those: bash tests/run.sh sanitize plain-c
@@ -207,11 +209,14 @@ stage_fuzz() {
             -Dopenblas=disabled >"$dir.setup.log" 2>&1 ||
             { cat "$dir.setup.log"; die "meson setup failed"; }
     fi
-    ninja -C "$dir" autotune/fuzz/fuzz_cache_parser examples/llama/fuzz_safetensors ||
-        die "compilation failed in $dir"
+    ninja -C "$dir" autotune/fuzz/fuzz_cache_parser examples/llama/fuzz_safetensors \
+        examples/llama/fuzz_checkpoint examples/llama/fuzz_data || die "compilation failed in $dir"
     fuzz_target fuzz autotune/fuzz/fuzz_cache_parser autotune/fuzz/corpus
     fuzz_target fuzz-safetensors examples/llama/fuzz_safetensors examples/llama/fuzz/corpus \
         -dict=examples/llama/fuzz/safetensors.dict
+    fuzz_target fuzz-checkpoint examples/llama/fuzz_checkpoint \
+        examples/llama/fuzz/checkpoint_corpus -dict=examples/llama/fuzz/checkpoint.dict
+    fuzz_target fuzz-data examples/llama/fuzz_data examples/llama/fuzz/data_corpus
 }
 
 all_stages=(full sanitize plain-c installed fuzz)

@@ -618,6 +618,11 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
          "vocab_size"},
         {"{" SIZES "\"head_dim\": 512}", "head_dim"},
         {"{" SIZES "\"rms_norm_eps\": \"small\"}", "rms_norm_eps"},
+        {"{" SIZES "\"rope_theta\": 1e39}", "rope_theta"},
+        {"{" SIZES "\"rms_norm_eps\": -3.5e38}", "rms_norm_eps"},
+        {"{" SIZES "\"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8e39, "
+         "\"original_max_position_embeddings\": 6}}",
+         "factor"},
         {"{" SIZES "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", "rope_scaling"},
         {"{" SIZES "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 4.0}}", "rope_scaling"},
         {"{" SIZES "\"rope_scaling\": {\"rope_type\": \"llama3\", \"low_freq_factor\": 1.0, "

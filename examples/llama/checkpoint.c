@@ -1,10 +1,13 @@
 /*
- * A transformers checkpoint (checkpoint.h): config.json read with jansson, the weights' shards
- * opened as safetensors files. Both are files a user downloads: each is read only if it is a
- * regular file of bounded size, and every value is checked before the model sees it.
+ * A transformers checkpoint (checkpoint.h): config.json and the shards' index read with
+ * jansson, the weights' shards opened as safetensors files. All are files a user downloads:
+ * each is read only if it is a regular file of bounded size, and every value is checked before
+ * the model sees it. The JSON files' parsers also take bytes in memory, as the fuzz target
+ * (fuzz/fuzz_checkpoint.c) gives them.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -30,8 +33,8 @@ static hd_status fail(char *why, size_t size, hd_status s, const char *fmt, cons
     return s;
 }
 
-/* The JSON document of the regular file at path, or NULL with the reason in why. */
-static json_t *read_json(const char *path, char *why, size_t size)
+/* The bytes of the regular file at path (*length of them), or NULL with the reason in why. */
+static char *read_text(const char *path, size_t *length, char *why, size_t size)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
@@ -59,13 +62,20 @@ static json_t *read_json(const char *path, char *why, size_t size)
         free(text);
         return NULL;
     }
+    *length = n;
+    return text;
+}
+
+/* The JSON object that text holds, or NULL with the reason in why (label: where it is from). */
+static json_t *parse_json(const char *label, const char *text, size_t length, char *why,
+                          size_t size)
+{
     json_error_t error;
-    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &error);
-    free(text);
+    json_t *root = json_loadb(text, length, JSON_REJECT_DUPLICATES, &error);
     if (root == NULL)
-        snprintf(why, size, "%s: line %d: %s", path, error.line, error.text);
+        snprintf(why, size, "%s: line %d: %s", label, error.line, error.text);
     else if (!json_is_object(root)) {
-        snprintf(why, size, "%s: not a JSON object", path);
+        snprintf(why, size, "%s: not a JSON object", label);
         json_decref(root);
         root = NULL;
     }
@@ -75,7 +85,7 @@ static json_t *read_json(const char *path, char *why, size_t size)
 /* ---- config.json ---- */
 
 typedef struct reader {
-    const char *path;
+    const char *label;
     char *why;
     size_t size;
     bool failed;
@@ -84,7 +94,7 @@ typedef struct reader {
 static void refuse(reader *r, const char *key, const char *what)
 {
     if (!r->failed)
-        snprintf(r->why, r->size, "%s: \"%s\" %s", r->path, key, what);
+        snprintf(r->why, r->size, "%s: \"%s\" %s", r->label, key, what);
     r->failed = true;
 }
 
@@ -105,16 +115,18 @@ static void read_size(reader *r, const json_t *o, const char *key, size_t fallba
         *out = (size_t)json_integer_value(v);
 }
 
-/* A finite number at key into *out (absent or null: left as it is). */
+/* A finite number at key into *out (absent or null: left as it is). A double past float's
+ * range is refused too: converted it would be infinite, where the conversion is defined at all. */
 static void read_number(reader *r, const json_t *o, const char *key, float *out)
 {
     const json_t *v = json_object_get(o, key);
     if (v == NULL || json_is_null(v))
         return;
-    if (!json_is_number(v) || !isfinite(json_number_value(v)))
-        refuse(r, key, "is not a finite number");
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(d) || fabs(d) > FLT_MAX)
+        refuse(r, key, "is not a finite number in float's range");
     else
-        *out = (float)json_number_value(v);
+        *out = (float)d;
 }
 
 /* A boolean at key: want it (absent or null: fallback). */
@@ -172,12 +184,13 @@ static void read_rope(reader *r, const json_t *o, const char *key, llama_config 
     c->rope_scaling = s;
 }
 
-hd_status llama_config_read(const char *path, llama_config *c, char *why, size_t size)
+hd_status llama_config_parse(const char *text, size_t length, const char *label, llama_config *c,
+                             char *why, size_t size)
 {
-    json_t *root = read_json(path, why, size);
+    json_t *root = parse_json(label, text, length, why, size);
     if (root == NULL)
         return HD_ERR_INVALID_ARGUMENT;
-    reader r = {path, why, size, false};
+    reader r = {label, why, size, false};
     llama_config out = *c;
     expect_string(&r, root, "model_type", "llama", "is not \"llama\"");
     expect_string(&r, root, "hidden_act", "silu", "is not \"silu\" (SwiGLU)");
@@ -210,6 +223,17 @@ hd_status llama_config_read(const char *path, llama_config *c, char *why, size_t
     return HD_OK;
 }
 
+hd_status llama_config_read(const char *path, llama_config *c, char *why, size_t size)
+{
+    size_t length = 0;
+    char *text = read_text(path, &length, why, size);
+    if (text == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd_status s = llama_config_parse(text, length, path, c, why, size);
+    free(text);
+    return s;
+}
+
 /* ---- weights ---- */
 
 struct llama_weights {
@@ -226,37 +250,86 @@ static bool plain_file_name(const char *name)
 }
 
 /* The distinct files of an index's weight_map, in their first appearance's order, into
- * names (count of them); HD_OK or a refusal in why. */
-static hd_status index_files(const char *path, const char *names[], size_t *count, json_t **root,
-                             char *why, size_t size)
+ * names (count of them, strings of root); HD_OK or a refusal in why. The files met are kept in
+ * a JSON object, whose lookups take no longer with more of them: an index of millions of
+ * entries is read in one pass. */
+static hd_status index_files(const char *label, const json_t *root, const char *names[],
+                             size_t *count, char *why, size_t size)
 {
-    *root = read_json(path, why, size);
-    if (*root == NULL)
-        return HD_ERR_INVALID_ARGUMENT;
-    const json_t *map = json_object_get(*root, "weight_map");
+    const json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map) || json_object_size(map) == 0)
-        return fail(why, size, HD_ERR_INVALID_ARGUMENT, "%s: %s", path,
+        return fail(why, size, HD_ERR_INVALID_ARGUMENT, "%s: %s", label,
                     "no weight_map of tensor names to files");
+    json_t *seen = json_object();
+    if (seen == NULL)
+        return fail(why, size, HD_ERR_OUT_OF_MEMORY, "%s: %s", label, "out of memory");
     const char *key;
     const json_t *v;
+    hd_status s = HD_OK;
     *count = 0;
     json_object_foreach((json_t *)map, key, v)
     {
         const char *file = json_is_string(v) ? json_string_value(v) : NULL;
-        if (file == NULL || !plain_file_name(file))
-            return fail(why, size, HD_ERR_INVALID_ARGUMENT,
-                        "%s: the file of \"%s\" is not a file name of its directory", path, key);
-        size_t i = 0;
-        while (i < *count && strcmp(names[i], file) != 0)
-            i++;
-        if (i == *count) {
-            if (*count == SHARDS_MAX)
-                return fail(why, size, HD_ERR_INVALID_ARGUMENT, "%s: %s", path,
-                            "more than 4096 files");
-            names[(*count)++] = file;
+        if (file == NULL || !plain_file_name(file)) {
+            s = fail(why, size, HD_ERR_INVALID_ARGUMENT,
+                     "%s: the file of \"%s\" is not a file name of its directory", label, key);
+            break;
         }
+        if (json_object_get(seen, file) != NULL)
+            continue;
+        if (*count == SHARDS_MAX) {
+            s = fail(why, size, HD_ERR_INVALID_ARGUMENT, "%s: %s", label, "more than 4096 files");
+            break;
+        }
+        if (json_object_set_new(seen, file, json_true()) != 0) {
+            s = fail(why, size, HD_ERR_OUT_OF_MEMORY, "%s: %s", label, "out of memory");
+            break;
+        }
+        names[(*count)++] = file;
     }
-    return HD_OK;
+    json_decref(seen);
+    return s;
+}
+
+/* names[0..count) copied into one block, the pointers then the strings, or NULL. */
+static const char **copy_names(const char *const names[], size_t count)
+{
+    size_t bytes = count * sizeof(char *);
+    for (size_t i = 0; i < count; i++)
+        bytes += strlen(names[i]) + 1;
+    char **copy = malloc(bytes);
+    if (copy == NULL)
+        return NULL;
+    char *at = (char *)(copy + count);
+    for (size_t i = 0; i < count; i++) {
+        size_t n = strlen(names[i]) + 1;
+        copy[i] = memcpy(at, names[i], n);
+        at += n;
+    }
+    return (const char **)copy;
+}
+
+hd_status llama_index_parse(const char *text, size_t length, const char *label, const char ***files,
+                            size_t *count, char *why, size_t size)
+{
+    *files = NULL;
+    *count = 0;
+    json_t *root = parse_json(label, text, length, why, size);
+    if (root == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    const char **names = malloc(SHARDS_MAX * sizeof *names);
+    size_t n = 0;
+    hd_status s =
+        names == NULL ? HD_ERR_OUT_OF_MEMORY : index_files(label, root, names, &n, why, size);
+    if (s == HD_OK && (*files = copy_names(names, n)) == NULL)
+        s = HD_ERR_OUT_OF_MEMORY;
+    if (s == HD_OK)
+        *count = n;
+    else if (s == HD_ERR_OUT_OF_MEMORY)
+        snprintf(why, size, "%s: out of memory", label);
+    json_decref(root);
+    free(names);
+    return s;
 }
 
 static hd_status open_files(const char *dir, const char *const names[], size_t count,
@@ -307,14 +380,15 @@ hd_status llama_weights_open(const char *path, llama_weights **out, char *why, s
         const char *one[] = {"model.safetensors"};
         return open_files(path, one, 1, path, out, why, size);
     }
-    const char **names = malloc(SHARDS_MAX * sizeof *names);
-    json_t *root = NULL;
-    size_t count = 0;
-    hd_status s =
-        names == NULL ? HD_ERR_OUT_OF_MEMORY : index_files(index, names, &count, &root, why, size);
+    size_t length = 0, count = 0;
+    char *text = read_text(index, &length, why, size);
+    if (text == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    const char **names = NULL;
+    hd_status s = llama_index_parse(text, length, index, &names, &count, why, size);
+    free(text);
     if (s == HD_OK)
         s = open_files(path, names, count, path, out, why, size);
-    json_decref(root);
     free(names);
     return s;
 }

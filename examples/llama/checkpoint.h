@@ -18,9 +18,25 @@
  * (default false), rope_scaling null or of rope_type "llama3" (transformers 5's
  * rope_parameters holds rope_theta and the scaling alike). A config this model does not run
  * is refused with the key in why: a model_type other than "llama", a hidden_act other than
- * "silu", attention_bias or mlp_bias true, another rope_type, a missing or out-of-range size.
+ * "silu", attention_bias or mlp_bias true, another rope_type, a missing or out-of-range size, a
+ * number beyond float's range.
  * HD_OK, HD_ERR_INVALID_ARGUMENT (the file, its JSON or a value), HD_ERR_OUT_OF_MEMORY. */
 hd_status llama_config_read(const char *path, llama_config *c, char *why, size_t size);
+
+/* The same over a config.json's bytes in memory (text, length of them, not NUL-terminated),
+ * label naming it in why where llama_config_read names the path. */
+hd_status llama_config_parse(const char *text, size_t length, const char *label, llama_config *c,
+                             char *why, size_t size);
+
+/* The shards that a model.safetensors.index.json's bytes in memory (text, length of them; label
+ * names it in why) map the tensors to: the distinct files of its weight_map, 1 to 4096 of them
+ * in their first appearance's order, each a name in the index's directory (not empty, no '/',
+ * neither "." nor ".."). *files is one block, the *count pointers then their names, that the
+ * caller frees with free(); on error it is NULL and *count 0. HD_OK, HD_ERR_INVALID_ARGUMENT
+ * (the JSON, no weight_map or an empty one, a value that is not such a name, more files),
+ * HD_ERR_OUT_OF_MEMORY. */
+hd_status llama_index_parse(const char *text, size_t length, const char *label, const char ***files,
+                            size_t *count, char *why, size_t size);
 
 typedef struct llama_weights llama_weights;
 

@@ -34,15 +34,17 @@ static int32_t id_at(const unsigned char *p)
     return (int32_t)u;
 }
 
-/* Every one of the n ids of f in [0, vocab). */
+/* Every one of the n ids of f in [0, vocab), read a chunk at a time into a buffer no larger
+ * than the file. */
 static hd_status check_ids(llama_data *d, size_t n, size_t vocab, char *why, size_t size)
 {
-    unsigned char *buf = malloc(CHECK_CHUNK * 4u);
+    size_t chunk = n < CHECK_CHUNK ? n : CHECK_CHUNK;
+    unsigned char *buf = malloc(chunk * 4u);
     if (buf == NULL)
         return refuse(why, size, d->path, "out of memory");
     hd_status s = HD_OK;
-    for (size_t at = 0; at < n && s == HD_OK; at += CHECK_CHUNK) {
-        size_t want = n - at < CHECK_CHUNK ? n - at : CHECK_CHUNK;
+    for (size_t at = 0; at < n && s == HD_OK; at += chunk) {
+        size_t want = n - at < chunk ? n - at : chunk;
         if (fread(buf, 4, want, d->f) != want) {
             s = refuse(why, size, d->path, "short read");
             break;
