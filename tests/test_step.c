@@ -443,7 +443,11 @@ static void test_rope_inverse_restores_input(void **state)
 static void test_embedding_copies_table_rows(void **state)
 {
     hd_rng rng = hd_test_rng(31);
-    static const size_t dims[][3] = {{1, 1, 1}, {9, 13, 5}, {64, 128, 1000}, {7, 4, 3}};
+    /* rows of more vectors than a work-group's loads in flight take (WG * INFLIGHT * VEC =
+     * 4096 floats by default), and with a partial last turn */
+    static const size_t dims[][3] = {{1, 1, 1},      {9, 13, 5},    {64, 128, 1000},
+                                     {7, 4, 3},      {3, 4100, 7},  {5, 2051, 11},
+                                     {2, 12288, 3}};
     for (size_t c = 0; c < sizeof dims / sizeof dims[0]; c++) {
         size_t rows = dims[c][0], cols = dims[c][1], vocab = dims[c][2];
         float *table = hd_test_random(&rng, vocab * cols, -1, 1);
