@@ -443,8 +443,8 @@ static void test_rope_inverse_restores_input(void **state)
 static void test_embedding_copies_table_rows(void **state)
 {
     hd_rng rng = hd_test_rng(31);
-    /* rows of more vectors than a work-group's loads in flight take (WG * INFLIGHT * VEC =
-     * 4096 floats by default), and with a partial last turn */
+    /* rows of several turns of a work-group's work-items (WG * VEC = 1024 floats by default),
+     * the last one partial */
     static const size_t dims[][3] = {{1, 1, 1},      {9, 13, 5},    {64, 128, 1000},
                                      {7, 4, 3},      {3, 4100, 7},  {5, 2051, 11},
                                      {2, 12288, 3}};
