@@ -6,7 +6,6 @@
  * (fuzz/fuzz_checkpoint.c) gives them.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
@@ -20,6 +19,7 @@
 #include <jansson.h>
 
 #include "checkpoint.h"
+#include "regular_file.h"
 #include "safetensors.h"
 
 /* A config.json or an index is a few kilobytes to a few megabytes (an index names every tensor). */
@@ -36,19 +36,20 @@ static hd_status fail(char *why, size_t size, hd_status s, const char *fmt, cons
 /* The bytes of the regular file at path (*length of them), or NULL with the reason in why. */
 static char *read_text(const char *path, size_t *length, char *why, size_t size)
 {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0) {
+    int fd;
+    uint64_t bytes;
+    llama_file_open opened = llama_open_regular(path, &fd, &bytes);
+    if (opened == LLAMA_FILE_CANNOT_OPEN) {
         snprintf(why, size, "%s: %s", path, strerror(errno));
         return NULL;
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
-        (uintmax_t)st.st_size > JSON_MAX_BYTES) {
+    if (opened != LLAMA_FILE_OPENED || bytes > JSON_MAX_BYTES) {
         snprintf(why, size, "%s: not a regular file of at most %u MiB", path, JSON_MAX_BYTES >> 20);
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
-    size_t n = (size_t)st.st_size, got = 0;
+    size_t n = (size_t)bytes, got = 0;
     char *text = malloc(n + 1);
     while (text != NULL && got < n) {
         ssize_t r = read(fd, text + got, n - got);

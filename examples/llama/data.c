@@ -3,15 +3,13 @@
  * chunks, to check every id before training starts, then a window per batch.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
 #include <unistd.h>
 
 #include "data.h"
+#include "regular_file.h"
 
 #define CHECK_CHUNK (1u << 20) /* ids read at once while checking */
 
@@ -67,14 +65,13 @@ hd_status llama_data_open(const char *path, size_t tokens, size_t vocab, llama_d
                           char *why, size_t size)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
+    int fd;
+    uint64_t file_bytes;
+    llama_file_open opened = llama_open_regular(path, &fd, &file_bytes);
+    if (opened == LLAMA_FILE_CANNOT_OPEN)
         return refuse(why, size, path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0) {
-        close(fd);
+    if (opened != LLAMA_FILE_OPENED)
         return refuse(why, size, path, "not a regular file");
-    }
     llama_data *d = calloc(1, sizeof *d);
     if (d == NULL || (d->path = strdup(path)) == NULL || (d->f = fdopen(fd, "rb")) == NULL) {
         if (d == NULL || d->f == NULL)
@@ -82,7 +79,7 @@ hd_status llama_data_open(const char *path, size_t tokens, size_t vocab, llama_d
         llama_data_close(d);
         return refuse(why, size, path, "out of memory");
     }
-    size_t bytes = (size_t)st.st_size, n = bytes / 4;
+    size_t bytes = (size_t)file_bytes, n = bytes / 4;
     hd_status s = HD_OK;
     if (bytes % 4 != 0)
         s = refuse(why, size, path, "its size is not a whole number of int32 ids");

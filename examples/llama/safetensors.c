@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "regular_file.h"
 #include "safetensors_internal.h"
 
 #define MEMORY_LABEL "<memory>"
@@ -105,17 +106,17 @@ static hd_status new_file(const char *label, hd_st_file **out, char *msg, size_t
 
 static hd_status open_fd(const char *path, int *fd, uint64_t *file_size, char *msg, size_t size)
 {
-    /* non-blocking: opening a FIFO for reading would otherwise wait for a writer */
-    *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (*fd < 0)
+    switch (llama_open_regular(path, fd, file_size)) {
+    case LLAMA_FILE_OPENED:
+        return HD_OK;
+    case LLAMA_FILE_CANNOT_OPEN:
         return hd__st_fail(msg, size, HD_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(*fd, &st) != 0)
+    case LLAMA_FILE_CANNOT_STAT:
         return hd__st_fail(msg, size, HD_ERR_IO, "'%s': cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return hd__st_fail(msg, size, HD_ERR_IO, "'%s': not a regular file", path);
-    *file_size = (uint64_t)st.st_size;
-    return HD_OK;
+    case LLAMA_FILE_NOT_REGULAR:
+        break;
+    }
+    return hd__st_fail(msg, size, HD_ERR_IO, "'%s': not a regular file", path);
 }
 
 hd_status hd_st_open(const char *path, hd_st_file **out, char *msg, size_t msg_size)
