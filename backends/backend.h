@@ -51,10 +51,12 @@ typedef enum hd_part {
 struct hd_runtime;       /* the device runtime the device backends share (backends/runtime) */
 struct hd_device_buffer; /* a tensor's storage at the device place */
 
-/* What a backend's probe gets of the context, once: the device runtime, the thread count. */
+/* What a backend's probe gets of the context, once: the device runtime, the thread count,
+ * whether its sums must run in a fixed order. */
 typedef struct hd_backend_setup {
     struct hd_runtime *device;    /* the device runtime the device backends share; NULL: none */
     size_t cpu_threads;           /* CPU threads asked for; 0: the default */
+    bool deterministic;           /* every sum in a fixed order (hd_context_options) */
 } hd_backend_setup;
 
 /* One op (or its epilogue) on a backend: args->gemm, lora or row as the op table says. */

@@ -7,7 +7,8 @@ hd_status hd__backends_probe(hd_context *ctx)
 {
     size_t n;
     const hd_backend_impl *const *list = hd__registry_backends(&n);
-    const hd_backend_setup setup = {.device = ctx->rt, .cpu_threads = ctx->cpu_threads};
+    const hd_backend_setup setup = {
+        .device = ctx->rt, .cpu_threads = ctx->cpu_threads, .deterministic = ctx->deterministic};
     for (size_t i = 0; i < n; i++) {
         const hd_backend_impl *impl = list[i];
         void *state = NULL;

@@ -207,6 +207,7 @@ hd_status hd_context_create(hd_context **out, const hd_context_options *opt)
     ctx->report.log_user = opt->log_user;
     ctx->report.log_stderr = hd__env_bool(ctx, "HD_LOG", false);
     hd__fault_init(ctx);
+    ctx->deterministic = opt->deterministic || hd__env_bool(ctx, "HD_DETERMINISTIC", false);
     hd_status s = hd__profile_init(ctx);
     if (s == HD_OK)
         s = cpu_threads_requested(ctx, opt);
@@ -251,6 +252,11 @@ void hd_context_destroy(hd_context *ctx)
 hd_precision hd_context_gemm_precision(const hd_context *ctx)
 {
     return ctx != NULL ? ctx->gemm_precision : HD_PRECISION_FP32;
+}
+
+bool hd_context_deterministic(const hd_context *ctx)
+{
+    return ctx != NULL && ctx->deterministic;
 }
 
 int hd_context_cpu_threads(const hd_context *ctx)

@@ -30,6 +30,7 @@ struct hd_context {
     hd_backend forced[HD_OP_COUNT]; /* HD_BACKEND_AUTO: dispatcher chooses */
     hd_backend last_backend;
     hd_precision gemm_precision; /* what GEMMs run in: requested and available; in plan keys */
+    bool deterministic;          /* every sum in a fixed order (hd_context_options) */
 
     struct hd_plan_memo *plans; /* memoized plans (dispatch/memo.h); NULL until first used */
     uint64_t plan_generation;   /* bumped by whatever can change a plan */

@@ -47,6 +47,7 @@ typedef struct options {
     size_t sequences[64];
     size_t sequence_count;
     bool expect_fall;
+    bool deterministic;
 } options;
 
 static void usage(FILE *out)
@@ -68,6 +69,8 @@ static void usage(FILE *out)
             "            --schedule constant|linear|cosine (the lr's decay to 0 over --steps)\n"
             "            --warmup N (steps of a linear rise from 0, 0)\n"
             "  run:      --steps N (10) --seed N (1) --precision fp32|tf32|fp32x3\n"
+            "            --deterministic (the same bits on every run: attention's dq summed in a\n"
+            "            fixed order, a little slower; also $HD_DETERMINISTIC=1)\n"
             "  files:    --weights FILE|DIR (safetensors; a directory's model.safetensors or the\n"
             "            shards of its model.safetensors.index.json)\n"
             "            --lora FILE (safetensors; a PEFT adapter's too)\n"
@@ -243,6 +246,8 @@ static bool parse_args(int argc, char **argv, options *o)
             o->c.tied_embeddings = true;
         } else if (strcmp(argv[i], "--expect-fall") == 0) {
             o->expect_fall = true;
+        } else if (strcmp(argv[i], "--deterministic") == 0) {
+            o->deterministic = true;
         } else if (strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             exit(0);
@@ -566,6 +571,7 @@ int main(int argc, char **argv)
     }
     hd_context_options copt;
     hd_context_options_init(&copt);
+    copt.deterministic = o.deterministic;
     if (o.precision != NULL) {
         const char *names[] = {"fp32", "fp32x3", "tf32"};
         const hd_precision modes[] = {HD_PRECISION_FP32, HD_PRECISION_FP32X3, HD_PRECISION_TF32};

@@ -104,12 +104,18 @@ for bf16 in 0 1; do
 done
 # Attention on tensor cores (attention_mma.cl): both arithmetics, the local memory as the
 # kernels' own arrays and as their argument, tiles other than the defaults, a head that is no
-# multiple of 16, bf16 activations, the emulation, the backward's streamed tiles in one buffer.
+# multiple of 16, bf16 activations, the emulation, the backward's streamed tiles in one buffer,
+# dq added by dk and dv's kernel (ds in the tile's buffer, and in its own area at heads of 8).
 for prec in 1 3; do
     for local_arg in 0 1; do
-        check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=$prec -DMMA_LOCAL_ARG=$local_arg
+        for atomic in 0 1; do
+            check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=$prec -DMMA_LOCAL_ARG=$local_arg \
+                -DDQ_ATOMIC=$atomic
+        done
     done
 done
+check attention -DHEAD_DIM=8 -DATT_MMA=1 -DPREC=3 -DDQ_ATOMIC=1 -DMMA_KBK=32 -DMMA_KBQ=32
+check attention -DHEAD_DIM=72 -DATT_MMA=1 -DPREC=3 -DMMA_EMULATE=1 -DDQ_ATOMIC=1 -DMMA_RING=1
 check attention -DHEAD_DIM=72 -DATT_MMA=1 -DPREC=3 -DMMA_BQ=32 -DMMA_BK=16 -DMMA_KBK=32 -DMMA_KBQ=16 -DMMA_RING=1
 check attention -DHEAD_DIM=128 -DATT_MMA=1 -DPREC=1 -DMMA_LOCAL_ARG=1 -DACT_BF16=1
 check attention -DHEAD_DIM=64 -DATT_MMA=1 -DPREC=3 -DMMA_EMULATE=1

@@ -24,8 +24,9 @@
 /* The variables the library reads, saved around each test that changes them so that a
  * user's own settings neither leak into nor out of the cases. */
 static const char *const env_names[] = {
-    "HD_BACKEND", "HD_DEVICE", "HD_DISABLE_OPENCL", "HD_GEMM_PRECISION", "HD_THREADS",
-    "HD_PINNED",  "HD_LOG",    "HD_PROGRAM_CACHE",  "HD_FAULT",          "HD_PROFILE"};
+    "HD_BACKEND",      "HD_DEVICE", "HD_DISABLE_OPENCL", "HD_GEMM_PRECISION", "HD_THREADS",
+    "HD_PINNED",       "HD_LOG",    "HD_PROGRAM_CACHE",  "HD_FAULT",          "HD_PROFILE",
+    "HD_DETERMINISTIC"};
 #define ENV_COUNT (sizeof env_names / sizeof env_names[0])
 
 static int save_env(void **state)
@@ -133,6 +134,7 @@ static void test_context_options_init_sets_defaults(void **state)
     assert_false(opt.disable_opencl);
     assert_false(opt.no_tune_cache);
     assert_false(opt.warmup);
+    assert_false(opt.deterministic);
     hd_context_options_init(NULL); /* harmless */
 }
 
@@ -355,6 +357,44 @@ static void test_context_gemm_precision_is_chosen_checked_and_lowered(void **sta
     assert_string_equal(hd_context_last_error(ctx), "");
     hd_context_destroy(ctx);
     unsetenv("HD_GEMM_PRECISION");
+}
+
+static void count_determinism_note(void *user, const char *message)
+{
+    *(int *)user += strstr(message, "HD_DETERMINISTIC='sometimes' is ignored") != NULL;
+}
+
+/* Determinism: off by default, on from the option or $HD_DETERMINISTIC; a value that is no
+ * switch leaves the default with a note. */
+static void test_context_deterministic_option_and_env(void **state)
+{
+    (void)state;
+    assert_false(hd_context_deterministic(NULL));
+    hd_context_options opt;
+    hd_context_options_init(&opt);
+    opt.disable_opencl = true;
+    hd_context *ctx = create_ok(&opt);
+    assert_false(hd_context_deterministic(ctx));
+    hd_context_destroy(ctx);
+    opt.deterministic = true;
+    ctx = create_ok(&opt);
+    assert_true(hd_context_deterministic(ctx));
+    hd_context_destroy(ctx);
+
+    opt.deterministic = false;
+    setenv("HD_DETERMINISTIC", " yes ", 1);
+    ctx = create_ok(&opt);
+    assert_true(hd_context_deterministic(ctx));
+    hd_context_destroy(ctx);
+    setenv("HD_DETERMINISTIC", "sometimes", 1);
+    int notes = 0;
+    opt.log = count_determinism_note;
+    opt.log_user = &notes;
+    ctx = create_ok(&opt);
+    assert_false(hd_context_deterministic(ctx));
+    assert_int_equal(notes, 1);
+    hd_context_destroy(ctx);
+    unsetenv("HD_DETERMINISTIC");
 }
 
 static void test_context_bad_backend_option_is_rejected(void **state)
@@ -1194,6 +1234,7 @@ int main(void)
         WITH_ENV(test_context_unreadable_fault_item_is_noted),
         WITH_ENV(test_context_bad_backend_env_is_rejected),
         WITH_ENV(test_context_gemm_precision_is_chosen_checked_and_lowered),
+        WITH_ENV(test_context_deterministic_option_and_env),
         WITH_ENV(test_context_bad_backend_option_is_rejected),
         WITH_ENV(test_context_backend_message_names_the_bad_item),
         WITH_ENV(test_context_backend_option_overrides_env),

@@ -2213,9 +2213,12 @@ static size_t bits_differ(float *a, float *b, size_t n)
  * every variant the tuner lists (in fp32x3: the tiles are tf32's too), each run or declined
  * for this device's local memory; the local memory as the kernels' own array and as their
  * argument (the CUDA runtime's; emulated on OpenCL); the tiles chosen within OpenCL's 48 KiB
- * and the FMA kernels where none fit (emulated). Both precisions give other bits than the
- * FMA kernels on most elements of the same data, forward and backward (the tensor cores ran),
- * and the same bits when run again. */
+ * and the FMA kernels where none fit (emulated). The backward with dq added by dk and dv's
+ * kernel (atomic adds, the default) and, in fp32x3, in its own kernel (a deterministic
+ * context), on every case and variant; the two give other bits on a case of several key
+ * tiles (both ran). Both precisions give other bits than the FMA kernels on most elements of
+ * the same data, forward and backward (the tensor cores ran), and, deterministic, the same
+ * bits when run again. */
 static void test_attention_on_tensor_cores(void **state)
 {
     hd_context *ctx = *state;
@@ -2242,6 +2245,12 @@ static void test_attention_on_tensor_cores(void **state)
                                     4100 + i));
             free(check_tc_attention_backward(ctx, &cases[i], NULL,
                                              rel_backward * (1.0 + cases[i].range), 4150 + i));
+            if (precisions[pi] != HD_PRECISION_FP32X3)
+                continue;
+            f->deterministic = true;
+            free(check_tc_attention_backward(ctx, &cases[i], NULL,
+                                             rel_backward * (1.0 + cases[i].range), 4150 + i));
+            f->deterministic = false;
         }
         if (precisions[pi] != HD_PRECISION_FP32)
             continue; /* the tiles are the same in all three: each variant once, with fp32's
@@ -2253,12 +2262,26 @@ static void test_attention_on_tensor_cores(void **state)
         assert_string_equal(variants[n - 2], "FMA=1");
         for (size_t i = 0; i < n; i++)
             free(check_tc_attention(ctx, &every_variant, variants[i], rel * 2.0, 4200 + i));
-        n = hd__fused_step_variants(f, HD_OP_ATTENTION_BACKWARD, &shape, variants, 32);
-        assert_true(n > 0);
-        for (size_t i = 0; i < n; i++)
-            free(check_tc_attention_backward(ctx, &every_variant, variants[i],
-                                             rel_backward * 2.0, 4250 + i));
+        for (int deterministic = 0; deterministic < 2; deterministic++) {
+            f->deterministic = deterministic;
+            n = hd__fused_step_variants(f, HD_OP_ATTENTION_BACKWARD, &shape, variants, 32);
+            assert_true(n > 0);
+            for (size_t i = 0; i < n; i++)
+                free(check_tc_attention_backward(ctx, &every_variant, variants[i],
+                                                 rel_backward * 2.0, 4250 + i));
+        }
+        f->deterministic = false;
     }
+    /* dq added by dk and dv's kernel, and by its own: other sums, other bits */
+    ctx->gemm_precision = HD_PRECISION_FP32X3;
+    size_t n_dq = cases[3].tokens * cases[3].heads * cases[3].head_dim;
+    float *any_order = check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4, 4160);
+    f->deterministic = true;
+    float *fixed_order = check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4, 4160);
+    f->deterministic = false;
+    size_t dq_differ = bits_differ(any_order, fixed_order, n_dq);
+    fprintf(stderr, "# dq differs on %zu of %zu\n", dq_differ, n_dq);
+    assert_true(dq_differ > n_dq / 4);
     /* the local memory as the kernels' argument, as the CUDA runtime passes it (emulated where
      * the runtime takes their own arrays, as NVIDIA's OpenCL does: its __local arguments do
      * not serve these kernels' copies) */
@@ -2268,9 +2291,11 @@ static void test_attention_on_tensor_cores(void **state)
     ctx->gemm_precision = HD_PRECISION_FP32X3;
     free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4400));
     free(check_tc_attention_backward(ctx, &cases[2], NULL, 2e-4 * 2.0, 4401));
+    f->deterministic = true;
+    free(check_tc_attention_backward(ctx, &cases[2], NULL, 2e-4 * 2.0, 4401));
     f->stage_mem = saved_stage_mem;
     /* the same data on the FMA kernels (FMA=1, fp32), in fp32x3 and tf32 (tensor cores): the
-     * tensor cores ran */
+     * tensor cores ran; deterministic from here */
     const tc_attention_case *same = &cases[1];
     size_t n_out = same->tokens * same->heads * same->head_dim;
     for (size_t pi = 0; pi < 2; pi++) {
@@ -2302,6 +2327,9 @@ static void test_attention_on_tensor_cores(void **state)
         ctx->gemm_precision = HD_PRECISION_FP32X3;
         free(check_tc_attention(ctx, &cases[3], NULL, 4e-5 * 2.0, 4500));
         float *tc_one = check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4 * 2.0, 4501);
+        f->deterministic = false;
+        free(check_tc_attention_backward(ctx, &cases[3], NULL, 2e-4 * 2.0, 4501));
+        f->deterministic = true;
         ctx->gemm_precision = HD_PRECISION_FP32;
         float *fma_one = check_tc_attention_backward(ctx, &cases[3], "FMA=1", 2e-4 * 2.0, 4501);
         size_t n_one = cases[3].tokens * cases[3].heads * cases[3].head_dim;
@@ -2319,6 +2347,7 @@ static void test_attention_on_tensor_cores(void **state)
         f->local_mem = saved_local;
         f->stage_mem = saved_stage_mem;
     }
+    f->deterministic = false;
     ctx->gemm_precision = saved;
     assert_false(f->attention_mma_broken);
     tensor_cores_end(f, emulate);

@@ -6,7 +6,8 @@
  * steps. Each thread has its own data and cycles through its own packings of the tokens, so
  * that the tables a context keeps on its device (RoPE's positions, attention's ranges) change
  * under the others' feet; its every tensor after every step must be bit for bit what the same
- * steps gave on one thread alone beforehand, as the fused kernels are deterministic. The shapes
+ * steps gave on one thread alone beforehand, as the fused kernels are in a deterministic
+ * context (hd_context_options.deterministic: attention's dq summed in a fixed order). The shapes
  * are one for every thread, so that the threads ask for the same programs at once: from the
  * program cache, and from a fresh cache directory they all build into and then load from.
  *
@@ -323,6 +324,7 @@ static hd_context *fused_context(run *r)
     hd_context_options_init(&opt);
     opt.backends = "fused";
     opt.no_tune_cache = true;
+    opt.deterministic = true;
     hd_context *ctx = NULL;
     if (hd_context_create(&ctx, &opt) != HD_OK)
         snprintf(r->failure, sizeof r->failure, "hd_context_create: %s",

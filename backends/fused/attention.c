@@ -9,7 +9,9 @@
  * local memory that the call passes on the CUDA runtime (up to its opt-in limit): in tf32, or
  * as 3xTF32 in fp32x3 and in fp32, as PyTorch's scaled_dot_product_attention runs fp32 inputs
  * on such devices (CUTLASS's OpMultiplyAddFastF32). The variant FMA=1 keeps fp32's FMA kernels,
- * and the tuner times them beside the tensor cores.
+ * and the tuner times them beside the tensor cores. On tensor cores, unless the context is
+ * deterministic, dk and dv's kernel also adds dq's parts into dq (zeroed by delta's launch)
+ * with atomic adds and dq's own kernel is not run (DQ_ATOMIC: five products, not seven).
  */
 #include <limits.h>
 #include <math.h>
@@ -38,6 +40,7 @@ typedef struct tiles {
     int fast;
     int prec;                      /* TF32 products per multiply on tensor cores; 0: FMAs */
     int ring;                      /* the backward's buffers of the tiles it streams (MMA_RING) */
+    bool dq_atomic;                /* dq added by dk and dv's kernel (DQ_ATOMIC) */
     size_t mma_local[MMA_KERNELS]; /* the tensor-core kernels' local memory, in bytes */
 } tiles;
 
@@ -60,9 +63,13 @@ static size_t mma_local_bytes(const hd_fused *f, size_t head_dim, const tiles *t
     size_t bq = (size_t)t->bq, bk = (size_t)t->bk, kbk = (size_t)t->kbk, kbq = (size_t)t->kbq;
     size_t scratch = f->mma_emulated ? mma_group(t, kernel) * 6 : 0;
     size_t ring = (size_t)t->ring;
+    /* dk and dv's k read both ways, and ds's own area where the tile's buffer is too narrow
+     * (MMA_KS_LD, MMA_LDS, MMA_DS_FLOATS) */
+    size_t ldks = t->dq_atomic ? ldb : lda, lds = kbk + 8;
+    size_t ds = t->dq_atomic && lds > 2 * ldb ? kbq * lds : 0;
     size_t floats = kernel == MMA_FORWARD ? (bq + bk) * lda + bk * ldv
                     : kernel == MMA_DQ    ? (2 * bq + bk) * lda + ring * bk * ldb
-                                          : 2 * kbk * lda + 2 * ring * kbq * ldb;
+                                          : kbk * (ldks + lda) + 2 * ring * kbq * ldb + ds;
     return (floats + scratch) * sizeof(float);
 }
 
@@ -88,22 +95,22 @@ static bool wants_mma(const hd_fused *f, hd_op op, size_t head_dim, bool fma)
            (op == HD_OP_ATTENTION || head_dim <= 128);
 }
 
-/* The tensor-core kernels of op. */
-static int mma_kernels_of(hd_op op, int out[2])
+/* The tensor-core kernels of op (with dq added by dk and dv's kernel, that one alone). */
+static int mma_kernels_of(hd_op op, bool dq_atomic, int out[2])
 {
     if (op == HD_OP_ATTENTION) {
         out[0] = MMA_FORWARD;
         return 1;
     }
-    out[0] = MMA_DQ;
-    out[1] = MMA_DKDV;
-    return 2;
+    out[0] = MMA_DKDV;
+    out[1] = MMA_DQ;
+    return dq_atomic ? 1 : 2;
 }
 
 /* Whether the tiles t of op fit the local memory. */
 static bool mma_fits(const hd_fused *f, hd_op op, size_t head_dim, const tiles *t)
 {
-    int k[2], n = mma_kernels_of(op, k);
+    int k[2], n = mma_kernels_of(op, t->dq_atomic, k);
     for (int i = 0; i < n; i++)
         if (mma_local_bytes(f, head_dim, t, k[i]) > local_capacity(f))
             return false;
@@ -152,7 +159,8 @@ static void mma_tiles_of(const hd_fused *f, hd_op op, size_t head_dim, hd_precis
                      .kbq = or_default(p->att_kbq, 16),
                      .fast = p->att_fast,
                      .prec = precision == HD_PRECISION_TF32 ? 1 : 3,
-                     .ring = ring};
+                     .ring = ring,
+                     .dq_atomic = !forward && !f->deterministic};
         if (!names_query_tiles(p))
             mma_shrink(f, forward ? MMA_FORWARD : MMA_DQ, head_dim, t, &t->bk, &t->bq);
         if (!names_key_tiles(p))
@@ -174,7 +182,7 @@ static hd_status mma_tiles_check(const hd_fused *f, hd_context *ctx, hd_op op, s
                          "fused: tensor-core attention tiles BQ=%d BK=%d KBK=%d KBQ=%d are not "
                          "all multiples of 16",
                          t->bq, t->bk, t->kbk, t->kbq);
-    int k[2], n = mma_kernels_of(op, k);
+    int k[2], n = mma_kernels_of(op, t->dq_atomic, k);
     for (int i = 0; i < n; i++) {
         if (t->mma_local[k[i]] > local_capacity(f))
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
@@ -253,9 +261,10 @@ static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
     if (t->prec != 0) {
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
                  "-D HEAD_DIM=%zu -D ATT_MMA=1 -D PREC=%d -D MMA_BQ=%d -D MMA_BK=%d "
-                 "-D MMA_KBK=%d -D MMA_KBQ=%d -D MMA_RING=%d -D MMA_LOCAL_ARG=%d -D FAST_EXP=%d%s",
+                 "-D MMA_KBK=%d -D MMA_KBQ=%d -D MMA_RING=%d -D MMA_LOCAL_ARG=%d -D FAST_EXP=%d "
+                 "-D DQ_ATOMIC=%d%s",
                  a->head_dim, t->prec, t->bq, t->bk, t->kbk, t->kbq, t->ring, local_as_argument(f),
-                 t->fast, f->mma_emulated ? " -D MMA_EMULATE=1" : "");
+                 t->fast, t->dq_atomic, f->mma_emulated ? " -D MMA_EMULATE=1" : "");
         return;
     }
     snprintf(out, HD_FUSED_OPTIONS_CAPACITY,
@@ -332,8 +341,8 @@ static hd_status check_sizes(hd_context *ctx, const hd_step_args *a)
                      a->rows);
 }
 
-/* The most arguments a kernel takes: dk and dv's 17 and their local memory. */
-#define LAUNCH_ARGS_MAX 18
+/* The most arguments a kernel takes: dk and dv's 18 and their local memory. */
+#define LAUNCH_ARGS_MAX 19
 
 /* Queues k over grid with the count arguments of list, and local (NULL: none) after them. */
 static hd_status launch_with_local(hd_fused *f, hd_context *ctx, hd_kernel *k, const size_t grid[2],
@@ -438,11 +447,14 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
     int32_t tokens = (int32_t)a->rows, heads = (int32_t)a->heads, kv_heads = (int32_t)a->kv_heads;
     int32_t splits = (int32_t)splits_of(a), kv_cols = (int32_t)(a->kv_heads * a->head_dim);
     float qscale = base2_scale(a->scale), scale = a->scale;
-    const hd_fused_arg delta[] = {HD_FUSED_TENSOR(out), HD_FUSED_TENSOR(dout),
+    /* with dq added by dk and dv's kernel, delta's launch zeroes it, and dk and dv's takes it
+     * after their own arguments */
+    const hd_fused_arg delta[] = {HD_FUSED_TENSOR(out),      HD_FUSED_TENSOR(dout),
                                   HD_FUSED_BUFFER(b->delta), HD_FUSED_VALUE(tokens),
-                                  HD_FUSED_VALUE(heads)};
+                                  HD_FUSED_VALUE(heads),     HD_FUSED_TENSOR(a->out[0])};
     size_t delta_groups = ceil_div(a->rows * a->heads * DELTA_SLOT, DELTA_GROUP);
-    hd_status s = hd__fused_launch_args(f, ctx, k[DELTA], delta_groups, DELTA_GROUP, delta, 5);
+    hd_status s = hd__fused_launch_args(f, ctx, k[DELTA], delta_groups, DELTA_GROUP, delta,
+                                        t->dq_atomic ? 6 : 5);
     const hd_fused_arg dq[] = {
         HD_FUSED_TENSOR(q),           HD_FUSED_TENSOR(kt),        HD_FUSED_TENSOR(v),
         HD_FUSED_TENSOR(dout),        HD_FUSED_TENSOR(lse),       HD_FUSED_BUFFER(b->delta),
@@ -454,7 +466,7 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
     const hd_fused_arg kv_local = HD_FUSED_LOCAL(t->mma_local[MMA_DKDV]);
     bool local_arg = t->prec != 0 && local_as_argument(f);
     const size_t dq_grid[2] = {a->heads, ceil_div(a->rows, (size_t)t->bq)};
-    if (s == HD_OK)
+    if (s == HD_OK && !t->dq_atomic)
         s = launch_with_local(f, ctx, k[DQ], dq_grid, groups[DQ], dq, 13,
                               local_arg ? &dq_local : NULL);
     const hd_fused_arg dkdv[] = {
@@ -463,11 +475,11 @@ static hd_status launch_backward(hd_fused *f, hd_context *ctx, const hd_step_arg
         HD_FUSED_BUFFER(b->q_range), HD_FUSED_TENSOR(a->out[1]),  HD_FUSED_TENSOR(a->out[2]),
         HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part), HD_FUSED_VALUE(tokens),
         HD_FUSED_VALUE(heads),       HD_FUSED_VALUE(kv_heads),    HD_FUSED_VALUE(splits),
-        HD_FUSED_VALUE(qscale),      HD_FUSED_VALUE(scale)};
+        HD_FUSED_VALUE(qscale),      HD_FUSED_VALUE(scale),       HD_FUSED_TENSOR(a->out[0])};
     const size_t dkdv_grid[2] = {a->kv_heads * (size_t)splits, ceil_div(a->rows, (size_t)t->kbk)};
     if (s == HD_OK)
-        s = launch_with_local(f, ctx, k[DKDV], dkdv_grid, groups[DKDV], dkdv, 17,
-                              local_arg ? &kv_local : NULL);
+        s = launch_with_local(f, ctx, k[DKDV], dkdv_grid, groups[DKDV], dkdv,
+                              t->dq_atomic ? 18 : 17, local_arg ? &kv_local : NULL);
     const hd_fused_arg reduce[] = {HD_FUSED_BUFFER(b->dk_part), HD_FUSED_BUFFER(b->dv_part),
                                    HD_FUSED_TENSOR(a->out[1]),  HD_FUSED_TENSOR(a->out[2]),
                                    HD_FUSED_VALUE(tokens),      HD_FUSED_VALUE(kv_cols),
@@ -544,9 +556,9 @@ hd_status hd__fused_attention_check(hd_fused *f, hd_context *ctx, hd_op op, cons
 size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
                                     const char **out, size_t max)
 {
-    /* on tensor cores: the forward's query and key tiles, the backward's dq tiles and dk and
-     * dv tiles (a tile past the local memory is refused, and the tuner moves on), and the
-     * exponential's instruction */
+    /* on tensor cores: the forward's query and key tiles, the backward's dq tiles (where dq
+     * has its own kernel) and dk and dv tiles (a tile past the local memory is refused, and the
+     * tuner moves on), and the exponential's instruction */
     static const char *const tensor_cores[] = {
         "BQ=64 BK=64",   "BQ=128 BK=64", "BQ=64 BK=32", "BQ=128 BK=32", "BQ=64 BK=128",
         "BQ=128 BK=128", "BQ=32 BK=64",  "BQ=32 BK=32", "BQ=32 BK=16",  "FAST=1"};
@@ -558,9 +570,11 @@ size_t hd__fused_attention_variants(const hd_fused *f, hd_op op, const hd_shape 
         const char *const *list = forward ? tensor_cores : tensor_cores_backward;
         size_t count = forward ? sizeof tensor_cores / sizeof tensor_cores[0]
                                : sizeof tensor_cores_backward / sizeof tensor_cores_backward[0];
+        bool dq_kernel = forward || f->deterministic;
         size_t n = 0;
         for (size_t i = 0; i < count && n < max; i++)
-            out[n++] = list[i];
+            if (dq_kernel || strncmp(list[i], "BQ=", 3) != 0)
+                out[n++] = list[i];
         /* in fp32, the FMA kernels beside them */
         static const char *const fma[] = {"FMA=1", "FMA=1 FAST=1"};
         for (size_t i = 0; shape->precision == HD_PRECISION_FP32 && i < 2 && n < max; i++)

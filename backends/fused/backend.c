@@ -46,6 +46,7 @@ static hd_status fused_probe(hd_context *ctx, const hd_backend_setup *setup, voi
     f->param_bytes = info->param_bytes;
     f->logits_bytes = HD_FUSED_LOGITS_BYTES;
     f->rt = setup->device;
+    f->deterministic = setup->deterministic;
     hd__fused_tile_probe(f, info);
     hd_status s = hd__fused_sources_create(f);
     if (s != HD_OK) {

@@ -133,6 +133,8 @@ typedef struct hd_fused {
                            Hopper), or tests emulate it */
     bool tma_broken;    /* that kernel's build failed here: cp.async copies instead */
     bool attention_mma_broken; /* the tensor-core attention's build failed: FMAs instead */
+    bool deterministic;        /* every sum in a fixed order: attention's dq in its own kernel, not
+                                  added by dk and dv's (hd_context_options.deterministic) */
     hd_devmem splitk_part; /* split-K partial tiles of the tiled GEMM, splitk_bytes long */
     size_t splitk_bytes;
     hd_devmem repack[4]; /* A, B, A2 and B2 copied depth-contiguous for the TMA kernel */

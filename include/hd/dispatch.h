@@ -187,7 +187,14 @@ typedef struct hd_context_options {
      * cannot run here falls back to OpenCL with a note; CLBlast is not available while the
      * device runs on CUDA. hd_context_device_runtime() says which one runs. */
     const char *runtime;
-    void *reserved[7]; /* zero (hd_context_options_init): room for options to come */
+    /* true (or $HD_DETERMINISTIC=1): every sum in a fixed order, so that a call on the same
+     * data gives the same bits on every run, as torch.use_deterministic_algorithms(True)
+     * asks. false (the default, as PyTorch's): attention's backward on tensor cores adds dq's
+     * parts with atomic adds in whatever order they land (FlashAttention-2's way: the scores
+     * computed once, where a fixed order computes them twice), so that dq's last bits may
+     * differ from run to run; every other op sums in a fixed order either way. */
+    bool deterministic;
+    void *reserved[6]; /* zero (hd_context_options_init): room for options to come */
 } hd_context_options;
 
 /* Version of the library this program runs with, as "MAJOR.MINOR.PATCH". The compile-time
@@ -272,6 +279,10 @@ HD_API hd_status hd_context_set_backend(hd_context *ctx, hd_op op, hd_backend b)
 /* The GEMM arithmetic the context runs: the requested mode, or HD_PRECISION_FP32 where no
  * backend of the context can run it. HD_PRECISION_FP32 for NULL. */
 HD_API hd_precision hd_context_gemm_precision(const hd_context *ctx);
+
+/* Whether every sum of the context runs in a fixed order (hd_context_options.deterministic,
+ * $HD_DETERMINISTIC). false for NULL. */
+HD_API bool hd_context_deterministic(const hd_context *ctx);
 
 /* The backend the last successful operation on ctx ran on; HD_BACKEND_AUTO before any. */
 HD_API hd_backend hd_context_last_backend(const hd_context *ctx);

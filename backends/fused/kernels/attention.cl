@@ -95,6 +95,8 @@
  *   KV_QK      query rows per staged chunk of dout and q rows (dkdv)
  *   DELTA_WG, DELTA_SLOT  work-items per group, and per (row, head) (delta)
  *   FAST_EXP   1: native_exp2 (the device's own accuracy) in place of exp2
+ *   DQ_ATOMIC  1: dq is summed by attention_bwd_dkdv_mma with atomic adds (attention_mma.cl),
+ *              attention_bwd_delta zeroing it first; attention_bwd_dq is not run
  * Each divides its tile: BQ % RQ, BK % TC, BK % VK (likewise DQ_), KV_BK % KV_RK,
  * KV_BQ % KV_TC, KV_BQ % KV_QK, DELTA_WG % DELTA_SLOT == 0; DELTA_SLOT a power of two.
  */
@@ -163,6 +165,9 @@
 #ifndef DELTA_SLOT
 #define DELTA_SLOT 16 /* work-items per (row, head) (delta) */
 #endif
+#ifndef DQ_ATOMIC
+#define DQ_ATOMIC 0 /* 1: dq summed by dk and dv's kernel in any order (attention_mma.cl) */
+#endif
 #ifndef FAST_EXP
 #define FAST_EXP 0 /* 1: native_exp2 */
 #endif
@@ -174,6 +179,15 @@
     KV_BK % KV_RK || KV_BQ % KV_TC || KV_BQ % KV_QK || DELTA_WG % DELTA_SLOT || \
     (DELTA_SLOT & (DELTA_SLOT - 1))
 #error "attention: a tile parameter does not divide its tile"
+#endif
+#if DQ_ATOMIC && ACT_BF16
+#error "DQ_ATOMIC adds into a float dq"
+#endif
+/* delta's dq to zero, where dk and dv's kernel adds into it */
+#if DQ_ATOMIC
+#define DQ_ZEROED_PARAM , __global float *dq
+#else
+#define DQ_ZEROED_PARAM
 #endif
 
 #if FAST_EXP
@@ -563,7 +577,7 @@ attention_forward(const __global act_t *q, const __global act_t *k, const __glob
  * (row, head), each summing columns t, t + DELTA_SLOT, ..., then a tree in local memory. */
 __kernel __attribute__((reqd_work_group_size(DELTA_WG, 1, 1))) void
 attention_bwd_delta(const __global act_t *out, const __global act_t *dout, __global float *delta,
-                    int tokens, int heads)
+                    int tokens, int heads DQ_ZEROED_PARAM)
 {
     AFTER_PREVIOUS_LAUNCH();
     __local float red[DELTA_WG];
@@ -575,6 +589,10 @@ attention_bwd_delta(const __global act_t *out, const __global act_t *dout, __glo
         const size_t base = pair * HEAD_DIM; /* (row, head) pairs lie HEAD_DIM apart */
         for (int c = t; c < HEAD_DIM; c += DELTA_SLOT)
             sum = fma(act_load(dout, base + c), act_load(out, base + c), sum);
+#if DQ_ATOMIC
+        for (int c = t; c < HEAD_DIM; c += DELTA_SLOT)
+            dq[base + c] = 0.0f;
+#endif
     }
     red[id] = sum;
     for (int w = DELTA_SLOT / 2; w > 0; w /= 2) {

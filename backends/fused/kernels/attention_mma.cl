@@ -34,6 +34,12 @@
  * are whole blocks of 8. Storage follows elem.cl's act_t: float rows are copied by cp.async;
  * bf16 rows are converted as they are staged.
  *
+ * dq in any order (DQ_ATOMIC = 1, attention.cl): dk and dv's kernel also forms dq's part of its
+ * keys, ds k, and adds it into dq (zeroed by the delta launch) with atomic adds, so that the
+ * scores and their gradient are computed once (five products, FlashAttention-2's backward)
+ * where dq's own kernel computes them again; the adds land in any order, so dq's last bits may
+ * differ from run to run. Its k is then read both ways (rows MMA_LDB apart).
+ *
  * Tuning parameters: MMA_BQ (query rows per work-group, a multiple of 16), MMA_BK (keys per
  * tile, a multiple of 16), both for the forward and dq; MMA_KBK (keys per work-group) and
  * MMA_KBQ (query rows per tile), multiples of 16, for dk and dv; MMA_RING (2: the backward
@@ -89,8 +95,17 @@
     ((MMA_BQ + MMA_BK) * MMA_LDA + MMA_BK * MMA_LDV + MMA_SCRATCH(MMA_WARPS))
 #define MMA_DQ_FLOATS \
     ((2 * MMA_BQ + MMA_BK) * MMA_LDA + MMA_RING * MMA_BK * MMA_LDB + MMA_SCRATCH(MMA_WARPS))
+/* dk and dv's k: read as A alone (rows MMA_LDA apart), or also as dq's B (MMA_LDB) */
+#define MMA_KS_LD (DQ_ATOMIC ? MMA_LDB : MMA_LDA)
+/* ds transposed for dq's product (DQ_ATOMIC): MMA_KBQ rows of the work-group's keys, MMA_LDS
+ * apart (8 banks past a multiple of 32: a half-warp's float2 reads hit distinct banks), in the
+ * tile's own buffer where they fit, else in an area of their own */
+#define MMA_LDS        (MMA_KBK + 8)
+#define MMA_DS_IN_TILE (MMA_LDS <= 2 * MMA_LDB)
+#define MMA_DS_FLOATS  (DQ_ATOMIC && !MMA_DS_IN_TILE ? MMA_KBQ * MMA_LDS : 0)
 #define MMA_KV_FLOATS \
-    (2 * MMA_KBK * MMA_LDA + 2 * MMA_RING * MMA_KBQ * MMA_LDB + MMA_SCRATCH(MMA_KWARPS))
+    (MMA_KBK * (MMA_KS_LD + MMA_LDA) + 2 * MMA_RING * MMA_KBQ * MMA_LDB + MMA_DS_FLOATS + \
+     MMA_SCRATCH(MMA_KWARPS))
 
 /* x combined over the 4 lanes of its quad by op (bfly over lane bits 0, then 1: the same
  * order, so the same result, on each lane). */
@@ -217,9 +232,11 @@ MMA_UNROLL
 #define P_FRAG(s) ((float4)((s).x, (s).z, (s).y, (s).w))
 
 /* o[0 .. no) += p x for a warp: p its nk score blocks (now weights, 8 keys each, a multiple
- * of 2), x the keys' rows (ldx floats apart), whose HEAD_DIM columns make no blocks of 8. */
+ * of 2), x the keys' rows (ldx floats apart), whose HEAD_DIM columns make HEAD_DIM / 8 blocks
+ * of 8; o[n] is the block at column col0 + step * n (a block past HEAD_DIM reads block 0's
+ * columns, for a result the caller drops). */
 static inline void block_values(__local const float *x, int ldx, const float4 *p, int nk, int g,
-                                int t, float4 *o, int no SCRATCH_PARAM)
+                                int t, float4 *o, int no, int col0, int step SCRATCH_PARAM)
 {
 MMA_UNROLL
     for (int j = 0; j < nk; j += 2) {
@@ -229,7 +246,8 @@ MMA_UNROLL
 MMA_UNROLL
         for (int n = 0; n < no; n++) {
             /* keys 2t, 2t + 1 of blocks j and j + 1, column g of block n */
-            __local const float *c = x + (8 * j + 2 * t) * ldx + 8 * n + g;
+            const int col = col0 + step * n < HEAD_DIM ? col0 + step * n : 0;
+            __local const float *c = x + (8 * j + 2 * t) * ldx + col + g;
             uint vb[4], vsm[4];
             split4((float4)(c[0], c[ldx], c[8 * ldx], c[9 * ldx]), vb, vsm);
 #if PREC == 3
@@ -383,7 +401,7 @@ attention_forward_mma(const __global act_t *q, const __global act_t *k, const __
         /* (3) the tile's v has landed (the next k may still be in flight) */
         cp_wait_all_but_newest();
         barrier(CLK_LOCAL_MEM_FENCE);
-        block_values(vs, MMA_LDV, s, MMA_NS, g, t, o, MMA_NO SCRATCH_PASS);
+        block_values(vs, MMA_LDV, s, MMA_NS, g, t, o, MMA_NO, 0, 8 SCRATCH_PASS);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (next < qt.hi)
             stage_rows(vs, MMA_LDV, v, qt.ldk, qt.kcol, next, MMA_BK, qt.hi, HEAD_DIM, id, MMA_WG);
@@ -474,7 +492,7 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
                             ZEROED(p.z * (dp[j].z - dl1), key, qt.rg1),
                             ZEROED(p.w * (dp[j].w - dl1), key + 1, qt.rg1));
         }
-        block_values(ks, MMA_LDB, s, MMA_NS, g, t, acc, MMA_NO SCRATCH_PASS);
+        block_values(ks, MMA_LDB, s, MMA_NS, g, t, acc, MMA_NO, 0, 8 SCRATCH_PASS);
 #if MMA_RING == 1
         barrier(CLK_LOCAL_MEM_FENCE);
         if (next < qt.hi)
@@ -496,6 +514,69 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
                    MMA_D16, id, MMA_KWG);                                                       \
     } while (0)
 
+#if DQ_ATOMIC
+/* *at += x, in whatever order the work-groups' adds land: PTX's reduction where it runs, else
+ * (the emulation) a compare-and-swap loop. */
+static inline void add_to(__global float *at, float x)
+{
+#if MMA_EMULATE
+    volatile __global uint *word = (volatile __global uint *)at;
+    uint seen = *word, was;
+    while ((was = atomic_cmpxchg(word, seen, as_uint(as_float(seen) + x))) != seen)
+        seen = was;
+#else
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at), "f"(x) : "memory");
+#endif
+}
+
+/* 8-column blocks of dq's product that a warp of dk and dv's kernel takes */
+#define MMA_DQ_BLOCKS ((MMA_NO + MMA_KWARPS - 1) / MMA_KWARPS)
+
+/* dq += scale ds k for a tile of MMA_KBQ query rows (head column qcol, rows i0 ..; those at or
+ * past hi have no key here and are left out), ds transposed in local memory (MMA_LDS apart,
+ * the work-group's MMA_KBK keys as columns) against k's rows: per 16 rows, warp w takes blocks
+ * w, w + MMA_KWARPS, .. of dq's columns (block_values, ds's blocks as A fragments) and adds
+ * them into dq. */
+static inline void add_ds_k(__local const float *ds, __local const float *ks, __global float *dq,
+                            size_t ldq, int qcol, int i0, int hi, float scale, int warp, int g,
+                            int t SCRATCH_PARAM)
+{
+    for (int r = 0; r < MMA_KBQ; r += 16) {
+        float4 p[MMA_KBK / 8], o[MMA_DQ_BLOCKS];
+#pragma unroll
+        for (int j = 0; j < MMA_KBK / 8; j++) {
+            __local const float *a = ds + (r + g) * MMA_LDS + 8 * j + 2 * t;
+            p[j] = (float4)(vload2(0, a), vload2(0, a + 8 * MMA_LDS));
+        }
+#pragma unroll
+        for (int n = 0; n < MMA_DQ_BLOCKS; n++)
+            o[n] = (float4)(0.0f);
+        block_values(ks, MMA_KS_LD, p, MMA_KBK / 8, g, t, o, MMA_DQ_BLOCKS, 8 * warp,
+                     8 * MMA_KWARPS SCRATCH_PASS);
+        const int r0 = i0 + r + g, r1 = r0 + 8;
+#pragma unroll
+        for (int n = 0; n < MMA_DQ_BLOCKS; n++) {
+            const int c = 8 * (warp + MMA_KWARPS * n);
+            if (c >= HEAD_DIM)
+                break;
+            __global float *at0 = dq + (size_t)r0 * ldq + (size_t)(qcol + c + 2 * t);
+            __global float *at1 = at0 + 8 * ldq;
+            if (r0 < hi) {
+                add_to(at0, o[n].x * scale);
+                add_to(at0 + 1, o[n].y * scale);
+            }
+            if (r1 < hi) {
+                add_to(at1, o[n].z * scale);
+                add_to(at1 + 1, o[n].w * scale);
+            }
+        }
+    }
+}
+#define DQ_SUM_PARAM , __global float *dq
+#else
+#define DQ_SUM_PARAM
+#endif
+
 /* dk and dv on the tensor cores: attention_bwd_dkdv's arguments, grid and results (partial
  * slices where splits > 1), work-groups of MMA_KBK keys, warp w owning keys 16w .. + 15. Per
  * query head of the slice and tile of MMA_KBQ rows that attend to the keys: s = k q^T times
@@ -503,18 +584,20 @@ attention_bwd_dq_mma(const __global act_t *q, const __global act_t *k, const __g
  * exp2(s - lse), 0 where masked, dv += p dout, ds = p (dp - delta), dk += ds q (block_values).
  * Local memory: k and v (staged once), and MMA_RING buffers of a tile's q and dout: the tiles
  * of every head of the slice run as one sequence, the next one's copied during this one's work
- * into the buffer the last one has finished with (two), or after this one's work (one). */
+ * into the buffer the last one has finished with (two), or after this one's work (one).
+ * Under DQ_ATOMIC, per tile also dq += ds k (add_ds_k), ds passed through local memory: the
+ * tile's buffer once both products are done with it, or its own area after the tiles. */
 __kernel __attribute__((reqd_work_group_size(MMA_KWG, 1, 1))) void
 attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const __global act_t *v,
                        const __global act_t *dout, const __global float *lse,
                        const __global float *delta, const __global int *q_range,
                        __global act_t *dk, __global act_t *dv, __global float *dk_part,
                        __global float *dv_part, int tokens, int heads, int kv_heads, int splits,
-                       float qscale, float scale LOCAL_PARAM)
+                       float qscale, float scale DQ_SUM_PARAM LOCAL_PARAM)
 {
     AFTER_PREVIOUS_LAUNCH();
     LOCAL_ARRAY(MMA_KV_FLOATS);
-    __local float *ks = smem, *vs = ks + MMA_KBK * MMA_LDA, *tiles = vs + MMA_KBK * MMA_LDA;
+    __local float *ks = smem, *vs = ks + MMA_KBK * MMA_KS_LD, *tiles = vs + MMA_KBK * MMA_LDA;
     const int id = (int)get_local_id(0), warp = id / 32, lane = id % 32, g = lane / 4, t = lane % 4;
 #if MMA_EMULATE
     __local float *scratch = smem + MMA_KV_FLOATS - MMA_SCRATCH(MMA_KWARPS) + warp * 32 * 6;
@@ -533,7 +616,7 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
     /* the tiles of the slice's heads, one sequence (STAGE_QUERY_TILE) */
     const int per_head = hi > lo ? (hi - lo + MMA_KBQ - 1) / MMA_KBQ : 0, count = per * per_head;
 
-    stage_rows(ks, MMA_LDA, k, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
+    stage_rows(ks, MMA_KS_LD, k, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
     stage_rows(vs, MMA_LDA, v, ldk, kcol, k0, MMA_KBK, tokens, MMA_D16, id, MMA_KWG);
     if (count > 0)
         STAGE_QUERY_TILE(tiles, 0);
@@ -560,7 +643,7 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
 #pragma unroll
         for (int j = 0; j < MMA_NQ; j++)
             s[j] = dp[j] = (float4)(0.0f);
-        block_dots(ks, MMA_LDA, 16 * warp, qs, MMA_LDB, g, t, s, MMA_NQ SCRATCH_PASS);
+        block_dots(ks, MMA_KS_LD, 16 * warp, qs, MMA_LDB, g, t, s, MMA_NQ SCRATCH_PASS);
         block_dots(vs, MMA_LDA, 16 * warp, gs, MMA_LDB, g, t, dp, MMA_NQ SCRATCH_PASS);
         /* p in s, then (after dv's product) ds; delta of the lane's two rows per block */
         float dl[MMA_NQ][2];
@@ -576,11 +659,27 @@ attention_bwd_dkdv_mma(const __global act_t *q, const __global act_t *k, const _
                             ZEROED(EXP2(s[j].z * qscale - l0), i, rg1),
                             ZEROED(EXP2(s[j].w * qscale - l1), i + 1, rg1));
         }
-        block_values(gs, MMA_LDB, s, MMA_NQ, g, t, dva, MMA_NO SCRATCH_PASS);
+        block_values(gs, MMA_LDB, s, MMA_NQ, g, t, dva, MMA_NO, 0, 8 SCRATCH_PASS);
 #pragma unroll
         for (int j = 0; j < MMA_NQ; j++)
             s[j] *= dp[j] - (float4)(dl[j][0], dl[j][1], dl[j][0], dl[j][1]);
-        block_values(qs, MMA_LDB, s, MMA_NQ, g, t, dka, MMA_NO SCRATCH_PASS);
+        block_values(qs, MMA_LDB, s, MMA_NQ, g, t, dka, MMA_NO, 0, 8 SCRATCH_PASS);
+#if DQ_ATOMIC
+        __local float *ds = MMA_DS_IN_TILE ? qs : tiles + 2 * MMA_RING * MMA_KBQ * MMA_LDB;
+        /* every warp is past both products (the tile's buffer is free) and the last ds */
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int j = 0; j < MMA_NQ; j++) {
+            /* s[j]: keys 16 warp + g (x, y) and + 8 (z, w), rows 8j + 2t (x, z) and + 1 */
+            __local float *at = ds + (8 * j + 2 * t) * MMA_LDS + 16 * warp + g;
+            at[0] = s[j].x;
+            at[MMA_LDS] = s[j].y;
+            at[8] = s[j].z;
+            at[MMA_LDS + 8] = s[j].w;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        add_ds_k(ds, ks, dq, ldq, h * HEAD_DIM, i0, hi, scale, warp, g, t SCRATCH_PASS);
+#endif
 #if MMA_RING == 1
         barrier(CLK_LOCAL_MEM_FENCE);
         if (u + 1 < count)
