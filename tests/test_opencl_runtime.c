@@ -239,22 +239,49 @@ static void test_pool_reuses_released_buffers(void **state)
     hd_context_destroy(ctx);
 }
 
+/* At most the cap stays idle; past it, what was released longest ago goes first, so that a
+ * large buffer released once does not leave every later small buffer to be freed on release
+ * and allocated again. */
 static void test_pool_keeps_at_most_its_cap(void **state)
 {
     (void)state;
     hd_context *ctx = message_context();
     hd_cl_runtime *rt = open_runtime(ctx, NULL);
-    rt->pool_cap_bytes = 5000;
+    rt->pool.cap_bytes = 5000;
     struct hd_device_buffer *a, *b;
     assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 3000, &a), HD_OK);
     assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 3000, &b), HD_OK);
     size_t capacity = a->capacity;
+    cl_mem kept = hd__cl_mem(b->mem);
     hd__cl_buffer_release(rt, a);
-    hd__cl_buffer_release(rt, b); /* over the cap: freed, not pooled */
+    hd__cl_buffer_release(rt, b); /* over the cap: a, idle longer, is freed */
     struct hd_cl_pool_counters c;
     hd__cl_pool_counters(rt, &c);
     assert_int_equal(c.pooled_bytes, capacity);
-    assert_true(c.pooled_bytes <= rt->pool_cap_bytes);
+    assert_true(c.pooled_bytes <= rt->pool.cap_bytes);
+    assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 3000, &a), HD_OK);
+    assert_ptr_equal(hd__cl_mem(a->mem), kept);
+
+    /* a buffer over the cap alone is never pooled; one released long ago gives way to a loop's
+     * small buffer, which is then reused on every turn */
+    struct hd_device_buffer *big, *small;
+    assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 6000, &big), HD_OK);
+    hd__cl_buffer_release(rt, big);
+    hd__cl_buffer_release(rt, a);
+    hd__cl_pool_counters(rt, &c);
+    assert_int_equal(c.pooled_bytes, capacity);
+    struct hd_cl_pool_counters before;
+    hd__cl_pool_counters(rt, &before);
+    size_t small_capacity = 0;
+    for (int turn = 0; turn < 3; turn++) {
+        assert_int_equal(hd__cl_buffer_acquire(rt, ctx, 2500, &small), HD_OK);
+        small_capacity = small->capacity;
+        hd__cl_buffer_release(rt, small); /* with the 3000's, over the cap: that one goes */
+    }
+    hd__cl_pool_counters(rt, &c);
+    assert_int_equal(c.allocations, before.allocations + 1);
+    assert_int_equal(c.reuses, before.reuses + 2);
+    assert_int_equal(c.pooled_bytes, small_capacity);
     hd__cl_runtime_destroy(rt);
     hd_context_destroy(ctx);
 }

@@ -4,6 +4,7 @@
  * Reusing a pooled buffer needs no synchronisation: there is one in-order queue, so every
  * command that used the buffer before its release runs before any command of its next owner.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +23,6 @@
 #ifndef HD_CL_STAGED_BYTES_MAX
 #define HD_CL_STAGED_BYTES_MAX ((size_t)64 << 20)
 #endif
-
-struct hd_cl_pool_entry {
-    struct hd_device_buffer buf; /* first: the pointer handed out converts back */
-    struct hd_cl_pool_entry *next;
-};
 
 struct hd_cl_staging {
     cl_event done;
@@ -65,7 +61,7 @@ static cl_int create_touched(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
 static cl_int create_trimming(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
 {
     cl_int err = create_touched(rt, capacity, out);
-    if (err != CL_SUCCESS && allocation_failure(err) && rt->pooled_bytes > 0) {
+    if (err != CL_SUCCESS && allocation_failure(err) && rt->pool.pooled_bytes > 0) {
         hd__cl_pool_trim(rt);
         err = create_touched(rt, capacity, out);
     }
@@ -92,6 +88,34 @@ void hd__cl_scratch_free(hd_cl_runtime *rt, cl_mem mem)
         clReleaseMemObject(mem); /* freed once the queued launches using it ran */
 }
 
+/* The pool's allocations: touched buffers (create_touched; the pool hands its idle ones back
+ * and tries again where the device is full). */
+static hd_pool_result pool_alloc(void *owner, size_t bytes, hd_devmem *out)
+{
+    hd_cl_runtime *rt = owner;
+    cl_mem mem = NULL;
+    cl_int err = create_touched(rt, bytes, &mem);
+    if (err != CL_SUCCESS) {
+        rt->pool_error = err;
+        return allocation_failure(err) ? HD_POOL_FULL : HD_POOL_FAILED;
+    }
+    *out = (hd_devmem)(void *)mem;
+    return HD_POOL_OK;
+}
+
+static void pool_free(void *owner, hd_devmem mem)
+{
+    (void)owner;
+    clReleaseMemObject(hd__cl_mem(mem)); /* the driver frees it after the commands using it */
+}
+
+void hd__cl_pool_init(hd_cl_runtime *rt, cl_ulong global_mem, cl_ulong max_alloc)
+{
+    hd__pool_init(&rt->pool, rt, pool_alloc, pool_free,
+                  global_mem < SIZE_MAX ? (size_t)global_mem : SIZE_MAX);
+    rt->pool.max_bytes = max_alloc < SIZE_MAX ? (size_t)max_alloc : SIZE_MAX;
+}
+
 hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes,
                                 struct hd_device_buffer **out)
 {
@@ -101,72 +125,33 @@ hd_status hd__cl_buffer_acquire(hd_cl_runtime *rt, hd_context *ctx, size_t bytes
                          "a buffer of %zu bytes exceeds the device's largest allocation "
                          "(%llu bytes)",
                          bytes, (unsigned long long)rt->max_alloc);
-    size_t capacity;
-    size_t cls = hd__pool_size_class(bytes, &capacity);
-    struct hd_cl_pool_entry *e = rt->free_lists[cls];
-    if (e != NULL) {
-        rt->free_lists[cls] = e->next;
-        rt->pooled_bytes -= e->buf.capacity;
-        rt->counters.reuses++;
-    } else {
-        if (rt->max_alloc > 0 && capacity > rt->max_alloc)
-            capacity = rt->max_alloc; /* not a class size: released straight to the driver */
-        e = calloc(1, sizeof *e);
-        if (e == NULL)
-            return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for a buffer record");
-        cl_mem mem = NULL;
-        cl_int err = create_trimming(rt, capacity, &mem);
-        e->buf.mem = (hd_devmem)(void *)mem;
-        if (err != CL_SUCCESS) {
-            free(e);
-            return hd__cl_error(ctx, err, "clCreateBuffer");
-        }
-        e->buf.capacity = capacity;
-        rt->counters.allocations++;
-    }
-    e->next = NULL;
-    e->buf.bytes = bytes;
-    rt->live_buffers++;
-    *out = &e->buf;
-    return HD_OK;
+    rt->pool_error = CL_SUCCESS;
+    hd_status s = hd__pool_acquire(&rt->pool, ctx, bytes, out);
+    if (s != HD_OK && rt->pool_error != CL_SUCCESS)
+        return hd__cl_error(ctx, rt->pool_error, "clCreateBuffer"); /* the driver's own code */
+    if (s == HD_OK)
+        rt->live_buffers++;
+    return s;
 }
 
 void hd__cl_buffer_release(hd_cl_runtime *rt, struct hd_device_buffer *buf)
 {
     if (rt == NULL || buf == NULL)
         return;
-    struct hd_cl_pool_entry *e = (struct hd_cl_pool_entry *)buf;
     rt->live_buffers--;
-    size_t capacity;
-    size_t cls = hd__pool_size_class(buf->capacity, &capacity);
-    if (capacity != buf->capacity || rt->pooled_bytes + capacity > rt->pool_cap_bytes) {
-        /* the driver frees it after the commands that use it */
-        clReleaseMemObject(hd__cl_mem(buf->mem));
-        free(e);
-        return;
-    }
-    e->next = rt->free_lists[cls];
-    rt->free_lists[cls] = e;
-    rt->pooled_bytes += capacity;
+    hd__pool_release(&rt->pool, buf);
 }
 
 void hd__cl_pool_trim(hd_cl_runtime *rt)
 {
-    for (size_t c = 0; c < HD_POOL_CLASSES; c++) {
-        while (rt->free_lists[c] != NULL) {
-            struct hd_cl_pool_entry *e = rt->free_lists[c];
-            rt->free_lists[c] = e->next;
-            clReleaseMemObject(hd__cl_mem(e->buf.mem));
-            free(e);
-        }
-    }
-    rt->pooled_bytes = 0;
+    hd__pool_trim(&rt->pool);
 }
 
 void hd__cl_pool_counters(const hd_cl_runtime *rt, struct hd_cl_pool_counters *out)
 {
-    *out = rt->counters;
-    out->pooled_bytes = rt->pooled_bytes;
+    *out = (struct hd_cl_pool_counters){.allocations = rt->pool.allocations,
+                                        .reuses = rt->pool.reuses,
+                                        .pooled_bytes = rt->pool.pooled_bytes};
 }
 
 void hd__cl_staging_reclaim(hd_cl_runtime *rt, bool wait)

@@ -9,9 +9,6 @@
 #include "core/error.h"
 
 /* Idle bytes the pool may keep: an eighth of device memory, at most this. */
-#ifndef HD_CL_POOL_CAP_MAX
-#define HD_CL_POOL_CAP_MAX ((size_t)1 << 30)
-#endif
 
 /* What discovery learnt about one device. Every query the runtime makes about a device it has
  * not opened yet is answered from here, so the driver is asked once per process. */
@@ -215,8 +212,7 @@ static void describe(hd_cl_runtime *rt, device_ref *r)
     snprintf(rt->platform_version, sizeof rt->platform_version, "%s", r->platform_version);
     rt->is_gpu = (r->type & CL_DEVICE_TYPE_GPU) != 0;
     rt->max_alloc = r->max_alloc;
-    rt->pool_cap_bytes =
-        r->global_mem / 8 < HD_CL_POOL_CAP_MAX ? (size_t)(r->global_mem / 8) : HD_CL_POOL_CAP_MAX;
+    hd__cl_pool_init(rt, r->global_mem, r->max_alloc);
     rt->pinned_cap = r->global_mem / 8 < SIZE_MAX ? (size_t)(r->global_mem / 8) : SIZE_MAX;
     rt->pinned_bytes = &r->pinned_bytes;
 }

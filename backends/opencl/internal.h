@@ -8,8 +8,6 @@
 #include "backends/opencl/runtime.h"
 #include "backends/runtime/pool.h" /* the pool's size classes */
 
-struct hd_cl_pool_entry; /* a pooled buffer: struct hd_device_buffer plus a link */
-
 struct hd_cl_program_entry {
     const char *source; /* the caller's pointer: the fast path compares it first */
     uint64_t source_hash;
@@ -53,10 +51,9 @@ struct hd_cl_runtime {
     char platform_version[256];
 
     /* Buffer pool. */
-    struct hd_cl_pool_entry *free_lists[HD_POOL_CLASSES];
-    size_t pooled_bytes, pool_cap_bytes;
+    hd_pool pool;
+    cl_int pool_error; /* the last failed clCreateBuffer's code, for its message */
     size_t live_buffers;
-    struct hd_cl_pool_counters counters;
 
     struct hd_cl_staging *staging, *staging_tail; /* oldest first */
     size_t staged_bytes;
@@ -77,6 +74,9 @@ struct hd_cl_runtime {
 uint64_t hd__cl_hash(const void *data, size_t len, uint64_t seed);
 #define HD_CL_HASH_SEED 0xcbf29ce484222325ull
 
+/* The pool of rt's buffers, over a device of global_mem bytes whose largest allocation is
+ * max_alloc (0: no limit). */
+void hd__cl_pool_init(hd_cl_runtime *rt, cl_ulong global_mem, cl_ulong max_alloc);
 /* Drops every pooled (idle) buffer: on destroy, and before retrying an allocation that failed. */
 void hd__cl_pool_trim(hd_cl_runtime *rt);
 /* Frees the host copies of uploads that have completed; all of them when wait is true. */

@@ -8,7 +8,8 @@
 
 struct hd_pool_entry {
     struct hd_device_buffer buf; /* first: the pointer handed out converts back */
-    struct hd_pool_entry *next;
+    struct hd_pool_entry *next;  /* its class's idle list */
+    struct hd_pool_entry *older, *newer;
 };
 
 size_t hd__pool_size_class(size_t bytes, size_t *capacity)
@@ -47,7 +48,37 @@ static hd_pool_result allocate(hd_pool *pool, size_t bytes, hd_devmem *out)
         hd__pool_trim(pool);
         r = pool->alloc(pool->owner, bytes, out);
     }
+    pool->allocations += r == HD_POOL_OK;
     return r;
+}
+
+/* e out of the release order (it stays in its class's list). */
+static void unlink_idle(hd_pool *pool, struct hd_pool_entry *e)
+{
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        pool->oldest = e->newer;
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        pool->newest = e->older;
+    e->older = e->newer = NULL;
+    pool->pooled_bytes -= e->buf.capacity;
+}
+
+/* Hands the allocation idle longest back to the driver. */
+static void evict_oldest(hd_pool *pool)
+{
+    struct hd_pool_entry *e = pool->oldest;
+    size_t capacity;
+    struct hd_pool_entry **at = &pool->free_lists[hd__pool_size_class(e->buf.capacity, &capacity)];
+    while (*at != e)
+        at = &(*at)->next;
+    *at = e->next;
+    unlink_idle(pool, e);
+    pool->free(pool->owner, e->buf.mem);
+    free(e);
 }
 
 static hd_status failed(hd_context *ctx, hd_pool_result r, size_t bytes, const char *what)
@@ -65,8 +96,11 @@ hd_status hd__pool_acquire(hd_pool *pool, hd_context *ctx, size_t bytes,
     struct hd_pool_entry *e = pool->free_lists[cls];
     if (e != NULL) {
         pool->free_lists[cls] = e->next;
-        pool->pooled_bytes -= e->buf.capacity;
+        unlink_idle(pool, e);
+        pool->reuses++;
     } else {
+        if (pool->max_bytes > 0 && capacity > pool->max_bytes)
+            capacity = pool->max_bytes; /* not a class size: released straight to the driver */
         e = calloc(1, sizeof *e);
         if (e == NULL)
             return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "no memory for a buffer record");
@@ -90,13 +124,22 @@ void hd__pool_release(hd_pool *pool, struct hd_device_buffer *buf)
     struct hd_pool_entry *e = (struct hd_pool_entry *)buf;
     size_t capacity;
     size_t cls = hd__pool_size_class(buf->capacity, &capacity);
-    if (capacity != buf->capacity || pool->pooled_bytes + capacity > pool->cap_bytes) {
+    if (capacity != buf->capacity || capacity > pool->cap_bytes) {
         pool->free(pool->owner, buf->mem);
         free(e);
         return;
     }
+    while (pool->pooled_bytes + capacity > pool->cap_bytes)
+        evict_oldest(pool);
     e->next = pool->free_lists[cls];
     pool->free_lists[cls] = e;
+    e->older = pool->newest;
+    e->newer = NULL;
+    if (pool->newest != NULL)
+        pool->newest->newer = e;
+    else
+        pool->oldest = e;
+    pool->newest = e;
     pool->pooled_bytes += capacity;
 }
 
@@ -118,6 +161,7 @@ void hd__pool_trim(hd_pool *pool)
             free(e);
         }
     }
+    pool->oldest = pool->newest = NULL;
     pool->pooled_bytes = 0;
 }
 

@@ -1,9 +1,13 @@
 /*
- * A pool of device memory keyed by size class, for a runtime whose driver allocates and frees
- * plain device memory (the CUDA runtime's; OpenCL's pool keeps its own buffers, by the same
- * classes). Reusing a pooled allocation needs no synchronisation where the runtime has one
- * in-order queue: every command that used it before its release runs before any command of
- * its next owner.
+ * A pool of device memory keyed by size class, over a runtime's allocate and free (the CUDA
+ * runtime's device memory, OpenCL's buffers). Reusing a pooled allocation needs no
+ * synchronisation where the runtime has one in-order queue: every command that used it before
+ * its release runs before any command of its next owner.
+ *
+ * At most cap_bytes stay idle. A release that would pass the cap hands back the allocations
+ * idle longest first, so that what a program uses now stays pooled: a large buffer released
+ * once (a 1 GiB logits tensor) must not leave every later call to allocate and free its
+ * scratch, which on the CUDA runtime waits for the device.
  */
 #ifndef HD_BACKENDS_RUNTIME_POOL_H
 #define HD_BACKENDS_RUNTIME_POOL_H
@@ -32,8 +36,13 @@ typedef struct hd_pool {
     void *owner;
     hd_pool_result (*alloc)(void *owner, size_t bytes, hd_devmem *out);
     void (*free)(void *owner, hd_devmem mem);
-    struct hd_pool_entry *free_lists[HD_POOL_CLASSES];
+    struct hd_pool_entry *free_lists[HD_POOL_CLASSES]; /* idle, the latest released first */
+    struct hd_pool_entry *oldest, *newest;             /* idle, in the order released */
     size_t pooled_bytes, cap_bytes;
+    size_t max_bytes;   /* the device's largest allocation (0: no limit): a class past it
+                           allocates this much, and is never pooled */
+    size_t allocations; /* alloc calls that succeeded */
+    size_t reuses;      /* acquisitions served from the pool */
 } hd_pool;
 
 /* An empty pool over alloc and free, keeping idle at most an eighth of device_bytes (1 GiB at
