@@ -126,7 +126,7 @@ hd_status hd_st_open(const char *path, hd_st_file **out, char *msg, size_t msg_s
     if (path == NULL || out == NULL)
         return hd__st_fail(msg, msg_size, HD_ERR_INVALID_ARGUMENT,
                            "hd_st_open: path and out must not be NULL");
-    hd_st_file *f;
+    hd_st_file *f = NULL; /* new_file sets it, or fails */
     hd_status s = new_file(path, &f, msg, msg_size);
     if (s != HD_OK)
         return s;
@@ -150,7 +150,7 @@ hd_status hd_st_open_memory(const void *image, size_t size, hd_st_file **out, ch
     if ((image == NULL && size > 0) || out == NULL)
         return hd__st_fail(msg, msg_size, HD_ERR_INVALID_ARGUMENT,
                            "hd_st_open_memory: image and out must not be NULL");
-    hd_st_file *f;
+    hd_st_file *f = NULL; /* new_file sets it, or fails */
     hd_status s = new_file(MEMORY_LABEL, &f, msg, msg_size);
     if (s != HD_OK)
         return s;

@@ -612,7 +612,9 @@ HD_API hd_status hd_attention(hd_context *ctx, const hd_attention_options *opt,
 
 /* Attention backward from the forward's q, k, v, out and lse and dout (the gradient of out):
  * dq, dk and dv, overwritten (dk and dv sum over the query heads of their group). The scores
- * are recomputed tile by tile from lse. No output may alias any tensor of the call. */
+ * are recomputed tile by tile from lse. No output may alias any tensor of the call. On NVIDIA's
+ * tensor cores dq's parts are added in any order unless the context is deterministic
+ * (hd_context_options.deterministic): its last bits may then differ from run to run. */
 HD_API hd_status hd_attention_backward(hd_context *ctx, const hd_attention_options *opt,
                                        const hd_tensor *q, const hd_tensor *k, const hd_tensor *v,
                                        const hd_tensor *out, const hd_tensor *lse,
