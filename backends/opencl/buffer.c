@@ -56,38 +56,6 @@ static cl_int create_touched(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
     return CL_SUCCESS;
 }
 
-/* create_touched, and again after the pool's idle buffers are handed back where the device is
- * full: idle buffers may be what fills it. */
-static cl_int create_trimming(hd_cl_runtime *rt, size_t capacity, cl_mem *out)
-{
-    cl_int err = create_touched(rt, capacity, out);
-    if (err != CL_SUCCESS && allocation_failure(err) && rt->pool.pooled_bytes > 0) {
-        hd__cl_pool_trim(rt);
-        err = create_touched(rt, capacity, out);
-    }
-    return err;
-}
-
-hd_status hd__cl_scratch_create(hd_cl_runtime *rt, hd_context *ctx, size_t bytes, const char *what,
-                                cl_mem *out)
-{
-    cl_int err = create_trimming(rt, bytes, out);
-    if (err != CL_SUCCESS) {
-        *out = NULL;
-        char call[96];
-        snprintf(call, sizeof call, "clCreateBuffer (%s)", what);
-        return hd__cl_error(ctx, err, call);
-    }
-    return HD_OK;
-}
-
-void hd__cl_scratch_free(hd_cl_runtime *rt, cl_mem mem)
-{
-    (void)rt;
-    if (mem != NULL)
-        clReleaseMemObject(mem); /* freed once the queued launches using it ran */
-}
-
 /* The pool's allocations: touched buffers (create_touched; the pool hands its idle ones back
  * and tries again where the device is full). */
 static hd_pool_result pool_alloc(void *owner, size_t bytes, hd_devmem *out)
@@ -107,6 +75,28 @@ static void pool_free(void *owner, hd_devmem mem)
 {
     (void)owner;
     clReleaseMemObject(hd__cl_mem(mem)); /* the driver frees it after the commands using it */
+}
+
+hd_status hd__cl_scratch_create(hd_cl_runtime *rt, hd_context *ctx, size_t bytes, const char *what,
+                                cl_mem *out)
+{
+    hd_devmem mem = NULL;
+    rt->pool_error = CL_SUCCESS;
+    hd_status s = hd__pool_scratch(&rt->pool, ctx, bytes, what, &mem);
+    *out = (cl_mem)(void *)mem;
+    if (s != HD_OK && rt->pool_error != CL_SUCCESS) { /* the driver's own code */
+        char call[96];
+        snprintf(call, sizeof call, "clCreateBuffer (%s)", what);
+        return hd__cl_error(ctx, rt->pool_error, call);
+    }
+    return s;
+}
+
+void hd__cl_scratch_free(hd_cl_runtime *rt, cl_mem mem)
+{
+    (void)rt;
+    if (mem != NULL)
+        clReleaseMemObject(mem); /* freed once the queued launches using it ran */
 }
 
 void hd__cl_pool_init(hd_cl_runtime *rt, cl_ulong global_mem, cl_ulong max_alloc)
