@@ -274,7 +274,7 @@ static void options_of(const hd_fused *f, const hd_step_args *a, const tiles *t,
              t->kbq, t->fast);
 }
 
-/* The kernels of a call, built (or found built) before any launch. */
+/* The kernels of a call, built (or found built) before any launch; a NULL name is none. */
 static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, const tiles *t,
                          const char *const names[], const size_t groups[], hd_kernel *out[],
                          int count)
@@ -282,8 +282,11 @@ static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, co
     char options[HD_FUSED_OPTIONS_CAPACITY];
     options_of(f, a, t, options);
     hd_status s = HD_OK;
-    for (int i = 0; i < count && s == HD_OK; i++)
-        s = hd__fused_kernel(f, ctx, HD_FUSED_ATTENTION, options, names[i], groups[i], &out[i]);
+    for (int i = 0; i < count && s == HD_OK; i++) {
+        out[i] = NULL;
+        if (names[i] != NULL)
+            s = hd__fused_kernel(f, ctx, HD_FUSED_ATTENTION, options, names[i], groups[i], &out[i]);
+    }
     return s;
 }
 
@@ -504,9 +507,13 @@ static hd_status run_backward(hd_fused *f, hd_context *ctx, const hd_step_args *
     const size_t groups[BACKWARD_KERNELS] = {
         DELTA_GROUP, on_mma ? mma_group(t, MMA_DQ) : forward_group(t),
         on_mma ? mma_group(t, MMA_DKDV) : dkdv_group(t), REDUCE_GROUP};
+    const char *names[BACKWARD_KERNELS];
+    memcpy(names, on_mma ? mma : fma, sizeof names);
+    if (t->dq_atomic)
+        names[DQ] = NULL; /* dk and dv's kernel adds dq */
     hd_kernel *k[BACKWARD_KERNELS];
     backward_scratch b = {0};
-    hd_status s = kernels(f, ctx, a, t, on_mma ? mma : fma, groups, k, BACKWARD_KERNELS);
+    hd_status s = kernels(f, ctx, a, t, names, groups, k, BACKWARD_KERNELS);
     if (s == HD_OK)
         s = take_scratch(f, ctx, a, &b);
     if (s == HD_OK)
