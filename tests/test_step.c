@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "autotune/reference_step.h"
+#include "dispatch/select.h"
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
 
@@ -480,6 +481,55 @@ static void test_embedding_copies_table_rows(void **state)
     (void)state;
 }
 
+/* Every embedding variant the fused backend lists for the tuner, as the tuner runs it: rows
+ * of one unrolled round and a remainder (4100 columns: 1025 float4), of several rounds, and of
+ * a width that takes scalars; and UNROLL refused where it means nothing. */
+static void test_embedding_variants_match_reference(void **state)
+{
+    if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
+        skip();
+    hd_rng rng = hd_test_rng(32);
+    static const size_t dims[][3] = {{3, 4100, 7}, {2, 12288, 3}, {4, 2051, 5}};
+    for (size_t c = 0; c < sizeof dims / sizeof dims[0]; c++) {
+        size_t rows = dims[c][0], cols = dims[c][1], vocab = dims[c][2];
+        float *table = hd_test_random(&rng, vocab * cols, -1, 1);
+        int32_t ids[4];
+        for (size_t r = 0; r < rows; r++)
+            ids[r] = (int32_t)((r * 5 + c) % vocab);
+        double *want = hd_test_doubles(rows * cols);
+        hd__ref_embedding(rows, cols, ids, table, want);
+        hd_tensor *tt = hd_test_tensor(shared_ctx, vocab, cols, table);
+        hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
+        hd_shape shape = {.dim = {rows, cols, vocab}};
+        const char *variants[16];
+        size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED, HD_OP_EMBEDDING, &shape,
+                                            variants, 16);
+        assert_true(count >= (cols % 4 == 0 ? 5u : 1u));
+        for (size_t v = 0; v < count; v++) {
+            const hd_tensor *tensors[] = {tt, to};
+            hd_op_params p = {.ids = ids};
+            hd_call call;
+            assert_int_equal(hd__call_prepare(shared_ctx, HD_OP_EMBEDDING, tensors, &p, &call),
+                             HD_OK);
+            hd_test_expect_ran_on(shared_ctx,
+                                  hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, variants[v]),
+                                  HD_BACKEND_FUSED, variants[v]);
+            float *got = hd_test_read(to);
+            hd_test_expect_close(variants[v], got, want, rows * cols, 0, 0);
+            free(got);
+        }
+        hd_tensor_destroy(tt);
+        hd_tensor_destroy(to);
+        free(table);
+        free(want);
+    }
+    hd_shape add = {.dim = {4, 8}};
+    assert_int_equal(hd__backend_check_variant(shared_ctx, HD_BACKEND_FUSED, HD_OP_ADD, &add,
+                                               "WG=256 VEC=4 UNROLL=2"),
+                     HD_ERR_UNSUPPORTED);
+    (void)state;
+}
+
 /* ---- attention ---- */
 
 typedef struct attention_case {
@@ -739,6 +789,11 @@ static void test_step_ops_refuse_bad_arguments(void **state)
     assert_int_equal(hd_embedding(ctx, table, ids, y), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(hd_embedding(ctx, table, NULL, y), HD_ERR_INVALID_ARGUMENT);
     hd_test_expect_unchanged("y after refused embeddings", y, seven);
+    /* a square table as its own output: refused, so the kernels may take it as restrict */
+    hd_tensor *square = hd_test_tensor(ctx, 3, 3, NULL);
+    const int32_t square_ids[3] = {2, 0, 1};
+    assert_int_equal(hd_embedding(ctx, square, square_ids, square), HD_ERR_ALIASING);
+    hd_tensor_destroy(square);
 
     hd_tensor *t[] = {a, b, y, wrong, table};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
@@ -775,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_rope_follows_changing_positions),
         cmocka_unit_test(test_rope_inverse_restores_input),
         cmocka_unit_test(test_embedding_copies_table_rows),
+        cmocka_unit_test(test_embedding_variants_match_reference),
         cmocka_unit_test(test_attention_matches_reference),
         cmocka_unit_test(test_attention_variants_match_reference),
         cmocka_unit_test(test_attention_follows_changing_sequences),
