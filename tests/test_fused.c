@@ -2415,10 +2415,12 @@ static void test_gemm_fma_lead_variants_match_reference(void **state)
 }
 
 /* The FMA kernel's cp.async variants (fp32; compute capability 8.0 and later, emulated
- * elsewhere like the tensor-core kernels): each in every transpose combination (which copies
- * A, B, both or neither), on sizes whose rows are 16-byte aligned (multiples of 4: a partial
- * stage, k = 4, a deep k past its last stage, edge tiles) and on sizes whose rows are not (the
- * copies then take 4 bytes each), with alpha, beta and a NaN C that beta = 0 ignores; LoRA's
+ * elsewhere like the tensor-core kernels): each in one transpose combination, in turn the one
+ * that copies both operands, B, A and neither, so that every combination runs with several
+ * variants (a build each: every variant in every combination cost CI minutes); the first four
+ * on sizes whose rows are 16-byte aligned (multiples of 4: a partial stage, k = 4, a deep k
+ * past its last stage, edge tiles), the next four on sizes whose rows are not (the copies then
+ * take 4 bytes each), and so on; with alpha, beta and a NaN C that beta = 0 ignores; LoRA's
  * tiles too. */
 static void test_gemm_fma_async_variants_match_reference(void **state)
 {
@@ -2430,21 +2432,21 @@ static void test_gemm_fma_async_variants_match_reference(void **state)
     size_t count = hd__fused_tile_variants(f, &shape, HD_PRECISION_FP32, list, 46);
     size_t tested = 0;
     static const size_t ks[] = {100, 4, 1060, 37};
+    static const int turns[] = {1, 0, 3, 2}; /* tn copies both, nn B, tt A, nt neither */
     for (size_t i = 0; i < count; i++) {
         if (strstr(list[i], "ASYNC=") == NULL || strstr(list[i], "REG=") != NULL)
             continue;
-        for (int tr = 0; tr < 4; tr++) {
-            bool odd = (i + (size_t)tr) % 4 == 3; /* unaligned rows: 4-byte copies */
-            gemm_case gc = {4 * (33 + i) + odd,
-                            4 * (17 + 2 * tr) + odd,
-                            ks[(i + (size_t)tr) % 4],
-                            tr % 2 ? 1.0f : -0.5f,
-                            tr / 2 ? 0.25f : 0.0f,
-                            tr == 0,
-                            tr % 2 == 1,
-                            tr / 2 == 1};
-            check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32, 3100 + 4 * i + (size_t)tr);
-        }
+        int tr = turns[tested % 4];
+        bool odd = (tested / 4) % 2 == 1; /* unaligned rows: 4-byte copies */
+        gemm_case gc = {4 * (33 + i) + odd,
+                        4 * (17 + 2 * (size_t)tr) + odd,
+                        ks[(i + (size_t)tr) % 4],
+                        tr % 2 ? 1.0f : -0.5f,
+                        tr / 2 ? 0.25f : 0.0f,
+                        tr == 0,
+                        tr % 2 == 1,
+                        tr / 2 == 1};
+        check_gemm_in(ctx, &gc, list[i], HD_PRECISION_FP32, 3100 + 4 * i + (size_t)tr);
         tested++;
     }
     assert_true(tested >= 8);
@@ -2459,6 +2461,28 @@ static void test_gemm_fma_async_variants_match_reference(void **state)
     check_gemm_in(ctx, &(gemm_case){45, 132, 1031, 1.0f, 0.0f, true, true, false}, split_async,
                   HD_PRECISION_FP32, 3194);
     check_lora(ctx, 45, 1032, 260, 16, split_async, 3192);
+    assert_false(f->fma_async_broken);
+    cp_async_end(f, emulate);
+}
+
+/* The loads' 64-bit offsets, which the tiled GEMM takes where an operand's offsets pass an int
+ * (index32_limit lowered to reach them with small matrices): A and B through registers in
+ * each stored layout, both copied by cp.async (emulated off NVIDIA), LoRA's second pair. */
+static void test_gemm_64bit_offsets_match_reference(void **state)
+{
+    hd_context *ctx = *state;
+    bool emulate;
+    hd_fused *f = cp_async_begin(ctx, &emulate);
+    f->index32_limit = 0;
+    static const char tile[] = "BM=64 BN=64 BK=16 RM=4 RN=4";
+    check_gemm_in(ctx, &(gemm_case){70, 37, 45, 1.0f, 0.0f, false, false, false}, tile,
+                  HD_PRECISION_FP32, 3500);
+    check_gemm_in(ctx, &(gemm_case){33, 68, 100, -0.5f, 0.25f, true, true, true}, tile,
+                  HD_PRECISION_FP32, 3501);
+    check_gemm_in(ctx, &(gemm_case){68, 132, 37, 1.0f, 0.5f, false, true, false},
+                  "BM=64 BN=64 BK=16 RM=4 RN=4 ASYNC=3", HD_PRECISION_FP32, 3502);
+    check_lora(ctx, 37, 96, 84, 8, tile, 3503);
+    f->index32_limit = INT_MAX;
     assert_false(f->fma_async_broken);
     cp_async_end(f, emulate);
 }
@@ -2811,6 +2835,7 @@ int main(void)
         cmocka_unit_test(test_gemm_tiles_every_variant_and_transpose),
         cmocka_unit_test(test_gemm_fma_lead_variants_match_reference),
         cmocka_unit_test(test_gemm_fma_async_variants_match_reference),
+        cmocka_unit_test(test_gemm_64bit_offsets_match_reference),
         cmocka_unit_test(test_gemm_tiles_match_reference),
         cmocka_unit_test(test_gemm_random_shapes_match_reference),
         cmocka_unit_test(test_gemm_tensor_core_kernels_match_reference),

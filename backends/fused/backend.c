@@ -45,6 +45,7 @@ static hd_status fused_probe(hd_context *ctx, const hd_backend_setup *setup, voi
     f->clusters = info->clusters;
     f->param_bytes = info->param_bytes;
     f->logits_bytes = HD_FUSED_LOGITS_BYTES;
+    f->index32_limit = INT_MAX;
     f->rt = setup->device;
     f->deterministic = setup->deterministic;
     hd__fused_tile_probe(f, info);

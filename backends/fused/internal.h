@@ -102,6 +102,8 @@ typedef struct hd_fused {
     size_t compute_units; /* multiprocessors: how many work-groups fill it */
     size_t param_bytes;   /* a kernel's arguments together at most */
     size_t logits_bytes;  /* the LM head's logits held at once at most (HD_FUSED_LOGITS_BYTES) */
+    size_t index32_limit; /* the tiled GEMM indexes its loads in 32 bits where every offset is
+                             at most this (INT_MAX; tests lower it to reach 64-bit offsets) */
     struct hd_fused_kernel_entry kernels[HD_FUSED_KERNEL_CACHE];
     size_t kernel_count;
     hd_devmem lora_part; /* partial x*A sums of the split LoRA path; created on first use */

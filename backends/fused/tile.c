@@ -180,6 +180,38 @@ static bool b_rows_aligned(const hd_fused_tile_call *c)
     return c->b.ld % 4 == 0 && (c->k2 == 0 || c->b2.ld % 4 == 0);
 }
 
+/* Whether outer * ld + inner, counted with the kernel's reach past a matrix's edges (a tile
+ * of rows or columns, a stage of depths), stays within limit. */
+static bool extent_fits(size_t limit, size_t outer, size_t outer_reach, size_t ld, size_t inner,
+                        size_t inner_reach)
+{
+    size_t rows = outer + outer_reach, last = inner + inner_reach;
+    if (last > limit)
+        return false;
+    return ld == 0 || (rows <= limit / ld && rows * ld <= limit - last);
+}
+
+/* Whether the loads of every operand may index in 32 bits (gemm.cl's IDX32): A m x k (or
+ * stored k x m), B k x n (or stored n x k), and LoRA's second pair, k2 deep. */
+static bool offsets_fit_int(const hd_fused *f, const hd_fused_tile_call *c,
+                            const hd_fused_params *p)
+{
+    size_t bm = (size_t)p->bm, bn = (size_t)p->bn, bk = (size_t)p->bk;
+    size_t limit = f->index32_limit < (size_t)INT_MAX ? f->index32_limit : (size_t)INT_MAX;
+    const hd_fused_operand *as[2] = {&c->a, &c->a2}, *bs[2] = {&c->b, &c->b2};
+    size_t depth[2] = {c->k, c->k2};
+    for (int i = 0; i < (c->k2 > 0 ? 2 : 1); i++) {
+        const hd_fused_operand *a = as[i], *b = bs[i];
+        bool a_fits = a->trans ? extent_fits(limit, depth[i], bk, a->ld, c->m, bm)
+                               : extent_fits(limit, c->m, bm, a->ld, depth[i], bk);
+        bool b_fits = b->trans ? extent_fits(limit, c->n, bn, b->ld, depth[i], bk)
+                               : extent_fits(limit, depth[i], bk, b->ld, c->n, bn);
+        if (!a_fits || !b_fits)
+            return false;
+    }
+    return true;
+}
+
 static bool rows_aligned(const hd_fused_tile_call *c)
 {
     return a_rows_aligned(c) && b_rows_aligned(c);
@@ -1285,6 +1317,8 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
                         async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     if (!p->tma && stages_as_argument(f, p, mma) && len >= 0 && (size_t)len < cap)
         len += snprintf(options + len, cap - (size_t)len, " -DSTAGE_ARG=1");
+    if (!p->tma && offsets_fit_int(f, c, p) && len >= 0 && (size_t)len < cap)
+        len += snprintf(options + len, cap - (size_t)len, " -DIDX32=1");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0 && len >= 0 && (size_t)len < cap)
         len += snprintf(options + len, cap - (size_t)len, " -cl-nv-maxrregcount=%d", p->reg);

@@ -44,6 +44,10 @@
  *   TRANS_A, TRANS_B   the stored layouts above
  *   SPLIT_K   1: k is cut into slices whose partial tiles gemm_splitk_reduce adds
  *   GROUP_M   tile rows per band of the launch order
+ *   IDX32     1: every load's element offset in its matrix, a tile and a stage past the edges
+ *             included, fits an int (host-checked), so the loads index in 32 bits: one
+ *             multiply-add an address, where 64-bit offsets of int rows take several
+ *             instructions each on GPUs, in the loop that feeds the products
  *   STAGE_ARG 1: the local-memory stages are the kernel's last argument, a __local array
  *             the host sizes, not arrays of the kernel: on the CUDA runtime such an argument
  *             is dynamic shared memory, up to the multiprocessor's opt-in limit, where a
@@ -125,6 +129,14 @@
 #endif
 #ifndef GROUP_M
 #define GROUP_M 8 /* tile rows per band of the launch order */
+#endif
+#ifndef IDX32
+#define IDX32 0 /* 1: the loads' offsets fit an int */
+#endif
+#if IDX32
+typedef int gemm_idx; /* an element's offset in its matrix */
+#else
+typedef size_t gemm_idx;
 #endif
 #if WGMMA
 /* Warpgroup tensor cores: groups of 128 work-items, each owning a 64 x WN block of the tile.
@@ -324,9 +336,9 @@ static inline void load_a(__global const float *restrict a, int lda, int m0, int
         int row = m0 + i, kk = k0 + p;
         bool in = row < m && kk < kend;
 #if TRANS_A
-        size_t at = (size_t)kk * lda + row;
+        gemm_idx at = (gemm_idx)kk * lda + row;
 #else
-        size_t at = (size_t)row * lda + kk;
+        gemm_idx at = (gemm_idx)row * lda + kk;
 #endif
 #if VEC_A == 4 && ALIGN_A
         float4 v = in ? *(__global const float4 *)(a + at) : (float4)(0.0f);
@@ -361,9 +373,9 @@ static inline void load_b(__global const float *restrict b, int ldb, int n0, int
         int col = n0 + j, kk = k0 + p;
         bool in = kk < kend && col < n;
 #if TRANS_B
-        size_t at = (size_t)col * ldb + kk;
+        gemm_idx at = (gemm_idx)col * ldb + kk;
 #else
-        size_t at = (size_t)kk * ldb + col;
+        gemm_idx at = (gemm_idx)kk * ldb + col;
 #endif
 #if VEC_B == 4 && ALIGN_B
         float4 v = in ? *(__global const float4 *)(b + at) : (float4)(0.0f);
@@ -566,11 +578,11 @@ static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
 #if TRANS_A
         int p = e / (BM / 4), i = (e % (BM / 4)) * 4, kk = src.k0 + p, row = m0 + i;
         int bytes = kk < src.kend ? clamp(4 * (m - row), 0, 16) : 0;
-        size_t at = (size_t)kk * src.lda + row;
+        gemm_idx at = (gemm_idx)kk * src.lda + row;
 #else
         int i = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = src.k0 + p, row = m0 + i;
         int bytes = row < m ? clamp(4 * (src.kend - kk), 0, 16) : 0;
-        size_t at = (size_t)row * src.lda + kk;
+        gemm_idx at = (gemm_idx)row * src.lda + kk;
 #endif
 #if TRANS_A
         int step = AS_AT(i + 1, p) - AS_AT(i, p);
@@ -587,11 +599,11 @@ static inline void copy_stage(const gemm_pairs *q, int s, int m0, int n0, int m,
 #if !TRANS_B
         int p = e / (BN / 4), j = (e % (BN / 4)) * 4, kk = src.k0 + p, col = n0 + j;
         int bytes = kk < src.kend ? clamp(4 * (n - col), 0, 16) : 0;
-        size_t at = (size_t)kk * src.ldb + col;
+        gemm_idx at = (gemm_idx)kk * src.ldb + col;
 #else
         int j = e / (BK / 4), p = (e % (BK / 4)) * 4, kk = src.k0 + p, col = n0 + j;
         int bytes = col < n ? clamp(4 * (src.kend - kk), 0, 16) : 0;
-        size_t at = (size_t)col * src.ldb + kk;
+        gemm_idx at = (gemm_idx)col * src.ldb + kk;
 #endif
 #if !TRANS_B
         int step = BS_AT(p, j + 1) - BS_AT(p, j);
