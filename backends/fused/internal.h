@@ -221,7 +221,7 @@ typedef struct hd_fused_params {
     int cluster;              /* rows family, cross-entropy: work-groups sharing a row, its
                                  logits held in their registers (a thread-block cluster where
                                  more than 1); 0: the looped kernel */
-    int tn, ks, unroll;       /* GEMV family; unroll also the embedding's */
+    int tn, ks, unroll;       /* GEMV family */
     int split;                /* LoRA: work-groups of the separate x*A launch, 0: none */
     int mr;                   /* update family (tokens per work-group) */
     int kg;                   /* GEMV family: work-groups splitting k per strip */

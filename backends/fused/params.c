@@ -62,7 +62,6 @@ static const param_spec step_spec[] = {
     SPEC("WG", 32, 1024, true, wg),
     SPEC("VEC", 1, 4, true, vec),
     SPEC("HPI", 1, 8, false, hpi),
-    SPEC("UNROLL", 1, 8, true, unroll),
 };
 
 static const param_spec attention_spec[] = {

@@ -15,12 +15,10 @@
 /* Work-groups of a grid-stride launch at most: enough to fill any device many times over. */
 #define STEP_MAX_GROUPS 65536
 
-/* Defaults: 256 work-items, float4 accesses, four heads per RoPE item, four of an embedding
- * row's vectors loaded before they are stored (as the kernels'). */
-#define STEP_WG     256
-#define STEP_VEC    4
-#define STEP_HPI    4
-#define STEP_UNROLL 4
+/* Defaults: 256 work-items, float4 accesses, four heads per RoPE item (as the kernels'). */
+#define STEP_WG  256
+#define STEP_VEC 4
+#define STEP_HPI 4
 
 /* The kernel of each op and its program. */
 typedef struct step_kernel {
@@ -65,10 +63,6 @@ static hd_status step_params(hd_fused *f, hd_context *ctx, hd_op op, size_t cols
         p->vec = op == HD_OP_EMBEDDING && cols % STEP_VEC != 0 ? 1 : STEP_VEC;
     if (p->hpi == 0)
         p->hpi = STEP_HPI;
-    if (p->unroll != 0 && op != HD_OP_EMBEDDING)
-        return hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: UNROLL is the embedding's parameter");
-    if (p->unroll == 0)
-        p->unroll = STEP_UNROLL;
     if (op == HD_OP_EMBEDDING && cols % (size_t)p->vec != 0)
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "fused: embedding rows of %zu columns do not take VEC=%d", cols, p->vec);
@@ -86,9 +80,6 @@ static void step_options(hd_op op, const hd_fused_params *p, bool freq_pairs,
     if (op == HD_OP_ROPE)
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D WG=%d -D HEADS_PER_ITEM=%d -D FREQ_PAIRS=%d",
                  p->wg, p->hpi, freq_pairs ? 1 : 0);
-    else if (op == HD_OP_EMBEDDING)
-        snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D WG=%d -D VEC=%d -D UNROLL=%d", p->wg, p->vec,
-                 p->unroll);
     else
         snprintf(out, HD_FUSED_OPTIONS_CAPACITY, "-D WG=%d -D VEC=%d", p->wg, p->vec);
 }
@@ -311,9 +302,8 @@ size_t hd__fused_step_variants(const hd_fused *f, hd_op op, const hd_shape *shap
                                               "WG=1024 VEC=4", "WG=256 VEC=1"};
     static const char *const rope[] = {"WG=256 HPI=4", "WG=256 HPI=1", "WG=256 HPI=2",
                                        "WG=128 HPI=4", "WG=512 HPI=8"};
-    static const char *const embedding[] = {"WG=256 VEC=4",          "WG=128 VEC=4",
-                                            "WG=64 VEC=4",           "WG=256 VEC=4 UNROLL=1",
-                                            "WG=128 VEC=4 UNROLL=8", "WG=256 VEC=1"};
+    static const char *const embedding[] = {"WG=256 VEC=4", "WG=128 VEC=4", "WG=64 VEC=4",
+                                            "WG=256 VEC=1"};
     const char *const *list = op == HD_OP_ROPE        ? rope
                               : op == HD_OP_EMBEDDING ? embedding
                                                       : elementwise;

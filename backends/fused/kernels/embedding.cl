@@ -9,27 +9,18 @@
  *
  * Work decomposition: work-group g copies rows g, g + G, g + 2G, ... (G: the number of
  * work-groups, any; one row per group when G >= rows); its WG work-items copy a row's vectors
- * t, t + WG, ..., UNROLL of them loaded before any is stored, so that each work-item has
- * UNROLL reads in flight rather than one read waiting for the store before it. Per element:
- * one read of the table and one write (8 bytes fp32, 4 bf16); ids read once per row. No local
- * memory. The table never aliases out (the library refuses that call), hence restrict.
+ * t, t + WG, ... Per element: one read of the table and one write (8 bytes fp32, 4 bf16); ids
+ * read once per row. No local memory.
  *
  * Tuning parameters:
- *   WG      work-items per work-group
- *   VEC     activations per vector access: 1, 2, 4 or 8 (8 bf16 are 16 bytes)
- *   UNROLL  vectors a work-item loads before it stores them: 1, 2, 4 or 8
+ *   WG   work-items per work-group
+ *   VEC  activations per vector access: 1, 2, 4 or 8 (8 bf16 are 16 bytes)
  */
 #ifndef WG
 #define WG 256 /* work-items per work-group */
 #endif
 #ifndef VEC
 #define VEC 4 /* activations per vector access: 1, 2, 4 or 8 */
-#endif
-#ifndef UNROLL
-#define UNROLL 4 /* vectors loaded before they are stored */
-#endif
-#if UNROLL != 1 && UNROLL != 2 && UNROLL != 4 && UNROLL != 8
-#error "UNROLL must be 1, 2, 4 or 8"
 #endif
 
 /* actn: VEC activations as stored, moved as they are. */
@@ -59,26 +50,15 @@ typedef float8 actn;
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-embedding(const __global act_t *restrict table, const __global int *restrict ids,
-          __global act_t *restrict out, int rows, int cols)
+embedding(const __global act_t *table, const __global int *ids, __global act_t *out, int rows,
+          int cols)
 {
     AFTER_PREVIOUS_LAUNCH();
     const int n = cols / VEC, t = (int)get_local_id(0);
     for (int r = (int)get_group_id(0); r < rows; r += (int)get_num_groups(0)) {
-        const __global actn *restrict src =
-            (const __global actn *)(table + (size_t)ids[r] * (size_t)cols);
-        __global actn *restrict dst = (__global actn *)(out + (size_t)r * (size_t)cols);
-        int j = t;
-        for (; j + (UNROLL - 1) * WG < n; j += UNROLL * WG) {
-            actn v[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++)
-                v[u] = src[j + u * WG];
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++)
-                dst[j + u * WG] = v[u];
-        }
-        for (; j < n; j += WG)
+        const __global actn *src = (const __global actn *)(table + (size_t)ids[r] * (size_t)cols);
+        __global actn *dst = (__global actn *)(out + (size_t)r * (size_t)cols);
+        for (int j = t; j < n; j += WG)
             dst[j] = src[j];
     }
 }
