@@ -481,8 +481,8 @@ static void test_embedding_copies_table_rows(void **state)
 }
 
 /* Every embedding variant the fused backend lists for the tuner, as the tuner runs it: rows
- * of one turn of a work-group's work-items and a remainder (4100 columns: 1025 float4), of
- * several turns, and of a width that takes scalars. */
+ * of several turns of a work-group's work-items and a partial one (4100 columns), of whole
+ * turns (12288), and of a width that takes scalars (2051). */
 static void test_embedding_variants_match_reference(void **state)
 {
     if (!hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED))
@@ -784,7 +784,7 @@ static void test_step_ops_refuse_bad_arguments(void **state)
     assert_int_equal(hd_embedding(ctx, table, ids, y), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(hd_embedding(ctx, table, NULL, y), HD_ERR_INVALID_ARGUMENT);
     hd_test_expect_unchanged("y after refused embeddings", y, seven);
-    /* a square table as its own output: refused, so the kernels may take it as restrict */
+    /* a square table as its own output: refused, as every output aliasing an input */
     hd_tensor *square = hd_test_tensor(ctx, 3, 3, NULL);
     const int32_t square_ids[3] = {2, 0, 1};
     assert_int_equal(hd_embedding(ctx, square, square_ids, square), HD_ERR_ALIASING);
