@@ -5,8 +5,8 @@ machine's backends (PoCL in CI), their records and results checked.
     tools_step.py DISPATCH_AUTOTUNE DISPATCH_BENCH CHECK_RESULTS WORKDIR
 
 dispatch-autotune --suites ci --ops <the step's ops> --quick, and again with the fused kernels
-alone (their default parameters and variants, every candidate checked against the float64
-reference), exits 0 and rejects no candidate; a case has a record exactly where some backend of
+alone (their default parameters and every variant they list, 40 at least, each checked against
+the float64 reference before it is timed), exits 0 and rejects no candidate; a case has a record exactly where some backend of
 the machine computes its op (the others say "no backend here computes it"). dispatch-bench
 times the same cases (the ci suite's step cases as a shapes file): the file follows the schema;
 no result is wrong or an error; a case some backend computes has auto and every backend that
@@ -193,6 +193,9 @@ def main():
                    "--force", "--verbose", "--cache", fused_cache, "--case-budget-s", "60"],
                   "dispatch-autotune --backends fused")
         taken = [c for c in cases if c[1] in fused]
+        timed = len(re.findall(r"^ *fused +[0-9.]+ (?:µs|ms|s) +[A-Z]+=", out, re.M))
+        if timed < 40:
+            fail(f"fused alone: {timed} variants timed, fewer than the 40 listed at least")
         for name in check_tuning(taken, out, fused_cache, "fused alone: "):
             record = tuned(fused_cache, *next((op, dims) for n, op, dims in cases if n == name))
             if record[0] != "fused":

@@ -79,25 +79,6 @@ if grep -q '^ *fused ' "$dir/dry.txt"; then
     fi
 fi
 
-# The training step's elementwise and row ops, every variant the fused backend lists for the
-# ci suite's shapes (attention's tiles and the LM head's have tests of their own): each one's
-# outputs checked against the float64 reference before it is timed. A variant the device
-# refuses (a group it cannot run, a failed build) is left out as it would be anywhere; one
-# whose results are wrong fails the test.
-if grep -q '^ *fused ' "$dir/dry.txt"; then
-    ops=swiglu,swiglu_backward,gelu,gelu_backward,add,add_rms_norm,add_rms_norm_backward
-    ops=$ops,rope,cross_entropy,embedding
-    "$tool" --suites ci --ops "$ops" --backends fused --force --verbose --case-budget-s 300 \
-        --cache "$dir/step-cache.txt" > "$dir/step-run.txt" 2>&1 ||
-        { cat "$dir/step-run.txt"; fail "tuning the step ops failed"; }
-    [ "$(grep -c -E '^ *fused +[0-9.]+ (µs|ms|s) +[A-Z]+=' "$dir/step-run.txt")" -ge 40 ] ||
-        { cat "$dir/step-run.txt"; fail "the step ops: fewer variants timed than listed"; }
-    if grep 'rejected' "$dir/step-run.txt" | grep -v -q -e 'ERR_UNSUPPORTED' -e 'ERR_BUILD'; then
-        cat "$dir/step-run.txt"
-        fail "a step op's variant failed the reference check"
-    fi
-fi
-
 # Builds ahead (--build-threads; the default on a GPU, off on a CPU device): the variants'
 # programs built on two worker threads while the candidates before them are timed. The case
 # is tuned as without them, each variant timed, and the tool's own lines are not lost to the
