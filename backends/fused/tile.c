@@ -1317,7 +1317,9 @@ static hd_status tile_build(hd_fused *f, hd_context *ctx, const hd_fused_tile_ca
                         async && f->mma_emulated ? " -DMMA_EMULATE=1" : "");
     if (!p->tma && stages_as_argument(f, p, mma) && len >= 0 && (size_t)len < cap)
         len += snprintf(options + len, cap - (size_t)len, " -DSTAGE_ARG=1");
-    if (!p->tma && offsets_fit_int(f, c, p) && len >= 0 && (size_t)len < cap)
+    /* the FMA and mma.sync kernels read through gemm.cl's loads and copies; the warpgroup
+     * kernels have their own, and the option would only split their programs in two */
+    if (!p->wgmma && offsets_fit_int(f, c, p) && len >= 0 && (size_t)len < cap)
         len += snprintf(options + len, cap - (size_t)len, " -DIDX32=1");
     /* fewer registers per work-item let two work-groups share an SM */
     if (p->reg != 0 && len >= 0 && (size_t)len < cap)
