@@ -109,6 +109,8 @@ typedef struct hd_step_args {
     /* cross-entropy and embedding: ids or targets, rows of them, each in [0, vocab) or
      * ignore_index (targets only) */
     const int32_t *ids;
+    const hd_tensor *id_tensor; /* the _ids forms: the ids as an int32 tensor, valid where the
+                                   slot runs (ids is then its host copy); else NULL */
     int32_t ignore_index;
     size_t counted; /* targets not ignored */
     size_t vocab;

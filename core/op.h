@@ -63,6 +63,7 @@ typedef struct hd_op_params {
     bool causal;                /* attention */
     float attention_scale;      /* attention: 0 for 1/sqrt(head_dim) */
     const int32_t *ids;         /* cross-entropy's targets, embedding's ids: rows of them */
+    const hd_tensor *id_tensor; /* the same as an int32 tensor (the _ids forms), or NULL */
     int32_t ignore_index;       /* cross-entropy */
 } hd_op_params;
 

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hd/dispatch.h>
 
@@ -21,7 +22,8 @@ typedef enum hd_place {
  * changes when it moves an input it takes as const. It lives behind the handle, so that const
  * stays honest: no cast is needed, and the handle itself (context and shape) never changes. */
 typedef struct hd_tensor_state {
-    float *host;                     /* NULL until first needed on the host */
+    float *host;                     /* NULL until first needed on the host; an int32
+                                        tensor's holds int32_t (hd__tensor_host_ids()) */
     struct hd_device_buffer *device; /* NULL until first needed on the device */
     bool host_valid, device_valid;   /* neither: the tensor holds zeros */
     /* What staying where it is has cost since its last copy: the microseconds by which calls
@@ -38,8 +40,16 @@ typedef struct hd_tensor_state {
 struct hd_tensor {
     hd_context *ctx;
     size_t rows, cols;
+    hd_dtype dtype;         /* both types are 4 bytes an element */
     hd_tensor_state *state; /* allocated with the tensor */
 };
+
+/* An int32 tensor's ids, in its host copy: current whenever the tensor has been written or
+ * placed on the host (hd__tensor_to_host()), since only the host writes int32 tensors. */
+static inline const int32_t *hd__tensor_host_ids(const hd_tensor *t)
+{
+    return (const int32_t *)(const void *)t->state->host;
+}
 
 static inline size_t hd__tensor_count(const hd_tensor *t)
 {

@@ -4,6 +4,7 @@
 #include "dispatch/check.h"
 #include "dispatch/context.h"
 #include "core/error.h"
+#include "dispatch/tensor.h"
 
 hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[])
 {
@@ -17,6 +18,9 @@ hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[
         if (t[i]->ctx != ctx)
             return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
                              "%s: tensor '%s' was created in another context", d->fn, name);
+        if (t[i]->dtype != HD_DTYPE_FP32)
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                             "%s: tensor '%s' holds int32, not floats", d->fn, name);
     }
     for (int o = 0; o < d->tensor_count; o++) {
         const hd_op_tensor *out = &d->tensors[o];
@@ -561,6 +565,37 @@ hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
     return HD_OK;
 }
 
+/* The ids given as a tensor (the _ids forms): int32, rows x 1, of this context, its host
+ * copy current; *ids is set to that copy. Without a tensor, *ids is the caller's array. */
+static hd_status resolve_ids(hd_context *ctx, const char *fn, const char *what,
+                             const hd_op_params *p, size_t rows, const int32_t **ids)
+{
+    *ids = p->ids;
+    const hd_tensor *t = p->id_tensor;
+    if (t == NULL)
+        return HD_OK;
+    if (t->ctx != ctx)
+        return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
+                         "%s: tensor '%s' was created in another context", fn, what);
+    if (t->dtype != HD_DTYPE_I32)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' holds floats, not int32",
+                         fn, what);
+    if (t->rows != rows || t->cols != 1)
+        return shape_error(ctx, fn, "one id per row", t, what, rows, 1);
+    hd_status s = hd__tensor_to_host(t); /* current already, but for one never written */
+    if (s == HD_OK)
+        *ids = hd__tensor_host_ids(t);
+    return s;
+}
+
+/* The id tensor, where one was given, is read where the call runs: an input of the call. */
+static void add_id_tensor(const hd_op_params *p, hd_call *call)
+{
+    if (p->id_tensor != NULL)
+        call->io.inputs[call->io.input_count++] = p->id_tensor;
+    call->args.step.id_tensor = p->id_tensor;
+}
+
 /* ids[0 .. rows-1] each in [0, vocab), or ignore_index where targets may be ignored; counts
  * those not ignored. */
 static hd_status check_ids(hd_context *ctx, const char *fn, const char *what, const int32_t *ids,
@@ -597,13 +632,17 @@ hd_status hd__prepare_cross_entropy(hd_context *ctx, const hd_tensor *const t[],
                         : (hd_shape){.dim = {rows, vocab}};
     hd_status st = expect_table_shapes(ctx, call->op, t, &s);
     size_t counted = 0;
+    const int32_t *ids = NULL;
     if (st == HD_OK)
-        st = check_ids(ctx, fn, "targets", p->ids, rows, vocab, true, p->ignore_index, &counted);
+        st = resolve_ids(ctx, fn, "targets", p, rows, &ids);
+    if (st == HD_OK)
+        st = check_ids(ctx, fn, "targets", ids, rows, vocab, true, p->ignore_index, &counted);
     if (st != HD_OK)
         return st;
     step_call(call->op, t, &s, call);
+    add_id_tensor(p, call);
     hd_step_args *a = &call->args.step;
-    a->ids = p->ids;
+    a->ids = ids;
     a->ignore_index = p->ignore_index;
     a->counted = counted;
     a->vocab = vocab;
@@ -622,16 +661,20 @@ hd_status hd__prepare_embedding(hd_context *ctx, const hd_tensor *const t[],
     const hd_tensor *table = t[0], *out = t[1];
     hd_shape s = {.dim = {out->rows, table->cols, table->rows}};
     hd_status st = expect_table_shapes(ctx, HD_OP_EMBEDDING, t, &s);
+    const char *fn = hd__op(HD_OP_EMBEDDING)->fn;
     size_t counted;
+    const int32_t *ids = NULL;
     if (st == HD_OK)
-        st = check_ids(ctx, hd__op(HD_OP_EMBEDDING)->fn, "ids", p->ids, out->rows, table->rows,
-                       false, 0, &counted);
+        st = resolve_ids(ctx, fn, "ids", p, out->rows, &ids);
+    if (st == HD_OK)
+        st = check_ids(ctx, fn, "ids", ids, out->rows, table->rows, false, 0, &counted);
     if (st != HD_OK)
         return st;
     step_call(HD_OP_EMBEDDING, t, &s, call);
+    add_id_tensor(p, call);
     call->args.step.rows = out->rows;
     call->args.step.cols = table->cols;
-    call->args.step.ids = p->ids;
+    call->args.step.ids = ids;
     call->args.step.vocab = table->rows;
     call->kind = out->rows == 0 || out->cols == 0 ? HD_CALL_NOTHING : HD_CALL_RUN;
     return HD_OK;

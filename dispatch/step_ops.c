@@ -65,6 +65,15 @@ static hd_status no_options(hd_context *ctx, hd_op op)
     return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: options are NULL", hd__op(op)->fn);
 }
 
+/* An id tensor the caller left NULL, named as any NULL tensor is. */
+static hd_status no_tensor(hd_context *ctx, hd_op op, const char *name)
+{
+    if (ctx == NULL)
+        return HD_ERR_INVALID_ARGUMENT;
+    hd__error_clear(ctx);
+    return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", hd__op(op)->fn, name);
+}
+
 hd_status hd_rope(hd_context *ctx, const hd_rope_options *opt, const hd_tensor *x, hd_tensor *y)
 {
     if (opt == NULL)
@@ -131,4 +140,32 @@ hd_status hd_embedding(hd_context *ctx, const hd_tensor *table, const int32_t *i
     const hd_tensor *t[] = {table, out};
     hd_op_params p = {.ids = ids};
     return hd__call(ctx, HD_OP_EMBEDDING, t, &p);
+}
+
+hd_status hd_cross_entropy_ids(hd_context *ctx, const hd_tensor *logits, const hd_tensor *targets,
+                               int32_t ignore_index, hd_tensor *loss, hd_tensor *dlogits)
+{
+    const hd_tensor *t[] = {logits, loss, dlogits};
+    hd_op_params p = {.id_tensor = targets, .ignore_index = ignore_index};
+    return targets != NULL ? hd__call(ctx, HD_OP_CROSS_ENTROPY, t, &p)
+                           : no_tensor(ctx, HD_OP_CROSS_ENTROPY, "targets");
+}
+
+hd_status hd_linear_cross_entropy_ids(hd_context *ctx, const hd_tensor *h, const hd_tensor *w,
+                                      const hd_tensor *targets, int32_t ignore_index,
+                                      hd_tensor *loss, hd_tensor *dh)
+{
+    const hd_tensor *t[] = {h, w, loss, dh};
+    hd_op_params p = {.id_tensor = targets, .ignore_index = ignore_index};
+    return targets != NULL ? hd__call(ctx, HD_OP_LINEAR_CROSS_ENTROPY, t, &p)
+                           : no_tensor(ctx, HD_OP_LINEAR_CROSS_ENTROPY, "targets");
+}
+
+hd_status hd_embedding_ids(hd_context *ctx, const hd_tensor *table, const hd_tensor *ids,
+                           hd_tensor *out)
+{
+    const hd_tensor *t[] = {table, out};
+    hd_op_params p = {.id_tensor = ids};
+    return ids != NULL ? hd__call(ctx, HD_OP_EMBEDDING, t, &p)
+                       : no_tensor(ctx, HD_OP_EMBEDDING, "ids");
 }

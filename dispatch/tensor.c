@@ -1,4 +1,5 @@
 /* Tensors: creation, host access and lazy migration between host and device. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,21 @@ static size_t tensor_bytes(const hd_tensor *t)
 
 hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor **out)
 {
+    return hd_tensor_create_ex(ctx, rows, cols, HD_DTYPE_FP32, out);
+}
+
+hd_status hd_tensor_create_ex(hd_context *ctx, size_t rows, size_t cols, hd_dtype dtype,
+                              hd_tensor **out)
+{
     if (out == NULL)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_create: tensor pointer is NULL");
     *out = NULL;
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(ctx);
+    if ((unsigned)dtype >= (unsigned)HD_DTYPE_COUNT)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_create: no element type %d",
+                         (int)dtype);
     if (cols != 0 && rows > SIZE_MAX / sizeof(float) / cols)
         return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
                          "hd_tensor_create: %zu x %zu floats do not fit in memory", rows, cols);
@@ -36,6 +46,7 @@ hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor 
     t->ctx = ctx;
     t->rows = rows;
     t->cols = cols;
+    t->dtype = dtype;
     *out = t;
     return HD_OK;
 }
@@ -65,6 +76,11 @@ size_t hd_tensor_rows(const hd_tensor *t)
 size_t hd_tensor_cols(const hd_tensor *t)
 {
     return t == NULL ? 0 : t->cols;
+}
+
+hd_dtype hd_tensor_dtype(const hd_tensor *t)
+{
+    return t == NULL ? HD_DTYPE_FP32 : t->dtype;
 }
 
 static hd_status ensure_host_storage(const hd_tensor *t)
@@ -165,34 +181,88 @@ hd_status hd_tensor_prefetch(hd_tensor *t)
     return hd__tensor_prefetch(t);
 }
 
-hd_status hd_tensor_write(hd_tensor *t, const float *src)
+/* src's floats as int32, into dst: each a whole number in int32's range, else nothing is
+ * written and the first that is not is named. */
+static hd_status floats_to_ids(const hd_tensor *t, const float *src, int32_t *dst)
+{
+    size_t n = hd__tensor_count(t);
+    for (size_t i = 0; i < n; i++) {
+        float v = src[i];
+        /* -2^31 is exact in float; 2^31 is the first float past int32's range */
+        if (!(v >= -2147483648.0f && v < 2147483648.0f && v == truncf(v)))
+            return hd__error(t->ctx, HD_ERR_INVALID_ARGUMENT,
+                             "hd_tensor_write: element %zu (%g) is not an int32 value", i,
+                             (double)v);
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (int32_t)src[i];
+    return HD_OK;
+}
+
+/* Copies src into t's host copy, converted from floats where `convert` and t holds int32. */
+static hd_status write_host(hd_tensor *t, const void *src, bool convert, const char *fn)
 {
     if (t == NULL)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(t->ctx);
     if (src == NULL && hd__tensor_count(t) > 0)
-        return hd__error(t->ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_write: source is NULL");
+        return hd__error(t->ctx, HD_ERR_INVALID_ARGUMENT, "%s: source is NULL", fn);
     hd_status s = ensure_host_storage(t);
-    if (s != HD_OK)
+    if (s != HD_OK || hd__tensor_count(t) == 0) {
+        if (s == HD_OK)
+            hd__tensor_written(t, HD_PLACE_HOST);
         return s;
-    if (hd__tensor_count(t) > 0)
+    }
+    if (convert && t->dtype == HD_DTYPE_I32)
+        s = floats_to_ids(t, src, (int32_t *)(void *)t->state->host);
+    else
         memcpy(t->state->host, src, tensor_bytes(t));
-    hd__tensor_written(t, HD_PLACE_HOST);
-    return HD_OK;
+    if (s == HD_OK)
+        hd__tensor_written(t, HD_PLACE_HOST);
+    return s;
 }
 
-hd_status hd_tensor_read(const hd_tensor *t, float *dst)
+hd_status hd_tensor_write(hd_tensor *t, const float *src)
+{
+    return write_host(t, src, true, "hd_tensor_write");
+}
+
+hd_status hd_tensor_write_raw(hd_tensor *t, const void *src)
+{
+    return write_host(t, src, false, "hd_tensor_write_raw");
+}
+
+/* Copies t's contents, valid on the host first, into dst, converted to floats where
+ * `convert` and t holds int32. */
+static hd_status read_host(const hd_tensor *t, void *dst, bool convert, const char *fn)
 {
     if (t == NULL)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(t->ctx);
     if (dst == NULL && hd__tensor_count(t) > 0)
-        return hd__error(t->ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_read: destination is NULL");
+        return hd__error(t->ctx, HD_ERR_INVALID_ARGUMENT, "%s: destination is NULL", fn);
     if (hd__tensor_count(t) == 0)
         return HD_OK;
     hd_status s = hd__tensor_to_host(t); /* reading may migrate: the state behind the handle */
     if (s != HD_OK)
         return s;
-    memcpy(dst, t->state->host, tensor_bytes(t));
+    if (convert && t->dtype == HD_DTYPE_I32) {
+        const int32_t *ids = hd__tensor_host_ids(t);
+        float *out = dst;
+        for (size_t i = 0, n = hd__tensor_count(t); i < n; i++)
+            out[i] = (float)ids[i];
+    } else {
+        memcpy(dst, t->state->host, tensor_bytes(t));
+    }
     return HD_OK;
+}
+
+hd_status hd_tensor_read(const hd_tensor *t, float *dst)
+{
+    return read_host(t, dst, true, "hd_tensor_read");
+}
+
+hd_status hd_tensor_read_raw(const hd_tensor *t, void *dst)
+{
+    return read_host(t, dst, false, "hd_tensor_read_raw");
 }

@@ -767,6 +767,65 @@ static void test_tensor_empty_shapes_are_allowed(void **state)
     hd_context_destroy(ctx);
 }
 
+/* An int32 tensor: its type; raw writes and reads of int32; float writes of whole numbers in
+ * int32's range converted exactly, anything else refused with nothing written; float reads. */
+static void test_int32_tensor_converts_whole_numbers_only(void **state)
+{
+    (void)state;
+    hd_context *ctx = create_ok(NULL);
+    hd_tensor *t = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 5, 1, HD_DTYPE_COUNT, &t), HD_ERR_INVALID_ARGUMENT);
+    assert_null(t);
+    assert_int_equal(hd_tensor_create_ex(ctx, 5, 1, (hd_dtype)-1, &t), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_tensor_create_ex(ctx, 5, 1, HD_DTYPE_I32, &t), HD_OK);
+    assert_int_equal(hd_tensor_dtype(t), HD_DTYPE_I32);
+    assert_int_equal(hd_tensor_dtype(NULL), HD_DTYPE_FP32);
+    int32_t zeros[5] = {1, 1, 1, 1, 1};
+    assert_int_equal(hd_tensor_read_raw(t, zeros), HD_OK); /* never written: zeros */
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(zeros[i], 0);
+
+    const int32_t raw[5] = {INT32_MIN, -1, 0, 16777217, INT32_MAX};
+    assert_int_equal(hd_tensor_write_raw(t, raw), HD_OK);
+    int32_t back[5];
+    assert_int_equal(hd_tensor_read_raw(t, back), HD_OK);
+    assert_memory_equal(back, raw, sizeof raw);
+    float as_floats[5];
+    assert_int_equal(hd_tensor_read(t, as_floats), HD_OK);
+    assert_true(as_floats[0] == -2147483648.0f && as_floats[1] == -1.0f && as_floats[2] == 0.0f);
+    assert_true(as_floats[3] == 16777216.0f); /* the nearest float */
+
+    const float whole[5] = {-2147483648.0f, -3.0f, -0.0f, 7.0f, 2147483520.0f};
+    assert_int_equal(hd_tensor_write(t, whole), HD_OK);
+    assert_int_equal(hd_tensor_read_raw(t, back), HD_OK);
+    const int32_t want[5] = {INT32_MIN, -3, 0, 7, 2147483520};
+    assert_memory_equal(back, want, sizeof want);
+    const float bad[][5] = {{0, 1, 2.5f, 3, 4},
+                            {0, 1, 2, 3, 2147483648.0f},
+                            {0, NAN, 2, 3, 4},
+                            {0, 1, 2, -INFINITY, 4}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(hd_tensor_write(t, bad[i]), HD_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(hd_context_last_error(ctx), "is not an int32 value"));
+        assert_int_equal(hd_tensor_read_raw(t, back), HD_OK);
+        assert_memory_equal(back, want, sizeof want); /* nothing written */
+    }
+    assert_int_equal(hd_tensor_write_raw(t, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_tensor_read_raw(t, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_tensor_write_raw(NULL, raw), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_tensor_read_raw(NULL, back), HD_ERR_INVALID_ARGUMENT);
+    hd_tensor_destroy(t);
+
+    /* a float tensor's raw bytes are its floats */
+    hd_tensor *f = hd_test_tensor(ctx, 1, 3, (const float[]){1.5f, -2.0f, 3.25f});
+    assert_int_equal(hd_tensor_dtype(f), HD_DTYPE_FP32);
+    float fb[3];
+    assert_int_equal(hd_tensor_read_raw(f, fb), HD_OK);
+    assert_true(fb[0] == 1.5f && fb[1] == -2.0f && fb[2] == 3.25f);
+    hd_tensor_destroy(f);
+    hd_context_destroy(ctx);
+}
+
 /* ---- concurrency: separate contexts on separate threads ---- */
 
 static void *thread_body(void *arg)
@@ -1251,6 +1310,7 @@ int main(void)
         WITH_ENV(test_version_matches_the_macros),
         WITH_ENV(test_tensor_new_reads_as_zeros_and_round_trips),
         WITH_ENV(test_tensor_empty_shapes_are_allowed),
+        WITH_ENV(test_int32_tensor_converts_whole_numbers_only),
         WITH_ENV(test_contexts_on_separate_threads_run_concurrently),
         WITH_ENV(test_contexts_of_other_thread_counts_run_gemms_at_once),
 #ifdef HD_HAVE_OPENBLAS_THREADS

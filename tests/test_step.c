@@ -463,14 +463,22 @@ static void test_embedding_copies_table_rows(void **state)
             if (!hd_test_use_backend(shared_ctx, HD_OP_EMBEDDING, b))
                 continue;
             hd_tensor *tt = hd_test_tensor(shared_ctx, vocab, cols, table);
-            hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
-            hd_test_expect_ran_on(shared_ctx, hd_embedding(shared_ctx, tt, ids, to), b,
-                                  "embedding");
-            float *got = hd_test_read(to);
-            hd_test_expect_close("embedding", got, want, rows * cols, 0, 0);
-            free(got);
+            /* the ids as a host array, then as an int32 tensor */
+            for (int form = 0; form < 2; form++) {
+                hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
+                hd_tensor *tid = form == 1 ? hd_test_ids(shared_ctx, rows, ids) : NULL;
+                const char *what = form == 1 ? "embedding_ids" : "embedding";
+                hd_test_expect_ran_on(shared_ctx,
+                                      form == 1 ? hd_embedding_ids(shared_ctx, tt, tid, to)
+                                                : hd_embedding(shared_ctx, tt, ids, to),
+                                      b, what);
+                float *got = hd_test_read(to);
+                hd_test_expect_close(what, got, want, rows * cols, 0, 0);
+                free(got);
+                hd_tensor_destroy(to);
+                hd_tensor_destroy(tid);
+            }
             hd_tensor_destroy(tt);
-            hd_tensor_destroy(to);
             hd_test_release_backend(shared_ctx, HD_OP_EMBEDDING);
         }
         free(table);
@@ -522,6 +530,51 @@ static void test_embedding_variants_match_reference(void **state)
         free(table);
         free(want);
     }
+    (void)state;
+}
+
+/* An id tensor written again between calls: each call reads what was written last, on every
+ * backend (the device's copy is made again after each write, and kept between writes). */
+static void test_embedding_ids_follow_writes(void **state)
+{
+    hd_rng rng = hd_test_rng(33);
+    const size_t rows = 37, cols = 20, vocab = 11;
+    float *table = hd_test_random(&rng, vocab * cols, -1, 1);
+    int32_t first[37], second[37];
+    for (size_t r = 0; r < rows; r++) {
+        first[r] = (int32_t)(r % vocab);
+        second[r] = (int32_t)((r * 7 + 3) % vocab);
+    }
+    double *want_first = hd_test_doubles(rows * cols), *want_second = hd_test_doubles(rows * cols);
+    hd__ref_embedding(rows, cols, first, table, want_first);
+    hd__ref_embedding(rows, cols, second, table, want_second);
+    for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
+        hd_backend b = step_backends[bi];
+        if (!hd_test_use_backend(shared_ctx, HD_OP_EMBEDDING, b))
+            continue;
+        hd_tensor *tt = hd_test_tensor(shared_ctx, vocab, cols, table);
+        hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
+        hd_tensor *tid = hd_test_ids(shared_ctx, rows, first);
+        const int32_t *order[] = {first, first, second, second, first};
+        for (size_t call = 0; call < sizeof order / sizeof order[0]; call++) {
+            if (call > 0 && order[call] != order[call - 1])
+                assert_int_equal(hd_tensor_write_raw(tid, order[call]), HD_OK);
+            hd_test_expect_ran_on(shared_ctx, hd_embedding_ids(shared_ctx, tt, tid, to), b,
+                                  "embedding_ids after a write");
+            float *got = hd_test_read(to);
+            hd_test_expect_close("embedding_ids after a write", got,
+                                 order[call] == first ? want_first : want_second, rows * cols, 0,
+                                 0);
+            free(got);
+        }
+        hd_tensor_destroy(tt);
+        hd_tensor_destroy(to);
+        hd_tensor_destroy(tid);
+        hd_test_release_backend(shared_ctx, HD_OP_EMBEDDING);
+    }
+    free(table);
+    free(want_first);
+    free(want_second);
     (void)state;
 }
 
@@ -778,12 +831,40 @@ static void test_step_ops_refuse_bad_arguments(void **state)
     hd_test_expect_unchanged("y after refused RoPE", y, seven);
 
     int32_t ids[3] = {0, 2, 1}; /* 2 is past the table's 2 rows */
+    const int32_t square_ids_in_range[3] = {1, 0, 1};
     assert_int_equal(hd_embedding(ctx, table, ids, y), HD_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(hd_context_last_error(ctx), "ids[1] = 2"));
     ids[1] = -1;
     assert_int_equal(hd_embedding(ctx, table, ids, y), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(hd_embedding(ctx, table, NULL, y), HD_ERR_INVALID_ARGUMENT);
     hd_test_expect_unchanged("y after refused embeddings", y, seven);
+    /* the ids as a tensor: int32 of 3 x 1, of this context, every id in range */
+    hd_tensor *tid = hd_test_ids(ctx, 3, ids);
+    ids[1] = 2;
+    assert_int_equal(hd_tensor_write_raw(tid, ids), HD_OK);
+    assert_int_equal(hd_embedding_ids(ctx, table, tid, y), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "ids[1] = 2"));
+    assert_int_equal(hd_embedding_ids(ctx, table, NULL, y), HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_embedding_ids(ctx, table, a, y), HD_ERR_INVALID_ARGUMENT); /* floats */
+    hd_tensor *row_of_ids = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 1, 3, HD_DTYPE_I32, &row_of_ids), HD_OK);
+    assert_int_equal(hd_embedding_ids(ctx, table, row_of_ids, y), HD_ERR_SHAPE_MISMATCH);
+    hd_context *other = hd_test_context(true);
+    hd_tensor *other_ids = NULL;
+    assert_int_equal(hd_tensor_create_ex(other, 3, 1, HD_DTYPE_I32, &other_ids), HD_OK);
+    assert_int_equal(hd_embedding_ids(ctx, table, other_ids, y), HD_ERR_WRONG_CONTEXT);
+    /* an int32 tensor where an op takes floats */
+    hd_tensor *int_table = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 2, 4, HD_DTYPE_I32, &int_table), HD_OK);
+    assert_int_equal(hd_embedding(ctx, int_table, square_ids_in_range, y), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "'table' holds int32"));
+    assert_int_equal(hd_swiglu(ctx, a, b, int_table), HD_ERR_INVALID_ARGUMENT);
+    hd_test_expect_unchanged("y after refused embeddings of id tensors", y, seven);
+    hd_tensor_destroy(tid);
+    hd_tensor_destroy(row_of_ids);
+    hd_tensor_destroy(int_table);
+    hd_tensor_destroy(other_ids);
+    hd_context_destroy(other);
     /* a square table as its own output: refused, as every output aliasing an input */
     hd_tensor *square = hd_test_tensor(ctx, 3, 3, NULL);
     const int32_t square_ids[3] = {2, 0, 1};
@@ -807,6 +888,10 @@ static void test_step_ops_on_empty_tensors_do_nothing(void **state)
     assert_int_equal(hd_add(ctx, 2.0f, e, g), HD_OK);
     hd_tensor *table = hd_test_tensor(ctx, 4, 5, NULL);
     assert_int_equal(hd_embedding(ctx, table, NULL, g), HD_OK);
+    hd_tensor *no_ids = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 0, 1, HD_DTYPE_I32, &no_ids), HD_OK);
+    assert_int_equal(hd_embedding_ids(ctx, table, no_ids, g), HD_OK);
+    hd_tensor_destroy(no_ids);
     hd_tensor_destroy(e);
     hd_tensor_destroy(f);
     hd_tensor_destroy(g);
@@ -826,6 +911,7 @@ int main(void)
         cmocka_unit_test(test_rope_inverse_restores_input),
         cmocka_unit_test(test_embedding_copies_table_rows),
         cmocka_unit_test(test_embedding_variants_match_reference),
+        cmocka_unit_test(test_embedding_ids_follow_writes),
         cmocka_unit_test(test_attention_matches_reference),
         cmocka_unit_test(test_attention_variants_match_reference),
         cmocka_unit_test(test_attention_follows_changing_sequences),

@@ -534,6 +534,7 @@ typedef struct ce_case {
     ignored_rows ignored;
     bool masked_target; /* row 0's target is masked: its loss +inf */
     bool in_place, dlogits;
+    bool id_tensor; /* the targets as an int32 tensor (hd_cross_entropy_ids) */
 } ce_case;
 
 typedef struct ce_data {
@@ -655,12 +656,16 @@ static bool check_ce_on(hd_backend b, const ce_case *c, const ce_data *d, const 
                      : c->in_place ? tl
                                    : hd_test_tensor(shared_ctx, c->rows, c->vocab, NULL);
     char what[240];
-    snprintf(what, sizeof what, "cross_entropy on %s (%s), %zu x %zu, logits %d, ignored %d%s%s",
-             hd_backend_name(b), variant != NULL ? variant : "its choice", c->rows, c->vocab,
-             (int)c->dist, (int)c->ignored, c->in_place ? ", in place" : "",
-             c->dlogits ? "" : ", no dlogits");
+    snprintf(what, sizeof what, "cross_entropy%s on %s (%s), %zu x %zu, logits %d, ignored %d%s%s",
+             c->id_tensor ? "_ids" : "", hd_backend_name(b),
+             variant != NULL ? variant : "its choice", c->rows, c->vocab, (int)c->dist,
+             (int)c->ignored, c->in_place ? ", in place" : "", c->dlogits ? "" : ", no dlogits");
     hd_status s;
-    if (variant == NULL) {
+    if (variant == NULL && c->id_tensor) {
+        hd_tensor *tt = hd_test_ids(shared_ctx, c->rows, d->targets);
+        s = hd_cross_entropy_ids(shared_ctx, tl, tt, IGNORE, tloss, tdl);
+        hd_tensor_destroy(tt); /* after the call is queued: the device's work keeps its buffer */
+    } else if (variant == NULL) {
         s = hd_cross_entropy(shared_ctx, tl, d->targets, IGNORE, tloss, tdl);
     } else {
         const hd_tensor *tensors[] = {tl, tloss, tdl};
@@ -716,16 +721,16 @@ static void test_cross_entropy_matches_reference(void **state)
 {
     hd_rng rng = hd_test_rng(11);
     const ce_case cases[] = {
-        {1, 1, LOGITS_NORMAL, IGNORE_NONE, false, false, true},
-        {9, 1, LOGITS_NORMAL, IGNORE_SOME, false, true, true},
-        {3, 5, LOGITS_NORMAL, IGNORE_SOME, false, true, true},
-        {7, 37, LOGITS_NORMAL, IGNORE_SOME, false, false, true},
-        {5, 1000, LOGITS_NORMAL, IGNORE_SOME, false, false, false},
-        {33, 512, LOGITS_NORMAL, IGNORE_NONE, false, true, true},
-        {3, 3001, LOGITS_NORMAL, IGNORE_SOME, false, false, true},
-        {2, 8192, LOGITS_NORMAL, IGNORE_NONE, false, true, true},
-        {2, 50257, LOGITS_NORMAL, IGNORE_NONE, false, true, true},
-        {3, 256000, LOGITS_WIDE, IGNORE_SOME, false, false, true},
+        {1, 1, LOGITS_NORMAL, IGNORE_NONE, false, false, true, false},
+        {9, 1, LOGITS_NORMAL, IGNORE_SOME, false, true, true, true},
+        {3, 5, LOGITS_NORMAL, IGNORE_SOME, false, true, true, false},
+        {7, 37, LOGITS_NORMAL, IGNORE_SOME, false, false, true, true},
+        {5, 1000, LOGITS_NORMAL, IGNORE_SOME, false, false, false, false},
+        {33, 512, LOGITS_NORMAL, IGNORE_NONE, false, true, true, true},
+        {3, 3001, LOGITS_NORMAL, IGNORE_SOME, false, false, true, false},
+        {2, 8192, LOGITS_NORMAL, IGNORE_NONE, false, true, true, false},
+        {2, 50257, LOGITS_NORMAL, IGNORE_NONE, false, true, true, true},
+        {3, 256000, LOGITS_WIDE, IGNORE_SOME, false, false, true, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_ce(&cases[i], &rng);
@@ -738,14 +743,14 @@ static void test_cross_entropy_at_extreme_logits(void **state)
 {
     hd_rng rng = hd_test_rng(12);
     const ce_case cases[] = {
-        {4, 4099, LOGITS_WIDE, IGNORE_SOME, false, true, true},
-        {3, 64, LOGITS_WIDE, IGNORE_NONE, false, false, true},
-        {17, 3001, LOGITS_MASKED, IGNORE_SOME, false, false, true},
-        {3, 4096, LOGITS_MASKED, IGNORE_NONE, true, true, true},
-        {5, 37, LOGITS_MASKED, IGNORE_SOME, true, false, true},
-        {6, 2048, LOGITS_NORMAL, IGNORE_ALL, false, true, true},
-        {3, 7, LOGITS_NORMAL, IGNORE_ALL, false, false, true},
-        {2, 11, LOGITS_NORMAL, IGNORE_ALL, false, false, false},
+        {4, 4099, LOGITS_WIDE, IGNORE_SOME, false, true, true, false},
+        {3, 64, LOGITS_WIDE, IGNORE_NONE, false, false, true, false},
+        {17, 3001, LOGITS_MASKED, IGNORE_SOME, false, false, true, true},
+        {3, 4096, LOGITS_MASKED, IGNORE_NONE, true, true, true, false},
+        {5, 37, LOGITS_MASKED, IGNORE_SOME, true, false, true, false},
+        {6, 2048, LOGITS_NORMAL, IGNORE_ALL, false, true, true, false},
+        {3, 7, LOGITS_NORMAL, IGNORE_ALL, false, false, true, true},
+        {2, 11, LOGITS_NORMAL, IGNORE_ALL, false, false, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_ce(&cases[i], &rng);
@@ -765,13 +770,13 @@ static void test_cross_entropy_cluster_variants_match_reference(void **state)
     f->clusters_emulated = emulating;
     hd_rng rng = hd_test_rng(14);
     const ce_case cases[] = {
-        {1, 1, LOGITS_NORMAL, IGNORE_NONE, false, false, true},
-        {3, 5, LOGITS_NORMAL, IGNORE_SOME, false, true, true},
-        {7, 37, LOGITS_NORMAL, IGNORE_SOME, false, false, true},
-        {5, 1000, LOGITS_NORMAL, IGNORE_SOME, false, false, false},
-        {9, 3001, LOGITS_WIDE, IGNORE_SOME, false, true, true},
-        {4, 8192, LOGITS_MASKED, IGNORE_NONE, true, true, true},
-        {3, 7, LOGITS_NORMAL, IGNORE_ALL, false, true, true},
+        {1, 1, LOGITS_NORMAL, IGNORE_NONE, false, false, true, false},
+        {3, 5, LOGITS_NORMAL, IGNORE_SOME, false, true, true, false},
+        {7, 37, LOGITS_NORMAL, IGNORE_SOME, false, false, true, false},
+        {5, 1000, LOGITS_NORMAL, IGNORE_SOME, false, false, false, false},
+        {9, 3001, LOGITS_WIDE, IGNORE_SOME, false, true, true, false},
+        {4, 8192, LOGITS_MASKED, IGNORE_NONE, true, true, true, false},
+        {3, 7, LOGITS_NORMAL, IGNORE_ALL, false, true, true, false},
     };
     static const char *const extra[] = {"CLUSTER=1 WG=64",         "CLUSTER=2 WG=32",
                                         "CLUSTER=4 WG=128 CACHE=16", "CLUSTER=8 WG=32 VEC=1",
@@ -831,7 +836,7 @@ static void test_cross_entropy_cluster_refusals(void **state)
 {
     hd_fused *f = fused_state_or_skip();
     hd_rng rng = hd_test_rng(15);
-    ce_case c = {2, 4096, LOGITS_NORMAL, IGNORE_NONE, false, false, true};
+    ce_case c = {2, 4096, LOGITS_NORMAL, IGNORE_NONE, false, false, true, false};
     ce_data d = {.rows = c.rows, .vocab = c.vocab};
     d.targets = random_targets(&rng, c.rows, c.vocab, c.ignored);
     d.logits = random_logits(&rng, &c, d.targets);
@@ -881,7 +886,7 @@ static double ce_objective(const ce_data *d, size_t at, float xj)
 static void test_cross_entropy_gradient_matches_finite_differences(void **state)
 {
     hd_rng rng = hd_test_rng(13);
-    const ce_case c = {5, 23, LOGITS_NORMAL, IGNORE_SOME, false, false, true};
+    const ce_case c = {5, 23, LOGITS_NORMAL, IGNORE_SOME, false, false, true, false};
     ce_data d = {.rows = c.rows, .vocab = c.vocab};
     d.targets = random_targets(&rng, c.rows, c.vocab, c.ignored);
     d.logits = random_logits(&rng, &c, d.targets);
@@ -919,6 +924,7 @@ typedef struct lm_case {
     size_t rows, dim, vocab;
     ignored_rows ignored;
     bool dh;
+    bool id_tensor; /* the targets as an int32 tensor (hd_linear_cross_entropy_ids) */
 } lm_case;
 
 typedef struct lm_data {
@@ -1015,12 +1021,16 @@ static void check_lm_on(hd_backend b, const lm_case *c, const lm_data *d)
     hd_tensor *tloss = hd_test_tensor(shared_ctx, 1, 1, NULL);
     hd_tensor *tdh = c->dh ? hd_test_tensor(shared_ctx, c->rows, c->dim, NULL) : NULL;
     char what[200];
-    snprintf(what, sizeof what, "linear_cross_entropy on %s, %zu x %zu, vocab %zu, ignored %d%s",
-             hd_backend_name(b), c->rows, c->dim, c->vocab, (int)c->ignored,
-             c->dh ? "" : ", no dh");
+    snprintf(what, sizeof what, "linear_cross_entropy%s on %s, %zu x %zu, vocab %zu, ignored %d%s",
+             c->id_tensor ? "_ids" : "", hd_backend_name(b), c->rows, c->dim, c->vocab,
+             (int)c->ignored, c->dh ? "" : ", no dh");
+    hd_tensor *tt = c->id_tensor ? hd_test_ids(shared_ctx, c->rows, d->targets) : NULL;
     hd_test_expect_ran_on(
-        shared_ctx, hd_linear_cross_entropy(shared_ctx, th, tw, d->targets, IGNORE, tloss, tdh), b,
-        what);
+        shared_ctx,
+        c->id_tensor ? hd_linear_cross_entropy_ids(shared_ctx, th, tw, tt, IGNORE, tloss, tdh)
+                     : hd_linear_cross_entropy(shared_ctx, th, tw, d->targets, IGNORE, tloss, tdh),
+        b, what);
+    hd_tensor_destroy(tt);
     float *loss = hd_test_read(tloss);
     expect_within(what, loss, &d->loss_ref, &d->loss_mag, 1, 1.0);
     free(loss);
@@ -1062,10 +1072,10 @@ static void test_linear_cross_entropy_matches_reference(void **state)
 {
     hd_rng rng = hd_test_rng(21);
     const lm_case cases[] = {
-        {1, 1, 1, IGNORE_NONE, true},      {3, 5, 1, IGNORE_SOME, true},
-        {5, 16, 300, IGNORE_SOME, true},   {7, 33, 1001, IGNORE_SOME, false},
-        {19, 64, 4099, IGNORE_NONE, true}, {1, 128, 3001, IGNORE_NONE, true},
-        {6, 8, 50, IGNORE_ALL, true},
+        {1, 1, 1, IGNORE_NONE, true, false},      {3, 5, 1, IGNORE_SOME, true, true},
+        {5, 16, 300, IGNORE_SOME, true, false},   {7, 33, 1001, IGNORE_SOME, false, false},
+        {19, 64, 4099, IGNORE_NONE, true, false}, {1, 128, 3001, IGNORE_NONE, true, false},
+        {6, 8, 50, IGNORE_ALL, true, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_lm(&cases[i], &rng);
@@ -1077,7 +1087,7 @@ static void test_linear_cross_entropy_matches_reference(void **state)
 static void test_linear_cross_entropy_in_several_chunks(void **state)
 {
     hd_rng rng = hd_test_rng(22);
-    const lm_case c = {150, 3, 128256, IGNORE_SOME, true};
+    const lm_case c = {150, 3, 128256, IGNORE_SOME, true, true};
     check_lm(&c, &rng);
     (void)state;
 }
@@ -1096,11 +1106,11 @@ static void test_linear_cross_entropy_fused_chunks(void **state)
         lm_case c;
         size_t chunk_rows, want; /* the budget in rows of logits; the chunk it gives */
     } cases[] = {
-        {{300, 16, 1001, IGNORE_SOME, true}, 130, 128},
-        {{250, 9, 1001, IGNORE_SOME, true}, 100, 84},
-        {{250, 9, 1001, IGNORE_NONE, false}, 100, 84},
-        {{5, 7, 300, IGNORE_SOME, true}, 0, 1},
-        {{40, 5, 77, IGNORE_ALL, true}, 16, 14},
+        {{300, 16, 1001, IGNORE_SOME, true, false}, 130, 128},
+        {{250, 9, 1001, IGNORE_SOME, true, false}, 100, 84},
+        {{250, 9, 1001, IGNORE_NONE, false, false}, 100, 84},
+        {{5, 7, 300, IGNORE_SOME, true, false}, 0, 1},
+        {{40, 5, 77, IGNORE_ALL, true, false}, 16, 14},
     };
     assert_true(hd_test_use_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY, HD_BACKEND_FUSED));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1144,7 +1154,7 @@ static double lm_row_loss(const lm_data *d, size_t i, size_t k, float hk)
 static void test_linear_cross_entropy_gradient_matches_finite_differences(void **state)
 {
     hd_rng rng = hd_test_rng(23);
-    const lm_case c = {6, 9, 41, IGNORE_SOME, true};
+    const lm_case c = {6, 9, 41, IGNORE_SOME, true, false};
     lm_data d;
     lm_inputs(&c, &rng, &d);
     double inv = 1.0 / (double)counted_rows(d.targets, c.rows);
@@ -1575,6 +1585,34 @@ static void test_cross_entropy_refuses_bad_arguments(void **state)
     expect_sevens("dh", dh);
     expect_sevens("h", h);
 
+    /* the targets as an int32 tensor: one out of range, floats, another shape, NULL */
+    hd_tensor *tt = hd_test_ids(ctx, 3, (const int32_t[]){0, 5, -100});
+    assert_int_equal(hd_linear_cross_entropy_ids(ctx, h, w, tt, -100, loss, dh),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "targets[1] = 5"));
+    assert_int_equal(hd_cross_entropy_ids(ctx, logits, tt, -100, loss, dl),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_cross_entropy_ids(ctx, logits, logits, -100, loss, dl),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_cross_entropy_ids(ctx, logits, NULL, -100, loss, dl),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd_linear_cross_entropy_ids(ctx, h, w, NULL, -100, loss, dh),
+                     HD_ERR_INVALID_ARGUMENT);
+    hd_tensor *short_ids = hd_test_ids(ctx, 2, (const int32_t[]){0, 1});
+    assert_int_equal(hd_cross_entropy_ids(ctx, logits, short_ids, -100, loss, dl),
+                     HD_ERR_SHAPE_MISMATCH);
+    /* an int32 tensor as the logits */
+    hd_tensor *int_logits = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 3, 4, HD_DTYPE_I32, &int_logits), HD_OK);
+    assert_int_equal(hd_cross_entropy(ctx, int_logits, targets, -100, loss, dl),
+                     HD_ERR_INVALID_ARGUMENT);
+    expect_sevens("loss", loss);
+    expect_sevens("dlogits", dl);
+    expect_sevens("dh", dh);
+    hd_tensor_destroy(tt);
+    hd_tensor_destroy(short_ids);
+    hd_tensor_destroy(int_logits);
+
     hd_tensor *t[] = {logits, loss, dl, wrong, long_loss, h, w, dh, narrow};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         hd_tensor_destroy(t[i]);
@@ -1676,6 +1714,11 @@ static void test_adamw_refuses_bad_arguments(void **state)
     a.grads[1] = a.p[1];
     expect_adamw_refused(ctx, &a, &o, HD_ERR_ALIASING, "grads[1] is also params[1]",
                          "grads[1] is params[1]");
+    hd_tensor *ints = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 3, 4, HD_DTYPE_I32, &ints), HD_OK);
+    a.grads[1] = ints;
+    expect_adamw_refused(ctx, &a, &o, HD_ERR_INVALID_ARGUMENT, "grads[1] holds int32",
+                         "grads[1] of int32");
     a.grads[1] = keep;
 
     hd_tensor *m1 = a.m[1];
@@ -1689,6 +1732,13 @@ static void test_adamw_refuses_bad_arguments(void **state)
     expect_adamw_refused(ctx, &a, &o, HD_ERR_SHAPE_MISMATCH, "not 1 x 1", "grad_norm 2 x 1");
     o.grad_norm = foreign;
     expect_adamw_refused(ctx, &a, &o, HD_ERR_WRONG_CONTEXT, NULL, "grad_norm of another context");
+    hd_tensor *int_norm = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 1, 1, HD_DTYPE_I32, &int_norm), HD_OK);
+    o.grad_norm = int_norm;
+    expect_adamw_refused(ctx, &a, &o, HD_ERR_INVALID_ARGUMENT, "grad_norm holds int32",
+                         "grad_norm of int32");
+    hd_tensor_destroy(int_norm);
+    hd_tensor_destroy(ints);
 
     for (int k = 0; k < 2; k++) {
         hd_tensor_destroy(a.p[k]);

@@ -126,6 +126,17 @@ hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float
     return t;
 }
 
+hd_tensor *hd_test_ids(hd_context *ctx, size_t rows, const int32_t *ids)
+{
+    hd_tensor *t = NULL;
+    hd_status s = hd_tensor_create_ex(ctx, rows, 1, HD_DTYPE_I32, &t);
+    if (s != HD_OK)
+        fail_msg("hd_tensor_create_ex(%zu, 1, int32): %s", rows, hd_context_last_error(ctx));
+    if ((s = hd_tensor_write_raw(t, ids)) != HD_OK)
+        fail_msg("hd_tensor_write_raw: %s", hd_context_last_error(ctx));
+    return t;
+}
+
 float *hd_test_read(const hd_tensor *t)
 {
     float *p = hd_test_floats(hd_tensor_rows(t) * hd_tensor_cols(t));

@@ -45,6 +45,8 @@ double hd_test_max_abs(const double *p, size_t n);
 
 /* A tensor of ctx holding data (rows*cols floats; NULL leaves zeros). Fails the test on error. */
 hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float *data);
+/* An int32 tensor of rows x 1 holding ids (rows of them); fails the test on error. */
+hd_tensor *hd_test_ids(hd_context *ctx, size_t rows, const int32_t *ids);
 /* The tensor's contents, read into a new buffer (free it). */
 float *hd_test_read(const hd_tensor *t);
 /* Fails unless t holds exactly the floats of want (inputs untouched, outputs after an error). */

@@ -354,6 +354,11 @@ hd_status hd__fused_launch_resident_args(hd_fused *f, hd_context *ctx, hd_kernel
  * released with hd__fused_buffer_release once the launches that read it are queued. */
 hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t bytes,
                            struct hd_device_buffer **out);
+/* A step call's ids (or targets) on the device: the id tensor's own buffer where the call has
+ * one (the _ids forms; the dispatcher placed it there), else the host array uploaded to a
+ * pooled buffer that *owned receives, to release as hd__fused_upload's (NULL otherwise). */
+hd_status hd__fused_ids(hd_fused *f, hd_context *ctx, const hd_step_args *a,
+                        const struct hd_device_buffer **ids, struct hd_device_buffer **owned);
 /* What a table is made from: its key, in two parts (a fixed header, and an array such as the
  * sequences' lengths), which names the table's contents whole; and make, which writes the
  * table's `bytes` bytes from arg. */

@@ -252,6 +252,19 @@ hd_status hd__fused_upload(hd_fused *f, hd_context *ctx, const void *src, size_t
     return s;
 }
 
+hd_status hd__fused_ids(hd_fused *f, hd_context *ctx, const hd_step_args *a,
+                        const struct hd_device_buffer **ids, struct hd_device_buffer **owned)
+{
+    *owned = NULL;
+    if (a->id_tensor != NULL) {
+        *ids = a->id_tensor->state->device;
+        return HD_OK;
+    }
+    hd_status s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, owned);
+    *ids = *owned;
+    return s;
+}
+
 hd_status hd__fused_copy(hd_fused *f, hd_context *ctx, const struct hd_device_buffer *dst,
                          size_t dst_offset, const struct hd_device_buffer *src, size_t src_offset,
                          size_t bytes)

@@ -1,7 +1,8 @@
 /*
  * The training step's elementwise ops, RoPE and embedding on the device (kernels/
  * elementwise.cl, rope.cl, embedding.cl): one launch each, after their per-call tables (RoPE's
- * positions and frequencies, embedding's ids) are copied to pooled buffers. Every kernel is
+ * positions and frequencies, embedding's ids where the caller gave a host array) are copied to
+ * pooled buffers. Every kernel is
  * fetched (built on first use) before anything is queued, so that a refusal leaves the outputs
  * as they were. Kernel parameters: the step family (params.c), WG, VEC and HPI.
  */
@@ -250,9 +251,10 @@ hd_status hd__fused_embedding(void *state, hd_context *ctx, const hd_op_args *ar
     hd_fused_params p;
     hd_kernel *k;
     hd_status s = step_kernel_for(f, ctx, HD_OP_EMBEDDING, a, &p, &k);
-    struct hd_device_buffer *ids = NULL;
+    const struct hd_device_buffer *ids = NULL;
+    struct hd_device_buffer *uploaded = NULL;
     if (s == HD_OK)
-        s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &ids);
+        s = hd__fused_ids(f, ctx, a, &ids, &uploaded);
     int32_t rows = (int32_t)a->rows, cols = (int32_t)a->cols;
     if (s == HD_OK) {
         const hd_fused_arg list[] = {
@@ -262,7 +264,7 @@ hd_status hd__fused_embedding(void *state, hd_context *ctx, const hd_op_args *ar
         s = hd__fused_launch_args(f, ctx, k, min_size(a->rows, STEP_MAX_GROUPS), (size_t)p.wg, list,
                                   (int)(sizeof list / sizeof list[0]));
     }
-    hd__fused_buffer_release(f, ids);
+    hd__fused_buffer_release(f, uploaded);
     return s;
 }
 

@@ -512,12 +512,13 @@ hd_status hd__fused_cross_entropy(void *state, hd_context *ctx, const hd_op_args
     hd_fused *f = state;
     const hd_step_args *a = &args->step;
     ce_kernels k = {0};
-    struct hd_device_buffer *targets = NULL, *losses = NULL;
+    const struct hd_device_buffer *targets = NULL;
+    struct hd_device_buffer *uploaded = NULL, *losses = NULL;
     hd_status s = ce_build(f, ctx, a->variant, a->vocab, &k);
     if (s == HD_OK)
         s = ce_take_pairs(f, ctx, &k, a->rows);
     if (s == HD_OK)
-        s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &targets);
+        s = hd__fused_ids(f, ctx, a, &targets, &uploaded);
     if (s == HD_OK)
         s = hd__fused_buffer(f, ctx, a->rows * sizeof(float), &losses);
     float inv = inv_count(a->counted);
@@ -535,7 +536,7 @@ hd_status hd__fused_cross_entropy(void *state, hd_context *ctx, const hd_op_args
     if (s == HD_OK && (s = ce_mean(f, ctx, &k, losses, a->out[0], a->rows, inv)) != HD_OK &&
         dl != NULL)
         hd__error_outputs_changed(ctx); /* dlogits is written (over logits, in place) */
-    hd__fused_buffer_release(f, targets);
+    hd__fused_buffer_release(f, uploaded);
     hd__fused_buffer_release(f, losses);
     hd__fused_buffer_release(f, k.pairs);
     return s;
@@ -553,7 +554,9 @@ typedef struct lm_head {
     bool whole; /* one chunk */
     float inv_count;
     ce_kernels ce;
-    struct hd_device_buffer *targets, *losses, *logits;         /* all rows; the chunk's logits */
+    const struct hd_device_buffer *targets;                     /* all rows */
+    struct hd_device_buffer *uploaded_targets;                  /* targets, where uploaded */
+    struct hd_device_buffer *losses, *logits;                   /* all rows; the chunk's logits */
     struct hd_device_buffer *h_c, *targets_c, *losses_c, *dh_c; /* scratch: several chunks */
     hd_fused_tile_call products[2][2]; /* [logits, dh][a full chunk, the last] */
 } lm_head;
@@ -601,7 +604,7 @@ static hd_status lm_head_scratch(hd_fused *f, hd_context *ctx, lm_head *l)
 {
     const hd_step_args *a = l->a;
     size_t n = l->chunk, d = a->cols;
-    hd_status s = hd__fused_upload(f, ctx, a->ids, a->rows * sizeof *a->ids, &l->targets);
+    hd_status s = hd__fused_ids(f, ctx, a, &l->targets, &l->uploaded_targets);
     if (s == HD_OK)
         s = hd__fused_buffer(f, ctx, a->rows * sizeof(float), &l->losses);
     if (s == HD_OK)
@@ -619,9 +622,9 @@ static hd_status lm_head_scratch(hd_fused *f, hd_context *ctx, lm_head *l)
 
 static void lm_head_release(hd_fused *f, lm_head *l)
 {
-    struct hd_device_buffer *const all[] = {l->targets, l->losses,   l->logits,
-                                            l->h_c,     l->targets_c, l->losses_c,
-                                            l->dh_c,    l->ce.pairs};
+    struct hd_device_buffer *const all[] = {
+        l->uploaded_targets, l->losses,   l->logits, l->h_c,
+        l->targets_c,        l->losses_c, l->dh_c,   l->ce.pairs};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         hd__fused_buffer_release(f, all[i]);
 }

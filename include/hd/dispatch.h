@@ -6,7 +6,9 @@
  *
  * Conventions that hold for every function below:
  *
- * - Tensors are 2-D, row-major, float32. A tensor lives on the host, on the context's OpenCL
+ * - Tensors are 2-D, row-major, float32 (int32 for token ids and targets, hd_dtype; an
+ *   operation given an int32 tensor where it takes floats, or the reverse, returns
+ *   HD_ERR_INVALID_ARGUMENT). A tensor lives on the host, on the context's OpenCL
  *   device, or both; the library moves it to wherever the next operation runs, and chooses
  *   where that is by counting the copy: a tensor moves once what staying has cost exceeds one
  *   copy (hd_tensor_prefetch() places it up front). Callers only ever see host memory,
@@ -149,7 +151,16 @@ typedef enum hd_precision {
 } hd_precision;
 
 typedef struct hd_context hd_context; /* devices, queues, caches, tuning table */
-typedef struct hd_tensor hd_tensor;   /* 2-D row-major fp32, lives on host or a device */
+typedef struct hd_tensor hd_tensor;   /* 2-D row-major, fp32 or int32, on host or a device */
+
+/* A tensor's element type. Values are stable: new ones are only ever appended. */
+typedef enum hd_dtype {
+    HD_DTYPE_FP32 = 0, /* float: every operation's activations, weights and gradients */
+    HD_DTYPE_I32,      /* int32_t: token ids and targets (hd_embedding_ids(),
+                          hd_cross_entropy_ids(), hd_linear_cross_entropy_ids()), written
+                          from the host only; no operation takes or writes them elsewhere */
+    HD_DTYPE_COUNT
+} hd_dtype;
 
 /* Options for hd_context_create(). Fill with hd_context_options_init() first, then change
  * what you need; strings are copied, so they only have to live through the call. Every field
@@ -326,16 +337,28 @@ HD_API hd_status hd_sync(hd_context *ctx);
  */
 HD_API hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor **t);
 
+/* hd_tensor_create() of a given element type (HD_DTYPE_FP32 is hd_tensor_create()). Returns
+ * what hd_tensor_create() does, and HD_ERR_INVALID_ARGUMENT for a type outside hd_dtype. */
+HD_API hd_status hd_tensor_create_ex(hd_context *ctx, size_t rows, size_t cols, hd_dtype dtype,
+                                     hd_tensor **t);
+
 /* Frees t and its host and device memory, after pending work on it. NULL is a no-op. */
 HD_API void hd_tensor_destroy(hd_tensor *t);
 
-HD_API size_t hd_tensor_rows(const hd_tensor *t); /* 0 for NULL */
-HD_API size_t hd_tensor_cols(const hd_tensor *t); /* 0 for NULL */
+HD_API size_t hd_tensor_rows(const hd_tensor *t);    /* 0 for NULL */
+HD_API size_t hd_tensor_cols(const hd_tensor *t);    /* 0 for NULL */
+HD_API hd_dtype hd_tensor_dtype(const hd_tensor *t); /* HD_DTYPE_FP32 for NULL */
 
 /* Copies rows*cols floats, row-major, from src into t. src is not kept. Waits for pending work
- * that reads t. Returns HD_OK, HD_ERR_INVALID_ARGUMENT (NULL t, or NULL src with a non-empty
- * tensor), HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE. */
+ * that reads t. An int32 tensor takes floats that are whole numbers in int32's range, each
+ * converted exactly; any other value is refused before anything is written. Returns HD_OK,
+ * HD_ERR_INVALID_ARGUMENT (NULL t, or NULL src with a non-empty tensor, or a value an int32
+ * tensor cannot hold), HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE. */
 HD_API hd_status hd_tensor_write(hd_tensor *t, const float *src);
+
+/* Copies rows*cols elements of t's own type (float or int32_t, 4 bytes each), row-major, from
+ * src into t, unconverted; otherwise as hd_tensor_write(). */
+HD_API hd_status hd_tensor_write_raw(hd_tensor *t, const void *src);
 
 /*
  * Places t on the context's OpenCL device now: queues the copy from the host (or zeros for a
@@ -360,6 +383,11 @@ HD_API hd_status hd_tensor_prefetch(hd_tensor *t);
  * error from that work is returned here. Returns HD_OK, HD_ERR_INVALID_ARGUMENT,
  * HD_ERR_OUT_OF_MEMORY, HD_ERR_DEVICE, HD_ERR_DEVICE_OUT_OF_MEMORY. */
 HD_API hd_status hd_tensor_read(const hd_tensor *t, float *dst);
+
+/* Copies t's rows*cols elements of its own type, row-major, into dst, unconverted; otherwise
+ * as hd_tensor_read(). hd_tensor_read() of an int32 tensor gives each value as the nearest
+ * float (exact up to 2^24 in magnitude). */
+HD_API hd_status hd_tensor_read_raw(const hd_tensor *t, void *dst);
 
 /*
  * C = alpha*op(A)*op(B) + beta*C, where op(X) is X or its transpose. op(A) is m×k, op(B) k×n,
@@ -516,8 +544,10 @@ HD_API hd_status hd_lora_backward_ex(hd_context *ctx, const hd_tensor *x, const 
  * row). Rows may hold several sequences packed one after another ("packed sequences"): an
  * hd_sequences names their lengths, and positions (RoPE) and attention restart at each. The
  * same checks, dispatch, tuning and fallback as every operation above hold. Token ids and
- * targets are int32 host arrays, read during the call only (copied where the operation runs);
- * one out of range is HD_ERR_INVALID_ARGUMENT before anything is written. None waits.
+ * targets are int32: host arrays, read during the call only (copied where the operation runs,
+ * each call), or, through the _ids forms, int32 tensors (HD_DTYPE_I32, T x 1), which stay on
+ * the device once there until the host writes them again, as PyTorch's id tensors do. One out
+ * of range is HD_ERR_INVALID_ARGUMENT before anything is written. None waits.
  */
 
 /* Packed sequences: lengths[0 .. count-1] rows each, summing to the tensor's rows. count = 0
@@ -645,6 +675,20 @@ HD_API hd_status hd_linear_cross_entropy(hd_context *ctx, const hd_tensor *h, co
  * ids[T] each in [0, V). */
 HD_API hd_status hd_embedding(hd_context *ctx, const hd_tensor *table, const int32_t *ids,
                               hd_tensor *out);
+
+/* hd_cross_entropy(), hd_linear_cross_entropy() and hd_embedding() with their targets or ids in
+ * an int32 tensor (HD_DTYPE_I32) of T x 1, one per row. The checks read the tensor's host copy,
+ * which an int32 tensor always keeps (only the host writes it); the device reads its own copy,
+ * made once after each write. A float tensor there, or an int32 tensor anywhere else, is
+ * HD_ERR_INVALID_ARGUMENT; a tensor of another shape, HD_ERR_SHAPE_MISMATCH. */
+HD_API hd_status hd_cross_entropy_ids(hd_context *ctx, const hd_tensor *logits,
+                                      const hd_tensor *targets, int32_t ignore_index,
+                                      hd_tensor *loss, hd_tensor *dlogits);
+HD_API hd_status hd_linear_cross_entropy_ids(hd_context *ctx, const hd_tensor *h,
+                                             const hd_tensor *w, const hd_tensor *targets,
+                                             int32_t ignore_index, hd_tensor *loss, hd_tensor *dh);
+HD_API hd_status hd_embedding_ids(hd_context *ctx, const hd_tensor *table, const hd_tensor *ids,
+                                  hd_tensor *out);
 
 /* AdamW (PyTorch's torch.optim.AdamW, its bias corrections and decoupled weight decay) over
  * count tensors at once: for each i, params[i], grads[i], m[i] and v[i] have one shape; with
