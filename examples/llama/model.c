@@ -12,7 +12,9 @@
  *   h_{l+1} = m_l + lora_down(s), and the next norm    hd_add_rms_norm
  *
  * then the loss of the LM head on the last norm's output without its logits
- * (hd_linear_cross_entropy), and the same in reverse for the gradients.
+ * (hd_linear_cross_entropy_ids), and the same in reverse for the gradients. The step's tokens
+ * and targets go to int32 tensors, written once a step and read where the embedding and the
+ * loss run.
  */
 #include <errno.h>
 #include <math.h>
@@ -69,6 +71,7 @@ struct llama_model {
     /* gradients on the way down */
     hd_tensor *d_resid, *d_norm, *d_tmp, *d_attn, *dq, *dk, *dv, *d_act, *d_normed;
     int32_t *targets;    /* tokens shifted by one, ignore_index at each sequence's end */
+    hd_tensor *token_ids, *target_ids; /* the step's tokens and targets (int32, tokens x 1) */
     hd_tensor **adam[4]; /* the AdamW lists: factors, gradients, m, v */
     size_t adam_count;
     size_t bytes;
@@ -246,6 +249,11 @@ static hd_status create_tensors(llama_model *m)
                 {&m->dv, t, kvd},      {&m->d_act, t, c->mlp}, {&m->d_normed, t, d}};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0] && s == HD_OK; i++)
         s = tensor(m, rest[i].rows, rest[i].cols, rest[i].t);
+    /* written each step, read where the embedding and the loss run */
+    if (s == HD_OK)
+        s = hd_tensor_create_ex(m->ctx, t, 1, HD_DTYPE_I32, &m->token_ids);
+    if (s == HD_OK)
+        s = hd_tensor_create_ex(m->ctx, t, 1, HD_DTYPE_I32, &m->target_ids);
     return s;
 }
 
@@ -320,10 +328,11 @@ void llama_destroy(llama_model *m)
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
             hd_tensor_destroy(t[k]);
     }
-    hd_tensor *t[] = {m->embed,   m->final_norm, m->rope_freq, m->lm_head,   m->resid_out,
-                      m->normed,  m->proj_out,   m->loss,      m->grad_norm, m->loss_sum,
-                      m->d_resid, m->d_norm,     m->d_tmp,     m->d_attn,    m->dq,
-                      m->dk,      m->dv,         m->d_act,     m->d_normed};
+    hd_tensor *t[] = {m->embed,     m->final_norm, m->rope_freq, m->lm_head,   m->resid_out,
+                      m->normed,    m->proj_out,   m->loss,      m->grad_norm, m->loss_sum,
+                      m->d_resid,   m->d_norm,     m->d_tmp,     m->d_attn,    m->dq,
+                      m->dk,        m->dv,         m->d_act,     m->d_normed,  m->token_ids,
+                      m->target_ids};
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
         hd_tensor_destroy(t[k]);
     for (int k = 0; k < 4; k++)
@@ -622,14 +631,19 @@ static hd_status forward(llama_model *m, const int32_t *tokens, const hd_sequenc
     hd_context *ctx = m->ctx;
     make_targets(m, tokens, q);
     layer *first = &m->layers[0];
-    hd_status s = hd_embedding(ctx, m->embed, tokens, first->resid_in);
+    hd_status s = hd_tensor_write_raw(m->token_ids, tokens);
+    if (s == HD_OK)
+        s = hd_tensor_write_raw(m->target_ids, m->targets);
+    if (s == HD_OK)
+        s = hd_embedding_ids(ctx, m->embed, m->token_ids, first->resid_in);
     if (s == HD_OK)
         s = hd_rms_norm(ctx, first->resid_in, first->in_norm, m->c.norm_eps, first->attn_in);
     for (size_t i = 0; i < m->c.layers && s == HD_OK; i++)
         s = layer_forward(m, i, q);
     const hd_tensor *head = m->lm_head != NULL ? m->lm_head : m->embed;
     if (s == HD_OK)
-        s = hd_linear_cross_entropy(ctx, m->normed, head, m->targets, IGNORE_INDEX, m->loss, dh);
+        s = hd_linear_cross_entropy_ids(ctx, m->normed, head, m->target_ids, IGNORE_INDEX, m->loss,
+                                        dh);
     return s;
 }
 
