@@ -10,7 +10,7 @@
 #      through CMake's find_package against it, run both and check them against the float64
 #      reference;
 #   5. fuzz: the libFuzzer targets (clang, ASan+UBSan), each for $HD_FUZZ_SECONDS (default 30)
-#      seconds from its corpus: the tuning cache parser (parse, write, parse must give the same
+#      seconds from its corpus, two at a time: the tuning cache parser (parse, write, parse must give the same
 #      file) and the trainer's readers of user files (examples/llama/): safetensors (an accepted
 #      file's tensors cover its data and read back, and what the writer makes of it reads back
 #      the same), config.json and the shards' index (an accepted one holds what checkpoint.h
@@ -181,28 +181,39 @@ stage_installed() {
         die "the README example built with CMake does not match the reference"
 }
 
-# fuzz_target NAME TARGET CORPUS [OPTIONS...]: runs the built target for $seconds from its
-# corpus; new inputs go to a directory of the build, the shipped corpus is only read.
-fuzz_target() {
-    local name="$1" target="$2" corpus="$3" log="$builds/$1.log" rc
+# fuzz_start NAME TARGET CORPUS [OPTIONS...]: starts the built target in the background for
+# $seconds from its corpus; new inputs go to a directory of the build, the shipped corpus is
+# only read. fuzz_finish NAME waits for it, shows the end of its log and counts it.
+declare -A fuzz_pids
+fuzz_start() {
+    local name="$1" target="$2" corpus="$3"
     shift 3
     mkdir -p "$builds/$name-corpus"
     say "[$stage] $name for ${seconds} s"
-    set +e
     "$dir/$target" -max_total_time="$seconds" -print_final_stats=1 \
-        -artifact_prefix="$builds/$name-" "$@" "$builds/$name-corpus" "$corpus" >"$log" 2>&1
-    rc=$?
-    set -e
+        -artifact_prefix="$builds/$name-" "$@" "$builds/$name-corpus" "$corpus" \
+        >"$builds/$name.log" 2>&1 &
+    fuzz_pids[$name]=$!
+}
+
+fuzz_finish() {
+    local name="$1" log="$builds/$1.log" rc=0
+    wait "${fuzz_pids[$name]}" || rc=$?
+    say "[$stage] $name: exit status $rc"
     tail -n 20 "$log"
     if [ "$rc" -ne 0 ]; then
         failed=$((failed + 1))
-        die "$name failed (full log: $log; the input is saved as $builds/$name-crash-*)"
+        printf '%s failed (full log: %s; the input is saved as %s)\n' "$name" "$log" \
+            "$builds/$name-crash-*" >&2
+        return 1
     fi
     passed=$((passed + 1))
 }
 
+# The targets two at a time (each runs on one core): both of a pair are waited for before a
+# failure stops the stage.
 stage_fuzz() {
-    local dir="$builds/fuzz" seconds="${HD_FUZZ_SECONDS:-30}"
+    local dir="$builds/fuzz" seconds="${HD_FUZZ_SECONDS:-30}" ok=true
     say "[$stage] configure $dir with clang"
     if [ ! -f "$dir/build.ninja" ]; then
         CC=clang meson setup "$dir" -Dfuzz=true -Dtests=false -Dtools=false -Dopencl=disabled \
@@ -211,12 +222,18 @@ stage_fuzz() {
     fi
     ninja -C "$dir" autotune/fuzz/fuzz_cache_parser examples/llama/fuzz_safetensors \
         examples/llama/fuzz_checkpoint examples/llama/fuzz_data || die "compilation failed in $dir"
-    fuzz_target fuzz autotune/fuzz/fuzz_cache_parser autotune/fuzz/corpus
-    fuzz_target fuzz-safetensors examples/llama/fuzz_safetensors examples/llama/fuzz/corpus \
+    fuzz_start fuzz autotune/fuzz/fuzz_cache_parser autotune/fuzz/corpus
+    fuzz_start fuzz-safetensors examples/llama/fuzz_safetensors examples/llama/fuzz/corpus \
         -dict=examples/llama/fuzz/safetensors.dict
-    fuzz_target fuzz-checkpoint examples/llama/fuzz_checkpoint \
+    fuzz_finish fuzz || ok=false
+    fuzz_finish fuzz-safetensors || ok=false
+    $ok || die "a fuzz target failed"
+    fuzz_start fuzz-checkpoint examples/llama/fuzz_checkpoint \
         examples/llama/fuzz/checkpoint_corpus -dict=examples/llama/fuzz/checkpoint.dict
-    fuzz_target fuzz-data examples/llama/fuzz_data examples/llama/fuzz/data_corpus
+    fuzz_start fuzz-data examples/llama/fuzz_data examples/llama/fuzz/data_corpus
+    fuzz_finish fuzz-checkpoint || ok=false
+    fuzz_finish fuzz-data || ok=false
+    $ok || die "a fuzz target failed"
 }
 
 all_stages=(full sanitize plain-c installed fuzz)
