@@ -2,7 +2,8 @@
  * Separate contexts on separate threads, each forced to the fused backend, running a decoder
  * block's training step at once (the threading contract of <hd/dispatch.h>): embedding, residual
  * add + RMS norm, the q, k and v LoRA projections, RoPE, grouped-query attention over packed
- * sequences, SwiGLU, cross-entropy and the LM head's, every backward, and AdamW, for a few
+ * sequences, SwiGLU, cross-entropy and the LM head's (its targets an int32 tensor), every
+ * backward, and AdamW, for a few
  * steps. Each thread has its own data and cycles through its own packings of the tokens, so
  * that the tables a context keeps on its device (RoPE's positions, attention's ranges) change
  * under the others' feet; its every tensor after every step must be bit for bit what the same
@@ -209,6 +210,23 @@ static bool lora(step *s, tensor_name w, tensor_name a, tensor_name b, tensor_na
     return ran(s, hd_lora_forward(s->ctx, t[Y], t[w], t[a], t[b], SCALE, t[y]), tensors[y].name);
 }
 
+/* The LM head's loss with its targets as an int32 tensor of the step's own (the plain
+ * cross-entropy takes the host array). */
+static bool linear_cross_entropy(step *s)
+{
+    hd_context *ctx = s->ctx;
+    hd_tensor **t = s->t, *targets = NULL;
+    bool ok = succeeded(s, hd_tensor_create_ex(ctx, TOKENS, 1, HD_DTYPE_I32, &targets),
+                        "int32 targets") &&
+              succeeded(s, hd_tensor_write_raw(targets, s->run->job->targets), "their write") &&
+              ran(s,
+                  hd_linear_cross_entropy_ids(ctx, t[ACT], t[HEAD], targets, IGNORE_INDEX,
+                                              t[LOSS_LM], t[D_LM]),
+                  "linear_cross_entropy_ids");
+    hd_tensor_destroy(targets);
+    return ok;
+}
+
 static bool forward(step *s)
 {
     hd_context *ctx = s->ctx;
@@ -226,10 +244,7 @@ static bool forward(step *s)
            ran(s, hd_swiglu(ctx, t[O], t[Y], t[ACT]), "swiglu") &&
            ran(s, hd_cross_entropy(ctx, t[ACT], j->targets, IGNORE_INDEX, t[LOSS_CE], t[D_ACT]),
                "cross_entropy") &&
-           ran(s,
-               hd_linear_cross_entropy(ctx, t[ACT], t[HEAD], j->targets, IGNORE_INDEX, t[LOSS_LM],
-                                       t[D_LM]),
-               "linear_cross_entropy");
+           linear_cross_entropy(s);
 }
 
 /* A projection's LoRA gradients, and its input's gradient into dx. */
