@@ -33,7 +33,7 @@ hd_status hd_tensor_create_ex(hd_context *ctx, size_t rows, size_t cols, hd_dtyp
                          (int)dtype);
     if (cols != 0 && rows > SIZE_MAX / sizeof(float) / cols)
         return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
-                         "hd_tensor_create: %zu x %zu floats do not fit in memory", rows, cols);
+                         "hd_tensor_create: %zu x %zu elements do not fit in memory", rows, cols);
     /* One block: the handle, then the state behind it. */
     struct block {
         hd_tensor t;
