@@ -565,8 +565,9 @@ hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
     return HD_OK;
 }
 
-/* The ids given as a tensor (the _ids forms): int32, rows x 1, of this context, its host
- * copy current; *ids is set to that copy. Without a tensor, *ids is the caller's array. */
+/* The ids given as a tensor (the _ids forms): int32, rows x 1 or 1 x rows (a vector either
+ * way, as PyTorch's are 1-D), of this context, its host copy current; *ids is set to that copy.
+ * Without a tensor, *ids is the caller's array. */
 static hd_status resolve_ids(hd_context *ctx, const char *fn, const char *what,
                              const hd_op_params *p, size_t rows, const int32_t **ids)
 {
@@ -580,8 +581,8 @@ static hd_status resolve_ids(hd_context *ctx, const char *fn, const char *what,
     if (t->dtype != HD_DTYPE_I32)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' holds floats, not int32",
                          fn, what);
-    if (t->rows != rows || t->cols != 1)
-        return shape_error(ctx, fn, "one id per row", t, what, rows, 1);
+    if (!((t->rows == rows && t->cols == 1) || (t->rows == 1 && t->cols == rows)))
+        return shape_error(ctx, fn, "one id per row, a column or a row", t, what, rows, 1);
     hd_status s = hd__tensor_to_host(t); /* current already, but for one never written */
     if (s == HD_OK)
         *ids = hd__tensor_host_ids(t);

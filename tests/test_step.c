@@ -463,14 +463,23 @@ static void test_embedding_copies_table_rows(void **state)
             if (!hd_test_use_backend(shared_ctx, HD_OP_EMBEDDING, b))
                 continue;
             hd_tensor *tt = hd_test_tensor(shared_ctx, vocab, cols, table);
-            /* the ids as a host array, then as an int32 tensor */
-            for (int form = 0; form < 2; form++) {
+            /* the ids as a host array, then as an int32 tensor, a column and a row */
+            for (int form = 0; form < 3; form++) {
                 hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
-                hd_tensor *tid = form == 1 ? hd_test_ids(shared_ctx, rows, ids) : NULL;
-                const char *what = form == 1 ? "embedding_ids" : "embedding";
+                hd_tensor *tid = NULL;
+                if (form == 1)
+                    tid = hd_test_ids(shared_ctx, rows, ids);
+                if (form == 2) {
+                    assert_int_equal(hd_tensor_create_ex(shared_ctx, 1, rows, HD_DTYPE_I32, &tid),
+                                     HD_OK);
+                    assert_int_equal(hd_tensor_write_raw(tid, ids), HD_OK);
+                }
+                const char *what = form == 0   ? "embedding"
+                                   : form == 1 ? "embedding_ids, a column"
+                                               : "embedding_ids, a row";
                 hd_test_expect_ran_on(shared_ctx,
-                                      form == 1 ? hd_embedding_ids(shared_ctx, tt, tid, to)
-                                                : hd_embedding(shared_ctx, tt, ids, to),
+                                      tid != NULL ? hd_embedding_ids(shared_ctx, tt, tid, to)
+                                                  : hd_embedding(shared_ctx, tt, ids, to),
                                       b, what);
                 float *got = hd_test_read(to);
                 hd_test_expect_close(what, got, want, rows * cols, 0, 0);
@@ -846,9 +855,12 @@ static void test_step_ops_refuse_bad_arguments(void **state)
     assert_non_null(strstr(hd_context_last_error(ctx), "ids[1] = 2"));
     assert_int_equal(hd_embedding_ids(ctx, table, NULL, y), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(hd_embedding_ids(ctx, table, a, y), HD_ERR_INVALID_ARGUMENT); /* floats */
-    hd_tensor *row_of_ids = NULL;
-    assert_int_equal(hd_tensor_create_ex(ctx, 1, 3, HD_DTYPE_I32, &row_of_ids), HD_OK);
-    assert_int_equal(hd_embedding_ids(ctx, table, row_of_ids, y), HD_ERR_SHAPE_MISMATCH);
+    hd_tensor *wrong_ids = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, 3, 2, HD_DTYPE_I32, &wrong_ids), HD_OK);
+    assert_int_equal(hd_embedding_ids(ctx, table, wrong_ids, y), HD_ERR_SHAPE_MISMATCH);
+    hd_tensor_destroy(wrong_ids);
+    assert_int_equal(hd_tensor_create_ex(ctx, 2, 1, HD_DTYPE_I32, &wrong_ids), HD_OK);
+    assert_int_equal(hd_embedding_ids(ctx, table, wrong_ids, y), HD_ERR_SHAPE_MISMATCH);
     hd_context *other = hd_test_context(true);
     hd_tensor *other_ids = NULL;
     assert_int_equal(hd_tensor_create_ex(other, 3, 1, HD_DTYPE_I32, &other_ids), HD_OK);
@@ -861,7 +873,7 @@ static void test_step_ops_refuse_bad_arguments(void **state)
     assert_int_equal(hd_swiglu(ctx, a, b, int_table), HD_ERR_INVALID_ARGUMENT);
     hd_test_expect_unchanged("y after refused embeddings of id tensors", y, seven);
     hd_tensor_destroy(tid);
-    hd_tensor_destroy(row_of_ids);
+    hd_tensor_destroy(wrong_ids);
     hd_tensor_destroy(int_table);
     hd_tensor_destroy(other_ids);
     hd_context_destroy(other);

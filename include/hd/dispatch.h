@@ -545,9 +545,9 @@ HD_API hd_status hd_lora_backward_ex(hd_context *ctx, const hd_tensor *x, const 
  * hd_sequences names their lengths, and positions (RoPE) and attention restart at each. The
  * same checks, dispatch, tuning and fallback as every operation above hold. Token ids and
  * targets are int32: host arrays, read during the call only (copied where the operation runs,
- * each call), or, through the _ids forms, int32 tensors (HD_DTYPE_I32, T x 1), which stay on
- * the device once there until the host writes them again, as PyTorch's id tensors do. One out
- * of range is HD_ERR_INVALID_ARGUMENT before anything is written. None waits.
+ * each call), or, through the _ids forms, int32 tensors (HD_DTYPE_I32, T x 1 or 1 x T), which stay
+ * on the device once there until the host writes them again, as PyTorch's id tensors do. One out of
+ * range is HD_ERR_INVALID_ARGUMENT before anything is written. None waits.
  */
 
 /* Packed sequences: lengths[0 .. count-1] rows each, summing to the tensor's rows. count = 0
@@ -677,7 +677,8 @@ HD_API hd_status hd_embedding(hd_context *ctx, const hd_tensor *table, const int
                               hd_tensor *out);
 
 /* hd_cross_entropy(), hd_linear_cross_entropy() and hd_embedding() with their targets or ids in
- * an int32 tensor (HD_DTYPE_I32) of T x 1, one per row. The checks read the tensor's host copy,
+ * an int32 tensor (HD_DTYPE_I32) of T x 1 or 1 x T, one per row. The checks read the tensor's
+ * host copy,
  * which an int32 tensor always keeps (only the host writes it); the device reads its own copy,
  * made once after each write. A float tensor there, or an int32 tensor anywhere else, is
  * HD_ERR_INVALID_ARGUMENT; a tensor of another shape, HD_ERR_SHAPE_MISMATCH. */
