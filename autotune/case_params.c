@@ -82,8 +82,23 @@ bool hd__case_params_make(const hd_bench_case *c, uint64_t seed, hd_case_params 
     return true;
 }
 
+hd_status hd__case_params_id_tensor(hd_context *ctx, hd_case_params *cp)
+{
+    if (cp->ids == NULL)
+        return HD_OK;
+    hd_status s = hd_tensor_create_ex(ctx, cp->id_count, 1, HD_DTYPE_I32, &cp->id_tensor);
+    cp->p.id_tensor = cp->id_tensor;
+    return s == HD_OK ? hd__case_params_write_ids(cp) : s;
+}
+
+hd_status hd__case_params_write_ids(hd_case_params *cp)
+{
+    return cp->id_tensor != NULL ? hd_tensor_write_raw(cp->id_tensor, cp->ids) : HD_OK;
+}
+
 void hd__case_params_free(hd_case_params *cp)
 {
+    hd_tensor_destroy(cp->id_tensor);
     free(cp->ids);
     memset(cp, 0, sizeof *cp);
 }

@@ -41,15 +41,22 @@
 #define HD_CASE_ADAMW_MAX_GRAD_NORM 1.0f
 
 typedef struct hd_case_params {
-    hd_op_params p; /* p.ids points into ids */
+    hd_op_params p; /* p.ids points into ids, p.id_tensor is id_tensor */
     int32_t *ids;   /* cross-entropy's targets or embedding's ids, a row's each; else NULL */
     size_t id_count;
+    hd_tensor *id_tensor; /* those ids as an int32 tensor (hd__case_params_id_tensor), or NULL */
 } hd_case_params;
 
 /* The scalars of case c, its ids drawn from seed (the same seed, the same ids). False without
  * memory, *out then empty. */
 bool hd__case_params_make(const hd_bench_case *c, uint64_t seed, hd_case_params *out);
-/* Frees the ids; a zeroed or freed hd_case_params is a harmless no-op. */
+/* Where the case has ids: puts them in an int32 tensor of ctx (id_count x 1), which the call
+ * then takes (p.id_tensor: the _ids forms, as the trainer calls them and PyTorch's ids stay on
+ * the device). Without ids, nothing. */
+hd_status hd__case_params_id_tensor(hd_context *ctx, hd_case_params *cp);
+/* Writes the ids into that tensor again, as a caller that takes them from the host does. */
+hd_status hd__case_params_write_ids(hd_case_params *cp);
+/* Frees the ids and their tensor; a zeroed or freed hd_case_params is a harmless no-op. */
 void hd__case_params_free(hd_case_params *cp);
 
 /* Whether the tools leave tensor i of op out (NULL in the call): RoPE's inv_freq, since the

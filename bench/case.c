@@ -96,7 +96,6 @@ void hd__bench_instance_destroy(hd_bench_instance *inst)
         hd__bench_adamw_destroy(inst->adamw);
     free(inst->adamw);
     hd__ref_step_expect_free(&inst->expect);
-    hd_tensor_destroy(inst->ids);
     hd__case_params_free(&inst->params);
     memset(inst, 0, sizeof *inst);
 }
@@ -142,19 +141,6 @@ static hd_status create_adamw(hd_bench_instance *inst)
     return st;
 }
 
-/* The case's ids (params.ids) as the int32 tensor its calls take. */
-static hd_status make_ids(hd_bench_instance *inst)
-{
-    if (inst->params.ids == NULL)
-        return HD_OK;
-    hd_status st =
-        hd_tensor_create_ex(inst->ctx, inst->params.id_count, 1, HD_DTYPE_I32, &inst->ids);
-    if (st == HD_OK)
-        st = hd_tensor_write_raw(inst->ids, inst->params.ids);
-    inst->params.p.id_tensor = inst->ids;
-    return st;
-}
-
 hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uint64_t seed,
                                     bool keep_host, hd_bench_instance *inst)
 {
@@ -168,7 +154,7 @@ hd_status hd__bench_instance_create(hd_context *ctx, const hd_bench_case *c, uin
     /* the ids from a stream of their own, not the inputs' */
     if (!hd__case_params_make(c, seed ^ 0x6964730000000000u, &inst->params))
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "the ids of %s", hd_op_name(c->op));
-    hd_status st = make_ids(inst);
+    hd_status st = hd__case_params_id_tensor(ctx, &inst->params);
     if (st != HD_OK) {
         hd__bench_instance_destroy(inst);
         return st;
@@ -265,8 +251,8 @@ hd_status hd__bench_instance_reset(hd_context *ctx, void *user, size_t set)
                  ? hd_tensor_write(inst->in[s][i], inst->host[s][i])
                  : hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
                              "benchmark instance made without its inputs' host copies");
-    if (st == HD_OK && inst->ids != NULL) /* the ids come from the host too */
-        st = hd_tensor_write_raw(inst->ids, inst->params.ids);
+    if (st == HD_OK) /* the ids come from the host too */
+        st = hd__case_params_write_ids(&inst->params);
     return st;
 }
 

@@ -35,9 +35,8 @@ typedef struct hd_bench_instance {
     int outputs;
     /* an output the op reads (add's y): what it holds before a checked call, from the seed */
     float *before[HD_BENCH_MAX_OUTPUTS];
-    hd_case_params params; /* the call's scalars (LoRA's scale, the norms' eps, ...) and ids */
-    hd_tensor *ids; /* those ids as an int32 tensor, which the call takes (params.p.id_tensor),
-                       as PyTorch's id tensors stay on the device; NULL for ops without ids */
+    hd_case_params params; /* the call's scalars (LoRA's scale, the norms' eps, ...) and ids,
+                              the ids as the int32 tensor the call takes */
     hd_ref_expect expect;  /* a step op's sampled expected values, made at the first check */
     bool expected;
     struct hd_bench_adamw *adamw; /* an AdamW case's lists (its tensors, not in or out), or NULL */

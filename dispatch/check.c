@@ -6,6 +6,20 @@
 #include "core/error.h"
 #include "dispatch/tensor.h"
 
+/* Tensor `name` of function fn: of ctx and of element type `dtype`. */
+static hd_status check_tensor_of(hd_context *ctx, const char *fn, const char *name,
+                                 const hd_tensor *t, hd_dtype dtype)
+{
+    if (t->ctx != ctx)
+        return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
+                         "%s: tensor '%s' was created in another context", fn, name);
+    if (t->dtype != dtype)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' holds %s, not %s", fn, name,
+                         t->dtype == HD_DTYPE_I32 ? "int32" : "floats",
+                         dtype == HD_DTYPE_I32 ? "int32" : "floats");
+    return HD_OK;
+}
+
 hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[])
 {
     const hd_op_desc *d = hd__op(op);
@@ -15,12 +29,9 @@ hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[
             continue;
         if (t[i] == NULL)
             return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", d->fn, name);
-        if (t[i]->ctx != ctx)
-            return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
-                             "%s: tensor '%s' was created in another context", d->fn, name);
-        if (t[i]->dtype != HD_DTYPE_FP32)
-            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                             "%s: tensor '%s' holds int32, not floats", d->fn, name);
+        hd_status s = check_tensor_of(ctx, d->fn, name, t[i], HD_DTYPE_FP32);
+        if (s != HD_OK)
+            return s;
     }
     for (int o = 0; o < d->tensor_count; o++) {
         const hd_op_tensor *out = &d->tensors[o];
@@ -575,15 +586,12 @@ static hd_status resolve_ids(hd_context *ctx, const char *fn, const char *what,
     const hd_tensor *t = p->id_tensor;
     if (t == NULL)
         return HD_OK;
-    if (t->ctx != ctx)
-        return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
-                         "%s: tensor '%s' was created in another context", fn, what);
-    if (t->dtype != HD_DTYPE_I32)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' holds floats, not int32",
-                         fn, what);
+    hd_status s = check_tensor_of(ctx, fn, what, t, HD_DTYPE_I32);
+    if (s != HD_OK)
+        return s;
     if (!((t->rows == rows && t->cols == 1) || (t->rows == 1 && t->cols == rows)))
         return shape_error(ctx, fn, "one id per row, a column or a row", t, what, rows, 1);
-    hd_status s = hd__tensor_to_host(t); /* current already, but for one never written */
+    s = hd__tensor_to_host(t); /* current already, but for one never written */
     if (s == HD_OK)
         *ids = hd__tensor_host_ids(t);
     return s;

@@ -9,13 +9,14 @@
 #   4. install into a temporary prefix, compile the README example through pkg-config and
 #      through CMake's find_package against it, run both and check them against the float64
 #      reference;
-#   5. fuzz: the libFuzzer targets (clang, ASan+UBSan), each for $HD_FUZZ_SECONDS (default 30)
-#      seconds from its corpus, two at a time: the tuning cache parser (parse, write, parse must give the same
-#      file) and the trainer's readers of user files (examples/llama/): safetensors (an accepted
-#      file's tensors cover its data and read back, and what the writer makes of it reads back
-#      the same), config.json and the shards' index (an accepted one holds what checkpoint.h
-#      says), the token file (its windows read as the file holds them, a changed file refused
-#      or read in range); a crash or a failed check of a target fails the stage.
+#   5. fuzz: the libFuzzer targets (clang, ASan+UBSan), two at a time, each for
+#      $HD_FUZZ_SECONDS (default 30) seconds from its corpus: the tuning cache parser (parse,
+#      write, parse must give the same file) and the trainer's readers of user files
+#      (examples/llama/): safetensors (an accepted file's tensors cover its data and read back,
+#      and what the writer makes of it reads back the same), config.json and the shards' index
+#      (an accepted one holds what checkpoint.h says), the token file (its windows read as the
+#      file holds them, a changed file refused or read in range); a crash or a failed check of
+#      a target fails the stage.
 # Ends with "N passed, N failed" over all suites run. Build directories live under
 # $HD_TEST_BUILD_ROOT (default: build-tests/ in the repository) and are reused by later runs.
 # Stage names as arguments run only those: bash tests/run.sh sanitize plain-c

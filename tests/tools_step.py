@@ -6,8 +6,9 @@ machine's backends (PoCL in CI), their records and results checked.
 
 dispatch-autotune --suites ci --ops <the step's ops> --quick, and again with the fused kernels
 alone (their default parameters and every variant they list, 40 at least, each checked against
-the float64 reference before it is timed), exits 0 and rejects no candidate; a case has a record exactly where some backend of
-the machine computes its op (the others say "no backend here computes it"). dispatch-bench
+the float64 reference before it is timed), exits 0 and rejects no candidate; a case has a
+record exactly where some backend of the machine computes its op (the others say "no backend
+here computes it"). dispatch-bench
 times the same cases (the ci suite's step cases as a shapes file): the file follows the schema;
 no result is wrong or an error; a case some backend computes has auto and every backend that
 computes it ok, within the reference's tolerance; the others have one n/a record saying so; the

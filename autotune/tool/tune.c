@@ -38,9 +38,7 @@
 typedef struct tune_data {
     hd_op op;
     hd_shape shape;
-    hd_case_params params;   /* the call's scalars and ids */
-    hd_tensor *ids;          /* those ids as the int32 tensor the call takes (the _ids forms,
-                                as the benchmark and the trainer call them), or NULL */
+    hd_case_params params;   /* the call's scalars and ids, as the int32 tensor it takes */
     float *host[MAX_INPUTS]; /* NULL where the case leaves an optional input out */
     size_t rows[MAX_INPUTS], cols[MAX_INPUTS];
     int inputs;
@@ -75,7 +73,6 @@ static void free_data(tune_data *d)
     }
     hd__ref_backward_memo_free(&d->memo);
     hd__ref_step_expect_free(&d->expect);
-    hd_tensor_destroy(d->ids);
     hd__case_params_free(&d->params);
     memset(d, 0, sizeof *d);
 }
@@ -125,13 +122,7 @@ static hd_status make_data(hd_context *ctx, const hd_bench_case *c, tune_data *d
     if (!hd__case_params_make(c, seed, &d->params))
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "the ids of %s", hd_op_name(c->op));
     const hd_tensor *t[HD_OP_TENSOR_MAX] = {NULL};
-    hd_status r = HD_OK;
-    if (d->params.ids != NULL) {
-        r = hd_tensor_create_ex(ctx, d->params.id_count, 1, HD_DTYPE_I32, &d->ids);
-        if (r == HD_OK)
-            r = hd_tensor_write_raw(d->ids, d->params.ids);
-        d->params.p.id_tensor = d->ids;
-    }
+    hd_status r = hd__case_params_id_tensor(ctx, &d->params);
     for (int i = 0; i < desc->tensor_count && r == HD_OK; i++) {
         const hd_op_tensor *spec = &desc->tensors[i];
         size_t rows, cols;
