@@ -474,7 +474,8 @@ static void test_tensor_migrates_host_device_cpu_and_back(void **state)
 
 static char cache_root[256];
 
-/* Points the disk cache at a directory of this run's own, so the first build is cold. */
+/* Points the disk cache at a directory of this run's own, so the first build is cold, and
+ * turns the cache on (PoCL's default is off). */
 static void use_fresh_cache_dir(void)
 {
     if (cache_root[0] == '\0') {
@@ -482,7 +483,7 @@ static void use_fresh_cache_dir(void)
         assert_non_null(mkdtemp(cache_root));
     }
     setenv("XDG_CACHE_HOME", cache_root, 1);
-    unsetenv("HD_PROGRAM_CACHE");
+    setenv("HD_PROGRAM_CACHE", "1", 1);
 }
 
 /* The doubling kernel with a comment unique to this run: a source no cache has seen. */
@@ -695,6 +696,32 @@ static void test_program_cache_off_writes_nothing(void **state)
     assert_int_equal(c.source_builds, 1);
     assert_int_equal(c.disk_loads, 0);
     unsetenv("HD_PROGRAM_CACHE");
+    hd_context_destroy(ctx);
+}
+
+/* Unset, the cache is on but for PoCL, which caches its programs itself and would compile
+ * every kernel of a program to hand out its binary; the drivers' own programs are unchanged. */
+static void test_program_cache_default_follows_the_driver(void **state)
+{
+    (void)state;
+    use_fresh_cache_dir();
+    unsetenv("HD_PROGRAM_CACHE");
+    hd_context *ctx = message_context();
+    static char source[1024];
+    unique_source(source, sizeof source, 57);
+    hd_cl_runtime *rt = open_runtime(ctx, NULL);
+    bool pocl = strstr(hd__cl_platform_name(rt), "Portable Computing Language") != NULL;
+    char path[1400];
+    assert_int_equal(hd__cl_program_cache_file(rt, source, NULL, path, sizeof path), !pocl);
+    print_message("platform %s: program cache %s by default\n", hd__cl_platform_name(rt),
+                  pocl ? "off" : "on");
+    hd__cl_runtime_destroy(rt);
+    for (uint64_t run = 0; run < 2; run++) {
+        struct hd_cl_program_counters c = build_in_fresh_runtime(ctx, source, 58 + run);
+        assert_int_equal(c.source_builds, pocl || run == 0 ? 1 : 0);
+        assert_int_equal(c.disk_stores, !pocl && run == 0 ? 1 : 0);
+        assert_int_equal(c.disk_loads, !pocl && run == 1 ? 1 : 0);
+    }
     hd_context_destroy(ctx);
 }
 
@@ -1076,6 +1103,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_program_cache_fifo_entry_is_rebuilt_without_blocking),
         cmocka_unit_test(test_program_cache_key_includes_options),
         cmocka_unit_test(test_program_cache_off_writes_nothing),
+        cmocka_unit_test(test_program_cache_default_follows_the_driver),
         cmocka_unit_test(test_program_memory_cache_by_address_and_text),
         cmocka_unit_test(test_program_build_failure_reports_the_log),
         cmocka_unit_test(test_build_ahead_builds_for_later_use),

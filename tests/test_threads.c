@@ -545,7 +545,7 @@ static void test_contexts_on_threads_share_a_fresh_program_cache(void **state)
     (void)state;
     jobs_run_alone_or_skip();
     setenv("XDG_CACHE_HOME", fresh.dir, 1);
-    unsetenv("HD_PROGRAM_CACHE");
+    setenv("HD_PROGRAM_CACHE", "1", 1); /* on, as on PoCL it is off by default */
     run_jobs_at_once();
     expect_only_cache_entries(fresh.dir);
     run_jobs_at_once();

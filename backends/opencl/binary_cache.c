@@ -2,6 +2,10 @@
  * The on-disk program-binary cache. One file per (device, driver, platform version, source,
  * options), named by a hash of that key, under $XDG_CACHE_HOME/hd-dispatch/programs (else
  * ~/.cache/hd-dispatch/programs); $HD_PROGRAM_CACHE=0 (or off, no, false) turns it off.
+ * It is off by default on PoCL, which keeps its own cache of built programs and kernels: there
+ * it would save nothing, and reading a program's binary back makes PoCL compile every kernel
+ * of the program first (for any work-group size), where a launch compiles only its kernel.
+ * $HD_PROGRAM_CACHE=1 turns it on there.
  *
  * File layout, integers little-endian:
  *   0  magic "HDCLBIN\n"        8 bytes
@@ -40,7 +44,7 @@ void hd__cl_disk_cache_init(hd_context *ctx, hd_cl_runtime *rt)
 {
     rt->cache_dir[0] = '\0';
     rt->disk_cache_enabled = false;
-    if (!hd__env_bool(ctx, "HD_PROGRAM_CACHE", true))
+    if (!hd__env_bool(ctx, "HD_PROGRAM_CACHE", !rt->driver_caches_kernels))
         return;
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");

@@ -211,6 +211,8 @@ static void describe(hd_cl_runtime *rt, device_ref *r)
     snprintf(rt->platform_name, sizeof rt->platform_name, "%s", r->platform_name);
     snprintf(rt->platform_version, sizeof rt->platform_version, "%s", r->platform_version);
     rt->is_gpu = (r->type & CL_DEVICE_TYPE_GPU) != 0;
+    rt->binaries_are_ptx = strstr(r->platform_name, "NVIDIA") != NULL;
+    rt->driver_caches_kernels = strstr(r->platform_name, "Portable Computing Language") != NULL;
     rt->max_alloc = r->max_alloc;
     hd__cl_pool_init(rt, r->global_mem, r->max_alloc);
     rt->pinned_cap = r->global_mem / 8 < SIZE_MAX ? (size_t)(r->global_mem / 8) : SIZE_MAX;

@@ -44,6 +44,12 @@ struct hd_cl_runtime {
     atomic_size_t *pinned_bytes;
     size_t pinned_cap;
     bool is_gpu;
+    /* What the driver's program binaries are (describe(), device.c): PTX (NVIDIA's), which the
+     * sm_90a rebuild reads back; and PoCL's, which keeps a kernel cache of its own and, asked
+     * for a program's binary, first compiles every kernel of the program for any work-group
+     * size (the launches compile only the kernels they run, for their own size). */
+    bool binaries_are_ptx;
+    bool driver_caches_kernels;
     cl_ulong max_alloc;
     char device_name[256];
     char driver_version[128];
@@ -107,7 +113,8 @@ cl_program hd__cl_build_ahead_take(hd_cl_runtime *rt, hd_context *ctx, const cha
                                    const char *options);
 /* Stops the workers (joined) and frees what they built and nobody took: on destroy. */
 void hd__cl_build_ahead_destroy(hd_cl_runtime *rt);
-/* Reads $HD_PROGRAM_CACHE; a value it does not understand is a note on ctx. */
+/* Reads $HD_PROGRAM_CACHE (default: on, but for a driver that caches its kernels itself); a
+ * value it does not understand is a note on ctx. */
 void hd__cl_disk_cache_init(hd_context *ctx, hd_cl_runtime *rt);
 
 #endif

@@ -191,6 +191,9 @@ char *hd__cl_program_text(cl_program program, bool *failed)
 static hd_status retarget_sm90a(hd_cl_runtime *rt, hd_context *ctx, const char *options,
                                 cl_program *program)
 {
+    if (!rt->binaries_are_ptx)
+        return HD_OK; /* another device, or an emulation: nothing marked was compiled, and
+                         reading the binary back would cost PoCL a build of every kernel */
     bool failed;
     char *ptx = hd__cl_program_text(*program, &failed);
     if (failed) /* built, but not retargeted: its marked instructions would be comments */
