@@ -45,10 +45,17 @@ struct hd_tensor {
 };
 
 /* An int32 tensor's ids, in its host copy: current whenever the tensor has been written or
- * placed on the host (hd__tensor_to_host()), since only the host writes int32 tensors. */
+ * placed on the host (hd__tensor_to_host(), which reads back the zeros of one prefetched before
+ * any write), since only the host writes int32 tensors. */
 static inline const int32_t *hd__tensor_host_ids(const hd_tensor *t)
 {
     return (const int32_t *)(const void *)t->state->host;
+}
+
+/* What a tensor of element type d holds, for messages: "floats", "int32". */
+static inline const char *hd__dtype_holds(hd_dtype d)
+{
+    return d == HD_DTYPE_I32 ? "int32" : "floats";
 }
 
 static inline size_t hd__tensor_count(const hd_tensor *t)

@@ -63,8 +63,8 @@ static hd_status check_tensor(hd_context *ctx, const hd_tensor *t, int list, siz
         return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
                          "hd_adamw: %s[%zu] was created in another context", list_names[list], i);
     if (t->dtype != HD_DTYPE_FP32)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_adamw: %s[%zu] holds int32, not floats",
-                         list_names[list], i);
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_adamw: %s[%zu] holds %s, not floats",
+                         list_names[list], i, hd__dtype_holds(t->dtype));
     return HD_OK;
 }
 
@@ -97,8 +97,8 @@ static hd_status check_grad_norm(hd_context *ctx, const hd_tensor *t)
         return hd__error(ctx, HD_ERR_WRONG_CONTEXT,
                          "hd_adamw: grad_norm was created in another context");
     if (t->dtype != HD_DTYPE_FP32)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
-                         "hd_adamw: grad_norm holds int32, not floats");
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_adamw: grad_norm holds %s, not floats",
+                         hd__dtype_holds(t->dtype));
     if (t->rows != 1 || t->cols != 1)
         return hd__error(ctx, HD_ERR_SHAPE_MISMATCH, "hd_adamw: grad_norm is %zu x %zu, not 1 x 1",
                          t->rows, t->cols);

@@ -15,8 +15,7 @@ static hd_status check_tensor_of(hd_context *ctx, const char *fn, const char *na
                          "%s: tensor '%s' was created in another context", fn, name);
     if (t->dtype != dtype)
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' holds %s, not %s", fn, name,
-                         t->dtype == HD_DTYPE_I32 ? "int32" : "floats",
-                         dtype == HD_DTYPE_I32 ? "int32" : "floats");
+                         hd__dtype_holds(t->dtype), hd__dtype_holds(dtype));
     return HD_OK;
 }
 
@@ -656,10 +655,12 @@ hd_status hd__prepare_cross_entropy(hd_context *ctx, const hd_tensor *const t[],
     a->counted = counted;
     a->vocab = vocab;
     a->precision = ctx->gemm_precision;
-    /* No row, or no logit in a row: the mean is over nothing, NaN; the gradients are empty. */
+    /* No row, or no logit in a row: the mean is over nothing, NaN; the gradients are empty,
+     * but for the LM head's dh over an empty vocabulary, which is 0 (every target ignored). */
     if (rows == 0 || vocab == 0) {
         call->kind = HD_CALL_SCALE_ONLY;
         call->beta = NAN;
+        call->zero_after_first = true;
     }
     return HD_OK;
 }

@@ -291,7 +291,8 @@ hd_status hd__call(hd_context *ctx, hd_op op, const hd_tensor *const t[], const 
             return lora_without_inputs(ctx, &call.args.lora);
         for (int i = 0; i < call.io.output_count; i++)
             if (hd__tensor_count(call.io.outputs[i]) > 0 &&
-                (s = scale_only(ctx, call.io.outputs[i], call.beta)) != HD_OK)
+                (s = scale_only(ctx, call.io.outputs[i],
+                                i > 0 && call.zero_after_first ? 0.0f : call.beta)) != HD_OK)
                 return s;
         return HD_OK;
     case HD_CALL_RUN:

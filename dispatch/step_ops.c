@@ -1,5 +1,8 @@
 /* The training step's public operations: each puts its tensors in the op table's order and its
  * scalars in an hd_op_params; hd__call() does the rest, as for every operation. */
+#include <stdio.h>
+#include <string.h>
+
 #include "core/error.h"
 #include "dispatch/tools.h"
 
@@ -142,13 +145,31 @@ hd_status hd_embedding(hd_context *ctx, const hd_tensor *table, const int32_t *i
     return hd__call(ctx, HD_OP_EMBEDDING, t, &p);
 }
 
+/* An _ids form's call (its id tensor in p), its failure named after the form: the checks
+ * name the op's function, "hd_embedding: ...", which becomes "hd_embedding_ids: ...". */
+static hd_status call_ids_form(hd_context *ctx, hd_op op, const hd_tensor *const t[],
+                               const hd_op_params *p, const char *ids_name)
+{
+    hd_status s = p->id_tensor != NULL ? hd__call(ctx, op, t, p) : no_tensor(ctx, op, ids_name);
+    if (s == HD_OK || ctx == NULL)
+        return s;
+    char *text = hd__report(ctx)->last_error, named[64];
+    snprintf(named, sizeof named, "%s: ", hd__op(op)->fn);
+    char *at = strstr(text, named);
+    size_t len = strlen(text), fn_len = strlen(hd__op(op)->fn);
+    if (at != NULL && len + 4 < HD_ERROR_CAPACITY) {
+        memmove(at + fn_len + 4, at + fn_len, len - (size_t)(at - text) - fn_len + 1);
+        memcpy(at + fn_len, "_ids", 4);
+    }
+    return s;
+}
+
 hd_status hd_cross_entropy_ids(hd_context *ctx, const hd_tensor *logits, const hd_tensor *targets,
                                int32_t ignore_index, hd_tensor *loss, hd_tensor *dlogits)
 {
     const hd_tensor *t[] = {logits, loss, dlogits};
     hd_op_params p = {.id_tensor = targets, .ignore_index = ignore_index};
-    return targets != NULL ? hd__call(ctx, HD_OP_CROSS_ENTROPY, t, &p)
-                           : no_tensor(ctx, HD_OP_CROSS_ENTROPY, "targets");
+    return call_ids_form(ctx, HD_OP_CROSS_ENTROPY, t, &p, "targets");
 }
 
 hd_status hd_linear_cross_entropy_ids(hd_context *ctx, const hd_tensor *h, const hd_tensor *w,
@@ -157,8 +178,7 @@ hd_status hd_linear_cross_entropy_ids(hd_context *ctx, const hd_tensor *h, const
 {
     const hd_tensor *t[] = {h, w, loss, dh};
     hd_op_params p = {.id_tensor = targets, .ignore_index = ignore_index};
-    return targets != NULL ? hd__call(ctx, HD_OP_LINEAR_CROSS_ENTROPY, t, &p)
-                           : no_tensor(ctx, HD_OP_LINEAR_CROSS_ENTROPY, "targets");
+    return call_ids_form(ctx, HD_OP_LINEAR_CROSS_ENTROPY, t, &p, "targets");
 }
 
 hd_status hd_embedding_ids(hd_context *ctx, const hd_tensor *table, const hd_tensor *ids,
@@ -166,6 +186,5 @@ hd_status hd_embedding_ids(hd_context *ctx, const hd_tensor *table, const hd_ten
 {
     const hd_tensor *t[] = {table, out};
     hd_op_params p = {.id_tensor = ids};
-    return ids != NULL ? hd__call(ctx, HD_OP_EMBEDDING, t, &p)
-                       : no_tensor(ctx, HD_OP_EMBEDDING, "ids");
+    return call_ids_form(ctx, HD_OP_EMBEDDING, t, &p, "ids");
 }

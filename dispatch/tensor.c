@@ -14,33 +14,41 @@ static size_t tensor_bytes(const hd_tensor *t)
     return hd__tensor_count(t) * sizeof(float);
 }
 
+static hd_status create(hd_context *ctx, const char *fn, size_t rows, size_t cols, hd_dtype dtype,
+                        hd_tensor **out);
+
 hd_status hd_tensor_create(hd_context *ctx, size_t rows, size_t cols, hd_tensor **out)
 {
-    return hd_tensor_create_ex(ctx, rows, cols, HD_DTYPE_FP32, out);
+    return create(ctx, "hd_tensor_create", rows, cols, HD_DTYPE_FP32, out);
 }
 
 hd_status hd_tensor_create_ex(hd_context *ctx, size_t rows, size_t cols, hd_dtype dtype,
                               hd_tensor **out)
 {
+    return create(ctx, "hd_tensor_create_ex", rows, cols, dtype, out);
+}
+
+static hd_status create(hd_context *ctx, const char *fn, size_t rows, size_t cols, hd_dtype dtype,
+                        hd_tensor **out)
+{
     if (out == NULL)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_create: tensor pointer is NULL");
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor pointer is NULL", fn);
     *out = NULL;
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(ctx);
     if ((unsigned)dtype >= (unsigned)HD_DTYPE_COUNT)
-        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "hd_tensor_create: no element type %d",
-                         (int)dtype);
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: no element type %d", fn, (int)dtype);
     if (cols != 0 && rows > SIZE_MAX / sizeof(float) / cols)
-        return hd__error(ctx, HD_ERR_SIZE_OVERFLOW,
-                         "hd_tensor_create: %zu x %zu elements do not fit in memory", rows, cols);
+        return hd__error(ctx, HD_ERR_SIZE_OVERFLOW, "%s: %zu x %zu elements do not fit in memory",
+                         fn, rows, cols);
     /* One block: the handle, then the state behind it. */
     struct block {
         hd_tensor t;
         hd_tensor_state state;
     } *b = calloc(1, sizeof *b);
     if (b == NULL)
-        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "hd_tensor_create: no memory for the tensor");
+        return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "%s: no memory for the tensor", fn);
     hd_tensor *t = &b->t;
     t->state = &b->state;
     t->ctx = ctx;

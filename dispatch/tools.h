@@ -59,6 +59,9 @@ typedef struct hd_call {
     hd_call_tensors io;
     hd_op_args args;
     float beta; /* HD_CALL_SCALE_ONLY: the output becomes beta times itself */
+    /* HD_CALL_SCALE_ONLY: the outputs after the first are zeroed, not scaled (a loss of NaN
+     * over no term, and its gradients of 0) */
+    bool zero_after_first;
 } hd_call;
 
 /* Checks a call of op with tensors t (in the op table's order) and scalars p, and builds it:

@@ -776,6 +776,7 @@ static void test_int32_tensor_converts_whole_numbers_only(void **state)
     hd_tensor *t = NULL;
     assert_int_equal(hd_tensor_create_ex(ctx, 5, 1, HD_DTYPE_COUNT, &t), HD_ERR_INVALID_ARGUMENT);
     assert_null(t);
+    assert_non_null(strstr(hd_context_last_error(ctx), "hd_tensor_create_ex: no element type"));
     assert_int_equal(hd_tensor_create_ex(ctx, 5, 1, (hd_dtype)-1, &t), HD_ERR_INVALID_ARGUMENT);
     assert_int_equal(hd_tensor_create_ex(ctx, 5, 1, HD_DTYPE_I32, &t), HD_OK);
     assert_int_equal(hd_tensor_dtype(t), HD_DTYPE_I32);

@@ -1589,15 +1589,37 @@ static void test_cross_entropy_refuses_bad_arguments(void **state)
     hd_tensor *tt = hd_test_ids(ctx, 3, (const int32_t[]){0, 5, -100});
     assert_int_equal(hd_linear_cross_entropy_ids(ctx, h, w, tt, -100, loss, dh),
                      HD_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(hd_context_last_error(ctx), "targets[1] = 5"));
+    /* each message names the _ids form called */
+    assert_non_null(
+        strstr(hd_context_last_error(ctx), "hd_linear_cross_entropy_ids: targets[1] = 5"));
     assert_int_equal(hd_cross_entropy_ids(ctx, logits, tt, -100, loss, dl),
                      HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "hd_cross_entropy_ids: targets[1] = 5"));
     assert_int_equal(hd_cross_entropy_ids(ctx, logits, logits, -100, loss, dl),
                      HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx),
+                           "hd_cross_entropy_ids: tensor 'targets' holds floats, not int32"));
     assert_int_equal(hd_cross_entropy_ids(ctx, logits, NULL, -100, loss, dl),
                      HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(
+        strstr(hd_context_last_error(ctx), "hd_cross_entropy_ids: tensor 'targets' is NULL"));
     assert_int_equal(hd_linear_cross_entropy_ids(ctx, h, w, NULL, -100, loss, dh),
                      HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx),
+                           "hd_linear_cross_entropy_ids: tensor 'targets' is NULL"));
+    /* ids of another context */
+    hd_context *other = NULL;
+    assert_int_equal(hd_context_create(&other, NULL), HD_OK);
+    hd_tensor *other_ids = hd_test_ids(other, 3, (const int32_t[]){0, 1, 2});
+    assert_int_equal(hd_cross_entropy_ids(ctx, logits, other_ids, -100, loss, dl),
+                     HD_ERR_WRONG_CONTEXT);
+    assert_non_null(
+        strstr(hd_context_last_error(ctx),
+               "hd_cross_entropy_ids: tensor 'targets' was created in another context"));
+    assert_int_equal(hd_linear_cross_entropy_ids(ctx, h, w, other_ids, -100, loss, dh),
+                     HD_ERR_WRONG_CONTEXT);
+    hd_tensor_destroy(other_ids);
+    hd_context_destroy(other);
     hd_tensor *short_ids = hd_test_ids(ctx, 2, (const int32_t[]){0, 1});
     assert_int_equal(hd_cross_entropy_ids(ctx, logits, short_ids, -100, loss, dl),
                      HD_ERR_SHAPE_MISMATCH);
@@ -1616,6 +1638,151 @@ static void test_cross_entropy_refuses_bad_arguments(void **state)
     hd_tensor *t[] = {logits, loss, dl, wrong, long_loss, h, w, dh, narrow};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         hd_tensor_destroy(t[i]);
+    (void)state;
+}
+
+/* An int32 tensor of ids, T x 1 (row false) or 1 x T (row true). */
+static hd_tensor *ids_tensor(hd_context *ctx, const int32_t *ids, size_t n, bool row)
+{
+    hd_tensor *t = NULL;
+    assert_int_equal(hd_tensor_create_ex(ctx, row ? 1 : n, row ? n : 1, HD_DTYPE_I32, &t), HD_OK);
+    assert_int_equal(hd_tensor_write_raw(t, ids), HD_OK);
+    return t;
+}
+
+static void expect_close(const char *what, const float *got, const double *want, size_t n,
+                         double tol)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= tol * (1.0 + fabs(want[i]))))
+            fail_msg("%s: [%zu] = %.9g, want %.9g", what, i, (double)got[i], want[i]);
+}
+
+/* Targets as an int32 tensor at the edges, on every backend, in both layouts (T x 1, 1 x T):
+ * an ignore index inside the vocabulary (0, V - 1) and INT32_MIN; cross-entropy against the
+ * float64 reference, the LM head against the reference on logits h w^T. Then no row (a NaN
+ * loss) and the LM head over an empty vocabulary (every target ignored: a NaN loss and dh of
+ * zeros, whatever dh held). */
+static void test_cross_entropy_ids_at_the_edges(void **state)
+{
+    enum { T = 6, V = 7, D = 5 };
+    hd_rng rng = hd_test_rng(19);
+    float *h = hd_test_random(&rng, T * D, -1.0f, 1.0f);
+    float *w = hd_test_random(&rng, V * D, -1.0f, 1.0f);
+    float logits[T * V]; /* h w^T, rounded once: the reference of both ops */
+    for (size_t i = 0; i < T; i++)
+        for (size_t j = 0; j < V; j++) {
+            double acc = 0.0;
+            for (size_t k = 0; k < D; k++)
+                acc += (double)h[i * D + k] * w[j * D + k];
+            logits[i * V + j] = (float)acc;
+        }
+    static const struct {
+        int32_t ignore, targets[T];
+    } sets[] = {
+        {0, {0, 3, 6, 0, 1, 5}},
+        {V - 1, {6, 2, 6, 4, 0, 6}},
+        {INT32_MIN, {INT32_MIN, 2, 5, INT32_MIN, 0, 3}},
+    };
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+        double loss_ref, dl_ref[T * V], dh_ref[T * D];
+        hd__ref_cross_entropy(T, V, logits, sets[si].targets, sets[si].ignore, NULL, NULL, dl_ref,
+                              &loss_ref);
+        for (size_t i = 0; i < T; i++)
+            for (size_t k = 0; k < D; k++) {
+                double acc = 0.0;
+                for (size_t j = 0; j < V; j++)
+                    acc += dl_ref[i * V + j] * w[j * D + k];
+                dh_ref[i * D + k] = acc;
+            }
+        for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
+            if (!hd_test_use_backend(shared_ctx, HD_OP_CROSS_ENTROPY, train_backends[bi]))
+                continue;
+            hd_test_use_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY, train_backends[bi]);
+            for (int row = 0; row < 2; row++) {
+                char what[160];
+                snprintf(what, sizeof what, "ignore_index %d on %s, ids as a %s",
+                         (int)sets[si].ignore, hd_backend_name(train_backends[bi]),
+                         row ? "row" : "column");
+                hd_tensor *tt = ids_tensor(shared_ctx, sets[si].targets, T, row);
+                hd_tensor *tl = hd_test_tensor(shared_ctx, T, V, logits);
+                hd_tensor *th = hd_test_tensor(shared_ctx, T, D, h);
+                hd_tensor *tw = hd_test_tensor(shared_ctx, V, D, w);
+                hd_tensor *tloss = hd_test_tensor(shared_ctx, 1, 1, NULL);
+                hd_tensor *tdl = hd_test_tensor(shared_ctx, T, V, NULL);
+                hd_tensor *tdh = hd_test_tensor(shared_ctx, T, D, NULL);
+                hd_status s = hd_cross_entropy_ids(shared_ctx, tl, tt, sets[si].ignore, tloss, tdl);
+                hd_test_expect_ran_on(shared_ctx, s, train_backends[bi], what);
+                float *got = hd_test_read(tloss);
+                expect_close(what, got, &loss_ref, 1, 1e-5);
+                free(got);
+                got = hd_test_read(tdl);
+                expect_close(what, got, dl_ref, T * V, 1e-5);
+                free(got);
+                s = hd_linear_cross_entropy_ids(shared_ctx, th, tw, tt, sets[si].ignore, tloss,
+                                                tdh);
+                hd_test_expect_ran_on(shared_ctx, s, train_backends[bi], what);
+                got = hd_test_read(tloss);
+                expect_close(what, got, &loss_ref, 1, 1e-5);
+                free(got);
+                got = hd_test_read(tdh);
+                expect_close(what, got, dh_ref, T * D, 1e-5);
+                free(got);
+                hd_tensor *all[] = {tt, tl, th, tw, tloss, tdl, tdh};
+                for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                    hd_tensor_destroy(all[i]);
+            }
+            hd_test_release_backend(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY);
+            hd_test_release_backend(shared_ctx, HD_OP_CROSS_ENTROPY);
+        }
+    }
+    /* INT32_MIN as a target where it is not the ignore index: out of range */
+    hd_tensor *tt = ids_tensor(shared_ctx, sets[2].targets, T, false);
+    hd_tensor *tl = hd_test_tensor(shared_ctx, T, V, logits),
+              *tloss = hd_test_tensor(shared_ctx, 1, 1, NULL);
+    assert_int_equal(hd_cross_entropy_ids(shared_ctx, tl, tt, -100, tloss, NULL),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(shared_ctx), "hd_cross_entropy_ids: targets[0]"));
+    hd_tensor_destroy(tt);
+    hd_tensor_destroy(tl);
+
+    /* no row: a NaN loss */
+    hd_tensor *none = hd_test_tensor(shared_ctx, 0, V, NULL);
+    hd_tensor *no_ids = ids_tensor(shared_ctx, sets[0].targets, 0, false);
+    assert_int_equal(hd_cross_entropy_ids(shared_ctx, none, no_ids, -100, tloss, none), HD_OK);
+    float loss;
+    assert_int_equal(hd_tensor_read(tloss, &loss), HD_OK);
+    assert_true(isnan(loss));
+    hd_tensor_destroy(none);
+    hd_tensor_destroy(no_ids);
+
+    /* the LM head over an empty vocabulary: dh of zeros over whatever it held */
+    const int32_t ignored[] = {-100, -100};
+    for (int row = 0; row < 2; row++) {
+        hd_tensor *th = hd_test_tensor(shared_ctx, 2, 3, h);
+        hd_tensor *tw = hd_test_tensor(shared_ctx, 0, 3, NULL);
+        hd_tensor *tdh =
+            hd_test_tensor(shared_ctx, 2, 3, (const float[]){5, NAN, -1, INFINITY, 2, 3});
+        hd_tensor *tids = ids_tensor(shared_ctx, ignored, 2, row);
+        assert_int_equal(hd_linear_cross_entropy_ids(shared_ctx, th, tw, tids, -100, tloss, tdh),
+                         HD_OK);
+        assert_int_equal(hd_tensor_read(tloss, &loss), HD_OK);
+        assert_true(isnan(loss));
+        float *dh = hd_test_read(tdh);
+        expect_zeros("dh over an empty vocabulary", dh, 6);
+        free(dh);
+        assert_int_equal(hd_linear_cross_entropy(shared_ctx, th, tw, ignored, -100, tloss, tdh),
+                         HD_OK);
+        dh = hd_test_read(tdh);
+        expect_zeros("dh over an empty vocabulary (host targets)", dh, 6);
+        free(dh);
+        hd_tensor *all[] = {th, tw, tdh, tids};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            hd_tensor_destroy(all[i]);
+    }
+    hd_tensor_destroy(tloss);
+    free(h);
+    free(w);
     (void)state;
 }
 
@@ -1778,6 +1945,7 @@ int main(void)
         cmocka_unit_test(test_linear_cross_entropy_fused_chunks),
 #endif
         cmocka_unit_test(test_linear_cross_entropy_gradient_matches_finite_differences),
+        cmocka_unit_test(test_cross_entropy_ids_at_the_edges),
         cmocka_unit_test(test_adamw_matches_reference),
 #ifdef HD_HAVE_OPENCL
         cmocka_unit_test(test_adamw_in_launches_of_8_and_16),

@@ -678,10 +678,11 @@ HD_API hd_status hd_embedding(hd_context *ctx, const hd_tensor *table, const int
 
 /* hd_cross_entropy(), hd_linear_cross_entropy() and hd_embedding() with their targets or ids in
  * an int32 tensor (HD_DTYPE_I32) of T x 1 or 1 x T, one per row. The checks read the tensor's
- * host copy,
- * which an int32 tensor always keeps (only the host writes it); the device reads its own copy,
- * made once after each write. A float tensor there, or an int32 tensor anywhere else, is
- * HD_ERR_INVALID_ARGUMENT; a tensor of another shape, HD_ERR_SHAPE_MISMATCH. */
+ * host copy, which an int32 tensor keeps once written (only the host writes it); the device
+ * reads its own copy, made once after each write. A tensor never written holds zeros; one
+ * prefetched (hd_tensor_prefetch) before its first write is read back once, the one wait. A
+ * float tensor there, or an int32 tensor anywhere else, is HD_ERR_INVALID_ARGUMENT; a tensor of
+ * another shape, HD_ERR_SHAPE_MISMATCH. Their errors name the _ids form. */
 HD_API hd_status hd_cross_entropy_ids(hd_context *ctx, const hd_tensor *logits,
                                       const hd_tensor *targets, int32_t ignore_index,
                                       hd_tensor *loss, hd_tensor *dlogits);
