@@ -852,8 +852,9 @@ static void test_step_ops_refuse_bad_arguments(void **state)
     ids[1] = 2;
     assert_int_equal(hd_tensor_write_raw(tid, ids), HD_OK);
     assert_int_equal(hd_embedding_ids(ctx, table, tid, y), HD_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(hd_context_last_error(ctx), "ids[1] = 2"));
+    assert_non_null(strstr(hd_context_last_error(ctx), "hd_embedding_ids: ids[1] = 2"));
     assert_int_equal(hd_embedding_ids(ctx, table, NULL, y), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "hd_embedding_ids: tensor 'ids' is NULL"));
     assert_int_equal(hd_embedding_ids(ctx, table, a, y), HD_ERR_INVALID_ARGUMENT); /* floats */
     hd_tensor *wrong_ids = NULL;
     assert_int_equal(hd_tensor_create_ex(ctx, 3, 2, HD_DTYPE_I32, &wrong_ids), HD_OK);
@@ -865,6 +866,8 @@ static void test_step_ops_refuse_bad_arguments(void **state)
     hd_tensor *other_ids = NULL;
     assert_int_equal(hd_tensor_create_ex(other, 3, 1, HD_DTYPE_I32, &other_ids), HD_OK);
     assert_int_equal(hd_embedding_ids(ctx, table, other_ids, y), HD_ERR_WRONG_CONTEXT);
+    assert_non_null(strstr(hd_context_last_error(ctx),
+                           "hd_embedding_ids: tensor 'ids' was created in another context"));
     /* an int32 tensor where an op takes floats */
     hd_tensor *int_table = NULL;
     assert_int_equal(hd_tensor_create_ex(ctx, 2, 4, HD_DTYPE_I32, &int_table), HD_OK);

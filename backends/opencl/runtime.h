@@ -89,7 +89,8 @@ void hd__cl_host_free(hd_cl_runtime *rt, void *p);
  * source is recognised by its address first, so the text at an address must not change while
  * the runtime lives (the embedded kernel arrays never do); the same text at another address
  * finds the same program through its hash. options may be NULL. The disk cache lives under
- * $XDG_CACHE_HOME/hd-dispatch/programs (else ~/.cache/...); $HD_PROGRAM_CACHE=0 turns it off.
+ * $XDG_CACHE_HOME/hd-dispatch/programs (else ~/.cache/...); $HD_PROGRAM_CACHE=0 turns it off
+ * (it is off by default on PoCL, which caches its own builds; =1 turns it on there).
  * Instructions of NVIDIA's sm_90a target (wgmma) are written in inline PTX behind the comment
  * "// @sm_90a@ ": where the built PTX carries them, the program is rebuilt from that PTX with
  * the marks removed and the target set to sm_90a (HD_ERR_BUILD where that fails). */
