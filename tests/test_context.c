@@ -1186,8 +1186,8 @@ static void test_env_bool_parse_takes_each_spelling_in_any_case(void **state)
     assert_false(hd__env_bool_parse(NULL, &(bool){true}));
 }
 
-/* $HD_PROGRAM_CACHE is read by the OpenCL runtime through hd__env_bool, on by default (but on
- * PoCL: test_opencl_runtime). */
+/* $HD_PROGRAM_CACHE is read by the OpenCL runtime through hd__env_bool, on by default (off on
+ * PoCL, which test_opencl_runtime checks). */
 static void test_env_bool_reads_the_program_cache_switch(void **state)
 {
     (void)state;

@@ -699,8 +699,8 @@ static void test_program_cache_off_writes_nothing(void **state)
     hd_context_destroy(ctx);
 }
 
-/* Unset, the cache is on but for PoCL, which caches its programs itself and would compile
- * every kernel of a program to hand out its binary; the drivers' own programs are unchanged. */
+/* Unset, the cache is on, except on PoCL, which caches its builds itself and would compile
+ * every kernel of a program to hand out its binary: there each run builds from source. */
 static void test_program_cache_default_follows_the_driver(void **state)
 {
     (void)state;
