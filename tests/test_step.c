@@ -466,14 +466,7 @@ static void test_embedding_copies_table_rows(void **state)
             /* the ids as a host array, then as an int32 tensor, a column and a row */
             for (int form = 0; form < 3; form++) {
                 hd_tensor *to = hd_test_tensor(shared_ctx, rows, cols, NULL);
-                hd_tensor *tid = NULL;
-                if (form == 1)
-                    tid = hd_test_ids(shared_ctx, rows, ids);
-                if (form == 2) {
-                    assert_int_equal(hd_tensor_create_ex(shared_ctx, 1, rows, HD_DTYPE_I32, &tid),
-                                     HD_OK);
-                    assert_int_equal(hd_tensor_write_raw(tid, ids), HD_OK);
-                }
+                hd_tensor *tid = form > 0 ? hd_test_ids_as(shared_ctx, rows, ids, form == 2) : NULL;
                 const char *what = form == 0   ? "embedding"
                                    : form == 1 ? "embedding_ids, a column"
                                                : "embedding_ids, a row";

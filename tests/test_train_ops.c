@@ -1641,23 +1641,6 @@ static void test_cross_entropy_refuses_bad_arguments(void **state)
     (void)state;
 }
 
-/* An int32 tensor of ids, T x 1 (row false) or 1 x T (row true). */
-static hd_tensor *ids_tensor(hd_context *ctx, const int32_t *ids, size_t n, bool row)
-{
-    hd_tensor *t = NULL;
-    assert_int_equal(hd_tensor_create_ex(ctx, row ? 1 : n, row ? n : 1, HD_DTYPE_I32, &t), HD_OK);
-    assert_int_equal(hd_tensor_write_raw(t, ids), HD_OK);
-    return t;
-}
-
-static void expect_close(const char *what, const float *got, const double *want, size_t n,
-                         double tol)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!(fabs((double)got[i] - want[i]) <= tol * (1.0 + fabs(want[i]))))
-            fail_msg("%s: [%zu] = %.9g, want %.9g", what, i, (double)got[i], want[i]);
-}
-
 /* Targets as an int32 tensor at the edges, on every backend, in both layouts (T x 1, 1 x T):
  * an ignore index inside the vocabulary (0, V - 1) and INT32_MIN; cross-entropy against the
  * float64 reference, the LM head against the reference on logits h w^T. Then no row (a NaN
@@ -1704,7 +1687,7 @@ static void test_cross_entropy_ids_at_the_edges(void **state)
                 snprintf(what, sizeof what, "ignore_index %d on %s, ids as a %s",
                          (int)sets[si].ignore, hd_backend_name(train_backends[bi]),
                          row ? "row" : "column");
-                hd_tensor *tt = ids_tensor(shared_ctx, sets[si].targets, T, row);
+                hd_tensor *tt = hd_test_ids_as(shared_ctx, T, sets[si].targets, row);
                 hd_tensor *tl = hd_test_tensor(shared_ctx, T, V, logits);
                 hd_tensor *th = hd_test_tensor(shared_ctx, T, D, h);
                 hd_tensor *tw = hd_test_tensor(shared_ctx, V, D, w);
@@ -1714,19 +1697,19 @@ static void test_cross_entropy_ids_at_the_edges(void **state)
                 hd_status s = hd_cross_entropy_ids(shared_ctx, tl, tt, sets[si].ignore, tloss, tdl);
                 hd_test_expect_ran_on(shared_ctx, s, train_backends[bi], what);
                 float *got = hd_test_read(tloss);
-                expect_close(what, got, &loss_ref, 1, 1e-5);
+                hd_test_expect_close(what, got, &loss_ref, 1, 1e-5, 1e-5);
                 free(got);
                 got = hd_test_read(tdl);
-                expect_close(what, got, dl_ref, T * V, 1e-5);
+                hd_test_expect_close(what, got, dl_ref, T * V, 1e-5, 1e-5);
                 free(got);
                 s = hd_linear_cross_entropy_ids(shared_ctx, th, tw, tt, sets[si].ignore, tloss,
                                                 tdh);
                 hd_test_expect_ran_on(shared_ctx, s, train_backends[bi], what);
                 got = hd_test_read(tloss);
-                expect_close(what, got, &loss_ref, 1, 1e-5);
+                hd_test_expect_close(what, got, &loss_ref, 1, 1e-5, 1e-5);
                 free(got);
                 got = hd_test_read(tdh);
-                expect_close(what, got, dh_ref, T * D, 1e-5);
+                hd_test_expect_close(what, got, dh_ref, T * D, 1e-5, 1e-5);
                 free(got);
                 hd_tensor *all[] = {tt, tl, th, tw, tloss, tdl, tdh};
                 for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -1737,7 +1720,7 @@ static void test_cross_entropy_ids_at_the_edges(void **state)
         }
     }
     /* INT32_MIN as a target where it is not the ignore index: out of range */
-    hd_tensor *tt = ids_tensor(shared_ctx, sets[2].targets, T, false);
+    hd_tensor *tt = hd_test_ids_as(shared_ctx, T, sets[2].targets, false);
     hd_tensor *tl = hd_test_tensor(shared_ctx, T, V, logits),
               *tloss = hd_test_tensor(shared_ctx, 1, 1, NULL);
     assert_int_equal(hd_cross_entropy_ids(shared_ctx, tl, tt, -100, tloss, NULL),
@@ -1748,7 +1731,7 @@ static void test_cross_entropy_ids_at_the_edges(void **state)
 
     /* no row: a NaN loss */
     hd_tensor *none = hd_test_tensor(shared_ctx, 0, V, NULL);
-    hd_tensor *no_ids = ids_tensor(shared_ctx, sets[0].targets, 0, false);
+    hd_tensor *no_ids = hd_test_ids_as(shared_ctx, 0, sets[0].targets, false);
     assert_int_equal(hd_cross_entropy_ids(shared_ctx, none, no_ids, -100, tloss, none), HD_OK);
     float loss;
     assert_int_equal(hd_tensor_read(tloss, &loss), HD_OK);
@@ -1763,7 +1746,7 @@ static void test_cross_entropy_ids_at_the_edges(void **state)
         hd_tensor *tw = hd_test_tensor(shared_ctx, 0, 3, NULL);
         hd_tensor *tdh =
             hd_test_tensor(shared_ctx, 2, 3, (const float[]){5, NAN, -1, INFINITY, 2, 3});
-        hd_tensor *tids = ids_tensor(shared_ctx, ignored, 2, row);
+        hd_tensor *tids = hd_test_ids_as(shared_ctx, 2, ignored, row);
         assert_int_equal(hd_linear_cross_entropy_ids(shared_ctx, th, tw, tids, -100, tloss, tdh),
                          HD_OK);
         assert_int_equal(hd_tensor_read(tloss, &loss), HD_OK);

@@ -128,10 +128,15 @@ hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float
 
 hd_tensor *hd_test_ids(hd_context *ctx, size_t rows, const int32_t *ids)
 {
+    return hd_test_ids_as(ctx, rows, ids, false);
+}
+
+hd_tensor *hd_test_ids_as(hd_context *ctx, size_t rows, const int32_t *ids, bool row)
+{
     hd_tensor *t = NULL;
-    hd_status s = hd_tensor_create_ex(ctx, rows, 1, HD_DTYPE_I32, &t);
+    hd_status s = hd_tensor_create_ex(ctx, row ? 1 : rows, row ? rows : 1, HD_DTYPE_I32, &t);
     if (s != HD_OK)
-        fail_msg("hd_tensor_create_ex(%zu, 1, int32): %s", rows, hd_context_last_error(ctx));
+        fail_msg("hd_tensor_create_ex(%zu ids, int32): %s", rows, hd_context_last_error(ctx));
     if ((s = hd_tensor_write_raw(t, ids)) != HD_OK)
         fail_msg("hd_tensor_write_raw: %s", hd_context_last_error(ctx));
     return t;

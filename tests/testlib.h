@@ -47,6 +47,8 @@ double hd_test_max_abs(const double *p, size_t n);
 hd_tensor *hd_test_tensor(hd_context *ctx, size_t rows, size_t cols, const float *data);
 /* An int32 tensor of rows x 1 holding ids (rows of them); fails the test on error. */
 hd_tensor *hd_test_ids(hd_context *ctx, size_t rows, const int32_t *ids);
+/* The same ids as a column (rows x 1) or, with row true, a row (1 x rows). */
+hd_tensor *hd_test_ids_as(hd_context *ctx, size_t rows, const int32_t *ids, bool row);
 /* The tensor's contents, read into a new buffer (free it). */
 float *hd_test_read(const hd_tensor *t);
 /* Fails unless t holds exactly the floats of want (inputs untouched, outputs after an error). */
