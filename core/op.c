@@ -465,8 +465,7 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .args = HD_ARGS_STEP,
             .tensor_count = 5,
             .tensors = {HEADS_IN("q", 1, 3, -2, 2), HEADS_IN("k", 2, 3, -2, 2),
-                        HEADS_IN("v", 2, 3, -1, 1), HEADS_OUT("out", 1, 3),
-                        GRAD_OUT("lse", 0, 1)},
+                        HEADS_IN("v", 2, 3, -1, 1), HEADS_OUT("out", 1, 3), GRAD_OUT("lse", 0, 1)},
             .flops = attention_flops,
         },
     [HD_OP_ATTENTION_BACKWARD] =
@@ -481,13 +480,14 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .tensor_count = 9,
             .tensors = {HEADS_IN("q", 1, 3, -2, 2), HEADS_IN("k", 2, 3, -2, 2),
                         HEADS_IN("v", 2, 3, -1, 1), HEADS_IN("out", 1, 3, -1, 1),
-                        IN("lse", 0, 1, 0, 1), HEADS_IN("dout", 1, 3, -1, 1),
-                        HEADS_OUT("dq", 1, 3), HEADS_OUT("dk", 2, 3), HEADS_OUT("dv", 2, 3)},
+                        IN("lse", 0, 1, 0, 1), HEADS_IN("dout", 1, 3, -1, 1), HEADS_OUT("dq", 1, 3),
+                        HEADS_OUT("dk", 2, 3), HEADS_OUT("dv", 2, 3)},
             .flops = attention_backward_flops,
         },
     [HD_OP_CROSS_ENTROPY] =
         {
             .fn = "hd_cross_entropy",
+            .ids_fn = "hd_cross_entropy_ids",
             .dims = 2,
             .dim_names = {"rows", "vocab"},
             .args = HD_ARGS_STEP,
@@ -499,6 +499,7 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
     [HD_OP_LINEAR_CROSS_ENTROPY] =
         {
             .fn = "hd_linear_cross_entropy",
+            .ids_fn = "hd_linear_cross_entropy_ids",
             .dims = 3,
             .dim_names = {"rows", "dim", "vocab"},
             .first_suffix_dim = 2,
@@ -506,13 +507,14 @@ const hd_op_desc hd__op_table[HD_OP_COUNT] = {
             .compute_bound = true,
             .args = HD_ARGS_STEP,
             .tensor_count = 4,
-            .tensors = {IN("h", 0, 1, -1, 1), IN("w", 2, 1, -0.1f, 0.1f),
-                        OUT("loss", T_ONE, T_ONE), GRAD_OUT("dh", 0, 1)},
+            .tensors = {IN("h", 0, 1, -1, 1), IN("w", 2, 1, -0.1f, 0.1f), OUT("loss", T_ONE, T_ONE),
+                        GRAD_OUT("dh", 0, 1)},
             .flops = linear_cross_entropy_flops,
         },
     [HD_OP_EMBEDDING] =
         {
             .fn = "hd_embedding",
+            .ids_fn = "hd_embedding_ids",
             .dims = 3,
             .dim_names = {"rows", "dim", "vocab"},
             .first_suffix_dim = 2,

@@ -77,7 +77,8 @@ typedef enum hd_args_kind {
 } hd_args_kind;
 
 typedef struct hd_op_desc { /* the op's name is HD_OP_MAP's (hd_op_name()) */
-    const char *fn; /* the public function, for messages */
+    const char *fn;         /* the public function, for messages */
+    const char *ids_fn; /* its _ids form's (the ids in a tensor, hd_op_params.id_tensor), or NULL */
     int dims;         /* how many of hd_shape.dim the op uses */
     const char *dim_names[HD_OP_DIM_MAX];
     /* Dims written after the others with a prefix in case texts ("lora 1x64x64 r8"), from
@@ -106,6 +107,14 @@ extern const hd_op_desc hd__op_table[HD_OP_COUNT];
 static inline const hd_op_desc *hd__op(hd_op op)
 {
     return &hd__op_table[op];
+}
+
+/* The public function a call of op with p came through, for its messages: the _ids form where
+ * p holds an id tensor. */
+static inline const char *hd__op_fn(hd_op op, const hd_op_params *p)
+{
+    const hd_op_desc *d = hd__op(op);
+    return p != NULL && p->id_tensor != NULL && d->ids_fn != NULL ? d->ids_fn : d->fn;
 }
 
 /* A tensor's rows and columns for a call of the given shape, as the op expects them. */

@@ -19,7 +19,7 @@ static hd_status check_tensor_of(hd_context *ctx, const char *fn, const char *na
     return HD_OK;
 }
 
-hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[])
+hd_status hd__check_tensors(hd_context *ctx, hd_op op, const char *fn, const hd_tensor *const t[])
 {
     const hd_op_desc *d = hd__op(op);
     for (int i = 0; i < d->tensor_count; i++) {
@@ -27,8 +27,8 @@ hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[
         if (t[i] == NULL && d->tensors[i].optional)
             continue;
         if (t[i] == NULL)
-            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", d->fn, name);
-        hd_status s = check_tensor_of(ctx, d->fn, name, t[i], HD_DTYPE_FP32);
+            return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", fn, name);
+        hd_status s = check_tensor_of(ctx, fn, name, t[i], HD_DTYPE_FP32);
         if (s != HD_OK)
             return s;
     }
@@ -39,8 +39,8 @@ hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[
         for (int i = 0; i < d->tensor_count; i++) {
             if (i == o || t[i] != t[o] || ((out->in_place_of >> i) & 1u))
                 continue;
-            return hd__error(ctx, HD_ERR_ALIASING, "%s: output '%s' is also %s '%s'", d->fn,
-                             out->name, d->tensors[i].role == HD_ROLE_INPUT ? "input" : "output",
+            return hd__error(ctx, HD_ERR_ALIASING, "%s: output '%s' is also %s '%s'", fn, out->name,
+                             d->tensors[i].role == HD_ROLE_INPUT ? "input" : "output",
                              d->tensors[i].name);
         }
     }
@@ -395,14 +395,14 @@ static void step_tensors(hd_op op, const hd_tensor *const t[], hd_step_args *a)
 }
 
 /* Every tensor of the call (present) against its row of the op table for shape s. */
-static hd_status expect_table_shapes(hd_context *ctx, hd_op op, const hd_tensor *const t[],
-                                     const hd_shape *s)
+static hd_status expect_table_shapes(hd_context *ctx, hd_op op, const char *fn,
+                                     const hd_tensor *const t[], const hd_shape *s)
 {
     const hd_op_desc *d = hd__op(op);
     for (int i = 0; i < d->tensor_count; i++) {
         size_t rows, cols;
         hd__op_tensor_shape(op, i, s, &rows, &cols);
-        hd_status st = expect_shape(ctx, d->fn, t[i], d->tensors[i].name, rows, cols,
+        hd_status st = expect_shape(ctx, fn, t[i], d->tensors[i].name, rows, cols,
                                     "the tensors' shapes do not agree");
         if (st != HD_OK)
             return st;
@@ -437,7 +437,7 @@ hd_status hd__prepare_elementwise(hd_context *ctx, const hd_tensor *const t[],
                                   const hd_op_params *p, hd_call *call)
 {
     hd_shape s = {.dim = {t[0]->rows, t[0]->cols}};
-    hd_status st = expect_table_shapes(ctx, call->op, t, &s);
+    hd_status st = expect_table_shapes(ctx, call->op, hd__op_fn(call->op, p), t, &s);
     if (st != HD_OK)
         return st;
     step_call(call->op, t, &s, call);
@@ -450,7 +450,7 @@ hd_status hd__prepare_add_rms_norm(hd_context *ctx, const hd_tensor *const t[],
                                    const hd_op_params *p, hd_call *call)
 {
     hd_shape s = {.dim = {t[0]->rows, t[0]->cols}};
-    hd_status st = expect_table_shapes(ctx, call->op, t, &s);
+    hd_status st = expect_table_shapes(ctx, call->op, hd__op_fn(call->op, p), t, &s);
     if (st == HD_OK)
         st = check_eps(ctx, hd__op(call->op)->fn, p->eps);
     if (st != HD_OK)
@@ -522,7 +522,7 @@ hd_status hd__prepare_rope(hd_context *ctx, const hd_tensor *const t[], const hd
                          "%s: positions reach %zu + %zu, past the 2^24 the angles hold exactly", fn,
                          p->position_offset, longest - 1);
     hd_shape s = {.dim = {x->rows, x->cols, d / 2}};
-    if ((st = expect_table_shapes(ctx, HD_OP_ROPE, t, &s)) != HD_OK)
+    if ((st = expect_table_shapes(ctx, HD_OP_ROPE, fn, t, &s)) != HD_OK)
         return st;
     step_call(HD_OP_ROPE, t, &s, call);
     hd_step_args *a = &call->args.step;
@@ -561,7 +561,7 @@ hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
     if (st != HD_OK)
         return st;
     hd_shape s = {.dim = {q->rows, h, hk, d}};
-    if ((st = expect_table_shapes(ctx, call->op, t, &s)) != HD_OK)
+    if ((st = expect_table_shapes(ctx, call->op, fn, t, &s)) != HD_OK)
         return st;
     step_call(call->op, t, &s, call);
     hd_step_args *a = &call->args.step;
@@ -630,7 +630,7 @@ static hd_status check_ids(hd_context *ctx, const char *fn, const char *what, co
 hd_status hd__prepare_cross_entropy(hd_context *ctx, const hd_tensor *const t[],
                                     const hd_op_params *p, hd_call *call)
 {
-    const char *fn = hd__op(call->op)->fn;
+    const char *fn = hd__op_fn(call->op, p);
     bool linear = call->op == HD_OP_LINEAR_CROSS_ENTROPY;
     const hd_tensor *first = t[0];
     size_t rows = first->rows, vocab = linear ? t[1]->rows : first->cols;
@@ -638,7 +638,7 @@ hd_status hd__prepare_cross_entropy(hd_context *ctx, const hd_tensor *const t[],
         return hd__error(ctx, HD_ERR_SHAPE_MISMATCH, "%s: h has no columns", fn);
     hd_shape s = linear ? (hd_shape){.dim = {rows, first->cols, vocab}}
                         : (hd_shape){.dim = {rows, vocab}};
-    hd_status st = expect_table_shapes(ctx, call->op, t, &s);
+    hd_status st = expect_table_shapes(ctx, call->op, fn, t, &s);
     size_t counted = 0;
     const int32_t *ids = NULL;
     if (st == HD_OK)
@@ -670,8 +670,8 @@ hd_status hd__prepare_embedding(hd_context *ctx, const hd_tensor *const t[],
 {
     const hd_tensor *table = t[0], *out = t[1];
     hd_shape s = {.dim = {out->rows, table->cols, table->rows}};
-    hd_status st = expect_table_shapes(ctx, HD_OP_EMBEDDING, t, &s);
-    const char *fn = hd__op(HD_OP_EMBEDDING)->fn;
+    const char *fn = hd__op_fn(HD_OP_EMBEDDING, p);
+    hd_status st = expect_table_shapes(ctx, HD_OP_EMBEDDING, fn, t, &s);
     size_t counted;
     const int32_t *ids = NULL;
     if (st == HD_OK)

@@ -9,8 +9,8 @@
 
 /* The checks every op shares, from its row of the table: each tensor non-NULL (unless
  * optional) and of ctx, no output that is also an input (but an in-place output may be the
- * first input). */
-hd_status hd__check_tensors(hd_context *ctx, hd_op op, const hd_tensor *const t[]);
+ * first input). fn names the public function in the messages (hd__op_fn). */
+hd_status hd__check_tensors(hd_context *ctx, hd_op op, const char *fn, const hd_tensor *const t[]);
 
 /* Checks the public arguments of op (t in the order of its tensors[], already non-NULL where
  * not optional and of ctx) and fills call->args, call->shape and call->kind. */

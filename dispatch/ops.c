@@ -267,7 +267,7 @@ hd_status hd__call_prepare(hd_context *ctx, hd_op op, const hd_tensor *const t[]
 {
     memset(call, 0, sizeof *call);
     call->op = op;
-    hd_status s = hd__check_tensors(ctx, op, t);
+    hd_status s = hd__check_tensors(ctx, op, hd__op_fn(op, p), t);
     if (s == HD_OK)
         s = hd__op_prepare[op](ctx, t, p, call);
     call->shape.precision = ctx->gemm_precision;

@@ -1,8 +1,5 @@
 /* The training step's public operations: each puts its tensors in the op table's order and its
  * scalars in an hd_op_params; hd__call() does the rest, as for every operation. */
-#include <stdio.h>
-#include <string.h>
-
 #include "core/error.h"
 #include "dispatch/tools.h"
 
@@ -68,13 +65,14 @@ static hd_status no_options(hd_context *ctx, hd_op op)
     return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: options are NULL", hd__op(op)->fn);
 }
 
-/* An id tensor the caller left NULL, named as any NULL tensor is. */
+/* An _ids form's id tensor the caller left NULL, named as any NULL tensor is. */
 static hd_status no_tensor(hd_context *ctx, hd_op op, const char *name)
 {
     if (ctx == NULL)
         return HD_ERR_INVALID_ARGUMENT;
     hd__error_clear(ctx);
-    return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", hd__op(op)->fn, name);
+    return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", hd__op(op)->ids_fn,
+                     name);
 }
 
 hd_status hd_rope(hd_context *ctx, const hd_rope_options *opt, const hd_tensor *x, hd_tensor *y)
@@ -145,23 +143,11 @@ hd_status hd_embedding(hd_context *ctx, const hd_tensor *table, const int32_t *i
     return hd__call(ctx, HD_OP_EMBEDDING, t, &p);
 }
 
-/* An _ids form's call (its id tensor in p), its failure named after the form: the checks
- * name the op's function, "hd_embedding: ...", which becomes "hd_embedding_ids: ...". */
+/* An _ids form's call: its checks name the form (hd__op_fn), as does a NULL id tensor's. */
 static hd_status call_ids_form(hd_context *ctx, hd_op op, const hd_tensor *const t[],
                                const hd_op_params *p, const char *ids_name)
 {
-    hd_status s = p->id_tensor != NULL ? hd__call(ctx, op, t, p) : no_tensor(ctx, op, ids_name);
-    if (s == HD_OK || ctx == NULL)
-        return s;
-    char *text = hd__report(ctx)->last_error, named[64];
-    snprintf(named, sizeof named, "%s: ", hd__op(op)->fn);
-    char *at = strstr(text, named);
-    size_t len = strlen(text), fn_len = strlen(hd__op(op)->fn);
-    if (at != NULL && len + 4 < HD_ERROR_CAPACITY) {
-        memmove(at + fn_len + 4, at + fn_len, len - (size_t)(at - text) - fn_len + 1);
-        memcpy(at + fn_len, "_ids", 4);
-    }
-    return s;
+    return p->id_tensor != NULL ? hd__call(ctx, op, t, p) : no_tensor(ctx, op, ids_name);
 }
 
 hd_status hd_cross_entropy_ids(hd_context *ctx, const hd_tensor *logits, const hd_tensor *targets,
