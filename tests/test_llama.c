@@ -256,6 +256,42 @@ static void expect_same_lora(const llama_model *a, const llama_model *b, const c
     }
 }
 
+/* A sliding window (Mistral's) as long as the longest sequence changes nothing: the loss and
+ * the step are the window-less model's, bit for bit. A sequence past it is refused by the
+ * eval, the gradients and the step alike, and the refused step leaves the model unchanged. */
+static void test_sliding_window_bounds_the_sequences(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    hd_rng rng = hd_test_rng(5);
+    int32_t tokens[20];
+    llama_config plain = tiny(20), windowed = plain;
+    windowed.sliding_window = 12;
+    random_tokens(&rng, tokens, 20, plain.vocab);
+    size_t lengths[] = {12, 8}, longer[] = {13, 7};
+    hd_sequences fits = {lengths, 2}, past = {longer, 2};
+    assert_int_equal(llama_longest_sequence(&plain, NULL), 20);
+    assert_int_equal(llama_longest_sequence(&plain, &fits), 12);
+    assert_int_equal(llama_longest_sequence(&plain, &(hd_sequences){NULL, 0}), 20);
+    llama_model *a = make_model(ctx, &plain, true), *b = make_model(ctx, &windowed, true);
+    float la, lb, before, after;
+    assert_int_equal(llama_train_step(a, tokens, &fits, 1, &la), HD_OK);
+    assert_int_equal(llama_train_step(b, tokens, &fits, 1, &lb), HD_OK);
+    assert_true(memcmp(&la, &lb, sizeof la) == 0);
+    expect_same_lora(a, b, "a step within the window");
+    assert_int_equal(llama_eval(b, tokens, &fits, &before), HD_OK);
+    assert_int_equal(llama_eval(b, tokens, &past, &after), HD_ERR_UNSUPPORTED);
+    assert_int_equal(llama_eval(b, tokens, NULL, &after), HD_ERR_UNSUPPORTED);
+    assert_int_equal(llama_gradients(b, tokens, &past, &after), HD_ERR_UNSUPPORTED);
+    assert_int_equal(llama_train_step(b, tokens, NULL, 2, &after), HD_ERR_UNSUPPORTED);
+    expect_same_lora(a, b, "a step refused");
+    assert_int_equal(llama_eval(b, tokens, &fits, &after), HD_OK);
+    assert_true(memcmp(&before, &after, sizeof before) == 0);
+    llama_destroy(a);
+    llama_destroy(b);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
 static char *read_text(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -604,7 +640,8 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
     static const struct {
         const char *json, *key;
     } bad[] = {
-        {"{\"model_type\": \"mistral\", \"hidden_size\": 32}", "model_type"},
+        {"{\"model_type\": \"qwen2\", \"hidden_size\": 32}", "model_type"},
+        {"{\"model_type\": 7, \"hidden_size\": 32}", "model_type"},
         {"{\"hidden_act\": \"gelu\"}", "hidden_act"},
         {"{\"attention_bias\": true}", "attention_bias"},
         {"{\"mlp_bias\": true}", "mlp_bias"},
@@ -634,6 +671,8 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
          "original_max_position_embeddings"},
         {"{" SIZES "\"rope_scaling\": 3}", "rope_scaling"},
         {"{" SIZES "\"tie_word_embeddings\": 1}", "tie_word_embeddings"},
+        {"{" SIZES "\"sliding_window\": 0}", "sliding_window"},
+        {"{" SIZES "\"sliding_window\": \"4096\"}", "sliding_window"},
         {"{\"hidden_size\": 32, \"hidden_size\": 64}", "duplicate"},
         {"[]", "not a JSON object"},
         {"{\"hidden_size\": 32", "line 1"},
@@ -652,10 +691,19 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
     llama_config c = tiny(8);
     c.head_dim = 16;
     c.rope_scaling.factor = 8.0f;
+    c.sliding_window = 7;
     char why[512];
     assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
     assert_true(c.kv_heads == 4 && c.head_dim == 0 && c.norm_eps == 1e-6f &&
-                c.rope_theta == 10000.0f && c.rope_scaling.factor == 0.0f && !c.tied_embeddings);
+                c.rope_theta == 10000.0f && c.rope_scaling.factor == 0.0f && !c.tied_embeddings &&
+                c.sliding_window == 0);
+    /* Mistral's layers are Llama's; its window is kept, null standing for none */
+    write_text(path, "{" SIZES "\"model_type\": \"mistral\", \"sliding_window\": 4096}");
+    assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
+    assert_true(c.sliding_window == 4096);
+    write_text(path, "{" SIZES "\"model_type\": \"mistral\", \"sliding_window\": null}");
+    assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
+    assert_true(c.sliding_window == 0);
     write_text(path, "{" SIZES "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": "
                      "500000.0, \"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": "
                      "4.0, \"original_max_position_embeddings\": 8192}, \"tie_word_embeddings\": "
@@ -889,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_gradients_of_packed_sequences_match_finite_differences),
         cmocka_unit_test(test_gradients_on_the_fused_backend_match_finite_differences),
         cmocka_unit_test(test_packed_loss_is_that_of_the_sequences_alone),
+        cmocka_unit_test(test_sliding_window_bounds_the_sequences),
         cmocka_unit_test(test_weights_file_that_disagrees_is_refused),
         cmocka_unit_test(test_lora_saved_as_files_and_peft_adapters_loads_back),
         cmocka_unit_test(test_checkpoint_directory_of_shards_loads),

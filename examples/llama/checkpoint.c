@@ -193,7 +193,11 @@ hd_status llama_config_parse(const char *text, size_t length, const char *label,
         return HD_ERR_INVALID_ARGUMENT;
     reader r = {label, why, size, false};
     llama_config out = *c;
-    expect_string(&r, root, "model_type", "llama", "is not \"llama\"");
+    const json_t *type = json_object_get(root, "model_type");
+    if (type != NULL && !json_is_null(type) &&
+        (!json_is_string(type) || (strcmp(json_string_value(type), "llama") != 0 &&
+                                   strcmp(json_string_value(type), "mistral") != 0)))
+        refuse(&r, "model_type", "is not \"llama\" or \"mistral\"");
     expect_string(&r, root, "hidden_act", "silu", "is not \"silu\" (SwiGLU)");
     if (read_bool(&r, root, "attention_bias", false))
         refuse(&r, "attention_bias", "is true: the projections take no bias here");
@@ -217,6 +221,9 @@ hd_status llama_config_parse(const char *text, size_t length, const char *label,
     read_rope(&r, root, "rope_scaling", &out);
     read_rope(&r, root, "rope_parameters", &out);
     out.tied_embeddings = read_bool(&r, root, "tie_word_embeddings", false);
+    read_size(&r, root, "sliding_window", SIZE_MAX, SIZE_MAX - 1, &out.sliding_window);
+    if (out.sliding_window == SIZE_MAX)
+        out.sliding_window = 0; /* absent or null: none */
     json_decref(root);
     if (r.failed)
         return HD_ERR_INVALID_ARGUMENT;

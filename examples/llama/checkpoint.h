@@ -16,8 +16,9 @@
  * num_key_value_heads (default: the heads), vocab_size, head_dim (null or absent: hidden /
  * heads), rms_norm_eps (default 1e-6), rope_theta (default 10000), tie_word_embeddings
  * (default false), rope_scaling null or of rope_type "llama3" (transformers 5's
- * rope_parameters holds rope_theta and the scaling alike). A config this model does not run
- * is refused with the key in why: a model_type other than "llama", a hidden_act other than
+ * rope_parameters holds rope_theta and the scaling alike), sliding_window (Mistral's; null or
+ * absent: none). A config this model does not run is refused with the key in why: a
+ * model_type other than "llama" and "mistral" (the same layers), a hidden_act other than
  * "silu", attention_bias or mlp_bias true, another rope_type, a missing or out-of-range size, a
  * number beyond float's range.
  * HD_OK, HD_ERR_INVALID_ARGUMENT (the file, its JSON or a value), HD_ERR_OUT_OF_MEMORY. */
