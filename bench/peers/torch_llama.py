@@ -20,7 +20,8 @@ LoRA factors and tokens, timed per step and compared with the library's trainer
 
 The model is LlamaForCausalLM(LlamaConfig(...)) with attention_bias False, tie_word_embeddings
 False, and the config's head_dim and "llama3" rope_scaling where it names them (else
-transformers' hidden / heads and none); LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
+transformers' hidden / heads and none), or for small-mistral MistralForCausalLM(MistralConfig(...))
+with its sliding_window, whose config.json (make writes it) the trainer then reads; LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
 projections, lora_dropout 0, bias "none"); the optimizer torch.optim.AdamW(foreach=True) over
 the LoRA factors. The loss is transformers' causal-LM loss with labels = input_ids. A step is
 forward, backward, optimizer.step() and zero_grad(set_to_none=True), timed on the host around
@@ -49,6 +50,11 @@ CONFIGS = {
     "small-llama3": dict(layers=2, hidden=256, heads=8, kv_heads=2, head_dim=64, mlp=688,
                          vocab=4096, tokens=256, theta=500000.0, eps=1e-5, rank=8, alpha=16.0,
                          rope_llama3=(32.0, 1.0, 4.0, 256)),
+    # the small model as transformers' Mistral (Mistral 7B v0.2's RoPE base), its sliding
+    # window as long as the step's sequence: the trainer reads its config.json
+    "small-mistral": dict(layers=2, hidden=256, heads=8, kv_heads=2, mlp=688, vocab=4096,
+                          tokens=256, theta=1000000.0, eps=1e-5, rank=8, alpha=16.0,
+                          mistral_window=256),
 }
 PROJECTIONS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
@@ -57,7 +63,8 @@ LR, STEPS = 1e-4, 10
 
 def trainer_args(c, d):
     """The llama_lora options of config c on the inputs in directory d."""
-    return ["--layers", c["layers"], "--hidden", c["hidden"], "--heads", c["heads"],
+    return (["--config", os.path.join(d, "config.json")] if "mistral_window" in c else []) + [
+            "--layers", c["layers"], "--hidden", c["hidden"], "--heads", c["heads"],
             "--kv-heads", c["kv_heads"], "--mlp", c["mlp"], "--vocab", c["vocab"],
             "--tokens", c["tokens"], "--theta", c["theta"], "--eps", c["eps"],
             "--rank", c["rank"], "--alpha", c["alpha"], "--lr", LR, "--steps", STEPS,
@@ -79,14 +86,19 @@ def build(c, torch, dtype):
         named["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
                                  "high_freq_factor": high,
                                  "original_max_position_embeddings": original}
-    cfg = transformers.LlamaConfig(
+    shape = dict(
         vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["mlp"],
         num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
         num_key_value_heads=c["kv_heads"], rms_norm_eps=c["eps"], rope_theta=c["theta"],
-        max_position_embeddings=max(4096, c["tokens"]), tie_word_embeddings=False,
-        attention_bias=False, mlp_bias=False, **named)
+        max_position_embeddings=max(4096, c["tokens"]), tie_word_embeddings=False)
+    if "mistral_window" in c:
+        cfg = transformers.MistralConfig(sliding_window=c["mistral_window"], **shape, **named)
+        kind = transformers.MistralForCausalLM
+    else:
+        cfg = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **shape, **named)
+        kind = transformers.LlamaForCausalLM
     with torch.device("cuda"):
-        return transformers.LlamaForCausalLM(cfg).to(dtype)
+        return kind(cfg).to(dtype)
 
 
 def lora_name(layer, proj, factor):
@@ -100,6 +112,7 @@ def make(args, c, torch):
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
                if "rotary" not in k}
     save_file(weights, os.path.join(args.dir, "weights.safetensors"))
+    model.config.to_json_file(os.path.join(args.dir, "config.json"))
     lora = {}
     for layer in range(c["layers"]):
         for proj, module in named_projections(model, layer):
