@@ -12,7 +12,7 @@ static void key_range(const hd_ref_attention_shape *s, size_t i, size_t *begin, 
     for (size_t q = 0; q < s->nseq; q++) {
         size_t len = (size_t)s->seq_lens[q];
         if (i < start + len) {
-            *begin = start;
+            *begin = s->window > 0 && i - start >= s->window ? i + 1 - s->window : start;
             *end = s->causal ? i + 1 : start + len;
             return;
         }

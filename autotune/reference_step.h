@@ -103,6 +103,7 @@ typedef struct hd_ref_attention_shape {
     size_t nseq;
     bool causal;
     double scale;
+    size_t window; /* causal only: keys i - window + 1 .. i of the sequence; 0: every earlier */
 } hd_ref_attention_shape;
 
 /* out: tokens x heads * head_dim; lse: tokens x heads (may be NULL). */

@@ -105,7 +105,8 @@ typedef struct hd_step_args {
     /* attention */
     size_t heads, kv_heads;
     bool causal;
-    float scale; /* the scores' factor, resolved (never 0) */
+    size_t window; /* causal keys per row at most (a sliding window), 0: all */
+    float scale;   /* the scores' factor, resolved (never 0) */
     /* cross-entropy and embedding: ids or targets, rows of them, each in [0, vocab) or
      * ignore_index (targets only) */
     const int32_t *ids;

@@ -61,6 +61,7 @@ typedef struct hd_op_params {
     bool inverse;               /* RoPE */
     size_t heads, kv_heads;     /* attention */
     bool causal;                /* attention */
+    size_t window;              /* attention: causal keys per row at most, 0: all */
     float attention_scale;      /* attention: 0 for 1/sqrt(head_dim) */
     const int32_t *ids;         /* cross-entropy's targets, embedding's ids: rows of them */
     const hd_tensor *id_tensor; /* the same as an int32 tensor (the _ids forms), or NULL */

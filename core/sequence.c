@@ -26,18 +26,21 @@ void hd__sequence_positions(const size_t *lengths, size_t count, size_t rows, si
 }
 
 void hd__sequence_attention_ranges(const size_t *lengths, size_t count, size_t rows, bool causal,
-                                   int32_t *kv_range, int32_t *q_range)
+                                   size_t window, int32_t *kv_range, int32_t *q_range)
 {
     size_t begin = 0;
     for (size_t q = 0; q < sequences(count); q++) {
         size_t end = begin + length_of(lengths, count, rows, q);
+        /* row i's first key, and key j's last row + 1, under the window */
         for (size_t i = begin; i < end && kv_range != NULL; i++) {
-            kv_range[2 * i] = (int32_t)begin;
+            size_t first = window > 0 && i - begin >= window ? i + 1 - window : begin;
+            kv_range[2 * i] = (int32_t)first;
             kv_range[2 * i + 1] = (int32_t)(causal ? i + 1 : end);
         }
-        for (size_t i = begin; i < end && q_range != NULL; i++) {
-            q_range[2 * i] = (int32_t)(causal ? i : begin);
-            q_range[2 * i + 1] = (int32_t)end;
+        for (size_t j = begin; j < end && q_range != NULL; j++) {
+            size_t last = window > 0 && end - j > window ? j + window : end;
+            q_range[2 * j] = (int32_t)(causal ? j : begin);
+            q_range[2 * j + 1] = (int32_t)last;
         }
         begin = end;
     }

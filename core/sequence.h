@@ -13,12 +13,12 @@ void hd__sequence_positions(const size_t *lengths, size_t count, size_t rows, si
                             int32_t *pos);
 
 /* Attention's range tables: kv_range[2i], kv_range[2i + 1] = [begin, end) of the keys query
- * row i attends to (its sequence's rows, those up to i when causal); q_range[2j],
- * q_range[2j + 1] = [begin, end) of the query rows that attend to key j. Each holds 2 * rows
- * ints (either may be NULL: not written); both ends are non-decreasing in the row, and no range
- * is empty. */
+ * row i attends to (its sequence's rows, those up to i when causal, of them the last `window`
+ * at most where window > 0, which goes with causal); q_range[2j], q_range[2j + 1] = [begin,
+ * end) of the query rows that attend to key j. Each holds 2 * rows ints (either may be NULL:
+ * not written); both ends are non-decreasing in the row, and no range is empty. */
 void hd__sequence_attention_ranges(const size_t *lengths, size_t count, size_t rows, bool causal,
-                                   int32_t *kv_range, int32_t *q_range);
+                                   size_t window, int32_t *kv_range, int32_t *q_range);
 
 /* RoPE's frequencies theta^(-2i/d), i < d/2, in double, each as a pair of floats (hi, lo):
  * hi the nearest float, lo the nearest float to the rest. pairs holds d floats. */

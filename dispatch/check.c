@@ -557,6 +557,9 @@ hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
     if (!(isfinite(scale) && scale > 0.0f))
         return hd__error(ctx, HD_ERR_INVALID_ARGUMENT, "%s: scale must be finite and > 0, got %g",
                          fn, (double)p->attention_scale);
+    if (p->window > 0 && !p->causal)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "%s: a sliding window of %zu goes with a causal mask", fn, p->window);
     hd_status st = check_sequences(ctx, fn, &p->sequences, q->rows, &longest);
     if (st != HD_OK)
         return st;
@@ -570,6 +573,7 @@ hd_status hd__prepare_attention(hd_context *ctx, const hd_tensor *const t[],
     a->kv_heads = hk;
     a->head_dim = d;
     a->causal = p->causal;
+    a->window = p->window;
     a->scale = scale;
     a->precision = ctx->gemm_precision;
     return HD_OK;

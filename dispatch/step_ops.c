@@ -94,6 +94,7 @@ static hd_op_params attention_params(const hd_attention_options *opt)
                           .heads = opt->heads,
                           .kv_heads = opt->kv_heads,
                           .causal = opt->causal,
+                          .window = opt->window,
                           .attention_scale = opt->scale};
 }
 

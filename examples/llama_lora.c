@@ -1,6 +1,6 @@
 /*
  * llama_lora: LoRA fine-tuning of a Llama-style decoder on the library (examples/llama/model.h):
- * transformers' Llama and Mistral, the latter's sequences no longer than its sliding window.
+ * transformers' Llama and Mistral (its sliding window too).
  *
  *   llama_lora [options]
  *
@@ -276,16 +276,6 @@ static bool parse_args(int argc, char **argv, options *o)
     if (o->sequence_count > 0 && sum != o->c.tokens) {
         fprintf(stderr, "llama_lora: --sequences add up to %zu, not --tokens %zu\n", sum,
                 o->c.tokens);
-        return false;
-    }
-    hd_sequences q = {o->sequences, o->sequence_count};
-    size_t longest = llama_longest_sequence(&o->c, &q);
-    if (o->c.sliding_window > 0 && longest > o->c.sliding_window) {
-        fprintf(stderr,
-                "llama_lora: a sequence of %zu tokens is longer than the model's sliding window "
-                "of %zu, which attention here does not apply: give --tokens or --sequences of "
-                "%zu at most\n",
-                longest, o->c.sliding_window, o->c.sliding_window);
         return false;
     }
     if (!any_target) {

@@ -587,7 +587,8 @@ typedef struct attention_case {
     const size_t *lengths;
     size_t count;
     bool causal;
-    float range; /* q and k uniform in +-range: large ranges make the online softmax rescale */
+    float range;   /* q and k uniform in +-range: large ranges make the online softmax rescale */
+    size_t window; /* causal keys per row at most (a sliding window), 0: all */
 } attention_case;
 
 /* Within a few float roundings of each output's scale: the sums run over a row's keys, and an
@@ -614,7 +615,8 @@ static void check_attention(const attention_case *c, hd_rng *rng)
     hd_ref_attention_shape rs = {t,           c->heads,
                                  c->kv_heads, c->head_dim,
                                  lens,        c->count ? c->count : 1,
-                                 c->causal,   1.0 / sqrt((double)c->head_dim)};
+                                 c->causal,   1.0 / sqrt((double)c->head_dim),
+                                 c->window};
     double *out = hd_test_doubles(t * qd), *lse = hd_test_doubles(t * c->heads);
     double *dq = hd_test_doubles(t * qd), *dk = hd_test_doubles(t * kd);
     double *dv = hd_test_doubles(t * kd);
@@ -628,7 +630,8 @@ static void check_attention(const attention_case *c, hd_rng *rng)
     hd_attention_options opt = {.heads = c->heads,
                                 .kv_heads = c->kv_heads,
                                 .causal = c->causal,
-                                .sequences = {c->lengths, c->count}};
+                                .sequences = {c->lengths, c->count},
+                                .window = c->window};
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         hd_backend b = step_backends[bi];
         if (!hd_test_use_backend(shared_ctx, HD_OP_ATTENTION, b) ||
@@ -639,9 +642,10 @@ static void check_attention(const attention_case *c, hd_rng *rng)
         hd_tensor *tv = hd_test_tensor(ctx, t, kd, v), *to = hd_test_tensor(ctx, t, qd, NULL);
         hd_tensor *tl = hd_test_tensor(ctx, t, c->heads, NULL);
         char what[160];
-        snprintf(what, sizeof what, "attention on %s: %zu tokens, %zu/%zu heads of %zu%s%s",
+        snprintf(what, sizeof what,
+                 "attention on %s: %zu tokens, %zu/%zu heads of %zu%s%s, window %zu",
                  hd_backend_name(b), t, c->heads, c->kv_heads, c->head_dim,
-                 c->causal ? ", causal" : "", c->count ? ", packed" : "");
+                 c->causal ? ", causal" : "", c->count ? ", packed" : "", c->window);
         hd_test_expect_ran_on(ctx, hd_attention(ctx, &opt, tq, tk, tv, to, tl), b, what);
         float *got = hd_test_read(to), *got_lse = hd_test_read(tl);
         expect_attention_close(what, got, out, t * qd, 2e-5 * (1.0 + c->range));
@@ -689,31 +693,40 @@ static void test_attention_matches_reference(void **state)
     static const size_t unequal[] = {1, 7, 40, 13};
     static const size_t ones[] = {1, 1, 1};
     const attention_case cases[] = {
-        {1, 1, 1, 8, NULL, 0, true, 1},
-        {3, 1, 1, 8, ones, 3, true, 1},
-        {61, 4, 1, 64, unequal, 4, true, 1},
-        {61, 4, 2, 72, unequal, 4, false, 1},
-        {37, 2, 2, 16, NULL, 0, false, 2},
-        {70, 8, 2, 32, NULL, 0, true, 2},
-        {29, 2, 1, 256, NULL, 0, true, 1},
-        {45, 4, 4, 8, NULL, 0, true, 30}, /* scores of hundreds: the softmax rescales often */
+        {1, 1, 1, 8, NULL, 0, true, 1, 0},
+        {3, 1, 1, 8, ones, 3, true, 1, 0},
+        {61, 4, 1, 64, unequal, 4, true, 1, 0},
+        {61, 4, 2, 72, unequal, 4, false, 1, 0},
+        {37, 2, 2, 16, NULL, 0, false, 2, 0},
+        {70, 8, 2, 32, NULL, 0, true, 2, 0},
+        {29, 2, 1, 256, NULL, 0, true, 1, 0},
+        {45, 4, 4, 8, NULL, 0, true, 30, 0}, /* scores of hundreds: the softmax rescales often */
+        /* sliding windows: shorter than some sequences and longer than others, of one key
+         * (each row itself alone), and across tiles of keys */
+        {61, 4, 1, 64, unequal, 4, true, 1, 5},
+        {70, 8, 2, 32, NULL, 0, true, 2, 1},
+        {97, 4, 2, 128, NULL, 0, true, 1, 33},
+        {45, 4, 4, 8, NULL, 0, true, 30, 16},
+        {29, 2, 1, 256, NULL, 0, true, 1, 29},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_attention(&cases[i], &rng);
     (void)state;
 }
 
-/* Calls of the same tokens whose sequences differ, one after another and back: the fused
- * backend keeps each call's range tables on the device for the next one (a step's layers), and
- * must copy them again when the sequences change. */
+/* Calls of the same tokens whose sequences or windows differ, one after another and back: the
+ * fused backend keeps each call's range tables on the device for the next one (a step's
+ * layers), and must copy them again when they change. */
 static void test_attention_follows_changing_sequences(void **state)
 {
     hd_rng rng = hd_test_rng(44);
     static const size_t split[] = {10, 14}, other[] = {14, 10};
     const attention_case cases[] = {
-        {24, 2, 1, 8, NULL, 0, true, 1},  {24, 2, 1, 8, split, 2, true, 1},
-        {24, 2, 1, 8, other, 2, true, 1}, {24, 2, 1, 8, other, 2, false, 1},
-        {24, 2, 1, 8, NULL, 0, true, 1},
+        {24, 2, 1, 8, NULL, 0, true, 1, 0},  {24, 2, 1, 8, split, 2, true, 1, 0},
+        {24, 2, 1, 8, other, 2, true, 1, 0}, {24, 2, 1, 8, other, 2, false, 1, 0},
+        {24, 2, 1, 8, NULL, 0, true, 1, 0},  {24, 2, 1, 8, NULL, 0, true, 1, 6},
+        {24, 2, 1, 8, NULL, 0, true, 1, 7},  {24, 2, 1, 8, split, 2, true, 1, 7},
+        {24, 2, 1, 8, NULL, 0, true, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_attention(&cases[i], &rng);
@@ -732,7 +745,7 @@ static void test_attention_variants_match_reference(void **state)
     float *q = hd_test_random(&rng, t * h * d, -1, 1), *k = hd_test_random(&rng, t * hk * d, -1, 1);
     float *v = hd_test_random(&rng, t * hk * d, -1, 1);
     int lens[1] = {(int)t};
-    hd_ref_attention_shape rs = {t, h, hk, d, lens, 1, true, 1.0 / sqrt((double)d)};
+    hd_ref_attention_shape rs = {t, h, hk, d, lens, 1, true, 1.0 / sqrt((double)d), 0};
     double *out = hd_test_doubles(t * h * d);
     hd__ref_attention(&rs, q, k, v, out, NULL);
     hd_tensor *tq = hd_test_tensor(ctx, t, h * d, q), *tk = hd_test_tensor(ctx, t, hk * d, k);
@@ -787,6 +800,9 @@ static void test_attention_refuses_bad_arguments(void **state)
     assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
     opt = (hd_attention_options){.heads = 2, .kv_heads = 1, .scale = -1.0f};
     assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
+    opt = (hd_attention_options){.heads = 2, .kv_heads = 1, .window = 3}; /* not causal */
+    assert_int_equal(hd_attention(ctx, &opt, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(ctx), "goes with a causal mask"));
     assert_int_equal(hd_attention(ctx, NULL, q, k, v, out, NULL), HD_ERR_INVALID_ARGUMENT);
     opt = (hd_attention_options){.heads = 2, .kv_heads = 1};
     assert_int_equal(hd_attention(ctx, &opt, q, k, v, q, NULL), HD_ERR_ALIASING);

@@ -115,7 +115,8 @@ static hd_status attention_tables(hd_context *ctx, const hd_step_args *a, int32_
         free(*q);
         return hd__error(ctx, HD_ERR_OUT_OF_MEMORY, "attention: range tables of %zu rows", a->rows);
     }
-    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, *kv, *q);
+    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, a->window, *kv,
+                                  *q);
     return HD_OK;
 }
 

@@ -293,13 +293,15 @@ static hd_status kernels(hd_fused *f, hd_context *ctx, const hd_step_args *a, co
 static void make_kv_ranges(const void *arg, void *table)
 {
     const hd_step_args *a = arg;
-    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, table, NULL);
+    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, a->window,
+                                  table, NULL);
 }
 
 static void make_q_ranges(const void *arg, void *table)
 {
     const hd_step_args *a = arg;
-    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, NULL, table);
+    hd__sequence_attention_ranges(a->seq_lengths, a->seq_count, a->rows, a->causal, a->window, NULL,
+                                  table);
 }
 
 /* The range tables of the call's sequences on the device (hd__fused_table: a step's layers
@@ -308,7 +310,7 @@ static hd_status upload_ranges(hd_fused *f, hd_context *ctx, const hd_step_args 
                                const struct hd_device_buffer **kv_range,
                                const struct hd_device_buffer **q_range)
 {
-    const size_t key[3] = {a->rows, a->causal ? 1 : 0, a->seq_count};
+    const size_t key[4] = {a->rows, a->causal ? 1 : 0, a->window, a->seq_count};
     hd_fused_recipe r = {
         .key = {key, a->seq_lengths},
         .key_bytes = {sizeof key, a->seq_count * sizeof *a->seq_lengths},

@@ -51,10 +51,10 @@ CONFIGS = {
                          vocab=4096, tokens=256, theta=500000.0, eps=1e-5, rank=8, alpha=16.0,
                          rope_llama3=(32.0, 1.0, 4.0, 256)),
     # the small model as transformers' Mistral (Mistral 7B v0.2's RoPE base), its sliding
-    # window as long as the step's sequence: the trainer reads its config.json
+    # window of 100 tokens shorter than the step's sequence: the trainer reads its config.json
     "small-mistral": dict(layers=2, hidden=256, heads=8, kv_heads=2, mlp=688, vocab=4096,
                           tokens=256, theta=1000000.0, eps=1e-5, rank=8, alpha=16.0,
-                          mistral_window=256),
+                          mistral_window=100),
 }
 PROJECTIONS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]

@@ -91,16 +91,6 @@ void llama_config_defaults(llama_config *c)
                         .adam_eps = 1e-8f};
 }
 
-size_t llama_longest_sequence(const llama_config *c, const hd_sequences *q)
-{
-    if (q == NULL || q->count == 0)
-        return c->tokens;
-    size_t longest = 0;
-    for (size_t i = 0; i < q->count; i++)
-        longest = q->lengths[i] > longest ? q->lengths[i] : longest;
-    return longest;
-}
-
 size_t llama_head_dim(const llama_config *c)
 {
     return c->head_dim != 0 ? c->head_dim : c->hidden / c->heads;
@@ -576,7 +566,8 @@ static hd_attention_options attention_options(const llama_model *m, const hd_seq
     return (hd_attention_options){.heads = m->c.heads,
                                   .kv_heads = m->c.kv_heads,
                                   .causal = true,
-                                  .sequences = q != NULL ? *q : (hd_sequences){NULL, 0}};
+                                  .sequences = q != NULL ? *q : (hd_sequences){NULL, 0},
+                                  .window = m->c.sliding_window};
 }
 
 static hd_rope_options rope_options(const llama_model *m, const hd_sequences *q, bool inverse)
@@ -724,21 +715,18 @@ static hd_status backward(llama_model *m, const hd_sequences *q)
     return s;
 }
 
-/* A step's inputs: every id in the vocabulary, no sequence past the sliding window. */
-static hd_status check_inputs(const llama_model *m, const int32_t *tokens, const hd_sequences *q)
+static hd_status check_tokens(const llama_model *m, const int32_t *tokens)
 {
     for (size_t i = 0; i < m->c.tokens; i++)
         if (tokens[i] < 0 || (size_t)tokens[i] >= m->c.vocab)
             return HD_ERR_INVALID_ARGUMENT;
-    if (m->c.sliding_window > 0 && llama_longest_sequence(&m->c, q) > m->c.sliding_window)
-        return HD_ERR_UNSUPPORTED;
     return HD_OK;
 }
 
 hd_status llama_gradients(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
                           float *loss)
 {
-    hd_status s = check_inputs(m, tokens, sequences);
+    hd_status s = check_tokens(m, tokens);
     if (s == HD_OK)
         s = forward(m, tokens, sequences, m->d_normed);
     if (s == HD_OK)
@@ -755,7 +743,7 @@ hd_status llama_train_step_batches(llama_model *m, const int32_t *const tokens[]
         return HD_ERR_INVALID_ARGUMENT;
     hd_status s = HD_OK;
     for (size_t i = 0; i < batches && s == HD_OK; i++)
-        s = check_inputs(m, tokens[i], sequences);
+        s = check_tokens(m, tokens[i]);
     const float zero = 0.0f;
     if (s == HD_OK && batches > 1)
         s = make_batch_grads(m);
@@ -802,7 +790,7 @@ hd_status llama_train_step(llama_model *m, const int32_t *tokens, const hd_seque
 hd_status llama_eval(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
                      float *loss)
 {
-    hd_status s = check_inputs(m, tokens, sequences);
+    hd_status s = check_tokens(m, tokens);
     if (s == HD_OK)
         s = forward(m, tokens, sequences, NULL);
     if (s == HD_OK)

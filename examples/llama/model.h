@@ -45,10 +45,8 @@ typedef struct llama_config {
     llama_rope_scaling rope_scaling;
     float norm_eps;       /* rms_norm_eps */
     bool tied_embeddings; /* the LM head is the embedding (no "lm_head.weight") */
-    size_t sliding_window; /* Mistral's sliding_window: keys a query attends to at most; 0:
-                              none. Attention here is causal over the whole sequence, which
-                              is the same wherever no sequence is longer than the window:
-                              longer ones are refused (llama_longest_sequence) */
+    size_t sliding_window; /* Mistral's sliding_window: keys a token attends to at most,
+                              itself included (hd_attention_options.window); 0: none */
     size_t rank;          /* LoRA r */
     float lora_alpha;     /* scale = alpha / r */
     float lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm; /* AdamW (0: no clipping) */
@@ -73,10 +71,6 @@ bool llama_config_check(const llama_config *c, char *why, size_t size);
  * (total - warmup) (linear) or (1 + cos(pi (t - warmup) / (total - warmup))) / 2 (cosine), none
  * below 0, times c->lr. */
 float llama_learning_rate(const llama_config *c, long step);
-
-/* The longest of a step's sequences: of the lengths q gives, or all c->tokens where q is NULL
- * or gives none. */
-size_t llama_longest_sequence(const llama_config *c, const hd_sequences *q);
 
 /* The head dimension of a config: head_dim, or hidden / heads where it is 0. */
 size_t llama_head_dim(const llama_config *c);
@@ -125,10 +119,7 @@ hd_status llama_seeded_source(void *user, const char *name, size_t rows, size_t 
 
 /* One training step on tokens (config.tokens ids, each < vocab) packed as the sequences of
  * lengths (count 0: one sequence): forward, backward, AdamW step number `step` (1 for the
- * first). *loss: the step's loss, read after the step (the one value that comes back).
- * HD_ERR_INVALID_ARGUMENT for an id out of range, HD_ERR_UNSUPPORTED for a sequence longer
- * than the config's sliding window, nothing run; the library's errors otherwise. The same for
- * the functions below. */
+ * first). *loss: the step's loss, read after the step (the one value that comes back). */
 hd_status llama_train_step(llama_model *m, const int32_t *tokens, const hd_sequences *sequences,
                            long step, float *loss);
 /* One step over `batches` batches of config.tokens ids (tokens[i], each packed as sequences

@@ -622,7 +622,8 @@ HD_API hd_status hd_rope(hd_context *ctx, const hd_rope_options *opt, const hd_t
  * softmax: no T x T matrix is ever stored). q is T x (heads * head_dim), k and v T x (kv_heads
  * * head_dim); kv_heads divides heads, and query head h reads key/value head h / (heads /
  * kv_heads) (grouped-query attention, as transformers' repeat_kv groups them). head_dim is a
- * multiple of 8 up to 256. Row i attends to the rows j of its own sequence, j <= i when causal.
+ * multiple of 8 up to 256. Row i attends to the rows j of its own sequence, j <= i when causal,
+ * and i - window < j as well with a sliding window (transformers' sliding_window, Mistral's).
  * out is T x (heads * head_dim); lse (may be NULL; the backward needs it) is T x heads, the
  * natural log of each row's and head's sum of exp(scale * q.k). The products, forward and
  * backward, follow the context's GEMM precision: fp32 FMAs, or fp32x3 and tf32 on tensor cores
@@ -634,6 +635,8 @@ typedef struct hd_attention_options {
     bool causal;
     float scale;            /* 0: 1/sqrt(head_dim); else finite and > 0 */
     hd_sequences sequences; /* packed sequences; zeros: one */
+    size_t window;          /* causal only: the keys a row attends to at most, itself included
+                               (rows i - window + 1 .. i); 0: every earlier row */
 } hd_attention_options;
 
 HD_API hd_status hd_attention(hd_context *ctx, const hd_attention_options *opt,

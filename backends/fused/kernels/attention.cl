@@ -16,10 +16,11 @@
  *   dk_part, dv_part   float  splits x tokens x (kv_heads * HEAD_DIM): the partial dk, dv of
  *                             each slice of a kv head's query heads (dkdv with splits > 1)
  * The host builds the range tables from the sequence lengths (row i of a sequence of rows
- * [b, b + n): keys [b, i + 1) when causal, else [b, b + n); q_range the inverse); every range
- * is non-empty and both its ends are non-decreasing in the row, so that a tile's span is
- * [begin of its first row, end of its last). Tiles of keys outside a query tile's span (above
- * the causal diagonal, in other sequences) are never visited; inside a visited tile a masked
+ * [b, b + n): keys [b, i + 1) when causal, [max(b, i + 1 - window), i + 1) with a sliding
+ * window, else [b, b + n); q_range the inverse); every range is non-empty and both its ends
+ * are non-decreasing in the row, so that a tile's span is [begin of its first row, end of its
+ * last). Tiles of keys outside a query tile's span (above the causal diagonal, before the
+ * window, in other sequences) are never visited; inside a visited tile a masked
  * pair gets the weight 0, which multiplies the other row's v (k in dq, q and dout in dk, dv):
  * an inf or NaN there reaches the rows of the tile that do not attend to it (0 * NaN, as in a
  * masked softmax followed by a product).
