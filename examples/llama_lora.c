@@ -60,6 +60,8 @@ static void usage(FILE *out)
             "            --head-dim N (hidden / heads) --theta X (RoPE base, 10000)\n"
             "            --rope-llama3 FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's RoPE scaling)\n"
             "            --eps X (RMS norm, 1e-5) --tied\n"
+            "            --window N (Mistral's sliding window: the tokens each attends to at\n"
+            "            most, itself included; 0: none)\n"
             "  data:     --tokens N (a batch) --data FILE (int32 ids, the next --tokens of\n"
             "            them each batch) --sequences a,b,... (each batch's packing)\n"
             "            --accumulate K (batches a step, their gradients added: 1)\n"
@@ -158,6 +160,7 @@ static bool parse_option(options *o, const char *name, const char *value)
                  {"--tokens", &o->c.tokens},
                  {"--rank", &o->c.rank},
                  {"--head-dim", &o->c.head_dim},
+                 {"--window", &o->c.sliding_window},
                  {"--accumulate", &o->accumulate},
                  {"--eval-every", &o->eval_every}};
     struct {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "autotune/reference_step.h"
+#include "core/sequence.h"
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
 
@@ -714,6 +715,57 @@ static void test_attention_matches_reference(void **state)
     (void)state;
 }
 
+/* The range tables the backends read, as the header defines them: a row's keys are those of
+ * its sequence, up to itself when causal, the last `window` of them with a window; a key's
+ * rows are exactly the rows whose range holds it; no range is empty and both ends never
+ * decrease. Worked out by hand for sequences of 5 and 3 with a window of 2, then checked
+ * against the definition for random packings and windows. */
+static void test_attention_ranges_follow_sequences_and_windows(void **state)
+{
+    const size_t two[] = {5, 3};
+    int32_t kv[16], q[16];
+    hd__sequence_attention_ranges(two, 2, 8, true, 2, kv, q);
+    const int32_t kv_want[16] = {0, 1, 0, 2, 1, 3, 2, 4, 3, 5, 5, 6, 5, 7, 6, 8};
+    const int32_t q_want[16] = {0, 2, 1, 3, 2, 4, 3, 5, 4, 5, 5, 7, 6, 8, 7, 8};
+    assert_memory_equal(kv, kv_want, sizeof kv);
+    assert_memory_equal(q, q_want, sizeof q);
+    hd_rng rng = hd_test_rng(46);
+    for (int trial = 0; trial < 200; trial++) {
+        size_t lengths[6], count = (size_t)hd_test_uniform(&rng, 0, 5.99f), rows = 0;
+        for (size_t s = 0; s < count; s++)
+            rows += lengths[s] = 1 + (size_t)hd_test_uniform(&rng, 0, 12.99f);
+        if (count == 0)
+            rows = 1 + (size_t)hd_test_uniform(&rng, 0, 29.99f);
+        bool causal = trial % 3 != 0;
+        size_t window = causal ? (size_t)hd_test_uniform(&rng, 0, 8.99f) : 0;
+        int32_t kvr[2 * 80], qr[2 * 80]; /* at most 5 sequences of 13 */
+        hd__sequence_attention_ranges(lengths, count, rows, causal, window, kvr, qr);
+        size_t begin = 0, s = 0;
+        for (size_t i = 0; i < rows; i++) {
+            size_t end = count == 0 ? rows : begin + lengths[s];
+            for (size_t j = 0; j < rows; j++) {
+                bool attends = j >= begin && j < end && (!causal || j <= i) &&
+                               (window == 0 || i - j < window || j > i);
+                bool in_kv = (int32_t)j >= kvr[2 * i] && (int32_t)j < kvr[2 * i + 1];
+                bool in_q = (int32_t)i >= qr[2 * j] && (int32_t)i < qr[2 * j + 1];
+                if (attends != in_kv || attends != in_q)
+                    fail_msg("%zu sequences, causal %d, window %zu: row %zu, key %zu: attends %d, "
+                             "kv range %d, q range %d",
+                             count, causal, window, i, j, attends, in_kv, in_q);
+            }
+            assert_true(kvr[2 * i] < kvr[2 * i + 1] && qr[2 * i] < qr[2 * i + 1]);
+            if (i > 0)
+                assert_true(kvr[2 * i] >= kvr[2 * i - 2] && kvr[2 * i + 1] >= kvr[2 * i - 1] &&
+                            qr[2 * i] >= qr[2 * i - 2] && qr[2 * i + 1] >= qr[2 * i - 1]);
+            if (count > 0 && i + 1 == end) {
+                begin = end;
+                s++;
+            }
+        }
+    }
+    (void)state;
+}
+
 /* Calls of the same tokens whose sequences or windows differ, one after another and back: the
  * fused backend keeps each call's range tables on the device for the next one (a step's
  * layers), and must copy them again when they change. */
@@ -939,6 +991,7 @@ int main(void)
         cmocka_unit_test(test_attention_matches_reference),
         cmocka_unit_test(test_attention_variants_match_reference),
         cmocka_unit_test(test_attention_follows_changing_sequences),
+        cmocka_unit_test(test_attention_ranges_follow_sequences_and_windows),
         cmocka_unit_test(test_attention_refuses_bad_arguments),
         cmocka_unit_test(test_step_ops_refuse_bad_arguments),
         cmocka_unit_test(test_step_ops_on_empty_tensors_do_nothing),
