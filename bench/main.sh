@@ -18,8 +18,8 @@
 # tune, default the one programs read: $XDG_CACHE_HOME/hd-dispatch/tune.txt, else
 # ~/.cache/hd-dispatch/tune.txt), SKIP_APT=1, SKIP_BUILD=1 (use BUILD as it is, e.g. one built
 # on another machine of the same architecture), LLAMA=0 (skip the Llama trainer's step against
-# PEFT), LLAMA_CONFIG (its model: 8b2, the default, small, small-llama3 or
-# small-mistral; bench/peers/torch_llama.py), STAGES (the stages to run,
+# PEFT), LLAMA_CONFIG (its model: 8b2, the default, small, small-llama3,
+# small-mistral or small-qwen2; bench/peers/torch_llama.py), STAGES (the stages to run,
 # default "tune bench peers llama": a machine that limits a command's time runs them in two
 # commands into one RESULTS_DIR, the tuning cache kept between them), SHAPES (a shapes file, as
 # dispatch-autotune --shapes reads it: its cases are tuned too, within SHAPES_TUNE_TIME

@@ -1,6 +1,6 @@
 /*
  * llama_lora: LoRA fine-tuning of a Llama-style decoder on the library (examples/llama/model.h):
- * transformers' Llama and Mistral (its sliding window too).
+ * transformers' Llama, Mistral (its sliding window too) and Qwen2 (its q, k and v biases).
  *
  *   llama_lora [options]
  *
@@ -59,7 +59,7 @@ static void usage(FILE *out)
             "            --layers N --hidden N --heads N --kv-heads N --mlp N --vocab N\n"
             "            --head-dim N (hidden / heads) --theta X (RoPE base, 10000)\n"
             "            --rope-llama3 FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's RoPE scaling)\n"
-            "            --eps X (RMS norm, 1e-5) --tied\n"
+            "            --eps X (RMS norm, 1e-5) --tied --qkv-bias (Qwen2's biases)\n"
             "            --window N (Mistral's sliding window: the tokens each attends to at\n"
             "            most, itself included; 0: none)\n"
             "  data:     --tokens N (a batch) --data FILE (int32 ids, the next --tokens of\n"
@@ -248,6 +248,8 @@ static bool parse_args(int argc, char **argv, options *o)
             i++;
         } else if (strcmp(argv[i], "--tied") == 0) {
             o->c.tied_embeddings = true;
+        } else if (strcmp(argv[i], "--qkv-bias") == 0) {
+            o->c.qkv_bias = true;
         } else if (strcmp(argv[i], "--expect-fall") == 0) {
             o->expect_fall = true;
         } else if (strcmp(argv[i], "--deterministic") == 0) {

@@ -170,8 +170,8 @@ static void test_gradients_match_finite_differences(void **state)
 }
 
 /* Every op of the step forced onto the device's fused kernels (where there is a device), also
- * with a head dimension of its own and Llama 3.1's RoPE scaling, and with a sliding window
- * shorter than the sequences. */
+ * with a head dimension of its own and Llama 3.1's RoPE scaling, with a sliding window
+ * shorter than the sequences, and with Qwen2's biases. */
 static void test_gradients_on_the_fused_backend_match_finite_differences(void **state)
 {
     hd_context_options opt;
@@ -188,8 +188,9 @@ static void test_gradients_on_the_fused_backend_match_finite_differences(void **
     }
     size_t lengths[] = {9, 7};
     hd_sequences q = {lengths, 2};
-    llama_config configs[] = {tiny(16), tiny_llama3(16), tiny(16)};
+    llama_config configs[] = {tiny(16), tiny_llama3(16), tiny(16), tiny(16)};
     configs[2].sliding_window = 4;
+    configs[3].qkv_bias = true;
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
         check_gradients(ctx, &configs[i], &q);
         assert_int_equal(hd_context_last_backend(ctx), HD_BACKEND_FUSED);
@@ -290,6 +291,52 @@ static void test_sliding_window_masks_earlier_keys(void **state)
     hd_sequences q = {three, 3};
     check_gradients(ctx, &one, NULL);
     check_gradients(ctx, &packed, &q);
+    hd_context_destroy(ctx);
+    (void)state;
+}
+
+/* The seeded weights with every bias 0. */
+static hd_status zero_bias_source(void *user, const char *name, size_t rows, size_t cols,
+                                  float *dst, char *why, size_t size)
+{
+    hd_status s = llama_seeded_source(user, name, rows, cols, dst, why, size);
+    size_t n = strlen(name);
+    if (s == HD_OK && n > 5 && strcmp(name + n - 5, ".bias") == 0)
+        memset(dst, 0, rows * cols * sizeof *dst);
+    return s;
+}
+
+/* Qwen2's biases on q, k and v: zero biases leave the loss and the step the bias-less model's,
+ * bit for bit; the seeded ones change the loss, and the gradients match finite differences,
+ * on one sequence and packed (on the fused kernels: the test above). */
+static void test_qkv_biases_add_to_every_row(void **state)
+{
+    hd_context *ctx = hd_test_context(false);
+    hd_rng rng = hd_test_rng(6);
+    int32_t tokens[16];
+    llama_config plain = tiny(16), biased = plain;
+    biased.qkv_bias = true;
+    random_tokens(&rng, tokens, 16, plain.vocab);
+    llama_model *a = make_model(ctx, &plain, true), *b = make_model(ctx, &biased, true);
+    float la, lb;
+    assert_int_equal(llama_eval(a, tokens, NULL, &la), HD_OK);
+    assert_int_equal(llama_eval(b, tokens, NULL, &lb), HD_OK);
+    if (!(fabsf(la - lb) > 1e-6f * fabsf(la)))
+        fail_msg("biases of std 0.02 left the loss at %.7g", (double)la);
+    uint64_t seed = hd_test_seed();
+    char why[256] = "";
+    if (llama_load_weights(b, zero_bias_source, &seed, why, sizeof why) != HD_OK)
+        fail_msg("weights: %s", why);
+    assert_int_equal(llama_train_step(a, tokens, NULL, 1, &la), HD_OK);
+    assert_int_equal(llama_train_step(b, tokens, NULL, 1, &lb), HD_OK);
+    assert_true(memcmp(&la, &lb, sizeof la) == 0);
+    expect_same_lora(a, b, "a step with zero biases");
+    llama_destroy(a);
+    llama_destroy(b);
+    size_t lengths[] = {9, 7};
+    hd_sequences q = {lengths, 2};
+    check_gradients(ctx, &biased, NULL);
+    check_gradients(ctx, &biased, &q);
     hd_context_destroy(ctx);
     (void)state;
 }
@@ -642,7 +689,8 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
     static const struct {
         const char *json, *key;
     } bad[] = {
-        {"{\"model_type\": \"qwen2\", \"hidden_size\": 32}", "model_type"},
+        {"{\"model_type\": \"gemma\", \"hidden_size\": 32}", "model_type"},
+        {"{\"model_type\": \"qwen2\", \"use_sliding_window\": true}", "use_sliding_window"},
         {"{\"model_type\": 7, \"hidden_size\": 32}", "model_type"},
         {"{\"hidden_act\": \"gelu\"}", "hidden_act"},
         {"{\"attention_bias\": true}", "attention_bias"},
@@ -705,7 +753,15 @@ static void test_config_json_that_cannot_run_is_refused(void **state)
     assert_true(c.sliding_window == 4096);
     write_text(path, "{" SIZES "\"model_type\": \"mistral\", \"sliding_window\": null}");
     assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
-    assert_true(c.sliding_window == 0);
+    assert_true(c.sliding_window == 0 && !c.qkv_bias);
+    /* Qwen2's: biases on q, k and v; its sliding_window unused without use_sliding_window */
+    write_text(path, "{" SIZES "\"model_type\": \"qwen2\", \"sliding_window\": 4, "
+                     "\"use_sliding_window\": false}");
+    assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
+    assert_true(c.qkv_bias && c.sliding_window == 0);
+    write_text(path, "{" SIZES "\"model_type\": \"llama\"}");
+    assert_int_equal(llama_config_read(path, &c, why, sizeof why), HD_OK);
+    assert_true(!c.qkv_bias);
     write_text(path, "{" SIZES "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": "
                      "500000.0, \"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": "
                      "4.0, \"original_max_position_embeddings\": 8192}, \"tie_word_embeddings\": "
@@ -940,6 +996,7 @@ int main(void)
         cmocka_unit_test(test_gradients_on_the_fused_backend_match_finite_differences),
         cmocka_unit_test(test_packed_loss_is_that_of_the_sequences_alone),
         cmocka_unit_test(test_sliding_window_masks_earlier_keys),
+        cmocka_unit_test(test_qkv_biases_add_to_every_row),
         cmocka_unit_test(test_weights_file_that_disagrees_is_refused),
         cmocka_unit_test(test_lora_saved_as_files_and_peft_adapters_loads_back),
         cmocka_unit_test(test_checkpoint_directory_of_shards_loads),

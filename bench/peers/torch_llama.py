@@ -21,7 +21,8 @@ LoRA factors and tokens, timed per step and compared with the library's trainer
 The model is LlamaForCausalLM(LlamaConfig(...)) with attention_bias False, tie_word_embeddings
 False, and the config's head_dim and "llama3" rope_scaling where it names them (else
 transformers' hidden / heads and none), or for small-mistral MistralForCausalLM(MistralConfig(...))
-with its sliding_window, whose config.json (make writes it) the trainer then reads; LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
+with its sliding_window, for small-qwen2 Qwen2ForCausalLM(Qwen2Config(...)) with biases on q, k
+and v that make draws, whose config.json (make writes it) the trainer then reads; LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
 projections, lora_dropout 0, bias "none"); the optimizer torch.optim.AdamW(foreach=True) over
 the LoRA factors. The loss is transformers' causal-LM loss with labels = input_ids. A step is
 forward, backward, optimizer.step() and zero_grad(set_to_none=True), timed on the host around
@@ -55,6 +56,10 @@ CONFIGS = {
     "small-mistral": dict(layers=2, hidden=256, heads=8, kv_heads=2, mlp=688, vocab=4096,
                           tokens=256, theta=1000000.0, eps=1e-5, rank=8, alpha=16.0,
                           mistral_window=100),
+    # the small model as transformers' Qwen2: biases on q, k and v (drawn by make, as
+    # transformers initialises them to 0), no sliding window; the trainer reads its config.json
+    "small-qwen2": dict(layers=2, hidden=256, heads=8, kv_heads=2, mlp=688, vocab=4096,
+                        tokens=256, theta=1000000.0, eps=1e-6, rank=8, alpha=16.0, qwen2=True),
 }
 PROJECTIONS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
@@ -63,7 +68,8 @@ LR, STEPS = 1e-4, 10
 
 def trainer_args(c, d):
     """The llama_lora options of config c on the inputs in directory d."""
-    return (["--config", os.path.join(d, "config.json")] if "mistral_window" in c else []) + [
+    own_config = "mistral_window" in c or "qwen2" in c
+    return (["--config", os.path.join(d, "config.json")] if own_config else []) + [
             "--layers", c["layers"], "--hidden", c["hidden"], "--heads", c["heads"],
             "--kv-heads", c["kv_heads"], "--mlp", c["mlp"], "--vocab", c["vocab"],
             "--tokens", c["tokens"], "--theta", c["theta"], "--eps", c["eps"],
@@ -94,6 +100,9 @@ def build(c, torch, dtype):
     if "mistral_window" in c:
         cfg = transformers.MistralConfig(sliding_window=c["mistral_window"], **shape, **named)
         kind = transformers.MistralForCausalLM
+    elif "qwen2" in c:
+        cfg = transformers.Qwen2Config(use_sliding_window=False, **shape, **named)
+        kind = transformers.Qwen2ForCausalLM
     else:
         cfg = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **shape, **named)
         kind = transformers.LlamaForCausalLM
@@ -109,6 +118,10 @@ def make(args, c, torch):
     from safetensors.torch import save_file
     torch.manual_seed(args.seed)
     model = build(c, torch, torch.float32)
+    with torch.no_grad():  # biases of their own, where the model has them (Qwen2's q, k, v)
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.02)
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
                if "rotary" not in k}
     save_file(weights, os.path.join(args.dir, "weights.safetensors"))

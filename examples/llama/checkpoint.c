@@ -193,11 +193,16 @@ hd_status llama_config_parse(const char *text, size_t length, const char *label,
         return HD_ERR_INVALID_ARGUMENT;
     reader r = {label, why, size, false};
     llama_config out = *c;
+    /* Mistral's layers are Llama's with a sliding window; Qwen2's have biases on q, k and v */
     const json_t *type = json_object_get(root, "model_type");
-    if (type != NULL && !json_is_null(type) &&
-        (!json_is_string(type) || (strcmp(json_string_value(type), "llama") != 0 &&
-                                   strcmp(json_string_value(type), "mistral") != 0)))
-        refuse(&r, "model_type", "is not \"llama\" or \"mistral\"");
+    const char *model = json_is_string(type) ? json_string_value(type) : "llama";
+    bool qwen2 = strcmp(model, "qwen2") == 0;
+    if ((type != NULL && !json_is_null(type) && !json_is_string(type)) ||
+        (strcmp(model, "llama") != 0 && strcmp(model, "mistral") != 0 && !qwen2))
+        refuse(&r, "model_type", "is not \"llama\", \"mistral\" or \"qwen2\"");
+    if (qwen2 && read_bool(&r, root, "use_sliding_window", false))
+        refuse(&r, "use_sliding_window",
+               "is true: Qwen2's windows of some layers only are not run here");
     expect_string(&r, root, "hidden_act", "silu", "is not \"silu\" (SwiGLU)");
     if (read_bool(&r, root, "attention_bias", false))
         refuse(&r, "attention_bias", "is true: the projections take no bias here");
@@ -221,9 +226,12 @@ hd_status llama_config_parse(const char *text, size_t length, const char *label,
     read_rope(&r, root, "rope_scaling", &out);
     read_rope(&r, root, "rope_parameters", &out);
     out.tied_embeddings = read_bool(&r, root, "tie_word_embeddings", false);
-    read_size(&r, root, "sliding_window", SIZE_MAX, SIZE_MAX - 1, &out.sliding_window);
+    out.sliding_window = SIZE_MAX;
+    if (!qwen2) /* Qwen2's applies only under use_sliding_window, refused above */
+        read_size(&r, root, "sliding_window", SIZE_MAX, SIZE_MAX - 1, &out.sliding_window);
     if (out.sliding_window == SIZE_MAX)
         out.sliding_window = 0; /* absent or null: none */
+    out.qkv_bias = qwen2;
     json_decref(root);
     if (r.failed)
         return HD_ERR_INVALID_ARGUMENT;

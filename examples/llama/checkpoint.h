@@ -17,8 +17,9 @@
  * heads), rms_norm_eps (default 1e-6), rope_theta (default 10000), tie_word_embeddings
  * (default false), rope_scaling null or of rope_type "llama3" (transformers 5's
  * rope_parameters holds rope_theta and the scaling alike), sliding_window (Mistral's; null or
- * absent: none). A config this model does not run is refused with the key in why: a
- * model_type other than "llama" and "mistral" (the same layers), a hidden_act other than
+ * absent: none). model_type "qwen2" gives q, k and v biases and no window (its use_sliding_window
+ * true is refused). A config this model does not run is refused with the key in why: a
+ * model_type other than "llama", "mistral" and "qwen2", a hidden_act other than
  * "silu", attention_bias or mlp_bias true, another rope_type, a missing or out-of-range size, a
  * number beyond float's range.
  * HD_OK, HD_ERR_INVALID_ARGUMENT (the file, its JSON or a value), HD_ERR_OUT_OF_MEMORY. */

@@ -32,11 +32,11 @@ static const char *const projection_names[PROJECTIONS] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
-/* A projection: W (out x in), its LoRA factors A (r x in) and B (out x r), their gradients and
- * AdamW's moments. */
+/* A projection: W (out x in), its frozen bias (1 x out, Qwen2's q, k and v; else NULL), its
+ * LoRA factors A (r x in) and B (out x r), their gradients and AdamW's moments. */
 typedef struct projection {
     size_t in, out;
-    hd_tensor *w, *a, *b, *da, *db, *ma, *va, *mb, *vb;
+    hd_tensor *w, *bias, *a, *b, *da, *db, *ma, *va, *mb, *vb;
     hd_tensor *batch_da, *batch_db; /* a step's later batches' gradients, added to da and db;
                                        made at the first step of several batches */
 } projection;
@@ -61,6 +61,7 @@ struct llama_model {
     float scale; /* LoRA's alpha / r */
     hd_tensor *embed, *final_norm, *lm_head;
     hd_tensor *rope_freq; /* RoPE's scaled frequencies (1 x head_dim / 2); NULL: theta's */
+    hd_tensor *ones;      /* tokens x 1 ones: a bias added to every row is ones * bias */
     layer *layers;
     hd_tensor *resid_out, *normed; /* the last residual and its norm */
     hd_tensor *proj_out;           /* o's and down's outputs, in turn */
@@ -202,6 +203,8 @@ static hd_status create_layer(llama_model *m, layer *l)
         s = tensor(m, 1, d, &l->post_norm);
     for (int i = 0; i < PROJECTIONS && s == HD_OK; i++)
         s = create_projection(m, &l->p[i], in[i], out[i]);
+    for (int i = Q; i <= V && c->qkv_bias && s == HD_OK; i++)
+        s = tensor(m, 1, out[i], &l->p[i].bias);
     struct {
         hd_tensor **t;
         size_t cols;
@@ -210,6 +213,21 @@ static hd_status create_layer(llama_model *m, layer *l)
                 {&l->mlp_in, d},   {&l->gate, c->mlp}, {&l->up, c->mlp},    {&l->act, c->mlp}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && s == HD_OK; i++)
         s = tensor(m, t, acts[i].cols, acts[i].t);
+    return s;
+}
+
+/* The tokens x 1 ones that broadcast a bias over the rows. */
+static hd_status ones(llama_model *m)
+{
+    float *v = malloc(m->c.tokens * sizeof *v);
+    if (v == NULL)
+        return HD_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < m->c.tokens; i++)
+        v[i] = 1.0f;
+    hd_status s = tensor(m, m->c.tokens, 1, &m->ones);
+    if (s == HD_OK)
+        s = hd_tensor_write(m->ones, v);
+    free(v);
     return s;
 }
 
@@ -235,6 +253,8 @@ static hd_status create_tensors(llama_model *m)
     hd_status s = tensor(m, c->vocab, d, &m->embed);
     if (s == HD_OK)
         s = tensor(m, 1, d, &m->final_norm);
+    if (s == HD_OK && c->qkv_bias)
+        s = ones(m);
     if (s == HD_OK && c->rope_scaling.factor != 0.0f)
         s = rope_frequencies(m);
     for (size_t i = 0; i < c->layers && s == HD_OK; i++)
@@ -308,8 +328,8 @@ hd_status llama_create(hd_context *ctx, const llama_config *c, llama_model **out
 
 static void destroy_projection(projection *p)
 {
-    hd_tensor *t[] = {p->w,  p->a,  p->b,  p->da,       p->db,      p->ma,
-                      p->va, p->mb, p->vb, p->batch_da, p->batch_db};
+    hd_tensor *t[] = {p->w,  p->bias, p->a,  p->b,  p->da,       p->db,
+                      p->ma, p->va,   p->mb, p->vb, p->batch_da, p->batch_db};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         hd_tensor_destroy(t[i]);
 }
@@ -328,11 +348,11 @@ void llama_destroy(llama_model *m)
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
             hd_tensor_destroy(t[k]);
     }
-    hd_tensor *t[] = {m->embed,     m->final_norm, m->rope_freq, m->lm_head,   m->resid_out,
-                      m->normed,    m->proj_out,   m->loss,      m->grad_norm, m->loss_sum,
-                      m->d_resid,   m->d_norm,     m->d_tmp,     m->d_attn,    m->dq,
-                      m->dk,        m->dv,         m->d_act,     m->d_normed,  m->token_ids,
-                      m->target_ids};
+    hd_tensor *t[] = {m->ones,      m->embed,     m->final_norm, m->rope_freq, m->lm_head,
+                      m->resid_out, m->normed,    m->proj_out,   m->loss,      m->grad_norm,
+                      m->loss_sum,  m->d_resid,   m->d_norm,     m->d_tmp,     m->d_attn,
+                      m->dq,        m->dk,        m->dv,         m->d_act,     m->d_normed,
+                      m->token_ids, m->target_ids};
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
         hd_tensor_destroy(t[k]);
     for (int k = 0; k < 4; k++)
@@ -388,6 +408,11 @@ hd_status llama_load_weights(llama_model *m, llama_tensor_source *source, void *
             snprintf(what, sizeof what, "%s.weight", projection_names[j]);
             layer_name(name, sizeof name, i, what);
             s = load_tensor(m, source, user, name, l->p[j].w, why, size);
+            if (s != HD_OK || l->p[j].bias == NULL)
+                continue;
+            snprintf(what, sizeof what, "%s.bias", projection_names[j]);
+            layer_name(name, sizeof name, i, what);
+            s = load_tensor(m, source, user, name, l->p[j].bias, why, size);
         }
     }
     if (s != HD_OK)
@@ -523,9 +548,15 @@ static void make_targets(llama_model *m, const int32_t *tokens, const hd_sequenc
     }
 }
 
+/* y = x W^T + scale x A^T B^T, and the bias where the projection has one (added to every row
+ * as the product of a column of ones and the bias row; frozen, it changes no gradient). */
 static hd_status lora(llama_model *m, const projection *p, const hd_tensor *x, hd_tensor *y)
 {
-    return hd_lora_forward_ex(m->ctx, x, p->w, p->a, p->b, m->scale, HD_LORA_LAYOUT_PYTORCH, y);
+    hd_status s =
+        hd_lora_forward_ex(m->ctx, x, p->w, p->a, p->b, m->scale, HD_LORA_LAYOUT_PYTORCH, y);
+    if (s == HD_OK && p->bias != NULL)
+        s = hd_gemm(m->ctx, false, false, 1.0f, m->ones, p->bias, 1.0f, y);
+    return s;
 }
 
 /* dx, and the LoRA gradients: into da and db, or (m->accumulate) added to them through

@@ -47,6 +47,7 @@ typedef struct llama_config {
     bool tied_embeddings; /* the LM head is the embedding (no "lm_head.weight") */
     size_t sliding_window; /* Mistral's sliding_window: keys a token attends to at most,
                               itself included (hd_attention_options.window); 0: none */
+    bool qkv_bias;         /* Qwen2's: q, k and v projections with a bias (frozen) */
     size_t rank;          /* LoRA r */
     float lora_alpha;     /* scale = alpha / r */
     float lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm; /* AdamW (0: no clipping) */
@@ -93,7 +94,8 @@ hd_status llama_create(hd_context *ctx, const llama_config *c, llama_model **out
                        size_t size);
 void llama_destroy(llama_model *m);
 
-/* The frozen weights from source: every one, "lm_head.weight" unless the embeddings are tied. */
+/* The frozen weights from source: every one, "lm_head.weight" unless the embeddings are tied,
+ * the q, k and v projections' ".bias" (1 x out) where the config has them. */
 hd_status llama_load_weights(llama_model *m, llama_tensor_source *source, void *user, char *why,
                              size_t size);
 /* The LoRA factors from source, or (source NULL) as PEFT initialises them: A Kaiming-uniform
