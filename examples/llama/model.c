@@ -417,11 +417,15 @@ hd_status llama_load_weights(llama_model *m, llama_tensor_source *source, void *
     }
     if (s != HD_OK)
         return s;
-    /* An untied head has weights of its own; a tied one is the embedding. */
-    if (s == HD_OK && !m->c.tied_embeddings &&
-        (s = tensor(m, m->c.vocab, m->c.hidden, &m->lm_head)) == HD_OK)
-        s = load_tensor(m, source, user, "lm_head.weight", m->lm_head, why, size);
-    return s;
+    /* An untied head has weights of its own (made at the first load, kept by a later one); a
+     * tied one is the embedding. */
+    if (m->c.tied_embeddings)
+        return s;
+    if (m->lm_head == NULL && (s = tensor(m, m->c.vocab, m->c.hidden, &m->lm_head)) != HD_OK) {
+        snprintf(why, size, "creating lm_head.weight: %s", hd_context_last_error(m->ctx));
+        return s;
+    }
+    return load_tensor(m, source, user, "lm_head.weight", m->lm_head, why, size);
 }
 
 hd_status llama_file_source(void *user, const char *name, size_t rows, size_t cols, float *dst,

@@ -1,7 +1,8 @@
 /*
  * A Llama-style decoder trained with LoRA on the library's operations: RMS norm, RoPE,
- * grouped-query causal attention, a SwiGLU MLP and an LM head, the base weights frozen and LoRA
- * factors on the seven projections (q, k, v, o, gate, up, down), trained by AdamW. Everything
+ * grouped-query causal attention (with Mistral's sliding window), a SwiGLU MLP and an LM head,
+ * the base weights frozen (with Qwen2's biases on q, k and v) and LoRA factors on the seven
+ * projections (q, k, v, o, gate, up, down), trained by AdamW. Everything
  * between reading a batch's tokens and the optimizer step stays on the context's device: the
  * loss is the only value that comes back.
  *
@@ -95,7 +96,8 @@ hd_status llama_create(hd_context *ctx, const llama_config *c, llama_model **out
 void llama_destroy(llama_model *m);
 
 /* The frozen weights from source: every one, "lm_head.weight" unless the embeddings are tied,
- * the q, k and v projections' ".bias" (1 x out) where the config has them. */
+ * the q, k and v projections' ".bias" (1 x out) where the config has them. Loading again
+ * replaces them. */
 hd_status llama_load_weights(llama_model *m, llama_tensor_source *source, void *user, char *why,
                              size_t size);
 /* The LoRA factors from source, or (source NULL) as PEFT initialises them: A Kaiming-uniform
