@@ -259,6 +259,30 @@ static void expect_same_lora(const llama_model *a, const llama_model *b, const c
     }
 }
 
+/* The losses of a and b on tokens (one sequence), which `what`, their difference, must set
+ * apart. */
+static void expect_losses_differ(llama_model *a, llama_model *b, const int32_t *tokens,
+                                 const char *what)
+{
+    float la, lb;
+    assert_int_equal(llama_eval(a, tokens, NULL, &la), HD_OK);
+    assert_int_equal(llama_eval(b, tokens, NULL, &lb), HD_OK);
+    if (!(fabsf(la - lb) > 1e-6f * fabsf(la)))
+        fail_msg("%s left the loss at %.7g", what, (double)la);
+}
+
+/* One step of a and b on tokens packed as q: the same loss and LoRA factors, bit for bit. */
+static void expect_same_step(llama_model *a, llama_model *b, const int32_t *tokens,
+                             const hd_sequences *q, const char *what)
+{
+    float la, lb;
+    assert_int_equal(llama_train_step(a, tokens, q, 1, &la), HD_OK);
+    assert_int_equal(llama_train_step(b, tokens, q, 1, &lb), HD_OK);
+    if (memcmp(&la, &lb, sizeof la) != 0)
+        fail_msg("%s: losses %.9g and %.9g", what, (double)la, (double)lb);
+    expect_same_lora(a, b, what);
+}
+
 /* A sliding window (Mistral's) as long as the longest sequence changes nothing: the loss and
  * the step are the window-less model's, bit for bit. A shorter one masks the earlier keys: the
  * loss differs, and the gradients match finite differences, on one sequence and packed. */
@@ -273,15 +297,8 @@ static void test_sliding_window_masks_earlier_keys(void **state)
     size_t lengths[] = {12, 8};
     hd_sequences fits = {lengths, 2};
     llama_model *a = make_model(ctx, &plain, true), *b = make_model(ctx, &windowed, true);
-    float la, lb;
-    assert_int_equal(llama_eval(a, tokens, NULL, &la), HD_OK);
-    assert_int_equal(llama_eval(b, tokens, NULL, &lb), HD_OK);
-    if (!(fabsf(la - lb) > 1e-6f * fabsf(la)))
-        fail_msg("a window of 12 over 20 tokens left the loss at %.7g", (double)la);
-    assert_int_equal(llama_train_step(a, tokens, &fits, 1, &la), HD_OK);
-    assert_int_equal(llama_train_step(b, tokens, &fits, 1, &lb), HD_OK);
-    assert_true(memcmp(&la, &lb, sizeof la) == 0);
-    expect_same_lora(a, b, "a step within the window");
+    expect_losses_differ(a, b, tokens, "a window of 12 over 20 tokens");
+    expect_same_step(a, b, tokens, &fits, "a step within the window");
     llama_destroy(a);
     llama_destroy(b);
     llama_config one = tiny(17), packed = tiny(17);
@@ -318,19 +335,12 @@ static void test_qkv_biases_add_to_every_row(void **state)
     biased.qkv_bias = true;
     random_tokens(&rng, tokens, 16, plain.vocab);
     llama_model *a = make_model(ctx, &plain, true), *b = make_model(ctx, &biased, true);
-    float la, lb;
-    assert_int_equal(llama_eval(a, tokens, NULL, &la), HD_OK);
-    assert_int_equal(llama_eval(b, tokens, NULL, &lb), HD_OK);
-    if (!(fabsf(la - lb) > 1e-6f * fabsf(la)))
-        fail_msg("biases of std 0.02 left the loss at %.7g", (double)la);
+    expect_losses_differ(a, b, tokens, "biases of std 0.02");
     uint64_t seed = hd_test_seed();
     char why[256] = "";
     if (llama_load_weights(b, zero_bias_source, &seed, why, sizeof why) != HD_OK)
         fail_msg("weights: %s", why);
-    assert_int_equal(llama_train_step(a, tokens, NULL, 1, &la), HD_OK);
-    assert_int_equal(llama_train_step(b, tokens, NULL, 1, &lb), HD_OK);
-    assert_true(memcmp(&la, &lb, sizeof la) == 0);
-    expect_same_lora(a, b, "a step with zero biases");
+    expect_same_step(a, b, tokens, NULL, "a step with zero biases");
     llama_destroy(a);
     llama_destroy(b);
     size_t lengths[] = {9, 7};
