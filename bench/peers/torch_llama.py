@@ -20,10 +20,11 @@ LoRA factors and tokens, timed per step and compared with the library's trainer
 
 The model is LlamaForCausalLM(LlamaConfig(...)) with attention_bias False, tie_word_embeddings
 False, and the config's head_dim and "llama3" rope_scaling where it names them (else
-transformers' hidden / heads and none), or for small-mistral MistralForCausalLM(MistralConfig(...))
-with its sliding_window, for small-qwen2 Qwen2ForCausalLM(Qwen2Config(...)) with biases on q, k
-and v that make draws, whose config.json (make writes it) the trainer then reads; LoRA is peft.LoraConfig(r, lora_alpha, target_modules = the seven
-projections, lora_dropout 0, bias "none"); the optimizer torch.optim.AdamW(foreach=True) over
+transformers' hidden / heads and none); for small-mistral MistralForCausalLM(MistralConfig(...))
+with its sliding_window, and for small-qwen2 Qwen2ForCausalLM(Qwen2Config(...)) with biases on
+q, k and v that make draws, whose config.json (make writes it) the trainer then reads. LoRA is
+peft.LoraConfig(r, lora_alpha, target_modules = the seven projections, lora_dropout 0, bias
+"none"); the optimizer torch.optim.AdamW(foreach=True) over
 the LoRA factors. The loss is transformers' causal-LM loss with labels = input_ids. A step is
 forward, backward, optimizer.step() and zero_grad(set_to_none=True), timed on the host around
 a torch.cuda.synchronize() at its end (the trainer times its steps likewise: its loss read
