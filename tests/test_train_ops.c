@@ -758,11 +758,11 @@ static void test_cross_entropy_at_extreme_logits(void **state)
 }
 
 #ifdef HD_HAVE_OPENCL
-/* The cluster kernel (a row held in the registers of CLUSTER work-groups): every variant the
- * tuner lists and others, on vocabularies of 1 to several thousand that leave ranks empty or
- * short, in place and apart, with ignored rows, +-1e4 logits and -inf masks. Where the device
- * has no thread-block clusters, one work-group plays each (CLUSTER_EMULATE) and CLUSTER=1
- * runs as it is. */
+/* The cluster kernel (a row held in the registers of CLUSTER work-groups, with LOCAL in their
+ * local memory too): every variant the tuner lists and others, on vocabularies of 1 to several
+ * thousand that leave ranks empty or short, in place and apart, with ignored rows, +-1e4 logits and
+ * -inf masks. Where the device has no thread-block clusters, one work-group plays each
+ * (CLUSTER_EMULATE) and CLUSTER=1 runs as it is. */
 static void test_cross_entropy_cluster_variants_match_reference(void **state)
 {
     hd_fused *f = fused_state_or_skip();
@@ -778,9 +778,14 @@ static void test_cross_entropy_cluster_variants_match_reference(void **state)
         {4, 8192, LOGITS_MASKED, IGNORE_NONE, true, true, true, false},
         {3, 7, LOGITS_NORMAL, IGNORE_ALL, false, true, true, false},
     };
-    static const char *const extra[] = {"CLUSTER=1 WG=64",         "CLUSTER=2 WG=32",
-                                        "CLUSTER=4 WG=128 CACHE=16", "CLUSTER=8 WG=32 VEC=1",
-                                        "CLUSTER=8 WG=64 CACHE=4"};
+    static const char *const extra[] = {"CLUSTER=1 WG=64",
+                                        "CLUSTER=2 WG=32",
+                                        "CLUSTER=4 WG=128 CACHE=16",
+                                        "CLUSTER=8 WG=32 VEC=1",
+                                        "CLUSTER=8 WG=64 CACHE=4",
+                                        "CLUSTER=4 WG=64 LOCAL=1",
+                                        "CLUSTER=1 WG=64 CACHE=2 LOCAL=1",
+                                        "CLUSTER=8 WG=32 CACHE=1 LOCAL=1 VEC=1"};
     size_t ran = 0, tried = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const ce_case *c = &cases[i];
@@ -818,10 +823,62 @@ static void test_cross_entropy_cluster_variants_match_reference(void **state)
 }
 
 /* What a test emulates or caps on the fused state ends with it, failed or not. */
+/* The clusters the fused state had before a test claimed some (where clusters_claimed). */
+static bool clusters_claimed;
+static size_t clusters_before;
+
+/* The rule where no variant is named: a vocabulary of Llama 3's 128256 words is more than 8
+ * vectors a work-item in clusters of 8 work-groups of 256, so its cluster kernel keeps 4 of
+ * them in registers and the other 12 in local memory, where the device's local memory holds
+ * them (the registers of larger groups otherwise); run here as a cluster of 8 played by one
+ * work-group, against the float64 reference, in place and apart. */
+static void test_cross_entropy_rule_holds_long_rows_in_local_memory(void **state)
+{
+    hd_fused *f = fused_state_or_skip();
+    clusters_before = f->clusters;
+    clusters_claimed = true;
+    if (f->clusters < HD_RT_CLUSTER_MAX) {
+        f->clusters = HD_RT_CLUSTER_MAX;
+        f->clusters_emulated = true;
+    }
+    size_t local = f->stage_mem > 0 ? f->stage_mem : f->local_mem;
+    bool fits = local >= (12 * 256 * 4 + 256 * 2) * sizeof(float);
+    hd_fused_params p;
+    size_t held;
+    assert_int_equal(hd__fused_cross_entropy_params(f, shared_ctx, NULL, 128256, &p, &held), HD_OK);
+    assert_int_equal(p.cluster, HD_RT_CLUSTER_MAX);
+    assert_int_equal(p.wg, fits ? 256 : 512);
+    assert_int_equal(p.cache, fits ? 4 : 8);
+    assert_int_equal(held, fits ? 12 : 0);
+    /* a row of 32000 words stays in registers: 4 vectors a work-item */
+    assert_int_equal(hd__fused_cross_entropy_params(f, shared_ctx, "", 32000, &p, &held), HD_OK);
+    assert_int_equal(p.wg, 256);
+    assert_int_equal(p.cache, 4);
+    assert_int_equal(held, 0);
+    hd_rng rng = hd_test_rng(16);
+    const ce_case cases[] = {
+        {3, 128256, LOGITS_NORMAL, IGNORE_SOME, false, false, true, false},
+        {2, 128256, LOGITS_WIDE, IGNORE_NONE, false, true, true, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const ce_case *c = &cases[i];
+        ce_data d = {.rows = c->rows, .vocab = c->vocab};
+        d.targets = random_targets(&rng, c->rows, c->vocab, c->ignored);
+        d.logits = random_logits(&rng, c, d.targets);
+        ce_reference(&d);
+        assert_true(check_ce_on(HD_BACKEND_FUSED, c, &d, ""));
+        ce_free(&d);
+    }
+    (void)state;
+}
+
 static int end_emulation(void **state)
 {
     if (hd_context_has_backend(shared_ctx, HD_BACKEND_FUSED)) {
         hd_fused *f = shared_ctx->backend_state[HD_BACKEND_FUSED];
+        if (clusters_claimed)
+            f->clusters = clusters_before;
+        clusters_claimed = false;
         f->clusters_emulated = false;
         f->resident_emulated = false;
         f->resident_cap = 0;
@@ -831,7 +888,8 @@ static int end_emulation(void **state)
 }
 
 /* CLUSTER's refusals: more work-groups than the runtime's clusters (only where it has none),
- * a row longer than the registers hold, and ROWS beside it. */
+ * a row longer than the registers hold, or than registers and local memory hold with LOCAL,
+ * ROWS beside it, and LOCAL without it. */
 static void test_cross_entropy_cluster_refusals(void **state)
 {
     hd_fused *f = fused_state_or_skip();
@@ -861,6 +919,19 @@ static void test_cross_entropy_cluster_refusals(void **state)
     assert_non_null(strstr(hd_context_last_error(shared_ctx), "ROWS=4"));
     assert_int_equal(hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "CLUSTER=3"),
                      HD_ERR_INVALID_ARGUMENT);
+    assert_int_equal(hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "WG=256 LOCAL=1"),
+                     HD_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(hd_context_last_error(shared_ctx), "name CLUSTER too"));
+    /* 1024 vectors, 1 a work-item in registers, 31 in local memory: 15872 bytes for 32 */
+    size_t local_mem = f->local_mem, stage_mem = f->stage_mem;
+    f->local_mem = 15871 + 32 * 2 * sizeof(float);
+    f->stage_mem = 0;
+    hd_status s =
+        hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "CLUSTER=1 WG=32 CACHE=1 LOCAL=1");
+    f->local_mem = local_mem;
+    f->stage_mem = stage_mem;
+    assert_int_equal(s, HD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(hd_context_last_error(shared_ctx), "31 in local memory (15872 bytes"));
     hd_tensor_destroy(tl);
     hd_tensor_destroy(tloss);
     free(d.logits);
@@ -1919,6 +1990,8 @@ int main(void)
         cmocka_unit_test(test_cross_entropy_at_extreme_logits),
 #ifdef HD_HAVE_OPENCL
         cmocka_unit_test_teardown(test_cross_entropy_cluster_variants_match_reference,
+                                  end_emulation),
+        cmocka_unit_test_teardown(test_cross_entropy_rule_holds_long_rows_in_local_memory,
                                   end_emulation),
         cmocka_unit_test(test_cross_entropy_cluster_refusals),
 #endif

@@ -203,12 +203,12 @@ hd_fused_route hd__fused_route(const hd_fused *f, hd_op op, const hd_shape *s, h
 /* The parameter families and their -D names. Each value is 0 when the variant string leaves
  * it to the defaults. */
 typedef enum hd_fused_family {
-    HD_FUSED_FAMILY_ROWS = 0, /* WG ROWS VEC CACHE UNITS PREFETCH CLUSTER */
-    HD_FUSED_FAMILY_GEMV,     /* TN KS VEC UNROLL SPLIT KG */
-    HD_FUSED_FAMILY_UPDATE,   /* WG MR VEC */
-    HD_FUSED_FAMILY_TILE,     /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
-    HD_FUSED_FAMILY_STEP,     /* WG VEC HPI: the training step's elementwise, RoPE and
-                                 embedding kernels */
+    HD_FUSED_FAMILY_ROWS = 0,  /* WG ROWS VEC CACHE UNITS PREFETCH CLUSTER LOCAL */
+    HD_FUSED_FAMILY_GEMV,      /* TN KS VEC UNROLL SPLIT KG */
+    HD_FUSED_FAMILY_UPDATE,    /* WG MR VEC */
+    HD_FUSED_FAMILY_TILE,      /* BM BN BK RM RN WM WN SK REG ASYNC WGMMA OVERLAP */
+    HD_FUSED_FAMILY_STEP,      /* WG VEC HPI: the training step's elementwise, RoPE and
+                                  embedding kernels */
     HD_FUSED_FAMILY_ATTENTION, /* BQ BK RQ TC KBK KRK KBQ FAST FMA: attention's tiles */
 } hd_fused_family;
 
@@ -221,6 +221,8 @@ typedef struct hd_fused_params {
     int cluster;              /* rows family, cross-entropy: work-groups sharing a row, its
                                  logits held in their registers (a thread-block cluster where
                                  more than 1); 0: the looped kernel */
+    int local;                /* cross-entropy's cluster kernel: 1 holds each work-item's
+                                 vectors past its CACHE in local memory */
     int tn, ks, unroll;       /* GEMV family */
     int split;                /* LoRA: work-groups of the separate x*A launch, 0: none */
     int mr;                   /* update family (tokens per work-group) */
@@ -547,6 +549,11 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
                                 const char *variant);
 size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *shape,
                                 const char **out, size_t max);
+/* Cross-entropy's kernel parameters over rows of vocab logits with variant (NULL or "": the
+ * rule), as a call would take them, every refusal said: *p, and in *held the vectors each
+ * work-item of the cluster kernel holds in local memory. */
+hd_status hd__fused_cross_entropy_params(hd_fused *f, hd_context *ctx, const char *variant,
+                                         size_t vocab, hd_fused_params *p, size_t *held);
 /* The LM head's logits held at once at most: large enough that each chunk's products run at
  * the tiled engine's full rate (a thousand rows of a 128256-word vocabulary: the logits'
  * product of thousands of tiles, dh's of a few waves of them, each 128256 deep), where chunks

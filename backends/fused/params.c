@@ -28,10 +28,14 @@ typedef struct param_spec {
     }
 
 static const param_spec rows_spec[] = {
-    SPEC("WG", 1, 1024, true, wg),      SPEC("ROWS", 1, 1024, true, rows),
-    SPEC("VEC", 1, 4, true, vec),       SPEC("CACHE", 0, 16, false, cache),
-    SPEC("UNITS", 1, 16, false, units), SPEC("PREFETCH", 0, 1, false, prefetch),
+    SPEC("WG", 1, 1024, true, wg),
+    SPEC("ROWS", 1, 1024, true, rows),
+    SPEC("VEC", 1, 4, true, vec),
+    SPEC("CACHE", 0, 16, false, cache),
+    SPEC("UNITS", 1, 16, false, units),
+    SPEC("PREFETCH", 0, 1, false, prefetch),
     SPEC("CLUSTER", 1, HD_RT_CLUSTER_MAX, true, cluster),
+    SPEC("LOCAL", 0, 1, false, local),
 };
 static const param_spec gemv_spec[] = {
     SPEC("TN", 1, 256, true, tn),

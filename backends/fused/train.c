@@ -33,10 +33,15 @@
 #define LOGITS_CHUNK_ALIGN 128
 /* Cross-entropy's cluster kernel: work-items per group by the rule, the fewest that hold a row
  * (larger groups leave a cluster's eight waiting for multiprocessors to free at once), and
- * vectors each holds at most (its registers; the CACHE parameter's range). */
-#define CE_CLUSTER_GROUP     256
-#define CE_CLUSTER_GROUP_MAX 512
-#define CE_CLUSTER_CACHE_MAX 16
+ * vectors each holds at most (its registers; the CACHE parameter's range). Past
+ * CE_CLUSTER_REGISTERS_ALONE vectors a work-item, the rule keeps CE_CLUSTER_LOCAL_CACHE of them
+ * in registers (also LOCAL=1's default) and the rest in local memory, so that the registers of
+ * more work-groups fit a multiprocessor. */
+#define CE_CLUSTER_GROUP           256
+#define CE_CLUSTER_GROUP_MAX       512
+#define CE_CLUSTER_CACHE_MAX       16
+#define CE_CLUSTER_REGISTERS_ALONE 8
+#define CE_CLUSTER_LOCAL_CACHE     4
 
 static size_t ceil_div(size_t a, size_t b)
 {
@@ -341,53 +346,91 @@ hd_status hd__fused_add_rms_norm_backward(void *state, hd_context *ctx, const hd
 
 /* The kernels of one call over rows of vocab logits: the rows' losses (and dlogits), then
  * their mean. The rows kernel is the looped one (CACHE does not apply), or with CLUSTER the
- * cluster kernel, each row held in the registers of `cluster` work-groups, which exchange their
- * rows' pairs through `pairs` (taken with the call's other scratch, ce_take_pairs). */
+ * cluster kernel, each row held by `cluster` work-groups, in their registers and, with LOCAL,
+ * their local memory, which exchange their rows' pairs through `pairs` (taken with the call's
+ * other scratch, ce_take_pairs). */
 typedef struct ce_kernels {
     hd_fused_params p;
     hd_kernel *rows, *mean;
     size_t cluster;        /* work-groups sharing a row, 0: the looped kernel */
     size_t launch_cluster; /* work-groups per cluster of the launch: 1 where emulated */
+    size_t held;           /* vectors per work-item in local memory (LOCAL_CACHE) */
     struct hd_device_buffer *pairs;
 } ce_kernels;
 
-/* Whether `cluster` groups of wg work-items hold a row of nv vectors, and in how many vectors
- * each (*cache; `named`, where the variant names CACHE). */
-static bool ce_cluster_fits(size_t nv, size_t cluster, size_t wg, int named, size_t *cache)
+/* How each work-item of the cluster kernel holds its vectors of a row. */
+typedef struct ce_hold {
+    size_t cache; /* in registers (CACHE) */
+    size_t held;  /* in local memory after them (LOCAL_CACHE) */
+} ce_hold;
+
+/* Local memory a work-group of wg may take for its held vectors: the device's for one group,
+ * less the kernel's own (its reduction's pairs). */
+static size_t ce_local_limit(const hd_fused *f, size_t wg)
 {
-    size_t chunk = ceil_div(nv, cluster);
-    *cache = named > 0 ? (size_t)named : ceil_div(chunk, wg);
-    return chunk <= *cache * wg && *cache <= CE_CLUSTER_CACHE_MAX;
+    size_t total = f->stage_mem > 0 ? f->stage_mem : f->local_mem, own = wg * 2 * sizeof(float);
+    return total > own ? total - own : 0;
+}
+
+static size_t ce_held_bytes(const ce_hold *h, size_t wg, size_t vec)
+{
+    return h->held * wg * vec * sizeof(float);
+}
+
+/* Whether `cluster` groups of wg work-items hold a row of nv vectors of vec, and how (*h):
+ * without local, in registers alone, `cache` each where the variant names it (> 0), else as
+ * many as the row needs; with local, `cache` (else CE_CLUSTER_LOCAL_CACHE) in registers and
+ * the rest in local memory. */
+static bool ce_cluster_fits(const hd_fused *f, size_t nv, size_t vec, size_t cluster, size_t wg,
+                            int cache, bool local, ce_hold *h)
+{
+    size_t need = ceil_div(ceil_div(nv, cluster), wg);
+    size_t in_registers = local ? CE_CLUSTER_LOCAL_CACHE : need;
+    h->cache = cache > 0 ? (size_t)cache : need < in_registers ? need : in_registers;
+    h->held = local && need > h->cache ? need - h->cache : 0;
+    return need <= h->cache + h->held && h->cache <= CE_CLUSTER_CACHE_MAX &&
+           ce_held_bytes(h, wg, vec) <= ce_local_limit(f, wg);
 }
 
 /* The rule where no variant is given: a row read once from a cluster of HD_RT_CLUSTER_MAX
- * groups where the device has such clusters, their registers hold it, and each work-item holds
- * a vector at least; p's looped parameters otherwise. */
+ * groups where the device has such clusters and each work-item holds a vector at least. Up to
+ * CE_CLUSTER_REGISTERS_ALONE vectors a work-item in registers; past it, where local memory
+ * allows, CE_CLUSTER_LOCAL_CACHE in registers and the rest in local memory (clusters mean
+ * sm_90, whose cp.async fills it), else in the registers of larger groups. p's looped
+ * parameters otherwise. */
 static void ce_cluster_rule(const hd_fused *f, size_t vocab, hd_fused_params *p)
 {
-    size_t nv = vocab / (size_t)p->vec, cache = 0, wg = CE_CLUSTER_GROUP;
-    if (f->clusters < HD_RT_CLUSTER_MAX)
+    size_t vec = (size_t)p->vec, nv = vocab / vec, wg = CE_CLUSTER_GROUP;
+    ce_hold h;
+    if (f->clusters < HD_RT_CLUSTER_MAX || wg > f->device_max_group || nv < HD_RT_CLUSTER_MAX * wg)
         return;
-    while (wg < CE_CLUSTER_GROUP_MAX && !ce_cluster_fits(nv, HD_RT_CLUSTER_MAX, wg, 0, &cache))
-        wg *= 2;
-    if (wg > f->device_max_group || nv < HD_RT_CLUSTER_MAX * wg ||
-        !ce_cluster_fits(nv, HD_RT_CLUSTER_MAX, wg, 0, &cache))
-        return;
+    bool local = ceil_div(ceil_div(nv, HD_RT_CLUSTER_MAX), wg) > CE_CLUSTER_REGISTERS_ALONE &&
+                 ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, true, &h);
+    if (!local) {
+        while (wg < CE_CLUSTER_GROUP_MAX &&
+               !ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, false, &h))
+            wg *= 2;
+        if (wg > f->device_max_group || nv < HD_RT_CLUSTER_MAX * wg ||
+            !ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, false, &h))
+            return;
+    }
     p->cluster = HD_RT_CLUSTER_MAX;
     p->wg = (int)wg;
     p->rows = 1;
-    p->cache = (int)cache;
+    p->cache = (int)h.cache;
+    p->local = local;
 }
 
 /* The parameters of a call over rows of vocab logits with variant, every refusal said: the rows
- * family's; with CLUSTER (named) the cluster kernel's, checked against the device's clusters
- * and registers; without a variant the rule. A variant that leaves CLUSTER out names the looped
- * kernel. */
+ * family's; with CLUSTER (named) the cluster kernel's, checked against the device's clusters,
+ * registers and local memory; without a variant the rule. A variant that leaves CLUSTER out
+ * names the looped kernel. */
 static hd_status ce_params(hd_fused *f, hd_context *ctx, const char *variant, size_t vocab,
                            ce_kernels *k)
 {
     bool cached;
     k->pairs = NULL;
+    k->held = 0;
     hd_fused_params named; /* what the variant itself says, defaults left open */
     hd_status s = hd__fused_params_parse(ctx, HD_FUSED_FAMILY_ROWS, variant, &named);
     if (s == HD_OK)
@@ -395,10 +438,15 @@ static hd_status ce_params(hd_fused *f, hd_context *ctx, const char *variant, si
     if (s != HD_OK)
         return s;
     k->p.cache = 0;
+    k->p.local = 0;
     if (named.cluster == 0 && (variant == NULL || *variant == '\0'))
         ce_cluster_rule(f, vocab, &k->p);
+    else if (named.cluster == 0 && named.local)
+        return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
+                         "fused: cross-entropy's LOCAL=1 holds rows in the cluster kernel: name "
+                         "CLUSTER too");
     if (named.cluster > 0) {
-        size_t cluster = (size_t)named.cluster, cache;
+        size_t cluster = (size_t)named.cluster;
         if (named.rows > 1)
             return hd__error(ctx, HD_ERR_INVALID_ARGUMENT,
                              "fused: cross-entropy's CLUSTER takes a row per work-group, not "
@@ -409,19 +457,43 @@ static hd_status ce_params(hd_fused *f, hd_context *ctx, const char *variant, si
                              "fused: CLUSTER=%zu needs thread-block clusters of %zu, the device's "
                              "runtime has %s%zu",
                              cluster, cluster, f->clusters > 0 ? "up to " : "", f->clusters);
-        if (!ce_cluster_fits(vocab / (size_t)k->p.vec, cluster, (size_t)k->p.wg, named.cache,
-                             &cache))
-            return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                             "fused: a row of %zu logits is more than CLUSTER=%zu groups of %d "
-                             "work-items hold in %zu vectors each (at most %d)",
-                             vocab, cluster, k->p.wg, cache, CE_CLUSTER_CACHE_MAX);
         k->p.cluster = (int)cluster;
         k->p.rows = 1;
-        k->p.cache = (int)cache;
+        k->p.cache = named.cache;
+        k->p.local = named.local;
     }
     k->cluster = (size_t)k->p.cluster;
     k->launch_cluster = f->clusters_emulated ? 1 : k->cluster;
+    if (k->cluster == 0)
+        return HD_OK;
+    size_t wg = (size_t)k->p.wg, vec = (size_t)k->p.vec;
+    ce_hold h;
+    if (!ce_cluster_fits(f, vocab / vec, vec, k->cluster, wg, k->p.cache, k->p.local, &h)) {
+        if (!k->p.local)
+            return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                             "fused: a row of %zu logits is more than CLUSTER=%zu groups of %zu "
+                             "work-items hold in %zu vectors each (at most %d)",
+                             vocab, k->cluster, wg, h.cache, CE_CLUSTER_CACHE_MAX);
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "fused: a row of %zu logits is more than CLUSTER=%zu groups of %zu "
+                         "work-items hold in %zu vectors each in registers (at most %d) and %zu "
+                         "in local memory (%zu bytes a group, at most %zu here)",
+                         vocab, k->cluster, wg, h.cache, CE_CLUSTER_CACHE_MAX, h.held,
+                         ce_held_bytes(&h, wg, vec), ce_local_limit(f, wg));
+    }
+    k->p.cache = (int)h.cache;
+    k->held = h.held;
     return HD_OK;
+}
+
+hd_status hd__fused_cross_entropy_params(hd_fused *f, hd_context *ctx, const char *variant,
+                                         size_t vocab, hd_fused_params *p, size_t *held)
+{
+    ce_kernels k = {0};
+    hd_status s = ce_params(f, ctx, variant, vocab, &k);
+    *p = k.p;
+    *held = k.held;
+    return s;
 }
 
 static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, size_t vocab,
@@ -434,8 +506,9 @@ static hd_status ce_build(hd_fused *f, hd_context *ctx, const char *variant, siz
     hd__fused_options(HD_FUSED_FAMILY_ROWS, &k->p, 0, options);
     if (k->cluster > 0) {
         size_t len = strlen(options);
-        snprintf(options + len, sizeof options - len, " -DCLUSTER=%zu%s", k->cluster,
-                 f->clusters_emulated ? " -DCLUSTER_EMULATE=1" : "");
+        snprintf(options + len, sizeof options - len, " -DCLUSTER=%zu%s -DLOCAL_CACHE=%zu%s",
+                 k->cluster, f->clusters_emulated ? " -DCLUSTER_EMULATE=1" : "", k->held,
+                 k->held > 0 && f->mma && !f->mma_emulated ? " -DLOCAL_ASYNC=1" : "");
     }
     const char *const names[] = {k->cluster > 0 ? "cross_entropy_cluster" : "cross_entropy_rows",
                                  "cross_entropy_mean"};
@@ -478,13 +551,21 @@ static hd_status ce_rows(hd_fused *f, hd_context *ctx, const ce_kernels *k, cons
                                      list, 9);
     }
     const hd_fused_arg list[] = {
-        HD_FUSED_BUFFER(c->logits), HD_FUSED_BUFFER(c->targets), HD_FUSED_BUFFER(c->losses),
-        HD_FUSED_BUFFER(NULL),      HD_FUSED_BUFFER(c->dlogits), HD_FUSED_BUFFER(k->pairs),
-        HD_FUSED_VALUE(rows),       HD_FUSED_VALUE(cols),        HD_FUSED_VALUE(ignore),
+        HD_FUSED_BUFFER(c->logits),
+        HD_FUSED_BUFFER(c->targets),
+        HD_FUSED_BUFFER(c->losses),
+        HD_FUSED_BUFFER(NULL),
+        HD_FUSED_BUFFER(c->dlogits),
+        HD_FUSED_BUFFER(k->pairs),
+        HD_FUSED_VALUE(rows),
+        HD_FUSED_VALUE(cols),
+        HD_FUSED_VALUE(ignore),
         HD_FUSED_VALUE(inv),
+        HD_FUSED_LOCAL(k->held * (size_t)k->p.wg * (size_t)k->p.vec * sizeof(float)),
     };
     return hd__fused_launch_cluster_args(f, ctx, k->rows, c->rows * k->launch_cluster,
-                                         (size_t)k->p.wg, k->launch_cluster, list, 10);
+                                         (size_t)k->p.wg, k->launch_cluster, list,
+                                         k->held > 0 ? 11 : 10);
 }
 
 /* loss = the rows' losses added in a fixed order, times inv_count: one work-group. */
@@ -766,8 +847,8 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
 /* Rows family variants: the forward's register capacity and group shapes; the backward's and
  * cross-entropy's looped kernels, where CACHE does not apply; the backward's single pass, which
  * sizes its own slots and takes UNITS and PREFETCH alone; cross-entropy's cluster kernel, whose
- * CACHE follows from the vocabulary (refused where its registers cannot hold a row), listed where
- * the device runs clusters of its size. */
+ * CACHE follows from the vocabulary (refused where its registers, and with LOCAL its local
+ * memory, cannot hold a row), listed where the device runs clusters of its size. */
 static const struct {
     hd_op op;
     const char *text;
@@ -792,6 +873,8 @@ static const struct {
     {HD_OP_CROSS_ENTROPY, "WG=128 ROWS=1", 128, 0},
     {HD_OP_CROSS_ENTROPY, "WG=256 ROWS=4", 256, 0},
     {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=256", 256, 8},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=256 LOCAL=1", 256, 8},
+    {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=256 CACHE=8 LOCAL=1", 256, 8},
     {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=128", 128, 8},
     {HD_OP_CROSS_ENTROPY, "CLUSTER=8 WG=512", 512, 8},
     {HD_OP_CROSS_ENTROPY, "CLUSTER=4 WG=512", 512, 4},

@@ -39,7 +39,8 @@
  *     registers across the CLUSTER work-groups of a thread-block cluster (below).
  *
  * Tuning parameters (-D): WG, ROWS, VEC (defaults in common.cl); CLUSTER (0, the default: no
- * cluster kernel) and CACHE (set by the host from the vocabulary) for the cluster kernel.
+ * cluster kernel), CACHE and LOCAL_CACHE (set by the host from the vocabulary) for the cluster
+ * kernel.
  */
 #ifndef CLUSTER
 #define CLUSTER 0 /* work-groups sharing a row in cross_entropy_cluster; 0: not built */
@@ -184,6 +185,14 @@ cross_entropy_mean(const __global float *losses, __global float *loss, int rows,
  * clusters of CLUSTER (hd__rt_launch_cluster). CLUSTER = 1 needs no cluster (one work-group
  * holds the row) and runs on any device.
  *
+ * LOCAL_CACHE > 0: each work-item holds LOCAL_CACHE more vectors of its range in local memory
+ * (held, LOCAL_CACHE * WG vectors a work-group), after its CACHE in registers. A cluster of 8
+ * holds an eighth of a row of 128k logits in each work-group, 64 KB: in registers alone two
+ * work-groups fit a multiprocessor, each waiting at the cluster's barrier between its loads and
+ * its writes; with most of it in local memory, which cp.async fills without registers
+ * (LOCAL_ASYNC), more work-groups fit, and more of the row is in flight. Each work-item reads
+ * and writes only its own vectors there: no barrier.
+ *
  * CLUSTER_EMULATE = 1: one work-group per row plays every rank in turn, with a work-group
  * barrier for the cluster's; the same arithmetic in the same order, where no device has
  * clusters (tests). Its registers are loaded again for the writes.
@@ -198,12 +207,56 @@ cross_entropy_mean(const __global float *losses, __global float *loss, int rows,
 #define CLUSTER_EMULATE 0
 #endif
 
+#ifndef LOCAL_CACHE
+#define LOCAL_CACHE 0 /* vectors per work-item held in local memory, past the CACHE in registers */
+#endif
+#ifndef LOCAL_ASYNC
+#define LOCAL_ASYNC 0 /* 1: NVIDIA sm_80+, whose cp.async fills local memory without registers */
+#endif
+#if LOCAL_CACHE
+#define HELD_PARAM , __local floatv *held
+#define HELD_ARG   , held
+/* Vector j of lr into held[i], landed by held_wait: where LOCAL_ASYNC allows (16-byte fp32
+ * vectors) by cp.async, else through a register. */
+inline void held_copy(__local floatv *held, int i, const __global act_t *lr, int j)
+{
+#if LOCAL_ASYNC && VEC == 4 && !ACT_BF16
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint)(size_t)(held + i)),
+                 "l"(lr + (size_t)j * 4)
+                 : "memory");
+#else
+    held[i] = act_loadv(lr, j);
+#endif
+}
+inline void held_wait(void)
+{
+#if LOCAL_ASYNC && VEC == 4 && !ACT_BF16
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+#else
+#define HELD_PARAM
+#define HELD_ARG
+#endif
+
 /* Work-item l's vectors of the range [begin, end) of row lr into e as exp(x - m_l) (0 past it),
  * m_l the work-item's largest logit (-FLT_MAX for none), returned in *mine; and the range's
- * (m, s) over the work-group: one exp per logit, as the maximum comes first. */
+ * (m, s) over the work-group: one exp per logit, as the maximum comes first. Its vectors
+ * CACHE .. CACHE + LOCAL_CACHE - 1 are held in local memory, held[c * WG + l], their copies
+ * issued before the register loads. */
 inline float2 range_hold(const __global act_t *lr, int begin, int end, int l, floatv e[CACHE],
-                         float *mine, __local float2 *red)
+                         float *mine, __local float2 *red HELD_PARAM)
 {
+#if LOCAL_CACHE
+#pragma unroll
+    for (int c = 0; c < LOCAL_CACHE; c++) {
+        const int j = begin + l + (CACHE + c) * WG;
+        if (j < end)
+            held_copy(held, c * WG + l, lr, j);
+        else
+            held[c * WG + l] = (floatv)(-INFINITY);
+    }
+#endif
     floatv mv = (floatv)(-FLT_MAX);
 #pragma unroll
     for (int c = 0; c < CACHE; c++) {
@@ -211,6 +264,12 @@ inline float2 range_hold(const __global act_t *lr, int begin, int end, int l, fl
         e[c] = j < end ? act_loadv(lr, j) : (floatv)(-INFINITY);
         mv = fmax(mv, e[c]); /* a NaN x leaves m, and makes s NaN below */
     }
+#if LOCAL_CACHE
+    held_wait();
+#pragma unroll
+    for (int c = 0; c < LOCAL_CACHE; c++)
+        mv = fmax(mv, held[c * WG + l]);
+#endif
     const float m = HMAX(mv);
     floatv sv = (floatv)(0.0f);
 #pragma unroll
@@ -218,14 +277,33 @@ inline float2 range_hold(const __global act_t *lr, int begin, int end, int l, fl
         e[c] = exp(e[c] - m);
         sv += e[c];
     }
+#if LOCAL_CACHE
+#pragma unroll
+    for (int c = 0; c < LOCAL_CACHE; c++) {
+        const floatv x = exp(held[c * WG + l] - m);
+        held[c * WG + l] = x;
+        sv += x;
+    }
+#endif
     *mine = m;
     return slot_lse((float2)(m, HSUM(sv)), red, 0, l);
+}
+
+/* dlogits vector j from its held e = exp(x - m_l) and f = exp(m_l - m) / s. */
+inline void held_write(__global act_t *dl, int j, floatv e, float f, int tj, floatv hot,
+                       bool counted, float inv_count)
+{
+    floatv p = e * f;
+    if (j == tj)
+        p -= hot;
+    act_storev(dl, j, counted ? p * inv_count : (floatv)(0.0f));
 }
 
 /* dlogits of the range from the held e = exp(x - m_l): (e * exp(m_l - m) / s - onehot) *
  * inv_count, or 0 for a row not counted. */
 inline void range_write(__global act_t *dl, int begin, int end, int l, const floatv e[CACHE],
-                        float m_l, bool counted, float2 ms, int target, float inv_count)
+                        float m_l, bool counted, float2 ms, int target,
+                        float inv_count HELD_PARAM)
 {
     const float f = exp(m_l - ms.x) / ms.y;
     const int tj = counted ? target / VEC : -1;
@@ -233,13 +311,17 @@ inline void range_write(__global act_t *dl, int begin, int end, int l, const flo
 #pragma unroll
     for (int c = 0; c < CACHE; c++) {
         const int j = begin + l + c * WG;
-        if (j < end) {
-            floatv p = e[c] * f;
-            if (j == tj)
-                p -= hot;
-            act_storev(dl, j, counted ? p * inv_count : (floatv)(0.0f));
-        }
+        if (j < end)
+            held_write(dl, j, e[c], f, tj, hot, counted, inv_count);
     }
+#if LOCAL_CACHE
+#pragma unroll
+    for (int c = 0; c < LOCAL_CACHE; c++) {
+        const int j = begin + l + (CACHE + c) * WG;
+        if (j < end)
+            held_write(dl, j, held[c * WG + l], f, tj, hot, counted, inv_count);
+    }
+#endif
 }
 
 /* Every work-item of every work-group of the cluster, after the writes before it are visible
@@ -257,7 +339,8 @@ inline void cluster_barrier(void)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 cross_entropy_cluster(const __global act_t *logits, const __global int *targets,
                       __global float *losses, __global float *lse, __global act_t *dlogits,
-                      __global float2 *part, int rows, int cols, int ignore_index, float inv_count)
+                      __global float2 *part, int rows, int cols, int ignore_index,
+                      float inv_count HELD_PARAM)
 {
     AFTER_PREVIOUS_LAUNCH();
     __local float2 red[WG];
@@ -279,13 +362,13 @@ cross_entropy_cluster(const __global act_t *logits, const __global int *targets,
 #if CLUSTER_EMULATE
     for (int r = 0; r < CLUSTER; r++) {
         const float2 ms = range_hold(logits + off, min(nv, r * chunk), min(nv, (r + 1) * chunk), l,
-                                     e, &m_l, red);
+                                     e, &m_l, red HELD_ARG);
         if (l == 0)
             part[row * CLUSTER + r] = ms;
     }
 #else
     const int begin = min(nv, first * chunk), end = min(nv, (first + 1) * chunk);
-    const float2 mine = range_hold(logits + off, begin, end, l, e, &m_l, red);
+    const float2 mine = range_hold(logits + off, begin, end, l, e, &m_l, red HELD_ARG);
     if (l == 0)
         part[row * CLUSTER + first] = mine;
 #endif
@@ -301,12 +384,12 @@ cross_entropy_cluster(const __global act_t *logits, const __global int *targets,
 #if CLUSTER_EMULATE
     for (int r = 0; r < CLUSTER; r++) { /* each work-item rewrites what it reads itself */
         const int b = min(cols / VEC, r * chunk), end = min(cols / VEC, (r + 1) * chunk);
-        range_hold(logits + off, min(nv, b), min(nv, end), l, e, &m_l, red);
-        range_write(dlogits + off, b, end, l, e, m_l, counted, ms, target, inv_count);
+        range_hold(logits + off, min(nv, b), min(nv, end), l, e, &m_l, red HELD_ARG);
+        range_write(dlogits + off, b, end, l, e, m_l, counted, ms, target, inv_count HELD_ARG);
     }
 #else
     range_write(dlogits + off, first * chunk, min(cols / VEC, (first + 1) * chunk), l, e, m_l,
-                counted, ms, target, inv_count);
+                counted, ms, target, inv_count HELD_ARG);
 #endif
 }
 #endif
