@@ -394,17 +394,18 @@ static bool ce_cluster_fits(const hd_fused *f, size_t nv, size_t vec, size_t clu
 
 /* The rule where no variant is given: a row read once from a cluster of HD_RT_CLUSTER_MAX
  * groups where the device has such clusters and each work-item holds a vector at least. Up to
- * CE_CLUSTER_REGISTERS_ALONE vectors a work-item in registers; past it, where local memory
- * allows, CE_CLUSTER_LOCAL_CACHE in registers and the rest in local memory (clusters mean
- * sm_90, whose cp.async fills it), else in the registers of larger groups. p's looped
- * parameters otherwise. */
+ * CE_CLUSTER_REGISTERS_ALONE vectors a work-item in registers; past it, where the vectors are
+ * of 4 (16 bytes, which cp.async copies; clusters mean sm_90, which has it) and local memory
+ * allows, CE_CLUSTER_LOCAL_CACHE in registers and the rest in local memory, else in the
+ * registers of larger groups. p's looped parameters otherwise. */
 static void ce_cluster_rule(const hd_fused *f, size_t vocab, hd_fused_params *p)
 {
     size_t vec = (size_t)p->vec, nv = vocab / vec, wg = CE_CLUSTER_GROUP;
     ce_hold h;
     if (f->clusters < HD_RT_CLUSTER_MAX || wg > f->device_max_group || nv < HD_RT_CLUSTER_MAX * wg)
         return;
-    bool local = ceil_div(ceil_div(nv, HD_RT_CLUSTER_MAX), wg) > CE_CLUSTER_REGISTERS_ALONE &&
+    bool local = vec == 4 &&
+                 ceil_div(ceil_div(nv, HD_RT_CLUSTER_MAX), wg) > CE_CLUSTER_REGISTERS_ALONE &&
                  ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, true, &h);
     if (!local) {
         while (wg < CE_CLUSTER_GROUP_MAX &&
