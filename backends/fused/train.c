@@ -35,8 +35,9 @@
  * (larger groups leave a cluster's eight waiting for multiprocessors to free at once), and
  * vectors each holds at most (its registers; the CACHE parameter's range). Past
  * CE_CLUSTER_REGISTERS_ALONE vectors a work-item, the rule keeps CE_CLUSTER_LOCAL_CACHE of them
- * in registers (also LOCAL=1's default) and the rest in local memory, so that the registers of
- * more work-groups fit a multiprocessor. */
+ * in registers (also LOCAL=1's default), or a multiple where two work-groups' local memory
+ * would not hold the rest, and the rest in local memory, so that the registers of more
+ * work-groups fit a multiprocessor. */
 #define CE_CLUSTER_GROUP           256
 #define CE_CLUSTER_GROUP_MAX       512
 #define CE_CLUSTER_CACHE_MAX       16
@@ -364,11 +365,13 @@ typedef struct ce_hold {
     size_t held;  /* in local memory after them (LOCAL_CACHE) */
 } ce_hold;
 
-/* Local memory a work-group of wg may take for its held vectors: the device's for one group,
- * less the kernel's own (its reduction's pairs). */
-static size_t ce_local_limit(const hd_fused *f, size_t wg)
+/* Local memory a work-group of wg may take for its held vectors where `groups` of them share
+ * what the device gives one group (on Hopper's CUDA runtime 227 KiB, nearly a multiprocessor's
+ * 228), less the kernel's own (its reduction's pairs). */
+static size_t ce_local_limit(const hd_fused *f, size_t wg, size_t groups)
 {
-    size_t total = f->stage_mem > 0 ? f->stage_mem : f->local_mem, own = wg * 2 * sizeof(float);
+    size_t total = (f->stage_mem > 0 ? f->stage_mem : f->local_mem) / groups;
+    size_t own = wg * 2 * sizeof(float);
     return total > own ? total - own : 0;
 }
 
@@ -380,39 +383,42 @@ static size_t ce_held_bytes(const ce_hold *h, size_t wg, size_t vec)
 /* Whether `cluster` groups of wg work-items hold a row of nv vectors of vec, and how (*h):
  * without local, in registers alone, `cache` each where the variant names it (> 0), else as
  * many as the row needs; with local, `cache` (else CE_CLUSTER_LOCAL_CACHE) in registers and
- * the rest in local memory. */
+ * the rest in local memory, `groups` work-groups' worth of it within the device's for one. */
 static bool ce_cluster_fits(const hd_fused *f, size_t nv, size_t vec, size_t cluster, size_t wg,
-                            int cache, bool local, ce_hold *h)
+                            int cache, bool local, size_t groups, ce_hold *h)
 {
     size_t need = ceil_div(ceil_div(nv, cluster), wg);
     size_t in_registers = local ? CE_CLUSTER_LOCAL_CACHE : need;
     h->cache = cache > 0 ? (size_t)cache : need < in_registers ? need : in_registers;
     h->held = local && need > h->cache ? need - h->cache : 0;
     return need <= h->cache + h->held && h->cache <= CE_CLUSTER_CACHE_MAX &&
-           ce_held_bytes(h, wg, vec) <= ce_local_limit(f, wg);
+           ce_held_bytes(h, wg, vec) <= ce_local_limit(f, wg, groups);
 }
 
 /* The rule where no variant is given: a row read once from a cluster of HD_RT_CLUSTER_MAX
  * groups where the device has such clusters and each work-item holds a vector at least. Up to
  * CE_CLUSTER_REGISTERS_ALONE vectors a work-item in registers; past it, where the vectors are
- * of 4 (16 bytes, which cp.async copies; clusters mean sm_90, which has it) and local memory
- * allows, CE_CLUSTER_LOCAL_CACHE in registers and the rest in local memory, else in the
- * registers of larger groups. p's looped parameters otherwise. */
+ * of 4 (16 bytes, which cp.async copies; clusters mean sm_90, which has it), the fewest
+ * registers, in steps of CE_CLUSTER_LOCAL_CACHE, that leave the rest in local memory two
+ * work-groups can share (one alone would leave its multiprocessor idle at the cluster's
+ * barrier); else in the registers of larger groups. p's looped parameters otherwise. */
 static void ce_cluster_rule(const hd_fused *f, size_t vocab, hd_fused_params *p)
 {
     size_t vec = (size_t)p->vec, nv = vocab / vec, wg = CE_CLUSTER_GROUP;
     ce_hold h;
     if (f->clusters < HD_RT_CLUSTER_MAX || wg > f->device_max_group || nv < HD_RT_CLUSTER_MAX * wg)
         return;
-    bool local = vec == 4 &&
-                 ceil_div(ceil_div(nv, HD_RT_CLUSTER_MAX), wg) > CE_CLUSTER_REGISTERS_ALONE &&
-                 ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, true, &h);
+    bool local = false;
+    if (vec == 4 && ceil_div(ceil_div(nv, HD_RT_CLUSTER_MAX), wg) > CE_CLUSTER_REGISTERS_ALONE)
+        for (int cache = CE_CLUSTER_LOCAL_CACHE; cache <= CE_CLUSTER_CACHE_MAX && !local;
+             cache += CE_CLUSTER_LOCAL_CACHE)
+            local = ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, cache, true, 2, &h);
     if (!local) {
         while (wg < CE_CLUSTER_GROUP_MAX &&
-               !ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, false, &h))
+               !ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, false, 1, &h))
             wg *= 2;
         if (wg > f->device_max_group || nv < HD_RT_CLUSTER_MAX * wg ||
-            !ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, false, &h))
+            !ce_cluster_fits(f, nv, vec, HD_RT_CLUSTER_MAX, wg, 0, false, 1, &h))
             return;
     }
     p->cluster = HD_RT_CLUSTER_MAX;
@@ -469,7 +475,7 @@ static hd_status ce_params(hd_fused *f, hd_context *ctx, const char *variant, si
         return HD_OK;
     size_t wg = (size_t)k->p.wg, vec = (size_t)k->p.vec;
     ce_hold h;
-    if (!ce_cluster_fits(f, vocab / vec, vec, k->cluster, wg, k->p.cache, k->p.local, &h)) {
+    if (!ce_cluster_fits(f, vocab / vec, vec, k->cluster, wg, k->p.cache, k->p.local, 1, &h)) {
         if (!k->p.local)
             return hd__error(ctx, HD_ERR_UNSUPPORTED,
                              "fused: a row of %zu logits is more than CLUSTER=%zu groups of %zu "
@@ -480,7 +486,7 @@ static hd_status ce_params(hd_fused *f, hd_context *ctx, const char *variant, si
                          "work-items hold in %zu vectors each in registers (at most %d) and %zu "
                          "in local memory (%zu bytes a group, at most %zu here)",
                          vocab, k->cluster, wg, h.cache, CE_CLUSTER_CACHE_MAX, h.held,
-                         ce_held_bytes(&h, wg, vec), ce_local_limit(f, wg));
+                         ce_held_bytes(&h, wg, vec), ce_local_limit(f, wg, 1));
     }
     k->p.cache = (int)h.cache;
     k->held = h.held;
