@@ -897,7 +897,13 @@ static void test_cross_entropy_rule_holds_long_rows_in_local_memory(void **state
         d.targets = random_targets(&rng, c->rows, c->vocab, c->ignored);
         d.logits = random_logits(&rng, c, d.targets);
         ce_reference(&d);
-        assert_true(check_ce_on(HD_BACKEND_FUSED, c, &d, ""));
+        /* registers alone in groups of 512 may pass what the device runs of the kernel (as
+         * under NVIDIA's OpenCL at 256000 words, where no cluster would run it) */
+        if (!check_ce_on(HD_BACKEND_FUSED, c, &d, "") &&
+            (rule_registers(f, ((c->vocab / 4 + 7) / 8 + 255) / 256) != 0 ||
+             strstr(ce_refusal, "ERR_UNSUPPORTED") == NULL ||
+             strstr(ce_refusal, "work-items per group") == NULL))
+            fail_msg("cross_entropy %zu x %zu by the rule: %s", c->rows, c->vocab, ce_refusal);
         ce_free(&d);
     }
     (void)state;
