@@ -633,6 +633,16 @@ static void ce_reference(ce_data *d)
     d->loss_mag = mag * inv * (dl_limit + sqrt((double)rows));
 }
 
+/* A case's random targets and logits, with the reference's values and bounds. */
+static ce_data ce_make(const ce_case *c, hd_rng *rng)
+{
+    ce_data d = {.rows = c->rows, .vocab = c->vocab};
+    d.targets = random_targets(rng, c->rows, c->vocab, c->ignored);
+    d.logits = random_logits(rng, c, d.targets);
+    ce_reference(&d);
+    return d;
+}
+
 static void ce_free(ce_data *d)
 {
     free(d->logits);
@@ -701,10 +711,7 @@ static bool check_ce_on(hd_backend b, const ce_case *c, const ce_data *d, const 
 
 static void check_ce(const ce_case *c, hd_rng *rng)
 {
-    ce_data d = {.rows = c->rows, .vocab = c->vocab};
-    d.targets = random_targets(rng, c->rows, c->vocab, c->ignored);
-    d.logits = random_logits(rng, c, d.targets);
-    ce_reference(&d);
+    ce_data d = ce_make(c, rng);
     for (size_t bi = 0; bi < BACKEND_COUNT; bi++) {
         if (!hd_test_use_backend(shared_ctx, HD_OP_CROSS_ENTROPY, train_backends[bi]))
             continue;
@@ -789,10 +796,7 @@ static void test_cross_entropy_cluster_variants_match_reference(void **state)
     size_t ran = 0, tried = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const ce_case *c = &cases[i];
-        ce_data d = {.rows = c->rows, .vocab = c->vocab};
-        d.targets = random_targets(&rng, c->rows, c->vocab, c->ignored);
-        d.logits = random_logits(&rng, c, d.targets);
-        ce_reference(&d);
+        ce_data d = ce_make(c, &rng);
         hd_shape shape = {.dim = {c->rows, c->vocab}};
         const char *variants[40];
         size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED, HD_OP_CROSS_ENTROPY,
@@ -893,10 +897,7 @@ static void test_cross_entropy_rule_holds_long_rows_in_local_memory(void **state
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const ce_case *c = &cases[i];
-        ce_data d = {.rows = c->rows, .vocab = c->vocab};
-        d.targets = random_targets(&rng, c->rows, c->vocab, c->ignored);
-        d.logits = random_logits(&rng, c, d.targets);
-        ce_reference(&d);
+        ce_data d = ce_make(c, &rng);
         /* registers alone in groups of 512 may pass what the device runs of the kernel (as
          * under NVIDIA's OpenCL at 256000 words, where no cluster would run it) */
         if (!check_ce_on(HD_BACKEND_FUSED, c, &d, "") &&
