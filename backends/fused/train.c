@@ -375,9 +375,11 @@ static size_t ce_local_limit(const hd_fused *f, size_t wg, size_t groups)
     return total > own ? total - own : 0;
 }
 
-static size_t ce_held_bytes(const ce_hold *h, size_t wg, size_t vec)
+/* The local memory of a work-group of wg holding `held` vectors of vec a work-item (floats,
+ * whatever the logits' type: the kernel keeps them widened). */
+static size_t ce_held_bytes(size_t held, size_t wg, size_t vec)
 {
-    return h->held * wg * vec * sizeof(float);
+    return held * wg * vec * sizeof(float);
 }
 
 /* Whether `cluster` groups of wg work-items hold a row of nv vectors of vec, and how (*h):
@@ -392,7 +394,7 @@ static bool ce_cluster_fits(const hd_fused *f, size_t nv, size_t vec, size_t clu
     h->cache = cache > 0 ? (size_t)cache : need < in_registers ? need : in_registers;
     h->held = local && need > h->cache ? need - h->cache : 0;
     return need <= h->cache + h->held && h->cache <= CE_CLUSTER_CACHE_MAX &&
-           ce_held_bytes(h, wg, vec) <= ce_local_limit(f, wg, groups);
+           ce_held_bytes(h->held, wg, vec) <= ce_local_limit(f, wg, groups);
 }
 
 /* The rule where no variant is given: a row read once from a cluster of HD_RT_CLUSTER_MAX
@@ -486,7 +488,7 @@ static hd_status ce_params(hd_fused *f, hd_context *ctx, const char *variant, si
                          "work-items hold in %zu vectors each in registers (at most %d) and %zu "
                          "in local memory (%zu bytes a group, at most %zu here)",
                          vocab, k->cluster, wg, h.cache, CE_CLUSTER_CACHE_MAX, h.held,
-                         ce_held_bytes(&h, wg, vec), ce_local_limit(f, wg, 1));
+                         ce_held_bytes(h.held, wg, vec), ce_local_limit(f, wg, 1));
     }
     k->p.cache = (int)h.cache;
     k->held = h.held;
@@ -568,7 +570,7 @@ static hd_status ce_rows(hd_fused *f, hd_context *ctx, const ce_kernels *k, cons
         HD_FUSED_VALUE(cols),
         HD_FUSED_VALUE(ignore),
         HD_FUSED_VALUE(inv),
-        HD_FUSED_LOCAL(k->held * (size_t)k->p.wg * (size_t)k->p.vec * sizeof(float)),
+        HD_FUSED_LOCAL(ce_held_bytes(k->held, (size_t)k->p.wg, (size_t)k->p.vec)),
     };
     return hd__fused_launch_cluster_args(f, ctx, k->rows, c->rows * k->launch_cluster,
                                          (size_t)k->p.wg, k->launch_cluster, list,
