@@ -1237,6 +1237,70 @@ static void test_linear_cross_entropy_fused_chunks(void **state)
     f->logits_bytes = saved;
     (void)state;
 }
+
+/* The LM head's products on the device runtime's vendor GEMM (cuBLASLt on the CUDA runtime),
+ * where it has one: its variant VENDOR, listed for the tuner only there, in one chunk and in
+ * several, against the reference, and the rule's call likewise (the rule takes it there);
+ * where it has none (OpenCL), VENDOR is refused with the reason, dh left as it was. */
+static void test_linear_cross_entropy_on_the_vendor_gemm(void **state)
+{
+    hd_fused *f = fused_state_or_skip();
+    size_t saved = f->logits_bytes;
+    bool ready = hd__rt_vendor_gemm_ready(f->rt, shared_ctx);
+    hd_rng rng = hd_test_rng(26);
+    const lm_case c = {37, 24, 1031, IGNORE_SOME, true, false};
+    lm_data d;
+    lm_inputs(&c, &rng, &d);
+    lm_reference(&d);
+    float *before = hd_test_random(&rng, c.rows * c.dim, -1.0f, 1.0f);
+    hd_tensor *th = hd_test_tensor(shared_ctx, c.rows, c.dim, d.h);
+    hd_tensor *tw = hd_test_tensor(shared_ctx, c.vocab, c.dim, d.w);
+    hd_tensor *tloss = hd_test_tensor(shared_ctx, 1, 1, NULL);
+    hd_tensor *tdh = hd_test_tensor(shared_ctx, c.rows, c.dim, before);
+    const hd_tensor *tensors[] = {th, tw, tloss, tdh};
+    hd_op_params p = {.ids = d.targets, .ignore_index = IGNORE};
+    hd_call call;
+    assert_int_equal(hd__call_prepare(shared_ctx, HD_OP_LINEAR_CROSS_ENTROPY, tensors, &p, &call),
+                     HD_OK);
+    const char *variants[64];
+    size_t count = hd__backend_variants(shared_ctx, HD_BACKEND_FUSED, HD_OP_LINEAR_CROSS_ENTROPY,
+                                        &call.shape, variants, 64);
+    bool listed = false;
+    for (size_t i = 0; i < count; i++)
+        listed = listed || strcmp(variants[i], "VENDOR") == 0;
+    assert_int_equal(listed, ready);
+    if (!ready) {
+        assert_int_equal(hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "VENDOR"),
+                         HD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(hd_context_last_error(shared_ctx), "the device runtime has none"));
+        hd_test_expect_unchanged("dh after VENDOR's refusal", tdh, before);
+    }
+    /* one chunk, then chunks of 10 rows (10, 10, 10, 7) */
+    for (size_t chunk_rows = 0; ready && chunk_rows <= 10; chunk_rows += 10) {
+        f->logits_bytes = chunk_rows > 0 ? chunk_rows * c.vocab * sizeof(float) : saved;
+        for (int rule = 0; rule < 2; rule++) {
+            char what[120];
+            snprintf(what, sizeof what, "LM head on the vendor GEMM (%s), chunks of %zu rows",
+                     rule ? "the rule" : "VENDOR", chunk_rows > 0 ? chunk_rows : c.rows);
+            hd_test_expect_ran_on(
+                shared_ctx,
+                hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, rule ? NULL : "VENDOR"),
+                HD_BACKEND_FUSED, what);
+            float *loss = hd_test_read(tloss), *dh = hd_test_read(tdh);
+            expect_within(what, loss, &d.loss_ref, &d.loss_mag, 1, 1.0);
+            expect_within(what, dh, d.dh_ref, d.dh_mag, c.rows * c.dim, 1.0);
+            free(loss);
+            free(dh);
+        }
+    }
+    f->logits_bytes = saved;
+    hd_tensor *t[] = {th, tw, tloss, tdh};
+    for (size_t i = 0; i < 4; i++)
+        hd_tensor_destroy(t[i]);
+    free(before);
+    lm_free(&d);
+    (void)state;
+}
 #endif
 
 /* Row i's loss in double (logits in double) with h's element k set to hk. */
@@ -2038,6 +2102,7 @@ int main(void)
         cmocka_unit_test(test_linear_cross_entropy_in_several_chunks),
 #ifdef HD_HAVE_OPENCL
         cmocka_unit_test(test_linear_cross_entropy_fused_chunks),
+        cmocka_unit_test(test_linear_cross_entropy_on_the_vendor_gemm),
 #endif
         cmocka_unit_test(test_linear_cross_entropy_gradient_matches_finite_differences),
         cmocka_unit_test(test_cross_entropy_ids_at_the_edges),

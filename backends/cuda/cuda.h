@@ -58,6 +58,9 @@ hd_status hd__cuda_launch_resident(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel 
 hd_status hd__cuda_resident_groups(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel *k, size_t group,
                                    size_t *out);
 
+bool hd__cuda_vendor_gemm_ready(hd_cuda *cu, hd_context *ctx);
+hd_status hd__cuda_vendor_gemm(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g);
+
 void hd__cuda_capture_begin(hd_cuda *cu);
 hd_status hd__cuda_capture_end(hd_cuda *cu, hd_context *ctx, double *seconds);
 

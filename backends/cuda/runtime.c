@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cuda/blas.h"
 #include "backends/cuda/cuda.h"
 #include "backends/cuda/driver.h"
 #include "backends/cuda/ptx.h"
@@ -95,6 +96,11 @@ struct hd_cuda {
     hd_cu_ptr map_table;
     struct map_slot *map_slots;
     unsigned map_turn[HD_CUDA_MAP_SLOTS / HD_CUDA_MAP_WAYS];
+    /* the vendor GEMM (hd__cuda_vendor_gemm): cuBLASLt, opened on the first ask, and the
+     * workspace its algorithms share */
+    bool blas_tried;
+    hd_cublaslt *blas;
+    hd_cu_ptr blas_workspace;
 };
 
 static hd_status cu_error(const hd_cuda_driver *d, hd_context *ctx, hd_cu_result r,
@@ -815,6 +821,9 @@ void hd__cuda_close(hd_cuda *cu)
         }
         if (cu->map_table != 0)
             d->cuMemFree_v2(cu->map_table);
+        hd__cublaslt_close(cu->blas);
+        if (cu->blas_workspace != 0)
+            d->cuMemFree_v2(cu->blas_workspace);
         free(cu->map_slots);
         while (cu->pinned != NULL) {
             pinned *q = cu->pinned;
@@ -938,4 +947,44 @@ hd_status hd__cuda_tensor_map(hd_cuda *cu, hd_context *ctx, const hd_rt_tensor_m
 void hd__cuda_info(const hd_cuda *cu, hd_runtime_info *out)
 {
     *out = cu->info;
+}
+
+/* ---- the vendor GEMM ---- */
+
+/* What cuBLASLt's algorithms may use as workspace: what NVIDIA recommends for Hopper. */
+#define HD_CUDA_BLAS_WORKSPACE ((size_t)32 << 20)
+
+bool hd__cuda_vendor_gemm_ready(hd_cuda *cu, hd_context *ctx)
+{
+    if (cu->blas_tried)
+        return cu->blas != NULL;
+    cu->blas_tried = true;
+    /* cuBLASLt takes the calling thread's current context: the runtime's primary one */
+    hd_status s = current(cu, ctx);
+    if (s == HD_OK)
+        s = hd__cublaslt_open(ctx, &cu->blas);
+    if (s == HD_OK) {
+        hd_cu_result r = cu->d->cuMemAlloc_v2(&cu->blas_workspace, HD_CUDA_BLAS_WORKSPACE);
+        if (r != HD_CU_SUCCESS) /* its algorithms that need none still run */
+            cu->blas_workspace = 0;
+        hd__note(ctx, "vendor GEMM: cuBLASLt");
+        return true;
+    }
+    hd__note(ctx, "vendor GEMM: none, the fused kernels' products run instead: %s",
+             ctx != NULL ? hd__report(ctx)->last_error : "cuBLASLt could not be opened");
+    hd__error_clear(ctx);
+    return false;
+}
+
+hd_status hd__cuda_vendor_gemm(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g)
+{
+    if (!hd__cuda_vendor_gemm_ready(cu, ctx))
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "vendor GEMM: cuBLASLt could not be opened (the log says why)");
+    hd_status s = current(cu, ctx);
+    if (s != HD_OK)
+        return s;
+    capture_open(cu);
+    return hd__cublaslt_gemm(cu->blas, ctx, g, cu->stream, mem_of(cu->blas_workspace),
+                             cu->blas_workspace != 0 ? HD_CUDA_BLAS_WORKSPACE : 0);
 }

@@ -489,6 +489,20 @@ size_t hd__fused_tile_variants(const hd_fused *f, const hd_shape *s, hd_precisio
 
 void hd__fused_tile_release(hd_fused *f);
 
+/* ---- the device runtime's vendor GEMM as a product engine (vendor.c) ---- */
+
+/* The variant that puts an op's products on the vendor GEMM (hd__rt_vendor_gemm). */
+#define HD_FUSED_VENDOR "VENDOR"
+bool hd__fused_is_vendor_variant(const char *variant);
+/* Whether the vendor GEMM takes call here: one product (no batch, no second term) in fp32 or
+ * tf32, on a runtime that has one (asked once; a note says why where it has none). */
+bool hd__fused_vendor_takes(const hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
+/* As hd__fused_vendor_takes, HD_OK or HD_ERR_UNSUPPORTED with the reason. */
+hd_status hd__fused_vendor_check(const hd_fused *f, hd_context *ctx,
+                                 const hd_fused_tile_call *call);
+/* Queues call on the vendor GEMM, on the runtime's stream in order with the kernels. */
+hd_status hd__fused_vendor_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
+
 /* c (rows x cols, contiguous) = beta * c on the device, queued; beta = 0 is a fill instead
  * (NaN and infinities in c are not kept). */
 hd_status hd__fused_scale_rows(hd_fused *f, hd_context *ctx, hd_devmem c, size_t rows, size_t cols,

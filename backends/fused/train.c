@@ -637,11 +637,13 @@ hd_status hd__fused_cross_entropy(void *state, hd_context *ctx, const hd_op_args
 /* One call of hd_linear_cross_entropy: the tokens in chunks of at most `chunk`, each through
  * logits_c = h_c * w^T, the rows kernel in place on them, dh_c = dlogits_c * w. One chunk reads
  * h, the targets and the losses and writes dh where they are; several go through scratch, each
- * chunk copied in and out at its offset. */
+ * chunk copied in and out at its offset. The products run on the runtime's vendor GEMM where
+ * it has one (cuBLASLt, on the stream the rows kernel runs on), else on the tiled engine. */
 typedef struct lm_head {
     const hd_step_args *a;
     size_t chunk;
-    bool whole; /* one chunk */
+    bool whole;  /* one chunk */
+    bool vendor; /* the products on the vendor GEMM */
     float inv_count;
     ce_kernels ce;
     const struct hd_device_buffer *targets;                     /* all rows */
@@ -674,20 +676,40 @@ static hd_fused_tile_call lm_head_product(const lm_head *l, bool dh, size_t m)
     hd_devmem w = a->in[1]->state->device->mem, logits = l->logits->mem;
     hd_devmem h = l->whole ? a->in[0]->state->device->mem : l->h_c->mem;
     hd_devmem out = dh ? (l->whole ? a->out[1]->state->device->mem : l->dh_c->mem) : logits;
-    hd_fused_tile_call c = {.m = m,
-                            .n = dh ? d : v,
-                            .k = dh ? v : d,
-                            .batch = 1,
-                            .alpha = 1.0f,
-                            .beta = 0.0f,
-                            .a = dh ? (hd_fused_operand){logits, v, false}
-                                    : (hd_fused_operand){h, d, false},
-                            .b = {w, d, !dh},
-                            .c = out,
-                            .ldc = dh ? d : v,
-                            .precision = a->precision,
-                            .variant = dh ? NULL : a->variant};
+    hd_fused_tile_call c = {
+        .m = m,
+        .n = dh ? d : v,
+        .k = dh ? v : d,
+        .batch = 1,
+        .alpha = 1.0f,
+        .beta = 0.0f,
+        .a = dh ? (hd_fused_operand){logits, v, false} : (hd_fused_operand){h, d, false},
+        .b = {w, d, !dh},
+        .c = out,
+        .ldc = dh ? d : v,
+        .precision = a->precision,
+        .variant = dh || hd__fused_is_vendor_variant(a->variant) ? NULL : a->variant};
     return c;
+}
+
+/* Whether the products of an LM head call run on the vendor GEMM: where variant names it
+ * (refused where it cannot take them), and where no variant is given and it takes them (the
+ * rule: its products run there at the vendor's rate, which the tiled engine's FMA kernel does
+ * not reach on large fp32 products); the tiled engine otherwise. */
+static hd_status lm_head_engine(const hd_fused *f, hd_context *ctx, const char *variant,
+                                const hd_fused_tile_call *logits, bool *vendor)
+{
+    *vendor = hd__fused_is_vendor_variant(variant);
+    if (*vendor)
+        return hd__fused_vendor_check(f, ctx, logits);
+    *vendor = (variant == NULL || variant[0] == '\0') && hd__fused_vendor_takes(f, ctx, logits);
+    return HD_OK;
+}
+
+static hd_status lm_head_gemm(hd_fused *f, hd_context *ctx, const lm_head *l,
+                              const hd_fused_tile_call *c)
+{
+    return l->vendor ? hd__fused_vendor_gemm(f, ctx, c) : hd__fused_tile_gemm(f, ctx, c);
 }
 
 static hd_status lm_head_scratch(hd_fused *f, hd_context *ctx, lm_head *l)
@@ -732,10 +754,14 @@ static hd_status lm_head_prepare(hd_fused *f, hd_context *ctx, lm_head *l)
         s = lm_head_scratch(f, ctx, l);
     int products = a->out[1] != NULL ? 2 : 1;
     for (int dh = 0; dh < products && s == HD_OK; dh++)
-        for (int which = 0; which < 2 && s == HD_OK; which++) {
+        for (int which = 0; which < 2 && s == HD_OK; which++)
             l->products[dh][which] = lm_head_product(l, dh, which == 0 ? l->chunk : last);
-            s = hd__fused_tile_prepare(f, ctx, &l->products[dh][which]);
-        }
+    if (s == HD_OK)
+        s = lm_head_engine(f, ctx, a->variant, &l->products[0][0], &l->vendor);
+    for (int dh = 0; dh < products && s == HD_OK; dh++)
+        for (int which = 0; which < 2 && s == HD_OK; which++)
+            s = l->vendor ? hd__fused_vendor_check(f, ctx, &l->products[dh][which])
+                          : hd__fused_tile_prepare(f, ctx, &l->products[dh][which]);
     return s;
 }
 
@@ -756,7 +782,7 @@ static hd_status lm_head_chunk(hd_fused *f, hd_context *ctx, const lm_head *l, s
                                n * sizeof(int32_t));
     }
     if (s == HD_OK)
-        s = hd__fused_tile_gemm(f, ctx, &l->products[0][which]);
+        s = lm_head_gemm(f, ctx, l, &l->products[0][which]);
     const ce_rows_call c = {l->logits,
                             l->whole ? l->targets : l->targets_c,
                             l->whole ? l->losses : l->losses_c,
@@ -774,7 +800,7 @@ static hd_status lm_head_chunk(hd_fused *f, hd_context *ctx, const lm_head *l, s
         return s;
     hd_fused_tile_call dh_product = l->products[1][which];
     dh_product.b_unchanged = r0 > 0; /* w, which an earlier chunk's dh may have copied */
-    s = hd__fused_tile_gemm(f, ctx, &dh_product);
+    s = lm_head_gemm(f, ctx, l, &dh_product);
     if (s == HD_OK && !l->whole)
         s = hd__fused_copy(f, ctx, dh->state->device, r0 * d * sizeof(float), l->dh_c, 0,
                            n * d * sizeof(float));
@@ -842,7 +868,8 @@ hd_status hd__fused_train_check(hd_fused *f, hd_context *ctx, hd_op op, const hd
 {
     if (op == HD_OP_LINEAR_CROSS_ENTROPY) {
         hd_fused_tile_call c = lm_head_logits_call(f, s, variant);
-        return hd__fused_tile_check(f, ctx, &c);
+        return hd__fused_is_vendor_variant(variant) ? hd__fused_vendor_check(f, ctx, &c)
+                                                    : hd__fused_tile_check(f, ctx, &c);
     }
     if (op == HD_OP_CROSS_ENTROPY) {
         ce_kernels k;
@@ -898,7 +925,10 @@ size_t hd__fused_train_variants(const hd_fused *f, hd_op op, const hd_shape *s, 
     if (op == HD_OP_LINEAR_CROSS_ENTROPY) {
         hd_fused_tile_call c = lm_head_logits_call(f, s, NULL);
         hd_shape logits = {.dim = {c.m, c.n, c.k}, .trans_b = true};
-        return hd__fused_tile_variants(f, &logits, s->precision, out, max);
+        size_t n = 0;
+        if (max > 0 && hd__fused_vendor_takes(f, NULL, &c))
+            out[n++] = HD_FUSED_VENDOR;
+        return n + hd__fused_tile_variants(f, &logits, s->precision, out + n, max - n);
     }
     size_t n = 0;
     for (size_t i = 0; i < sizeof row_variants / sizeof row_variants[0] && n < max; i++)

@@ -243,6 +243,29 @@ hd_status hd__rt_tensor_map(hd_runtime *rt, hd_context *ctx, const hd_rt_tensor_
                      "tensor maps need the CUDA runtime (this device runs on OpenCL)");
 }
 
+bool hd__rt_vendor_gemm_ready(hd_runtime *rt, hd_context *ctx)
+{
+#ifdef HD_HAVE_CUDA_RUNTIME
+    if (ON_CUDA(rt))
+        return hd__cuda_vendor_gemm_ready(rt->cuda, ctx);
+#endif
+    (void)rt;
+    (void)ctx;
+    return false;
+}
+
+hd_status hd__rt_vendor_gemm(hd_runtime *rt, hd_context *ctx, const hd_rt_gemm *g)
+{
+#ifdef HD_HAVE_CUDA_RUNTIME
+    if (ON_CUDA(rt))
+        return hd__cuda_vendor_gemm(rt->cuda, ctx, g);
+#endif
+    (void)rt;
+    (void)g;
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "the vendor GEMM needs the CUDA runtime (this device runs on OpenCL)");
+}
+
 hd_status hd__rt_zero(hd_runtime *rt, hd_context *ctx, hd_devmem mem, size_t bytes)
 {
 #ifdef HD_HAVE_CUDA_RUNTIME

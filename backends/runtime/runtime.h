@@ -183,6 +183,27 @@ typedef struct hd_rt_tensor_map_desc {
 hd_status hd__rt_tensor_map(hd_runtime *rt, hd_context *ctx, const hd_rt_tensor_map_desc *desc,
                             hd_devmem *out);
 
+/* A product for the vendor's GEMM library: c (m x n, row-major, ldc) = alpha * op(a) * op(b) +
+ * beta * c, a m x k (stored k x m where trans_a), b k x n (stored n x k where trans_b), each
+ * row-major with its leading dimension; beta = 0 ignores c's contents. */
+typedef struct hd_rt_gemm {
+    size_t m, n, k;
+    hd_devmem a, b, c;
+    size_t lda, ldb, ldc;
+    bool trans_a, trans_b;
+    float alpha, beta;
+    hd_precision precision; /* fp32 (fp32 FMAs) or tf32 */
+} hd_rt_gemm;
+
+/* Whether hd__rt_vendor_gemm runs here: the CUDA runtime where cuBLASLt loads (tried once, on
+ * the first ask; where it cannot, a note says why and the answer stays false). False on OpenCL. */
+bool hd__rt_vendor_gemm_ready(hd_runtime *rt, hd_context *ctx);
+/* Queues g on the vendor's GEMM (cuBLASLt, on the CUDA runtime's stream, in order with the
+ * kernels), its workspace the runtime's. HD_ERR_UNSUPPORTED, with a message, where there is none
+ * (hd__rt_vendor_gemm_ready false), for fp32x3, or for a shape it has no algorithm for; nothing
+ * is queued on failure. */
+hd_status hd__rt_vendor_gemm(hd_runtime *rt, hd_context *ctx, const hd_rt_gemm *g);
+
 /* Device time of what is queued between capture_begin and capture_end: from the first
  * command's start to the last one's end (capture_end waits). capture_mark opens the span
  * before a library call that queues several commands of its own (CLBlast), so that the span
