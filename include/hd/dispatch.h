@@ -669,7 +669,8 @@ HD_API hd_status hd_cross_entropy(hd_context *ctx, const hd_tensor *logits,
  * w^T, targets) as hd_cross_entropy() defines it, h T x D, w V x D (torch.nn.Linear's weight,
  * as stored), the T x V logits computed chunk by chunk and never stored whole. dh (may be
  * NULL) is the gradient of the loss with respect to h (T x D). The products follow the
- * context's GEMM precision. */
+ * context's GEMM precision; on the CUDA runtime they run on cuBLASLt where it loads (fp32 and
+ * tf32; docs/kernels.md). */
 HD_API hd_status hd_linear_cross_entropy(hd_context *ctx, const hd_tensor *h, const hd_tensor *w,
                                          const int32_t *targets, int32_t ignore_index,
                                          hd_tensor *loss, hd_tensor *dh);
