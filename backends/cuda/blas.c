@@ -3,6 +3,8 @@
  * documentation (cublasLt.h of CUDA 12 and 13, unchanged across them).
  */
 #include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@ typedef struct lt_heuristic {
 
 enum {
     LT_SUCCESS = 0,
+    LT_ALLOC_FAILED = 3,
     LT_NOT_SUPPORTED = 15,
     LT_R_32F = 0,             /* cudaDataType CUDA_R_32F */
     LT_COMPUTE_32F = 68,      /* fp32 FMAs, nothing narrower */
@@ -96,11 +99,22 @@ struct hd_cublaslt {
     unsigned next; /* the plan replaced next, round robin */
 };
 
-void hd__cublaslt_dims(const hd_rt_gemm *g, hd_cublaslt_dims *out)
+/* The column-major product cuBLASLt computes for a row-major hd_rt_gemm: D (m x n) = op(A) (m
+ * x k) * op(B) (k x n), where A is the row-major call's b and B its a, each given by its stored
+ * rows, columns and leading dimension as column-major storage sees them. */
+typedef struct lt_dims {
+    uint64_t m, n, k;
+    bool trans_a, trans_b;
+    uint64_t a_rows, a_cols, lda;
+    uint64_t b_rows, b_cols, ldb;
+    uint64_t c_rows, c_cols, ldc;
+} lt_dims;
+
+static void dims_of(const hd_rt_gemm *g, lt_dims *out)
 {
     /* row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T: b first. A row-major
      * matrix r x c with leading dimension ld is the column-major c x r one with the same ld. */
-    *out = (hd_cublaslt_dims){
+    *out = (lt_dims){
         .m = g->n,
         .n = g->m,
         .k = g->k,
@@ -120,8 +134,10 @@ void hd__cublaslt_dims(const hd_rt_gemm *g, hd_cublaslt_dims *out)
 
 static hd_status lt_error(hd_context *ctx, lt_status r, const char *what)
 {
-    return hd__error(ctx, r == LT_NOT_SUPPORTED ? HD_ERR_UNSUPPORTED : HD_ERR_DEVICE,
-                     "cuBLASLt: %s failed (status %d)", what, r);
+    hd_status s = r == LT_NOT_SUPPORTED  ? HD_ERR_UNSUPPORTED
+                  : r == LT_ALLOC_FAILED ? HD_ERR_DEVICE_OUT_OF_MEMORY
+                                         : HD_ERR_DEVICE;
+    return hd__error(ctx, s, "cuBLASLt: %s failed (status %d)", what, r);
 }
 
 static bool load_from(lt_library *lib, const char *path, char *why, size_t cap)
@@ -181,6 +197,7 @@ hd_status hd__cublaslt_open(hd_context *ctx, hd_cublaslt **out)
     }
     lt_status r = lt->lib.cublasLtCreate(&lt->handle);
     if (r != LT_SUCCESS) {
+        dlclose(lt->lib.library);
         free(lt);
         return hd__error(ctx, HD_ERR_BACKEND_UNAVAILABLE,
                          "cuBLASLt: cublasLtCreate failed (status %d)", r);
@@ -255,8 +272,8 @@ static hd_status set_pref(hd_context *ctx, const lt_library *lib, lt_pref pref, 
 static hd_status plan_make(hd_cublaslt *lt, hd_context *ctx, lt_plan *p)
 {
     const lt_library *lib = &lt->lib;
-    hd_cublaslt_dims d;
-    hd__cublaslt_dims(&p->key, &d);
+    lt_dims d;
+    dims_of(&p->key, &d);
     int compute = p->key.precision == HD_PRECISION_TF32 ? LT_COMPUTE_32F_TF32 : LT_COMPUTE_32F;
     lt_status r = lib->cublasLtMatmulDescCreate(&p->desc, compute, LT_R_32F);
     if (r != LT_SUCCESS)

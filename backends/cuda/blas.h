@@ -5,32 +5,16 @@
  *
  * cuBLASLt is column-major and the library's tensors are row-major: a row-major C = A * B is
  * the column-major C^T = B^T * A^T, so the call swaps the operands and reads each stored matrix
- * as its own transpose, moving no data (hd__cublaslt_dims). Each shape's descriptors and the
+ * as its own transpose, moving no data. Each shape's descriptors and the
  * algorithm cuBLASLt's heuristic picks for it are kept, so that a repeated shape costs one
  * cublasLtMatmul call.
  */
 #ifndef HD_BACKENDS_CUDA_BLAS_H
 #define HD_BACKENDS_CUDA_BLAS_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
 #include "backends/runtime/runtime.h"
 
 typedef struct hd_cublaslt hd_cublaslt;
-
-/* The column-major product cuBLASLt computes for a row-major hd_rt_gemm: D (m x n) = op(A) (m
- * x k) * op(B) (k x n), where A is the row-major call's b and B its a (swap), each given by its
- * stored rows, columns and leading dimension as column-major storage sees them. */
-typedef struct hd_cublaslt_dims {
-    uint64_t m, n, k;
-    bool trans_a, trans_b;
-    uint64_t a_rows, a_cols, lda;
-    uint64_t b_rows, b_cols, ldb;
-    uint64_t c_rows, c_cols, ldc;
-} hd_cublaslt_dims;
-
-void hd__cublaslt_dims(const hd_rt_gemm *g, hd_cublaslt_dims *out);
 
 /* Loads cuBLASLt ($HD_CUBLASLT_LIBRARY, else libcublasLt.so.13, then .so.12) and creates its
  * handle in the calling thread's current CUDA context. HD_ERR_BACKEND_UNAVAILABLE with the
@@ -41,7 +25,8 @@ void hd__cublaslt_close(hd_cublaslt *lt); /* NULL is a no-op */
 /* Queues g on stream (a CUstream), with workspace (workspace_bytes of device memory, which the
  * caller keeps until the product has run) for the algorithms that want one. HD_ERR_UNSUPPORTED
  * for a precision cuBLASLt is not asked to run (fp32x3) or a shape its heuristic finds no
- * algorithm for; HD_ERR_DEVICE where a call fails. Nothing is queued on failure. */
+ * algorithm for; HD_ERR_DEVICE_OUT_OF_MEMORY or HD_ERR_DEVICE where a call of cuBLASLt fails.
+ * Nothing is queued on failure. */
 hd_status hd__cublaslt_gemm(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g, void *stream,
                             hd_devmem workspace, size_t workspace_bytes);
 
