@@ -2,7 +2,8 @@
  * The CUDA runtime's vendor GEMM (backends/cuda/blas.h) on a cuBLASLt written in C
  * (fake_libcublaslt.c, column-major as cuBLASLt is, on host memory): row-major products of
  * every transpose, padded leading dimensions, 1-row and 1-column shapes against the float64
- * reference; the compute type each precision asks for; the plans kept per shape; and every
+ * reference; the compute type each precision asks for; the plans kept per shape, and made
+ * ahead by a prepare; and every
  * refusal (a library that is missing or lacks a function, fp32x3, no algorithm), with the
  * output untouched. $HD_TEST_FAKE_CUBLASLT and $HD_TEST_FAKE_CUBLASLT_OLD name the two builds of
  * the fake. The real cuBLASLt runs under test_train_ops on an NVIDIA GPU (the LM head's
@@ -226,6 +227,17 @@ static void test_keeps_a_plan_per_shape(void **state)
     assert_int_equal(*heuristics, before + 19);
     assert_int_equal(hd__cublaslt_gemm(lt, ctx, &g, NULL, NULL, 0), HD_OK);
     assert_int_equal(*heuristics, before + 19);
+    /* a prepared shape's call asks nothing more; the workspace is part of the plan */
+    hd_rt_gemm prepared = g;
+    prepared.n = prepared.ldb = prepared.ldc = 3;
+    assert_int_equal(hd__cublaslt_prepare(lt, ctx, &prepared, 0), HD_OK);
+    assert_int_equal(*heuristics, before + 20);
+    assert_int_equal(hd__cublaslt_gemm(lt, ctx, &prepared, NULL, NULL, 0), HD_OK);
+    assert_int_equal(*heuristics, before + 20);
+    char workspace[64];
+    assert_int_equal(
+        hd__cublaslt_gemm(lt, ctx, &prepared, NULL, (hd_devmem)workspace, sizeof workspace), HD_OK);
+    assert_int_equal(*heuristics, before + 21);
     hd__cublaslt_close(lt);
     hd_context_destroy(ctx);
 }
@@ -268,8 +280,12 @@ static void test_refusals_leave_the_output(void **state)
     assert_int_equal(hd__cublaslt_gemm(lt, ctx, &g, NULL, NULL, 0), HD_ERR_UNSUPPORTED);
     expect_message(ctx, "not fp32x3");
     hd_test_expect_same("after fp32x3", c, kept, 4);
+    assert_int_equal(hd__cublaslt_prepare(lt, ctx, &g, 0), HD_ERR_UNSUPPORTED);
+    expect_message(ctx, "not fp32x3");
     g.precision = HD_PRECISION_FP32;
     setenv("FAKE_CUBLASLT_NO_ALGO", "1", 1);
+    assert_int_equal(hd__cublaslt_prepare(lt, ctx, &g, 0), HD_ERR_UNSUPPORTED);
+    expect_message(ctx, "cublasLtMatmulAlgoGetHeuristic");
     assert_int_equal(hd__cublaslt_gemm(lt, ctx, &g, NULL, NULL, 0), HD_ERR_UNSUPPORTED);
     expect_message(ctx, "cublasLtMatmulAlgoGetHeuristic");
     hd_test_expect_same("without an algorithm", c, kept, 4);

@@ -348,14 +348,27 @@ static hd_status plan_for(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g,
     return HD_OK;
 }
 
-hd_status hd__cublaslt_gemm(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g, void *stream,
-                            hd_devmem workspace, size_t workspace_bytes)
+static hd_status plan_of(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g,
+                         size_t workspace_bytes, lt_plan **out)
 {
     if (g->precision != HD_PRECISION_FP32 && g->precision != HD_PRECISION_TF32)
         return hd__error(ctx, HD_ERR_UNSUPPORTED, "cuBLASLt: runs fp32 and tf32, not %s",
                          hd_precision_name(g->precision));
+    return plan_for(lt, ctx, g, workspace_bytes, out);
+}
+
+hd_status hd__cublaslt_prepare(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g,
+                               size_t workspace_bytes)
+{
+    lt_plan *p;
+    return plan_of(lt, ctx, g, workspace_bytes, &p);
+}
+
+hd_status hd__cublaslt_gemm(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g, void *stream,
+                            hd_devmem workspace, size_t workspace_bytes)
+{
     lt_plan *p = NULL;
-    hd_status s = plan_for(lt, ctx, g, workspace != NULL ? workspace_bytes : 0, &p);
+    hd_status s = plan_of(lt, ctx, g, workspace != NULL ? workspace_bytes : 0, &p);
     if (s != HD_OK)
         return s;
     lt_status r = lt->lib.cublasLtMatmul(lt->handle, p->desc, &g->alpha, g->b, p->a, g->a, p->b,

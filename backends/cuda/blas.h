@@ -29,5 +29,9 @@ void hd__cublaslt_close(hd_cublaslt *lt); /* NULL is a no-op */
  * Nothing is queued on failure. */
 hd_status hd__cublaslt_gemm(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g, void *stream,
                             hd_devmem workspace, size_t workspace_bytes);
+/* What hd__cublaslt_gemm would refuse for g with a workspace of workspace_bytes, its plan made
+ * and kept for the call to come; queues nothing. */
+hd_status hd__cublaslt_prepare(hd_cublaslt *lt, hd_context *ctx, const hd_rt_gemm *g,
+                               size_t workspace_bytes);
 
 #endif

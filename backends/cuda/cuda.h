@@ -60,6 +60,7 @@ hd_status hd__cuda_resident_groups(hd_cuda *cu, hd_context *ctx, hd_cuda_kernel 
 
 bool hd__cuda_vendor_gemm_ready(hd_cuda *cu, hd_context *ctx);
 hd_status hd__cuda_vendor_gemm(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g);
+hd_status hd__cuda_vendor_gemm_prepare(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g);
 
 void hd__cuda_capture_begin(hd_cuda *cu);
 hd_status hd__cuda_capture_end(hd_cuda *cu, hd_context *ctx, double *seconds);

@@ -976,6 +976,17 @@ bool hd__cuda_vendor_gemm_ready(hd_cuda *cu, hd_context *ctx)
     return false;
 }
 
+hd_status hd__cuda_vendor_gemm_prepare(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g)
+{
+    if (!hd__cuda_vendor_gemm_ready(cu, ctx))
+        return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                         "vendor GEMM: cuBLASLt could not be opened (the log says why)");
+    hd_status s = current(cu, ctx);
+    return s != HD_OK ? s
+                      : hd__cublaslt_prepare(cu->blas, ctx, g,
+                                             cu->blas_workspace != 0 ? HD_CUDA_BLAS_WORKSPACE : 0);
+}
+
 hd_status hd__cuda_vendor_gemm(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g)
 {
     if (!hd__cuda_vendor_gemm_ready(cu, ctx))

@@ -500,6 +500,9 @@ bool hd__fused_vendor_takes(const hd_fused *f, hd_context *ctx, const hd_fused_t
 /* As hd__fused_vendor_takes, HD_OK or HD_ERR_UNSUPPORTED with the reason. */
 hd_status hd__fused_vendor_check(const hd_fused *f, hd_context *ctx,
                                  const hd_fused_tile_call *call);
+/* As hd__fused_vendor_check, and the vendor's algorithm for call's shape and buffers found and
+ * kept, queueing nothing (hd__rt_vendor_gemm_prepare): what hd__fused_vendor_gemm would refuse. */
+hd_status hd__fused_vendor_prepare(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
 /* Queues call on the vendor GEMM, on the runtime's stream in order with the kernels. */
 hd_status hd__fused_vendor_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call);
 

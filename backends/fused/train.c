@@ -760,7 +760,7 @@ static hd_status lm_head_prepare(hd_fused *f, hd_context *ctx, lm_head *l)
         s = lm_head_engine(f, ctx, a->variant, &l->products[0][0], &l->vendor);
     for (int dh = 0; dh < products && s == HD_OK; dh++)
         for (int which = 0; which < 2 && s == HD_OK; which++)
-            s = l->vendor ? hd__fused_vendor_check(f, ctx, &l->products[dh][which])
+            s = l->vendor ? hd__fused_vendor_prepare(f, ctx, &l->products[dh][which])
                           : hd__fused_tile_prepare(f, ctx, &l->products[dh][which]);
     return s;
 }

@@ -43,24 +43,34 @@ hd_status hd__fused_vendor_check(const hd_fused *f, hd_context *ctx, const hd_fu
                : hd__error(ctx, HD_ERR_UNSUPPORTED, "fused: variant %s: %s", HD_FUSED_VENDOR, why);
 }
 
+static hd_rt_gemm rt_gemm_of(const hd_fused_tile_call *call)
+{
+    return (hd_rt_gemm){.m = call->m,
+                        .n = call->n,
+                        .k = call->k,
+                        .a = call->a.mem,
+                        .b = call->b.mem,
+                        .c = call->c,
+                        .lda = call->a.ld,
+                        .ldb = call->b.ld,
+                        .ldc = call->ldc,
+                        .trans_a = call->a.trans,
+                        .trans_b = call->b.trans,
+                        .alpha = call->alpha,
+                        .beta = call->beta,
+                        .precision = call->precision};
+}
+
+hd_status hd__fused_vendor_prepare(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call)
+{
+    hd_status s = hd__fused_vendor_check(f, ctx, call);
+    const hd_rt_gemm g = rt_gemm_of(call);
+    return s != HD_OK ? s : hd__rt_vendor_gemm_prepare(f->rt, ctx, &g);
+}
+
 hd_status hd__fused_vendor_gemm(hd_fused *f, hd_context *ctx, const hd_fused_tile_call *call)
 {
     hd_status s = hd__fused_vendor_check(f, ctx, call);
-    if (s != HD_OK)
-        return s;
-    const hd_rt_gemm g = {.m = call->m,
-                          .n = call->n,
-                          .k = call->k,
-                          .a = call->a.mem,
-                          .b = call->b.mem,
-                          .c = call->c,
-                          .lda = call->a.ld,
-                          .ldb = call->b.ld,
-                          .ldc = call->ldc,
-                          .trans_a = call->a.trans,
-                          .trans_b = call->b.trans,
-                          .alpha = call->alpha,
-                          .beta = call->beta,
-                          .precision = call->precision};
-    return hd__rt_vendor_gemm(f->rt, ctx, &g);
+    const hd_rt_gemm g = rt_gemm_of(call);
+    return s != HD_OK ? s : hd__rt_vendor_gemm(f->rt, ctx, &g);
 }

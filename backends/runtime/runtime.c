@@ -254,6 +254,18 @@ bool hd__rt_vendor_gemm_ready(hd_runtime *rt, hd_context *ctx)
     return false;
 }
 
+hd_status hd__rt_vendor_gemm_prepare(hd_runtime *rt, hd_context *ctx, const hd_rt_gemm *g)
+{
+#ifdef HD_HAVE_CUDA_RUNTIME
+    if (ON_CUDA(rt))
+        return hd__cuda_vendor_gemm_prepare(rt->cuda, ctx, g);
+#endif
+    (void)rt;
+    (void)g;
+    return hd__error(ctx, HD_ERR_UNSUPPORTED,
+                     "the vendor GEMM needs the CUDA runtime (this device runs on OpenCL)");
+}
+
 hd_status hd__rt_vendor_gemm(hd_runtime *rt, hd_context *ctx, const hd_rt_gemm *g)
 {
 #ifdef HD_HAVE_CUDA_RUNTIME

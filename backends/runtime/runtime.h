@@ -203,6 +203,10 @@ bool hd__rt_vendor_gemm_ready(hd_runtime *rt, hd_context *ctx);
  * (hd__rt_vendor_gemm_ready false), for fp32x3, or for a shape it has no algorithm for; nothing
  * is queued on failure. */
 hd_status hd__rt_vendor_gemm(hd_runtime *rt, hd_context *ctx, const hd_rt_gemm *g);
+/* Everything of hd__rt_vendor_gemm that can refuse g (an algorithm for its shape, precision and
+ * addresses' alignment, which it keeps for the call), queueing nothing: an op of several
+ * products prepares each before it writes an output. */
+hd_status hd__rt_vendor_gemm_prepare(hd_runtime *rt, hd_context *ctx, const hd_rt_gemm *g);
 
 /* Device time of what is queued between capture_begin and capture_end: from the first
  * command's start to the last one's end (capture_end waits). capture_mark opens the span
