@@ -31,6 +31,7 @@
 #ifdef HD_HAVE_OPENCL
 #include "backends/fused/internal.h"
 #include "dispatch/context.h"
+#include "dispatch/select.h"
 #endif
 #include "dispatch/tools.h"
 #include "tests/testlib.h"
@@ -1269,6 +1270,10 @@ static void test_linear_cross_entropy_on_the_vendor_gemm(void **state)
     for (size_t i = 0; i < count; i++)
         listed = listed || strcmp(variants[i], "VENDOR") == 0;
     assert_int_equal(listed, ready);
+    /* what a tuning cache's record naming it meets when the cache is read */
+    assert_int_equal(hd__backend_check_variant(shared_ctx, HD_BACKEND_FUSED,
+                                               HD_OP_LINEAR_CROSS_ENTROPY, &call.shape, "VENDOR"),
+                     ready ? HD_OK : HD_ERR_UNSUPPORTED);
     if (!ready) {
         assert_int_equal(hd__call_run_on(shared_ctx, HD_BACKEND_FUSED, &call, "VENDOR"),
                          HD_ERR_UNSUPPORTED);

@@ -976,26 +976,32 @@ bool hd__cuda_vendor_gemm_ready(hd_cuda *cu, hd_context *ctx)
     return false;
 }
 
-hd_status hd__cuda_vendor_gemm_prepare(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g)
+/* cuBLASLt open and the runtime's context current, or why not. */
+static hd_status blas_current(hd_cuda *cu, hd_context *ctx)
 {
     if (!hd__cuda_vendor_gemm_ready(cu, ctx))
         return hd__error(ctx, HD_ERR_UNSUPPORTED,
                          "vendor GEMM: cuBLASLt could not be opened (the log says why)");
-    hd_status s = current(cu, ctx);
-    return s != HD_OK ? s
-                      : hd__cublaslt_prepare(cu->blas, ctx, g,
-                                             cu->blas_workspace != 0 ? HD_CUDA_BLAS_WORKSPACE : 0);
+    return current(cu, ctx);
+}
+
+static size_t blas_workspace_bytes(const hd_cuda *cu)
+{
+    return cu->blas_workspace != 0 ? HD_CUDA_BLAS_WORKSPACE : 0;
+}
+
+hd_status hd__cuda_vendor_gemm_prepare(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g)
+{
+    hd_status s = blas_current(cu, ctx);
+    return s != HD_OK ? s : hd__cublaslt_prepare(cu->blas, ctx, g, blas_workspace_bytes(cu));
 }
 
 hd_status hd__cuda_vendor_gemm(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g)
 {
-    if (!hd__cuda_vendor_gemm_ready(cu, ctx))
-        return hd__error(ctx, HD_ERR_UNSUPPORTED,
-                         "vendor GEMM: cuBLASLt could not be opened (the log says why)");
-    hd_status s = current(cu, ctx);
+    hd_status s = blas_current(cu, ctx);
     if (s != HD_OK)
         return s;
     capture_open(cu);
     return hd__cublaslt_gemm(cu->blas, ctx, g, cu->stream, mem_of(cu->blas_workspace),
-                             cu->blas_workspace != 0 ? HD_CUDA_BLAS_WORKSPACE : 0);
+                             blas_workspace_bytes(cu));
 }
