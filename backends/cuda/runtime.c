@@ -100,7 +100,7 @@ struct hd_cuda {
      * workspace its algorithms share */
     bool blas_tried;
     hd_cublaslt *blas;
-    hd_cu_ptr blas_workspace;
+    hd_devmem blas_workspace;
 };
 
 static hd_status cu_error(const hd_cuda_driver *d, hd_context *ctx, hd_cu_result r,
@@ -822,8 +822,8 @@ void hd__cuda_close(hd_cuda *cu)
         if (cu->map_table != 0)
             d->cuMemFree_v2(cu->map_table);
         hd__cublaslt_close(cu->blas);
-        if (cu->blas_workspace != 0)
-            d->cuMemFree_v2(cu->blas_workspace);
+        if (cu->blas_workspace != NULL)
+            pool_free(cu, cu->blas_workspace);
         free(cu->map_slots);
         while (cu->pinned != NULL) {
             pinned *q = cu->pinned;
@@ -964,9 +964,10 @@ bool hd__cuda_vendor_gemm_ready(hd_cuda *cu, hd_context *ctx)
     if (s == HD_OK)
         s = hd__cublaslt_open(ctx, &cu->blas);
     if (s == HD_OK) {
-        hd_cu_result r = cu->d->cuMemAlloc_v2(&cu->blas_workspace, HD_CUDA_BLAS_WORKSPACE);
-        if (r != HD_CU_SUCCESS) /* its algorithms that need none still run */
-            cu->blas_workspace = 0;
+        /* where the device has no room for it, its algorithms that need none still run */
+        if (hd__cuda_scratch_create(cu, ctx, HD_CUDA_BLAS_WORKSPACE, "cuBLASLt's workspace",
+                                    &cu->blas_workspace) != HD_OK)
+            hd__error_clear(ctx);
         hd__note(ctx, "vendor GEMM: cuBLASLt");
         return true;
     }
@@ -987,7 +988,7 @@ static hd_status blas_current(hd_cuda *cu, hd_context *ctx)
 
 static size_t blas_workspace_bytes(const hd_cuda *cu)
 {
-    return cu->blas_workspace != 0 ? HD_CUDA_BLAS_WORKSPACE : 0;
+    return cu->blas_workspace != NULL ? HD_CUDA_BLAS_WORKSPACE : 0;
 }
 
 hd_status hd__cuda_vendor_gemm_prepare(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g)
@@ -1002,6 +1003,6 @@ hd_status hd__cuda_vendor_gemm(hd_cuda *cu, hd_context *ctx, const hd_rt_gemm *g
     if (s != HD_OK)
         return s;
     capture_open(cu);
-    return hd__cublaslt_gemm(cu->blas, ctx, g, cu->stream, mem_of(cu->blas_workspace),
+    return hd__cublaslt_gemm(cu->blas, ctx, g, cu->stream, cu->blas_workspace,
                              blas_workspace_bytes(cu));
 }

@@ -692,18 +692,16 @@ static hd_fused_tile_call lm_head_product(const lm_head *l, bool dh, size_t m)
     return c;
 }
 
-/* Whether the products of an LM head call run on the vendor GEMM: where variant names it
- * (refused where it cannot take them), and where no variant is given and it takes them (the
- * rule: its products run there at the vendor's rate, which the tiled engine's FMA kernel does
- * not reach on large fp32 products); the tiled engine otherwise. */
-static hd_status lm_head_engine(const hd_fused *f, hd_context *ctx, const char *variant,
-                                const hd_fused_tile_call *logits, bool *vendor)
+/* Whether the products of an LM head call run on the vendor GEMM: where variant names it (its
+ * prepare then refuses what the vendor GEMM cannot take), and where no variant is given and it
+ * takes them (the rule: its products run there at the vendor's rate, which the tiled engine's
+ * FMA kernel does not reach on large fp32 products); the tiled engine otherwise. */
+static bool lm_head_on_vendor(const hd_fused *f, hd_context *ctx, const char *variant,
+                              const hd_fused_tile_call *logits)
 {
-    *vendor = hd__fused_is_vendor_variant(variant);
-    if (*vendor)
-        return hd__fused_vendor_check(f, ctx, logits);
-    *vendor = (variant == NULL || variant[0] == '\0') && hd__fused_vendor_takes(f, ctx, logits);
-    return HD_OK;
+    if (hd__fused_is_vendor_variant(variant))
+        return true;
+    return (variant == NULL || variant[0] == '\0') && hd__fused_vendor_takes(f, ctx, logits);
 }
 
 static hd_status lm_head_gemm(hd_fused *f, hd_context *ctx, const lm_head *l,
@@ -756,8 +754,7 @@ static hd_status lm_head_prepare(hd_fused *f, hd_context *ctx, lm_head *l)
     for (int dh = 0; dh < products && s == HD_OK; dh++)
         for (int which = 0; which < 2 && s == HD_OK; which++)
             l->products[dh][which] = lm_head_product(l, dh, which == 0 ? l->chunk : last);
-    if (s == HD_OK)
-        s = lm_head_engine(f, ctx, a->variant, &l->products[0][0], &l->vendor);
+    l->vendor = s == HD_OK && lm_head_on_vendor(f, ctx, a->variant, &l->products[0][0]);
     for (int dh = 0; dh < products && s == HD_OK; dh++)
         for (int which = 0; which < 2 && s == HD_OK; which++)
             s = l->vendor ? hd__fused_vendor_prepare(f, ctx, &l->products[dh][which])
